@@ -1,0 +1,53 @@
+use std::path::PathBuf;
+
+/// What can go wrong reading or writing trace files.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be opened, created, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A Parquet file is malformed or not one of ours.
+    #[error("{path}: {source}")]
+    Parquet {
+        /// The file concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// A file has the right name but not the expected content.
+    #[error("{path}: {message}")]
+    Format {
+        /// The file concerned.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No recording was found where one was expected.
+    #[error("no fltrace recording in {0} (run `fltrace record -- <command>` first)")]
+    NoRecording(PathBuf),
+    /// A process id was asked for that the recording does not contain.
+    #[error("the recording has no process {0}")]
+    NoSuchProcess(u32),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { path, source }
+    }
+
+    pub(crate) fn parquet(
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(parquet::errors::ParquetError) -> Error {
+        let path = path.into();
+        move |source| Error::Parquet { path, source }
+    }
+}

@@ -1,0 +1,94 @@
+/// One page fault as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// Time of the fault, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Address of the faulting instruction.
+    pub ip: u64,
+    /// The faulting data address (not page-aligned).
+    pub addr: u64,
+    /// What kind of fault it was.
+    pub flags: FaultFlags,
+    /// Index into the process's stack table.
+    pub stack_id: u32,
+}
+
+/// Fault flags. Bits 1, 2 and 32 have the values of the original fltrace's `flags` column so that
+/// its report format stays compatible; the others are new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct FaultFlags(pub u8);
+
+impl FaultFlags {
+    /// The access was a write.
+    pub const WRITE: u8 = 1;
+    /// The page was present: a protection fault (write-protect, copy-on-write).
+    pub const WRPROTECT: u8 = 2;
+    /// The access was an instruction fetch.
+    pub const EXEC: u8 = 4;
+    /// First touch of anonymous memory: the kernel filled a zero page.
+    pub const ZERO: u8 = 32;
+    /// The kernel needed I/O to resolve it (a major fault).
+    pub const MAJOR: u8 = 64;
+
+    /// Whether all bits of `bit` are set.
+    pub fn has(self, bit: u8) -> bool {
+        self.0 & bit == bit
+    }
+
+    /// Read, write or write-protect, as the original tool's `op` column names them.
+    pub fn kind(self) -> FaultKind {
+        if self.has(Self::WRPROTECT) {
+            FaultKind::WriteProtect
+        } else if self.has(Self::WRITE) {
+            FaultKind::Write
+        } else {
+            FaultKind::Read
+        }
+    }
+
+    /// `zero` for first touches, `regular` otherwise (the original's `type` column).
+    pub fn type_name(self) -> &'static str {
+        if self.has(Self::ZERO) { "zero" } else { "regular" }
+    }
+}
+
+/// The access kind of a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// A load from a page that was not present.
+    Read,
+    /// A store to a page that was not present.
+    Write,
+    /// A store to a present page that was write-protected (copy-on-write, dirty tracking).
+    WriteProtect,
+}
+
+impl FaultKind {
+    /// The name the original tool used.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Read => "read",
+            FaultKind::Write => "write",
+            FaultKind::WriteProtect => "wrprotect",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A protection fault is reported as write-protect even though it also carries the write bit.
+    #[test]
+    fn wrprotect_wins_over_write() {
+        let flags = FaultFlags(FaultFlags::WRITE | FaultFlags::WRPROTECT);
+        assert_eq!(flags.kind(), FaultKind::WriteProtect);
+        assert_eq!(FaultFlags(FaultFlags::WRITE).kind().name(), "write");
+        assert_eq!(FaultFlags(0).kind().name(), "read");
+        assert_eq!(FaultFlags(FaultFlags::ZERO).type_name(), "zero");
+    }
+}

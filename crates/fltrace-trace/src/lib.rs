@@ -1,0 +1,52 @@
+//! The fltrace trace files: what a recording leaves on disk and how to read it back.
+//!
+//! A recording writes, per traced process `<pid>`, into one directory:
+//!
+//! | file | content |
+//! | --- | --- |
+//! | `fltrace-data-faults-<pid>.parquet` | one row per page fault ([`Fault`]) |
+//! | `fltrace-data-stacks-<pid>.parquet` | the deduplicated call stacks the faults refer to ([`Stack`]) |
+//! | `fltrace-data-mmaps-<pid>.parquet` | every mapping as it appeared, with build IDs ([`Mapping`]) |
+//! | `fltrace-data-procmaps-<pid>.out` | the same mappings in `/proc/PID/maps` format |
+//! | `fltrace-data-stats-<pid>.out` | `<unix time> name:value,...` counter lines ([`stats`]) |
+//!
+//! `docs/FORMAT.md` documents the schemas. This crate needs no privileges and no live kernel
+//! feature: it only reads and writes files, so traces can be analysed on any machine.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), fltrace_trace::Error> {
+//! let dir = std::path::Path::new(".");
+//! let recording = fltrace_trace::Recording::latest(dir)?;
+//! for &pid in recording.pids() {
+//!     let trace = recording.load(pid)?;
+//!     println!("{pid}: {} faults", trace.faults.len());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod fault;
+pub mod files;
+mod mapping;
+mod parquet_io;
+mod recording;
+pub mod stats;
+
+pub use error::Error;
+pub use fault::{Fault, FaultFlags, FaultKind};
+pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
+pub use parquet_io::{FaultWriter, MappingWriter, StackWriter, read_faults, read_mappings, read_stacks};
+pub use recording::{ProcessTrace, Recording, SessionInfo, keys};
+
+/// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)
+/// outwards, the first an instruction address and the others return addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stack {
+    /// The id that [`Fault::stack_id`] refers to.
+    pub id: u32,
+    /// The address-space generation the addresses belong to (incremented by each exec).
+    pub generation: u32,
+    /// Innermost first.
+    pub frames: Vec<u64>,
+}

@@ -1,0 +1,181 @@
+//! Finding recordings in a directory and loading a process's trace.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::parquet_io::TableReader;
+use crate::{Error, Fault, Mapping, Stack, files, read_faults, read_mappings, read_stacks};
+
+/// Footer keys of the faults file.
+pub mod keys {
+    /// Identifies one `fltrace record` run; shared by all processes it traced.
+    pub const SESSION: &str = "fltrace.session";
+    /// Start of the run, nanoseconds since the Unix epoch.
+    pub const START_NS: &str = "fltrace.start_ns";
+    /// The traced command line, arguments joined by spaces.
+    pub const COMMAND: &str = "fltrace.command";
+    /// The parent process id, when the process was forked during the run.
+    pub const PARENT: &str = "fltrace.parent";
+    /// Version of fltrace that wrote the file.
+    pub const VERSION: &str = "fltrace.version";
+}
+
+/// What identifies a recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Unique id of the run.
+    pub id: String,
+    /// Start, nanoseconds since the Unix epoch.
+    pub start_ns: u64,
+    /// The traced command line.
+    pub command: String,
+}
+
+/// One `fltrace record` run: the processes it traced, found by their faults files.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The directory holding the files.
+    pub dir: PathBuf,
+    /// Its identity.
+    pub session: SessionInfo,
+    pids: Vec<u32>,
+}
+
+impl Recording {
+    /// Every recording in `dir`, oldest first.
+    pub fn list(dir: &Path) -> Result<Vec<Recording>, Error> {
+        let mut sessions: BTreeMap<(u64, String), Recording> = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
+            let entry = entry.map_err(Error::io(dir))?;
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| files::pid_of(n, "faults", "parquet"))
+            else {
+                continue;
+            };
+            // An unreadable file (a recording cut off by a crash of fltrace itself) is skipped:
+            // it must not hide the good recordings beside it.
+            let Ok(table) = TableReader::open(&entry.path()) else {
+                log::warn!("skipping unreadable {}", entry.path().display());
+                continue;
+            };
+            let meta = table.metadata();
+            let get = |key: &str| {
+                meta.iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            let session = SessionInfo {
+                id: get(keys::SESSION),
+                start_ns: get(keys::START_NS).parse().unwrap_or(0),
+                command: get(keys::COMMAND),
+            };
+            sessions
+                .entry((session.start_ns, session.id.clone()))
+                .or_insert_with(|| Recording {
+                    dir: dir.to_owned(),
+                    session,
+                    pids: Vec::new(),
+                })
+                .pids
+                .push(pid);
+        }
+        let mut recordings: Vec<Recording> = sessions.into_values().collect();
+        for recording in &mut recordings {
+            recording.pids.sort_unstable();
+        }
+        Ok(recordings)
+    }
+
+    /// The most recent recording in `dir`.
+    pub fn latest(dir: &Path) -> Result<Recording, Error> {
+        Self::list(dir)?
+            .pop()
+            .ok_or_else(|| Error::NoRecording(dir.to_owned()))
+    }
+
+    /// The most recent recording in `dir` that traced `pid`.
+    pub fn with_pid(dir: &Path, pid: u32) -> Result<Recording, Error> {
+        Self::list(dir)?
+            .into_iter()
+            .rev()
+            .find(|r| r.pids.contains(&pid))
+            .ok_or(Error::NoSuchProcess(pid))
+    }
+
+    /// The traced processes, ascending.
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// The first process of the run: the command fltrace started or attached to.
+    pub fn root_pid(&self) -> Option<u32> {
+        self.session
+            .id
+            .split('-')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .filter(|p| self.pids.contains(p))
+            .or_else(|| self.pids.first().copied())
+    }
+
+    /// Loads the trace of one process.
+    pub fn load(&self, pid: u32) -> Result<ProcessTrace, Error> {
+        if !self.pids.contains(&pid) {
+            return Err(Error::NoSuchProcess(pid));
+        }
+        let (faults, metadata) = read_faults(&files::faults(&self.dir, pid))?;
+        let mut stacks = read_stacks(&files::stacks(&self.dir, pid))?;
+        stacks.sort_unstable_by_key(|s| s.id);
+        let mappings = read_mappings(&files::mmaps(&self.dir, pid))?;
+        Ok(ProcessTrace {
+            pid,
+            faults,
+            stacks,
+            mappings,
+            metadata,
+        })
+    }
+}
+
+/// Everything recorded of one process.
+#[derive(Debug, Clone)]
+pub struct ProcessTrace {
+    /// The process id.
+    pub pid: u32,
+    /// Its faults in the order they were recorded.
+    pub faults: Vec<Fault>,
+    /// Its stacks, sorted by id.
+    pub stacks: Vec<Stack>,
+    /// Its mappings in the order they appeared.
+    pub mappings: Vec<Mapping>,
+    /// The faults file's footer metadata.
+    pub metadata: Vec<(String, String)>,
+}
+
+impl ProcessTrace {
+    /// The stack with id `id`.
+    pub fn stack(&self, id: u32) -> Option<&Stack> {
+        match self.stacks.get(id as usize) {
+            Some(stack) if stack.id == id => Some(stack),
+            _ => self.stacks.iter().find(|s| s.id == id),
+        }
+    }
+
+    /// The mapping that covered `addr` in address-space generation `generation`: the latest
+    /// one reported, since a later mapping replaces an earlier one at the same address.
+    pub fn mapping_at(&self, generation: u32, addr: u64) -> Option<&Mapping> {
+        self.mappings
+            .iter()
+            .rev()
+            .find(|m| m.generation == generation && m.contains(addr))
+    }
+
+    /// A footer value.
+    pub fn meta(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}

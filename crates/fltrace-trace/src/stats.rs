@@ -1,0 +1,58 @@
+//! The stats file: lines of `<unix time> name:value,name:value,...`, as the original tool wrote,
+//! so that `grep -o "memory_used:\([0-9]\+\)" | tail -1` keeps working.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::Error;
+
+/// Formats one stats line (with its newline).
+pub fn format_line(unix_time_s: u64, counters: &[(&str, u64)]) -> String {
+    let mut line = format!("{unix_time_s} ");
+    for (i, (name, value)) in counters.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(line, "{sep}{name}:{value}");
+    }
+    line.push('\n');
+    line
+}
+
+/// Parses one stats line into its time and counters.
+pub fn parse_line(line: &str) -> Option<(u64, Vec<(String, u64)>)> {
+    let (time, rest) = line.trim_end().split_once(' ')?;
+    let counters = rest
+        .split(',')
+        .filter(|field| !field.is_empty())
+        .map(|field| {
+            let (name, value) = field.split_once(':')?;
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((time.parse().ok()?, counters))
+}
+
+/// The last value of counter `name` in a stats file, if any line has it.
+pub fn last_value(path: &Path, name: &str) -> Result<Option<u64>, Error> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    Ok(text
+        .lines()
+        .filter_map(parse_line)
+        .filter_map(|(_, counters)| counters.into_iter().find(|(n, _)| n == name))
+        .map(|(_, v)| v)
+        .last())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines format as the original did and parse back.
+    #[test]
+    fn line_round_trip() {
+        let line = format_line(1700000000, &[("faults", 12), ("lost", 0), ("memory_used", 4096)]);
+        assert_eq!(line, "1700000000 faults:12,lost:0,memory_used:4096\n");
+        let (time, counters) = parse_line(&line).unwrap();
+        assert_eq!(time, 1700000000);
+        assert_eq!(counters[2], ("memory_used".to_owned(), 4096));
+    }
+}
