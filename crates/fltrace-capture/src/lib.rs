@@ -1,1 +1,34 @@
-//! placeholder
+//! Live capture of page faults with complete user call stacks.
+//!
+//! fltrace opens the `exceptions:page_fault_user` and `exceptions:page_fault_kernel`
+//! tracepoints (the latter for faults the kernel takes on user memory, as in `read(2)` into a
+//! fresh buffer) on every CPU for the traced process tree, with the user registers and a copy of
+//! the top of the user stack in each sample. The recorder unwinds every sample at once with the
+//! DWARF CFI of the mapped binaries (framehop), deduplicates the stacks and writes the trace
+//! files of [`fltrace_trace`]; raw stack copies never reach the disk.
+//!
+//! What it does not do: hardware access sampling, or anything that needs kprobes.
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicUsize;
+//! # fn main() -> Result<(), fltrace_capture::Error> {
+//! let options = fltrace_capture::Options::new(".".into());
+//! let target = fltrace_capture::Target::Command(vec!["ls".into()]);
+//! let stop = AtomicUsize::new(0);
+//! let summary = fltrace_capture::record(&target, &options, &stop, |_| {})?;
+//! println!("{} faults, {} lost", summary.faults, summary.lost);
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod process;
+mod recorder;
+mod ring;
+mod sys;
+mod target;
+mod unwind;
+
+pub use error::Error;
+pub use recorder::{Options, Progress, Summary, Target, record};
+pub use target::Credentials;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// A file could not be opened, created, read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file concerned.
         path: PathBuf,
@@ -14,7 +14,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A Parquet file is malformed or not one of ours.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Parquet {
         /// The file concerned.
         path: PathBuf,

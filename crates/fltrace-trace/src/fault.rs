@@ -29,6 +29,9 @@ impl FaultFlags {
     pub const WRPROTECT: u8 = 2;
     /// The access was an instruction fetch.
     pub const EXEC: u8 = 4;
+    /// The kernel took the fault on the program's behalf (a system call touching user memory,
+    /// such as `read(2)` into a fresh buffer); the stack is the one of the system call.
+    pub const KERNEL: u8 = 8;
     /// First touch of anonymous memory: the kernel filled a zero page.
     pub const ZERO: u8 = 32;
     /// The kernel needed I/O to resolve it (a major fault).
@@ -52,7 +55,11 @@ impl FaultFlags {
 
     /// `zero` for first touches, `regular` otherwise (the original's `type` column).
     pub fn type_name(self) -> &'static str {
-        if self.has(Self::ZERO) { "zero" } else { "regular" }
+        if self.has(Self::ZERO) {
+            "zero"
+        } else {
+            "regular"
+        }
     }
 }
 

@@ -75,9 +75,18 @@ mod tests {
     fn names_round_trip() {
         let name = faults(Path::new("/d"), 1234);
         assert_eq!(name, Path::new("/d/fltrace-data-faults-1234.parquet"));
-        assert_eq!(pid_of("fltrace-data-faults-1234.parquet", "faults", "parquet"), Some(1234));
-        assert_eq!(pid_of("fltrace-data-faults-12x.parquet", "faults", "parquet"), None);
-        assert_eq!(pid_of("fltrace-data-stats-7.out", "faults", "parquet"), None);
+        assert_eq!(
+            pid_of("fltrace-data-faults-1234.parquet", "faults", "parquet"),
+            Some(1234)
+        );
+        assert_eq!(
+            pid_of("fltrace-data-faults-12x.parquet", "faults", "parquet"),
+            None
+        );
+        assert_eq!(
+            pid_of("fltrace-data-stats-7.out", "faults", "parquet"),
+            None
+        );
     }
 
     /// A symbolic link planted where an output file goes is not followed.

@@ -36,7 +36,9 @@ pub mod stats;
 pub use error::Error;
 pub use fault::{Fault, FaultFlags, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
-pub use parquet_io::{FaultWriter, MappingWriter, StackWriter, read_faults, read_mappings, read_stacks};
+pub use parquet_io::{
+    FaultWriter, MappingWriter, StackWriter, read_faults, read_mappings, read_stacks,
+};
 pub use recording::{ProcessTrace, Recording, SessionInfo, keys};
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)

@@ -48,9 +48,23 @@ impl Mapping {
 
 /// Formats a mapping as one `/proc/PID/maps` line.
 pub fn write_procmaps_line(mapping: &Mapping, out: &mut String) {
-    let prot = |bit: i32, c: char| if mapping.prot & bit as u32 != 0 { c } else { '-' };
-    let shared = if mapping.flags & libc::MAP_SHARED as u32 != 0 { 's' } else { 'p' };
-    let path = if mapping.path == "//anon" { "" } else { mapping.path.as_str() };
+    let prot = |bit: i32, c: char| {
+        if mapping.prot & bit as u32 != 0 {
+            c
+        } else {
+            '-'
+        }
+    };
+    let shared = if mapping.flags & libc::MAP_SHARED as u32 != 0 {
+        's'
+    } else {
+        'p'
+    };
+    let path = if mapping.path == "//anon" {
+        ""
+    } else {
+        mapping.path.as_str()
+    };
     // Device and inode are not known from the perf records (build IDs replace them).
     let _ = writeln!(
         out,
@@ -62,7 +76,11 @@ pub fn write_procmaps_line(mapping: &Mapping, out: &mut String) {
         prot(libc::PROT_EXEC, 'x'),
         shared,
         mapping.pgoff,
-        if path.is_empty() { "" } else { "                          " },
+        if path.is_empty() {
+            ""
+        } else {
+            "                          "
+        },
         path
     );
 }
@@ -80,12 +98,20 @@ pub fn parse_procmaps_line(line: &str) -> Option<Mapping> {
         return None;
     }
     let mut prot = 0;
-    for (c, bit) in [(b'r', libc::PROT_READ), (b'w', libc::PROT_WRITE), (b'x', libc::PROT_EXEC)] {
+    for (c, bit) in [
+        (b'r', libc::PROT_READ),
+        (b'w', libc::PROT_WRITE),
+        (b'x', libc::PROT_EXEC),
+    ] {
         if perms.contains(&c) {
             prot |= bit as u32;
         }
     }
-    let flags = if perms[3] == b's' { libc::MAP_SHARED } else { libc::MAP_PRIVATE } as u32;
+    let flags = if perms[3] == b's' {
+        libc::MAP_SHARED
+    } else {
+        libc::MAP_PRIVATE
+    } as u32;
     Some(Mapping {
         time_ns: 0,
         generation: 0,
@@ -94,7 +120,11 @@ pub fn parse_procmaps_line(line: &str) -> Option<Mapping> {
         pgoff: u64::from_str_radix(pgoff, 16).ok()?,
         prot,
         flags,
-        path: if path.is_empty() { "//anon".to_owned() } else { path.to_owned() },
+        path: if path.is_empty() {
+            "//anon".to_owned()
+        } else {
+            path.to_owned()
+        },
         build_id: String::new(),
     })
 }
@@ -125,9 +155,15 @@ mod tests {
     #[test]
     fn parses_kernel_lines() {
         let heap = parse_procmaps_line("01b2c000-01b4d000 rw-p 00000000 00:00 0          [heap]");
-        assert_eq!(heap.map(|m| (m.start, m.path)), Some((0x01b2c000, "[heap]".to_owned())));
+        assert_eq!(
+            heap.map(|m| (m.start, m.path)),
+            Some((0x01b2c000, "[heap]".to_owned()))
+        );
         let anon = parse_procmaps_line("7f0000000000-7f0000001000 rw-s 00000000 00:00 0 ");
-        assert_eq!(anon.map(|m| (m.flags, m.path)), Some((1, "//anon".to_owned())));
+        assert_eq!(
+            anon.map(|m| (m.flags, m.path)),
+            Some((1, "//anon".to_owned()))
+        );
         assert_eq!(parse_procmaps_line("garbage"), None);
     }
 }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use parquet::basic::{Compression, Encoding};
 use parquet::data_type::{ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
-use parquet::file::metadata::KeyValue;
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::ColumnPath;
 
@@ -139,7 +139,10 @@ impl Columns<'_, '_> {
         self.write::<Int32Type>(&values, None, None)
     }
 
-    fn strings<'s>(&mut self, values: impl Iterator<Item = &'s str>) -> parquet::errors::Result<()> {
+    fn strings<'s>(
+        &mut self,
+        values: impl Iterator<Item = &'s str>,
+    ) -> parquet::errors::Result<()> {
         let values: Vec<ByteArray> = values.map(ByteArray::from).collect();
         self.write::<ByteArrayType>(&values, None, None)
     }
@@ -377,11 +380,21 @@ impl TableReader {
     }
 
     fn u64s(&self, index: usize) -> Result<Vec<u64>, Error> {
-        Ok(self.column::<Int64Type>(index)?.values.into_iter().map(|v| v as u64).collect())
+        Ok(self
+            .column::<Int64Type>(index)?
+            .values
+            .into_iter()
+            .map(|v| v as u64)
+            .collect())
     }
 
     fn u32s(&self, index: usize) -> Result<Vec<u32>, Error> {
-        Ok(self.column::<Int32Type>(index)?.values.into_iter().map(|v| v as u32).collect())
+        Ok(self
+            .column::<Int32Type>(index)?
+            .values
+            .into_iter()
+            .map(|v| v as u32)
+            .collect())
     }
 
     fn strings(&self, index: usize) -> Result<Vec<String>, Error> {
@@ -434,7 +447,15 @@ pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Vec<(String, String)>), E
     let addr = table.u64s(4)?;
     let flags = table.u32s(5)?;
     let stack = table.u32s(6)?;
-    for len in [time.len(), pid.len(), tid.len(), ip.len(), addr.len(), flags.len(), stack.len()] {
+    for len in [
+        time.len(),
+        pid.len(),
+        tid.len(),
+        ip.len(),
+        addr.len(),
+        flags.len(),
+        stack.len(),
+    ] {
         table.check_len(len)?;
     }
     let faults = (0..time.len())
@@ -504,7 +525,14 @@ pub fn read_mappings(path: &Path) -> Result<Vec<Mapping>, Error> {
     let flags = table.u32s(6)?;
     let path_col = table.strings(7)?;
     let build_id = table.strings(8)?;
-    for len in [time.len(), start.len(), end.len(), pgoff.len(), path_col.len(), build_id.len()] {
+    for len in [
+        time.len(),
+        start.len(),
+        end.len(),
+        pgoff.len(),
+        path_col.len(),
+        build_id.len(),
+    ] {
         table.check_len(len)?;
     }
     Ok((0..time.len())
@@ -557,9 +585,21 @@ mod tests {
         let stacks_path = dir.path().join("s.parquet");
         let mut writer = StackWriter::create(&stacks_path).unwrap();
         let expected = vec![
-            Stack { id: 0, generation: 0, frames: vec![1, 2, 3] },
-            Stack { id: 1, generation: 0, frames: vec![] },
-            Stack { id: 2, generation: 1, frames: vec![u64::MAX, 7] },
+            Stack {
+                id: 0,
+                generation: 0,
+                frames: vec![1, 2, 3],
+            },
+            Stack {
+                id: 1,
+                generation: 0,
+                frames: vec![],
+            },
+            Stack {
+                id: 2,
+                generation: 1,
+                frames: vec![u64::MAX, 7],
+            },
         ];
         for s in &expected {
             writer.push(s.clone()).unwrap();

@@ -48,7 +48,9 @@ impl Recording {
         for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
             let entry = entry.map_err(Error::io(dir))?;
             let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|n| files::pid_of(n, "faults", "parquet"))
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| files::pid_of(n, "faults", "parquet"))
             else {
                 continue;
             };

@@ -49,7 +49,10 @@ mod tests {
     /// Lines format as the original did and parse back.
     #[test]
     fn line_round_trip() {
-        let line = format_line(1700000000, &[("faults", 12), ("lost", 0), ("memory_used", 4096)]);
+        let line = format_line(
+            1700000000,
+            &[("faults", 12), ("lost", 0), ("memory_used", 4096)],
+        );
         assert_eq!(line, "1700000000 faults:12,lost:0,memory_used:4096\n");
         let (time, counters) = parse_line(&line).unwrap();
         assert_eq!(time, 1700000000);

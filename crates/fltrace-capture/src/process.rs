@@ -1,0 +1,332 @@
+//! The model of each traced process: its mappings, its unwinder and its output files.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use framehop::x86_64::CacheX86_64;
+use rustc_hash::FxHashMap;
+
+use fltrace_trace::{
+    Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Stack, StackWriter, files, keys, stats,
+    write_procmaps_line,
+};
+
+use crate::unwind::{AddressSpaceUnwinder, ElfCache, UnwindEnd};
+
+/// Per-process counters, written to the stats file.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    pub faults: u64,
+    pub faults_r: u64,
+    pub faults_w: u64,
+    pub faults_wp: u64,
+    pub faults_zp: u64,
+    pub faults_major: u64,
+    pub faults_kernel: u64,
+    pub stacks_truncated: u64,
+    /// Peak resident memory seen, bytes.
+    pub hwm: u64,
+    /// Resident memory at the last look, bytes.
+    pub rss: u64,
+}
+
+/// Where one process's trace goes.
+struct Output {
+    faults: FaultWriter,
+    stacks: StackWriter,
+    mmaps: MappingWriter,
+    procmaps: String,
+    stats_path: PathBuf,
+    stats: String,
+    /// Stack frames (with the generation appended) to stack id.
+    interner: FxHashMap<Vec<u64>, u32>,
+    next_stack_id: u32,
+}
+
+/// One traced process.
+pub struct Process {
+    pub pid: u32,
+    generation: u32,
+    /// Live mappings by start address, for classifying faults.
+    maps: BTreeMap<u64, Mapping>,
+    unwinder: AddressSpaceUnwinder,
+    cache: CacheX86_64,
+    out: Output,
+    pub counters: Counters,
+    /// Set when the kernel reported its exit; finalised after one more drain of all buffers.
+    pub exited: bool,
+}
+
+/// What the recording as a whole passes to each process.
+pub struct SessionMeta<'a> {
+    pub dir: &'a Path,
+    pub metadata: &'a [(String, String)],
+}
+
+impl Process {
+    pub fn new(
+        pid: u32,
+        parent: Option<u32>,
+        session: &SessionMeta<'_>,
+    ) -> Result<Process, fltrace_trace::Error> {
+        let mut metadata = session.metadata.to_vec();
+        if let Some(parent) = parent {
+            metadata.push((keys::PARENT.to_owned(), parent.to_string()));
+        }
+        let dir = session.dir;
+        Ok(Process {
+            pid,
+            generation: 0,
+            maps: BTreeMap::new(),
+            unwinder: AddressSpaceUnwinder::default(),
+            cache: CacheX86_64::new(),
+            out: Output {
+                faults: FaultWriter::create(&files::faults(dir, pid), &metadata)?,
+                stacks: StackWriter::create(&files::stacks(dir, pid))?,
+                mmaps: MappingWriter::create(&files::mmaps(dir, pid))?,
+                procmaps: String::new(),
+                stats_path: files::stats(dir, pid),
+                stats: String::new(),
+                interner: HashMap::default(),
+                next_stack_id: 0,
+            },
+            counters: Counters::default(),
+            exited: false,
+        })
+    }
+
+    /// A child made by fork: a copy of the parent's address space, its own files.
+    pub fn fork_of(
+        parent: &Process,
+        pid: u32,
+        session: &SessionMeta<'_>,
+    ) -> Result<Process, fltrace_trace::Error> {
+        let mut child = Process::new(pid, Some(parent.pid), session)?;
+        child.unwinder = parent.unwinder.clone();
+        for mapping in parent.maps.values() {
+            child.record_mapping(mapping.clone());
+        }
+        Ok(child)
+    }
+
+    /// exec replaced the address space.
+    pub fn exec(&mut self) {
+        self.generation += 1;
+        self.maps.clear();
+        self.unwinder = AddressSpaceUnwinder::default();
+        self.cache = CacheX86_64::new();
+        // Same addresses mean other code now: stacks are not shared across generations.
+        self.out.interner.clear();
+    }
+
+    fn record_mapping(&mut self, mapping: Mapping) {
+        write_procmaps_line(&mapping, &mut self.out.procmaps);
+        self.out.mmaps.push(mapping.clone());
+        // A new mapping replaces whatever it overlaps.
+        let overlapped: Vec<u64> = self
+            .maps
+            .range(..mapping.end)
+            .rev()
+            .take_while(|(_, m)| m.end > mapping.start)
+            .map(|(start, _)| *start)
+            .collect();
+        for start in overlapped {
+            self.maps.remove(&start);
+        }
+        self.maps.insert(mapping.start, mapping);
+    }
+
+    /// A new mapping reported by the kernel. `root` is where the process sees `/`.
+    pub fn map(&mut self, mut mapping: Mapping, elf_cache: &mut ElfCache) {
+        mapping.generation = self.generation;
+        if mapping.is_exec() && mapping.is_file() {
+            let file = resolve_path(self.pid, &mapping.path);
+            if mapping.build_id.is_empty() {
+                mapping.build_id = elf_cache.build_id(&file);
+            }
+            self.unwinder.add_mapping(elf_cache, &mapping, &file);
+        }
+        self.record_mapping(mapping);
+    }
+
+    fn mapping_at(&self, addr: u64) -> Option<&Mapping> {
+        self.maps
+            .range(..=addr)
+            .next_back()
+            .map(|(_, m)| m)
+            .filter(|m| m.contains(addr))
+    }
+
+    /// Records one fault: classifies it, unwinds its stack and appends it to the trace.
+    pub fn fault(
+        &mut self,
+        mut fault: Fault,
+        error_code: u64,
+        regs: (u64, u64, u64),
+        stack: &[u8],
+        frames: &mut Vec<u64>,
+    ) -> Result<(), fltrace_trace::Error> {
+        // x86 page fault error code bits (arch/x86/include/asm/trap_pf.h).
+        const PRESENT: u64 = 1;
+        const WRITE: u64 = 2;
+        const USER: u64 = 4;
+        const INSTR: u64 = 16;
+        let mut flags = 0;
+        if error_code & WRITE != 0 {
+            flags |= FaultFlags::WRITE;
+        }
+        if error_code & INSTR != 0 {
+            flags |= FaultFlags::EXEC;
+        }
+        if error_code & PRESENT != 0 {
+            flags |= FaultFlags::WRPROTECT;
+        } else {
+            // A missing page of anonymous memory (or of a stack growing into new space) is
+            // filled with zeros on first touch; file pages come from the page cache.
+            let anonymous = self.mapping_at(fault.addr).is_none_or(|m| !m.is_file());
+            if anonymous {
+                flags |= FaultFlags::ZERO;
+            }
+        }
+        if error_code & USER == 0 {
+            flags |= FaultFlags::KERNEL;
+        }
+        fault.flags = FaultFlags(flags);
+
+        frames.clear();
+        let end = self.unwinder.unwind(&mut self.cache, regs, stack, frames);
+        if end == UnwindEnd::Truncated {
+            self.counters.stacks_truncated += 1;
+        }
+        fault.stack_id = self.intern(frames)?;
+
+        let c = &mut self.counters;
+        c.faults += 1;
+        match fault.flags.kind() {
+            fltrace_trace::FaultKind::Read => c.faults_r += 1,
+            fltrace_trace::FaultKind::Write => c.faults_w += 1,
+            fltrace_trace::FaultKind::WriteProtect => c.faults_wp += 1,
+        }
+        if fault.flags.has(FaultFlags::ZERO) {
+            c.faults_zp += 1;
+        }
+        if fault.flags.has(FaultFlags::KERNEL) {
+            c.faults_kernel += 1;
+        }
+        self.out.faults.push(fault)
+    }
+
+    fn intern(&mut self, frames: &mut Vec<u64>) -> Result<u32, fltrace_trace::Error> {
+        frames.push(u64::from(self.generation));
+        if let Some(&id) = self.out.interner.get(frames.as_slice()) {
+            frames.pop();
+            return Ok(id);
+        }
+        let id = self.out.next_stack_id;
+        self.out.next_stack_id += 1;
+        self.out.interner.insert(frames.clone(), id);
+        frames.pop();
+        self.out.stacks.push(Stack {
+            id,
+            generation: self.generation,
+            frames: frames.clone(),
+        })?;
+        Ok(id)
+    }
+
+    /// A major-fault event: marks the thread's latest fault on that page as major.
+    pub fn major(&mut self, tid: u32, addr: u64) {
+        let page = addr & !0xfff;
+        if let Some(fault) = self
+            .out
+            .faults
+            .pending_mut()
+            .iter_mut()
+            .rev()
+            .take(4096)
+            .find(|f| f.tid == tid && f.addr & !0xfff == page)
+        {
+            fault.flags.0 |= FaultFlags::MAJOR;
+            fault.flags.0 &= !FaultFlags::ZERO;
+            self.counters.faults_major += 1;
+        }
+    }
+
+    /// Reads the process's memory figures from /proc while it lives.
+    pub fn sample_memory(&mut self) {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+            return;
+        };
+        for line in status.lines() {
+            let kb = |rest: &str| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            };
+            if let Some(v) = line.strip_prefix("VmHWM:").and_then(kb) {
+                self.counters.hwm = self.counters.hwm.max(v * 1024);
+            } else if let Some(v) = line.strip_prefix("VmRSS:").and_then(kb) {
+                self.counters.rss = v * 1024;
+            }
+        }
+    }
+
+    /// Appends a stats line and rewrites the stats and maps files, so that a crash of fltrace
+    /// itself still leaves them current to the last second.
+    pub fn write_stats(&mut self, unix_time_s: u64, lost: u64) -> Result<(), fltrace_trace::Error> {
+        let c = self.counters;
+        self.out.stats.push_str(&stats::format_line(
+            unix_time_s,
+            &[
+                ("faults", c.faults),
+                ("faults_r", c.faults_r),
+                ("faults_w", c.faults_w),
+                ("faults_wp", c.faults_wp),
+                ("faults_zp", c.faults_zp),
+                ("faults_major", c.faults_major),
+                ("faults_kernel", c.faults_kernel),
+                ("lost", lost),
+                ("stacks_truncated", c.stacks_truncated),
+                ("memory_used", c.hwm),
+                ("rss", c.rss),
+                ("hwm", c.hwm),
+            ],
+        ));
+        write_file(&self.out.stats_path, &self.out.stats)?;
+        let procmaps = files::procmaps(
+            self.out.stats_path.parent().unwrap_or(Path::new(".")),
+            self.pid,
+        );
+        write_file(&procmaps, &self.out.procmaps)
+    }
+
+    /// Writes the footers. The process must not be used afterwards.
+    pub fn finish(self) -> Result<(), fltrace_trace::Error> {
+        self.out.faults.finish()?;
+        self.out.stacks.finish()?;
+        self.out.mmaps.finish()
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), fltrace_trace::Error> {
+    use std::io::Write;
+    let mut file = files::create(path)?;
+    file.write_all(text.as_bytes())
+        .map_err(|source| fltrace_trace::Error::Io {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// The path under which fltrace can open a file the process mapped: through the process's own
+/// root (it may be in a container) while it lives, else as named.
+fn resolve_path(pid: u32, path: &str) -> PathBuf {
+    let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if through_root.exists() {
+        through_root
+    } else {
+        PathBuf::from(path)
+    }
+}

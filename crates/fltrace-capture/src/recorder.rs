@@ -1,0 +1,729 @@
+//! The recording loop: opens the events, runs the target, drains the ring buffers and feeds
+//! each record to the process model until the target is gone.
+
+use std::borrow::Cow;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use linux_perf_event_reader::{
+    Endianness, EventRecord, Mmap2FileId, PerfEventAttr, RawData, RawEventRecord, RecordParseInfo,
+    RecordType,
+};
+use rustc_hash::FxHashMap;
+
+use fltrace_trace::{Fault, Mapping, keys};
+
+use crate::Error;
+use crate::process::{Process, SessionMeta};
+use crate::ring::{RingBuffer, page_size};
+use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
+use crate::target::{Credentials, PendingChild};
+use crate::unwind::ElfCache;
+
+/// What to trace.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Start this command (program and arguments; the program is searched in `PATH`).
+    Command(Vec<OsString>),
+    /// Attach to this running process and all its threads until it exits or recording stops.
+    Pid(i32),
+}
+
+/// How to record.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where the trace files go.
+    pub dir: PathBuf,
+    /// Bytes of user stack copied with each fault for unwinding (a multiple of 8).
+    pub stack_bytes: u32,
+    /// Ring buffer size per CPU, in MiB (rounded up to a power of two pages).
+    pub buffer_mb: usize,
+    /// Run the command as this user.
+    pub credentials: Option<Credentials>,
+}
+
+impl Options {
+    /// Defaults: 16 KiB of stack per fault, 64 MiB of ring buffer per CPU.
+    pub fn new(dir: PathBuf) -> Options {
+        Options {
+            dir,
+            stack_bytes: 16 * 1024,
+            buffer_mb: 64,
+            credentials: None,
+        }
+    }
+}
+
+/// Reported while recording.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Faults recorded so far.
+    pub faults: u64,
+    /// Records the kernel had to drop so far.
+    pub lost: u64,
+    /// Time since the start.
+    pub elapsed: Duration,
+}
+
+/// How a recording ended.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// The first traced process (the command, or the attached pid).
+    pub root_pid: u32,
+    /// Every process that left a trace.
+    pub pids: Vec<u32>,
+    /// The command's exit code, if it exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that killed the command, if one did.
+    pub signal: Option<i32>,
+    /// Faults recorded.
+    pub faults: u64,
+    /// Fault records the kernel dropped because fltrace fell behind.
+    pub lost: u64,
+    /// Stacks whose unwinding stopped before the outermost frame.
+    pub stacks_truncated: u64,
+}
+
+/// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout).
+#[derive(Clone, Copy)]
+struct FaultFields {
+    address: usize,
+    error_code: usize,
+}
+
+/// The ring buffers of one CPU.
+struct CpuRings {
+    faults: RingBuffer,
+    major: Option<RingBuffer>,
+}
+
+/// Records `target` until it ends (or, for an attached process, until `stop` becomes
+/// non-zero). `stop` counts interrupt requests: the first is passed on to the command, the
+/// second kills it.
+pub fn record(
+    target: &Target,
+    options: &Options,
+    stop: &AtomicUsize,
+    mut progress: impl FnMut(&Progress),
+) -> Result<Summary, Error> {
+    let tracefs =
+        sys::tracefs().map_err(Error::kernel("mounting tracefs at /sys/kernel/tracing"))?;
+    let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")
+        .map_err(Error::kernel("tracepoint exceptions:page_fault_user"))?;
+    let kernel_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_kernel").ok();
+    let fields = match (user_tp.field("address"), user_tp.field("error_code")) {
+        (Some((address, 8)), Some((error_code, 8))) => FaultFields {
+            address,
+            error_code,
+        },
+        _ => {
+            return Err(Error::Kernel {
+                what: "tracepoint exceptions:page_fault_user",
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+                hint: " (unexpected field layout)",
+            });
+        }
+    };
+    let cpus = sys::online_cpus().map_err(Error::kernel("online CPUs"))?;
+
+    let (pending, tasks, enable_on_exec) = match target {
+        Target::Command(argv) => {
+            let child = PendingChild::spawn(argv, options.credentials)?;
+            let pid = child.pid();
+            (Some(child), vec![pid], true)
+        }
+        Target::Pid(pid) => (None, attach_tasks(*pid)?, false),
+    };
+    let root_pid = pending.as_ref().map_or_else(|| tasks[0], |c| c.pid()) as u32;
+
+    let mut fault_attr = sys::fault_tracepoint_attr(user_tp.id, options.stack_bytes, true);
+    let mut kernel_attr = sys::fault_tracepoint_attr(
+        kernel_tp.as_ref().map_or(0, |t| t.id),
+        options.stack_bytes,
+        false,
+    );
+    let mut major_attr = sys::major_fault_attr();
+    for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr] {
+        attr.set_enable_on_exec(u64::from(enable_on_exec));
+        // Wake the recorder when an eighth of the buffer is full, not on every fault.
+        attr.set_watermark(1);
+        attr.__bindgen_anon_2.wakeup_watermark = (options.buffer_mb * 1024 * 1024 / 8) as u32;
+    }
+    major_attr.__bindgen_anon_2.wakeup_watermark = 4096;
+
+    let opened = open_events(
+        &cpus,
+        &tasks,
+        &fault_attr,
+        kernel_tp.is_some().then_some(&kernel_attr),
+        &major_attr,
+        options.buffer_mb,
+    );
+    let (events, mut rings) = match opened {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(child) = pending {
+                child.abort();
+            }
+            return Err(e);
+        }
+    };
+    if !enable_on_exec {
+        for event in &events {
+            event
+                .enable()
+                .map_err(Error::kernel("enabling perf events"))?;
+        }
+    }
+
+    let start_ns = unix_now_ns();
+    let mono_offset = start_ns.wrapping_sub(monotonic_now_ns());
+    let command = match target {
+        Target::Command(argv) => argv
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<Cow<'_, str>>>()
+            .join(" "),
+        Target::Pid(pid) => std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .trim_end()
+                    .to_owned()
+            })
+            .unwrap_or_default(),
+    };
+    let metadata = vec![
+        (keys::SESSION.to_owned(), format!("{root_pid}-{start_ns}")),
+        (keys::START_NS.to_owned(), start_ns.to_string()),
+        (keys::COMMAND.to_owned(), command),
+        (
+            keys::VERSION.to_owned(),
+            env!("CARGO_PKG_VERSION").to_owned(),
+        ),
+    ];
+    let mut state = State {
+        session_dir: options.dir.clone(),
+        metadata,
+        processes: FxHashMap::default(),
+        finished: Vec::new(),
+        elf_cache: ElfCache::default(),
+        fields,
+        parse_info: parse_info(&fault_attr),
+        major_parse_info: parse_info(&major_attr),
+        mono_offset,
+        lost: 0,
+        faults: 0,
+        truncated_total: 0,
+        frames: Vec::with_capacity(128),
+        scratch: Vec::new(),
+        error: None,
+    };
+    if let Target::Pid(pid) = target {
+        state.attach_existing(*pid as u32)?;
+    }
+
+    let root = match pending {
+        Some(child) => Some(child.release()?),
+        None => None,
+    };
+
+    let started = Instant::now();
+    let mut last_stats = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut exit_status: Option<i32> = None;
+    let mut rusage_hwm = 0;
+    let mut stop_seen = 0;
+    let mut stop_at: Option<Instant> = None;
+    loop {
+        let mut drained = 0;
+        for cpu in &mut rings {
+            drained += cpu.faults.drain(|r| state.handle(r));
+            if let Some(major) = &mut cpu.major {
+                drained += major.drain(|r| state.handle_major(r));
+            }
+        }
+        if let Some(e) = state.error.take() {
+            return Err(e);
+        }
+        state.finish_exited()?;
+
+        if let Some(pid) = root {
+            if exit_status.is_none() {
+                if let Some((status, hwm)) = try_wait(pid) {
+                    exit_status = Some(status);
+                    rusage_hwm = hwm;
+                }
+            }
+        } else if !process_alive(root_pid as i32) {
+            exit_status = Some(0);
+        }
+        if exit_status.is_some() {
+            // Every record of the exited tree is already in the buffers: one more pass.
+            for cpu in &mut rings {
+                cpu.faults.drain(|r| state.handle(r));
+                if let Some(major) = &mut cpu.major {
+                    major.drain(|r| state.handle_major(r));
+                }
+            }
+            break;
+        }
+
+        let requests = stop.load(Ordering::Relaxed);
+        if requests > stop_seen {
+            stop_seen = requests;
+            match root {
+                None => {
+                    exit_status = Some(0);
+                    continue;
+                }
+                // The terminal sends Ctrl-C to the command too; pass it on only if the
+                // command is still there a moment later (fltrace alone was signalled).
+                Some(_) if requests == 1 => {
+                    stop_at = Some(Instant::now() + Duration::from_millis(300))
+                }
+                Some(pid) => {
+                    // SAFETY: signalling our own child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        if let (Some(at), Some(pid)) = (stop_at, root) {
+            if Instant::now() >= at {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                stop_at = None;
+            }
+        }
+
+        if last_stats.elapsed() >= Duration::from_secs(1) {
+            state.write_stats()?;
+            last_stats = Instant::now();
+        }
+        if last_progress.elapsed() >= Duration::from_millis(250) {
+            progress(&Progress {
+                faults: state.faults,
+                lost: state.lost,
+                elapsed: started.elapsed(),
+            });
+            last_progress = Instant::now();
+        }
+        if drained == 0 {
+            poll_rings(&events, 50);
+        }
+    }
+    drop(events);
+
+    if let Some(process) = state.processes.get_mut(&root_pid) {
+        process.counters.hwm = process.counters.hwm.max(rusage_hwm);
+    }
+    let status = exit_status.unwrap_or(0);
+    let (exit_code, signal) = if root.is_none() {
+        (Some(0), None)
+    } else if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)))
+    } else {
+        (Some(libc::WEXITSTATUS(status)), None)
+    };
+    let mut pids = state.finish_all()?;
+    pids.sort_unstable();
+    Ok(Summary {
+        root_pid,
+        pids,
+        exit_code,
+        signal,
+        faults: state.faults,
+        lost: state.lost,
+        stacks_truncated: state.truncated_total,
+    })
+}
+
+fn parse_info(attr: &perf_event_attr) -> RecordParseInfo {
+    let bytes = sys::attr_bytes(attr);
+    match PerfEventAttr::parse::<_, byteorder::NativeEndian>(&bytes[..]) {
+        Ok((parsed, _)) => RecordParseInfo::new(&parsed, Endianness::NATIVE),
+        // The bytes come from a struct we built: parsing cannot fail short of a bug.
+        Err(e) => panic!("cannot parse our own perf_event_attr: {e}"),
+    }
+}
+
+type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
+
+fn open_events(
+    cpus: &[i32],
+    tasks: &[i32],
+    fault_attr: &perf_event_attr,
+    kernel_attr: Option<&perf_event_attr>,
+    major_attr: &perf_event_attr,
+    buffer_mb: usize,
+) -> Result<Opened, Error> {
+    let data_pages = (buffer_mb.max(1) * 1024 * 1024 / page_size()).next_power_of_two();
+    let mut events = Vec::new();
+    let mut rings = Vec::new();
+    for &cpu in cpus {
+        let mut leader: Option<usize> = None;
+        let mut major_leader: Option<usize> = None;
+        let mut cpu_rings: Option<CpuRings> = None;
+        for &task in tasks {
+            let event = PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
+                "perf_event_open on exceptions:page_fault_user",
+            ))?;
+            match leader {
+                None => {
+                    let ring = RingBuffer::map(&event, data_pages)
+                        .map_err(Error::kernel("mapping the perf ring buffer"))?;
+                    cpu_rings = Some(CpuRings {
+                        faults: ring,
+                        major: None,
+                    });
+                    leader = Some(events.len());
+                }
+                Some(i) => event
+                    .set_output(&events[i])
+                    .map_err(Error::kernel("redirecting perf output"))?,
+            }
+            let fault_index = leader.unwrap_or(events.len());
+            events.push(event);
+            if let Some(attr) = kernel_attr {
+                // Optional: without it, faults in system calls go unrecorded, nothing else.
+                if let Ok(event) = PerfEvent::open(attr, task, cpu) {
+                    if event.set_output(&events[fault_index]).is_ok() {
+                        events.push(event);
+                    }
+                }
+            }
+            if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
+                match major_leader {
+                    None => {
+                        if let (Ok(ring), Some(rings)) =
+                            (RingBuffer::map(&event, 16), cpu_rings.as_mut())
+                        {
+                            rings.major = Some(ring);
+                            major_leader = Some(events.len());
+                            events.push(event);
+                        }
+                    }
+                    Some(i) => {
+                        if event.set_output(&events[i]).is_ok() {
+                            events.push(event);
+                        }
+                    }
+                }
+            }
+        }
+        rings.extend(cpu_rings);
+    }
+    Ok((events, rings))
+}
+
+fn poll_rings(events: &[PerfEvent], timeout_ms: i32) {
+    use std::os::fd::AsRawFd;
+    let mut fds: Vec<libc::pollfd> = events
+        .iter()
+        .map(|e| libc::pollfd {
+            fd: e.fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `fds` is a valid array of pollfd for its length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+}
+
+/// The threads of a running process.
+fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
+    let dir = format!("/proc/{pid}/task");
+    let entries = std::fs::read_dir(&dir).map_err(|source| Error::Attach { pid, source })?;
+    let mut tasks: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tasks.sort_unstable();
+    // The main thread first: its id is the process id the trace is named after.
+    tasks.retain(|&t| t != pid);
+    tasks.insert(0, pid);
+    Ok(tasks)
+}
+
+fn try_wait(pid: i32) -> Option<(i32, u64)> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data for the kernel to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child with valid out-pointers.
+    let ret = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+    (ret == pid).then(|| (status, usage.ru_maxrss as u64 * 1024))
+}
+
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::ESRCH }
+}
+
+fn unix_now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the kernel to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Everything the record handlers update.
+struct State {
+    session_dir: PathBuf,
+    metadata: Vec<(String, String)>,
+    processes: FxHashMap<u32, Process>,
+    finished: Vec<u32>,
+    elf_cache: ElfCache,
+    fields: FaultFields,
+    parse_info: RecordParseInfo,
+    major_parse_info: RecordParseInfo,
+    mono_offset: u64,
+    lost: u64,
+    faults: u64,
+    truncated_total: u64,
+    frames: Vec<u64>,
+    scratch: Vec<u8>,
+    /// The first error a handler met; handlers run inside ring-buffer callbacks.
+    error: Option<Error>,
+}
+
+fn u64_at(data: &RawData<'_>, offset: usize) -> Option<u64> {
+    let bytes = data.get(offset..offset + 8)?.as_slice();
+    Some(u64::from_ne_bytes(bytes.as_ref().try_into().ok()?))
+}
+
+impl State {
+    fn session(&self) -> SessionMeta<'_> {
+        SessionMeta {
+            dir: &self.session_dir,
+            metadata: &self.metadata,
+        }
+    }
+
+    fn process(&mut self, pid: u32) -> Result<&mut Process, Error> {
+        if !self.processes.contains_key(&pid) {
+            let process = Process::new(pid, None, &self.session())?;
+            self.processes.insert(pid, process);
+        }
+        self.processes
+            .get_mut(&pid)
+            .ok_or(Error::Trace(fltrace_trace::Error::NoSuchProcess(pid)))
+    }
+
+    /// For an attached process: the mappings that exist already.
+    fn attach_existing(&mut self, pid: u32) -> Result<(), Error> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
+            Error::Attach {
+                pid: pid as i32,
+                source,
+            }
+        })?;
+        let mut elf_cache = std::mem::take(&mut self.elf_cache);
+        let process = self.process(pid)?;
+        for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
+            process.map(mapping, &mut elf_cache);
+        }
+        self.elf_cache = elf_cache;
+        Ok(())
+    }
+
+    fn handle(&mut self, record: crate::ring::RawRecord<'_>) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.handle_inner(record) {
+            self.error = Some(e);
+        }
+    }
+
+    fn handle_inner(&mut self, record: crate::ring::RawRecord<'_>) -> Result<(), Error> {
+        const PERF_RECORD_LOST_SAMPLES: u32 = 13;
+        if record.kind == PERF_RECORD_LOST_SAMPLES {
+            self.lost += u64_at(&record.data, 0).unwrap_or(0);
+            return Ok(());
+        }
+        let raw = RawEventRecord::new(
+            RecordType(record.kind),
+            record.misc,
+            record.data,
+            self.parse_info,
+        );
+        let Ok(parsed) = raw.parse() else {
+            return Ok(());
+        };
+        match parsed {
+            EventRecord::Sample(sample) => self.sample(&sample),
+            EventRecord::Mmap2(m) if m.pid > 0 => {
+                let time_ns = raw
+                    .timestamp()
+                    .map_or(0, |t| t.wrapping_add(self.mono_offset));
+                let mapping = Mapping {
+                    time_ns,
+                    generation: 0,
+                    start: m.address,
+                    end: m.address + m.length,
+                    pgoff: m.page_offset,
+                    prot: m.protection,
+                    flags: m.flags,
+                    path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
+                    build_id: match &m.file_id {
+                        Mmap2FileId::BuildId(id) => id.iter().map(|b| format!("{b:02x}")).collect(),
+                        Mmap2FileId::InodeAndVersion(_) => String::new(),
+                    },
+                };
+                let mut elf_cache = std::mem::take(&mut self.elf_cache);
+                self.process(m.pid as u32)?.map(mapping, &mut elf_cache);
+                self.elf_cache = elf_cache;
+                Ok(())
+            }
+            EventRecord::Comm(c) if c.is_execve => {
+                self.process(c.pid as u32)?.exec();
+                Ok(())
+            }
+            EventRecord::Fork(f) if f.pid != f.ppid => {
+                let (child, parent) = (f.pid as u32, f.ppid as u32);
+                if !self.processes.contains_key(&child) {
+                    let process = match self.processes.get(&parent) {
+                        Some(parent) => Process::fork_of(parent, child, &self.session())?,
+                        None => Process::new(child, Some(parent), &self.session())?,
+                    };
+                    self.processes.insert(child, process);
+                }
+                Ok(())
+            }
+            EventRecord::Exit(e) if e.pid == e.tid => {
+                if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
+                    p.sample_memory();
+                    p.exited = true;
+                }
+                Ok(())
+            }
+            EventRecord::Lost(l) => {
+                self.lost += l.count;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn sample(&mut self, sample: &linux_perf_event_reader::SampleRecord<'_>) -> Result<(), Error> {
+        let (Some(pid), Some(tid), Some(raw), Some(regs)) = (
+            sample.pid,
+            sample.tid,
+            sample.raw,
+            sample.user_regs.as_ref(),
+        ) else {
+            return Ok(());
+        };
+        let (Some(addr), Some(error_code)) = (
+            u64_at(&raw, self.fields.address),
+            u64_at(&raw, self.fields.error_code),
+        ) else {
+            return Ok(());
+        };
+        let (Some(ip), Some(sp), Some(bp)) = (
+            regs.get(sys::REG_IP),
+            regs.get(sys::REG_SP),
+            regs.get(sys::REG_BP),
+        ) else {
+            return Ok(());
+        };
+        let fault = Fault {
+            time_ns: sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset),
+            pid: pid as u32,
+            tid: tid as u32,
+            ip,
+            addr,
+            flags: fltrace_trace::FaultFlags(0),
+            stack_id: 0,
+        };
+        let mut frames = std::mem::take(&mut self.frames);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let stack: &[u8] = match &sample.user_stack {
+            Some((data, dyn_size)) => {
+                let len = (*dyn_size as usize).min(data.len());
+                match data.get(0..len) {
+                    Some(RawData::Single(bytes)) => bytes,
+                    Some(split) => {
+                        scratch.clear();
+                        scratch.extend_from_slice(&split.as_slice());
+                        &scratch
+                    }
+                    None => &[],
+                }
+            }
+            None => &[],
+        };
+        let process = self.process(pid as u32)?;
+        let before = process.counters.stacks_truncated;
+        let result = process.fault(fault, error_code, (ip, sp, bp), stack, &mut frames);
+        self.truncated_total += process.counters.stacks_truncated - before;
+        self.faults += 1;
+        self.frames = frames;
+        self.scratch = scratch;
+        Ok(result?)
+    }
+
+    fn handle_major(&mut self, record: crate::ring::RawRecord<'_>) {
+        let raw = RawEventRecord::new(
+            RecordType(record.kind),
+            record.misc,
+            record.data,
+            self.major_parse_info,
+        );
+        if let Ok(EventRecord::Sample(s)) = raw.parse() {
+            if let (Some(pid), Some(tid), Some(addr)) = (s.pid, s.tid, s.addr) {
+                if let Some(p) = self.processes.get_mut(&(pid as u32)) {
+                    p.major(tid as u32, addr);
+                }
+            }
+        }
+    }
+
+    fn write_stats(&mut self) -> Result<(), Error> {
+        let now = unix_now_ns() / 1_000_000_000;
+        for process in self.processes.values_mut() {
+            process.sample_memory();
+            process.write_stats(now, self.lost)?;
+        }
+        Ok(())
+    }
+
+    /// Processes whose exit was seen in an earlier pass: all their records are in by now.
+    fn finish_exited(&mut self) -> Result<(), Error> {
+        let exited: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.exited)
+            .map(|(pid, _)| *pid)
+            .collect();
+        let now = unix_now_ns() / 1_000_000_000;
+        for pid in exited {
+            if let Some(mut process) = self.processes.remove(&pid) {
+                process.write_stats(now, self.lost)?;
+                process.finish()?;
+                self.finished.push(pid);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_all(&mut self) -> Result<Vec<u32>, Error> {
+        let now = unix_now_ns() / 1_000_000_000;
+        for (pid, mut process) in std::mem::take(&mut self.processes) {
+            process.write_stats(now, self.lost)?;
+            process.finish()?;
+            self.finished.push(pid);
+        }
+        Ok(std::mem::take(&mut self.finished))
+    }
+}

@@ -1,0 +1,125 @@
+//! The per-CPU perf ring buffer: the kernel appends records at `data_head`, we consume them and
+//! publish `data_tail` (the protocol is described in the kernel's `include/uapi/linux/perf_event.h`
+//! above `struct perf_event_mmap_page`).
+
+use std::io;
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use linux_perf_event_reader::RawData;
+use memmap2::{MmapOptions, MmapRaw};
+use perf_event_open_sys::bindings::perf_event_mmap_page;
+
+use crate::sys::PerfEvent;
+
+/// A mapped ring buffer.
+pub struct RingBuffer {
+    map: MmapRaw,
+    data_offset: usize,
+    data_size: usize,
+}
+
+/// One record in the ring: its header fields and its body, which may wrap around the end of
+/// the buffer (hence two slices).
+pub struct RawRecord<'a> {
+    /// `PERF_RECORD_*`.
+    pub kind: u32,
+    /// The header's `misc` bits.
+    pub misc: u16,
+    /// The body after the header.
+    pub data: RawData<'a>,
+}
+
+impl RingBuffer {
+    /// Maps `data_pages` (a power of two) pages of ring buffer for `event`.
+    pub fn map(event: &PerfEvent, data_pages: usize) -> io::Result<RingBuffer> {
+        let page = page_size();
+        let map = MmapOptions::new()
+            .len((data_pages + 1) * page)
+            .map_raw(event.fd())?;
+        let mut ring = RingBuffer {
+            map,
+            data_offset: page,
+            data_size: data_pages * page,
+        };
+        // Kernels since 4.1 say where the data area is; older ones put it after one page.
+        let (offset, size) = (
+            ring.header_u64(offset_of!(perf_event_mmap_page, data_offset)),
+            ring.header_u64(offset_of!(perf_event_mmap_page, data_size)),
+        );
+        if size != 0 {
+            ring.data_offset = offset as usize;
+            ring.data_size = size as usize;
+        }
+        Ok(ring)
+    }
+
+    fn header_atomic(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: `offset` is the offset of a naturally aligned u64 field inside the first page
+        // of the mapping, which lives as long as `self`; the kernel updates it concurrently,
+        // hence the atomic view.
+        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
+    }
+
+    fn header_u64(&self, offset: usize) -> u64 {
+        self.header_atomic(offset).load(Ordering::Acquire)
+    }
+
+    /// Hands every complete record to `each`, then frees their space for the kernel.
+    /// Returns the number of records.
+    pub fn drain(&mut self, mut each: impl FnMut(RawRecord<'_>)) -> usize {
+        let head_offset = offset_of!(perf_event_mmap_page, data_head);
+        let tail_offset = offset_of!(perf_event_mmap_page, data_tail);
+        // Acquire pairs with the kernel's release of data_head: record bytes before `head`
+        // are visible to us.
+        let head = self.header_u64(head_offset);
+        let mut tail = self.header_atomic(tail_offset).load(Ordering::Relaxed);
+        // SAFETY: the data area lies inside the mapping and stays mapped while `self` lives;
+        // the kernel does not write the bytes between tail and head until we advance tail.
+        let data = unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().add(self.data_offset), self.data_size)
+        };
+        let mask = self.data_size as u64 - 1;
+        let mut count = 0;
+        while tail < head {
+            let start = (tail & mask) as usize;
+            // Records are 8-byte aligned and the size a power of two: a header never wraps.
+            let header = &data[start..start + 8];
+            let kind = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]);
+            let misc = u16::from_ne_bytes([header[4], header[5]]);
+            let size = u16::from_ne_bytes([header[6], header[7]]) as usize;
+            if size < 8 {
+                // A corrupt header would loop forever; drop the rest of this batch.
+                log::error!("perf ring buffer: record of size {size}, skipping to head");
+                tail = head;
+                break;
+            }
+            let body_start = (start + 8) % self.data_size;
+            let body_len = size - 8;
+            let body = if body_start + body_len <= self.data_size {
+                RawData::Single(&data[body_start..body_start + body_len])
+            } else {
+                let first = &data[body_start..];
+                RawData::Split(first, &data[..body_len - first.len()])
+            };
+            each(RawRecord {
+                kind,
+                misc,
+                data: body,
+            });
+            count += 1;
+            tail += size as u64;
+        }
+        // Release: our reads of the records happen before the kernel may overwrite them.
+        self.header_atomic(tail_offset)
+            .store(tail, Ordering::Release);
+        count
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as usize } else { 4096 }
+}

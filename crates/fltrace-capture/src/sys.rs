@@ -1,0 +1,262 @@
+//! Raw kernel ABI: `perf_event_open`, its ioctls and tracefs look-ups, each wrapped once in a
+//! small safe function returning `io::Result`.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+pub use perf_event_open_sys::bindings::perf_event_attr;
+use perf_event_open_sys::bindings::{
+    self as b, PERF_FLAG_FD_CLOEXEC, PERF_SAMPLE_ADDR, PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_USER,
+    PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+};
+
+/// x86_64 perf register numbers (arch/x86/include/uapi/asm/perf_regs.h).
+pub const REG_BP: u64 = 6;
+/// Stack pointer.
+pub const REG_SP: u64 = 7;
+/// Instruction pointer.
+pub const REG_IP: u64 = 8;
+
+/// An open perf event.
+#[derive(Debug)]
+pub struct PerfEvent {
+    fd: OwnedFd,
+}
+
+impl PerfEvent {
+    /// `perf_event_open(attr, pid, cpu, -1, FD_CLOEXEC)`.
+    pub fn open(attr: &perf_event_attr, pid: i32, cpu: i32) -> io::Result<PerfEvent> {
+        let mut attr = *attr;
+        // SAFETY: `attr` is a fully initialised perf_event_attr whose `size` field is set by
+        // the builders below; the kernel only reads it.
+        let fd = unsafe {
+            perf_event_open_sys::perf_event_open(
+                &mut attr,
+                pid,
+                cpu,
+                -1,
+                PERF_FLAG_FD_CLOEXEC.into(),
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+        Ok(PerfEvent {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Sends this event's records to `target`'s ring buffer instead of its own.
+    pub fn set_output(&self, target: &PerfEvent) -> io::Result<()> {
+        // SAFETY: both descriptors are open perf events owned by us.
+        let ret = unsafe {
+            perf_event_open_sys::ioctls::SET_OUTPUT(self.fd.as_raw_fd(), target.fd.as_raw_fd())
+        };
+        if ret < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Starts counting and sampling.
+    pub fn enable(&self) -> io::Result<()> {
+        // SAFETY: the descriptor is an open perf event owned by us.
+        let ret = unsafe { perf_event_open_sys::ioctls::ENABLE(self.fd.as_raw_fd(), 0) };
+        if ret < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The descriptor, for mmap and poll.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
+/// The root of tracefs, where tracepoint ids and formats are read. Mounts it at
+/// `/sys/kernel/tracing` when it is not mounted, as perf does (tools/lib/api/fs/tracing_path.c).
+pub fn tracefs() -> io::Result<PathBuf> {
+    let found = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("events").is_dir());
+    if let Some(path) = found {
+        return Ok(path);
+    }
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: all pointers are valid NUL-terminated strings; mounting tracefs changes no data.
+    let ret = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    log::info!("mounted tracefs at /sys/kernel/tracing");
+    Ok(PathBuf::from("/sys/kernel/tracing"))
+}
+
+/// A tracepoint's id and the byte offsets of its raw fields.
+#[derive(Debug, Clone)]
+pub struct Tracepoint {
+    /// The id to put in `perf_event_attr.config`.
+    pub id: u64,
+    fields: Vec<(String, usize, usize)>,
+}
+
+impl Tracepoint {
+    /// Reads `events/<group>/<name>/{id,format}` under tracefs.
+    pub fn open(tracefs: &Path, group: &str, name: &str) -> io::Result<Tracepoint> {
+        let dir = tracefs.join("events").join(group).join(name);
+        let id = std::fs::read_to_string(dir.join("id"))?
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "tracepoint id"))?;
+        let format = std::fs::read_to_string(dir.join("format"))?;
+        Ok(Tracepoint {
+            id,
+            fields: parse_format(&format),
+        })
+    }
+
+    /// The (offset, size) of field `name` in the raw sample data.
+    pub fn field(&self, name: &str) -> Option<(usize, usize)> {
+        self.fields
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, offset, size)| (*offset, *size))
+    }
+}
+
+/// Parses lines like `field:unsigned long address;	offset:8;	size:8;	signed:0;`.
+fn parse_format(format: &str) -> Vec<(String, usize, usize)> {
+    let mut fields = Vec::new();
+    for line in format.lines() {
+        let mut name = None;
+        let mut offset = None;
+        let mut size = None;
+        for part in line.split(';') {
+            let part = part.trim();
+            if let Some(decl) = part.strip_prefix("field:") {
+                name = decl.split_whitespace().last().map(str::to_owned);
+            } else if let Some(v) = part.strip_prefix("offset:") {
+                offset = v.parse().ok();
+            } else if let Some(v) = part.strip_prefix("size:") {
+                size = v.parse().ok();
+            }
+        }
+        if let (Some(name), Some(offset), Some(size)) = (name, offset, size) {
+            fields.push((name, offset, size));
+        }
+    }
+    fields
+}
+
+fn base_attr() -> perf_event_attr {
+    let mut attr = perf_event_attr {
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        ..Default::default()
+    };
+    attr.sample_period = 1;
+    attr.set_disabled(1);
+    attr.set_inherit(1);
+    attr.set_exclude_kernel(1);
+    attr.set_exclude_hv(1);
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    attr
+}
+
+/// Every occurrence of a fault tracepoint, with the user registers and `stack_bytes` of user
+/// stack for unwinding, plus the side-band records (mappings with build IDs, comm/exec,
+/// fork/exit) that keep the process model current.
+pub fn fault_tracepoint_attr(
+    tracepoint_id: u64,
+    stack_bytes: u32,
+    sideband: bool,
+) -> perf_event_attr {
+    let mut attr = base_attr();
+    attr.type_ = b::PERF_TYPE_TRACEPOINT;
+    attr.config = tracepoint_id;
+    // Tracepoints fire in kernel context; sampled user registers still come from the task.
+    attr.set_exclude_kernel(0);
+    attr.sample_type = u64::from(
+        PERF_SAMPLE_TID
+            | PERF_SAMPLE_TIME
+            | PERF_SAMPLE_RAW
+            | PERF_SAMPLE_REGS_USER
+            | PERF_SAMPLE_STACK_USER,
+    );
+    attr.sample_regs_user = (1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP);
+    attr.sample_stack_user = stack_bytes;
+    if sideband {
+        attr.set_mmap(1);
+        attr.set_mmap2(1);
+        attr.set_mmap_data(1);
+        attr.set_build_id(1);
+        attr.set_comm(1);
+        attr.set_comm_exec(1);
+        attr.set_task(1);
+        attr.set_sample_id_all(1);
+    }
+    attr
+}
+
+/// Major faults: the software event fires after the kernel needed I/O for a fault.
+pub fn major_fault_attr() -> perf_event_attr {
+    let mut attr = base_attr();
+    attr.type_ = b::PERF_TYPE_SOFTWARE;
+    attr.config = u64::from(b::PERF_COUNT_SW_PAGE_FAULTS_MAJ);
+    attr.sample_type = u64::from(PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR);
+    attr
+}
+
+/// The raw bytes of an attr, as linux-perf-event-reader parses them.
+pub fn attr_bytes(attr: &perf_event_attr) -> Vec<u8> {
+    let len = std::mem::size_of::<perf_event_attr>();
+    // SAFETY: perf_event_attr is plain old data of `len` bytes with no padding the kernel
+    // does not also see; reading it as bytes is how the kernel itself consumes it.
+    unsafe { std::slice::from_raw_parts((attr as *const perf_event_attr).cast::<u8>(), len) }
+        .to_vec()
+}
+
+/// The number of online CPUs, for per-CPU events.
+pub fn online_cpus() -> io::Result<Vec<i32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    let mut cpus = Vec::new();
+    for range in text.trim().split(',') {
+        let (first, last) = range.split_once('-').unwrap_or((range, range));
+        let bad = |_| io::Error::new(io::ErrorKind::InvalidData, "cpu list");
+        let (first, last): (i32, i32) = (first.parse().map_err(bad)?, last.parse().map_err(bad)?);
+        cpus.extend(first..=last);
+    }
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tracefs format of exceptions:page_fault_user yields its three fields.
+    #[test]
+    fn parses_tracepoint_format() {
+        let format = "name: page_fault_user\nID: 123\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:unsigned long address;\toffset:8;\tsize:8;\tsigned:0;\n\
+            \tfield:unsigned long ip;\toffset:16;\tsize:8;\tsigned:0;\n\
+            \tfield:unsigned long error_code;\toffset:24;\tsize:8;\tsigned:0;\n";
+        let fields = parse_format(format);
+        assert_eq!(fields.len(), 4);
+        assert_eq!(fields[3], ("error_code".to_owned(), 24, 8));
+    }
+}

@@ -1,0 +1,155 @@
+//! Starting the traced command so that tracing is in place before its first instruction.
+//!
+//! `std::process::Command` cannot be used: its `spawn` waits for the exec, and the child must
+//! instead wait for us to open the perf events on its pid. So: fork, let the child block on a
+//! pipe, open the events (enabled on exec), release the child, and learn from a close-on-exec
+//! pipe whether the exec worked.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+
+use crate::Error;
+
+/// Who the traced command runs as, when fltrace runs as root for a user.
+#[derive(Debug, Clone, Copy)]
+pub struct Credentials {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// A forked child waiting to exec the command.
+#[derive(Debug)]
+pub struct PendingChild {
+    pid: i32,
+    go_write: i32,
+    error_read: i32,
+    program: String,
+}
+
+fn pipe_cloexec() -> io::Result<(i32, i32)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+fn close(fd: i32) {
+    // SAFETY: closing a descriptor we own; errors on close of a pipe end are irrelevant.
+    unsafe { libc::close(fd) };
+}
+
+impl PendingChild {
+    /// Forks a child that will exec `argv` (searched in `PATH`) once released.
+    pub fn spawn(
+        argv: &[OsString],
+        credentials: Option<Credentials>,
+    ) -> Result<PendingChild, Error> {
+        let program = argv
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .ok_or_else(|| Error::Spawn {
+                program: String::new(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "no command given"),
+            })?;
+        let spawn_error = |source| Error::Spawn {
+            program: program.clone(),
+            source,
+        };
+        // Everything the child needs is allocated before fork: after it, only
+        // async-signal-safe calls are allowed.
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                spawn_error(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "argument contains a NUL byte",
+                ))
+            })?;
+        let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        arg_ptrs.push(std::ptr::null());
+        let (go_read, go_write) = pipe_cloexec().map_err(spawn_error)?;
+        let (error_read, error_write) = pipe_cloexec().map_err(spawn_error)?;
+
+        // SAFETY: fork has no preconditions; the child below only calls async-signal-safe
+        // functions (read, write, setgid, setuid, execvp, _exit) on data prepared above.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(spawn_error(io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            // SAFETY: in the child, on descriptors and buffers that stay valid until exec.
+            unsafe {
+                let mut byte = 0u8;
+                let released = libc::read(go_read, (&mut byte as *mut u8).cast(), 1) == 1;
+                if !released {
+                    libc::_exit(127);
+                }
+                if let Some(c) = credentials {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(c.gid) != 0
+                        || libc::setuid(c.uid) != 0
+                    {
+                        let errno = *libc::__errno_location();
+                        libc::write(error_write, (&errno as *const i32).cast(), 4);
+                        libc::_exit(127);
+                    }
+                }
+                libc::execvp(arg_ptrs[0], arg_ptrs.as_ptr());
+                let errno = *libc::__errno_location();
+                libc::write(error_write, (&errno as *const i32).cast(), 4);
+                libc::_exit(127);
+            }
+        }
+        close(go_read);
+        close(error_write);
+        Ok(PendingChild {
+            pid,
+            go_write,
+            error_read,
+            program,
+        })
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Lets the child exec; returns once the exec has happened, or the reason it failed.
+    pub fn release(self) -> Result<i32, Error> {
+        let byte = 1u8;
+        // SAFETY: writing one byte from a valid buffer to a pipe we own.
+        unsafe { libc::write(self.go_write, (&byte as *const u8).cast(), 1) };
+        close(self.go_write);
+        let mut errno = 0i32;
+        // SAFETY: reading at most 4 bytes into a valid i32; the pipe closes on exec.
+        let n = unsafe { libc::read(self.error_read, (&mut errno as *mut i32).cast(), 4) };
+        close(self.error_read);
+        if n == 4 {
+            let mut status = 0;
+            // SAFETY: reaping our own child, which exits right after reporting.
+            unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            return Err(Error::Spawn {
+                program: self.program.clone(),
+                source: io::Error::from_raw_os_error(errno),
+            });
+        }
+        Ok(self.pid)
+    }
+
+    /// Kills the child before it runs anything (when setting up tracing failed).
+    pub fn abort(self) {
+        close(self.go_write);
+        close(self.error_read);
+        let mut status = 0;
+        // SAFETY: the child exits by itself when the go pipe closes without a byte.
+        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+    }
+}

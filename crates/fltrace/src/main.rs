@@ -1,0 +1,54 @@
+//! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
+
+mod cli;
+mod record;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help and version to stdout with success, usage errors to stderr.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "fltrace: {err}");
+            for cause in err.chain().skip(1) {
+                let _ = write!(stderr, ": {cause}");
+            }
+            let _ = writeln!(stderr);
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        cli::Command::Record(args) => record::run(args),
+    }
+}
+
+/// `fltrace report | head` must end quietly.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

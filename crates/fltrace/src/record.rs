@@ -1,0 +1,125 @@
+//! `fltrace record`.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, bail};
+
+use fltrace_capture::{Credentials, Options, Progress, Target};
+
+use crate::cli::RecordArgs;
+
+pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    match (args.local_mb, args.max_mb) {
+        (Some(l), Some(m)) if l > m => bail!("-L ({l} MB) must not exceed -M ({m} MB)"),
+        (Some(_), None) | (None, Some(_)) => bail!("-L and -M go together: give both or neither"),
+        (Some(_), Some(_)) => eprintln!(
+            "fltrace: note: -L/-M far-memory emulation is not enforced yet; recording the program's natural faults"
+        ),
+        (None, None) => {}
+    }
+    let target = match (args.pid, args.command.is_empty()) {
+        (Some(pid), _) => Target::Pid(pid),
+        (None, false) => Target::Command(args.command.clone()),
+        (None, true) => bail!("no command given: fltrace record [OPTIONS] -- <command> [args...]"),
+    };
+    if !args.dir.is_dir() {
+        bail!("output directory {} does not exist", args.dir.display());
+    }
+    let mut options = Options::new(args.dir.clone());
+    options.stack_bytes = args.stack_size & !7;
+    options.buffer_mb = args.buffer_mb as usize;
+    options.credentials = credentials(&args)?;
+
+    let stop = Arc::new(AtomicUsize::new(0));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let stop = stop.clone();
+        // SAFETY: the handler only increments an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(signal, move || {
+                stop.fetch_add(1, Ordering::Relaxed);
+            })
+        }
+        .context("installing the interrupt handler")?;
+    }
+
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let mut shown = false;
+    let summary = fltrace_capture::record(&target, &options, &stop, |p: &Progress| {
+        if show_progress {
+            let secs = p.elapsed.as_secs_f64().max(1e-3);
+            eprint!(
+                "\rfltrace: {} faults, {:.0}/s, {} lost  ",
+                p.faults,
+                p.faults as f64 / secs,
+                p.lost
+            );
+            shown = true;
+        }
+    })?;
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    let mut err = std::io::stderr().lock();
+    if !args.quiet {
+        let _ = writeln!(
+            err,
+            "fltrace: {} faults from {} process{}, {} lost, {} stacks truncated; trace in {}",
+            summary.faults,
+            summary.pids.len(),
+            if summary.pids.len() == 1 { "" } else { "es" },
+            summary.lost,
+            summary.stacks_truncated,
+            args.dir.display()
+        );
+    }
+    if summary.lost > 0 {
+        let _ = writeln!(
+            err,
+            "fltrace: warning: the kernel dropped {} fault records; try a larger --buffer-mb",
+            summary.lost
+        );
+    }
+    Ok(match (summary.exit_code, summary.signal) {
+        (Some(code), _) => ExitCode::from(code as u8),
+        (None, Some(signal)) => ExitCode::from(128 + signal as u8),
+        (None, None) => ExitCode::SUCCESS,
+    })
+}
+
+fn credentials(args: &RecordArgs) -> anyhow::Result<Option<Credentials>> {
+    if let Some(user) = &args.user {
+        return lookup_user(user).map(Some);
+    }
+    if !args.drop_privileges {
+        return Ok(None);
+    }
+    let var = |name: &str| -> anyhow::Result<u32> {
+        std::env::var(name)
+            .with_context(|| format!("--drop-privileges needs {name} (run fltrace with sudo)"))?
+            .parse()
+            .with_context(|| format!("{name} is not a number"))
+    };
+    Ok(Some(Credentials {
+        uid: var("SUDO_UID")?,
+        gid: var("SUDO_GID")?,
+    }))
+}
+
+fn lookup_user(user: &str) -> anyhow::Result<Credentials> {
+    let passwd = std::fs::read_to_string("/etc/passwd").context("reading /etc/passwd")?;
+    for line in passwd.lines() {
+        let fields: Vec<&str> = line.split(':').collect();
+        if fields.len() > 3 && (fields[0] == user || fields[2] == user) {
+            if let (Ok(uid), Ok(gid)) = (fields[2].parse(), fields[3].parse()) {
+                return Ok(Credentials { uid, gid });
+            }
+        }
+    }
+    if let Ok(uid) = user.parse() {
+        return Ok(Credentials { uid, gid: uid });
+    }
+    bail!("no such user: {user}")
+}
