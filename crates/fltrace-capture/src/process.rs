@@ -11,7 +11,7 @@ use fltrace_trace::{
     write_procmaps_line,
 };
 
-use crate::unwind::{AddressSpaceUnwinder, ElfCache, UnwindEnd};
+use crate::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack, UnwindEnd};
 
 /// Per-process counters, written to the stats file.
 #[derive(Debug, Default, Clone, Copy)]
@@ -24,6 +24,8 @@ pub struct Counters {
     pub faults_major: u64,
     pub faults_kernel: u64,
     pub stacks_truncated: u64,
+    /// Stacks completed with words read from the live process beyond the sampled copy.
+    pub stacks_extended: u64,
     /// Peak resident memory seen, bytes.
     pub hwm: u64,
     /// Resident memory at the last look, bytes.
@@ -51,6 +53,7 @@ pub struct Process {
     maps: BTreeMap<u64, Mapping>,
     unwinder: AddressSpaceUnwinder,
     cache: CacheX86_64,
+    live: LiveStack,
     out: Output,
     pub counters: Counters,
     /// Set when the kernel reported its exit; finalised after one more drain of all buffers.
@@ -60,6 +63,8 @@ pub struct Process {
 /// What the recording as a whole passes to each process.
 pub struct SessionMeta<'a> {
     pub dir: &'a Path,
+    /// Whether unwinding may read beyond the sampled stack copy from the live process.
+    pub read_live_stacks: bool,
     pub metadata: &'a [(String, String)],
 }
 
@@ -69,6 +74,7 @@ impl Process {
         parent: Option<u32>,
         session: &SessionMeta<'_>,
     ) -> Result<Process, fltrace_trace::Error> {
+        let live_pid = if session.read_live_stacks { pid } else { 0 };
         let mut metadata = session.metadata.to_vec();
         if let Some(parent) = parent {
             metadata.push((keys::PARENT.to_owned(), parent.to_string()));
@@ -80,6 +86,7 @@ impl Process {
             maps: BTreeMap::new(),
             unwinder: AddressSpaceUnwinder::default(),
             cache: CacheX86_64::new(),
+            live: LiveStack::new(live_pid),
             out: Output {
                 faults: FaultWriter::create(&files::faults(dir, pid), &metadata)?,
                 stacks: StackWriter::create(&files::stacks(dir, pid))?,
@@ -194,9 +201,15 @@ impl Process {
         fault.flags = FaultFlags(flags);
 
         frames.clear();
-        let end = self.unwinder.unwind(&mut self.cache, regs, stack, frames);
+        self.live.reset();
+        let end = self
+            .unwinder
+            .unwind(&mut self.cache, regs, stack, &mut self.live, frames);
         if end == UnwindEnd::Truncated {
             self.counters.stacks_truncated += 1;
+        }
+        if self.live.used {
+            self.counters.stacks_extended += 1;
         }
         fault.stack_id = self.intern(frames)?;
 
@@ -289,6 +302,7 @@ impl Process {
                 ("faults_kernel", c.faults_kernel),
                 ("lost", lost),
                 ("stacks_truncated", c.stacks_truncated),
+                ("stacks_extended", c.stacks_extended),
                 ("memory_used", c.hwm),
                 ("rss", c.rss),
                 ("hwm", c.hwm),

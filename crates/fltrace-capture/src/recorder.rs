@@ -42,16 +42,21 @@ pub struct Options {
     pub buffer_mb: usize,
     /// Run the command as this user.
     pub credentials: Option<Credentials>,
+    /// Complete stacks deeper than the copy by reading the live process's stack (see
+    /// `LiveStack`); off, stacks end where the copy ends.
+    pub read_live_stacks: bool,
 }
 
 impl Options {
-    /// Defaults: 16 KiB of stack per fault, 64 MiB of ring buffer per CPU.
+    /// Defaults: 2 KiB of stack per fault completed from the live process, 64 MiB of ring
+    /// buffer per CPU.
     pub fn new(dir: PathBuf) -> Options {
         Options {
             dir,
-            stack_bytes: 16 * 1024,
+            stack_bytes: 2048,
             buffer_mb: 64,
             credentials: None,
+            read_live_stacks: true,
         }
     }
 }
@@ -206,6 +211,7 @@ pub fn record(
     ];
     let mut state = State {
         session_dir: options.dir.clone(),
+        read_live_stacks: options.read_live_stacks,
         metadata,
         processes: FxHashMap::default(),
         finished: Vec::new(),
@@ -479,6 +485,7 @@ fn monotonic_now_ns() -> u64 {
 /// Everything the record handlers update.
 struct State {
     session_dir: PathBuf,
+    read_live_stacks: bool,
     metadata: Vec<(String, String)>,
     processes: FxHashMap<u32, Process>,
     finished: Vec<u32>,
@@ -505,6 +512,7 @@ impl State {
     fn session(&self) -> SessionMeta<'_> {
         SessionMeta {
             dir: &self.session_dir,
+            read_live_stacks: self.read_live_stacks,
             metadata: &self.metadata,
         }
     }

@@ -193,20 +193,26 @@ impl AddressSpaceUnwinder {
     }
 
     /// Unwinds from the sampled registers over the sampled stack bytes (which start at `sp`),
-    /// appending frame addresses to `frames`, innermost first.
+    /// appending frame addresses to `frames`, innermost first. Words beyond the copy are read
+    /// from `beyond` (the live process), and `used_beyond` tells whether that happened.
     pub fn unwind(
         &self,
         cache: &mut CacheX86_64,
         (ip, sp, bp): (u64, u64, u64),
         stack: &[u8],
+        beyond: &mut LiveStack,
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
         let mut read_stack = |addr: u64| {
             let offset = addr.checked_sub(sp).ok_or(())? as usize;
-            let bytes = stack.get(offset..offset + 8).ok_or(())?;
-            let mut word = [0; 8];
-            word.copy_from_slice(bytes);
-            Ok(u64::from_ne_bytes(word))
+            match stack.get(offset..offset + 8) {
+                Some(bytes) => {
+                    let mut word = [0; 8];
+                    word.copy_from_slice(bytes);
+                    Ok(u64::from_ne_bytes(word))
+                }
+                None => beyond.read(addr).ok_or(()),
+            }
         };
         let regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut iter = self.unwinder.iter_frames(ip, regs, cache, &mut read_stack);
@@ -217,5 +223,77 @@ impl AddressSpaceUnwinder {
                 Ok(Some(_)) | Err(_) => return UnwindEnd::Truncated,
             }
         }
+    }
+}
+
+/// Reads the part of a thread's stack that lies beyond the sampled copy from the live process.
+///
+/// The copy in each sample covers the innermost frames, which change all the time; the outer
+/// frames (`main`, a thread's start routine, a long-running loop) are still in place when the
+/// recorder reads them microseconds later, because the thread is still inside those calls.
+/// This keeps the per-fault copy small (the kernel copies the whole requested size on every
+/// fault) while stacks still reach their outermost frame. Reads that fail (the process is
+/// gone) end the unwind as truncated.
+pub struct LiveStack {
+    pid: i32,
+    base: u64,
+    len: usize,
+    chunk: Box<[u8; LIVE_CHUNK]>,
+    /// Whether any word came from the live process during the current unwind.
+    pub used: bool,
+}
+
+const LIVE_CHUNK: usize = 4096;
+
+impl LiveStack {
+    /// A reader for process `pid`; a pid of 0 makes every read fail (exact copies only).
+    pub fn new(pid: u32) -> LiveStack {
+        LiveStack {
+            pid: pid as i32,
+            base: 0,
+            len: 0,
+            chunk: Box::new([0; LIVE_CHUNK]),
+            used: false,
+        }
+    }
+
+    /// Forgets what was read: the stack may have changed since.
+    pub fn reset(&mut self) {
+        self.len = 0;
+        self.used = false;
+    }
+
+    fn read(&mut self, addr: u64) -> Option<u64> {
+        if self.pid <= 0 {
+            return None;
+        }
+        if !(self.base <= addr && addr + 8 <= self.base + self.len as u64) {
+            let base = addr & !(LIVE_CHUNK as u64 - 1);
+            let local = libc::iovec {
+                iov_base: self.chunk.as_mut_ptr().cast(),
+                iov_len: LIVE_CHUNK,
+            };
+            let remote = libc::iovec {
+                iov_base: base as *mut libc::c_void,
+                iov_len: LIVE_CHUNK,
+            };
+            // SAFETY: `local` describes our own buffer of LIVE_CHUNK bytes; the kernel checks
+            // the remote range and returns an error if it is not mapped.
+            let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+            if n <= 0 {
+                self.len = 0;
+                return None;
+            }
+            self.base = base;
+            self.len = n as usize;
+            if addr + 8 > base + n as u64 {
+                return None;
+            }
+        }
+        self.used = true;
+        let offset = (addr - self.base) as usize;
+        let mut word = [0; 8];
+        word.copy_from_slice(&self.chunk[offset..offset + 8]);
+        Some(u64::from_ne_bytes(word))
     }
 }

@@ -17,6 +17,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a command (or attach to a process) and record every page fault with its stack.
     Record(RecordArgs),
+    /// Faults grouped by call site, with `file:line`; writes fltrace-data-report-<pid>.out.
+    Report(ReportArgs),
+    /// Flamegraphs of all faults and of first-touch faults, as SVG.
+    Visualize(VisualizeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -38,9 +42,13 @@ pub struct RecordArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<i32>,
-    /// Bytes of user stack copied with each fault for unwinding.
-    #[arg(long, value_name = "BYTES", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(64..=65528))]
+    /// Bytes of user stack copied with each fault for unwinding; deeper frames are read from
+    /// the live process unless --exact-stacks.
+    #[arg(long, value_name = "BYTES", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(64..=65528))]
     pub stack_size: u32,
+    /// Unwind only over the stack copied at the fault (raise --stack-size to match).
+    #[arg(long)]
+    pub exact_stacks: bool,
     /// Ring buffer per CPU, in MiB.
     #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: u64,
@@ -65,4 +73,88 @@ fn positive_mb(s: &str) -> Result<u64, String> {
         Ok(v) => Ok(v),
         Err(_) => Err(format!("`{s}` is not a whole number of MB")),
     }
+}
+
+/// Which recording (and which part of it) to analyse.
+#[derive(Debug, Args)]
+pub struct Selection {
+    /// Directory holding the recordings.
+    #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Only this process (and the most recent recording that traced it).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`, `4..`.
+    #[arg(long, value_name = "START..END", value_parser = time_range)]
+    pub time: Option<(f64, f64)>,
+}
+
+fn time_range(s: &str) -> Result<(f64, f64), String> {
+    let (from, to) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}` is not a range such as 1.5..3"))?;
+    let parse = |v: &str, default: f64| -> Result<f64, String> {
+        if v.is_empty() {
+            Ok(default)
+        } else {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| format!("`{v}` is not a number of seconds"))
+        }
+    };
+    let (from, to) = (parse(from, 0.0)?, parse(to, f64::MAX / 2e9)?);
+    if from > to {
+        return Err(format!("the range {s} ends before it starts"));
+    }
+    Ok((from, to))
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum By {
+    Stack,
+    Function,
+    Line,
+    Dso,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// What to group faults by.
+    #[arg(long, value_enum, default_value = "line")]
+    pub by: By,
+    /// How many groups to show (0: all).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+    /// Output format; csv and json go to stdout.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Label {
+    /// `lib|file:line`, as the original tool drew.
+    Line,
+    /// `lib|function`.
+    Function,
+    /// `lib|function|file:line`.
+    Both,
+}
+
+#[derive(Debug, Args)]
+pub struct VisualizeArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// How frames are labelled.
+    #[arg(long, value_enum, default_value = "line")]
+    pub label: Label,
 }

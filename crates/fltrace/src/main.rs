@@ -1,7 +1,10 @@
 //! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
 
 mod cli;
+mod load;
 mod record;
+mod report;
+mod visualize;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,6 +44,8 @@ fn main() -> ExitCode {
 fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         cli::Command::Record(args) => record::run(args),
+        cli::Command::Report(args) => report::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Visualize(args) => visualize::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -31,6 +31,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let mut options = Options::new(args.dir.clone());
     options.stack_bytes = args.stack_size & !7;
     options.buffer_mb = args.buffer_mb as usize;
+    options.read_live_stacks = !args.exact_stacks;
     options.credentials = credentials(&args)?;
 
     let stop = Arc::new(AtomicUsize::new(0));

@@ -1,0 +1,215 @@
+//! From frame addresses to functions, files and lines.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized};
+use rustc_hash::FxHashMap;
+
+use fltrace_trace::ProcessTrace;
+
+/// A source location of one frame (after inline expansion).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Location {
+    /// Function name, demangled; `[unknown]` when no symbol covers the address.
+    pub function: Arc<str>,
+    /// Source file as recorded in the debug info, empty when unknown.
+    pub file: Arc<str>,
+    /// Line number, 0 when unknown.
+    pub line: u32,
+    /// File name of the library or executable, `[unknown]` outside any file mapping.
+    pub lib: Arc<str>,
+}
+
+impl Location {
+    /// Whether the debug info gave a file and line.
+    pub fn has_line(&self) -> bool {
+        self.line != 0 && !self.file.is_empty()
+    }
+
+    /// `file:line`, or `??:0` as addr2line prints unknowns.
+    pub fn file_line(&self) -> String {
+        if self.has_line() {
+            format!("{}:{}", self.file, self.line)
+        } else {
+            "??:0".to_owned()
+        }
+    }
+
+    /// The file name without its directories.
+    pub fn short_file(&self) -> &str {
+        self.file.rsplit('/').next().unwrap_or(&self.file)
+    }
+
+    fn unknown(lib: Arc<str>) -> Location {
+        Location {
+            function: "[unknown]".into(),
+            file: "".into(),
+            line: 0,
+            lib,
+        }
+    }
+}
+
+/// The symbolized stacks of one process: for each stack id, its locations innermost first.
+#[derive(Debug, Default, Clone)]
+pub struct ResolvedStacks {
+    stacks: FxHashMap<u32, (Arc<[Location]>, Arc<[u64]>)>,
+}
+
+impl ResolvedStacks {
+    /// The locations of stack `id`, innermost first (empty if unknown).
+    pub fn get(&self, id: u32) -> &[Location] {
+        self.stacks.get(&id).map_or(&[], |s| &s.0)
+    }
+
+    /// The raw frame addresses of stack `id`, innermost first.
+    pub fn addresses(&self, id: u32) -> Option<Arc<[u64]>> {
+        self.stacks.get(&id).map(|s| s.1.clone())
+    }
+
+    /// Adds or replaces a stack (for building tables by hand, as in tests).
+    pub fn insert(&mut self, id: u32, locations: Vec<Location>, addresses: Vec<u64>) {
+        self.stacks.insert(id, (locations.into(), addresses.into()));
+    }
+}
+
+/// A caching symbolizer over blazesym.
+pub struct Symbolizer {
+    inner: blazesym::symbolize::Symbolizer,
+    /// (file, file offset) to locations, innermost first.
+    cache: HashMap<(PathBuf, u64), Arc<[Location]>>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    /// A symbolizer that reads line tables and inlined functions.
+    pub fn new() -> Symbolizer {
+        Symbolizer {
+            inner: blazesym::symbolize::Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .build(),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Symbolizes every stack of `trace`.
+    pub fn resolve_stacks(&mut self, trace: &ProcessTrace) -> ResolvedStacks {
+        // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
+        let mut wanted: HashMap<PathBuf, Vec<u64>> = HashMap::new();
+        let mut frames_of: Vec<(u32, Vec<Frame>, Vec<u64>)> =
+            Vec::with_capacity(trace.stacks.len());
+        for stack in &trace.stacks {
+            let frames: Vec<Frame> = stack
+                .frames
+                .iter()
+                .enumerate()
+                .map(|(i, &addr)| {
+                    // Return addresses point after the call: look up the call itself.
+                    let lookup = if i == 0 { addr } else { addr.saturating_sub(1) };
+                    match trace.mapping_at(stack.generation, lookup) {
+                        Some(m) if m.is_file() => {
+                            let path = PathBuf::from(&m.path);
+                            let offset = m.file_offset(lookup);
+                            if !self.cache.contains_key(&(path.clone(), offset)) {
+                                wanted.entry(path.clone()).or_default().push(offset);
+                            }
+                            Frame::File(path, offset)
+                        }
+                        Some(m) => Frame::Unknown(lib_name(&m.path)),
+                        None => Frame::Unknown("[unknown]".into()),
+                    }
+                })
+                .collect();
+            frames_of.push((stack.id, frames, stack.frames.clone()));
+        }
+        for (path, mut offsets) in wanted {
+            offsets.sort_unstable();
+            offsets.dedup();
+            self.symbolize_file(&path, &offsets);
+        }
+        let mut resolved = ResolvedStacks::default();
+        for (id, frames, addresses) in frames_of {
+            let mut locations = Vec::with_capacity(frames.len());
+            for frame in frames {
+                match frame {
+                    Frame::File(path, offset) => {
+                        if let Some(locs) = self.cache.get(&(path, offset)) {
+                            locations.extend(locs.iter().cloned());
+                        }
+                    }
+                    Frame::Unknown(lib) => locations.push(Location::unknown(lib)),
+                }
+            }
+            resolved.insert(id, locations, addresses);
+        }
+        resolved
+    }
+
+    fn symbolize_file(&mut self, path: &Path, offsets: &[u64]) {
+        let lib = lib_name(&path.to_string_lossy());
+        let source = Source::Elf(Elf::new(path));
+        let results = self
+            .inner
+            .symbolize(&source, Input::FileOffset(offsets))
+            .unwrap_or_default();
+        for (i, &offset) in offsets.iter().enumerate() {
+            let locations: Vec<Location> = match results.get(i) {
+                Some(Symbolized::Sym(sym)) => {
+                    let mut locations = Vec::with_capacity(1 + sym.inlined.len());
+                    // blazesym lists inlined calls outermost first, each with the location
+                    // inside it; the symbol's own location is the call site of the first.
+                    for inlined in sym.inlined.iter().rev() {
+                        locations.push(location(&inlined.name, inlined.code_info.as_ref(), &lib));
+                    }
+                    locations.push(location(&sym.name, sym.code_info.as_deref(), &lib));
+                    locations
+                }
+                _ => vec![Location::unknown(lib.clone())],
+            };
+            self.cache
+                .insert((path.to_owned(), offset), locations.into());
+        }
+    }
+}
+
+enum Frame {
+    File(PathBuf, u64),
+    Unknown(Arc<str>),
+}
+
+fn location(
+    name: &str,
+    code: Option<&blazesym::symbolize::CodeInfo<'_>>,
+    lib: &Arc<str>,
+) -> Location {
+    let (file, line) = match code {
+        Some(code) => (
+            code.to_path().to_string_lossy().into_owned(),
+            code.line.unwrap_or(0),
+        ),
+        None => (String::new(), 0),
+    };
+    Location {
+        function: name.into(),
+        file: file.into(),
+        line,
+        lib: lib.clone(),
+    }
+}
+
+fn lib_name(path: &str) -> Arc<str> {
+    if path.starts_with('/') {
+        path.rsplit('/').next().unwrap_or(path).into()
+    } else {
+        path.into()
+    }
+}

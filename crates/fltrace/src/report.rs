@@ -1,0 +1,285 @@
+//! `fltrace report`.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use anyhow::Context;
+
+use fltrace_analyze::{Group, GroupBy, coverage, group_faults};
+
+use crate::cli::{By, Format, ReportArgs};
+use crate::load::{Loaded, load};
+
+/// The share of faults the headline metric covers.
+const COVER: f64 = 0.95;
+
+pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let loaded = load(&args.selection)?;
+    for (trace, stacks) in &loaded.traces {
+        let groups = group_faults([(&trace.faults[..], stacks)], GroupBy::Stack);
+        let path = fltrace_trace::files::path(loaded.dir(), "report", trace.pid, "out");
+        let mut file = fltrace_trace::files::create(&path)?;
+        file.write_all(original_csv(&groups).as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let by = match args.by {
+        By::Stack => GroupBy::Stack,
+        By::Function => GroupBy::Function,
+        By::Line => GroupBy::Line,
+        By::Dso => GroupBy::Dso,
+    };
+    let sources = || loaded.traces.iter().map(|(t, s)| (&t.faults[..], s));
+    let groups = group_faults(sources(), by);
+    let lines = if by == GroupBy::Line {
+        groups.clone()
+    } else {
+        group_faults(sources(), GroupBy::Line)
+    };
+    let covering = coverage(&lines, COVER);
+    let total = loaded.total_faults();
+    let shown = if args.top == 0 {
+        groups.len()
+    } else {
+        args.top.min(groups.len())
+    };
+    let out = match args.format {
+        Format::Table => table(&loaded, &groups[..shown], total, covering, lines.len()),
+        Format::Csv => csv(&groups[..shown], by, total),
+        Format::Json => json(&loaded, &groups[..shown], by, total, covering, lines.len()),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+fn percent(count: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        count as f64 * 100.0 / total as f64
+    }
+}
+
+/// The original tool's `fltrace-data-report-<pid>.out`: one row per (stack, flags), per-frame
+/// lists separated by `|`, inlined frames of one address joined by `;` innermost first.
+fn original_csv(groups: &[Group]) -> String {
+    let total: u64 = groups.iter().map(|g| g.count).sum();
+    let mut out = String::from("ips,flags,count,percent,op,type,lib,code\n");
+    for group in groups {
+        let key = &group.key;
+        let flags = key.flags.unwrap_or_default();
+        let mut ips = String::new();
+        for addr in key.addresses.iter().flat_map(|a| a.iter()) {
+            let _ = write!(ips, "{addr:#x}|");
+        }
+        let (mut libs, mut code) = (String::new(), String::new());
+        for location in key.stack.iter().flat_map(|s| s.iter()) {
+            let _ = write!(libs, "{}|", location.lib);
+            let _ = write!(code, "{}|", location.file_line());
+        }
+        let _ = writeln!(
+            out,
+            "{},{},{},{:.4},{},{},{},{}",
+            ips,
+            flags.0,
+            group.count,
+            percent(group.count, total),
+            flags.kind().name(),
+            flags.type_name(),
+            csv_field(&libs),
+            csv_field(&code)
+        );
+    }
+    out
+}
+
+fn csv_field(value: &str) -> String {
+    if value.contains([',', '"', '\n']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value.to_owned()
+    }
+}
+
+fn table(
+    loaded: &Loaded,
+    groups: &[Group],
+    total: u64,
+    covering: usize,
+    locations: usize,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<32} {:<36} {}",
+        "#", "faults", "%", "cum%", "kind", "function", "file:line", "lib"
+    );
+    let mut cumulative = 0;
+    for (i, group) in groups.iter().enumerate() {
+        cumulative += group.count;
+        let location = &group.key.location;
+        let file_line = if location.has_line() {
+            format!("{}:{}", location.short_file(), location.line)
+        } else if location.file.is_empty() {
+            "??".to_owned()
+        } else {
+            location.short_file().to_owned()
+        };
+        let _ = writeln!(
+            out,
+            "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<32} {:<36} {}",
+            i + 1,
+            group.count,
+            percent(group.count, total),
+            percent(cumulative, total),
+            group.kind_name(),
+            truncate(&location.function, 32),
+            file_line,
+            location.lib
+        );
+        if let Some(stack) = &group.key.stack {
+            let callers: Vec<String> = stack
+                .iter()
+                .skip(1)
+                .map(|l| {
+                    format!(
+                        "{} ({})",
+                        l.function,
+                        if l.has_line() {
+                            format!("{}:{}", l.short_file(), l.line)
+                        } else {
+                            l.lib.to_string()
+                        }
+                    )
+                })
+                .collect();
+            if !callers.is_empty() {
+                let _ = writeln!(out, "{:>33}<- {}", "", callers.join(" <- "));
+            }
+        }
+    }
+    let processes = loaded.traces.len();
+    let _ = writeln!(
+        out,
+        "\n{total} faults in {processes} process{} of `{}`, {} lost; {covering} of {locations} code locations cover {:.0}% of faults",
+        if processes == 1 { "" } else { "es" },
+        loaded.command(),
+        loaded.lost,
+        COVER * 100.0,
+    );
+    out
+}
+
+fn truncate(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(width - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+fn csv(groups: &[Group], by: GroupBy, total: u64) -> String {
+    let mut out = String::from(match by {
+        GroupBy::Line => "count,percent,kind,function,file,line,lib\n",
+        GroupBy::Function => "count,percent,kind,function,file,lib\n",
+        GroupBy::Dso => "count,percent,kind,lib\n",
+        GroupBy::Stack => "count,percent,kind,function,file,line,lib,stack\n",
+    });
+    for group in groups {
+        let l = &group.key.location;
+        let head = format!(
+            "{},{:.4},{}",
+            group.count,
+            percent(group.count, total),
+            group.kind_name()
+        );
+        let _ = match by {
+            GroupBy::Line => writeln!(
+                out,
+                "{head},{},{},{},{}",
+                csv_field(&l.function),
+                csv_field(&l.file),
+                l.line,
+                csv_field(&l.lib)
+            ),
+            GroupBy::Function => writeln!(
+                out,
+                "{head},{},{},{}",
+                csv_field(&l.function),
+                csv_field(&l.file),
+                csv_field(&l.lib)
+            ),
+            GroupBy::Dso => writeln!(out, "{head},{}", csv_field(&l.lib)),
+            GroupBy::Stack => {
+                let stack: Vec<String> = group
+                    .key
+                    .stack
+                    .iter()
+                    .flat_map(|s| s.iter())
+                    .map(|l| format!("{}@{}", l.function, l.file_line()))
+                    .collect();
+                writeln!(
+                    out,
+                    "{head},{},{},{},{},{}",
+                    csv_field(&l.function),
+                    csv_field(&l.file),
+                    l.line,
+                    csv_field(&l.lib),
+                    csv_field(&stack.join("|"))
+                )
+            }
+        };
+    }
+    out
+}
+
+fn json(
+    loaded: &Loaded,
+    groups: &[Group],
+    by: GroupBy,
+    total: u64,
+    covering: usize,
+    locations: usize,
+) -> String {
+    let rows: Vec<serde_json::Value> = groups
+        .iter()
+        .map(|g| {
+            let l = &g.key.location;
+            let mut row = serde_json::json!({
+                "count": g.count,
+                "percent": percent(g.count, total),
+                "kind": g.kind_name(),
+                "reads": g.kinds[0],
+                "writes": g.kinds[1],
+                "wrprotects": g.kinds[2],
+                "first_touches": g.zero,
+                "function": &*l.function,
+                "file": &*l.file,
+                "line": l.line,
+                "lib": &*l.lib,
+            });
+            if let (Some(stack), GroupBy::Stack) = (&g.key.stack, by) {
+                row["stack"] = stack
+                    .iter()
+                    .map(|l| serde_json::json!({"function": &*l.function, "file": &*l.file, "line": l.line, "lib": &*l.lib}))
+                    .collect();
+            }
+            row
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "command": loaded.command(),
+        "pids": loaded.traces.iter().map(|(t, _)| t.pid).collect::<Vec<_>>(),
+        "faults": total,
+        "lost": loaded.lost,
+        "locations": locations,
+        "locations_covering_95_percent": covering,
+        "groups": rows,
+    });
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    text
+}
