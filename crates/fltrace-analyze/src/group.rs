@@ -24,9 +24,10 @@ pub enum GroupBy {
 /// What a group's faults share.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GroupKey {
-    /// The call site: the innermost frame with a source line, or the innermost frame when no
-    /// frame has one (a fault inside `memset` of a libc without debug info is attributed to the
-    /// line that called `memset`). For [`GroupBy::Function`] the line is 0, for
+    /// The call site: the innermost frame of the program's own code that has a source line
+    /// (a fault inside libc's `memset`, or in a standard-library function inlined into the
+    /// program, is attributed to the line that called it); failing that the innermost frame
+    /// with a line, failing that the innermost frame. For [`GroupBy::Function`] the line is 0, for
     /// [`GroupBy::Dso`] only the library is set.
     pub location: Location,
     /// The whole stack, innermost first, for [`GroupBy::Stack`].
@@ -71,7 +72,8 @@ impl Group {
 pub fn call_site(stack: &[Location]) -> Option<&Location> {
     stack
         .iter()
-        .find(|l| l.has_line())
+        .find(|l| l.has_line() && !l.system)
+        .or_else(|| stack.iter().find(|l| l.has_line()))
         .or_else(|| stack.first())
 }
 
@@ -86,6 +88,7 @@ pub fn group_faults<'a>(
         file: "".into(),
         line: 0,
         lib: "[unknown]".into(),
+        system: false,
     };
     let mut groups: FxHashMap<GroupKey, Group> = FxHashMap::default();
     for (faults, stacks) in sources {
@@ -125,6 +128,7 @@ pub fn group_faults<'a>(
                                 file: "".into(),
                                 line: 0,
                                 lib: stack.first().unwrap_or(&unknown).lib.clone(),
+                                system: false,
                             },
                             stack: None,
                             addresses: None,
@@ -183,6 +187,7 @@ mod tests {
             file: if line > 0 { "a.c".into() } else { "".into() },
             line,
             lib: "a.out".into(),
+            system: false,
         }
     }
 
@@ -203,7 +208,14 @@ mod tests {
     #[test]
     fn groups_by_line_and_coverage() {
         let mut stacks = ResolvedStacks::default();
-        stacks.insert(0, vec![loc("memset", 0), loc("main", 10)], vec![1, 2]);
+        let memset = Location {
+            lib: "libc.so.6".into(),
+            file: "memset.S".into(),
+            line: 5,
+            system: true,
+            ..loc("memset", 0)
+        };
+        stacks.insert(0, vec![memset, loc("main", 10)], vec![1, 2]);
         stacks.insert(1, vec![loc("fill", 20), loc("main", 11)], vec![3, 4]);
         stacks.insert(2, vec![loc("other", 30)], vec![5]);
         let mut faults = vec![fault(0, 1); 90];

@@ -21,6 +21,10 @@ pub struct Location {
     pub line: u32,
     /// File name of the library or executable, `[unknown]` outside any file mapping.
     pub lib: Arc<str>,
+    /// Whether the frame is in code the program uses rather than writes: a system library,
+    /// or a standard-library function inlined into the program (Rust's `/rustc/...` sources,
+    /// C++ headers under `/usr/include`).
+    pub system: bool,
 }
 
 impl Location {
@@ -43,12 +47,13 @@ impl Location {
         self.file.rsplit('/').next().unwrap_or(&self.file)
     }
 
-    fn unknown(lib: Arc<str>) -> Location {
+    fn unknown(lib: Arc<str>, system: bool) -> Location {
         Location {
             function: "[unknown]".into(),
             file: "".into(),
             line: 0,
             lib,
+            system,
         }
     }
 }
@@ -124,8 +129,8 @@ impl Symbolizer {
                             }
                             Frame::File(path, offset)
                         }
-                        Some(m) => Frame::Unknown(lib_name(&m.path)),
-                        None => Frame::Unknown("[unknown]".into()),
+                        Some(m) => Frame::Unknown(lib_name(&m.path), is_system_path(&m.path)),
+                        None => Frame::Unknown("[unknown]".into(), false),
                     }
                 })
                 .collect();
@@ -146,7 +151,7 @@ impl Symbolizer {
                             locations.extend(locs.iter().cloned());
                         }
                     }
-                    Frame::Unknown(lib) => locations.push(Location::unknown(lib)),
+                    Frame::Unknown(lib, system) => locations.push(Location::unknown(lib, system)),
                 }
             }
             resolved.insert(id, locations, addresses);
@@ -156,6 +161,7 @@ impl Symbolizer {
 
     fn symbolize_file(&mut self, path: &Path, offsets: &[u64]) {
         let lib = lib_name(&path.to_string_lossy());
+        let system_lib = is_system_path(&path.to_string_lossy());
         let source = Source::Elf(Elf::new(path));
         let results = self
             .inner
@@ -168,12 +174,22 @@ impl Symbolizer {
                     // blazesym lists inlined calls outermost first, each with the location
                     // inside it; the symbol's own location is the call site of the first.
                     for inlined in sym.inlined.iter().rev() {
-                        locations.push(location(&inlined.name, inlined.code_info.as_ref(), &lib));
+                        locations.push(location(
+                            &inlined.name,
+                            inlined.code_info.as_ref(),
+                            &lib,
+                            system_lib,
+                        ));
                     }
-                    locations.push(location(&sym.name, sym.code_info.as_deref(), &lib));
+                    locations.push(location(
+                        &sym.name,
+                        sym.code_info.as_deref(),
+                        &lib,
+                        system_lib,
+                    ));
                     locations
                 }
-                _ => vec![Location::unknown(lib.clone())],
+                _ => vec![Location::unknown(lib.clone(), system_lib)],
             };
             self.cache
                 .insert((path.to_owned(), offset), locations.into());
@@ -183,13 +199,14 @@ impl Symbolizer {
 
 enum Frame {
     File(PathBuf, u64),
-    Unknown(Arc<str>),
+    Unknown(Arc<str>, bool),
 }
 
 fn location(
     name: &str,
     code: Option<&blazesym::symbolize::CodeInfo<'_>>,
     lib: &Arc<str>,
+    system_lib: bool,
 ) -> Location {
     let (file, line) = match code {
         Some(code) => (
@@ -198,12 +215,28 @@ fn location(
         ),
         None => (String::new(), 0),
     };
+    let system = system_lib || file.starts_with("/rustc/") || file.starts_with("/usr/include/");
     Location {
         function: name.into(),
         file: file.into(),
         line,
         lib: lib.clone(),
+        system,
     }
+}
+
+/// Libraries installed with the system, as opposed to the program under study.
+fn is_system_path(path: &str) -> bool {
+    [
+        "/lib/",
+        "/lib64/",
+        "/usr/lib/",
+        "/usr/lib64/",
+        "/usr/libexec/",
+    ]
+    .iter()
+    .any(|prefix| path.starts_with(prefix))
+        || path.starts_with('[')
 }
 
 fn lib_name(path: &str) -> Arc<str> {

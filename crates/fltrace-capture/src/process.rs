@@ -56,8 +56,8 @@ pub struct Process {
     live: LiveStack,
     out: Output,
     pub counters: Counters,
-    /// Set when the kernel reported its exit; finalised after one more drain of all buffers.
-    pub exited: bool,
+    /// The reading round in which the kernel reported its exit; finalised a round later.
+    pub exited_round: Option<u64>,
 }
 
 /// What the recording as a whole passes to each process.
@@ -98,7 +98,7 @@ impl Process {
                 next_stack_id: 0,
             },
             counters: Counters::default(),
-            exited: false,
+            exited_round: None,
         })
     }
 
@@ -109,6 +109,7 @@ impl Process {
         session: &SessionMeta<'_>,
     ) -> Result<Process, fltrace_trace::Error> {
         let mut child = Process::new(pid, Some(parent.pid), session)?;
+        child.generation = parent.generation;
         child.unwinder = parent.unwinder.clone();
         for mapping in parent.maps.values() {
             child.record_mapping(mapping.clone());

@@ -11,7 +11,7 @@ use linux_perf_event_reader::{
     Endianness, EventRecord, Mmap2FileId, PerfEventAttr, RawData, RawEventRecord, RecordParseInfo,
     RecordType,
 };
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use fltrace_trace::{Fault, Mapping, keys};
 
@@ -210,6 +210,12 @@ pub fn record(
         ),
     ];
     let mut state = State {
+        root_pid,
+        round: 0,
+        deferred: Vec::new(),
+        deferred_pids: FxHashSet::default(),
+        replaying: false,
+        finished_set: FxHashSet::default(),
         session_dir: options.dir.clone(),
         read_live_stacks: options.read_live_stacks,
         metadata,
@@ -238,6 +244,7 @@ pub fn record(
 
     let started = Instant::now();
     let mut last_stats = Instant::now();
+    let mut last_memory = Instant::now();
     let mut last_progress = Instant::now();
     let mut exit_status: Option<i32> = None;
     let mut rusage_hwm = 0;
@@ -251,6 +258,7 @@ pub fn record(
                 drained += major.drain(|r| state.handle_major(r));
             }
         }
+        state.end_round(false);
         if let Some(e) = state.error.take() {
             return Err(e);
         }
@@ -273,6 +281,10 @@ pub fn record(
                 if let Some(major) = &mut cpu.major {
                     major.drain(|r| state.handle_major(r));
                 }
+            }
+            state.end_round(true);
+            if let Some(e) = state.error.take() {
+                return Err(e);
             }
             break;
         }
@@ -304,6 +316,10 @@ pub fn record(
             }
         }
 
+        if last_memory.elapsed() >= Duration::from_millis(100) {
+            state.sample_memory();
+            last_memory = Instant::now();
+        }
         if last_stats.elapsed() >= Duration::from_secs(1) {
             state.write_stats()?;
             last_stats = Instant::now();
@@ -482,8 +498,30 @@ fn monotonic_now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// A record set aside until the process it belongs to is known.
+struct Deferred {
+    round: u64,
+    kind: u32,
+    misc: u16,
+    bytes: Vec<u8>,
+}
+
 /// Everything the record handlers update.
+///
+/// Records are read CPU by CPU, so a child's first records can be read before the fork
+/// record (on its parent's CPU) that introduces it. Such records are deferred until a whole
+/// further round of reading has passed: by then the fork record, written before the child ran,
+/// has been read. Likewise a process is finalised one round after its exit record.
 struct State {
+    root_pid: u32,
+    /// Rounds of reading every ring buffer completed.
+    round: u64,
+    deferred: Vec<Deferred>,
+    deferred_pids: FxHashSet<u32>,
+    /// Replaying deferred records: create unknown processes instead of deferring again.
+    replaying: bool,
+    /// Processes whose files are complete: late records for them are dropped.
+    finished_set: FxHashSet<u32>,
     session_dir: PathBuf,
     read_live_stacks: bool,
     metadata: Vec<(String, String)>,
@@ -568,6 +606,30 @@ impl State {
         let Ok(parsed) = raw.parse() else {
             return Ok(());
         };
+        let owner = match &parsed {
+            EventRecord::Sample(s) => s.pid,
+            EventRecord::Mmap2(m) => Some(m.pid),
+            EventRecord::Comm(c) => Some(c.pid),
+            EventRecord::Fork(f) if f.pid != f.ppid => Some(f.ppid),
+            EventRecord::Exit(e) => Some(e.pid),
+            _ => None,
+        };
+        if let Some(pid) = owner.filter(|p| *p > 0).map(|p| p as u32) {
+            if self.finished_set.contains(&pid) {
+                return Ok(());
+            }
+            let unknown = !self.processes.contains_key(&pid) && pid != self.root_pid;
+            if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
+                self.deferred_pids.insert(pid);
+                self.deferred.push(Deferred {
+                    round: self.round,
+                    kind: record.kind,
+                    misc: record.misc,
+                    bytes: record.data.as_slice().into_owned(),
+                });
+                return Ok(());
+            }
+        }
         match parsed {
             EventRecord::Sample(sample) => self.sample(&sample),
             EventRecord::Mmap2(m) if m.pid > 0 => {
@@ -610,8 +672,7 @@ impl State {
             }
             EventRecord::Exit(e) if e.pid == e.tid => {
                 if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
-                    p.sample_memory();
-                    p.exited = true;
+                    p.exited_round = Some(self.round);
                 }
                 Ok(())
             }
@@ -697,21 +758,65 @@ impl State {
         }
     }
 
+    fn sample_memory(&mut self) {
+        for process in self
+            .processes
+            .values_mut()
+            .filter(|p| p.exited_round.is_none())
+        {
+            process.sample_memory();
+        }
+    }
+
     fn write_stats(&mut self) -> Result<(), Error> {
         let now = unix_now_ns() / 1_000_000_000;
         for process in self.processes.values_mut() {
-            process.sample_memory();
             process.write_stats(now, self.lost)?;
         }
         Ok(())
     }
 
     /// Processes whose exit was seen in an earlier pass: all their records are in by now.
+    /// Ends a round of reading: replays the records deferred a round ago (all of them when
+    /// `last`).
+    fn end_round(&mut self, last: bool) {
+        let round = self.round;
+        self.round += 1;
+        let (ready, waiting): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| last || d.round < round);
+        if ready.is_empty() {
+            self.deferred = waiting;
+            return;
+        }
+        self.deferred_pids.clear();
+        self.replaying = true;
+        for d in &ready {
+            self.handle(crate::ring::RawRecord {
+                kind: d.kind,
+                misc: d.misc,
+                data: RawData::Single(&d.bytes),
+            });
+        }
+        self.replaying = false;
+        for d in &waiting {
+            if let Some(pid) = owner_of_bytes(&d.bytes, d.kind) {
+                self.deferred_pids.insert(pid);
+            }
+        }
+        self.deferred = waiting;
+    }
+
+    /// Processes whose exit was read a round ago: all their records are in by now. The root
+    /// stays open until the end: its peak memory comes from wait4 after it exits.
     fn finish_exited(&mut self) -> Result<(), Error> {
+        let round = self.round;
         let exited: Vec<u32> = self
             .processes
             .iter()
-            .filter(|(_, p)| p.exited)
+            .filter(|(pid, p)| {
+                p.exited_round.is_some_and(|r| r + 1 < round) && **pid != self.root_pid
+            })
             .map(|(pid, _)| *pid)
             .collect();
         let now = unix_now_ns() / 1_000_000_000;
@@ -720,6 +825,7 @@ impl State {
                 process.write_stats(now, self.lost)?;
                 process.finish()?;
                 self.finished.push(pid);
+                self.finished_set.insert(pid);
             }
         }
         Ok(())
@@ -734,4 +840,13 @@ impl State {
         }
         Ok(std::mem::take(&mut self.finished))
     }
+}
+
+/// The process a deferred record belongs to: every deferred record kind starts with the pid
+/// except fork, whose parent pid is its second field.
+fn owner_of_bytes(bytes: &[u8], kind: u32) -> Option<u32> {
+    const PERF_RECORD_FORK: u32 = 7;
+    let offset = if kind == PERF_RECORD_FORK { 4 } else { 0 };
+    let field = bytes.get(offset..offset + 4)?;
+    Some(u32::from_ne_bytes(field.try_into().ok()?))
 }

@@ -138,7 +138,7 @@ impl Tracepoint {
     }
 }
 
-/// Parses lines like `field:unsigned long address;	offset:8;	size:8;	signed:0;`.
+/// Parses lines like `field:unsigned long address; offset:8; size:8; signed:0;` (tab-separated).
 fn parse_format(format: &str) -> Vec<(String, usize, usize)> {
     let mut fields = Vec::new();
     for line in format.lines() {

@@ -92,13 +92,24 @@ impl ElfFile {
     }
 
     /// The load bias of a mapping of this file at `start` from file offset `pgoff`.
+    ///
+    /// NB: the segment is the one whose page-aligned file offset is `pgoff`; with lld's layout
+    /// the previous segment's file range can end inside that same page, and choosing it would
+    /// shift every address by a page.
     fn bias(&self, start: u64, pgoff: u64) -> Option<u64> {
         let page_mask = !(crate::ring::page_size() as u64 - 1);
-        self.segments.iter().find_map(|&(offset, vaddr, size)| {
-            let seg_page = offset & page_mask;
-            (seg_page <= pgoff && pgoff < offset + size.max(1))
-                .then(|| start.wrapping_sub(vaddr.wrapping_sub(offset).wrapping_add(pgoff)))
-        })
+        let exact = self
+            .segments
+            .iter()
+            .find(|(offset, _, _)| offset & page_mask == pgoff);
+        let containing = || {
+            self.segments
+                .iter()
+                .filter(|(offset, _, size)| offset & page_mask <= pgoff && pgoff < offset + size)
+                .max_by_key(|(offset, _, _)| *offset)
+        };
+        let &(offset, vaddr, _) = exact.or_else(containing)?;
+        Some(start.wrapping_sub(vaddr.wrapping_sub(offset).wrapping_add(pgoff)))
     }
 
     fn section_info(&self) -> ExplicitModuleSectionInfo<SectionBytes> {
@@ -160,8 +171,11 @@ impl ElfCache {
 pub enum UnwindEnd {
     /// It reached the outermost frame.
     Complete,
-    /// It could not go further (the stack copy ended, or no unwind rule applied).
+    /// It could not go further: the stack copy ended and the live stack could not be read.
     Truncated,
+    /// framehop stopped without recognising an outermost frame, with all the stack it asked
+    /// for (common at `_start` and in hand-written assembly; not a lack of stack bytes).
+    Stopped,
 }
 
 /// The unwinder of one address space.
@@ -194,7 +208,7 @@ impl AddressSpaceUnwinder {
 
     /// Unwinds from the sampled registers over the sampled stack bytes (which start at `sp`),
     /// appending frame addresses to `frames`, innermost first. Words beyond the copy are read
-    /// from `beyond` (the live process), and `used_beyond` tells whether that happened.
+    /// from `beyond` (the live process).
     pub fn unwind(
         &self,
         cache: &mut CacheX86_64,
@@ -216,12 +230,18 @@ impl AddressSpaceUnwinder {
         };
         let regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut iter = self.unwinder.iter_frames(ip, regs, cache, &mut read_stack);
-        loop {
+        let finished = loop {
             match iter.next() {
                 Ok(Some(frame)) if frames.len() < MAX_FRAMES => frames.push(frame.address()),
-                Ok(None) => return UnwindEnd::Complete,
-                Ok(Some(_)) | Err(_) => return UnwindEnd::Truncated,
+                Ok(None) => break true,
+                Ok(Some(_)) | Err(_) => break false,
             }
+        };
+        drop(iter);
+        match (finished, beyond.failed) {
+            (true, _) => UnwindEnd::Complete,
+            (false, true) => UnwindEnd::Truncated,
+            (false, false) => UnwindEnd::Stopped,
         }
     }
 }
@@ -241,6 +261,8 @@ pub struct LiveStack {
     chunk: Box<[u8; LIVE_CHUNK]>,
     /// Whether any word came from the live process during the current unwind.
     pub used: bool,
+    /// Whether a word was needed that neither the copy nor the live process had.
+    pub failed: bool,
 }
 
 const LIVE_CHUNK: usize = 4096;
@@ -254,6 +276,7 @@ impl LiveStack {
             len: 0,
             chunk: Box::new([0; LIVE_CHUNK]),
             used: false,
+            failed: false,
         }
     }
 
@@ -261,9 +284,16 @@ impl LiveStack {
     pub fn reset(&mut self) {
         self.len = 0;
         self.used = false;
+        self.failed = false;
     }
 
     fn read(&mut self, addr: u64) -> Option<u64> {
+        let word = self.read_word(addr);
+        self.failed |= word.is_none();
+        word
+    }
+
+    fn read_word(&mut self, addr: u64) -> Option<u64> {
         if self.pid <= 0 {
             return None;
         }
@@ -295,5 +325,35 @@ impl LiveStack {
         let mut word = [0; 8];
         word.copy_from_slice(&self.chunk[offset..offset + 8]);
         Some(u64::from_ne_bytes(word))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elf_with_segments(segments: Vec<(u64, u64, u64)>) -> ElfFile {
+        ElfFile {
+            file: Arc::new(
+                memmap2::MmapMut::map_anon(1)
+                    .expect("anonymous map")
+                    .make_read_only()
+                    .expect("read-only"),
+            ),
+            sections: Vec::new(),
+            segments,
+            build_id: String::new(),
+        }
+    }
+
+    /// lld layout: r-- segment at offset 0 whose file range runs into the page where the r-x
+    /// segment (offset 0x13000, address 0x14000) starts. The bias must come from the r-x one.
+    #[test]
+    fn bias_uses_the_segment_starting_in_the_mapped_page() {
+        let elf = elf_with_segments(vec![(0, 0, 0x13e14), (0x13e20, 0x14e20, 0x3e000)]);
+        assert_eq!(elf.bias(0x5555_0001_4000, 0x13000), Some(0x5555_0000_0000));
+        // gcc/ld layout: offsets equal addresses.
+        let elf = elf_with_segments(vec![(0, 0, 0x600), (0x1000, 0x1000, 0x200)]);
+        assert_eq!(elf.bias(0x5555_0000_1000, 0x1000), Some(0x5555_0000_0000));
     }
 }

@@ -32,7 +32,8 @@ impl Mapping {
 
     /// Whether the mapping is backed by a file (as opposed to anonymous memory).
     pub fn is_file(&self) -> bool {
-        self.path.starts_with('/')
+        // perf names anonymous mappings `//anon`.
+        self.path.starts_with('/') && !self.path.starts_with("//")
     }
 
     /// Whether the mapping holds code.

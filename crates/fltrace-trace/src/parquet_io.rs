@@ -51,6 +51,9 @@ const MAPPING_SCHEMA: &str = "message mapping {
   required binary build_id (STRING);
 }";
 
+/// Key-value pairs of a Parquet footer.
+pub type Metadata = Vec<(String, String)>;
+
 /// Rows buffered before a row group is written: bounds the recorder's memory.
 const FAULT_ROW_GROUP: usize = 1 << 20;
 const STACK_ROW_GROUP: usize = 1 << 16;
@@ -437,7 +440,7 @@ struct ColumnData<T> {
 }
 
 /// Reads a faults file: its rows and its footer metadata.
-pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Vec<(String, String)>), Error> {
+pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Metadata), Error> {
     let table = TableReader::open(path)?;
     table.check_columns(FAULT_SCHEMA)?;
     let time = table.u64s(0)?;

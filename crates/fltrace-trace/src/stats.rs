@@ -36,10 +36,14 @@ pub fn last_value(path: &Path, name: &str) -> Result<Option<u64>, Error> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     Ok(text
         .lines()
+        .rev()
         .filter_map(parse_line)
-        .filter_map(|(_, counters)| counters.into_iter().find(|(n, _)| n == name))
-        .map(|(_, v)| v)
-        .last())
+        .find_map(|(_, counters)| {
+            counters
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v)
+        }))
 }
 
 #[cfg(test)]

@@ -1,0 +1,181 @@
+//! The original tool's commands and files, and what a user sees.
+
+use super::util::*;
+
+/// The seed's option syntax, `-L=140` and `-L 140`, is accepted (not yet enforced).
+#[test]
+fn original_option_syntax_is_accepted() {
+    let w = workloads();
+    let dir = Dir::new();
+    for args in [&["-L=140", "-M=1000"][..], &["-L", "140", "-M", "1000"][..]] {
+        let out = dir
+            .fltrace()
+            .arg("record")
+            .args(args)
+            .arg("--")
+            .arg(&w.faults)
+            .args(["nested", "3"])
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The stats file has the original's lines, so the seed's grep finds memory_used, and lost is 0.
+#[test]
+fn stats_file_serves_the_seeds_grep() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "2000"]);
+    let pid = dir.pids("stats", "out")[0];
+    let text =
+        std::fs::read_to_string(fltrace_trace::files::stats(dir.path(), pid)).expect("stats");
+    let line = text.lines().last().expect("a line");
+    let (time, counters) = fltrace_trace::stats::parse_line(line).expect("stats line format");
+    assert!(time > 1_600_000_000, "unix time first");
+    let get = |n: &str| counters.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+    // 2000 pages written: peak resident memory is at least that.
+    assert!(get("memory_used").unwrap_or(0) >= 2000 * 4096, "{line}");
+    assert_eq!(get("lost"), Some(0));
+    assert!(get("faults").unwrap_or(0) >= 2000);
+    let maps =
+        std::fs::read_to_string(fltrace_trace::files::procmaps(dir.path(), pid)).expect("procmaps");
+    assert!(
+        maps.lines()
+            .any(|l| l.ends_with("/faults") && l.contains(" r-xp ")),
+        "{maps}"
+    );
+}
+
+/// report writes the original CSV report file and prints the table with the coverage line.
+#[test]
+fn report_writes_original_csv_and_table() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "100"]);
+    let out = dir.run(&["report"]);
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    let fill = format!("faults.c:{}", site("faults.c", "fill"));
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains(&fill) && l.contains(" 100 ")),
+        "{table}"
+    );
+    assert!(
+        table.contains("code locations cover 95% of faults"),
+        "{table}"
+    );
+
+    let pid = dir.pids("faults", "parquet")[0];
+    let csv = std::fs::read_to_string(fltrace_trace::files::path(dir.path(), "report", pid, "out"))
+        .expect("report file");
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("ips,flags,count,percent,op,type,lib,code")
+    );
+    let top = lines.next().expect("a row");
+    let fields: Vec<&str> = top.split(',').collect();
+    assert_eq!(fields[1], "33", "write + zero page flags: {top}");
+    assert_eq!(fields[2], "100");
+    assert_eq!((fields[4], fields[5]), ("write", "zero"));
+    let innermost = fields[7].split('|').next().unwrap_or("");
+    assert!(innermost.ends_with(&format!("/{fill}")), "{top}");
+}
+
+/// `--by line --format csv` has count, function, file and line columns.
+#[test]
+fn line_csv_columns() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "50"]);
+    let out = dir.run(&["report", "--by", "line", "--format", "csv"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no {name} column"))
+    };
+    let row: Vec<&str> = lines.next().expect("row").split(',').collect();
+    assert_eq!(row[col("count")], "50");
+    assert_eq!(row[col("function")], "fill");
+    assert!(row[col("file")].ends_with("faults.c"));
+    assert_eq!(row[col("line")], site("faults.c", "fill").to_string());
+}
+
+/// visualize writes both flamegraphs with `lib|file:line` frames and tagged, coloured leaves.
+#[test]
+fn visualize_writes_flamegraphs() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "100"]);
+    let out = dir.run(&["visualize"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = dir.pids("faults", "parquet")[0];
+    let frame = format!("faults|faults.c:{}", site("faults.c", "fill"));
+    for kind in ["flamegraph", "flamegraph-alloc"] {
+        let svg = std::fs::read_to_string(fltrace_trace::files::path(dir.path(), kind, pid, "svg"))
+            .expect("svg");
+        assert!(svg.contains(&frame), "{kind} lacks {frame}");
+        let leaf = svg
+            .find("<title>[write] (100 faults")
+            .expect("write leaf with 100 faults");
+        assert!(
+            svg[leaf..].contains("fill=\"rgb(255,0,0)\""),
+            "write leaf is red"
+        );
+    }
+}
+
+/// report acts on the newest recording; older ones stay selectable by pid; nothing is deleted.
+#[test]
+fn newest_recording_by_default_and_nothing_deleted() {
+    let w = workloads();
+    let dir = Dir::new();
+    let keep = dir.path().join("fltrace-data-faults-1-0.out");
+    std::fs::write(&keep, "an old trace of the original tool").expect("write");
+    dir.record(&[&w.faults], &["nested", "11"]);
+    let first = dir.pids("faults", "parquet")[0];
+    dir.record(&[&w.faults], &["nested", "22"]);
+    assert!(keep.exists(), "record deleted another file");
+    assert_eq!(dir.pids("faults", "parquet").len(), 2);
+    let fill = site("faults.c", "fill");
+    assert_eq!(
+        count_at(&dir.report_json(&["--by", "line"]), "faults.c", fill),
+        22
+    );
+    assert_eq!(
+        count_at(
+            &dir.report_json(&["--by", "line", "--pid", &first.to_string()]),
+            "faults.c",
+            fill
+        ),
+        11
+    );
+}
+
+/// `--time` keeps only faults in the window.
+#[test]
+fn time_window_filters() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "40"]);
+    let all = dir.report_json(&[]);
+    assert!(all["faults"].as_u64().unwrap_or(0) >= 40);
+    let none = dir.report_json(&["--time", "1000..2000"]);
+    assert_eq!(none["faults"], 0);
+}

@@ -1,0 +1,85 @@
+//! Bad input gets one clear line and a non-zero exit.
+
+use super::util::*;
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A command that does not exist.
+#[test]
+fn missing_command() {
+    let dir = Dir::new();
+    let out = dir.run(&["record", "--", "fltrace-no-such-command"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_of(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot run `fltrace-no-such-command`") && err.contains("No such file"),
+        "{err}"
+    );
+}
+
+/// A file that is not executable.
+#[test]
+fn unrunnable_command() {
+    let dir = Dir::new();
+    let script = dir.path().join("not-executable");
+    std::fs::write(&script, "#!/bin/sh\n").expect("write");
+    let out = dir.run(&["record", "--", script.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("Permission denied"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+/// Bad option values.
+#[test]
+fn bad_option_values() {
+    let dir = Dir::new();
+    for (args, needle) in [
+        (
+            &["record", "-L=abc", "-M=10", "--", "true"][..],
+            "not a whole number",
+        ),
+        (&["record", "-L=0", "-M=10", "--", "true"][..], "positive"),
+        (
+            &["record", "-L=100", "-M=10", "--", "true"][..],
+            "must not exceed",
+        ),
+        (&["record", "-L=100", "--", "true"][..], "go together"),
+        (&["record"][..], "no command given"),
+        (&["report", "--time", "5..1"][..], "ends before it starts"),
+    ] {
+        let out = dir.run(args);
+        assert_ne!(out.status.code(), Some(0), "{args:?} succeeded");
+        assert!(
+            stderr_of(&out).contains(needle),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+    }
+}
+
+/// report in a directory without a recording.
+#[test]
+fn report_without_recording() {
+    let dir = Dir::new();
+    let out = dir.run(&["report"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("no fltrace recording"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+/// The traced command's exit status is fltrace's.
+#[test]
+fn exit_status_is_passed_on() {
+    let dir = Dir::new();
+    let out = dir.run(&["record", "-q", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+}

@@ -1,0 +1,5 @@
+mod cli;
+mod errors;
+mod processes;
+mod stacks;
+mod util;

@@ -1,0 +1,167 @@
+//! Child processes, exec, crashes, interruption and attaching.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::util::*;
+
+/// A child forked without exec gets its own trace, with its faults and not the parent's.
+#[test]
+fn fork_without_exec_has_its_own_trace() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["fork", "40"]);
+    let pids = dir.pids("faults", "parquet");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    let (parent, child) = (pids[0], pids[1]);
+    let child_report = dir.report_json(&["--by", "line", "--pid", &child.to_string()]);
+    assert_eq!(
+        count_at(&child_report, "faults.c", site("faults.c", "child")),
+        40
+    );
+    assert_eq!(
+        count_at(&child_report, "faults.c", site("faults.c", "fill")),
+        0
+    );
+    let parent_report = dir.report_json(&["--by", "line", "--pid", &parent.to_string()]);
+    assert_eq!(
+        count_at(&parent_report, "faults.c", site("faults.c", "fill")),
+        40
+    );
+    assert_eq!(
+        count_at(&parent_report, "faults.c", site("faults.c", "child")),
+        0
+    );
+}
+
+/// Faults before and after exec are both symbolized, each with its own image's mappings.
+#[test]
+fn exec_keeps_both_images() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["exec", "30"]);
+    assert_eq!(dir.pids("faults", "parquet").len(), 1, "exec keeps the pid");
+    let report = dir.report_json(&["--by", "stack"]);
+    let fill = site("faults.c", "fill") as u64;
+    let (mut before, mut after) = (0, 0);
+    let in_faults_c =
+        |g: &&serde_json::Value| g["file"].as_str().is_some_and(|f| f.ends_with("faults.c"));
+    for g in groups(&report)
+        .filter(|g| g["line"] == fill)
+        .filter(in_faults_c)
+    {
+        let frames: Vec<&str> = g["stack"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["function"].as_str())
+            .collect();
+        if frames.contains(&"level1") {
+            after += g["count"].as_u64().unwrap_or(0);
+        } else {
+            before += g["count"].as_u64().unwrap_or(0);
+        }
+    }
+    assert_eq!((before, after), (30, 30));
+}
+
+/// A target that crashes still leaves a complete, readable trace, and its status is passed on.
+#[test]
+fn crashing_target_leaves_a_trace() {
+    let w = workloads();
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "-q", "--"])
+        .arg(&w.faults)
+        .args(["crash", "25"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(128 + libc::SIGSEGV));
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(count_at(&report, "faults.c", site("faults.c", "fill")), 25);
+    let crash_faults = count_at(&report, "faults.c", site("faults.c", "crash"));
+    assert_eq!(crash_faults, 1, "the null write itself is a recorded fault");
+}
+
+fn wait_ready(child: &mut std::process::Child) {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("workload prints");
+    assert_eq!(line.trim(), "ready");
+}
+
+/// Ctrl-C (SIGINT to fltrace) stops the command and still writes a complete trace.
+#[test]
+fn interrupt_writes_a_complete_trace() {
+    let w = workloads();
+    let dir = Dir::new();
+    let mut child = dir
+        .fltrace()
+        .args(["record", "-q", "--"])
+        .arg(&w.faults)
+        .args(["wait", "30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    wait_ready(&mut child);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().expect("fltrace exits");
+    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(count_at(&report, "faults.c", site("faults.c", "fill")), 30);
+}
+
+/// `record -p PID` attaches to a running process and records its faults until interrupted.
+#[test]
+fn attach_to_running_process() {
+    let w = workloads();
+    let dir = Dir::new();
+    let mut target = std::process::Command::new(&w.faults)
+        .args(["loop", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("workload runs");
+    wait_ready(&mut target);
+    let mut recorder = dir
+        .fltrace()
+        .args(["record", "-q", "-p", &target.id().to_string()])
+        .spawn()
+        .expect("fltrace runs");
+    // Let the loop run a few rounds of 50 ms while attached.
+    let start = Instant::now();
+    let stats = fltrace_trace::files::stats(dir.path(), target.id());
+    while start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(200));
+        let faults = fltrace_trace::stats::last_value(&stats, "faults")
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        if faults >= 60 {
+            break;
+        }
+    }
+    // SAFETY: signalling our own children.
+    unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) };
+    assert!(recorder.wait().expect("fltrace exits").success());
+    let _ = target.kill();
+    let _ = target.wait();
+    let report = dir.report_json(&["--by", "line"]);
+    let fill = count_at(&report, "faults.c", site("faults.c", "fill"));
+    assert!(fill >= 60, "{fill} faults recorded while attached");
+    assert_eq!(fill % 20, 0, "whole rounds of 20 pages: {fill}");
+    let stack = stack_at(
+        &dir.report_json(&["--by", "stack"]),
+        "faults.c",
+        site("faults.c", "fill"),
+    );
+    assert_eq!(
+        stack.last().map(|f| f.0.as_str()),
+        Some("_start"),
+        "{stack:?}"
+    );
+}

@@ -1,0 +1,182 @@
+//! Fault sites and complete stacks in code built without frame pointers.
+
+use super::util::*;
+
+/// Every fault of the nested workload is at the fill line, exactly as many as pages, and the
+/// stack names each caller's line of call (not the line after), out to `_start`.
+#[test]
+fn nested_calls_have_exact_lines_and_complete_stacks() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "300"]);
+    let by_line = dir.report_json(&["--by", "line"]);
+    assert_eq!(
+        count_at(&by_line, "faults.c", site("faults.c", "fill")),
+        300
+    );
+    assert_eq!(by_line["lost"], 0);
+
+    let by_stack = dir.report_json(&["--by", "stack"]);
+    let stack = stack_at(&by_stack, "faults.c", site("faults.c", "fill"));
+    let ours: Vec<(String, u64)> = stack
+        .iter()
+        .filter(|(_, file, _)| file == "faults.c")
+        .map(|(f, _, l)| (f.clone(), *l))
+        .collect();
+    assert_eq!(
+        ours,
+        vec![
+            ("fill".to_owned(), site("faults.c", "fill") as u64),
+            ("level2".to_owned(), site("faults.c", "level2") as u64),
+            ("level1".to_owned(), site("faults.c", "level1") as u64),
+            ("main".to_owned(), site("faults.c", "main") as u64),
+        ]
+    );
+    assert_eq!(
+        stack.last().map(|f| f.0.as_str()),
+        Some("_start"),
+        "{stack:?}"
+    );
+}
+
+/// Loads are reported as reads, on the reading line.
+#[test]
+fn read_faults_are_reads() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["read", "64"]);
+    let report = dir.report_json(&["--by", "line"]);
+    let group = groups(&report)
+        .find(|g| g["line"] == site("faults.c", "read"))
+        .expect("read site");
+    assert_eq!(
+        (group["count"].as_u64(), group["kind"].as_str()),
+        (Some(64), Some("read"))
+    );
+}
+
+/// Threads' stacks reach the thread start; each thread is its own tid in the trace.
+#[test]
+fn thread_stacks_reach_thread_start() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["threads", "3", "50"]);
+    let report = dir.report_json(&["--by", "stack"]);
+    let site_line = site("faults.c", "thread");
+    let total: u64 = groups(&report)
+        .filter(|g| g["line"] == site_line)
+        .map(|g| g["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(total, 150);
+    let stack = stack_at(&report, "faults.c", site_line);
+    let outermost = stack.last().map(|f| f.0.as_str());
+    assert!(
+        matches!(outermost, Some("clone3" | "start_thread")),
+        "{stack:?}"
+    );
+    assert!(stack.iter().any(|f| f.0 == "worker"), "{stack:?}");
+
+    let pid = dir.pids("faults", "parquet")[0];
+    let recording = fltrace_trace::Recording::latest(dir.path()).expect("recording");
+    let trace = recording.load(pid).expect("trace");
+    let mut tids: Vec<u32> = trace
+        .faults
+        .iter()
+        .map(|f| f.tid)
+        .filter(|&t| t != pid)
+        .collect();
+    tids.sort_unstable();
+    tids.dedup();
+    assert_eq!(
+        tids.len(),
+        3,
+        "faults from three threads besides the main one"
+    );
+}
+
+/// A Rust release build (no frame pointers) unwinds to main through std's runtime.
+#[test]
+fn rust_release_build_unwinds() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.touch_rs], &["500"]);
+    let report = dir.report_json(&["--by", "stack"]);
+    let line = site("touch.rs", "rust_fill");
+    let total: u64 = groups(&report)
+        .filter(|g| {
+            g["file"].as_str().is_some_and(|f| f.ends_with("touch.rs")) && g["line"] == line
+        })
+        .map(|g| g["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(total, 500);
+    let stack = stack_at(&report, "touch.rs", line);
+    assert!(stack.iter().any(|f| f.0 == "touch::main"), "{stack:?}");
+    assert_eq!(
+        stack.last().map(|f| f.0.as_str()),
+        Some("_start"),
+        "{stack:?}"
+    );
+}
+
+/// Faults inside a library loaded with dlopen are attributed to the library's source.
+#[test]
+fn dlopen_library_is_symbolized() {
+    let w = workloads();
+    let dir = Dir::new();
+    let lib = w.libfault.to_str().expect("utf-8 path");
+    dir.record(&[&w.faults], &["dlopen", lib, "40"]);
+    let report = dir.report_json(&["--by", "line"]);
+    let group = groups(&report)
+        .find(|g| {
+            g["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("libfault.c"))
+        })
+        .expect("a group in libfault.c");
+    assert_eq!(group["line"], site("libfault.c", "lib"));
+    assert_eq!(group["count"], 40);
+    assert_eq!(group["lib"], "libfault.so");
+}
+
+/// Faults on a file mapping are reads of the page cache, not first touches. The kernel maps
+/// neighbouring cached pages on each fault (fault-around), so there are at most as many
+/// faults as pages.
+#[test]
+fn file_backed_mapping_faults() {
+    let w = workloads();
+    let dir = Dir::new();
+    let file = dir.path().join("data.bin");
+    std::fs::write(&file, vec![7u8; 32 * 4096]).expect("data file");
+    dir.record(&[&w.faults], &["file", file.to_str().expect("utf-8"), "32"]);
+    let report = dir.report_json(&["--by", "line"]);
+    let group = groups(&report)
+        .find(|g| g["line"] == site("faults.c", "read"))
+        .expect("read site");
+    let count = group["count"].as_u64().unwrap_or(0);
+    assert!((1..=32).contains(&count), "{count} faults on 32 pages");
+    assert_eq!(
+        (group["kind"].as_str(), group["first_touches"].as_u64()),
+        (Some("read"), Some(0))
+    );
+}
+
+/// Faults the kernel takes in read(2) are recorded with the stack of the system call.
+#[test]
+fn syscall_faults_carry_the_callers_stack() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["syscall", "16"]);
+    let report = dir.report_json(&["--by", "stack"]);
+    let line = site("faults.c", "syscall") as u64;
+    let total: u64 = groups(&report)
+        .filter(|g| {
+            g["stack"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|f| f["line"] == line && f["function"] == "main")
+        })
+        .map(|g| g["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(total, 16);
+}

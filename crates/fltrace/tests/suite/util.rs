@@ -1,0 +1,187 @@
+//! Building the workloads, running fltrace in a temporary directory, reading its output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// The workload sources.
+pub fn workloads_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads")
+}
+
+/// The built workloads, once per test binary.
+pub struct Workloads {
+    _dir: tempfile::TempDir,
+    /// `faults.c`, gcc -O2 -g without frame pointers.
+    pub faults: PathBuf,
+    /// `libfault.c` as a shared library.
+    pub libfault: PathBuf,
+    /// `touch.rs`, rustc -O -g (no frame pointers).
+    pub touch_rs: PathBuf,
+}
+
+fn build(cmd: &mut Command) {
+    let out = cmd.output().expect("compiler runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn workloads() -> &'static Workloads {
+    static BUILT: OnceLock<Workloads> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let src = workloads_dir();
+        let faults = dir.path().join("faults");
+        let libfault = dir.path().join("libfault.so");
+        let touch_rs = dir.path().join("touch_rs");
+        build(
+            Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+                .arg(&faults)
+                .arg(src.join("faults.c"))
+                .args(["-ldl", "-lpthread"]),
+        );
+        build(
+            Command::new("gcc")
+                .args([
+                    "-O2",
+                    "-g",
+                    "-fomit-frame-pointer",
+                    "-shared",
+                    "-fPIC",
+                    "-o",
+                ])
+                .arg(&libfault)
+                .arg(src.join("libfault.c")),
+        );
+        build(
+            Command::new("rustc")
+                .args(["-C", "opt-level=2", "-g", "--edition", "2021", "-o"])
+                .arg(&touch_rs)
+                .arg(src.join("touch.rs")),
+        );
+        Workloads {
+            _dir: dir,
+            faults,
+            libfault,
+            touch_rs,
+        }
+    })
+}
+
+/// The line of the `SITE:<name>` marker in a workload source.
+pub fn site(file: &str, name: &str) -> u32 {
+    let text = std::fs::read_to_string(workloads_dir().join(file)).expect("workload source");
+    let marker = format!("SITE:{name} ");
+    let marker_end = format!("SITE:{name}");
+    text.lines()
+        .position(|l| l.contains(&marker) || l.trim_end().ends_with(&marker_end))
+        .map(|i| i as u32 + 1)
+        .unwrap_or_else(|| panic!("no SITE:{name} in {file}"))
+}
+
+/// A temporary directory to record in.
+pub struct Dir(pub tempfile::TempDir);
+
+impl Dir {
+    pub fn new() -> Dir {
+        Dir(tempfile::tempdir().expect("temp dir"))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// `fltrace <args>` run in this directory with a clean environment.
+    pub fn fltrace(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fltrace"));
+        cmd.current_dir(self.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.fltrace().args(args).output().expect("fltrace runs")
+    }
+
+    /// Records `command` and checks that fltrace succeeded.
+    pub fn record(&self, command: &[&Path], args: &[&str]) -> Output {
+        let out = self
+            .fltrace()
+            .args(["record", "-q", "--"])
+            .args(command)
+            .args(args)
+            .output()
+            .expect("fltrace runs");
+        assert!(
+            out.status.success(),
+            "record failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// `fltrace report --format json` with extra arguments, parsed.
+    pub fn report_json(&self, extra: &[&str]) -> Value {
+        let out = self.run(&[&["report", "--format", "json", "--top", "0"], extra].concat());
+        assert!(
+            out.status.success(),
+            "report failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("report prints JSON")
+    }
+
+    /// The pids of the files of kind `kind` in the directory.
+    pub fn pids(&self, kind: &str, ext: &str) -> Vec<u32> {
+        let mut pids: Vec<u32> = std::fs::read_dir(self.path())
+            .expect("dir")
+            .filter_map(|e| fltrace_trace::files::pid_of(e.ok()?.file_name().to_str()?, kind, ext))
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+}
+
+/// The count of the group at `file:line` in a `--by line` JSON report (0 if none).
+pub fn count_at(report: &Value, file: &str, line: u32) -> u64 {
+    groups(report)
+        .filter(|g| g["file"].as_str().is_some_and(|f| f.ends_with(file)) && g["line"] == line)
+        .map(|g| g["count"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+pub fn groups(report: &Value) -> impl Iterator<Item = &Value> {
+    report["groups"].as_array().into_iter().flatten()
+}
+
+/// `function@file:line` frames of the largest `--by stack` group whose call site is `line` of `file`.
+pub fn stack_at(report: &Value, file: &str, line: u32) -> Vec<(String, String, u64)> {
+    let group = groups(report)
+        .find(|g| g["file"].as_str().is_some_and(|f| f.ends_with(file)) && g["line"] == line)
+        .unwrap_or_else(|| panic!("no stack with a call site at {file}:{line}"));
+    group["stack"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap_or("").to_owned(),
+                f["file"]
+                    .as_str()
+                    .unwrap_or("")
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .to_owned(),
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,14 @@
+// A library the faults workload loads with dlopen: its faults must be attributed to this file.
+#include <stddef.h>
+#include <sys/mman.h>
+
+__attribute__((noinline)) static void lib_touch(volatile char *p, size_t pages) {
+    for (size_t i = 0; i < pages; i++)
+        p[i * 4096] = 3; /* SITE:lib */
+}
+
+void lib_fill(size_t pages) {
+    char *p = mmap(0, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    madvise(p, pages * 4096, MADV_NOHUGEPAGE);
+    lib_touch(p, pages);
+}
