@@ -58,10 +58,13 @@ impl Location {
     }
 }
 
+/// One stack's locations (innermost first, inlined frames expanded) and raw addresses.
+type ResolvedStack = (Arc<[Location]>, Arc<[u64]>);
+
 /// The symbolized stacks of one process: for each stack id, its locations innermost first.
 #[derive(Debug, Default, Clone)]
 pub struct ResolvedStacks {
-    stacks: FxHashMap<u32, (Arc<[Location]>, Arc<[u64]>)>,
+    stacks: FxHashMap<u32, ResolvedStack>,
 }
 
 impl ResolvedStacks {

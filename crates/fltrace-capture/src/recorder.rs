@@ -265,11 +265,11 @@ pub fn record(
         state.finish_exited()?;
 
         if let Some(pid) = root {
-            if exit_status.is_none() {
-                if let Some((status, hwm)) = try_wait(pid) {
-                    exit_status = Some(status);
-                    rusage_hwm = hwm;
-                }
+            if exit_status.is_none()
+                && let Some((status, hwm)) = try_wait(pid)
+            {
+                exit_status = Some(status);
+                rusage_hwm = hwm;
             }
         } else if !process_alive(root_pid as i32) {
             exit_status = Some(0);
@@ -308,12 +308,12 @@ pub fn record(
                 }
             }
         }
-        if let (Some(at), Some(pid)) = (stop_at, root) {
-            if Instant::now() >= at {
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(pid, libc::SIGINT) };
-                stop_at = None;
-            }
+        if let (Some(at), Some(pid)) = (stop_at, root)
+            && Instant::now() >= at
+        {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, libc::SIGINT) };
+            stop_at = None;
         }
 
         if last_memory.elapsed() >= Duration::from_millis(100) {
@@ -410,10 +410,10 @@ fn open_events(
             events.push(event);
             if let Some(attr) = kernel_attr {
                 // Optional: without it, faults in system calls go unrecorded, nothing else.
-                if let Ok(event) = PerfEvent::open(attr, task, cpu) {
-                    if event.set_output(&events[fault_index]).is_ok() {
-                        events.push(event);
-                    }
+                if let Ok(event) = PerfEvent::open(attr, task, cpu)
+                    && event.set_output(&events[fault_index]).is_ok()
+                {
+                    events.push(event);
                 }
             }
             if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
@@ -749,12 +749,11 @@ impl State {
             record.data,
             self.major_parse_info,
         );
-        if let Ok(EventRecord::Sample(s)) = raw.parse() {
-            if let (Some(pid), Some(tid), Some(addr)) = (s.pid, s.tid, s.addr) {
-                if let Some(p) = self.processes.get_mut(&(pid as u32)) {
-                    p.major(tid as u32, addr);
-                }
-            }
+        if let Ok(EventRecord::Sample(s)) = raw.parse()
+            && let (Some(pid), Some(tid), Some(addr)) = (s.pid, s.tid, s.addr)
+            && let Some(p) = self.processes.get_mut(&(pid as u32))
+        {
+            p.major(tid as u32, addr);
         }
     }
 

@@ -91,15 +91,14 @@ impl PendingChild {
                 if !released {
                     libc::_exit(127);
                 }
-                if let Some(c) = credentials {
-                    if libc::setgroups(0, std::ptr::null()) != 0
+                if let Some(c) = credentials
+                    && (libc::setgroups(0, std::ptr::null()) != 0
                         || libc::setgid(c.gid) != 0
-                        || libc::setuid(c.uid) != 0
-                    {
-                        let errno = *libc::__errno_location();
-                        libc::write(error_write, (&errno as *const i32).cast(), 4);
-                        libc::_exit(127);
-                    }
+                        || libc::setuid(c.uid) != 0)
+                {
+                    let errno = *libc::__errno_location();
+                    libc::write(error_write, (&errno as *const i32).cast(), 4);
+                    libc::_exit(127);
                 }
                 libc::execvp(arg_ptrs[0], arg_ptrs.as_ptr());
                 let errno = *libc::__errno_location();

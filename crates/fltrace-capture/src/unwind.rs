@@ -229,15 +229,16 @@ impl AddressSpaceUnwinder {
             }
         };
         let regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let mut iter = self.unwinder.iter_frames(ip, regs, cache, &mut read_stack);
-        let finished = loop {
-            match iter.next() {
-                Ok(Some(frame)) if frames.len() < MAX_FRAMES => frames.push(frame.address()),
-                Ok(None) => break true,
-                Ok(Some(_)) | Err(_) => break false,
+        let finished = {
+            let mut iter = self.unwinder.iter_frames(ip, regs, cache, &mut read_stack);
+            loop {
+                match iter.next() {
+                    Ok(Some(frame)) if frames.len() < MAX_FRAMES => frames.push(frame.address()),
+                    Ok(None) => break true,
+                    Ok(Some(_)) | Err(_) => break false,
+                }
             }
         };
-        drop(iter);
         match (finished, beyond.failed) {
             (true, _) => UnwindEnd::Complete,
             (false, true) => UnwindEnd::Truncated,

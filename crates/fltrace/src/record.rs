@@ -113,10 +113,11 @@ fn lookup_user(user: &str) -> anyhow::Result<Credentials> {
     let passwd = std::fs::read_to_string("/etc/passwd").context("reading /etc/passwd")?;
     for line in passwd.lines() {
         let fields: Vec<&str> = line.split(':').collect();
-        if fields.len() > 3 && (fields[0] == user || fields[2] == user) {
-            if let (Ok(uid), Ok(gid)) = (fields[2].parse(), fields[3].parse()) {
-                return Ok(Credentials { uid, gid });
-            }
+        if fields.len() > 3
+            && (fields[0] == user || fields[2] == user)
+            && let (Ok(uid), Ok(gid)) = (fields[2].parse(), fields[3].parse())
+        {
+            return Ok(Credentials { uid, gid });
         }
     }
     if let Ok(uid) = user.parse() {

@@ -112,8 +112,8 @@ fn table(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<32} {:<36} {}",
-        "#", "faults", "%", "cum%", "kind", "function", "file:line", "lib"
+        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<32} {:<36} lib",
+        "#", "faults", "%", "cum%", "kind", "function", "file:line"
     );
     let mut cumulative = 0;
     for (i, group) in groups.iter().enumerate() {
