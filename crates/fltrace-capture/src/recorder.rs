@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -242,6 +243,8 @@ pub fn record(
         None => None,
     };
 
+    // Readable when the target exits, so that the end is noticed at once.
+    let pidfd = pidfd_open(root_pid as i32);
     let started = Instant::now();
     let mut last_stats = Instant::now();
     let mut last_memory = Instant::now();
@@ -333,7 +336,7 @@ pub fn record(
             last_progress = Instant::now();
         }
         if drained == 0 {
-            poll_rings(&events, 50);
+            poll_rings(&events, pidfd.as_ref(), 100);
         }
     }
     drop(events);
@@ -440,12 +443,14 @@ fn open_events(
     Ok((events, rings))
 }
 
-fn poll_rings(events: &[PerfEvent], timeout_ms: i32) {
-    use std::os::fd::AsRawFd;
+/// Waits until a ring buffer has data, the target exits (`pidfd`) or the timeout passes.
+fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_ms: i32) {
     let mut fds: Vec<libc::pollfd> = events
         .iter()
-        .map(|e| libc::pollfd {
-            fd: e.fd().as_raw_fd(),
+        .map(|e| e.fd().as_raw_fd())
+        .chain(pidfd.map(|fd| fd.as_raw_fd()))
+        .map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         })
@@ -466,6 +471,13 @@ fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
     tasks.retain(|&t| t != pid);
     tasks.insert(0, pid);
     Ok(tasks)
+}
+
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a non-negative return is a descriptor nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 fn try_wait(pid: i32) -> Option<(i32, u64)> {

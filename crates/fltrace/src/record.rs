@@ -67,12 +67,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if !args.quiet {
         let _ = writeln!(
             err,
-            "fltrace: {} faults from {} process{}, {} lost, {} stacks truncated; trace in {}",
+            "fltrace: {} faults from {} process{}, {} lost, {} stacks truncated, recorder peak {} MB; trace in {}",
             summary.faults,
             summary.pids.len(),
             if summary.pids.len() == 1 { "" } else { "es" },
             summary.lost,
             summary.stacks_truncated,
+            own_peak_rss_mb(),
             args.dir.display()
         );
     }
@@ -88,6 +89,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (None, Some(signal)) => ExitCode::from(128 + signal as u8),
         (None, None) => ExitCode::SUCCESS,
     })
+}
+
+/// fltrace's own peak resident memory, in MB.
+fn own_peak_rss_mb() -> u64 {
+    // SAFETY: rusage is plain data for the kernel to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_maxrss as u64 / 1024
 }
 
 fn credentials(args: &RecordArgs) -> anyhow::Result<Option<Credentials>> {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The main job end to end on the bundled example workload: set up, record, report, visualize.
+# Writes into ./demo-output (or the directory given as $1).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-$root/demo-output}"
+"$root/scripts/setup.sh"
+mkdir -p "$out"
+gcc -O2 -g -o "$out/graph" "$root/workloads/graph.c"
+fltrace="$root/target/release/fltrace"
+cd "$out"
+echo "== fltrace record -- ./graph 18 2"
+"$fltrace" record -- ./graph 18 2
+echo "== peak memory (the seed's grep)"
+pid=$(ls -t fltrace-data-stats-*.out | head -1 | grep -o '[0-9]\+')
+grep -o "memory_used:\([0-9]\+\)" "fltrace-data-stats-$pid.out" | tail -1
+echo "== fltrace report"
+"$fltrace" report --top 10
+echo "== fltrace visualize"
+"$fltrace" visualize
+echo "Open the SVG files above in a browser; the CSV report is fltrace-data-report-$pid.out in $out."

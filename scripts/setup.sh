@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what fltrace needs on a fresh Debian machine of this kind and builds it (release).
+# Idempotent: packages already present are not fetched again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# gcc builds the bundled workloads; libc6-dbg lets reports name glibc's own frames
+# (start_thread, __libc_start_call_main) instead of [unknown].
+packages=(gcc libc6-dev libc6-dbg)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}"
+fi
+
+cargo build --release --locked --bin fltrace
