@@ -165,3 +165,21 @@ fn attach_to_running_process() {
         "{stack:?}"
     );
 }
+
+/// `--user` runs the command as another user while fltrace keeps its privileges.
+#[test]
+fn command_runs_as_the_given_user() {
+    let dir = Dir::new();
+    let out = dir.run(&["record", "-q", "--user", "nobody", "--", "id", "-u"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "65534");
+    assert_eq!(
+        dir.pids("faults", "parquet").len(),
+        1,
+        "the command was traced"
+    );
+}

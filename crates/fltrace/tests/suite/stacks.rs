@@ -180,3 +180,44 @@ fn syscall_faults_carry_the_callers_stack() {
         .sum();
     assert_eq!(total, 16);
 }
+
+/// A binary linked at a fixed address (not PIE) is symbolized as well.
+#[test]
+fn non_pie_binary_is_symbolized() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults_no_pie], &["nested", "70"]);
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(count_at(&report, "faults.c", site("faults.c", "fill")), 70);
+}
+
+/// Without debug info, functions come from the symbol table and lines are unknown.
+#[test]
+fn stripped_binary_falls_back_to_symbols() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults_stripped], &["nested", "60"]);
+    let report = dir.report_json(&["--by", "stack"]);
+    let group = groups(&report)
+        .find(|g| {
+            g["stack"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .next()
+                .is_some_and(|f| f["function"] == "fill")
+        })
+        .expect("a stack with fill innermost");
+    assert_eq!(group["count"], 60);
+    let frames: Vec<&str> = group["stack"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert!(
+        frames.starts_with(&["fill", "level2", "level1", "main"]),
+        "{frames:?}"
+    );
+    assert_eq!(group["stack"][0]["line"], 0);
+}

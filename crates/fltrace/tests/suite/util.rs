@@ -20,6 +20,10 @@ pub struct Workloads {
     pub libfault: PathBuf,
     /// `touch.rs`, rustc -O -g (no frame pointers).
     pub touch_rs: PathBuf,
+    /// `faults.c` linked at a fixed address (-no-pie).
+    pub faults_no_pie: PathBuf,
+    /// `faults.c` without debug info (symbol table only).
+    pub faults_stripped: PathBuf,
 }
 
 fn build(cmd: &mut Command) {
@@ -36,29 +40,33 @@ pub fn workloads() -> &'static Workloads {
     BUILT.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir");
         let src = workloads_dir();
-        let faults = dir.path().join("faults");
-        let libfault = dir.path().join("libfault.so");
-        let touch_rs = dir.path().join("touch_rs");
+        let out = |name: &str| dir.path().join(name);
+        // All C workloads without frame pointers: stacks must come from DWARF CFI.
+        let gcc = |output: &Path, source: &str, extra: &[&str]| {
+            build(
+                Command::new("gcc")
+                    .args(["-O2", "-g", "-fomit-frame-pointer"])
+                    .args(extra)
+                    .arg("-o")
+                    .arg(output)
+                    .arg(src.join(source))
+                    .args(["-ldl", "-lpthread"]),
+            )
+        };
+        let faults = out("faults");
+        gcc(&faults, "faults.c", &[]);
+        let faults_no_pie = out("faults-no-pie");
+        gcc(&faults_no_pie, "faults.c", &["-no-pie"]);
+        let libfault = out("libfault.so");
+        gcc(&libfault, "libfault.c", &["-shared", "-fPIC"]);
+        let faults_stripped = out("faults-stripped");
         build(
-            Command::new("gcc")
-                .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
-                .arg(&faults)
-                .arg(src.join("faults.c"))
-                .args(["-ldl", "-lpthread"]),
+            Command::new("strip")
+                .args(["--strip-debug", "-o"])
+                .arg(&faults_stripped)
+                .arg(&faults),
         );
-        build(
-            Command::new("gcc")
-                .args([
-                    "-O2",
-                    "-g",
-                    "-fomit-frame-pointer",
-                    "-shared",
-                    "-fPIC",
-                    "-o",
-                ])
-                .arg(&libfault)
-                .arg(src.join("libfault.c")),
-        );
+        let touch_rs = out("touch_rs");
         build(
             Command::new("rustc")
                 .args(["-C", "opt-level=2", "-g", "--edition", "2021", "-o"])
@@ -70,6 +78,8 @@ pub fn workloads() -> &'static Workloads {
             faults,
             libfault,
             touch_rs,
+            faults_no_pie,
+            faults_stripped,
         }
     })
 }
