@@ -49,6 +49,8 @@ pub struct Group {
     pub kinds: [u64; 3],
     /// How many were first touches.
     pub zero: u64,
+    /// How many brought an evicted page back from far memory.
+    pub fetch: u64,
 }
 
 impl Group {
@@ -141,11 +143,15 @@ pub fn group_faults<'a>(
                 count: 0,
                 kinds: [0; 3],
                 zero: 0,
+                fetch: 0,
             });
             group.count += 1;
             group.kinds[fault.flags.kind() as usize] += 1;
             if fault.flags.has(FaultFlags::ZERO) {
                 group.zero += 1;
+            }
+            if fault.flags.has(FaultFlags::FETCH) {
+                group.fetch += 1;
             }
         }
     }

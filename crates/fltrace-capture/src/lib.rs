@@ -25,10 +25,12 @@ mod error;
 mod process;
 mod recorder;
 mod ring;
+mod runtime;
 mod sys;
 mod target;
 mod unwind;
 
 pub use error::Error;
 pub use recorder::{Options, Progress, Summary, Target, record};
+pub use runtime::FarMemory;
 pub use target::Credentials;

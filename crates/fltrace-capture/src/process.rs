@@ -11,6 +11,7 @@ use fltrace_trace::{
     write_procmaps_line,
 };
 
+use crate::runtime::{Handled, RuntimeView, is_fill};
 use crate::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack, UnwindEnd};
 
 /// Per-process counters, written to the stats file.
@@ -56,8 +57,22 @@ pub struct Process {
     live: LiveStack,
     out: Output,
     pub counters: Counters,
+    far: Option<FarState>,
     /// The reading round in which the kernel reported its exit; finalised a round later.
     pub exited_round: Option<u64>,
+}
+
+/// What a process under far-memory emulation adds: the runtime's shared page and the join of
+/// its log of handled faults with the trace's rows.
+struct FarState {
+    prefix: PathBuf,
+    view: Option<RuntimeView>,
+    /// Log entries not yet matched to a row, with the round they were read in.
+    unmatched: Vec<(Handled, u64)>,
+    /// The newest not-present fault row of each (thread, page).
+    last_fill: FxHashMap<(u32, u64), u64>,
+    /// Log entries that matched no row.
+    orphans: u64,
 }
 
 /// What the recording as a whole passes to each process.
@@ -65,6 +80,8 @@ pub struct SessionMeta<'a> {
     pub dir: &'a Path,
     /// Whether unwinding may read beyond the sampled stack copy from the live process.
     pub read_live_stacks: bool,
+    /// Prefix of the far-memory runtime's shared pages, when emulating far memory.
+    pub far_memory: Option<&'a Path>,
     pub metadata: &'a [(String, String)],
 }
 
@@ -98,6 +115,13 @@ impl Process {
                 next_stack_id: 0,
             },
             counters: Counters::default(),
+            far: session.far_memory.map(|prefix| FarState {
+                prefix: prefix.to_owned(),
+                view: None,
+                unmatched: Vec::new(),
+                last_fill: FxHashMap::default(),
+                orphans: 0,
+            }),
             exited_round: None,
         })
     }
@@ -200,6 +224,12 @@ impl Process {
             flags |= FaultFlags::KERNEL;
         }
         fault.flags = FaultFlags(flags);
+        if let Some(far) = &mut self.far
+            && error_code & PRESENT == 0
+        {
+            far.last_fill
+                .insert((fault.tid, fault.addr & !0xfff), self.out.faults.rows());
+        }
 
         frames.clear();
         self.live.reset();
@@ -266,6 +296,60 @@ impl Process {
         }
     }
 
+    /// Reads what the far-memory runtime reported since the last call and flags the matching
+    /// rows: a fetch of an evicted page is not a first touch. `round` is the reading round.
+    pub fn poll_runtime(&mut self, round: u64) {
+        let Some(far) = &mut self.far else {
+            return;
+        };
+        if far.view.is_none() {
+            far.view = RuntimeView::open(&far.prefix, self.pid);
+        }
+        let Some(view) = &mut far.view else {
+            return;
+        };
+        let mut fresh = Vec::new();
+        view.read_log(&mut fresh);
+        far.unmatched.extend(fresh.into_iter().map(|h| (h, round)));
+        let first_pending = self.out.faults.flushed_rows();
+        let pending = self.out.faults.pending_mut();
+        far.unmatched.retain(|(handled, seen)| {
+            if !is_fill(handled.kind) {
+                return false;
+            }
+            match far.last_fill.remove(&(handled.tid, handled.page)) {
+                Some(row) if row >= first_pending => {
+                    if let Some(fault) = pending.get_mut((row - first_pending) as usize) {
+                        if handled.kind == fltrace_runtime_abi::kind::FETCH {
+                            fault.flags.0 = (fault.flags.0 | FaultFlags::FETCH) & !FaultFlags::ZERO;
+                        } else {
+                            fault.flags.0 |= FaultFlags::ZERO;
+                        }
+                    }
+                    false
+                }
+                Some(_) => {
+                    far.orphans += 1;
+                    false
+                }
+                // The trace row may come in a later round; give up after two.
+                None if *seen + 2 < round => {
+                    far.orphans += 1;
+                    false
+                }
+                None => true,
+            }
+        });
+    }
+
+    /// Whether the far-memory runtime reported running out of `-M`.
+    pub fn far_memory_exhausted(&self) -> bool {
+        self.far
+            .as_ref()
+            .and_then(|f| f.view.as_ref())
+            .is_some_and(RuntimeView::exhausted)
+    }
+
     /// Reads the process's memory figures from /proc while it lives.
     pub fn sample_memory(&mut self) {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
@@ -291,24 +375,38 @@ impl Process {
     /// itself still leaves them current to the last second.
     pub fn write_stats(&mut self, unix_time_s: u64, lost: u64) -> Result<(), fltrace_trace::Error> {
         let c = self.counters;
-        self.out.stats.push_str(&stats::format_line(
-            unix_time_s,
-            &[
-                ("faults", c.faults),
-                ("faults_r", c.faults_r),
-                ("faults_w", c.faults_w),
-                ("faults_wp", c.faults_wp),
-                ("faults_zp", c.faults_zp),
-                ("faults_major", c.faults_major),
-                ("faults_kernel", c.faults_kernel),
-                ("lost", lost),
-                ("stacks_truncated", c.stacks_truncated),
-                ("stacks_extended", c.stacks_extended),
-                ("memory_used", c.hwm),
-                ("rss", c.rss),
-                ("hwm", c.hwm),
-            ],
-        ));
+        let mut counters = vec![
+            ("faults", c.faults),
+            ("faults_r", c.faults_r),
+            ("faults_w", c.faults_w),
+            ("faults_wp", c.faults_wp),
+            ("faults_zp", c.faults_zp),
+            ("faults_major", c.faults_major),
+            ("faults_kernel", c.faults_kernel),
+            ("lost", lost),
+            ("stacks_truncated", c.stacks_truncated),
+            ("stacks_extended", c.stacks_extended),
+            ("memory_used", c.hwm),
+            ("rss", c.rss),
+            ("hwm", c.hwm),
+        ];
+        // Under far-memory emulation the runtime's counters take the original's names
+        // (memory_used becomes the peak of local memory).
+        if let Some(far) = &self.far
+            && let Some(view) = &far.view
+        {
+            for (name, value) in view.counters() {
+                match counters.iter_mut().find(|(n, _)| *n == name) {
+                    Some(slot) => slot.1 = value,
+                    None => counters.push((name, value)),
+                }
+            }
+            counters.push(("rt_log_missed", view.missed));
+            counters.push(("rt_unmatched", far.orphans));
+        }
+        self.out
+            .stats
+            .push_str(&stats::format_line(unix_time_s, &counters));
         write_file(&self.out.stats_path, &self.out.stats)?;
         let procmaps = files::procmaps(
             self.out.stats_path.parent().unwrap_or(Path::new(".")),
@@ -319,6 +417,9 @@ impl Process {
 
     /// Writes the footers. The process must not be used afterwards.
     pub fn finish(self) -> Result<(), fltrace_trace::Error> {
+        if let Some(view) = self.far.and_then(|f| f.view) {
+            view.remove();
+        }
         self.out.faults.finish()?;
         self.out.stacks.finish()?;
         self.out.mmaps.finish()

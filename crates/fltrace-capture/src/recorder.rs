@@ -46,6 +46,8 @@ pub struct Options {
     /// Complete stacks deeper than the copy by reading the live process's stack (see
     /// `LiveStack`); off, stacks end where the copy ends.
     pub read_live_stacks: bool,
+    /// Emulate far memory (`-L`/`-M`) by preloading the runtime into the command.
+    pub far_memory: Option<crate::FarMemory>,
 }
 
 impl Options {
@@ -58,6 +60,7 @@ impl Options {
             buffer_mb: 64,
             credentials: None,
             read_live_stacks: true,
+            far_memory: None,
         }
     }
 }
@@ -90,6 +93,8 @@ pub struct Summary {
     pub lost: u64,
     /// Stacks whose unwinding stopped before the outermost frame.
     pub stacks_truncated: u64,
+    /// Whether a process ran out of the far memory `-M` allowed.
+    pub far_memory_exhausted: bool,
 }
 
 /// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout).
@@ -134,9 +139,24 @@ pub fn record(
     };
     let cpus = sys::online_cpus().map_err(Error::kernel("online CPUs"))?;
 
+    // The runtime's shared pages, one per process: `<prefix>-<pid>`.
+    let far_prefix = options.far_memory.as_ref().map(|_| {
+        PathBuf::from(format!(
+            "/dev/shm/fltrace-rt-{}-{}",
+            std::process::id(),
+            unix_now_ns()
+        ))
+    });
+    let far_env = match (&options.far_memory, &far_prefix) {
+        (Some(far), Some(prefix)) => {
+            crate::runtime::check_userfaultfd()?;
+            far.environment(prefix)
+        }
+        _ => Vec::new(),
+    };
     let (pending, tasks, enable_on_exec) = match target {
         Target::Command(argv) => {
-            let child = PendingChild::spawn(argv, options.credentials)?;
+            let child = PendingChild::spawn(argv, options.credentials, &far_env)?;
             let pid = child.pid();
             (Some(child), vec![pid], true)
         }
@@ -219,6 +239,9 @@ pub fn record(
         finished_set: FxHashSet::default(),
         session_dir: options.dir.clone(),
         read_live_stacks: options.read_live_stacks,
+        far_prefix,
+        far_exhausted: false,
+        runtime_threads: FxHashSet::default(),
         metadata,
         processes: FxHashMap::default(),
         finished: Vec::new(),
@@ -362,6 +385,7 @@ pub fn record(
         faults: state.faults,
         lost: state.lost,
         stacks_truncated: state.truncated_total,
+        far_memory_exhausted: state.far_exhausted,
     })
 }
 
@@ -536,6 +560,10 @@ struct State {
     finished_set: FxHashSet<u32>,
     session_dir: PathBuf,
     read_live_stacks: bool,
+    far_prefix: Option<PathBuf>,
+    far_exhausted: bool,
+    /// Threads of the far-memory runtime, whose faults are its own, not the program's.
+    runtime_threads: FxHashSet<u32>,
     metadata: Vec<(String, String)>,
     processes: FxHashMap<u32, Process>,
     finished: Vec<u32>,
@@ -563,6 +591,7 @@ impl State {
         SessionMeta {
             dir: &self.session_dir,
             read_live_stacks: self.read_live_stacks,
+            far_memory: self.far_prefix.as_deref(),
             metadata: &self.metadata,
         }
     }
@@ -671,6 +700,13 @@ impl State {
                 self.process(c.pid as u32)?.exec();
                 Ok(())
             }
+            EventRecord::Comm(c) => {
+                if c.name.as_slice().as_ref() == fltrace_runtime_abi::HANDLER_THREAD_NAME.as_bytes()
+                {
+                    self.runtime_threads.insert(c.tid as u32);
+                }
+                Ok(())
+            }
             EventRecord::Fork(f) if f.pid != f.ppid => {
                 let (child, parent) = (f.pid as u32, f.ppid as u32);
                 if !self.processes.contains_key(&child) {
@@ -697,6 +733,12 @@ impl State {
     }
 
     fn sample(&mut self, sample: &linux_perf_event_reader::SampleRecord<'_>) -> Result<(), Error> {
+        if sample
+            .tid
+            .is_some_and(|t| self.runtime_threads.contains(&(t as u32)))
+        {
+            return Ok(());
+        }
         let (Some(pid), Some(tid), Some(raw), Some(regs)) = (
             sample.pid,
             sample.tid,
@@ -793,6 +835,11 @@ impl State {
     fn end_round(&mut self, last: bool) {
         let round = self.round;
         self.round += 1;
+        if self.far_prefix.is_some() {
+            for process in self.processes.values_mut() {
+                process.poll_runtime(round);
+            }
+        }
         let (ready, waiting): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut self.deferred)
             .into_iter()
             .partition(|d| last || d.round < round);
@@ -833,6 +880,8 @@ impl State {
         let now = unix_now_ns() / 1_000_000_000;
         for pid in exited {
             if let Some(mut process) = self.processes.remove(&pid) {
+                process.poll_runtime(u64::MAX);
+                self.far_exhausted |= process.far_memory_exhausted();
                 process.write_stats(now, self.lost)?;
                 process.finish()?;
                 self.finished.push(pid);
@@ -845,6 +894,8 @@ impl State {
     fn finish_all(&mut self) -> Result<Vec<u32>, Error> {
         let now = unix_now_ns() / 1_000_000_000;
         for (pid, mut process) in std::mem::take(&mut self.processes) {
+            process.poll_runtime(u64::MAX);
+            self.far_exhausted |= process.far_memory_exhausted();
             process.write_stats(now, self.lost)?;
             process.finish()?;
             self.finished.push(pid);

@@ -7,7 +7,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::Error;
 
@@ -48,6 +48,7 @@ impl PendingChild {
     pub fn spawn(
         argv: &[OsString],
         credentials: Option<Credentials>,
+        extra_env: &[(OsString, OsString)],
     ) -> Result<PendingChild, Error> {
         let program = argv
             .first()
@@ -74,11 +75,24 @@ impl PendingChild {
             })?;
         let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         arg_ptrs.push(std::ptr::null());
+        let environment: Vec<CString> = std::env::vars_os()
+            .filter(|(key, _)| !extra_env.iter().any(|(k, _)| k == key))
+            .chain(extra_env.iter().cloned())
+            .filter_map(|(key, value)| {
+                let mut entry = key.into_vec();
+                entry.push(b'=');
+                entry.extend(value.into_vec());
+                CString::new(entry).ok()
+            })
+            .collect();
+        let mut env_ptrs: Vec<*const libc::c_char> =
+            environment.iter().map(|e| e.as_ptr()).collect();
+        env_ptrs.push(std::ptr::null());
         let (go_read, go_write) = pipe_cloexec().map_err(spawn_error)?;
         let (error_read, error_write) = pipe_cloexec().map_err(spawn_error)?;
 
         // SAFETY: fork has no preconditions; the child below only calls async-signal-safe
-        // functions (read, write, setgid, setuid, execvp, _exit) on data prepared above.
+        // functions (read, write, setgid, setuid, execvpe, _exit) on data prepared above.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(spawn_error(io::Error::last_os_error()));
@@ -100,7 +114,7 @@ impl PendingChild {
                     libc::write(error_write, (&errno as *const i32).cast(), 4);
                     libc::_exit(127);
                 }
-                libc::execvp(arg_ptrs[0], arg_ptrs.as_ptr());
+                libc::execvpe(arg_ptrs[0], arg_ptrs.as_ptr(), env_ptrs.as_ptr());
                 let errno = *libc::__errno_location();
                 libc::write(error_write, (&errno as *const i32).cast(), 4);
                 libc::_exit(127);

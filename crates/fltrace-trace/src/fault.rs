@@ -32,6 +32,8 @@ impl FaultFlags {
     /// The kernel took the fault on the program's behalf (a system call touching user memory,
     /// such as `read(2)` into a fresh buffer); the stack is the one of the system call.
     pub const KERNEL: u8 = 8;
+    /// Far-memory emulation brought an evicted page back from the backing store.
+    pub const FETCH: u8 = 16;
     /// First touch of anonymous memory: the kernel filled a zero page.
     pub const ZERO: u8 = 32;
     /// The kernel needed I/O to resolve it (a major fault).

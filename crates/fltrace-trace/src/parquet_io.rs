@@ -182,6 +182,11 @@ impl FaultWriter {
         &mut self.batch
     }
 
+    /// Rows already written out: `pending_mut()[i]` is row `flushed_rows() + i`.
+    pub fn flushed_rows(&self) -> u64 {
+        self.rows
+    }
+
     /// Rows pushed so far.
     pub fn rows(&self) -> u64 {
         self.rows + self.batch.len() as u64

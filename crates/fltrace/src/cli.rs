@@ -25,12 +25,24 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Local memory limit in MB (far-memory emulation; accepted, not yet enforced).
+    /// Local memory in MB: emulate far memory, keeping at most this much of the program's
+    /// heap and anonymous mappings resident (needs -M).
     #[arg(short = 'L', long = "local-mem", value_name = "MB", value_parser = positive_mb)]
     pub local_mb: Option<u64>,
-    /// Maximum memory in MB (far-memory emulation; accepted, not yet enforced).
+    /// Maximum memory in MB the program may use in all, local plus far (needs -L).
     #[arg(short = 'M', long = "max-mem", value_name = "MB", value_parser = positive_mb)]
     pub max_mb: Option<u64>,
+    /// Far memory: userfaultfd handler threads.
+    #[arg(short = 'C', long = "cores", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub handlers: u32,
+    /// Far memory: which local pages are evicted first (fifo: oldest fault-in first, as the
+    /// original; clock: fifo with a second chance for pages written since last considered).
+    #[arg(long, value_enum, default_value = "fifo")]
+    pub policy: Policy,
+    /// Far memory: handlers spin on the userfaultfd instead of blocking (lower latency, a core
+    /// each).
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Directory for the trace files.
     #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
@@ -65,6 +77,12 @@ pub struct RecordArgs {
     /// The command to run and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Policy {
+    Fifo,
+    Clock,
 }
 
 fn positive_mb(s: &str) -> Result<u64, String> {

@@ -7,19 +7,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 
-use fltrace_capture::{Credentials, Options, Progress, Target};
+use std::path::{Path, PathBuf};
 
-use crate::cli::RecordArgs;
+use fltrace_capture::{Credentials, FarMemory, Options, Progress, Target};
+
+use crate::cli::{Policy, RecordArgs};
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
-    match (args.local_mb, args.max_mb) {
+    let far_memory = match (args.local_mb, args.max_mb) {
         (Some(l), Some(m)) if l > m => bail!("-L ({l} MB) must not exceed -M ({m} MB)"),
         (Some(_), None) | (None, Some(_)) => bail!("-L and -M go together: give both or neither"),
-        (Some(_), Some(_)) => eprintln!(
-            "fltrace: note: -L/-M far-memory emulation is not enforced yet; recording the program's natural faults"
-        ),
-        (None, None) => {}
-    }
+        (Some(local_mb), Some(max_mb)) => Some(far_memory(&args, local_mb, max_mb)?),
+        (None, None) => None,
+    };
     let target = match (args.pid, args.command.is_empty()) {
         (Some(pid), _) => Target::Pid(pid),
         (None, false) => Target::Command(args.command.clone()),
@@ -32,6 +32,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     options.stack_bytes = args.stack_size & !7;
     options.buffer_mb = args.buffer_mb as usize;
     options.read_live_stacks = !args.exact_stacks;
+    if far_memory.is_some() && args.pid.is_some() {
+        bail!("-L/-M apply to a command fltrace starts, not to a running process (-p)");
+    }
+    options.far_memory = far_memory;
     options.credentials = credentials(&args)?;
 
     let stop = Arc::new(AtomicUsize::new(0));
@@ -77,6 +81,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             args.dir.display()
         );
     }
+    if summary.far_memory_exhausted {
+        let _ = writeln!(
+            err,
+            "fltrace: error: the program ran out of far memory: it needs more than -M {} MB",
+            args.max_mb.unwrap_or(0)
+        );
+    }
     if summary.lost > 0 {
         let _ = writeln!(
             err,
@@ -89,6 +100,58 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (None, Some(signal)) => ExitCode::from(128 + signal as u8),
         (None, None) => ExitCode::SUCCESS,
     })
+}
+
+fn far_memory(args: &RecordArgs, local_mb: u64, max_mb: u64) -> anyhow::Result<FarMemory> {
+    let available_mb = mem_available_mb().unwrap_or(u64::MAX);
+    if max_mb > available_mb {
+        bail!(
+            "-M {max_mb} MB is more than the {available_mb} MB of memory available: the program's far memory must fit in this machine's"
+        );
+    }
+    Ok(FarMemory {
+        library: runtime_library()?,
+        local_mb,
+        max_mb,
+        policy: match args.policy {
+            Policy::Fifo => "fifo",
+            Policy::Clock => "clock",
+        }
+        .to_owned(),
+        handlers: args.handlers,
+        busy_poll: args.busy_poll,
+    })
+}
+
+fn mem_available_mb() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}
+
+/// The far-memory runtime: `$FLTRACE_RUNTIME`, else `libfltrace_preload.so` beside the
+/// fltrace binary (where cargo builds it), else in `../lib/fltrace/` (an installation).
+fn runtime_library() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("FLTRACE_RUNTIME") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().context("locating the fltrace binary")?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let candidates = [
+        dir.join("libfltrace_preload.so"),
+        dir.join("../lib/fltrace/libfltrace_preload.so"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .and_then(|p| p.canonicalize().ok())
+        .with_context(|| {
+            format!(
+                "the far-memory runtime libfltrace_preload.so is not beside {} (build it with `cargo build --release`, or set FLTRACE_RUNTIME)",
+                exe.display()
+            )
+        })
 }
 
 /// fltrace's own peak resident memory, in MB.

@@ -256,6 +256,7 @@ fn json(
                 "writes": g.kinds[1],
                 "wrprotects": g.kinds[2],
                 "first_touches": g.zero,
+                "fetches": g.fetch,
                 "function": &*l.function,
                 "file": &*l.file,
                 "line": l.line,

@@ -1,0 +1,173 @@
+//! The recorder's side of far-memory emulation: configuring the preloaded runtime and reading
+//! what it reports through its shared page (`fltrace-runtime-abi`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use fltrace_runtime_abi::{LOG_LEN, MAGIC, SHARED_SIZE, Shared, env, kind};
+use memmap2::Mmap;
+
+use crate::Error;
+
+/// Far-memory settings: `-L`, `-M` and the runtime's knobs.
+#[derive(Debug, Clone)]
+pub struct FarMemory {
+    /// The runtime library to preload.
+    pub library: PathBuf,
+    /// Local memory, MiB.
+    pub local_mb: u64,
+    /// Far (maximum) memory, MiB.
+    pub max_mb: u64,
+    /// `fifo` or `clock`.
+    pub policy: String,
+    /// Handler threads.
+    pub handlers: u32,
+    /// Busy-poll instead of blocking.
+    pub busy_poll: bool,
+}
+
+const PAGES_PER_MB: u64 = (1 << 20) / 4096;
+
+impl FarMemory {
+    /// The environment the traced command gets; `shared` is the prefix of the shared pages.
+    pub fn environment(&self, shared: &Path) -> Vec<(OsString, OsString)> {
+        let preload = match std::env::var_os("LD_PRELOAD") {
+            Some(existing) if !existing.is_empty() => {
+                let mut value = self.library.clone().into_os_string();
+                value.push(":");
+                value.push(existing);
+                value
+            }
+            _ => self.library.clone().into_os_string(),
+        };
+        vec![
+            ("LD_PRELOAD".into(), preload),
+            (
+                env::LOCAL_PAGES.into(),
+                (self.local_mb * PAGES_PER_MB).to_string().into(),
+            ),
+            (
+                env::MAX_PAGES.into(),
+                (self.max_mb * PAGES_PER_MB).to_string().into(),
+            ),
+            (env::POLICY.into(), self.policy.clone().into()),
+            (env::HANDLERS.into(), self.handlers.to_string().into()),
+            (
+                env::BUSY_POLL.into(),
+                if self.busy_poll { "1" } else { "0" }.into(),
+            ),
+            (env::SHARED.into(), shared.as_os_str().to_owned()),
+        ]
+    }
+}
+
+/// Checks that this kernel lets us use userfaultfd, before starting anything.
+pub fn check_userfaultfd() -> Result<(), Error> {
+    // SAFETY: userfaultfd takes flags and returns a descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::Kernel {
+            what: "userfaultfd, which far-memory emulation (-L/-M) needs",
+            source: std::io::Error::last_os_error(),
+            hint: " (needs Linux 4.11+, and root or vm.unprivileged_userfaultfd=1)",
+        });
+    }
+    // SAFETY: closing the descriptor just created.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+/// A handled fault from the runtime's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handled {
+    /// Faulting thread.
+    pub tid: u32,
+    /// Page address.
+    pub page: u64,
+    /// `fltrace_runtime_abi::kind::*`.
+    pub kind: u32,
+}
+
+/// A live process's shared page, mapped read-only.
+pub struct RuntimeView {
+    path: PathBuf,
+    map: Mmap,
+    cursor: u64,
+    /// Log entries overwritten before they were read.
+    pub missed: u64,
+}
+
+impl RuntimeView {
+    /// Opens `<prefix>-<pid>` if the runtime has created it.
+    pub fn open(prefix: &Path, pid: u32) -> Option<RuntimeView> {
+        let mut path = prefix.as_os_str().to_owned();
+        path.push(format!("-{pid}"));
+        let path = PathBuf::from(path);
+        let file = std::fs::File::open(&path).ok()?;
+        if file.metadata().ok()?.len() < SHARED_SIZE as u64 {
+            return None;
+        }
+        // SAFETY: a shared mapping of the runtime's page; the runtime writes it concurrently,
+        // which is why every field is read through atomics.
+        let map = unsafe { Mmap::map(&file) }.ok()?;
+        let view = RuntimeView {
+            path,
+            map,
+            cursor: 0,
+            missed: 0,
+        };
+        (view.shared().magic.load(Ordering::Acquire) == MAGIC).then_some(view)
+    }
+
+    fn shared(&self) -> &Shared {
+        shared_of(&self.map)
+    }
+
+    /// The runtime's counters.
+    pub fn counters(&self) -> [(&'static str, u64); 14] {
+        self.shared().counters()
+    }
+
+    /// Whether the program ran out of `-M`.
+    pub fn exhausted(&self) -> bool {
+        self.shared().m_exhausted.load(Ordering::Relaxed) != 0
+    }
+
+    /// Appends the log entries written since the last call.
+    pub fn read_log(&mut self, out: &mut Vec<Handled>) {
+        let shared = shared_of(&self.map);
+        let head = shared.log_head.load(Ordering::Acquire);
+        if head - self.cursor > LOG_LEN as u64 {
+            self.missed += head - self.cursor - LOG_LEN as u64;
+            self.cursor = head - LOG_LEN as u64;
+        }
+        while self.cursor < head {
+            let entry = &shared.log[self.cursor as usize % LOG_LEN];
+            let tid = entry.tid.load(Ordering::Relaxed) as u32;
+            let page_and_kind = entry.page_and_kind.load(Ordering::Relaxed);
+            out.push(Handled {
+                tid,
+                page: page_and_kind & !0xfff,
+                kind: (page_and_kind & 0xfff) as u32,
+            });
+            self.cursor += 1;
+        }
+    }
+
+    /// Removes the shared file (the process is gone; the counters were written out).
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn shared_of(map: &Mmap) -> &Shared {
+    // SAFETY: the mapping is at least SHARED_SIZE bytes (checked at open), page-aligned, and
+    // Shared consists of atomics, valid for any bit pattern.
+    unsafe { &*map.as_ptr().cast::<Shared>() }
+}
+
+/// Whether a log kind brings a page in (and so matches a missing-page fault in the trace).
+pub fn is_fill(kind_value: u32) -> bool {
+    kind_value == kind::ZERO || kind_value == kind::FETCH
+}

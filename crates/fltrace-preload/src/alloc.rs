@@ -1,0 +1,265 @@
+//! The malloc family, served from the managed region.
+//!
+//! glibc's malloc takes its memory with internal `brk` and `mmap` calls that cannot be
+//! interposed, so the runtime replaces the allocator: blocks come from talc over the region.
+//! Each block carries a 16-byte header just before the pointer handed out (its span and
+//! alignment), since C's `free` is not told the size. Blocks of 64 KiB and more are page
+//! aligned, so their pages are whole and can be discarded on free (they read as zeros and cost
+//! no local memory afterwards, as with glibc's mmap'd chunks).
+//!
+//! Until the region exists (the dynamic linker and `pthread_create` allocate while the runtime
+//! starts), blocks come from a static bootstrap arena and are never freed.
+
+use std::alloc::Layout;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use talc::source::Manual;
+
+use crate::region::PAGE;
+use crate::{region, sys};
+
+/// Blocks at least this large are page aligned.
+pub const LARGE: usize = 64 * 1024;
+const HEADER: usize = 16;
+const MAGIC: usize = 0xf17a_0000_0000_0000;
+
+type Talc = talc::base::Talc<Manual, talc::DefaultBinning>;
+
+static TALC: spinning_top::Spinlock<Talc> = spinning_top::Spinlock::new(Talc::new(Manual));
+
+#[repr(C, align(4096))]
+struct Arena([u8; 1 << 20]);
+static mut ARENA: Arena = Arena([0; 1 << 20]);
+static ARENA_USED: AtomicUsize = AtomicUsize::new(0);
+
+fn arena_range() -> (usize, usize) {
+    let base = (&raw const ARENA) as usize;
+    (base, base + (1 << 20))
+}
+
+/// Gives the region to the allocator.
+///
+/// # Safety
+/// `base..base+len` must be memory the allocator may own for the rest of the process.
+pub unsafe fn claim(base: usize, len: usize) -> bool {
+    // SAFETY: guaranteed by the caller.
+    unsafe { TALC.lock().claim(base as *mut u8, len) }.is_some()
+}
+
+#[repr(C)]
+struct Header {
+    /// Bytes from the block's start to the pointer handed out, tagged with MAGIC.
+    offset: usize,
+    /// Bytes usable from the pointer.
+    usable: usize,
+}
+
+/// # Safety
+/// `ptr` must have been returned by [`allocate`] and not freed.
+unsafe fn header(ptr: *mut u8) -> *mut Header {
+    // SAFETY: every block has its header right before the pointer.
+    unsafe { ptr.sub(HEADER).cast() }
+}
+
+fn block_layout(size: usize, align: usize) -> Option<(Layout, usize)> {
+    let align = align.max(HEADER).next_power_of_two();
+    let align = if size >= LARGE {
+        align.max(PAGE)
+    } else {
+        align
+    };
+    let offset = align.max(HEADER);
+    let total = offset.checked_add(size.max(1))?;
+    Some((Layout::from_size_align(total, align).ok()?, offset))
+}
+
+fn arena_alloc(size: usize, align: usize) -> *mut u8 {
+    let Some((layout, offset)) = block_layout(size, align) else {
+        return null_mut();
+    };
+    let (base, end) = arena_range();
+    let mut used = ARENA_USED.load(Relaxed);
+    loop {
+        let start = (base + used + layout.align() - 1) & !(layout.align() - 1);
+        let next = start + layout.size() - base;
+        if start + layout.size() > end {
+            return null_mut();
+        }
+        match ARENA_USED.compare_exchange(used, next, Relaxed, Relaxed) {
+            Ok(_) => {
+                let ptr = (start + offset) as *mut u8;
+                // SAFETY: the header lies inside the block just reserved.
+                unsafe {
+                    header(ptr).write(Header {
+                        offset: offset | MAGIC,
+                        usable: size,
+                    })
+                };
+                return ptr;
+            }
+            Err(now) => used = now,
+        }
+    }
+}
+
+/// Allocates `size` bytes aligned to `align`. Null when the size is absurd; exits with a clear
+/// message when the region of `-M` MB is exhausted.
+pub fn allocate(size: usize, align: usize) -> *mut u8 {
+    let Some(region) = crate::region_ready() else {
+        return arena_alloc(size, align);
+    };
+    let Some((layout, offset)) = block_layout(size, align) else {
+        return null_mut();
+    };
+    // SAFETY: the layout has a non-zero size.
+    let Some(base) = (unsafe { TALC.lock().allocate(layout) }) else {
+        out_of_memory(region, size);
+    };
+    let base = base.as_ptr();
+    // SAFETY: `base + offset` is inside the block, its header before it.
+    let ptr = unsafe { base.add(offset) };
+    // SAFETY: as above.
+    unsafe {
+        header(ptr).write(Header {
+            offset: offset | MAGIC,
+            usable: size,
+        })
+    };
+    region
+        .shared()
+        .memory_allocd
+        .fetch_add(size as u64, Relaxed);
+    ptr
+}
+
+fn out_of_memory(region: &region::Region, size: usize) -> ! {
+    region.shared().m_exhausted.store(1, Relaxed);
+    let mut mb = [0; 20];
+    let mut want = [0; 20];
+    sys::write_stderr(&[
+        b"fltrace: out of far memory: the program asked for ",
+        sys::decimal(size as u64, &mut want),
+        b" more bytes than -M (",
+        sys::decimal((region.pages * PAGE / (1 << 20)) as u64, &mut mb),
+        b" MB) holds; raise -M\n",
+    ]);
+    // SAFETY: ending the process at once is the documented behaviour.
+    unsafe { libc::_exit(12) }
+}
+
+/// Whether `ptr` is a block of ours.
+pub fn owns(ptr: *mut u8) -> bool {
+    let addr = ptr as usize;
+    let (arena_base, arena_end) = arena_range();
+    let in_arena = addr >= arena_base + HEADER && addr < arena_end;
+    let in_region = crate::region_any().is_some_and(|r| r.contains(addr));
+    // SAFETY: a pointer in one of our ranges has a readable header before it.
+    (in_arena || in_region) && unsafe { (*header(ptr)).offset } & !0xffff_ffff == MAGIC
+}
+
+/// Usable bytes of a block.
+///
+/// # Safety
+/// `ptr` must be a live block of ours.
+pub unsafe fn usable_size(ptr: *mut u8) -> usize {
+    // SAFETY: guaranteed by the caller.
+    unsafe { (*header(ptr)).usable }
+}
+
+/// Frees a block.
+///
+/// # Safety
+/// `ptr` must be a live block of ours.
+pub unsafe fn free(ptr: *mut u8) {
+    let (arena_base, arena_end) = arena_range();
+    if (ptr as usize) >= arena_base && (ptr as usize) < arena_end {
+        return;
+    }
+    // SAFETY: guaranteed by the caller.
+    let Header { offset, usable } = unsafe { header(ptr).read() };
+    let offset = offset & 0xffff_ffff;
+    let Some(region) = crate::region_any() else {
+        return;
+    };
+    if usable >= PAGE {
+        // Before the block is given back: afterwards another thread may own it.
+        region.discard(ptr as usize, usable);
+    }
+    // SAFETY: the header clears the tag so a double free is not taken for a block.
+    unsafe { (*header(ptr)).offset = 0 };
+    let align = if usable >= LARGE {
+        offset.max(PAGE)
+    } else {
+        offset
+    };
+    let Some((layout, _)) = block_layout(usable, align) else {
+        return;
+    };
+    // SAFETY: the block was allocated with this layout (recomputed from the header).
+    unsafe { TALC.lock().deallocate(ptr.sub(offset), layout) };
+    region
+        .shared()
+        .memory_freed
+        .fetch_add(usable as u64, Relaxed);
+}
+
+/// `calloc`: zeroed memory. Whole pages are discarded rather than written, so that zeroing
+/// costs no faults; only partial pages at the ends are cleared by hand.
+pub fn allocate_zeroed(size: usize) -> *mut u8 {
+    let ptr = allocate(size, HEADER);
+    if ptr.is_null() {
+        return ptr;
+    }
+    match crate::region_ready() {
+        Some(region) if size >= PAGE && region.contains(ptr as usize) => {
+            let start = ptr as usize;
+            let first_page = (start + PAGE - 1) & !(PAGE - 1);
+            let last_page = (start + size) & !(PAGE - 1);
+            region.discard(start, size);
+            // SAFETY: both ranges are inside the block.
+            unsafe {
+                std::ptr::write_bytes(ptr, 0, first_page - start);
+                std::ptr::write_bytes(last_page as *mut u8, 0, start + size - last_page);
+            }
+        }
+        // SAFETY: the block has `size` bytes.
+        _ => unsafe { std::ptr::write_bytes(ptr, 0, size) },
+    }
+    ptr
+}
+
+/// `realloc`.
+///
+/// # Safety
+/// `ptr` must be null or a live block of ours.
+pub unsafe fn reallocate(ptr: *mut u8, size: usize) -> *mut u8 {
+    if ptr.is_null() {
+        return allocate(size, HEADER);
+    }
+    // SAFETY: guaranteed by the caller.
+    let usable = unsafe { usable_size(ptr) };
+    if size <= usable && size >= usable / 2 && crate::region_ready().is_some() {
+        return ptr;
+    }
+    let new = allocate(size, HEADER);
+    if !new.is_null() {
+        // SAFETY: both blocks hold at least the copied length; they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, new, usable.min(size)) };
+        // SAFETY: guaranteed by the caller.
+        unsafe { free(ptr) };
+    }
+    new
+}
+
+/// Locks the allocator across fork, so the child does not inherit it locked by a thread that
+/// does not exist there.
+pub fn lock_for_fork() {
+    std::mem::forget(TALC.lock());
+}
+
+/// Unlocks after fork (in parent and child).
+pub fn unlock_after_fork() {
+    // SAFETY: `lock_for_fork` left the lock held by this thread, which now releases it.
+    unsafe { TALC.force_unlock() };
+}

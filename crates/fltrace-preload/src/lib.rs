@@ -1,0 +1,313 @@
+//! The far-memory runtime that `fltrace record -L <MB> -M <MB>` preloads into the traced
+//! program (`LD_PRELOAD`), as the original fltrace did.
+//!
+//! It serves the program's heap (the malloc family, C++ `new` included) and its anonymous
+//! private mappings from one region of `-M` MB registered with userfaultfd, keeps at most `-L`
+//! MB of it resident and evicts the rest to a backing store of the same size, which stands for
+//! far memory. Handler threads block on the userfaultfd (or busy-poll with
+//! `FLTRACE_RT_BUSY_POLL=1`). Counters and a log of handled faults go to a shared page that
+//! the recorder reads (`fltrace-runtime-abi`).
+//!
+//! Not covered, as in the original: thread stacks, file-backed and shared mappings,
+//! `MAP_FIXED` mappings, direct `brk`/`sbrk` users. A process forked without exec gets all its
+//! memory back before the fork and runs unmanaged (no limit); an exec starts a fresh runtime.
+//!
+//! Rules this library lives by: the handler threads never allocate and never touch the
+//! region except to copy a resident, write-protected page; the allocator never calls the
+//! allocator it replaces; the raw system calls in `sys` go straight to the kernel.
+
+mod alloc;
+mod interpose;
+pub mod region;
+mod sys;
+mod uffd;
+
+use std::ffi::c_void;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use fltrace_runtime_abi::{MAGIC, SHARED_SIZE, Shared, env};
+
+use region::{PAGE, Policy, Region};
+
+const UNINIT: u8 = 0;
+const STARTING: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static mut REGION: MaybeUninit<Region> = MaybeUninit::uninit();
+
+/// The region, once the runtime is up.
+pub(crate) fn region_ready() -> Option<&'static Region> {
+    if STATE.load(Ordering::Acquire) == READY {
+        // SAFETY: READY is published (Release) after REGION was written, never changed after.
+        Some(unsafe { region_ref() })
+    } else {
+        start();
+        (STATE.load(Ordering::Acquire) == READY)
+            // SAFETY: as above.
+            .then(|| unsafe { region_ref() })
+    }
+}
+
+/// The region if it exists, without starting the runtime.
+pub(crate) fn region_any() -> Option<&'static Region> {
+    (STATE.load(Ordering::Acquire) == READY)
+        // SAFETY: as in `region_ready`.
+        .then(|| unsafe { region_ref() })
+}
+
+/// Default region when no `-M` is given (the library loaded without fltrace's settings).
+const DEFAULT_MAX_PAGES: u64 = (64 << 30) / PAGE as u64;
+
+/// Starts the runtime once; other threads allocating meanwhile use the bootstrap arena.
+fn start() {
+    if STATE
+        .compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    match build_region() {
+        Some(region) => {
+            // SAFETY: only the thread that won the STARTING exchange writes REGION, once.
+            unsafe { (&raw mut REGION).cast::<Region>().write(region) };
+            let region = region_any_unchecked();
+            // Handlers first: claiming writes the allocator's metadata into the region, and
+            // those first touches are faults the handlers must serve.
+            if region.managed() {
+                start_handlers(region);
+            }
+            // SAFETY: the region's address range belongs to the allocator from now on.
+            let claimed = unsafe { alloc::claim(region.base, region.pages * PAGE) };
+            STATE.store(if claimed { READY } else { FAILED }, Ordering::Release);
+            if claimed && region.managed() {
+                // SAFETY: registering plain functions with pthread_atfork.
+                unsafe {
+                    libc::pthread_atfork(
+                        Some(before_fork),
+                        Some(after_fork_parent),
+                        Some(after_fork_child),
+                    )
+                };
+            }
+        }
+        None => STATE.store(FAILED, Ordering::Release),
+    }
+}
+
+fn region_any_unchecked() -> &'static Region {
+    // SAFETY: called only once REGION was written (by `start`, before any handler exists).
+    unsafe { region_ref() }
+}
+
+/// # Safety
+/// REGION must have been written.
+unsafe fn region_ref() -> &'static Region {
+    // SAFETY: written once, never mutated afterwards (guaranteed by the caller).
+    unsafe { &*(&raw const REGION).cast::<Region>() }
+}
+
+fn build_region() -> Option<Region> {
+    let local = sys::env_u64(c"FLTRACE_RT_LOCAL_PAGES");
+    let max_pages = sys::env_u64(c"FLTRACE_RT_MAX_PAGES").unwrap_or(DEFAULT_MAX_PAGES) as usize;
+    let policy = match sys::env_bytes(c"FLTRACE_RT_POLICY") {
+        Some(b"clock") => Policy::Clock,
+        _ => Policy::Fifo,
+    };
+    let shared = map_shared();
+    let uffd = match local {
+        Some(_) => open_uffd(),
+        None => -1,
+    };
+    let limit = local.unwrap_or(max_pages as u64) as usize;
+    Region::create(max_pages, limit, policy, uffd, shared)
+}
+
+fn open_uffd() -> i32 {
+    let fd = match uffd::create(false) {
+        Ok(fd) => fd,
+        // Unprivileged users may only ask for user-mode faults (vm.unprivileged_userfaultfd).
+        Err(_) => match uffd::create(true) {
+            Ok(fd) => fd,
+            Err(e) => {
+                report_unavailable(e);
+                return -1;
+            }
+        },
+    };
+    if let Err(e) = uffd::api(
+        fd,
+        uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID,
+    ) {
+        report_unavailable(e);
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return -1;
+    }
+    fd
+}
+
+fn report_unavailable(e: std::io::Error) {
+    let mut code = [0; 20];
+    sys::write_stderr(&[
+        b"fltrace: userfaultfd is unavailable (errno ",
+        sys::decimal(e.raw_os_error().unwrap_or(0) as u64, &mut code),
+        b"): far-memory emulation is off for this process\n",
+    ]);
+}
+
+/// Maps the page shared with the recorder, `<FLTRACE_RT_SHARED>-<pid>`, or private memory
+/// when running without fltrace.
+fn map_shared() -> *const Shared {
+    let mut path = [0u8; 512];
+    let mut len = 0;
+    if let Some(prefix) = sys::env_bytes(c"FLTRACE_RT_SHARED") {
+        let mut digits = [0; 20];
+        // SAFETY: getpid has no preconditions.
+        let pid = sys::decimal(unsafe { libc::getpid() } as u64, &mut digits);
+        for part in [prefix, b"-", pid] {
+            let end = (len + part.len()).min(path.len() - 1);
+            path[len..end].copy_from_slice(&part[..end - len]);
+            len = end;
+        }
+    }
+    let mut memory = std::ptr::null_mut::<u8>();
+    if len > 0 {
+        // SAFETY: `path` is NUL-terminated (zero-initialised beyond `len`).
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr().cast(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600,
+            )
+        };
+        // SAFETY: sizing and mapping our own new file.
+        if fd >= 0 && unsafe { libc::ftruncate(fd, SHARED_SIZE as i64) } == 0 {
+            // SAFETY: a shared mapping of the file just sized.
+            let p = unsafe {
+                libc::syscall(
+                    libc::SYS_mmap,
+                    0usize,
+                    SHARED_SIZE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0usize,
+                )
+            };
+            if p >= 0 {
+                memory = p as *mut u8;
+            }
+        }
+        if fd >= 0 {
+            // SAFETY: the mapping keeps the file; the descriptor is ours to close.
+            unsafe { libc::close(fd) };
+        }
+    }
+    if memory.is_null() {
+        memory = sys::map_anonymous(SHARED_SIZE, 0);
+    }
+    let shared = memory as *const Shared;
+    if !shared.is_null() {
+        // SAFETY: a fresh, zeroed mapping of SHARED_SIZE bytes: all-zero atomics are valid.
+        unsafe { (*shared).magic.store(MAGIC, Ordering::Release) };
+    }
+    let _ = env::SHARED;
+    shared
+}
+
+extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
+    // Started after REGION was written and before READY: the region is there to use.
+    let region = region_any_unchecked();
+    // The recorder recognises the runtime's own threads by this name and leaves their
+    // faults (on the backing store and metadata) out of the program's trace.
+    // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"fltrace-rt".as_ptr()) };
+    let busy = sys::env_u64(c"FLTRACE_RT_BUSY_POLL") == Some(1);
+    let mut msgs = [uffd::Msg::default(); 32];
+    loop {
+        if !busy {
+            let mut pfd = libc::pollfd {
+                fd: region.uffd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, -1) };
+        }
+        // SAFETY: reading whole messages into a buffer of the right type and size.
+        let n = unsafe {
+            libc::read(
+                region.uffd,
+                msgs.as_mut_ptr().cast(),
+                std::mem::size_of_val(&msgs),
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        for msg in &msgs[..n as usize / std::mem::size_of::<uffd::Msg>()] {
+            if msg.event == uffd::EVENT_PAGEFAULT {
+                region.handle_fault(msg);
+            }
+        }
+    }
+}
+
+fn start_handlers(region: &Region) {
+    if region.uffd >= 0 {
+        // The handlers read the descriptor non-blocking after poll, so a message taken by
+        // another handler does not leave this one stuck in read.
+        // SAFETY: fcntl on our own descriptor.
+        unsafe {
+            let flags = libc::fcntl(region.uffd, libc::F_GETFL);
+            libc::fcntl(region.uffd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+    let handlers = sys::env_u64(c"FLTRACE_RT_HANDLERS")
+        .unwrap_or(1)
+        .clamp(1, 64);
+    for _ in 0..handlers {
+        let mut thread: libc::pthread_t = 0;
+        // SAFETY: a plain function pointer and no argument; the thread runs for the process.
+        unsafe {
+            libc::pthread_create(
+                &mut thread,
+                std::ptr::null(),
+                handler_main,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+}
+
+extern "C" fn before_fork() {
+    if let Some(region) = region_any() {
+        region.prepare_fork();
+    }
+    alloc::lock_for_fork();
+}
+
+extern "C" fn after_fork_parent() {
+    alloc::unlock_after_fork();
+    if let Some(region) = region_any() {
+        region.resume();
+    }
+}
+
+extern "C" fn after_fork_child() {
+    alloc::unlock_after_fork();
+}
+
+/// Starts the runtime when the library is loaded, before `main`, even if the program never
+/// allocates.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = {
+    extern "C" fn init() {
+        start();
+    }
+    init
+};

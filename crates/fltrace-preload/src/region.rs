@@ -1,0 +1,384 @@
+//! The managed region: every page's state, fault resolution, and eviction to the backing store.
+//!
+//! The region is one range of address space of `-M` MB registered with userfaultfd for missing
+//! and write-protect faults; a second range of the same size is the backing store that emulates
+//! far memory, page for page. Page state lives outside both (the handler must never fault on
+//! the region itself).
+//!
+//! A missing page is filled from the store if it was evicted, else with zeros; a page filled
+//! for a read is mapped write-protected so that the first write is seen (it becomes dirty).
+//! When more than the local limit is resident, pages are evicted in the policy's order: a dirty
+//! page is write-protected *before* it is copied, so no write can slip in between copy and drop,
+//! then dropped with `MADV_DONTNEED`; a clean page is just dropped.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::Release};
+
+use fltrace_runtime_abi::{LOG_LEN, Shared, kind};
+use spinning_top::Spinlock;
+
+use crate::sys;
+use crate::uffd::{self, Msg};
+
+/// The page size the runtime manages (x86_64 base pages).
+pub const PAGE: usize = 4096;
+
+const RESIDENT: u8 = 1;
+const DIRTY: u8 = 2;
+const IN_STORE: u8 = 4;
+const REFERENCED: u8 = 8;
+
+/// How victims are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// In the order pages were brought in (the original tool's policy).
+    Fifo,
+    /// FIFO with a second chance for pages written since they were last considered: writes
+    /// are what the runtime can observe (through write-protect faults); reads are invisible.
+    Clock,
+}
+
+/// Page metadata and the eviction queue, behind the region lock.
+struct Pages {
+    state: *mut u8,
+    /// Ticket of each page's newest queue entry; older entries are stale.
+    ticket: *mut u32,
+    queue: *mut (u32, u32),
+    queue_cap: usize,
+    head: usize,
+    len: usize,
+    next_ticket: u32,
+    resident: usize,
+}
+
+// SAFETY: the raw pointers refer to the runtime's private metadata mapping, only touched
+// under the region lock.
+unsafe impl Send for Pages {}
+
+/// The managed region.
+pub struct Region {
+    /// First address of the region.
+    pub base: usize,
+    /// Size in pages.
+    pub pages: usize,
+    store: usize,
+    /// The userfaultfd, or -1 when unmanaged (no limit).
+    pub uffd: i32,
+    limit: usize,
+    policy: Policy,
+    inner: Spinlock<Pages>,
+    shared: *const Shared,
+    /// Set while fork prepares the child: faults are served but nothing is evicted.
+    paused: AtomicBool,
+}
+
+// SAFETY: `shared` points to a mapping that lives for the process; all mutation of page
+// metadata is under `inner`, and the counters are atomics.
+unsafe impl Sync for Region {}
+// SAFETY: as above.
+unsafe impl Send for Region {}
+
+static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
+
+impl Region {
+    /// Maps a region and store of `pages` pages and the metadata; `uffd` is registered over
+    /// the region unless it is -1. Returns `None` when the address space cannot be had.
+    pub fn create(
+        pages: usize,
+        limit: usize,
+        policy: Policy,
+        uffd: i32,
+        shared: *const Shared,
+    ) -> Option<Region> {
+        let bytes = pages.checked_mul(PAGE)?;
+        let base = sys::map_anonymous(bytes, libc::MAP_NORESERVE);
+        if base.is_null() {
+            return None;
+        }
+        // One fault and one eviction per base page: the accounting is per 4 KiB.
+        sys::madvise(base as usize, bytes, libc::MADV_NOHUGEPAGE);
+        let store = if uffd >= 0 {
+            sys::map_anonymous(bytes, libc::MAP_NORESERVE)
+        } else {
+            base
+        };
+        let queue_cap = pages * 2;
+        let meta_bytes = pages + pages * 4 + queue_cap * 8;
+        let meta = sys::map_anonymous(meta_bytes, libc::MAP_NORESERVE);
+        if store.is_null() || meta.is_null() {
+            return None;
+        }
+        if uffd >= 0 {
+            let mode = uffd::REGISTER_MODE_MISSING | uffd::REGISTER_MODE_WP;
+            if uffd::register(uffd, base as u64, bytes as u64, mode).is_err() {
+                return None;
+            }
+        }
+        let inner = Pages {
+            state: meta,
+            // SAFETY: offsets within the metadata mapping of `meta_bytes`, 4- and 8-aligned
+            // because `pages` is a multiple of 8 (the region is whole megabytes).
+            ticket: unsafe { meta.add(pages) }.cast(),
+            // SAFETY: as above.
+            queue: unsafe { meta.add(pages * 5) }.cast(),
+            queue_cap,
+            head: 0,
+            len: 0,
+            next_ticket: 1,
+            resident: 0,
+        };
+        let region = Region {
+            base: base as usize,
+            pages,
+            store: store as usize,
+            uffd,
+            limit: limit.max(1),
+            policy,
+            inner: Spinlock::new(inner),
+            shared,
+            paused: AtomicBool::new(false),
+        };
+        region.shared().limit.store((limit * PAGE) as u64, Relaxed);
+        Some(region)
+    }
+
+    /// The shared counters.
+    pub fn shared(&self) -> &Shared {
+        // SAFETY: `shared` points to a live, initialised mapping (see `create`).
+        unsafe { &*self.shared }
+    }
+
+    /// Whether `addr` lies in the region.
+    pub fn contains(&self, addr: usize) -> bool {
+        addr >= self.base && addr < self.base + self.pages * PAGE
+    }
+
+    /// Whether pages are managed (a limit is enforced).
+    pub fn managed(&self) -> bool {
+        self.uffd >= 0
+    }
+
+    /// Resolves one page fault reported by the userfaultfd.
+    pub fn handle_fault(&self, msg: &Msg) {
+        let addr = (msg.address as usize) & !(PAGE - 1);
+        if !self.contains(addr) {
+            let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
+            return;
+        }
+        let idx = (addr - self.base) / PAGE;
+        let mut pages = self.inner.lock();
+        let shared = self.shared();
+        // SAFETY: idx < pages, within the state array.
+        let state = unsafe { &mut *pages.state.add(idx) };
+        if *state & RESIDENT != 0 {
+            if msg.flags & uffd::PAGEFAULT_FLAG_WP != 0 {
+                // First write to a clean page: from now on it differs from the store.
+                *state |= DIRTY | REFERENCED;
+                let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, false);
+                shared.faults.fetch_add(1, Relaxed);
+                shared.faults_wp.fetch_add(1, Relaxed);
+                self.log(msg.ptid, addr, kind::WRPROTECT);
+            } else {
+                // Another thread's fault brought it in first.
+                let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
+            }
+            return;
+        }
+        // Missing, or write-protected but evicted meanwhile (the thread retries after wake):
+        // either way the page comes back.
+        let write = msg.flags & (uffd::PAGEFAULT_FLAG_WRITE | uffd::PAGEFAULT_FLAG_WP) != 0;
+        let fetched = *state & IN_STORE != 0;
+        let src = if fetched {
+            self.store + idx * PAGE
+        } else {
+            ZERO_PAGE.as_ptr() as usize
+        };
+        if uffd::copy(self.uffd, addr as u64, src as u64, PAGE as u64, !write).is_err() {
+            let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
+            return;
+        }
+        *state = RESIDENT
+            | if fetched { IN_STORE } else { 0 }
+            | if write { DIRTY | REFERENCED } else { 0 };
+        self.enqueue(&mut pages, idx);
+        pages.resident += 1;
+        shared.faults.fetch_add(1, Relaxed);
+        if write {
+            shared.faults_w.fetch_add(1, Relaxed);
+        } else {
+            shared.faults_r.fetch_add(1, Relaxed);
+        }
+        if fetched {
+            shared.faults_fetch.fetch_add(1, Relaxed);
+        } else {
+            shared.faults_zp.fetch_add(1, Relaxed);
+        }
+        self.log(
+            msg.ptid,
+            addr,
+            if fetched { kind::FETCH } else { kind::ZERO },
+        );
+        self.evict_over_limit(&mut pages);
+        let resident = (pages.resident * PAGE) as u64;
+        shared.resident.store(resident, Relaxed);
+        shared.memory_used.fetch_max(resident, Relaxed);
+    }
+
+    fn log(&self, tid: u32, addr: usize, kind: u32) {
+        let shared = self.shared();
+        let head = shared.log_head.load(Relaxed);
+        let entry = &shared.log[head as usize % LOG_LEN];
+        entry.tid.store(u64::from(tid), Relaxed);
+        entry
+            .page_and_kind
+            .store(addr as u64 | u64::from(kind), Relaxed);
+        // Release: the entry is complete before the reader sees the new head.
+        shared.log_head.store(head + 1, Release);
+    }
+
+    fn enqueue(&self, pages: &mut Pages, idx: usize) {
+        if pages.len == pages.queue_cap {
+            self.compact(pages);
+        }
+        let ticket = pages.next_ticket;
+        pages.next_ticket = pages.next_ticket.wrapping_add(1).max(1);
+        // SAFETY: idx < pages and the slot index < queue_cap.
+        unsafe {
+            *pages.ticket.add(idx) = ticket;
+            *pages.queue.add((pages.head + pages.len) % pages.queue_cap) = (idx as u32, ticket);
+        }
+        pages.len += 1;
+    }
+
+    /// Drops stale queue entries (pages freed or re-queued since); live entries are at most
+    /// one per page, half the capacity.
+    fn compact(&self, pages: &mut Pages) {
+        let mut kept = 0;
+        for i in 0..pages.len {
+            // SAFETY: indexes within the queue and the ticket array.
+            unsafe {
+                let (idx, ticket) = *pages.queue.add((pages.head + i) % pages.queue_cap);
+                if *pages.ticket.add(idx as usize) == ticket
+                    && *pages.state.add(idx as usize) & RESIDENT != 0
+                {
+                    *pages.queue.add((pages.head + kept) % pages.queue_cap) = (idx, ticket);
+                    kept += 1;
+                }
+            }
+        }
+        pages.len = kept;
+    }
+
+    fn evict_over_limit(&self, pages: &mut Pages) {
+        if pages.resident <= self.limit || self.paused.load(Relaxed) {
+            return;
+        }
+        let shared = self.shared();
+        shared.evict_ops.fetch_add(1, Relaxed);
+        while pages.resident > self.limit && pages.len > 0 {
+            // SAFETY: the queue is non-empty; indexes are within their arrays.
+            let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
+            pages.head = (pages.head + 1) % pages.queue_cap;
+            pages.len -= 1;
+            let idx = idx as usize;
+            // SAFETY: idx < pages.
+            let (state, current) = unsafe { (&mut *pages.state.add(idx), *pages.ticket.add(idx)) };
+            if current != ticket || *state & RESIDENT == 0 {
+                continue;
+            }
+            let addr = self.base + idx * PAGE;
+            if self.policy == Policy::Clock && *state & REFERENCED != 0 {
+                // Second chance; protect again so that the next write is seen.
+                *state &= !REFERENCED;
+                if *state & DIRTY != 0 {
+                    // Still unlike the store (stays dirty), but the next write faults again.
+                    let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, true);
+                }
+                self.enqueue(pages, idx);
+                continue;
+            }
+            if *state & DIRTY != 0 {
+                // Block writers first, then copy: no write can be lost between the two.
+                let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, true);
+                // SAFETY: both pages are mapped and PAGE bytes long; the region page is
+                // resident (reading it cannot fault) and no longer writable.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        addr as *const u8,
+                        (self.store + idx * PAGE) as *mut u8,
+                        PAGE,
+                    )
+                };
+                *state |= IN_STORE;
+                shared.evict_writes.fetch_add(1, Relaxed);
+            }
+            sys::madvise(addr, PAGE, libc::MADV_DONTNEED);
+            *state &= !(RESIDENT | DIRTY | REFERENCED);
+            pages.resident -= 1;
+            shared.evict_pages_done.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Forgets the contents of the whole pages in `[addr, addr + len)`: they read as zeros
+    /// afterwards, locally and in the store (free, `munmap`, `MADV_DONTNEED`).
+    pub fn discard(&self, addr: usize, len: usize) {
+        let start = (addr + PAGE - 1) & !(PAGE - 1);
+        let end = (addr + len) & !(PAGE - 1);
+        if start >= end || !self.contains(start) {
+            return;
+        }
+        let end = end.min(self.base + self.pages * PAGE);
+        if !self.managed() {
+            sys::madvise(start, end - start, libc::MADV_DONTNEED);
+            return;
+        }
+        let mut pages = self.inner.lock();
+        let mut run_start = None;
+        for page in (start..end).step_by(PAGE) {
+            let idx = (page - self.base) / PAGE;
+            // SAFETY: idx < pages.
+            let state = unsafe { &mut *pages.state.add(idx) };
+            let resident = *state & RESIDENT != 0;
+            if resident {
+                pages.resident -= 1;
+                run_start.get_or_insert(page);
+            } else if let Some(s) = run_start.take() {
+                sys::madvise(s, page - s, libc::MADV_DONTNEED);
+            }
+            *state = 0;
+        }
+        if let Some(s) = run_start {
+            sys::madvise(s, end - s, libc::MADV_DONTNEED);
+        }
+        self.shared()
+            .resident
+            .store((pages.resident * PAGE) as u64, Relaxed);
+    }
+
+    /// Before fork: stop evicting and bring every evicted page back, so that the child, whose
+    /// memory is no longer managed, sees all of it. The limit is exceeded until the parent's
+    /// next fault.
+    pub fn prepare_fork(&self) {
+        if !self.managed() {
+            return;
+        }
+        self.paused.store(true, Relaxed);
+        for idx in 0..self.pages {
+            let in_store = {
+                let pages = self.inner.lock();
+                // SAFETY: idx < pages.
+                let state = unsafe { *pages.state.add(idx) };
+                state & IN_STORE != 0 && state & RESIDENT == 0
+            };
+            if in_store {
+                // A read fault brings it back through the handler.
+                // SAFETY: a mapped page of the region.
+                unsafe { std::ptr::read_volatile((self.base + idx * PAGE) as *const u8) };
+            }
+        }
+    }
+
+    /// After fork, in the parent: evict again.
+    pub fn resume(&self) {
+        self.paused.store(false, Relaxed);
+    }
+}

@@ -1,0 +1,93 @@
+//! The few raw system calls the runtime makes. They go straight to the kernel: the runtime
+//! interposes `mmap` and friends itself, so it must not call back into its own wrappers.
+
+/// `mmap` of fresh anonymous memory that the runtime does not manage (metadata, the region
+/// itself before registration). Returns null on failure.
+pub fn map_anonymous(len: usize, extra_flags: i32) -> *mut u8 {
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            0usize,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
+            -1i32,
+            0usize,
+        )
+    };
+    if p < 0 {
+        std::ptr::null_mut()
+    } else {
+        p as *mut u8
+    }
+}
+
+/// The raw `madvise` system call.
+pub fn madvise(addr: usize, len: usize, advice: i32) -> i64 {
+    // SAFETY: madvise validates the range; callers pass ranges of the runtime's region.
+    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) }
+}
+
+/// Writes a message to standard error without allocating.
+pub fn write_stderr(parts: &[&[u8]]) {
+    for part in parts {
+        // SAFETY: writing from a valid slice; a short or failed write to stderr is ignored.
+        unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
+    }
+}
+
+/// Formats `value` in decimal into `buf`, returning the digits.
+pub fn decimal(mut value: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 || i == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+/// Reads a decimal environment variable without allocating.
+pub fn env_u64(name: &core::ffi::CStr) -> Option<u64> {
+    // SAFETY: getenv with a valid C string; the result is a C string or null.
+    let value = unsafe { libc::getenv(name.as_ptr()) };
+    if value.is_null() {
+        return None;
+    }
+    // SAFETY: getenv returned a NUL-terminated string that lives while the environment does.
+    let bytes = unsafe { core::ffi::CStr::from_ptr(value) }.to_bytes();
+    let mut n: u64 = 0;
+    for &b in bytes {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    (!bytes.is_empty()).then_some(n)
+}
+
+/// An environment variable's bytes, without allocating.
+pub fn env_bytes(name: &core::ffi::CStr) -> Option<&'static [u8]> {
+    // SAFETY: as in `env_u64`; the environment outlives the runtime's use of it at start-up.
+    let value = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: non-null getenv results are NUL-terminated strings.
+    (!value.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(value) }.to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decimal formatting without allocation.
+    #[test]
+    fn formats_decimals() {
+        let mut buf = [0; 20];
+        assert_eq!(decimal(0, &mut buf), b"0");
+        assert_eq!(decimal(1234567, &mut buf), b"1234567");
+        assert_eq!(decimal(u64::MAX, &mut buf), b"18446744073709551615");
+    }
+}

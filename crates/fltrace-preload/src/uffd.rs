@@ -1,0 +1,166 @@
+//! userfaultfd ABI (include/uapi/linux/userfaultfd.h) and one safe wrapper per ioctl.
+
+use std::io;
+
+const UFFDIO: u64 = 0xAA;
+
+const fn iowr(nr: u64, size: u64) -> u64 {
+    (3 << 30) | (size << 16) | (UFFDIO << 8) | nr
+}
+
+const fn ior(nr: u64, size: u64) -> u64 {
+    (2 << 30) | (size << 16) | (UFFDIO << 8) | nr
+}
+
+const UFFD_API: u64 = 0xAA;
+const UFFDIO_API: u64 = iowr(0x3F, 24);
+const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
+const UFFDIO_WAKE: u64 = ior(0x02, 16);
+const UFFDIO_COPY: u64 = iowr(0x03, 40);
+const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
+
+/// Report write-protect faults.
+pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+/// Report the faulting thread's id.
+pub const FEATURE_THREAD_ID: u64 = 1 << 8;
+/// Register for missing-page faults.
+pub const REGISTER_MODE_MISSING: u64 = 1 << 0;
+/// Register for write-protect faults.
+pub const REGISTER_MODE_WP: u64 = 1 << 1;
+/// `uffd_msg.event` of a page fault.
+pub const EVENT_PAGEFAULT: u8 = 0x12;
+/// Page-fault flag: the access was a write.
+pub const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
+/// Page-fault flag: the page was write-protected.
+pub const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
+
+/// `struct uffd_msg` for page-fault events (the other events are not enabled).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Msg {
+    /// `UFFD_EVENT_*`.
+    pub event: u8,
+    reserved1: u8,
+    reserved2: u16,
+    reserved3: u32,
+    /// `UFFD_PAGEFAULT_FLAG_*`.
+    pub flags: u64,
+    /// The faulting address.
+    pub address: u64,
+    /// The faulting thread (with `FEATURE_THREAD_ID`).
+    pub ptid: u32,
+    reserved4: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Msg>() == 32);
+
+#[repr(C)]
+struct Api {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct Range {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+struct Register {
+    range: Range,
+    mode: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct Copy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+
+#[repr(C)]
+struct WriteProtect {
+    range: Range,
+    mode: u64,
+}
+
+fn ioctl<T>(fd: i32, request: u64, arg: &mut T) -> io::Result<()> {
+    // SAFETY: `arg` is the repr(C) struct the kernel expects for `request` (sizes are encoded
+    // in the request number and match the structs above).
+    let ret = unsafe { libc::ioctl(fd, request as libc::c_ulong, arg as *mut T) };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Creates a userfaultfd. `user_only` limits it to faults from user mode, which unprivileged
+/// processes may ask for when `vm.unprivileged_userfaultfd` is 0.
+pub fn create(user_only: bool) -> io::Result<i32> {
+    let flags = libc::O_CLOEXEC | if user_only { 1 } else { 0 };
+    // SAFETY: userfaultfd takes flags and returns a descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd as i32)
+    }
+}
+
+/// The API handshake, asking for `features`.
+pub fn api(fd: i32, features: u64) -> io::Result<()> {
+    let mut api = Api {
+        api: UFFD_API,
+        features,
+        ioctls: 0,
+    };
+    ioctl(fd, UFFDIO_API, &mut api)
+}
+
+/// Registers `[start, start + len)` with `mode`.
+pub fn register(fd: i32, start: u64, len: u64, mode: u64) -> io::Result<()> {
+    let mut reg = Register {
+        range: Range { start, len },
+        mode,
+        ioctls: 0,
+    };
+    ioctl(fd, UFFDIO_REGISTER, &mut reg)
+}
+
+/// Atomically fills a missing page at `dst` with the page at `src`, write-protected if `wp`,
+/// and wakes the threads waiting on it. A page already present is not an error (EEXIST):
+/// another path resolved it first.
+pub fn copy(fd: i32, dst: u64, src: u64, len: u64, wp: bool) -> io::Result<()> {
+    let mut copy = Copy {
+        dst,
+        src,
+        len,
+        mode: if wp { 1 << 1 } else { 0 },
+        copy: 0,
+    };
+    match ioctl(fd, UFFDIO_COPY, &mut copy) {
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => wake(fd, dst, len),
+        other => other,
+    }
+}
+
+/// Sets (`protect`) or clears write protection on a range; clearing wakes waiting threads.
+pub fn write_protect(fd: i32, start: u64, len: u64, protect: bool) -> io::Result<()> {
+    let mut wp = WriteProtect {
+        range: Range { start, len },
+        mode: u64::from(protect),
+    };
+    ioctl(fd, UFFDIO_WRITEPROTECT, &mut wp)
+}
+
+/// Wakes threads waiting on faults in a range, to retry them.
+pub fn wake(fd: i32, start: u64, len: u64) -> io::Result<()> {
+    let mut range = Range { start, len };
+    ioctl(fd, UFFDIO_WAKE, &mut range)
+}
