@@ -69,10 +69,13 @@ struct FarState {
     view: Option<RuntimeView>,
     /// Log entries not yet matched to a row, with the round they were read in.
     unmatched: Vec<(Handled, u64)>,
-    /// The newest not-present fault row of each (thread, page).
-    last_fill: FxHashMap<(u32, u64), u64>,
+    /// Fault rows of each (thread, page) in the managed region, oldest first, not yet matched
+    /// with the runtime's log (which lists the same faults, each handled once, in order).
+    pending_fills: FxHashMap<(u32, u64), std::collections::VecDeque<u64>>,
     /// Log entries that matched no row.
     orphans: u64,
+    /// `pending_fills` holds no rows below this one.
+    pruned_below: u64,
 }
 
 /// What the recording as a whole passes to each process.
@@ -119,8 +122,9 @@ impl Process {
                 prefix: prefix.to_owned(),
                 view: None,
                 unmatched: Vec::new(),
-                last_fill: FxHashMap::default(),
+                pending_fills: FxHashMap::default(),
                 orphans: 0,
+                pruned_below: 0,
             }),
             exited_round: None,
         })
@@ -149,6 +153,12 @@ impl Process {
         self.cache = CacheX86_64::new();
         // Same addresses mean other code now: stacks are not shared across generations.
         self.out.interner.clear();
+        if let Some(far) = &mut self.far {
+            // The new image starts its own runtime and shared page.
+            far.view = None;
+            far.pending_fills.clear();
+            far.unmatched.clear();
+        }
     }
 
     fn record_mapping(&mut self, mapping: Mapping) {
@@ -225,14 +235,20 @@ impl Process {
         }
         fault.flags = FaultFlags(flags);
         if let Some(far) = &mut self.far
-            && error_code & PRESENT == 0
+            && far
+                .view
+                .as_ref()
+                .is_none_or(|v| v.region().contains(&fault.addr))
         {
-            far.last_fill
-                .insert((fault.tid, fault.addr & !0xfff), self.out.faults.rows());
+            far.pending_fills
+                .entry((fault.tid, fault.addr & !0xfff))
+                .or_default()
+                .push_back(self.out.faults.rows());
         }
 
         frames.clear();
-        self.live.reset();
+        let stack_bounds = self.mapping_at(regs.1).map_or((0, 0), |m| (m.start, m.end));
+        self.live.reset(stack_bounds);
         let end = self
             .unwinder
             .unwind(&mut self.cache, regs, stack, &mut self.live, frames);
@@ -304,6 +320,12 @@ impl Process {
         };
         if far.view.is_none() {
             far.view = RuntimeView::open(&far.prefix, self.pid);
+            // Faults outside the managed region never appear in the log.
+            if let Some(view) = &far.view {
+                let region = view.region();
+                far.pending_fills
+                    .retain(|(_, page), _| region.contains(page));
+            }
         }
         let Some(view) = &mut far.view else {
             return;
@@ -313,13 +335,32 @@ impl Process {
         far.unmatched.extend(fresh.into_iter().map(|h| (h, round)));
         let first_pending = self.out.faults.flushed_rows();
         let pending = self.out.faults.pending_mut();
+        if far.pruned_below < first_pending {
+            // Rows already written out can no longer be amended.
+            far.pending_fills.retain(|_, rows| {
+                rows.retain(|row| *row >= first_pending);
+                !rows.is_empty()
+            });
+            far.pruned_below = first_pending;
+        }
         far.unmatched.retain(|(handled, seen)| {
-            if !is_fill(handled.kind) {
-                return false;
+            let key = (handled.tid, handled.page);
+            let row = far
+                .pending_fills
+                .get_mut(&key)
+                .and_then(|rows| rows.pop_front());
+            if far
+                .pending_fills
+                .get(&key)
+                .is_some_and(|rows| rows.is_empty())
+            {
+                far.pending_fills.remove(&key);
             }
-            match far.last_fill.remove(&(handled.tid, handled.page)) {
+            match row {
                 Some(row) if row >= first_pending => {
-                    if let Some(fault) = pending.get_mut((row - first_pending) as usize) {
+                    if let Some(fault) = pending.get_mut((row - first_pending) as usize)
+                        && is_fill(handled.kind)
+                    {
                         if handled.kind == fltrace_runtime_abi::kind::FETCH {
                             fault.flags.0 = (fault.flags.0 | FaultFlags::FETCH) & !FaultFlags::ZERO;
                         } else {

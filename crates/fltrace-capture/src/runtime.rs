@@ -129,6 +129,13 @@ impl RuntimeView {
         self.shared().counters()
     }
 
+    /// The managed region's address range.
+    pub fn region(&self) -> std::ops::Range<u64> {
+        let shared = self.shared();
+        let start = shared.region_start.load(Ordering::Relaxed);
+        start..start + shared.region_len.load(Ordering::Relaxed)
+    }
+
     /// Whether the program ran out of `-M`.
     pub fn exhausted(&self) -> bool {
         self.shared().m_exhausted.load(Ordering::Relaxed) != 0
@@ -138,6 +145,10 @@ impl RuntimeView {
     pub fn read_log(&mut self, out: &mut Vec<Handled>) {
         let shared = shared_of(&self.map);
         let head = shared.log_head.load(Ordering::Acquire);
+        if head < self.cursor {
+            // exec started a new runtime, which recreated the page.
+            self.cursor = 0;
+        }
         if head - self.cursor > LOG_LEN as u64 {
             self.missed += head - self.cursor - LOG_LEN as u64;
             self.cursor = head - LOG_LEN as u64;

@@ -257,6 +257,9 @@ impl AddressSpaceUnwinder {
 /// gone) end the unwind as truncated.
 pub struct LiveStack {
     pid: i32,
+    /// The stack mapping of the sampled thread: reads outside it are refused, so that a bad
+    /// unwind rule cannot make the recorder touch (and fault in) other memory of the program.
+    bounds: (u64, u64),
     base: u64,
     len: usize,
     chunk: Box<[u8; LIVE_CHUNK]>,
@@ -273,6 +276,7 @@ impl LiveStack {
     pub fn new(pid: u32) -> LiveStack {
         LiveStack {
             pid: pid as i32,
+            bounds: (0, 0),
             base: 0,
             len: 0,
             chunk: Box::new([0; LIVE_CHUNK]),
@@ -281,8 +285,10 @@ impl LiveStack {
         }
     }
 
-    /// Forgets what was read: the stack may have changed since.
-    pub fn reset(&mut self) {
+    /// Forgets what was read (the stack may have changed since) and sets the stack mapping
+    /// that reads are confined to.
+    pub fn reset(&mut self, bounds: (u64, u64)) {
+        self.bounds = bounds;
         self.len = 0;
         self.used = false;
         self.failed = false;
@@ -295,11 +301,12 @@ impl LiveStack {
     }
 
     fn read_word(&mut self, addr: u64) -> Option<u64> {
-        if self.pid <= 0 {
+        if self.pid <= 0 || addr < self.bounds.0 || addr + 8 > self.bounds.1 {
             return None;
         }
         if !(self.base <= addr && addr + 8 <= self.base + self.len as u64) {
-            let base = addr & !(LIVE_CHUNK as u64 - 1);
+            let base =
+                (addr & !(LIVE_CHUNK as u64 - 1)).max(self.bounds.0 & !(LIVE_CHUNK as u64 - 1));
             let local = libc::iovec {
                 iov_base: self.chunk.as_mut_ptr().cast(),
                 iov_len: LIVE_CHUNK,

@@ -138,11 +138,11 @@ fn out_of_memory(region: &region::Region, size: usize) -> ! {
     let mut mb = [0; 20];
     let mut want = [0; 20];
     sys::write_stderr(&[
-        b"fltrace: out of far memory: the program asked for ",
+        b"fltrace: out of far memory: no room for a block of ",
         sys::decimal(size as u64, &mut want),
-        b" more bytes than -M (",
+        b" bytes within -M ",
         sys::decimal((region.pages * PAGE / (1 << 20)) as u64, &mut mb),
-        b" MB) holds; raise -M\n",
+        b" MB; raise -M\n",
     ]);
     // SAFETY: ending the process at once is the documented behaviour.
     unsafe { libc::_exit(12) }

@@ -138,6 +138,11 @@ impl Region {
             paused: AtomicBool::new(false),
         };
         region.shared().limit.store((limit * PAGE) as u64, Relaxed);
+        region
+            .shared()
+            .region_start
+            .store(region.base as u64, Relaxed);
+        region.shared().region_len.store(bytes as u64, Relaxed);
         Some(region)
     }
 
@@ -184,8 +189,13 @@ impl Region {
             return;
         }
         // Missing, or write-protected but evicted meanwhile (the thread retries after wake):
-        // either way the page comes back.
+        // either way the page comes back. Room is made first, while the faulting thread still
+        // waits: local memory never exceeds the limit, and a single-threaded program sees the
+        // same evictions on every run.
         let write = msg.flags & (uffd::PAGEFAULT_FLAG_WRITE | uffd::PAGEFAULT_FLAG_WP) != 0;
+        self.evict_over_limit(&mut pages, self.limit.saturating_sub(1));
+        // SAFETY: idx < pages, within the state array.
+        let state = unsafe { &mut *pages.state.add(idx) };
         let fetched = *state & IN_STORE != 0;
         let src = if fetched {
             self.store + idx * PAGE
@@ -217,7 +227,6 @@ impl Region {
             addr,
             if fetched { kind::FETCH } else { kind::ZERO },
         );
-        self.evict_over_limit(&mut pages);
         let resident = (pages.resident * PAGE) as u64;
         shared.resident.store(resident, Relaxed);
         shared.memory_used.fetch_max(resident, Relaxed);
@@ -268,13 +277,14 @@ impl Region {
         pages.len = kept;
     }
 
-    fn evict_over_limit(&self, pages: &mut Pages) {
-        if pages.resident <= self.limit || self.paused.load(Relaxed) {
+    /// Evicts until at most `target` pages are resident.
+    fn evict_over_limit(&self, pages: &mut Pages, target: usize) {
+        if pages.resident <= target || self.paused.load(Relaxed) {
             return;
         }
         let shared = self.shared();
         shared.evict_ops.fetch_add(1, Relaxed);
-        while pages.resident > self.limit && pages.len > 0 {
+        while pages.resident > target && pages.len > 0 {
             // SAFETY: the queue is non-empty; indexes are within their arrays.
             let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
             pages.head = (pages.head + 1) % pages.queue_cap;

@@ -88,6 +88,10 @@ pub struct Shared {
     pub m_exhausted: AtomicU64,
     /// The local limit, bytes.
     pub limit: AtomicU64,
+    /// First address of the managed region.
+    pub region_start: AtomicU64,
+    /// Bytes of the managed region.
+    pub region_len: AtomicU64,
     /// Entries written to the log so far (the next goes to `log_head % LOG_LEN`).
     pub log_head: AtomicU64,
     /// Handled faults, newest last.

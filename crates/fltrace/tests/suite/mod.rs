@@ -1,5 +1,6 @@
 mod cli;
 mod errors;
+mod farmem;
 mod processes;
 mod stacks;
 mod util;

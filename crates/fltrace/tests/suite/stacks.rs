@@ -67,7 +67,20 @@ fn thread_stacks_reach_thread_start() {
         .filter(|g| g["line"] == site_line)
         .map(|g| g["count"].as_u64().unwrap_or(0))
         .sum();
-    assert_eq!(total, 150);
+    let summary: Vec<String> = groups(&report)
+        .take(8)
+        .map(|g| {
+            format!(
+                "{} {}:{} {}",
+                g["count"], g["function"], g["line"], g["kind"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        total, 150,
+        "lost {}, top groups {summary:?}",
+        report["lost"]
+    );
     let stack = stack_at(&report, "faults.c", site_line);
     let outermost = stack.last().map(|f| f.0.as_str());
     assert!(

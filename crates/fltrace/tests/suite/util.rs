@@ -24,6 +24,10 @@ pub struct Workloads {
     pub faults_no_pie: PathBuf,
     /// `faults.c` without debug info (symbol table only).
     pub faults_stripped: PathBuf,
+    /// `scan.c`: write a buffer once, read it in further passes.
+    pub scan: PathBuf,
+    /// `farmem.c`: far-memory correctness modes.
+    pub farmem: PathBuf,
 }
 
 fn build(cmd: &mut Command) {
@@ -59,6 +63,10 @@ pub fn workloads() -> &'static Workloads {
         gcc(&faults_no_pie, "faults.c", &["-no-pie"]);
         let libfault = out("libfault.so");
         gcc(&libfault, "libfault.c", &["-shared", "-fPIC"]);
+        let scan = out("scan");
+        gcc(&scan, "scan.c", &[]);
+        let farmem = out("farmem");
+        gcc(&farmem, "farmem.c", &[]);
         let faults_stripped = out("faults-stripped");
         build(
             Command::new("strip")
@@ -80,6 +88,8 @@ pub fn workloads() -> &'static Workloads {
             touch_rs,
             faults_no_pie,
             faults_stripped,
+            scan,
+            farmem,
         }
     })
 }

@@ -1,0 +1,206 @@
+//! Far-memory emulation (`record -L/-M`): exact fault counts where FIFO makes them exact, and
+//! the workloads' own checks of every byte under heavy eviction.
+
+use std::path::Path;
+
+use super::util::*;
+
+/// Records `farmem <args>` under `-L local -M max` and returns fltrace's exit code and stderr.
+fn far(dir: &Dir, local: &str, max: &str, program: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = dir
+        .fltrace()
+        .args([
+            "record",
+            "-q",
+            &format!("-L={local}"),
+            &format!("-M={max}"),
+            "--",
+        ])
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("fltrace runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn group_at<'a>(report: &'a serde_json::Value, file: &str, line: u32) -> &'a serde_json::Value {
+    groups(report)
+        .find(|g| g["file"].as_str().is_some_and(|f| f.ends_with(file)) && g["line"] == line)
+        .unwrap_or_else(|| panic!("no group at {file}:{line}"))
+}
+
+/// The seed's scenario made exact: 64 MB scanned three times with 16 MB local under FIFO takes
+/// one first touch per page, then a fetch of every page on each later pass; local memory never
+/// exceeds the limit.
+#[test]
+fn fifo_scan_counts_are_exact() {
+    let w = workloads();
+    let dir = Dir::new();
+    let (code, err) = far(&dir, "16", "128", &w.scan, &["64", "3"]);
+    assert_eq!(code, Some(0), "{err}");
+    let report = dir.report_json(&["--by", "line"]);
+    let pages = 64 * 256;
+    let write = group_at(&report, "scan.c", site("scan.c", "scan_write"));
+    assert_eq!(
+        (
+            write["count"].as_u64(),
+            write["first_touches"].as_u64(),
+            write["fetches"].as_u64()
+        ),
+        (Some(pages), Some(pages), Some(0))
+    );
+    let read = group_at(&report, "scan.c", site("scan.c", "scan_read"));
+    assert_eq!(
+        (
+            read["count"].as_u64(),
+            read["fetches"].as_u64(),
+            read["kind"].as_str()
+        ),
+        (Some(2 * pages), Some(2 * pages), Some("read"))
+    );
+
+    let pid = dir.pids("stats", "out")[0];
+    let stats = fltrace_trace::files::stats(dir.path(), pid);
+    let stat = |name: &str| {
+        fltrace_trace::stats::last_value(&stats, name)
+            .expect("stats")
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert!(
+        stat("memory_used") <= 16 << 20,
+        "memory_used {} above -L",
+        stat("memory_used")
+    );
+    assert!(
+        stat("memory_used") >= 15 << 20,
+        "the limit was used: {}",
+        stat("memory_used")
+    );
+    assert!(stat("faults_fetch") >= 2 * pages);
+    assert!(stat("evict_pages_done") >= 2 * pages);
+    assert_eq!(stat("rt_unmatched"), 0);
+}
+
+/// Several threads write and verify their own data while most of it lives in far memory.
+#[test]
+fn threads_keep_their_data_under_eviction() {
+    let w = workloads();
+    let dir = Dir::new();
+    let (code, err) = far(&dir, "8", "256", &w.farmem, &["threads", "16", "4"]);
+    assert_eq!(code, Some(0), "{err}");
+    let pid = dir.pids("stats", "out")[0];
+    let evicted = fltrace_trace::stats::last_value(
+        &fltrace_trace::files::stats(dir.path(), pid),
+        "evict_writes",
+    )
+    .expect("stats");
+    assert!(evicted.unwrap_or(0) > 10_000, "heavy eviction: {evicted:?}");
+}
+
+/// Each mode checks its own data and exits 0 only if every byte came back.
+#[test]
+fn fork_exec_syscalls_and_remapping_keep_data() {
+    let w = workloads();
+    for args in [
+        &["fork", "32"][..],
+        &["exec", "32"][..],
+        &["readinto", "32"][..],
+        &["reuse", "32", "10"][..],
+        &["realloc", "64"][..],
+        &["dontneed", "16"][..],
+    ] {
+        let dir = Dir::new();
+        let (code, err) = far(&dir, "8", "256", &w.farmem, args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+    }
+}
+
+/// read(2) into evicted pages: the kernel's faults on them are served and recorded.
+#[test]
+fn read_into_evicted_pages_is_recorded() {
+    let w = workloads();
+    let dir = Dir::new();
+    let (code, err) = far(&dir, "8", "256", &w.farmem, &["readinto", "32"]);
+    assert_eq!(code, Some(0), "{err}");
+    let report = dir.report_json(&["--by", "stack"]);
+    let line = site("farmem.c", "readinto") as u64;
+    let fetched: u64 = groups(&report)
+        .filter(|g| {
+            g["stack"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|f| f["line"] == line && f["function"] == "main")
+        })
+        .map(|g| g["fetches"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(fetched, 256, "one fetch per page of the 1 MiB read");
+}
+
+/// Running out of -M is one clear line and a non-zero exit.
+#[test]
+fn exhausting_far_memory_is_a_clear_error() {
+    let w = workloads();
+    let dir = Dir::new();
+    let (code, err) = far(&dir, "8", "64", &w.farmem, &["exhaust", "16"]);
+    assert_eq!(code, Some(12), "{err}");
+    assert!(err.contains("out of far memory"), "{err}");
+    assert!(err.contains("-M 64 MB"), "{err}");
+}
+
+/// The clock policy keeps a page that is written all the time; FIFO evicts it again and again.
+#[test]
+fn clock_keeps_a_hot_page_fifo_does_not() {
+    let w = workloads();
+    let fetches = |policy: &str| {
+        let dir = Dir::new();
+        let out = dir
+            .fltrace()
+            .args(["record", "-q", "-L=4", "-M=64", "--policy", policy, "--"])
+            .arg(&w.farmem)
+            .args(["hot", "8", "10"])
+            .output()
+            .expect("runs");
+        assert!(out.status.success());
+        let report = dir.report_json(&["--by", "line"]);
+        group_at(&report, "farmem.c", site("farmem.c", "hot"))["fetches"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let (fifo, clock) = (fetches("fifo"), fetches("clock"));
+    assert!(fifo >= 10, "fifo refetches the hot page: {fifo}");
+    assert!(clock <= 2, "clock keeps it: {clock}");
+}
+
+/// Bad far-memory options.
+#[test]
+fn bad_far_memory_options() {
+    let dir = Dir::new();
+    for (args, needle) in [
+        (&["record", "-L=0", "-M=10", "--", "true"][..], "positive"),
+        (
+            &["record", "-L=20", "-M=10", "--", "true"][..],
+            "must not exceed",
+        ),
+        (
+            &["record", "-L=10", "-M=100000000", "--", "true"][..],
+            "more than the",
+        ),
+        (
+            &["record", "-L=10", "-M=20", "--policy", "lru", "--", "true"][..],
+            "invalid value",
+        ),
+        (
+            &["record", "-L=10", "-M=20", "-p", "1"][..],
+            "not to a running process",
+        ),
+    ] {
+        let out = dir.run(args);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
