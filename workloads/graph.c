@@ -1,5 +1,6 @@
 // Example workload in the spirit of the seed's GAPBS BFS: generate a random graph, build it in
-// compressed sparse row form, and run breadth-first searches from a few roots.
+// compressed sparse row form, and run breadth-first searches from a few roots. Edge generation
+// and BFS initialisation run on all cores with OpenMP when built with -fopenmp.
 // usage: graph <scale> <trials>   (2^scale vertices, 16 edges per vertex)
 #include <stdint.h>
 #include <stdio.h>
@@ -20,11 +21,19 @@ static uint64_t next_random(void) {
     return rng_state;
 }
 
+static uint64_t mix(uint64_t x) { // splitmix64: the same graph whatever the thread count
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 static int32_t *generate_edges(int64_t n, int64_t edges) {
     int32_t *list = malloc(sizeof(int32_t) * 2 * edges);
+#pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < edges; e++) {
-        list[2 * e] = (int32_t)(next_random() % n); // first touch of the edge list
-        list[2 * e + 1] = (int32_t)(next_random() % n);
+        list[2 * e] = (int32_t)(mix(2 * e) % n); // first touch of the edge list
+        list[2 * e + 1] = (int32_t)(mix(2 * e + 1) % n);
     }
     return list;
 }
@@ -50,6 +59,7 @@ static graph_t build_csr(int64_t n, const int32_t *list, int64_t edges) {
 static int64_t bfs(const graph_t *g, int32_t root) {
     int32_t *parent = malloc(sizeof(int32_t) * g->n);
     int32_t *queue = malloc(sizeof(int32_t) * g->n);
+#pragma omp parallel for schedule(static)
     for (int64_t v = 0; v < g->n; v++)
         parent[v] = -1;
     int64_t head = 0, tail = 0, visited = 1;

@@ -76,6 +76,8 @@ struct FarState {
     orphans: u64,
     /// `pending_fills` holds no rows below this one.
     pruned_below: u64,
+    /// The shared page of the image before the last exec.
+    stale_inode: Option<u64>,
 }
 
 /// What the recording as a whole passes to each process.
@@ -125,6 +127,7 @@ impl Process {
                 pending_fills: FxHashMap::default(),
                 orphans: 0,
                 pruned_below: 0,
+                stale_inode: None,
             }),
             exited_round: None,
         })
@@ -155,7 +158,7 @@ impl Process {
         self.out.interner.clear();
         if let Some(far) = &mut self.far {
             // The new image starts its own runtime and shared page.
-            far.view = None;
+            far.stale_inode = far.view.take().map(|v| v.inode);
             far.pending_fills.clear();
             far.unmatched.clear();
         }
@@ -319,7 +322,7 @@ impl Process {
             return;
         };
         if far.view.is_none() {
-            far.view = RuntimeView::open(&far.prefix, self.pid);
+            far.view = RuntimeView::open(&far.prefix, self.pid, far.stale_inode);
             // Faults outside the managed region never appear in the log.
             if let Some(view) = &far.view {
                 let region = view.region();

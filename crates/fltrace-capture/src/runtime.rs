@@ -92,6 +92,8 @@ pub struct Handled {
 /// A live process's shared page, mapped read-only.
 pub struct RuntimeView {
     path: PathBuf,
+    /// The file's inode: after an exec the new runtime's page replaces it under the same name.
+    pub inode: u64,
     map: Mmap,
     cursor: u64,
     /// Log entries overwritten before they were read.
@@ -99,13 +101,16 @@ pub struct RuntimeView {
 }
 
 impl RuntimeView {
-    /// Opens `<prefix>-<pid>` if the runtime has created it.
-    pub fn open(prefix: &Path, pid: u32) -> Option<RuntimeView> {
+    /// Opens `<prefix>-<pid>` if the runtime has created it, unless it is still the page of
+    /// inode `stale` (an image replaced by exec).
+    pub fn open(prefix: &Path, pid: u32, stale: Option<u64>) -> Option<RuntimeView> {
         let mut path = prefix.as_os_str().to_owned();
         path.push(format!("-{pid}"));
         let path = PathBuf::from(path);
         let file = std::fs::File::open(&path).ok()?;
-        if file.metadata().ok()?.len() < SHARED_SIZE as u64 {
+        let metadata = file.metadata().ok()?;
+        let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
+        if metadata.len() < SHARED_SIZE as u64 || stale == Some(inode) {
             return None;
         }
         // SAFETY: a shared mapping of the runtime's page; the runtime writes it concurrently,
@@ -113,6 +118,7 @@ impl RuntimeView {
         let map = unsafe { Mmap::map(&file) }.ok()?;
         let view = RuntimeView {
             path,
+            inode,
             map,
             cursor: 0,
             missed: 0,

@@ -174,11 +174,17 @@ fn map_shared() -> *const Shared {
         }
     }
     let mut memory = std::ptr::null_mut::<u8>();
+    // The page is made under a temporary name and renamed into place: after an exec the
+    // recorder may still map the previous image's page under the final name, and truncating
+    // that file would crash it (SIGBUS); a rename leaves its mapping intact.
+    let mut temp = path;
+    let temp_len = (len + 4).min(temp.len() - 1);
+    temp[len..temp_len].copy_from_slice(&b".new"[..temp_len - len]);
     if len > 0 {
-        // SAFETY: `path` is NUL-terminated (zero-initialised beyond `len`).
+        // SAFETY: `temp` is NUL-terminated (zero-initialised beyond `temp_len`).
         let fd = unsafe {
             libc::open(
-                path.as_ptr().cast(),
+                temp.as_ptr().cast(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
                 0o600,
             )
@@ -213,6 +219,10 @@ fn map_shared() -> *const Shared {
     if !shared.is_null() {
         // SAFETY: a fresh, zeroed mapping of SHARED_SIZE bytes: all-zero atomics are valid.
         unsafe { (*shared).magic.store(MAGIC, Ordering::Release) };
+        if len > 0 {
+            // SAFETY: both are NUL-terminated paths in our buffers.
+            unsafe { libc::rename(temp.as_ptr().cast(), path.as_ptr().cast()) };
+        }
     }
     let _ = env::SHARED;
     shared

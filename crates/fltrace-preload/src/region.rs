@@ -79,6 +79,22 @@ unsafe impl Send for Region {}
 
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
+/// Most pages evicted in one batch.
+pub const EVICT_BATCH: usize = 32;
+
+/// Calls `f(first, count)` for each run of consecutive indexes in sorted `indexes`.
+fn for_runs(indexes: &[usize], mut f: impl FnMut(usize, usize)) {
+    let mut i = 0;
+    while i < indexes.len() {
+        let mut n = 1;
+        while i + n < indexes.len() && indexes[i + n] == indexes[i] + n {
+            n += 1;
+        }
+        f(indexes[i], n);
+        i += n;
+    }
+}
+
 impl Region {
     /// Maps a region and store of `pages` pages and the metadata; `uffd` is registered over
     /// the region unless it is -1. Returns `None` when the address space cannot be had.
@@ -277,54 +293,88 @@ impl Region {
         pages.len = kept;
     }
 
-    /// Evicts until at most `target` pages are resident.
+    /// Evicts until at most `target` pages are resident. Victims are taken in batches of up to
+    /// [`EVICT_BATCH`] so that neighbouring pages share one write-protect and one
+    /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages.
     fn evict_over_limit(&self, pages: &mut Pages, target: usize) {
         if pages.resident <= target || self.paused.load(Relaxed) {
             return;
         }
         let shared = self.shared();
         shared.evict_ops.fetch_add(1, Relaxed);
+        // Going a little below the target makes the next faults free of eviction work.
+        let target = target.saturating_sub((self.limit / 64).min(EVICT_BATCH - 1));
+        // At most half the queue gets a second chance per call: a sweep that went all the way
+        // round would evict the very pages it just spared, before they could be written again.
+        let mut chances = pages.len / 2;
         while pages.resident > target && pages.len > 0 {
-            // SAFETY: the queue is non-empty; indexes are within their arrays.
-            let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
-            pages.head = (pages.head + 1) % pages.queue_cap;
-            pages.len -= 1;
-            let idx = idx as usize;
-            // SAFETY: idx < pages.
-            let (state, current) = unsafe { (&mut *pages.state.add(idx), *pages.ticket.add(idx)) };
-            if current != ticket || *state & RESIDENT == 0 {
-                continue;
-            }
-            let addr = self.base + idx * PAGE;
-            if self.policy == Policy::Clock && *state & REFERENCED != 0 {
-                // Second chance; protect again so that the next write is seen.
-                *state &= !REFERENCED;
-                if *state & DIRTY != 0 {
-                    // Still unlike the store (stays dirty), but the next write faults again.
-                    let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, true);
+            let mut victims = [0usize; EVICT_BATCH];
+            let mut count = 0;
+            while count < EVICT_BATCH && pages.resident - count > target && pages.len > 0 {
+                // SAFETY: the queue is non-empty; indexes are within their arrays.
+                let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
+                pages.head = (pages.head + 1) % pages.queue_cap;
+                pages.len -= 1;
+                let idx = idx as usize;
+                // SAFETY: idx < pages.
+                let (state, current) =
+                    unsafe { (&mut *pages.state.add(idx), *pages.ticket.add(idx)) };
+                if current != ticket || *state & RESIDENT == 0 {
+                    continue;
                 }
-                self.enqueue(pages, idx);
-                continue;
+                if self.policy == Policy::Clock && *state & REFERENCED != 0 && chances > 0 {
+                    chances -= 1;
+                    // Second chance; a dirty page is protected again so the next write is seen.
+                    *state &= !REFERENCED;
+                    if *state & DIRTY != 0 {
+                        let addr = self.base + idx * PAGE;
+                        let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, true);
+                    }
+                    self.enqueue(pages, idx);
+                    continue;
+                }
+                victims[count] = idx;
+                count += 1;
             }
-            if *state & DIRTY != 0 {
-                // Block writers first, then copy: no write can be lost between the two.
-                let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, true);
-                // SAFETY: both pages are mapped and PAGE bytes long; the region page is
-                // resident (reading it cannot fault) and no longer writable.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        addr as *const u8,
-                        (self.store + idx * PAGE) as *mut u8,
-                        PAGE,
-                    )
-                };
-                *state |= IN_STORE;
-                shared.evict_writes.fetch_add(1, Relaxed);
+            let victims = &mut victims[..count];
+            victims.sort_unstable();
+            // Block writers on the dirty victims first, then copy: no write can be lost between.
+            for_runs(victims, |first, n| {
+                // SAFETY: indexes < pages.
+                let dirty = |i: usize| unsafe { *pages.state.add(i) } & DIRTY != 0;
+                if (first..first + n).any(dirty) {
+                    let _ = uffd::write_protect(
+                        self.uffd,
+                        (self.base + first * PAGE) as u64,
+                        (n * PAGE) as u64,
+                        true,
+                    );
+                }
+            });
+            for &idx in victims.iter() {
+                // SAFETY: idx < pages.
+                let state = unsafe { &mut *pages.state.add(idx) };
+                if *state & DIRTY != 0 {
+                    let addr = self.base + idx * PAGE;
+                    // SAFETY: both pages are mapped and PAGE bytes long; the region page is
+                    // resident (reading it cannot fault) and no longer writable.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            addr as *const u8,
+                            (self.store + idx * PAGE) as *mut u8,
+                            PAGE,
+                        )
+                    };
+                    *state |= IN_STORE;
+                    shared.evict_writes.fetch_add(1, Relaxed);
+                }
+                *state &= !(RESIDENT | DIRTY | REFERENCED);
             }
-            sys::madvise(addr, PAGE, libc::MADV_DONTNEED);
-            *state &= !(RESIDENT | DIRTY | REFERENCED);
-            pages.resident -= 1;
-            shared.evict_pages_done.fetch_add(1, Relaxed);
+            for_runs(victims, |first, n| {
+                sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
+            });
+            pages.resident -= count;
+            shared.evict_pages_done.fetch_add(count as u64, Relaxed);
         }
     }
 
@@ -390,5 +440,18 @@ impl Region {
     /// After fork, in the parent: evict again.
     pub fn resume(&self) {
         self.paused.store(false, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs of consecutive indexes are found, single ones too.
+    #[test]
+    fn finds_runs() {
+        let mut runs = Vec::new();
+        for_runs(&[1, 2, 3, 7, 9, 10], |first, n| runs.push((first, n)));
+        assert_eq!(runs, vec![(1, 3), (7, 1), (9, 2)]);
     }
 }

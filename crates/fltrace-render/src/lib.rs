@@ -12,6 +12,10 @@
 //! assert!(String::from_utf8(svg).unwrap().contains("fill"));
 //! ```
 
+mod curve;
+
+pub use curve::{SweepPoint, sweep_plot};
+
 use std::collections::HashMap;
 use std::io::Write;
 

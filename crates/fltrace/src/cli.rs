@@ -21,6 +21,39 @@ pub enum Command {
     Report(ReportArgs),
     /// Flamegraphs of all faults and of first-touch faults, as SVG.
     Visualize(VisualizeArgs),
+    /// Record a command at shrinking local memory and plot faults and faulting code
+    /// locations against it (the WORDS'23 figure).
+    Sweep(SweepArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Largest local memory, percent of the command's peak.
+    #[arg(long, value_name = "PERCENT", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub from: u32,
+    /// Smallest local memory, percent of the peak.
+    #[arg(long, value_name = "PERCENT", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub to: u32,
+    /// Step between runs, percent.
+    #[arg(long, value_name = "PERCENT", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub step: u32,
+    /// Directory for the runs, the CSV and the plot; runs already there are not repeated.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "DIR",
+        default_value = "fltrace-sweep"
+    )]
+    pub dir: PathBuf,
+    /// Far memory per run in MB (default: twice the peak, at least 256 MB more than it).
+    #[arg(short = 'M', long = "max-mem", value_name = "MB", value_parser = positive_mb)]
+    pub max_mb: Option<u64>,
+    /// Eviction policy.
+    #[arg(long, value_enum, default_value = "fifo")]
+    pub policy: Policy,
+    /// The command to run and its arguments.
+    #[arg(last = true, value_name = "COMMAND", required = true)]
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@ mod cli;
 mod load;
 mod record;
 mod report;
+mod sweep;
 mod visualize;
 
 use std::io::Write;
@@ -46,6 +47,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Record(args) => record::run(args),
         cli::Command::Report(args) => report::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Visualize(args) => visualize::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -38,17 +38,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     options.far_memory = far_memory;
     options.credentials = credentials(&args)?;
 
-    let stop = Arc::new(AtomicUsize::new(0));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let stop = stop.clone();
-        // SAFETY: the handler only increments an atomic, which is async-signal-safe.
-        unsafe {
-            signal_hook::low_level::register(signal, move || {
-                stop.fetch_add(1, Ordering::Relaxed);
-            })
-        }
-        .context("installing the interrupt handler")?;
-    }
+    let stop = interrupt_counter()?;
 
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let mut shown = false;
@@ -102,7 +92,34 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Counts SIGINT and SIGTERM: the recorder passes the first on and kills at the second.
+pub fn interrupt_counter() -> anyhow::Result<Arc<AtomicUsize>> {
+    let stop = Arc::new(AtomicUsize::new(0));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let stop = stop.clone();
+        // SAFETY: the handler only increments an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(signal, move || {
+                stop.fetch_add(1, Ordering::Relaxed);
+            })
+        }
+        .context("installing the interrupt handler")?;
+    }
+    Ok(stop)
+}
+
 fn far_memory(args: &RecordArgs, local_mb: u64, max_mb: u64) -> anyhow::Result<FarMemory> {
+    far_memory_settings(local_mb, max_mb, args.policy, args.handlers, args.busy_poll)
+}
+
+/// Validated far-memory settings with the runtime library found.
+pub fn far_memory_settings(
+    local_mb: u64,
+    max_mb: u64,
+    policy: Policy,
+    handlers: u32,
+    busy_poll: bool,
+) -> anyhow::Result<FarMemory> {
     let available_mb = mem_available_mb().unwrap_or(u64::MAX);
     if max_mb > available_mb {
         bail!(
@@ -113,13 +130,13 @@ fn far_memory(args: &RecordArgs, local_mb: u64, max_mb: u64) -> anyhow::Result<F
         library: runtime_library()?,
         local_mb,
         max_mb,
-        policy: match args.policy {
+        policy: match policy {
             Policy::Fifo => "fifo",
             Policy::Clock => "clock",
         }
         .to_owned(),
-        handlers: args.handlers,
-        busy_poll: args.busy_poll,
+        handlers,
+        busy_poll,
     })
 }
 

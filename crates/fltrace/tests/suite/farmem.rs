@@ -204,3 +204,48 @@ fn bad_far_memory_options() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// `sweep` measures the peak, records at each local-memory share, writes the CSV and the plot,
+/// and skips runs already recorded when run again.
+#[test]
+fn sweep_tabulates_and_resumes() {
+    let w = workloads();
+    let dir = Dir::new();
+    let sweep = || {
+        dir.fltrace()
+            .args([
+                "sweep", "--from", "100", "--to", "25", "--step", "75", "-o", "out", "--",
+            ])
+            .arg(&w.scan)
+            .args(["16", "3"])
+            .output()
+            .expect("runs")
+    };
+    let out = sweep();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(dir.path().join("out/sweep.csv")).expect("csv");
+    let rows: Vec<Vec<u64>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|f| f.parse().expect("number")).collect())
+        .collect();
+    assert_eq!(rows.iter().map(|r| r[0]).collect::<Vec<_>>(), vec![100, 25]);
+    // With a quarter of the peak local, the two read passes fetch all 4096 pages each.
+    assert!(rows[1][4] >= 2 * 4096, "fetches at 25%: {:?}", rows[1]);
+    assert_eq!(rows[0][4], 0, "nothing fetched with all memory local");
+    let svg = std::fs::read_to_string(dir.path().join("out/sweep.svg")).expect("plot");
+    assert!(svg.contains("local memory (% of peak)"));
+
+    let again = sweep();
+    assert!(again.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr)
+            .matches("already recorded")
+            .count(),
+        2
+    );
+}
