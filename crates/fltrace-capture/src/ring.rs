@@ -65,54 +65,86 @@ impl RingBuffer {
         self.header_atomic(offset).load(Ordering::Acquire)
     }
 
-    /// Hands every complete record to `each`, then frees their space for the kernel.
-    /// Returns the number of records.
-    pub fn drain(&mut self, mut each: impl FnMut(RawRecord<'_>)) -> usize {
-        let head_offset = offset_of!(perf_event_mmap_page, data_head);
-        let tail_offset = offset_of!(perf_event_mmap_page, data_tail);
-        // Acquire pairs with the kernel's release of data_head: record bytes before `head`
-        // are visible to us.
-        let head = self.header_u64(head_offset);
-        let mut tail = self.header_atomic(tail_offset).load(Ordering::Relaxed);
+    fn data(&self) -> &[u8] {
         // SAFETY: the data area lies inside the mapping and stays mapped while `self` lives;
         // the kernel does not write the bytes between tail and head until we advance tail.
-        let data = unsafe {
+        unsafe {
             std::slice::from_raw_parts(self.map.as_ptr().add(self.data_offset), self.data_size)
+        }
+    }
+
+    /// The positions `[tail, head)` holding records not yet consumed.
+    pub fn readable(&self) -> (u64, u64) {
+        // Acquire pairs with the kernel's release of data_head: record bytes before `head`
+        // are visible to us.
+        let head = self.header_u64(offset_of!(perf_event_mmap_page, data_head));
+        let tail = self
+            .header_atomic(offset_of!(perf_event_mmap_page, data_tail))
+            .load(Ordering::Relaxed);
+        (tail, head)
+    }
+
+    /// The record at `pos` (a position inside `readable()`) and the position after it, or
+    /// `None` for a corrupt header.
+    pub fn record_at(&self, pos: u64) -> Option<(RawRecord<'_>, u64)> {
+        let data = self.data();
+        let start = (pos & (self.data_size as u64 - 1)) as usize;
+        // Records are 8-byte aligned and the size a power of two: a header never wraps.
+        let header = &data[start..start + 8];
+        let kind = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]);
+        let misc = u16::from_ne_bytes([header[4], header[5]]);
+        let size = u16::from_ne_bytes([header[6], header[7]]) as usize;
+        if size < 8 {
+            return None;
+        }
+        let body_start = (start + 8) % self.data_size;
+        let body_len = size - 8;
+        let body = if body_start + body_len <= self.data_size {
+            RawData::Single(&data[body_start..body_start + body_len])
+        } else {
+            let first = &data[body_start..];
+            RawData::Split(first, &data[..body_len - first.len()])
         };
-        let mask = self.data_size as u64 - 1;
-        let mut count = 0;
-        while tail < head {
-            let start = (tail & mask) as usize;
-            // Records are 8-byte aligned and the size a power of two: a header never wraps.
-            let header = &data[start..start + 8];
-            let kind = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]);
-            let misc = u16::from_ne_bytes([header[4], header[5]]);
-            let size = u16::from_ne_bytes([header[6], header[7]]) as usize;
-            if size < 8 {
-                // A corrupt header would loop forever; drop the rest of this batch.
-                log::error!("perf ring buffer: record of size {size}, skipping to head");
-                tail = head;
-                break;
-            }
-            let body_start = (start + 8) % self.data_size;
-            let body_len = size - 8;
-            let body = if body_start + body_len <= self.data_size {
-                RawData::Single(&data[body_start..body_start + body_len])
-            } else {
-                let first = &data[body_start..];
-                RawData::Split(first, &data[..body_len - first.len()])
-            };
-            each(RawRecord {
+        Some((
+            RawRecord {
                 kind,
                 misc,
                 data: body,
-            });
-            count += 1;
-            tail += size as u64;
-        }
+            },
+            pos + size as u64,
+        ))
+    }
+
+    /// Whether more than half of the buffer holds unconsumed records.
+    pub fn half_full(&self) -> bool {
+        let (tail, head) = self.readable();
+        head - tail > self.data_size as u64 / 2
+    }
+
+    /// Frees the records before `pos` for the kernel to reuse.
+    pub fn consume(&mut self, pos: u64) {
         // Release: our reads of the records happen before the kernel may overwrite them.
-        self.header_atomic(tail_offset)
-            .store(tail, Ordering::Release);
+        self.header_atomic(offset_of!(perf_event_mmap_page, data_tail))
+            .store(pos, Ordering::Release);
+    }
+
+    /// Hands every complete record to `each`, then frees their space for the kernel.
+    /// Returns the number of records.
+    pub fn drain(&mut self, mut each: impl FnMut(RawRecord<'_>)) -> usize {
+        let (mut pos, head) = self.readable();
+        let mut count = 0;
+        while pos < head {
+            let Some((record, next)) = self.record_at(pos) else {
+                // A corrupt header would loop forever; drop the rest of this batch.
+                log::error!("perf ring buffer: corrupt record header, skipping to head");
+                pos = head;
+                break;
+            };
+            each(record);
+            count += 1;
+            pos = next;
+        }
+        self.consume(pos);
         count
     }
 }

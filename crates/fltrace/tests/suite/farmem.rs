@@ -42,6 +42,7 @@ fn fifo_scan_counts_are_exact() {
     let (code, err) = far(&dir, "16", "128", &w.scan, &["64", "3"]);
     assert_eq!(code, Some(0), "{err}");
     let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(report["lost"], 0);
     let pages = 64 * 256;
     let write = group_at(&report, "scan.c", site("scan.c", "scan_write"));
     assert_eq!(
