@@ -22,7 +22,7 @@ gcc -O2 -o "$work/fetch_latency" "$root/bench/fetch_latency.c" -lpthread
 
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-stat_of() { grep -o "$2:[0-9]*" "$1" | tail -1 | cut -d: -f2; }
+stat_of() { grep -o "[ ,]$2:[0-9]*" "$1" | tail -1 | cut -d: -f2; }
 
 # Peak of the untraced program, from its own rusage.
 peak_kb=$(/usr/bin/time -f %M "$work/graph" "$scale" 1 2>&1 >/dev/null | tail -1)
@@ -44,7 +44,7 @@ echo "graph slowdown at half the peak: $(echo "scale=2; $t / $u" | bc)x (untrace
 echo "  runtime handled $(stat_of "$stats" rt_faults) faults ($(stat_of "$stats" faults_fetch) fetches, $(stat_of "$stats" evict_pages_done) evictions); trace rows $(stat_of "$stats" faults); unmatched log entries $(stat_of "$stats" rt_unmatched); lost $(stat_of "$stats" lost)"
 echo "  local memory peak $(( $(stat_of "$stats" memory_used) / 1048576 )) MB of -L $half MB; process peak RSS $(( $(stat_of "$stats" hwm) / 1048576 )) MB (untraced ${peak_mb} MB)"
 
-cd "$work"; mkdir -p touch; cd touch
+cd "$work"; mkdir -p touch-run; cd touch-run
 t0=$(now); "$work/touch" 512 4; t1=$(now)
 "$fltrace" record -q -L=2048 -M=4096 -- "$work/touch" 512 4; t2=$(now)
 echo "touch-512 under -L=2048 -M=4096: $(echo "scale=2; ($t2 - $t1) / ($t1 - $t0)" | bc)x"
