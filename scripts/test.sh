@@ -6,4 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The end-to-end tests preload the far-memory runtime from beside the debug fltrace binary;
+# `cargo test` alone does not build cdylib targets.
+cargo build --workspace --locked
 cargo test --workspace --locked
