@@ -18,4 +18,9 @@ echo "== fltrace report"
 "$fltrace" report --top 10
 echo "== fltrace visualize"
 "$fltrace" visualize
-echo "Open the SVG files above in a browser; the CSV report is fltrace-data-report-$pid.out in $out."
+echo "== far memory: the same run with half of its peak memory local"
+peak_mb=$(( $(grep -o "memory_used:\([0-9]\+\)" "fltrace-data-stats-$pid.out" | tail -1 | cut -d: -f2) / 1048576 ))
+"$fltrace" record -L=$(( peak_mb / 2 )) -M=$(( peak_mb * 2 )) -- ./graph 18 2
+"$fltrace" report --top 5
+"$fltrace" visualize
+echo "Open the SVG files above in a browser; the CSV reports are fltrace-data-report-<pid>.out in $out."

@@ -17,4 +17,5 @@ if ((${#missing[@]})); then
     apt-get install -y -qq "${missing[@]}"
 fi
 
-cargo build --release --locked --bin fltrace
+# The binary and, beside it, the far-memory runtime it preloads for -L/-M.
+cargo build --release --locked -p fltrace -p fltrace-preload
