@@ -12,6 +12,20 @@ fn set_errno(code: i32) {
     unsafe { *libc::__errno_location() = code };
 }
 
+/// A raw system call's result, or `None` with errno set from the failure, as libc does.
+fn kernel_result(ret: i64) -> Option<i64> {
+    if ret < 0 {
+        set_errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
+        );
+        None
+    } else {
+        Some(ret)
+    }
+}
+
 /// # Safety
 /// C's `malloc`.
 #[unsafe(no_mangle)]
@@ -143,16 +157,7 @@ fn raw_mmap(
 ) -> *mut c_void {
     // SAFETY: the caller's arguments go to the kernel unchanged; it validates them.
     let ret = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, offset) };
-    if ret < 0 {
-        set_errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-        );
-        libc::MAP_FAILED
-    } else {
-        ret as *mut c_void
-    }
+    kernel_result(ret).map_or(libc::MAP_FAILED, |addr| addr as *mut c_void)
 }
 
 /// Anonymous private read-write mappings without a fixed address come from the region.
@@ -231,16 +236,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
     }
     // SAFETY: forwarded to the kernel unchanged.
     let ret = unsafe { libc::syscall(libc::SYS_munmap, addr, len) };
-    if ret < 0 {
-        set_errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-        );
-        -1
-    } else {
-        0
-    }
+    kernel_result(ret).map_or(-1, |_| 0)
 }
 
 /// # Safety
@@ -300,16 +296,7 @@ pub unsafe extern "C" fn mremap(
     };
     // SAFETY: forwarded to the kernel unchanged.
     let ret = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) };
-    if ret < 0 {
-        set_errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-        );
-        libc::MAP_FAILED
-    } else {
-        ret as *mut c_void
-    }
+    kernel_result(ret).map_or(libc::MAP_FAILED, |addr| addr as *mut c_void)
 }
 
 /// # Safety
@@ -330,14 +317,5 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
         return 0;
     }
     let ret = crate::sys::madvise(addr as usize, len, advice);
-    if ret < 0 {
-        set_errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-        );
-        -1
-    } else {
-        0
-    }
+    kernel_result(ret).map_or(-1, |_| 0)
 }

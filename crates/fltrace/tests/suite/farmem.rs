@@ -127,17 +127,7 @@ fn read_into_evicted_pages_is_recorded() {
     let (code, err) = far(&dir, "8", "256", &w.farmem, &["readinto", "32"]);
     assert_eq!(code, Some(0), "{err}");
     let report = dir.report_json(&["--by", "stack"]);
-    let line = site("farmem.c", "readinto") as u64;
-    let fetched: u64 = groups(&report)
-        .filter(|g| {
-            g["stack"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|f| f["line"] == line && f["function"] == "main")
-        })
-        .map(|g| g["fetches"].as_u64().unwrap_or(0))
-        .sum();
+    let fetched = sum_through(&report, "main", site("farmem.c", "readinto"), "fetches");
     assert_eq!(fetched, 256, "one fetch per page of the 1 MiB read");
 }
 

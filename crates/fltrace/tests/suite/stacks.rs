@@ -180,17 +180,7 @@ fn syscall_faults_carry_the_callers_stack() {
     let dir = Dir::new();
     dir.record(&[&w.faults], &["syscall", "16"]);
     let report = dir.report_json(&["--by", "stack"]);
-    let line = site("faults.c", "syscall") as u64;
-    let total: u64 = groups(&report)
-        .filter(|g| {
-            g["stack"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|f| f["line"] == line && f["function"] == "main")
-        })
-        .map(|g| g["count"].as_u64().unwrap_or(0))
-        .sum();
+    let total = sum_through(&report, "main", site("faults.c", "syscall"), "count");
     assert_eq!(total, 16);
 }
 

@@ -205,3 +205,17 @@ pub fn stack_at(report: &Value, file: &str, line: u32) -> Vec<(String, String, u
         })
         .collect()
 }
+
+/// The sum of `field` over the `--by stack` groups whose stack has `function` at `line`.
+pub fn sum_through(report: &Value, function: &str, line: u32, field: &str) -> u64 {
+    groups(report)
+        .filter(|g| {
+            g["stack"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|f| f["line"] == line && f["function"] == function)
+        })
+        .map(|g| g[field].as_u64().unwrap_or(0))
+        .sum()
+}
