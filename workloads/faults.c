@@ -13,6 +13,8 @@
 //   crash N         N faults in fill(), then a write through a null pointer
 //   wait N          N faults in fill(), print "ready", then sleep until killed
 //   loop N          print "ready", then every 50 ms N faults in fill() on a fresh mapping
+//   phases MS       write over 64 MiB for MS ms, then over 8 MiB of it for MS ms, then idle
+//                   for MS ms (a working set of 64, then 8, then 0 MiB)
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE 4096
@@ -149,6 +152,21 @@ int main(int argc, char **argv) {
         fflush(stdout);
         for (;;)
             pause();
+    } else if (!strcmp(mode, "phases")) {
+        size_t pages = (64 << 20) / PAGE;
+        volatile char *p = fresh(pages);
+        struct timespec t0, t;
+        long phase_ns = (long)n * 1000000L;
+        for (int phase = 0; phase < 2; phase++) {
+            size_t span = phase == 0 ? pages : pages / 8;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do {
+                for (size_t i = 0; i < span; i++)
+                    p[i * PAGE]++;
+                clock_gettime(CLOCK_MONOTONIC, &t);
+            } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < phase_ns);
+        }
+        usleep(n * 1000);
     } else if (!strcmp(mode, "loop")) {
         printf("ready\n");
         fflush(stdout);

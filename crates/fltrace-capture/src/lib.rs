@@ -29,6 +29,7 @@ mod runtime;
 mod sys;
 mod target;
 mod unwind;
+pub mod wss;
 
 pub use error::Error;
 pub use recorder::{Options, Progress, Summary, Target, record};

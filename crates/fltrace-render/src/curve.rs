@@ -87,6 +87,58 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, path: &Path) -> Result<(),
     draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
 }
 
+/// Draws working-set size (and resident size) over time as an SVG file.
+pub fn wss_plot(samples: &[(f64, u64, u64)], title: &str, path: &Path) -> Result<(), Error> {
+    if samples.is_empty() {
+        return Err(Error::Empty);
+    }
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mb = |b: u64| b as f64 / (1 << 20) as f64;
+        let end = samples.iter().map(|s| s.0).fold(0.0, f64::max).max(0.1);
+        let top = samples
+            .iter()
+            .map(|s| mb(s.1.max(s.2)))
+            .fold(0.0, f64::max)
+            .max(1.0)
+            * 1.1;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..end, 0f64..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("MB")
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(
+                samples.iter().map(|s| (s.0, mb(s.1))),
+                RED.stroke_width(2),
+            ))?
+            .label("working set (referenced per interval)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+        chart
+            .draw_series(LineSeries::new(
+                samples.iter().map(|s| (s.0, mb(s.2))),
+                BLUE.stroke_width(1),
+            ))?
+            .label("resident")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

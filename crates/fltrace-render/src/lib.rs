@@ -14,7 +14,7 @@
 
 mod curve;
 
-pub use curve::{SweepPoint, sweep_plot};
+pub use curve::{SweepPoint, sweep_plot, wss_plot};
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -24,6 +24,57 @@ pub enum Command {
     /// Record a command at shrinking local memory and plot faults and faulting code
     /// locations against it (the WORDS'23 figure).
     Sweep(SweepArgs),
+    /// Working-set size over time, from page reference bits (clear_refs and smaps).
+    Wss(WssArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WssArgs {
+    /// A running process to watch.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
+    pub pid: Option<i32>,
+    /// Sampling interval, e.g. 100ms, 1s.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = duration)]
+    pub interval: std::time::Duration,
+    /// Stop after this long, e.g. 10s (default: when the process ends or on Ctrl-C).
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Use DAMON's sampling of Accessed bits instead of clearing reference bits.
+    #[arg(long)]
+    pub damon: bool,
+    /// table (one line per interval) or csv (`time_s,wss_bytes,rss_bytes` on stdout).
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Directory for the per-mapping trace and the plot.
+    #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// The command to run and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or((s, "s"), |i| s.split_at(i));
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration such as 100ms or 2s"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" | "min" => value * 60.0,
+        _ => return Err(format!("`{s}`: the unit must be ms, s or m")),
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        return Err(format!("`{s}` must be positive"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +155,18 @@ pub struct RecordArgs {
     /// Run the command as the user who invoked sudo (SUDO_UID/SUDO_GID).
     #[arg(long)]
     pub drop_privileges: bool,
+    /// Also sample load and store addresses with the hardware PMU (Intel PEBS mem-loads and
+    /// mem-stores, AMD IBS op).
+    #[arg(long)]
+    pub access_samples: bool,
+    /// Access samples per second.
+    #[arg(
+        long,
+        value_name = "HZ",
+        default_value_t = 1000,
+        requires = "access_samples"
+    )]
+    pub freq: u64,
     /// No progress line.
     #[arg(short, long)]
     pub quiet: bool,

@@ -6,6 +6,7 @@ mod record;
 mod report;
 mod sweep;
 mod visualize;
+mod wss;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -48,6 +49,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Report(args) => report::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Visualize(args) => visualize::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Wss(args) => wss::run(args),
     }
 }
 

@@ -14,6 +14,9 @@ use fltrace_capture::{Credentials, FarMemory, Options, Progress, Target};
 use crate::cli::{Policy, RecordArgs};
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    if args.access_samples {
+        bail!("{}", access_sampling_status());
+    }
     let far_memory = match (args.local_mb, args.max_mb) {
         (Some(l), Some(m)) if l > m => bail!("-L ({l} MB) must not exceed -M ({m} MB)"),
         (Some(_), None) | (None, Some(_)) => bail!("-L and -M go together: give both or neither"),
@@ -90,6 +93,29 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (None, Some(signal)) => ExitCode::from(128 + signal as u8),
         (None, None) => ExitCode::SUCCESS,
     })
+}
+
+/// What this machine offers for sampling memory accesses, in one line.
+fn access_sampling_status() -> String {
+    let devices = Path::new("/sys/bus/event_source/devices");
+    let ibs = devices.join("ibs_op").is_dir();
+    let precise = std::fs::read_to_string(devices.join("cpu/caps/max_precise"))
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    let pebs = precise > 0 && devices.join("cpu/events/mem-loads").exists();
+    if ibs || pebs {
+        format!(
+            "this machine has {} for access sampling, but recording access samples is not implemented yet",
+            if ibs {
+                "AMD IBS op"
+            } else {
+                "Intel PEBS mem-loads/mem-stores"
+            }
+        )
+    } else {
+        "no hardware memory-access sampling on this machine: --access-samples needs Intel PEBS (mem-loads/mem-stores) or AMD IBS op, and neither is available".into()
+    }
 }
 
 /// Counts SIGINT and SIGTERM: the recorder passes the first on and kills at the second.

@@ -4,3 +4,4 @@ mod farmem;
 mod processes;
 mod stacks;
 mod util;
+mod wss;

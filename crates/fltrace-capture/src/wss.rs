@@ -1,0 +1,169 @@
+//! Working-set size by reference bits: clear them (`/proc/PID/clear_refs`), wait an interval,
+//! read back how much of each mapping was referenced (`Referenced:` in `/proc/PID/smaps`).
+//! The method of Brendan Gregg's wss.pl and of the memref patch (seed 004), which the kernel
+//! now offers without a module.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use fltrace_trace::parse_procmaps_line;
+
+use crate::Error;
+
+/// How much of one mapping was referenced in an interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingRefs {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Bytes referenced during the interval.
+    pub referenced: u64,
+    /// Bytes resident at the end of the interval.
+    pub rss: u64,
+    /// The mapping's file or pseudo-name.
+    pub path: String,
+}
+
+/// One interval's reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WssSample {
+    /// End of the interval, since sampling began.
+    pub elapsed: Duration,
+    /// Per mapping, those with referenced or resident pages.
+    pub mappings: Vec<MappingRefs>,
+}
+
+impl WssSample {
+    /// Bytes referenced in the interval: the working-set size.
+    pub fn wss(&self) -> u64 {
+        self.mappings.iter().map(|m| m.referenced).sum()
+    }
+
+    /// Bytes resident at the end of the interval.
+    pub fn rss(&self) -> u64 {
+        self.mappings.iter().map(|m| m.rss).sum()
+    }
+}
+
+/// Clears the referenced bits of all of `pid`'s pages.
+pub fn clear_refs(pid: i32) -> Result<(), Error> {
+    let path = format!("/proc/{pid}/clear_refs");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(b"1"))
+        .map_err(|source| Error::Attach { pid, source })
+}
+
+/// Parses `/proc/PID/smaps` text into per-mapping referenced and resident bytes.
+pub fn parse_smaps(text: &str) -> Vec<MappingRefs> {
+    let mut mappings: Vec<MappingRefs> = Vec::new();
+    for line in text.lines() {
+        if let Some(value) = line.strip_prefix("Referenced:") {
+            if let Some(last) = mappings.last_mut() {
+                last.referenced = kb(value);
+            }
+        } else if let Some(value) = line.strip_prefix("Rss:") {
+            if let Some(last) = mappings.last_mut() {
+                last.rss = kb(value);
+            }
+        } else if line.as_bytes().first().is_some_and(u8::is_ascii_hexdigit) && line.contains('-') {
+            if let Some(m) = parse_procmaps_line(line) {
+                mappings.push(MappingRefs {
+                    start: m.start,
+                    end: m.end,
+                    referenced: 0,
+                    rss: 0,
+                    path: m.path,
+                });
+            }
+        }
+    }
+    mappings
+}
+
+fn kb(value: &str) -> u64 {
+    value
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Samples `pid` every `interval` until `keep_going` says stop or the process is gone.
+pub fn sample(
+    pid: i32,
+    interval: Duration,
+    mut keep_going: impl FnMut(&WssSample) -> bool,
+) -> Result<(), Error> {
+    let start = Instant::now();
+    clear_refs(pid)?;
+    let mut next = start + interval;
+    loop {
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+            return Ok(());
+        };
+        // Cleared at once: the next interval starts now.
+        if clear_refs(pid).is_err() {
+            return Ok(());
+        }
+        let mut mappings = parse_smaps(&text);
+        if mappings.is_empty() {
+            // A zombie has no mappings left: the program is done.
+            return Ok(());
+        }
+        mappings.retain(|m| m.referenced > 0 || m.rss > 0);
+        let sample = WssSample {
+            elapsed: start.elapsed(),
+            mappings,
+        };
+        if !keep_going(&sample) {
+            return Ok(());
+        }
+        next += interval;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// smaps blocks are attributed to the mapping line above them.
+    #[test]
+    fn parses_smaps_blocks() {
+        let text = "55d0a0000000-55d0a0021000 rw-p 00000000 00:00 0                          [heap]\n\
+            Size:                132 kB\n\
+            Rss:                  64 kB\n\
+            Referenced:           12 kB\n\
+            VmFlags: rd wr mr mw me ac\n\
+            7f0000000000-7f0000400000 rw-p 00000000 00:00 0 \n\
+            Rss:                4096 kB\n\
+            Referenced:         4096 kB\n";
+        let mappings = parse_smaps(text);
+        assert_eq!(mappings.len(), 2);
+        assert_eq!(
+            (
+                mappings[0].path.as_str(),
+                mappings[0].referenced,
+                mappings[0].rss
+            ),
+            ("[heap]", 12 * 1024, 64 * 1024)
+        );
+        assert_eq!(
+            (mappings[1].start, mappings[1].referenced),
+            (0x7f00_0000_0000, 4 << 20)
+        );
+        let sample = WssSample {
+            elapsed: Duration::ZERO,
+            mappings,
+        };
+        assert_eq!(sample.wss(), 12 * 1024 + (4 << 20));
+    }
+}

@@ -1,0 +1,105 @@
+//! Working-set size from reference bits, and what this machine offers of DAMON and PMUs.
+
+use super::util::*;
+
+/// The phases of the workload (64 MiB, then 8 MiB of it, then idle) show in the output. The
+/// 8 MiB phase reads low: its translations stay in the TLB, which sets no Accessed bit again
+/// after clear_refs (the method's known limit); it must read below the 64 MiB phase.
+#[test]
+fn wss_follows_the_phases() {
+    let w = workloads();
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["wss", "--interval", "100ms", "--format", "csv", "--"])
+        .arg(&w.faults)
+        .args(["phases", "1500"])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("time_s,wss_bytes,rss_bytes"));
+    let rows: Vec<(f64, u64)> = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().expect("time"), f[1].parse().expect("wss"))
+        })
+        .collect();
+    let in_window = |from: f64, to: f64| {
+        rows.iter()
+            .filter(move |(t, _)| (from..to).contains(t))
+            .map(|(_, w)| *w)
+    };
+    let mb = 1u64 << 20;
+    assert!(in_window(0.3, 1.3).count() >= 5);
+    assert!(
+        in_window(0.3, 1.3).all(|w| w >= 48 * mb),
+        "64 MiB phase: {rows:?}"
+    );
+    assert!(
+        in_window(1.8, 2.8).all(|w| w > 0 && w < 16 * mb),
+        "8 MiB phase: {rows:?}"
+    );
+    assert!(in_window(3.3, 4.2).all(|w| w < mb), "idle phase: {rows:?}");
+    let pid = dir.pids("wss", "csv")[0];
+    let trace = std::fs::read_to_string(fltrace_trace::files::path(dir.path(), "wss", pid, "csv"))
+        .expect("trace");
+    assert!(trace.starts_with("time_s,start,end,referenced_bytes,rss_bytes,path\n"));
+    assert!(
+        std::fs::read_to_string(fltrace_trace::files::path(dir.path(), "wss", pid, "svg"))
+            .expect("plot")
+            .contains("working set")
+    );
+}
+
+/// With a DAMON monitor fltrace did not start (as on these machines), --damon says so in one
+/// line and touches nothing.
+#[test]
+fn damon_in_use_is_reported_in_one_line() {
+    let dir = Dir::new();
+    let state =
+        std::fs::read_to_string("/sys/kernel/mm/damon/admin/kdamonds/0/state").unwrap_or_default();
+    let out = dir.run(&["wss", "--damon", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    if state.trim() == "on" {
+        assert!(
+            err.contains("DAMON is in use by a monitor fltrace did not start (kdamond 0)"),
+            "{err}"
+        );
+    } else {
+        assert!(err.contains("DAMON"), "{err}");
+    }
+    let after =
+        std::fs::read_to_string("/sys/kernel/mm/damon/admin/kdamonds/0/state").unwrap_or_default();
+    assert_eq!(state, after, "the machine's monitor is untouched");
+}
+
+/// Access sampling needs PEBS or IBS: without them (as here), one clear line and no recording.
+#[test]
+fn access_samples_without_pmu_support_is_one_clear_line() {
+    let devices = std::path::Path::new("/sys/bus/event_source/devices");
+    let precise = std::fs::read_to_string(devices.join("cpu/caps/max_precise")).unwrap_or_default();
+    let has_support = devices.join("ibs_op").is_dir()
+        || (precise.trim() != "0"
+            && !precise.trim().is_empty()
+            && devices.join("cpu/events/mem-loads").exists());
+    let dir = Dir::new();
+    let out = dir.run(&["record", "--access-samples", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    if !has_support {
+        assert!(
+            err.contains("no hardware memory-access sampling on this machine"),
+            "{err}"
+        );
+    }
+    assert!(dir.pids("faults", "parquet").is_empty(), "nothing recorded");
+}
