@@ -68,16 +68,17 @@ pub fn parse_smaps(text: &str) -> Vec<MappingRefs> {
             if let Some(last) = mappings.last_mut() {
                 last.rss = kb(value);
             }
-        } else if line.as_bytes().first().is_some_and(u8::is_ascii_hexdigit) && line.contains('-') {
-            if let Some(m) = parse_procmaps_line(line) {
-                mappings.push(MappingRefs {
-                    start: m.start,
-                    end: m.end,
-                    referenced: 0,
-                    rss: 0,
-                    path: m.path,
-                });
-            }
+        } else if line.as_bytes().first().is_some_and(u8::is_ascii_hexdigit)
+            && line.contains('-')
+            && let Some(m) = parse_procmaps_line(line)
+        {
+            mappings.push(MappingRefs {
+                start: m.start,
+                end: m.end,
+                referenced: 0,
+                rss: 0,
+                path: m.path,
+            });
         }
     }
     mappings
