@@ -13,8 +13,10 @@
 //! ```
 
 mod curve;
+mod heatmap;
 
 pub use curve::{SweepPoint, sweep_plot, wss_plot};
+pub use heatmap::{HeatEvent, Heatmap, HeatmapOptions};
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -26,6 +26,47 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Working-set size over time, from page reference bits (clear_refs and smaps).
     Wss(WssArgs),
+    /// Time-by-address heatmap of a recording's faults (PNG and SVG, or the terminal).
+    Heatmap(HeatmapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HeatmapArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// Output file, .png or .svg (default: fltrace-data-heatmap-<pid>.png and .svg).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// log2 of the address block per cell (12: pages).
+    #[arg(long, value_name = "BITS", default_value_t = 12, value_parser = clap::value_parser!(u32).range(6..=40))]
+    pub block_bits: u32,
+    /// Time buckets (columns).
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    pub width: u64,
+    /// Address rows at most.
+    #[arg(long, value_name = "N", default_value_t = 768, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    pub height: u64,
+    /// Only addresses in this range, hex: 0x7f0000000000..0x7fff00000000.
+    #[arg(long, value_name = "START..END", value_parser = addr_range)]
+    pub addr: Option<(u64, u64)>,
+    /// Print a small rendering to the terminal instead of writing files.
+    #[arg(long)]
+    pub terminal: bool,
+}
+
+fn addr_range(s: &str) -> Result<(u64, u64), String> {
+    let parse = |v: &str| {
+        u64::from_str_radix(v.trim_start_matches("0x"), 16)
+            .map_err(|_| format!("`{v}` is not a hex address"))
+    };
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}` is not a range such as 0x1000..0x2000"))?;
+    let (a, b) = (parse(a)?, parse(b)?);
+    if a >= b {
+        return Err(format!("the range {s} is empty"));
+    }
+    Ok((a, b))
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
 
 mod cli;
+mod heatmap;
 mod load;
 mod record;
 mod report;
@@ -50,6 +51,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Visualize(args) => visualize::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
+        cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

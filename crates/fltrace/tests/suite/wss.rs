@@ -103,3 +103,41 @@ fn access_samples_without_pmu_support_is_one_clear_line() {
     }
     assert!(dir.pids("faults", "parquet").is_empty(), "nothing recorded");
 }
+
+/// A recording's faults become a heatmap: the PNG has the asked width and the fill's pages
+/// as coloured (written) cells; the terminal rendering summarises it.
+#[test]
+fn heatmap_of_a_recording() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "300"]);
+    let out = dir.run(&[
+        "heatmap", "-o", "heat.png", "--width", "64", "--height", "32",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(dir.path().join("heat.png")).expect("png"),
+    ));
+    let mut reader = decoder.read_info().expect("png header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("png data");
+    assert_eq!(info.width, 64);
+    assert!(info.height <= 32);
+    let red = buf
+        .chunks(3)
+        .filter(|p| p[0] > 200 && p[1] < 150 && p[2] < 150)
+        .count();
+    assert!(red > 0, "written cells are red");
+    let terminal = dir.run(&["heatmap", "--terminal"]);
+    let text = String::from_utf8_lossy(&terminal.stdout);
+    assert!(
+        text.lines()
+            .last()
+            .is_some_and(|l| l.contains("faults of process")),
+        "{text}"
+    );
+}

@@ -1,0 +1,377 @@
+//! Time-by-address heatmaps of memory events (faults, reference samples): touched address
+//! ranges are packed together with visible boundaries, so that a 47-bit address space with a
+//! few busy regions still fills the picture.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::Error;
+
+/// One memory event to place on the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeatEvent {
+    /// When, in any unit (nanoseconds in fltrace traces).
+    pub time: u64,
+    /// The address touched.
+    pub addr: u64,
+    /// Whether it was a write.
+    pub write: bool,
+}
+
+/// How to lay the map out.
+#[derive(Debug, Clone, Copy)]
+pub struct HeatmapOptions {
+    /// log2 of the address block one cell stands for (12: a page).
+    pub block_bits: u32,
+    /// Columns (time buckets).
+    pub width: usize,
+    /// Rows at most; several blocks share a row when there are more.
+    pub max_height: usize,
+}
+
+impl Default for HeatmapOptions {
+    fn default() -> Self {
+        HeatmapOptions {
+            block_bits: 12,
+            width: 1024,
+            max_height: 768,
+        }
+    }
+}
+
+/// Counts per (time bucket, address row), reads and writes apart.
+#[derive(Debug, Clone)]
+pub struct Heatmap {
+    /// Columns.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
+    /// `[reads, writes]` per cell, row-major, row 0 the lowest addresses.
+    pub cells: Vec<[u32; 2]>,
+    /// First and last time of the events.
+    pub time_range: (u64, u64),
+    /// Rows where a new touched range starts (after a gap), with that range's first address.
+    pub boundaries: Vec<(usize, u64)>,
+    block_bits: u32,
+    blocks_per_row: usize,
+}
+
+impl Heatmap {
+    /// Builds the map. Memory is bounded by the distinct blocks touched, not the events.
+    pub fn build(events: &[HeatEvent], options: HeatmapOptions) -> Result<Heatmap, Error> {
+        if events.is_empty() {
+            return Err(Error::Empty);
+        }
+        let mut blocks: Vec<u64> = events
+            .iter()
+            .map(|e| e.addr >> options.block_bits)
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let height = blocks.len().clamp(1, options.max_height.max(1));
+        let blocks_per_row = blocks.len().div_ceil(height);
+        let height = blocks.len().div_ceil(blocks_per_row);
+        let (t0, t1) = events.iter().fold((u64::MAX, 0), |(lo, hi), e| {
+            (lo.min(e.time), hi.max(e.time))
+        });
+        let span = (t1 - t0).max(1);
+        let width = options.width.max(1);
+        let mut cells = vec![[0u32; 2]; width * height];
+        for event in events {
+            let rank = blocks.partition_point(|&b| b < event.addr >> options.block_bits);
+            let row = rank / blocks_per_row;
+            let col = (((event.time - t0) as u128 * width as u128) / (span as u128 + 1)) as usize;
+            let cell = &mut cells[row * width + col.min(width - 1)];
+            cell[usize::from(event.write)] = cell[usize::from(event.write)].saturating_add(1);
+        }
+        let mut boundaries = vec![(0, blocks[0] << options.block_bits)];
+        for (rank, pair) in blocks.windows(2).enumerate() {
+            if pair[1] != pair[0] + 1 {
+                let row = (rank + 1) / blocks_per_row;
+                if boundaries.last().is_none_or(|(r, _)| *r != row) {
+                    boundaries.push((row, pair[1] << options.block_bits));
+                }
+            }
+        }
+        Ok(Heatmap {
+            width,
+            height,
+            cells,
+            time_range: (t0, t1),
+            boundaries,
+            block_bits: options.block_bits,
+            blocks_per_row,
+        })
+    }
+
+    /// The colour of a cell: reads blue, writes red, both purple, brighter for more events
+    /// (log scale against the busiest cell); untouched cells white.
+    pub fn color(&self, col: usize, row: usize) -> [u8; 3] {
+        let [reads, writes] = self.cells[row * self.width + col];
+        if reads == 0 && writes == 0 {
+            return [255, 255, 255];
+        }
+        let max = self
+            .cells
+            .iter()
+            .map(|c| c[0].max(c[1]))
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let level = |n: u32| {
+            if n == 0 {
+                0.0
+            } else {
+                0.35 + 0.65 * (1.0 + n as f64).ln() / (1.0 + max).ln()
+            }
+        };
+        let (r, b) = (level(writes), level(reads));
+        let shade = |v: f64| (255.0 * (1.0 - v)) as u8;
+        // Subtractive: a read takes away red and green, a write green and blue.
+        [shade(b), shade(r.max(b)), shade(r)]
+    }
+
+    /// Bytes of address space per row.
+    pub fn bytes_per_row(&self) -> u64 {
+        (self.blocks_per_row as u64) << self.block_bits
+    }
+
+    /// Writes a PNG, one pixel per cell, highest addresses at the top, range boundaries grey.
+    pub fn write_png(&self, path: &Path) -> Result<(), Error> {
+        let file = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let mut encoder = png::Encoder::new(file, self.width as u32, self.height as u32);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder
+            .write_header()
+            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        let mut data = Vec::with_capacity(self.width * self.height * 3);
+        for y in 0..self.height {
+            let row = self.height - 1 - y;
+            let boundary = self.boundaries.iter().any(|(r, _)| *r == row && row != 0);
+            for col in 0..self.width {
+                let mut color = self.color(col, row);
+                if boundary && color == [255, 255, 255] {
+                    color = [200, 200, 200];
+                }
+                data.extend_from_slice(&color);
+            }
+        }
+        writer
+            .write_image_data(&data)
+            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        Ok(())
+    }
+
+    /// Writes an SVG: the cells as rectangles (touched ones only), range boundaries as lines
+    /// labelled with their first address, and the time axis.
+    pub fn write_svg(&self, path: &Path, title: &str) -> Result<(), Error> {
+        let (left, top, cell_w, cell_h) = (
+            150.0,
+            40.0,
+            (900.0 / self.width as f64).max(0.5),
+            (600.0 / self.height as f64).max(0.5),
+        );
+        let (w, h) = (
+            left + cell_w * self.width as f64 + 20.0,
+            top + cell_h * self.height as f64 + 50.0,
+        );
+        let mut svg = String::new();
+        let _ = writeln!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0}" height="{h:.0}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = writeln!(
+            svg,
+            r#"<rect width="100%" height="100%" fill="white"/><text x="{left}" y="20" font-size="15">{}</text>"#,
+            escape(title)
+        );
+        for row in 0..self.height {
+            let y = top + (self.height - 1 - row) as f64 * cell_h;
+            for col in 0..self.width {
+                let [r, g, b] = self.color(col, row);
+                if [r, g, b] != [255, 255, 255] {
+                    let _ = writeln!(
+                        svg,
+                        r#"<rect x="{:.2}" y="{y:.2}" width="{cell_w:.2}" height="{cell_h:.2}" fill="rgb({r},{g},{b})"/>"#,
+                        left + col as f64 * cell_w
+                    );
+                }
+            }
+        }
+        for (row, addr) in &self.boundaries {
+            let y = top + (self.height - row) as f64 * cell_h;
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{left}" x2="{:.0}" y1="{y:.2}" y2="{y:.2}" stroke="#999" stroke-width="0.5"/><text x="4" y="{y:.2}">{addr:#x}</text>"##,
+                w - 20.0
+            );
+        }
+        let seconds = (self.time_range.1 - self.time_range.0) as f64 / 1e9;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{left}" y="{:.0}">0 s</text><text x="{:.0}" y="{:.0}" text-anchor="end">{seconds:.3} s (reads blue, writes red, both purple; {} bytes per row)</text>"#,
+            h - 20.0,
+            w - 20.0,
+            h - 20.0,
+            self.bytes_per_row()
+        );
+        svg.push_str("</svg>\n");
+        std::fs::File::create(path)?.write_all(svg.as_bytes())?;
+        Ok(())
+    }
+
+    /// A quick look in the terminal: one character per cell of a map shrunk to `cols` x
+    /// `rows`, darker for more events.
+    pub fn to_terminal(&self, cols: usize, rows: usize) -> String {
+        const SHADES: &[u8] = b" .:-=+*#%@";
+        let (cols, rows) = (cols.clamp(1, self.width), rows.clamp(1, self.height));
+        let mut sums = vec![0u64; cols * rows];
+        for row in 0..self.height {
+            for col in 0..self.width {
+                let [r, w] = self.cells[row * self.width + col];
+                sums[(row * rows / self.height) * cols + col * cols / self.width] +=
+                    u64::from(r) + u64::from(w);
+            }
+        }
+        let max = sums.iter().copied().max().unwrap_or(1).max(1) as f64;
+        let mut out = String::new();
+        for row in (0..rows).rev() {
+            for col in 0..cols {
+                let n = sums[row * cols + col];
+                let i = if n == 0 {
+                    0
+                } else {
+                    1 + ((n as f64).ln_1p() / max.ln_1p() * (SHADES.len() - 2) as f64) as usize
+                };
+                out.push(SHADES[i.min(SHADES.len() - 1)] as char);
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events() -> Vec<HeatEvent> {
+        // Two touched ranges far apart: pages 0x1000..0x3000 and 0x7f00_0000_0000.
+        let mut events = Vec::new();
+        for t in 0..10 {
+            events.push(HeatEvent {
+                time: t * 100,
+                addr: 0x1000,
+                write: true,
+            });
+        }
+        events.push(HeatEvent {
+            time: 999,
+            addr: 0x2000,
+            write: false,
+        });
+        events.push(HeatEvent {
+            time: 500,
+            addr: 0x7f00_0000_0000,
+            write: true,
+        });
+        events.push(HeatEvent {
+            time: 500,
+            addr: 0x7f00_0000_0000,
+            write: false,
+        });
+        events
+    }
+
+    /// The far range is packed next to the near one, with a boundary at its first address.
+    #[test]
+    fn packs_touched_ranges() {
+        let map = Heatmap::build(
+            &events(),
+            HeatmapOptions {
+                block_bits: 12,
+                width: 10,
+                max_height: 100,
+            },
+        )
+        .unwrap();
+        assert_eq!((map.width, map.height), (10, 3));
+        assert_eq!(map.boundaries, vec![(0, 0x1000), (2, 0x7f00_0000_0000)]);
+        let cell = |col: usize, row: usize| map.cells[row * map.width + col];
+        assert_eq!(cell(0, 0), [0, 1]);
+        assert_eq!(cell(9, 1), [1, 0]);
+        assert_eq!(cell(5, 2), [1, 1]);
+    }
+
+    /// Pixels of the PNG: writes red, reads blue, both purple, untouched white, rows bottom-up.
+    #[test]
+    fn png_pixels_at_known_cells() {
+        let map = Heatmap::build(
+            &events(),
+            HeatmapOptions {
+                block_bits: 12,
+                width: 10,
+                max_height: 100,
+            },
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("fltrace-heat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("h.png");
+        map.write_png(&path).unwrap();
+        let decoder =
+            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut buf).unwrap();
+        let pixel = |x: usize, y: usize| {
+            let i = (y * 10 + x) * 3;
+            [buf[i], buf[i + 1], buf[i + 2]]
+        };
+        // Row 0 (lowest addresses) is the bottom line, y = 2.
+        let write = pixel(0, 2);
+        assert!(
+            write[0] > 200 && write[1] < 120 && write[2] < 120,
+            "write cell is red: {write:?}"
+        );
+        let read = pixel(9, 1);
+        assert!(
+            read[2] > 200 && read[0] < 120 && read[1] < 120,
+            "read cell is blue: {read:?}"
+        );
+        let both = pixel(5, 0);
+        assert!(
+            both[0] < 120 && both[1] < 120 && both[2] < 120,
+            "read and write cell is dark purple: {both:?}"
+        );
+        assert_eq!(pixel(3, 1), [255, 255, 255], "untouched");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The terminal rendering has one line per row and marks busy cells.
+    #[test]
+    fn terminal_rendering() {
+        let map = Heatmap::build(
+            &events(),
+            HeatmapOptions {
+                block_bits: 12,
+                width: 10,
+                max_height: 100,
+            },
+        )
+        .unwrap();
+        let text = map.to_terminal(10, 3);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_ne!(lines[2].as_bytes()[0], b' ');
+        assert_eq!(lines[1].as_bytes()[0], b' ');
+    }
+}

@@ -1,0 +1,78 @@
+//! `fltrace heatmap`.
+
+use anyhow::{Context, bail};
+
+use fltrace_render::{HeatEvent, Heatmap, HeatmapOptions};
+use fltrace_trace::{FaultFlags, Recording, files};
+
+use crate::cli::HeatmapArgs;
+
+pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
+    let selection = &args.selection;
+    let recording = match selection.pid {
+        Some(pid) => Recording::with_pid(&selection.dir, pid)?,
+        None => Recording::latest(&selection.dir)?,
+    };
+    // One address space per map: the chosen process, else the command itself.
+    let pid = selection
+        .pid
+        .or_else(|| recording.root_pid())
+        .context("the recording has no process")?;
+    let trace = recording.load(pid)?;
+    let start = recording.session.start_ns;
+    let window = selection.time.map(|(a, b)| {
+        (
+            start + (a * 1e9) as u64,
+            start.saturating_add((b * 1e9) as u64),
+        )
+    });
+    let events: Vec<HeatEvent> = trace
+        .faults
+        .iter()
+        .filter(|f| window.is_none_or(|(a, b)| (a..b).contains(&f.time_ns)))
+        .filter(|f| args.addr.is_none_or(|(a, b)| (a..b).contains(&f.addr)))
+        .map(|f| HeatEvent {
+            time: f.time_ns,
+            addr: f.addr,
+            write: f.flags.has(FaultFlags::WRITE),
+        })
+        .collect();
+    if events.is_empty() {
+        bail!("no faults of process {pid} in the selected time and address ranges");
+    }
+    let options = HeatmapOptions {
+        block_bits: args.block_bits,
+        width: args.width as usize,
+        max_height: args.height as usize,
+    };
+    let map = Heatmap::build(&events, options)?;
+    if args.terminal {
+        print!("{}", map.to_terminal(100, 30));
+        println!(
+            "{} faults of process {pid}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
+            events.len(),
+            (map.time_range.1 - map.time_range.0) as f64 / 1e9,
+            map.bytes_per_row(),
+            map.boundaries.len()
+        );
+        return Ok(());
+    }
+    let title = format!("faults of process {pid} over time and address");
+    let outputs = match &args.output {
+        Some(path) => vec![path.clone()],
+        None => vec![
+            files::path(&selection.dir, "heatmap", pid, "png"),
+            files::path(&selection.dir, "heatmap", pid, "svg"),
+        ],
+    };
+    for path in outputs {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("png") => map.write_png(&path),
+            Some("svg") => map.write_svg(&path, &title),
+            _ => bail!("{}: the heatmap is written as .png or .svg", path.display()),
+        }
+        .with_context(|| format!("writing {}", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
