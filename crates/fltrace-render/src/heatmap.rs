@@ -55,6 +55,8 @@ pub struct Heatmap {
     pub boundaries: Vec<(usize, u64)>,
     block_bits: u32,
     blocks_per_row: usize,
+    /// The busiest cell's larger count, for the colour scale.
+    max_count: u32,
 }
 
 impl Heatmap {
@@ -94,7 +96,14 @@ impl Heatmap {
                 }
             }
         }
+        let max_count = cells
+            .iter()
+            .map(|c| c[0].max(c[1]))
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Ok(Heatmap {
+            max_count,
             width,
             height,
             cells,
@@ -112,13 +121,7 @@ impl Heatmap {
         if reads == 0 && writes == 0 {
             return [255, 255, 255];
         }
-        let max = self
-            .cells
-            .iter()
-            .map(|c| c[0].max(c[1]))
-            .max()
-            .unwrap_or(1)
-            .max(1) as f64;
+        let max = f64::from(self.max_count);
         let level = |n: u32| {
             if n == 0 {
                 0.0

@@ -54,8 +54,9 @@ const MAPPING_SCHEMA: &str = "message mapping {
 /// Key-value pairs of a Parquet footer.
 pub type Metadata = Vec<(String, String)>;
 
-/// Rows buffered before a row group is written: bounds the recorder's memory.
-const FAULT_ROW_GROUP: usize = 1 << 20;
+/// Rows buffered before a row group is written: bounds the recorder's memory, and the time a
+/// flush holds up the recorder (the kernel's ring buffer must not fill meanwhile).
+const FAULT_ROW_GROUP: usize = 1 << 16;
 const STACK_ROW_GROUP: usize = 1 << 16;
 
 /// A Parquet file being written, one row group per flushed batch.
