@@ -70,6 +70,19 @@ impl Group {
     }
 }
 
+impl Group {
+    /// `zero` (all first touches), `fetch` (all brought back from far memory), `regular`
+    /// (neither), or `mixed`: the original's `type` column, extended with fetches.
+    pub fn type_name(&self) -> &'static str {
+        match (self.zero, self.fetch) {
+            (z, 0) if z == self.count => "zero",
+            (0, f) if f == self.count => "fetch",
+            (0, 0) => "regular",
+            _ => "mixed",
+        }
+    }
+}
+
 /// The call site of a stack: see [`GroupKey::location`].
 pub fn call_site(stack: &[Location]) -> Option<&Location> {
     stack
@@ -232,6 +245,7 @@ mod tests {
         assert_eq!((groups[0].count, groups[0].key.location.line), (90, 10));
         assert_eq!(&*groups[0].key.location.function, "main");
         assert_eq!(groups[0].kind_name(), "write");
+        assert_eq!(groups[0].type_name(), "regular");
         assert_eq!(groups[1].kind_name(), "read");
         assert_eq!(coverage(&groups, 0.95), 2);
         assert_eq!(coverage(&groups, 0.5), 1);

@@ -112,8 +112,8 @@ fn table(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<32} {:<36} lib",
-        "#", "faults", "%", "cum%", "kind", "function", "file:line"
+        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<8} {:<32} {:<36} lib",
+        "#", "faults", "%", "cum%", "kind", "type", "function", "file:line"
     );
     let mut cumulative = 0;
     for (i, group) in groups.iter().enumerate() {
@@ -128,12 +128,13 @@ fn table(
         };
         let _ = writeln!(
             out,
-            "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<32} {:<36} {}",
+            "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} {:<32} {:<36} {}",
             i + 1,
             group.count,
             percent(group.count, total),
             percent(cumulative, total),
             group.kind_name(),
+            group.type_name(),
             truncate(&location.function, 32),
             file_line,
             location.lib
@@ -155,7 +156,7 @@ fn table(
                 })
                 .collect();
             if !callers.is_empty() {
-                let _ = writeln!(out, "{:>33}<- {}", "", callers.join(" <- "));
+                let _ = writeln!(out, "{:>42}<- {}", "", callers.join(" <- "));
             }
         }
     }
@@ -252,6 +253,7 @@ fn json(
                 "count": g.count,
                 "percent": percent(g.count, total),
                 "kind": g.kind_name(),
+                "type": g.type_name(),
                 "reads": g.kinds[0],
                 "writes": g.kinds[1],
                 "wrprotects": g.kinds[2],
