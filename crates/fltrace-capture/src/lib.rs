@@ -21,6 +21,7 @@
 //! # }
 //! ```
 
+pub mod damon;
 mod error;
 mod process;
 mod recorder;

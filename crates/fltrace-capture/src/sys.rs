@@ -212,6 +212,17 @@ pub fn fault_tracepoint_attr(
     attr
 }
 
+/// A system-wide tracepoint read for its raw fields only (time and data, no stacks).
+pub fn raw_tracepoint_attr(tracepoint_id: u64) -> perf_event_attr {
+    let mut attr = base_attr();
+    attr.type_ = b::PERF_TYPE_TRACEPOINT;
+    attr.config = tracepoint_id;
+    attr.set_inherit(0);
+    attr.set_exclude_kernel(0);
+    attr.sample_type = u64::from(PERF_SAMPLE_TIME | PERF_SAMPLE_RAW);
+    attr
+}
+
 /// Major faults: the software event fires after the kernel needed I/O for a fault.
 pub fn major_fault_attr() -> perf_event_attr {
     let mut attr = base_attr();

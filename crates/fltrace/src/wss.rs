@@ -14,9 +14,6 @@ use crate::cli::{Format, WssArgs};
 use crate::record::interrupt_counter;
 
 pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
-    if args.damon {
-        bail!("{}", damon_status());
-    }
     let stop = interrupt_counter()?;
     let mut child = None;
     let pid = match (args.pid, args.command.split_first()) {
@@ -32,6 +29,9 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => bail!("give a command (fltrace wss -- <command>) or a process (-p PID)"),
     };
+    if args.damon {
+        return damon(&args, pid, child, &stop);
+    }
     let started = Instant::now();
     let mut out = std::io::stdout().lock();
     if args.format == Format::Csv {
@@ -77,30 +77,120 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What DAMON offers here, in one line. fltrace never stops, reconfigures or adds schemes to a
-/// monitor it did not start.
-fn damon_status() -> String {
-    let admin = std::path::Path::new("/sys/kernel/mm/damon/admin/kdamonds");
-    let Ok(count) = std::fs::read_to_string(admin.join("nr_kdamonds")) else {
-        return "this kernel has no DAMON sysfs interface (/sys/kernel/mm/damon/admin); use fltrace wss without --damon".into();
+/// `--damon`: DAMON's view, read-only. Where a monitor fltrace did not start holds DAMON (as
+/// on the development machines), its `damon:damon_aggregated` events are read and the physical
+/// regions it found accessed are translated to the process's pages through pagemap.
+fn damon(
+    args: &WssArgs,
+    pid: i32,
+    child: Option<std::process::Child>,
+    stop: &std::sync::atomic::AtomicUsize,
+) -> anyhow::Result<ExitCode> {
+    use fltrace_capture::damon::{self, DamonStatus, FrameMap};
+    let kill = |child: Option<std::process::Child>| {
+        if let Some(mut c) = child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     };
-    let count: usize = count.trim().parse().unwrap_or(0);
-    let running: Vec<usize> = (0..count)
-        .filter(|i| {
-            std::fs::read_to_string(admin.join(i.to_string()).join("state"))
-                .is_ok_and(|s| s.trim() == "on")
-        })
-        .collect();
-    if running.is_empty() {
-        "DAMON is free here, but fltrace cannot start a monitor of its own yet; use fltrace wss without --damon".into()
-    } else {
-        format!(
-            "DAMON is in use by a monitor fltrace did not start (kdamond {}) and the kernel allows no second one; fltrace leaves it alone (reading its damon:damon_aggregated events read-only is not implemented yet); use fltrace wss without --damon",
-            running
+    match damon::status() {
+        DamonStatus::Absent => {
+            kill(child);
+            bail!(
+                "this kernel has no DAMON sysfs interface (/sys/kernel/mm/damon/admin); use fltrace wss without --damon"
+            )
+        }
+        DamonStatus::Free => {
+            kill(child);
+            bail!(
+                "DAMON is free here, but fltrace cannot start a monitor of its own yet; use fltrace wss without --damon"
+            )
+        }
+        DamonStatus::InUse(kdamonds) => eprintln!(
+            "fltrace: DAMON is in use by a monitor fltrace did not start (kdamond {}); reading its damon:damon_aggregated events read-only, translated to process {pid}",
+            kdamonds
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
-        )
+        ),
     }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "time_s,wss_bytes,rss_bytes")?;
+    let mut trace = String::from("time_s,start,end,nr_accesses\n");
+    let started_ns = monotonic_ns();
+    // Regions of one aggregation arrive together; a new one starts after a quiet second.
+    let mut batch: Vec<damon::AggregatedRegion> = Vec::new();
+    let flush = |batch: &mut Vec<damon::AggregatedRegion>,
+                 out: &mut std::io::StdoutLock<'_>,
+                 trace: &mut String| {
+        let Some(first) = batch.first() else {
+            return;
+        };
+        let Ok(frames) = FrameMap::of_process(pid) else {
+            batch.clear();
+            return;
+        };
+        let secs = first.time_ns.saturating_sub(started_ns) as f64 / 1e9;
+        let mut accessed = 0u64;
+        for region in batch.iter().filter(|r| r.nr_accesses > 0) {
+            let mut pages: Vec<u64> = frames.pages_in(region.start, region.end).collect();
+            pages.sort_unstable();
+            accessed += pages.len() as u64 * 4096;
+            let mut i = 0;
+            while i < pages.len() {
+                let mut n = 1;
+                while i + n < pages.len() && pages[i + n] == pages[i] + n as u64 * 4096 {
+                    n += 1;
+                }
+                let _ = writeln!(
+                    trace,
+                    "{secs:.3},{:#x},{:#x},{}",
+                    pages[i],
+                    pages[i] + n as u64 * 4096,
+                    region.nr_accesses
+                );
+                i += n;
+            }
+        }
+        let _ = writeln!(out, "{secs:.3},{accessed},{}", frames.len() as u64 * 4096);
+        batch.clear();
+    };
+    let alive = || std::path::Path::new(&format!("/proc/{pid}/maps")).exists() && !is_zombie(pid);
+    damon::read_aggregated(args.duration, stop, alive, |region| {
+        if batch
+            .last()
+            .is_some_and(|last| region.time_ns > last.time_ns + 1_000_000_000)
+        {
+            flush(&mut batch, &mut out, &mut trace);
+        }
+        batch.push(region);
+    })?;
+    flush(&mut batch, &mut out, &mut trace);
+    let path = fltrace_trace::files::path(&args.dir, "damon", pid as u32, "csv");
+    fltrace_trace::files::create(&path)?
+        .write_all(trace.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    kill(child);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the kernel to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
 }
