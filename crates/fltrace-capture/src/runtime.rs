@@ -44,20 +44,23 @@ impl FarMemory {
         vec![
             ("LD_PRELOAD".into(), preload),
             (
-                env::LOCAL_PAGES.into(),
+                env::name(env::LOCAL_PAGES).into(),
                 (self.local_mb * PAGES_PER_MB).to_string().into(),
             ),
             (
-                env::MAX_PAGES.into(),
+                env::name(env::MAX_PAGES).into(),
                 (self.max_mb * PAGES_PER_MB).to_string().into(),
             ),
-            (env::POLICY.into(), self.policy.clone().into()),
-            (env::HANDLERS.into(), self.handlers.to_string().into()),
+            (env::name(env::POLICY).into(), self.policy.clone().into()),
             (
-                env::BUSY_POLL.into(),
+                env::name(env::HANDLERS).into(),
+                self.handlers.to_string().into(),
+            ),
+            (
+                env::name(env::BUSY_POLL).into(),
                 if self.busy_poll { "1" } else { "0" }.into(),
             ),
-            (env::SHARED.into(), shared.as_os_str().to_owned()),
+            (env::name(env::SHARED).into(), shared.as_os_str().to_owned()),
         ]
     }
 }

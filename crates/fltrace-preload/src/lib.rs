@@ -110,9 +110,9 @@ unsafe fn region_ref() -> &'static Region {
 }
 
 fn build_region() -> Option<Region> {
-    let local = sys::env_u64(c"FLTRACE_RT_LOCAL_PAGES");
-    let max_pages = sys::env_u64(c"FLTRACE_RT_MAX_PAGES").unwrap_or(DEFAULT_MAX_PAGES) as usize;
-    let policy = match sys::env_bytes(c"FLTRACE_RT_POLICY") {
+    let local = sys::env_u64(env::LOCAL_PAGES);
+    let max_pages = sys::env_u64(env::MAX_PAGES).unwrap_or(DEFAULT_MAX_PAGES) as usize;
+    let policy = match sys::env_bytes(env::POLICY) {
         Some(b"clock") => Policy::Clock,
         _ => Policy::Fifo,
     };
@@ -163,7 +163,7 @@ fn report_unavailable(e: std::io::Error) {
 fn map_shared() -> *const Shared {
     let mut path = [0u8; 512];
     let mut len = 0;
-    if let Some(prefix) = sys::env_bytes(c"FLTRACE_RT_SHARED") {
+    if let Some(prefix) = sys::env_bytes(env::SHARED) {
         let mut digits = [0; 20];
         // SAFETY: getpid has no preconditions.
         let pid = sys::decimal(unsafe { libc::getpid() } as u64, &mut digits);
@@ -224,7 +224,6 @@ fn map_shared() -> *const Shared {
             unsafe { libc::rename(temp.as_ptr().cast(), path.as_ptr().cast()) };
         }
     }
-    let _ = env::SHARED;
     shared
 }
 
@@ -235,7 +234,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
     // faults (on the backing store and metadata) out of the program's trace.
     // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"fltrace-rt".as_ptr()) };
-    let busy = sys::env_u64(c"FLTRACE_RT_BUSY_POLL") == Some(1);
+    let busy = sys::env_u64(env::BUSY_POLL) == Some(1);
     let mut msgs = [uffd::Msg::default(); 32];
     loop {
         if !busy {
@@ -276,9 +275,7 @@ fn start_handlers(region: &Region) {
             libc::fcntl(region.uffd, libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
     }
-    let handlers = sys::env_u64(c"FLTRACE_RT_HANDLERS")
-        .unwrap_or(1)
-        .clamp(1, 64);
+    let handlers = sys::env_u64(env::HANDLERS).unwrap_or(1).clamp(1, 64);
     for _ in 0..handlers {
         let mut thread: libc::pthread_t = 0;
         // SAFETY: a plain function pointer and no argument; the thread runs for the process.

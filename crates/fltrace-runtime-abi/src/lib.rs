@@ -15,20 +15,28 @@ pub const MAGIC: u64 = 0x666c_7472_7274_0001;
 /// Entries in the fault log ring (a power of two).
 pub const LOG_LEN: usize = 1 << 16;
 
-/// Environment variables through which `fltrace record` configures the runtime.
+/// Environment variables through which `fltrace record` configures the runtime (C strings:
+/// the runtime reads them with `getenv`, without allocating).
 pub mod env {
+    use core::ffi::CStr;
+
     /// Local memory limit in pages.
-    pub const LOCAL_PAGES: &str = "FLTRACE_RT_LOCAL_PAGES";
+    pub const LOCAL_PAGES: &CStr = c"FLTRACE_RT_LOCAL_PAGES";
     /// Size of the managed region (and of the backing store) in pages.
-    pub const MAX_PAGES: &str = "FLTRACE_RT_MAX_PAGES";
+    pub const MAX_PAGES: &CStr = c"FLTRACE_RT_MAX_PAGES";
     /// `fifo` or `clock`.
-    pub const POLICY: &str = "FLTRACE_RT_POLICY";
+    pub const POLICY: &CStr = c"FLTRACE_RT_POLICY";
     /// Number of handler threads.
-    pub const HANDLERS: &str = "FLTRACE_RT_HANDLERS";
+    pub const HANDLERS: &CStr = c"FLTRACE_RT_HANDLERS";
     /// `1` to busy-poll the userfaultfd instead of blocking.
-    pub const BUSY_POLL: &str = "FLTRACE_RT_BUSY_POLL";
+    pub const BUSY_POLL: &CStr = c"FLTRACE_RT_BUSY_POLL";
     /// Path prefix of the shared page; the runtime appends `-<pid>`.
-    pub const SHARED: &str = "FLTRACE_RT_SHARED";
+    pub const SHARED: &CStr = c"FLTRACE_RT_SHARED";
+
+    /// The variable's name as a string.
+    pub fn name(var: &'static CStr) -> &'static str {
+        var.to_str().unwrap_or_default()
+    }
 }
 
 /// The name (`comm`) of the runtime's handler threads: their faults are the runtime's own.
