@@ -21,6 +21,7 @@
 //! # }
 //! ```
 
+pub mod access;
 pub mod damon;
 mod error;
 mod process;

@@ -97,24 +97,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 
 /// What this machine offers for sampling memory accesses, in one line.
 fn access_sampling_status() -> String {
-    let devices = Path::new("/sys/bus/event_source/devices");
-    let ibs = devices.join("ibs_op").is_dir();
-    let precise = std::fs::read_to_string(devices.join("cpu/caps/max_precise"))
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    let pebs = precise > 0 && devices.join("cpu/events/mem-loads").exists();
-    if ibs || pebs {
-        format!(
-            "this machine has {} for access sampling, but recording access samples is not implemented yet",
-            if ibs {
-                "AMD IBS op"
-            } else {
-                "Intel PEBS mem-loads/mem-stores"
-            }
-        )
-    } else {
-        "no hardware memory-access sampling on this machine: --access-samples needs Intel PEBS (mem-loads/mem-stores) or AMD IBS op, and neither is available".into()
+    use fltrace_capture::access::{self, Availability};
+    match access::availability() {
+        Availability::Ibs(_) | Availability::Pebs(..) => {
+            "this machine has PEBS or IBS, but recording access samples is not implemented yet (their decoding is)".into()
+        }
+        Availability::None => {
+            "no hardware memory-access sampling on this machine: --access-samples needs Intel PEBS (mem-loads/mem-stores) or AMD IBS op, and neither is available".into()
+        }
     }
 }
 
