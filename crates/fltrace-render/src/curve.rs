@@ -139,6 +139,60 @@ pub fn wss_plot(samples: &[(f64, u64, u64)], title: &str, path: &Path) -> Result
     draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
 }
 
+/// The memref patch's two plots side by side: events per time bucket (temporal) and per
+/// address row (spatial), as an SVG file.
+pub fn memref_plots(
+    temporal: &[u64],
+    spatial: &[u64],
+    title: &str,
+    path: &Path,
+) -> Result<(), Error> {
+    if temporal.is_empty() || spatial.is_empty() {
+        return Err(Error::Empty);
+    }
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (1100, 420)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (left, right) = root.split_horizontally(550);
+        for (area, values, caption, x_desc) in [
+            (
+                &left,
+                temporal,
+                "temporal: events per time bucket",
+                "time bucket",
+            ),
+            (
+                &right,
+                spatial,
+                "spatial: events per address row",
+                "address row (packed)",
+            ),
+        ] {
+            let top = values.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+            let mut chart = ChartBuilder::on(area)
+                .caption(format!("{title}: {caption}"), ("sans-serif", 15))
+                .margin(12)
+                .x_label_area_size(36)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0f64..values.len() as f64, 0f64..top)?;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc("events")
+                .draw()?;
+            chart.draw_series(values.iter().enumerate().map(|(i, &v)| {
+                Rectangle::new(
+                    [(i as f64, 0.0), (i as f64 + 1.0, v as f64)],
+                    BLUE.mix(0.7).filled(),
+                )
+            }))?;
+        }
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -225,6 +225,30 @@ impl Heatmap {
         Ok(())
     }
 
+    /// Events per address row over the whole time: the memref patch's spatial plot.
+    pub fn spatial(&self) -> Vec<u64> {
+        (0..self.height)
+            .map(|row| {
+                self.cells[row * self.width..(row + 1) * self.width]
+                    .iter()
+                    .map(|c| u64::from(c[0]) + u64::from(c[1]))
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Events per time bucket over all addresses: the memref patch's temporal plot.
+    pub fn temporal(&self) -> Vec<u64> {
+        (0..self.width)
+            .map(|col| {
+                (0..self.height)
+                    .map(|row| self.cells[row * self.width + col])
+                    .map(|c| u64::from(c[0]) + u64::from(c[1]))
+                    .sum()
+            })
+            .collect()
+    }
+
     /// A quick look in the terminal: one character per cell of a map shrunk to `cols` x
     /// `rows`, darker for more events.
     pub fn to_terminal(&self, cols: usize, rows: usize) -> String {
@@ -357,6 +381,24 @@ mod tests {
         );
         assert_eq!(pixel(3, 1), [255, 255, 255], "untouched");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Spatial and temporal sums add up to the events.
+    #[test]
+    fn spatial_and_temporal_sums() {
+        let map = Heatmap::build(
+            &events(),
+            HeatmapOptions {
+                block_bits: 12,
+                width: 10,
+                max_height: 100,
+            },
+        )
+        .unwrap();
+        assert_eq!(map.spatial(), vec![10, 1, 2]);
+        let temporal = map.temporal();
+        assert_eq!(temporal.iter().sum::<u64>(), 13);
+        assert_eq!(temporal[5], 3);
     }
 
     /// The terminal rendering has one line per row and marks busy cells.

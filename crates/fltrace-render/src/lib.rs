@@ -15,7 +15,7 @@
 mod curve;
 mod heatmap;
 
-pub use curve::{SweepPoint, sweep_plot, wss_plot};
+pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use heatmap::{HeatEvent, Heatmap, HeatmapOptions};
 
 use std::collections::HashMap;

@@ -60,10 +60,22 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
     let title = format!("faults of process {pid} over time and address");
     let outputs = match &args.output {
         Some(path) => vec![path.clone()],
-        None => vec![
-            files::path(&selection.dir, "heatmap", pid, "png"),
-            files::path(&selection.dir, "heatmap", pid, "svg"),
-        ],
+        None => {
+            // The memref patch's temporal and spatial plots come with the default outputs.
+            let memref = files::path(&selection.dir, "memref", pid, "svg");
+            fltrace_render::memref_plots(
+                &map.temporal(),
+                &map.spatial(),
+                &format!("process {pid}"),
+                &memref,
+            )
+            .with_context(|| format!("writing {}", memref.display()))?;
+            println!("{}", memref.display());
+            vec![
+                files::path(&selection.dir, "heatmap", pid, "png"),
+                files::path(&selection.dir, "heatmap", pid, "svg"),
+            ]
+        }
     };
     for path in outputs {
         match path.extension().and_then(|e| e.to_str()) {

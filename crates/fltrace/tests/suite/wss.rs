@@ -158,6 +158,16 @@ fn heatmap_of_a_recording() {
         .filter(|p| p[0] > 200 && p[1] < 150 && p[2] < 150)
         .count();
     assert!(red > 0, "written cells are red");
+    let defaults = dir.run(&["heatmap"]);
+    assert!(defaults.status.success());
+    let memref = std::fs::read_to_string(fltrace_trace::files::path(
+        dir.path(),
+        "memref",
+        dir.pids("faults", "parquet")[0],
+        "svg",
+    ))
+    .expect("memref plots");
+    assert!(memref.contains("temporal") && memref.contains("spatial"));
     let terminal = dir.run(&["heatmap", "--terminal"]);
     let text = String::from_utf8_lossy(&terminal.stdout);
     assert!(
