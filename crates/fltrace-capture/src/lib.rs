@@ -34,6 +34,6 @@ mod unwind;
 pub mod wss;
 
 pub use error::Error;
-pub use recorder::{Options, Progress, Summary, Target, record};
+pub use recorder::{Options, Progress, Summary, Target, monotonic_now_ns, record};
 pub use runtime::FarMemory;
 pub use target::Credentials;

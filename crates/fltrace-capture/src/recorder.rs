@@ -600,7 +600,8 @@ fn unix_now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn monotonic_now_ns() -> u64 {
+/// Now on CLOCK_MONOTONIC, the clock of perf samples and tracepoint events, in ns.
+pub fn monotonic_now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

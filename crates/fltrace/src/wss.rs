@@ -118,7 +118,7 @@ fn damon(
     let mut out = std::io::stdout().lock();
     writeln!(out, "time_s,wss_bytes,rss_bytes")?;
     let mut trace = String::from("time_s,start,end,nr_accesses\n");
-    let started_ns = monotonic_ns();
+    let started_ns = fltrace_capture::monotonic_now_ns();
     // Regions of one aggregation arrive together; a new one starts after a quiet second.
     let mut batch: Vec<damon::AggregatedRegion> = Vec::new();
     let flush = |batch: &mut Vec<damon::AggregatedRegion>,
@@ -173,16 +173,6 @@ fn damon(
         .with_context(|| format!("writing {}", path.display()))?;
     kill(child);
     Ok(ExitCode::SUCCESS)
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the kernel to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn is_zombie(pid: i32) -> bool {
