@@ -17,7 +17,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a command (or attach to a process) and record every page fault with its stack.
     Record(RecordArgs),
-    /// Faults grouped by call site, with `file:line`; writes fltrace-data-report-<pid>.out.
+    /// Faults grouped by call site, with `file:line`; writes fltrace-data-report-PID.out.
     Report(ReportArgs),
     /// Flamegraphs of all faults and of first-touch faults, as SVG.
     Visualize(VisualizeArgs),
@@ -34,7 +34,7 @@ pub enum Command {
 pub struct HeatmapArgs {
     #[command(flatten)]
     pub selection: Selection,
-    /// Output file, .png or .svg (default: fltrace-data-heatmap-<pid>.png and .svg).
+    /// Output file, .png or .svg (default: fltrace-data-heatmap-PID.png and .svg).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// log2 of the address block per cell (12: pages).
