@@ -57,36 +57,55 @@ pub struct Heatmap {
     blocks_per_row: usize,
     /// The busiest cell's larger count, for the colour scale.
     max_count: u32,
+    /// The distinct blocks touched, sorted: a block's rank gives its row.
+    blocks: Vec<u64>,
 }
 
-impl Heatmap {
-    /// Builds the map. Memory is bounded by the distinct blocks touched, not the events.
-    pub fn build(events: &[HeatEvent], options: HeatmapOptions) -> Result<Heatmap, Error> {
-        if events.is_empty() {
+/// Builds a heatmap in two passes over events given in batches, so that memory stays bounded
+/// by the distinct blocks touched, not by the events: [`scan`](Self::scan) every batch, then
+/// [`layout`](Self::layout), then [`Heatmap::add`] every batch again.
+#[derive(Debug, Clone)]
+pub struct HeatmapBuilder {
+    options: HeatmapOptions,
+    blocks: Vec<u64>,
+    time_range: (u64, u64),
+}
+
+impl HeatmapBuilder {
+    /// An empty builder.
+    pub fn new(options: HeatmapOptions) -> HeatmapBuilder {
+        HeatmapBuilder {
+            options,
+            blocks: Vec::new(),
+            time_range: (u64::MAX, 0),
+        }
+    }
+
+    /// First pass: notes the blocks and times of a batch.
+    pub fn scan(&mut self, events: &[HeatEvent]) {
+        for e in events {
+            self.blocks.push(e.addr >> self.options.block_bits);
+            self.time_range = (self.time_range.0.min(e.time), self.time_range.1.max(e.time));
+        }
+        if self.blocks.len() > 1 << 22 {
+            self.blocks.sort_unstable();
+            self.blocks.dedup();
+        }
+    }
+
+    /// Lays out the rows; the map is empty until [`Heatmap::add`].
+    pub fn layout(mut self) -> Result<Heatmap, Error> {
+        self.blocks.sort_unstable();
+        self.blocks.dedup();
+        let blocks = self.blocks;
+        if blocks.is_empty() {
             return Err(Error::Empty);
         }
-        let mut blocks: Vec<u64> = events
-            .iter()
-            .map(|e| e.addr >> options.block_bits)
-            .collect();
-        blocks.sort_unstable();
-        blocks.dedup();
+        let options = self.options;
         let height = blocks.len().clamp(1, options.max_height.max(1));
         let blocks_per_row = blocks.len().div_ceil(height);
         let height = blocks.len().div_ceil(blocks_per_row);
-        let (t0, t1) = events.iter().fold((u64::MAX, 0), |(lo, hi), e| {
-            (lo.min(e.time), hi.max(e.time))
-        });
-        let span = (t1 - t0).max(1);
         let width = options.width.max(1);
-        let mut cells = vec![[0u32; 2]; width * height];
-        for event in events {
-            let rank = blocks.partition_point(|&b| b < event.addr >> options.block_bits);
-            let row = rank / blocks_per_row;
-            let col = (((event.time - t0) as u128 * width as u128) / (span as u128 + 1)) as usize;
-            let cell = &mut cells[row * width + col.min(width - 1)];
-            cell[usize::from(event.write)] = cell[usize::from(event.write)].saturating_add(1);
-        }
         let mut boundaries = vec![(0, blocks[0] << options.block_bits)];
         for (rank, pair) in blocks.windows(2).enumerate() {
             if pair[1] != pair[0] + 1 {
@@ -96,22 +115,46 @@ impl Heatmap {
                 }
             }
         }
-        let max_count = cells
-            .iter()
-            .map(|c| c[0].max(c[1]))
-            .max()
-            .unwrap_or(1)
-            .max(1);
         Ok(Heatmap {
-            max_count,
+            max_count: 1,
             width,
             height,
-            cells,
-            time_range: (t0, t1),
+            cells: vec![[0u32; 2]; width * height],
+            time_range: self.time_range,
             boundaries,
             block_bits: options.block_bits,
             blocks_per_row,
+            blocks,
         })
+    }
+}
+
+impl Heatmap {
+    /// Builds the map of events held in memory at once.
+    pub fn build(events: &[HeatEvent], options: HeatmapOptions) -> Result<Heatmap, Error> {
+        let mut builder = HeatmapBuilder::new(options);
+        builder.scan(events);
+        let mut map = builder.layout()?;
+        map.add(events);
+        Ok(map)
+    }
+
+    /// Second pass: counts a batch of events (from the same events as were scanned).
+    pub fn add(&mut self, events: &[HeatEvent]) {
+        let (t0, t1) = self.time_range;
+        let span = (t1.saturating_sub(t0)).max(1) as u128;
+        for event in events {
+            let rank = self
+                .blocks
+                .partition_point(|&b| b < event.addr >> self.block_bits);
+            let row = (rank / self.blocks_per_row).min(self.height - 1);
+            let col = ((event.time.saturating_sub(t0) as u128 * self.width as u128) / (span + 1))
+                as usize;
+            let cell = &mut self.cells[row * self.width + col.min(self.width - 1)];
+            let count = &mut cell[usize::from(event.write)];
+            *count = count.saturating_add(1);
+            self.max_count = self.max_count.max(*count);
+        }
     }
 
     /// The colour of a cell: reads blue, writes red, both purple, brighter for more events
@@ -381,6 +424,28 @@ mod tests {
         );
         assert_eq!(pixel(3, 1), [255, 255, 255], "untouched");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two passes over batches give the same map as one pass over everything.
+    #[test]
+    fn batches_build_the_same_map() {
+        let events = events();
+        let options = HeatmapOptions {
+            block_bits: 12,
+            width: 10,
+            max_height: 100,
+        };
+        let whole = Heatmap::build(&events, options).unwrap();
+        let mut builder = HeatmapBuilder::new(options);
+        for batch in events.chunks(3) {
+            builder.scan(batch);
+        }
+        let mut batched = builder.layout().unwrap();
+        for batch in events.chunks(3) {
+            batched.add(batch);
+        }
+        assert_eq!(batched.cells, whole.cells);
+        assert_eq!(batched.boundaries, whole.boundaries);
     }
 
     /// Spatial and temporal sums add up to the events.

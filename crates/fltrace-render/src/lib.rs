@@ -16,7 +16,7 @@ mod curve;
 mod heatmap;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
-pub use heatmap::{HeatEvent, Heatmap, HeatmapOptions};
+pub use heatmap::{HeatEvent, Heatmap, HeatmapBuilder, HeatmapOptions};
 
 use std::collections::HashMap;
 use std::io::Write;

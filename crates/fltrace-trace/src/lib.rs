@@ -37,7 +37,8 @@ pub use error::Error;
 pub use fault::{Fault, FaultFlags, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
-    FaultWriter, MappingWriter, Metadata, StackWriter, read_faults, read_mappings, read_stacks,
+    FaultWriter, MappingWriter, Metadata, StackWriter, for_each_fault_group, read_faults,
+    read_mappings, read_stacks,
 };
 pub use recording::{ProcessTrace, Recording, SessionInfo, keys};
 

@@ -356,13 +356,25 @@ impl TableReader {
     where
         T::T: Default + Clone,
     {
+        self.column_in::<T>(index, 0..self.inner.num_row_groups())
+    }
+
+    /// Column `index` of the row groups in `groups`.
+    fn column_in<T: DataType>(
+        &self,
+        index: usize,
+        groups: std::ops::Range<usize>,
+    ) -> Result<ColumnData<T::T>, Error>
+    where
+        T::T: Default + Clone,
+    {
         let mut data = ColumnData {
             values: Vec::new(),
             def: Vec::new(),
             rep: Vec::new(),
         };
         let result = (|| {
-            for group in 0..self.inner.num_row_groups() {
+            for group in groups {
                 let group = self.inner.get_row_group(group)?;
                 let reader = group.get_column_reader(index)?;
                 let mut reader = T::get_column_reader(reader).ok_or_else(|| {
@@ -449,25 +461,66 @@ struct ColumnData<T> {
 pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Metadata), Error> {
     let table = TableReader::open(path)?;
     table.check_columns(FAULT_SCHEMA)?;
-    let time = table.u64s(0)?;
-    let pid = table.u32s(1)?;
-    let tid = table.u32s(2)?;
-    let ip = table.u64s(3)?;
-    let addr = table.u64s(4)?;
-    let flags = table.u32s(5)?;
-    let stack = table.u32s(6)?;
-    for len in [
-        time.len(),
+    let faults = faults_in(&table, 0..table.inner.num_row_groups())?;
+    table.check_len(faults.len())?;
+    Ok((faults, table.metadata()))
+}
+
+/// Hands the faults of a faults file to `each` one row group at a time (64K rows), so that
+/// memory stays bounded however long the recording.
+pub fn for_each_fault_group(path: &Path, mut each: impl FnMut(&[Fault])) -> Result<(), Error> {
+    let table = TableReader::open(path)?;
+    table.check_columns(FAULT_SCHEMA)?;
+    for group in 0..table.inner.num_row_groups() {
+        each(&faults_in(&table, group..group + 1)?);
+    }
+    Ok(())
+}
+
+fn faults_in(table: &TableReader, groups: std::ops::Range<usize>) -> Result<Vec<Fault>, Error> {
+    let u64s = |i| -> Result<Vec<u64>, Error> {
+        Ok(table
+            .column_in::<Int64Type>(i, groups.clone())?
+            .values
+            .into_iter()
+            .map(|v| v as u64)
+            .collect())
+    };
+    let u32s = |i| -> Result<Vec<u32>, Error> {
+        Ok(table
+            .column_in::<Int32Type>(i, groups.clone())?
+            .values
+            .into_iter()
+            .map(|v| v as u32)
+            .collect())
+    };
+    let (time, pid, tid, ip, addr, flags, stack) = (
+        u64s(0)?,
+        u32s(1)?,
+        u32s(2)?,
+        u64s(3)?,
+        u64s(4)?,
+        u32s(5)?,
+        u32s(6)?,
+    );
+    let rows = time.len();
+    if [
         pid.len(),
         tid.len(),
         ip.len(),
         addr.len(),
         flags.len(),
         stack.len(),
-    ] {
-        table.check_len(len)?;
+    ]
+    .iter()
+    .any(|&n| n != rows)
+    {
+        return Err(Error::Format {
+            path: table.path.clone(),
+            message: "columns of different lengths".into(),
+        });
     }
-    let faults = (0..time.len())
+    Ok((0..rows)
         .map(|i| Fault {
             time_ns: time[i],
             pid: pid[i],
@@ -477,8 +530,7 @@ pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Metadata), Error> {
             flags: FaultFlags(flags[i] as u8),
             stack_id: stack[i],
         })
-        .collect();
-    Ok((faults, table.metadata()))
+        .collect())
 }
 
 /// Reads a stacks file.
@@ -582,7 +634,8 @@ mod tests {
         let faults_path = dir.path().join("f.parquet");
         let metadata = vec![("fltrace.command".to_owned(), "./a b".to_owned())];
         let mut writer = FaultWriter::create(&faults_path, &metadata).unwrap();
-        let expected: Vec<Fault> = (0..10_000).map(fault).collect();
+        // More than one row group.
+        let expected: Vec<Fault> = (0..100_000).map(fault).collect();
         for f in &expected {
             writer.push(*f).unwrap();
         }
@@ -590,6 +643,9 @@ mod tests {
         let (faults, meta) = read_faults(&faults_path).unwrap();
         assert_eq!(faults, expected);
         assert_eq!(meta, metadata);
+        let mut streamed = Vec::new();
+        for_each_fault_group(&faults_path, |group| streamed.extend_from_slice(group)).unwrap();
+        assert_eq!(streamed, expected, "row group by row group, the same rows");
 
         let stacks_path = dir.path().join("s.parquet");
         let mut writer = StackWriter::create(&stacks_path).unwrap();

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 
-use fltrace_render::{HeatEvent, Heatmap, HeatmapOptions};
+use fltrace_render::{HeatEvent, HeatmapBuilder, HeatmapOptions};
 use fltrace_trace::{FaultFlags, Recording, files};
 
 use crate::cli::HeatmapArgs;
@@ -18,7 +18,6 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
         .pid
         .or_else(|| recording.root_pid())
         .context("the recording has no process")?;
-    let trace = recording.load(pid)?;
     let start = recording.session.start_ns;
     let window = selection.time.map(|(a, b)| {
         (
@@ -26,31 +25,42 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
             start.saturating_add((b * 1e9) as u64),
         )
     });
-    let events: Vec<HeatEvent> = trace
-        .faults
-        .iter()
-        .filter(|f| window.is_none_or(|(a, b)| (a..b).contains(&f.time_ns)))
-        .filter(|f| args.addr.is_none_or(|(a, b)| (a..b).contains(&f.addr)))
-        .map(|f| HeatEvent {
-            time: f.time_ns,
-            addr: f.addr,
-            write: f.flags.has(FaultFlags::WRITE),
-        })
-        .collect();
-    if events.is_empty() {
-        bail!("no faults of process {pid} in the selected time and address ranges");
-    }
+    let to_events = |faults: &[fltrace_trace::Fault]| -> Vec<HeatEvent> {
+        faults
+            .iter()
+            .filter(|f| window.is_none_or(|(a, b)| (a..b).contains(&f.time_ns)))
+            .filter(|f| args.addr.is_none_or(|(a, b)| (a..b).contains(&f.addr)))
+            .map(|f| HeatEvent {
+                time: f.time_ns,
+                addr: f.addr,
+                write: f.flags.has(FaultFlags::WRITE),
+            })
+            .collect()
+    };
     let options = HeatmapOptions {
         block_bits: args.block_bits,
         width: args.width as usize,
         max_height: args.height as usize,
     };
-    let map = Heatmap::build(&events, options)?;
+    // Two passes, a row group at a time: memory is bounded by the blocks touched.
+    let path = files::faults(&recording.dir, pid);
+    let mut builder = HeatmapBuilder::new(options);
+    let mut count = 0;
+    fltrace_trace::for_each_fault_group(&path, |group| {
+        let events = to_events(group);
+        count += events.len();
+        builder.scan(&events);
+    })?;
+    if count == 0 {
+        bail!("no faults of process {pid} in the selected time and address ranges");
+    }
+    let mut map = builder.layout()?;
+    fltrace_trace::for_each_fault_group(&path, |group| map.add(&to_events(group)))?;
     if args.terminal {
         print!("{}", map.to_terminal(100, 30));
         println!(
             "{} faults of process {pid}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
-            events.len(),
+            count,
             (map.time_range.1 - map.time_range.0) as f64 / 1e9,
             map.bytes_per_row(),
             map.boundaries.len()
