@@ -333,6 +333,13 @@ fn escape(s: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Page blocks, ten time buckets, room for every block.
+    const SMALL: HeatmapOptions = HeatmapOptions {
+        block_bits: 12,
+        width: 10,
+        max_height: 100,
+    };
+
     fn events() -> Vec<HeatEvent> {
         // Two touched ranges far apart: pages 0x1000..0x3000 and 0x7f00_0000_0000.
         let mut events = Vec::new();
@@ -364,15 +371,7 @@ mod tests {
     /// The far range is packed next to the near one, with a boundary at its first address.
     #[test]
     fn packs_touched_ranges() {
-        let map = Heatmap::build(
-            &events(),
-            HeatmapOptions {
-                block_bits: 12,
-                width: 10,
-                max_height: 100,
-            },
-        )
-        .unwrap();
+        let map = Heatmap::build(&events(), SMALL).unwrap();
         assert_eq!((map.width, map.height), (10, 3));
         assert_eq!(map.boundaries, vec![(0, 0x1000), (2, 0x7f00_0000_0000)]);
         let cell = |col: usize, row: usize| map.cells[row * map.width + col];
@@ -384,15 +383,7 @@ mod tests {
     /// Pixels of the PNG: writes red, reads blue, both purple, untouched white, rows bottom-up.
     #[test]
     fn png_pixels_at_known_cells() {
-        let map = Heatmap::build(
-            &events(),
-            HeatmapOptions {
-                block_bits: 12,
-                width: 10,
-                max_height: 100,
-            },
-        )
-        .unwrap();
+        let map = Heatmap::build(&events(), SMALL).unwrap();
         let dir = std::env::temp_dir().join(format!("fltrace-heat-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("h.png");
@@ -430,13 +421,8 @@ mod tests {
     #[test]
     fn batches_build_the_same_map() {
         let events = events();
-        let options = HeatmapOptions {
-            block_bits: 12,
-            width: 10,
-            max_height: 100,
-        };
-        let whole = Heatmap::build(&events, options).unwrap();
-        let mut builder = HeatmapBuilder::new(options);
+        let whole = Heatmap::build(&events, SMALL).unwrap();
+        let mut builder = HeatmapBuilder::new(SMALL);
         for batch in events.chunks(3) {
             builder.scan(batch);
         }
@@ -451,15 +437,7 @@ mod tests {
     /// Spatial and temporal sums add up to the events.
     #[test]
     fn spatial_and_temporal_sums() {
-        let map = Heatmap::build(
-            &events(),
-            HeatmapOptions {
-                block_bits: 12,
-                width: 10,
-                max_height: 100,
-            },
-        )
-        .unwrap();
+        let map = Heatmap::build(&events(), SMALL).unwrap();
         assert_eq!(map.spatial(), vec![10, 1, 2]);
         let temporal = map.temporal();
         assert_eq!(temporal.iter().sum::<u64>(), 13);
@@ -469,15 +447,7 @@ mod tests {
     /// The terminal rendering has one line per row and marks busy cells.
     #[test]
     fn terminal_rendering() {
-        let map = Heatmap::build(
-            &events(),
-            HeatmapOptions {
-                block_bits: 12,
-                width: 10,
-                max_height: 100,
-            },
-        )
-        .unwrap();
+        let map = Heatmap::build(&events(), SMALL).unwrap();
         let text = map.to_terminal(10, 3);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
