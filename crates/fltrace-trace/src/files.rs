@@ -29,6 +29,16 @@ pub fn mmaps(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "mmaps", pid, "parquet")
 }
 
+/// The allocation table of `pid`.
+pub fn allocs(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "allocs", pid, "parquet")
+}
+
+/// The stacks of `pid`'s allocation calls.
+pub fn alloc_stacks(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "allocstacks", pid, "parquet")
+}
+
 /// The mappings of `pid` in `/proc/PID/maps` format.
 pub fn procmaps(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "procmaps", pid, "out")

@@ -9,6 +9,8 @@
 //! | `fltrace-data-mmaps-<pid>.parquet` | every mapping as it appeared, with build IDs ([`Mapping`]) |
 //! | `fltrace-data-procmaps-<pid>.out` | the same mappings in `/proc/PID/maps` format |
 //! | `fltrace-data-stats-<pid>.out` | `<unix time> name:value,...` counter lines ([`stats`]) |
+//! | `fltrace-data-allocs-<pid>.parquet` | with `--allocs`: every allocator and mapping call ([`AllocEvent`]) |
+//! | `fltrace-data-allocstacks-<pid>.parquet` | with `--allocs`: the stacks of those calls ([`Stack`]) |
 //!
 //! `docs/FORMAT.md` documents the schemas. This crate needs no privileges and no live kernel
 //! feature: it only reads and writes files, so traces can be analysed on any machine.
@@ -25,6 +27,7 @@
 //! # }
 //! ```
 
+mod alloc;
 mod error;
 mod fault;
 pub mod files;
@@ -33,12 +36,13 @@ mod parquet_io;
 mod recording;
 pub mod stats;
 
+pub use alloc::{AllocCall, AllocEvent};
 pub use error::Error;
 pub use fault::{Fault, FaultFlags, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
-    FaultWriter, MappingWriter, Metadata, StackWriter, for_each_fault_group, read_faults,
-    read_mappings, read_stacks,
+    AllocWriter, FaultWriter, MappingWriter, Metadata, StackWriter, for_each_fault_group,
+    read_allocs, read_faults, read_mappings, read_stacks,
 };
 pub use recording::{ProcessTrace, Recording, SessionInfo, keys};
 

@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::parquet_io::TableReader;
-use crate::{Error, Fault, Mapping, Stack, files, read_faults, read_mappings, read_stacks};
+use crate::{
+    AllocEvent, Error, Fault, Mapping, Stack, files, read_allocs, read_faults, read_mappings,
+    read_stacks,
+};
 
 /// Footer keys of the faults file.
 pub mod keys {
@@ -130,13 +133,33 @@ impl Recording {
         let mut stacks = read_stacks(&files::stacks(&self.dir, pid))?;
         stacks.sort_unstable_by_key(|s| s.id);
         let mappings = read_mappings(&files::mmaps(&self.dir, pid))?;
+        let (allocs, alloc_stacks) = self.load_allocs(pid)?;
         Ok(ProcessTrace {
             pid,
             faults,
             stacks,
             mappings,
             metadata,
+            allocs,
+            alloc_stacks,
         })
+    }
+
+    /// Whether the run recorded allocations (`record --allocs`) of `pid`.
+    pub fn has_allocs(&self, pid: u32) -> bool {
+        files::allocs(&self.dir, pid).is_file()
+    }
+
+    /// The allocation events of `pid` and their stacks, sorted by id; empty when the run did
+    /// not record allocations.
+    pub fn load_allocs(&self, pid: u32) -> Result<(Vec<AllocEvent>, Vec<Stack>), Error> {
+        if !self.has_allocs(pid) {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let allocs = read_allocs(&files::allocs(&self.dir, pid))?;
+        let mut stacks = read_stacks(&files::alloc_stacks(&self.dir, pid))?;
+        stacks.sort_unstable_by_key(|s| s.id);
+        Ok((allocs, stacks))
     }
 }
 
@@ -153,6 +176,10 @@ pub struct ProcessTrace {
     pub mappings: Vec<Mapping>,
     /// The faults file's footer metadata.
     pub metadata: Vec<(String, String)>,
+    /// Its allocation events in time order (empty without `record --allocs`).
+    pub allocs: Vec<AllocEvent>,
+    /// The stacks of its allocation calls, sorted by id.
+    pub alloc_stacks: Vec<Stack>,
 }
 
 impl ProcessTrace {
@@ -161,6 +188,14 @@ impl ProcessTrace {
         match self.stacks.get(id as usize) {
             Some(stack) if stack.id == id => Some(stack),
             _ => self.stacks.iter().find(|s| s.id == id),
+        }
+    }
+
+    /// The allocation stack with id `id`.
+    pub fn alloc_stack(&self, id: u32) -> Option<&Stack> {
+        match self.alloc_stacks.get(id as usize) {
+            Some(stack) if stack.id == id => Some(stack),
+            _ => self.alloc_stacks.iter().find(|s| s.id == id),
         }
     }
 
