@@ -8,7 +8,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::ProcessTrace;
+use fltrace_trace::{ProcessTrace, Stack};
 
 /// A source location of one frame (after inline expansion).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -109,20 +109,39 @@ impl Symbolizer {
         }
     }
 
-    /// Symbolizes every stack of `trace`.
+    /// Symbolizes every fault stack of `trace`.
     pub fn resolve_stacks(&mut self, trace: &ProcessTrace) -> ResolvedStacks {
+        self.resolve(trace, &trace.stacks, 1)
+    }
+
+    /// Symbolizes every allocation stack of `trace`. All their frames are return addresses
+    /// (the first one into the caller of the allocator), so each is looked up one byte back.
+    pub fn resolve_alloc_stacks(&mut self, trace: &ProcessTrace) -> ResolvedStacks {
+        self.resolve(trace, &trace.alloc_stacks, 0)
+    }
+
+    /// Symbolizes `stacks`, whose frames from index `returns_from` on are return addresses.
+    fn resolve(
+        &mut self,
+        trace: &ProcessTrace,
+        stacks: &[Stack],
+        returns_from: usize,
+    ) -> ResolvedStacks {
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
         let mut wanted: HashMap<PathBuf, Vec<u64>> = HashMap::new();
-        let mut frames_of: Vec<(u32, Vec<Frame>, Vec<u64>)> =
-            Vec::with_capacity(trace.stacks.len());
-        for stack in &trace.stacks {
+        let mut frames_of: Vec<(u32, Vec<Frame>, Vec<u64>)> = Vec::with_capacity(stacks.len());
+        for stack in stacks {
             let frames: Vec<Frame> = stack
                 .frames
                 .iter()
                 .enumerate()
                 .map(|(i, &addr)| {
                     // Return addresses point after the call: look up the call itself.
-                    let lookup = if i == 0 { addr } else { addr.saturating_sub(1) };
+                    let lookup = if i < returns_from {
+                        addr
+                    } else {
+                        addr.saturating_sub(1)
+                    };
                     match trace.mapping_at(stack.generation, lookup) {
                         Some(m) if m.is_file() => {
                             let path = PathBuf::from(&m.path);
