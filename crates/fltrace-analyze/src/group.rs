@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::{Fault, FaultFlags, FaultKind};
+use fltrace_trace::{Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
 
+use crate::allocs::{AllocStats, AllocTotals, BlockKind, Lifetimes};
+use crate::ranges::{MappingIndex, mapping_label};
 use crate::{Location, ResolvedStacks};
 
 /// What faults are grouped by.
@@ -92,19 +94,87 @@ pub fn call_site(stack: &[Location]) -> Option<&Location> {
         .or_else(|| stack.first())
 }
 
+/// A location for frames nothing is known of.
+fn unknown() -> Location {
+    Location {
+        function: "[unknown]".into(),
+        file: "".into(),
+        line: 0,
+        lib: "[unknown]".into(),
+        system: false,
+    }
+}
+
+/// The key of a stack when grouping `by`; `addresses` and `flags` are kept for
+/// [`GroupBy::Stack`] only.
+fn key_of(
+    stack: &[Location],
+    addresses: impl FnOnce() -> Option<Arc<[u64]>>,
+    flags: Option<FaultFlags>,
+    by: GroupBy,
+) -> GroupKey {
+    let site = call_site(stack).cloned().unwrap_or_else(unknown);
+    let location = match by {
+        GroupBy::Stack | GroupBy::Line => site,
+        GroupBy::Function => Location { line: 0, ..site },
+        GroupBy::Dso => Location {
+            function: "".into(),
+            file: "".into(),
+            line: 0,
+            lib: stack
+                .first()
+                .map_or_else(|| unknown().lib, |l| l.lib.clone()),
+            system: false,
+        },
+    };
+    let whole = by == GroupBy::Stack;
+    GroupKey {
+        location,
+        stack: whole.then(|| stack.into()),
+        addresses: if whole { addresses() } else { None },
+        flags: if whole { flags } else { None },
+    }
+}
+
+impl Group {
+    fn new(key: GroupKey) -> Group {
+        Group {
+            key,
+            count: 0,
+            kinds: [0; 3],
+            zero: 0,
+            fetch: 0,
+        }
+    }
+
+    fn add(&mut self, flags: FaultFlags) {
+        self.count += 1;
+        self.kinds[flags.kind() as usize] += 1;
+        if flags.has(FaultFlags::ZERO) {
+            self.zero += 1;
+        }
+        if flags.has(FaultFlags::FETCH) {
+            self.fetch += 1;
+        }
+    }
+}
+
+/// Largest first, ties by location and flags.
+fn sort_groups(groups: &mut [Group]) {
+    groups.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.key.location.cmp(&b.key.location))
+            .then_with(|| a.key.flags.cmp(&b.key.flags))
+    });
+}
+
 /// Groups the faults of one or more processes, largest group first (ties by location).
 /// `sources` pairs each process's faults with its resolved stacks.
 pub fn group_faults<'a>(
     sources: impl IntoIterator<Item = (&'a [Fault], &'a ResolvedStacks)>,
     by: GroupBy,
 ) -> Vec<Group> {
-    let unknown = Location {
-        function: "[unknown]".into(),
-        file: "".into(),
-        line: 0,
-        lib: "[unknown]".into(),
-        system: false,
-    };
     let mut groups: FxHashMap<GroupKey, Group> = FxHashMap::default();
     for (faults, stacks) in sources {
         // Keys are built once per (stack, flags) of this process, not once per fault.
@@ -113,69 +183,212 @@ pub fn group_faults<'a>(
             let key = keys
                 .entry((fault.stack_id, fault.flags))
                 .or_insert_with(|| {
-                    let stack = stacks.get(fault.stack_id);
-                    let site = call_site(stack).unwrap_or(&unknown);
-                    match by {
-                        GroupBy::Stack => GroupKey {
-                            location: site.clone(),
-                            stack: Some(stack.into()),
-                            addresses: stacks.addresses(fault.stack_id),
-                            flags: Some(fault.flags),
-                        },
-                        GroupBy::Line => GroupKey {
-                            location: site.clone(),
-                            stack: None,
-                            addresses: None,
-                            flags: None,
-                        },
-                        GroupBy::Function => GroupKey {
-                            location: Location {
-                                line: 0,
-                                ..site.clone()
-                            },
-                            stack: None,
-                            addresses: None,
-                            flags: None,
-                        },
-                        GroupBy::Dso => GroupKey {
-                            location: Location {
-                                function: "".into(),
-                                file: "".into(),
-                                line: 0,
-                                lib: stack.first().unwrap_or(&unknown).lib.clone(),
-                                system: false,
-                            },
-                            stack: None,
-                            addresses: None,
-                            flags: None,
-                        },
-                    }
+                    key_of(
+                        stacks.get(fault.stack_id),
+                        || stacks.addresses(fault.stack_id),
+                        Some(fault.flags),
+                        by,
+                    )
                 });
-            let group = groups.entry(key.clone()).or_insert_with(|| Group {
-                key: key.clone(),
-                count: 0,
-                kinds: [0; 3],
-                zero: 0,
-                fetch: 0,
-            });
-            group.count += 1;
-            group.kinds[fault.flags.kind() as usize] += 1;
-            if fault.flags.has(FaultFlags::ZERO) {
-                group.zero += 1;
-            }
-            if fault.flags.has(FaultFlags::FETCH) {
-                group.fetch += 1;
-            }
+            groups
+                .entry(key.clone())
+                .or_insert_with(|| Group::new(key.clone()))
+                .add(fault.flags);
         }
     }
     let mut groups: Vec<Group> = groups.into_values().collect();
+    sort_groups(&mut groups);
+    groups
+}
+
+/// The allocations of the stacks sharing a key.
+#[derive(Debug, Clone)]
+pub struct AllocGroup {
+    /// What they share. The location is the allocation site: the innermost frame of the
+    /// program's own code with a line, as for faults, so that a `malloc` reached through
+    /// `strdup`, `operator new` or a Rust `Vec` counts for the line that called those.
+    pub key: GroupKey,
+    /// The memory they allocate.
+    pub kind: BlockKind,
+    /// Their totals.
+    pub totals: AllocTotals,
+}
+
+/// Groups the allocation totals of one or more processes by their allocation stacks, most
+/// bytes first (ties by location). `sources` pairs each process's totals with its resolved
+/// allocation stacks ([`crate::Symbolizer::resolve_alloc_stacks`]).
+pub fn group_allocs<'a>(
+    sources: impl IntoIterator<Item = (&'a AllocStats, &'a ResolvedStacks)>,
+    by: GroupBy,
+) -> Vec<AllocGroup> {
+    let mut groups: FxHashMap<(GroupKey, BlockKind), AllocTotals> = FxHashMap::default();
+    for (stats, stacks) in sources {
+        for (&stack_id, &(kind, totals)) in &stats.stacks {
+            let key = key_of(
+                stacks.get(stack_id),
+                || stacks.addresses(stack_id),
+                None,
+                by,
+            );
+            *groups.entry((key, kind)).or_default() += totals;
+        }
+    }
+    let mut groups: Vec<AllocGroup> = groups
+        .into_iter()
+        .map(|((key, kind), totals)| AllocGroup { key, kind, totals })
+        .collect();
     groups.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
+        b.totals
+            .bytes
+            .cmp(&a.totals.bytes)
             .then_with(|| a.key.location.cmp(&b.key.location))
-            .then_with(|| a.key.flags.cmp(&b.key.flags))
+            .then_with(|| a.kind.cmp(&b.kind))
+            .then_with(|| a.key.addresses.cmp(&b.key.addresses))
     });
     groups
+}
+
+/// One process's part in [`group_faults_by_alloc_site`].
+#[derive(Debug, Clone, Copy)]
+pub struct AllocSource<'a> {
+    /// The process: its faults, their stacks' generations, its mappings.
+    pub trace: &'a ProcessTrace,
+    /// Its fault stacks, resolved.
+    pub stacks: &'a ResolvedStacks,
+    /// Its allocation stacks, resolved.
+    pub alloc_stacks: &'a ResolvedStacks,
+    /// Its blocks.
+    pub lifetimes: &'a Lifetimes,
+    /// For each of `trace.faults`, the block it landed in ([`crate::attribute_faults`]).
+    pub hits: &'a [Option<u32>],
+}
+
+/// The faults that landed in the blocks of one allocation site, or outside every block in one
+/// kind of memory.
+#[derive(Debug, Clone)]
+pub struct AllocSiteGroup {
+    /// Their totals. The location is the allocation site (as in [`AllocGroup::key`]) or, for
+    /// faults outside every live block, names the memory in its function:
+    /// [`mapping_label`] (`[anon]`, `[stack]`, `[mapping] /path`).
+    pub faults: Group,
+    /// The kind of the blocks, `None` outside them.
+    pub kind: Option<BlockKind>,
+    /// The same faults by the code line that took them, largest first.
+    pub lines: Vec<Group>,
+}
+
+/// Groups faults by the allocation site of the block each landed in, and within that by the
+/// line that took them; faults outside every live block are grouped by the mapping they hit.
+/// Largest first.
+pub fn group_faults_by_alloc_site<'a>(
+    sources: impl IntoIterator<Item = AllocSource<'a>>,
+) -> Vec<AllocSiteGroup> {
+    // Sites and lines get small ids, so that each fault costs integer look-ups only.
+    let mut sites: FxHashMap<(Location, Option<BlockKind>), u32> = FxHashMap::default();
+    let mut lines: FxHashMap<GroupKey, u32> = FxHashMap::default();
+    let mut counts: FxHashMap<(u32, u32), Group> = FxHashMap::default();
+    for source in sources {
+        let trace = source.trace;
+        let mappings = MappingIndex::new(&trace.mappings);
+        let mut site_of_stack: FxHashMap<(u32, BlockKind), u32> = FxHashMap::default();
+        let mut site_of_mapping: FxHashMap<Option<usize>, u32> = FxHashMap::default();
+        let mut line_of: FxHashMap<(u32, FaultFlags), (u32, GroupKey)> = FxHashMap::default();
+        for (fault, hit) in trace.faults.iter().zip(source.hits) {
+            let block = hit.and_then(|b| source.lifetimes.blocks.get(b as usize));
+            let site = match block {
+                Some(block) => *site_of_stack
+                    .entry((block.stack_id, block.kind))
+                    .or_insert_with(|| {
+                        let stack = source.alloc_stacks.get(block.stack_id);
+                        let site = call_site(stack).cloned().unwrap_or_else(unknown);
+                        id_of(&mut sites, (site, Some(block.kind)))
+                    }),
+                None => {
+                    let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
+                    let mapping = mappings.get(generation, fault.addr);
+                    *site_of_mapping.entry(mapping).or_insert_with(|| {
+                        let mapping = mapping.and_then(|i| trace.mappings.get(i));
+                        id_of(&mut sites, (memory_location(mapping), None))
+                    })
+                }
+            };
+            let (line, key) = line_of
+                .entry((fault.stack_id, fault.flags))
+                .or_insert_with(|| {
+                    let key = key_of(
+                        source.stacks.get(fault.stack_id),
+                        || None,
+                        None,
+                        GroupBy::Line,
+                    );
+                    (id_of(&mut lines, key.clone()), key)
+                });
+            counts
+                .entry((site, *line))
+                .or_insert_with(|| Group::new(key.clone()))
+                .add(fault.flags);
+        }
+    }
+    let mut groups: Vec<AllocSiteGroup> = Vec::with_capacity(sites.len());
+    let mut slot = vec![usize::MAX; sites.len()];
+    for ((location, kind), id) in sites {
+        slot[id as usize] = groups.len();
+        groups.push(AllocSiteGroup {
+            faults: Group::new(GroupKey {
+                location,
+                stack: None,
+                addresses: None,
+                flags: None,
+            }),
+            kind,
+            lines: Vec::new(),
+        });
+    }
+    for ((site, _), line) in counts {
+        let group = &mut groups[slot[site as usize]];
+        let total = &mut group.faults;
+        total.count += line.count;
+        for (sum, n) in total.kinds.iter_mut().zip(line.kinds) {
+            *sum += n;
+        }
+        total.zero += line.zero;
+        total.fetch += line.fetch;
+        group.lines.push(line);
+    }
+    groups.retain(|g| g.faults.count > 0);
+    for group in &mut groups {
+        sort_groups(&mut group.lines);
+    }
+    groups.sort_by(|a, b| {
+        b.faults
+            .count
+            .cmp(&a.faults.count)
+            .then_with(|| a.faults.key.location.cmp(&b.faults.key.location))
+            .then_with(|| a.kind.cmp(&b.kind))
+    });
+    groups
+}
+
+/// The id of `key` in `ids`, numbering new keys in order.
+fn id_of<K: std::hash::Hash + Eq>(ids: &mut FxHashMap<K, u32>, key: K) -> u32 {
+    let next = ids.len() as u32;
+    *ids.entry(key).or_insert(next)
+}
+
+/// The location standing for memory outside every block: [`mapping_label`] as its function.
+fn memory_location(mapping: Option<&Mapping>) -> Location {
+    let label: Arc<str> = mapping_label(mapping).into();
+    let lib = match mapping {
+        Some(m) if m.is_file() => m.path.rsplit('/').next().unwrap_or(&m.path).into(),
+        _ => label.clone(),
+    };
+    Location {
+        function: label,
+        file: "".into(),
+        line: 0,
+        lib,
+        system: false,
+    }
 }
 
 /// How many of the (sorted) groups it takes to cover `share` (0..=1) of all faults: the
@@ -199,6 +412,10 @@ pub fn coverage(groups: &[Group], share: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use fltrace_trace::{AllocCall, AllocEvent};
+
+    use crate::attribute_faults;
 
     fn loc(function: &str, line: u32) -> Location {
         Location {
@@ -250,5 +467,176 @@ mod tests {
         assert_eq!(coverage(&groups, 0.95), 2);
         assert_eq!(coverage(&groups, 0.5), 1);
         assert_eq!(coverage(&groups, 1.0), 3);
+    }
+
+    fn alloc_event(
+        time_ns: u64,
+        call: AllocCall,
+        addr: u64,
+        size: u64,
+        stack_id: u32,
+    ) -> AllocEvent {
+        AllocEvent {
+            time_ns,
+            tid: 1,
+            call,
+            addr,
+            size,
+            old_addr: 0,
+            detail: 0x22,
+            stack_id,
+        }
+    }
+
+    /// Stacks of one program: 0 calls malloc from `main` line 10 through libc's `strdup`,
+    /// 1 from `main` line 10 directly, 2 from `build` line 20, 3 mmaps from `map` line 30.
+    fn alloc_stacks() -> ResolvedStacks {
+        let strdup = Location {
+            lib: "libc.so.6".into(),
+            file: "strdup.c".into(),
+            line: 40,
+            system: true,
+            ..loc("strdup", 0)
+        };
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(0, vec![strdup, loc("main", 10)], vec![0x10, 0x20]);
+        stacks.insert(1, vec![loc("main", 10)], vec![0x21]);
+        stacks.insert(2, vec![loc("build", 20), loc("main", 11)], vec![0x30, 0x22]);
+        stacks.insert(3, vec![loc("map", 30)], vec![0x40]);
+        stacks
+    }
+
+    /// Allocation totals group by the program's own line: the `strdup` stack and the direct
+    /// call on the same line are one site; the stack key keeps them apart.
+    #[test]
+    fn allocs_by_site() {
+        let events = [
+            alloc_event(1, AllocCall::Malloc, 0x1000, 100, 0),
+            alloc_event(2, AllocCall::Malloc, 0x2000, 50, 1),
+            alloc_event(3, AllocCall::Malloc, 0x3000, 400, 2),
+            alloc_event(4, AllocCall::Free, 0x3000, 0, AllocEvent::NO_STACK),
+            alloc_event(5, AllocCall::Mmap, 0x10000, 4096, 3),
+        ];
+        let lifetimes = Lifetimes::new(&events, &[]);
+        let stats = AllocStats::new(&events, &lifetimes, 10, 0);
+        let stacks = alloc_stacks();
+        let groups = group_allocs([(&stats, &stacks)], GroupBy::Line);
+        let rows: Vec<(&str, u32, BlockKind, u64, u64, u64)> = groups
+            .iter()
+            .map(|g| {
+                let l = &g.key.location;
+                let t = &g.totals;
+                (
+                    &*l.function,
+                    l.line,
+                    g.kind,
+                    t.allocs,
+                    t.bytes,
+                    t.leaked_bytes,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("map", 30, BlockKind::Mapping, 1, 4096, 4096),
+                ("build", 20, BlockKind::Heap, 1, 400, 0),
+                ("main", 10, BlockKind::Heap, 2, 150, 150),
+            ]
+        );
+        let by_stack = group_allocs([(&stats, &stacks)], GroupBy::Stack);
+        assert_eq!(by_stack.len(), 4);
+        assert_eq!(by_stack[3].key.addresses.as_deref(), Some(&[0x21][..]));
+        assert_eq!(by_stack[3].key.stack.as_ref().map(|s| s.len()), Some(1));
+    }
+
+    /// Faults group by the allocation site of the block they hit, each with its faulting
+    /// lines; the others by the memory they hit.
+    #[test]
+    fn faults_by_alloc_site() {
+        let events = [
+            alloc_event(1, AllocCall::Malloc, 0x1000, 100, 0),
+            alloc_event(2, AllocCall::Malloc, 0x2000, 50, 1),
+            alloc_event(3, AllocCall::Malloc, 0x3000, 400, 2),
+        ];
+        let mapping = |start, end, path: &str| Mapping {
+            start,
+            end,
+            path: path.into(),
+            ..Mapping::default()
+        };
+        let at = |time_ns, addr, stack_id, flags| Fault {
+            time_ns,
+            addr,
+            ..fault(stack_id, flags)
+        };
+        let faults = vec![
+            at(5, 0x1000, 0, 1),
+            at(5, 0x2010, 1, 0),
+            at(5, 0x2020, 1, 0),
+            at(5, 0x3000, 1, 1),
+            at(5, 0x5000, 2, 0),
+            at(5, 0x7fff_0000, 2, 0),
+            at(0, 0x1000, 2, 0), // before its allocation
+        ];
+        let trace = ProcessTrace {
+            pid: 1,
+            faults,
+            stacks: Vec::new(),
+            mappings: vec![
+                mapping(0, 0x10000, "[heap]"),
+                mapping(0x7fff_0000, 0x8000_0000, "[stack]"),
+            ],
+            metadata: Vec::new(),
+            allocs: events.to_vec(),
+            alloc_stacks: Vec::new(),
+        };
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(0, vec![loc("fill", 50)], vec![1]);
+        stacks.insert(1, vec![loc("scan", 60)], vec![2]);
+        stacks.insert(2, vec![loc("other", 70)], vec![3]);
+        let lifetimes = Lifetimes::of_trace(&trace);
+        let hits = attribute_faults(&lifetimes, &trace.faults);
+        let alloc_stacks = alloc_stacks();
+        let groups = group_faults_by_alloc_site([AllocSource {
+            trace: &trace,
+            stacks: &stacks,
+            alloc_stacks: &alloc_stacks,
+            lifetimes: &lifetimes,
+            hits: &hits,
+        }]);
+        type Row<'a> = (&'a str, Option<BlockKind>, u64, Vec<(&'a str, u64)>);
+        let rows: Vec<Row> = groups
+            .iter()
+            .map(|g| {
+                let lines = g
+                    .lines
+                    .iter()
+                    .map(|l| (&*l.key.location.function, l.count))
+                    .collect();
+                (
+                    &*g.faults.key.location.function,
+                    g.kind,
+                    g.faults.count,
+                    lines,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    "main",
+                    Some(BlockKind::Heap),
+                    3,
+                    vec![("scan", 2), ("fill", 1)]
+                ),
+                ("[heap]", None, 2, vec![("other", 2)]),
+                ("[stack]", None, 1, vec![("other", 1)]),
+                ("build", Some(BlockKind::Heap), 1, vec![("scan", 1)]),
+            ]
+        );
+        assert_eq!(groups[0].faults.kind_name(), "mixed");
+        assert_eq!(groups[0].faults.kinds, [2, 1, 0]);
     }
 }

@@ -1,5 +1,6 @@
 //! Turning a trace into answers: symbolized call stacks, faults grouped by call site, function,
-//! line or library, and how few code locations cover most faults.
+//! line or library, and how few code locations cover most faults; with allocations recorded,
+//! the blocks they made, totals per allocation site, and which block each fault landed in.
 //!
 //! Symbolization reads DWARF (with inlined frames expanded) through blazesym, from the files
 //! named in the trace's mapping table, so it works after the program has exited. Return
@@ -21,8 +22,18 @@
 //! # }
 //! ```
 
+mod allocs;
 mod group;
+mod ranges;
 mod symbolize;
 
-pub use group::{Group, GroupBy, GroupKey, call_site, coverage, group_faults};
+pub use allocs::{
+    AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,
+    exec_times, trace_end_ns,
+};
+pub use group::{
+    AllocGroup, AllocSiteGroup, AllocSource, Group, GroupBy, GroupKey, call_site, coverage,
+    group_allocs, group_faults, group_faults_by_alloc_site,
+};
+pub use ranges::{MappingIndex, mapping_label};
 pub use symbolize::{Location, ResolvedStacks, Symbolizer};

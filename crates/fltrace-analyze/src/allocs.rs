@@ -1,0 +1,1084 @@
+//! Allocations: the blocks the recorded allocator and mapping calls made, how long each lived,
+//! totals per allocating stack, and which block each fault landed in.
+//!
+//! Everything here works on the recorded events alone, without symbols. The events mean:
+//!
+//! - the malloc family (`malloc`, `calloc`, `valloc`, `pvalloc`, `memalign`, `aligned_alloc`,
+//!   `posix_memalign`) makes a *heap* block `[addr, addr + size)`; `addr == 0` is a failure;
+//! - `realloc`/`reallocarray` frees `old_addr` and makes a new block with its own stack; with
+//!   `addr == 0` it only frees (`size == 0`) or fails and leaves `old_addr` alive (`size > 0`);
+//! - `free` ends a block; frees of addresses no live block starts at are counted and ignored;
+//! - anonymous `mmap` (`MAP_ANONYMOUS` in the flags) makes a *mapping* block, its size rounded
+//!   up to pages; `munmap` cuts its range out of mapping blocks (what remains of a cut block
+//!   lives on as a *remnant*); `mremap` moves a mapping block to its new place and size;
+//!   growing the break (`brk`/`sbrk`) makes a mapping block of the growth, shrinking it cuts;
+//! - `malloc_usable_size` is a query and changes nothing.
+//!
+//! Times are the calls' entry times. A block lives from its call's time up to, not including,
+//! the time of the call that ends it; a fault at the very nanosecond of a call comes after it.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping, ProcessTrace};
+
+use crate::ranges::RangeMap;
+
+/// Mappings are made and unmapped in whole pages.
+const PAGE: u64 = 4096;
+/// `MAP_ANONYMOUS` on Linux.
+const MAP_ANONYMOUS: u64 = 0x20;
+
+/// What kind of memory a block is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockKind {
+    /// Made by the malloc family.
+    Heap,
+    /// An anonymous mapping, or memory the break grew by.
+    Mapping,
+}
+
+impl BlockKind {
+    /// `heap` or `mapping`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockKind::Heap => "heap",
+            BlockKind::Mapping => "mapping",
+        }
+    }
+}
+
+/// A block of memory over its lifetime. Its range never changes: when `munmap` cuts part of a
+/// mapping block, the block ends and what remains continues as new remnant blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// Index, in the events, of the call that allocated it (for a remnant, the original call).
+    pub event: u32,
+    /// That call's stack id ([`AllocEvent::NO_STACK`] when it was recorded without one).
+    pub stack_id: u32,
+    /// Heap or mapping.
+    pub kind: BlockKind,
+    /// First address.
+    pub addr: u64,
+    /// Bytes (a heap block's requested size; a mapping's size in whole pages).
+    pub size: u64,
+    /// When it came to life: its call's time, or for a remnant the time of the cut.
+    pub start_ns: u64,
+    /// When it ended, `None` if it was still alive at the end of the trace.
+    pub end_ns: Option<u64>,
+    /// Whether it is what remained of an earlier block after `munmap` or `mremap` cut it, not
+    /// a new allocation.
+    pub remnant: bool,
+    /// Whether it was temporary: freed by the thread that allocated it before that thread's
+    /// next allocation call (heaptrack's measure, per thread).
+    pub temporary: bool,
+}
+
+impl Block {
+    /// One past the last address.
+    pub fn end(&self) -> u64 {
+        self.addr.saturating_add(self.size)
+    }
+
+    /// Whether the block was alive at `time_ns`.
+    pub fn alive_at(&self, time_ns: u64) -> bool {
+        self.start_ns <= time_ns && self.end_ns.is_none_or(|end| end > time_ns)
+    }
+}
+
+/// The blocks of one process, paired from its allocation events.
+#[derive(Debug, Clone, Default)]
+pub struct Lifetimes {
+    /// Every block in the order it came to life (so `start_ns` never decreases).
+    pub blocks: Vec<Block>,
+    /// Indexes of the events of allocation calls that failed (returned no block).
+    pub failed: Vec<u32>,
+    /// Frees and reallocs of addresses where no heap block was alive.
+    pub unknown_frees: u64,
+    /// Heap blocks ended because a new block was handed out over them: a `free` entered in one
+    /// thread after a `malloc` in another entered and got the memory, or a free not recorded.
+    /// The next free of such a block's address is taken as its own and ignored.
+    pub overlaps: u64,
+    /// When live heap bytes were highest (the first such time), in ns; 0 without heap blocks.
+    pub peak_ns: u64,
+    /// Live heap bytes then.
+    pub peak_bytes: u64,
+}
+
+/// One thread's last allocation call, for temporaries: the block it made, if any.
+type LastAlloc = FxHashMap<u32, Option<u32>>;
+
+/// The state of the pairing, apart from the blocks.
+#[derive(Default)]
+struct Live {
+    heap: RangeMap<u32>,
+    mappings: RangeMap<u32>,
+    last: LastAlloc,
+    /// Addresses of heap blocks ended by an overlap, with how many frees of them to ignore.
+    pending: FxHashMap<u64, u32>,
+    heap_bytes: u64,
+}
+
+impl Lifetimes {
+    /// Pairs `events` into blocks. `execs` are the times the process exec'd (see
+    /// [`exec_times`]): every block alive then ends with the address space. Events need not be
+    /// sorted; equal times keep their order.
+    pub fn new(events: &[AllocEvent], execs: &[u64]) -> Lifetimes {
+        let mut lifetimes = Lifetimes::default();
+        let mut live = Live::default();
+        let order = time_order(events.len(), |i| events[i].time_ns);
+        let mut execs = execs.iter().copied().peekable();
+        let mut position = 0;
+        while position < order.len() {
+            let time = events[order[position] as usize].time_ns;
+            while let Some(exec) = execs.next_if(|&exec| exec <= time) {
+                lifetimes.end_all(&mut live, exec);
+            }
+            // All calls of one nanosecond happened together: the peak is looked at after them.
+            while let Some(&i) = order.get(position) {
+                if events[i as usize].time_ns != time {
+                    break;
+                }
+                lifetimes.apply(&mut live, i, &events[i as usize]);
+                position += 1;
+            }
+            if live.heap_bytes > lifetimes.peak_bytes {
+                lifetimes.peak_bytes = live.heap_bytes;
+                lifetimes.peak_ns = time;
+            }
+        }
+        lifetimes
+    }
+
+    /// Pairs the allocation events of `trace`, ending blocks at each exec.
+    pub fn of_trace(trace: &ProcessTrace) -> Lifetimes {
+        Lifetimes::new(&trace.allocs, &exec_times(&trace.mappings))
+    }
+
+    fn apply(&mut self, live: &mut Live, index: u32, event: &AllocEvent) {
+        let time = event.time_ns;
+        match event.call {
+            AllocCall::Malloc
+            | AllocCall::Calloc
+            | AllocCall::Valloc
+            | AllocCall::Pvalloc
+            | AllocCall::Memalign
+            | AllocCall::AlignedAlloc
+            | AllocCall::PosixMemalign => {
+                live.last.insert(event.tid, None);
+                if event.addr == 0 {
+                    self.failed.push(index);
+                } else {
+                    self.heap_block(live, index, event);
+                }
+            }
+            AllocCall::Realloc | AllocCall::Reallocarray => {
+                if event.addr == 0 && event.size > 0 {
+                    // Failed: the old block stays.
+                    live.last.insert(event.tid, None);
+                    self.failed.push(index);
+                    return;
+                }
+                if event.old_addr != 0 {
+                    self.free(live, event.old_addr, event.tid, time);
+                }
+                if event.addr != 0 {
+                    live.last.insert(event.tid, None);
+                    self.heap_block(live, index, event);
+                }
+            }
+            AllocCall::Free => {
+                if event.addr != 0 {
+                    self.free(live, event.addr, event.tid, time);
+                }
+            }
+            AllocCall::UsableSize => {}
+            AllocCall::Mmap => {
+                let anonymous = event.detail & 0xffff_ffff & MAP_ANONYMOUS != 0;
+                if failed_mapping(event.addr) {
+                    if anonymous {
+                        self.failed.push(index);
+                    }
+                    return;
+                }
+                let end = page_end(event.addr, event.size);
+                // Whatever was mapped there before (MAP_FIXED) is replaced.
+                self.cut(live, event.addr, end, time);
+                if anonymous {
+                    self.mapping_block(live, index, event.stack_id, event.addr, end, time);
+                }
+            }
+            AllocCall::Munmap => {
+                self.cut(live, event.addr, page_end(event.addr, event.size), time);
+            }
+            AllocCall::Mremap => {
+                if failed_mapping(event.addr) {
+                    self.failed.push(index);
+                    return;
+                }
+                // The old size is not recorded: the block moves from `old_addr` to its end.
+                let old = live.mappings.get(event.old_addr);
+                if let Some((_, old_end, _)) = old {
+                    self.cut(live, event.old_addr, old_end, time);
+                }
+                let end = page_end(event.addr, event.size);
+                self.cut(live, event.addr, end, time);
+                // A mapping not made by a recorded call may be a file: it is not followed.
+                if let Some((_, _, block)) = old {
+                    let stack_id = if event.stack_id == AllocEvent::NO_STACK {
+                        self.blocks[block as usize].stack_id
+                    } else {
+                        event.stack_id
+                    };
+                    self.mapping_block(live, index, stack_id, event.addr, end, time);
+                }
+            }
+            AllocCall::Brk | AllocCall::Sbrk => {
+                let (old, new) = (event.old_addr, event.addr);
+                if old == 0 || failed_mapping(new) {
+                    return;
+                }
+                if new > old {
+                    self.cut(live, old, new, time);
+                    self.mapping_block(live, index, event.stack_id, old, new, time);
+                } else if new < old {
+                    self.cut(live, new, old, time);
+                }
+            }
+        }
+    }
+
+    fn heap_block(&mut self, live: &mut Live, index: u32, event: &AllocEvent) {
+        let (addr, size, time) = (event.addr, event.size, event.time_ns);
+        let end = addr.saturating_add(size);
+        // The allocator handed out memory a live block still holds: that block's free is
+        // racing in another thread (it entered after this call), or was not recorded.
+        for (start, _, block) in live.heap.take_overlapping(addr, end) {
+            self.overlaps += 1;
+            *live.pending.entry(start).or_default() += 1;
+            self.end_block(live, block, time);
+        }
+        let block = self.push(Block {
+            event: index,
+            stack_id: event.stack_id,
+            kind: BlockKind::Heap,
+            addr,
+            size,
+            start_ns: time,
+            end_ns: None,
+            remnant: false,
+            temporary: false,
+        });
+        live.heap.insert(addr, end, block);
+        live.heap_bytes += size;
+        live.last.insert(event.tid, Some(block));
+    }
+
+    fn free(&mut self, live: &mut Live, addr: u64, tid: u32, time: u64) {
+        if let Some(pending) = live.pending.get_mut(&addr) {
+            *pending -= 1;
+            if *pending == 0 {
+                live.pending.remove(&addr);
+            }
+            return;
+        }
+        match live.heap.starting_at(addr) {
+            Some((_, block)) => {
+                live.heap.remove_if(addr, block);
+                if live.last.get(&tid) == Some(&Some(block)) {
+                    self.blocks[block as usize].temporary = true;
+                }
+                self.end_block(live, block, time);
+            }
+            None => self.unknown_frees += 1,
+        }
+    }
+
+    fn mapping_block(
+        &mut self,
+        live: &mut Live,
+        index: u32,
+        stack_id: u32,
+        addr: u64,
+        end: u64,
+        time: u64,
+    ) {
+        let block = self.push(Block {
+            event: index,
+            stack_id,
+            kind: BlockKind::Mapping,
+            addr,
+            size: end - addr,
+            start_ns: time,
+            end_ns: None,
+            remnant: false,
+            temporary: false,
+        });
+        live.mappings.insert(addr, end, block);
+    }
+
+    /// Takes `[start, end)` out of the live mapping blocks.
+    fn cut(&mut self, live: &mut Live, start: u64, end: u64, time: u64) {
+        if start >= end {
+            return;
+        }
+        for (s, e, block) in live.mappings.take_overlapping(start, end) {
+            self.end_block(live, block, time);
+            for (from, to) in [(s, start), (end, e)] {
+                if from < to {
+                    let old = &self.blocks[block as usize];
+                    let remnant = self.push(Block {
+                        addr: from,
+                        size: to - from,
+                        start_ns: time,
+                        end_ns: None,
+                        remnant: true,
+                        ..old.clone()
+                    });
+                    live.mappings.insert(from, to, remnant);
+                }
+            }
+        }
+    }
+
+    /// Ends every live block: the address space is gone.
+    fn end_all(&mut self, live: &mut Live, time: u64) {
+        let mut ended: Vec<u32> = live.heap.drain().map(|(_, _, b)| b).collect();
+        ended.extend(live.mappings.drain().map(|(_, _, b)| b));
+        for block in ended {
+            self.end_block(live, block, time);
+        }
+        live.last.clear();
+        live.pending.clear();
+    }
+
+    fn end_block(&mut self, live: &mut Live, block: u32, time: u64) {
+        let block = &mut self.blocks[block as usize];
+        block.end_ns = Some(time);
+        if block.kind == BlockKind::Heap {
+            live.heap_bytes -= block.size;
+        }
+    }
+
+    fn push(&mut self, block: Block) -> u32 {
+        self.blocks.push(block);
+        (self.blocks.len() - 1) as u32
+    }
+}
+
+fn failed_mapping(addr: u64) -> bool {
+    // MAP_FAILED is -1; a recorder may also write 0.
+    addr == 0 || addr == u64::MAX
+}
+
+fn page_end(addr: u64, size: u64) -> u64 {
+    addr.saturating_add(size).saturating_add(PAGE - 1) & !(PAGE - 1)
+}
+
+/// Indexes `0..len` in order of `time(i)`, equal times in index order.
+fn time_order(len: usize, time: impl Fn(usize) -> u64) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..len as u32).collect();
+    if !(1..len).all(|i| time(i - 1) <= time(i)) {
+        order.sort_by_key(|&i| time(i as usize));
+    }
+    order
+}
+
+/// When the process exec'd, ascending: the first time a mapping of each address-space
+/// generation after the first was reported.
+pub fn exec_times(mappings: &[Mapping]) -> Vec<u64> {
+    let mut first: BTreeMap<u32, u64> = BTreeMap::new();
+    for mapping in mappings
+        .iter()
+        .filter(|m| m.generation > 0 && m.time_ns > 0)
+    {
+        let time = first.entry(mapping.generation).or_insert(mapping.time_ns);
+        *time = (*time).min(mapping.time_ns);
+    }
+    let mut times: Vec<u64> = first.into_values().collect();
+    times.sort_unstable();
+    times
+}
+
+/// The end of a trace: its last allocation event or fault, whichever is later.
+pub fn trace_end_ns(events: &[AllocEvent], faults: &[Fault]) -> u64 {
+    let last_event = events.iter().map(|e| e.time_ns).max().unwrap_or(0);
+    let last_fault = faults.iter().map(|f| f.time_ns).max().unwrap_or(0);
+    last_event.max(last_fault)
+}
+
+/// Allocation counts by size, in power-of-two buckets: bucket 0 holds size 0, bucket `k`
+/// sizes from `2^(k-1)` to `2^k - 1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeHistogram {
+    /// Allocations per bucket.
+    pub counts: [u64; 65],
+    /// Bytes per bucket.
+    pub bytes: [u64; 65],
+}
+
+impl Default for SizeHistogram {
+    fn default() -> Self {
+        SizeHistogram {
+            counts: [0; 65],
+            bytes: [0; 65],
+        }
+    }
+}
+
+impl SizeHistogram {
+    /// The bucket of `size`.
+    pub fn bucket(size: u64) -> usize {
+        (u64::BITS - size.leading_zeros()) as usize
+    }
+
+    /// The smallest and largest size of `bucket`.
+    pub fn range(bucket: usize) -> (u64, u64) {
+        match bucket {
+            0 => (0, 0),
+            64.. => (1 << 63, u64::MAX),
+            k => (1 << (k - 1), (1 << k) - 1),
+        }
+    }
+
+    /// Counts one allocation.
+    pub fn add(&mut self, size: u64) {
+        let bucket = Self::bucket(size);
+        self.counts[bucket] += 1;
+        self.bytes[bucket] = self.bytes[bucket].saturating_add(size);
+    }
+
+    /// The non-empty buckets as `(bucket, count, bytes)`, smallest first.
+    pub fn buckets(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        (0..65)
+            .filter(|&b| self.counts[b] > 0)
+            .map(|b| (b, self.counts[b], self.bytes[b]))
+    }
+}
+
+/// Allocation totals of one stack (or of everything sharing a key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AllocTotals {
+    /// Allocations (remnants of cut mappings are not new ones).
+    pub allocs: u64,
+    /// Bytes allocated.
+    pub bytes: u64,
+    /// Allocation calls that failed.
+    pub failed: u64,
+    /// Allocations with memory still alive at the end of the trace, leaving out those younger
+    /// than the leak age asked for.
+    pub leaked_allocs: u64,
+    /// Their bytes still alive.
+    pub leaked_bytes: u64,
+    /// Heap allocations freed by their own thread before its next allocation call.
+    pub temporary: u64,
+    /// Heap bytes alive at the heap peak.
+    pub peak_bytes: u64,
+    /// Heap blocks alive at the heap peak.
+    pub peak_allocs: u64,
+}
+
+impl std::ops::AddAssign for AllocTotals {
+    fn add_assign(&mut self, other: AllocTotals) {
+        self.allocs += other.allocs;
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.failed += other.failed;
+        self.leaked_allocs += other.leaked_allocs;
+        self.leaked_bytes = self.leaked_bytes.saturating_add(other.leaked_bytes);
+        self.temporary += other.temporary;
+        self.peak_bytes += other.peak_bytes;
+        self.peak_allocs += other.peak_allocs;
+    }
+}
+
+/// What one process allocated, per stack.
+#[derive(Debug, Clone, Default)]
+pub struct AllocStats {
+    /// Totals per allocating stack id, with the kind of memory that stack allocates.
+    pub stacks: BTreeMap<u32, (BlockKind, AllocTotals)>,
+    /// Sizes of the heap allocations.
+    pub heap_sizes: SizeHistogram,
+    /// When live heap bytes peaked, in ns (see [`Lifetimes::peak_ns`]).
+    pub peak_ns: u64,
+    /// Live heap bytes at the peak.
+    pub peak_bytes: u64,
+    /// The end of the trace the leaks were taken at.
+    pub end_ns: u64,
+    /// Frees of unknown addresses (see [`Lifetimes::unknown_frees`]).
+    pub unknown_frees: u64,
+    /// Blocks handed out over live ones (see [`Lifetimes::overlaps`]).
+    pub overlaps: u64,
+}
+
+impl AllocStats {
+    /// Totals per stack of `events`, paired into `lifetimes`. Leaks are the blocks alive at
+    /// `end_ns` (see [`trace_end_ns`]) whose allocation is at least `min_leak_age_ns` older.
+    pub fn new(
+        events: &[AllocEvent],
+        lifetimes: &Lifetimes,
+        end_ns: u64,
+        min_leak_age_ns: u64,
+    ) -> AllocStats {
+        let mut stats = AllocStats {
+            peak_ns: lifetimes.peak_ns,
+            peak_bytes: lifetimes.peak_bytes,
+            end_ns,
+            unknown_frees: lifetimes.unknown_frees,
+            overlaps: lifetimes.overlaps,
+            ..AllocStats::default()
+        };
+        let kind_of = |call: AllocCall| {
+            if call.is_heap() {
+                BlockKind::Heap
+            } else {
+                BlockKind::Mapping
+            }
+        };
+        // A mapping cut in two is one leaked allocation, not two.
+        let mut leaked_remnants: FxHashSet<u32> = FxHashSet::default();
+        for block in &lifetimes.blocks {
+            let totals = &mut stats
+                .stacks
+                .entry(block.stack_id)
+                .or_insert((block.kind, AllocTotals::default()))
+                .1;
+            if !block.remnant {
+                totals.allocs += 1;
+                totals.bytes = totals.bytes.saturating_add(block.size);
+                if block.kind == BlockKind::Heap {
+                    stats.heap_sizes.add(block.size);
+                }
+            }
+            if block.temporary {
+                totals.temporary += 1;
+            }
+            let allocated_ns = events.get(block.event as usize).map_or(0, |e| e.time_ns);
+            if block.end_ns.is_none() && end_ns.saturating_sub(allocated_ns) >= min_leak_age_ns {
+                if !block.remnant || leaked_remnants.insert(block.event) {
+                    totals.leaked_allocs += 1;
+                }
+                totals.leaked_bytes = totals.leaked_bytes.saturating_add(block.size);
+            }
+            if block.kind == BlockKind::Heap
+                && lifetimes.peak_bytes > 0
+                && block.alive_at(lifetimes.peak_ns)
+            {
+                totals.peak_bytes += block.size;
+                totals.peak_allocs += 1;
+            }
+        }
+        for &index in &lifetimes.failed {
+            if let Some(event) = events.get(index as usize) {
+                stats
+                    .stacks
+                    .entry(event.stack_id)
+                    .or_insert((kind_of(event.call), AllocTotals::default()))
+                    .1
+                    .failed += 1;
+            }
+        }
+        stats
+    }
+
+    /// The totals of every stack allocating `kind` of memory.
+    pub fn total(&self, kind: BlockKind) -> AllocTotals {
+        let mut total = AllocTotals::default();
+        for (k, totals) in self.stacks.values() {
+            if *k == kind {
+                total += *totals;
+            }
+        }
+        total
+    }
+}
+
+/// For each fault, the block it landed in: the heap block alive at the fault's time whose range
+/// holds its address, else such a mapping block (heap blocks can lie inside mappings an
+/// allocator made). Faults may come in any order; the answer is in their order.
+///
+/// One sweep over time: births and deaths of blocks are merged with the faults, live blocks
+/// kept in ordered maps by address, so the cost is `O((faults + blocks) log blocks)`.
+pub fn attribute_faults(lifetimes: &Lifetimes, faults: &[Fault]) -> Vec<Option<u32>> {
+    let blocks = &lifetimes.blocks;
+    let mut hits = vec![None; faults.len()];
+    let mut deaths: Vec<(u64, u32)> = blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| Some((b.end_ns?, i as u32)))
+        .collect();
+    deaths.sort_unstable();
+    let (mut heap, mut mappings) = (RangeMap::default(), RangeMap::default());
+    let (mut born, mut died) = (0, 0);
+    for index in time_order(faults.len(), |i| faults[i].time_ns) {
+        let fault = &faults[index as usize];
+        let time = fault.time_ns;
+        // Deaths first, so that a block born in a dead one's place is not removed with it.
+        while let Some(&(_, block)) = deaths.get(died).filter(|(end, _)| *end <= time) {
+            let b = &blocks[block as usize];
+            match b.kind {
+                BlockKind::Heap => heap.remove_if(b.addr, block),
+                BlockKind::Mapping => mappings.remove_if(b.addr, block),
+            };
+            died += 1;
+        }
+        while let Some(b) = blocks.get(born).filter(|b| b.start_ns <= time) {
+            // A block that came and went between two faults is never seen.
+            if b.end_ns.is_none_or(|end| end > time) {
+                let live = match b.kind {
+                    BlockKind::Heap => &mut heap,
+                    BlockKind::Mapping => &mut mappings,
+                };
+                live.insert(b.addr, b.end(), born as u32);
+            }
+            born += 1;
+        }
+        hits[index as usize] = heap
+            .get(fault.addr)
+            .or_else(|| mappings.get(fault.addr))
+            .map(|(_, _, block)| block);
+    }
+    hits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use fltrace_trace::FaultFlags;
+
+    const MAP_PRIVATE_ANON: u64 = 0x22;
+
+    fn ev(time_ns: u64, tid: u32, call: AllocCall, addr: u64, size: u64) -> AllocEvent {
+        AllocEvent {
+            time_ns,
+            tid,
+            call,
+            addr,
+            size,
+            old_addr: 0,
+            detail: 0,
+            stack_id: time_ns as u32,
+        }
+    }
+
+    fn malloc(t: u64, addr: u64, size: u64) -> AllocEvent {
+        ev(t, 1, AllocCall::Malloc, addr, size)
+    }
+
+    fn free(t: u64, addr: u64) -> AllocEvent {
+        AllocEvent {
+            stack_id: AllocEvent::NO_STACK,
+            ..ev(t, 1, AllocCall::Free, addr, 0)
+        }
+    }
+
+    fn realloc(t: u64, old: u64, addr: u64, size: u64) -> AllocEvent {
+        AllocEvent {
+            old_addr: old,
+            ..ev(t, 1, AllocCall::Realloc, addr, size)
+        }
+    }
+
+    fn mmap(t: u64, addr: u64, size: u64, flags: u64) -> AllocEvent {
+        AllocEvent {
+            detail: 3 << 32 | flags,
+            ..ev(t, 1, AllocCall::Mmap, addr, size)
+        }
+    }
+
+    fn fault(time_ns: u64, addr: u64) -> Fault {
+        Fault {
+            time_ns,
+            pid: 1,
+            tid: 1,
+            ip: 0,
+            addr,
+            flags: FaultFlags(FaultFlags::WRITE),
+            stack_id: 0,
+        }
+    }
+
+    /// (addr, size, start, end, remnant) of every block.
+    fn spans(l: &Lifetimes) -> Vec<(u64, u64, u64, Option<u64>, bool)> {
+        l.blocks
+            .iter()
+            .map(|b| (b.addr, b.size, b.start_ns, b.end_ns, b.remnant))
+            .collect()
+    }
+
+    fn stats(events: &[AllocEvent], end: u64, age: u64) -> AllocStats {
+        AllocStats::new(events, &Lifetimes::new(events, &[]), end, age)
+    }
+
+    /// A realloc chain: each step frees the previous block and is a new allocation of its
+    /// own stack; a failed realloc leaves the block alive; realloc(p, 0) only frees.
+    #[test]
+    fn realloc_chains() {
+        let events = [
+            malloc(10, 0x1000, 16),
+            realloc(20, 0x1000, 0x1000, 32), // in place
+            realloc(30, 0x1000, 0x2000, 64), // moved
+            realloc(40, 0x2000, 0, 1 << 40), // failed: 0x2000 stays
+            realloc(50, 0x2000, 0, 0),       // a free
+            realloc(60, 0, 0x3000, 8),       // a malloc
+        ];
+        let l = Lifetimes::new(&events, &[]);
+        assert_eq!(
+            spans(&l),
+            vec![
+                (0x1000, 16, 10, Some(20), false),
+                (0x1000, 32, 20, Some(30), false),
+                (0x2000, 64, 30, Some(50), false),
+                (0x3000, 8, 60, None, false),
+            ]
+        );
+        assert_eq!(l.failed, vec![3]);
+        assert_eq!((l.unknown_frees, l.overlaps), (0, 0));
+        // Each realloc freed the thread's last allocation before allocating: temporaries.
+        let temporary: Vec<bool> = l.blocks.iter().map(|b| b.temporary).collect();
+        assert_eq!(temporary, vec![true, true, false, false]);
+        let s = AllocStats::new(&events, &l, 100, 0);
+        assert_eq!(s.stacks[&20].1.allocs, 1);
+        assert_eq!(s.stacks[&40].1.failed, 1);
+        let heap = s.total(BlockKind::Heap);
+        assert_eq!((heap.allocs, heap.bytes, heap.failed), (4, 120, 1));
+        assert_eq!((heap.leaked_allocs, heap.leaked_bytes), (1, 8));
+        assert_eq!((s.peak_ns, s.peak_bytes), (30, 64));
+    }
+
+    /// A leak is what is alive at the end; the age filter hides young blocks; frees of
+    /// unknown addresses and free(NULL) change nothing.
+    #[test]
+    fn leaks_and_age() {
+        let events = [
+            malloc(1_000_000, 0x1000, 100),
+            malloc(2_000_000, 0x2000, 200),
+            free(3_000_000, 0x9999),
+            free(3_500_000, 0),
+            malloc(9_000_000, 0x3000, 300),
+        ];
+        let s = stats(&events, 10_000_000, 0);
+        let leaked = s.total(BlockKind::Heap);
+        assert_eq!((leaked.leaked_allocs, leaked.leaked_bytes), (3, 600));
+        assert_eq!(s.unknown_frees, 1);
+        // At least 8 ms old at the end (10 ms): the one from 9 ms is hidden, the one from
+        // 2 ms (exactly 8 ms old) is kept.
+        let s = stats(&events, 10_000_000, 8_000_000);
+        let leaked = s.total(BlockKind::Heap);
+        assert_eq!((leaked.leaked_allocs, leaked.leaked_bytes), (2, 300));
+        assert_eq!(s.stacks[&2_000_000].1.leaked_bytes, 200);
+        assert_eq!(s.stacks[&9_000_000].1.leaked_bytes, 0);
+    }
+
+    /// Aligned calls make blocks of the size asked for at the address returned; a failed one
+    /// makes none.
+    #[test]
+    fn aligned_allocs() {
+        let aligned = |t, call, addr, size| AllocEvent {
+            detail: 4096,
+            ..ev(t, 1, call, addr, size)
+        };
+        let events = [
+            aligned(1, AllocCall::PosixMemalign, 0x10000, 100),
+            aligned(2, AllocCall::AlignedAlloc, 0x20000, 4096),
+            aligned(3, AllocCall::Memalign, 0, 1 << 50),
+            ev(4, 1, AllocCall::Valloc, 0x30000, 10),
+            ev(5, 1, AllocCall::Pvalloc, 0x40000, 4096),
+            ev(6, 1, AllocCall::Calloc, 0x50000, 24),
+            ev(7, 1, AllocCall::UsableSize, 0x50000, 32),
+            free(8, 0x20000),
+        ];
+        let l = Lifetimes::new(&events, &[]);
+        assert_eq!(
+            spans(&l),
+            vec![
+                (0x10000, 100, 1, None, false),
+                (0x20000, 4096, 2, Some(8), false),
+                (0x30000, 10, 4, None, false),
+                (0x40000, 4096, 5, None, false),
+                (0x50000, 24, 6, None, false),
+            ]
+        );
+        assert_eq!(l.failed, vec![2]);
+        assert!(l.blocks.iter().all(|b| b.kind == BlockKind::Heap));
+        let s = stats(&events, 10, 0);
+        let hist: Vec<(usize, u64, u64)> = s.heap_sizes.buckets().collect();
+        // 10 in [8,16), 24 in [16,32), 100 in [64,128), twice 4096 in [4096,8192).
+        assert_eq!(
+            hist,
+            vec![(4, 1, 10), (5, 1, 24), (7, 1, 100), (13, 2, 8192)]
+        );
+        assert_eq!(SizeHistogram::range(13), (4096, 8191));
+        assert_eq!(
+            (SizeHistogram::bucket(0), SizeHistogram::range(0)),
+            (0, (0, 0))
+        );
+    }
+
+    /// An anonymous mapping is a page-rounded block; munmap of its middle leaves two remnants
+    /// that still count as one allocation; a file mapping is no block but replaces one.
+    #[test]
+    fn mmap_and_partial_munmap() {
+        let events = [
+            mmap(10, 0x10000, 5 * 4096 - 100, MAP_PRIVATE_ANON),
+            ev(20, 1, AllocCall::Munmap, 0x11000, 4096),
+            mmap(25, 0x40000, 4096, 0x01), // a shared file mapping
+            ev(30, 1, AllocCall::Munmap, 0x13000, 2 * 4096), // the tail
+            mmap(40, 0x50000, 2 * 4096, MAP_PRIVATE_ANON),
+            mmap(45, 0x51000, 4096, 0x12), // MAP_FIXED file mapping over its second page
+            mmap(50, 0, 4096, MAP_PRIVATE_ANON), // failed
+        ];
+        let l = Lifetimes::new(&events, &[]);
+        assert_eq!(
+            spans(&l),
+            vec![
+                (0x10000, 5 * 4096, 10, Some(20), false),
+                (0x10000, 4096, 20, None, true),
+                (0x12000, 3 * 4096, 20, Some(30), true),
+                (0x12000, 4096, 30, None, true),
+                (0x50000, 2 * 4096, 40, Some(45), false),
+                (0x50000, 4096, 45, None, true),
+            ]
+        );
+        assert!(l.blocks.iter().all(|b| b.kind == BlockKind::Mapping));
+        assert_eq!(l.failed, vec![6]);
+        let s = stats(&events, 100, 0);
+        let m = s.total(BlockKind::Mapping);
+        assert_eq!((m.allocs, m.bytes, m.failed), (2, 7 * 4096, 1));
+        assert_eq!((m.leaked_allocs, m.leaked_bytes), (2, 3 * 4096));
+        assert_eq!(s.peak_bytes, 0);
+    }
+
+    /// mremap moves a mapping block; brk growth is a block, shrinking cuts it.
+    #[test]
+    fn mremap_and_brk() {
+        let events = [
+            mmap(10, 0x10000, 4096, MAP_PRIVATE_ANON),
+            AllocEvent {
+                old_addr: 0x10000,
+                ..ev(20, 1, AllocCall::Mremap, 0x80000, 3 * 4096)
+            },
+            AllocEvent {
+                old_addr: 0x100000,
+                ..ev(30, 1, AllocCall::Sbrk, 0x102000, 0x2000)
+            },
+            AllocEvent {
+                old_addr: 0x102000,
+                ..ev(40, 1, AllocCall::Brk, 0x101000, 0)
+            },
+        ];
+        let l = Lifetimes::new(&events, &[]);
+        assert_eq!(
+            spans(&l),
+            vec![
+                (0x10000, 4096, 10, Some(20), false),
+                (0x80000, 3 * 4096, 20, None, false),
+                (0x100000, 0x2000, 30, Some(40), false),
+                (0x100000, 0x1000, 40, None, true),
+            ]
+        );
+        assert_eq!(l.blocks[1].stack_id, 20);
+    }
+
+    /// Temporaries are per thread: a block freed by its thread before that thread allocates
+    /// again, whatever other threads do meanwhile; a block freed by another thread is not.
+    #[test]
+    fn threads_and_temporaries() {
+        let on = |tid, e: AllocEvent| AllocEvent { tid, ..e };
+        let events = [
+            on(1, malloc(1, 0x1000, 10)), // freed by thread 1 after thread 2 allocated: temporary
+            on(2, malloc(2, 0x2000, 20)), // freed by thread 1: not temporary
+            on(1, free(3, 0x1000)),
+            on(1, free(4, 0x2000)),
+            on(2, malloc(5, 0x3000, 30)), // thread 2 allocates again before freeing it
+            on(2, malloc(6, 0x4000, 40)),
+            on(2, free(7, 0x3000)),
+            on(2, free(8, 0x4000)), // its last allocation: temporary
+        ];
+        let l = Lifetimes::new(&events, &[]);
+        let temporary: Vec<bool> = l.blocks.iter().map(|b| b.temporary).collect();
+        assert_eq!(temporary, vec![true, false, false, true]);
+        assert!(l.blocks.iter().all(|b| b.end_ns.is_some()));
+        assert_eq!(l.unknown_frees, 0);
+    }
+
+    /// A free entered after a malloc in another thread that got the same memory: the new
+    /// block ends the old one, and the late free is the old block's, not the new one's.
+    #[test]
+    fn free_racing_malloc() {
+        let events = [
+            malloc(1, 0x1000, 64),
+            AllocEvent {
+                tid: 2,
+                ..malloc(5, 0x1000, 32)
+            },
+            free(6, 0x1000), // thread 1 freeing the first block
+            AllocEvent {
+                tid: 2,
+                ..free(9, 0x1000)
+            },
+        ];
+        let l = Lifetimes::new(&events, &[]);
+        assert_eq!(
+            spans(&l),
+            vec![
+                (0x1000, 64, 1, Some(5), false),
+                (0x1000, 32, 5, Some(9), false),
+            ]
+        );
+        assert_eq!((l.overlaps, l.unknown_frees), (1, 0));
+    }
+
+    /// The peak is the most heap alive after the calls of one nanosecond, and the per-stack
+    /// bytes at the peak add up to it; mappings do not count.
+    #[test]
+    fn peak() {
+        let events = [
+            malloc(10, 0x1000, 100),
+            malloc(20, 0x2000, 200),
+            mmap(25, 0x100000, 1 << 20, MAP_PRIVATE_ANON),
+            malloc(30, 0x3000, 300), // 600 alive...
+            free(30, 0x1000),        // ...but not after 30 ns: 500
+            free(40, 0x2000),        // 300
+            malloc(50, 0x4000, 250), // 550: the peak
+            malloc(60, 0x5000, 10),
+            free(60, 0x3000), // 260
+        ];
+        let s = stats(&events, 100, 0);
+        assert_eq!((s.peak_ns, s.peak_bytes), (50, 550));
+        let at_peak: Vec<(u32, u64, u64)> = s
+            .stacks
+            .iter()
+            .filter(|(_, (_, t))| t.peak_bytes > 0)
+            .map(|(&id, (_, t))| (id, t.peak_bytes, t.peak_allocs))
+            .collect();
+        assert_eq!(at_peak, vec![(30, 300, 1), (50, 250, 1)]);
+        assert_eq!(s.total(BlockKind::Heap).peak_bytes, 550);
+    }
+
+    /// Faults land in the block alive at their time holding their address: at the first and
+    /// last byte, not one past; not before the allocation or from the free on; heap blocks
+    /// before the mapping around them.
+    #[test]
+    fn attribution() {
+        let events = [
+            mmap(10, 0x10000, 0x10000, MAP_PRIVATE_ANON), // block 0
+            malloc(20, 0x10100, 0x100),                   // block 1, inside the mapping
+            malloc(30, 0x1000, 64),                       // block 2
+            free(40, 0x1000),
+            malloc(50, 0x1000, 32), // block 3, same address
+            ev(60, 1, AllocCall::Munmap, 0x18000, 0x8000), // block 0 ends, remnant 4
+        ];
+        let l = Lifetimes::new(&events, &[]);
+        assert_eq!(l.blocks.len(), 5);
+        let faults = [
+            fault(29, 0x1000),  // before block 2
+            fault(30, 0x1000),  // block 2, at its allocation's nanosecond
+            fault(39, 0x103f),  // its last byte
+            fault(39, 0x1040),  // one past
+            fault(40, 0x1000),  // freed
+            fault(55, 0x101f),  // block 3
+            fault(55, 0x1020),  // past block 3
+            fault(20, 0x10100), // the heap block
+            fault(20, 0x100ff), // the mapping around it
+            fault(70, 0x17fff), // the remnant
+            fault(70, 0x18000), // unmapped
+            fault(59, 0x18000), // before the munmap
+        ];
+        let hits = attribute_faults(&l, &faults);
+        assert_eq!(
+            hits,
+            vec![
+                None,
+                Some(2),
+                Some(2),
+                None,
+                None,
+                Some(3),
+                None,
+                Some(1),
+                Some(0),
+                Some(4),
+                None,
+                Some(0),
+            ]
+        );
+    }
+
+    /// An exec ends every block: faults after it at old addresses hit nothing and the blocks
+    /// are no leaks.
+    #[test]
+    fn exec_ends_blocks() {
+        let events = [malloc(10, 0x1000, 64), malloc(30, 0x2000, 64)];
+        let l = Lifetimes::new(&events, &[20]);
+        assert_eq!(l.blocks[0].end_ns, Some(20));
+        assert_eq!(l.blocks[1].end_ns, None);
+        let hits = attribute_faults(&l, &[fault(15, 0x1000), fault(25, 0x1000)]);
+        assert_eq!(hits, vec![Some(0), None]);
+        let mapping = |generation, time_ns| Mapping {
+            generation,
+            time_ns,
+            ..Mapping::default()
+        };
+        let mappings = [
+            mapping(0, 0),
+            mapping(1, 50),
+            mapping(1, 40),
+            mapping(2, 90),
+        ];
+        assert_eq!(exec_times(&mappings), vec![40, 90]);
+    }
+
+    /// Events out of time order are paired in time order.
+    #[test]
+    fn unsorted_events() {
+        let events = [free(20, 0x1000), malloc(10, 0x1000, 8)];
+        let l = Lifetimes::new(&events, &[]);
+        assert_eq!(spans(&l), vec![(0x1000, 8, 10, Some(20), false)]);
+        assert_eq!(l.blocks[0].event, 1);
+        assert_eq!(trace_end_ns(&events, &[fault(30, 0)]), 30);
+    }
+
+    /// The size the sweep must handle in seconds: `cargo test --release -p fltrace-analyze
+    /// -- --ignored --nocapture at_scale`.
+    #[test]
+    #[ignore = "a timing run, for release builds"]
+    fn at_scale() {
+        // 4M blocks over 8M events: a million live at a time, on 8 threads.
+        let mut events = Vec::with_capacity(8_000_000);
+        let addr = |i: u64| 0x1000_0000 + (i % 1_000_000) * 64;
+        for i in 0..4_000_000u64 {
+            if i >= 1_000_000 {
+                events.push(AllocEvent {
+                    tid: (i % 8) as u32,
+                    ..free(2 * i, addr(i))
+                });
+            }
+            events.push(AllocEvent {
+                tid: (i % 8) as u32,
+                stack_id: (i % 1000) as u32,
+                ..malloc(2 * i + 1, addr(i), 48)
+            });
+        }
+        let faults: Vec<Fault> = (0..10_000_000u64)
+            .map(|i| fault(i * 4 / 5, 0x1000_0000 + (i * 7919) % 64_000_000))
+            .collect();
+        let started = std::time::Instant::now();
+        let lifetimes = Lifetimes::new(&events, &[]);
+        let paired = started.elapsed();
+        let stats = AllocStats::new(&events, &lifetimes, 10_000_000, 0);
+        let counted = started.elapsed() - paired;
+        let hits = attribute_faults(&lifetimes, &faults);
+        let all = started.elapsed();
+        let attributed = hits.iter().filter(|h| h.is_some()).count();
+        eprintln!(
+            "{} blocks paired in {paired:?}, totals in {counted:?}; {attributed} of {} faults \
+             attributed; {all:?} in all",
+            lifetimes.blocks.len(),
+            faults.len()
+        );
+        assert_eq!(stats.total(BlockKind::Heap).allocs, 4_000_000);
+        assert!(all.as_secs() < 10);
+    }
+}

@@ -1,0 +1,184 @@
+//! Address ranges that do not overlap, looked up by address: live blocks, and which mapping
+//! covered an address.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use fltrace_trace::Mapping;
+
+/// Half-open ranges `[start, end)` that never overlap, keyed by start.
+#[derive(Debug, Clone)]
+pub(crate) struct RangeMap<V> {
+    map: BTreeMap<u64, (u64, V)>,
+}
+
+impl<V> Default for RangeMap<V> {
+    fn default() -> Self {
+        RangeMap {
+            map: BTreeMap::new(),
+        }
+    }
+}
+
+impl<V: Copy + PartialEq> RangeMap<V> {
+    /// The range holding `addr`, as `(start, end, value)`.
+    pub(crate) fn get(&self, addr: u64) -> Option<(u64, u64, V)> {
+        let (&start, &(end, value)) = self.map.range(..=addr).next_back()?;
+        (addr < end).then_some((start, end, value))
+    }
+
+    /// The range starting exactly at `start`.
+    pub(crate) fn starting_at(&self, start: u64) -> Option<(u64, V)> {
+        self.map.get(&start).copied()
+    }
+
+    /// Adds a range; the caller has removed whatever overlapped it.
+    pub(crate) fn insert(&mut self, start: u64, end: u64, value: V) {
+        self.map.insert(start, (end, value));
+    }
+
+    /// Removes the range starting at `start` if it holds `value` (it may have been replaced).
+    pub(crate) fn remove_if(&mut self, start: u64, value: V) -> bool {
+        if self.map.get(&start).is_some_and(|&(_, v)| v == value) {
+            self.map.remove(&start);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Removes and returns, lowest first, every range overlapping `[start, end)`; an empty
+    /// query overlaps a range only by its start.
+    pub(crate) fn take_overlapping(&mut self, start: u64, end: u64) -> Vec<(u64, u64, V)> {
+        let end = end.max(start.saturating_add(1));
+        let mut taken = Vec::new();
+        // Ranges are disjoint and sorted: walk down from the last one starting before `end`
+        // until one ends before `start`.
+        while let Some((&s, &(e, v))) = self.map.range(..end).next_back() {
+            if e <= start && s < start {
+                break;
+            }
+            self.map.remove(&s);
+            taken.push((s, e, v));
+        }
+        taken.reverse();
+        taken
+    }
+
+    /// Removes every range, lowest first.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (u64, u64, V)> {
+        std::mem::take(&mut self.map)
+            .into_iter()
+            .map(|(s, (e, v))| (s, e, v))
+    }
+}
+
+/// Which mapping covered an address, in each address-space generation: a later mapping over the
+/// same addresses replaces an earlier one, as [`fltrace_trace::ProcessTrace::mapping_at`]
+/// decides, but in logarithmic time.
+#[derive(Debug, Clone, Default)]
+pub struct MappingIndex {
+    generations: FxHashMap<u32, RangeMap<usize>>,
+}
+
+impl MappingIndex {
+    /// Indexes `mappings`, in the order they were reported.
+    pub fn new(mappings: &[Mapping]) -> MappingIndex {
+        let mut generations: FxHashMap<u32, RangeMap<usize>> = FxHashMap::default();
+        for (i, mapping) in mappings.iter().enumerate() {
+            if mapping.start >= mapping.end {
+                continue;
+            }
+            let ranges = generations.entry(mapping.generation).or_default();
+            for (s, e, old) in ranges.take_overlapping(mapping.start, mapping.end) {
+                // What the new mapping does not cover stays with the old one.
+                if s < mapping.start {
+                    ranges.insert(s, mapping.start, old);
+                }
+                if e > mapping.end {
+                    ranges.insert(mapping.end, e, old);
+                }
+            }
+            ranges.insert(mapping.start, mapping.end, i);
+        }
+        MappingIndex { generations }
+    }
+
+    /// The index, in the slice given to [`MappingIndex::new`], of the mapping that covered
+    /// `addr` in `generation`.
+    pub fn get(&self, generation: u32, addr: u64) -> Option<usize> {
+        self.generations
+            .get(&generation)?
+            .get(addr)
+            .map(|(_, _, i)| i)
+    }
+}
+
+/// How faults outside any allocation are named after the memory they hit: `[mapping] /path`
+/// for a file, `[anon]` for anonymous memory, the kernel's name for `[heap]`, `[stack]` and
+/// the like, `[unknown]` outside every recorded mapping.
+pub fn mapping_label(mapping: Option<&Mapping>) -> String {
+    match mapping {
+        None => "[unknown]".to_owned(),
+        Some(m) if m.is_file() => format!("[mapping] {}", m.path),
+        Some(m) if m.path.starts_with('[') => m.path.clone(),
+        Some(_) => "[anon]".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Overlap queries return exactly the touching ranges, including at their edges.
+    #[test]
+    fn overlapping_ranges() {
+        let mut ranges = RangeMap::default();
+        for (s, e) in [(0, 10), (10, 20), (30, 40)] {
+            ranges.insert(s, e, s);
+        }
+        assert_eq!(ranges.get(9), Some((0, 10, 0)));
+        assert_eq!(ranges.get(10), Some((10, 20, 10)));
+        assert_eq!(ranges.get(25), None);
+        assert_eq!(ranges.take_overlapping(20, 30), vec![]);
+        assert_eq!(
+            ranges.take_overlapping(5, 31),
+            vec![(0, 10, 0), (10, 20, 10), (30, 40, 30)]
+        );
+        assert_eq!(ranges.get(0), None);
+        ranges.insert(50, 50, 50);
+        // A zero-length range is found by an empty query at its start only.
+        assert_eq!(ranges.take_overlapping(51, 51), vec![]);
+        assert_eq!(ranges.take_overlapping(50, 50), vec![(50, 50, 50)]);
+    }
+
+    /// A later mapping replaces the middle of an earlier one; generations are apart.
+    #[test]
+    fn later_mappings_win() {
+        let mapping = |generation, start, end, path: &str| Mapping {
+            generation,
+            start,
+            end,
+            path: path.into(),
+            ..Mapping::default()
+        };
+        let mappings = [
+            mapping(0, 0x1000, 0x9000, "//anon"),
+            mapping(0, 0x3000, 0x4000, "/lib/x.so"),
+            mapping(1, 0x1000, 0x2000, "[stack]"),
+        ];
+        let index = MappingIndex::new(&mappings);
+        let at = |g, a| index.get(g, a);
+        assert_eq!(
+            (at(0, 0x2fff), at(0, 0x3000), at(0, 0x4000), at(0, 0x9000)),
+            (Some(0), Some(1), Some(0), None)
+        );
+        assert_eq!(at(1, 0x1000), Some(2));
+        let label = |a| mapping_label(at(0, a).map(|i| &mappings[i]));
+        assert_eq!(label(0x1000), "[anon]");
+        assert_eq!(label(0x3000), "[mapping] /lib/x.so");
+        assert_eq!(label(0x9000), "[unknown]");
+        assert_eq!(mapping_label(Some(&mappings[2])), "[stack]");
+    }
+}
