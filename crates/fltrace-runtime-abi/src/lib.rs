@@ -3,11 +3,16 @@
 //! the faults it handled so the recorder can flag its trace rows (first touch, fetch of an
 //! evicted page).
 //!
+//! It also defines the allocation log ([`alloclog`]) through which `record --allocs` gets the
+//! program's allocator calls.
+//!
 //! No dependencies and no allocation: the runtime must stay lean. One writer (the runtime's
 //! handler, under its lock), one reader (the recorder), atomics in between.
 #![no_std]
 
 use core::sync::atomic::AtomicU64;
+
+pub mod alloclog;
 
 /// Identifies the layout; bump on change.
 pub const MAGIC: u64 = 0x666c_7472_7274_0001;
@@ -32,6 +37,9 @@ pub mod env {
     pub const BUSY_POLL: &CStr = c"FLTRACE_RT_BUSY_POLL";
     /// Path prefix of the shared page; the runtime appends `-<pid>`.
     pub const SHARED: &CStr = c"FLTRACE_RT_SHARED";
+    /// Path prefix of the allocation logs (`record --allocs`); the interposer appends
+    /// `-<pid>.<image>`. Unset: allocations are not traced.
+    pub const ALLOCS: &CStr = c"FLTRACE_RT_ALLOCS";
 
     /// The variable's name as a string.
     pub fn name(var: &'static CStr) -> &'static str {
