@@ -1,11 +1,49 @@
-//! The exported C functions that replace the C library's: the malloc family and the anonymous
-//! mapping calls.
+//! The exported C functions that replace the C library's: the malloc family, the mapping
+//! calls and `brk`/`sbrk`.
+//!
+//! With far memory on (`-L/-M`), the malloc family is served from the managed region; without
+//! it, by the C library's own allocator (`__libc_malloc` and friends, which glibc exports for
+//! exactly this). With `--allocs`, every call is also handed to the tracer.
 
 use std::ffi::c_void;
 
+use fltrace_runtime_abi::alloclog::call;
+
 use crate::alloc::{self, LARGE};
 use crate::region::PAGE;
-use crate::{region_any, region_ready};
+use crate::tracer;
+use crate::{far_memory, region_any, region_ready};
+
+unsafe extern "C" {
+    fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_calloc(count: usize, size: usize) -> *mut c_void;
+    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
+    fn __libc_free(ptr: *mut c_void);
+    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    fn __libc_valloc(size: usize) -> *mut c_void;
+    fn __libc_pvalloc(size: usize) -> *mut c_void;
+    fn __sbrk(increment: isize) -> *mut c_void;
+}
+
+/// A C library function that glibc does not export under a second name, found once.
+fn next_symbol(name: &core::ffi::CStr, cache: &std::sync::atomic::AtomicUsize) -> usize {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut f = cache.load(Relaxed);
+    if f == 0 {
+        // SAFETY: dlsym with a valid name; it may allocate, which goes to the C library.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        cache.store(f, Relaxed);
+    }
+    f
+}
+
+/// Records the outcome of a traced call.
+#[inline]
+fn traced(entry: Option<tracer::Entry>, addr: u64, size: u64, old_addr: u64, detail: u64) {
+    if let Some(entry) = entry {
+        entry.finish(addr, size, old_addr, detail);
+    }
+}
 
 fn set_errno(code: i32) {
     // SAFETY: the thread's errno location is always valid.
@@ -30,39 +68,85 @@ fn kernel_result(ret: i64) -> Option<i64> {
 /// C's `malloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    alloc::allocate(size, 16).cast()
+    let entry = tracer::enter(call::MALLOC);
+    let ptr = if far_memory() {
+        alloc::allocate(size, 16).cast()
+    } else {
+        // SAFETY: C's contract.
+        unsafe { __libc_malloc(size) }
+    };
+    traced(entry, ptr as u64, size as u64, 0, 0);
+    ptr
 }
 
 /// # Safety
 /// C's `free`: `ptr` is null or was returned by this allocator.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn free(ptr: *mut c_void) {
-    if !ptr.is_null() && alloc::owns(ptr.cast()) {
+    if ptr.is_null() {
+        return;
+    }
+    let entry = tracer::enter(call::FREE);
+    if !far_memory() {
+        // SAFETY: C's contract.
+        unsafe { __libc_free(ptr) };
+    } else if alloc::owns(ptr.cast()) {
         // SAFETY: a live block of ours.
         unsafe { alloc::free(ptr.cast()) };
     }
+    traced(entry, ptr as u64, 0, 0, 0);
 }
 
 /// # Safety
 /// C's `calloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
-    match count.checked_mul(size) {
-        Some(total) => alloc::allocate_zeroed(total).cast(),
+    let entry = tracer::enter(call::CALLOC);
+    let total = count.checked_mul(size);
+    let ptr = match total {
+        Some(total) if far_memory() => alloc::allocate_zeroed(total).cast(),
+        // SAFETY: C's contract.
+        Some(_) => unsafe { __libc_calloc(count, size) },
         None => {
             set_errno(libc::ENOMEM);
             std::ptr::null_mut()
         }
-    }
+    };
+    traced(
+        entry,
+        ptr as u64,
+        total.unwrap_or(u64::MAX as usize) as u64,
+        0,
+        0,
+    );
+    ptr
 }
 
 /// # Safety
 /// C's `realloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
-    if !ptr.is_null() && size == 0 {
+    let entry = tracer::enter(call::REALLOC);
+    // SAFETY: C's contract.
+    let new = unsafe { reallocate(ptr, size) };
+    traced(entry, new as u64, size as u64, ptr as u64, 0);
+    new
+}
+
+/// `realloc` without tracing.
+///
+/// # Safety
+/// C's `realloc`.
+unsafe fn reallocate(ptr: *mut c_void, size: usize) -> *mut c_void {
+    if !far_memory() {
         // SAFETY: C's contract.
-        unsafe { free(ptr) };
+        return unsafe { __libc_realloc(ptr, size) };
+    }
+    if !ptr.is_null() && size == 0 {
+        if alloc::owns(ptr.cast()) {
+            // SAFETY: a live block of ours.
+            unsafe { alloc::free(ptr.cast()) };
+        }
         return std::ptr::null_mut();
     }
     if !ptr.is_null() && !alloc::owns(ptr.cast()) {
@@ -77,14 +161,24 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
 /// C's `reallocarray`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usize) -> *mut c_void {
-    match count.checked_mul(size) {
+    let entry = tracer::enter(call::REALLOCARRAY);
+    let total = count.checked_mul(size);
+    let new = match total {
         // SAFETY: C's contract.
-        Some(total) => unsafe { realloc(ptr, total) },
+        Some(total) => unsafe { reallocate(ptr, total) },
         None => {
             set_errno(libc::ENOMEM);
             std::ptr::null_mut()
         }
-    }
+    };
+    traced(
+        entry,
+        new as u64,
+        total.unwrap_or(usize::MAX) as u64,
+        ptr as u64,
+        0,
+    );
+    new
 }
 
 /// # Safety
@@ -94,57 +188,109 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
         return libc::EINVAL;
     }
-    let ptr = alloc::allocate(size, align);
+    let entry = tracer::enter(call::POSIX_MEMALIGN);
+    let ptr = aligned(align, size);
+    traced(entry, ptr as u64, size as u64, 0, align as u64);
     if ptr.is_null() {
         return libc::ENOMEM;
     }
     // SAFETY: `out` is a valid pointer per C's contract.
-    unsafe { *out = ptr.cast() };
+    unsafe { *out = ptr };
     0
+}
+
+/// An aligned block from the current allocator, untraced.
+fn aligned(align: usize, size: usize) -> *mut c_void {
+    if far_memory() {
+        alloc::allocate(size, align).cast()
+    } else {
+        // SAFETY: C's contract; the alignment was checked by the caller.
+        unsafe { __libc_memalign(align, size) }
+    }
 }
 
 /// # Safety
 /// C's `aligned_alloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    aligned_call(call::ALIGNED_ALLOC, align, size)
+}
+
+fn aligned_call(which: u8, align: usize, size: usize) -> *mut c_void {
     if !align.is_power_of_two() {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    alloc::allocate(size, align).cast()
+    let entry = tracer::enter(which);
+    let ptr = aligned(align, size);
+    traced(entry, ptr as u64, size as u64, 0, align as u64);
+    ptr
 }
 
 /// # Safety
 /// C's `memalign`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: same contract.
-    unsafe { aligned_alloc(align, size) }
+    aligned_call(call::MEMALIGN, align, size)
 }
 
 /// # Safety
 /// C's `valloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    alloc::allocate(size, PAGE).cast()
+    let entry = tracer::enter(call::VALLOC);
+    let ptr = if far_memory() {
+        alloc::allocate(size, PAGE).cast()
+    } else {
+        // SAFETY: C's contract.
+        unsafe { __libc_valloc(size) }
+    };
+    traced(entry, ptr as u64, size as u64, 0, 0);
+    ptr
 }
 
 /// # Safety
 /// C's `pvalloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    alloc::allocate(size.div_ceil(PAGE).max(1) * PAGE, PAGE).cast()
+    let entry = tracer::enter(call::PVALLOC);
+    let ptr = if far_memory() {
+        alloc::allocate(size.div_ceil(PAGE).max(1) * PAGE, PAGE).cast()
+    } else {
+        // SAFETY: C's contract.
+        unsafe { __libc_pvalloc(size) }
+    };
+    traced(entry, ptr as u64, size as u64, 0, 0);
+    ptr
 }
 
 /// # Safety
 /// C's `malloc_usable_size`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
-    if ptr.is_null() || !alloc::owns(ptr.cast()) {
-        return 0;
-    }
-    // SAFETY: a live block of ours.
-    unsafe { alloc::usable_size(ptr.cast()) }
+    let entry = tracer::enter(call::USABLE_SIZE);
+    let size = if ptr.is_null() {
+        0
+    } else if !far_memory() {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        match next_symbol(c"malloc_usable_size", &NEXT) {
+            0 => 0,
+            f => {
+                // SAFETY: the C library's malloc_usable_size, by its name.
+                let f: unsafe extern "C" fn(*mut c_void) -> usize =
+                    unsafe { std::mem::transmute(f) };
+                // SAFETY: C's contract.
+                unsafe { f(ptr) }
+            }
+        }
+    } else if alloc::owns(ptr.cast()) {
+        // SAFETY: a live block of ours.
+        unsafe { alloc::usable_size(ptr.cast()) }
+    } else {
+        0
+    };
+    traced(entry, ptr as u64, size as u64, 0, 0);
+    size
 }
 
 fn raw_mmap(
@@ -186,6 +332,20 @@ pub unsafe extern "C" fn mmap(
     fd: i32,
     offset: i64,
 ) -> *mut c_void {
+    let entry = tracer::enter(call::MMAP);
+    let ptr = map(addr, len, prot, flags, fd, offset);
+    let detail = (prot as u32 as u64) << 32 | flags as u32 as u64;
+    let result = if ptr == libc::MAP_FAILED {
+        0
+    } else {
+        ptr as u64
+    };
+    traced(entry, result, len as u64, 0, detail);
+    ptr
+}
+
+/// `mmap` without tracing.
+fn map(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, offset: i64) -> *mut c_void {
     if len > 0
         && managed_mapping(addr, prot, flags)
         && let Some(region) = region_ready()
@@ -220,6 +380,14 @@ pub unsafe extern "C" fn mmap64(
 /// C's `munmap`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
+    let entry = tracer::enter(call::MUNMAP);
+    let ret = unmap(addr, len);
+    traced(entry, addr as u64, len as u64, 0, 0);
+    ret
+}
+
+/// `munmap` without tracing.
+fn unmap(addr: *mut c_void, len: usize) -> i32 {
     if let Some(region) = region_any().filter(|r| r.contains(addr as usize)) {
         if alloc::owns(addr.cast()) {
             // SAFETY: a live block of ours.
@@ -251,6 +419,29 @@ pub unsafe extern "C" fn mremap(
     flags: i32,
     fixed_addr: usize,
 ) -> *mut c_void {
+    let entry = tracer::enter(call::MREMAP);
+    // SAFETY: C's contract.
+    let new = unsafe { remap(old, old_len, new_len, flags, fixed_addr) };
+    let result = if new == libc::MAP_FAILED {
+        0
+    } else {
+        new as u64
+    };
+    traced(entry, result, new_len as u64, old as u64, 0);
+    new
+}
+
+/// `mremap` without tracing.
+///
+/// # Safety
+/// C's `mremap`.
+unsafe fn remap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+    fixed_addr: usize,
+) -> *mut c_void {
     if region_any().is_some_and(|r| r.contains(old as usize)) && alloc::owns(old.cast()) {
         if flags & libc::MREMAP_FIXED != 0 {
             set_errno(libc::EINVAL);
@@ -268,17 +459,14 @@ pub unsafe extern "C" fn mremap(
             set_errno(libc::ENOMEM);
             return libc::MAP_FAILED;
         }
-        // SAFETY: an anonymous private mapping request.
-        let new = unsafe {
-            mmap(
-                std::ptr::null_mut(),
-                new_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
+        let new = map(
+            std::ptr::null_mut(),
+            new_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
         if new == libc::MAP_FAILED {
             return new;
         }
@@ -318,4 +506,52 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
     }
     let ret = crate::sys::madvise(addr as usize, len, advice);
     kernel_result(ret).map_or(-1, |_| 0)
+}
+
+/// # Safety
+/// C's `sbrk`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sbrk(increment: isize) -> *mut c_void {
+    let entry = tracer::enter(call::SBRK);
+    // SAFETY: C's contract.
+    let old = unsafe { __sbrk(increment) };
+    let failed = old as isize == -1;
+    let new = if failed {
+        0
+    } else {
+        (old as u64).wrapping_add(increment as u64)
+    };
+    traced(
+        entry,
+        new,
+        increment as u64,
+        if failed { 0 } else { old as u64 },
+        0,
+    );
+    old
+}
+
+/// # Safety
+/// C's `brk`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn brk(addr: *mut c_void) -> i32 {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let entry = tracer::enter(call::BRK);
+    // SAFETY: sbrk(0) only reads the break.
+    let old = unsafe { __sbrk(0) } as u64;
+    let ret = match next_symbol(c"brk", &NEXT) {
+        0 => {
+            set_errno(libc::ENOSYS);
+            -1
+        }
+        f => {
+            // SAFETY: the C library's brk, by its name.
+            let f: unsafe extern "C" fn(*mut c_void) -> i32 = unsafe { std::mem::transmute(f) };
+            // SAFETY: C's contract.
+            unsafe { f(addr) }
+        }
+    };
+    let new = if ret == 0 { addr as u64 } else { old };
+    traced(entry, new, new.wrapping_sub(old), old, 0);
+    ret
 }

@@ -1,4 +1,7 @@
-//! The far-memory runtime that `fltrace record -L <MB> -M <MB>` preloads into the traced
+//! The library that `fltrace record` preloads into the traced program: the far-memory runtime
+//! and the allocation tracer.
+//!
+//! The far-memory runtime is what `fltrace record -L <MB> -M <MB>` preloads into the traced
 //! program (`LD_PRELOAD`), as the original fltrace did.
 //!
 //! It serves the program's heap (the malloc family, C++ `new` included) and its anonymous
@@ -12,14 +15,19 @@
 //! `MAP_FIXED` mappings, direct `brk`/`sbrk` users. A process forked without exec gets all its
 //! memory back before the fork and runs unmanaged (no limit); an exec starts a fresh runtime.
 //!
+//! With `record --allocs` it also traces every allocator and mapping call with its stack
+//! (`tracer`); without `-L/-M` the C library's own allocator then serves the program.
+//!
 //! Rules this library lives by: the handler threads never allocate and never touch the
 //! region except to copy a resident, write-protected page; the allocator never calls the
 //! allocator it replaces; the raw system calls in `sys` go straight to the kernel.
 
 mod alloc;
+mod heap;
 mod interpose;
 pub mod region;
 mod sys;
+mod tracer;
 mod uffd;
 
 use std::ffi::c_void;
@@ -36,6 +44,25 @@ const READY: u8 = 2;
 const FAILED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+
+/// The library's own allocations (the tracer's unwinder) never go through what it intercepts.
+#[global_allocator]
+pub(crate) static HEAP: heap::PrivateHeap = heap::PrivateHeap::new();
+
+/// Whether far-memory emulation is configured (`record -L/-M` sets the region size). Without
+/// it the C library's allocator serves the program and the library only traces.
+pub(crate) fn far_memory() -> bool {
+    static FAR: AtomicU8 = AtomicU8::new(0);
+    match FAR.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let far = sys::env_u64(env::MAX_PAGES).is_some();
+            FAR.store(if far { 1 } else { 2 }, Ordering::Relaxed);
+            far
+        }
+    }
+}
 static mut REGION: MaybeUninit<Region> = MaybeUninit::uninit();
 
 /// The region, once the runtime is up.
@@ -58,11 +85,12 @@ pub(crate) fn region_any() -> Option<&'static Region> {
         .then(|| unsafe { region_ref() })
 }
 
-/// Default region when no `-M` is given (the library loaded without fltrace's settings).
-const DEFAULT_MAX_PAGES: u64 = (64 << 30) / PAGE as u64;
-
 /// Starts the runtime once; other threads allocating meanwhile use the bootstrap arena.
 fn start() {
+    if !far_memory() {
+        STATE.store(FAILED, Ordering::Release);
+        return;
+    }
     if STATE
         .compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -111,7 +139,7 @@ unsafe fn region_ref() -> &'static Region {
 
 fn build_region() -> Option<Region> {
     let local = sys::env_u64(env::LOCAL_PAGES);
-    let max_pages = sys::env_u64(env::MAX_PAGES).unwrap_or(DEFAULT_MAX_PAGES) as usize;
+    let max_pages = sys::env_u64(env::MAX_PAGES)? as usize;
     let policy = match sys::env_bytes(env::POLICY) {
         Some(b"clock") => Policy::Clock,
         _ => Policy::Fifo,

@@ -1,0 +1,192 @@
+//! The allocation log file of this process (format in `fltrace_runtime_abi::alloclog`).
+//!
+//! The file is mapped shared into a reserved address range that grows a segment at a time;
+//! threads take chunks with an atomic add and write them without locks. Growing takes a
+//! spinlock, once per 64 MiB.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fltrace_runtime_abi::alloclog::{CHUNK_SIZE, ChunkHeader, HEADER_SIZE, LogHeader, MAGIC};
+
+use crate::sys;
+
+/// Address space reserved for the file: the log cannot grow beyond it.
+const RESERVE: usize = 64 << 30;
+/// The file grows by this much at a time.
+const SEGMENT: usize = 64 << 20;
+
+/// The log, once open.
+pub struct Log {
+    base: *mut u8,
+    fd: i32,
+    /// Bytes of the file mapped so far.
+    mapped: AtomicUsize,
+    grow: spinning_top::Spinlock<()>,
+}
+
+// SAFETY: the mapping is shared by design; all shared state is atomic or under `grow`.
+unsafe impl Sync for Log {}
+// SAFETY: as above.
+unsafe impl Send for Log {}
+
+impl Log {
+    /// Creates `<prefix>-<pid>.<image>` with the first free image number.
+    pub fn create(prefix: &[u8]) -> Option<Log> {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u64;
+        for image in 0..1000u64 {
+            let mut path = [0u8; 600];
+            let mut len = 0;
+            let mut pid_digits = [0; 20];
+            let mut image_digits = [0; 20];
+            for part in [
+                prefix,
+                b"-",
+                sys::decimal(pid, &mut pid_digits),
+                b".",
+                sys::decimal(image, &mut image_digits),
+            ] {
+                if len + part.len() >= path.len() {
+                    return None;
+                }
+                path[len..len + part.len()].copy_from_slice(part);
+                len += part.len();
+            }
+            // SAFETY: `path` is NUL-terminated (zeroed beyond `len`).
+            let fd = unsafe {
+                libc::open(
+                    path.as_ptr().cast(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o600,
+                )
+            };
+            if fd >= 0 {
+                return Log::map(fd, pid);
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+                return None;
+            }
+        }
+        None
+    }
+
+    fn map(fd: i32, pid: u64) -> Option<Log> {
+        // SAFETY: reserving address space, inaccessible until segments are mapped over it.
+        let base = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                0usize,
+                RESERVE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1i32,
+                0usize,
+            )
+        };
+        if base < 0 {
+            // SAFETY: our descriptor.
+            unsafe { libc::close(fd) };
+            return None;
+        }
+        let log = Log {
+            base: base as *mut u8,
+            fd,
+            mapped: AtomicUsize::new(0),
+            grow: spinning_top::Spinlock::new(()),
+        };
+        if !log.grow_to(SEGMENT) {
+            return None;
+        }
+        let header = log.header();
+        header.pid.store(pid, Ordering::Relaxed);
+        header
+            .next_chunk
+            .store(HEADER_SIZE as u64, Ordering::Relaxed);
+        header.magic.store(MAGIC, Ordering::Release);
+        Some(log)
+    }
+
+    fn header(&self) -> &LogHeader {
+        // SAFETY: the first segment is mapped from creation on; the header is atomics.
+        unsafe { &*self.base.cast::<LogHeader>() }
+    }
+
+    /// Maps the file up to at least `len` bytes.
+    fn grow_to(&self, len: usize) -> bool {
+        let _guard = self.grow.lock();
+        let mut mapped = self.mapped.load(Ordering::Acquire);
+        while mapped < len {
+            if mapped + SEGMENT > RESERVE {
+                return false;
+            }
+            // SAFETY: growing our own file.
+            if unsafe { libc::ftruncate(self.fd, (mapped + SEGMENT) as i64) } != 0 {
+                return false;
+            }
+            // SAFETY: maps the next segment of the file over our own reservation.
+            let p = unsafe {
+                libc::syscall(
+                    libc::SYS_mmap,
+                    self.base.add(mapped),
+                    SEGMENT,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    self.fd,
+                    mapped,
+                )
+            };
+            if p < 0 {
+                return false;
+            }
+            mapped += SEGMENT;
+            self.mapped.store(mapped, Ordering::Release);
+        }
+        true
+    }
+
+    /// A fresh chunk for thread `tid`: its header and its record area, or `None` when the log
+    /// cannot grow.
+    pub fn chunk(&self, tid: u32) -> Option<(&'static ChunkHeader, *mut u8)> {
+        let header = self.header();
+        let offset = header
+            .next_chunk
+            .fetch_add(CHUNK_SIZE as u64, Ordering::Relaxed) as usize;
+        let end = offset + CHUNK_SIZE;
+        if end > self.mapped.load(Ordering::Acquire) && !self.grow_to(end) {
+            header.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: the chunk is mapped and ours alone (the atomic add gave it to us).
+        unsafe {
+            let chunk = &*self.base.add(offset).cast::<ChunkHeader>();
+            chunk.tid.store(u64::from(tid), Ordering::Relaxed);
+            let records = self.base.add(offset + size_of::<ChunkHeader>());
+            Some((chunk, records))
+        }
+    }
+
+    /// Unmaps and closes the log (a forked child leaving its parent's log).
+    pub fn abandon(&self) {
+        // SAFETY: after fork only this thread exists in the child and nothing else refers
+        // to the parent's log any more.
+        unsafe {
+            libc::syscall(libc::SYS_munmap, self.base, RESERVE);
+            libc::close(self.fd);
+        }
+    }
+
+    /// Locks growth across fork.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.grow.lock());
+    }
+
+    /// Unlocks after fork.
+    pub fn unlock_after_fork(&self) {
+        // SAFETY: `lock_for_fork` left it held by this thread.
+        unsafe { self.grow.force_unlock() };
+    }
+}
