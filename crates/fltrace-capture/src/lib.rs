@@ -22,6 +22,7 @@
 //! ```
 
 pub mod access;
+mod allocs;
 pub mod damon;
 mod error;
 mod process;
@@ -33,6 +34,7 @@ mod target;
 mod unwind;
 pub mod wss;
 
+pub use allocs::{AllocLogs, Converted};
 pub use error::Error;
 pub use recorder::{Options, Progress, Summary, Target, monotonic_now_ns, record};
 pub use runtime::FarMemory;

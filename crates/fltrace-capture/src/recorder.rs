@@ -48,6 +48,8 @@ pub struct Options {
     pub read_live_stacks: bool,
     /// Emulate far memory (`-L`/`-M`) by preloading the runtime into the command.
     pub far_memory: Option<crate::FarMemory>,
+    /// Trace the command's allocations (`--allocs`) by preloading this library.
+    pub allocs: Option<PathBuf>,
 }
 
 impl Options {
@@ -61,6 +63,7 @@ impl Options {
             credentials: None,
             read_live_stacks: true,
             far_memory: None,
+            allocs: None,
         }
     }
 }
@@ -95,6 +98,9 @@ pub struct Summary {
     pub stacks_truncated: u64,
     /// Whether a process ran out of the far memory `-M` allowed.
     pub far_memory_exhausted: bool,
+    /// With `--allocs`: what the conversion of the allocation logs found, summed over
+    /// processes.
+    pub allocs: Option<crate::Converted>,
 }
 
 /// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout).
@@ -147,12 +153,23 @@ pub fn record(
             unix_now_ns()
         ))
     });
-    let far_env = match (&options.far_memory, &far_prefix) {
+    let mut far_env = match (&options.far_memory, &far_prefix) {
         (Some(far), Some(prefix)) => {
             crate::runtime::check_userfaultfd()?;
             far.environment(prefix)
         }
         _ => Vec::new(),
+    };
+    let alloc_logs = match &options.allocs {
+        Some(library) => {
+            let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
+            if options.far_memory.is_none() {
+                far_env.push(("LD_PRELOAD".into(), crate::runtime::preload_value(library)));
+            }
+            far_env.push(logs.environment());
+            Some(logs)
+        }
+        None => None,
     };
     let (pending, tasks, enable_on_exec) = match target {
         Target::Command(argv) => {
@@ -386,6 +403,21 @@ pub fn record(
     };
     let mut pids = state.finish_all()?;
     pids.sort_unstable();
+    let allocs = match &alloc_logs {
+        Some(logs) => {
+            let mut total = crate::Converted::default();
+            for &pid in &pids {
+                if let Some(c) = logs.convert(pid, &options.dir, mono_offset)? {
+                    total.events += c.events;
+                    total.stacks += c.stacks;
+                    total.dropped += c.dropped;
+                    total.corrupt_chunks += c.corrupt_chunks;
+                }
+            }
+            Some(total)
+        }
+        None => None,
+    };
     Ok(Summary {
         root_pid,
         pids,
@@ -395,6 +427,7 @@ pub fn record(
         lost: state.lost,
         stacks_truncated: state.truncated_total,
         far_memory_exhausted: state.far_exhausted,
+        allocs,
     })
 }
 
@@ -594,7 +627,7 @@ fn process_alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::ESRCH }
 }
 
-fn unix_now_ns() -> u64 {
+pub(crate) fn unix_now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

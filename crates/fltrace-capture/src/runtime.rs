@@ -32,17 +32,8 @@ const PAGES_PER_MB: u64 = (1 << 20) / 4096;
 impl FarMemory {
     /// The environment the traced command gets; `shared` is the prefix of the shared pages.
     pub fn environment(&self, shared: &Path) -> Vec<(OsString, OsString)> {
-        let preload = match std::env::var_os("LD_PRELOAD") {
-            Some(existing) if !existing.is_empty() => {
-                let mut value = self.library.clone().into_os_string();
-                value.push(":");
-                value.push(existing);
-                value
-            }
-            _ => self.library.clone().into_os_string(),
-        };
         vec![
-            ("LD_PRELOAD".into(), preload),
+            ("LD_PRELOAD".into(), preload_value(&self.library)),
             (
                 env::name(env::LOCAL_PAGES).into(),
                 (self.local_mb * PAGES_PER_MB).to_string().into(),
@@ -62,6 +53,19 @@ impl FarMemory {
             ),
             (env::name(env::SHARED).into(), shared.as_os_str().to_owned()),
         ]
+    }
+}
+
+/// `LD_PRELOAD` with `library` first, before what the environment already preloads.
+pub fn preload_value(library: &Path) -> OsString {
+    match std::env::var_os("LD_PRELOAD") {
+        Some(existing) if !existing.is_empty() => {
+            let mut value = library.as_os_str().to_owned();
+            value.push(":");
+            value.push(existing);
+            value
+        }
+        _ => library.as_os_str().to_owned(),
     }
 }
 

@@ -241,7 +241,7 @@ impl AllocWriter {
     /// Creates the file.
     pub fn create(path: &Path) -> Result<Self, Error> {
         Ok(AllocWriter {
-            table: TableWriter::create(path, ALLOC_SCHEMA, &["time_ns"], &[])?,
+            table: TableWriter::create(path, ALLOC_SCHEMA, &["time_ns", "addr"], &[])?,
             batch: Vec::with_capacity(4096),
             rows: 0,
         })

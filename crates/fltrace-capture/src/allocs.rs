@@ -1,0 +1,404 @@
+//! The recorder's side of `record --allocs`: where the preloaded tracer writes its logs, and
+//! their conversion into each process's allocation tables once the program is done.
+//!
+//! The logs (`fltrace_runtime_abi::alloclog`) live in a private directory beside the output
+//! until conversion. Each thread's chunks are in time order; the threads' streams are merged
+//! by time, so conversion holds one chunk per thread in memory, not the whole log.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::ffi::OsString;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use fltrace_runtime_abi::alloclog::{
+    CHUNK_HEADER_SIZE, CHUNK_SIZE, CLOCK_SIZE, Clock, Decoder, HEADER_SIZE, MAGIC, MAX_FRAMES,
+    Record,
+};
+use fltrace_runtime_abi::env;
+use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Stack, StackWriter, files};
+
+use crate::{Credentials, Error};
+
+/// Where the tracer's logs go, and the clock page it reads its times from.
+#[derive(Debug)]
+pub struct AllocLogs {
+    dir: PathBuf,
+    ticker: Option<std::thread::JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// How often the clock word moves on: the resolution of allocation times.
+const TICK: std::time::Duration = std::time::Duration::from_millis(1);
+
+impl AllocLogs {
+    /// Makes the private directory under `out_dir`, owned by the user the command runs as.
+    pub fn create(out_dir: &Path, credentials: Option<Credentials>) -> Result<AllocLogs, Error> {
+        let dir = out_dir.join(format!(
+            ".fltrace-allocs-{}-{}",
+            std::process::id(),
+            crate::recorder::unix_now_ns()
+        ));
+        let io = |source| fltrace_trace::Error::Io {
+            path: dir.clone(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io)?;
+        // From here on, dropping `logs` removes the directory, whatever fails next.
+        let mut logs = AllocLogs {
+            dir: dir.clone(),
+            ticker: None,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        if let Some(c) = credentials {
+            std::os::unix::fs::chown(&dir, Some(c.uid), Some(c.gid)).map_err(io)?;
+        }
+        // Read-write for the shared mapping; in our own new directory, so nothing to follow.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(dir.join("log-clock"))
+            .map_err(io)?;
+        file.set_len(CLOCK_SIZE as u64).map_err(io)?;
+        // SAFETY: a shared mapping of the file just made; only this process writes it, through
+        // atomics.
+        let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
+        let clock = ClockPage(map);
+        clock
+            .get()
+            .now_ns
+            .store(crate::recorder::monotonic_now_ns(), Ordering::Relaxed);
+        clock.get().magic.store(MAGIC, Ordering::Release);
+        let stop = logs.stop.clone();
+        let ticker = std::thread::Builder::new()
+            .name("fltrace-clock".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let now = crate::recorder::monotonic_now_ns();
+                    clock.get().now_ns.store(now, Ordering::Relaxed);
+                    std::thread::sleep(TICK);
+                }
+            })
+            .map_err(io)?;
+        logs.ticker = Some(ticker);
+        Ok(logs)
+    }
+
+    /// The environment variable that turns the tracer on.
+    pub fn environment(&self) -> (OsString, OsString) {
+        (
+            env::name(env::ALLOCS).into(),
+            self.dir.join("log").into_os_string(),
+        )
+    }
+
+    /// Converts the logs of `pid` (one per image: execs start a new one) into
+    /// `fltrace-data-allocs-<pid>.parquet` and its stack table. `mono_offset` turns
+    /// CLOCK_MONOTONIC into the Unix-epoch times of the fault table. Returns the events
+    /// written, or `None` if the process left no log.
+    pub fn convert(
+        &self,
+        pid: u32,
+        out_dir: &Path,
+        mono_offset: u64,
+    ) -> Result<Option<Converted>, Error> {
+        let mut logs = Vec::new();
+        for image in 0.. {
+            let path = self.dir.join(format!("log-{pid}.{image}"));
+            match std::fs::read(&path) {
+                Ok(bytes) => logs.push((path, bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(source) => return Err(fltrace_trace::Error::Io { path, source }.into()),
+            }
+        }
+        if logs.is_empty() {
+            return Ok(None);
+        }
+        let mut allocs = AllocWriter::create(&files::allocs(out_dir, pid))?;
+        let mut stack_writer = StackWriter::create(&files::alloc_stacks(out_dir, pid))?;
+        let mut stacks = Stacks::default();
+        let mut converted = Converted::default();
+        for (generation, (path, bytes)) in logs.iter().enumerate() {
+            let generation = generation as u32;
+            let streams = thread_streams(path, bytes, &mut converted)?;
+            let mut merge = Merge::new(streams, mono_offset);
+            let mut frames = [0u64; MAX_FRAMES];
+            while let Some(item) = merge.next(&mut frames) {
+                match item {
+                    Item::Stack(local_id, len) => {
+                        stacks.define(generation, local_id, &frames[..len], &mut stack_writer)?;
+                    }
+                    Item::Event(mut event) => {
+                        if event.stack_id != AllocEvent::NO_STACK {
+                            event.stack_id = stacks.global(generation, event.stack_id);
+                        }
+                        allocs.push(event)?;
+                        converted.events += 1;
+                    }
+                }
+            }
+            converted.corrupt_chunks += merge.corrupt;
+        }
+        allocs.finish()?;
+        stack_writer.finish()?;
+        converted.stacks = stacks.next;
+        Ok(Some(converted))
+    }
+}
+
+/// The logs go when the recording ends, converted or not (an error stops the recording).
+impl Drop for AllocLogs {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(ticker) = self.ticker.take() {
+            let _ = ticker.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What one process's conversion found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Converted {
+    /// Allocation events written.
+    pub events: u64,
+    /// Distinct stacks written.
+    pub stacks: u32,
+    /// Records the tracer could not write (its log could not grow).
+    pub dropped: u64,
+    /// Chunks whose bytes did not decode (cut short at the first bad record).
+    pub corrupt_chunks: u64,
+}
+
+/// The mapped clock page.
+struct ClockPage(memmap2::MmapMut);
+
+impl ClockPage {
+    fn get(&self) -> &Clock {
+        // SAFETY: the mapping is CLOCK_SIZE bytes, page-aligned; Clock is atomics.
+        unsafe { &*self.0.as_ptr().cast::<Clock>() }
+    }
+}
+
+/// A thread id and the published bytes of its chunks, in file order.
+type ThreadChunks<'a> = (u32, Vec<&'a [u8]>);
+
+/// The published bytes of each thread's chunks, in file order, by thread.
+fn thread_streams<'a>(
+    path: &Path,
+    log: &'a [u8],
+    converted: &mut Converted,
+) -> Result<Vec<ThreadChunks<'a>>, Error> {
+    let word = |offset: usize| -> u64 {
+        log.get(offset..offset + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_ne_bytes)
+    };
+    if log.len() < HEADER_SIZE || word(0) != MAGIC {
+        return Err(fltrace_trace::Error::Format {
+            path: path.to_owned(),
+            message: "not an fltrace allocation log".into(),
+        }
+        .into());
+    }
+    converted.dropped += word(24);
+    let end = (word(16) as usize).min(log.len());
+    let mut by_tid: HashMap<u32, Vec<&[u8]>> = HashMap::new();
+    let mut order = Vec::new();
+    let mut offset = HEADER_SIZE;
+    while offset + CHUNK_HEADER_SIZE <= end {
+        let tid = word(offset) as u32;
+        let start = offset + CHUNK_HEADER_SIZE;
+        let used = (word(offset + 8) as usize)
+            .min(CHUNK_SIZE - CHUNK_HEADER_SIZE)
+            .min(log.len() - start);
+        if used > 0 {
+            let chunks = by_tid.entry(tid).or_insert_with(|| {
+                order.push(tid);
+                Vec::new()
+            });
+            chunks.push(&log[start..start + used]);
+        }
+        offset += CHUNK_SIZE;
+    }
+    Ok(order
+        .into_iter()
+        .map(|tid| (tid, by_tid.remove(&tid).unwrap_or_default()))
+        .collect())
+}
+
+/// Stack ids: the log's, per image, to the table's, deduplicated by frames.
+#[derive(Default)]
+struct Stacks {
+    local: HashMap<(u32, u32), u32>,
+    by_frames: HashMap<(u32, Vec<u64>), u32>,
+    next: u32,
+}
+
+impl Stacks {
+    fn define(
+        &mut self,
+        generation: u32,
+        local_id: u32,
+        frames: &[u64],
+        writer: &mut StackWriter,
+    ) -> Result<(), Error> {
+        let key = (generation, frames.to_vec());
+        let id = match self.by_frames.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.next;
+                self.next += 1;
+                writer.push(Stack {
+                    id,
+                    generation,
+                    frames: key.1.clone(),
+                })?;
+                self.by_frames.insert(key, id);
+                id
+            }
+        };
+        self.local.insert((generation, local_id), id);
+        Ok(())
+    }
+
+    fn global(&self, generation: u32, local_id: u32) -> u32 {
+        self.local
+            .get(&(generation, local_id))
+            .copied()
+            .unwrap_or(AllocEvent::NO_STACK)
+    }
+}
+
+enum Item {
+    Stack(u32, usize),
+    Event(AllocEvent),
+}
+
+/// One thread's records, decoded lazily.
+struct Stream<'a> {
+    tid: u32,
+    chunks: std::vec::IntoIter<&'a [u8]>,
+    decoder: Option<Decoder<'a>>,
+    /// CLOCK_MONOTONIC time of the records being decoded.
+    time: u64,
+    /// The next record, decoded ahead so the merge knows its time.
+    ahead: Option<(u64, Item)>,
+    /// Time of the item handed out last.
+    last_time: u64,
+    frames: Box<[u64; MAX_FRAMES]>,
+}
+
+/// Merges the threads' streams by time.
+struct Merge<'a> {
+    streams: Vec<Stream<'a>>,
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    mono_offset: u64,
+    corrupt: u64,
+}
+
+impl<'a> Merge<'a> {
+    fn new(threads: Vec<ThreadChunks<'a>>, mono_offset: u64) -> Merge<'a> {
+        let mut merge = Merge {
+            streams: threads
+                .into_iter()
+                .map(|(tid, chunks)| Stream {
+                    tid,
+                    chunks: chunks.into_iter(),
+                    decoder: None,
+                    time: 0,
+                    ahead: None,
+                    last_time: 0,
+                    frames: Box::new([0; MAX_FRAMES]),
+                })
+                .collect(),
+            heap: BinaryHeap::new(),
+            mono_offset,
+            corrupt: 0,
+        };
+        for i in 0..merge.streams.len() {
+            merge.advance(i);
+        }
+        merge
+    }
+
+    /// Decodes stream `i`'s next item into `ahead` and queues it.
+    fn advance(&mut self, i: usize) {
+        let stream = &mut self.streams[i];
+        loop {
+            if stream.decoder.is_none() {
+                let Some(chunk) = stream.chunks.next() else {
+                    return;
+                };
+                stream.decoder = Some(Decoder::new(chunk));
+            }
+            let Some(decoder) = stream.decoder.as_mut() else {
+                return;
+            };
+            match decoder.next(&mut stream.frames) {
+                None => stream.decoder = None,
+                Some(Err(_)) => {
+                    self.corrupt += 1;
+                    stream.decoder = None;
+                }
+                Some(Ok(Record::Time(time))) => stream.time = time,
+                Some(Ok(Record::Stack { id, len })) => {
+                    // A stream has one item ahead at a time, so its definitions always come
+                    // out before its next event; the time only places it among other threads.
+                    let time = stream.last_time;
+                    stream.ahead = Some((time, Item::Stack(id, len)));
+                    self.heap.push(Reverse((time, i)));
+                    return;
+                }
+                Some(Ok(Record::Call(record))) => {
+                    let Some(call) = AllocCall::from_u8(record.call) else {
+                        self.corrupt += 1;
+                        stream.decoder = None;
+                        continue;
+                    };
+                    // Times are the clock's, about a millisecond coarse; a thread's calls
+                    // never go back in time, so its order is kept.
+                    let time_ns = stream
+                        .time
+                        .wrapping_add(self.mono_offset)
+                        .max(stream.last_time);
+                    stream.ahead = Some((
+                        time_ns,
+                        Item::Event(AllocEvent {
+                            time_ns,
+                            tid: stream.tid,
+                            call,
+                            addr: record.addr,
+                            size: record.size,
+                            old_addr: record.old_addr,
+                            detail: record.detail,
+                            stack_id: record.stack_id,
+                        }),
+                    ));
+                    self.heap.push(Reverse((time_ns, i)));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn next(&mut self, frames: &mut [u64; MAX_FRAMES]) -> Option<Item> {
+        let Reverse((_, i)) = self.heap.pop()?;
+        let (time, item) = self.streams[i].ahead.take()?;
+        if let Item::Stack(_, len) = item {
+            frames[..len].copy_from_slice(&self.streams[i].frames[..len]);
+        }
+        self.streams[i].last_time = time;
+        self.advance(i);
+        Some(item)
+    }
+}
