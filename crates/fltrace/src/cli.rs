@@ -18,6 +18,7 @@ pub enum Command {
     /// Run a command (or attach to a process) and record every page fault with its stack.
     Record(RecordArgs),
     /// Faults grouped by call site, with `file:line`; writes fltrace-data-report-PID.out.
+    /// With --allocs, --leaks or --by alloc-site: allocations and the faults in them.
     Report(ReportArgs),
     /// Flamegraphs of all faults and of first-touch faults, as SVG.
     Visualize(VisualizeArgs),
@@ -265,12 +266,18 @@ fn time_range(s: &str) -> Result<(f64, f64), String> {
     Ok((from, to))
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum By {
+    /// The whole stack (and, for faults, their kind).
     Stack,
+    /// The function of the call site.
     Function,
+    /// The file:line of the call site: the innermost line of the program's own code.
     Line,
+    /// The library or executable.
     Dso,
+    /// Faults by where the memory they hit was allocated (needs record --allocs).
+    AllocSite,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -284,9 +291,20 @@ pub enum Format {
 pub struct ReportArgs {
     #[command(flatten)]
     pub selection: Selection,
-    /// What to group faults by.
-    #[arg(long, value_enum, default_value = "line")]
-    pub by: By,
+    /// What to group faults by (with --allocs: allocations; default line).
+    #[arg(long, value_enum)]
+    pub by: Option<By>,
+    /// Allocations instead of faults: the top allocation sites by bytes and by count, the heap
+    /// peak, leaks, temporary allocations and sizes (needs record --allocs).
+    #[arg(long, conflicts_with = "leaks")]
+    pub allocs: bool,
+    /// Memory still allocated at the end of the recording, by allocating stack, as bcc's
+    /// memleak prints it (needs record --allocs).
+    #[arg(long)]
+    pub leaks: bool,
+    /// Leaks: leave out what was allocated less than MS milliseconds before the end.
+    #[arg(short = 'o', long = "older", value_name = "MS")]
+    pub older_ms: Option<u64>,
     /// How many groups to show (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,

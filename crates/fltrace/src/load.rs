@@ -13,11 +13,30 @@ use crate::cli::Selection;
 pub struct Loaded {
     pub recording: Recording,
     pub traces: Vec<(ProcessTrace, ResolvedStacks)>,
+    /// The allocation stacks of each of `traces`, resolved if asked for (else empty).
+    pub alloc_stacks: Vec<ResolvedStacks>,
     /// Records the kernel dropped, from the stats files.
     pub lost: u64,
 }
 
+/// Whether allocation stacks are symbolized too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocs {
+    Skip,
+    /// Those of processes recorded with `--allocs`; it is an error if no process was.
+    Required,
+}
+
+/// Said when a report needs allocations and the recording has none.
+pub const NO_ALLOCS: &str =
+    "this recording has no allocation data: record it with `fltrace record --allocs`";
+
 pub fn load(selection: &Selection) -> anyhow::Result<Loaded> {
+    load_with(selection, Allocs::Skip)
+}
+
+/// Loads as [`load`] does, and symbolizes allocation stacks as `allocs` says.
+pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded> {
     let dir = &selection.dir;
     let recording = match selection.pid {
         Some(pid) => Recording::with_pid(dir, pid)?,
@@ -27,6 +46,10 @@ pub fn load(selection: &Selection) -> anyhow::Result<Loaded> {
         Some(pid) => vec![pid],
         None => recording.pids().to_vec(),
     };
+    // Before the slow part: symbolizing.
+    if allocs == Allocs::Required && !pids.iter().any(|&pid| recording.has_allocs(pid)) {
+        anyhow::bail!(NO_ALLOCS);
+    }
     let start_ns = recording.session.start_ns;
     let window = selection.time.map(|(from, to)| {
         (
@@ -36,6 +59,7 @@ pub fn load(selection: &Selection) -> anyhow::Result<Loaded> {
     });
     let mut symbolizer = Symbolizer::new();
     let mut traces = Vec::new();
+    let mut alloc_stacks = Vec::new();
     let mut lost = 0;
     for pid in pids {
         let mut trace = recording
@@ -49,11 +73,17 @@ pub fn load(selection: &Selection) -> anyhow::Result<Loaded> {
             lost = lost.max(l);
         }
         let stacks = symbolizer.resolve_stacks(&trace);
+        alloc_stacks.push(if allocs != Allocs::Skip && recording.has_allocs(pid) {
+            symbolizer.resolve_alloc_stacks(&trace)
+        } else {
+            ResolvedStacks::default()
+        });
         traces.push((trace, stacks));
     }
     Ok(Loaded {
         recording,
         traces,
+        alloc_stacks,
         lost,
     })
 }
@@ -72,5 +102,10 @@ impl Loaded {
 
     pub fn dir(&self) -> &Path {
         &self.recording.dir
+    }
+
+    /// Whether process `pid` was recorded with `record --allocs`.
+    pub fn has_allocs(&self, pid: u32) -> bool {
+        self.recording.has_allocs(pid)
     }
 }

@@ -1,20 +1,79 @@
 //! `fltrace report`.
 
+mod allocs;
+
 use std::fmt::Write as _;
 use std::io::Write;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 
-use fltrace_analyze::{Group, GroupBy, coverage, group_faults};
+use fltrace_analyze::{Group, GroupBy, Location, coverage, group_faults};
 
 use crate::cli::{By, Format, ReportArgs};
-use crate::load::{Loaded, load};
+use crate::load::{Allocs, Loaded, load_with};
 
 /// The share of faults the headline metric covers.
 const COVER: f64 = 0.95;
 
+/// What a report is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Faults by their own stacks.
+    Faults(GroupBy),
+    /// Allocations (`--allocs`).
+    Allocs(GroupBy),
+    /// Memory still allocated at the end (`--leaks`).
+    Leaks,
+    /// Faults by the allocation site of the memory they hit (`--by alloc-site`).
+    AllocSite,
+}
+
+impl Mode {
+    /// The mode the flags ask for, or why they do not go together.
+    fn of(args: &ReportArgs) -> anyhow::Result<Mode> {
+        let group_by = |by: Option<By>| match by.unwrap_or(By::Line) {
+            By::Stack => GroupBy::Stack,
+            By::Function => GroupBy::Function,
+            By::Line | By::AllocSite => GroupBy::Line,
+            By::Dso => GroupBy::Dso,
+        };
+        let mode = match (args.allocs, args.leaks, args.by) {
+            (true, _, Some(By::AllocSite)) => bail!(
+                "--by alloc-site groups faults; --allocs groups allocations by stack, function, line or dso"
+            ),
+            (true, _, by) => Mode::Allocs(group_by(by)),
+            (_, true, Some(_)) => bail!("--leaks lists whole stacks: --by does not apply"),
+            (_, true, None) => Mode::Leaks,
+            (false, false, Some(By::AllocSite)) => Mode::AllocSite,
+            (false, false, by) => Mode::Faults(group_by(by)),
+        };
+        let whole_recording = matches!(mode, Mode::Allocs(_) | Mode::Leaks);
+        if whole_recording && args.selection.time.is_some() {
+            bail!("--time selects faults; --allocs and --leaks cover the whole recording");
+        }
+        if !whole_recording && args.older_ms.is_some() {
+            bail!("-o/--older applies to --leaks and --allocs");
+        }
+        Ok(mode)
+    }
+}
+
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
-    let loaded = load(&args.selection)?;
+    let out = report(&args)?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// Writes the original's report files and returns what goes to stdout.
+fn report(args: &ReportArgs) -> anyhow::Result<String> {
+    let mode = Mode::of(args)?;
+    let allocs = match mode {
+        Mode::Faults(_) => Allocs::Skip,
+        _ => Allocs::Required,
+    };
+    let loaded = load_with(&args.selection, allocs)?;
     for (trace, stacks) in &loaded.traces {
         let groups = group_faults([(&trace.faults[..], stacks)], GroupBy::Stack);
         let path = fltrace_trace::files::path(loaded.dir(), "report", trace.pid, "out");
@@ -22,12 +81,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         file.write_all(original_csv(&groups).as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    let by = match args.by {
-        By::Stack => GroupBy::Stack,
-        By::Function => GroupBy::Function,
-        By::Line => GroupBy::Line,
-        By::Dso => GroupBy::Dso,
-    };
+    Ok(match mode {
+        Mode::Faults(by) => faults(&loaded, by, args.top, args.format),
+        Mode::Allocs(by) => allocs::allocs(&loaded, by, args),
+        Mode::Leaks => allocs::leaks(&loaded, args),
+        Mode::AllocSite => allocs::by_alloc_site(&loaded, args.top, args.format),
+    })
+}
+
+/// Faults grouped by their own stacks: the report without allocations.
+fn faults(loaded: &Loaded, by: GroupBy, top: usize, format: Format) -> String {
     let sources = || loaded.traces.iter().map(|(t, s)| (&t.faults[..], s));
     let groups = group_faults(sources(), by);
     let lines = if by == GroupBy::Line {
@@ -37,20 +100,17 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     };
     let covering = coverage(&lines, COVER);
     let total = loaded.total_faults();
-    let shown = if args.top == 0 {
-        groups.len()
-    } else {
-        args.top.min(groups.len())
-    };
-    let out = match args.format {
-        Format::Table => table(&loaded, &groups[..shown], total, covering, lines.len()),
+    let shown = shown(top, groups.len());
+    match format {
+        Format::Table => table(loaded, &groups[..shown], total, covering, lines.len()),
         Format::Csv => csv(&groups[..shown], by, total),
-        Format::Json => json(&loaded, &groups[..shown], by, total, covering, lines.len()),
-    };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.as_bytes())?;
-    stdout.flush()?;
-    Ok(())
+        Format::Json => json(loaded, &groups[..shown], by, total, covering, lines.len()),
+    }
+}
+
+/// How many of `len` rows `--top` shows.
+fn shown(top: usize, len: usize) -> usize {
+    if top == 0 { len } else { top.min(len) }
 }
 
 fn percent(count: u64, total: u64) -> f64 {
@@ -119,13 +179,7 @@ fn table(
     for (i, group) in groups.iter().enumerate() {
         cumulative += group.count;
         let location = &group.key.location;
-        let file_line = if location.has_line() {
-            format!("{}:{}", location.short_file(), location.line)
-        } else if location.file.is_empty() {
-            "??".to_owned()
-        } else {
-            location.short_file().to_owned()
-        };
+        let file_line = short_file_line(location);
         let _ = writeln!(
             out,
             "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} {:<32} {:<36} {}",
@@ -139,25 +193,8 @@ fn table(
             file_line,
             location.lib
         );
-        if let Some(stack) = &group.key.stack {
-            let callers: Vec<String> = stack
-                .iter()
-                .skip(1)
-                .map(|l| {
-                    format!(
-                        "{} ({})",
-                        l.function,
-                        if l.has_line() {
-                            format!("{}:{}", l.short_file(), l.line)
-                        } else {
-                            l.lib.to_string()
-                        }
-                    )
-                })
-                .collect();
-            if !callers.is_empty() {
-                let _ = writeln!(out, "{:>42}<- {}", "", callers.join(" <- "));
-            }
+        if let Some(callers) = group.key.stack.as_deref().and_then(callers) {
+            let _ = writeln!(out, "{:>42}<- {callers}", "");
         }
     }
     let processes = loaded.traces.len();
@@ -170,6 +207,37 @@ fn table(
         COVER * 100.0,
     );
     out
+}
+
+/// The frames of a stack after the first, `function (file:line) <- ...`, if there are any.
+fn callers(stack: &[Location]) -> Option<String> {
+    let callers: Vec<String> = stack
+        .iter()
+        .skip(1)
+        .map(|l| {
+            format!(
+                "{} ({})",
+                l.function,
+                if l.has_line() {
+                    format!("{}:{}", l.short_file(), l.line)
+                } else {
+                    l.lib.to_string()
+                }
+            )
+        })
+        .collect();
+    (!callers.is_empty()).then(|| callers.join(" <- "))
+}
+
+/// `file:line` without the file's directories, for tables.
+fn short_file_line(location: &Location) -> String {
+    if location.has_line() {
+        format!("{}:{}", location.short_file(), location.line)
+    } else if location.file.is_empty() {
+        "??".to_owned()
+    } else {
+        location.short_file().to_owned()
+    }
 }
 
 fn truncate(s: &str, width: usize) -> String {

@@ -1,0 +1,962 @@
+//! `fltrace report --allocs`, `--leaks` and `--by alloc-site`: what a recording made with
+//! `record --allocs` allocated, what it never gave back, and which allocations the faults hit.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use fltrace_analyze::{
+    AllocGroup, AllocSiteGroup, AllocSource, AllocStats, AllocTotals, BlockKind, GroupBy,
+    Lifetimes, Location, ResolvedStacks, SizeHistogram, attribute_faults, group_allocs,
+    group_faults_by_alloc_site, trace_end_ns,
+};
+use fltrace_trace::ProcessTrace;
+
+use super::{callers, csv_field, percent, short_file_line, shown, truncate};
+use crate::cli::{Format, ReportArgs};
+use crate::load::Loaded;
+
+/// Lines of code shown under each allocation site in the `--by alloc-site` table.
+const LINES_PER_SITE: usize = 5;
+
+/// One process's allocations, paired and totalled.
+struct Process<'a> {
+    trace: &'a ProcessTrace,
+    stacks: &'a ResolvedStacks,
+    alloc_stacks: &'a ResolvedStacks,
+    lifetimes: Lifetimes,
+    stats: AllocStats,
+}
+
+/// The loaded processes that were recorded with allocations; the others are named on stderr
+/// (stdout may be CSV or JSON).
+fn processes(loaded: &Loaded, min_leak_age_ns: u64) -> Vec<Process<'_>> {
+    let mut processes = Vec::new();
+    for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
+        if !loaded.has_allocs(trace.pid) {
+            eprintln!(
+                "fltrace: process {} was recorded without allocations, left out",
+                trace.pid
+            );
+            continue;
+        }
+        let lifetimes = Lifetimes::of_trace(trace);
+        let end_ns = trace_end_ns(&trace.allocs, &trace.faults);
+        let stats = AllocStats::new(&trace.allocs, &lifetimes, end_ns, min_leak_age_ns);
+        processes.push(Process {
+            trace,
+            stacks,
+            alloc_stacks,
+            lifetimes,
+            stats,
+        });
+    }
+    processes
+}
+
+fn min_leak_age_ns(args: &ReportArgs) -> u64 {
+    args.older_ms.unwrap_or(0).saturating_mul(1_000_000)
+}
+
+/// The groups with a non-zero `key`, largest first (ties keep the order they came in).
+fn ranked(groups: &[AllocGroup], key: impl Fn(&AllocTotals) -> u64) -> Vec<&AllocGroup> {
+    let mut ranked: Vec<&AllocGroup> = groups.iter().filter(|g| key(&g.totals) > 0).collect();
+    ranked.sort_by_key(|g| std::cmp::Reverse(key(&g.totals)));
+    ranked
+}
+
+/// The first `top` of `list` (all for 0).
+fn first(top: usize, mut list: Vec<&AllocGroup>) -> Vec<&AllocGroup> {
+    list.truncate(shown(top, list.len()));
+    list
+}
+
+/// `--allocs`.
+pub(super) fn allocs(loaded: &Loaded, by: GroupBy, args: &ReportArgs) -> String {
+    let min_age_ns = min_leak_age_ns(args);
+    let processes = processes(loaded, min_age_ns);
+    let groups = group_allocs(processes.iter().map(|p| (&p.stats, p.alloc_stacks)), by);
+    let top = |list| first(args.top, list);
+    let by_bytes = top(ranked(&groups, |t| t.bytes));
+    match args.format {
+        Format::Table => allocs_table(loaded, &processes, &groups, args.top, min_age_ns),
+        Format::Csv => allocs_csv(&by_bytes, by),
+        Format::Json => {
+            let heap = total(&processes, BlockKind::Heap);
+            let mappings = total(&processes, BlockKind::Mapping);
+            let mut sizes = SizeHistogram::default();
+            for p in &processes {
+                for (bucket, count, bytes) in p.stats.heap_sizes.buckets() {
+                    sizes.counts[bucket] += count;
+                    sizes.bytes[bucket] += bytes;
+                }
+            }
+            let doc = serde_json::json!({
+                "command": loaded.command(),
+                "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
+                "heap": totals_json(&heap),
+                "mappings": totals_json(&mappings),
+                "unknown_frees": processes.iter().map(|p| p.stats.unknown_frees).sum::<u64>(),
+                "overlaps": processes.iter().map(|p| p.stats.overlaps).sum::<u64>(),
+                "min_leak_age_ms": args.older_ms.unwrap_or(0),
+                "peaks": processes.iter().map(|p| serde_json::json!({
+                    "pid": p.trace.pid,
+                    "time_s": seconds(loaded, p.stats.peak_ns),
+                    "bytes": p.stats.peak_bytes,
+                })).collect::<Vec<_>>(),
+                "sites_by_bytes": by_bytes.iter().map(|g| site_json(g)).collect::<Vec<_>>(),
+                "sites_by_count": top(ranked(&groups, |t| t.allocs)).iter().map(|g| site_json(g)).collect::<Vec<_>>(),
+                "sizes": sizes.buckets().map(|(bucket, count, bytes)| {
+                    let (from, to) = SizeHistogram::range(bucket);
+                    serde_json::json!({"from": from, "to": to, "count": count, "bytes": bytes})
+                }).collect::<Vec<_>>(),
+            });
+            pretty(&doc)
+        }
+    }
+}
+
+fn total(processes: &[Process<'_>], kind: BlockKind) -> AllocTotals {
+    let mut total = AllocTotals::default();
+    for p in processes {
+        total += p.stats.total(kind);
+    }
+    total
+}
+
+/// Seconds from the start of the recording.
+fn seconds(loaded: &Loaded, time_ns: u64) -> f64 {
+    time_ns.saturating_sub(loaded.recording.session.start_ns) as f64 / 1e9
+}
+
+/// `12.5 MiB`.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `1 mapping`, `2 mappings`.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `function file:line`, for the lists under the tables.
+fn site(location: &Location) -> String {
+    format!(
+        "{} {}",
+        truncate(&location.function, 48),
+        short_file_line(location)
+    )
+}
+
+fn allocs_table(
+    loaded: &Loaded,
+    processes: &[Process<'_>],
+    groups: &[AllocGroup],
+    top: usize,
+    min_age_ns: u64,
+) -> String {
+    let mut out = String::new();
+    let limit = |n: usize| shown(top, n);
+    for (title, list) in [
+        ("bytes", ranked(groups, |t| t.bytes)),
+        ("count", ranked(groups, |t| t.allocs)),
+    ] {
+        let _ = writeln!(out, "Allocation sites by {title}:");
+        let _ = writeln!(
+            out,
+            "{:>4} {:>10} {:>9} {:>10} {:>7} {:>9} {:>10}  {:<7} {:<32} {:<36} lib",
+            "#",
+            "bytes",
+            "allocs",
+            "leaked",
+            "leaks",
+            "temporary",
+            "at peak",
+            "memory",
+            "function",
+            "file:line"
+        );
+        for (i, group) in list.iter().take(limit(list.len())).enumerate() {
+            let (l, t) = (&group.key.location, &group.totals);
+            let _ = writeln!(
+                out,
+                "{:>4} {:>10} {:>9} {:>10} {:>7} {:>9} {:>10}  {:<7} {:<32} {:<36} {}",
+                i + 1,
+                human(t.bytes),
+                t.allocs,
+                human(t.leaked_bytes),
+                t.leaked_allocs,
+                t.temporary,
+                human(t.peak_bytes),
+                group.kind.name(),
+                truncate(&l.function, 32),
+                short_file_line(l),
+                l.lib
+            );
+            if let Some(callers) = group.key.stack.as_deref().and_then(callers) {
+                let _ = writeln!(out, "{:>42}<- {callers}", "");
+            }
+        }
+        out.push('\n');
+    }
+
+    for p in processes.iter().filter(|p| p.stats.peak_bytes > 0) {
+        let _ = writeln!(
+            out,
+            "Heap peak of process {}: {} at {:.3} s",
+            p.trace.pid,
+            human(p.stats.peak_bytes),
+            seconds(loaded, p.stats.peak_ns)
+        );
+    }
+    let at_peak = ranked(groups, |t| t.peak_bytes);
+    let peak_total: u64 = at_peak.iter().map(|g| g.totals.peak_bytes).sum();
+    if peak_total > 0 {
+        let _ = writeln!(out, "alive then, by site:");
+        for group in at_peak.iter().take(limit(at_peak.len())) {
+            let t = &group.totals;
+            let _ = writeln!(
+                out,
+                "{:>10} {:>6.1}% {:>9} blocks  {}",
+                human(t.peak_bytes),
+                percent(t.peak_bytes, peak_total),
+                t.peak_allocs,
+                site(&group.key.location)
+            );
+        }
+    } else {
+        let _ = writeln!(out, "Heap peak: no heap allocations");
+    }
+    out.push('\n');
+
+    let leaks = ranked(groups, |t| t.leaked_bytes);
+    let leaked_bytes: u64 = leaks.iter().map(|g| g.totals.leaked_bytes).sum();
+    let leaked_allocs: u64 = leaks.iter().map(|g| g.totals.leaked_allocs).sum();
+    let _ = writeln!(
+        out,
+        "Leaks: {} in {leaked_allocs} allocations alive at the end, allocated at least {} ms before it",
+        human(leaked_bytes),
+        min_age_ns / 1_000_000
+    );
+    for group in leaks.iter().take(limit(leaks.len())) {
+        let t = &group.totals;
+        let _ = writeln!(
+            out,
+            "{:>10} {:>9} allocs  {:<7} {}",
+            human(t.leaked_bytes),
+            t.leaked_allocs,
+            group.kind.name(),
+            site(&group.key.location)
+        );
+    }
+    out.push('\n');
+
+    let heap = total(processes, BlockKind::Heap);
+    let temporary = ranked(groups, |t| t.temporary);
+    let _ = writeln!(
+        out,
+        "Temporary allocations (freed by their thread before it allocated again): {} of {} heap allocations ({:.1}%)",
+        heap.temporary,
+        heap.allocs,
+        percent(heap.temporary, heap.allocs)
+    );
+    for group in temporary.iter().take(limit(temporary.len())) {
+        let t = &group.totals;
+        let _ = writeln!(
+            out,
+            "{:>10} {:>6.1}% of the site's  {}",
+            t.temporary,
+            percent(t.temporary, t.allocs),
+            site(&group.key.location)
+        );
+    }
+    out.push('\n');
+
+    let mut sizes = SizeHistogram::default();
+    for p in processes {
+        for (bucket, count, bytes) in p.stats.heap_sizes.buckets() {
+            sizes.counts[bucket] += count;
+            sizes.bytes[bucket] += bytes;
+        }
+    }
+    let _ = writeln!(out, "Heap allocation sizes:");
+    let most = sizes.counts.iter().copied().max().unwrap_or(0);
+    for (bucket, count, bytes) in sizes.buckets() {
+        let (from, to) = SizeHistogram::range(bucket);
+        let sizes = if bucket == 0 {
+            "0 B".to_owned()
+        } else {
+            format!("[{}, {})", human(from), human(to.saturating_add(1)))
+        };
+        // At least one mark for a non-empty bucket, however small.
+        let bar = ((count * 40).div_ceil(most.max(1))) as usize;
+        let _ = writeln!(
+            out,
+            "{sizes:>22} {count:>10} {:>10}  {}",
+            human(bytes),
+            "#".repeat(bar)
+        );
+    }
+    out.push('\n');
+
+    let mappings = total(processes, BlockKind::Mapping);
+    let unknown: u64 = processes.iter().map(|p| p.stats.unknown_frees).sum();
+    let overlaps: u64 = processes.iter().map(|p| p.stats.overlaps).sum();
+    let _ = write!(
+        out,
+        "{} ({}) and {} ({}) in {} of `{}`; {}, {}",
+        counted(heap.allocs, "heap allocation", "heap allocations"),
+        human(heap.bytes),
+        counted(mappings.allocs, "mapping", "mappings"),
+        human(mappings.bytes),
+        counted(processes.len() as u64, "process", "processes"),
+        loaded.command(),
+        counted(heap.failed + mappings.failed, "failed call", "failed calls"),
+        counted(
+            unknown,
+            "free of an unknown block",
+            "frees of unknown blocks"
+        ),
+    );
+    if overlaps > 0 {
+        let _ = write!(
+            out,
+            ", {overlaps} blocks handed out while still alive (a free entered late)"
+        );
+    }
+    out.push('\n');
+    out
+}
+
+fn allocs_csv(groups: &[&AllocGroup], by: GroupBy) -> String {
+    let mut out = String::from(
+        "function,file,line,allocs,bytes,leaked_allocs,leaked_bytes,temporary,peak_bytes,peak_allocs,failed,memory,lib",
+    );
+    out.push_str(if by == GroupBy::Stack {
+        ",stack\n"
+    } else {
+        "\n"
+    });
+    for group in groups {
+        let (l, t) = (&group.key.location, &group.totals);
+        let _ = write!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            csv_field(&l.function),
+            csv_field(&l.file),
+            l.line,
+            t.allocs,
+            t.bytes,
+            t.leaked_allocs,
+            t.leaked_bytes,
+            t.temporary,
+            t.peak_bytes,
+            t.peak_allocs,
+            t.failed,
+            group.kind.name(),
+            csv_field(&l.lib)
+        );
+        if by == GroupBy::Stack {
+            let _ = write!(out, ",{}", csv_field(&stack_text(group)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `function@file:line|...`, innermost first, as the faults CSV writes stacks.
+fn stack_text(group: &AllocGroup) -> String {
+    let frames: Vec<String> = group
+        .key
+        .stack
+        .iter()
+        .flat_map(|s| s.iter())
+        .map(|l| format!("{}@{}", l.function, l.file_line()))
+        .collect();
+    frames.join("|")
+}
+
+fn totals_json(t: &AllocTotals) -> serde_json::Value {
+    serde_json::json!({
+        "allocs": t.allocs,
+        "bytes": t.bytes,
+        "failed": t.failed,
+        "leaked_allocs": t.leaked_allocs,
+        "leaked_bytes": t.leaked_bytes,
+        "temporary": t.temporary,
+        "peak_bytes": t.peak_bytes,
+        "peak_allocs": t.peak_allocs,
+    })
+}
+
+fn location_json(l: &Location) -> serde_json::Value {
+    serde_json::json!({"function": &*l.function, "file": &*l.file, "line": l.line, "lib": &*l.lib})
+}
+
+fn site_json(group: &AllocGroup) -> serde_json::Value {
+    let mut row = location_json(&group.key.location);
+    row["memory"] = group.kind.name().into();
+    if let serde_json::Value::Object(totals) = totals_json(&group.totals) {
+        for (k, v) in totals {
+            row[k] = v;
+        }
+    }
+    if let Some(stack) = &group.key.stack {
+        row["stack"] = stack.iter().map(location_json).collect();
+    }
+    row
+}
+
+fn pretty(doc: &serde_json::Value) -> String {
+    let mut text = serde_json::to_string_pretty(doc).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// `--leaks`, as bcc's memleak prints outstanding allocations.
+pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
+    let min_age_ns = min_leak_age_ns(args);
+    let processes = processes(loaded, min_age_ns);
+    let groups = group_allocs(
+        processes.iter().map(|p| (&p.stats, p.alloc_stacks)),
+        GroupBy::Stack,
+    );
+    let leaks = ranked(&groups, |t| t.leaked_bytes);
+    let leaks = &leaks[..shown(args.top, leaks.len())];
+    match args.format {
+        Format::Table => {
+            let mut out = format!("Top {} stacks with outstanding allocations:\n", leaks.len());
+            for group in leaks {
+                let t = &group.totals;
+                let _ = writeln!(
+                    out,
+                    "\t{} bytes in {} allocations from stack",
+                    t.leaked_bytes, t.leaked_allocs
+                );
+                for l in group.key.stack.iter().flat_map(|s| s.iter()) {
+                    if l.has_line() {
+                        let _ = writeln!(out, "\t\t{} {}:{}", l.function, l.short_file(), l.line);
+                    } else {
+                        let _ = writeln!(out, "\t\t{} [{}]", l.function, l.lib);
+                    }
+                }
+            }
+            let all = ranked(&groups, |t| t.leaked_bytes);
+            let bytes: u64 = all.iter().map(|g| g.totals.leaked_bytes).sum();
+            let allocs: u64 = all.iter().map(|g| g.totals.leaked_allocs).sum();
+            let _ = writeln!(
+                out,
+                "\n{bytes} bytes in {allocs} allocations from {} stacks alive at the end of `{}`, allocated at least {} ms before it",
+                all.len(),
+                loaded.command(),
+                args.older_ms.unwrap_or(0)
+            );
+            out
+        }
+        Format::Csv => {
+            let mut out =
+                String::from("function,file,line,leaked_allocs,leaked_bytes,memory,lib,stack\n");
+            for group in leaks {
+                let (l, t) = (&group.key.location, &group.totals);
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{}",
+                    csv_field(&l.function),
+                    csv_field(&l.file),
+                    l.line,
+                    t.leaked_allocs,
+                    t.leaked_bytes,
+                    group.kind.name(),
+                    csv_field(&l.lib),
+                    csv_field(&stack_text(group))
+                );
+            }
+            out
+        }
+        Format::Json => pretty(&serde_json::json!({
+            "command": loaded.command(),
+            "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
+            "min_leak_age_ms": args.older_ms.unwrap_or(0),
+            "leaks": leaks.iter().map(|g| serde_json::json!({
+                "bytes": g.totals.leaked_bytes,
+                "allocs": g.totals.leaked_allocs,
+                "memory": g.kind.name(),
+                "site": location_json(&g.key.location),
+                "stack": g.key.stack.iter().flat_map(|s| s.iter()).map(location_json).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })),
+    }
+}
+
+/// `--by alloc-site`: faults by the allocation site of the memory they hit.
+pub(super) fn by_alloc_site(loaded: &Loaded, top: usize, format: Format) -> String {
+    let processes = processes(loaded, 0);
+    let hits: Vec<Vec<Option<u32>>> = processes
+        .iter()
+        .map(|p| attribute_faults(&p.lifetimes, &p.trace.faults))
+        .collect();
+    let groups =
+        group_faults_by_alloc_site(processes.iter().zip(&hits).map(|(p, hits)| AllocSource {
+            trace: p.trace,
+            stacks: p.stacks,
+            alloc_stacks: p.alloc_stacks,
+            lifetimes: &p.lifetimes,
+            hits,
+        }));
+    // What each site allocated, beside the faults in it.
+    let allocated: HashMap<(Location, BlockKind), AllocTotals> = group_allocs(
+        processes.iter().map(|p| (&p.stats, p.alloc_stacks)),
+        GroupBy::Line,
+    )
+    .into_iter()
+    .map(|g| ((g.key.location, g.kind), g.totals))
+    .collect();
+    let totals_of = |g: &AllocSiteGroup| {
+        g.kind
+            .and_then(|kind| allocated.get(&(g.faults.key.location.clone(), kind)))
+            .copied()
+            .unwrap_or_default()
+    };
+    let total: u64 = processes.iter().map(|p| p.trace.faults.len() as u64).sum();
+    let in_blocks: u64 = groups
+        .iter()
+        .filter(|g| g.kind.is_some())
+        .map(|g| g.faults.count)
+        .sum();
+    let rows = &groups[..shown(top, groups.len())];
+    let memory = |g: &AllocSiteGroup| g.kind.map_or("none", BlockKind::name);
+    match format {
+        Format::Table => {
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<8} {:<7} {:<32} {:<36} {:>10}",
+                "#",
+                "faults",
+                "%",
+                "cum%",
+                "kind",
+                "type",
+                "memory",
+                "allocated by",
+                "file:line",
+                "allocated"
+            );
+            let mut cumulative = 0;
+            for (i, group) in rows.iter().enumerate() {
+                let f = &group.faults;
+                cumulative += f.count;
+                let l = &f.key.location;
+                let allocated = match group.kind {
+                    Some(_) => human(totals_of(group).bytes),
+                    None => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} {:<7} {:<32} {:<36} {:>10}",
+                    i + 1,
+                    f.count,
+                    percent(f.count, total),
+                    percent(cumulative, total),
+                    f.kind_name(),
+                    f.type_name(),
+                    memory(group),
+                    truncate(&l.function, 32),
+                    if group.kind.is_some() {
+                        short_file_line(l)
+                    } else {
+                        String::new()
+                    },
+                    allocated
+                );
+                // The code that took them, under the kind and type columns.
+                for line in group.lines.iter().take(LINES_PER_SITE) {
+                    let _ = writeln!(
+                        out,
+                        "{:>14} {:>6.2}% {:>7}  {:<10} {:<8} {:<7} by {}",
+                        line.count,
+                        percent(line.count, f.count),
+                        "",
+                        line.kind_name(),
+                        line.type_name(),
+                        "",
+                        site(&line.key.location)
+                    );
+                }
+                if group.lines.len() > LINES_PER_SITE {
+                    let _ = writeln!(out, "{:>14} more lines", group.lines.len() - LINES_PER_SITE);
+                }
+            }
+            let sites = groups.iter().filter(|g| g.kind.is_some()).count();
+            let n = processes.len();
+            let _ = writeln!(
+                out,
+                "\n{total} faults in {n} process{} of `{}`; {in_blocks} ({:.1}%) in memory from {sites} allocation sites, the others outside any live allocation",
+                if n == 1 { "" } else { "es" },
+                loaded.command(),
+                percent(in_blocks, total)
+            );
+            out
+        }
+        Format::Csv => {
+            let mut out = String::from(
+                "count,function,file,line,percent,kind,type,memory,lib,allocs,bytes\n",
+            );
+            for group in rows {
+                let (f, l) = (&group.faults, &group.faults.key.location);
+                let t = totals_of(group);
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{:.4},{},{},{},{},{},{}",
+                    f.count,
+                    csv_field(&l.function),
+                    csv_field(&l.file),
+                    l.line,
+                    percent(f.count, total),
+                    f.kind_name(),
+                    f.type_name(),
+                    memory(group),
+                    csv_field(&l.lib),
+                    t.allocs,
+                    t.bytes
+                );
+            }
+            out
+        }
+        Format::Json => pretty(&serde_json::json!({
+            "command": loaded.command(),
+            "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
+            "faults": total,
+            "in_allocations": in_blocks,
+            "groups": rows.iter().map(|g| {
+                let f = &g.faults;
+                let mut row = location_json(&f.key.location);
+                let t = totals_of(g);
+                row["count"] = f.count.into();
+                row["percent"] = percent(f.count, total).into();
+                row["kind"] = f.kind_name().into();
+                row["type"] = f.type_name().into();
+                row["memory"] = memory(g).into();
+                row["allocs"] = t.allocs.into();
+                row["bytes"] = t.bytes.into();
+                row["lines"] = g.lines.iter().take(shown(top, g.lines.len())).map(|line| {
+                    let mut row = location_json(&line.key.location);
+                    row["count"] = line.count.into();
+                    row["kind"] = line.kind_name().into();
+                    row
+                }).collect();
+                row
+            }).collect::<Vec<_>>(),
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+    use fltrace_trace::{
+        AllocCall, AllocEvent, AllocWriter, Fault, FaultFlags, FaultWriter, Mapping, MappingWriter,
+        Stack, StackWriter, files, keys, parse_procmaps_line,
+    };
+
+    use crate::cli::{Cli, Command};
+
+    const PID: u32 = 4242;
+    const START: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+
+    // Allocation sites: their addresses stand for return addresses into them.
+    #[inline(never)]
+    fn leaky_site() -> u64 {
+        std::hint::black_box(1)
+    }
+
+    #[inline(never)]
+    fn temporary_site() -> u64 {
+        std::hint::black_box(2)
+    }
+
+    #[inline(never)]
+    fn mapping_site() -> u64 {
+        std::hint::black_box(3)
+    }
+
+    #[inline(never)]
+    fn toucher() -> u64 {
+        std::hint::black_box(4)
+    }
+
+    /// An address inside `f`, so that it and one byte back both symbolize to `f`.
+    fn inside(f: fn() -> u64) -> u64 {
+        f as usize as u64 + 1
+    }
+
+    fn event(ms: u64, call: AllocCall, addr: u64, size: u64, stack_id: u32) -> AllocEvent {
+        AllocEvent {
+            time_ns: START + ms * MS,
+            tid: PID,
+            call,
+            addr,
+            size,
+            old_addr: 0,
+            detail: if call == AllocCall::Mmap { 0x22 } else { 0 },
+            stack_id,
+        }
+    }
+
+    /// A recording of process `PID`: this test binary's own mappings (so that the sites
+    /// symbolize) and, with `allocs`, a leak of 5000 bytes, a temporary 100 bytes, and an
+    /// 8 KiB anonymous mapping half unmapped again; faults in the leak, the mapping, the
+    /// unmapped half and nowhere.
+    fn record(dir: &Path, allocs: bool) {
+        let metadata = vec![
+            (keys::SESSION.to_owned(), format!("{PID}-{START}")),
+            (keys::START_NS.to_owned(), START.to_string()),
+            (keys::COMMAND.to_owned(), "synthetic".to_owned()),
+        ];
+        let mut mappings = MappingWriter::create(&files::mmaps(dir, PID)).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            mappings.push(parse_procmaps_line(line).unwrap());
+        }
+        mappings.push(Mapping {
+            time_ns: START + 4 * MS,
+            start: 0x2000_0000,
+            end: 0x2000_2000,
+            prot: 3,
+            flags: 0x22,
+            path: "//anon".into(),
+            ..Mapping::default()
+        });
+        mappings.finish().unwrap();
+        let mut stacks = StackWriter::create(&files::stacks(dir, PID)).unwrap();
+        stacks
+            .push(Stack {
+                id: 0,
+                generation: 0,
+                frames: vec![inside(toucher)],
+            })
+            .unwrap();
+        stacks.finish().unwrap();
+        let mut faults = FaultWriter::create(&files::faults(dir, PID), &metadata).unwrap();
+        let touch = |ms_tenths: u64, addr: u64| Fault {
+            time_ns: START + ms_tenths * MS / 10,
+            pid: PID,
+            tid: PID,
+            ip: inside(toucher),
+            addr,
+            flags: FaultFlags(FaultFlags::WRITE),
+            stack_id: 0,
+        };
+        for fault in [
+            touch(15, 0x1000_0010),
+            touch(16, 0x1000_1000),
+            touch(17, 0x1000_1387), // the leak's last byte
+            touch(45, 0x2000_0000),
+            touch(60, 0x2000_1000), // unmapped from the block at 5 ms
+            touch(60, 0x3000_0000),
+        ] {
+            faults.push(fault).unwrap();
+        }
+        faults.finish().unwrap();
+        if !allocs {
+            return;
+        }
+        let mut stacks = StackWriter::create(&files::alloc_stacks(dir, PID)).unwrap();
+        for (id, site) in [leaky_site, temporary_site, mapping_site]
+            .into_iter()
+            .enumerate()
+        {
+            stacks
+                .push(Stack {
+                    id: id as u32,
+                    generation: 0,
+                    frames: vec![inside(site)],
+                })
+                .unwrap();
+        }
+        stacks.finish().unwrap();
+        let mut events = AllocWriter::create(&files::allocs(dir, PID)).unwrap();
+        let no_stack = AllocEvent::NO_STACK;
+        for event in [
+            event(1, AllocCall::Malloc, 0x1000_0000, 5000, 0),
+            event(2, AllocCall::Malloc, 0x1000_2000, 100, 1),
+            event(3, AllocCall::Free, 0x1000_2000, 0, no_stack),
+            event(4, AllocCall::Mmap, 0x2000_0000, 8192, 2),
+            event(5, AllocCall::Munmap, 0x2000_1000, 4096, no_stack),
+        ] {
+            events.push(event).unwrap();
+        }
+        events.finish().unwrap();
+    }
+
+    fn report(dir: &Path, flags: &[&str]) -> anyhow::Result<String> {
+        let mut argv = vec!["fltrace", "report", "-d", dir.to_str().unwrap()];
+        argv.extend(flags);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Report(args) => super::super::report(&args),
+            _ => unreachable!(),
+        }
+    }
+
+    /// CSV rows as maps from column to value.
+    fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        lines
+            .map(|l| {
+                header
+                    .iter()
+                    .zip(l.split(','))
+                    .map(|(h, v)| (h.to_string(), v.to_string()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn allocs_csv_and_table() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), true);
+        let csv = report(dir.path(), &["--allocs", "--format", "csv"]).unwrap();
+        assert!(
+            csv.starts_with("function,file,line,allocs,bytes,leaked_allocs,leaked_bytes,"),
+            "{csv}"
+        );
+        let rows = rows(&csv);
+        let got: Vec<(bool, &str, &str, &str, &str, &str, &str)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["file"].ends_with("allocs.rs"),
+                    r["function"].rsplit("::").next().unwrap(),
+                    &*r["bytes"],
+                    &*r["leaked_allocs"],
+                    &*r["leaked_bytes"],
+                    &*r["temporary"],
+                    &*r["memory"],
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (true, "mapping_site", "8192", "1", "4096", "0", "mapping"),
+                (true, "leaky_site", "5000", "1", "5000", "0", "heap"),
+                (true, "temporary_site", "100", "0", "0", "1", "heap"),
+            ]
+        );
+        // Peak: 5100 heap bytes from 2 to 3 ms.
+        assert_eq!(rows[1]["peak_bytes"], "5000");
+        assert_eq!(rows[2]["peak_bytes"], "100");
+
+        let table = report(dir.path(), &["--allocs"]).unwrap();
+        assert!(
+            table.contains("Heap peak of process 4242: 5.0 KiB at 0.002 s"),
+            "{table}"
+        );
+        assert!(table.contains("Leaks: 8.9 KiB in 2 allocations"), "{table}");
+        assert!(
+            table.contains(": 1 of 2 heap allocations (50.0%)"),
+            "{table}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&report(dir.path(), &["--allocs", "--format", "json"]).unwrap())
+                .unwrap();
+        assert_eq!(json["heap"]["allocs"], 2);
+        assert_eq!(json["mappings"]["leaked_bytes"], 4096);
+        assert_eq!(json["sizes"][0]["from"], 64);
+    }
+
+    #[test]
+    fn leaks_like_memleak() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), true);
+        let text = report(dir.path(), &["--leaks"]).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "Top 2 stacks with outstanding allocations:");
+        assert_eq!(lines[1], "\t5000 bytes in 1 allocations from stack");
+        // Frames follow, indented, inlined ones expanded.
+        let frames: Vec<&str> = lines[2..]
+            .iter()
+            .take_while(|l| l.starts_with("\t\t"))
+            .copied()
+            .collect();
+        assert!(
+            frames.iter().any(|f| f.contains("leaky_site allocs.rs:")),
+            "{text}"
+        );
+        assert_eq!(
+            lines[2 + frames.len()],
+            "\t4096 bytes in 1 allocations from stack"
+        );
+        // The block from 4 ms is 2 ms old at the end (6 ms): hidden from 3 ms on.
+        let text = report(dir.path(), &["--leaks", "-o", "3"]).unwrap();
+        assert!(text.starts_with("Top 1 stacks"), "{text}");
+    }
+
+    #[test]
+    fn faults_by_alloc_site() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), true);
+        let csv = report(dir.path(), &["--by", "alloc-site", "--format", "csv"]).unwrap();
+        assert!(csv.starts_with("count,function,file,line,"), "{csv}");
+        let got: Vec<(String, String, String)> = rows(&csv)
+            .iter()
+            .map(|r| {
+                let function = r["function"].rsplit("::").next().unwrap().to_owned();
+                (r["count"].clone(), function, r["memory"].clone())
+            })
+            .collect();
+        let row = |count: &str, function: &str, memory: &str| {
+            (count.to_owned(), function.to_owned(), memory.to_owned())
+        };
+        assert_eq!(
+            got,
+            vec![
+                row("3", "leaky_site", "heap"),
+                row("1", "[anon]", "none"),
+                row("1", "[unknown]", "none"),
+                row("1", "mapping_site", "mapping"),
+            ]
+        );
+        let table = report(dir.path(), &["--by", "alloc-site"]).unwrap();
+        assert!(table.contains("toucher allocs.rs:"), "{table}");
+        assert!(
+            table.contains("6 faults in 1 process of `synthetic`; 4 (66.7%)"),
+            "{table}"
+        );
+    }
+
+    /// Allocation reports on a recording without allocations say how to make one; flags
+    /// that do not go together are refused.
+    #[test]
+    fn errors() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), false);
+        for flags in [&["--allocs"][..], &["--leaks"], &["--by", "alloc-site"]] {
+            let err = report(dir.path(), flags).unwrap_err().to_string();
+            assert_eq!(err, crate::load::NO_ALLOCS);
+        }
+        assert!(report(dir.path(), &["--by", "line"]).is_ok());
+        for flags in [
+            &["--allocs", "--by", "alloc-site"][..],
+            &["--leaks", "--by", "line"],
+            &["--allocs", "--time", "1..2"],
+            &["--older", "5"],
+        ] {
+            assert!(report(dir.path(), flags).is_err(), "{flags:?}");
+        }
+    }
+}
