@@ -23,7 +23,9 @@ pub struct Loaded {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Allocs {
     Skip,
-    /// Those of processes recorded with `--allocs`; it is an error if no process was.
+    /// Those of processes recorded with `--allocs`.
+    IfRecorded,
+    /// As `IfRecorded`, and it is an error if no process was.
     Required,
 }
 

@@ -2,27 +2,41 @@
 
 use anyhow::Context;
 
-use fltrace_analyze::{Location, ResolvedStacks};
+use fltrace_analyze::{
+    Lifetimes, Location, MappingIndex, ResolvedStacks, attribute_faults, mapping_label,
+};
 use fltrace_render::{FlameStack, Kind, flamegraph};
 use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace, files};
 use std::collections::HashMap;
 
 use crate::cli::{Label, VisualizeArgs};
-use crate::load::load;
+use crate::load::{Allocs, load_with};
+
+/// The file kind of the flamegraph of faults by allocation stack. Not `flamegraph-alloc`: that
+/// name is the original's first-touch flamegraph.
+const BY_ALLOCATION: &str = "flamegraph-allocstack";
 
 pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
-    let loaded = load(&args.selection)?;
-    for (trace, stacks) in &loaded.traces {
+    let loaded = load_with(&args.selection, Allocs::IfRecorded)?;
+    for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
         let all = flame_stacks(trace, stacks, args.label, |_| true);
         let first_touch = flame_stacks(trace, stacks, args.label, |f| f.has(FaultFlags::ZERO));
-        for (kind, flames, title) in [
+        let mut graphs = vec![
             ("flamegraph", all, "Page faults"),
             (
                 "flamegraph-alloc",
                 first_touch,
                 "First-touch (allocation) faults",
             ),
-        ] {
+        ];
+        if loaded.has_allocs(trace.pid) {
+            graphs.push((
+                BY_ALLOCATION,
+                by_allocation(trace, alloc_stacks, args.label),
+                "Page faults by allocation stack",
+            ));
+        }
+        for (kind, flames, title) in graphs {
             let path = files::path(loaded.dir(), kind, trace.pid, "svg");
             if flames.is_empty() {
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
@@ -51,6 +65,62 @@ fn label(location: &Location, label: Label) -> String {
     }
 }
 
+fn flame_kind(kind: FaultKind) -> Kind {
+    match kind {
+        FaultKind::Read => Kind::Read,
+        FaultKind::Write => Kind::Write,
+        FaultKind::WriteProtect => Kind::WriteProtect,
+    }
+}
+
+/// Faults drawn on the allocation stack of the block each landed in (outermost frame first),
+/// those outside every live block under one `[not allocated] <memory>` frame.
+fn by_allocation(
+    trace: &ProcessTrace,
+    alloc_stacks: &ResolvedStacks,
+    how: Label,
+) -> Vec<FlameStack> {
+    let lifetimes = Lifetimes::of_trace(trace);
+    let hits = attribute_faults(&lifetimes, &trace.faults);
+    let mappings = MappingIndex::new(&trace.mappings);
+    // Counted by allocation stack or, outside allocations, by mapping; labelled once each.
+    let mut counts: HashMap<(Result<u32, Option<usize>>, FaultKind), u64> = HashMap::new();
+    for (fault, hit) in trace.faults.iter().zip(&hits) {
+        let origin = match hit.and_then(|b| lifetimes.blocks.get(b as usize)) {
+            Some(block) => Ok(block.stack_id),
+            None => {
+                let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
+                Err(mappings.get(generation, fault.addr))
+            }
+        };
+        *counts.entry((origin, fault.flags.kind())).or_default() += 1;
+    }
+    let mut flames: Vec<FlameStack> = counts
+        .into_iter()
+        .map(|((origin, kind), count)| FlameStack {
+            frames: match origin {
+                Ok(stack_id) if alloc_stacks.get(stack_id).is_empty() => {
+                    vec!["[unknown allocation stack]".to_owned()]
+                }
+                Ok(stack_id) => alloc_stacks
+                    .get(stack_id)
+                    .iter()
+                    .rev()
+                    .map(|l| label(l, how))
+                    .collect(),
+                Err(mapping) => vec![format!(
+                    "[not allocated] {}",
+                    mapping_label(mapping.and_then(|i| trace.mappings.get(i)))
+                )],
+            },
+            kind: flame_kind(kind),
+            count,
+        })
+        .collect();
+    flames.sort_by(|a, b| a.frames.cmp(&b.frames));
+    flames
+}
+
 fn flame_stacks(
     trace: &ProcessTrace,
     stacks: &ResolvedStacks,
@@ -72,11 +142,7 @@ fn flame_stacks(
                 .rev()
                 .map(|l| label(l, how))
                 .collect(),
-            kind: match kind {
-                FaultKind::Read => Kind::Read,
-                FaultKind::Write => Kind::Write,
-                FaultKind::WriteProtect => Kind::WriteProtect,
-            },
+            kind: flame_kind(kind),
             count,
         })
         .collect();
