@@ -10,7 +10,8 @@
 //! - `free` ends a block; frees of addresses no live block starts at are counted and ignored;
 //! - anonymous `mmap` (`MAP_ANONYMOUS` in the flags) makes a *mapping* block, its size rounded
 //!   up to pages; `munmap` cuts its range out of mapping blocks (what remains of a cut block
-//!   lives on as a *remnant*); `mremap` moves a mapping block to its new place and size;
+//!   lives on as a *remnant*); `mremap` ends a mapping block and, like `realloc`, makes a new
+//!   one at its new place and size with its own stack (only for blocks made by recorded calls);
 //!   growing the break (`brk`/`sbrk`) makes a mapping block of the growth, shrinking it cuts;
 //! - `malloc_usable_size` is a query and changes nothing.
 //!
