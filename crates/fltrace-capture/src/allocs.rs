@@ -102,12 +102,14 @@ impl AllocLogs {
     }
 
     /// Converts the logs of `pid` (one per image: execs start a new one) into
-    /// `fltrace-data-allocs-<pid>.parquet` and its stack table. `mono_offset` turns
+    /// `fltrace-data-allocs-<pid>.parquet` and its stack table; the first log's stacks belong
+    /// to address-space generation `first_generation`, the next to the one after. `mono_offset` turns
     /// CLOCK_MONOTONIC into the Unix-epoch times of the fault table. Returns the events
     /// written, or `None` if the process left no log.
     pub fn convert(
         &self,
         pid: u32,
+        first_generation: u32,
         out_dir: &Path,
         mono_offset: u64,
     ) -> Result<Option<Converted>, Error> {
@@ -127,8 +129,8 @@ impl AllocLogs {
         let mut stack_writer = StackWriter::create(&files::alloc_stacks(out_dir, pid))?;
         let mut stacks = Stacks::default();
         let mut converted = Converted::default();
-        for (generation, (path, bytes)) in logs.iter().enumerate() {
-            let generation = generation as u32;
+        for (image, (path, bytes)) in logs.iter().enumerate() {
+            let generation = first_generation + image as u32;
             let streams = thread_streams(path, bytes, &mut converted)?;
             let mut merge = Merge::new(streams, mono_offset);
             let mut frames = [0u64; MAX_FRAMES];

@@ -50,6 +50,10 @@ struct Output {
 pub struct Process {
     pub pid: u32,
     generation: u32,
+    /// The generation of the first image that ran with the preloaded library: a forked child
+    /// inherits it from its parent at once, the command gets it at its exec. The library's
+    /// allocation logs count images from there.
+    pub preload_generation: Option<u32>,
     /// Live mappings by start address, for classifying faults.
     maps: BTreeMap<u64, Mapping>,
     unwinder: AddressSpaceUnwinder,
@@ -105,6 +109,7 @@ impl Process {
         Ok(Process {
             pid,
             generation: 0,
+            preload_generation: None,
             maps: BTreeMap::new(),
             unwinder: AddressSpaceUnwinder::default(),
             cache: CacheX86_64::new(),
@@ -141,6 +146,7 @@ impl Process {
     ) -> Result<Process, fltrace_trace::Error> {
         let mut child = Process::new(pid, Some(parent.pid), session)?;
         child.generation = parent.generation;
+        child.preload_generation = Some(parent.generation);
         child.unwinder = parent.unwinder.clone();
         for mapping in parent.maps.values() {
             child.record_mapping(mapping.clone());
@@ -151,6 +157,7 @@ impl Process {
     /// exec replaced the address space.
     pub fn exec(&mut self) {
         self.generation += 1;
+        self.preload_generation.get_or_insert(self.generation);
         self.maps.clear();
         self.unwinder = AddressSpaceUnwinder::default();
         self.cache = CacheX86_64::new();

@@ -258,6 +258,7 @@ pub fn record(
         read_live_stacks: options.read_live_stacks,
         far_prefix,
         far_exhausted: false,
+        preload_generations: FxHashMap::default(),
         runtime_threads: FxHashSet::default(),
         metadata,
         processes: FxHashMap::default(),
@@ -407,7 +408,8 @@ pub fn record(
         Some(logs) => {
             let mut total = crate::Converted::default();
             for &pid in &pids {
-                if let Some(c) = logs.convert(pid, &options.dir, mono_offset)? {
+                let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
+                if let Some(c) = logs.convert(pid, generation, &options.dir, mono_offset)? {
                     total.events += c.events;
                     total.stacks += c.stacks;
                     total.dropped += c.dropped;
@@ -672,6 +674,8 @@ struct State {
     read_live_stacks: bool,
     far_prefix: Option<PathBuf>,
     far_exhausted: bool,
+    /// Per finished process, the generation its preloaded library's first image ran in.
+    preload_generations: FxHashMap<u32, u32>,
     /// Threads of the far-memory runtime, whose faults are its own, not the program's.
     runtime_threads: FxHashSet<u32>,
     metadata: Vec<(String, String)>,
@@ -1002,6 +1006,8 @@ impl State {
         let now = unix_now_ns() / 1_000_000_000;
         for pid in exited {
             if let Some(mut process) = self.processes.remove(&pid) {
+                self.preload_generations
+                    .insert(pid, process.preload_generation.unwrap_or(0));
                 process.poll_runtime(u64::MAX);
                 self.far_exhausted |= process.far_memory_exhausted();
                 process.write_stats(now, self.lost)?;
@@ -1016,6 +1022,8 @@ impl State {
     fn finish_all(&mut self) -> Result<Vec<u32>, Error> {
         let now = unix_now_ns() / 1_000_000_000;
         for (pid, mut process) in std::mem::take(&mut self.processes) {
+            self.preload_generations
+                .insert(pid, process.preload_generation.unwrap_or(0));
             process.poll_runtime(u64::MAX);
             self.far_exhausted |= process.far_memory_exhausted();
             process.write_stats(now, self.lost)?;
