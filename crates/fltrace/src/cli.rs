@@ -197,6 +197,11 @@ pub struct RecordArgs {
     /// Run the command as the user who invoked sudo (SUDO_UID/SUDO_GID).
     #[arg(long)]
     pub drop_privileges: bool,
+    /// Also record every call of the malloc family, mmap, munmap, mremap, brk and sbrk with its
+    /// stack (an interposer preloaded into the command), for `report --allocs`, `--leaks` and
+    /// `--by alloc-site`.
+    #[arg(long)]
+    pub allocs: bool,
     /// Also sample load and store addresses with the hardware PMU (Intel PEBS mem-loads and
     /// mem-stores, AMD IBS op).
     #[arg(long)]

@@ -6,6 +6,7 @@ mod load;
 mod record;
 mod report;
 mod sweep;
+mod uprobes;
 mod visualize;
 mod wss;
 

@@ -39,6 +39,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         bail!("-L/-M apply to a command fltrace starts, not to a running process (-p)");
     }
     options.far_memory = far_memory;
+    if args.allocs {
+        if args.pid.is_some() {
+            bail!("{}", crate::uprobes::attach_allocs_status());
+        }
+        options.allocs = Some(runtime_library()?);
+    }
     options.credentials = credentials(&args)?;
 
     let stop = interrupt_counter()?;
@@ -80,6 +86,22 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             "fltrace: error: the program ran out of far memory: it needs more than -M {} MB",
             args.max_mb.unwrap_or(0)
         );
+    }
+    if let Some(allocs) = summary.allocs
+        && !args.quiet
+    {
+        let _ = writeln!(
+            err,
+            "fltrace: {} allocation calls with {} distinct stacks",
+            allocs.events, allocs.stacks
+        );
+        if allocs.dropped > 0 || allocs.corrupt_chunks > 0 {
+            let _ = writeln!(
+                err,
+                "fltrace: warning: {} allocation records could not be written and {} log chunks were damaged",
+                allocs.dropped, allocs.corrupt_chunks
+            );
+        }
     }
     if summary.lost > 0 {
         let _ = writeln!(
@@ -163,7 +185,7 @@ fn mem_available_mb() -> Option<u64> {
     Some(kb / 1024)
 }
 
-/// The far-memory runtime: `$FLTRACE_RUNTIME`, else `libfltrace_preload.so` beside the
+/// The preloaded library (far-memory runtime and allocation tracer): `$FLTRACE_RUNTIME`, else `libfltrace_preload.so` beside the
 /// fltrace binary (where cargo builds it), else in `../lib/fltrace/` (an installation).
 fn runtime_library() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("FLTRACE_RUNTIME") {
@@ -181,7 +203,7 @@ fn runtime_library() -> anyhow::Result<PathBuf> {
         .and_then(|p| p.canonicalize().ok())
         .with_context(|| {
             format!(
-                "the far-memory runtime libfltrace_preload.so is not beside {} (build it with `cargo build --release`, or set FLTRACE_RUNTIME)",
+                "the preloaded library libfltrace_preload.so is not beside {} (build it with `cargo build --release`, or set FLTRACE_RUNTIME)",
                 exe.display()
             )
         })
