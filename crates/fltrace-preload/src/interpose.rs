@@ -37,6 +37,24 @@ fn next_symbol(name: &core::ffi::CStr, cache: &std::sync::atomic::AtomicUsize) -
     f
 }
 
+/// Bytes of a live block, read from the allocator's header: cheap enough for every `free`.
+///
+/// # Safety
+/// `ptr` must be a live block of the current allocator.
+unsafe fn block_size(ptr: *mut c_void) -> usize {
+    if far_memory() {
+        return if alloc::owns(ptr.cast()) {
+            // SAFETY: a live block of ours.
+            unsafe { alloc::usable_size(ptr.cast()) }
+        } else {
+            0
+        };
+    }
+    // glibc keeps a chunk's size (with three flag bits) in the word before the pointer.
+    // SAFETY: every glibc block has that header.
+    unsafe { *ptr.cast::<usize>().sub(1) & !7 }
+}
+
 /// Records the outcome of a traced call.
 #[inline]
 fn traced(entry: Option<tracer::Entry>, addr: u64, size: u64, old_addr: u64, detail: u64) {
@@ -86,7 +104,13 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    let entry = tracer::enter(call::FREE);
+    let mut entry = tracer::enter(call::FREE);
+    if let Some(entry) = &mut entry
+        // SAFETY: a live block of the current allocator (C's contract).
+        && unsafe { block_size(ptr) } >= PAGE
+    {
+        entry.precise();
+    }
     if !far_memory() {
         // SAFETY: C's contract.
         unsafe { __libc_free(ptr) };

@@ -145,19 +145,9 @@ pub struct CallRecord {
 /// cost of a traced `malloc`. Writes up to 9 bytes whatever the length: `out` needs that room.
 #[inline]
 pub fn put_varint(out: &mut [u8], pos: &mut usize, value: u64) {
-    let bits = 64 - (value | 1).leading_zeros() as usize;
     let window = &mut out[*pos..*pos + 9];
-    if bits <= 56 {
-        // ceil(bits / 7) for bits <= 56, without a division.
-        let len = ((bits + 6) * 37) >> 8;
-        let word = (value << len) | (1 << (len - 1));
-        window[..8].copy_from_slice(&word.to_le_bytes());
-        *pos += len;
-    } else {
-        window[0] = 0;
-        window[1..9].copy_from_slice(&value.to_le_bytes());
-        *pos += 9;
-    }
+    // SAFETY: the window holds 9 bytes.
+    *pos += unsafe { put_varint_raw(window.as_mut_ptr(), value) };
 }
 
 /// Reads a prefix varint (see [`put_varint`]) at `input[*pos..]`.
@@ -221,33 +211,56 @@ impl Cursor {
     /// Encodes a call; `out[*pos..]` must have room for the longest call record.
     #[inline]
     pub fn put_call(&mut self, out: &mut [u8], pos: &mut usize, record: &CallRecord) {
-        // A local length and a fixed-size window: encoding through `pos` stored it back to
-        // memory after every byte.
-        let buf: &mut [u8; MAX_CALL] = (&mut out[*pos..*pos + MAX_CALL])
-            .try_into()
-            .expect("a window of MAX_CALL bytes");
+        // One bounds check for the whole record, then unchecked writes: this runs on every
+        // malloc and free of the traced program, where per-byte checks were a measurable part.
+        let window = &mut out[*pos..*pos + MAX_CALL];
+        let base = window.as_mut_ptr();
         let mut n = 0;
-        buf[0] = record.call;
-        n += 1;
-        put_varint(buf, &mut n, zigzag(record.addr.wrapping_sub(self.addr)));
-        if call::has_size(record.call) {
-            put_varint(buf, &mut n, record.size);
-        }
-        if call::has_old_addr(record.call) {
-            put_varint(
-                buf,
-                &mut n,
-                zigzag(record.old_addr.wrapping_sub(record.addr)),
-            );
-        }
-        if call::has_detail(record.call) {
-            put_varint(buf, &mut n, record.detail);
-        }
-        if call::has_stack(record.call) {
-            put_varint(buf, &mut n, u64::from(record.stack_id.wrapping_add(1)));
+        // SAFETY: the window holds MAX_CALL bytes: a tag and six varints of at most 9 bytes,
+        // each written as a whole 8- or 9-byte store.
+        unsafe {
+            *base = record.call;
+            n += 1;
+            n += put_varint_raw(base.add(n), zigzag(record.addr.wrapping_sub(self.addr)));
+            if call::has_size(record.call) {
+                n += put_varint_raw(base.add(n), record.size);
+            }
+            if call::has_old_addr(record.call) {
+                let delta = zigzag(record.old_addr.wrapping_sub(record.addr));
+                n += put_varint_raw(base.add(n), delta);
+            }
+            if call::has_detail(record.call) {
+                n += put_varint_raw(base.add(n), record.detail);
+            }
+            if call::has_stack(record.call) {
+                n += put_varint_raw(base.add(n), u64::from(record.stack_id.wrapping_add(1)));
+            }
         }
         *pos += n;
         self.addr = record.addr;
+    }
+}
+
+/// [`put_varint`] through a raw pointer; returns the bytes it takes.
+///
+/// # Safety
+/// `out` must be valid for writing 9 bytes.
+#[inline(always)]
+unsafe fn put_varint_raw(out: *mut u8, value: u64) -> usize {
+    let bits = 64 - (value | 1).leading_zeros() as usize;
+    if bits <= 56 {
+        let len = ((bits + 6) * 37) >> 8;
+        let word = (value << len) | (1 << (len - 1));
+        // SAFETY: guaranteed by the caller.
+        unsafe { out.cast::<u64>().write_unaligned(word.to_le()) };
+        len
+    } else {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            *out = 0;
+            out.add(1).cast::<u64>().write_unaligned(value.to_le());
+        }
+        9
     }
 }
 

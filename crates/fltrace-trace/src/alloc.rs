@@ -105,8 +105,11 @@ impl AllocCall {
 /// One call, as recorded when it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AllocEvent {
-    /// When the call was entered, nanoseconds since the Unix epoch (the faults' clock). Faults
-    /// the allocator takes while serving the call come after it.
+    /// When the call was made, nanoseconds since the Unix epoch (the faults' clock), to about
+    /// a millisecond: the interposer reads a clock word the recorder updates every
+    /// millisecond, as a finer clock read would double its cost. `munmap`, `mremap` and frees
+    /// of blocks of a page or more are timed exactly, so that the faults of filling a block
+    /// just before giving it back fall inside it. A thread's calls keep their order.
     pub time_ns: u64,
     /// Thread id.
     pub tid: u32,

@@ -61,6 +61,7 @@ thread_local! {
 /// A traced call in progress.
 pub struct Entry {
     call: u8,
+    precise: bool,
     local: *const Local,
 }
 
@@ -82,14 +83,29 @@ pub fn enter(call: u8) -> Option<Entry> {
         if local.busy.replace(true) {
             None
         } else {
-            Some(Entry { call, local })
+            // munmap and mremap end mappings whose pages the program has just been filling:
+            // their time must not be a millisecond early (see `Entry::precise`).
+            let precise = matches!(call, call::MUNMAP | call::MREMAP);
+            Some(Entry {
+                call,
+                precise,
+                local,
+            })
         }
     })
 }
 
 impl Entry {
+    /// Times the call exactly (a `clock_gettime`, 20 ns) rather than with the recorder's
+    /// millisecond clock. For calls that end blocks of a page or more: the program often fills
+    /// such a block just before giving it back, and a free stamped up to a millisecond early
+    /// would leave those faults outside the block.
+    pub fn precise(&mut self) {
+        self.precise = true;
+    }
+
     /// Records the call's outcome (see `fltrace_trace::AllocEvent` for the fields).
-    #[inline(never)]
+    #[inline(always)]
     pub fn finish(self, addr: u64, size: u64, old_addr: u64, detail: u64) {
         let regs = unwind::here();
         let call = self.call;
@@ -101,14 +117,22 @@ impl Entry {
             } else {
                 u32::MAX
             };
-            state.write_call(&CallRecord {
-                call,
-                addr,
-                size,
-                old_addr,
-                detail,
-                stack_id,
-            });
+            let time = if self.precise {
+                monotonic_ns()
+            } else {
+                now_ns()
+            };
+            state.write_call(
+                time,
+                &CallRecord {
+                    call,
+                    addr,
+                    size,
+                    old_addr,
+                    detail,
+                    stack_id,
+                },
+            );
         }
         local.busy.set(false);
     }
@@ -119,6 +143,17 @@ impl Entry {
 fn now_ns() -> u64 {
     // SAFETY: the clock page is mapped before tracing starts and never unmapped.
     unsafe { CLOCK.load(Relaxed).as_ref() }.map_or(0, |c| c.now_ns.load(Relaxed))
+}
+
+/// CLOCK_MONOTONIC now, exactly.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Maps `<prefix>-clock`, the page whose clock word the recorder keeps current.
@@ -392,13 +427,12 @@ impl ThreadState {
     }
 
     #[inline(always)]
-    fn write_call(&mut self, record: &CallRecord) {
+    fn write_call(&mut self, now: u64, record: &CallRecord) {
         if !self.has_room() && !self.reserve() {
             return;
         }
         // SAFETY: as in `intern`.
         let out = unsafe { std::slice::from_raw_parts_mut(self.records, RECORD_SPACE) };
-        let now = now_ns();
         if now != self.cursor.time_ns {
             self.cursor.put_time(out, &mut self.pos, now);
         }
