@@ -125,6 +125,9 @@ impl AllocLogs {
         if logs.is_empty() {
             return Ok(None);
         }
+        // An image's calls come after its exec, but the millisecond clock can put the first
+        // ones before it: each image's times start no earlier than its first mapping.
+        let image_start = image_starts(&files::mmaps(out_dir, pid))?;
         let mut allocs = AllocWriter::create(&files::allocs(out_dir, pid))?;
         let mut stack_writer = StackWriter::create(&files::alloc_stacks(out_dir, pid))?;
         let mut stacks = Stacks::default();
@@ -132,6 +135,7 @@ impl AllocLogs {
         for (image, (path, bytes)) in logs.iter().enumerate() {
             let generation = first_generation + image as u32;
             let streams = thread_streams(path, bytes, &mut converted)?;
+            let floor = image_start.get(&generation).copied().unwrap_or(0);
             let mut merge = Merge::new(streams, mono_offset);
             let mut frames = [0u64; MAX_FRAMES];
             while let Some(item) = merge.next(&mut frames) {
@@ -140,6 +144,7 @@ impl AllocLogs {
                         stacks.define(generation, local_id, &frames[..len], &mut stack_writer)?;
                     }
                     Item::Event(mut event) => {
+                        event.time_ns = event.time_ns.max(floor);
                         if event.stack_id != AllocEvent::NO_STACK {
                             event.stack_id = stacks.global(generation, event.stack_id);
                         }
@@ -166,6 +171,19 @@ impl Drop for AllocLogs {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The time each address-space generation of a process began: its first mapping.
+fn image_starts(mmaps: &Path) -> Result<HashMap<u32, u64>, Error> {
+    let mut starts: HashMap<u32, u64> = HashMap::new();
+    if !mmaps.is_file() {
+        return Ok(starts);
+    }
+    for mapping in fltrace_trace::read_mappings(mmaps)? {
+        let start = starts.entry(mapping.generation).or_insert(mapping.time_ns);
+        *start = (*start).min(mapping.time_ns);
+    }
+    Ok(starts)
 }
 
 /// What one process's conversion found.

@@ -422,14 +422,35 @@ fn pretty(doc: &serde_json::Value) -> String {
     text
 }
 
+/// Stacks that differ only in addresses but read the same (a loop the compiler unrolled calls
+/// from several places of one line) are one stack to a reader: merged.
+fn merge_same_lines(groups: Vec<AllocGroup>) -> Vec<AllocGroup> {
+    let mut merged: Vec<AllocGroup> = Vec::with_capacity(groups.len());
+    let mut index = std::collections::HashMap::new();
+    for mut group in groups {
+        group.key.addresses = None;
+        match index.get(&(group.key.clone(), group.kind)) {
+            Some(&i) => {
+                let target: &mut AllocGroup = &mut merged[i];
+                target.totals += group.totals;
+            }
+            None => {
+                index.insert((group.key.clone(), group.kind), merged.len());
+                merged.push(group);
+            }
+        }
+    }
+    merged
+}
+
 /// `--leaks`, as bcc's memleak prints outstanding allocations.
 pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
     let min_age_ns = min_leak_age_ns(args);
     let processes = processes(loaded, min_age_ns);
-    let groups = group_allocs(
+    let groups = merge_same_lines(group_allocs(
         processes.iter().map(|p| (&p.stats, p.alloc_stacks)),
         GroupBy::Stack,
-    );
+    ));
     let leaks = ranked(&groups, |t| t.leaked_bytes);
     let leaks = &leaks[..shown(args.top, leaks.len())];
     match args.format {

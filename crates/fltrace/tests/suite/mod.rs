@@ -1,3 +1,4 @@
+mod allocs;
 mod cli;
 mod errors;
 mod farmem;

@@ -28,6 +28,8 @@ pub struct Workloads {
     pub scan: PathBuf,
     /// `farmem.c`: far-memory correctness modes.
     pub farmem: PathBuf,
+    /// `allocs.c`: allocation calls at known lines.
+    pub allocs: PathBuf,
 }
 
 fn build(cmd: &mut Command) {
@@ -67,6 +69,8 @@ pub fn workloads() -> &'static Workloads {
         gcc(&scan, "scan.c", &[]);
         let farmem = out("farmem");
         gcc(&farmem, "farmem.c", &[]);
+        let allocs = out("allocs");
+        gcc(&allocs, "allocs.c", &[]);
         let faults_stripped = out("faults-stripped");
         build(
             Command::new("strip")
@@ -90,6 +94,7 @@ pub fn workloads() -> &'static Workloads {
             faults_stripped,
             scan,
             farmem,
+            allocs,
         }
     })
 }
@@ -218,4 +223,19 @@ pub fn sum_through(report: &Value, function: &str, line: u32, field: &str) -> u6
         })
         .map(|g| g[field].as_u64().unwrap_or(0))
         .sum()
+}
+
+/// The rows of a CSV report (no quoted commas in the fields read), as header-keyed maps.
+pub fn csv_rows(text: &str) -> Vec<std::collections::HashMap<String, String>> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    lines
+        .map(|l| {
+            header
+                .iter()
+                .zip(l.split(','))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
 }

@@ -1,0 +1,257 @@
+//! `record --allocs`: the allocation sites of the allocs workload with their exact sizes and
+//! counts, leaks, threads, fork, a crash, dlopen, and faults attributed to the allocation of
+//! the memory they hit.
+
+use std::collections::HashMap;
+use std::process::Output;
+
+use super::util::*;
+
+/// `fltrace record -q --allocs [extra] -- allocs <args>`.
+fn record_allocs(dir: &Dir, extra: &[&str], args: &[&str]) -> Output {
+    dir.fltrace()
+        .args(["record", "-q", "--allocs"])
+        .args(extra)
+        .arg("--")
+        .arg(&workloads().allocs)
+        .args(args)
+        .output()
+        .expect("fltrace runs")
+}
+
+fn record_ok(dir: &Dir, extra: &[&str], args: &[&str]) {
+    let out = record_allocs(dir, extra, args);
+    assert!(
+        out.status.success(),
+        "record failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `fltrace report <args> --format csv --top 0`, as rows.
+fn report_rows(dir: &Dir, args: &[&str]) -> Vec<HashMap<String, String>> {
+    let out = dir.run(&[args, &["--format", "csv", "--top", "0"]].concat());
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    csv_rows(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The row of `allocs.c:<line of SITE:name>`.
+fn at<'r>(rows: &'r [HashMap<String, String>], name: &str) -> &'r HashMap<String, String> {
+    let line = site("allocs.c", name).to_string();
+    rows.iter()
+        .find(|r| r["file"].ends_with("allocs.c") && r["line"] == line)
+        .unwrap_or_else(|| panic!("no row at allocs.c:{line} ({name}) in {rows:#?}"))
+}
+
+fn numbers(row: &HashMap<String, String>, columns: &[&str]) -> Vec<u64> {
+    columns
+        .iter()
+        .map(|c| row[*c].parse().unwrap_or(u64::MAX))
+        .collect()
+}
+
+const TOTALS: [&str; 5] = [
+    "allocs",
+    "bytes",
+    "leaked_allocs",
+    "leaked_bytes",
+    "temporary",
+];
+
+/// Every kind of call at its own line, with exact counts and bytes; the one leak found; the
+/// constructor's allocation before main; mappings and the break told apart from the heap.
+#[test]
+fn sites_have_exact_sizes_and_counts() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["sites"]);
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert!(
+        rows.first().is_some_and(|r| r.contains_key("leaked_bytes")),
+        "{rows:?}"
+    );
+    let expect = |name: &str, totals: [u64; 5]| {
+        assert_eq!(numbers(at(&rows, name), &TOTALS), totals, "{name}");
+    };
+    // 1000 blocks of 100 bytes, each freed before the next: all temporary.
+    expect("repeated", [1000, 100_000, 0, 0, 1000]);
+    expect("leak", [3, 12_288, 3, 12_288, 0]);
+    // realloc to 32, 64, ... 1024: six blocks, each freed by the next realloc or free.
+    expect("chain", [6, 2016, 0, 0, 6]);
+    expect("chain_start", [1, 16, 0, 0, 1]);
+    expect("posix_memalign", [1, 256, 0, 0, 0]);
+    expect("aligned_alloc", [1, 8192, 0, 0, 0]);
+    expect("memalign", [1, 512, 0, 0, 0]);
+    expect("calloc", [1, 1000, 0, 0, 1]);
+    expect("mmap", [1, 1 << 20, 0, 0, 0]);
+    expect("sbrk", [1, 65_536, 0, 0, 0]);
+    expect("constructor", [1, 333, 0, 0, 0]);
+    assert_eq!(at(&rows, "constructor")["function"], "early");
+    assert_eq!(at(&rows, "mmap")["memory"], "mapping");
+    assert_eq!(at(&rows, "leak")["memory"], "heap");
+}
+
+/// `--leaks` prints as bcc's memleak does, the unrolled loop's three calls as one stack, and
+/// `--older` hides allocations younger than it asks.
+#[test]
+fn leaks_print_like_memleak() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["sites"]);
+    let out = dir.run(&["report", "--leaks"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "Top 1 stacks with outstanding allocations:",
+            "\t12288 bytes in 3 allocations from stack",
+            &format!("\t\tleak allocs.c:{}", site("allocs.c", "leak")),
+            &format!("\t\tsites allocs.c:{}", site("allocs.c", "leak_call")),
+        ],
+        "{text}"
+    );
+    let out = dir.run(&["report", "--leaks", "--older", "600000"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("Top 0 stacks with outstanding allocations:"),
+        "{text}"
+    );
+}
+
+/// One thread allocates, another frees: nothing leaks, nothing is temporary.
+#[test]
+fn threads_free_each_others_blocks() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["threads", "500"]);
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert_eq!(
+        numbers(at(&rows, "produce"), &TOTALS),
+        [500, 24_000, 0, 0, 0]
+    );
+}
+
+/// A forked child's allocations are its own, in its own tables.
+#[test]
+fn forked_child_has_its_own_allocations() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["fork", "50"]);
+    let pids = dir.pids("allocs", "parquet");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    let child = pids
+        .iter()
+        .map(|pid| pid.to_string())
+        .find(|pid| {
+            let rows = report_rows(&dir, &["report", "--allocs", "--pid", pid]);
+            rows.iter()
+                .any(|r| r["line"] == site("allocs.c", "child").to_string())
+        })
+        .expect("a process with the child's site");
+    let rows = report_rows(&dir, &["report", "--allocs", "--pid", &child]);
+    assert_eq!(
+        numbers(at(&rows, "child"), &TOTALS)[..4],
+        [50, 2000, 50, 2000]
+    );
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r["line"] == site("allocs.c", "parent").to_string()),
+        "the parent's blocks are not the child's allocations"
+    );
+    let parent = pids.iter().map(|p| p.to_string()).find(|p| *p != child);
+    let rows = report_rows(
+        &dir,
+        &["report", "--allocs", "--pid", &parent.unwrap_or_default()],
+    );
+    assert_eq!(numbers(at(&rows, "parent"), &TOTALS)[..2], [50, 1200]);
+}
+
+/// Each page fault is matched to the allocation it landed in: the faults of writing a
+/// 64-page block are the block's, written at the touching line.
+#[test]
+fn faults_are_attributed_to_their_allocation_site() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["faults", "64"]);
+    let rows = report_rows(&dir, &["report", "--by", "alloc-site"]);
+    let block = at(&rows, "fault_block");
+    assert_eq!(block["count"], "64", "{rows:#?}");
+    let out = dir.run(&["report", "--by", "alloc-site"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(&format!("allocs.c:{}", site("allocs.c", "fault_touch"))),
+        "{table}"
+    );
+}
+
+/// A program that aborts keeps every allocation it made up to the end.
+#[test]
+fn crash_keeps_every_allocation() {
+    let dir = Dir::new();
+    let out = record_allocs(&dir, &[], &["crash", "100"]);
+    assert_eq!(out.status.code(), Some(128 + 6), "abort is SIGABRT");
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert_eq!(
+        numbers(at(&rows, "crash"), &TOTALS)[..4],
+        [100, 7200, 100, 7200]
+    );
+}
+
+/// A library loaded with dlopen after the tracer started: its mmap has its own frames.
+#[test]
+fn dlopened_library_calls_have_their_stack() {
+    let dir = Dir::new();
+    let lib = workloads().libfault.to_string_lossy().into_owned();
+    record_ok(&dir, &[], &["dlopen", &lib, "10"]);
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    let row = rows
+        .iter()
+        .find(|r| r["function"] == "lib_fill")
+        .unwrap_or_else(|| panic!("no lib_fill site in {rows:#?}"));
+    assert!(row["file"].ends_with("libfault.c"), "{row:?}");
+    assert_eq!(numbers(row, &["allocs", "bytes"]), [1, 40_960]);
+}
+
+/// With far memory on, the runtime's allocator serves the program and the same calls are
+/// traced.
+#[test]
+fn allocations_are_traced_under_far_memory() {
+    let dir = Dir::new();
+    record_ok(&dir, &["-L", "16", "-M", "256"], &["sites"]);
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert_eq!(
+        numbers(at(&rows, "repeated"), &TOTALS),
+        [1000, 100_000, 0, 0, 1000]
+    );
+    assert_eq!(
+        numbers(at(&rows, "leak"), &TOTALS)[..4],
+        [3, 12_288, 3, 12_288]
+    );
+}
+
+/// A running process cannot be given the interposer: one clear line says what to do.
+#[test]
+fn attaching_with_allocs_is_refused_in_one_line() {
+    let dir = Dir::new();
+    let out = dir.run(&["record", "--allocs", "-p", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("fltrace record --allocs -- <command>"),
+        "{err}"
+    );
+}
+
+/// Allocation reports on a recording without allocations say how to get them.
+#[test]
+fn allocation_reports_need_allocation_data() {
+    let dir = Dir::new();
+    let w = workloads();
+    dir.record(&[&w.faults], &["nested", "10"]);
+    let out = dir.run(&["report", "--allocs"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("record --allocs"), "{err}");
+}

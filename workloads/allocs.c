@@ -1,0 +1,213 @@
+// Test workload for allocation tracing: calls into the allocator at known lines, with known
+// sizes and counts. Sites are marked "SITE:<name>" for the tests, as in faults.c.
+//
+// usage: allocs <mode> [args]
+//   sites           every kind of call once or a known number of times (see sites())
+//   threads N       a producer thread allocates N blocks of 48 bytes, a consumer frees them
+//   fork N          the parent allocates N blocks of 24 bytes, a forked child N of 40
+//   faults N        an aligned block of N pages, each page written once
+//   crash N         N blocks of 72 bytes, never freed, then abort()
+//   dlopen LIB N    lib_fill(N) in the shared library LIB (an mmap of N pages)
+//   malloc4m [N]    N (default 4,000,000) malloc/free pairs of 16 to 527 bytes, every seventh
+//                   block kept in a ring of 1,024: malloc-4m of ../shared/PEERS.md
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PAGE 4096
+
+static void *volatile sink;
+static void *before_main;
+
+// An allocation before main: the tracer must already be working in constructors.
+__attribute__((constructor)) static void early(void) {
+    before_main = malloc(333); /* SITE:constructor */
+}
+
+// The results go through `sink` so that neither a tail call (the frame would vanish) nor the
+// compiler's removal of unused malloc/free pairs hides a call.
+__attribute__((noinline)) static void *repeated(size_t size) {
+    void *p = malloc(size); /* SITE:repeated */
+    sink = p;
+    return p;
+}
+
+__attribute__((noinline)) static void *leak(void) {
+    void *p = malloc(4096); /* SITE:leak */
+    sink = p;
+    return p;
+}
+
+static void sites(void) {
+    // 1000 blocks of 100 bytes, each freed at once (temporary allocations).
+    for (int i = 0; i < 1000; i++) {
+        void *p = repeated(100);
+        sink = p;
+        free(p);
+    }
+    // Three leaked blocks of 4096 bytes.
+    for (int i = 0; i < 3; i++)
+        sink = leak(); /* SITE:leak_call */
+    // A realloc chain: 16 grows to 1024 in six steps, then freed.
+    char *chain = malloc(16); /* SITE:chain_start */
+    sink = chain;
+    for (size_t size = 32; size <= 1024; size *= 2) {
+        chain = realloc(chain, size); /* SITE:chain */
+        sink = chain;
+    }
+    free(chain);
+    // Aligned allocations.
+    void *a = NULL;
+    if (posix_memalign(&a, 64, 256) != 0) /* SITE:posix_memalign */
+        exit(2);
+    sink = a;
+    void *b = aligned_alloc(4096, 8192); /* SITE:aligned_alloc */
+    sink = b;
+    void *c = memalign(128, 512); /* SITE:memalign */
+    sink = c;
+    void *z = calloc(10, 100); /* SITE:calloc */
+    sink = z;
+    free(a);
+    free(b);
+    free(c);
+    free(z);
+    // An anonymous mapping of 1 MiB, then unmapped.
+    char *m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); /* SITE:mmap */
+    m[0] = 1;
+    munmap(m, 1 << 20);
+    // The break moved by hand: 64 KiB up, then back.
+    void *brk_start = sbrk(65536); /* SITE:sbrk */
+    sink = brk_start;
+    sbrk(-65536);
+    free(before_main);
+}
+
+struct queue {
+    void **slots;
+    int n;
+};
+
+static void *produce(void *arg) {
+    struct queue *q = arg;
+    for (int i = 0; i < q->n; i++)
+        q->slots[i] = malloc(48); /* SITE:produce */
+    sink = q->slots;
+    return NULL;
+}
+
+static void *consume(void *arg) {
+    struct queue *q = arg;
+    for (int i = 0; i < q->n; i++)
+        free(q->slots[i]);
+    return NULL;
+}
+
+static void threads(int n) {
+    struct queue q = {calloc(n, sizeof(void *)), n};
+    pthread_t t;
+    pthread_create(&t, NULL, produce, &q);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, consume, &q);
+    pthread_join(t, NULL);
+    free(q.slots);
+}
+
+__attribute__((noinline)) static void child_allocs(int n) {
+    for (int i = 0; i < n; i++)
+        sink = malloc(40); /* SITE:child */
+}
+
+static void forked(int n) {
+    for (int i = 0; i < n; i++)
+        sink = malloc(24); /* SITE:parent */
+    pid_t pid = fork();
+    if (pid == 0) {
+        child_allocs(n);
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+}
+
+static void faults(size_t pages) {
+    void *p = NULL;
+    // Page-aligned, so that the allocator's own header is on the page before: every page
+    // of the block is first written here.
+    if (posix_memalign(&p, PAGE, pages * PAGE) != 0) /* SITE:fault_block */
+        exit(2);
+    // One fault per page, whatever the system's transparent huge page setting.
+    madvise(p, pages * PAGE, MADV_NOHUGEPAGE);
+    char *c = p;
+    for (size_t i = 0; i < pages; i++)
+        c[i * PAGE] = 1; /* SITE:fault_touch */
+    free(p);
+}
+
+static void crash(int n) {
+    for (int i = 0; i < n; i++)
+        sink = malloc(72); /* SITE:crash */
+    abort();
+}
+
+static void malloc4m(long n) {
+    static void *ring[1024];
+    for (long i = 0; i < n; i++) {
+        void *p = malloc(16 + (size_t)(i * 37) % 512); /* SITE:malloc4m */
+        if (i % 7 == 0) {
+            free(ring[i % 1024]);
+            ring[i % 1024] = p;
+        } else {
+            free(p);
+        }
+    }
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: allocs sites|threads N|fork N|faults N|crash N|dlopen LIB N|malloc4m [N]\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    long n = argc > 2 ? atol(argv[argc - 1]) : 0;
+    if (!strcmp(mode, "sites")) {
+        sites();
+    } else if (!strcmp(mode, "threads")) {
+        threads((int)n);
+    } else if (!strcmp(mode, "fork")) {
+        forked((int)n);
+    } else if (!strcmp(mode, "faults")) {
+        faults((size_t)n);
+    } else if (!strcmp(mode, "crash")) {
+        crash((int)n);
+    } else if (!strcmp(mode, "dlopen") && argc > 3) {
+        void *lib = dlopen(argv[2], RTLD_NOW);
+        void (*fill)(size_t) = lib ? (void (*)(size_t))dlsym(lib, "lib_fill") : NULL;
+        if (!fill) {
+            fprintf(stderr, "dlopen: %s\n", dlerror());
+            return 2;
+        }
+        fill((size_t)n);
+    } else if (!strcmp(mode, "malloc4m")) {
+        double start = now();
+        malloc4m(n > 0 ? n : 4000000);
+        // The run's own time, without start-up and whatever a tracer does after exit.
+        printf("elapsed_s %.6f\n", now() - start);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    return 0;
+}
