@@ -136,6 +136,9 @@ impl AllocLogs {
             let generation = first_generation + image as u32;
             let streams = thread_streams(path, bytes, &mut converted)?;
             let floor = image_start.get(&generation).copied().unwrap_or(0);
+            if stacks.local.len() <= generation as usize {
+                stacks.local.resize(generation as usize + 1, Vec::new());
+            }
             let mut merge = Merge::new(streams, mono_offset);
             let mut frames = [0u64; MAX_FRAMES];
             while let Some(item) = merge.next(&mut frames) {
@@ -259,7 +262,8 @@ fn thread_streams<'a>(
 /// Stack ids: the log's, per image, to the table's, deduplicated by frames.
 #[derive(Default)]
 struct Stacks {
-    local: HashMap<(u32, u32), u32>,
+    /// By image, the table's id of each of the log's ids (ids are dense from 0).
+    local: Vec<Vec<u32>>,
     by_frames: HashMap<(u32, Vec<u64>), u32>,
     next: u32,
 }
@@ -287,13 +291,19 @@ impl Stacks {
                 id
             }
         };
-        self.local.insert((generation, local_id), id);
+        let image = &mut self.local[generation as usize];
+        let slot = local_id as usize;
+        if image.len() <= slot {
+            image.resize(slot + 1, AllocEvent::NO_STACK);
+        }
+        image[slot] = id;
         Ok(())
     }
 
     fn global(&self, generation: u32, local_id: u32) -> u32 {
         self.local
-            .get(&(generation, local_id))
+            .get(generation as usize)
+            .and_then(|image| image.get(local_id as usize))
             .copied()
             .unwrap_or(AllocEvent::NO_STACK)
     }

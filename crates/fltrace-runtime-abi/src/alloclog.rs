@@ -153,6 +153,21 @@ pub fn put_varint(out: &mut [u8], pos: &mut usize, value: u64) {
 /// Reads a prefix varint (see [`put_varint`]) at `input[*pos..]`.
 #[inline]
 pub fn get_varint(input: &[u8], pos: &mut usize) -> Option<u64> {
+    // The common case, 8 bytes readable: one load, no copy.
+    if let Some(bytes) = input.get(*pos..*pos + 8) {
+        let word = u64::from_le_bytes(bytes.try_into().ok()?);
+        let first = word as u8;
+        if first != 0 {
+            let len = first.trailing_zeros() as usize + 1;
+            *pos += len;
+            let kept = if len == 8 {
+                word
+            } else {
+                word & ((1 << (8 * len)) - 1)
+            };
+            return Some(kept >> len);
+        }
+    }
     let first = *input.get(*pos)?;
     if first == 0 {
         let bytes = input.get(*pos + 1..*pos + 9)?;

@@ -241,7 +241,18 @@ impl AllocWriter {
     /// Creates the file.
     pub fn create(path: &Path) -> Result<Self, Error> {
         Ok(AllocWriter {
-            table: TableWriter::create(path, ALLOC_SCHEMA, &["time_ns", "addr"], &[])?,
+            // Delta encoding everywhere: the columns are either steady (times, addresses) or
+            // nearly constant from row to row (thread, call, size, stack), which it packs
+            // into a few bits without the per-value hashing of a dictionary, the main cost of
+            // writing 8 million rows.
+            table: TableWriter::create(
+                path,
+                ALLOC_SCHEMA,
+                &[
+                    "time_ns", "tid", "call", "addr", "size", "old_addr", "detail", "stack_id",
+                ],
+                &[],
+            )?,
             batch: Vec::with_capacity(4096),
             rows: 0,
         })
@@ -292,28 +303,38 @@ impl AllocWriter {
 pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
     let table = TableReader::open(path)?;
     table.check_columns(ALLOC_SCHEMA)?;
-    let time = table.u64s(0)?;
-    table.check_len(time.len())?;
-    let tid = table.u32s(1)?;
-    let call = table.u32s(2)?;
-    let addr = table.u64s(3)?;
-    let size = table.u64s(4)?;
-    let old_addr = table.u64s(5)?;
-    let detail = table.u64s(6)?;
-    let stack_id = table.u32s(7)?;
-    for column in [tid.len(), call.len(), addr.len(), size.len()] {
-        table.check_len(column)?;
-    }
-    for column in [old_addr.len(), detail.len(), stack_id.len()] {
-        table.check_len(column)?;
-    }
-    (0..time.len())
-        .map(|i| {
+    let mut events = Vec::with_capacity(table.rows() as usize);
+    // Row group by row group: whole columns of 8 million rows would double the peak memory.
+    for group in 0..table.inner.num_row_groups() {
+        let groups = group..group + 1;
+        let u64s = |i| -> Result<Vec<u64>, Error> {
+            let values = table.column_in::<Int64Type>(i, groups.clone())?.values;
+            Ok(values.into_iter().map(|v| v as u64).collect())
+        };
+        let u32s = |i| -> Result<Vec<u32>, Error> {
+            let values = table.column_in::<Int32Type>(i, groups.clone())?.values;
+            Ok(values.into_iter().map(|v| v as u32).collect())
+        };
+        let (time, tid, call, addr) = (u64s(0)?, u32s(1)?, u32s(2)?, u64s(3)?);
+        let (size, old_addr, detail, stack_id) = (u64s(4)?, u64s(5)?, u64s(6)?, u32s(7)?);
+        let rows = time.len();
+        let lengths = [tid.len(), call.len(), addr.len(), size.len()];
+        if lengths
+            .into_iter()
+            .chain([old_addr.len(), detail.len(), stack_id.len()])
+            .any(|len| len != rows)
+        {
+            return Err(Error::Format {
+                path: path.to_owned(),
+                message: format!("row group {group}: columns of different lengths"),
+            });
+        }
+        for i in 0..rows {
             let call = AllocCall::from_u8(call[i] as u8).ok_or_else(|| Error::Format {
                 path: path.to_owned(),
-                message: format!("row {i}: unknown allocation call {}", call[i]),
+                message: format!("row group {group}: unknown allocation call {}", call[i]),
             })?;
-            Ok(AllocEvent {
+            events.push(AllocEvent {
                 time_ns: time[i],
                 tid: tid[i],
                 call,
@@ -322,9 +343,11 @@ pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
                 old_addr: old_addr[i],
                 detail: detail[i],
                 stack_id: stack_id[i],
-            })
-        })
-        .collect()
+            });
+        }
+    }
+    table.check_len(events.len())?;
+    Ok(events)
 }
 
 /// Writes `fltrace-data-stacks-<pid>.parquet`.
