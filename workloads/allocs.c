@@ -8,6 +8,8 @@
 //   faults N        an aligned block of N pages, each page written once
 //   crash N         N blocks of 72 bytes, never freed, then abort()
 //   dlopen LIB N    lib_fill(N) in the shared library LIB (an mmap of N pages)
+//   attach N        print "ready", wait until stdin closes, then N blocks of 56 bytes, the
+//                   odd ones freed (for a tracer attaching to a running process)
 //   malloc4m [N]    N (default 4,000,000) malloc/free pairs of 16 to 527 bytes, every seventh
 //                   block kept in a ring of 1,024: malloc-4m of ../shared/PEERS.md
 #define _GNU_SOURCE
@@ -156,6 +158,15 @@ static void crash(int n) {
     abort();
 }
 
+__attribute__((noinline)) static void attached(int n) {
+    void **blocks = calloc(n, sizeof(void *));
+    for (int i = 0; i < n; i++)
+        blocks[i] = malloc(56); /* SITE:attached */
+    for (int i = 1; i < n; i += 2)
+        free(blocks[i]);
+    sink = blocks;
+}
+
 static void malloc4m(long n) {
     static void *ring[1024];
     for (long i = 0; i < n; i++) {
@@ -200,6 +211,13 @@ int main(int argc, char **argv) {
             return 2;
         }
         fill((size_t)n);
+    } else if (!strcmp(mode, "attach")) {
+        printf("ready\n");
+        fflush(stdout);
+        char buf[16];
+        while (read(0, buf, sizeof buf) > 0) {
+        }
+        attached((int)n);
     } else if (!strcmp(mode, "malloc4m")) {
         double start = now();
         malloc4m(n > 0 ? n : 4000000);

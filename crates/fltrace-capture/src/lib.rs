@@ -32,10 +32,12 @@ mod runtime;
 mod sys;
 mod target;
 mod unwind;
+mod uprobes;
 pub mod wss;
 
 pub use allocs::{AllocLogs, Converted};
 pub use error::Error;
-pub use recorder::{Options, Progress, Summary, Target, monotonic_now_ns, record};
+pub use recorder::{AllocTracing, Options, Progress, Summary, Target, monotonic_now_ns, record};
 pub use runtime::FarMemory;
 pub use target::Credentials;
+pub use uprobes::available as uprobes_available;

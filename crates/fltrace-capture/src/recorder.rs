@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use linux_perf_event_reader::{
-    Endianness, EventRecord, Mmap2FileId, PerfEventAttr, RawData, RawEventRecord, RecordParseInfo,
-    RecordType,
+    EventRecord, Mmap2FileId, RawData, RawEventRecord, RecordParseInfo, RecordType,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -32,6 +31,15 @@ pub enum Target {
     Pid(i32),
 }
 
+/// How allocations are traced.
+#[derive(Debug, Clone)]
+pub enum AllocTracing {
+    /// Preload this library (the interposer) into the command fltrace starts.
+    Preload(PathBuf),
+    /// Uprobes on the C library's allocator of a running process (`-p`).
+    Uprobes,
+}
+
 /// How to record.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -48,8 +56,8 @@ pub struct Options {
     pub read_live_stacks: bool,
     /// Emulate far memory (`-L`/`-M`) by preloading the runtime into the command.
     pub far_memory: Option<crate::FarMemory>,
-    /// Trace the command's allocations (`--allocs`) by preloading this library.
-    pub allocs: Option<PathBuf>,
+    /// Trace allocations (`--allocs`).
+    pub allocs: Option<AllocTracing>,
 }
 
 impl Options {
@@ -161,7 +169,7 @@ pub fn record(
         _ => Vec::new(),
     };
     let alloc_logs = match &options.allocs {
-        Some(library) => {
+        Some(crate::AllocTracing::Preload(library)) => {
             let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
             if options.far_memory.is_none() {
                 far_env.push(("LD_PRELOAD".into(), crate::runtime::preload_value(library)));
@@ -169,7 +177,7 @@ pub fn record(
             far_env.push(logs.environment());
             Some(logs)
         }
-        None => None,
+        Some(crate::AllocTracing::Uprobes) | None => None,
     };
     let (pending, tasks, enable_on_exec) = match target {
         Target::Command(argv) => {
@@ -265,8 +273,8 @@ pub fn record(
         finished: Vec::new(),
         elf_cache: ElfCache::default(),
         fields,
-        parse_info: parse_info(&fault_attr),
-        major_parse_info: parse_info(&major_attr),
+        parse_info: sys::parse_info(&fault_attr),
+        major_parse_info: sys::parse_info(&major_attr),
         mono_offset,
         lost: 0,
         faults: 0,
@@ -278,6 +286,12 @@ pub fn record(
     if let Target::Pid(pid) = target {
         state.attach_existing(*pid as u32)?;
     }
+    let attached_allocs = match (target, &options.allocs) {
+        (Target::Pid(pid), Some(crate::AllocTracing::Uprobes)) => Some(
+            crate::uprobes::AttachedAllocs::start(*pid, &tasks, &options.dir, mono_offset)?,
+        ),
+        _ => None,
+    };
 
     let root = match pending {
         Some(child) => Some(child.release()?),
@@ -404,8 +418,9 @@ pub fn record(
     };
     let mut pids = state.finish_all()?;
     pids.sort_unstable();
-    let allocs = match &alloc_logs {
-        Some(logs) => {
+    let allocs = match (&alloc_logs, attached_allocs) {
+        (_, Some(attached)) => Some(attached.finish()?),
+        (Some(logs), None) => {
             let mut total = crate::Converted::default();
             for &pid in &pids {
                 let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
@@ -418,7 +433,7 @@ pub fn record(
             }
             Some(total)
         }
-        None => None,
+        (None, None) => None,
     };
     Ok(Summary {
         root_pid,
@@ -498,15 +513,6 @@ fn drain_in_time_order(
         ring.faults.consume(consumed);
     }
     (handled, newest)
-}
-
-fn parse_info(attr: &perf_event_attr) -> RecordParseInfo {
-    let bytes = sys::attr_bytes(attr);
-    match PerfEventAttr::parse::<_, byteorder::NativeEndian>(&bytes[..]) {
-        Ok((parsed, _)) => RecordParseInfo::new(&parsed, Endianness::NATIVE),
-        // The bytes come from a struct we built: parsing cannot fail short of a bug.
-        Err(e) => panic!("cannot parse our own perf_event_attr: {e}"),
-    }
 }
 
 type Opened = (Vec<PerfEvent>, Vec<CpuRings>);

@@ -48,6 +48,18 @@ impl PerfEvent {
         })
     }
 
+    /// The kernel's id of the event, as samples with `PERF_SAMPLE_IDENTIFIER` carry it.
+    pub fn id(&self) -> io::Result<u64> {
+        let mut id = 0u64;
+        // SAFETY: an open perf event and a valid out-pointer.
+        let ret = unsafe { perf_event_open_sys::ioctls::ID(self.fd.as_raw_fd(), &mut id) };
+        if ret < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(id)
+        }
+    }
+
     /// Sends this event's records to `target`'s ring buffer instead of its own.
     pub fn set_output(&self, target: &PerfEvent) -> io::Result<()> {
         // SAFETY: both descriptors are open perf events owned by us.
@@ -230,6 +242,17 @@ pub fn major_fault_attr() -> perf_event_attr {
     attr.config = u64::from(b::PERF_COUNT_SW_PAGE_FAULTS_MAJ);
     attr.sample_type = u64::from(PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR);
     attr
+}
+
+/// How records of events opened with `attr` are laid out.
+pub fn parse_info(attr: &perf_event_attr) -> linux_perf_event_reader::RecordParseInfo {
+    use linux_perf_event_reader::{Endianness, PerfEventAttr, RecordParseInfo};
+    let bytes = attr_bytes(attr);
+    match PerfEventAttr::parse::<_, byteorder::NativeEndian>(&bytes[..]) {
+        Ok((parsed, _)) => RecordParseInfo::new(&parsed, Endianness::NATIVE),
+        // The bytes come from a struct we built: parsing cannot fail short of a bug.
+        Err(e) => panic!("cannot parse our own perf_event_attr: {e}"),
+    }
 }
 
 /// The raw bytes of an attr, as linux-perf-event-reader parses them.

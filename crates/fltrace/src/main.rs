@@ -6,7 +6,6 @@ mod load;
 mod record;
 mod report;
 mod sweep;
-mod uprobes;
 mod visualize;
 mod wss;
 

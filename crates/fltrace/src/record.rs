@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 
 use std::path::{Path, PathBuf};
 
-use fltrace_capture::{Credentials, FarMemory, Options, Progress, Target};
+use fltrace_capture::{AllocTracing, Credentials, FarMemory, Options, Progress, Target};
 
 use crate::cli::{Policy, RecordArgs};
 
@@ -40,10 +40,16 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     options.far_memory = far_memory;
     if args.allocs {
-        if args.pid.is_some() {
-            bail!("{}", crate::uprobes::attach_allocs_status());
-        }
-        options.allocs = Some(runtime_library()?);
+        options.allocs = Some(if args.pid.is_some() {
+            if !fltrace_capture::uprobes_available() {
+                bail!(
+                    "--allocs with -p needs uprobes on the running process's allocator, and this kernel has none (CONFIG_UPROBE_EVENTS); start the program under `fltrace record --allocs -- <command>` instead"
+                );
+            }
+            AllocTracing::Uprobes
+        } else {
+            AllocTracing::Preload(runtime_library()?)
+        });
     }
     options.credentials = credentials(&args)?;
 

@@ -230,18 +230,45 @@ fn allocations_are_traced_under_far_memory() {
     );
 }
 
-/// A running process cannot be given the interposer: one clear line says what to do.
+/// A running process: uprobes on its C library's allocator see every call after the attach,
+/// with stacks.
 #[test]
-fn attaching_with_allocs_is_refused_in_one_line() {
+fn attached_process_allocations_come_from_uprobes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
     let dir = Dir::new();
-    let out = dir.run(&["record", "--allocs", "-p", "1"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let mut program = Command::new(&workloads().allocs)
+        .args(["attach", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("workload starts");
+    let mut ready = String::new();
+    BufReader::new(program.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("ready line");
+    assert_eq!(ready.trim(), "ready");
+    let recorder = dir
+        .fltrace()
+        .args(["record", "-q", "--allocs", "-p", &program.id().to_string()])
+        .spawn()
+        .expect("fltrace runs");
+    // Time to place the probes; then the program allocates and exits.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    drop(program.stdin.take());
+    assert!(program.wait().expect("workload ends").success());
+    let out = recorder.wait_with_output().expect("fltrace ends");
     assert!(
-        err.contains("fltrace record --allocs -- <command>"),
-        "{err}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert_eq!(
+        numbers(at(&rows, "attached"), &TOTALS)[..4],
+        [1000, 56_000, 500, 28_000]
+    );
+    assert_eq!(at(&rows, "attached")["function"], "attached");
 }
 
 /// Allocation reports on a recording without allocations say how to get them.

@@ -1,0 +1,531 @@
+//! `record --allocs -p PID`: the allocations of a running process, through uprobes on its C
+//! library's allocator (as bcc's memleak does). A process fltrace did not start cannot be given
+//! the preloaded tracer, but the kernel can stop it at `malloc` and at its return.
+//!
+//! Each entry probe samples the argument registers and the user stack (unwound here with the
+//! recorder's DWARF unwinder); each return probe samples the result. Entry and return are
+//! paired per thread. This costs a few microseconds per call, far more than the preloaded
+//! tracer: it is for looking into a process that is already running.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use linux_perf_event_reader::{EventRecord, RawEventRecord, RecordType};
+use object::{Object, ObjectSegment, ObjectSymbol};
+use perf_event_open_sys::bindings::{
+    PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID,
+    PERF_SAMPLE_TIME, perf_event_attr,
+};
+
+use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Stack, StackWriter, files};
+
+use crate::ring::RingBuffer;
+use crate::sys::{self, PerfEvent};
+use crate::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack};
+use crate::{Converted, Error};
+
+/// x86_64 perf register numbers of the argument and result registers.
+const REG_AX: u64 = 0;
+const REG_DX: u64 = 3;
+const REG_SI: u64 = 4;
+const REG_DI: u64 = 5;
+
+/// Bytes of user stack copied at each entry probe.
+const STACK_BYTES: u32 = 8192;
+
+/// Ring buffer pages per CPU: 16 MiB, two thousand entry samples.
+const RING_PAGES: usize = 4096;
+
+/// The probed functions: name, call, and whether a return probe is needed for the result.
+const PROBES: [(&str, AllocCall, bool); 9] = [
+    ("malloc", AllocCall::Malloc, true),
+    ("calloc", AllocCall::Calloc, true),
+    ("realloc", AllocCall::Realloc, true),
+    ("free", AllocCall::Free, false),
+    ("posix_memalign", AllocCall::PosixMemalign, true),
+    ("aligned_alloc", AllocCall::AlignedAlloc, true),
+    ("memalign", AllocCall::Memalign, true),
+    ("valloc", AllocCall::Valloc, true),
+    ("pvalloc", AllocCall::Pvalloc, true),
+];
+
+/// Whether this kernel offers uprobes as a perf event source.
+pub fn available() -> bool {
+    Path::new("/sys/bus/event_source/devices/uprobe/type").is_file()
+}
+
+/// Allocation tracing of a running process, in a thread of its own until [`Self::finish`].
+pub struct AttachedAllocs {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<Converted, Error>>,
+}
+
+impl AttachedAllocs {
+    /// Places the probes on `pid`'s C library for each of its threads (and the threads they
+    /// start), writing into `dir` when finished.
+    pub fn start(
+        pid: i32,
+        tasks: &[i32],
+        dir: &Path,
+        mono_offset: u64,
+    ) -> Result<AttachedAllocs, Error> {
+        let probes = Probes::open(pid, tasks)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            let dir = dir.to_owned();
+            std::thread::Builder::new()
+                .name("fltrace-uprobes".into())
+                .spawn(move || probes.run(&stop, &dir, pid as u32, mono_offset))
+                .map_err(|source| Error::Attach { pid, source })?
+        };
+        Ok(AttachedAllocs { stop, thread })
+    }
+
+    /// Stops reading, writes the tables and says what they hold.
+    pub fn finish(self) -> Result<Converted, Error> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_else(|_| {
+            Err(Error::Kernel {
+                what: "the uprobe reader",
+                source: std::io::Error::other("it panicked"),
+                hint: "",
+            })
+        })
+    }
+}
+
+fn kernel(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+    Error::kernel(what)
+}
+
+/// The C library of `pid` and the file offsets of its allocator's functions.
+fn libc_of(pid: i32) -> Result<(PathBuf, Vec<(usize, u64)>), Error> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|source| Error::Attach { pid, source })?;
+    let path = maps
+        .lines()
+        .filter_map(fltrace_trace::parse_procmaps_line)
+        .map(|m| m.path)
+        .find(|p| {
+            Path::new(p)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+        })
+        .ok_or_else(|| Error::Attach {
+            pid,
+            source: std::io::Error::other(
+                "it has no C library loaded (a static program?): nothing to probe",
+            ),
+        })?;
+    // Through the process's root, as it sees the file.
+    let file = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    let bytes = std::fs::read(&file).map_err(|source| Error::Attach { pid, source })?;
+    let elf = object::File::parse(&*bytes).map_err(|e| Error::Attach {
+        pid,
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let segments: Vec<(u64, u64, u64)> = elf
+        .segments()
+        .map(|s| (s.address(), s.size(), s.file_range().0))
+        .collect();
+    let mut offsets = Vec::new();
+    for (index, (name, _, _)) in PROBES.iter().enumerate() {
+        let Some(symbol) = elf.dynamic_symbols().find(|s| s.name() == Ok(name)) else {
+            continue;
+        };
+        let address = symbol.address();
+        if let Some((vaddr, _, offset)) = segments
+            .iter()
+            .find(|(vaddr, size, _)| address >= *vaddr && address < vaddr + size)
+        {
+            offsets.push((index, address - vaddr + offset));
+        }
+    }
+    Ok((file, offsets))
+}
+
+/// What a sample came from.
+#[derive(Clone, Copy)]
+struct Probe {
+    index: usize,
+    is_return: bool,
+}
+
+struct Probes {
+    _events: Vec<PerfEvent>,
+    rings: Vec<RingBuffer>,
+    by_id: HashMap<u64, Probe>,
+    parse_info: linux_perf_event_reader::RecordParseInfo,
+    unwinder: AddressSpaceUnwinder,
+    pid: i32,
+}
+
+fn uprobe_attr(pmu: u32, path: &CString, offset: u64, is_return: bool) -> perf_event_attr {
+    let mut attr = perf_event_attr {
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        ..Default::default()
+    };
+    attr.type_ = pmu;
+    // The uprobe PMU's `retprobe` format bit is config:0.
+    attr.config = u64::from(is_return);
+    attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
+    attr.__bindgen_anon_4.config2 = offset;
+    attr.sample_period = 1;
+    attr.set_disabled(1);
+    attr.set_inherit(1);
+    attr.set_exclude_kernel(1);
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    attr.sample_type = u64::from(
+        PERF_SAMPLE_IDENTIFIER
+            | PERF_SAMPLE_TID
+            | PERF_SAMPLE_TIME
+            | PERF_SAMPLE_REGS_USER
+            | PERF_SAMPLE_STACK_USER,
+    );
+    attr.sample_regs_user = (1 << REG_AX)
+        | (1 << REG_DX)
+        | (1 << REG_SI)
+        | (1 << REG_DI)
+        | (1 << sys::REG_BP)
+        | (1 << sys::REG_SP)
+        | (1 << sys::REG_IP);
+    // Both kinds share one record layout (a ring holds both); a return needs no stack.
+    attr.sample_stack_user = if is_return { 8 } else { STACK_BYTES };
+    attr
+}
+
+impl Probes {
+    fn open(pid: i32, tasks: &[i32]) -> Result<Probes, Error> {
+        let pmu: u32 = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")
+            .map_err(kernel("uprobes (CONFIG_UPROBE_EVENTS)"))?
+            .trim()
+            .parse()
+            .map_err(|_| Error::Kernel {
+                what: "uprobes",
+                source: std::io::Error::other("unreadable PMU type"),
+                hint: "",
+            })?;
+        let (libc, offsets) = libc_of(pid)?;
+        let path =
+            CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|_| Error::Attach {
+                pid,
+                source: std::io::Error::other("C library path with a NUL byte"),
+            })?;
+        let cpus = sys::online_cpus().map_err(kernel("online CPUs"))?;
+        let mut events = Vec::new();
+        let mut rings = Vec::new();
+        let mut by_id = HashMap::new();
+        let mut parse_info = None;
+        for &cpu in &cpus {
+            let mut leader: Option<usize> = None;
+            for &(index, offset) in &offsets {
+                for is_return in [false, true] {
+                    if is_return && !PROBES[index].2 {
+                        continue;
+                    }
+                    let attr = uprobe_attr(pmu, &path, offset, is_return);
+                    if !is_return {
+                        parse_info.get_or_insert_with(|| sys::parse_info(&attr));
+                    }
+                    for &task in tasks {
+                        let event = PerfEvent::open(&attr, task, cpu)
+                            .map_err(kernel("a uprobe on the C library's allocator"))?;
+                        match leader {
+                            Some(l) => event
+                                .set_output(&events[l])
+                                .map_err(kernel("sharing a uprobe ring buffer"))?,
+                            None => {
+                                rings.push(
+                                    RingBuffer::map(&event, RING_PAGES)
+                                        .map_err(kernel("mapping a uprobe ring buffer"))?,
+                                );
+                                leader = Some(events.len());
+                            }
+                        }
+                        by_id.insert(
+                            event.id().map_err(kernel("a uprobe's id"))?,
+                            Probe { index, is_return },
+                        );
+                        events.push(event);
+                    }
+                }
+            }
+        }
+        let unwinder = unwinder_of(pid)?;
+        for event in &events {
+            event.enable().map_err(kernel("enabling uprobes"))?;
+        }
+        Ok(Probes {
+            _events: events,
+            rings,
+            by_id,
+            parse_info: parse_info.ok_or_else(|| Error::Attach {
+                pid,
+                source: std::io::Error::other("the C library exports no allocator functions"),
+            })?,
+            unwinder,
+            pid,
+        })
+    }
+
+    fn run(
+        mut self,
+        stop: &AtomicBool,
+        dir: &Path,
+        pid: u32,
+        mono_offset: u64,
+    ) -> Result<Converted, Error> {
+        let mut out = Output::create(dir, pid)?;
+        let mut pending: HashMap<u32, Pending> = HashMap::new();
+        let mut cache = framehop::x86_64::CacheX86_64::new();
+        let mut live = LiveStack::new(0);
+        let mut lost = 0u64;
+        loop {
+            let stopping = stop.load(Ordering::Relaxed);
+            let mut samples = Vec::new();
+            for ring in &mut self.rings {
+                ring.drain(|record| {
+                    const PERF_RECORD_LOST: u32 = 2;
+                    if record.kind == PERF_RECORD_LOST {
+                        lost += record
+                            .data
+                            .get(8..16)
+                            .and_then(|d| d.as_slice().as_ref().try_into().ok())
+                            .map_or(0, u64::from_ne_bytes);
+                        return;
+                    }
+                    let raw = RawEventRecord::new(
+                        RecordType(record.kind),
+                        record.misc,
+                        record.data,
+                        self.parse_info,
+                    );
+                    if let Ok(EventRecord::Sample(s)) = raw.parse() {
+                        samples.push(Sample::of(&s));
+                    }
+                });
+            }
+            samples.sort_by_key(|s| s.time);
+            for sample in samples {
+                let Some(probe) = self.by_id.get(&sample.id).copied() else {
+                    continue;
+                };
+                let call = PROBES[probe.index].1;
+                let time_ns = sample.time.wrapping_add(mono_offset);
+                if probe.is_return {
+                    if let Some(entry) = pending.remove(&sample.tid)
+                        && entry.index == probe.index
+                    {
+                        let result = match call {
+                            // It returns an error code and stores the block through its first
+                            // argument.
+                            AllocCall::PosixMemalign if sample.ax == 0 => {
+                                read_word(self.pid, entry.args[0]).unwrap_or(0)
+                            }
+                            AllocCall::PosixMemalign => 0,
+                            _ => sample.ax,
+                        };
+                        out.push(entry.event(call, result, sample.tid))?;
+                    }
+                    continue;
+                }
+                let mut frames = Vec::new();
+                self.unwinder.unwind(
+                    &mut cache,
+                    (sample.ip, sample.sp, sample.bp),
+                    &sample.stack,
+                    &mut live,
+                    &mut frames,
+                );
+                // The first frame is the probed function's entry; the stack starts at its caller.
+                let stack_id = out.stack(&frames[frames.len().min(1)..])?;
+                let entry = Pending {
+                    index: probe.index,
+                    time_ns,
+                    args: [sample.di, sample.si, sample.dx],
+                    stack_id,
+                };
+                if call == AllocCall::Free {
+                    if entry.args[0] != 0 {
+                        out.push(entry.event(call, entry.args[0], sample.tid))?;
+                    }
+                } else {
+                    pending.insert(sample.tid, entry);
+                }
+            }
+            if stopping {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut converted = out.finish()?;
+        converted.dropped = lost;
+        Ok(converted)
+    }
+}
+
+fn read_word(pid: i32, addr: u64) -> Option<u64> {
+    let mut word = [0u8; 8];
+    let local = libc::iovec {
+        iov_base: word.as_mut_ptr().cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: reads 8 bytes of another process into our buffer; the kernel checks the range.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    (n == 8).then(|| u64::from_ne_bytes(word))
+}
+
+fn unwinder_of(pid: i32) -> Result<AddressSpaceUnwinder, Error> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|source| Error::Attach { pid, source })?;
+    let mut cache = ElfCache::default();
+    let mut unwinder = AddressSpaceUnwinder::default();
+    for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
+        if mapping.is_exec() && mapping.is_file() {
+            let file = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));
+            unwinder.add_mapping(&mut cache, &mapping, &file);
+        }
+    }
+    Ok(unwinder)
+}
+
+/// The fields of a uprobe sample.
+struct Sample {
+    id: u64,
+    tid: u32,
+    time: u64,
+    ax: u64,
+    dx: u64,
+    si: u64,
+    di: u64,
+    bp: u64,
+    sp: u64,
+    ip: u64,
+    stack: Vec<u8>,
+}
+
+impl Sample {
+    fn of(s: &linux_perf_event_reader::SampleRecord<'_>) -> Sample {
+        let reg = |n| s.user_regs.as_ref().and_then(|r| r.get(n)).unwrap_or(0);
+        let stack = match &s.user_stack {
+            Some((data, dyn_size)) => {
+                let len = (*dyn_size as usize).min(data.len());
+                data.get(0..len)
+                    .map(|d| d.as_slice().into_owned())
+                    .unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        Sample {
+            id: s.id.unwrap_or(0),
+            tid: s.tid.unwrap_or(0) as u32,
+            time: s.timestamp.unwrap_or(0),
+            ax: reg(REG_AX),
+            dx: reg(REG_DX),
+            si: reg(REG_SI),
+            di: reg(REG_DI),
+            bp: reg(sys::REG_BP),
+            sp: reg(sys::REG_SP),
+            ip: reg(sys::REG_IP),
+            stack,
+        }
+    }
+}
+
+/// An entry waiting for its return.
+struct Pending {
+    index: usize,
+    time_ns: u64,
+    /// rdi, rsi, rdx at entry.
+    args: [u64; 3],
+    stack_id: u32,
+}
+
+impl Pending {
+    fn event(&self, call: AllocCall, result: u64, tid: u32) -> AllocEvent {
+        let [a, b, c] = self.args;
+        let (size, old_addr, detail) = match call {
+            AllocCall::Calloc => (a.saturating_mul(b), 0, 0),
+            AllocCall::Realloc => (b, a, 0),
+            AllocCall::PosixMemalign => (c, 0, b),
+            AllocCall::AlignedAlloc | AllocCall::Memalign => (b, 0, a),
+            AllocCall::Free => (0, 0, 0),
+            _ => (a, 0, 0),
+        };
+        AllocEvent {
+            time_ns: self.time_ns,
+            tid,
+            call,
+            addr: result,
+            size,
+            old_addr,
+            detail,
+            stack_id: if call == AllocCall::Free {
+                AllocEvent::NO_STACK
+            } else {
+                self.stack_id
+            },
+        }
+    }
+}
+
+/// The tables being written.
+struct Output {
+    allocs: AllocWriter,
+    stacks: StackWriter,
+    ids: HashMap<Vec<u64>, u32>,
+    events: u64,
+}
+
+impl Output {
+    fn create(dir: &Path, pid: u32) -> Result<Output, Error> {
+        Ok(Output {
+            allocs: AllocWriter::create(&files::allocs(dir, pid))?,
+            stacks: StackWriter::create(&files::alloc_stacks(dir, pid))?,
+            ids: HashMap::new(),
+            events: 0,
+        })
+    }
+
+    fn stack(&mut self, frames: &[u64]) -> Result<u32, Error> {
+        if let Some(&id) = self.ids.get(frames) {
+            return Ok(id);
+        }
+        let id = self.ids.len() as u32;
+        self.stacks.push(Stack {
+            id,
+            generation: 0,
+            frames: frames.to_vec(),
+        })?;
+        self.ids.insert(frames.to_vec(), id);
+        Ok(id)
+    }
+
+    fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
+        self.events += 1;
+        Ok(self.allocs.push(event)?)
+    }
+
+    fn finish(self) -> Result<Converted, Error> {
+        self.allocs.finish()?;
+        self.stacks.finish()?;
+        Ok(Converted {
+            events: self.events,
+            stacks: self.ids.len() as u32,
+            dropped: 0,
+            corrupt_chunks: 0,
+        })
+    }
+}
