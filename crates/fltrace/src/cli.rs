@@ -335,4 +335,8 @@ pub struct VisualizeArgs {
     /// How frames are labelled.
     #[arg(long, value_enum, default_value = "line")]
     pub label: Label,
+    /// Draw the first-touch flamegraph (flamegraph-alloc) by the allocation stack of the block
+    /// each fault hit rather than by the faulting stack (needs record --allocs).
+    #[arg(long)]
+    pub by_allocation: bool,
 }

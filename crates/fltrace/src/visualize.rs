@@ -20,7 +20,16 @@ pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
     let loaded = load_with(&args.selection, Allocs::IfRecorded)?;
     for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
         let all = flame_stacks(trace, stacks, args.label, |_| true);
-        let first_touch = flame_stacks(trace, stacks, args.label, |f| f.has(FaultFlags::ZERO));
+        let first_touch = if args.by_allocation {
+            if !loaded.has_allocs(trace.pid) {
+                anyhow::bail!(
+                    "--by-allocation needs allocation data: record with `fltrace record --allocs`"
+                );
+            }
+            by_allocation(trace, alloc_stacks, args.label, |f| f.has(FaultFlags::ZERO))
+        } else {
+            flame_stacks(trace, stacks, args.label, |f| f.has(FaultFlags::ZERO))
+        };
         let mut graphs = vec![
             ("flamegraph", all, "Page faults"),
             (
@@ -32,7 +41,7 @@ pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
         if loaded.has_allocs(trace.pid) {
             graphs.push((
                 BY_ALLOCATION,
-                by_allocation(trace, alloc_stacks, args.label),
+                by_allocation(trace, alloc_stacks, args.label, |_| true),
                 "Page faults by allocation stack",
             ));
         }
@@ -79,6 +88,7 @@ fn by_allocation(
     trace: &ProcessTrace,
     alloc_stacks: &ResolvedStacks,
     how: Label,
+    keep: impl Fn(FaultFlags) -> bool,
 ) -> Vec<FlameStack> {
     let lifetimes = Lifetimes::of_trace(trace);
     let hits = attribute_faults(&lifetimes, &trace.faults);
@@ -86,6 +96,9 @@ fn by_allocation(
     // Counted by allocation stack or, outside allocations, by mapping; labelled once each.
     let mut counts: HashMap<(Result<u32, Option<usize>>, FaultKind), u64> = HashMap::new();
     for (fault, hit) in trace.faults.iter().zip(&hits) {
+        if !keep(fault.flags) {
+            continue;
+        }
         let origin = match hit.and_then(|b| lifetimes.blocks.get(b as usize)) {
             Some(block) => Ok(block.stack_id),
             None => {

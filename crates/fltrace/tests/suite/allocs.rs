@@ -185,6 +185,31 @@ fn faults_are_attributed_to_their_allocation_site() {
     );
 }
 
+/// `visualize --by-allocation` draws the first-touch flamegraph by where the memory was
+/// allocated: the block's allocation line appears and the touching line (which the default
+/// draws) does not.
+#[test]
+fn first_touch_flamegraph_by_allocation_stack() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["faults", "64"]);
+    let pid = dir.pids("allocs", "parquet")[0];
+    let svg = || {
+        std::fs::read_to_string(
+            dir.path()
+                .join(format!("fltrace-data-flamegraph-alloc-{pid}.svg")),
+        )
+        .expect("flamegraph written")
+    };
+    let block = format!("allocs.c:{}", site("allocs.c", "fault_block"));
+    let touch = format!("allocs.c:{}", site("allocs.c", "fault_touch"));
+    assert!(dir.run(&["visualize"]).status.success());
+    let by_fault = svg();
+    assert!(by_fault.contains(&touch), "{by_fault}");
+    assert!(dir.run(&["visualize", "--by-allocation"]).status.success());
+    let by_allocation = svg();
+    assert!(by_allocation.contains(&block) && !by_allocation.contains(&touch));
+}
+
 /// A program that aborts keeps every allocation it made up to the end.
 #[test]
 fn crash_keeps_every_allocation() {
