@@ -19,6 +19,35 @@ pub struct HeatEvent {
     pub write: bool,
 }
 
+/// An allocation to draw over the map, as Heimdallr does: its lifetime by its address range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocRect {
+    /// When the block was allocated (same unit as the events' times).
+    pub start: u64,
+    /// When it was freed, or the end of the trace.
+    pub end: u64,
+    /// First address.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u64,
+    /// What to call it (its allocation site).
+    pub label: String,
+}
+
+/// An [`AllocRect`] placed on the map: cell columns and rows, inclusive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedRect {
+    /// First and last column.
+    pub cols: (usize, usize),
+    /// Lowest and highest row.
+    pub rows: (usize, usize),
+    /// Its label.
+    pub label: String,
+}
+
+/// The outline colour of allocation rectangles.
+pub const ALLOC_OUTLINE: [u8; 3] = [0, 150, 0];
+
 /// How to lay the map out.
 #[derive(Debug, Clone, Copy)]
 pub struct HeatmapOptions {
@@ -59,6 +88,8 @@ pub struct Heatmap {
     max_count: u32,
     /// The distinct blocks touched, sorted: a block's rank gives its row.
     blocks: Vec<u64>,
+    /// Allocations drawn over the cells.
+    pub rects: Vec<PlacedRect>,
 }
 
 /// Builds a heatmap in two passes over events given in batches, so that memory stays bounded
@@ -125,6 +156,7 @@ impl HeatmapBuilder {
             block_bits: options.block_bits,
             blocks_per_row,
             blocks,
+            rects: Vec::new(),
         })
     }
 }
@@ -137,6 +169,41 @@ impl Heatmap {
         let mut map = builder.layout()?;
         map.add(events);
         Ok(map)
+    }
+
+    /// Places allocations over the map. Only the touched part of an allocation's range has
+    /// rows (unused address space is collapsed), so one that no event touched is left out.
+    pub fn overlay(&mut self, rects: &[AllocRect]) {
+        let (t0, t1) = self.time_range;
+        let span = (t1.saturating_sub(t0)).max(1) as u128;
+        let col_of = |t: u64| {
+            (((t.clamp(t0, t1) - t0) as u128 * self.width as u128 / (span + 1)) as usize)
+                .min(self.width - 1)
+        };
+        for rect in rects {
+            let first = rect.addr >> self.block_bits;
+            let last = (rect.addr + rect.len.max(1) - 1) >> self.block_bits;
+            let low = self.blocks.partition_point(|&b| b < first);
+            let high = self.blocks.partition_point(|&b| b <= last);
+            if low == high || rect.end < t0 || rect.start > t1 {
+                continue;
+            }
+            let row = |rank: usize| (rank / self.blocks_per_row).min(self.height - 1);
+            self.rects.push(PlacedRect {
+                cols: (col_of(rect.start), col_of(rect.end)),
+                rows: (row(low), row(high - 1)),
+                label: rect.label.clone(),
+            });
+        }
+    }
+
+    /// Whether a cell lies on the outline of a placed allocation.
+    fn on_outline(&self, col: usize, row: usize) -> bool {
+        self.rects.iter().any(|r| {
+            let inside =
+                (r.cols.0..=r.cols.1).contains(&col) && (r.rows.0..=r.rows.1).contains(&row);
+            inside && (col == r.cols.0 || col == r.cols.1 || row == r.rows.0 || row == r.rows.1)
+        })
     }
 
     /// Second pass: counts a batch of events (from the same events as were scanned).
@@ -201,6 +268,9 @@ impl Heatmap {
                 if boundary && color == [255, 255, 255] {
                     color = [200, 200, 200];
                 }
+                if !self.rects.is_empty() && self.on_outline(col, row) {
+                    color = ALLOC_OUTLINE;
+                }
                 data.extend_from_slice(&color);
             }
         }
@@ -245,6 +315,20 @@ impl Heatmap {
                     );
                 }
             }
+        }
+        let [gr, gg, gb] = ALLOC_OUTLINE;
+        for rect in &self.rects {
+            let x = left + rect.cols.0 as f64 * cell_w;
+            let y = top + (self.height - 1 - rect.rows.1) as f64 * cell_h;
+            let rw = (rect.cols.1 - rect.cols.0 + 1) as f64 * cell_w;
+            let rh = (rect.rows.1 - rect.rows.0 + 1) as f64 * cell_h;
+            let label = escape(&rect.label);
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{x:.2}" y="{y:.2}" width="{rw:.2}" height="{rh:.2}" fill="none" stroke="rgb({gr},{gg},{gb})" stroke-width="1"><title>{label}</title></rect><text x="{:.2}" y="{:.2}" fill="rgb({gr},{gg},{gb})" font-size="9">{label}</text>"#,
+                x + 2.0,
+                y + 10.0
+            );
         }
         for (row, addr) in &self.boundaries {
             let y = top + (self.height - row) as f64 * cell_h;
@@ -418,6 +502,76 @@ mod tests {
     }
 
     /// Two passes over batches give the same map as one pass over everything.
+    #[test]
+    fn allocations_are_outlined_over_their_touched_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = HeatmapOptions {
+            block_bits: 12,
+            width: 10,
+            max_height: 100,
+        };
+        // Two touched ranges: pages 0x10-0x13 and 0x100-0x101; times 0..=900.
+        let mut events = Vec::new();
+        for (i, page) in [0x10u64, 0x11, 0x12, 0x13, 0x100, 0x101].iter().enumerate() {
+            events.push(HeatEvent {
+                time: i as u64 * 180,
+                addr: page << 12,
+                write: true,
+            });
+        }
+        let mut map = Heatmap::build(&events, options).unwrap();
+        assert_eq!(map.height, 6);
+        map.overlay(&[
+            // Pages 0x11-0x12, alive from 100 to 500: rows 1-2, columns 1 to 5 (t * 10 / 901).
+            AllocRect {
+                start: 100,
+                end: 500,
+                addr: 0x11 << 12,
+                len: 0x2000,
+                label: "a.c:7".into(),
+            },
+            // Untouched address space: nothing to draw.
+            AllocRect {
+                start: 0,
+                end: 900,
+                addr: 0x50 << 12,
+                len: 0x1000,
+                label: "none".into(),
+            },
+        ]);
+        assert_eq!(
+            map.rects,
+            vec![PlacedRect {
+                cols: (1, 5),
+                rows: (1, 2),
+                label: "a.c:7".into()
+            }]
+        );
+        let path = dir.path().join("m.png");
+        map.write_png(&path).unwrap();
+        let decoder =
+            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut buf).unwrap();
+        let pixel = |col: usize, row: usize| {
+            let y = map.height - 1 - row;
+            let i = (y * map.width + col) * 3;
+            [buf[i], buf[i + 1], buf[i + 2]]
+        };
+        assert_eq!(pixel(1, 1), ALLOC_OUTLINE, "corner");
+        assert_eq!(pixel(3, 2), ALLOC_OUTLINE, "top edge");
+        assert_ne!(pixel(6, 1), ALLOC_OUTLINE, "after the free");
+        assert_ne!(pixel(2, 4), ALLOC_OUTLINE, "another range");
+        let svg_path = dir.path().join("m.svg");
+        map.write_svg(&svg_path, "t").unwrap();
+        assert!(
+            std::fs::read_to_string(&svg_path)
+                .unwrap()
+                .contains("<title>a.c:7</title>")
+        );
+    }
+
     #[test]
     fn batches_build_the_same_map() {
         let events = events();

@@ -16,7 +16,9 @@ mod curve;
 mod heatmap;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
-pub use heatmap::{HeatEvent, Heatmap, HeatmapBuilder, HeatmapOptions};
+pub use heatmap::{
+    ALLOC_OUTLINE, AllocRect, HeatEvent, Heatmap, HeatmapBuilder, HeatmapOptions, PlacedRect,
+};
 
 use std::collections::HashMap;
 use std::io::Write;

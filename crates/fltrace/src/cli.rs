@@ -53,6 +53,10 @@ pub struct HeatmapArgs {
     /// Print a small rendering to the terminal instead of writing files.
     #[arg(long)]
     pub terminal: bool,
+    /// With allocations recorded: outline the N largest blocks over the map (their lifetime by
+    /// their address range, labelled with their allocation site); 0 for none.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub allocs: usize,
 }
 
 fn addr_range(s: &str) -> Result<(u64, u64), String> {

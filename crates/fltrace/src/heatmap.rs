@@ -2,7 +2,8 @@
 
 use anyhow::{Context, bail};
 
-use fltrace_render::{HeatEvent, HeatmapBuilder, HeatmapOptions};
+use fltrace_analyze::{Lifetimes, Symbolizer, call_site};
+use fltrace_render::{AllocRect, HeatEvent, HeatmapBuilder, HeatmapOptions};
 use fltrace_trace::{FaultFlags, Recording, files};
 
 use crate::cli::HeatmapArgs;
@@ -56,6 +57,9 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
     }
     let mut map = builder.layout()?;
     fltrace_trace::for_each_fault_group(&path, |group| map.add(&to_events(group)))?;
+    if args.allocs > 0 && recording.has_allocs(pid) {
+        map.overlay(&largest_blocks(&recording, pid, args.allocs)?);
+    }
     if args.terminal {
         print!("{}", map.to_terminal(100, 30));
         println!(
@@ -97,4 +101,40 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
         println!("{}", path.display());
     }
     Ok(())
+}
+
+/// The `count` largest blocks of `pid`'s allocations, as rectangles labelled with their
+/// allocation site (Heimdallr draws allocations over its access map the same way).
+fn largest_blocks(recording: &Recording, pid: u32, count: usize) -> anyhow::Result<Vec<AllocRect>> {
+    let trace = recording.load(pid)?;
+    let lifetimes = Lifetimes::of_trace(&trace);
+    let end = trace
+        .faults
+        .iter()
+        .map(|f| f.time_ns)
+        .chain(trace.allocs.iter().map(|e| e.time_ns))
+        .max()
+        .unwrap_or(0);
+    let mut blocks: Vec<_> = lifetimes.blocks.iter().filter(|b| b.size > 0).collect();
+    blocks.sort_by_key(|b| std::cmp::Reverse(b.size));
+    blocks.truncate(count);
+    let stacks = Symbolizer::new().resolve_alloc_stacks(&trace);
+    Ok(blocks
+        .into_iter()
+        .map(|b| {
+            let site = call_site(stacks.get(b.stack_id));
+            let label = match site {
+                Some(l) if l.has_line() => format!("{} {}:{}", l.function, l.short_file(), l.line),
+                Some(l) => l.function.to_string(),
+                None => "?".into(),
+            };
+            AllocRect {
+                start: b.start_ns,
+                end: b.end_ns.unwrap_or(end),
+                addr: b.addr,
+                len: b.size,
+                label,
+            }
+        })
+        .collect())
 }

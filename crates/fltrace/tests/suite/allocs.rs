@@ -210,6 +210,29 @@ fn first_touch_flamegraph_by_allocation_stack() {
     assert!(by_allocation.contains(&block) && !by_allocation.contains(&touch));
 }
 
+/// The heatmap outlines the block the faults filled, labelled with its allocation site.
+#[test]
+fn heatmap_outlines_allocations() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["faults", "64"]);
+    let out = dir.run(&["heatmap", "-o", "heat.svg"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(dir.path().join("heat.svg")).expect("heatmap written");
+    let label = format!(
+        "<title>faults allocs.c:{}</title>",
+        site("allocs.c", "fault_block")
+    );
+    assert!(svg.contains(&label), "{label} missing");
+    let out = dir.run(&["heatmap", "-o", "plain.svg", "--allocs", "0"]);
+    assert!(out.status.success());
+    let plain = std::fs::read_to_string(dir.path().join("plain.svg")).expect("heatmap written");
+    assert!(!plain.contains("<title>"));
+}
+
 /// A program that aborts keeps every allocation it made up to the end.
 #[test]
 fn crash_keeps_every_allocation() {
