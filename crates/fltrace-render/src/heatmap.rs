@@ -124,6 +124,19 @@ impl HeatmapBuilder {
         }
     }
 
+    /// First pass for a range sample: every block of `start..end` at `time`.
+    pub fn scan_range(&mut self, time: u64, start: u64, end: u64) {
+        let bits = self.options.block_bits;
+        if end > start {
+            self.blocks.extend((start >> bits)..=((end - 1) >> bits));
+            self.time_range = (self.time_range.0.min(time), self.time_range.1.max(time));
+        }
+        if self.blocks.len() > 1 << 22 {
+            self.blocks.sort_unstable();
+            self.blocks.dedup();
+        }
+    }
+
     /// Lays out the rows; the map is empty until [`Heatmap::add`].
     pub fn layout(mut self) -> Result<Heatmap, Error> {
         self.blocks.sort_unstable();
@@ -169,6 +182,30 @@ impl Heatmap {
         let mut map = builder.layout()?;
         map.add(events);
         Ok(map)
+    }
+
+    /// Second pass for a range sample: `weight` accesses (as reads: range traces do not tell
+    /// reads from writes) on every block of `start..end` at `time`.
+    pub fn add_range(&mut self, time: u64, start: u64, end: u64, weight: u32) {
+        if end <= start || weight == 0 {
+            return;
+        }
+        let (t0, t1) = self.time_range;
+        let span = (t1.saturating_sub(t0)).max(1) as u128;
+        let col = (((time.saturating_sub(t0)) as u128 * self.width as u128 / (span + 1)) as usize)
+            .min(self.width - 1);
+        let low = self
+            .blocks
+            .partition_point(|&b| b < start >> self.block_bits);
+        let high = self
+            .blocks
+            .partition_point(|&b| b <= (end - 1) >> self.block_bits);
+        for rank in low..high {
+            let row = (rank / self.blocks_per_row).min(self.height - 1);
+            let cell = &mut self.cells[row * self.width + col][0];
+            *cell = cell.saturating_add(weight);
+            self.max_count = self.max_count.max(*cell);
+        }
     }
 
     /// Places allocations over the map. Only the touched part of an allocation's range has
@@ -570,6 +607,34 @@ mod tests {
                 .unwrap()
                 .contains("<title>a.c:7</title>")
         );
+    }
+
+    #[test]
+    fn range_samples_fill_their_blocks() {
+        let options = HeatmapOptions {
+            block_bits: 12,
+            width: 2,
+            max_height: 100,
+        };
+        let samples = [
+            (0u64, 0x1000u64, 0x3000u64, 5u32),
+            (100, 0x2000, 0x3000, 9),
+            (100, 0x9000, 0xa000, 1),
+        ];
+        let mut builder = HeatmapBuilder::new(options);
+        for (t, a, b, _) in samples {
+            builder.scan_range(t, a, b);
+        }
+        let mut map = builder.layout().unwrap();
+        for (t, a, b, w) in samples {
+            map.add_range(t, a, b, w);
+        }
+        // Blocks 1, 2 and 9: three rows; time 0 in column 0, time 100 in column 1.
+        assert_eq!(map.height, 3);
+        let reads = |col: usize, row: usize| map.cells[row * map.width + col][0];
+        assert_eq!([reads(0, 0), reads(0, 1), reads(0, 2)], [5, 5, 0]);
+        assert_eq!([reads(1, 0), reads(1, 1), reads(1, 2)], [0, 9, 1]);
+        assert_eq!(map.boundaries, vec![(0, 0x1000), (2, 0x9000)]);
     }
 
     #[test]

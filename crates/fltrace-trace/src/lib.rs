@@ -33,6 +33,7 @@ mod fault;
 pub mod files;
 mod mapping;
 mod parquet_io;
+mod ranges;
 mod recording;
 pub mod stats;
 
@@ -44,6 +45,7 @@ pub use parquet_io::{
     AllocWriter, FaultWriter, MappingWriter, Metadata, StackWriter, for_each_fault_group,
     read_allocs, read_faults, read_mappings, read_stacks,
 };
+pub use ranges::{RangeSample, RangeTraceKind, read_range_trace};
 pub use recording::{ProcessTrace, Recording, SessionInfo, keys};
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)

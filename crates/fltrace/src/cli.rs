@@ -53,10 +53,24 @@ pub struct HeatmapArgs {
     /// Print a small rendering to the terminal instead of writing files.
     #[arg(long)]
     pub terminal: bool,
+    /// What to draw: the recording's faults, or the access trace of `fltrace wss` (reference
+    /// bits) or `fltrace wss --damon`.
+    #[arg(long, value_enum, default_value = "faults")]
+    pub from: HeatSource,
     /// With allocations recorded: outline the N largest blocks over the map (their lifetime by
     /// their address range, labelled with their allocation site); 0 for none.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub allocs: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeatSource {
+    /// Page faults of a recording.
+    Faults,
+    /// `fltrace-data-wss-<pid>.csv`: bytes referenced per mapping and interval.
+    Wss,
+    /// `fltrace-data-damon-<pid>.csv`: DAMON's access counts per range and aggregation.
+    Damon,
 }
 
 fn addr_range(s: &str) -> Result<(u64, u64), String> {

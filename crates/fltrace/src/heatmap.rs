@@ -4,11 +4,20 @@ use anyhow::{Context, bail};
 
 use fltrace_analyze::{Lifetimes, Symbolizer, call_site};
 use fltrace_render::{AllocRect, HeatEvent, HeatmapBuilder, HeatmapOptions};
-use fltrace_trace::{FaultFlags, Recording, files};
+use fltrace_trace::{FaultFlags, RangeTraceKind, Recording, files};
 
-use crate::cli::HeatmapArgs;
+use crate::cli::{HeatSource, HeatmapArgs};
 
 pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
+    match args.from {
+        HeatSource::Faults => faults(args),
+        HeatSource::Wss => ranges(args, "wss"),
+        HeatSource::Damon => ranges(args, "damon"),
+    }
+}
+
+/// The map of a recording's faults.
+fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     let selection = &args.selection;
     let recording = match selection.pid {
         Some(pid) => Recording::with_pid(&selection.dir, pid)?,
@@ -38,11 +47,7 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let options = HeatmapOptions {
-        block_bits: args.block_bits,
-        width: args.width as usize,
-        max_height: args.height as usize,
-    };
+    let options = options(&args);
     // Two passes, a row group at a time: memory is bounded by the blocks touched.
     let path = files::faults(&recording.dir, pid);
     let mut builder = HeatmapBuilder::new(options);
@@ -60,23 +65,129 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
     if args.allocs > 0 && recording.has_allocs(pid) {
         map.overlay(&largest_blocks(&recording, pid, args.allocs)?);
     }
+    let what = format!("{count} faults of process {pid}");
+    let title = format!("faults of process {pid} over time and address");
+    write_outputs(&map, &args, pid, "heatmap", &title, &what)
+}
+
+/// The map of an access trace of `fltrace wss` (`kind` is `wss` or `damon`).
+fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
+    let dir = &args.selection.dir;
+    let (pid, path) = match args.selection.pid {
+        Some(pid) => (pid, files::path(dir, kind, pid, "csv")),
+        None => newest_trace(dir, kind)?,
+    };
+    let (trace_kind, samples) = fltrace_trace::read_range_trace(&path)
+        .with_context(|| format!("reading {} (written by `fltrace wss`)", path.display()))?;
+    let weight = |s: &fltrace_trace::RangeSample| -> u32 {
+        match trace_kind {
+            // Per cent of the range referenced in the interval, at least 1 if any was.
+            RangeTraceKind::ReferencedBytes => {
+                let len = s.end.saturating_sub(s.start).max(1);
+                (s.value.saturating_mul(100).div_ceil(len)).min(100) as u32
+            }
+            RangeTraceKind::DamonAccesses => s.value.min(u64::from(u32::MAX)) as u32,
+        }
+    };
+    let in_window = |s: &&fltrace_trace::RangeSample| {
+        args.selection
+            .time
+            .is_none_or(|(a, b)| (a..b).contains(&s.time_s))
+            && weight(s) > 0
+    };
+    let clip = |s: &fltrace_trace::RangeSample| match args.addr {
+        Some((a, b)) => (s.start.max(a), s.end.min(b)),
+        None => (s.start, s.end),
+    };
+    let time = |s: &fltrace_trace::RangeSample| (s.time_s * 1e9) as u64;
+    let mut builder = HeatmapBuilder::new(options(&args));
+    let mut count = 0;
+    for s in samples.iter().filter(in_window) {
+        let (start, end) = clip(s);
+        if end > start {
+            builder.scan_range(time(s), start, end);
+            count += 1;
+        }
+    }
+    if count == 0 {
+        bail!(
+            "no accessed ranges in {} in the selected time and address ranges",
+            path.display()
+        );
+    }
+    let mut map = builder.layout()?;
+    for s in samples.iter().filter(in_window) {
+        let (start, end) = clip(s);
+        map.add_range(time(s), start, end, weight(s));
+    }
+    let source = match trace_kind {
+        RangeTraceKind::ReferencedBytes => "reference bits (per cent of each mapping referenced)",
+        RangeTraceKind::DamonAccesses => "DAMON (access counts)",
+    };
+    let what = format!("{count} accessed ranges of process {pid} from {source}");
+    let title = format!("accesses of process {pid} over time and address, from {source}");
+    write_outputs(&map, &args, pid, &format!("heatmap-{kind}"), &title, &what)
+}
+
+/// The most recently written trace of `kind` in `dir`, with its pid.
+fn newest_trace(dir: &std::path::Path, kind: &str) -> anyhow::Result<(u32, std::path::PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, u32, std::path::PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| files::pid_of(n, kind, "csv"))
+        else {
+            continue;
+        };
+        let modified = entry.metadata()?.modified()?;
+        if newest.as_ref().is_none_or(|(t, _, _)| modified > *t) {
+            newest = Some((modified, pid, entry.path()));
+        }
+    }
+    newest.map(|(_, pid, path)| (pid, path)).with_context(|| {
+        format!(
+            "no fltrace-data-{kind}-<pid>.csv in {}: run `fltrace wss{}` first",
+            dir.display(),
+            if kind == "damon" { " --damon" } else { "" }
+        )
+    })
+}
+
+fn options(args: &HeatmapArgs) -> HeatmapOptions {
+    HeatmapOptions {
+        block_bits: args.block_bits,
+        width: args.width as usize,
+        max_height: args.height as usize,
+    }
+}
+
+/// Writes the map (and the memref patch's plots) where asked, or prints it to the terminal.
+fn write_outputs(
+    map: &fltrace_render::Heatmap,
+    args: &HeatmapArgs,
+    pid: u32,
+    name: &str,
+    title: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    let dir = &args.selection.dir;
     if args.terminal {
         print!("{}", map.to_terminal(100, 30));
         println!(
-            "{} faults of process {pid}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
-            count,
+            "{what}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
             (map.time_range.1 - map.time_range.0) as f64 / 1e9,
             map.bytes_per_row(),
             map.boundaries.len()
         );
         return Ok(());
     }
-    let title = format!("faults of process {pid} over time and address");
     let outputs = match &args.output {
         Some(path) => vec![path.clone()],
         None => {
             // The memref patch's temporal and spatial plots come with the default outputs.
-            let memref = files::path(&selection.dir, "memref", pid, "svg");
+            let memref = files::path(dir, &name.replacen("heatmap", "memref", 1), pid, "svg");
             fltrace_render::memref_plots(
                 &map.temporal(),
                 &map.spatial(),
@@ -86,15 +197,15 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", memref.display()))?;
             println!("{}", memref.display());
             vec![
-                files::path(&selection.dir, "heatmap", pid, "png"),
-                files::path(&selection.dir, "heatmap", pid, "svg"),
+                files::path(dir, name, pid, "png"),
+                files::path(dir, name, pid, "svg"),
             ]
         }
     };
     for path in outputs {
         match path.extension().and_then(|e| e.to_str()) {
             Some("png") => map.write_png(&path),
-            Some("svg") => map.write_svg(&path, &title),
+            Some("svg") => map.write_svg(&path, title),
             _ => bail!("{}: the heatmap is written as .png or .svg", path.display()),
         }
         .with_context(|| format!("writing {}", path.display()))?;

@@ -55,6 +55,54 @@ fn wss_follows_the_phases() {
             .expect("plot")
             .contains("working set")
     );
+
+    // The heatmap of that trace: the 64 MiB phase (left) fills more of the map than the
+    // 8 MiB one (right); the idle phase referenced nothing and is not drawn.
+    let out = dir.run(&["heatmap", "--from", "wss", "--terminal"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (mut left, mut right) = (0, 0);
+    for line in text.lines().take(30) {
+        let chars: Vec<char> = line.chars().collect();
+        left += chars.iter().take(40).filter(|c| **c != ' ').count();
+        right += chars.iter().skip(60).filter(|c| **c != ' ').count();
+    }
+    assert!(left > right, "left {left}, right {right}:\n{text}");
+    assert!(text.contains("from reference bits"), "{text}");
+}
+
+/// A DAMON trace drawn as a heatmap: its ranges land in rows of their own, weighted by their
+/// access counts (a synthetic trace: the machine's monitor aggregates too slowly for a test).
+#[test]
+fn heatmap_of_a_damon_trace() {
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("fltrace-data-damon-4242.csv"),
+        "time_s,start,end,nr_accesses\n\
+         1.000,0x10000,0x12000,3\n\
+         2.000,0x10000,0x11000,20\n\
+         2.000,0x90000,0x91000,1\n",
+    )
+    .expect("trace written");
+    let out = dir.run(&["heatmap", "--from", "damon", "--terminal", "--width", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("3 accessed ranges of process 4242 from DAMON"),
+        "{text}"
+    );
+    assert!(text.contains("2 touched ranges"), "{text}");
+    let out = dir.run(&["heatmap", "--from", "damon", "-o", "d.svg"]);
+    assert!(out.status.success());
+    assert!(dir.path().join("d.svg").is_file());
 }
 
 /// With a DAMON monitor fltrace did not start (as on these machines), --damon says so in one
