@@ -1,9 +1,12 @@
-//! DAMON, read-only: what the kernel's monitors are doing, and the `damon:damon_aggregated`
-//! events of a monitor fltrace did not start, translated to a process's pages.
+//! DAMON: what the kernel's monitors are doing, a monitor of fltrace's own where DAMON is free,
+//! and the `damon:damon_aggregated` events, translated to a process's pages when the monitor
+//! watches physical memory.
 //!
-//! fltrace never stops, reconfigures or adds schemes to a monitor it did not start, and never
-//! writes under /sys/kernel/mm/damon: it enables the tracepoint for reading, which changes
-//! nothing in DAMON (see ../shared/KERNEL.md on the development machines' own monitor).
+//! fltrace never stops, reconfigures or adds schemes to a monitor it did not start: where one
+//! runs, it only enables the tracepoint for reading, which changes nothing in DAMON (see
+//! ../shared/KERNEL.md on the development machines' own monitor). Only where no monitor runs
+//! does it write under /sys/kernel/mm/damon, to start one of its own ([`OwnMonitor`]), which it
+//! removes again when done.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,9 +27,16 @@ pub enum DamonStatus {
     InUse(Vec<usize>),
 }
 
+/// The DAMON sysfs interface.
+pub const SYSFS: &str = "/sys/kernel/mm/damon/admin/kdamonds";
+
 /// Reads the kdamonds' states from sysfs.
 pub fn status() -> DamonStatus {
-    let admin = Path::new("/sys/kernel/mm/damon/admin/kdamonds");
+    status_at(Path::new(SYSFS))
+}
+
+/// [`status`] of the interface at `admin` (tests give a directory of their own).
+pub fn status_at(admin: &Path) -> DamonStatus {
     let Ok(count) = std::fs::read_to_string(admin.join("nr_kdamonds")) else {
         return DamonStatus::Absent;
     };
@@ -41,6 +51,157 @@ pub fn status() -> DamonStatus {
     } else {
         DamonStatus::InUse(running)
     }
+}
+
+/// How fltrace's own monitor samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonitorConfig {
+    /// Sampling interval: how often the Accessed bits are checked.
+    pub sample_us: u64,
+    /// Aggregation interval: one `damon_aggregated` event per region each.
+    pub aggr_us: u64,
+    /// How often the monitored regions are updated from the target's mappings.
+    pub update_us: u64,
+    /// Fewest and most regions DAMON splits the memory into.
+    pub regions: (u64, u64),
+}
+
+impl Default for MonitorConfig {
+    /// DAMON's own defaults, aggregating every 100 ms.
+    fn default() -> Self {
+        MonitorConfig {
+            sample_us: 5_000,
+            aggr_us: 100_000,
+            update_us: 1_000_000,
+            regions: (10, 1000),
+        }
+    }
+}
+
+/// The address space a monitor watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operations {
+    /// The target process's virtual addresses.
+    Vaddr,
+    /// Physical memory (regions are translated to the process's pages afterwards).
+    Paddr,
+}
+
+/// A DAMON monitor fltrace started where no other ran: one kdamond, one context, one target.
+/// Dropping it turns it off and removes the kdamond, on every way out (errors, Ctrl-C, the
+/// program's crash); only a hard kill of fltrace itself leaves it running.
+#[derive(Debug)]
+pub struct OwnMonitor {
+    admin: std::path::PathBuf,
+    index: usize,
+    /// The kdamonds that existed before (none running): restored on drop.
+    previous: usize,
+    /// What it watches.
+    pub operations: Operations,
+}
+
+impl OwnMonitor {
+    /// Starts a monitor of process `pid` through the interface at `admin` ([`SYSFS`]), with
+    /// virtual-address operations where the kernel has them, else physical ones over the
+    /// machine's RAM (`ram`: the System RAM ranges). Refuses if a monitor runs.
+    pub fn start(
+        admin: &Path,
+        pid: u32,
+        config: MonitorConfig,
+        ram: &[(u64, u64)],
+    ) -> Result<OwnMonitor, Error> {
+        let kernel = |what: &'static str| Error::kernel(what);
+        if let DamonStatus::InUse(_) = status_at(admin) {
+            return Err(Error::Kernel {
+                what: "starting a DAMON monitor",
+                source: std::io::Error::from_raw_os_error(libc::EBUSY),
+                hint: " (a monitor fltrace did not start is running; fltrace leaves it alone)",
+            });
+        }
+        let write = |path: std::path::PathBuf, value: &str| -> Result<(), Error> {
+            std::fs::write(&path, value).map_err(kernel("writing the DAMON sysfs interface"))
+        };
+        let previous: usize = std::fs::read_to_string(admin.join("nr_kdamonds"))
+            .map_err(kernel("the DAMON sysfs interface"))?
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        write(admin.join("nr_kdamonds"), &(previous + 1).to_string())?;
+        // From here on, dropping the monitor undoes what was written.
+        let mut monitor = OwnMonitor {
+            admin: admin.to_owned(),
+            index: previous,
+            previous,
+            operations: Operations::Paddr,
+        };
+        let context = admin.join(previous.to_string()).join("contexts");
+        write(context.join("nr_contexts"), "1")?;
+        let context = context.join("0");
+        let available =
+            std::fs::read_to_string(context.join("avail_operations")).unwrap_or_default();
+        monitor.operations = if available.split_whitespace().any(|o| o == "vaddr") {
+            Operations::Vaddr
+        } else {
+            Operations::Paddr
+        };
+        let ops = match monitor.operations {
+            Operations::Vaddr => "vaddr",
+            Operations::Paddr => "paddr",
+        };
+        write(context.join("operations"), ops)?;
+        let attrs = context.join("monitoring_attrs");
+        write(
+            attrs.join("intervals/sample_us"),
+            &config.sample_us.to_string(),
+        )?;
+        write(attrs.join("intervals/aggr_us"), &config.aggr_us.to_string())?;
+        write(
+            attrs.join("intervals/update_us"),
+            &config.update_us.to_string(),
+        )?;
+        write(attrs.join("nr_regions/min"), &config.regions.0.to_string())?;
+        write(attrs.join("nr_regions/max"), &config.regions.1.to_string())?;
+        let targets = context.join("targets");
+        write(targets.join("nr_targets"), "1")?;
+        let target = targets.join("0");
+        match monitor.operations {
+            Operations::Vaddr => write(target.join("pid_target"), &pid.to_string())?,
+            Operations::Paddr => {
+                let regions = target.join("regions");
+                write(regions.join("nr_regions"), &ram.len().to_string())?;
+                for (i, (start, end)) in ram.iter().enumerate() {
+                    let region = regions.join(i.to_string());
+                    write(region.join("start"), &start.to_string())?;
+                    write(region.join("end"), &end.to_string())?;
+                }
+            }
+        }
+        write(admin.join(previous.to_string()).join("state"), "on")?;
+        Ok(monitor)
+    }
+}
+
+impl Drop for OwnMonitor {
+    fn drop(&mut self) {
+        let kdamond = self.admin.join(self.index.to_string());
+        let _ = std::fs::write(kdamond.join("state"), "off");
+        let _ = std::fs::write(self.admin.join("nr_kdamonds"), self.previous.to_string());
+    }
+}
+
+/// The machine's System RAM ranges (`/proc/iomem`, needs root), for a physical-address monitor.
+pub fn system_ram() -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/iomem").unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.starts_with(' ') && l.ends_with(": System RAM"))
+        .filter_map(|l| {
+            let (range, _) = l.split_once(" : ")?;
+            let (a, b) = range.trim().split_once('-')?;
+            let a = u64::from_str_radix(a, 16).ok()?;
+            let b = u64::from_str_radix(b, 16).ok()?;
+            (b > a).then_some((a, b + 1))
+        })
+        .collect()
 }
 
 /// One region as a monitor reported it at the end of an aggregation interval.
@@ -229,6 +390,126 @@ impl FrameMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory laid out as the DAMON sysfs interface is once a kdamond with one context
+    /// and one target exists (the kernel makes those directories when the counts are written).
+    fn fake_sysfs(available: &str, running: bool) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = dir.path();
+        let k = admin.join("0");
+        for sub in [
+            "contexts/0/monitoring_attrs/intervals",
+            "contexts/0/monitoring_attrs/nr_regions",
+            "contexts/0/targets/0/regions/0",
+            "contexts/0/targets/0/regions/1",
+        ] {
+            std::fs::create_dir_all(k.join(sub)).unwrap();
+        }
+        std::fs::write(
+            admin.join("nr_kdamonds"),
+            if running { "1\n" } else { "0\n" },
+        )
+        .unwrap();
+        std::fs::write(k.join("state"), if running { "on\n" } else { "off\n" }).unwrap();
+        std::fs::write(k.join("contexts/0/avail_operations"), available).unwrap();
+        dir
+    }
+
+    fn read(dir: &Path, file: &str) -> String {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    /// Where the kernel has virtual-address operations, the monitor watches the process by
+    /// pid with the intervals asked for, and is switched off and removed when dropped.
+    #[test]
+    fn own_vaddr_monitor_is_configured_and_removed() {
+        let dir = fake_sysfs("vaddr fvaddr paddr\n", false);
+        let admin = dir.path();
+        let config = MonitorConfig {
+            sample_us: 1000,
+            aggr_us: 20_000,
+            update_us: 500_000,
+            regions: (5, 50),
+        };
+        let monitor = OwnMonitor::start(admin, 4242, config, &[]).unwrap();
+        assert_eq!(monitor.operations, Operations::Vaddr);
+        let ctx = "0/contexts/0";
+        assert_eq!(read(admin, "nr_kdamonds"), "1");
+        assert_eq!(read(admin, "0/contexts/nr_contexts"), "1");
+        assert_eq!(read(admin, &format!("{ctx}/operations")), "vaddr");
+        assert_eq!(
+            read(
+                admin,
+                &format!("{ctx}/monitoring_attrs/intervals/sample_us")
+            ),
+            "1000"
+        );
+        assert_eq!(
+            read(admin, &format!("{ctx}/monitoring_attrs/intervals/aggr_us")),
+            "20000"
+        );
+        assert_eq!(
+            read(
+                admin,
+                &format!("{ctx}/monitoring_attrs/intervals/update_us")
+            ),
+            "500000"
+        );
+        assert_eq!(
+            read(admin, &format!("{ctx}/monitoring_attrs/nr_regions/min")),
+            "5"
+        );
+        assert_eq!(
+            read(admin, &format!("{ctx}/monitoring_attrs/nr_regions/max")),
+            "50"
+        );
+        assert_eq!(read(admin, &format!("{ctx}/targets/nr_targets")), "1");
+        assert_eq!(read(admin, &format!("{ctx}/targets/0/pid_target")), "4242");
+        assert_eq!(read(admin, "0/state"), "on");
+        assert_eq!(status_at(admin), DamonStatus::InUse(vec![0]));
+        drop(monitor);
+        assert_eq!(read(admin, "0/state"), "off");
+        assert_eq!(read(admin, "nr_kdamonds"), "0");
+    }
+
+    /// With physical operations only (as on the development machines), the monitor covers the
+    /// RAM ranges given.
+    #[test]
+    fn own_paddr_monitor_covers_ram() {
+        let dir = fake_sysfs("paddr\n", false);
+        let admin = dir.path();
+        let ram = [(0x10_0000, 0x8000_0000), (0x1_0000_0000, 0x2_0000_0000)];
+        let monitor = OwnMonitor::start(admin, 1, MonitorConfig::default(), &ram).unwrap();
+        assert_eq!(monitor.operations, Operations::Paddr);
+        let regions = "0/contexts/0/targets/0/regions";
+        assert_eq!(read(admin, &format!("{regions}/nr_regions")), "2");
+        assert_eq!(
+            read(admin, &format!("{regions}/1/start")),
+            (0x1_0000_0000u64).to_string()
+        );
+        assert_eq!(
+            read(admin, &format!("{regions}/1/end")),
+            (0x2_0000_0000u64).to_string()
+        );
+    }
+
+    /// A running monitor fltrace did not start is never touched: starting one is refused and
+    /// nothing is written.
+    #[test]
+    fn running_monitor_is_left_alone() {
+        let dir = fake_sysfs("paddr\n", true);
+        let admin = dir.path();
+        let before = std::fs::read_to_string(admin.join("nr_kdamonds")).unwrap();
+        assert!(OwnMonitor::start(admin, 1, MonitorConfig::default(), &[]).is_err());
+        assert_eq!(
+            std::fs::read_to_string(admin.join("nr_kdamonds")).unwrap(),
+            before
+        );
+        assert_eq!(read(admin, "0/state"), "on");
+    }
 
     fn fields() -> AggregatedFields {
         // The layout of Linux 6.18's format file.

@@ -73,6 +73,23 @@ pub enum HeatSource {
     Damon,
 }
 
+fn region_counts(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}` is not a range of region counts such as 10..1000"))?;
+    let parse = |v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| format!("`{v}` is not a count"))
+    };
+    let (a, b) = (parse(a)?, parse(b)?);
+    if a < 3 || a > b {
+        return Err(format!(
+            "{s}: DAMON needs at least 3 regions and MIN <= MAX"
+        ));
+    }
+    Ok((a, b))
+}
+
 fn addr_range(s: &str) -> Result<(u64, u64), String> {
     let parse = |v: &str| {
         u64::from_str_radix(v.trim_start_matches("0x"), 16)
@@ -107,6 +124,19 @@ pub struct WssArgs {
     /// Use DAMON's sampling of Accessed bits instead of clearing reference bits.
     #[arg(long)]
     pub damon: bool,
+    /// With --damon where fltrace starts its own monitor: how often DAMON checks the
+    /// Accessed bits.
+    #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = duration)]
+    pub damon_sample: std::time::Duration,
+    /// With --damon, own monitor: the aggregation interval (one trace row set each).
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = duration)]
+    pub damon_aggr: std::time::Duration,
+    /// With --damon, own monitor: how often the regions follow the process's mappings.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration)]
+    pub damon_update: std::time::Duration,
+    /// With --damon, own monitor: fewest and most regions, `MIN..MAX`.
+    #[arg(long, value_name = "MIN..MAX", default_value = "10..1000", value_parser = region_counts)]
+    pub damon_regions: (u64, u64),
     /// table (one line per interval) or csv (`time_s,wss_bytes,rss_bytes` on stdout).
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,

@@ -77,22 +77,25 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--damon`: DAMON's view, read-only. Where a monitor fltrace did not start holds DAMON (as
-/// on the development machines), its `damon:damon_aggregated` events are read and the physical
-/// regions it found accessed are translated to the process's pages through pagemap.
+/// `--damon`: DAMON's view. Where no monitor runs, fltrace starts one of its own (virtual
+/// addresses of the process where the kernel has them) and removes it at the end. Where a
+/// monitor fltrace did not start holds DAMON (as on the development machines), it is left
+/// alone: its `damon:damon_aggregated` events are read, and the physical regions it found
+/// accessed are translated to the process's pages through pagemap.
 fn damon(
     args: &WssArgs,
     pid: i32,
     child: Option<std::process::Child>,
     stop: &std::sync::atomic::AtomicUsize,
 ) -> anyhow::Result<ExitCode> {
-    use fltrace_capture::damon::{self, DamonStatus, FrameMap};
+    use fltrace_capture::damon::{self, DamonStatus, FrameMap, MonitorConfig, Operations};
     let kill = |child: Option<std::process::Child>| {
         if let Some(mut c) = child {
             let _ = c.kill();
             let _ = c.wait();
         }
     };
+    let mut own = None;
     match damon::status() {
         DamonStatus::Absent => {
             kill(child);
@@ -101,10 +104,35 @@ fn damon(
             )
         }
         DamonStatus::Free => {
-            kill(child);
-            bail!(
-                "DAMON is free here, but fltrace cannot start a monitor of its own yet; use fltrace wss without --damon"
-            )
+            let config = MonitorConfig {
+                sample_us: args.damon_sample.as_micros() as u64,
+                aggr_us: args.damon_aggr.as_micros() as u64,
+                update_us: args.damon_update.as_micros() as u64,
+                regions: args.damon_regions,
+            };
+            let ram = damon::system_ram();
+            match damon::OwnMonitor::start(
+                std::path::Path::new(damon::SYSFS),
+                pid as u32,
+                config,
+                &ram,
+            ) {
+                Ok(monitor) => {
+                    eprintln!(
+                        "fltrace: DAMON is free: started a monitor of fltrace's own ({} operations), removed at the end",
+                        if monitor.operations == Operations::Vaddr {
+                            "virtual-address"
+                        } else {
+                            "physical-address"
+                        }
+                    );
+                    own = Some((monitor, config));
+                }
+                Err(e) => {
+                    kill(child);
+                    return Err(anyhow::Error::new(e).context("starting a DAMON monitor"));
+                }
+            }
         }
         DamonStatus::InUse(kdamonds) => eprintln!(
             "fltrace: DAMON is in use by a monitor fltrace did not start (kdamond {}); reading its damon:damon_aggregated events read-only, translated to process {pid}",
@@ -119,7 +147,13 @@ fn damon(
     writeln!(out, "time_s,wss_bytes,rss_bytes")?;
     let mut trace = String::from("time_s,start,end,nr_accesses\n");
     let started_ns = fltrace_capture::monotonic_now_ns();
-    // Regions of one aggregation arrive together; a new one starts after a quiet second.
+    // Our own virtual-address monitor reports the process's addresses already.
+    let virtual_regions = own
+        .as_ref()
+        .is_some_and(|(m, _)| m.operations == Operations::Vaddr);
+    // Regions of one aggregation arrive together; a new one starts after a quiet spell of half
+    // an aggregation interval (the machine's monitor aggregates every few seconds).
+    let quiet_ns = own.as_ref().map_or(1_000_000_000, |(_, c)| c.aggr_us * 500);
     let mut batch: Vec<damon::AggregatedRegion> = Vec::new();
     let flush = |batch: &mut Vec<damon::AggregatedRegion>,
                  out: &mut std::io::StdoutLock<'_>,
@@ -127,6 +161,21 @@ fn damon(
         let Some(first) = batch.first() else {
             return;
         };
+        if virtual_regions {
+            let secs = first.time_ns.saturating_sub(started_ns) as f64 / 1e9;
+            let mut accessed = 0;
+            for region in batch.iter().filter(|r| r.nr_accesses > 0) {
+                accessed += region.end - region.start;
+                let _ = writeln!(
+                    trace,
+                    "{secs:.3},{:#x},{:#x},{}",
+                    region.start, region.end, region.nr_accesses
+                );
+            }
+            let _ = writeln!(out, "{secs:.3},{accessed},{}", rss_bytes(pid));
+            batch.clear();
+            return;
+        }
         let Ok(frames) = FrameMap::of_process(pid) else {
             batch.clear();
             return;
@@ -160,19 +209,29 @@ fn damon(
     damon::read_aggregated(args.duration, stop, alive, |region| {
         if batch
             .last()
-            .is_some_and(|last| region.time_ns > last.time_ns + 1_000_000_000)
+            .is_some_and(|last| region.time_ns > last.time_ns + quiet_ns)
         {
             flush(&mut batch, &mut out, &mut trace);
         }
         batch.push(region);
     })?;
     flush(&mut batch, &mut out, &mut trace);
+    // Our own monitor goes before the files are written: a failure below must not leave it.
+    drop(own);
     let path = fltrace_trace::files::path(&args.dir, "damon", pid as u32, "csv");
     fltrace_trace::files::create(&path)?
         .write_all(trace.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     kill(child);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The process's resident bytes now (0 if it is gone).
+fn rss_bytes(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 fn is_zombie(pid: i32) -> bool {
