@@ -1,8 +1,30 @@
 //! Hardware memory-access samples (Intel PEBS `mem-loads`/`mem-stores`, AMD IBS op): finding
-//! the events in sysfs and decoding the samples. Decoding needs no PMU, so it is tested with
-//! sample records built by the tests; capture needs one, and this machine has none.
+//! the events in sysfs, capturing them for the traced processes, decoding the samples and
+//! writing `fltrace-data-access-<pid>.parquet`. Decoding and writing need no PMU, so they are
+//! tested with sample records built by the tests; capture needs one, and the development
+//! machines have none.
+//!
+//! Stacks are the kernel's user callchains (frame pointers): the PMU interrupt gives no time
+//! for the DWARF unwinding faults get, and they are complete only in code built with frame
+//! pointers.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use perf_event_open_sys::bindings::{
+    PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_DATA_SRC, PERF_SAMPLE_IP, PERF_SAMPLE_TID,
+    PERF_SAMPLE_TIME, PERF_SAMPLE_WEIGHT, perf_event_attr,
+};
+
+use fltrace_trace::{AccessRecord, AccessWriter, Stack, StackWriter, files};
+
+use crate::Error;
+use crate::ring::RingBuffer;
+use crate::sys::{self, PerfEvent};
 
 /// Whether a sampled access was a load or a store, from `perf_mem_data_src.mem_op`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +88,7 @@ impl DataSource {
 }
 
 /// One sampled access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessSample {
     /// Instruction address.
     pub ip: u64,
@@ -82,21 +104,51 @@ pub struct AccessSample {
     pub latency: u64,
     /// Where the data came from.
     pub source: DataSource,
+    /// `perf_mem_data_src` as the kernel gave it.
+    pub data_src: u64,
+    /// The user callchain, innermost first (the sampled instruction's caller first).
+    pub stack: Vec<u64>,
 }
 
-/// Decodes a sample record body with `sample_type` = IP | TID | TIME | ADDR | WEIGHT |
-/// DATA_SRC, the fields in the kernel's fixed order.
+/// The `sample_type` that [`decode_sample`] reads.
+pub const SAMPLE_TYPE: u32 = PERF_SAMPLE_IP
+    | PERF_SAMPLE_TID
+    | PERF_SAMPLE_TIME
+    | PERF_SAMPLE_ADDR
+    | PERF_SAMPLE_CALLCHAIN
+    | PERF_SAMPLE_WEIGHT
+    | PERF_SAMPLE_DATA_SRC;
+
+/// Callchain entries at or above this are context markers (`PERF_CONTEXT_USER`...).
+const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
+
+/// Decodes a sample record body of [`SAMPLE_TYPE`]: IP, TID, TIME, ADDR, CALLCHAIN, WEIGHT,
+/// DATA_SRC, in the kernel's fixed order.
 pub fn decode_sample(body: &[u8]) -> Option<AccessSample> {
     let u64_at = |o: usize| Some(u64::from_ne_bytes(body.get(o..o + 8)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_ne_bytes(body.get(o..o + 4)?.try_into().ok()?));
+    let frames = usize::try_from(u64_at(32)?).ok()?;
+    if frames > 4096 {
+        return None;
+    }
+    let stack: Vec<u64> = (0..frames)
+        .map(|i| u64_at(40 + 8 * i))
+        .collect::<Option<Vec<u64>>>()?
+        .into_iter()
+        .filter(|&ip| ip < PERF_CONTEXT_MAX)
+        .collect();
+    let after = 40 + 8 * frames;
+    let data_src = u64_at(after + 8)?;
     Some(AccessSample {
         ip: u64_at(0)?,
         pid: u32_at(8)?,
         tid: u32_at(12)?,
         time_ns: u64_at(16)?,
         addr: u64_at(24)?,
-        latency: u64_at(32)?,
-        source: DataSource::from_bits(u64_at(40)?),
+        latency: u64_at(after)?,
+        source: DataSource::from_bits(data_src),
+        data_src,
+        stack,
     })
 }
 
@@ -184,6 +236,253 @@ pub fn availability() -> Availability {
     }
 }
 
+/// The attr of one access-sampling event at `freq` samples per second.
+fn sample_attr(
+    event: &PmuEvent,
+    precise: bool,
+    freq: u64,
+    enable_on_exec: bool,
+) -> perf_event_attr {
+    let mut attr = perf_event_attr {
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        ..Default::default()
+    };
+    attr.type_ = event.pmu_type;
+    attr.config = event.config;
+    attr.__bindgen_anon_3.config1 = event.config1;
+    attr.__bindgen_anon_1.sample_freq = freq;
+    attr.set_freq(1);
+    attr.sample_type = u64::from(SAMPLE_TYPE);
+    if precise {
+        attr.set_precise_ip(2);
+    }
+    attr.set_disabled(1);
+    attr.set_inherit(1);
+    attr.set_enable_on_exec(u64::from(enable_on_exec));
+    attr.set_exclude_kernel(1);
+    attr.set_exclude_hv(1);
+    attr.set_exclude_callchain_kernel(1);
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    attr
+}
+
+/// Access sampling of the traced processes, drained in a thread of its own.
+pub struct AccessCapture {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<AccessSummary, Error>>,
+}
+
+/// What a capture wrote.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AccessSummary {
+    /// Samples written.
+    pub samples: u64,
+    /// Times the kernel throttled sampling (too high a rate for its interrupt budget).
+    pub throttled: u64,
+    /// Samples the kernel dropped.
+    pub lost: u64,
+}
+
+impl AccessCapture {
+    /// Opens the machine's access events for `tasks` on every CPU (`enable_on_exec` for a
+    /// command fltrace starts) and drains them into `dir` until [`Self::finish`].
+    pub fn start(
+        availability: Availability,
+        freq: u64,
+        tasks: &[i32],
+        enable_on_exec: bool,
+        dir: &Path,
+        mono_offset: u64,
+    ) -> Result<AccessCapture, Error> {
+        let (events, precise): (Vec<PmuEvent>, bool) = match availability {
+            Availability::Pebs(loads, stores) => {
+                (std::iter::once(loads).chain(stores).collect(), true)
+            }
+            Availability::Ibs(op) => (vec![op], false),
+            Availability::None => {
+                return Err(Error::Kernel {
+                    what: "hardware memory-access sampling",
+                    source: std::io::Error::from_raw_os_error(libc::ENODEV),
+                    hint: " (needs Intel PEBS or AMD IBS)",
+                });
+            }
+        };
+        let mut opened = Vec::new();
+        let mut rings = Vec::new();
+        for cpu in sys::online_cpus().map_err(Error::kernel("online CPUs"))? {
+            let mut leader: Option<usize> = None;
+            for event in &events {
+                let attr = sample_attr(event, precise, freq, enable_on_exec);
+                for &task in tasks {
+                    let perf = PerfEvent::open(&attr, task, cpu)
+                        .map_err(Error::kernel("a PMU memory-access event"))?;
+                    match leader {
+                        Some(l) => perf
+                            .set_output(&opened[l])
+                            .map_err(Error::kernel("sharing an access-sample ring"))?,
+                        None => {
+                            rings.push(
+                                RingBuffer::map(&perf, 1024)
+                                    .map_err(Error::kernel("mapping an access-sample ring"))?,
+                            );
+                            leader = Some(opened.len());
+                        }
+                    }
+                    opened.push(perf);
+                }
+            }
+        }
+        if !enable_on_exec {
+            for event in &opened {
+                event
+                    .enable()
+                    .map_err(Error::kernel("enabling access sampling"))?;
+            }
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            let dir = dir.to_owned();
+            std::thread::Builder::new()
+                .name("fltrace-access".into())
+                .spawn(move || {
+                    let _events = opened;
+                    drain(rings, &stop, &dir, mono_offset)
+                })
+                .map_err(|source| Error::Kernel {
+                    what: "starting the access-sample reader",
+                    source,
+                    hint: "",
+                })?
+        };
+        Ok(AccessCapture { stop, thread })
+    }
+
+    /// Stops, writes the tables and says what they hold.
+    pub fn finish(self) -> Result<AccessSummary, Error> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_else(|_| {
+            Err(Error::Kernel {
+                what: "the access-sample reader",
+                source: std::io::Error::other("it panicked"),
+                hint: "",
+            })
+        })
+    }
+}
+
+fn drain(
+    mut rings: Vec<RingBuffer>,
+    stop: &AtomicBool,
+    dir: &Path,
+    mono_offset: u64,
+) -> Result<AccessSummary, Error> {
+    const PERF_RECORD_LOST: u32 = 2;
+    const PERF_RECORD_THROTTLE: u32 = 5;
+    const PERF_RECORD_SAMPLE: u32 = 9;
+    let mut tables = AccessTables::new(dir.to_owned());
+    let mut summary = AccessSummary::default();
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        let mut samples = Vec::new();
+        for ring in &mut rings {
+            ring.drain(|record| match record.kind {
+                PERF_RECORD_SAMPLE => {
+                    if let Some(sample) = decode_sample(&record.data.as_slice()) {
+                        samples.push(sample);
+                    }
+                }
+                PERF_RECORD_THROTTLE => summary.throttled += 1,
+                PERF_RECORD_LOST => {
+                    summary.lost += record
+                        .data
+                        .get(8..16)
+                        .and_then(|d| d.as_slice().as_ref().try_into().ok())
+                        .map_or(0, u64::from_ne_bytes);
+                }
+                _ => {}
+            });
+        }
+        samples.sort_by_key(|s| s.time_ns);
+        for sample in samples {
+            tables.push(sample, mono_offset)?;
+            summary.samples += 1;
+        }
+        if stopping {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tables.finish()?;
+    Ok(summary)
+}
+
+/// Per process, the access table and its stacks.
+pub struct AccessTables {
+    dir: PathBuf,
+    open: HashMap<u32, (AccessWriter, StackWriter, HashMap<Vec<u64>, u32>)>,
+}
+
+impl AccessTables {
+    /// Tables written into `dir` as samples of each process arrive.
+    pub fn new(dir: PathBuf) -> AccessTables {
+        AccessTables {
+            dir,
+            open: HashMap::new(),
+        }
+    }
+
+    /// Appends a sample to its process's tables; `mono_offset` turns its time into the
+    /// faults' clock.
+    pub fn push(&mut self, sample: AccessSample, mono_offset: u64) -> Result<(), Error> {
+        let pid = sample.pid;
+        if !self.open.contains_key(&pid) {
+            let tables = (
+                AccessWriter::create(&files::access(&self.dir, pid))?,
+                StackWriter::create(&files::access_stacks(&self.dir, pid))?,
+                HashMap::new(),
+            );
+            self.open.insert(pid, tables);
+        }
+        let Some((access, stacks, ids)) = self.open.get_mut(&pid) else {
+            return Ok(());
+        };
+        let stack_id = match ids.get(&sample.stack) {
+            Some(&id) => id,
+            None => {
+                let id = ids.len() as u32;
+                stacks.push(Stack {
+                    id,
+                    generation: 0,
+                    frames: sample.stack.clone(),
+                })?;
+                ids.insert(sample.stack, id);
+                id
+            }
+        };
+        access.push(AccessRecord {
+            time_ns: sample.time_ns.wrapping_add(mono_offset),
+            tid: sample.tid,
+            ip: sample.ip,
+            addr: sample.addr,
+            latency: sample.latency,
+            data_src: sample.data_src,
+            stack_id,
+        })?;
+        Ok(())
+    }
+
+    /// Writes every table's footer.
+    pub fn finish(self) -> Result<(), Error> {
+        for (_, (access, stacks, _)) in self.open {
+            access.finish()?;
+            stacks.finish()?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +496,11 @@ mod tests {
         body.extend_from_slice(&43u32.to_ne_bytes());
         body.extend_from_slice(&1_000u64.to_ne_bytes());
         body.extend_from_slice(&0x7f00_0000_0040u64.to_ne_bytes());
+        // Callchain: the user-context marker, then two return addresses.
+        body.extend_from_slice(&3u64.to_ne_bytes());
+        body.extend_from_slice(&(-512i64 as u64).to_ne_bytes());
+        body.extend_from_slice(&0x5555_0000_2000u64.to_ne_bytes());
+        body.extend_from_slice(&0x5555_0000_3000u64.to_ne_bytes());
         body.extend_from_slice(&180u64.to_ne_bytes());
         // mem_op LOAD (2), mem_lvl HIT|L3 (0x42 << 5), mem_dtlb MISS (4 << 26).
         let data_src = 2 | (0x42 << 5) | (4 << 26);
@@ -221,11 +525,34 @@ mod tests {
                 tlb_miss: true
             }
         );
+        assert_eq!(sample.stack, vec![0x5555_0000_2000, 0x5555_0000_3000]);
         assert_eq!(
-            decode_sample(&body[..40]),
+            decode_sample(&body[..body.len() - 1]),
             None,
             "a short record is refused"
         );
+
+        // Written to the process's tables and read back on the faults' clock.
+        let dir = tempfile::tempdir().unwrap();
+        let mut tables = AccessTables::new(dir.path().to_owned());
+        tables.push(sample.clone(), 5_000).unwrap();
+        tables.push(sample, 6_000).unwrap();
+        tables.finish().unwrap();
+        let rows = fltrace_trace::read_access(&files::access(dir.path(), 42)).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (
+                rows[0].time_ns,
+                rows[0].addr,
+                rows[0].latency,
+                rows[0].stack_id,
+                rows[1].stack_id
+            ),
+            (6_000, 0x7f00_0000_0040, 180, 0, 0)
+        );
+        assert!(!rows[0].is_store());
+        let stacks = fltrace_trace::read_stacks(&files::access_stacks(dir.path(), 42)).unwrap();
+        assert_eq!(stacks[0].frames, vec![0x5555_0000_2000, 0x5555_0000_3000]);
     }
 
     /// Stores and remote memory decode too.

@@ -58,6 +58,8 @@ pub struct Options {
     pub far_memory: Option<crate::FarMemory>,
     /// Trace allocations (`--allocs`).
     pub allocs: Option<AllocTracing>,
+    /// Sample memory accesses with the PMU (`--access-samples`), this many per second.
+    pub access_samples: Option<u64>,
 }
 
 impl Options {
@@ -72,6 +74,7 @@ impl Options {
             read_live_stacks: true,
             far_memory: None,
             allocs: None,
+            access_samples: None,
         }
     }
 }
@@ -109,6 +112,8 @@ pub struct Summary {
     /// With `--allocs`: what the conversion of the allocation logs found, summed over
     /// processes.
     pub allocs: Option<crate::Converted>,
+    /// With `--access-samples`: what was sampled.
+    pub access: Option<crate::access::AccessSummary>,
 }
 
 /// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout).
@@ -292,6 +297,25 @@ pub fn record(
         ),
         _ => None,
     };
+    let access = match options.access_samples {
+        Some(freq) => match crate::access::AccessCapture::start(
+            crate::access::availability(),
+            freq,
+            &tasks,
+            enable_on_exec,
+            &options.dir,
+            mono_offset,
+        ) {
+            Ok(capture) => Some(capture),
+            Err(e) => {
+                if let Some(child) = pending {
+                    child.abort();
+                }
+                return Err(e);
+            }
+        },
+        None => None,
+    };
 
     let root = match pending {
         Some(child) => Some(child.release()?),
@@ -445,6 +469,7 @@ pub fn record(
         stacks_truncated: state.truncated_total,
         far_memory_exhausted: state.far_exhausted,
         allocs,
+        access: access.map(|a| a.finish()).transpose()?,
     })
 }
 

@@ -29,6 +29,16 @@ pub fn mmaps(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "mmaps", pid, "parquet")
 }
 
+/// The access-sample table of `pid`.
+pub fn access(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "access", pid, "parquet")
+}
+
+/// The stacks of `pid`'s access samples.
+pub fn access_stacks(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "accessstacks", pid, "parquet")
+}
+
 /// The allocation table of `pid`.
 pub fn allocs(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "allocs", pid, "parquet")

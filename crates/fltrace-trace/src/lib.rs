@@ -11,6 +11,8 @@
 //! | `fltrace-data-stats-<pid>.out` | `<unix time> name:value,...` counter lines ([`stats`]) |
 //! | `fltrace-data-allocs-<pid>.parquet` | with `--allocs`: every allocator and mapping call ([`AllocEvent`]) |
 //! | `fltrace-data-allocstacks-<pid>.parquet` | with `--allocs`: the stacks of those calls ([`Stack`]) |
+//! | `fltrace-data-access-<pid>.parquet` | with `--access-samples`: sampled loads and stores ([`AccessRecord`]) |
+//! | `fltrace-data-accessstacks-<pid>.parquet` | their stacks ([`Stack`]) |
 //!
 //! `docs/FORMAT.md` documents the schemas. This crate needs no privileges and no live kernel
 //! feature: it only reads and writes files, so traces can be analysed on any machine.
@@ -27,6 +29,7 @@
 //! # }
 //! ```
 
+mod access;
 mod alloc;
 mod error;
 mod fault;
@@ -37,13 +40,14 @@ mod ranges;
 mod recording;
 pub mod stats;
 
+pub use access::AccessRecord;
 pub use alloc::{AllocCall, AllocEvent};
 pub use error::Error;
 pub use fault::{Fault, FaultFlags, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
-    AllocWriter, FaultWriter, MappingWriter, Metadata, StackWriter, for_each_fault_group,
-    read_allocs, read_faults, read_mappings, read_stacks,
+    AccessWriter, AllocWriter, FaultWriter, MappingWriter, Metadata, StackWriter,
+    for_each_fault_group, read_access, read_allocs, read_faults, read_mappings, read_stacks,
 };
 pub use ranges::{RangeSample, RangeTraceKind, read_range_trace};
 pub use recording::{ProcessTrace, Recording, SessionInfo, keys};

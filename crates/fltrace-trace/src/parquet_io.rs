@@ -17,7 +17,7 @@ use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::ColumnPath;
 
-use crate::{AllocCall, AllocEvent, Error, Fault, FaultFlags, Mapping, Stack, files};
+use crate::{AccessRecord, AllocCall, AllocEvent, Error, Fault, FaultFlags, Mapping, Stack, files};
 
 const FAULT_SCHEMA: &str = "message fault {
   required int64 time_ns (TIMESTAMP(NANOS,true));
@@ -37,6 +37,16 @@ const ALLOC_SCHEMA: &str = "message alloc {
   required int64 size (INTEGER(64,false));
   required int64 old_addr (INTEGER(64,false));
   required int64 detail (INTEGER(64,false));
+  required int32 stack_id (INTEGER(32,false));
+}";
+
+const ACCESS_SCHEMA: &str = "message access {
+  required int64 time_ns (TIMESTAMP(NANOS,true));
+  required int32 tid (INTEGER(32,false));
+  required int64 ip (INTEGER(64,false));
+  required int64 addr (INTEGER(64,false));
+  required int64 latency (INTEGER(64,false));
+  required int64 data_src (INTEGER(64,false));
   required int32 stack_id (INTEGER(32,false));
 }";
 
@@ -348,6 +358,85 @@ pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
     }
     table.check_len(events.len())?;
     Ok(events)
+}
+
+/// Writes `fltrace-data-access-<pid>.parquet`.
+pub struct AccessWriter {
+    table: TableWriter,
+    batch: Vec<AccessRecord>,
+}
+
+impl AccessWriter {
+    /// Creates the file.
+    pub fn create(path: &Path) -> Result<Self, Error> {
+        Ok(AccessWriter {
+            table: TableWriter::create(path, ACCESS_SCHEMA, &["time_ns", "addr"], &[])?,
+            batch: Vec::new(),
+        })
+    }
+
+    /// Appends a sample; writes a row group when the batch is full.
+    pub fn push(&mut self, record: AccessRecord) -> Result<(), Error> {
+        self.batch.push(record);
+        if self.batch.len() >= FAULT_ROW_GROUP {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = &self.batch;
+        self.table.row_group(|c| {
+            c.i64(batch.iter().map(|r| r.time_ns))?;
+            c.i32(batch.iter().map(|r| r.tid))?;
+            c.i64(batch.iter().map(|r| r.ip))?;
+            c.i64(batch.iter().map(|r| r.addr))?;
+            c.i64(batch.iter().map(|r| r.latency))?;
+            c.i64(batch.iter().map(|r| r.data_src))?;
+            c.i32(batch.iter().map(|r| r.stack_id))
+        })?;
+        self.batch.clear();
+        Ok(())
+    }
+
+    /// Writes what is buffered and the footer.
+    pub fn finish(mut self) -> Result<(), Error> {
+        self.flush()?;
+        self.table.finish()
+    }
+}
+
+/// Reads an access-sample file.
+pub fn read_access(path: &Path) -> Result<Vec<AccessRecord>, Error> {
+    let table = TableReader::open(path)?;
+    table.check_columns(ACCESS_SCHEMA)?;
+    let time = table.u64s(0)?;
+    let tid = table.u32s(1)?;
+    let ip = table.u64s(2)?;
+    let addr = table.u64s(3)?;
+    let latency = table.u64s(4)?;
+    let data_src = table.u64s(5)?;
+    let stack_id = table.u32s(6)?;
+    for len in [time.len(), tid.len(), ip.len(), addr.len()] {
+        table.check_len(len)?;
+    }
+    for len in [latency.len(), data_src.len(), stack_id.len()] {
+        table.check_len(len)?;
+    }
+    Ok((0..time.len())
+        .map(|i| AccessRecord {
+            time_ns: time[i],
+            tid: tid[i],
+            ip: ip[i],
+            addr: addr[i],
+            latency: latency[i],
+            data_src: data_src[i],
+            stack_id: stack_id[i],
+        })
+        .collect())
 }
 
 /// Writes `fltrace-data-stacks-<pid>.parquet`.
@@ -819,6 +908,30 @@ mod tests {
         writer.push(mapping.clone());
         writer.finish().unwrap();
         assert_eq!(read_mappings(&maps_path).unwrap(), vec![mapping]);
+    }
+
+    /// Access samples come back byte for byte.
+    #[test]
+    fn access_samples_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        let mut writer = AccessWriter::create(&path).unwrap();
+        let expected: Vec<AccessRecord> = (0..1000u64)
+            .map(|i| AccessRecord {
+                time_ns: 1_700_000_000_000_000_000 + i * 1000,
+                tid: 7,
+                ip: 0x40_1000 + i,
+                addr: 0x7f00_0000_0000 + i * 64,
+                latency: i % 300,
+                data_src: 0x6810_0142 + i,
+                stack_id: (i % 3) as u32,
+            })
+            .collect();
+        for r in &expected {
+            writer.push(*r).unwrap();
+        }
+        writer.finish().unwrap();
+        assert_eq!(read_access(&path).unwrap(), expected);
     }
 
     /// Allocation events come back byte for byte, every call kind and extreme values included.

@@ -71,6 +71,8 @@ pub enum HeatSource {
     Wss,
     /// `fltrace-data-damon-<pid>.csv`: DAMON's access counts per range and aggregation.
     Damon,
+    /// `fltrace-data-access-<pid>.parquet`: PMU load and store samples (record --access-samples).
+    Access,
 }
 
 fn region_counts(s: &str) -> Result<(u64, u64), String> {

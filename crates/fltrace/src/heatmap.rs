@@ -13,7 +13,49 @@ pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
         HeatSource::Faults => faults(args),
         HeatSource::Wss => ranges(args, "wss"),
         HeatSource::Damon => ranges(args, "damon"),
+        HeatSource::Access => access(args),
     }
+}
+
+/// The map of PMU access samples: loads blue, stores red.
+fn access(args: HeatmapArgs) -> anyhow::Result<()> {
+    let dir = &args.selection.dir;
+    let (pid, path) = match args.selection.pid {
+        Some(pid) => (pid, files::access(dir, pid)),
+        None => newest_file(dir, "access", "parquet")?,
+    };
+    let samples = fltrace_trace::read_access(&path).with_context(|| {
+        format!(
+            "reading {} (written by `fltrace record --access-samples`)",
+            path.display()
+        )
+    })?;
+    let start = samples.iter().map(|s| s.time_ns).min().unwrap_or(0);
+    let events: Vec<HeatEvent> = samples
+        .iter()
+        .filter(|s| {
+            args.selection.time.is_none_or(|(a, b)| {
+                let t = (s.time_ns - start) as f64 / 1e9;
+                (a..b).contains(&t)
+            })
+        })
+        .filter(|s| args.addr.is_none_or(|(a, b)| (a..b).contains(&s.addr)))
+        .map(|s| HeatEvent {
+            time: s.time_ns,
+            addr: s.addr,
+            write: s.is_store(),
+        })
+        .collect();
+    if events.is_empty() {
+        bail!(
+            "no access samples in {} in the selected time and address ranges",
+            path.display()
+        );
+    }
+    let map = fltrace_render::Heatmap::build(&events, options(&args))?;
+    let what = format!("{} access samples of process {pid}", events.len());
+    let title = format!("sampled loads and stores of process {pid} over time and address");
+    write_outputs(&map, &args, pid, "heatmap-access", &title, &what)
 }
 
 /// The map of a recording's faults.
@@ -75,7 +117,12 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
     let dir = &args.selection.dir;
     let (pid, path) = match args.selection.pid {
         Some(pid) => (pid, files::path(dir, kind, pid, "csv")),
-        None => newest_trace(dir, kind)?,
+        None => newest_file(dir, kind, "csv").map_err(|e| {
+            e.context(format!(
+                "run `fltrace wss{}` first",
+                if kind == "damon" { " --damon" } else { "" }
+            ))
+        })?,
     };
     let (trace_kind, samples) = fltrace_trace::read_range_trace(&path)
         .with_context(|| format!("reading {} (written by `fltrace wss`)", path.display()))?;
@@ -129,15 +176,19 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
     write_outputs(&map, &args, pid, &format!("heatmap-{kind}"), &title, &what)
 }
 
-/// The most recently written trace of `kind` in `dir`, with its pid.
-fn newest_trace(dir: &std::path::Path, kind: &str) -> anyhow::Result<(u32, std::path::PathBuf)> {
+/// The most recently written `fltrace-data-<kind>-<pid>.<ext>` in `dir`, with its pid.
+fn newest_file(
+    dir: &std::path::Path,
+    kind: &str,
+    ext: &str,
+) -> anyhow::Result<(u32, std::path::PathBuf)> {
     let mut newest: Option<(std::time::SystemTime, u32, std::path::PathBuf)> = None;
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let entry = entry?;
         let Some(pid) = entry
             .file_name()
             .to_str()
-            .and_then(|n| files::pid_of(n, kind, "csv"))
+            .and_then(|n| files::pid_of(n, kind, ext))
         else {
             continue;
         };

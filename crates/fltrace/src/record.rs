@@ -14,8 +14,12 @@ use fltrace_capture::{AllocTracing, Credentials, FarMemory, Options, Progress, T
 use crate::cli::{Policy, RecordArgs};
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
-    if args.access_samples {
-        bail!("{}", access_sampling_status());
+    if args.access_samples
+        && fltrace_capture::access::availability() == fltrace_capture::access::Availability::None
+    {
+        bail!(
+            "no hardware memory-access sampling on this machine: --access-samples needs Intel PEBS (mem-loads/mem-stores) or AMD IBS op, and neither is available"
+        );
     }
     let far_memory = match (args.local_mb, args.max_mb) {
         (Some(l), Some(m)) if l > m => bail!("-L ({l} MB) must not exceed -M ({m} MB)"),
@@ -39,6 +43,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         bail!("-L/-M apply to a command fltrace starts, not to a running process (-p)");
     }
     options.far_memory = far_memory;
+    options.access_samples = args.access_samples.then_some(args.freq);
     if args.allocs {
         options.allocs = Some(if args.pid.is_some() {
             if !fltrace_capture::uprobes_available() {
@@ -109,6 +114,22 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if let Some(access) = summary.access
+        && !args.quiet
+    {
+        let _ = writeln!(
+            err,
+            "fltrace: {} access samples (fltrace-data-access-<pid>.parquet), {} lost, sampling throttled {} times{}",
+            access.samples,
+            access.lost,
+            access.throttled,
+            if access.throttled > 0 {
+                ": lower --freq"
+            } else {
+                ""
+            }
+        );
+    }
     if summary.lost > 0 {
         let _ = writeln!(
             err,
@@ -121,19 +142,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         (None, Some(signal)) => ExitCode::from(128 + signal as u8),
         (None, None) => ExitCode::SUCCESS,
     })
-}
-
-/// What this machine offers for sampling memory accesses, in one line.
-fn access_sampling_status() -> String {
-    use fltrace_capture::access::{self, Availability};
-    match access::availability() {
-        Availability::Ibs(_) | Availability::Pebs(..) => {
-            "this machine has PEBS or IBS, but recording access samples is not implemented yet (their decoding is)".into()
-        }
-        Availability::None => {
-            "no hardware memory-access sampling on this machine: --access-samples needs Intel PEBS (mem-loads/mem-stores) or AMD IBS op, and neither is available".into()
-        }
-    }
 }
 
 /// Counts SIGINT and SIGTERM: the recorder passes the first on and kills at the second.

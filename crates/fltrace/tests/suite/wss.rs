@@ -165,17 +165,77 @@ fn access_samples_without_pmu_support_is_one_clear_line() {
             && !precise.trim().is_empty()
             && devices.join("cpu/events/mem-loads").exists());
     let dir = Dir::new();
-    let out = dir.run(&["record", "--access-samples", "--", "true"]);
+    let w = workloads();
+    let out = dir
+        .fltrace()
+        .args(["record", "--access-samples", "--"])
+        .arg(&w.faults)
+        .args(["nested", "2000"])
+        .output()
+        .expect("fltrace runs");
+    if has_support {
+        // Where the PMU can sample accesses, the faults workload's stores are sampled.
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !dir.pids("access", "parquet").is_empty(),
+            "access samples written"
+        );
+        return;
+    }
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    if !has_support {
-        assert!(
-            err.contains("no hardware memory-access sampling on this machine"),
-            "{err}"
-        );
-    }
+    assert!(
+        err.contains("no hardware memory-access sampling on this machine"),
+        "{err}"
+    );
     assert!(dir.pids("faults", "parquet").is_empty(), "nothing recorded");
+}
+
+/// Everything after capture, on samples the test writes: PMU loads and stores drawn over time
+/// and address, stores red (the machine has no PMU to take real ones).
+#[test]
+fn heatmap_of_access_samples() {
+    use fltrace_trace::{AccessRecord, AccessWriter, files};
+    let dir = Dir::new();
+    let mut writer = AccessWriter::create(&files::access(dir.path(), 77)).expect("table");
+    for i in 0..100u64 {
+        writer
+            .push(AccessRecord {
+                time_ns: 1_000_000_000 + i * 1_000_000,
+                tid: 77,
+                ip: 0x40_1000,
+                addr: 0x7f00_0000_0000 + (i % 10) * 4096,
+                latency: 30,
+                // Loads for the first half, stores (PERF_MEM_OP_STORE) after.
+                data_src: if i < 50 { 2 } else { 4 },
+                stack_id: 0,
+            })
+            .expect("row");
+    }
+    writer.finish().expect("footer");
+    let out = dir.run(&["heatmap", "--from", "access", "--terminal"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("100 access samples of process 77"), "{text}");
+    assert!(text.contains("1 touched ranges"), "{text}");
+    let out = dir.run(&["heatmap", "--from", "access", "-o", "a.svg", "--width", "2"]);
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(dir.path().join("a.svg")).expect("svg");
+    // Column 0 holds the loads (blue), column 1 the stores (red).
+    assert!(
+        svg.contains("fill=\"rgb(0,0,255)\"") || svg.contains(",255)\""),
+        "{svg}"
+    );
+    assert!(svg.contains("fill=\"rgb(255,"), "{svg}");
 }
 
 /// A recording's faults become a heatmap: the PNG has the asked width and the fill's pages
