@@ -418,10 +418,13 @@ fn drain(
     Ok(summary)
 }
 
+/// One process's access table, its stack table and the ids of the stacks written.
+type ProcessTables = (AccessWriter, StackWriter, HashMap<Vec<u64>, u32>);
+
 /// Per process, the access table and its stacks.
 pub struct AccessTables {
     dir: PathBuf,
-    open: HashMap<u32, (AccessWriter, StackWriter, HashMap<Vec<u64>, u32>)>,
+    open: HashMap<u32, ProcessTables>,
 }
 
 impl AccessTables {
