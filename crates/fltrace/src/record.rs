@@ -43,6 +43,19 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         bail!("-L/-M apply to a command fltrace starts, not to a running process (-p)");
     }
     options.far_memory = far_memory;
+    if args.access_samples {
+        // The kernel caps sampling rates; above the cap it would refuse or throttle.
+        let max_rate: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(u64::MAX);
+        if args.freq > max_rate {
+            bail!(
+                "--freq {} is above this kernel's limit of {max_rate} samples per second (kernel.perf_event_max_sample_rate)",
+                args.freq
+            );
+        }
+    }
     options.access_samples = args.access_samples.then_some(args.freq);
     if args.allocs {
         options.allocs = Some(if args.pid.is_some() {
