@@ -4,7 +4,9 @@
 #     `fltrace record -L <half the peak>`, alternating, ROUNDS times: slowdown, faults the
 #     runtime handled vs rows in the trace, peak RSS;
 #  2. touch-512 under -L=2048 -M=4096 (no eviction, the original's 15x row in PEERS.md);
-#  3. start-up: `fltrace record -L.. -- true` against `true` and `fltrace record -- true`;
+#  3. start-up: from launching `fltrace record -L.. -- prog` to prog's first instruction
+#     (prog prints the time as it enters main), and the whole `fltrace record -- true`
+#     (which adds the kernel's tear-down of tracepoints and ring buffers after the program);
 #  4. CPU used by the runtime while the program sleeps 2 s;
 #  5. per-fetch latency (median, p99) against a minimal userfaultfd handler.
 # usage: bench/farmem.sh [scale=20] [ROUNDS=3]
@@ -18,6 +20,8 @@ fltrace="$root/target/release/fltrace"
 lib="$root/target/release/libfltrace_preload.so"
 gcc -O2 -g -fopenmp -o "$work/graph" "$root/workloads/graph.c"
 gcc -O2 -g -o "$work/touch" "$root/workloads/touch.c"
+printf '#include <stdio.h>\n#include <time.h>\nint main(void){struct timespec t; clock_gettime(CLOCK_REALTIME,&t); printf("%%ld\\n", t.tv_sec*1000000000L+t.tv_nsec); return 0;}\n' >"$work/started.c"
+gcc -O2 -o "$work/started" "$work/started.c"
 gcc -O2 -o "$work/fetch_latency" "$root/bench/fetch_latency.c" -lpthread
 
 now() { date +%s.%N; }
@@ -50,8 +54,11 @@ t0=$(now); "$work/touch" 512 4; t1=$(now)
 echo "touch-512 under -L=2048 -M=4096: $(echo "scale=2; ($t2 - $t1) / ($t1 - $t0)" | bc)x"
 
 startup() { local s=(); for i in 1 2 3 4 5; do t0=$(now); "$@" >/dev/null 2>&1; t1=$(now); s+=("$(echo "$t1 - $t0" | bc)"); done; printf '%s\n' "${s[@]}" | median; }
+# Until the program's first instruction: the program prints the time it reached main.
+until_main() { local s=(); for i in 1 2 3 4 5; do t0=$(date +%s%N); t1=$("$@" 2>/dev/null | tail -1); s+=("$(echo "($t1 - $t0) / 1000000000" | bc -l)"); done; printf '%s\n' "${s[@]}" | median; }
 cd "$work"
-echo "start-up (median of 5): true $(startup true)s; fltrace record -- true $(startup "$fltrace" record -q -- true)s; fltrace record -L=100 -M=200 -- true $(startup "$fltrace" record -q -L=100 -M=200 -- true)s; runtime alone (LD_PRELOAD, no recorder) $(startup env LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=25600 FLTRACE_RT_MAX_PAGES=51200 true)s"
+echo "start-up until the program's main (median of 5): bare $(until_main "$work/started")s; fltrace record $(until_main "$fltrace" record -q -- "$work/started")s; fltrace record -L=100 -M=200 $(until_main "$fltrace" record -q -L=100 -M=200 -- "$work/started")s; fltrace record --allocs $(until_main "$fltrace" record -q --allocs -- "$work/started")s"
+echo "whole command (median of 5): true $(startup true)s; fltrace record -- true $(startup "$fltrace" record -q -- true)s; fltrace record -L=100 -M=200 -- true $(startup "$fltrace" record -q -L=100 -M=200 -- true)s; runtime alone (LD_PRELOAD, no recorder) $(startup env LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=25600 FLTRACE_RT_MAX_PAGES=51200 true)s"
 
 idle=$( { /usr/bin/time -f "%U %S" env LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=25600 FLTRACE_RT_MAX_PAGES=51200 sleep 2; } 2>&1 | tail -1)
 echo "CPU while the program sleeps 2 s (user sys): $idle"

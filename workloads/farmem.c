@@ -10,6 +10,8 @@
 //   realloc MiB      grow a block by realloc to MiB, the contents kept at every step
 //   dontneed MiB     MADV_DONTNEED makes pages read as zeros
 //   exhaust MiB      allocate MiB blocks until the runtime stops the program
+//   brk MiB          move the break up by MiB in 1 MiB steps, write and verify it all, give
+//                    half back and take it again (it reads as zeros)
 //   hot MiB n        n rounds of streaming writes over MiB of cold pages, a hot page written
 //                    after every cold one
 #include <fcntl.h>
@@ -153,6 +155,28 @@ int main(int argc, char **argv) {
             size = next;
         }
         return 0;
+    }
+    if (!strcmp(mode, "brk")) {
+        size_t step = 1 << 20;
+        char *start = sbrk(0);
+        for (size_t done = 0; done < bytes; done += step)
+            if (sbrk((intptr_t)step) == (void *)-1) {
+                perror("sbrk");
+                return 1;
+            }
+        uint64_t *words = (uint64_t *)start;
+        fill(words, bytes / 8, 7); /* SITE:brk */
+        if (!check(words, bytes / 8, 7, "brk"))
+            return 1;
+        size_t half = (bytes) / 2;
+        if (sbrk(-(intptr_t)half) == (void *)-1 || sbrk((intptr_t)half) == (void *)-1)
+            return 1;
+        for (size_t i = half / 8; i < bytes / 8; i++)
+            if (words[i] != 0) {
+                fprintf(stderr, "brk: word %zu not zero after shrink and regrow\n", i);
+                return 1;
+            }
+        return check(words, half / 8, 7, "brk, kept half") ? 0 : 1;
     }
     if (!strcmp(mode, "dontneed")) {
         uint64_t *p = mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

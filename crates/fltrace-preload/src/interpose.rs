@@ -532,13 +532,102 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
     kernel_result(ret).map_or(-1, |_| 0)
 }
 
+/// With far memory on, the program's own `brk`/`sbrk` get a break inside the managed region:
+/// a page-aligned block taken from it at the first call, which the break moves through. The
+/// C library's malloc does not use these (the runtime replaced it), so only programs that move
+/// the break themselves see it.
+mod emulated_break {
+    use std::sync::atomic::{AtomicUsize, Ordering::*};
+
+    use crate::alloc;
+    use crate::region::PAGE;
+
+    /// The most the break can grow: an eighth of the region, at most 1 GiB.
+    fn capacity(region_bytes: usize) -> usize {
+        (region_bytes / 8).min(1 << 30) / PAGE * PAGE
+    }
+
+    static START: AtomicUsize = AtomicUsize::new(0);
+    static END: AtomicUsize = AtomicUsize::new(0);
+    static CURRENT: AtomicUsize = AtomicUsize::new(0);
+    static LOCK: spinning_top::Spinlock<()> = spinning_top::Spinlock::new(());
+
+    /// The break area, made on first use; `None` if the region has no room for it.
+    fn area() -> Option<(usize, usize)> {
+        if START.load(Acquire) == 0 {
+            let region = crate::region_ready()?;
+            let _guard = LOCK.lock();
+            if START.load(Acquire) == 0 {
+                let len = capacity(region.pages * PAGE);
+                let start = alloc::allocate(len.max(PAGE), PAGE) as usize;
+                if start == 0 {
+                    return None;
+                }
+                END.store(start + len, Release);
+                CURRENT.store(start, Release);
+                START.store(start, Release);
+            }
+        }
+        Some((START.load(Acquire), END.load(Acquire)))
+    }
+
+    /// Moves the break to `new`; pages given back read as zeros when taken again.
+    fn set(new: usize) -> bool {
+        let Some((start, end)) = area() else {
+            return false;
+        };
+        if new < start || new > end {
+            return false;
+        }
+        let old = CURRENT.swap(new, AcqRel);
+        if new < old
+            && let Some(region) = crate::region_any()
+        {
+            let first = new.next_multiple_of(PAGE);
+            if old > first {
+                region.discard(first, old - first);
+            }
+        }
+        true
+    }
+
+    /// `sbrk`: the old break, or `None` (ENOMEM).
+    pub fn sbrk(increment: isize) -> Option<usize> {
+        area()?;
+        let _guard = LOCK.lock();
+        let old = CURRENT.load(Acquire);
+        let new = old.checked_add_signed(increment)?;
+        set(new).then_some(old)
+    }
+
+    /// `brk`: whether the break is now `addr`.
+    pub fn brk(addr: usize) -> bool {
+        // The area first: making it takes the lock.
+        if area().is_none() {
+            return false;
+        }
+        let _guard = LOCK.lock();
+        set(addr)
+    }
+}
+
 /// # Safety
 /// C's `sbrk`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sbrk(increment: isize) -> *mut c_void {
     let entry = tracer::enter(call::SBRK);
-    // SAFETY: C's contract.
-    let old = unsafe { __sbrk(increment) };
+    let old = if far_memory() {
+        match emulated_break::sbrk(increment) {
+            Some(old) => old as *mut c_void,
+            None => {
+                set_errno(libc::ENOMEM);
+                -1isize as *mut c_void
+            }
+        }
+    } else {
+        // SAFETY: C's contract.
+        unsafe { __sbrk(increment) }
+    };
     let failed = old as isize == -1;
     let new = if failed {
         0
@@ -561,6 +650,16 @@ pub unsafe extern "C" fn sbrk(increment: isize) -> *mut c_void {
 pub unsafe extern "C" fn brk(addr: *mut c_void) -> i32 {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let entry = tracer::enter(call::BRK);
+    if far_memory() {
+        let old = emulated_break::sbrk(0).unwrap_or(0) as u64;
+        let ok = emulated_break::brk(addr as usize);
+        if !ok {
+            set_errno(libc::ENOMEM);
+        }
+        let new = if ok { addr as u64 } else { old };
+        traced(entry, new, new.wrapping_sub(old), old, 0);
+        return if ok { 0 } else { -1 };
+    }
     // SAFETY: sbrk(0) only reads the break.
     let old = unsafe { __sbrk(0) } as u64;
     let ret = match next_symbol(c"brk", &NEXT) {

@@ -11,8 +11,9 @@
 //! `FLTRACE_RT_BUSY_POLL=1`). Counters and a log of handled faults go to a shared page that
 //! the recorder reads (`fltrace-runtime-abi`).
 //!
+//! A program that moves the break itself (`brk`/`sbrk`) gets a break inside the region.
 //! Not covered, as in the original: thread stacks, file-backed and shared mappings,
-//! `MAP_FIXED` mappings, direct `brk`/`sbrk` users. A process forked without exec gets all its
+//! `MAP_FIXED` mappings. A process forked without exec gets all its
 //! memory back before the fork and runs unmanaged (no limit); an exec starts a fresh runtime.
 //!
 //! With `record --allocs` it also traces every allocator and mapping call with its stack

@@ -85,6 +85,25 @@ fn fifo_scan_counts_are_exact() {
     assert_eq!(stat("rt_unmatched"), 0);
 }
 
+/// A program that moves the break itself gets it from the managed region: its 32 MiB are
+/// first touched once each by the filling call, kept within -L, and read back intact.
+#[test]
+fn program_break_is_served_from_far_memory() {
+    let w = workloads();
+    let dir = Dir::new();
+    let (code, err) = far(&dir, "8", "256", &w.farmem, &["brk", "32"]);
+    assert_eq!(code, Some(0), "{err}");
+    let report = dir.report_json(&["--by", "stack"]);
+    let first_touches = sum_through(&report, "main", site("farmem.c", "brk"), "first_touches");
+    assert_eq!(first_touches, 32 * 256);
+    let pid = dir.pids("stats", "out")[0];
+    let stats = fltrace_trace::files::stats(dir.path(), pid);
+    let used = fltrace_trace::stats::last_value(&stats, "memory_used")
+        .expect("stats")
+        .expect("memory_used");
+    assert!(used <= 8 << 20, "memory_used {used} above -L");
+}
+
 /// Several threads write and verify their own data while most of it lives in far memory.
 #[test]
 fn threads_keep_their_data_under_eviction() {
