@@ -393,10 +393,12 @@ impl Region {
         }
         let mut pages = self.inner.lock();
         let mut run_start = None;
+        let mut had_store = false;
         for page in (start..end).step_by(PAGE) {
             let idx = (page - self.base) / PAGE;
             // SAFETY: idx < pages.
             let state = unsafe { &mut *pages.state.add(idx) };
+            had_store |= *state & IN_STORE != 0;
             let resident = *state & RESIDENT != 0;
             if resident {
                 pages.resident -= 1;
@@ -408,6 +410,12 @@ impl Region {
         }
         if let Some(s) = run_start {
             sys::madvise(s, end - s, libc::MADV_DONTNEED);
+        }
+        if had_store {
+            // The far copies of memory given back are gone too, or the store would keep
+            // every page ever evicted for the rest of the run.
+            let offset = start - self.base;
+            sys::madvise(self.store + offset, end - start, libc::MADV_DONTNEED);
         }
         self.shared()
             .resident
