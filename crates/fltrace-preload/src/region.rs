@@ -192,7 +192,12 @@ impl Region {
         let state = unsafe { &mut *pages.state.add(idx) };
         if *state & RESIDENT != 0 {
             if msg.flags & uffd::PAGEFAULT_FLAG_WP != 0 {
-                // First write to a clean page: from now on it differs from the store.
+                // First write to a clean page: from now on it differs from the store, whose
+                // copy is released (eviction writes a fresh one).
+                if *state & IN_STORE != 0 {
+                    self.release_copy(idx);
+                    *state &= !IN_STORE;
+                }
                 *state |= DIRTY | REFERENCED;
                 let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, false);
                 shared.faults.fetch_add(1, Relaxed);
@@ -222,8 +227,12 @@ impl Region {
             let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
             return;
         }
+        // A page fetched for a write is dirty at once: its far copy is stale, and released.
+        if fetched && write {
+            self.release_copy(idx);
+        }
         *state = RESIDENT
-            | if fetched { IN_STORE } else { 0 }
+            | if fetched && !write { IN_STORE } else { 0 }
             | if write { DIRTY | REFERENCED } else { 0 };
         self.enqueue(&mut pages, idx);
         pages.resident += 1;
@@ -376,6 +385,12 @@ impl Region {
             pages.resident -= count;
             shared.evict_pages_done.fetch_add(count as u64, Relaxed);
         }
+    }
+
+    /// Frees the store's copy of page `idx`: a resident page that is dirty will get a fresh
+    /// one if evicted, and keeping the stale one would count it twice in the process's memory.
+    fn release_copy(&self, idx: usize) {
+        sys::madvise(self.store + idx * PAGE, PAGE, libc::MADV_DONTNEED);
     }
 
     /// Forgets the contents of the whole pages in `[addr, addr + len)`: they read as zeros
