@@ -502,6 +502,15 @@ mod tests {
     }
 
     /// Pixels of the PNG: writes red, reads blue, both purple, untouched white, rows bottom-up.
+    /// The RGB bytes of a PNG, row by row from the top.
+    fn png_pixels(path: &Path) -> Vec<u8> {
+        let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+        let mut reader = png::Decoder::new(file).read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut buf).unwrap();
+        buf
+    }
+
     #[test]
     fn png_pixels_at_known_cells() {
         let map = Heatmap::build(&events(), SMALL).unwrap();
@@ -509,11 +518,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("h.png");
         map.write_png(&path).unwrap();
-        let decoder =
-            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-        reader.next_frame(&mut buf).unwrap();
+        let buf = png_pixels(&path);
         let pixel = |x: usize, y: usize| {
             let i = (y * 10 + x) * 3;
             [buf[i], buf[i + 1], buf[i + 2]]
@@ -586,11 +591,7 @@ mod tests {
         );
         let path = dir.path().join("m.png");
         map.write_png(&path).unwrap();
-        let decoder =
-            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-        reader.next_frame(&mut buf).unwrap();
+        let buf = png_pixels(&path);
         let pixel = |col: usize, row: usize| {
             let y = map.height - 1 - row;
             let i = (y * map.width + col) * 3;

@@ -77,8 +77,7 @@ pub type Metadata = Vec<(String, String)>;
 
 /// Rows buffered before a row group is written: bounds the recorder's memory, and the time a
 /// flush holds up the recorder (the kernel's ring buffer must not fill meanwhile).
-const FAULT_ROW_GROUP: usize = 1 << 16;
-const STACK_ROW_GROUP: usize = 1 << 16;
+const ROW_GROUP: usize = 1 << 16;
 
 /// A Parquet file being written, one row group per flushed batch.
 struct TableWriter {
@@ -173,53 +172,64 @@ impl Columns<'_, '_> {
     }
 }
 
-/// Writes `fltrace-data-faults-<pid>.parquet`.
-pub struct FaultWriter {
+/// Rows buffered and written a row group at a time; `write_rows` fills one row group's columns
+/// in schema order.
+struct Batched<T> {
     table: TableWriter,
-    batch: Vec<Fault>,
+    batch: Vec<T>,
+    /// Rows written out.
     rows: u64,
+    write_rows: fn(&mut Columns<'_, '_>, &[T]) -> parquet::errors::Result<()>,
 }
 
-impl FaultWriter {
-    /// Creates the file; `metadata` goes into the Parquet footer as key-value pairs.
-    pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self, Error> {
-        Ok(FaultWriter {
-            table: TableWriter::create(path, FAULT_SCHEMA, &["time_ns", "addr"], metadata)?,
+impl<T> Batched<T> {
+    fn new(
+        table: TableWriter,
+        write_rows: fn(&mut Columns<'_, '_>, &[T]) -> parquet::errors::Result<()>,
+    ) -> Self {
+        Batched {
+            table,
             batch: Vec::with_capacity(4096),
             rows: 0,
-        })
+            write_rows,
+        }
     }
 
-    /// Appends a fault; writes a row group when the batch is full.
-    pub fn push(&mut self, fault: Fault) -> Result<(), Error> {
-        self.batch.push(fault);
-        if self.batch.len() >= FAULT_ROW_GROUP {
+    /// Appends a row; writes a row group when the batch is full.
+    fn push(&mut self, row: T) -> Result<(), Error> {
+        self.batch.push(row);
+        if self.batch.len() >= ROW_GROUP {
             self.flush()?;
         }
         Ok(())
-    }
-
-    /// The faults not yet written, for amending flags learnt after the fault (major faults).
-    pub fn pending_mut(&mut self) -> &mut [Fault] {
-        &mut self.batch
-    }
-
-    /// Rows already written out: `pending_mut()[i]` is row `flushed_rows() + i`.
-    pub fn flushed_rows(&self) -> u64 {
-        self.rows
-    }
-
-    /// Rows pushed so far.
-    pub fn rows(&self) -> u64 {
-        self.rows + self.batch.len() as u64
     }
 
     fn flush(&mut self) -> Result<(), Error> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let batch = &self.batch;
-        self.table.row_group(|c| {
+        let (batch, write_rows) = (&self.batch, self.write_rows);
+        self.table.row_group(|c| write_rows(c, batch))?;
+        self.rows += batch.len() as u64;
+        self.batch.clear();
+        Ok(())
+    }
+
+    /// Writes what is buffered and the footer.
+    fn finish(mut self) -> Result<(), Error> {
+        self.flush()?;
+        self.table.finish()
+    }
+}
+
+/// Writes `fltrace-data-faults-<pid>.parquet`.
+pub struct FaultWriter(Batched<Fault>);
+
+impl FaultWriter {
+    /// Creates the file; `metadata` goes into the Parquet footer as key-value pairs.
+    pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self, Error> {
+        let table = TableWriter::create(path, FAULT_SCHEMA, &["time_ns", "addr"], metadata)?;
+        Ok(FaultWriter(Batched::new(table, |c, batch| {
             c.i64(batch.iter().map(|f| f.time_ns))?;
             c.i32(batch.iter().map(|f| f.pid))?;
             c.i32(batch.iter().map(|f| f.tid))?;
@@ -227,67 +237,54 @@ impl FaultWriter {
             c.i64(batch.iter().map(|f| f.addr))?;
             c.i32(batch.iter().map(|f| u32::from(f.flags.0)))?;
             c.i32(batch.iter().map(|f| f.stack_id))
-        })?;
-        self.rows += batch.len() as u64;
-        self.batch.clear();
-        Ok(())
+        })))
     }
 
-    /// Writes what is buffered and the footer.
-    pub fn finish(mut self) -> Result<(), Error> {
-        self.flush()?;
-        self.table.finish()
-    }
-}
-
-/// Writes `fltrace-data-allocs-<pid>.parquet`.
-pub struct AllocWriter {
-    table: TableWriter,
-    batch: Vec<AllocEvent>,
-    rows: u64,
-}
-
-impl AllocWriter {
-    /// Creates the file.
-    pub fn create(path: &Path) -> Result<Self, Error> {
-        Ok(AllocWriter {
-            // Delta encoding everywhere: the columns are either steady (times, addresses) or
-            // nearly constant from row to row (thread, call, size, stack), which it packs
-            // into a few bits without the per-value hashing of a dictionary, the main cost of
-            // writing 8 million rows.
-            table: TableWriter::create(
-                path,
-                ALLOC_SCHEMA,
-                &[
-                    "time_ns", "tid", "call", "addr", "size", "old_addr", "detail", "stack_id",
-                ],
-                &[],
-            )?,
-            batch: Vec::with_capacity(4096),
-            rows: 0,
-        })
+    /// Appends a fault; writes a row group when the batch is full.
+    pub fn push(&mut self, fault: Fault) -> Result<(), Error> {
+        self.0.push(fault)
     }
 
-    /// Appends an event; writes a row group when the batch is full.
-    pub fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
-        self.batch.push(event);
-        if self.batch.len() >= FAULT_ROW_GROUP {
-            self.flush()?;
-        }
-        Ok(())
+    /// The faults not yet written, for amending flags learnt after the fault (major faults).
+    pub fn pending_mut(&mut self) -> &mut [Fault] {
+        &mut self.0.batch
+    }
+
+    /// Rows already written out: `pending_mut()[i]` is row `flushed_rows() + i`.
+    pub fn flushed_rows(&self) -> u64 {
+        self.0.rows
     }
 
     /// Rows pushed so far.
     pub fn rows(&self) -> u64 {
-        self.rows + self.batch.len() as u64
+        self.0.rows + self.0.batch.len() as u64
     }
 
-    fn flush(&mut self) -> Result<(), Error> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let batch = &self.batch;
-        self.table.row_group(|c| {
+    /// Writes what is buffered and the footer.
+    pub fn finish(self) -> Result<(), Error> {
+        self.0.finish()
+    }
+}
+
+/// Writes `fltrace-data-allocs-<pid>.parquet`.
+pub struct AllocWriter(Batched<AllocEvent>);
+
+impl AllocWriter {
+    /// Creates the file.
+    pub fn create(path: &Path) -> Result<Self, Error> {
+        // Delta encoding everywhere: the columns are either steady (times, addresses) or
+        // nearly constant from row to row (thread, call, size, stack), which it packs into a
+        // few bits without the per-value hashing of a dictionary, the main cost of writing 8
+        // million rows.
+        let table = TableWriter::create(
+            path,
+            ALLOC_SCHEMA,
+            &[
+                "time_ns", "tid", "call", "addr", "size", "old_addr", "detail", "stack_id",
+            ],
+            &[],
+        )?;
+        Ok(AllocWriter(Batched::new(table, |c, batch| {
             c.i64(batch.iter().map(|e| e.time_ns))?;
             c.i32(batch.iter().map(|e| e.tid))?;
             c.i32(batch.iter().map(|e| u32::from(e.call as u8)))?;
@@ -296,16 +293,22 @@ impl AllocWriter {
             c.i64(batch.iter().map(|e| e.old_addr))?;
             c.i64(batch.iter().map(|e| e.detail))?;
             c.i32(batch.iter().map(|e| e.stack_id))
-        })?;
-        self.rows += batch.len() as u64;
-        self.batch.clear();
-        Ok(())
+        })))
+    }
+
+    /// Appends an event; writes a row group when the batch is full.
+    pub fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
+        self.0.push(event)
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> u64 {
+        self.0.rows + self.0.batch.len() as u64
     }
 
     /// Writes what is buffered and the footer.
-    pub fn finish(mut self) -> Result<(), Error> {
-        self.flush()?;
-        self.table.finish()
+    pub fn finish(self) -> Result<(), Error> {
+        self.0.finish()
     }
 }
 
@@ -361,35 +364,13 @@ pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
 }
 
 /// Writes `fltrace-data-access-<pid>.parquet`.
-pub struct AccessWriter {
-    table: TableWriter,
-    batch: Vec<AccessRecord>,
-}
+pub struct AccessWriter(Batched<AccessRecord>);
 
 impl AccessWriter {
     /// Creates the file.
     pub fn create(path: &Path) -> Result<Self, Error> {
-        Ok(AccessWriter {
-            table: TableWriter::create(path, ACCESS_SCHEMA, &["time_ns", "addr"], &[])?,
-            batch: Vec::new(),
-        })
-    }
-
-    /// Appends a sample; writes a row group when the batch is full.
-    pub fn push(&mut self, record: AccessRecord) -> Result<(), Error> {
-        self.batch.push(record);
-        if self.batch.len() >= FAULT_ROW_GROUP {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), Error> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let batch = &self.batch;
-        self.table.row_group(|c| {
+        let table = TableWriter::create(path, ACCESS_SCHEMA, &["time_ns", "addr"], &[])?;
+        Ok(AccessWriter(Batched::new(table, |c, batch| {
             c.i64(batch.iter().map(|r| r.time_ns))?;
             c.i32(batch.iter().map(|r| r.tid))?;
             c.i64(batch.iter().map(|r| r.ip))?;
@@ -397,15 +378,17 @@ impl AccessWriter {
             c.i64(batch.iter().map(|r| r.latency))?;
             c.i64(batch.iter().map(|r| r.data_src))?;
             c.i32(batch.iter().map(|r| r.stack_id))
-        })?;
-        self.batch.clear();
-        Ok(())
+        })))
+    }
+
+    /// Appends a sample; writes a row group when the batch is full.
+    pub fn push(&mut self, record: AccessRecord) -> Result<(), Error> {
+        self.0.push(record)
     }
 
     /// Writes what is buffered and the footer.
-    pub fn finish(mut self) -> Result<(), Error> {
-        self.flush()?;
-        self.table.finish()
+    pub fn finish(self) -> Result<(), Error> {
+        self.0.finish()
     }
 }
 
@@ -440,35 +423,13 @@ pub fn read_access(path: &Path) -> Result<Vec<AccessRecord>, Error> {
 }
 
 /// Writes `fltrace-data-stacks-<pid>.parquet`.
-pub struct StackWriter {
-    table: TableWriter,
-    batch: Vec<Stack>,
-}
+pub struct StackWriter(Batched<Stack>);
 
 impl StackWriter {
     /// Creates the file.
     pub fn create(path: &Path) -> Result<Self, Error> {
-        Ok(StackWriter {
-            table: TableWriter::create(path, STACK_SCHEMA, &[], &[])?,
-            batch: Vec::new(),
-        })
-    }
-
-    /// Appends a stack.
-    pub fn push(&mut self, stack: Stack) -> Result<(), Error> {
-        self.batch.push(stack);
-        if self.batch.len() >= STACK_ROW_GROUP {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), Error> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let batch = &self.batch;
-        self.table.row_group(|c| {
+        let table = TableWriter::create(path, STACK_SCHEMA, &[], &[])?;
+        Ok(StackWriter(Batched::new(table, |c, batch| {
             c.i32(batch.iter().map(|s| s.id))?;
             c.i32(batch.iter().map(|s| s.generation))?;
             // A list column: definition level 0 marks an empty list, repetition level 0 the
@@ -486,15 +447,17 @@ impl StackWriter {
                 }
             }
             c.write::<Int64Type>(&values, Some(&def), Some(&rep))
-        })?;
-        self.batch.clear();
-        Ok(())
+        })))
+    }
+
+    /// Appends a stack.
+    pub fn push(&mut self, stack: Stack) -> Result<(), Error> {
+        self.0.push(stack)
     }
 
     /// Writes what is buffered and the footer.
-    pub fn finish(mut self) -> Result<(), Error> {
-        self.flush()?;
-        self.table.finish()
+    pub fn finish(self) -> Result<(), Error> {
+        self.0.finish()
     }
 }
 

@@ -154,6 +154,17 @@ fn original_csv(groups: &[Group]) -> String {
     out
 }
 
+/// `function@file:line|...`, innermost first: a group's whole stack in one CSV field.
+fn stack_text(key: &fltrace_analyze::GroupKey) -> String {
+    let frames: Vec<String> = key
+        .stack
+        .iter()
+        .flat_map(|s| s.iter())
+        .map(|l| format!("{}@{}", l.function, l.file_line()))
+        .collect();
+    frames.join("|")
+}
+
 fn csv_field(value: &str) -> String {
     if value.contains([',', '"', '\n']) {
         format!("\"{}\"", value.replace('"', "\"\""))
@@ -283,13 +294,7 @@ fn csv(groups: &[Group], by: GroupBy, total: u64) -> String {
             ),
             GroupBy::Dso => writeln!(out, "{head},{}", csv_field(&l.lib)),
             GroupBy::Stack => {
-                let stack: Vec<String> = group
-                    .key
-                    .stack
-                    .iter()
-                    .flat_map(|s| s.iter())
-                    .map(|l| format!("{}@{}", l.function, l.file_line()))
-                    .collect();
+                let stack = stack_text(&group.key);
                 writeln!(
                     out,
                     "{head},{},{},{},{},{}",
@@ -297,7 +302,7 @@ fn csv(groups: &[Group], by: GroupBy, total: u64) -> String {
                     csv_field(&l.file),
                     l.line,
                     csv_field(&l.lib),
-                    csv_field(&stack.join("|"))
+                    csv_field(&stack)
                 )
             }
         };

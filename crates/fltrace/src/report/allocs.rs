@@ -11,7 +11,7 @@ use fltrace_analyze::{
 };
 use fltrace_trace::ProcessTrace;
 
-use super::{callers, csv_field, percent, short_file_line, shown, truncate};
+use super::{callers, csv_field, percent, short_file_line, shown, stack_text, truncate};
 use crate::cli::{Format, ReportArgs};
 use crate::load::Loaded;
 
@@ -366,23 +366,11 @@ fn allocs_csv(groups: &[&AllocGroup], by: GroupBy) -> String {
             csv_field(&l.lib)
         );
         if by == GroupBy::Stack {
-            let _ = write!(out, ",{}", csv_field(&stack_text(group)));
+            let _ = write!(out, ",{}", csv_field(&stack_text(&group.key)));
         }
         out.push('\n');
     }
     out
-}
-
-/// `function@file:line|...`, innermost first, as the faults CSV writes stacks.
-fn stack_text(group: &AllocGroup) -> String {
-    let frames: Vec<String> = group
-        .key
-        .stack
-        .iter()
-        .flat_map(|s| s.iter())
-        .map(|l| format!("{}@{}", l.function, l.file_line()))
-        .collect();
-    frames.join("|")
 }
 
 fn totals_json(t: &AllocTotals) -> serde_json::Value {
@@ -498,7 +486,7 @@ pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
                     t.leaked_bytes,
                     group.kind.name(),
                     csv_field(&l.lib),
-                    csv_field(&stack_text(group))
+                    csv_field(&stack_text(&group.key))
                 );
             }
             out
