@@ -10,9 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use perf_event_open_sys::bindings::{
@@ -23,6 +21,7 @@ use perf_event_open_sys::bindings::{
 use fltrace_trace::{AccessRecord, AccessWriter, Stack, StackWriter, files};
 
 use crate::Error;
+use crate::reader::ReaderThread;
 use crate::ring::RingBuffer;
 use crate::sys::{self, PerfEvent};
 
@@ -268,10 +267,7 @@ fn sample_attr(
 }
 
 /// Access sampling of the traced processes, drained in a thread of its own.
-pub struct AccessCapture {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<AccessSummary, Error>>,
-}
+pub struct AccessCapture(ReaderThread<AccessSummary>);
 
 /// What a capture wrote.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -340,35 +336,17 @@ impl AccessCapture {
                     .map_err(Error::kernel("enabling access sampling"))?;
             }
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            let dir = dir.to_owned();
-            std::thread::Builder::new()
-                .name("fltrace-access".into())
-                .spawn(move || {
-                    let _events = opened;
-                    drain(rings, &stop, &dir, mono_offset)
-                })
-                .map_err(|source| Error::Kernel {
-                    what: "starting the access-sample reader",
-                    source,
-                    hint: "",
-                })?
-        };
-        Ok(AccessCapture { stop, thread })
+        let dir = dir.to_owned();
+        ReaderThread::spawn("fltrace-access", "the access-sample reader", move |stop| {
+            let _events = opened;
+            drain(rings, stop, &dir, mono_offset)
+        })
+        .map(AccessCapture)
     }
 
     /// Stops, writes the tables and says what they hold.
     pub fn finish(self) -> Result<AccessSummary, Error> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_else(|_| {
-            Err(Error::Kernel {
-                what: "the access-sample reader",
-                source: std::io::Error::other("it panicked"),
-                hint: "",
-            })
-        })
+        self.0.finish()
     }
 }
 

@@ -26,6 +26,7 @@ mod allocs;
 pub mod damon;
 mod error;
 mod process;
+mod reader;
 mod recorder;
 mod ring;
 mod runtime;

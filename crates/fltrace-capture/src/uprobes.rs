@@ -10,9 +10,7 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use linux_perf_event_reader::{EventRecord, RawEventRecord, RecordType};
@@ -24,6 +22,7 @@ use perf_event_open_sys::bindings::{
 
 use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Stack, StackWriter, files};
 
+use crate::reader::ReaderThread;
 use crate::ring::RingBuffer;
 use crate::sys::{self, PerfEvent};
 use crate::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack};
@@ -60,10 +59,7 @@ pub fn available() -> bool {
 }
 
 /// Allocation tracing of a running process, in a thread of its own until [`Self::finish`].
-pub struct AttachedAllocs {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<Converted, Error>>,
-}
+pub struct AttachedAllocs(ReaderThread<Converted>);
 
 impl AttachedAllocs {
     /// Places the probes on `pid`'s C library for each of its threads (and the threads they
@@ -75,28 +71,16 @@ impl AttachedAllocs {
         mono_offset: u64,
     ) -> Result<AttachedAllocs, Error> {
         let probes = Probes::open(pid, tasks)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            let dir = dir.to_owned();
-            std::thread::Builder::new()
-                .name("fltrace-uprobes".into())
-                .spawn(move || probes.run(&stop, &dir, pid as u32, mono_offset))
-                .map_err(|source| Error::Attach { pid, source })?
-        };
-        Ok(AttachedAllocs { stop, thread })
+        let dir = dir.to_owned();
+        ReaderThread::spawn("fltrace-uprobes", "the uprobe reader", move |stop| {
+            probes.run(stop, &dir, pid as u32, mono_offset)
+        })
+        .map(AttachedAllocs)
     }
 
     /// Stops reading, writes the tables and says what they hold.
     pub fn finish(self) -> Result<Converted, Error> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_else(|_| {
-            Err(Error::Kernel {
-                what: "the uprobe reader",
-                source: std::io::Error::other("it panicked"),
-                hint: "",
-            })
-        })
+        self.0.finish()
     }
 }
 
