@@ -1036,14 +1036,8 @@ impl State {
             .collect();
         let now = unix_now_ns() / 1_000_000_000;
         for pid in exited {
-            if let Some(mut process) = self.processes.remove(&pid) {
-                self.preload_generations
-                    .insert(pid, process.preload_generation.unwrap_or(0));
-                process.poll_runtime(u64::MAX);
-                self.far_exhausted |= process.far_memory_exhausted();
-                process.write_stats(now, self.lost)?;
-                process.finish()?;
-                self.finished.push(pid);
+            if let Some(process) = self.processes.remove(&pid) {
+                self.finish_process(pid, process, now)?;
                 self.finished_set.insert(pid);
             }
         }
@@ -1052,16 +1046,22 @@ impl State {
 
     fn finish_all(&mut self) -> Result<Vec<u32>, Error> {
         let now = unix_now_ns() / 1_000_000_000;
-        for (pid, mut process) in std::mem::take(&mut self.processes) {
-            self.preload_generations
-                .insert(pid, process.preload_generation.unwrap_or(0));
-            process.poll_runtime(u64::MAX);
-            self.far_exhausted |= process.far_memory_exhausted();
-            process.write_stats(now, self.lost)?;
-            process.finish()?;
-            self.finished.push(pid);
+        for (pid, process) in std::mem::take(&mut self.processes) {
+            self.finish_process(pid, process, now)?;
         }
         Ok(std::mem::take(&mut self.finished))
+    }
+
+    /// Writes out a process that is gone: its runtime's last counters, stats and tables.
+    fn finish_process(&mut self, pid: u32, mut process: Process, now: u64) -> Result<(), Error> {
+        self.preload_generations
+            .insert(pid, process.preload_generation.unwrap_or(0));
+        process.poll_runtime(u64::MAX);
+        self.far_exhausted |= process.far_memory_exhausted();
+        process.write_stats(now, self.lost)?;
+        process.finish()?;
+        self.finished.push(pid);
+        Ok(())
     }
 }
 
