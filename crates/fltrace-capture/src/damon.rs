@@ -376,6 +376,11 @@ impl FrameMap {
             .map(|(_, vaddr)| *vaddr)
     }
 
+    /// Every (frame number, virtual page address), sorted by frame.
+    pub fn frames(&self) -> &[(u64, u64)] {
+        &self.frames
+    }
+
     /// Pages with a known frame.
     pub fn len(&self) -> usize {
         self.frames.len()

@@ -126,6 +126,10 @@ pub struct WssArgs {
     /// Use DAMON's sampling of Accessed bits instead of clearing reference bits.
     #[arg(long)]
     pub damon: bool,
+    /// Per-page detail: which pages were accessed in each interval, from the kernel's idle
+    /// page tracking (/sys/kernel/mm/page_idle), written to the trace as page ranges.
+    #[arg(long, conflicts_with = "damon")]
+    pub pages: bool,
     /// With --damon where fltrace starts its own monitor: how often DAMON checks the
     /// Accessed bits.
     #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = duration)]

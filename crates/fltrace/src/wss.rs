@@ -32,6 +32,9 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     if args.damon {
         return damon(&args, pid, child, &stop);
     }
+    if args.pages {
+        return pages(&args, pid, child, &stop);
+    }
     let started = Instant::now();
     let mut out = std::io::stdout().lock();
     if args.format == Format::Csv {
@@ -223,6 +226,89 @@ fn damon(
         .write_all(trace.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     kill(child);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--pages`: every interval, the process's present pages are marked idle in the kernel's
+/// idle page bitmap and read back at the end of it: the pages whose bit the kernel cleared
+/// were accessed. Written to the trace as runs of accessed pages.
+fn pages(
+    args: &WssArgs,
+    pid: i32,
+    mut child: Option<std::process::Child>,
+    stop: &std::sync::atomic::AtomicUsize,
+) -> anyhow::Result<ExitCode> {
+    use fltrace_capture::damon::FrameMap;
+    use fltrace_capture::wss::{IdleBitmap, PAGE_IDLE_BITMAP};
+    let mut kill = || {
+        if let Some(mut c) = child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    };
+    let bitmap = match IdleBitmap::open(std::path::Path::new(PAGE_IDLE_BITMAP)) {
+        Ok(bitmap) => bitmap,
+        Err(e) => {
+            kill();
+            bail!(
+                "--pages needs idle page tracking ({PAGE_IDLE_BITMAP}: {e}; CONFIG_IDLE_PAGE_TRACKING and root); without --pages fltrace wss gives the referenced bytes of each mapping"
+            );
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "time_s,wss_bytes,rss_bytes")?;
+    let mut trace = String::from("time_s,start,end,referenced_bytes,rss_bytes,path\n");
+    let started = Instant::now();
+    while stop.load(std::sync::atomic::Ordering::Relaxed) == 0
+        && args.duration.is_none_or(|d| started.elapsed() < d)
+        && std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !is_zombie(pid)
+    {
+        let Ok(frames) = FrameMap::of_process(pid) else {
+            break;
+        };
+        let pfns: Vec<u64> = frames.frames().iter().map(|(pfn, _)| *pfn).collect();
+        bitmap.mark_idle(&pfns).context("marking pages idle")?;
+        std::thread::sleep(args.interval);
+        let accessed = bitmap
+            .accessed(&pfns)
+            .context("reading the idle page bitmap")?;
+        let mut pages: Vec<u64> = frames
+            .frames()
+            .iter()
+            .zip(&accessed)
+            .filter(|(_, a)| **a)
+            .map(|((_, vaddr), _)| *vaddr)
+            .collect();
+        pages.sort_unstable();
+        let secs = started.elapsed().as_secs_f64();
+        let mut i = 0;
+        while i < pages.len() {
+            let mut n = 1;
+            while i + n < pages.len() && pages[i + n] == pages[i] + n as u64 * 4096 {
+                n += 1;
+            }
+            let bytes = n as u64 * 4096;
+            let _ = writeln!(
+                trace,
+                "{secs:.3},{:#x},{:#x},{bytes},{bytes},[pages]",
+                pages[i],
+                pages[i] + bytes
+            );
+            i += n;
+        }
+        let _ = writeln!(
+            out,
+            "{secs:.3},{},{}",
+            pages.len() as u64 * 4096,
+            pfns.len() as u64 * 4096
+        );
+    }
+    let path = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "csv");
+    fltrace_trace::files::create(&path)?
+        .write_all(trace.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    kill();
     Ok(ExitCode::SUCCESS)
 }
 

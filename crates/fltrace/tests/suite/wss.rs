@@ -75,6 +75,26 @@ fn wss_follows_the_phases() {
     assert!(text.contains("from reference bits"), "{text}");
 }
 
+/// Per-page detail needs idle page tracking; where the kernel lacks it (as here) `--pages`
+/// says so in one line and runs nothing.
+#[test]
+fn per_page_detail_needs_idle_page_tracking() {
+    let dir = Dir::new();
+    let out = dir.run(&["wss", "--pages", "--duration", "1s", "--", "sleep", "5"]);
+    if std::path::Path::new("/sys/kernel/mm/page_idle/bitmap").exists() {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("idle page tracking"), "{err}");
+}
+
 /// A DAMON trace drawn as a heatmap: its ranges land in rows of their own, weighted by their
 /// access counts (a synthetic trace: the machine's monitor aggregates too slowly for a test).
 #[test]
