@@ -23,4 +23,9 @@ peak_mb=$(( $(grep -o "memory_used:\([0-9]\+\)" "fltrace-data-stats-$pid.out" | 
 "$fltrace" record -L=$(( peak_mb / 2 )) -M=$(( peak_mb * 2 )) -- ./graph 18 2
 "$fltrace" report --top 5
 "$fltrace" visualize
+echo "== allocations: which allocation sites the faults landed in"
+"$fltrace" record --allocs -- ./graph 18 2
+"$fltrace" report --allocs --top 5
+"$fltrace" report --by alloc-site --top 5
+"$fltrace" heatmap
 echo "Open the SVG files above in a browser; the CSV reports are fltrace-data-report-<pid>.out in $out."
