@@ -3,9 +3,10 @@
 //!
 //! The interposed functions call [`enter`] first and [`Entry::finish`] with the result. The
 //! per-call cost is kept to a cached unwind check (see `unwind`), a load of the recorder's
-//! clock word and a record of about 6 bytes written to the thread's own chunk of a shared file
-//! mapping, with no lock and no system call. Calls made while the thread is already inside the tracer (the C library
-//! allocating on our behalf, a signal handler interrupting us) go through untraced.
+//! clock word and a record of about 6 bytes written to the thread's own chunk of a shared
+//! file mapping, with no lock and no system call. Calls made while the thread is already
+//! inside the tracer (the C library allocating on our behalf, a signal handler interrupting
+//! us) go through untraced.
 
 mod log;
 mod unwind;
