@@ -10,6 +10,8 @@
 //   dlopen LIB N    lib_fill(N) in the shared library LIB (an mmap of N pages)
 //   attach N        print "ready", wait until stdin closes, then N blocks of 56 bytes, the
 //                   odd ones freed (for a tracer attaching to a running process)
+//   signals N       N malloc/free pairs of 32 bytes while a timer signal every 50 us maps and
+//                   unmaps a page from its handler; prints how many signals were handled
 //   malloc4m [N]    N (default 4,000,000) malloc/free pairs of 16 to 527 bytes, every seventh
 //                   block kept in a ring of 1,024: malloc-4m of ../shared/PEERS.md
 #define _GNU_SOURCE
@@ -19,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -167,6 +171,33 @@ __attribute__((noinline)) static void attached(int n) {
     sink = blocks;
 }
 
+static volatile long handled;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    void *p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); /* SITE:handler_mmap */
+    if (p != MAP_FAILED)
+        munmap(p, PAGE);
+    handled++;
+}
+
+static void signals(long n) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval every = {{0, 50}, {0, 50}};
+    setitimer(ITIMER_REAL, &every, NULL);
+    for (long i = 0; i < n; i++) {
+        void *p = malloc(32); /* SITE:interrupted */
+        sink = p;
+        free(p);
+    }
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    printf("handled %ld\n", handled);
+}
+
 static void malloc4m(long n) {
     static void *ring[1024];
     for (long i = 0; i < n; i++) {
@@ -218,6 +249,8 @@ int main(int argc, char **argv) {
         while (read(0, buf, sizeof buf) > 0) {
         }
         attached((int)n);
+    } else if (!strcmp(mode, "signals")) {
+        signals(n);
     } else if (!strcmp(mode, "malloc4m")) {
         double start = now();
         malloc4m(n > 0 ? n : 4000000);

@@ -233,6 +233,35 @@ fn heatmap_outlines_allocations() {
     assert!(!plain.contains("<title>"));
 }
 
+/// Signals arriving in the middle of traced calls, whose handler itself maps memory: every
+/// malloc is still recorded exactly once, and the handler's own calls are recorded (those
+/// that interrupted the tracer itself pass untraced, never twice).
+#[test]
+fn calls_survive_signals() {
+    let dir = Dir::new();
+    let out = record_allocs(&dir, &[], &["signals", "200000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let handled: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .strip_prefix("handled ")
+        .and_then(|n| n.parse().ok())
+        .expect("the workload says how many signals it handled");
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert_eq!(
+        numbers(at(&rows, "interrupted"), &TOTALS),
+        [200_000, 6_400_000, 0, 0, 200_000]
+    );
+    let mapped = numbers(at(&rows, "handler_mmap"), &["allocs"])[0];
+    assert!(
+        mapped > 0 && mapped <= handled,
+        "{mapped} mappings traced for {handled} signals"
+    );
+}
+
 /// A program that aborts keeps every allocation it made up to the end.
 #[test]
 fn crash_keeps_every_allocation() {
