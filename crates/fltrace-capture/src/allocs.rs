@@ -128,7 +128,8 @@ impl AllocLogs {
         // An image's calls come after its exec, but the millisecond clock can put the first
         // ones before it: each image's times start no earlier than its first mapping.
         let image_start = image_starts(&files::mmaps(out_dir, pid))?;
-        let mut allocs = AllocWriter::create(&files::allocs(out_dir, pid))?;
+        let mut allocs =
+            BackgroundWriter::start(AllocWriter::create(&files::allocs(out_dir, pid))?);
         let mut stack_writer = StackWriter::create(&files::alloc_stacks(out_dir, pid))?;
         let mut stacks = Stacks::default();
         let mut converted = Converted::default();
@@ -162,6 +163,74 @@ impl AllocLogs {
         stack_writer.finish()?;
         converted.stacks = stacks.next;
         Ok(Some(converted))
+    }
+}
+
+/// Events handed in batches to a thread that encodes them: decoding and merging the logs and
+/// encoding Parquet each take about half the time of a conversion, so on two cores they
+/// overlap.
+struct BackgroundWriter {
+    batch: Vec<AllocEvent>,
+    sender: Option<std::sync::mpsc::SyncSender<Vec<AllocEvent>>>,
+    thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+}
+
+/// Events per batch handed to the writer thread.
+const BATCH: usize = 1 << 16;
+
+impl BackgroundWriter {
+    fn start(mut writer: AllocWriter) -> BackgroundWriter {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<AllocEvent>>(4);
+        let thread = std::thread::spawn(move || {
+            for batch in receiver {
+                for event in batch {
+                    writer.push(event)?;
+                }
+            }
+            Ok(writer.finish()?)
+        });
+        BackgroundWriter {
+            batch: Vec::with_capacity(BATCH),
+            sender: Some(sender),
+            thread: Some(thread),
+        }
+    }
+
+    fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
+        self.batch.push(event);
+        if self.batch.len() == BATCH {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self) -> Result<(), Error> {
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        match &self.sender {
+            // The writer only hangs up after an error, which `finish` returns.
+            Some(sender) if sender.send(batch).is_err() => self.finish(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes what is left and waits for the writer.
+    fn finish(&mut self) -> Result<(), Error> {
+        if !self.batch.is_empty()
+            && let Some(sender) = &self.sender
+        {
+            let _ = sender.send(std::mem::take(&mut self.batch));
+        }
+        self.sender = None;
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(Error::Kernel {
+                    what: "the allocation table writer",
+                    source: std::io::Error::other("it panicked"),
+                    hint: "",
+                })
+            }),
+            None => Ok(()),
+        }
     }
 }
 

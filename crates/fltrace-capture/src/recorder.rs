@@ -427,7 +427,9 @@ pub fn record(
             poll_rings(&events, pidfd.as_ref(), 100);
         }
     }
-    drop(events);
+    // Closing the events makes the kernel unregister the tracepoints and free the ring
+    // buffers: tens of milliseconds that can pass while the trace files are finished.
+    let teardown = std::thread::spawn(move || drop((events, rings)));
 
     if let Some(process) = state.processes.get_mut(&root_pid) {
         process.counters.hwm = process.counters.hwm.max(rusage_hwm);
@@ -459,6 +461,8 @@ pub fn record(
         }
         (None, None) => None,
     };
+    let access = access.map(|a| a.finish()).transpose()?;
+    let _ = teardown.join();
     Ok(Summary {
         root_pid,
         pids,
@@ -469,7 +473,7 @@ pub fn record(
         stacks_truncated: state.truncated_total,
         far_memory_exhausted: state.far_exhausted,
         allocs,
-        access: access.map(|a| a.finish()).transpose()?,
+        access,
     })
 }
 
