@@ -143,6 +143,7 @@ fn build_region() -> Option<Region> {
     let max_pages = sys::env_u64(env::MAX_PAGES)? as usize;
     let policy = match sys::env_bytes(env::POLICY) {
         Some(b"clock") => Policy::Clock,
+        Some(b"refault") => Policy::Refault,
         _ => Policy::Fifo,
     };
     let shared = map_shared();

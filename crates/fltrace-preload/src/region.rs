@@ -35,6 +35,10 @@ pub enum Policy {
     /// FIFO with a second chance for pages written since they were last considered: writes
     /// are what the runtime can observe (through write-protect faults); reads are invisible.
     Clock,
+    /// FIFO with a second chance for pages that came back soon after they were evicted: a
+    /// page fetched within `-L` evictions of its own eviction would have stayed with twice the
+    /// local memory, so it is likely hot. Costs no faults of its own (the fetch is seen anyway).
+    Refault,
 }
 
 /// Page metadata and the eviction queue, behind the region lock.
@@ -48,6 +52,10 @@ struct Pages {
     len: usize,
     next_ticket: u32,
     resident: usize,
+    /// The eviction count at each page's last eviction (`Refault`).
+    evicted_at: *mut u32,
+    /// Pages evicted so far.
+    evictions: u32,
 }
 
 // SAFETY: the raw pointers refer to the runtime's private metadata mapping, only touched
@@ -118,7 +126,7 @@ impl Region {
             base
         };
         let queue_cap = pages * 2;
-        let meta_bytes = pages + pages * 4 + queue_cap * 8;
+        let meta_bytes = pages + pages * 4 + queue_cap * 8 + pages * 4;
         let meta = sys::map_anonymous(meta_bytes, libc::MAP_NORESERVE);
         if store.is_null() || meta.is_null() {
             return None;
@@ -141,6 +149,9 @@ impl Region {
             len: 0,
             next_ticket: 1,
             resident: 0,
+            // SAFETY: as above, after the queue.
+            evicted_at: unsafe { meta.add(pages * 5 + queue_cap * 8) }.cast(),
+            evictions: 0,
         };
         let region = Region {
             base: base as usize,
@@ -198,7 +209,7 @@ impl Region {
                     self.release_copy(idx);
                     *state &= !IN_STORE;
                 }
-                *state |= DIRTY | REFERENCED;
+                *state |= DIRTY | self.written_reference();
                 let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, false);
                 shared.faults.fetch_add(1, Relaxed);
                 shared.faults_wp.fetch_add(1, Relaxed);
@@ -231,9 +242,21 @@ impl Region {
         if fetched && write {
             self.release_copy(idx);
         }
+        let refaulted = self.policy == Policy::Refault && fetched && {
+            // SAFETY: idx < pages.
+            let evicted_at = unsafe { *pages.evicted_at.add(idx) };
+            (pages.evictions.wrapping_sub(evicted_at) as usize) <= self.limit
+        };
+        // SAFETY: idx < pages.
+        let state = unsafe { &mut *pages.state.add(idx) };
         *state = RESIDENT
             | if fetched && !write { IN_STORE } else { 0 }
-            | if write { DIRTY | REFERENCED } else { 0 };
+            | if write {
+                DIRTY | self.written_reference()
+            } else {
+                0
+            }
+            | if refaulted { REFERENCED } else { 0 };
         self.enqueue(&mut pages, idx);
         pages.resident += 1;
         shared.faults.fetch_add(1, Relaxed);
@@ -331,11 +354,12 @@ impl Region {
                 if current != ticket || *state & RESIDENT == 0 {
                     continue;
                 }
-                if self.policy == Policy::Clock && *state & REFERENCED != 0 && chances > 0 {
+                if self.policy != Policy::Fifo && *state & REFERENCED != 0 && chances > 0 {
                     chances -= 1;
-                    // Second chance; a dirty page is protected again so the next write is seen.
+                    // Second chance; under clock a dirty page is protected again so that the
+                    // next write is seen.
                     *state &= !REFERENCED;
-                    if *state & DIRTY != 0 {
+                    if self.policy == Policy::Clock && *state & DIRTY != 0 {
                         let addr = self.base + idx * PAGE;
                         let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, true);
                     }
@@ -378,12 +402,24 @@ impl Region {
                     shared.evict_writes.fetch_add(1, Relaxed);
                 }
                 *state &= !(RESIDENT | DIRTY | REFERENCED);
+                // SAFETY: idx < pages.
+                unsafe { *pages.evicted_at.add(idx) = pages.evictions };
+                pages.evictions = pages.evictions.wrapping_add(1);
             }
             for_runs(victims, |first, n| {
                 sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
             });
             pages.resident -= count;
             shared.evict_pages_done.fetch_add(count as u64, Relaxed);
+        }
+    }
+
+    /// What a write marks besides dirty: a reference, for clock (its recency signal).
+    fn written_reference(&self) -> u8 {
+        if self.policy == Policy::Clock {
+            REFERENCED
+        } else {
+            0
         }
     }
 

@@ -278,8 +278,12 @@ pub struct RecordArgs {
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Policy {
+    /// Evict in the order pages came in (the original's policy).
     Fifo,
+    /// A second chance for pages written since last considered (write-protect faults).
     Clock,
+    /// A second chance for pages fetched soon after their eviction (no extra faults).
+    Refault,
 }
 
 fn positive_mb(s: &str) -> Result<u64, String> {

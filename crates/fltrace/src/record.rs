@@ -198,6 +198,7 @@ pub fn far_memory_settings(
         policy: match policy {
             Policy::Fifo => "fifo",
             Policy::Clock => "clock",
+            Policy::Refault => "refault",
         }
         .to_owned(),
         handlers,
