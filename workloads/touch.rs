@@ -14,7 +14,7 @@ fn run(pages: usize) -> usize {
     // first touch is in fill_pages (alloc_zeroed would memset it instead).
     let layout = std::alloc::Layout::from_size_align(pages * 4096, 4096).expect("layout");
     // SAFETY: the layout has a non-zero size.
-    let buf = unsafe { std::alloc::alloc(layout) };
+    let buf = unsafe { std::alloc::alloc(layout) }; // SITE:rust_alloc
     assert!(!buf.is_null());
     fill_pages(buf, layout.size());
     // SAFETY: allocated above with this layout.

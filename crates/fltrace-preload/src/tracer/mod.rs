@@ -322,25 +322,70 @@ fn register_thread_exit(state: *mut ThreadState) {
     unsafe { libc::pthread_setspecific(*key, state.cast()) };
 }
 
-/// The thread's stack range: unwinding reads nothing outside it.
+/// The thread's stack range: unwinding reads nothing outside it. It is the mapping that holds
+/// the stack pointer, found in `/proc/self/maps` with a buffer on the stack.
+///
+/// Not `pthread_getattr_np`: it holds the thread's lock while it allocates (it reads
+/// `/proc/self/maps` with `fopen` for the main thread), and a program that calls it itself
+/// (Rust's runtime does, before `main`) would reach the tracer with that lock held.
 fn thread_stack() -> std::ops::Range<u64> {
-    // SAFETY: pthread_attr_t is plain data filled by pthread_getattr_np; the C library may
-    // allocate while reading it, which the tracer lets through untraced.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return 0..0;
+    let marker = 0u8;
+    let sp = std::ptr::addr_of!(marker) as u64;
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return 0..0;
+    }
+    let mut buf = [0u8; 4096];
+    let mut filled = 0;
+    let mut found = 0..0;
+    loop {
+        // SAFETY: reading into the free part of our buffer.
+        let n = unsafe { libc::read(fd, buf[filled..].as_mut_ptr().cast(), buf.len() - filled) };
+        if n <= 0 {
+            break;
         }
-        let mut addr = std::ptr::null_mut();
-        let mut size = 0;
-        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-        libc::pthread_attr_destroy(&mut attr);
-        if ok {
-            addr as u64..addr as u64 + size as u64
-        } else {
-            0..0
+        filled += n as usize;
+        // Whole lines only; a partial one moves to the front for the next read.
+        let mut start = 0;
+        while let Some(end) = buf[start..filled].iter().position(|&b| b == b'\n') {
+            if let Some(range) = maps_range(&buf[start..start + end])
+                && range.contains(&sp)
+            {
+                found = range;
+            }
+            start += end + 1;
+        }
+        if !found.is_empty() {
+            break;
+        }
+        buf.copy_within(start..filled, 0);
+        filled -= start;
+        if filled == buf.len() {
+            break;
         }
     }
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+    found
+}
+
+/// The address range at the start of a `/proc/PID/maps` line.
+fn maps_range(line: &[u8]) -> Option<std::ops::Range<u64>> {
+    let hex = |digits: &[u8]| {
+        digits.iter().try_fold(0u64, |value, &d| {
+            let digit = (d as char).to_digit(16)?;
+            Some(value.checked_mul(16)? + u64::from(digit))
+        })
+    };
+    let dash = line.iter().position(|&b| b == b'-')?;
+    let space = line.iter().position(|&b| b == b' ')?;
+    Some(hex(&line[..dash])?..hex(line.get(dash + 1..space)?)?)
 }
 
 fn fx_hash(frames: &[u64]) -> u64 {
@@ -532,5 +577,30 @@ extern "C" fn after_fork_child() {
     // SAFETY: the only thread of the child; its state (if any) is its own.
     if let Some(state) = unsafe { LOCAL.with(|local| local.state.get()).as_mut() } {
         state.reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stack found for this thread holds a local variable of this frame.
+    #[test]
+    fn finds_this_threads_stack() {
+        let local = 0u8;
+        let addr = std::ptr::addr_of!(local) as u64;
+        let stack = thread_stack();
+        assert!(stack.contains(&addr), "{stack:x?} lacks {addr:x}");
+        let other = std::thread::spawn(|| {
+            let local = 0u8;
+            (std::ptr::addr_of!(local) as u64, thread_stack())
+        })
+        .join()
+        .unwrap();
+        assert!(other.1.contains(&other.0) && !other.1.contains(&addr));
+        assert_eq!(
+            maps_range(b"7f00-7f10 rw-p 0 00:00 0"),
+            Some(0x7f00..0x7f10)
+        );
     }
 }

@@ -262,6 +262,33 @@ fn calls_survive_signals() {
     );
 }
 
+/// A Rust program: its runtime calls pthread_getattr_np before main, which allocates with a
+/// lock held; the tracer must not take that lock again. The page-aligned block is found at
+/// its `std::alloc::alloc` line with its exact size.
+#[test]
+fn rust_program_allocations() {
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "-q", "--allocs", "--"])
+        .arg(&workloads().touch_rs)
+        .arg("64")
+        .output()
+        .expect("fltrace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    let line = site("touch.rs", "rust_alloc").to_string();
+    let row = rows
+        .iter()
+        .find(|r| r["file"].ends_with("touch.rs") && r["line"] == line)
+        .unwrap_or_else(|| panic!("no row at touch.rs:{line} in {rows:#?}"));
+    assert_eq!(numbers(row, &["allocs", "bytes"]), [1, 64 * 4096]);
+}
+
 /// A program that aborts keeps every allocation it made up to the end.
 #[test]
 fn crash_keeps_every_allocation() {
