@@ -309,8 +309,14 @@ static EXIT_KEY: std::sync::OnceLock<libc::pthread_key_t> = std::sync::OnceLock:
 /// thousand do not grow the library's heap.
 fn register_thread_exit(state: *mut ThreadState) {
     unsafe extern "C" fn release_thread(state: *mut libc::c_void) {
-        LOCAL.with(|local| local.state.set(std::ptr::null_mut()));
-        FREE_STATES.lock().push(FreeState(state.cast()));
+        LOCAL.with(|local| {
+            // Inside the tracer while the list is locked: a signal handler allocating now
+            // must not come back for the same lock.
+            let was_busy = local.busy.replace(true);
+            local.state.set(std::ptr::null_mut());
+            FREE_STATES.lock().push(FreeState(state.cast()));
+            local.busy.set(was_busy);
+        });
     }
     let key = EXIT_KEY.get_or_init(|| {
         let mut key = 0;
