@@ -9,15 +9,19 @@ use super::util::*;
 
 /// `fltrace record -q --allocs [extra] -- allocs <args>`.
 fn record_allocs(dir: &Dir, extra: &[&str], args: &[&str]) -> Output {
-    dir.fltrace()
-        .args(["record", "-q", "--allocs"])
-        .args(extra)
-        .arg("--")
-        .arg(&workloads().allocs)
-        .args(args)
-        .output()
-        .expect("fltrace runs")
+    output_within(
+        dir.fltrace()
+            .args(["record", "-q", "--allocs"])
+            .args(extra)
+            .arg("--")
+            .arg(&workloads().allocs)
+            .args(args),
+        LIMIT,
+    )
 }
+
+/// Longer than any of these runs takes: past it the tracer is taken to have hung.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 fn record_ok(dir: &Dir, extra: &[&str], args: &[&str]) {
     let out = record_allocs(dir, extra, args);
@@ -268,13 +272,13 @@ fn calls_survive_signals() {
 #[test]
 fn rust_program_allocations() {
     let dir = Dir::new();
-    let out = dir
-        .fltrace()
-        .args(["record", "-q", "--allocs", "--"])
-        .arg(&workloads().touch_rs)
-        .arg("64")
-        .output()
-        .expect("fltrace runs");
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "--allocs", "--"])
+            .arg(&workloads().touch_rs)
+            .arg("64"),
+        LIMIT,
+    );
     assert!(
         out.status.success(),
         "{}",
