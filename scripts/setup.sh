@@ -4,9 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# gcc builds the bundled workloads; libc6-dbg lets reports name glibc's own frames
+# gcc and g++ build the bundled workloads; libc6-dbg lets reports name glibc's own frames
 # (start_thread, __libc_start_call_main) instead of [unknown].
-packages=(gcc libc6-dev libc6-dbg)
+packages=(gcc g++ libc6-dev libc6-dbg)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

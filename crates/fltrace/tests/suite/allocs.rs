@@ -293,6 +293,39 @@ fn rust_program_allocations() {
     assert_eq!(numbers(row, &["allocs", "bytes"]), [1, 64 * 4096]);
 }
 
+/// C++: new, new[] and a vector's growth reach the allocator through libstdc++ and are
+/// reported at the program's own lines, with their exact sizes.
+#[test]
+fn cpp_allocations_are_at_their_lines() {
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "--allocs", "--"])
+            .arg(&workloads().objects)
+            .arg("1000"),
+        LIMIT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    let at_cpp = |name: &str| {
+        let line = site("objects.cpp", name).to_string();
+        let row = rows
+            .iter()
+            .find(|r| r["file"].ends_with("objects.cpp") && r["line"] == line)
+            .unwrap_or_else(|| panic!("no row at objects.cpp:{line} in {rows:#?}"));
+        numbers(row, &TOTALS[..4])
+    };
+    // 1000 nodes of 48 bytes, all deleted but the head.
+    assert_eq!(at_cpp("cpp_new"), [1000, 48_000, 1, 48]);
+    assert_eq!(at_cpp("cpp_array"), [1, 4000, 1, 4000]);
+    // The vector doubles from 1 to 1024 ints: 11 blocks, 4 + 8 + ... + 4096 bytes, all freed.
+    assert_eq!(at_cpp("cpp_vector"), [11, 8188, 0, 0]);
+}
+
 /// A program that aborts keeps every allocation it made up to the end.
 #[test]
 fn crash_keeps_every_allocation() {

@@ -30,6 +30,8 @@ pub struct Workloads {
     pub farmem: PathBuf,
     /// `allocs.c`: allocation calls at known lines.
     pub allocs: PathBuf,
+    /// `objects.cpp`: new, new[] and a growing vector, with g++.
+    pub objects: PathBuf,
 }
 
 fn build(cmd: &mut Command) {
@@ -71,6 +73,13 @@ pub fn workloads() -> &'static Workloads {
         gcc(&farmem, "farmem.c", &[]);
         let allocs = out("allocs");
         gcc(&allocs, "allocs.c", &[]);
+        let objects = out("objects");
+        build(
+            Command::new("g++")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+                .arg(&objects)
+                .arg(src.join("objects.cpp")),
+        );
         let faults_stripped = out("faults-stripped");
         build(
             Command::new("strip")
@@ -95,6 +104,7 @@ pub fn workloads() -> &'static Workloads {
             scan,
             farmem,
             allocs,
+            objects,
         }
     })
 }
