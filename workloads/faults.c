@@ -64,6 +64,8 @@ __attribute__((noinline)) void level1(size_t pages) {
 
 struct job {
     size_t pages;
+    char *buffer;
+    pthread_barrier_t *start;
 };
 
 __attribute__((noinline)) void thread_fill(volatile char *p, size_t pages) {
@@ -73,7 +75,10 @@ __attribute__((noinline)) void thread_fill(volatile char *p, size_t pages) {
 
 static void *worker(void *arg) {
     struct job *job = arg;
-    thread_fill(fresh(job->pages), job->pages);
+    // Every mapping is made before any thread faults: an mmap while another thread faults can
+    // make the kernel retry that fault, which the tracepoint then reports twice.
+    pthread_barrier_wait(job->start);
+    thread_fill(job->buffer, job->pages);
     return 0;
 }
 
@@ -96,11 +101,17 @@ int main(int argc, char **argv) {
         printf("%ld\n", read_pages(p, n));
     } else if (!strcmp(mode, "threads")) {
         int threads = atoi(argv[2]);
+        if (threads > 64)
+            threads = 64;
         pthread_t tids[64];
-        struct job job = {n};
-        for (int t = 0; t < threads && t < 64; t++)
-            pthread_create(&tids[t], 0, worker, &job);
-        for (int t = 0; t < threads && t < 64; t++)
+        struct job jobs[64];
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, 0, threads);
+        for (int t = 0; t < threads; t++)
+            jobs[t] = (struct job){n, fresh(n), &start};
+        for (int t = 0; t < threads; t++)
+            pthread_create(&tids[t], 0, worker, &jobs[t]);
+        for (int t = 0; t < threads; t++)
             pthread_join(tids[t], 0);
     } else if (!strcmp(mode, "fork")) {
         fill(fresh(n), n);
