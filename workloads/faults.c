@@ -103,9 +103,11 @@ int main(int argc, char **argv) {
         int threads = atoi(argv[2]);
         if (threads > 64)
             threads = 64;
-        pthread_t tids[64];
-        struct job jobs[64];
-        pthread_barrier_t start;
+        // Static, not on main's stack: main's frame stays small enough that the stack copy
+        // taken at each fault reaches _start (the nested mode's stacks pass through it).
+        static pthread_t tids[64];
+        static struct job jobs[64];
+        static pthread_barrier_t start;
         pthread_barrier_init(&start, 0, threads);
         for (int t = 0; t < threads; t++)
             jobs[t] = (struct job){n, fresh(n), &start};
