@@ -221,21 +221,9 @@ fn map_shared() -> *const Shared {
         };
         // SAFETY: sizing and mapping our own new file.
         if fd >= 0 && unsafe { libc::ftruncate(fd, SHARED_SIZE as i64) } == 0 {
-            // SAFETY: a shared mapping of the file just sized.
-            let p = unsafe {
-                libc::syscall(
-                    libc::SYS_mmap,
-                    0usize,
-                    SHARED_SIZE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd,
-                    0usize,
-                )
-            };
-            if p >= 0 {
-                memory = p as *mut u8;
-            }
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            // SAFETY: a shared mapping of the file just sized, at no fixed address.
+            memory = unsafe { sys::map(0, SHARED_SIZE, prot, libc::MAP_SHARED, fd, 0) };
         }
         if fd >= 0 {
             // SAFETY: the mapping keeps the file; the descriptor is ours to close.

@@ -1,26 +1,33 @@
 //! The few raw system calls the runtime makes. They go straight to the kernel: the runtime
 //! interposes `mmap` and friends itself, so it must not call back into its own wrappers.
 
-/// `mmap` of fresh anonymous memory that the runtime does not manage (metadata, the region
-/// itself before registration). Returns null on failure.
-pub fn map_anonymous(len: usize, extra_flags: i32) -> *mut u8 {
-    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
-    let p = unsafe {
-        libc::syscall(
-            libc::SYS_mmap,
-            0usize,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
-            -1i32,
-            0usize,
-        )
-    };
+/// The raw `mmap` system call; null on failure.
+///
+/// # Safety
+/// As `mmap(2)`: with `MAP_FIXED`, `addr..addr + len` must be the caller's to replace.
+pub unsafe fn map(
+    addr: usize,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    offset: usize,
+) -> *mut u8 {
+    // SAFETY: guaranteed by the caller; the kernel validates the rest.
+    let p = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, offset) };
     if p < 0 {
         std::ptr::null_mut()
     } else {
         p as *mut u8
     }
+}
+
+/// `mmap` of fresh anonymous memory that the runtime does not manage (metadata, the region
+/// itself before registration). Returns null on failure.
+pub fn map_anonymous(len: usize, extra_flags: i32) -> *mut u8 {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags;
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    unsafe { map(0, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
 }
 
 /// The raw `madvise` system call.

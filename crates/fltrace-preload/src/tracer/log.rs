@@ -75,25 +75,16 @@ impl Log {
     }
 
     fn map(fd: i32, pid: u64) -> Option<Log> {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         // SAFETY: reserving address space, inaccessible until segments are mapped over it.
-        let base = unsafe {
-            libc::syscall(
-                libc::SYS_mmap,
-                0usize,
-                RESERVE,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1i32,
-                0usize,
-            )
-        };
-        if base < 0 {
+        let base = unsafe { sys::map(0, RESERVE, libc::PROT_NONE, flags, -1, 0) };
+        if base.is_null() {
             // SAFETY: our descriptor.
             unsafe { libc::close(fd) };
             return None;
         }
         let log = Log {
-            base: base as *mut u8,
+            base,
             fd,
             mapped: AtomicUsize::new(0),
             grow: spinning_top::Spinlock::new(()),
@@ -127,19 +118,13 @@ impl Log {
             if unsafe { libc::ftruncate(self.fd, (mapped + SEGMENT) as i64) } != 0 {
                 return false;
             }
+            let (prot, flags) = (
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+            );
+            let at = self.base as usize + mapped;
             // SAFETY: maps the next segment of the file over our own reservation.
-            let p = unsafe {
-                libc::syscall(
-                    libc::SYS_mmap,
-                    self.base.add(mapped),
-                    SEGMENT,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_FIXED,
-                    self.fd,
-                    mapped,
-                )
-            };
-            if p < 0 {
+            if unsafe { sys::map(at, SEGMENT, prot, flags, self.fd, mapped) }.is_null() {
                 return false;
             }
             mapped += SEGMENT;

@@ -176,21 +176,12 @@ fn map_clock(prefix: &[u8]) -> Option<*mut Clock> {
     if fd < 0 {
         return None;
     }
+    let len = fltrace_runtime_abi::alloclog::CLOCK_SIZE;
     // SAFETY: a read-only shared mapping of the recorder's clock file.
-    let p = unsafe {
-        libc::syscall(
-            libc::SYS_mmap,
-            0usize,
-            fltrace_runtime_abi::alloclog::CLOCK_SIZE,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd,
-            0usize,
-        )
-    };
+    let p = unsafe { sys::map(0, len, libc::PROT_READ, libc::MAP_SHARED, fd, 0) };
     // SAFETY: our descriptor; the mapping keeps the file.
     unsafe { libc::close(fd) };
-    (p >= 0).then_some(p as *mut Clock)
+    (!p.is_null()).then_some(p.cast::<Clock>())
 }
 
 fn start() {
