@@ -3,18 +3,24 @@
 //! the memory they hit.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::process::Output;
 
 use super::util::*;
 
 /// `fltrace record -q --allocs [extra] -- allocs <args>`.
 fn record_allocs(dir: &Dir, extra: &[&str], args: &[&str]) -> Output {
+    record_program(dir, extra, &workloads().allocs, args)
+}
+
+/// `fltrace record -q --allocs [extra] -- <program> <args>`, killed after [`LIMIT`].
+fn record_program(dir: &Dir, extra: &[&str], program: &Path, args: &[&str]) -> Output {
     output_within(
         dir.fltrace()
             .args(["record", "-q", "--allocs"])
             .args(extra)
             .arg("--")
-            .arg(&workloads().allocs)
+            .arg(program)
             .args(args),
         LIMIT,
     )
@@ -45,10 +51,19 @@ fn report_rows(dir: &Dir, args: &[&str]) -> Vec<HashMap<String, String>> {
 
 /// The row of `allocs.c:<line of SITE:name>`.
 fn at<'r>(rows: &'r [HashMap<String, String>], name: &str) -> &'r HashMap<String, String> {
-    let line = site("allocs.c", name).to_string();
+    row_at(rows, "allocs.c", name)
+}
+
+/// The row of `<file>:<line of SITE:name>`.
+fn row_at<'r>(
+    rows: &'r [HashMap<String, String>],
+    file: &str,
+    name: &str,
+) -> &'r HashMap<String, String> {
+    let line = site(file, name).to_string();
     rows.iter()
-        .find(|r| r["file"].ends_with("allocs.c") && r["line"] == line)
-        .unwrap_or_else(|| panic!("no row at allocs.c:{line} ({name}) in {rows:#?}"))
+        .find(|r| r["file"].ends_with(file) && r["line"] == line)
+        .unwrap_or_else(|| panic!("no row at {file}:{line} ({name}) in {rows:#?}"))
 }
 
 fn numbers(row: &HashMap<String, String>, columns: &[&str]) -> Vec<u64> {
@@ -272,24 +287,14 @@ fn calls_survive_signals() {
 #[test]
 fn rust_program_allocations() {
     let dir = Dir::new();
-    let out = output_within(
-        dir.fltrace()
-            .args(["record", "-q", "--allocs", "--"])
-            .arg(&workloads().touch_rs)
-            .arg("64"),
-        LIMIT,
-    );
+    let out = record_program(&dir, &[], &workloads().touch_rs, &["64"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let rows = report_rows(&dir, &["report", "--allocs"]);
-    let line = site("touch.rs", "rust_alloc").to_string();
-    let row = rows
-        .iter()
-        .find(|r| r["file"].ends_with("touch.rs") && r["line"] == line)
-        .unwrap_or_else(|| panic!("no row at touch.rs:{line} in {rows:#?}"));
+    let row = row_at(&rows, "touch.rs", "rust_alloc");
     assert_eq!(numbers(row, &["allocs", "bytes"]), [1, 64 * 4096]);
 }
 
@@ -298,27 +303,14 @@ fn rust_program_allocations() {
 #[test]
 fn cpp_allocations_are_at_their_lines() {
     let dir = Dir::new();
-    let out = output_within(
-        dir.fltrace()
-            .args(["record", "-q", "--allocs", "--"])
-            .arg(&workloads().objects)
-            .arg("1000"),
-        LIMIT,
-    );
+    let out = record_program(&dir, &[], &workloads().objects, &["1000"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let rows = report_rows(&dir, &["report", "--allocs"]);
-    let at_cpp = |name: &str| {
-        let line = site("objects.cpp", name).to_string();
-        let row = rows
-            .iter()
-            .find(|r| r["file"].ends_with("objects.cpp") && r["line"] == line)
-            .unwrap_or_else(|| panic!("no row at objects.cpp:{line} in {rows:#?}"));
-        numbers(row, &TOTALS[..4])
-    };
+    let at_cpp = |name: &str| numbers(row_at(&rows, "objects.cpp", name), &TOTALS[..4]);
     // 1000 nodes of 48 bytes, all deleted but the head.
     assert_eq!(at_cpp("cpp_new"), [1000, 48_000, 1, 48]);
     assert_eq!(at_cpp("cpp_array"), [1, 4000, 1, 4000]);
