@@ -19,3 +19,18 @@ fi
 
 # The binary and, beside it, the far-memory runtime it preloads for -L/-M.
 cargo build --release --locked -p fltrace -p fltrace-preload
+
+# DuckDB (Python) cross-checks the Parquet tables in the tests (crates/fltrace/tests/suite/
+# tables.rs), in a virtual environment of its own: target/venv.
+venv=target/venv
+if ! "$venv/bin/python" -c 'import duckdb, pytz' >/dev/null 2>&1; then
+    if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq python3-venv
+    fi
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    # pytz: DuckDB's Python client needs it to hand out the TIMESTAMPTZ columns.
+    "$venv/bin/pip" install -q 'duckdb==2.0.0' 'pytz==2026.6'
+fi

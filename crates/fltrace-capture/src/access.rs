@@ -18,7 +18,7 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_TIME, PERF_SAMPLE_WEIGHT, perf_event_attr,
 };
 
-use fltrace_trace::{AccessRecord, AccessWriter, Stack, StackWriter, files};
+use fltrace_trace::{AccessRecord, AccessWriter, Origin, Stack, StackWriter, files};
 
 use crate::Error;
 use crate::reader::ReaderThread;
@@ -282,7 +282,8 @@ pub struct AccessSummary {
 
 impl AccessCapture {
     /// Opens the machine's access events for `tasks` on every CPU (`enable_on_exec` for a
-    /// command fltrace starts) and drains them into `dir` until [`Self::finish`].
+    /// command fltrace starts) and drains them into `dir` until [`Self::finish`], into tables
+    /// of recording `recording`.
     pub fn start(
         availability: Availability,
         freq: u64,
@@ -290,6 +291,7 @@ impl AccessCapture {
         enable_on_exec: bool,
         dir: &Path,
         mono_offset: u64,
+        recording: &str,
     ) -> Result<AccessCapture, Error> {
         let (events, precise): (Vec<PmuEvent>, bool) = match availability {
             Availability::Pebs(loads, stores) => {
@@ -336,10 +338,10 @@ impl AccessCapture {
                     .map_err(Error::kernel("enabling access sampling"))?;
             }
         }
-        let dir = dir.to_owned();
+        let tables = AccessTables::new(dir.to_owned(), recording.to_owned());
         ReaderThread::spawn("fltrace-access", "the access-sample reader", move |stop| {
             let _events = opened;
-            drain(rings, stop, &dir, mono_offset)
+            drain(rings, stop, tables, mono_offset)
         })
         .map(AccessCapture)
     }
@@ -353,13 +355,12 @@ impl AccessCapture {
 fn drain(
     mut rings: Vec<RingBuffer>,
     stop: &AtomicBool,
-    dir: &Path,
+    mut tables: AccessTables,
     mono_offset: u64,
 ) -> Result<AccessSummary, Error> {
     const PERF_RECORD_LOST: u32 = 2;
     const PERF_RECORD_THROTTLE: u32 = 5;
     const PERF_RECORD_SAMPLE: u32 = 9;
-    let mut tables = AccessTables::new(dir.to_owned());
     let mut summary = AccessSummary::default();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
@@ -402,14 +403,16 @@ type ProcessTables = (AccessWriter, StackWriter, HashMap<Vec<u64>, u32>);
 /// Per process, the access table and its stacks.
 pub struct AccessTables {
     dir: PathBuf,
+    recording: String,
     open: HashMap<u32, ProcessTables>,
 }
 
 impl AccessTables {
-    /// Tables written into `dir` as samples of each process arrive.
-    pub fn new(dir: PathBuf) -> AccessTables {
+    /// Tables of recording `recording` written into `dir` as samples of each process arrive.
+    pub fn new(dir: PathBuf, recording: String) -> AccessTables {
         AccessTables {
             dir,
+            recording,
             open: HashMap::new(),
         }
     }
@@ -419,9 +422,10 @@ impl AccessTables {
     pub fn push(&mut self, sample: AccessSample, mono_offset: u64) -> Result<(), Error> {
         let pid = sample.pid;
         if !self.open.contains_key(&pid) {
+            let origin = Origin::new(self.recording.clone(), pid);
             let tables = (
-                AccessWriter::create(&files::access(&self.dir, pid))?,
-                StackWriter::create(&files::access_stacks(&self.dir, pid))?,
+                AccessWriter::create_for(&files::access(&self.dir, pid), origin.clone())?,
+                StackWriter::create_for(&files::access_stacks(&self.dir, pid), origin)?,
                 HashMap::new(),
             );
             self.open.insert(pid, tables);
@@ -515,7 +519,7 @@ mod tests {
 
         // Written to the process's tables and read back on the faults' clock.
         let dir = tempfile::tempdir().unwrap();
-        let mut tables = AccessTables::new(dir.path().to_owned());
+        let mut tables = AccessTables::new(dir.path().to_owned(), "42-1".to_owned());
         tables.push(sample.clone(), 5_000).unwrap();
         tables.push(sample, 6_000).unwrap();
         tables.finish().unwrap();

@@ -19,7 +19,7 @@ use fltrace_runtime_abi::alloclog::{
     Record,
 };
 use fltrace_runtime_abi::env;
-use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Stack, StackWriter, files};
+use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Origin, Stack, StackWriter, files};
 
 use crate::{Credentials, Error};
 
@@ -105,13 +105,15 @@ impl AllocLogs {
     /// `fltrace-data-allocs-<pid>.parquet` and its stack table; the first log's stacks belong
     /// to address-space generation `first_generation`, the next to the one after. `mono_offset` turns
     /// CLOCK_MONOTONIC into the Unix-epoch times of the fault table. Returns the events
-    /// written, or `None` if the process left no log.
+    /// written, or `None` if the process left no log. The tables are those of recording
+    /// `recording`.
     pub fn convert(
         &self,
         pid: u32,
         first_generation: u32,
         out_dir: &Path,
         mono_offset: u64,
+        recording: &str,
     ) -> Result<Option<Converted>, Error> {
         let mut logs = Vec::new();
         for image in 0.. {
@@ -128,9 +130,12 @@ impl AllocLogs {
         // An image's calls come after its exec, but the millisecond clock can put the first
         // ones before it: each image's times start no earlier than its first mapping.
         let image_start = image_starts(&files::mmaps(out_dir, pid))?;
-        let mut allocs =
-            BackgroundWriter::start(AllocWriter::create(&files::allocs(out_dir, pid))?);
-        let mut stack_writer = StackWriter::create(&files::alloc_stacks(out_dir, pid))?;
+        let origin = Origin::new(recording, pid);
+        let mut allocs = BackgroundWriter::start(AllocWriter::create_for(
+            &files::allocs(out_dir, pid),
+            origin.clone(),
+        )?);
+        let mut stack_writer = StackWriter::create_for(&files::alloc_stacks(out_dir, pid), origin)?;
         let mut stacks = Stacks::default();
         let mut converted = Converted::default();
         for (image, (path, bytes)) in logs.iter().enumerate() {

@@ -7,8 +7,8 @@ use framehop::x86_64::CacheX86_64;
 use rustc_hash::FxHashMap;
 
 use fltrace_trace::{
-    Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Stack, StackWriter, files, keys, stats,
-    write_procmaps_line,
+    Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Origin, Stack, StackWriter, files,
+    keys, stats, write_procmaps_line,
 };
 
 use crate::runtime::{Handled, RuntimeView, is_fill};
@@ -49,7 +49,14 @@ struct Output {
 /// One traced process.
 pub struct Process {
     pub pid: u32,
+    /// The address-space generation: 0 for the first image recorded, +1 at each later exec.
     generation: u32,
+    /// Whether anything of the current image was recorded: the exec that starts a command
+    /// fltrace launched ends an image of fltrace's own, never recorded, and opens generation 0.
+    image_recorded: bool,
+    /// The executable of the current image (its first file mapping) and the end of its
+    /// mappings and of the bss after them: the heap begins above.
+    executable: Option<(String, u64)>,
     /// The generation of the first image that ran with the preloaded library: a forked child
     /// inherits it from its parent at once, the command gets it at its exec. The library's
     /// allocation logs count images from there.
@@ -106,9 +113,17 @@ impl Process {
             metadata.push((keys::PARENT.to_owned(), parent.to_string()));
         }
         let dir = session.dir;
+        let recording = metadata
+            .iter()
+            .find(|(k, _)| k == keys::SESSION)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let origin = Origin::new(recording, pid);
         Ok(Process {
             pid,
             generation: 0,
+            image_recorded: false,
+            executable: None,
             preload_generation: None,
             maps: BTreeMap::new(),
             unwinder: AddressSpaceUnwinder::default(),
@@ -116,8 +131,8 @@ impl Process {
             live: LiveStack::new(live_pid),
             out: Output {
                 faults: FaultWriter::create(&files::faults(dir, pid), &metadata)?,
-                stacks: StackWriter::create(&files::stacks(dir, pid))?,
-                mmaps: MappingWriter::create(&files::mmaps(dir, pid))?,
+                stacks: StackWriter::create_for(&files::stacks(dir, pid), origin.clone())?,
+                mmaps: MappingWriter::create_for(&files::mmaps(dir, pid), origin)?,
                 procmaps: String::new(),
                 stats_path: files::stats(dir, pid),
                 stats: String::new(),
@@ -146,19 +161,24 @@ impl Process {
     ) -> Result<Process, fltrace_trace::Error> {
         let mut child = Process::new(pid, Some(parent.pid), session)?;
         child.generation = parent.generation;
+        child.image_recorded = true;
         child.preload_generation = Some(parent.generation);
         child.unwinder = parent.unwinder.clone();
         for mapping in parent.maps.values() {
             child.record_mapping(mapping.clone());
         }
+        child.executable.clone_from(&parent.executable);
         Ok(child)
     }
 
     /// exec replaced the address space.
     pub fn exec(&mut self) {
-        self.generation += 1;
+        if std::mem::take(&mut self.image_recorded) {
+            self.generation += 1;
+        }
         self.preload_generation.get_or_insert(self.generation);
         self.maps.clear();
+        self.executable = None;
         self.unwinder = AddressSpaceUnwinder::default();
         self.cache = CacheX86_64::new();
         // Same addresses mean other code now: stacks are not shared across generations.
@@ -172,6 +192,19 @@ impl Process {
     }
 
     fn record_mapping(&mut self, mapping: Mapping) {
+        self.image_recorded = true;
+        match &mut self.executable {
+            None if mapping.is_file() => {
+                self.executable = Some((mapping.path.clone(), mapping.end));
+            }
+            // Its other segments, and the bss the kernel maps right after them.
+            Some((path, end))
+                if *path == mapping.path || (mapping.path == "//anon" && mapping.start == *end) =>
+            {
+                *end = (*end).max(mapping.end);
+            }
+            _ => {}
+        }
         write_procmaps_line(&mapping, &mut self.out.procmaps);
         self.out.mmaps.push(mapping.clone());
         // A new mapping replaces whatever it overlaps.
@@ -188,9 +221,26 @@ impl Process {
         self.maps.insert(mapping.start, mapping);
     }
 
+    /// Whether an anonymous mapping is the heap that `brk` grows. The kernel names it `[heap]`
+    /// in its records only once the break has moved (`vma_is_initial_heap`), so the first
+    /// growth, the only one of most programs, arrives as `//anon`. The break starts above the
+    /// executable's bss, at a random offset below 1 GiB (x86-64 `arch_randomize_brk`), where
+    /// no other mapping goes unless placed there on purpose.
+    fn is_initial_heap(&self, mapping: &Mapping) -> bool {
+        const BRK_RANDOM_RANGE: u64 = 1 << 30;
+        mapping.path == "//anon"
+            && !mapping.is_exec()
+            && self.executable.as_ref().is_some_and(|(_, end)| {
+                mapping.start > *end && mapping.start - *end <= BRK_RANDOM_RANGE
+            })
+    }
+
     /// A new mapping reported by the kernel. `root` is where the process sees `/`.
     pub fn map(&mut self, mut mapping: Mapping, elf_cache: &mut ElfCache) {
         mapping.generation = self.generation;
+        if self.is_initial_heap(&mapping) {
+            mapping.path = "[heap]".to_owned();
+        }
         if mapping.is_exec() && mapping.is_file() {
             let file = resolve_path(self.pid, &mapping.path);
             if mapping.build_id.is_empty() {
@@ -269,6 +319,7 @@ impl Process {
             self.counters.stacks_extended += 1;
         }
         fault.stack_id = self.intern(frames)?;
+        self.image_recorded = true;
 
         let c = &mut self.counters;
         c.faults += 1;

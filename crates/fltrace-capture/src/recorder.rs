@@ -251,8 +251,10 @@ pub fn record(
             })
             .unwrap_or_default(),
     };
+    // The recording id of every table: unique across runs and, in practice, across machines.
+    let recording = format!("{root_pid}-{start_ns}");
     let metadata = vec![
-        (keys::SESSION.to_owned(), format!("{root_pid}-{start_ns}")),
+        (keys::SESSION.to_owned(), recording.clone()),
         (keys::START_NS.to_owned(), start_ns.to_string()),
         (keys::COMMAND.to_owned(), command),
         (
@@ -292,9 +294,15 @@ pub fn record(
         state.attach_existing(*pid as u32)?;
     }
     let attached_allocs = match (target, &options.allocs) {
-        (Target::Pid(pid), Some(crate::AllocTracing::Uprobes)) => Some(
-            crate::uprobes::AttachedAllocs::start(*pid, &tasks, &options.dir, mono_offset)?,
-        ),
+        (Target::Pid(pid), Some(crate::AllocTracing::Uprobes)) => {
+            Some(crate::uprobes::AttachedAllocs::start(
+                *pid,
+                &tasks,
+                &options.dir,
+                mono_offset,
+                &recording,
+            )?)
+        }
         _ => None,
     };
     let access = match options.access_samples {
@@ -305,6 +313,7 @@ pub fn record(
             enable_on_exec,
             &options.dir,
             mono_offset,
+            &recording,
         ) {
             Ok(capture) => Some(capture),
             Err(e) => {
@@ -450,7 +459,9 @@ pub fn record(
             let mut total = crate::Converted::default();
             for &pid in &pids {
                 let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
-                if let Some(c) = logs.convert(pid, generation, &options.dir, mono_offset)? {
+                let converted =
+                    logs.convert(pid, generation, &options.dir, mono_offset, &recording)?;
+                if let Some(c) = converted {
                     total.events += c.events;
                     total.stacks += c.stacks;
                     total.dropped += c.dropped;

@@ -20,7 +20,7 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_TIME, perf_event_attr,
 };
 
-use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Stack, StackWriter, files};
+use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Origin, Stack, StackWriter, files};
 
 use crate::reader::ReaderThread;
 use crate::ring::RingBuffer;
@@ -69,11 +69,13 @@ impl AttachedAllocs {
         tasks: &[i32],
         dir: &Path,
         mono_offset: u64,
+        recording: &str,
     ) -> Result<AttachedAllocs, Error> {
         let probes = Probes::open(pid, tasks)?;
         let dir = dir.to_owned();
+        let origin = Origin::new(recording, pid as u32);
         ReaderThread::spawn("fltrace-uprobes", "the uprobe reader", move |stop| {
-            probes.run(stop, &dir, pid as u32, mono_offset)
+            probes.run(stop, &dir, origin, mono_offset)
         })
         .map(AttachedAllocs)
     }
@@ -264,10 +266,10 @@ impl Probes {
         mut self,
         stop: &AtomicBool,
         dir: &Path,
-        pid: u32,
+        origin: Origin,
         mono_offset: u64,
     ) -> Result<Converted, Error> {
-        let mut out = Output::create(dir, pid)?;
+        let mut out = Output::create(dir, origin)?;
         let mut pending: HashMap<u32, Pending> = HashMap::new();
         let mut cache = framehop::x86_64::CacheX86_64::new();
         let mut live = LiveStack::new(0);
@@ -474,10 +476,11 @@ struct Output {
 }
 
 impl Output {
-    fn create(dir: &Path, pid: u32) -> Result<Output, Error> {
+    fn create(dir: &Path, origin: Origin) -> Result<Output, Error> {
+        let pid = origin.pid;
         Ok(Output {
-            allocs: AllocWriter::create(&files::allocs(dir, pid))?,
-            stacks: StackWriter::create(&files::alloc_stacks(dir, pid))?,
+            allocs: AllocWriter::create_for(&files::allocs(dir, pid), origin.clone())?,
+            stacks: StackWriter::create_for(&files::alloc_stacks(dir, pid), origin)?,
             ids: HashMap::new(),
             events: 0,
         })

@@ -17,11 +17,17 @@ use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::ColumnPath;
 
-use crate::{AccessRecord, AllocCall, AllocEvent, Error, Fault, FaultFlags, Mapping, Stack, files};
+use crate::{
+    AccessRecord, AllocCall, AllocEvent, Error, Fault, FaultFlags, Mapping, Stack, files, keys,
+};
 
+// Every table begins with `recording` and `pid`, constant within a file, so that a query over
+// the files of many processes and recordings (a glob) can tell their rows apart and join on
+// them. Column names avoid SQL reserved words (`end`), so that no query needs to quote them.
 const FAULT_SCHEMA: &str = "message fault {
-  required int64 time_ns (TIMESTAMP(NANOS,true));
+  required binary recording (STRING);
   required int32 pid (INTEGER(32,false));
+  required int64 time_ns (TIMESTAMP(NANOS,true));
   required int32 tid (INTEGER(32,false));
   required int64 ip (INTEGER(64,false));
   required int64 addr (INTEGER(64,false));
@@ -30,6 +36,8 @@ const FAULT_SCHEMA: &str = "message fault {
 }";
 
 const ALLOC_SCHEMA: &str = "message alloc {
+  required binary recording (STRING);
+  required int32 pid (INTEGER(32,false));
   required int64 time_ns (TIMESTAMP(NANOS,true));
   required int32 tid (INTEGER(32,false));
   required int32 call (INTEGER(8,false));
@@ -41,6 +49,8 @@ const ALLOC_SCHEMA: &str = "message alloc {
 }";
 
 const ACCESS_SCHEMA: &str = "message access {
+  required binary recording (STRING);
+  required int32 pid (INTEGER(32,false));
   required int64 time_ns (TIMESTAMP(NANOS,true));
   required int32 tid (INTEGER(32,false));
   required int64 ip (INTEGER(64,false));
@@ -51,6 +61,8 @@ const ACCESS_SCHEMA: &str = "message access {
 }";
 
 const STACK_SCHEMA: &str = "message stack {
+  required binary recording (STRING);
+  required int32 pid (INTEGER(32,false));
   required int32 stack_id (INTEGER(32,false));
   required int32 generation (INTEGER(32,false));
   required group frames (LIST) {
@@ -61,16 +73,59 @@ const STACK_SCHEMA: &str = "message stack {
 }";
 
 const MAPPING_SCHEMA: &str = "message mapping {
+  required binary recording (STRING);
+  required int32 pid (INTEGER(32,false));
   required int64 time_ns (TIMESTAMP(NANOS,true));
   required int32 generation (INTEGER(32,false));
-  required int64 start (INTEGER(64,false));
-  required int64 end (INTEGER(64,false));
+  required int64 start_addr (INTEGER(64,false));
+  required int64 end_addr (INTEGER(64,false));
   required int64 pgoff (INTEGER(64,false));
   required int32 prot;
   required int32 flags;
   required binary path (STRING);
   required binary build_id (STRING);
 }";
+
+/// The table layout written, in every footer under [`keys::FORMAT`](crate::keys::FORMAT).
+/// Files without the key are of layout 1: no `recording` column, `pid` only in the faults
+/// table, and the mappings' address range in columns `start` and `end`. The readers read both.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// Which recording and process the rows of a table belong to: the `recording` and `pid` columns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Origin {
+    /// The recording id: the session id of the `fltrace record` run, `<root pid>-<start ns>`
+    /// (the faults footer's [`keys::SESSION`](crate::keys::SESSION)).
+    pub recording: String,
+    /// The process id.
+    pub pid: u32,
+}
+
+impl Origin {
+    /// The origin of `pid`'s tables in recording `recording`.
+    pub fn new(recording: impl Into<String>, pid: u32) -> Origin {
+        Origin {
+            recording: recording.into(),
+            pid,
+        }
+    }
+
+    /// For writers created without an origin: the pid in a file name of the form
+    /// `fltrace-data-<kind>-<pid>.parquet` (0 otherwise) and an empty recording id.
+    fn from_path(path: &Path) -> Origin {
+        let pid = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.strip_prefix(files::PREFIX))
+            .and_then(|s| s.rsplit_once('-'))
+            .and_then(|(_, pid)| pid.parse().ok())
+            .unwrap_or(0);
+        Origin::new(String::new(), pid)
+    }
+}
+
+/// Columns renamed since layout 1: (name, old name).
+const OLD_NAMES: [(&str, &str); 2] = [("start_addr", "start"), ("end_addr", "end")];
 
 /// Key-value pairs of a Parquet footer.
 pub type Metadata = Vec<(String, String)>;
@@ -93,14 +148,18 @@ impl TableWriter {
         metadata: &[(String, String)],
     ) -> Result<Self, Error> {
         let schema = Arc::new(parse_message_type(schema).map_err(Error::parquet(path))?);
+        let mut footer: Vec<KeyValue> = metadata
+            .iter()
+            .filter(|(k, _)| k != keys::FORMAT)
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+            .collect();
+        footer.push(KeyValue::new(
+            keys::FORMAT.to_owned(),
+            FORMAT_VERSION.to_string(),
+        ));
         let mut props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
-            .set_key_value_metadata(Some(
-                metadata
-                    .iter()
-                    .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-                    .collect(),
-            ));
+            .set_key_value_metadata(Some(footer));
         for column in delta_columns {
             let column = ColumnPath::from(*column);
             props = props
@@ -170,25 +229,39 @@ impl Columns<'_, '_> {
         let values: Vec<ByteArray> = values.map(ByteArray::from).collect();
         self.write::<ByteArrayType>(&values, None, None)
     }
+
+    /// The `recording` and `pid` columns of `rows` rows from `origin`.
+    fn origin(&mut self, origin: &Origin, rows: usize) -> parquet::errors::Result<()> {
+        self.recording(origin, rows)?;
+        self.i32(std::iter::repeat_n(origin.pid, rows))
+    }
+
+    /// The `recording` column alone: one shared buffer, not a copy per row.
+    fn recording(&mut self, origin: &Origin, rows: usize) -> parquet::errors::Result<()> {
+        let value = ByteArray::from(origin.recording.as_bytes().to_vec());
+        self.write::<ByteArrayType>(&vec![value; rows], None, None)
+    }
 }
 
 /// Rows buffered and written a row group at a time; `write_rows` fills one row group's columns
 /// in schema order.
 struct Batched<T> {
     table: TableWriter,
+    origin: Origin,
     batch: Vec<T>,
     /// Rows written out.
     rows: u64,
-    write_rows: fn(&mut Columns<'_, '_>, &[T]) -> parquet::errors::Result<()>,
+    write_rows: WriteRows<T>,
 }
 
+/// Fills one row group's columns in schema order.
+type WriteRows<T> = fn(&mut Columns<'_, '_>, &Origin, &[T]) -> parquet::errors::Result<()>;
+
 impl<T> Batched<T> {
-    fn new(
-        table: TableWriter,
-        write_rows: fn(&mut Columns<'_, '_>, &[T]) -> parquet::errors::Result<()>,
-    ) -> Self {
+    fn new(table: TableWriter, origin: Origin, write_rows: WriteRows<T>) -> Self {
         Batched {
             table,
+            origin,
             batch: Vec::with_capacity(4096),
             rows: 0,
             write_rows,
@@ -208,8 +281,8 @@ impl<T> Batched<T> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let (batch, write_rows) = (&self.batch, self.write_rows);
-        self.table.row_group(|c| write_rows(c, batch))?;
+        let (batch, origin, write_rows) = (&self.batch, &self.origin, self.write_rows);
+        self.table.row_group(|c| write_rows(c, origin, batch))?;
         self.rows += batch.len() as u64;
         self.batch.clear();
         Ok(())
@@ -226,18 +299,31 @@ impl<T> Batched<T> {
 pub struct FaultWriter(Batched<Fault>);
 
 impl FaultWriter {
-    /// Creates the file; `metadata` goes into the Parquet footer as key-value pairs.
+    /// Creates the file; `metadata` goes into the Parquet footer as key-value pairs. The
+    /// `recording` column holds the session id of `metadata` ([`keys::SESSION`]), the `pid`
+    /// column each fault's pid.
     pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self, Error> {
+        let session = metadata
+            .iter()
+            .find(|(k, _)| k == keys::SESSION)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
         let table = TableWriter::create(path, FAULT_SCHEMA, &["time_ns", "addr"], metadata)?;
-        Ok(FaultWriter(Batched::new(table, |c, batch| {
-            c.i64(batch.iter().map(|f| f.time_ns))?;
-            c.i32(batch.iter().map(|f| f.pid))?;
-            c.i32(batch.iter().map(|f| f.tid))?;
-            c.i64(batch.iter().map(|f| f.ip))?;
-            c.i64(batch.iter().map(|f| f.addr))?;
-            c.i32(batch.iter().map(|f| u32::from(f.flags.0)))?;
-            c.i32(batch.iter().map(|f| f.stack_id))
-        })))
+        let origin = Origin::new(session, 0);
+        Ok(FaultWriter(Batched::new(
+            table,
+            origin,
+            |c, origin, batch| {
+                c.recording(origin, batch.len())?;
+                c.i32(batch.iter().map(|f| f.pid))?;
+                c.i64(batch.iter().map(|f| f.time_ns))?;
+                c.i32(batch.iter().map(|f| f.tid))?;
+                c.i64(batch.iter().map(|f| f.ip))?;
+                c.i64(batch.iter().map(|f| f.addr))?;
+                c.i32(batch.iter().map(|f| u32::from(f.flags.0)))?;
+                c.i32(batch.iter().map(|f| f.stack_id))
+            },
+        )))
     }
 
     /// Appends a fault; writes a row group when the batch is full.
@@ -270,8 +356,13 @@ impl FaultWriter {
 pub struct AllocWriter(Batched<AllocEvent>);
 
 impl AllocWriter {
-    /// Creates the file.
+    /// Creates the file, with the pid of its name and no recording id (see [`Origin`]).
     pub fn create(path: &Path) -> Result<Self, Error> {
+        Self::create_for(path, Origin::from_path(path))
+    }
+
+    /// Creates the file of the process and recording `origin`.
+    pub fn create_for(path: &Path, origin: Origin) -> Result<Self, Error> {
         // Delta encoding everywhere: the columns are either steady (times, addresses) or
         // nearly constant from row to row (thread, call, size, stack), which it packs into a
         // few bits without the per-value hashing of a dictionary, the main cost of writing 8
@@ -280,20 +371,25 @@ impl AllocWriter {
             path,
             ALLOC_SCHEMA,
             &[
-                "time_ns", "tid", "call", "addr", "size", "old_addr", "detail", "stack_id",
+                "pid", "time_ns", "tid", "call", "addr", "size", "old_addr", "detail", "stack_id",
             ],
             &[],
         )?;
-        Ok(AllocWriter(Batched::new(table, |c, batch| {
-            c.i64(batch.iter().map(|e| e.time_ns))?;
-            c.i32(batch.iter().map(|e| e.tid))?;
-            c.i32(batch.iter().map(|e| u32::from(e.call as u8)))?;
-            c.i64(batch.iter().map(|e| e.addr))?;
-            c.i64(batch.iter().map(|e| e.size))?;
-            c.i64(batch.iter().map(|e| e.old_addr))?;
-            c.i64(batch.iter().map(|e| e.detail))?;
-            c.i32(batch.iter().map(|e| e.stack_id))
-        })))
+        Ok(AllocWriter(Batched::new(
+            table,
+            origin,
+            |c, origin, batch| {
+                c.origin(origin, batch.len())?;
+                c.i64(batch.iter().map(|e| e.time_ns))?;
+                c.i32(batch.iter().map(|e| e.tid))?;
+                c.i32(batch.iter().map(|e| u32::from(e.call as u8)))?;
+                c.i64(batch.iter().map(|e| e.addr))?;
+                c.i64(batch.iter().map(|e| e.size))?;
+                c.i64(batch.iter().map(|e| e.old_addr))?;
+                c.i64(batch.iter().map(|e| e.detail))?;
+                c.i32(batch.iter().map(|e| e.stack_id))
+            },
+        )))
     }
 
     /// Appends an event; writes a row group when the batch is full.
@@ -315,21 +411,22 @@ impl AllocWriter {
 /// Reads an allocations file.
 pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
     let table = TableReader::open(path)?;
-    table.check_columns(ALLOC_SCHEMA)?;
     let mut events = Vec::with_capacity(table.rows() as usize);
     // Row group by row group: whole columns of 8 million rows would double the peak memory.
     for group in 0..table.inner.num_row_groups() {
         let groups = group..group + 1;
-        let u64s = |i| -> Result<Vec<u64>, Error> {
-            let values = table.column_in::<Int64Type>(i, groups.clone())?.values;
+        let u64s = |name| -> Result<Vec<u64>, Error> {
+            let values = table.column_in::<Int64Type>(name, groups.clone())?.values;
             Ok(values.into_iter().map(|v| v as u64).collect())
         };
-        let u32s = |i| -> Result<Vec<u32>, Error> {
-            let values = table.column_in::<Int32Type>(i, groups.clone())?.values;
+        let u32s = |name| -> Result<Vec<u32>, Error> {
+            let values = table.column_in::<Int32Type>(name, groups.clone())?.values;
             Ok(values.into_iter().map(|v| v as u32).collect())
         };
-        let (time, tid, call, addr) = (u64s(0)?, u32s(1)?, u32s(2)?, u64s(3)?);
-        let (size, old_addr, detail, stack_id) = (u64s(4)?, u64s(5)?, u64s(6)?, u32s(7)?);
+        let (time, tid) = (u64s("time_ns")?, u32s("tid")?);
+        let (call, addr, size) = (u32s("call")?, u64s("addr")?, u64s("size")?);
+        let (old_addr, detail) = (u64s("old_addr")?, u64s("detail")?);
+        let stack_id = u32s("stack_id")?;
         let rows = time.len();
         let lengths = [tid.len(), call.len(), addr.len(), size.len()];
         if lengths
@@ -367,18 +464,28 @@ pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
 pub struct AccessWriter(Batched<AccessRecord>);
 
 impl AccessWriter {
-    /// Creates the file.
+    /// Creates the file, with the pid of its name and no recording id (see [`Origin`]).
     pub fn create(path: &Path) -> Result<Self, Error> {
+        Self::create_for(path, Origin::from_path(path))
+    }
+
+    /// Creates the file of the process and recording `origin`.
+    pub fn create_for(path: &Path, origin: Origin) -> Result<Self, Error> {
         let table = TableWriter::create(path, ACCESS_SCHEMA, &["time_ns", "addr"], &[])?;
-        Ok(AccessWriter(Batched::new(table, |c, batch| {
-            c.i64(batch.iter().map(|r| r.time_ns))?;
-            c.i32(batch.iter().map(|r| r.tid))?;
-            c.i64(batch.iter().map(|r| r.ip))?;
-            c.i64(batch.iter().map(|r| r.addr))?;
-            c.i64(batch.iter().map(|r| r.latency))?;
-            c.i64(batch.iter().map(|r| r.data_src))?;
-            c.i32(batch.iter().map(|r| r.stack_id))
-        })))
+        Ok(AccessWriter(Batched::new(
+            table,
+            origin,
+            |c, origin, batch| {
+                c.origin(origin, batch.len())?;
+                c.i64(batch.iter().map(|r| r.time_ns))?;
+                c.i32(batch.iter().map(|r| r.tid))?;
+                c.i64(batch.iter().map(|r| r.ip))?;
+                c.i64(batch.iter().map(|r| r.addr))?;
+                c.i64(batch.iter().map(|r| r.latency))?;
+                c.i64(batch.iter().map(|r| r.data_src))?;
+                c.i32(batch.iter().map(|r| r.stack_id))
+            },
+        )))
     }
 
     /// Appends a sample; writes a row group when the batch is full.
@@ -395,14 +502,13 @@ impl AccessWriter {
 /// Reads an access-sample file.
 pub fn read_access(path: &Path) -> Result<Vec<AccessRecord>, Error> {
     let table = TableReader::open(path)?;
-    table.check_columns(ACCESS_SCHEMA)?;
-    let time = table.u64s(0)?;
-    let tid = table.u32s(1)?;
-    let ip = table.u64s(2)?;
-    let addr = table.u64s(3)?;
-    let latency = table.u64s(4)?;
-    let data_src = table.u64s(5)?;
-    let stack_id = table.u32s(6)?;
+    let time = table.u64s("time_ns")?;
+    let tid = table.u32s("tid")?;
+    let ip = table.u64s("ip")?;
+    let addr = table.u64s("addr")?;
+    let latency = table.u64s("latency")?;
+    let data_src = table.u64s("data_src")?;
+    let stack_id = table.u32s("stack_id")?;
     for len in [time.len(), tid.len(), ip.len(), addr.len()] {
         table.check_len(len)?;
     }
@@ -426,28 +532,38 @@ pub fn read_access(path: &Path) -> Result<Vec<AccessRecord>, Error> {
 pub struct StackWriter(Batched<Stack>);
 
 impl StackWriter {
-    /// Creates the file.
+    /// Creates the file, with the pid of its name and no recording id (see [`Origin`]).
     pub fn create(path: &Path) -> Result<Self, Error> {
+        Self::create_for(path, Origin::from_path(path))
+    }
+
+    /// Creates the file of the process and recording `origin`.
+    pub fn create_for(path: &Path, origin: Origin) -> Result<Self, Error> {
         let table = TableWriter::create(path, STACK_SCHEMA, &[], &[])?;
-        Ok(StackWriter(Batched::new(table, |c, batch| {
-            c.i32(batch.iter().map(|s| s.id))?;
-            c.i32(batch.iter().map(|s| s.generation))?;
-            // A list column: definition level 0 marks an empty list, repetition level 0 the
-            // first element of each row.
-            let (mut values, mut def, mut rep) = (Vec::new(), Vec::new(), Vec::new());
-            for stack in batch {
-                if stack.frames.is_empty() {
-                    def.push(0);
-                    rep.push(0);
+        Ok(StackWriter(Batched::new(
+            table,
+            origin,
+            |c, origin, batch| {
+                c.origin(origin, batch.len())?;
+                c.i32(batch.iter().map(|s| s.id))?;
+                c.i32(batch.iter().map(|s| s.generation))?;
+                // A list column: definition level 0 marks an empty list, repetition level 0 the
+                // first element of each row.
+                let (mut values, mut def, mut rep) = (Vec::new(), Vec::new(), Vec::new());
+                for stack in batch {
+                    if stack.frames.is_empty() {
+                        def.push(0);
+                        rep.push(0);
+                    }
+                    for (i, frame) in stack.frames.iter().enumerate() {
+                        values.push(*frame as i64);
+                        def.push(1);
+                        rep.push(i16::from(i > 0));
+                    }
                 }
-                for (i, frame) in stack.frames.iter().enumerate() {
-                    values.push(*frame as i64);
-                    def.push(1);
-                    rep.push(i16::from(i > 0));
-                }
-            }
-            c.write::<Int64Type>(&values, Some(&def), Some(&rep))
-        })))
+                c.write::<Int64Type>(&values, Some(&def), Some(&rep))
+            },
+        )))
     }
 
     /// Appends a stack.
@@ -464,14 +580,21 @@ impl StackWriter {
 /// Writes `fltrace-data-mmaps-<pid>.parquet`.
 pub struct MappingWriter {
     table: TableWriter,
+    origin: Origin,
     batch: Vec<Mapping>,
 }
 
 impl MappingWriter {
-    /// Creates the file.
+    /// Creates the file, with the pid of its name and no recording id (see [`Origin`]).
     pub fn create(path: &Path) -> Result<Self, Error> {
+        Self::create_for(path, Origin::from_path(path))
+    }
+
+    /// Creates the file of the process and recording `origin`.
+    pub fn create_for(path: &Path, origin: Origin) -> Result<Self, Error> {
         Ok(MappingWriter {
             table: TableWriter::create(path, MAPPING_SCHEMA, &[], &[])?,
+            origin,
             batch: Vec::new(),
         })
     }
@@ -483,9 +606,10 @@ impl MappingWriter {
 
     /// Writes the mappings and the footer.
     pub fn finish(mut self) -> Result<(), Error> {
-        let batch = &self.batch;
+        let (batch, origin) = (&self.batch, &self.origin);
         if !batch.is_empty() {
             self.table.row_group(|c| {
+                c.origin(origin, batch.len())?;
                 c.i64(batch.iter().map(|m| m.time_ns))?;
                 c.i32(batch.iter().map(|m| m.generation))?;
                 c.i64(batch.iter().map(|m| m.start))?;
@@ -534,23 +658,47 @@ impl TableReader {
         self.inner.metadata().file_metadata().num_rows() as u64
     }
 
-    /// Reads column `index` of every row group: its values and, for list columns, the levels.
-    fn column<T: DataType>(&self, index: usize) -> Result<ColumnData<T::T>, Error>
+    /// The index of the leaf column `name` (or of its name in layout 1). Columns are found by
+    /// name, so that files of every layout read, whatever columns came before.
+    fn index(&self, name: &str) -> Result<usize, Error> {
+        let old_name = OLD_NAMES
+            .iter()
+            .find(|(new, _)| *new == name)
+            .map(|(_, old)| *old);
+        let schema = self.inner.metadata().file_metadata().schema_descr();
+        schema
+            .columns()
+            .iter()
+            .position(|c| {
+                c.path()
+                    .parts()
+                    .first()
+                    .is_some_and(|p| p == name || Some(p.as_str()) == old_name)
+            })
+            .ok_or_else(|| Error::Format {
+                path: self.path.clone(),
+                message: format!("no column `{name}`: not an fltrace table of this kind"),
+            })
+    }
+
+    /// Reads column `name` of every row group: its values and, for list columns, the levels.
+    fn column<T: DataType>(&self, name: &str) -> Result<ColumnData<T::T>, Error>
     where
         T::T: Default + Clone,
     {
-        self.column_in::<T>(index, 0..self.inner.num_row_groups())
+        self.column_in::<T>(name, 0..self.inner.num_row_groups())
     }
 
-    /// Column `index` of the row groups in `groups`.
+    /// Column `name` of the row groups in `groups`.
     fn column_in<T: DataType>(
         &self,
-        index: usize,
+        name: &str,
         groups: std::ops::Range<usize>,
     ) -> Result<ColumnData<T::T>, Error>
     where
         T::T: Default + Clone,
     {
+        let index = self.index(name)?;
         let mut data = ColumnData {
             values: Vec::new(),
             def: Vec::new(),
@@ -562,7 +710,7 @@ impl TableReader {
                 let reader = group.get_column_reader(index)?;
                 let mut reader = T::get_column_reader(reader).ok_or_else(|| {
                     parquet::errors::ParquetError::General(format!(
-                        "column {index} has an unexpected type"
+                        "column `{name}` has an unexpected type"
                     ))
                 })?;
                 loop {
@@ -583,26 +731,26 @@ impl TableReader {
         Ok(data)
     }
 
-    fn u64s(&self, index: usize) -> Result<Vec<u64>, Error> {
+    fn u64s(&self, name: &str) -> Result<Vec<u64>, Error> {
         Ok(self
-            .column::<Int64Type>(index)?
+            .column::<Int64Type>(name)?
             .values
             .into_iter()
             .map(|v| v as u64)
             .collect())
     }
 
-    fn u32s(&self, index: usize) -> Result<Vec<u32>, Error> {
+    fn u32s(&self, name: &str) -> Result<Vec<u32>, Error> {
         Ok(self
-            .column::<Int32Type>(index)?
+            .column::<Int32Type>(name)?
             .values
             .into_iter()
             .map(|v| v as u32)
             .collect())
     }
 
-    fn strings(&self, index: usize) -> Result<Vec<String>, Error> {
-        let values = self.column::<ByteArrayType>(index)?.values;
+    fn strings(&self, name: &str) -> Result<Vec<String>, Error> {
+        let values = self.column::<ByteArrayType>(name)?.values;
         Ok(values
             .iter()
             .map(|v| String::from_utf8_lossy(v.data()).into_owned())
@@ -619,19 +767,6 @@ impl TableReader {
             })
         }
     }
-
-    fn check_columns(&self, schema: &str) -> Result<(), Error> {
-        let expected = parse_message_type(schema).map_err(Error::parquet(&self.path))?;
-        let actual = self.inner.metadata().file_metadata().schema();
-        if actual.get_fields().len() == expected.get_fields().len() {
-            Ok(())
-        } else {
-            Err(Error::Format {
-                path: self.path.clone(),
-                message: "not an fltrace table of this kind (its columns differ)".into(),
-            })
-        }
-    }
 }
 
 struct ColumnData<T> {
@@ -640,10 +775,47 @@ struct ColumnData<T> {
     rep: Vec<i16>,
 }
 
+/// The recording and process of any fltrace table: its `recording` and `pid` columns, `None`
+/// for a table of layout 1 (without them) or without rows. A table whose rows disagree is
+/// refused: each file holds one process of one recording.
+pub fn read_origin(path: &Path) -> Result<Option<Origin>, Error> {
+    let table = TableReader::open(path)?;
+    if table.index("recording").is_err() {
+        return Ok(None);
+    }
+    let mut origin: Option<Origin> = None;
+    for group in 0..table.inner.num_row_groups() {
+        let recordings = table.column_in::<ByteArrayType>("recording", group..group + 1)?;
+        let pids = table.column_in::<Int32Type>("pid", group..group + 1)?;
+        if recordings.values.len() != pids.values.len() {
+            return Err(Error::Format {
+                path: path.to_owned(),
+                message: format!("row group {group}: columns of different lengths"),
+            });
+        }
+        for (recording, &pid) in recordings.values.iter().zip(&pids.values) {
+            let row = Origin::new(String::from_utf8_lossy(recording.data()), pid as u32);
+            match &origin {
+                None => origin = Some(row),
+                Some(first) if *first == row => {}
+                Some(first) => {
+                    return Err(Error::Format {
+                        path: path.to_owned(),
+                        message: format!(
+                            "rows of recording {} pid {} and of recording {} pid {}",
+                            first.recording, first.pid, row.recording, row.pid
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(origin)
+}
+
 /// Reads a faults file: its rows and its footer metadata.
 pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Metadata), Error> {
     let table = TableReader::open(path)?;
-    table.check_columns(FAULT_SCHEMA)?;
     let faults = faults_in(&table, 0..table.inner.num_row_groups())?;
     table.check_len(faults.len())?;
     Ok((faults, table.metadata()))
@@ -653,7 +825,6 @@ pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Metadata), Error> {
 /// memory stays bounded however long the recording.
 pub fn for_each_fault_group(path: &Path, mut each: impl FnMut(&[Fault])) -> Result<(), Error> {
     let table = TableReader::open(path)?;
-    table.check_columns(FAULT_SCHEMA)?;
     for group in 0..table.inner.num_row_groups() {
         each(&faults_in(&table, group..group + 1)?);
     }
@@ -661,30 +832,30 @@ pub fn for_each_fault_group(path: &Path, mut each: impl FnMut(&[Fault])) -> Resu
 }
 
 fn faults_in(table: &TableReader, groups: std::ops::Range<usize>) -> Result<Vec<Fault>, Error> {
-    let u64s = |i| -> Result<Vec<u64>, Error> {
+    let u64s = |name| -> Result<Vec<u64>, Error> {
         Ok(table
-            .column_in::<Int64Type>(i, groups.clone())?
+            .column_in::<Int64Type>(name, groups.clone())?
             .values
             .into_iter()
             .map(|v| v as u64)
             .collect())
     };
-    let u32s = |i| -> Result<Vec<u32>, Error> {
+    let u32s = |name| -> Result<Vec<u32>, Error> {
         Ok(table
-            .column_in::<Int32Type>(i, groups.clone())?
+            .column_in::<Int32Type>(name, groups.clone())?
             .values
             .into_iter()
             .map(|v| v as u32)
             .collect())
     };
     let (time, pid, tid, ip, addr, flags, stack) = (
-        u64s(0)?,
-        u32s(1)?,
-        u32s(2)?,
-        u64s(3)?,
-        u64s(4)?,
-        u32s(5)?,
-        u32s(6)?,
+        u64s("time_ns")?,
+        u32s("pid")?,
+        u32s("tid")?,
+        u64s("ip")?,
+        u64s("addr")?,
+        u32s("flags")?,
+        u32s("stack_id")?,
     );
     let rows = time.len();
     if [
@@ -719,12 +890,11 @@ fn faults_in(table: &TableReader, groups: std::ops::Range<usize>) -> Result<Vec<
 /// Reads a stacks file.
 pub fn read_stacks(path: &Path) -> Result<Vec<Stack>, Error> {
     let table = TableReader::open(path)?;
-    table.check_columns(STACK_SCHEMA)?;
-    let ids = table.u32s(0)?;
-    let generations = table.u32s(1)?;
+    let ids = table.u32s("stack_id")?;
+    let generations = table.u32s("generation")?;
     table.check_len(ids.len())?;
     table.check_len(generations.len())?;
-    let frames = table.column::<Int64Type>(2)?;
+    let frames = table.column::<Int64Type>("frames")?;
     let mut stacks: Vec<Stack> = Vec::with_capacity(ids.len());
     let mut values = frames.values.iter();
     for (def, rep) in frames.def.iter().zip(&frames.rep) {
@@ -759,21 +929,22 @@ pub fn read_stacks(path: &Path) -> Result<Vec<Stack>, Error> {
 /// Reads a mappings file.
 pub fn read_mappings(path: &Path) -> Result<Vec<Mapping>, Error> {
     let table = TableReader::open(path)?;
-    table.check_columns(MAPPING_SCHEMA)?;
-    let time = table.u64s(0)?;
-    let generation = table.u32s(1)?;
-    let start = table.u64s(2)?;
-    let end = table.u64s(3)?;
-    let pgoff = table.u64s(4)?;
-    let prot = table.u32s(5)?;
-    let flags = table.u32s(6)?;
-    let path_col = table.strings(7)?;
-    let build_id = table.strings(8)?;
+    let time = table.u64s("time_ns")?;
+    let generation = table.u32s("generation")?;
+    let start = table.u64s("start_addr")?;
+    let end = table.u64s("end_addr")?;
+    let pgoff = table.u64s("pgoff")?;
+    let prot = table.u32s("prot")?;
+    let flags = table.u32s("flags")?;
+    let path_col = table.strings("path")?;
+    let build_id = table.strings("build_id")?;
+    for len in [time.len(), generation.len(), start.len(), end.len()] {
+        table.check_len(len)?;
+    }
     for len in [
-        time.len(),
-        start.len(),
-        end.len(),
         pgoff.len(),
+        prot.len(),
+        flags.len(),
         path_col.len(),
         build_id.len(),
     ] {
@@ -825,7 +996,8 @@ mod tests {
         writer.finish().unwrap();
         let (faults, meta) = read_faults(&faults_path).unwrap();
         assert_eq!(faults, expected);
-        assert_eq!(meta, metadata);
+        let format = (keys::FORMAT.to_owned(), FORMAT_VERSION.to_string());
+        assert_eq!(meta, [metadata, vec![format]].concat());
         let mut streamed = Vec::new();
         for_each_fault_group(&faults_path, |group| streamed.extend_from_slice(group)).unwrap();
         assert_eq!(streamed, expected, "row group by row group, the same rows");
@@ -925,6 +1097,165 @@ mod tests {
         assert_eq!(writer.rows(), expected.len() as u64);
         writer.finish().unwrap();
         assert_eq!(read_allocs(&path).unwrap(), expected);
+    }
+
+    /// The `recording` and `pid` columns of every table come back byte for byte: from the
+    /// origin given, or for faults from the footer's session and each row's pid.
+    #[test]
+    fn origin_columns_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        // Not ASCII, and longer than a session id, to catch any truncation or re-encoding.
+        let origin = Origin::new("4242-1700000000123456789-ré\u{1F600}", 4243);
+        let path = |kind: &str| files::path(dir.path(), kind, origin.pid, "parquet");
+
+        let metadata = vec![(keys::SESSION.to_owned(), origin.recording.clone())];
+        let mut faults = FaultWriter::create(&path("faults"), &metadata).unwrap();
+        for i in 0..70_000 {
+            faults
+                .push(Fault {
+                    pid: origin.pid,
+                    ..fault(i)
+                })
+                .unwrap();
+        }
+        faults.finish().unwrap();
+        let mut stacks = StackWriter::create_for(&path("stacks"), origin.clone()).unwrap();
+        stacks
+            .push(Stack {
+                id: 0,
+                generation: 0,
+                frames: vec![1],
+            })
+            .unwrap();
+        stacks.finish().unwrap();
+        let mut mmaps = MappingWriter::create_for(&path("mmaps"), origin.clone()).unwrap();
+        mmaps.push(Mapping::default());
+        mmaps.finish().unwrap();
+        let mut allocs = AllocWriter::create_for(&path("allocs"), origin.clone()).unwrap();
+        allocs
+            .push(AllocEvent {
+                time_ns: 1,
+                tid: 2,
+                call: AllocCall::Malloc,
+                addr: 3,
+                size: 4,
+                old_addr: 0,
+                detail: 0,
+                stack_id: 0,
+            })
+            .unwrap();
+        allocs.finish().unwrap();
+        let mut access = AccessWriter::create_for(&path("access"), origin.clone()).unwrap();
+        access
+            .push(AccessRecord {
+                time_ns: 1,
+                tid: 2,
+                ip: 3,
+                addr: 4,
+                latency: 5,
+                data_src: 6,
+                stack_id: 0,
+            })
+            .unwrap();
+        access.finish().unwrap();
+        for kind in ["faults", "stacks", "mmaps", "allocs", "access"] {
+            let read = read_origin(&path(kind)).unwrap();
+            assert_eq!(read.as_ref(), Some(&origin), "{kind}");
+            let footer = TableReader::open(&path(kind)).unwrap().metadata();
+            assert!(
+                footer.contains(&(keys::FORMAT.to_owned(), FORMAT_VERSION.to_string())),
+                "{kind}: {footer:?}"
+            );
+        }
+
+        // Without an origin, the pid comes from the file name.
+        let named = files::stacks(dir.path(), 77);
+        let mut writer = StackWriter::create(&named).unwrap();
+        writer
+            .push(Stack {
+                id: 0,
+                generation: 0,
+                frames: vec![],
+            })
+            .unwrap();
+        writer.finish().unwrap();
+        assert_eq!(read_origin(&named).unwrap(), Some(Origin::new("", 77)));
+    }
+
+    /// Tables of layout 1 (before `recording`, with the mappings' `start` and `end`) still read.
+    #[test]
+    fn layout_1_tables_read() {
+        const OLD_MAPPING_SCHEMA: &str = "message mapping {
+          required int64 time_ns (TIMESTAMP(NANOS,true));
+          required int32 generation (INTEGER(32,false));
+          required int64 start (INTEGER(64,false));
+          required int64 end (INTEGER(64,false));
+          required int64 pgoff (INTEGER(64,false));
+          required int32 prot;
+          required int32 flags;
+          required binary path (STRING);
+          required binary build_id (STRING);
+        }";
+        const OLD_STACK_SCHEMA: &str = "message stack {
+          required int32 stack_id (INTEGER(32,false));
+          required int32 generation (INTEGER(32,false));
+          required group frames (LIST) {
+            repeated group list {
+              required int64 element (INTEGER(64,false));
+            }
+          }
+        }";
+        let dir = tempfile::tempdir().unwrap();
+        let maps_path = dir.path().join("m.parquet");
+        let mut table = TableWriter::create(&maps_path, OLD_MAPPING_SCHEMA, &[], &[]).unwrap();
+        table
+            .row_group(|c| {
+                c.i64([7].into_iter())?;
+                c.i32([1].into_iter())?;
+                c.i64([0x1000].into_iter())?;
+                c.i64([0x3000].into_iter())?;
+                c.i64([0x2000].into_iter())?;
+                c.i32([5].into_iter())?;
+                c.i32([2].into_iter())?;
+                c.strings(["/lib/x.so"].into_iter())?;
+                c.strings(["abcd"].into_iter())
+            })
+            .unwrap();
+        table.finish().unwrap();
+        assert_eq!(
+            read_mappings(&maps_path).unwrap(),
+            vec![Mapping {
+                time_ns: 7,
+                generation: 1,
+                start: 0x1000,
+                end: 0x3000,
+                pgoff: 0x2000,
+                prot: 5,
+                flags: 2,
+                path: "/lib/x.so".into(),
+                build_id: "abcd".into(),
+            }]
+        );
+        assert_eq!(read_origin(&maps_path).unwrap(), None);
+
+        let stacks_path = dir.path().join("s.parquet");
+        let mut table = TableWriter::create(&stacks_path, OLD_STACK_SCHEMA, &[], &[]).unwrap();
+        table
+            .row_group(|c| {
+                c.i32([3].into_iter())?;
+                c.i32([0].into_iter())?;
+                c.write::<Int64Type>(&[10, 11], Some(&[1, 1]), Some(&[0, 1]))
+            })
+            .unwrap();
+        table.finish().unwrap();
+        assert_eq!(
+            read_stacks(&stacks_path).unwrap(),
+            vec![Stack {
+                id: 3,
+                generation: 0,
+                frames: vec![10, 11]
+            }]
+        );
     }
 
     /// A file of another table kind is refused with a format error, not misread.

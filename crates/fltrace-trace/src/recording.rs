@@ -9,8 +9,10 @@ use crate::{
     read_stacks,
 };
 
-/// Footer keys of the faults file.
+/// Footer keys of the faults file ([`FORMAT`](keys::FORMAT) is in every table's footer).
 pub mod keys {
+    /// The table layout, [`FORMAT_VERSION`](crate::FORMAT_VERSION); absent in layout 1.
+    pub const FORMAT: &str = "fltrace.format";
     /// Identifies one `fltrace record` run; shared by all processes it traced.
     pub const SESSION: &str = "fltrace.session";
     /// Start of the run, nanoseconds since the Unix epoch.

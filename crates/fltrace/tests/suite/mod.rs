@@ -4,5 +4,6 @@ mod errors;
 mod farmem;
 mod processes;
 mod stacks;
+mod tables;
 mod util;
 mod wss;
