@@ -4,5 +4,6 @@ mod errors;
 mod farmem;
 mod processes;
 mod stacks;
+mod system;
 mod util;
 mod wss;
