@@ -27,6 +27,17 @@ pub struct PerfEvent {
 impl PerfEvent {
     /// `perf_event_open(attr, pid, cpu, -1, FD_CLOEXEC)`.
     pub fn open(attr: &perf_event_attr, pid: i32, cpu: i32) -> io::Result<PerfEvent> {
+        PerfEvent::open_with_flags(attr, pid, cpu, 0)
+    }
+
+    /// `perf_event_open(attr, pid, cpu, -1, FD_CLOEXEC | flags)`: with `PERF_FLAG_PID_CGROUP`,
+    /// `pid` is the descriptor of a cgroup directory and only its tasks are counted.
+    pub fn open_with_flags(
+        attr: &perf_event_attr,
+        pid: i32,
+        cpu: i32,
+        flags: u32,
+    ) -> io::Result<PerfEvent> {
         let mut attr = *attr;
         // SAFETY: `attr` is a fully initialised perf_event_attr whose `size` field is set by
         // the builders below; the kernel only reads it.
@@ -36,7 +47,7 @@ impl PerfEvent {
                 pid,
                 cpu,
                 -1,
-                PERF_FLAG_FD_CLOEXEC.into(),
+                (PERF_FLAG_FD_CLOEXEC | flags).into(),
             )
         };
         if fd < 0 {

@@ -29,6 +29,8 @@ pub enum Command {
     Wss(WssArgs),
     /// Time-by-address heatmap of a recording's faults (PNG and SVG, or the terminal).
     Heatmap(HeatmapArgs),
+    #[command(flatten)]
+    System(crate::system::SystemCommand),
 }
 
 #[derive(Debug, Args)]
@@ -154,7 +156,7 @@ pub struct WssArgs {
     pub command: Vec<OsString>,
 }
 
-fn duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn duration(s: &str) -> Result<std::time::Duration, String> {
     let (number, unit) = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .map_or((s, "s"), |i| s.split_at(i));

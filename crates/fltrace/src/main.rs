@@ -6,6 +6,7 @@ mod load;
 mod record;
 mod report;
 mod sweep;
+mod system;
 mod visualize;
 mod wss;
 
@@ -52,6 +53,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
         cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::System(command) => system::run(command),
     }
 }
 

@@ -4,6 +4,7 @@ mod errors;
 mod farmem;
 mod processes;
 mod stacks;
+mod system;
 mod tables;
 mod util;
 mod wss;

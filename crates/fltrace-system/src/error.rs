@@ -1,0 +1,68 @@
+/// What stops a tool.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The kernel lacks a tracepoint or feature the tool needs.
+    #[error("this kernel has no {what}{detail}")]
+    Missing {
+        /// The tracepoint (`group:name`) or feature.
+        what: String,
+        /// More, empty or starting with a separator.
+        detail: String,
+    },
+    /// The kernel refused a tracing facility.
+    #[error("{what}{hint}")]
+    Kernel {
+        /// The facility.
+        what: String,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+        /// Advice, empty or starting with a separator.
+        hint: &'static str,
+    },
+    /// The command could not be started.
+    #[error("cannot run `{program}`")]
+    Spawn {
+        /// The program as given.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process or cgroup named on the command line cannot be used.
+    #[error("{what}")]
+    Target {
+        /// What was asked for and why it fails.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Starting the command failed.
+    #[error(transparent)]
+    Capture(#[from] fltrace_capture::Error),
+    /// Writing the output failed.
+    #[error("writing the output")]
+    Output(#[source] std::io::Error),
+}
+
+impl Error {
+    /// An error of the kernel on `what`, with advice for the common answers.
+    pub(crate) fn kernel(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        move |source| {
+            let hint = match source.raw_os_error() {
+                Some(libc::EACCES | libc::EPERM) => {
+                    " (run as root, or lower /proc/sys/kernel/perf_event_paranoid)"
+                }
+                Some(libc::ENOENT) => " (this kernel lacks the event)",
+                _ => "",
+            };
+            Error::Kernel {
+                what: what.into(),
+                source,
+                hint,
+            }
+        }
+    }
+}

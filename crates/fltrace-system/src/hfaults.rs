@@ -1,0 +1,124 @@
+//! `hfaults`: huge page faults by process. The chapter's tool put a kprobe on
+//! `hugetlb_fault()`, and no tracepoint fires for a huge page fault here (`hugetlbfs:*` trace
+//! inode operations, `huge_memory:*` and `thp:*` collapse and migration). So every user fault
+//! (`exceptions:page_fault_user`) is looked up in its process's mappings: one in a hugetlb
+//! mapping (smaps `KernelPageSize` above the base page) is a hugetlb fault; a fault on a
+//! missing page of THP-eligible anonymous memory that is backed by a transparent huge page
+//! just after (pagemap and kpageflags) is a THP fault.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use crate::Error;
+use crate::output::{Column, Printer, Value};
+use crate::procfs::{self, MapKind, MapsCache};
+use crate::session::{Options, Record, Scope, Session, Source};
+
+/// The columns, printed at the end.
+pub const COLUMNS: &[Column] = &[
+    Column::new("PID", "pid", -7),
+    Column::new("COMM", "comm", -16),
+    Column::new("KIND", "kind", -7),
+    Column::new("FAULTS", "faults", 8),
+];
+
+const SOURCES: &[Source] = &[Source::Tracepoint {
+    group: "exceptions",
+    name: "page_fault_user",
+}];
+
+/// The kind of a huge page fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// In a hugetlbfs mapping.
+    Hugetlb,
+    /// A transparent huge page.
+    Thp,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Hugetlb => "hugetlb",
+            Kind::Thp => "thp",
+        }
+    }
+}
+
+/// The open tool.
+pub struct HFaults {
+    /// Its events.
+    pub session: Session,
+}
+
+/// Opens user page faults for `scope`. Every fault is looked at, so name processes (`-p`, a
+/// command, a cgroup) on a busy system.
+pub fn open(scope: &Scope) -> Result<HFaults, Error> {
+    let options = Options {
+        ring_pages: 1024,
+        ..Options::default()
+    };
+    Ok(HFaults {
+        session: Session::open(SOURCES, scope, options)?,
+    })
+}
+
+/// x86 page fault error code: the page was present (a protection fault).
+const PRESENT: u64 = 1;
+
+impl HFaults {
+    /// Counts until stopped, then prints one row per process and kind.
+    pub fn run<W: Write>(
+        mut self,
+        stop: &AtomicUsize,
+        duration: Option<Duration>,
+        printer: &mut Printer<W>,
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        let Some(format) = self.session.format(0).cloned() else {
+            return Ok(None);
+        };
+        let mut maps = MapsCache::default();
+        let mut counts: BTreeMap<(u32, String, Kind), u64> = BTreeMap::new();
+        let status = self.session.run(
+            stop,
+            duration,
+            None,
+            |ctx, record| match record {
+                Record::Sample(s) => {
+                    let d = format.decode(&s.raw);
+                    let (Some(addr), Some(error)) = (d.u64("address"), d.u64("error_code")) else {
+                        return;
+                    };
+                    let kind = match maps.lookup(s.pid, addr).map(|m| m.kind) {
+                        Some(MapKind::Hugetlb) => Kind::Hugetlb,
+                        Some(MapKind::ThpEligible)
+                            if error & PRESENT == 0
+                                && procfs::is_thp(s.pid, addr) == Some(true) =>
+                        {
+                            Kind::Thp
+                        }
+                        _ => return,
+                    };
+                    *counts.entry((s.pid, ctx.comm(s.tid), kind)).or_default() += 1;
+                }
+                Record::Comm {
+                    pid, exec: true, ..
+                } => maps.forget(pid),
+                _ => {}
+            },
+            |_, _| {},
+        )?;
+        printer.header()?;
+        for ((pid, comm, kind), faults) in counts {
+            printer.row(&[
+                pid.into(),
+                comm.into(),
+                kind.name().into(),
+                Value::from(faults),
+            ])?;
+        }
+        Ok(status)
+    }
+}

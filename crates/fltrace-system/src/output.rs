@@ -1,0 +1,271 @@
+//! The tools' output: a fixed-width table with the chapter's headers, CSV, or JSON lines
+//! (one object per event or interval row).
+
+use std::io::Write;
+
+use crate::Error;
+
+/// How rows are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Fixed-width columns under a header, as bcc's tools print.
+    Table,
+    /// A header of column keys, then comma-separated values.
+    Csv,
+    /// One JSON object per row.
+    Json,
+}
+
+/// A column of a tool's output.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// Header in tables (`LAT(ms)`).
+    pub header: &'static str,
+    /// Key in CSV and JSON (`lat_ms`).
+    pub key: &'static str,
+    /// Width in tables; negative aligns left.
+    pub width: i32,
+    /// Whether the table shows it (CSV and JSON always do).
+    pub in_table: bool,
+}
+
+impl Column {
+    /// A column shown everywhere.
+    pub const fn new(header: &'static str, key: &'static str, width: i32) -> Column {
+        Column {
+            header,
+            key,
+            width,
+            in_table: true,
+        }
+    }
+
+    /// A column for CSV and JSON only.
+    pub const fn data(key: &'static str) -> Column {
+        Column {
+            header: "",
+            key,
+            width: 0,
+            in_table: false,
+        }
+    }
+}
+
+/// One value of a row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// An integer.
+    Int(i64),
+    /// A number printed with this many decimals.
+    Float(f64, usize),
+    /// Text.
+    Str(String),
+}
+
+impl Value {
+    fn text(&self) -> String {
+        match self {
+            Value::Int(v) => v.to_string(),
+            Value::Float(v, decimals) => format!("{v:.decimals$}"),
+            Value::Str(s) => s.clone(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Value::Int(v) => (*v).into(),
+            Value::Float(v, _) => serde_json::Number::from_f64(*v)
+                .map_or(serde_json::Value::Null, serde_json::Value::Number),
+            Value::Str(s) => s.clone().into(),
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Value {
+        Value::Str(s.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Value {
+        Value::Str(s)
+    }
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Value {
+        Value::Int(v as i64)
+    }
+}
+
+impl From<u32> for Value {
+    fn from(v: u32) -> Value {
+        Value::Int(i64::from(v))
+    }
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::Int(v)
+    }
+}
+
+/// Prints rows of one set of columns.
+pub struct Printer<W: Write> {
+    format: Format,
+    columns: &'static [Column],
+    out: W,
+    header_done: bool,
+}
+
+impl<W: Write> Printer<W> {
+    /// A printer of `columns` to `out`.
+    pub fn new(format: Format, columns: &'static [Column], out: W) -> Printer<W> {
+        Printer {
+            format,
+            columns,
+            out,
+            header_done: false,
+        }
+    }
+
+    /// The output format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Prints the header now (tables and CSV), unless done.
+    pub fn header(&mut self) -> Result<(), Error> {
+        if self.header_done {
+            return Ok(());
+        }
+        if self.format == Format::Table && !self.columns.iter().any(|c| c.in_table) {
+            // Tools printing free-form lines in tables (oomkill, brkstack).
+            return Ok(());
+        }
+        self.header_done = true;
+        let line = match self.format {
+            Format::Table => {
+                let headers: Vec<String> =
+                    self.columns.iter().map(|c| c.header.to_owned()).collect();
+                self.table_line(&headers)
+            }
+            Format::Csv => self
+                .columns
+                .iter()
+                .map(|c| c.key)
+                .collect::<Vec<_>>()
+                .join(","),
+            Format::Json => return Ok(()),
+        };
+        self.line(&line)
+    }
+
+    /// A table line of the shown columns, `texts` in the order of all columns.
+    fn table_line(&self, texts: &[String]) -> String {
+        let shown: Vec<(&Column, &String)> = self
+            .columns
+            .iter()
+            .zip(texts)
+            .filter(|(c, _)| c.in_table)
+            .collect();
+        let mut line = String::new();
+        for (i, (column, cell)) in shown.iter().enumerate() {
+            let width = column.width.unsigned_abs() as usize;
+            if i > 0 {
+                line.push(' ');
+            }
+            if column.width < 0 && i + 1 < shown.len() {
+                line.push_str(&format!("{cell:<width$}"));
+            } else if column.width < 0 {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:>width$}"));
+            }
+        }
+        line.trim_end().to_owned()
+    }
+
+    /// Prints a line as it is (tables' free-form lines).
+    pub fn line(&mut self, line: &str) -> Result<(), Error> {
+        writeln!(self.out, "{line}").map_err(Error::Output)?;
+        self.out.flush().map_err(Error::Output)
+    }
+
+    /// Prints one row, `values` in the order of the columns.
+    pub fn row(&mut self, values: &[Value]) -> Result<(), Error> {
+        self.header()?;
+        let line = match self.format {
+            Format::Table => {
+                let texts: Vec<String> = values.iter().map(Value::text).collect();
+                self.table_line(&texts)
+            }
+            Format::Csv => values
+                .iter()
+                .map(|v| csv_cell(&v.text()))
+                .collect::<Vec<_>>()
+                .join(","),
+            Format::Json => {
+                let object: serde_json::Map<String, serde_json::Value> = self
+                    .columns
+                    .iter()
+                    .zip(values)
+                    .map(|(c, v)| (c.key.to_owned(), v.json()))
+                    .collect();
+                serde_json::Value::Object(object).to_string()
+            }
+        };
+        self.line(&line)
+    }
+}
+
+fn csv_cell(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COLUMNS: &[Column] = &[
+        Column::new("PID", "pid", -6),
+        Column::new("LAT(ms)", "lat_ms", 8),
+        Column::data("pages"),
+        Column::new("FILE", "file", -4),
+    ];
+
+    fn printed(format: Format) -> String {
+        let mut out = Vec::new();
+        let mut p = Printer::new(format, COLUMNS, &mut out);
+        p.row(&[
+            Value::Int(42),
+            Value::Float(1.5, 2),
+            Value::Int(7),
+            "/a,b".into(),
+        ])
+        .expect("prints");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    /// Tables align and hide data-only columns; CSV quotes; JSON keys by column.
+    #[test]
+    fn prints_every_format() {
+        assert_eq!(
+            printed(Format::Table),
+            "PID     LAT(ms) FILE\n42         1.50 /a,b\n"
+        );
+        assert_eq!(
+            printed(Format::Csv),
+            "pid,lat_ms,pages,file\n42,1.50,7,\"/a,b\"\n"
+        );
+        assert_eq!(
+            printed(Format::Json),
+            "{\"file\":\"/a,b\",\"lat_ms\":1.5,\"pages\":7,\"pid\":42}\n"
+        );
+    }
+}

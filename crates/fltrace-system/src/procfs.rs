@@ -1,0 +1,447 @@
+//! What the tools read from /proc and /dev/kmsg: thread names, load averages, cgroups, the
+//! kernel log's OOM lines, mappings with their page sizes, active swap.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// The name of thread `tid`, while it lives.
+pub fn comm(tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_owned())
+}
+
+/// The threads of process `pid`.
+pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC, the clock of the samples, in ns.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Unix time in ns.
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// `HH:MM:SS` of a Unix time in ns, in local time as bcc's tools print it.
+pub fn clock_time(unix_ns: i128) -> String {
+    let secs = (unix_ns / 1_000_000_000) as libc::time_t;
+    // SAFETY: an all-zero tm is a valid value to be overwritten.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a time_t and a tm.
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return "??:??:??".to_owned();
+    }
+    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
+
+/// /proc/loadavg without its newline (`0.52 0.58 0.59 2/755 18643`).
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// The path of process `pid` in the hierarchy of `controller` (`memory`), from
+/// /proc/PID/cgroup; the v2 path where no v1 hierarchy has it.
+pub fn cgroup_of(pid: u32, controller: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    parse_cgroup(&text, controller)
+}
+
+fn parse_cgroup(text: &str, controller: &str) -> Option<String> {
+    let mut unified = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == controller) {
+            return Some(path.to_owned());
+        }
+        if controllers.is_empty() {
+            unified = Some(path.to_owned());
+        }
+    }
+    unified
+}
+
+/// Membership of processes in one cgroup, read from /proc/PID/cgroup (for hierarchies where
+/// the kernel cannot filter perf events by cgroup, such as a v1 memory controller).
+pub struct CgroupFilter {
+    /// The controllers of the hierarchy (`memory`), empty for v2.
+    controllers: Vec<String>,
+    /// The group's path inside its hierarchy (`/fltrace-test`).
+    relative: String,
+    known: HashMap<u32, bool>,
+}
+
+impl CgroupFilter {
+    /// The filter of the cgroup directory `path` (e.g. /sys/fs/cgroup/memory/test).
+    pub fn new(path: &Path) -> io::Result<CgroupFilter> {
+        let path = path.canonicalize()?;
+        let mounts = std::fs::read_to_string("/proc/self/mounts")?;
+        let mut best: Option<(String, Vec<String>)> = None;
+        for line in mounts.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let [_, mount_point, fstype, options, ..] = fields[..] else {
+                continue;
+            };
+            if fstype != "cgroup" && fstype != "cgroup2" {
+                continue;
+            }
+            if path.starts_with(mount_point)
+                && best
+                    .as_ref()
+                    .is_none_or(|(m, _)| mount_point.len() > m.len())
+            {
+                let controllers = if fstype == "cgroup2" {
+                    Vec::new()
+                } else {
+                    options
+                        .split(',')
+                        .filter(|o| {
+                            !matches!(*o, "rw" | "ro" | "relatime" | "nosuid" | "nodev" | "noexec")
+                        })
+                        .map(|o| {
+                            o.strip_prefix("name=")
+                                .map_or(o.to_owned(), |n| format!("name={n}"))
+                        })
+                        .collect()
+                };
+                best = Some((mount_point.to_owned(), controllers));
+            }
+        }
+        let (mount_point, controllers) = best.ok_or_else(|| {
+            io::Error::other("not under a mounted cgroup hierarchy (/proc/self/mounts)")
+        })?;
+        let relative = path
+            .strip_prefix(&mount_point)
+            .map(|r| format!("/{}", r.display()))
+            .unwrap_or_else(|_| "/".to_owned());
+        Ok(CgroupFilter {
+            controllers,
+            relative,
+            known: HashMap::new(),
+        })
+    }
+
+    /// Whether process `pid` is in the group or below it (looked up once per process).
+    pub fn contains(&mut self, pid: u32) -> bool {
+        if let Some(&known) = self.known.get(&pid) {
+            return known;
+        }
+        let inside = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .is_some_and(|text| self.matches(&text));
+        self.known.insert(pid, inside);
+        inside
+    }
+
+    fn matches(&self, text: &str) -> bool {
+        let controller = self.controllers.first().map_or("", String::as_str);
+        let path = if controller.is_empty() {
+            text.lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .map(str::to_owned)
+        } else {
+            parse_cgroup(text, controller)
+        };
+        path.is_some_and(|p| {
+            self.relative == "/"
+                || p == self.relative
+                || p.starts_with(&format!("{}/", self.relative))
+        })
+    }
+}
+
+/// The kernel log from now on, read without blocking (/dev/kmsg).
+pub struct Kmsg {
+    file: Option<std::fs::File>,
+    lines: Vec<String>,
+}
+
+impl Kmsg {
+    /// Opens /dev/kmsg at its end; without it (no CAP_SYSLOG), lookups find nothing.
+    pub fn open() -> Kmsg {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open("/dev/kmsg")
+            .ok();
+        if let Some(f) = &file {
+            use std::os::fd::AsRawFd;
+            // SAFETY: seeking an open descriptor; SEEK_END on /dev/kmsg skips old messages.
+            unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
+        }
+        Kmsg {
+            file,
+            lines: Vec::new(),
+        }
+    }
+
+    fn read_new(&mut self) {
+        let Some(file) = &mut self.file else {
+            return;
+        };
+        // Each read returns one message.
+        let mut buf = vec![0u8; 8192];
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    // `prio,seq,time,flags;message`
+                    let message = text.split_once(';').map_or(&*text, |(_, m)| m);
+                    self.lines.push(message.trim_end().to_owned());
+                }
+                // EPIPE: messages were overwritten before we read them; go on.
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+                Err(_) => break,
+            }
+        }
+        if self.lines.len() > 4096 {
+            self.lines.drain(..2048);
+        }
+    }
+
+    /// The memory cgroup whose limit led to the OOM kill of `victim`, from the kernel's
+    /// `oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=/...,...,pid=VICTIM,...` line.
+    pub fn oom_memcg(&mut self, victim: u32) -> Option<String> {
+        self.read_new();
+        self.lines
+            .iter()
+            .rev()
+            .find_map(|line| parse_oom_line(line, victim))
+    }
+}
+
+/// `oom_memcg` of an `oom-kill:` line about `victim` (`/` for a global OOM).
+pub fn parse_oom_line(line: &str, victim: u32) -> Option<String> {
+    let rest = line.strip_prefix("oom-kill:")?;
+    let mut memcg = None;
+    let mut pid = None;
+    for part in rest.split(',') {
+        if let Some(v) = part.strip_prefix("oom_memcg=") {
+            memcg = Some(v.to_owned());
+        } else if let Some(v) = part.strip_prefix("pid=") {
+            pid = v.parse::<u32>().ok();
+        }
+    }
+    (pid == Some(victim)).then(|| memcg.unwrap_or_else(|| "/".to_owned()))
+}
+
+/// Whether any swap area is active (/proc/swaps lists one).
+pub fn swap_active() -> bool {
+    std::fs::read_to_string("/proc/swaps").is_ok_and(|t| t.lines().skip(1).any(|l| !l.is_empty()))
+}
+
+/// What kind of memory a mapping holds, for the fault tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// Huge pages of hugetlbfs (`KernelPageSize` above the base page).
+    Hugetlb,
+    /// Anonymous memory transparent huge pages may back (`THPeligible: 1`).
+    ThpEligible,
+    /// Anonymous or shared memory (swap-backed).
+    Anon,
+    /// A file.
+    File,
+}
+
+/// One mapping of a process's smaps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapInfo {
+    /// One past the last address.
+    pub end: u64,
+    /// Kind.
+    pub kind: MapKind,
+    /// Path or pseudo-name.
+    pub path: String,
+}
+
+/// Parses /proc/PID/smaps into mappings by start address.
+pub fn parse_smaps(text: &str) -> BTreeMap<u64, MapInfo> {
+    let mut maps = BTreeMap::new();
+    let mut current: Option<(u64, MapInfo)> = None;
+    let page = fltrace_capture::ring::page_size() as u64;
+    for line in text.lines() {
+        if let Some(mapping) = header(line) {
+            if let Some((start, info)) = current.take() {
+                maps.insert(start, info);
+            }
+            let kind = if mapping.is_file()
+                && !mapping.path.starts_with("/SYSV")
+                && !mapping.path.starts_with("/memfd:")
+                && !mapping.path.starts_with("/dev/zero")
+            {
+                MapKind::File
+            } else {
+                MapKind::Anon
+            };
+            current = Some((
+                mapping.start,
+                MapInfo {
+                    end: mapping.end,
+                    kind,
+                    path: mapping.path,
+                },
+            ));
+            continue;
+        }
+        let Some((_, info)) = &mut current else {
+            continue;
+        };
+        if let Some(v) = line.strip_prefix("KernelPageSize:") {
+            let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            if kb * 1024 > page {
+                info.kind = MapKind::Hugetlb;
+            }
+        } else if let Some(v) = line.strip_prefix("THPeligible:")
+            && v.trim() == "1"
+            && info.kind == MapKind::Anon
+        {
+            info.kind = MapKind::ThpEligible;
+        }
+    }
+    if let Some((start, info)) = current {
+        maps.insert(start, info);
+    }
+    maps
+}
+
+/// A maps line (`start-end perms ...`), not a smaps attribute line (`Name:  value`).
+fn header(line: &str) -> Option<fltrace_trace::Mapping> {
+    let first = line.split(' ').next()?;
+    if !first.contains('-') || first.ends_with(':') {
+        return None;
+    }
+    let mut m = fltrace_trace::parse_procmaps_line(line)?;
+    if m.path.is_empty() {
+        m.path = "[anon]".to_owned();
+    }
+    Some(m)
+}
+
+/// The mappings of processes, read from smaps when first needed and again when an address
+/// falls outside every known one (a mapping made since).
+#[derive(Default)]
+pub struct MapsCache {
+    by_pid: HashMap<u32, BTreeMap<u64, MapInfo>>,
+}
+
+impl MapsCache {
+    /// The mapping of `pid` holding `addr`.
+    pub fn lookup(&mut self, pid: u32, addr: u64) -> Option<&MapInfo> {
+        let hit = |maps: &BTreeMap<u64, MapInfo>| {
+            maps.range(..=addr)
+                .next_back()
+                .is_some_and(|(_, m)| addr < m.end)
+        };
+        let fresh = self.by_pid.get(&pid).is_some_and(hit);
+        if !fresh {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+            self.by_pid.insert(pid, parse_smaps(&text));
+        }
+        self.by_pid
+            .get(&pid)?
+            .range(..=addr)
+            .next_back()
+            .map(|(_, m)| m)
+            .filter(|m| addr < m.end)
+    }
+
+    /// Forgets a process (it exec'd or exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.by_pid.remove(&pid);
+    }
+}
+
+/// Whether the page of `pid` at `addr` is part of a transparent huge page now
+/// (/proc/PID/pagemap gives its frame, /proc/kpageflags its flags; root only).
+pub fn is_thp(pid: u32, addr: u64) -> Option<bool> {
+    use std::os::unix::fs::FileExt;
+    let page = fltrace_capture::ring::page_size() as u64;
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).ok()?;
+    let mut entry = [0u8; 8];
+    pagemap.read_exact_at(&mut entry, addr / page * 8).ok()?;
+    let entry = u64::from_ne_bytes(entry);
+    const PRESENT: u64 = 1 << 63;
+    if entry & PRESENT == 0 {
+        return Some(false);
+    }
+    let pfn = entry & ((1 << 55) - 1);
+    if pfn == 0 {
+        return None;
+    }
+    let flags = std::fs::File::open("/proc/kpageflags").ok()?;
+    let mut word = [0u8; 8];
+    flags.read_exact_at(&mut word, pfn * 8).ok()?;
+    const KPF_THP: u64 = 1 << 22;
+    Some(u64::from_ne_bytes(word) & KPF_THP != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's OOM line names the memory cgroup that hit its limit and the victim.
+    #[test]
+    fn parses_the_oom_kill_line() {
+        let line = "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/fltrace-oom-1,task_memcg=/fltrace-oom-1,task=sysmem,pid=4242,uid=0";
+        assert_eq!(
+            parse_oom_line(line, 4242).as_deref(),
+            Some("/fltrace-oom-1")
+        );
+        assert_eq!(parse_oom_line(line, 4243), None);
+    }
+
+    /// v1 controllers are found by name, v2 as the line with no controllers.
+    #[test]
+    fn finds_the_memory_cgroup() {
+        let text = "12:memory:/test/a\n11:cpu,cpuacct:/\n0::/user.slice\n";
+        assert_eq!(parse_cgroup(text, "memory").as_deref(), Some("/test/a"));
+        assert_eq!(parse_cgroup(text, "pids").as_deref(), Some("/user.slice"));
+    }
+
+    /// smaps: huge page mappings by their kernel page size, THP-eligible anonymous memory.
+    #[test]
+    fn classifies_smaps_mappings() {
+        let text = "\
+7f0000000000-7f0000400000 rw-p 00000000 00:0f 1234 /anon_hugepage (deleted)
+Size:               4096 kB
+KernelPageSize:     2048 kB
+THPeligible:    0
+7f0000400000-7f0000800000 rw-p 00000000 00:00 0 
+Size:               4096 kB
+KernelPageSize:        4 kB
+THPeligible:    1
+7f0000800000-7f0000801000 r--p 00000000 08:01 99 /usr/lib/libc.so.6
+KernelPageSize:        4 kB
+THPeligible:    0
+";
+        let maps = parse_smaps(text);
+        let kinds: Vec<MapKind> = maps.values().map(|m| m.kind).collect();
+        assert_eq!(
+            kinds,
+            [MapKind::Hugetlb, MapKind::ThpEligible, MapKind::File]
+        );
+    }
+}

@@ -1,0 +1,705 @@
+//! Opening events on every CPU for a scope (the whole system, processes and their children, a
+//! command started here, a cgroup), reading their rings in time order with the side-band
+//! records that name processes and their mappings, and stopping on Ctrl-C, SIGTERM, a
+//! duration or the command's end.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use linux_perf_event_reader::{
+    EventRecord, RawEventRecord, RecordParseInfo, RecordType, SampleRecord,
+};
+use perf_event_open_sys::bindings::{
+    self as b, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
+    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID,
+    PERF_SAMPLE_TIME, perf_event_attr,
+};
+
+use fltrace_capture::ring::RingBuffer;
+use fltrace_capture::sys::{self, PerfEvent};
+use fltrace_trace::Mapping;
+
+use crate::Error;
+use crate::format::TracepointFormat;
+use crate::procfs;
+
+/// What to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A tracepoint, with its raw fields.
+    Tracepoint {
+        /// Its group (`oom`).
+        group: &'static str,
+        /// Its name (`mark_victim`).
+        name: &'static str,
+    },
+    /// The software event of major page faults, with the fault address.
+    MajorFaults,
+}
+
+/// Which user stack each sample carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackMode {
+    /// None.
+    None,
+    /// The kernel's frame-pointer walk of the user stack (`PERF_SAMPLE_CALLCHAIN`).
+    Callchain,
+    /// The user registers and this many bytes of user stack, for DWARF unwinding here.
+    Dwarf(u32),
+}
+
+/// Whose events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every process.
+    All,
+    /// These processes (all their threads) and the children they start.
+    Pids(Vec<i32>),
+    /// The tasks of this cgroup (a directory of a cgroup hierarchy).
+    Cgroup(PathBuf),
+    /// A command started here, and its children; the session ends when it exits.
+    Command(Vec<OsString>),
+}
+
+/// The scope of a session: a target and an optional process name filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// Whose events.
+    pub target: Target,
+    /// Only threads of this name (`comm`), checked in user space.
+    pub comm: Option<String>,
+}
+
+impl Scope {
+    /// The whole system.
+    pub fn all() -> Scope {
+        Scope {
+            target: Target::All,
+            comm: None,
+        }
+    }
+
+    /// Whether one process (or a command) is named, so that stacks can be unwound with DWARF.
+    pub fn names_processes(&self) -> bool {
+        matches!(self.target, Target::Pids(_) | Target::Command(_))
+    }
+}
+
+/// How a session is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Stacks of samples.
+    pub stack: StackMode,
+    /// Whether mapping side-band records (`mmap2`) are wanted.
+    pub mappings: bool,
+    /// Ring buffer pages per CPU (a power of two).
+    pub ring_pages: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            stack: StackMode::None,
+            mappings: false,
+            ring_pages: 64,
+        }
+    }
+}
+
+/// One sample of a source.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Index of its source in the list the session was opened with.
+    pub source: usize,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU.
+    pub cpu: u32,
+    /// CLOCK_MONOTONIC, nanoseconds.
+    pub time_ns: u64,
+    /// The address of a fault event (`PERF_SAMPLE_ADDR`).
+    pub addr: u64,
+    /// The tracepoint's raw record (decode with its [`TracepointFormat`]).
+    pub raw: Vec<u8>,
+    /// User ip, sp and bp, with [`StackMode::Dwarf`].
+    pub regs: Option<(u64, u64, u64)>,
+    /// Bytes of user stack from sp, with [`StackMode::Dwarf`].
+    pub stack: Vec<u8>,
+    /// User frames innermost first, with [`StackMode::Callchain`].
+    pub callchain: Vec<u64>,
+}
+
+/// A record read from the rings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// An event.
+    Sample(Sample),
+    /// A thread was named, or exec'd a new program (`exec`).
+    Comm {
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// The new name.
+        comm: String,
+        /// Whether it came with an exec.
+        exec: bool,
+        /// CLOCK_MONOTONIC, ns.
+        time_ns: u64,
+    },
+    /// A thread or process was created.
+    Fork {
+        /// The new process id.
+        pid: u32,
+        /// The creating process.
+        ppid: u32,
+        /// The new thread id.
+        tid: u32,
+        /// The creating thread.
+        ptid: u32,
+        /// CLOCK_MONOTONIC, ns.
+        time_ns: u64,
+    },
+    /// A thread ended.
+    Exit {
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// CLOCK_MONOTONIC, ns.
+        time_ns: u64,
+    },
+    /// A new mapping.
+    Mmap {
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// CLOCK_MONOTONIC, ns.
+        time_ns: u64,
+        /// The mapping (time_ns 0, generation 0).
+        mapping: Mapping,
+    },
+}
+
+impl Record {
+    fn time_ns(&self) -> u64 {
+        match self {
+            Record::Sample(s) => s.time_ns,
+            Record::Comm { time_ns, .. }
+            | Record::Fork { time_ns, .. }
+            | Record::Exit { time_ns, .. }
+            | Record::Mmap { time_ns, .. } => *time_ns,
+        }
+    }
+}
+
+/// What the handlers of a session can ask: names of threads, times.
+pub struct Context {
+    comms: HashMap<u32, String>,
+    start_mono_ns: u64,
+    /// Unix time minus monotonic time, ns.
+    wall_offset_ns: i128,
+    /// Records lost because a ring was full.
+    pub lost: u64,
+}
+
+impl Context {
+    /// The name of thread `tid`: from side-band records, else /proc, else `?`.
+    pub fn comm(&self, tid: u32) -> String {
+        self.comms
+            .get(&tid)
+            .cloned()
+            .or_else(|| procfs::comm(tid))
+            .unwrap_or_else(|| "?".to_owned())
+    }
+
+    /// Seconds since the session started, of a monotonic time.
+    pub fn seconds(&self, mono_ns: u64) -> f64 {
+        mono_ns.saturating_sub(self.start_mono_ns) as f64 / 1e9
+    }
+
+    /// Unix time in ns of a monotonic time.
+    pub fn wall_ns(&self, mono_ns: u64) -> i128 {
+        mono_ns as i128 + self.wall_offset_ns
+    }
+
+    fn observe(&mut self, record: &Record) {
+        match record {
+            Record::Comm { tid, comm, .. } => {
+                self.comms.insert(*tid, comm.clone());
+            }
+            Record::Fork { tid, ptid, .. } => {
+                if let Some(name) = self
+                    .comms
+                    .get(ptid)
+                    .cloned()
+                    .or_else(|| procfs::comm(*ptid))
+                {
+                    self.comms.insert(*tid, name);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Open events and their rings.
+pub struct Session {
+    _events: Vec<PerfEvent>,
+    rings: Vec<RingBuffer>,
+    /// The id of each event to its source and parse layout.
+    by_id: HashMap<u64, usize>,
+    parse_infos: Vec<RecordParseInfo>,
+    /// The formats of the sources (None for software events).
+    pub formats: Vec<Option<TracepointFormat>>,
+    child: Option<i32>,
+    cgroup_filter: Option<procfs::CgroupFilter>,
+    comm_filter: Option<String>,
+    /// Names, times and counters the handlers see.
+    pub context: Context,
+    /// What the session cannot see, one line each, for the user (a cgroup filtered in user
+    /// space...).
+    pub notes: Vec<String>,
+}
+
+fn attr_of(source: Source, id: u64, stack: StackMode) -> perf_event_attr {
+    let mut attr = perf_event_attr {
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        ..Default::default()
+    };
+    attr.sample_period = 1;
+    attr.set_disabled(1);
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    attr.set_exclude_hv(1);
+    let mut sample_type =
+        PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+    match source {
+        Source::Tracepoint { .. } => {
+            attr.type_ = b::PERF_TYPE_TRACEPOINT;
+            attr.config = id;
+            sample_type |= PERF_SAMPLE_RAW;
+        }
+        Source::MajorFaults => {
+            attr.type_ = b::PERF_TYPE_SOFTWARE;
+            attr.config = u64::from(b::PERF_COUNT_SW_PAGE_FAULTS_MAJ);
+            sample_type |= PERF_SAMPLE_ADDR;
+        }
+    }
+    match stack {
+        StackMode::None => {}
+        StackMode::Callchain => {
+            sample_type |= PERF_SAMPLE_CALLCHAIN;
+            attr.set_exclude_callchain_kernel(1);
+        }
+        StackMode::Dwarf(bytes) => {
+            sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+            attr.sample_regs_user = (1 << sys::REG_BP) | (1 << sys::REG_SP) | (1 << sys::REG_IP);
+            attr.sample_stack_user = bytes;
+        }
+    }
+    attr.sample_type = u64::from(sample_type);
+    attr
+}
+
+/// The sample layout of `source` events opened with `stack`, for parsing records built in
+/// tests as the kernel lays them out.
+pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
+    sys::parse_info(&attr_of(source, 0, stack))
+}
+
+impl Session {
+    /// Opens `sources` for `scope` on every CPU and enables them.
+    pub fn open(sources: &[Source], scope: &Scope, options: Options) -> Result<Session, Error> {
+        let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (/sys/kernel/tracing)"))?;
+        let mut formats = Vec::new();
+        let mut attrs = Vec::new();
+        for (index, &source) in sources.iter().enumerate() {
+            let (format, id) = match source {
+                Source::Tracepoint { group, name } => {
+                    let format = TracepointFormat::read(&tracefs, group, name)?;
+                    let id = format.id;
+                    (Some(format), id)
+                }
+                Source::MajorFaults => (None, 0),
+            };
+            let mut attr = attr_of(source, id, options.stack);
+            if index == 0 {
+                // Side-band records come once, with the first source's events.
+                attr.set_comm(1);
+                attr.set_comm_exec(1);
+                attr.set_task(1);
+                attr.set_sample_id_all(1);
+                if options.mappings {
+                    attr.set_mmap(1);
+                    attr.set_mmap2(1);
+                    attr.set_mmap_data(1);
+                }
+            }
+            formats.push(format);
+            attrs.push(attr);
+        }
+        let mut notes = Vec::new();
+        let mut child = None;
+        let mut release = None;
+        let mut cgroup_filter = None;
+        let mut cgroup_dir = None;
+        // (pid argument, flags) of each event per CPU.
+        let tasks: Vec<(i32, u32)> = match &scope.target {
+            Target::All => vec![(-1, 0)],
+            Target::Pids(pids) => {
+                let mut tasks = Vec::new();
+                for &pid in pids {
+                    let tids = procfs::tasks(pid).map_err(|source| Error::Target {
+                        what: format!("cannot trace process {pid}"),
+                        source,
+                    })?;
+                    tasks.extend(tids.into_iter().map(|t| (t, 0)));
+                }
+                tasks
+            }
+            Target::Command(command) => {
+                let pending = fltrace_capture::PendingChild::spawn(command, None, &[])?;
+                let pid = pending.pid();
+                child = Some(pid);
+                release = Some(pending);
+                vec![(pid, 0)]
+            }
+            Target::Cgroup(path) => {
+                let dir = std::fs::File::open(path).map_err(|source| Error::Target {
+                    what: format!("cannot open cgroup {}", path.display()),
+                    source,
+                })?;
+                let filter = procfs::CgroupFilter::new(path).map_err(|source| Error::Target {
+                    what: format!("{} is not a cgroup directory", path.display()),
+                    source,
+                })?;
+                // The kernel filters by cgroup where the perf_event controller is on the
+                // hierarchy (cgroup v2, or a v1 perf_event mount); else fltrace does it.
+                let probe = PerfEvent::open_with_flags(
+                    &attrs[0],
+                    dir.as_raw_fd(),
+                    0,
+                    b::PERF_FLAG_PID_CGROUP,
+                );
+                match probe {
+                    Ok(_) => {
+                        let fd = dir.as_raw_fd();
+                        cgroup_dir = Some(dir);
+                        vec![(fd, b::PERF_FLAG_PID_CGROUP)]
+                    }
+                    Err(e) => {
+                        notes.push(format!(
+                            "the kernel cannot filter by {} ({e}: no perf_event controller on its hierarchy); filtering by the /proc/PID/cgroup of each event's process instead",
+                            path.display()
+                        ));
+                        cgroup_filter = Some(filter);
+                        vec![(-1, 0)]
+                    }
+                }
+            }
+        };
+        let inherit = matches!(scope.target, Target::Pids(_) | Target::Command(_));
+        let cpus = sys::online_cpus().map_err(Error::kernel("the list of online CPUs"))?;
+        let mut events = Vec::new();
+        let mut rings = Vec::new();
+        let mut by_id = HashMap::new();
+        for &cpu in &cpus {
+            let mut leader: Option<usize> = None;
+            for (index, attr) in attrs.iter().enumerate() {
+                let mut attr = *attr;
+                attr.set_inherit(u64::from(inherit));
+                for &(pid, flags) in &tasks {
+                    let event = match PerfEvent::open_with_flags(&attr, pid, cpu, flags) {
+                        Ok(event) => event,
+                        // A thread of a named process ended while we opened its events.
+                        Err(e)
+                            if pid > 0 && flags == 0 && e.raw_os_error() == Some(libc::ESRCH) =>
+                        {
+                            continue;
+                        }
+                        Err(e) => {
+                            let name = match sources[index] {
+                                Source::Tracepoint { group, name } => format!("{group}:{name}"),
+                                Source::MajorFaults => "major-faults".to_owned(),
+                            };
+                            return Err(Error::kernel(format!("opening {name}"))(e));
+                        }
+                    };
+                    match leader {
+                        Some(l) => event
+                            .set_output(&events[l])
+                            .map_err(Error::kernel("sharing a ring buffer"))?,
+                        None => {
+                            rings.push(
+                                RingBuffer::map(&event, options.ring_pages)
+                                    .map_err(Error::kernel("mapping a ring buffer"))?,
+                            );
+                            leader = Some(events.len());
+                        }
+                    }
+                    by_id.insert(event.id().map_err(Error::kernel("an event's id"))?, index);
+                    events.push(event);
+                }
+            }
+        }
+        for event in &events {
+            event.enable().map_err(Error::kernel("enabling events"))?;
+        }
+        drop(cgroup_dir);
+        let parse_infos = attrs.iter().map(sys::parse_info).collect();
+        let (mono, wall) = (procfs::monotonic_ns(), procfs::realtime_ns());
+        if let Some(pending) = release {
+            pending.release()?;
+        }
+        Ok(Session {
+            _events: events,
+            rings,
+            by_id,
+            parse_infos,
+            formats,
+            child,
+            cgroup_filter,
+            comm_filter: scope.comm.clone(),
+            context: Context {
+                comms: HashMap::new(),
+                start_mono_ns: mono,
+                wall_offset_ns: wall as i128 - mono as i128,
+                lost: 0,
+            },
+            notes,
+        })
+    }
+
+    /// The format of source `index` (a tracepoint).
+    pub fn format(&self, index: usize) -> Option<&TracepointFormat> {
+        self.formats.get(index).and_then(Option::as_ref)
+    }
+
+    /// The pid of the command started here.
+    pub fn child_pid(&self) -> Option<u32> {
+        self.child.map(|pid| pid as u32)
+    }
+
+    /// Reads every ring and returns the records in time order.
+    fn drain(&mut self) -> Vec<Record> {
+        let mut records = Vec::new();
+        let mut lost = 0;
+        for ring in &mut self.rings {
+            ring.drain(|raw| {
+                const PERF_RECORD_LOST: u32 = 2;
+                if raw.kind == PERF_RECORD_LOST {
+                    lost += raw
+                        .data
+                        .get(8..16)
+                        .and_then(|d| d.as_slice().as_ref().try_into().ok())
+                        .map_or(0, u64::from_ne_bytes);
+                    return;
+                }
+                let data = raw.data.as_slice();
+                if let Some(record) =
+                    parse_record(raw.kind, raw.misc, &data, &self.by_id, &self.parse_infos)
+                {
+                    records.push(record);
+                }
+            });
+        }
+        self.context.lost += lost;
+        records.sort_by_key(Record::time_ns);
+        records
+    }
+
+    fn wanted(&mut self, sample: &Sample) -> bool {
+        if let Some(filter) = &mut self.cgroup_filter
+            && !filter.contains(sample.pid)
+        {
+            return false;
+        }
+        if let Some(comm) = &self.comm_filter
+            && self.context.comm(sample.tid) != *comm
+        {
+            return false;
+        }
+        true
+    }
+
+    /// Hands every record to `each` until Ctrl-C or SIGTERM raise `stop`, `duration` passes or
+    /// the command ends; `tick` is called every `interval` (with the monotonic time). Samples
+    /// outside the scope's cgroup and name are dropped here. Returns the command's exit
+    /// status, if one was started.
+    pub fn run(
+        &mut self,
+        stop: &AtomicUsize,
+        duration: Option<Duration>,
+        interval: Option<Duration>,
+        mut each: impl FnMut(&Context, Record),
+        mut tick: impl FnMut(&Context, u64),
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        let started = Instant::now();
+        let mut next_tick = interval.map(|i| started + i);
+        let mut status = None;
+        loop {
+            let last = stop.load(Ordering::Relaxed) > 0
+                || duration.is_some_and(|d| started.elapsed() >= d)
+                || status.is_some();
+            for record in self.drain() {
+                self.context.observe(&record);
+                if let Record::Sample(sample) = &record
+                    && !self.wanted(sample)
+                {
+                    continue;
+                }
+                each(&self.context, record);
+            }
+            if let (Some(at), Some(every)) = (next_tick, interval)
+                && Instant::now() >= at
+            {
+                tick(&self.context, procfs::monotonic_ns());
+                next_tick = Some(at + every);
+            }
+            if last {
+                break;
+            }
+            if let Some(pid) = self.child
+                && let Some(exit) = wait(pid, libc::WNOHANG)
+            {
+                // One more reading round collects what it did last.
+                status = Some(exit);
+                continue;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if status.is_none()
+            && let Some(pid) = self.child
+        {
+            // Stopped early: the command is left to finish, as `fltrace wss` does.
+            status = wait(pid, 0);
+        }
+        Ok(status)
+    }
+}
+
+/// Parses one ring record. Samples carry their event id first (`PERF_SAMPLE_IDENTIFIER`),
+/// which says which source (and so which layout) they come from; side-band records come
+/// from the first source's events.
+pub fn parse_record(
+    kind: u32,
+    misc: u16,
+    data: &[u8],
+    by_id: &HashMap<u64, usize>,
+    parse_infos: &[RecordParseInfo],
+) -> Option<Record> {
+    let raw_data = linux_perf_event_reader::RawData::Single(data);
+    if kind == linux_perf_event_reader::constants::PERF_RECORD_SAMPLE {
+        let id = u64::from_ne_bytes(data.get(..8)?.try_into().ok()?);
+        let source = by_id.get(&id).copied().unwrap_or(0);
+        let info = parse_infos.get(source)?;
+        let sample =
+            SampleRecord::parse::<byteorder_native::NativeEndian>(raw_data, misc, info).ok()?;
+        return Some(Record::Sample(sample_of(source, &sample)));
+    }
+    let info = *parse_infos.first()?;
+    let raw = RawEventRecord::new(RecordType(kind), misc, raw_data, info);
+    let time_ns = raw.common_data().ok()?.timestamp.unwrap_or(0);
+    match raw.parse().ok()? {
+        EventRecord::Comm(c) => Some(Record::Comm {
+            pid: c.pid as u32,
+            tid: c.tid as u32,
+            comm: String::from_utf8_lossy(&c.name.as_slice()).into_owned(),
+            exec: c.is_execve,
+            time_ns,
+        }),
+        EventRecord::Fork(f) => Some(Record::Fork {
+            pid: f.pid as u32,
+            ppid: f.ppid as u32,
+            tid: f.tid as u32,
+            ptid: f.ptid as u32,
+            time_ns,
+        }),
+        EventRecord::Exit(f) => Some(Record::Exit {
+            pid: f.pid as u32,
+            tid: f.tid as u32,
+            time_ns,
+        }),
+        EventRecord::Mmap2(m) => Some(Record::Mmap {
+            pid: m.pid as u32,
+            tid: m.tid as u32,
+            time_ns,
+            mapping: Mapping {
+                start: m.address,
+                end: m.address + m.length,
+                pgoff: m.page_offset,
+                prot: m.protection,
+                flags: m.flags,
+                path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
+                ..Mapping::default()
+            },
+        }),
+        _ => None,
+    }
+}
+
+mod byteorder_native {
+    pub use byteorder::NativeEndian;
+}
+
+fn sample_of(source: usize, s: &SampleRecord<'_>) -> Sample {
+    let regs = s.user_regs.as_ref().map(|r| {
+        let reg = |n| r.get(n).unwrap_or(0);
+        (reg(sys::REG_IP), reg(sys::REG_SP), reg(sys::REG_BP))
+    });
+    let stack = match &s.user_stack {
+        Some((data, dyn_size)) => {
+            let len = (*dyn_size as usize).min(data.len());
+            data.get(0..len)
+                .map(|d| d.as_slice().into_owned())
+                .unwrap_or_default()
+        }
+        None => Vec::new(),
+    };
+    // PERF_CONTEXT_* markers are the top 4095 values.
+    const CONTEXT_MAX: u64 = (-4095i64) as u64;
+    let callchain = s
+        .callchain
+        .as_ref()
+        .map(|c| {
+            (0..c.len())
+                .filter_map(|i| c.get(i))
+                .filter(|&ip| ip < CONTEXT_MAX && ip != 0)
+                .collect()
+        })
+        .unwrap_or_default();
+    Sample {
+        source,
+        pid: s.pid.unwrap_or(0) as u32,
+        tid: s.tid.unwrap_or(0) as u32,
+        cpu: s.cpu.unwrap_or(0),
+        time_ns: s.timestamp.unwrap_or(0),
+        addr: s.addr.unwrap_or(0),
+        raw: s
+            .raw
+            .as_ref()
+            .map(|r| r.as_slice().into_owned())
+            .unwrap_or_default(),
+        regs,
+        stack,
+        callchain,
+    }
+}
+
+/// The exit status of child `pid`, once it has one (`flags` 0 waits for it).
+fn wait(pid: i32, flags: i32) -> Option<ExitStatus> {
+    let mut status = 0;
+    // SAFETY: waiting for our own child with a valid out-pointer.
+    let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
+    (ret == pid).then(|| ExitStatus::from_raw(status))
+}

@@ -1,0 +1,190 @@
+//! The memory chapter's event tools (`oomkill`, `mmapsnoop`, `brkstack`, `shmsnoop`,
+//! `vmscan`, `drsnoop`, `swapin`, `hfaults`): flags here, the work in `fltrace-system`.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+
+use fltrace_system::{Format, Printer, Scope, Target};
+
+use crate::cli::duration;
+
+/// The commands, flattened into `fltrace`'s own.
+#[derive(Debug, Subcommand)]
+pub enum SystemCommand {
+    /// One line per OOM kill: trigger, victim, its pages, load averages, the memory cgroup.
+    Oomkill(CommonArgs),
+    /// One line per mmap(2): protection, flags, offset, size and file.
+    Mmapsnoop(CommonArgs),
+    /// brk(2) calls counted by user stack (DWARF-unwound for -p or a command).
+    Brkstack(BrkArgs),
+    /// System V shared memory calls (shmget, shmat, shmdt, shmctl) with arguments and results.
+    Shmsnoop(CommonArgs),
+    /// Reclaim per interval: shrink slab, direct and memory cgroup reclaim times, kswapd
+    /// wake-ups, page writes.
+    Vmscan(IntervalArgs),
+    /// One line per direct or memory cgroup reclaim: process, latency, pages reclaimed.
+    Drsnoop(CommonArgs),
+    /// Swap-ins by process per interval.
+    Swapin(IntervalArgs),
+    /// Huge page faults (hugetlb and transparent huge pages) by process.
+    Hfaults(CommonArgs),
+}
+
+/// What every tool takes.
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// Only this process and the children it starts (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<i32>,
+    /// Only tasks of this cgroup (a directory such as /sys/fs/cgroup/memory/GROUP).
+    #[arg(long, value_name = "PATH", conflicts_with = "pids")]
+    pub cgroup: Option<PathBuf>,
+    /// Only threads of this name.
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+    /// Stop after this long, e.g. 10s (default: Ctrl-C, SIGTERM, or the command's end).
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub duration: Option<Duration>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: crate::cli::Format,
+    /// A command to run and trace (with its children) instead of the whole system.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// brkstack's flags.
+#[derive(Debug, Args)]
+pub struct BrkArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Folded stacks (`comm;outer;...;inner count`) for flamegraph tools.
+    #[arg(long)]
+    pub folded: bool,
+}
+
+/// The interval tools' flags.
+#[derive(Debug, Args)]
+pub struct IntervalArgs {
+    /// Seconds between rows (or 500ms, 2s...).
+    #[arg(value_name = "INTERVAL", default_value = "1", value_parser = duration)]
+    pub interval: Duration,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+fn scope(args: &CommonArgs) -> anyhow::Result<Scope> {
+    let target = match (&args.cgroup, args.pids.is_empty(), args.command.is_empty()) {
+        (Some(_), _, false) | (None, false, false) => {
+            bail!("give processes (-p, --cgroup) or a command, not both")
+        }
+        (Some(path), _, true) => Target::Cgroup(path.clone()),
+        (None, false, true) => Target::Pids(args.pids.clone()),
+        (None, true, false) => Target::Command(args.command.clone()),
+        (None, true, true) => Target::All,
+    };
+    Ok(Scope {
+        target,
+        comm: args.comm.clone(),
+    })
+}
+
+fn format(format: crate::cli::Format) -> Format {
+    match format {
+        crate::cli::Format::Table => Format::Table,
+        crate::cli::Format::Csv => Format::Csv,
+        crate::cli::Format::Json => Format::Json,
+    }
+}
+
+/// Says on stderr what the session cannot see, then that it is ready, as bcc's tools do.
+fn ready(session: &fltrace_system::Session, what: &str) {
+    let mut err = std::io::stderr().lock();
+    for note in &session.notes {
+        let _ = writeln!(err, "fltrace: {note}");
+    }
+    let _ = writeln!(err, "Tracing {what}... Hit Ctrl-C to end.");
+}
+
+fn finish(
+    result: Result<Option<std::process::ExitStatus>, fltrace_system::Error>,
+) -> anyhow::Result<ExitCode> {
+    let status = result?;
+    Ok(match status {
+        Some(status) => ExitCode::from(status.code().unwrap_or(1) as u8),
+        None => ExitCode::SUCCESS,
+    })
+}
+
+pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
+    let stop = crate::record::interrupt_counter()?;
+    let out = std::io::stdout().lock();
+    match command {
+        SystemCommand::Oomkill(args) => {
+            let tool = fltrace_system::oomkill::open(&scope(&args)?).context("oomkill")?;
+            ready(&tool.session, "OOM kills");
+            let mut p = Printer::new(format(args.format), fltrace_system::oomkill::COLUMNS, out);
+            finish(tool.run(&stop, args.duration, &mut p))
+        }
+        SystemCommand::Mmapsnoop(args) => {
+            let tool = fltrace_system::mmapsnoop::open(&scope(&args)?).context("mmapsnoop")?;
+            ready(&tool.session, "mmap(2) calls");
+            let mut p = Printer::new(format(args.format), fltrace_system::mmapsnoop::COLUMNS, out);
+            finish(tool.run(&stop, args.duration, &mut p))
+        }
+        SystemCommand::Brkstack(args) => {
+            let tool = fltrace_system::brkstack::open(&scope(&args.common)?).context("brkstack")?;
+            ready(&tool.session, "brk(2) calls by stack");
+            let mut p = Printer::new(
+                format(args.common.format),
+                fltrace_system::brkstack::COLUMNS,
+                out,
+            );
+            finish(tool.run(&stop, args.common.duration, args.folded, &mut p))
+        }
+        SystemCommand::Shmsnoop(args) => {
+            let tool = fltrace_system::shmsnoop::open(&scope(&args)?).context("shmsnoop")?;
+            ready(&tool.session, "shared memory calls");
+            let mut p = Printer::new(format(args.format), fltrace_system::shmsnoop::COLUMNS, out);
+            finish(tool.run(&stop, args.duration, &mut p))
+        }
+        SystemCommand::Vmscan(args) => {
+            let tool = fltrace_system::vmscan::open(&scope(&args.common)?).context("vmscan")?;
+            ready(&tool.session, "vmscan");
+            let mut p = Printer::new(
+                format(args.common.format),
+                fltrace_system::vmscan::COLUMNS,
+                out,
+            );
+            finish(tool.run(&stop, args.common.duration, args.interval, &mut p))
+        }
+        SystemCommand::Drsnoop(args) => {
+            let tool = fltrace_system::drsnoop::open(&scope(&args)?).context("drsnoop")?;
+            ready(&tool.session, "direct and memory cgroup reclaim");
+            let mut p = Printer::new(format(args.format), fltrace_system::drsnoop::COLUMNS, out);
+            finish(tool.run(&stop, args.duration, &mut p))
+        }
+        SystemCommand::Swapin(args) => {
+            let tool = fltrace_system::swapin::open(&scope(&args.common)?).context("swapin")?;
+            ready(&tool.session, "swap-ins");
+            let mut p = Printer::new(
+                format(args.common.format),
+                fltrace_system::swapin::COLUMNS,
+                out,
+            );
+            finish(tool.run(&stop, args.common.duration, args.interval, &mut p))
+        }
+        SystemCommand::Hfaults(args) => {
+            let tool = fltrace_system::hfaults::open(&scope(&args)?).context("hfaults")?;
+            ready(&tool.session, "huge page faults per process");
+            let mut p = Printer::new(format(args.format), fltrace_system::hfaults::COLUMNS, out);
+            finish(tool.run(&stop, args.duration, &mut p))
+        }
+    }
+}
