@@ -637,9 +637,37 @@ pub fn attribute_faults(lifetimes: &Lifetimes, faults: &[Fault]) -> Vec<Option<u
         hits[index as usize] = heap
             .get(fault.addr)
             .or_else(|| mappings.get(fault.addr))
-            .map(|(_, _, block)| block);
+            .map(|(_, _, block)| block)
+            .or_else(|| heap.near(fault.addr, CHUNK_HEADER))
+            .or_else(|| header_of_unborn(blocks, born, fault));
     }
     hits
+}
+
+/// How far from a heap block the allocator writes its bookkeeping while returning it: glibc
+/// writes the chunk's size field just below the block and, splitting the free space, the size
+/// of what remains just past its end. Either can be the first touch of a page, taken inside
+/// `malloc`; such a fault counts for the block the call returned.
+const CHUNK_HEADER: u64 = 16;
+
+/// The heap block, among those from `born` on (not yet born at the fault's time), that
+/// `fault` touched (its header or itself) during the call that returned it: the call's
+/// recorded time is the recorder's clock read when the call ends, which can be well after the
+/// fault when the thread was preempted in between (milliseconds on a busy machine).
+fn header_of_unborn(blocks: &[Block], born: usize, fault: &Fault) -> Option<u32> {
+    const CALL_SLACK_NS: u64 = 50_000_000;
+    blocks
+        .get(born..)?
+        .iter()
+        .take(64)
+        .take_while(|b| b.start_ns <= fault.time_ns.saturating_add(CALL_SLACK_NS))
+        .position(|b| {
+            b.kind == BlockKind::Heap
+                && !b.remnant
+                && (b.addr.saturating_sub(CHUNK_HEADER)..b.end().saturating_add(CHUNK_HEADER))
+                    .contains(&fault.addr)
+        })
+        .map(|i| (born + i) as u32)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use fltrace_trace::{Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
 
 use crate::allocs::{AllocStats, AllocTotals, BlockKind, Lifetimes};
 use crate::ranges::{MappingIndex, mapping_label};
-use crate::{Location, ResolvedStacks};
+use crate::{CallSite, Location, ResolvedStacks};
 
 /// What faults are grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +26,8 @@ pub enum GroupBy {
 /// What a group's faults share.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GroupKey {
-    /// The call site: the innermost frame of the program's own code that has a source line
-    /// (a fault inside libc's `memset`, or in a standard-library function inlined into the
-    /// program, is attributed to the line that called it); failing that the innermost frame
-    /// with a line, failing that the innermost frame. For [`GroupBy::Function`] the line is 0, for
-    /// [`GroupBy::Dso`] only the library is set.
+    /// The call site ([`call_site`], or the innermost frame with `--call-site leaf`). For
+    /// [`GroupBy::Function`] the line is 0, for [`GroupBy::Dso`] only the library is set.
     pub location: Location,
     /// The whole stack, innermost first, for [`GroupBy::Stack`].
     pub stack: Option<Arc<[Location]>>,
@@ -85,11 +82,15 @@ impl Group {
     }
 }
 
-/// The call site of a stack: see [`GroupKey::location`].
+/// The call site of a stack (innermost first): its innermost frame in the program's own code
+/// (the executable and its libraries other than the system's), with or without a source line,
+/// so that a fault inside libc's `memset`, or in a standard-library function inlined into the
+/// program, counts for the program's function that called it. Only when the stack has none:
+/// the innermost frame with a line, failing that the innermost frame.
 pub fn call_site(stack: &[Location]) -> Option<&Location> {
     stack
         .iter()
-        .find(|l| l.has_line() && !l.system)
+        .find(|l| !l.system && &*l.lib != "[unknown]")
         .or_else(|| stack.iter().find(|l| l.has_line()))
         .or_else(|| stack.first())
 }
@@ -112,8 +113,9 @@ fn key_of(
     addresses: impl FnOnce() -> Option<Arc<[u64]>>,
     flags: Option<FaultFlags>,
     by: GroupBy,
+    rule: CallSite,
 ) -> GroupKey {
-    let site = call_site(stack).cloned().unwrap_or_else(unknown);
+    let site = rule.of(stack).cloned().unwrap_or_else(unknown);
     let location = match by {
         GroupBy::Stack | GroupBy::Line => site,
         GroupBy::Function => Location { line: 0, ..site },
@@ -188,6 +190,7 @@ pub fn group_faults<'a>(
                         || stacks.addresses(fault.stack_id),
                         Some(fault.flags),
                         by,
+                        stacks.call_site,
                     )
                 });
             groups
@@ -229,6 +232,7 @@ pub fn group_allocs<'a>(
                 || stacks.addresses(stack_id),
                 None,
                 by,
+                stacks.call_site,
             );
             *groups.entry((key, kind)).or_default() += totals;
         }
@@ -300,7 +304,12 @@ pub fn group_faults_by_alloc_site<'a>(
                     .entry((block.stack_id, block.kind))
                     .or_insert_with(|| {
                         let stack = source.alloc_stacks.get(block.stack_id);
-                        let site = call_site(stack).cloned().unwrap_or_else(unknown);
+                        let site = source
+                            .alloc_stacks
+                            .call_site
+                            .of(stack)
+                            .cloned()
+                            .unwrap_or_else(unknown);
                         id_of(&mut sites, (site, Some(block.kind)))
                     }),
                 None => {
@@ -320,6 +329,7 @@ pub fn group_faults_by_alloc_site<'a>(
                         || None,
                         None,
                         GroupBy::Line,
+                        source.stacks.call_site,
                     );
                     (id_of(&mut lines, key.clone()), key)
                 });

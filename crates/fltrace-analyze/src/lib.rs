@@ -5,7 +5,8 @@
 //! Symbolization reads DWARF (with inlined frames expanded) through blazesym, from the files
 //! named in the trace's mapping table, so it works after the program has exited. Return
 //! addresses are looked up one byte back, so that a caller's line is the line of its call.
-//! Stripped binaries fall back to their symbol tables; unknown addresses stay unknown.
+//! Binaries without debug info fall back to their symbol tables (names demangled by their
+//! scheme), stripped ones to `binary+0xADDR`.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), fltrace_trace::Error> {
@@ -24,8 +25,10 @@
 
 mod allocs;
 mod group;
+mod names;
 mod ranges;
 mod symbolize;
+mod tracer;
 
 pub use allocs::{
     AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,
@@ -35,5 +38,7 @@ pub use group::{
     AllocGroup, AllocSiteGroup, AllocSource, Group, GroupBy, GroupKey, call_site, coverage,
     group_allocs, group_faults, group_faults_by_alloc_site,
 };
+pub use names::demangle;
 pub use ranges::{MappingIndex, mapping_label};
-pub use symbolize::{Location, ResolvedStacks, Symbolizer};
+pub use symbolize::{CallSite, Location, ResolvedStacks, Symbolizer};
+pub use tracer::separate_tracer;

@@ -28,6 +28,20 @@ impl<V: Copy + PartialEq> RangeMap<V> {
         (addr < end).then_some((start, end, value))
     }
 
+    /// The value of the range that starts within `slack` bytes above `addr`, or else of the
+    /// one that ended within `slack` bytes below it (`addr` itself in neither).
+    pub(crate) fn near(&self, addr: u64, slack: u64) -> Option<V> {
+        let above = self
+            .map
+            .range(addr.saturating_add(1)..=addr.saturating_add(slack))
+            .next()
+            .map(|(_, &(_, value))| value);
+        above.or_else(|| {
+            let (_, &(end, value)) = self.map.range(..=addr).next_back()?;
+            (end <= addr && addr < end.saturating_add(slack)).then_some(value)
+        })
+    }
+
     /// The range starting exactly at `start`.
     pub(crate) fn starting_at(&self, start: u64) -> Option<(u64, V)> {
         self.map.get(&start).copied()

@@ -8,12 +8,17 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use rustc_hash::FxHashMap;
 
+use fltrace_trace::libraries::is_system_library;
 use fltrace_trace::{ProcessTrace, Stack};
+
+use crate::names;
 
 /// A source location of one frame (after inline expansion).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Location {
-    /// Function name, demangled; `[unknown]` when no symbol covers the address.
+    /// Function name, demangled (C++, Rust); from the debug info, else from the symbol
+    /// tables; `binary+0xADDR` (the address in the file's own terms, as `nm` and `objdump`
+    /// give them) when no symbol covers it; `[unknown]` outside any file.
     pub function: Arc<str>,
     /// Source file as recorded in the debug info, empty when unknown.
     pub file: Arc<str>,
@@ -21,9 +26,11 @@ pub struct Location {
     pub line: u32,
     /// File name of the library or executable, `[unknown]` outside any file mapping.
     pub lib: Arc<str>,
-    /// Whether the frame is in code the program uses rather than writes: a system library,
-    /// or a standard-library function inlined into the program (Rust's `/rustc/...` sources,
-    /// C++ headers under `/usr/include`).
+    /// Whether the frame is in code the program uses rather than writes: a system library
+    /// ([`fltrace_trace::libraries::is_system_library`]: the C runtime, libm, the C++ and
+    /// compiler runtimes, fltrace's preloaded library), or standard-library code in the
+    /// program (Rust's `/rustc/...` sources, C++ headers under `/usr/include`; without
+    /// sources, functions of Rust's `core`/`alloc`/`std` and C++'s `std`).
     pub system: bool,
 }
 
@@ -59,12 +66,34 @@ impl Location {
 }
 
 /// One stack's locations (innermost first, inlined frames expanded) and raw addresses.
-type ResolvedStack = (Arc<[Location]>, Arc<[u64]>);
+pub(crate) type ResolvedStack = (Arc<[Location]>, Arc<[u64]>);
+
+/// Which frame of a stack is its call site.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum CallSite {
+    /// The innermost frame of the program's own code: see [`crate::call_site`].
+    #[default]
+    Program,
+    /// The innermost frame, wherever it is (`--call-site leaf`).
+    Leaf,
+}
+
+impl CallSite {
+    /// The call site of `stack` (innermost first) by this rule.
+    pub fn of(self, stack: &[Location]) -> Option<&Location> {
+        match self {
+            CallSite::Program => crate::call_site(stack),
+            CallSite::Leaf => stack.first(),
+        }
+    }
+}
 
 /// The symbolized stacks of one process: for each stack id, its locations innermost first.
 #[derive(Debug, Default, Clone)]
 pub struct ResolvedStacks {
     stacks: FxHashMap<u32, ResolvedStack>,
+    /// How grouping picks each stack's call site.
+    pub call_site: CallSite,
 }
 
 impl ResolvedStacks {
@@ -82,6 +111,13 @@ impl ResolvedStacks {
     pub fn insert(&mut self, id: u32, locations: Vec<Location>, addresses: Vec<u64>) {
         self.stacks.insert(id, (locations.into(), addresses.into()));
     }
+
+    /// Changes every stack with `change`, which gets its locations and addresses.
+    pub(crate) fn rewrite(&mut self, mut change: impl FnMut(u32, &mut ResolvedStack)) {
+        for (&id, stack) in &mut self.stacks {
+            change(id, stack);
+        }
+    }
 }
 
 /// A caching symbolizer over blazesym.
@@ -89,6 +125,8 @@ pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     /// (file, file offset) to locations, innermost first.
     cache: HashMap<(PathBuf, u64), Arc<[Location]>>,
+    /// Each file's loadable segments, to name addresses no symbol covers.
+    segments: HashMap<PathBuf, Vec<Segment>>,
 }
 
 impl Default for Symbolizer {
@@ -104,8 +142,12 @@ impl Symbolizer {
             inner: blazesym::symbolize::Symbolizer::builder()
                 .enable_code_info(true)
                 .enable_inlined_fns(true)
+                // blazesym would run a C++ demangler on plain C names (`f` became `float`):
+                // names are demangled here by their scheme.
+                .enable_demangling(false)
                 .build(),
             cache: HashMap::new(),
+            segments: HashMap::new(),
         }
     }
 
@@ -151,7 +193,7 @@ impl Symbolizer {
                             }
                             Frame::File(path, offset)
                         }
-                        Some(m) => Frame::Unknown(lib_name(&m.path), is_system_path(&m.path)),
+                        Some(m) => Frame::Unknown(lib_name(&m.path), is_system_library(&m.path)),
                         None => Frame::Unknown("[unknown]".into(), false),
                     }
                 })
@@ -183,7 +225,7 @@ impl Symbolizer {
 
     fn symbolize_file(&mut self, path: &Path, offsets: &[u64]) {
         let lib = lib_name(&path.to_string_lossy());
-        let system_lib = is_system_path(&path.to_string_lossy());
+        let system_lib = is_system_library(&path.to_string_lossy());
         let source = Source::Elf(Elf::new(path));
         let results = self
             .inner
@@ -211,12 +253,66 @@ impl Symbolizer {
                     ));
                     locations
                 }
-                _ => vec![Location::unknown(lib.clone(), system_lib)],
+                _ => {
+                    let function = match virtual_address(&mut self.segments, path, offset) {
+                        Some(addr) => format!("{lib}+{addr:#x}").into(),
+                        None => "[unknown]".into(),
+                    };
+                    vec![Location {
+                        function,
+                        ..Location::unknown(lib.clone(), system_lib)
+                    }]
+                }
             };
             self.cache
                 .insert((path.to_owned(), offset), locations.into());
         }
     }
+}
+
+/// The address in the file's own terms (as `nm` gives them) of file offset `offset` in the
+/// file at `path`, its segments cached in `cache`.
+fn virtual_address(
+    cache: &mut HashMap<PathBuf, Vec<Segment>>,
+    path: &Path,
+    offset: u64,
+) -> Option<u64> {
+    let segments = cache
+        .entry(path.to_owned())
+        .or_insert_with(|| load_segments(path).unwrap_or_default());
+    segments
+        .iter()
+        .find(|s| s.offset <= offset && offset < s.offset + s.size)
+        .map(|s| offset - s.offset + s.address)
+}
+
+/// A loadable segment: where its bytes are in the file and where they go in memory.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    offset: u64,
+    size: u64,
+    address: u64,
+}
+
+fn load_segments(path: &Path) -> Option<Vec<Segment>> {
+    use object::{Object, ObjectSegment};
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: mapped read-only, as blazesym maps the same files; a file truncated meanwhile
+    // is the accepted risk of every tool that maps binaries.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&map[..]).ok()?;
+    Some(
+        elf.segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                Segment {
+                    offset,
+                    size,
+                    address: s.address(),
+                }
+            })
+            .collect(),
+    )
 }
 
 enum Frame {
@@ -237,28 +333,18 @@ fn location(
         ),
         None => (String::new(), 0),
     };
-    let system = system_lib || file.starts_with("/rustc/") || file.starts_with("/usr/include/");
+    let function = names::demangle(name);
+    let system = system_lib
+        || file.starts_with("/rustc/")
+        || file.starts_with("/usr/include/")
+        || (file.is_empty() && names::is_std_function(&function));
     Location {
-        function: name.into(),
+        function: function.into(),
         file: file.into(),
         line,
         lib: lib.clone(),
         system,
     }
-}
-
-/// Libraries installed with the system, as opposed to the program under study.
-fn is_system_path(path: &str) -> bool {
-    [
-        "/lib/",
-        "/lib64/",
-        "/usr/lib/",
-        "/usr/lib64/",
-        "/usr/libexec/",
-    ]
-    .iter()
-    .any(|prefix| path.starts_with(prefix))
-        || path.starts_with('[')
 }
 
 fn lib_name(path: &str) -> Arc<str> {

@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{
     Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Origin, Stack, StackWriter, files,
-    keys, stats, write_procmaps_line,
+    keys, libraries, stats, write_procmaps_line,
 };
 
 use crate::runtime::{Handled, RuntimeView, is_fill};
@@ -41,8 +41,9 @@ struct Output {
     procmaps: String,
     stats_path: PathBuf,
     stats: String,
-    /// Stack frames (with the generation appended) to stack id.
-    interner: FxHashMap<Vec<u64>, u32>,
+    /// Stack frames (with the generation appended) to stack id, and whether the stack is one
+    /// of the tracer's own work ([`Process::tracer_stack`]).
+    interner: FxHashMap<Vec<u64>, (u32, bool)>,
     next_stack_id: u32,
 }
 
@@ -64,6 +65,9 @@ pub struct Process {
     /// Live mappings by start address, for classifying faults.
     maps: BTreeMap<u64, Mapping>,
     unwinder: AddressSpaceUnwinder,
+    /// Where the preloaded library's exported functions (its interposers: `malloc`,
+    /// `mmap`...) are mapped in this generation.
+    interposers: Vec<std::ops::Range<u64>>,
     cache: CacheX86_64,
     live: LiveStack,
     out: Output,
@@ -127,6 +131,7 @@ impl Process {
             preload_generation: None,
             maps: BTreeMap::new(),
             unwinder: AddressSpaceUnwinder::default(),
+            interposers: Vec::new(),
             cache: CacheX86_64::new(),
             live: LiveStack::new(live_pid),
             out: Output {
@@ -164,6 +169,7 @@ impl Process {
         child.image_recorded = true;
         child.preload_generation = Some(parent.generation);
         child.unwinder = parent.unwinder.clone();
+        child.interposers = parent.interposers.clone();
         for mapping in parent.maps.values() {
             child.record_mapping(mapping.clone());
         }
@@ -180,6 +186,7 @@ impl Process {
         self.maps.clear();
         self.executable = None;
         self.unwinder = AddressSpaceUnwinder::default();
+        self.interposers.clear();
         self.cache = CacheX86_64::new();
         // Same addresses mean other code now: stacks are not shared across generations.
         self.out.interner.clear();
@@ -247,6 +254,13 @@ impl Process {
                 mapping.build_id = elf_cache.build_id(&file);
             }
             self.unwinder.add_mapping(elf_cache, &mapping, &file);
+            if libraries::is_preload(&mapping.path) {
+                self.interposers.extend(elf_cache.exported_functions(
+                    &file,
+                    mapping.start,
+                    mapping.pgoff,
+                ));
+            }
         }
         self.record_mapping(mapping);
     }
@@ -318,8 +332,19 @@ impl Process {
         if self.live.used {
             self.counters.stacks_extended += 1;
         }
-        fault.stack_id = self.intern(frames)?;
+        let tracer;
+        (fault.stack_id, tracer) = self.intern(frames)?;
         self.image_recorded = true;
+        // Far memory's own allocator serves the program: what it touches in the managed
+        // region is the program's memory.
+        let in_region = self.far.as_ref().is_some_and(|far| {
+            far.view
+                .as_ref()
+                .is_none_or(|v| v.region().contains(&fault.addr))
+        });
+        if tracer && !in_region {
+            fault.flags.0 |= FaultFlags::TRACER;
+        }
 
         let c = &mut self.counters;
         c.faults += 1;
@@ -337,22 +362,53 @@ impl Process {
         self.out.faults.push(fault)
     }
 
-    fn intern(&mut self, frames: &mut Vec<u64>) -> Result<u32, fltrace_trace::Error> {
+    /// The id of the stack `frames` and whether it is the tracer's, writing it the first time.
+    fn intern(&mut self, frames: &mut Vec<u64>) -> Result<(u32, bool), fltrace_trace::Error> {
         frames.push(u64::from(self.generation));
-        if let Some(&id) = self.out.interner.get(frames.as_slice()) {
+        if let Some(&known) = self.out.interner.get(frames.as_slice()) {
             frames.pop();
-            return Ok(id);
+            return Ok(known);
         }
         let id = self.out.next_stack_id;
         self.out.next_stack_id += 1;
-        self.out.interner.insert(frames.clone(), id);
+        frames.pop();
+        let tracer = self.tracer_stack(frames);
+        frames.push(u64::from(self.generation));
+        self.out.interner.insert(frames.clone(), (id, tracer));
         frames.pop();
         self.out.stacks.push(Stack {
             id,
             generation: self.generation,
             frames: frames.clone(),
         })?;
-        Ok(id)
+        Ok((id, tracer))
+    }
+
+    /// Whether a fault with this stack (innermost first) was taken by the preloaded
+    /// library's own work (the allocation tracer unwinding, logging, using its private heap)
+    /// rather than on the program's behalf. Going outwards past the C runtime, the first
+    /// other frame decides: code of the preloaded library that touched memory itself, or
+    /// called the C library, is the tracer's, except its interposers (`malloc`...) calling
+    /// the C library's allocator for the program.
+    fn tracer_stack(&self, frames: &[u64]) -> bool {
+        if self.interposers.is_empty() {
+            return false;
+        }
+        for (i, &frame) in frames.iter().enumerate() {
+            // Return addresses point after the call.
+            let at = if i == 0 { frame } else { frame.wrapping_sub(1) };
+            let Some(mapping) = self.mapping_at(at) else {
+                return false;
+            };
+            if libraries::is_c_runtime(&mapping.path) {
+                continue;
+            }
+            if !libraries::is_preload(&mapping.path) {
+                return false;
+            }
+            return i == 0 || !self.interposers.iter().any(|r| r.contains(&at));
+        }
+        false
     }
 
     /// A major-fault event: marks the thread's latest fault on that page as major.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use memmap2::Mmap;
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
 use fltrace_trace::Mapping;
 
@@ -163,6 +163,27 @@ impl ElfCache {
         self.get(path)
             .map(|f| f.build_id.clone())
             .unwrap_or_default()
+    }
+
+    /// The address ranges, as mapped at `start` from file offset `pgoff`, of the functions the
+    /// file at `path` exports (its `.dynsym`). Empty if the file cannot be read.
+    pub fn exported_functions(&mut self, path: &Path, start: u64, pgoff: u64) -> Vec<Range<u64>> {
+        let Some(elf) = self.get(path) else {
+            return Vec::new();
+        };
+        let Some(bias) = elf.bias(start, pgoff) else {
+            return Vec::new();
+        };
+        let Ok(file) = object::File::parse(&elf.file[..]) else {
+            return Vec::new();
+        };
+        file.dynamic_symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition() && s.size() > 0)
+            .map(|s| {
+                let begin = s.address().wrapping_add(bias);
+                begin..begin + s.size()
+            })
+            .collect()
     }
 }
 

@@ -38,6 +38,10 @@ impl FaultFlags {
     pub const ZERO: u8 = 32;
     /// The kernel needed I/O to resolve it (a major fault).
     pub const MAJOR: u8 = 64;
+    /// Taken by fltrace's own code in the traced process (the allocation tracer unwinding,
+    /// logging or using its private heap), not on the program's behalf. Reports leave these
+    /// out unless asked (`--include-tracer`).
+    pub const TRACER: u8 = 128;
 
     /// Whether all bits of `bit` are set.
     pub fn has(self, bit: u8) -> bool {

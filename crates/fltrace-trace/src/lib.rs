@@ -34,6 +34,7 @@ mod alloc;
 mod error;
 mod fault;
 pub mod files;
+pub mod libraries;
 mod mapping;
 mod parquet_io;
 mod ranges;

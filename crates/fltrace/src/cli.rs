@@ -308,6 +308,22 @@ pub struct Selection {
     /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`, `4..`.
     #[arg(long, value_name = "START..END", value_parser = time_range)]
     pub time: Option<(f64, f64)>,
+    /// Which frame a fault counts for: the innermost of the program's own code (`program`:
+    /// the executable and its libraries, not libc, libstdc++ and the like) or the innermost
+    /// of all (`leaf`).
+    #[arg(long, value_enum, default_value = "program")]
+    pub call_site: CallSiteArg,
+    /// Also show the faults taken by fltrace's own work in the traced process (the
+    /// allocation tracer's unwinding, logging and heap), left out by default.
+    #[arg(long)]
+    pub include_tracer: bool,
+}
+
+/// `--call-site`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CallSiteArg {
+    Program,
+    Leaf,
 }
 
 fn time_range(s: &str) -> Result<(f64, f64), String> {

@@ -4,10 +4,10 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use fltrace_analyze::{ResolvedStacks, Symbolizer};
+use fltrace_analyze::{CallSite, ResolvedStacks, Symbolizer, separate_tracer};
 use fltrace_trace::{ProcessTrace, Recording, keys};
 
-use crate::cli::Selection;
+use crate::cli::{CallSiteArg, Selection};
 
 /// The processes of one recording, symbolized.
 pub struct Loaded {
@@ -17,6 +17,10 @@ pub struct Loaded {
     pub alloc_stacks: Vec<ResolvedStacks>,
     /// Records the kernel dropped, from the stats files.
     pub lost: u64,
+    /// Faults taken by fltrace's own work in the traced processes.
+    pub tracer_faults: u64,
+    /// Whether those are in `traces` (`--include-tracer`).
+    pub tracer_included: bool,
 }
 
 /// Whether allocation stacks are symbolized too.
@@ -63,6 +67,11 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
     let mut traces = Vec::new();
     let mut alloc_stacks = Vec::new();
     let mut lost = 0;
+    let mut tracer_faults = 0;
+    let call_site = match selection.call_site {
+        CallSiteArg::Program => CallSite::Program,
+        CallSiteArg::Leaf => CallSite::Leaf,
+    };
     for pid in pids {
         let mut trace = recording
             .load(pid)
@@ -74,12 +83,16 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
         if let Ok(Some(l)) = fltrace_trace::stats::last_value(&stats, "lost") {
             lost = lost.max(l);
         }
-        let stacks = symbolizer.resolve_stacks(&trace);
-        alloc_stacks.push(if allocs != Allocs::Skip && recording.has_allocs(pid) {
+        let mut stacks = symbolizer.resolve_stacks(&trace);
+        stacks.call_site = call_site;
+        tracer_faults += separate_tracer(&mut trace, &mut stacks, selection.include_tracer);
+        let mut allocated = if allocs != Allocs::Skip && recording.has_allocs(pid) {
             symbolizer.resolve_alloc_stacks(&trace)
         } else {
             ResolvedStacks::default()
-        });
+        };
+        allocated.call_site = call_site;
+        alloc_stacks.push(allocated);
         traces.push((trace, stacks));
     }
     Ok(Loaded {
@@ -87,12 +100,24 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
         traces,
         alloc_stacks,
         lost,
+        tracer_faults,
+        tracer_included: selection.include_tracer,
     })
 }
 
 impl Loaded {
     pub fn total_faults(&self) -> u64 {
         self.traces.iter().map(|(t, _)| t.faults.len() as u64).sum()
+    }
+
+    /// The line saying how many faults of fltrace's own work were left out, if any were.
+    pub fn tracer_note(&self) -> Option<String> {
+        (self.tracer_faults > 0 && !self.tracer_included).then(|| {
+            format!(
+                "left out {} faults of the tracer (fltrace's own work in the process; --include-tracer shows them)",
+                self.tracer_faults
+            )
+        })
     }
 
     pub fn command(&self) -> &str {

@@ -81,6 +81,11 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
         file.write_all(original_csv(&groups).as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    // The faults table says it in its footer; elsewhere it must not mix with the data.
+    let in_table = matches!(mode, Mode::Faults(_)) && args.format == Format::Table;
+    if !in_table && let Some(note) = loaded.tracer_note() {
+        eprintln!("fltrace: {note}");
+    }
     Ok(match mode {
         Mode::Faults(by) => faults(&loaded, by, args.top, args.format),
         Mode::Allocs(by) => allocs::allocs(&loaded, by, args),
@@ -217,6 +222,9 @@ fn table(
         loaded.lost,
         COVER * 100.0,
     );
+    if let Some(note) = loaded.tracer_note() {
+        let _ = writeln!(out, "{note}");
+    }
     out
 }
 
@@ -351,6 +359,8 @@ fn json(
         "pids": loaded.traces.iter().map(|(t, _)| t.pid).collect::<Vec<_>>(),
         "faults": total,
         "lost": loaded.lost,
+        "tracer_faults": loaded.tracer_faults,
+        "tracer_included": loaded.tracer_included,
         "locations": locations,
         "locations_covering_95_percent": covering,
         "groups": rows,

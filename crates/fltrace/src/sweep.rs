@@ -142,6 +142,8 @@ fn summarize(dir: &Path) -> anyhow::Result<(u64, u64, usize)> {
         dir: dir.to_owned(),
         pid: None,
         time: None,
+        call_site: crate::cli::CallSiteArg::Program,
+        include_tracer: false,
     })?;
     let groups = group_faults(
         loaded.traces.iter().map(|(t, s)| (&t.faults[..], s)),

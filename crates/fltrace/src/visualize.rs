@@ -18,6 +18,9 @@ const BY_ALLOCATION: &str = "flamegraph-allocstack";
 
 pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
     let loaded = load_with(&args.selection, Allocs::IfRecorded)?;
+    if let Some(note) = loaded.tracer_note() {
+        eprintln!("fltrace: {note}");
+    }
     for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
         let all = flame_stacks(trace, stacks, args.label, |_| true);
         let first_touch = if args.by_allocation {

@@ -1,4 +1,5 @@
 mod allocs;
+mod attribution;
 mod cli;
 mod errors;
 mod farmem;

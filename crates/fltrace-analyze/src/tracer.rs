@@ -1,0 +1,173 @@
+//! Keeping fltrace's own work in the traced process out of the program's picture.
+
+use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use fltrace_trace::{FaultFlags, ProcessTrace, libraries};
+
+use crate::ResolvedStacks;
+
+/// Separates the faults the recorder flagged as the tracer's own ([`FaultFlags::TRACER`]) from
+/// the program's: leaves them out of `trace` unless `include`, and returns how many there
+/// are. In the program's stacks, the preloaded library's frames between the program and the
+/// C library (its interposers forwarding `malloc`...) are removed from locations and
+/// addresses alike; a run of them at the innermost end stays (far memory's own allocator
+/// touching the program's memory). In the tracer's stacks its frames are the code of
+/// interest, so they count as the call site rather than the program's line below them.
+pub fn separate_tracer(
+    trace: &mut ProcessTrace,
+    stacks: &mut ResolvedStacks,
+    include: bool,
+) -> u64 {
+    let mut tracer_stacks = FxHashSet::default();
+    let mut program_stacks = FxHashSet::default();
+    for fault in &trace.faults {
+        if fault.flags.has(FaultFlags::TRACER) {
+            tracer_stacks.insert(fault.stack_id);
+        } else {
+            program_stacks.insert(fault.stack_id);
+        }
+    }
+    let before = trace.faults.len();
+    let left_out = if include {
+        trace
+            .faults
+            .iter()
+            .filter(|f| f.flags.has(FaultFlags::TRACER))
+            .count()
+    } else {
+        trace.faults.retain(|f| !f.flags.has(FaultFlags::TRACER));
+        before - trace.faults.len()
+    };
+    let raw: FxHashMap<u32, &fltrace_trace::Stack> =
+        trace.stacks.iter().map(|s| (s.id, s)).collect();
+    stacks.rewrite(|id, (locations, addresses)| {
+        if !locations.iter().any(|l| libraries::is_preload(&l.lib)) {
+            return;
+        }
+        if program_stacks.contains(&id) {
+            *locations = without_inner_preload(locations, |l| libraries::is_preload(&l.lib));
+            if let Some(stack) = raw.get(&id) {
+                let in_preload = |(i, &addr): (usize, &u64)| {
+                    let at = if i == 0 { addr } else { addr.wrapping_sub(1) };
+                    trace
+                        .mapping_at(stack.generation, at)
+                        .is_some_and(|m| libraries::is_preload(&m.path))
+                };
+                let indexed: Vec<(usize, &u64)> = addresses.iter().enumerate().collect();
+                let keep = without_inner_preload(&indexed, |&(i, a)| in_preload((i, a)));
+                *addresses = keep.iter().map(|(_, a)| **a).collect();
+            }
+        } else if tracer_stacks.contains(&id) {
+            *locations = locations
+                .iter()
+                .map(|l| {
+                    let mut l = l.clone();
+                    if libraries::is_preload(&l.lib) {
+                        l.system = false;
+                    }
+                    l
+                })
+                .collect();
+        }
+    });
+    left_out as u64
+}
+
+/// `frames` without the preloaded library's frames, except those at the innermost end.
+fn without_inner_preload<T: Clone>(frames: &[T], is_preload: impl Fn(&T) -> bool) -> Arc<[T]> {
+    let leading = frames.iter().take_while(|f| is_preload(f)).count();
+    frames[..leading]
+        .iter()
+        .chain(frames[leading..].iter().filter(|f| !is_preload(f)))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use fltrace_trace::{Fault, Mapping, Stack};
+
+    use crate::{Location, call_site};
+
+    fn loc(function: &str, lib: &str, line: u32) -> Location {
+        Location {
+            function: function.into(),
+            file: if line > 0 { "x.c".into() } else { "".into() },
+            line,
+            lib: lib.into(),
+            system: lib != "prog",
+        }
+    }
+
+    /// The tracer's faults are left out and counted; the program's stacks lose the
+    /// interposer between the program and libc's malloc; the tracer's keep their frames and
+    /// are attributed to them.
+    #[test]
+    fn leaves_out_the_tracer() {
+        const PRELOAD: &str = "libfltrace_preload.so";
+        let fault = |stack_id, flags| Fault {
+            time_ns: 0,
+            pid: 1,
+            tid: 1,
+            ip: 0,
+            addr: 0,
+            flags: FaultFlags(flags),
+            stack_id,
+        };
+        let mapping = |start, end, path: &str| Mapping {
+            start,
+            end,
+            path: path.into(),
+            ..Mapping::default()
+        };
+        let stack = |id, frames: Vec<u64>| Stack {
+            id,
+            generation: 0,
+            frames,
+        };
+        let mut trace = ProcessTrace {
+            pid: 1,
+            faults: vec![fault(0, 1), fault(0, 1), fault(1, 1 | FaultFlags::TRACER)],
+            stacks: vec![
+                stack(0, vec![0x1010, 0x2010, 0x3010]),
+                stack(1, vec![0x2020, 0x2030, 0x3010]),
+            ],
+            mappings: vec![
+                mapping(0x1000, 0x2000, "/lib/libc.so.6"),
+                mapping(0x2000, 0x3000, "/x/libfltrace_preload.so"),
+                mapping(0x3000, 0x4000, "/x/prog"),
+            ],
+            metadata: Vec::new(),
+            allocs: Vec::new(),
+            alloc_stacks: Vec::new(),
+        };
+        let mut stacks = ResolvedStacks::default();
+        let program = vec![
+            loc("_int_malloc", "libc.so.6", 0),
+            loc("malloc", PRELOAD, 94),
+            loc("main", "prog", 0),
+        ];
+        stacks.insert(0, program, vec![0x1010, 0x2010, 0x3010]);
+        let tracer = vec![
+            loc("unwind", PRELOAD, 10),
+            loc("malloc", PRELOAD, 94),
+            loc("main", "prog", 0),
+        ];
+        stacks.insert(1, tracer, vec![0x2020, 0x2030, 0x3010]);
+        let mut included = (trace.clone(), stacks.clone());
+        assert_eq!(separate_tracer(&mut trace, &mut stacks, false), 1);
+        assert_eq!(trace.faults.len(), 2);
+        let functions: Vec<&str> = stacks.get(0).iter().map(|l| &*l.function).collect();
+        assert_eq!(functions, ["_int_malloc", "main"]);
+        assert_eq!(stacks.addresses(0).as_deref(), Some(&[0x1010, 0x3010][..]));
+
+        assert_eq!(separate_tracer(&mut included.0, &mut included.1, true), 1);
+        assert_eq!(included.0.faults.len(), 3);
+        let site = call_site(included.1.get(1)).map(|l| &*l.function);
+        assert_eq!(site, Some("unwind"));
+    }
+}
