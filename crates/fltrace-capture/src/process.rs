@@ -191,12 +191,16 @@ impl Process {
     /// A new mapping reported by the kernel. `root` is where the process sees `/`.
     pub fn map(&mut self, mut mapping: Mapping, elf_cache: &mut ElfCache) {
         mapping.generation = self.generation;
-        if mapping.is_exec() && mapping.is_file() {
+        if mapping.is_file() {
             let file = resolve_path(self.pid, &mapping.path);
+            // Every file mapping carries its build ID (the kernel's, else read here), so that a
+            // recording can be symbolized and archived after the files change.
             if mapping.build_id.is_empty() {
                 mapping.build_id = elf_cache.build_id(&file);
             }
-            self.unwinder.add_mapping(elf_cache, &mapping, &file);
+            if mapping.is_exec() {
+                self.unwinder.add_mapping(elf_cache, &mapping, &file);
+            }
         }
         self.record_mapping(mapping);
     }
