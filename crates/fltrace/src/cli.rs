@@ -29,6 +29,23 @@ pub enum Command {
     Wss(WssArgs),
     /// Time-by-address heatmap of a recording's faults (PNG and SVG, or the terminal).
     Heatmap(HeatmapArgs),
+    /// Copy the binaries and debug files a recording needs into an archive directory (keyed by
+    /// build ID), so that it symbolizes the same on another machine or after a rebuild.
+    Archive(ArchiveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// Directory holding the recordings.
+    #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Only this process (and the most recent recording that traced it).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// The archive directory (default: `DIR/fltrace-archive`, found there by report, visualize
+    /// and heatmap without being asked).
+    #[arg(short = 'o', long = "output", value_name = "ARCHIVE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -306,6 +323,9 @@ pub struct Selection {
     /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`, `4..`.
     #[arg(long, value_name = "START..END", value_parser = time_range)]
     pub time: Option<(f64, f64)>,
+    /// Symbolize from this archive of `fltrace archive` (default: `DIR/fltrace-archive` if it exists).
+    #[arg(long, value_name = "ARCHIVE")]
+    pub archive: Option<PathBuf>,
 }
 
 fn time_range(s: &str) -> Result<(f64, f64), String> {

@@ -1,5 +1,6 @@
 //! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
 
+mod archive;
 mod cli;
 mod heatmap;
 mod load;
@@ -52,6 +53,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
         cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

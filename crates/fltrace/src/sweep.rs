@@ -142,6 +142,7 @@ fn summarize(dir: &Path) -> anyhow::Result<(u64, u64, usize)> {
         dir: dir.to_owned(),
         pid: None,
         time: None,
+        archive: None,
     })?;
     let groups = group_faults(
         loaded.traces.iter().map(|(t, s)| (&t.faults[..], s)),
