@@ -1,5 +1,6 @@
 mod allocs;
 mod cli;
+mod debuginfo;
 mod errors;
 mod farmem;
 mod processes;
