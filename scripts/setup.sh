@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # gcc and g++ build the bundled workloads; libc6-dbg lets reports name glibc's own frames
-# (start_thread, __libc_start_call_main) instead of [unknown].
-packages=(gcc g++ libc6-dev libc6-dbg)
+# (start_thread, __libc_start_call_main) instead of [unknown]. The debug-info tests split
+# binaries with binutils (objcopy, strip, readelf) and serve them with a local debuginfod.
+packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

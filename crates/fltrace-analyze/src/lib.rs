@@ -24,6 +24,8 @@
 //! ```
 
 mod allocs;
+mod archive;
+mod debuginfo;
 mod group;
 mod names;
 mod ranges;
@@ -34,6 +36,8 @@ pub use allocs::{
     AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,
     exec_times, trace_end_ns,
 };
+pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
+pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use group::{
     AllocGroup, AllocSiteGroup, AllocSource, Group, GroupBy, GroupKey, call_site, coverage,
     group_allocs, group_faults, group_faults_by_alloc_site,

@@ -11,6 +11,7 @@ use rustc_hash::FxHashMap;
 use fltrace_trace::libraries::is_system_library;
 use fltrace_trace::{ProcessTrace, Stack};
 
+use crate::debuginfo::{DebugConfig, DebugResolver};
 use crate::names;
 
 /// A source location of one frame (after inline expansion).
@@ -123,8 +124,10 @@ impl ResolvedStacks {
 /// A caching symbolizer over blazesym.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
-    /// (file, file offset) to locations, innermost first.
-    cache: HashMap<(PathBuf, u64), Arc<[Location]>>,
+    /// Which files hold the symbols of each mapped file.
+    debug_files: DebugResolver,
+    /// (file, build ID, file offset) to locations, innermost first.
+    cache: HashMap<(PathBuf, String, u64), Arc<[Location]>>,
     /// Each file's loadable segments, to name addresses no symbol covers.
     segments: HashMap<PathBuf, Vec<Segment>>,
 }
@@ -136,8 +139,14 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
-    /// A symbolizer that reads line tables and inlined functions.
+    /// A symbolizer that reads line tables and inlined functions, finding debug files as the
+    /// environment says ([`DebugConfig::from_env`]).
     pub fn new() -> Symbolizer {
+        Self::with_debug_config(DebugConfig::from_env())
+    }
+
+    /// A symbolizer finding debug files where `config` says.
+    pub fn with_debug_config(config: DebugConfig) -> Symbolizer {
         Symbolizer {
             inner: blazesym::symbolize::Symbolizer::builder()
                 .enable_code_info(true)
@@ -145,10 +154,25 @@ impl Symbolizer {
                 // blazesym would run a C++ demangler on plain C names (`f` became `float`):
                 // names are demangled here by their scheme.
                 .enable_demangling(false)
+                // The resolver already chose the debug file; blazesym follows a binary's own
+                // debug link only through the same directories.
+                .set_debug_dirs(Some(&config.debug_dirs))
                 .build(),
+            debug_files: DebugResolver::new(config),
             cache: HashMap::new(),
             segments: HashMap::new(),
         }
+    }
+
+    /// One line for each mapped file whose build differed from the recording's or that was
+    /// gone, since the last call.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        self.debug_files.take_warnings()
+    }
+
+    /// The resolver of debug files (to archive what it found).
+    pub fn debug_files(&mut self) -> &mut DebugResolver {
+        &mut self.debug_files
     }
 
     /// Symbolizes every fault stack of `trace`.
@@ -170,7 +194,7 @@ impl Symbolizer {
         returns_from: usize,
     ) -> ResolvedStacks {
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
-        let mut wanted: HashMap<PathBuf, Vec<u64>> = HashMap::new();
+        let mut wanted: HashMap<(PathBuf, String), Vec<u64>> = HashMap::new();
         let mut frames_of: Vec<(u32, Vec<Frame>, Vec<u64>)> = Vec::with_capacity(stacks.len());
         for stack in stacks {
             let frames: Vec<Frame> = stack
@@ -186,12 +210,15 @@ impl Symbolizer {
                     };
                     match trace.mapping_at(stack.generation, lookup) {
                         Some(m) if m.is_file() => {
-                            let path = PathBuf::from(&m.path);
+                            let key = (PathBuf::from(&m.path), m.build_id.clone());
                             let offset = m.file_offset(lookup);
-                            if !self.cache.contains_key(&(path.clone(), offset)) {
-                                wanted.entry(path.clone()).or_default().push(offset);
+                            if !self
+                                .cache
+                                .contains_key(&(key.0.clone(), key.1.clone(), offset))
+                            {
+                                wanted.entry(key.clone()).or_default().push(offset);
                             }
-                            Frame::File(path, offset)
+                            Frame::File(key.0, key.1, offset)
                         }
                         Some(m) => Frame::Unknown(lib_name(&m.path), is_system_library(&m.path)),
                         None => Frame::Unknown("[unknown]".into(), false),
@@ -200,18 +227,18 @@ impl Symbolizer {
                 .collect();
             frames_of.push((stack.id, frames, stack.frames.clone()));
         }
-        for (path, mut offsets) in wanted {
+        for ((path, build_id), mut offsets) in wanted {
             offsets.sort_unstable();
             offsets.dedup();
-            self.symbolize_file(&path, &offsets);
+            self.symbolize_file(&path, &build_id, &offsets);
         }
         let mut resolved = ResolvedStacks::default();
         for (id, frames, addresses) in frames_of {
             let mut locations = Vec::with_capacity(frames.len());
             for frame in frames {
                 match frame {
-                    Frame::File(path, offset) => {
-                        if let Some(locs) = self.cache.get(&(path, offset)) {
+                    Frame::File(path, build_id, offset) => {
+                        if let Some(locs) = self.cache.get(&(path, build_id, offset)) {
                             locations.extend(locs.iter().cloned());
                         }
                     }
@@ -223,14 +250,43 @@ impl Symbolizer {
         resolved
     }
 
-    fn symbolize_file(&mut self, path: &Path, offsets: &[u64]) {
+    fn symbolize_file(&mut self, path: &Path, build_id: &str, offsets: &[u64]) {
         let lib = lib_name(&path.to_string_lossy());
         let system_lib = is_system_library(&path.to_string_lossy());
-        let source = Source::Elf(Elf::new(path));
-        let results = self
-            .inner
-            .symbolize(&source, Input::FileOffset(offsets))
-            .unwrap_or_default();
+        // Only a file of the recorded build symbolizes it: none found leaves it `lib+offset`.
+        let results: Vec<Symbolized<'_>> = match self.debug_files.resolve(path, build_id) {
+            None => Vec::new(),
+            Some(files) => match &files.debug {
+                None => self
+                    .inner
+                    .symbolize(
+                        &Source::Elf(Elf::new(&files.binary)),
+                        Input::FileOffset(offsets),
+                    )
+                    .unwrap_or_default(),
+                // A separate debug file keeps the addresses but not the file layout: translate
+                // through the binary's program headers.
+                Some(debug) => {
+                    let addresses: Vec<Option<u64>> =
+                        offsets.iter().map(|&o| files.address_of(o)).collect();
+                    let known: Vec<u64> = addresses.iter().flatten().copied().collect();
+                    let mut found = self
+                        .inner
+                        .symbolize(&Source::Elf(Elf::new(debug)), Input::VirtOffset(&known))
+                        .unwrap_or_default()
+                        .into_iter();
+                    addresses
+                        .iter()
+                        .map(|a| match a {
+                            Some(_) => found.next().unwrap_or(Symbolized::Unknown(
+                                blazesym::symbolize::Reason::UnknownAddr,
+                            )),
+                            None => Symbolized::Unknown(blazesym::symbolize::Reason::UnknownAddr),
+                        })
+                        .collect()
+                }
+            },
+        };
         for (i, &offset) in offsets.iter().enumerate() {
             let locations: Vec<Location> = match results.get(i) {
                 Some(Symbolized::Sym(sym)) => {
@@ -264,8 +320,10 @@ impl Symbolizer {
                     }]
                 }
             };
-            self.cache
-                .insert((path.to_owned(), offset), locations.into());
+            self.cache.insert(
+                (path.to_owned(), build_id.to_owned(), offset),
+                locations.into(),
+            );
         }
     }
 }
@@ -316,7 +374,7 @@ fn load_segments(path: &Path) -> Option<Vec<Segment>> {
 }
 
 enum Frame {
-    File(PathBuf, u64),
+    File(PathBuf, String, u64),
     Unknown(Arc<str>, bool),
 }
 

@@ -248,18 +248,22 @@ impl Process {
         if self.is_initial_heap(&mapping) {
             mapping.path = "[heap]".to_owned();
         }
-        if mapping.is_exec() && mapping.is_file() {
+        if mapping.is_file() {
             let file = resolve_path(self.pid, &mapping.path);
+            // Every file mapping carries its build ID (the kernel's, else read here), so that a
+            // recording can be symbolized and archived after the files change.
             if mapping.build_id.is_empty() {
                 mapping.build_id = elf_cache.build_id(&file);
             }
-            self.unwinder.add_mapping(elf_cache, &mapping, &file);
-            if libraries::is_preload(&mapping.path) {
-                self.interposers.extend(elf_cache.exported_functions(
-                    &file,
-                    mapping.start,
-                    mapping.pgoff,
-                ));
+            if mapping.is_exec() {
+                self.unwinder.add_mapping(elf_cache, &mapping, &file);
+                if libraries::is_preload(&mapping.path) {
+                    self.interposers.extend(elf_cache.exported_functions(
+                        &file,
+                        mapping.start,
+                        mapping.pgoff,
+                    ));
+                }
             }
         }
         self.record_mapping(mapping);

@@ -41,6 +41,10 @@ struct ElfFile {
 
 impl ElfFile {
     fn load(path: &Path) -> Option<ElfFile> {
+        // Only regular files: a mapped device must not be opened again by the recorder.
+        if !std::fs::metadata(path).ok()?.is_file() {
+            return None;
+        }
         let file = std::fs::File::open(path).ok()?;
         // SAFETY: the file is mapped read-only; if another process truncates it while we
         // read, we may get SIGBUS, the accepted risk of every tool that maps binaries

@@ -29,8 +29,25 @@ pub enum Command {
     Wss(WssArgs),
     /// Time-by-address heatmap of a recording's faults (PNG and SVG, or the terminal).
     Heatmap(HeatmapArgs),
+    /// Copy the binaries and debug files a recording needs into an archive directory (keyed by
+    /// build ID), so that it symbolizes the same on another machine or after a rebuild.
+    Archive(ArchiveArgs),
     #[command(flatten)]
     System(crate::system::SystemCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// Directory holding the recordings.
+    #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Only this process (and the most recent recording that traced it).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// The archive directory (default: `DIR/fltrace-archive`, found there by report, visualize
+    /// and heatmap without being asked).
+    #[arg(short = 'o', long = "output", value_name = "ARCHIVE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -317,6 +334,9 @@ pub struct Selection {
     /// allocation tracer's unwinding, logging and heap), left out by default.
     #[arg(long)]
     pub include_tracer: bool,
+    /// Symbolize from this archive of `fltrace archive` (default: `DIR/fltrace-archive` if it exists).
+    #[arg(long, value_name = "ARCHIVE")]
+    pub archive: Option<PathBuf>,
 }
 
 /// `--call-site`.

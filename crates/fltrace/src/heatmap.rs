@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{Lifetimes, Symbolizer, call_site};
+use fltrace_analyze::{Lifetimes, call_site};
 use fltrace_render::{AllocRect, HeatEvent, HeatmapBuilder, HeatmapOptions};
 use fltrace_trace::{FaultFlags, RangeTraceKind, Recording, files};
 
@@ -105,7 +105,7 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     let mut map = builder.layout()?;
     fltrace_trace::for_each_fault_group(&path, |group| map.add(&to_events(group)))?;
     if args.allocs > 0 && recording.has_allocs(pid) {
-        map.overlay(&largest_blocks(&recording, pid, args.allocs)?);
+        map.overlay(&largest_blocks(&recording, pid, args.allocs, selection)?);
     }
     let what = format!("{count} faults of process {pid}");
     let title = format!("faults of process {pid} over time and address");
@@ -267,7 +267,12 @@ fn write_outputs(
 
 /// The `count` largest blocks of `pid`'s allocations, as rectangles labelled with their
 /// allocation site (Heimdallr draws allocations over its access map the same way).
-fn largest_blocks(recording: &Recording, pid: u32, count: usize) -> anyhow::Result<Vec<AllocRect>> {
+fn largest_blocks(
+    recording: &Recording,
+    pid: u32,
+    count: usize,
+    selection: &crate::cli::Selection,
+) -> anyhow::Result<Vec<AllocRect>> {
     let trace = recording.load(pid)?;
     let lifetimes = Lifetimes::of_trace(&trace);
     let end = trace
@@ -280,7 +285,9 @@ fn largest_blocks(recording: &Recording, pid: u32, count: usize) -> anyhow::Resu
     let mut blocks: Vec<_> = lifetimes.blocks.iter().filter(|b| b.size > 0).collect();
     blocks.sort_by_key(|b| std::cmp::Reverse(b.size));
     blocks.truncate(count);
-    let stacks = Symbolizer::new().resolve_alloc_stacks(&trace);
+    let mut symbolizer = crate::load::symbolizer(selection);
+    let stacks = symbolizer.resolve_alloc_stacks(&trace);
+    crate::load::print_warnings(&mut symbolizer);
     Ok(blocks
         .into_iter()
         .map(|b| {

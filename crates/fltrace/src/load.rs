@@ -4,7 +4,9 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use fltrace_analyze::{CallSite, ResolvedStacks, Symbolizer, separate_tracer};
+use fltrace_analyze::{
+    ARCHIVE_DIR, CallSite, DebugConfig, ResolvedStacks, Symbolizer, separate_tracer,
+};
 use fltrace_trace::{ProcessTrace, Recording, keys};
 
 use crate::cli::{CallSiteArg, Selection};
@@ -63,7 +65,7 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
             start_ns.saturating_add((to * 1e9) as u64),
         )
     });
-    let mut symbolizer = Symbolizer::new();
+    let mut symbolizer = symbolizer(selection);
     let mut traces = Vec::new();
     let mut alloc_stacks = Vec::new();
     let mut lost = 0;
@@ -95,6 +97,7 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
         alloc_stacks.push(allocated);
         traces.push((trace, stacks));
     }
+    print_warnings(&mut symbolizer);
     Ok(Loaded {
         recording,
         traces,
@@ -103,6 +106,30 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
         tracer_faults,
         tracer_included: selection.include_tracer,
     })
+}
+
+/// A symbolizer finding debug files as the environment says, and in the archive given or the
+/// one beside the recording (said in one line).
+pub fn symbolizer(selection: &Selection) -> Symbolizer {
+    let mut config = DebugConfig::from_env();
+    config.archive = selection.archive.clone().or_else(|| {
+        let beside = selection.dir.join(ARCHIVE_DIR);
+        beside.is_dir().then_some(beside)
+    });
+    if let Some(archive) = &config.archive {
+        eprintln!(
+            "fltrace: symbolizing with the archive {}",
+            archive.display()
+        );
+    }
+    Symbolizer::with_debug_config(config)
+}
+
+/// Says which mapped files were of another build than recorded, or gone.
+pub fn print_warnings(symbolizer: &mut Symbolizer) {
+    for warning in symbolizer.take_warnings() {
+        eprintln!("fltrace: warning: {warning}");
+    }
 }
 
 impl Loaded {

@@ -1,5 +1,6 @@
 //! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
 
+mod archive;
 mod cli;
 mod heatmap;
 mod load;
@@ -54,6 +55,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Wss(args) => wss::run(args),
         cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::System(command) => system::run(command),
+        cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -144,6 +144,7 @@ fn summarize(dir: &Path) -> anyhow::Result<(u64, u64, usize)> {
         time: None,
         call_site: crate::cli::CallSiteArg::Program,
         include_tracer: false,
+        archive: None,
     })?;
     let groups = group_faults(
         loaded.traces.iter().map(|(t, s)| (&t.faults[..], s)),

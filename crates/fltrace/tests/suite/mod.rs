@@ -1,6 +1,7 @@
 mod allocs;
 mod attribution;
 mod cli;
+mod debuginfo;
 mod errors;
 mod farmem;
 mod processes;

@@ -1,0 +1,145 @@
+//! Packing the files a recording needs to be symbolized on another machine, or after the
+//! program was rebuilt or deleted.
+//!
+//! An archive is a directory laid out as debuginfod's client cache: `<build id>/executable`
+//! (the mapped file: its program headers turn the recorded file offsets into addresses) and
+//! `<build id>/debuginfo` (its separate debug file, when it has one). Keyed by build ID, one
+//! archive serves every recording of the same programs.
+
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use fltrace_trace::ProcessTrace;
+
+use crate::debuginfo::DebugResolver;
+
+/// What went wrong writing an archive.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The output exists and is something other than a directory.
+    #[error("{} exists and is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
+    move |source| ArchiveError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One mapped file of the recording and what the archive holds for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchivedFile {
+    /// The file as mapped.
+    pub path: String,
+    /// Its build ID, hex.
+    pub build_id: String,
+    /// Whether a separate debug file was stored beside it.
+    pub debuginfo: bool,
+}
+
+/// What `archive` did.
+#[derive(Debug, Default)]
+pub struct ArchiveSummary {
+    /// Files stored (or already in the archive).
+    pub archived: Vec<ArchivedFile>,
+    /// Mapped files that could not be stored, with why.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Stores in directory `out` every file that holds code of `traces`, with its debug file.
+pub fn archive<'a>(
+    traces: impl IntoIterator<Item = &'a ProcessTrace>,
+    resolver: &mut DebugResolver,
+    out: &Path,
+) -> Result<ArchiveSummary, ArchiveError> {
+    let mut files: BTreeSet<(String, String)> = BTreeSet::new();
+    for trace in traces {
+        for mapping in &trace.mappings {
+            if mapping.is_file() && mapping.is_exec() {
+                files.insert((mapping.path.clone(), mapping.build_id.clone()));
+            }
+        }
+    }
+    make_dir(out)?;
+    let mut summary = ArchiveSummary::default();
+    for (path, recorded) in files {
+        let Some(found) = resolver.resolve(Path::new(&path), &recorded) else {
+            summary
+                .skipped
+                .push((path, "no file of the recorded build found".into()));
+            continue;
+        };
+        if found.build_id.len() < 8 || !found.build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            summary
+                .skipped
+                .push((path, "the file has no build ID to key it by".into()));
+            continue;
+        }
+        let dir = out.join(&found.build_id);
+        make_dir(&dir)?;
+        copy_new(&found.binary, &dir.join("executable"))?;
+        if let Some(debug) = &found.debug {
+            copy_new(debug, &dir.join("debuginfo"))?;
+        }
+        summary.archived.push(ArchivedFile {
+            path,
+            build_id: found.build_id.clone(),
+            debuginfo: found.debug.is_some(),
+        });
+    }
+    Ok(summary)
+}
+
+/// Creates directory `dir`, or accepts it if it is one already (never a symbolic link).
+fn make_dir(dir: &Path) -> Result<(), ArchiveError> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(dir).map_err(io_error(dir))?;
+            if meta.is_dir() {
+                Ok(())
+            } else {
+                Err(ArchiveError::NotADirectory(dir.to_owned()))
+            }
+        }
+        Err(err) => Err(io_error(dir)(err)),
+    }
+}
+
+/// Copies `from` to `to` unless `to` exists: keyed by build ID, an existing copy is the same
+/// file. Written under a temporary name and renamed, so a copy is whole or absent.
+fn copy_new(from: &Path, to: &Path) -> Result<(), ArchiveError> {
+    if std::fs::symlink_metadata(to).is_ok() {
+        return Ok(());
+    }
+    let mut source = File::open(from).map_err(io_error(from))?;
+    let temp = to.with_extension(format!("tmp-{}", std::process::id()));
+    let mut target = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&temp)
+        .map_err(io_error(&temp))?;
+    let copied = io::copy(&mut source, &mut target)
+        .map_err(io_error(from))
+        .and_then(|_| target.sync_all().map_err(io_error(&temp)))
+        .and_then(|()| std::fs::rename(&temp, to).map_err(io_error(to)));
+    if copied.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    copied
+}

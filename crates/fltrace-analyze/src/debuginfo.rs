@@ -1,0 +1,506 @@
+//! Which files symbolize a mapped file: the file itself when it still has the build the
+//! recording saw, else a copy found by build ID; its DWARF, or a separate debug file found where
+//! distributions put them (`.gnu_debuglink`, `.build-id` directories, debuginfod).
+//!
+//! A file is never symbolized from a different build: when neither the file on disk nor any copy
+//! found by build ID matches the recording, its frames stay `lib+offset`.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use object::read::ReadCache;
+use object::{Object, ObjectSection, ObjectSegment};
+
+/// The name of an archive directory beside a recording, used without being asked for.
+pub const ARCHIVE_DIR: &str = "fltrace-archive";
+
+/// Where debug files are looked for.
+#[derive(Debug, Clone, Default)]
+pub struct DebugConfig {
+    /// Roots of `.build-id/xx/rest.debug` trees and of debug-link mirrors of the file system,
+    /// searched in order (by default `/usr/lib/debug`).
+    pub debug_dirs: Vec<PathBuf>,
+    /// An archive made by `fltrace archive`: `<build id>/executable` and `<build id>/debuginfo`.
+    pub archive: Option<PathBuf>,
+    /// debuginfod servers, tried in order after every local place.
+    pub debuginfod_urls: Vec<String>,
+    /// Where files fetched from debuginfod are kept (elfutils' layout: `<build id>/debuginfo`).
+    pub debuginfod_cache: Option<PathBuf>,
+    /// The longest a connection to, or a read from, a debuginfod server may wait.
+    pub timeout: Duration,
+}
+
+impl DebugConfig {
+    /// The configuration from the environment: `FLTRACE_DEBUG_DIRS` (colon-separated, searched
+    /// before `/usr/lib/debug`), and as elfutils reads them `DEBUGINFOD_URLS` (space-separated),
+    /// `DEBUGINFOD_CACHE_PATH` (else `$XDG_CACHE_HOME/debuginfod_client`, else
+    /// `~/.cache/debuginfod_client`) and `DEBUGINFOD_TIMEOUT` (seconds, default 90).
+    pub fn from_env() -> DebugConfig {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let mut debug_dirs: Vec<PathBuf> = var("FLTRACE_DEBUG_DIRS")
+            .map(|v| std::env::split_paths(&v).collect())
+            .unwrap_or_default();
+        debug_dirs.push(PathBuf::from("/usr/lib/debug"));
+        let debuginfod_urls = var("DEBUGINFOD_URLS")
+            .map(|v| {
+                v.to_string_lossy()
+                    .split_whitespace()
+                    .map(|u| u.trim_end_matches('/').to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let debuginfod_cache = var("DEBUGINFOD_CACHE_PATH")
+            .map(PathBuf::from)
+            .or_else(|| var("XDG_CACHE_HOME").map(|d| Path::new(&d).join("debuginfod_client")))
+            .or_else(|| var("HOME").map(|h| Path::new(&h).join(".cache/debuginfod_client")));
+        let timeout = var("DEBUGINFOD_TIMEOUT")
+            .and_then(|v| v.to_str()?.parse::<u64>().ok())
+            .filter(|&s| s > 0)
+            .unwrap_or(90);
+        DebugConfig {
+            debug_dirs,
+            archive: None,
+            debuginfod_urls,
+            debuginfod_cache,
+            timeout: Duration::from_secs(timeout),
+        }
+    }
+}
+
+/// The files that symbolize one mapped file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebugFiles {
+    /// The mapped file, of the recorded build: its program headers turn file offsets into
+    /// addresses.
+    pub binary: PathBuf,
+    /// A separate file with the symbols and lines, when the binary has no DWARF of its own.
+    pub debug: Option<PathBuf>,
+    /// The build ID, hex (empty when the file has none).
+    pub build_id: String,
+    /// The binary's loadable segments: (file offset, address, file size).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl DebugFiles {
+    /// The address in the binary of file offset `offset`, as the debug file knows it.
+    pub fn address_of(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(start, _, size)| (start..start + size).contains(&offset))
+            .map(|&(start, addr, _)| offset - start + addr)
+    }
+}
+
+/// Finds, and remembers, the debug files of mapped files.
+#[derive(Debug)]
+pub struct DebugResolver {
+    config: DebugConfig,
+    found: HashMap<(PathBuf, String), Option<DebugFiles>>,
+    warnings: Vec<String>,
+}
+
+impl DebugResolver {
+    /// A resolver searching where `config` says.
+    pub fn new(config: DebugConfig) -> DebugResolver {
+        DebugResolver {
+            config,
+            found: HashMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DebugConfig {
+        &self.config
+    }
+
+    /// What was wrong with the files resolved since the last call: one line per file whose
+    /// build differs from the recording's or that is gone.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// The files symbolizing `path` as mapped with build ID `build_id` (hex, empty when the
+    /// recording does not know it), or `None` when no file of that build is found.
+    pub fn resolve(&mut self, path: &Path, build_id: &str) -> Option<DebugFiles> {
+        let key = (path.to_owned(), build_id.to_owned());
+        if let Some(found) = self.found.get(&key) {
+            return found.clone();
+        }
+        let found = self.find(path, build_id);
+        self.found.insert(key, found.clone());
+        found
+    }
+
+    fn find(&mut self, path: &Path, recorded: &str) -> Option<DebugFiles> {
+        let on_disk = ElfInfo::read(path);
+        let (binary, info) = match on_disk {
+            Some(info) if recorded.is_empty() || info.build_id == recorded => {
+                (path.to_owned(), info)
+            }
+            on_disk => {
+                if recorded.is_empty() {
+                    return None;
+                }
+                let copy = self.binary_by_build_id(recorded);
+                let outcome = match &copy {
+                    Some((copy, _)) => format!("using {}", copy.display()),
+                    None => "no file of the recorded build found, its frames stay unsymbolized"
+                        .to_owned(),
+                };
+                self.warnings.push(match on_disk {
+                    Some(info) => format!(
+                        "{}: build ID {} on disk, {recorded} when recorded: {outcome}",
+                        path.display(),
+                        if info.build_id.is_empty() {
+                            "(none)"
+                        } else {
+                            &info.build_id
+                        },
+                    ),
+                    None => format!(
+                        "{} (build ID {recorded}) is gone: {outcome}",
+                        path.display()
+                    ),
+                });
+                copy?
+            }
+        };
+        let debug = if info.has_dwarf {
+            None
+        } else {
+            self.debug_file(path, &binary, &info)
+        };
+        Some(DebugFiles {
+            binary,
+            debug,
+            build_id: info.build_id,
+            segments: info.segments,
+        })
+    }
+
+    /// A copy of the file of build `id`: in the archive, a `.build-id` tree, or debuginfod.
+    fn binary_by_build_id(&mut self, id: &str) -> Option<(PathBuf, ElfInfo)> {
+        let (head, rest) = split_build_id(id)?;
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(archive) = &self.config.archive {
+            candidates.push(archive.join(id).join("executable"));
+        }
+        for dir in &self.config.debug_dirs {
+            // Fedora's layout: the binary beside its debug file, as a link.
+            candidates.push(dir.join(".build-id").join(head).join(rest));
+        }
+        if let Some(cache) = &self.config.debuginfod_cache {
+            candidates.push(cache.join(id).join("executable"));
+        }
+        let local = candidates.into_iter().find_map(|c| {
+            ElfInfo::read(&c)
+                .filter(|i| i.build_id == id)
+                .map(|i| (c, i))
+        });
+        local.or_else(|| {
+            let fetched = self.fetch(id, "executable")?;
+            ElfInfo::read(&fetched)
+                .filter(|i| i.build_id == id)
+                .map(|i| (fetched, i))
+        })
+    }
+
+    /// The separate debug file of `binary` (mapped as `path`), which has no DWARF itself.
+    fn debug_file(&mut self, path: &Path, binary: &Path, info: &ElfInfo) -> Option<PathBuf> {
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        let id = info.build_id.as_str();
+        if let Some((head, rest)) = split_build_id(id) {
+            if let Some(archive) = &self.config.archive {
+                candidates.push(archive.join(id).join("debuginfo"));
+            }
+            for dir in &self.config.debug_dirs {
+                candidates.push(
+                    dir.join(".build-id")
+                        .join(head)
+                        .join(format!("{rest}.debug")),
+                );
+            }
+        }
+        if let Some(link) = &info.debuglink {
+            let link = Path::new(OsStr::from_bytes(link));
+            // Both the directory as mapped and its canonical form (`/lib` is often `/usr/lib`).
+            let mut dirs: Vec<PathBuf> = Vec::new();
+            for file in [path, binary] {
+                if let Some(dir) = file.parent() {
+                    dirs.push(dir.to_owned());
+                    if let Ok(canonical) = dir.canonicalize() {
+                        dirs.push(canonical);
+                    }
+                }
+            }
+            dirs.dedup();
+            for dir in &dirs {
+                candidates.push(dir.join(link));
+                candidates.push(dir.join(".debug").join(link));
+            }
+            for root in &self.config.debug_dirs {
+                for dir in &dirs {
+                    let relative = dir.strip_prefix("/").unwrap_or(dir);
+                    candidates.push(root.join(relative).join(link));
+                }
+            }
+        }
+        if let Some(cache) = &self.config.debuginfod_cache
+            && !id.is_empty()
+        {
+            candidates.push(cache.join(id).join("debuginfo"));
+        }
+        let accept = |candidate: &Path| {
+            candidate != binary
+                && ElfInfo::read(candidate).is_some_and(|c| {
+                    // A debug link names a file; only the build ID proves it is the right one.
+                    (c.build_id == id || id.is_empty()) && (c.has_dwarf || c.has_symtab)
+                })
+        };
+        if let Some(found) = candidates.into_iter().find(|c| accept(c)) {
+            return Some(found);
+        }
+        if id.is_empty() {
+            return None;
+        }
+        self.fetch(id, "debuginfo").filter(|f| accept(f))
+    }
+
+    /// Fetches `<url>/buildid/<id>/<kind>` from the first debuginfod server that has it, into
+    /// the cache as elfutils lays it out.
+    fn fetch(&mut self, id: &str, kind: &str) -> Option<PathBuf> {
+        let cache = self.config.debuginfod_cache.clone()?;
+        let urls = self.config.debuginfod_urls.clone();
+        for url in urls {
+            let dir = cache.join(id);
+            let target = dir.join(kind);
+            match http_get_to(
+                &format!("{url}/buildid/{id}/{kind}"),
+                &dir,
+                &target,
+                self.config.timeout,
+            ) {
+                Ok(true) => return Some(target),
+                Ok(false) => {}
+                Err(err) => {
+                    let line = format!("debuginfod {url}: {err}");
+                    if !self.warnings.contains(&line) {
+                        self.warnings.push(line);
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+/// `ab`, `cdef...` of build ID `abcdef...`; `None` for IDs too short to be real.
+fn split_build_id(id: &str) -> Option<(&str, &str)> {
+    (id.len() >= 8 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.split_at(2))
+}
+
+/// What the search needs to know of an ELF file.
+#[derive(Debug)]
+struct ElfInfo {
+    build_id: String,
+    has_dwarf: bool,
+    has_symtab: bool,
+    debuglink: Option<Vec<u8>>,
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl ElfInfo {
+    /// Reads the headers of the ELF file at `path` (only the parts needed), `None` if it is
+    /// not one.
+    fn read(path: &Path) -> Option<ElfInfo> {
+        let file = File::open(path).ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let cache = ReadCache::new(file);
+        let elf = object::File::parse(&cache).ok()?;
+        let has_data = |name: &str| {
+            elf.section_by_name(name)
+                .and_then(|s| s.file_range())
+                .is_some_and(|(_, size)| size > 0)
+        };
+        Some(ElfInfo {
+            build_id: elf.build_id().ok().flatten().map(hex).unwrap_or_default(),
+            has_dwarf: has_data(".debug_info") && has_data(".debug_line"),
+            has_symtab: has_data(".symtab"),
+            debuglink: elf.gnu_debuglink().ok().flatten().map(|(n, _)| n.to_vec()),
+            segments: elf
+                .segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    (offset, s.address(), size)
+                })
+                .collect(),
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Why a download failed.
+#[derive(Debug)]
+enum FetchError {
+    Unsupported(String),
+    Io(std::io::Error),
+    Http(String),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::Unsupported(what) => write!(f, "{what}"),
+            FetchError::Io(err) => write!(f, "{err}"),
+            FetchError::Http(what) => write!(f, "{what}"),
+        }
+    }
+}
+
+impl From<std::io::Error> for FetchError {
+    fn from(err: std::io::Error) -> Self {
+        FetchError::Io(err)
+    }
+}
+
+/// Downloads `url` (plain `http://`) into `target` through a temporary file in `dir`.
+/// `Ok(false)` when the server does not have it.
+///
+/// HTTP/1.0 keeps the client small (no chunked bodies, the server closes the connection);
+/// every connect and read is bounded by `timeout`, and the whole transfer by ten times that.
+fn http_get_to(
+    url: &str,
+    dir: &Path,
+    target: &Path,
+    timeout: Duration,
+) -> Result<bool, FetchError> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        FetchError::Unsupported(
+            "only http:// servers are supported (fltrace has no TLS client)".into(),
+        )
+    })?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let host_port = if authority.contains(':') {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = host_port
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| FetchError::Http(format!("{authority}: no address")))?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {authority}\r\nUser-Agent: fltrace\r\nAccept: */*\r\n\r\n"
+    )?;
+    let deadline = Instant::now() + timeout * 10;
+    let mut reader = BufReader::new(stream);
+    let mut status = String::new();
+    reader.read_line(&mut status)?;
+    let code = status.split_whitespace().nth(1).unwrap_or("");
+    let mut length: Option<u64> = None;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 || header.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok();
+        }
+    }
+    match code {
+        "200" => {}
+        "404" => return Ok(false),
+        _ => return Err(FetchError::Http(format!("{url}: {}", status.trim()))),
+    }
+    std::fs::create_dir_all(dir)?;
+    let temp = dir.join(format!(".fltrace-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&temp)?;
+    let copied = (|| -> Result<u64, FetchError> {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut total = 0u64;
+        loop {
+            if Instant::now() > deadline {
+                return Err(FetchError::Http(format!("{url}: took too long")));
+            }
+            let n = reader.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            out.write_all(&buf[..n])?;
+            total += n as u64;
+        }
+        Ok(total)
+    })();
+    let result = match copied {
+        Ok(total) if length.is_none_or(|l| l == total) => {
+            std::fs::rename(&temp, target)?;
+            return Ok(true);
+        }
+        Ok(total) => Err(FetchError::Http(format!(
+            "{url}: got {total} of {} bytes",
+            length.unwrap_or(0)
+        ))),
+        Err(err) => Err(err),
+    };
+    let _ = std::fs::remove_file(&temp);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Build IDs split as `.build-id` trees name them; short or non-hex IDs are refused.
+    #[test]
+    fn build_id_paths() {
+        assert_eq!(split_build_id("abcdef0123"), Some(("ab", "cdef0123")));
+        assert_eq!(split_build_id("abc"), None);
+        assert_eq!(split_build_id("../../etc"), None);
+    }
+
+    /// File offsets map to addresses through the segment that holds them.
+    #[test]
+    fn offsets_to_addresses() {
+        let files = DebugFiles {
+            binary: PathBuf::from("/x"),
+            debug: None,
+            build_id: String::new(),
+            segments: vec![
+                (0, 0, 0x618),
+                (0x1000, 0x1000, 0x181),
+                (0x2dd0, 0x3dd0, 0x248),
+            ],
+        };
+        assert_eq!(files.address_of(0x1050), Some(0x1050));
+        assert_eq!(files.address_of(0x2de0), Some(0x3de0));
+        assert_eq!(files.address_of(0x1200), None);
+    }
+}

@@ -1,0 +1,53 @@
+//! `fltrace archive`: the binaries and debug files of a recording, keyed by build ID.
+
+use anyhow::Context;
+
+use fltrace_analyze::{ARCHIVE_DIR, DebugConfig, DebugResolver};
+use fltrace_trace::Recording;
+
+use crate::cli::ArchiveArgs;
+
+pub fn run(args: ArchiveArgs) -> anyhow::Result<()> {
+    let recording = match args.pid {
+        Some(pid) => Recording::with_pid(&args.dir, pid)?,
+        None => Recording::latest(&args.dir)?,
+    };
+    let pids: Vec<u32> = match args.pid {
+        Some(pid) => vec![pid],
+        None => recording.pids().to_vec(),
+    };
+    let mut traces = Vec::with_capacity(pids.len());
+    for pid in pids {
+        traces.push(
+            recording
+                .load(pid)
+                .with_context(|| format!("loading the trace of process {pid}"))?,
+        );
+    }
+    let output = args.output.unwrap_or_else(|| args.dir.join(ARCHIVE_DIR));
+    // The files are taken from where the recording found them (or copies of the same build
+    // found by build ID), never from an older archive being written to.
+    let mut resolver = DebugResolver::new(DebugConfig::from_env());
+    let summary = fltrace_analyze::archive(&traces, &mut resolver, &output)
+        .with_context(|| format!("writing the archive {}", output.display()))?;
+    for warning in resolver.take_warnings() {
+        eprintln!("fltrace: warning: {warning}");
+    }
+    for file in &summary.archived {
+        println!(
+            "{} {}{}",
+            file.build_id,
+            file.path,
+            if file.debuginfo {
+                " (with debug file)"
+            } else {
+                ""
+            }
+        );
+    }
+    for (path, why) in &summary.skipped {
+        eprintln!("fltrace: not archived: {path}: {why}");
+    }
+    println!("{} files in {}", summary.archived.len(), output.display());
+    Ok(())
+}
