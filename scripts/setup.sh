@@ -25,13 +25,15 @@ cargo build --release --locked -p fltrace -p fltrace-preload
 # tables.rs), in a virtual environment of its own: target/venv.
 venv=target/venv
 if ! "$venv/bin/python" -c 'import duckdb, pytz' >/dev/null 2>&1; then
-    if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    rm -rf "$venv"
+    # Debian's python3 makes virtual environments only with python3-venv.
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq python3-venv
+        rm -rf "$venv"
+        python3 -m venv "$venv"
     fi
-    rm -rf "$venv"
-    python3 -m venv "$venv"
     # pytz: DuckDB's Python client needs it to hand out the TIMESTAMPTZ columns.
     "$venv/bin/pip" install -q 'duckdb==2.0.0' 'pytz==2026.6'
 fi

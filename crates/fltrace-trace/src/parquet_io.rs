@@ -1256,6 +1256,33 @@ mod tests {
                 frames: vec![10, 11]
             }]
         );
+
+        // The faults table had `pid` second, after `time_ns`.
+        const OLD_FAULT_SCHEMA: &str = "message fault {
+          required int64 time_ns (TIMESTAMP(NANOS,true));
+          required int32 pid (INTEGER(32,false));
+          required int32 tid (INTEGER(32,false));
+          required int64 ip (INTEGER(64,false));
+          required int64 addr (INTEGER(64,false));
+          required int32 flags (INTEGER(8,false));
+          required int32 stack_id (INTEGER(32,false));
+        }";
+        let faults_path = dir.path().join("f.parquet");
+        let mut table = TableWriter::create(&faults_path, OLD_FAULT_SCHEMA, &[], &[]).unwrap();
+        let expected = fault(9);
+        table
+            .row_group(|c| {
+                c.i64([expected.time_ns].into_iter())?;
+                c.i32([expected.pid].into_iter())?;
+                c.i32([expected.tid].into_iter())?;
+                c.i64([expected.ip].into_iter())?;
+                c.i64([expected.addr].into_iter())?;
+                c.i32([u32::from(expected.flags.0)].into_iter())?;
+                c.i32([expected.stack_id].into_iter())
+            })
+            .unwrap();
+        table.finish().unwrap();
+        assert_eq!(read_faults(&faults_path).unwrap().0, vec![expected]);
     }
 
     /// A file of another table kind is refused with a format error, not misread.
