@@ -58,8 +58,28 @@ impl Location {
     }
 }
 
-/// One stack's locations (innermost first, inlined frames expanded) and raw addresses.
-type ResolvedStack = (Arc<[Location]>, Arc<[u64]>);
+/// One stack's locations (innermost first, inlined frames expanded), raw addresses, and what
+/// each address resolved to.
+#[derive(Debug, Clone)]
+struct ResolvedStack {
+    locations: Arc<[Location]>,
+    addresses: Arc<[u64]>,
+    /// Per address: how many of `locations` it expanded to, and its offset in its symbol.
+    frames: Arc<[(u32, Option<u64>)]>,
+}
+
+/// One raw frame of a stack: its address and the locations it expanded to.
+#[derive(Debug, Clone, Copy)]
+pub struct ResolvedFrame<'a> {
+    /// The address as unwound (a return address for every frame but the first).
+    pub address: u64,
+    /// Its locations, innermost (inlined) first, the function containing it last; empty when
+    /// the symbolizer gave nothing.
+    pub locations: &'a [Location],
+    /// The offset of `address` from the start of its (non-inlined) symbol, when a symbol
+    /// covers it: perf's `symbol+0xoff`.
+    pub symbol_offset: Option<u64>,
+}
 
 /// The symbolized stacks of one process: for each stack id, its locations innermost first.
 #[derive(Debug, Default, Clone)]
@@ -70,25 +90,70 @@ pub struct ResolvedStacks {
 impl ResolvedStacks {
     /// The locations of stack `id`, innermost first (empty if unknown).
     pub fn get(&self, id: u32) -> &[Location] {
-        self.stacks.get(&id).map_or(&[], |s| &s.0)
+        self.stacks.get(&id).map_or(&[], |s| &s.locations)
     }
 
     /// The raw frame addresses of stack `id`, innermost first.
     pub fn addresses(&self, id: u32) -> Option<Arc<[u64]>> {
-        self.stacks.get(&id).map(|s| s.1.clone())
+        self.stacks.get(&id).map(|s| s.addresses.clone())
     }
 
-    /// Adds or replaces a stack (for building tables by hand, as in tests).
+    /// The raw frames of stack `id`, innermost first, each with the locations it expanded to.
+    pub fn frames(&self, id: u32) -> Vec<ResolvedFrame<'_>> {
+        let Some(stack) = self.stacks.get(&id) else {
+            return Vec::new();
+        };
+        let mut frames = Vec::with_capacity(stack.addresses.len());
+        let mut next = 0;
+        for (&address, &(depth, symbol_offset)) in stack.addresses.iter().zip(stack.frames.iter()) {
+            let end = (next + depth as usize).min(stack.locations.len());
+            frames.push(ResolvedFrame {
+                address,
+                locations: &stack.locations[next..end],
+                symbol_offset,
+            });
+            next = end;
+        }
+        frames
+    }
+
+    /// Adds or replaces a stack (for building tables by hand, as in tests): with as many
+    /// locations as addresses, each address is one location, else the first holds them all.
     pub fn insert(&mut self, id: u32, locations: Vec<Location>, addresses: Vec<u64>) {
-        self.stacks.insert(id, (locations.into(), addresses.into()));
+        let frames: Vec<(u32, Option<u64>)> = if locations.len() == addresses.len() {
+            vec![(1, None); addresses.len()]
+        } else {
+            (0..addresses.len())
+                .map(|i| (if i == 0 { locations.len() as u32 } else { 0 }, None))
+                .collect()
+        };
+        self.insert_frames(id, locations, addresses, frames);
+    }
+
+    pub(crate) fn insert_frames(
+        &mut self,
+        id: u32,
+        locations: Vec<Location>,
+        addresses: Vec<u64>,
+        frames: Vec<(u32, Option<u64>)>,
+    ) {
+        let stack = ResolvedStack {
+            locations: locations.into(),
+            addresses: addresses.into(),
+            frames: frames.into(),
+        };
+        self.stacks.insert(id, stack);
     }
 }
+
+/// The locations of one looked-up address and its offset in its symbol.
+type Resolved = (Arc<[Location]>, Option<u64>);
 
 /// A caching symbolizer over blazesym.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
-    /// (file, file offset) to locations, innermost first.
-    cache: HashMap<(PathBuf, u64), Arc<[Location]>>,
+    /// (file, file offset) to locations, innermost first, and the offset in the symbol.
+    cache: HashMap<(PathBuf, u64), Resolved>,
 }
 
 impl Default for Symbolizer {
@@ -129,9 +194,11 @@ impl Symbolizer {
     ) -> ResolvedStacks {
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
         let mut wanted: HashMap<PathBuf, Vec<u64>> = HashMap::new();
-        let mut frames_of: Vec<(u32, Vec<Frame>, Vec<u64>)> = Vec::with_capacity(stacks.len());
+        // Frames carry whether they were looked up one byte back, to give perf's offsets.
+        let mut frames_of: Vec<(u32, Vec<(Frame, u64)>, Vec<u64>)> =
+            Vec::with_capacity(stacks.len());
         for stack in stacks {
-            let frames: Vec<Frame> = stack
+            let frames: Vec<(Frame, u64)> = stack
                 .frames
                 .iter()
                 .enumerate()
@@ -142,7 +209,7 @@ impl Symbolizer {
                     } else {
                         addr.saturating_sub(1)
                     };
-                    match trace.mapping_at(stack.generation, lookup) {
+                    let frame = match trace.mapping_at(stack.generation, lookup) {
                         Some(m) if m.is_file() => {
                             let path = PathBuf::from(&m.path);
                             let offset = m.file_offset(lookup);
@@ -153,7 +220,8 @@ impl Symbolizer {
                         }
                         Some(m) => Frame::Unknown(lib_name(&m.path), is_system_path(&m.path)),
                         None => Frame::Unknown("[unknown]".into(), false),
-                    }
+                    };
+                    (frame, addr - lookup)
                 })
                 .collect();
             frames_of.push((stack.id, frames, stack.frames.clone()));
@@ -166,17 +234,22 @@ impl Symbolizer {
         let mut resolved = ResolvedStacks::default();
         for (id, frames, addresses) in frames_of {
             let mut locations = Vec::with_capacity(frames.len());
-            for frame in frames {
+            let mut depths = Vec::with_capacity(frames.len());
+            for (frame, back) in frames {
+                let before = locations.len();
+                let mut symbol_offset = None;
                 match frame {
                     Frame::File(path, offset) => {
-                        if let Some(locs) = self.cache.get(&(path, offset)) {
+                        if let Some((locs, offset)) = self.cache.get(&(path, offset)) {
                             locations.extend(locs.iter().cloned());
+                            symbol_offset = offset.map(|o| o + back);
                         }
                     }
                     Frame::Unknown(lib, system) => locations.push(Location::unknown(lib, system)),
                 }
+                depths.push(((locations.len() - before) as u32, symbol_offset));
             }
-            resolved.insert(id, locations, addresses);
+            resolved.insert_frames(id, locations, addresses, depths);
         }
         resolved
     }
@@ -190,7 +263,7 @@ impl Symbolizer {
             .symbolize(&source, Input::FileOffset(offsets))
             .unwrap_or_default();
         for (i, &offset) in offsets.iter().enumerate() {
-            let locations: Vec<Location> = match results.get(i) {
+            let (locations, symbol_offset): (Vec<Location>, Option<u64>) = match results.get(i) {
                 Some(Symbolized::Sym(sym)) => {
                     let mut locations = Vec::with_capacity(1 + sym.inlined.len());
                     // blazesym lists inlined calls outermost first, each with the location
@@ -209,12 +282,12 @@ impl Symbolizer {
                         &lib,
                         system_lib,
                     ));
-                    locations
+                    (locations, Some(sym.offset as u64))
                 }
-                _ => vec![Location::unknown(lib.clone(), system_lib)],
+                _ => (vec![Location::unknown(lib.clone(), system_lib)], None),
             };
             self.cache
-                .insert((path.to_owned(), offset), locations.into());
+                .insert((path.to_owned(), offset), (locations.into(), symbol_offset));
         }
     }
 }

@@ -1,10 +1,12 @@
 //! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
 
 mod cli;
+mod diff;
 mod heatmap;
 mod load;
 mod record;
 mod report;
+mod script;
 mod sweep;
 mod visualize;
 mod wss;
@@ -52,6 +54,8 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
         cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Script(args) => script::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -1,6 +1,7 @@
 mod allocs;
 mod cli;
 mod errors;
+mod exports;
 mod farmem;
 mod processes;
 mod stacks;
