@@ -1,6 +1,7 @@
 //! Turning a trace into answers: symbolized call stacks, faults grouped by call site, function,
 //! line or library, and how few code locations cover most faults; with allocations recorded,
-//! the blocks they made, totals per allocation site, and which block each fault landed in.
+//! the blocks they made, totals per allocation site, and which block each fault landed in;
+//! two recordings side by side; and the faults as folded stacks, perf script text and pprof.
 //!
 //! Symbolization reads DWARF (with inlined frames expanded) through blazesym, from the files
 //! named in the trace's mapping table, so it works after the program has exited. Return
@@ -26,8 +27,11 @@
 mod allocs;
 mod archive;
 mod debuginfo;
+mod diff;
+mod export;
 mod group;
 mod names;
+mod pprof;
 mod ranges;
 mod symbolize;
 mod tracer;
@@ -38,11 +42,14 @@ pub use allocs::{
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
+pub use diff::{DiffRow, diff_groups};
+pub use export::{SCRIPT_EVENT, Source, folded, frame_name, process_name, write_script};
 pub use group::{
     AllocGroup, AllocSiteGroup, AllocSource, Group, GroupBy, GroupKey, call_site, coverage,
     group_allocs, group_faults, group_faults_by_alloc_site,
 };
 pub use names::demangle;
+pub use pprof::write_pprof;
 pub use ranges::{MappingIndex, mapping_label};
-pub use symbolize::{CallSite, Location, ResolvedStacks, Symbolizer};
+pub use symbolize::{CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer};
 pub use tracer::separate_tracer;

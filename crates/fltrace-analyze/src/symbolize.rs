@@ -66,8 +66,28 @@ impl Location {
     }
 }
 
-/// One stack's locations (innermost first, inlined frames expanded) and raw addresses.
-pub(crate) type ResolvedStack = (Arc<[Location]>, Arc<[u64]>);
+/// One stack's locations (innermost first, inlined frames expanded), raw addresses, and what
+/// each address resolved to.
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedStack {
+    pub(crate) locations: Arc<[Location]>,
+    pub(crate) addresses: Arc<[u64]>,
+    /// Per address: how many of `locations` it expanded to, and its offset in its symbol.
+    pub(crate) frames: Arc<[(u32, Option<u64>)]>,
+}
+
+/// One raw frame of a stack: its address and the locations it expanded to.
+#[derive(Debug, Clone, Copy)]
+pub struct ResolvedFrame<'a> {
+    /// The address as unwound (a return address for every frame but the first).
+    pub address: u64,
+    /// Its locations, innermost (inlined) first, the function containing it last; empty when
+    /// the symbolizer gave nothing.
+    pub locations: &'a [Location],
+    /// The offset of `address` from the start of its (non-inlined) symbol, when a symbol
+    /// covers it: perf's `symbol+0xoff`.
+    pub symbol_offset: Option<u64>,
+}
 
 /// Which frame of a stack is its call site.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -100,20 +120,62 @@ pub struct ResolvedStacks {
 impl ResolvedStacks {
     /// The locations of stack `id`, innermost first (empty if unknown).
     pub fn get(&self, id: u32) -> &[Location] {
-        self.stacks.get(&id).map_or(&[], |s| &s.0)
+        self.stacks.get(&id).map_or(&[], |s| &s.locations)
     }
 
     /// The raw frame addresses of stack `id`, innermost first.
     pub fn addresses(&self, id: u32) -> Option<Arc<[u64]>> {
-        self.stacks.get(&id).map(|s| s.1.clone())
+        self.stacks.get(&id).map(|s| s.addresses.clone())
     }
 
-    /// Adds or replaces a stack (for building tables by hand, as in tests).
+    /// The raw frames of stack `id`, innermost first, each with the locations it expanded to.
+    pub fn frames(&self, id: u32) -> Vec<ResolvedFrame<'_>> {
+        let Some(stack) = self.stacks.get(&id) else {
+            return Vec::new();
+        };
+        let mut frames = Vec::with_capacity(stack.addresses.len());
+        let mut next = 0;
+        for (&address, &(depth, symbol_offset)) in stack.addresses.iter().zip(stack.frames.iter()) {
+            let end = (next + depth as usize).min(stack.locations.len());
+            frames.push(ResolvedFrame {
+                address,
+                locations: &stack.locations[next..end],
+                symbol_offset,
+            });
+            next = end;
+        }
+        frames
+    }
+
+    /// Adds or replaces a stack (for building tables by hand, as in tests): with as many
+    /// locations as addresses, each address is one location, else the first holds them all.
     pub fn insert(&mut self, id: u32, locations: Vec<Location>, addresses: Vec<u64>) {
-        self.stacks.insert(id, (locations.into(), addresses.into()));
+        let frames: Vec<(u32, Option<u64>)> = if locations.len() == addresses.len() {
+            vec![(1, None); addresses.len()]
+        } else {
+            (0..addresses.len())
+                .map(|i| (if i == 0 { locations.len() as u32 } else { 0 }, None))
+                .collect()
+        };
+        self.insert_frames(id, locations, addresses, frames);
     }
 
-    /// Changes every stack with `change`, which gets its locations and addresses.
+    pub(crate) fn insert_frames(
+        &mut self,
+        id: u32,
+        locations: Vec<Location>,
+        addresses: Vec<u64>,
+        frames: Vec<(u32, Option<u64>)>,
+    ) {
+        let stack = ResolvedStack {
+            locations: locations.into(),
+            addresses: addresses.into(),
+            frames: frames.into(),
+        };
+        self.stacks.insert(id, stack);
+    }
+
+    /// Changes every stack with `change`.
     pub(crate) fn rewrite(&mut self, mut change: impl FnMut(u32, &mut ResolvedStack)) {
         for (&id, stack) in &mut self.stacks {
             change(id, stack);
@@ -121,13 +183,17 @@ impl ResolvedStacks {
     }
 }
 
+/// The locations of one looked-up address and its offset in its symbol.
+type Resolved = (Arc<[Location]>, Option<u64>);
+
 /// A caching symbolizer over blazesym.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     /// Which files hold the symbols of each mapped file.
     debug_files: DebugResolver,
-    /// (file, build ID, file offset) to locations, innermost first.
-    cache: HashMap<(PathBuf, String, u64), Arc<[Location]>>,
+    /// (file, build ID, file offset) to locations, innermost first, and the offset in the
+    /// symbol.
+    cache: HashMap<(PathBuf, String, u64), Resolved>,
     /// Each file's loadable segments, to name addresses no symbol covers.
     segments: HashMap<PathBuf, Vec<Segment>>,
 }
@@ -195,9 +261,11 @@ impl Symbolizer {
     ) -> ResolvedStacks {
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
         let mut wanted: HashMap<(PathBuf, String), Vec<u64>> = HashMap::new();
-        let mut frames_of: Vec<(u32, Vec<Frame>, Vec<u64>)> = Vec::with_capacity(stacks.len());
+        // Frames carry whether they were looked up one byte back, to give perf's offsets.
+        let mut frames_of: Vec<(u32, Vec<(Frame, u64)>, Vec<u64>)> =
+            Vec::with_capacity(stacks.len());
         for stack in stacks {
-            let frames: Vec<Frame> = stack
+            let frames: Vec<(Frame, u64)> = stack
                 .frames
                 .iter()
                 .enumerate()
@@ -208,7 +276,7 @@ impl Symbolizer {
                     } else {
                         addr.saturating_sub(1)
                     };
-                    match trace.mapping_at(stack.generation, lookup) {
+                    let frame = match trace.mapping_at(stack.generation, lookup) {
                         Some(m) if m.is_file() => {
                             let key = (PathBuf::from(&m.path), m.build_id.clone());
                             let offset = m.file_offset(lookup);
@@ -222,7 +290,8 @@ impl Symbolizer {
                         }
                         Some(m) => Frame::Unknown(lib_name(&m.path), is_system_library(&m.path)),
                         None => Frame::Unknown("[unknown]".into(), false),
-                    }
+                    };
+                    (frame, addr - lookup)
                 })
                 .collect();
             frames_of.push((stack.id, frames, stack.frames.clone()));
@@ -235,17 +304,22 @@ impl Symbolizer {
         let mut resolved = ResolvedStacks::default();
         for (id, frames, addresses) in frames_of {
             let mut locations = Vec::with_capacity(frames.len());
-            for frame in frames {
+            let mut depths = Vec::with_capacity(frames.len());
+            for (frame, back) in frames {
+                let before = locations.len();
+                let mut symbol_offset = None;
                 match frame {
                     Frame::File(path, build_id, offset) => {
-                        if let Some(locs) = self.cache.get(&(path, build_id, offset)) {
+                        if let Some((locs, offset)) = self.cache.get(&(path, build_id, offset)) {
                             locations.extend(locs.iter().cloned());
+                            symbol_offset = offset.map(|o| o + back);
                         }
                     }
                     Frame::Unknown(lib, system) => locations.push(Location::unknown(lib, system)),
                 }
+                depths.push(((locations.len() - before) as u32, symbol_offset));
             }
-            resolved.insert(id, locations, addresses);
+            resolved.insert_frames(id, locations, addresses, depths);
         }
         resolved
     }
@@ -288,7 +362,7 @@ impl Symbolizer {
             },
         };
         for (i, &offset) in offsets.iter().enumerate() {
-            let locations: Vec<Location> = match results.get(i) {
+            let (locations, symbol_offset): (Vec<Location>, Option<u64>) = match results.get(i) {
                 Some(Symbolized::Sym(sym)) => {
                     let mut locations = Vec::with_capacity(1 + sym.inlined.len());
                     // blazesym lists inlined calls outermost first, each with the location
@@ -307,22 +381,23 @@ impl Symbolizer {
                         &lib,
                         system_lib,
                     ));
-                    locations
+                    (locations, Some(sym.offset as u64))
                 }
                 _ => {
                     let function = match virtual_address(&mut self.segments, path, offset) {
                         Some(addr) => format!("{lib}+{addr:#x}").into(),
                         None => "[unknown]".into(),
                     };
-                    vec![Location {
+                    let location = Location {
                         function,
                         ..Location::unknown(lib.clone(), system_lib)
-                    }]
+                    };
+                    (vec![location], None)
                 }
             };
             self.cache.insert(
                 (path.to_owned(), build_id.to_owned(), offset),
-                locations.into(),
+                (locations.into(), symbol_offset),
             );
         }
     }

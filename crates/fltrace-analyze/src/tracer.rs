@@ -1,12 +1,11 @@
 //! Keeping fltrace's own work in the traced process out of the program's picture.
 
-use std::sync::Arc;
-
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use fltrace_trace::{FaultFlags, ProcessTrace, libraries};
 
 use crate::ResolvedStacks;
+use crate::symbolize::ResolvedStack;
 
 /// Separates the faults the recorder flagged as the tracer's own ([`FaultFlags::TRACER`]) from
 /// the program's: leaves them out of `trace` unless `include`, and returns how many there
@@ -40,27 +39,15 @@ pub fn separate_tracer(
         trace.faults.retain(|f| !f.flags.has(FaultFlags::TRACER));
         before - trace.faults.len()
     };
-    let raw: FxHashMap<u32, &fltrace_trace::Stack> =
-        trace.stacks.iter().map(|s| (s.id, s)).collect();
-    stacks.rewrite(|id, (locations, addresses)| {
-        if !locations.iter().any(|l| libraries::is_preload(&l.lib)) {
+    stacks.rewrite(|id, stack| {
+        if !stack.locations.iter().any(|l| libraries::is_preload(&l.lib)) {
             return;
         }
         if program_stacks.contains(&id) {
-            *locations = without_inner_preload(locations, |l| libraries::is_preload(&l.lib));
-            if let Some(stack) = raw.get(&id) {
-                let in_preload = |(i, &addr): (usize, &u64)| {
-                    let at = if i == 0 { addr } else { addr.wrapping_sub(1) };
-                    trace
-                        .mapping_at(stack.generation, at)
-                        .is_some_and(|m| libraries::is_preload(&m.path))
-                };
-                let indexed: Vec<(usize, &u64)> = addresses.iter().enumerate().collect();
-                let keep = without_inner_preload(&indexed, |&(i, a)| in_preload((i, a)));
-                *addresses = keep.iter().map(|(_, a)| **a).collect();
-            }
+            drop_inner_preload_frames(stack);
         } else if tracer_stacks.contains(&id) {
-            *locations = locations
+            stack.locations = stack
+                .locations
                 .iter()
                 .map(|l| {
                     let mut l = l.clone();
@@ -75,14 +62,38 @@ pub fn separate_tracer(
     left_out as u64
 }
 
-/// `frames` without the preloaded library's frames, except those at the innermost end.
-fn without_inner_preload<T: Clone>(frames: &[T], is_preload: impl Fn(&T) -> bool) -> Arc<[T]> {
-    let leading = frames.iter().take_while(|f| is_preload(f)).count();
-    frames[..leading]
+/// Removes the preloaded library's frames (each address with the locations it expanded to),
+/// except a run of them at the innermost end.
+fn drop_inner_preload_frames(stack: &mut ResolvedStack) {
+    let mut slices = Vec::with_capacity(stack.addresses.len());
+    let mut next = 0;
+    for &(depth, _) in stack.frames.iter() {
+        let end = (next + depth as usize).min(stack.locations.len());
+        slices.push(next..end);
+        next = end;
+    }
+    let in_preload: Vec<bool> = slices
         .iter()
-        .chain(frames[leading..].iter().filter(|f| !is_preload(f)))
-        .cloned()
-        .collect()
+        .map(|r| {
+            stack.locations[r.clone()]
+                .iter()
+                .any(|l| libraries::is_preload(&l.lib))
+        })
+        .collect();
+    let leading = in_preload.iter().take_while(|p| **p).count();
+    let mut locations = Vec::with_capacity(stack.locations.len());
+    let mut addresses = Vec::with_capacity(stack.addresses.len());
+    let mut frames = Vec::with_capacity(stack.frames.len());
+    for (i, slice) in slices.into_iter().enumerate() {
+        if i < leading || !in_preload[i] {
+            locations.extend_from_slice(&stack.locations[slice]);
+            addresses.push(stack.addresses[i]);
+            frames.push(stack.frames[i]);
+        }
+    }
+    stack.locations = locations.into();
+    stack.addresses = addresses.into();
+    stack.frames = frames.into();
 }
 
 #[cfg(test)]

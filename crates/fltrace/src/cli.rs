@@ -32,6 +32,11 @@ pub enum Command {
     /// Copy the binaries and debug files a recording needs into an archive directory (keyed by
     /// build ID), so that it symbolizes the same on another machine or after a rebuild.
     Archive(ArchiveArgs),
+    /// Every fault with its stack as `perf script` prints samples, for inferno-collapse-perf,
+    /// speedscope and the Firefox Profiler.
+    Script(ScriptArgs),
+    /// Two recordings side by side: faults per call site in A and in B, largest change first.
+    Diff(DiffArgs),
     #[command(flatten)]
     System(crate::system::SystemCommand),
 }
@@ -48,6 +53,41 @@ pub struct ArchiveArgs {
     /// and heatmap without being asked).
     #[arg(short = 'o', long = "output", value_name = "ARCHIVE")]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScriptArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// Also print each fault's data address after the event name, as `perf script -F +addr`
+    /// does (inferno-collapse-perf then skips the samples).
+    #[arg(long)]
+    pub addr: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The recording directory of the baseline.
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+    /// The recording directory compared with it.
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+    /// In A, only this process (and the most recent recording that traced it).
+    #[arg(long, value_name = "PID")]
+    pub pid_a: Option<u32>,
+    /// In B, only this process.
+    #[arg(long, value_name = "PID")]
+    pub pid_b: Option<u32>,
+    /// What to compare faults by.
+    #[arg(long, value_enum, default_value = "line")]
+    pub by: By,
+    /// How many rows to show (0: all).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]
@@ -388,6 +428,29 @@ pub enum Format {
     Json,
 }
 
+/// The report's formats: the tables, and the faults' stacks for other tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Table,
+    Csv,
+    Json,
+    /// Collapsed stacks, `root;outer;...;inner count`, for flamegraph.pl, inferno, speedscope.
+    Folded,
+    /// A gzipped pprof profile (profile.proto) for `go tool pprof`.
+    Pprof,
+}
+
+impl ReportFormat {
+    /// The table format; the exports (folded, pprof) never reach the tables and read as table.
+    pub fn tabular(self) -> Format {
+        match self {
+            ReportFormat::Csv => Format::Csv,
+            ReportFormat::Json => Format::Json,
+            ReportFormat::Table | ReportFormat::Folded | ReportFormat::Pprof => Format::Table,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     #[command(flatten)]
@@ -409,9 +472,13 @@ pub struct ReportArgs {
     /// How many groups to show (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
-    /// Output format; csv and json go to stdout.
+    /// Output format; csv, json, folded and pprof go to stdout unless --output.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: ReportFormat,
+    /// With --format folded or pprof: write it to FILE (a new file or one to replace, never
+    /// through a symbolic link) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

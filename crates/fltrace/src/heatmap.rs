@@ -225,13 +225,18 @@ fn write_outputs(
 ) -> anyhow::Result<()> {
     let dir = &args.selection.dir;
     if args.terminal {
-        print!("{}", map.to_terminal(100, 30));
-        println!(
+        // Written, not printed: `--terminal | head` ends quietly (main treats EPIPE as done).
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        write!(out, "{}", map.to_terminal(100, 30))?;
+        writeln!(
+            out,
             "{what}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
             (map.time_range.1 - map.time_range.0) as f64 / 1e9,
             map.bytes_per_row(),
             map.boundaries.len()
-        );
+        )?;
+        out.flush()?;
         return Ok(());
     }
     let outputs = match &args.output {

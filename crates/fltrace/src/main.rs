@@ -2,10 +2,12 @@
 
 mod archive;
 mod cli;
+mod diff;
 mod heatmap;
 mod load;
 mod record;
 mod report;
+mod script;
 mod sweep;
 mod system;
 mod visualize;
@@ -56,6 +58,8 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::System(command) => system::run(command),
         cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Script(args) => script::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -3,14 +3,14 @@
 mod allocs;
 
 use std::fmt::Write as _;
-use std::io::Write;
+use std::io::{BufWriter, IsTerminal, Write};
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{Group, GroupBy, Location, coverage, group_faults};
+use fltrace_analyze::{Group, GroupBy, Location, coverage, folded, group_faults, write_pprof};
 
-use crate::cli::{By, Format, ReportArgs};
-use crate::load::{Allocs, Loaded, load_with};
+use crate::cli::{By, Format, ReportArgs, ReportFormat};
+use crate::load::{Allocs, Loaded, load, load_with};
 
 /// The share of faults the headline metric covers.
 const COVER: f64 = 0.95;
@@ -59,11 +59,53 @@ impl Mode {
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    if matches!(args.format, ReportFormat::Folded | ReportFormat::Pprof) {
+        return export(&args);
+    }
+    if args.output.is_some() {
+        bail!("--output applies to --format folded and pprof; the tables go to stdout");
+    }
     let out = report(&args)?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(())
+}
+
+/// `--format folded` and `--format pprof`: every fault's whole stack, for other tools.
+fn export(args: &ReportArgs) -> anyhow::Result<()> {
+    if args.allocs || args.leaks {
+        bail!("--format folded and pprof export the faults' stacks: not with --allocs or --leaks");
+    }
+    if args.by.is_some() {
+        bail!("--format folded and pprof export whole stacks: --by does not apply");
+    }
+    let pprof = args.format == ReportFormat::Pprof;
+    if pprof && args.output.is_none() && std::io::stdout().is_terminal() {
+        bail!("a pprof profile is binary: give --output FILE or redirect stdout");
+    }
+    let loaded = load(&args.selection)?;
+    let sources = || loaded.traces.iter().map(|(t, s)| (t, s));
+    let (mut out, name): (Box<dyn Write>, String) = match &args.output {
+        Some(path) => (
+            Box::new(BufWriter::new(fltrace_trace::files::create(path)?)),
+            path.display().to_string(),
+        ),
+        None => (
+            Box::new(BufWriter::new(std::io::stdout().lock())),
+            "stdout".to_owned(),
+        ),
+    };
+    let written = if pprof {
+        write_pprof(sources(), &mut out)
+    } else {
+        folded(sources())
+            .iter()
+            .try_for_each(|(stack, count)| writeln!(out, "{stack} {count}"))
+    };
+    written
+        .and_then(|()| out.flush())
+        .with_context(|| format!("writing {name}"))
 }
 
 /// Writes the original's report files and returns what goes to stdout.
@@ -82,15 +124,15 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     // The faults table says it in its footer; elsewhere it must not mix with the data.
-    let in_table = matches!(mode, Mode::Faults(_)) && args.format == Format::Table;
+    let in_table = matches!(mode, Mode::Faults(_)) && args.format == ReportFormat::Table;
     if !in_table && let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
     Ok(match mode {
-        Mode::Faults(by) => faults(&loaded, by, args.top, args.format),
+        Mode::Faults(by) => faults(&loaded, by, args.top, args.format.tabular()),
         Mode::Allocs(by) => allocs::allocs(&loaded, by, args),
         Mode::Leaks => allocs::leaks(&loaded, args),
-        Mode::AllocSite => allocs::by_alloc_site(&loaded, args.top, args.format),
+        Mode::AllocSite => allocs::by_alloc_site(&loaded, args.top, args.format.tabular()),
     })
 }
 
@@ -114,7 +156,7 @@ fn faults(loaded: &Loaded, by: GroupBy, top: usize, format: Format) -> String {
 }
 
 /// How many of `len` rows `--top` shows.
-fn shown(top: usize, len: usize) -> usize {
+pub(crate) fn shown(top: usize, len: usize) -> usize {
     if top == 0 { len } else { top.min(len) }
 }
 
@@ -170,7 +212,7 @@ fn stack_text(key: &fltrace_analyze::GroupKey) -> String {
     frames.join("|")
 }
 
-fn csv_field(value: &str) -> String {
+pub(crate) fn csv_field(value: &str) -> String {
     if value.contains([',', '"', '\n']) {
         format!("\"{}\"", value.replace('"', "\"\""))
     } else {
@@ -249,7 +291,7 @@ fn callers(stack: &[Location]) -> Option<String> {
 }
 
 /// `file:line` without the file's directories, for tables.
-fn short_file_line(location: &Location) -> String {
+pub(crate) fn short_file_line(location: &Location) -> String {
     if location.has_line() {
         format!("{}:{}", location.short_file(), location.line)
     } else if location.file.is_empty() {
@@ -259,7 +301,7 @@ fn short_file_line(location: &Location) -> String {
     }
 }
 
-fn truncate(s: &str, width: usize) -> String {
+pub(crate) fn truncate(s: &str, width: usize) -> String {
     if s.chars().count() <= width {
         s.to_owned()
     } else {

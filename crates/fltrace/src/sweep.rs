@@ -95,7 +95,12 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
         &format!("{command}: faults vs local memory"),
         &plot_path,
     )?;
-    println!("{}\n{}", csv_path.display(), plot_path.display());
+    writeln!(
+        std::io::stdout(),
+        "{}\n{}",
+        csv_path.display(),
+        plot_path.display()
+    )?;
     Ok(())
 }
 

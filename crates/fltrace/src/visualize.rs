@@ -8,6 +8,7 @@ use fltrace_analyze::{
 use fltrace_render::{FlameStack, Kind, flamegraph};
 use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace, files};
 use std::collections::HashMap;
+use std::io::Write as _;
 
 use crate::cli::{Label, VisualizeArgs};
 use crate::load::{Allocs, load_with};
@@ -58,7 +59,8 @@ pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
             let title = format!("{title} of {} (pid {})", loaded.command(), trace.pid);
             flamegraph(&flames, &title, std::io::BufWriter::new(file))
                 .with_context(|| format!("writing {}", path.display()))?;
-            println!("{}", path.display());
+            // Written, not printed: an error (a closed pipe) ends the command quietly.
+            writeln!(std::io::stdout(), "{}", path.display())?;
         }
     }
     Ok(())

@@ -52,7 +52,7 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
                 sample.rss() as f64 / 1048576.0
             ),
         };
-        let _ = writeln!(out, "{line}");
+        stop_on_error(writeln!(out, "{line}"), &stop);
         for m in &sample.mappings {
             let _ = writeln!(
                 trace,
@@ -175,7 +175,10 @@ fn damon(
                     region.start, region.end, region.nr_accesses
                 );
             }
-            let _ = writeln!(out, "{secs:.3},{accessed},{}", rss_bytes(pid));
+            stop_on_error(
+                writeln!(out, "{secs:.3},{accessed},{}", rss_bytes(pid)),
+                stop,
+            );
             batch.clear();
             return;
         }
@@ -205,7 +208,10 @@ fn damon(
                 i += n;
             }
         }
-        let _ = writeln!(out, "{secs:.3},{accessed},{}", frames.len() as u64 * 4096);
+        stop_on_error(
+            writeln!(out, "{secs:.3},{accessed},{}", frames.len() as u64 * 4096),
+            stop,
+        );
         batch.clear();
     };
     let alive = || std::path::Path::new(&format!("/proc/{pid}/maps")).exists() && !is_zombie(pid);
@@ -297,11 +303,14 @@ fn pages(
             );
             i += n;
         }
-        let _ = writeln!(
-            out,
-            "{secs:.3},{},{}",
-            pages.len() as u64 * 4096,
-            pfns.len() as u64 * 4096
+        stop_on_error(
+            writeln!(
+                out,
+                "{secs:.3},{},{}",
+                pages.len() as u64 * 4096,
+                pfns.len() as u64 * 4096
+            ),
+            stop,
         );
     }
     let path = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "csv");
@@ -328,4 +337,13 @@ fn is_zombie(pid: i32) -> bool {
                 .is_some_and(|rest| rest.trim_start().starts_with('Z'))
         })
         .unwrap_or(true)
+}
+
+/// A line written to stdout, or the end of sampling as on Ctrl-C when stdout is gone
+/// (`fltrace wss --format csv | head`): the files are still written and the command ends
+/// quietly.
+fn stop_on_error(written: std::io::Result<()>, stop: &std::sync::atomic::AtomicUsize) {
+    if written.is_err() {
+        stop.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }

@@ -77,7 +77,7 @@ pub(super) fn allocs(loaded: &Loaded, by: GroupBy, args: &ReportArgs) -> String 
     let groups = group_allocs(processes.iter().map(|p| (&p.stats, p.alloc_stacks)), by);
     let top = |list| first(args.top, list);
     let by_bytes = top(ranked(&groups, |t| t.bytes));
-    match args.format {
+    match args.format.tabular() {
         Format::Table => allocs_table(loaded, &processes, &groups, args.top, min_age_ns),
         Format::Csv => allocs_csv(&by_bytes, by),
         Format::Json => {
@@ -441,7 +441,7 @@ pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
     ));
     let leaks = ranked(&groups, |t| t.leaked_bytes);
     let leaks = &leaks[..shown(args.top, leaks.len())];
-    match args.format {
+    match args.format.tabular() {
         Format::Table => {
             let mut out = format!("Top {} stacks with outstanding allocations:\n", leaks.len());
             for group in leaks {

@@ -3,6 +3,7 @@ mod attribution;
 mod cli;
 mod debuginfo;
 mod errors;
+mod exports;
 mod farmem;
 mod processes;
 mod stacks;

@@ -1,0 +1,296 @@
+//! Faults in the formats other tools read: collapsed ("folded") stacks for flamegraph.pl,
+//! inferno and speedscope; perf script's text for inferno-collapse-perf, speedscope and the
+//! Firefox Profiler; and pprof's profile.proto for `go tool pprof`.
+//!
+//! Frames are named as perf-based flamegraphs name them (stackcollapse-perf's rules): the
+//! function without its parameter list, `[lib]` for an address no symbol covers, the process
+//! name as the root frame. `perf script` text collapsed by inferno gives exactly [`folded`].
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use rustc_hash::FxHashMap;
+
+use fltrace_trace::{Fault, ProcessTrace, keys};
+
+use crate::{Location, ResolvedStacks};
+
+/// The name of a process as a profile's root frame and perf script's `comm`: the file name of
+/// the recorded command's program, spaces made underscores.
+pub fn process_name(trace: &ProcessTrace) -> String {
+    let program = trace
+        .meta(keys::COMMAND)
+        .and_then(|c| c.split_whitespace().next())
+        .map(|p| p.rsplit('/').next().unwrap_or(p))
+        .filter(|p| !p.is_empty());
+    match program {
+        Some(p) => p.replace(' ', "_"),
+        None => format!("[{}]", trace.pid),
+    }
+}
+
+/// A frame's name in collapsed stacks: the function without its parameter list (C++
+/// signatures), `;` made `:`; `[lib]` when no symbol covers the address.
+pub fn frame_name(location: &Location) -> String {
+    if &*location.function == "[unknown]" {
+        return if &*location.lib == "[unknown]" {
+            "[unknown]".to_owned()
+        } else {
+            format!("[{}]", location.lib)
+        };
+    }
+    without_parameters(&location.function.replace(';', ":"))
+}
+
+/// `name` cut at the `(` of its parameter list: the first one outside template brackets that
+/// is not Go's `.(` of a method receiver nor C++'s `(anonymous namespace)`.
+fn without_parameters(name: &str) -> String {
+    let mut depth = 0i32;
+    let mut after_dot = false;
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' | '{' | '[' => depth += 1,
+            '>' | '}' | ']' | ')' => depth -= 1,
+            '(' => {
+                if depth == 0 && !after_dot && !name[i..].starts_with("(anonymous namespace)") {
+                    return name[..i].to_owned();
+                }
+                depth += 1;
+            }
+            _ => {}
+        }
+        after_dot = c == '.';
+    }
+    name.to_owned()
+}
+
+/// One process's part in an export: its trace (faults, mappings, stacks' generations) and
+/// its symbolized fault stacks.
+pub type Source<'a> = (&'a ProcessTrace, &'a ResolvedStacks);
+
+/// The faults of `sources` as collapsed stacks: `root;outer;...;inner count`, the process name
+/// as root, sorted by stack.
+pub fn folded<'a>(sources: impl IntoIterator<Item = Source<'a>>) -> Vec<(String, u64)> {
+    let mut counts: FxHashMap<String, u64> = FxHashMap::default();
+    for (trace, stacks) in sources {
+        let root = process_name(trace);
+        let mut per_stack: FxHashMap<u32, u64> = FxHashMap::default();
+        for fault in &trace.faults {
+            *per_stack.entry(fault.stack_id).or_default() += 1;
+        }
+        for (stack_id, count) in per_stack {
+            let mut line = root.clone();
+            for location in stacks.get(stack_id).iter().rev() {
+                line.push(';');
+                line.push_str(&frame_name(location));
+            }
+            *counts.entry(line).or_default() += count;
+        }
+    }
+    let mut lines: Vec<(String, u64)> = counts.into_iter().collect();
+    lines.sort_unstable();
+    lines
+}
+
+/// The event name fltrace's faults carry in perf script text.
+pub const SCRIPT_EVENT: &str = "page-faults";
+
+/// Writes the faults of `sources` as `perf script` prints a software event with its
+/// callchain: a header `comm pid/tid time: period event:` (with `addresses`, the faulting
+/// address after it, as `perf script -F +addr` prints it, which inferno-collapse-perf does not
+/// read), then one line per frame `\t<ip> symbol+0xoff (dso)`, inlined functions first as
+/// `\t<ip> function+0xoff (inlined)`, and a blank line. Faults come in time order.
+pub fn write_script<'a>(
+    sources: impl IntoIterator<Item = Source<'a>>,
+    addresses: bool,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let sources: Vec<Source<'a>> = sources.into_iter().collect();
+    // Each stack's frame lines are built once.
+    let mut blocks: Vec<FxHashMap<u32, String>> = Vec::with_capacity(sources.len());
+    let mut names = Vec::with_capacity(sources.len());
+    let mut order: Vec<(u64, u32, u32)> = Vec::new();
+    for (i, (trace, stacks)) in sources.iter().enumerate() {
+        let mut block = FxHashMap::default();
+        for fault in &trace.faults {
+            block
+                .entry(fault.stack_id)
+                .or_insert_with(|| script_frames(trace, stacks, fault.stack_id));
+        }
+        blocks.push(block);
+        names.push(process_name(trace));
+        order.extend(
+            (0..trace.faults.len() as u32).map(|f| (trace.faults[f as usize].time_ns, i as u32, f)),
+        );
+    }
+    order.sort_unstable();
+    for (_, source, index) in order {
+        let (trace, _) = sources[source as usize];
+        let fault: &Fault = &trace.faults[index as usize];
+        let secs = fault.time_ns / 1_000_000_000;
+        let micros = fault.time_ns % 1_000_000_000 / 1000;
+        write!(
+            out,
+            "{} {:>5}/{:<5} {secs:>5}.{micros:06}: {:>10} {SCRIPT_EVENT}:",
+            names[source as usize], trace.pid, fault.tid, 1
+        )?;
+        if addresses {
+            write!(out, " {:>16x}", fault.addr)?;
+        }
+        out.write_all(b"\n")?;
+        if let Some(block) = blocks[source as usize].get(&fault.stack_id) {
+            out.write_all(block.as_bytes())?;
+        }
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// The frame lines of one stack in perf script's layout.
+fn script_frames(trace: &ProcessTrace, stacks: &ResolvedStacks, stack_id: u32) -> String {
+    let generation = trace.stack(stack_id).map_or(0, |s| s.generation);
+    let mut text = String::new();
+    for frame in stacks.frames(stack_id) {
+        let Some((outer, inlined)) = frame.locations.split_last() else {
+            continue;
+        };
+        let offset = |text: &mut String| {
+            if let Some(off) = frame.symbol_offset {
+                let _ = write!(text, "+{off:#x}");
+            }
+        };
+        for location in inlined {
+            let _ = write!(text, "\t{:>16x} {}", frame.address, location.function);
+            offset(&mut text);
+            text.push_str(" (inlined)\n");
+        }
+        let _ = write!(text, "\t{:>16x} {}", frame.address, outer.function);
+        if &*outer.function != "[unknown]" {
+            offset(&mut text);
+        }
+        // The dso as perf names it: the mapped file's path, else what the symbolizer named.
+        let lookup = frame
+            .address
+            .saturating_sub(u64::from(frame.symbol_offset.is_some()));
+        let dso = match trace.mapping_at(generation, lookup) {
+            Some(m) if !m.path.is_empty() => m.path.clone(),
+            _ => outer.lib.to_string(),
+        };
+        let _ = writeln!(text, " ({dso})");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use fltrace_trace::{FaultFlags, Stack};
+
+    fn loc(function: &str, lib: &str) -> Location {
+        Location {
+            function: function.into(),
+            file: "a.c".into(),
+            line: 1,
+            lib: lib.into(),
+            system: false,
+        }
+    }
+
+    /// Parameter lists go, templates, Go receivers and anonymous namespaces stay.
+    #[test]
+    fn names_as_stackcollapse() {
+        let cases = [
+            ("fill", "fill"),
+            ("ns::f(int, char*)", "ns::f"),
+            (
+                "std::vector<int (*)(int)>::push_back(int)",
+                "std::vector<int (*)(int)>::push_back",
+            ),
+            ("net/http.(*Client).Do", "net/http.(*Client).Do"),
+            ("(anonymous namespace)::g(int)", "(anonymous namespace)::g"),
+            ("a;b", "a:b"),
+        ];
+        for (name, want) in cases {
+            assert_eq!(frame_name(&loc(name, "x")), want, "{name}");
+        }
+        assert_eq!(frame_name(&loc("[unknown]", "libc.so.6")), "[libc.so.6]");
+        assert_eq!(frame_name(&loc("[unknown]", "[unknown]")), "[unknown]");
+    }
+
+    fn trace(faults: Vec<Fault>) -> ProcessTrace {
+        ProcessTrace {
+            pid: 7,
+            faults,
+            stacks: vec![Stack {
+                id: 0,
+                generation: 0,
+                frames: vec![0x10, 0x20],
+            }],
+            mappings: Vec::new(),
+            metadata: vec![(keys::COMMAND.to_owned(), "/bin/prog -x".to_owned())],
+            allocs: Vec::new(),
+            alloc_stacks: Vec::new(),
+        }
+    }
+
+    fn fault(time_ns: u64, stack_id: u32) -> Fault {
+        Fault {
+            time_ns,
+            pid: 7,
+            tid: 8,
+            ip: 0x10,
+            addr: 0xdead000,
+            flags: FaultFlags(FaultFlags::WRITE),
+            stack_id,
+        }
+    }
+
+    /// Folded lines count faults per stack, the process name as root, outermost first.
+    #[test]
+    fn folded_counts() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(
+            0,
+            vec![loc("inner", "prog"), loc("main", "prog")],
+            vec![0x10, 0x20],
+        );
+        stacks.insert(1, vec![loc("[unknown]", "libc.so.6")], vec![0x30]);
+        let t = trace(vec![fault(1, 0), fault(2, 0), fault(3, 1)]);
+        assert_eq!(
+            folded([(&t, &stacks)]),
+            vec![
+                ("prog;[libc.so.6]".to_owned(), 1),
+                ("prog;main;inner".to_owned(), 2)
+            ]
+        );
+    }
+
+    /// perf script's layout: header, tab-indented frames with inlined ones marked, a blank
+    /// line after each fault.
+    #[test]
+    fn script_layout() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert_frames(
+            0,
+            vec![
+                loc("inlined_fn", "prog"),
+                loc("outer", "prog"),
+                loc("main", "prog"),
+            ],
+            vec![0x10, 0x20],
+            vec![(2, Some(4)), (1, Some(0x11))],
+        );
+        let t = trace(vec![fault(1_500_000_123, 0)]);
+        let mut out = Vec::new();
+        write_script([(&t, &stacks)], false, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "prog     7/8         1.500000:          1 page-faults:\n\
+             \t              10 inlined_fn+0x4 (inlined)\n\
+             \t              10 outer+0x4 (prog)\n\
+             \t              20 main+0x11 (prog)\n\n"
+        );
+    }
+}
