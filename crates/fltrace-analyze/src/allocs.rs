@@ -638,22 +638,40 @@ pub fn attribute_faults(lifetimes: &Lifetimes, faults: &[Fault]) -> Vec<Option<u
             .get(fault.addr)
             .or_else(|| mappings.get(fault.addr))
             .map(|(_, _, block)| block)
-            .or_else(|| heap.near(fault.addr, CHUNK_HEADER))
+            .or_else(|| {
+                heap.neighbours(fault.addr, CHUNK_HEADER)
+                    .into_iter()
+                    .flatten()
+                    .find(|&b| is_chunk_header(&blocks[b as usize], fault.addr))
+            })
             .or_else(|| header_of_unborn(blocks, born, fault));
     }
     hits
 }
 
-/// How far from a heap block the allocator writes its bookkeeping while returning it: glibc
-/// writes the chunk's size field just below the block and, splitting the free space, the size
-/// of what remains just past its end. Either can be the first touch of a page, taken inside
-/// `malloc`; such a fault counts for the block the call returned.
+/// How far below a heap block the allocator keeps its bookkeeping: glibc's chunk header
+/// (previous size, size).
 const CHUNK_HEADER: u64 = 16;
 
-/// The heap block, among those from `born` on (not yet born at the fault's time), that
-/// `fault` touched (its header or itself) during the call that returned it: the call's
-/// recorded time is the recorder's clock read when the call ends, which can be well after the
-/// fault when the thread was preempted in between (milliseconds on a busy machine).
+/// Whether `addr` is where glibc's malloc writes bookkeeping while returning block `b`: the
+/// chunk's header just below it or, splitting the free space, the size field of what remains
+/// just past its chunk. Either can be the first touch of a page, taken inside `malloc`; such a
+/// fault counts for the block the call returned.
+fn is_chunk_header(b: &Block, addr: u64) -> bool {
+    if b.kind != BlockKind::Heap || b.remnant {
+        return false;
+    }
+    // glibc's request2size: the size plus its size field, in 16-byte units, 32 at least.
+    let chunk = (b.size.saturating_add(8 + 15) & !15).max(32);
+    let next_size = b.addr.saturating_add(chunk - 8);
+    (b.addr.saturating_sub(CHUNK_HEADER)..b.addr).contains(&addr)
+        || (next_size..next_size.saturating_add(8)).contains(&addr)
+}
+
+/// The heap block, among those from `born` on (not yet born at the fault's time), whose chunk
+/// header `fault` wrote during the call that returned it: the call's recorded time is the
+/// recorder's clock read when the call ends, which can be well after the fault when the
+/// thread was preempted in between (milliseconds on a busy machine).
 fn header_of_unborn(blocks: &[Block], born: usize, fault: &Fault) -> Option<u32> {
     const CALL_SLACK_NS: u64 = 50_000_000;
     blocks
@@ -661,12 +679,7 @@ fn header_of_unborn(blocks: &[Block], born: usize, fault: &Fault) -> Option<u32>
         .iter()
         .take(64)
         .take_while(|b| b.start_ns <= fault.time_ns.saturating_add(CALL_SLACK_NS))
-        .position(|b| {
-            b.kind == BlockKind::Heap
-                && !b.remnant
-                && (b.addr.saturating_sub(CHUNK_HEADER)..b.end().saturating_add(CHUNK_HEADER))
-                    .contains(&fault.addr)
-        })
+        .position(|b| is_chunk_header(b, fault.addr))
         .map(|i| (born + i) as u32)
 }
 
@@ -984,6 +997,26 @@ mod tests {
             .collect();
         assert_eq!(at_peak, vec![(30, 300, 1), (50, 250, 1)]);
         assert_eq!(s.total(BlockKind::Heap).peak_bytes, 550);
+    }
+
+    /// glibc's bookkeeping written inside malloc counts for the block it returns: the chunk
+    /// header below it and the size of the remainder past its chunk, also when the call's
+    /// recorded time comes after the fault; other bytes around it do not.
+    #[test]
+    fn chunk_headers_count_for_their_block() {
+        let events = [malloc(10, 0x2010, 4096)];
+        let l = Lifetimes::new(&events, &[]);
+        let faults = [
+            fault(11, 0x2008), // its size field
+            fault(11, 0x3018), // the remainder's size field: 0x2010 + 4112 - 8
+            fault(11, 0x3010), // one past, not bookkeeping
+            fault(9, 0x3018),  // the remainder's size, before the call's recorded time
+            fault(9, 0x2010),  // the block itself before its allocation
+        ];
+        assert_eq!(
+            attribute_faults(&l, &faults),
+            vec![Some(0), Some(0), None, Some(0), None]
+        );
     }
 
     /// Faults land in the block alive at their time holding their address: at the first and

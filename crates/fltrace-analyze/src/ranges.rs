@@ -28,18 +28,20 @@ impl<V: Copy + PartialEq> RangeMap<V> {
         (addr < end).then_some((start, end, value))
     }
 
-    /// The value of the range that starts within `slack` bytes above `addr`, or else of the
-    /// one that ended within `slack` bytes below it (`addr` itself in neither).
-    pub(crate) fn near(&self, addr: u64, slack: u64) -> Option<V> {
+    /// The values of the range starting within `slack` bytes above `addr` and of the last one
+    /// starting at or below it, whether or not they hold it.
+    pub(crate) fn neighbours(&self, addr: u64, slack: u64) -> [Option<V>; 2] {
         let above = self
             .map
             .range(addr.saturating_add(1)..=addr.saturating_add(slack))
             .next()
             .map(|(_, &(_, value))| value);
-        above.or_else(|| {
-            let (_, &(end, value)) = self.map.range(..=addr).next_back()?;
-            (end <= addr && addr < end.saturating_add(slack)).then_some(value)
-        })
+        let below = self
+            .map
+            .range(..=addr)
+            .next_back()
+            .map(|(_, &(_, value))| value);
+        [above, below]
     }
 
     /// The range starting exactly at `start`.
