@@ -104,6 +104,9 @@ pub struct DebugResolver {
     config: DebugConfig,
     found: HashMap<(PathBuf, String), Option<DebugFiles>>,
     warnings: Vec<String>,
+    /// Servers that could not be reached: not tried again in this run, so that one dead
+    /// server costs one timeout rather than one per file.
+    unreachable: Vec<String>,
 }
 
 impl DebugResolver {
@@ -113,6 +116,7 @@ impl DebugResolver {
             config,
             found: HashMap::new(),
             warnings: Vec::new(),
+            unreachable: Vec::new(),
         }
     }
 
@@ -280,6 +284,9 @@ impl DebugResolver {
         let cache = self.config.debuginfod_cache.clone()?;
         let urls = self.config.debuginfod_urls.clone();
         for url in urls {
+            if self.unreachable.contains(&url) {
+                continue;
+            }
             let dir = cache.join(id);
             let target = dir.join(kind);
             match http_get_to(
@@ -291,9 +298,9 @@ impl DebugResolver {
                 Ok(true) => return Some(target),
                 Ok(false) => {}
                 Err(err) => {
-                    let line = format!("debuginfod {url}: {err}");
-                    if !self.warnings.contains(&line) {
-                        self.warnings.push(line);
+                    self.warnings.push(format!("debuginfod {url}: {err}"));
+                    if matches!(err, FetchError::Io(_) | FetchError::Unsupported(_)) {
+                        self.unreachable.push(url);
                     }
                 }
             }

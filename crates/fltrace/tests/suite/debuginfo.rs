@@ -149,6 +149,8 @@ fn stripped_binary_without_debug_file_has_no_lines() {
     copy(&split().stripped, &bin);
     dir.record(&[&bin], &["nested", PAGES]);
     let (report, _) = report_with(&dir, &[], &[]);
+    // The faults are there, only their lines are not.
+    assert!(report["faults"].as_u64().unwrap_or(0) >= 50, "{report}");
     assert_eq!(faults_c_lines(&report), 0, "{report}");
 }
 
@@ -412,4 +414,73 @@ fn archive_round_trip_after_rebuild() {
     let (beside, stderr) = csv_report(&dir, &[]);
     assert_eq!(beside, before);
     assert!(stderr.contains("fltrace-archive"), "{stderr}");
+}
+
+/// Every mapping of an ELF file carries the file's build ID, the executable's and its data
+/// mappings' included, as readelf reads it.
+#[test]
+fn every_elf_mapping_has_its_build_id() {
+    let s = split();
+    let dir = Dir::new();
+    let bin = dir.path().join("bin/faults");
+    copy(&s.stripped, &bin);
+    dir.record(&[&bin], &["nested", PAGES]);
+    let recording = fltrace_trace::Recording::latest(dir.path()).expect("a recording");
+    let pid = recording.root_pid().expect("a process");
+    let trace = recording.load(pid).expect("trace");
+    let ours: Vec<_> = trace
+        .mappings
+        .iter()
+        .filter(|m| Path::new(&m.path) == bin)
+        .collect();
+    // Text, read-only data and writable data at least.
+    assert!(ours.len() >= 3, "{ours:?}");
+    assert!(ours.iter().any(|m| !m.is_exec()));
+    for m in &ours {
+        assert_eq!(m.build_id, s.build_id, "{m:?}");
+    }
+    // The libraries: every mapping of a file that holds code.
+    let libraries: std::collections::BTreeSet<&str> = trace
+        .mappings
+        .iter()
+        .filter(|m| m.is_exec() && m.path.contains(".so"))
+        .map(|m| m.path.as_str())
+        .collect();
+    assert!(
+        libraries.iter().any(|l| l.contains("libc.so")),
+        "{libraries:?}"
+    );
+    for m in trace
+        .mappings
+        .iter()
+        .filter(|m| libraries.contains(m.path.as_str()))
+    {
+        assert_eq!(m.build_id, build_id(Path::new(&m.path)), "{m:?}");
+    }
+}
+
+/// A debuginfod server that does not answer costs one warning line, not the report.
+#[test]
+fn unreachable_debuginfod_is_one_warning() {
+    let s = split();
+    let dir = Dir::new();
+    let bin = dir.path().join("bin/faults");
+    copy(&s.stripped, &bin);
+    dir.record(&[&bin], &["nested", PAGES]);
+    // A port nobody listens on any more.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = PathBuf::from(format!("http://127.0.0.1:{port}"));
+    let cache = dir.path().join("cache");
+    let env: [(&str, &Path); 2] = [("DEBUGINFOD_URLS", &url), ("DEBUGINFOD_CACHE_PATH", &cache)];
+    let (report, stderr) = report_with(&dir, &env, &[]);
+    assert!(report["faults"].as_u64().unwrap_or(0) >= 50, "{report}");
+    assert_eq!(faults_c_lines(&report), 0, "{report}");
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("debuginfod")).count(),
+        1,
+        "{stderr}"
+    );
 }
