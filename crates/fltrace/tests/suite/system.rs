@@ -200,14 +200,14 @@ fn oomkill_names_the_victim_and_its_cgroup() {
         "{line}"
     );
     assert!(line.contains("loadavg: "), "{line}");
-    // About 32 MiB resident when killed: 8192 pages of 4 KiB, give or take the program.
+    // About 32 MiB resident when killed: 8192 pages of 4 KiB, plus the mapped libraries.
     let rss: u64 = line
         .split("rss ")
         .nth(1)
         .and_then(|r| r.split(' ').next())
         .and_then(|p| p.parse().ok())
         .expect("rss pages");
-    assert!((7000..=8500).contains(&rss), "{line}");
+    assert!((7000..=9500).contains(&rss), "{line}");
 }
 
 /// Clean page cache beyond a small limit is reclaimed by the group's own process: drsnoop
