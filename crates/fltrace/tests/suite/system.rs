@@ -333,6 +333,19 @@ fn brkstack_shows_the_line() {
         "{text}"
     );
 
+    // Folded: the process name, then the frames outermost first.
+    let out = Command::new(env!("CARGO_BIN_EXE_fltrace"))
+        .args(["brkstack", "--folded", "--", &exe, "brk"])
+        .output()
+        .expect("runs");
+    let folded = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        folded
+            .lines()
+            .any(|l| l.starts_with("sysmem;") && l.contains(";main;grow_break;")),
+        "{folded}"
+    );
+
     let out = Command::new(env!("CARGO_BIN_EXE_fltrace"))
         .args(["brkstack", "--duration", "200ms"])
         .output()
