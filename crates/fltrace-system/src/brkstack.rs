@@ -147,6 +147,9 @@ pub fn open(scope: &Scope) -> Result<BrkStack, Error> {
     Ok(BrkStack { session, dwarf })
 }
 
+/// (generation, comm, frames, calls) of one counted stack of a process.
+type StackCount = (u32, String, Vec<u64>, u64);
+
 struct Model {
     procs: HashMap<u32, Proc>,
     elf: ElfCache,
@@ -227,7 +230,7 @@ impl Model {
 
     /// Symbolizes every counted stack, per process, against the mappings it had.
     fn finish(self) -> Vec<Counted> {
-        let mut by_pid: HashMap<u32, Vec<(u32, String, Vec<u64>, u64)>> = HashMap::new();
+        let mut by_pid: HashMap<u32, Vec<StackCount>> = HashMap::new();
         for ((pid, generation, comm, frames), count) in self.counts {
             by_pid
                 .entry(pid)

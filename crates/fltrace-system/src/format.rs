@@ -82,7 +82,7 @@ impl TracepointFormat {
 }
 
 /// Parses the field lines of a format file, e.g.
-/// `field:__data_loc char[] comm;	offset:12;	size:4;	signed:0;`.
+/// `field:__data_loc char[] comm;` then `offset:12;`, `size:4;`, `signed:0;` (tab-separated).
 pub fn parse_fields(format: &str) -> Vec<Field> {
     let mut fields = Vec::new();
     for line in format.lines() {

@@ -3,8 +3,8 @@
 //! inode operations, `huge_memory:*` and `thp:*` collapse and migration). So every user fault
 //! (`exceptions:page_fault_user`) is looked up in its process's mappings: one in a hugetlb
 //! mapping (smaps `KernelPageSize` above the base page) is a hugetlb fault; a fault on a
-//! missing page of THP-eligible anonymous memory that is backed by a transparent huge page
-//! just after (pagemap and kpageflags) is a THP fault.
+//! missing page of anonymous memory that is backed by a transparent huge page just after
+//! (pagemap and kpageflags) is a THP fault.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -58,6 +58,8 @@ pub struct HFaults {
 pub fn open(scope: &Scope) -> Result<HFaults, Error> {
     let options = Options {
         ring_pages: 1024,
+        // A new mapping may reuse addresses of an old one: its record drops the cached maps.
+        mappings: true,
         ..Options::default()
     };
     Ok(HFaults {
@@ -67,6 +69,20 @@ pub fn open(scope: &Scope) -> Result<HFaults, Error> {
 
 /// x86 page fault error code: the page was present (a protection fault).
 const PRESENT: u64 = 1;
+
+/// Whether the page a fault at `addr` filled is a transparent huge page. The sample can be
+/// read while the kernel is still handling the fault (a huge page may need compaction
+/// first): a page not yet present is looked at again for up to 100 ms.
+fn thp_after_fault(pid: u32, addr: u64) -> bool {
+    for _ in 0..50 {
+        match procfs::page_state(pid, addr) {
+            Some(procfs::PageState::Present { thp }) => return thp,
+            Some(procfs::PageState::Missing) => std::thread::sleep(Duration::from_millis(2)),
+            None => return false,
+        }
+    }
+    false
+}
 
 impl HFaults {
     /// Counts until stopped, then prints one row per process and kind.
@@ -93,9 +109,10 @@ impl HFaults {
                     };
                     let kind = match maps.lookup(s.pid, addr).map(|m| m.kind) {
                         Some(MapKind::Hugetlb) => Kind::Hugetlb,
-                        Some(MapKind::ThpEligible)
-                            if error & PRESENT == 0
-                                && procfs::is_thp(s.pid, addr) == Some(true) =>
+                        // madvise(MADV_HUGEPAGE) makes memory eligible without a mapping
+                        // record, so any anonymous memory may hold a THP.
+                        Some(MapKind::ThpEligible | MapKind::Anon)
+                            if error & PRESENT == 0 && thp_after_fault(s.pid, addr) =>
                         {
                             Kind::Thp
                         }

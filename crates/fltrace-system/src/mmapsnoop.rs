@@ -109,13 +109,12 @@ impl MmapSnoop {
         duration: Option<Duration>,
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
-        let (Some(enter), Some(_)) = (
+        let (Some(enter), Some(exit)) = (
             self.session.format(0).cloned(),
             self.session.format(1).cloned(),
         ) else {
             return Ok(None);
         };
-        let exit = self.session.format(1).cloned();
         let mut pending: HashMap<u32, Pending> = HashMap::new();
         let mut failure = None;
         printer.header()?;
@@ -150,10 +149,7 @@ impl MmapSnoop {
                     let Some(p) = pending.remove(&s.tid) else {
                         return;
                     };
-                    let ret = exit
-                        .as_ref()
-                        .and_then(|f| f.decode(&s.raw).i64("ret"))
-                        .unwrap_or(0);
+                    let ret = exit.decode(&s.raw).i64("ret").unwrap_or(0);
                     let file = file_of(s.pid, &p, ret);
                     let row = [
                         Value::Float(ctx.seconds(s.time_ns), 6),

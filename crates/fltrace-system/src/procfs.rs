@@ -374,9 +374,21 @@ impl MapsCache {
     }
 }
 
-/// Whether the page of `pid` at `addr` is part of a transparent huge page now
-/// (/proc/PID/pagemap gives its frame, /proc/kpageflags its flags; root only).
-pub fn is_thp(pid: u32, addr: u64) -> Option<bool> {
+/// The state of a page of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageState {
+    /// Not in memory.
+    Missing,
+    /// In memory, part of a transparent huge page or not.
+    Present {
+        /// Whether it is part of a transparent huge page.
+        thp: bool,
+    },
+}
+
+/// The page of `pid` at `addr` now (/proc/PID/pagemap gives its frame, /proc/kpageflags its
+/// flags; root only); `None` when they cannot be read.
+pub fn page_state(pid: u32, addr: u64) -> Option<PageState> {
     use std::os::unix::fs::FileExt;
     let page = fltrace_capture::ring::page_size() as u64;
     let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).ok()?;
@@ -385,7 +397,7 @@ pub fn is_thp(pid: u32, addr: u64) -> Option<bool> {
     let entry = u64::from_ne_bytes(entry);
     const PRESENT: u64 = 1 << 63;
     if entry & PRESENT == 0 {
-        return Some(false);
+        return Some(PageState::Missing);
     }
     let pfn = entry & ((1 << 55) - 1);
     if pfn == 0 {
@@ -395,7 +407,9 @@ pub fn is_thp(pid: u32, addr: u64) -> Option<bool> {
     let mut word = [0u8; 8];
     flags.read_exact_at(&mut word, pfn * 8).ok()?;
     const KPF_THP: u64 = 1 << 22;
-    Some(u64::from_ne_bytes(word) & KPF_THP != 0)
+    Some(PageState::Present {
+        thp: u64::from_ne_bytes(word) & KPF_THP != 0,
+    })
 }
 
 #[cfg(test)]

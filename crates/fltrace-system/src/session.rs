@@ -409,52 +409,17 @@ impl Session {
             }
         };
         let inherit = matches!(scope.target, Target::Pids(_) | Target::Command(_));
-        let cpus = sys::online_cpus().map_err(Error::kernel("the list of online CPUs"))?;
-        let mut events = Vec::new();
-        let mut rings = Vec::new();
-        let mut by_id = HashMap::new();
-        for &cpu in &cpus {
-            let mut leader: Option<usize> = None;
-            for (index, attr) in attrs.iter().enumerate() {
-                let mut attr = *attr;
-                attr.set_inherit(u64::from(inherit));
-                for &(pid, flags) in &tasks {
-                    let event = match PerfEvent::open_with_flags(&attr, pid, cpu, flags) {
-                        Ok(event) => event,
-                        // A thread of a named process ended while we opened its events.
-                        Err(e)
-                            if pid > 0 && flags == 0 && e.raw_os_error() == Some(libc::ESRCH) =>
-                        {
-                            continue;
-                        }
-                        Err(e) => {
-                            let name = match sources[index] {
-                                Source::Tracepoint { group, name } => format!("{group}:{name}"),
-                                Source::MajorFaults => "major-faults".to_owned(),
-                            };
-                            return Err(Error::kernel(format!("opening {name}"))(e));
-                        }
-                    };
-                    match leader {
-                        Some(l) => event
-                            .set_output(&events[l])
-                            .map_err(Error::kernel("sharing a ring buffer"))?,
-                        None => {
-                            rings.push(
-                                RingBuffer::map(&event, options.ring_pages)
-                                    .map_err(Error::kernel("mapping a ring buffer"))?,
-                            );
-                            leader = Some(events.len());
-                        }
-                    }
-                    by_id.insert(event.id().map_err(Error::kernel("an event's id"))?, index);
-                    events.push(event);
+        let opened = open_events(sources, &attrs, &tasks, inherit, options.ring_pages);
+        let (events, rings, by_id) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                // The command never runs when its tracing cannot be set up.
+                if let Some(pending) = release {
+                    pending.abort();
                 }
+                return Err(e);
             }
-        }
-        for event in &events {
-            event.enable().map_err(Error::kernel("enabling events"))?;
-        }
+        };
         drop(cgroup_dir);
         let parse_infos = attrs.iter().map(sys::parse_info).collect();
         let (mono, wall) = (procfs::monotonic_ns(), procfs::realtime_ns());
@@ -586,6 +551,64 @@ impl Session {
         }
         Ok(status)
     }
+}
+
+/// Open events, their rings (one per CPU), and the source of each event id.
+type Opened = (Vec<PerfEvent>, Vec<RingBuffer>, HashMap<u64, usize>);
+
+/// The events of every source for every task on every CPU, enabled, one ring per CPU.
+fn open_events(
+    sources: &[Source],
+    attrs: &[perf_event_attr],
+    tasks: &[(i32, u32)],
+    inherit: bool,
+    ring_pages: usize,
+) -> Result<Opened, Error> {
+    let cpus = sys::online_cpus().map_err(Error::kernel("the list of online CPUs"))?;
+    let mut events = Vec::new();
+    let mut rings = Vec::new();
+    let mut by_id = HashMap::new();
+    for &cpu in &cpus {
+        let mut leader: Option<usize> = None;
+        for (index, attr) in attrs.iter().enumerate() {
+            let mut attr = *attr;
+            attr.set_inherit(u64::from(inherit));
+            for &(pid, flags) in tasks {
+                let event = match PerfEvent::open_with_flags(&attr, pid, cpu, flags) {
+                    Ok(event) => event,
+                    // A thread of a named process ended while we opened its events.
+                    Err(e) if pid > 0 && flags == 0 && e.raw_os_error() == Some(libc::ESRCH) => {
+                        continue;
+                    }
+                    Err(e) => {
+                        let name = match sources[index] {
+                            Source::Tracepoint { group, name } => format!("{group}:{name}"),
+                            Source::MajorFaults => "major-faults".to_owned(),
+                        };
+                        return Err(Error::kernel(format!("opening {name}"))(e));
+                    }
+                };
+                match leader {
+                    Some(l) => event
+                        .set_output(&events[l])
+                        .map_err(Error::kernel("sharing a ring buffer"))?,
+                    None => {
+                        rings.push(
+                            RingBuffer::map(&event, ring_pages)
+                                .map_err(Error::kernel("mapping a ring buffer"))?,
+                        );
+                        leader = Some(events.len());
+                    }
+                }
+                by_id.insert(event.id().map_err(Error::kernel("an event's id"))?, index);
+                events.push(event);
+            }
+        }
+    }
+    for event in &events {
+        event.enable().map_err(Error::kernel("enabling events"))?;
+    }
+    Ok((events, rings, by_id))
 }
 
 /// Parses one ring record. Samples carry their event id first (`PERF_SAMPLE_IDENTIFIER`),
