@@ -35,5 +35,5 @@ pub use group::{
     AllocGroup, AllocSiteGroup, AllocSource, Group, GroupBy, GroupKey, call_site, coverage,
     group_allocs, group_faults, group_faults_by_alloc_site,
 };
-pub use ranges::{MappingIndex, mapping_label};
+pub use ranges::{MappingIndex, mapping_label, named_regions};
 pub use symbolize::{Location, ResolvedStacks, Symbolizer};
