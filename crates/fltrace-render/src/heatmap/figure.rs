@@ -343,6 +343,7 @@ impl Heatmap {
         order.sort_by_key(|(_, b)| std::cmp::Reverse(b.blocks));
         let mut taken = Taken::default();
         let step = text_h + SPACING;
+        let (mut leaders, mut brackets) = (Vec::new(), Vec::new());
         for (index, band) in order {
             let (y0, y1) = (grid.above(band.rows.1), grid.below(band.rows.0) - 1);
             let middle = (y0 + y1) / 2;
@@ -367,14 +368,21 @@ impl Heatmap {
             let Some((at, bounds)) = spot else {
                 continue;
             };
-            figure.line((bracket_x, y0), (bracket_x, y1), AXIS);
-            figure.line((bracket_x - 2, y0), (bracket_x, y0), AXIS);
-            figure.line((bracket_x - 2, y1), (bracket_x, y1), AXIS);
-            figure.line((bracket_x, middle), (names_x - 3, at.1), BAND_LINE);
+            leaders.push(((bracket_x, middle), (names_x - 3, at.1)));
+            brackets.push((bracket_x, y0, y1));
             figure.text(at, label.clone(), TEXT, BLACK, Anchor::Left);
             if label != band.name {
                 figure.tooltips.push((bounds, tooltip));
             }
+        }
+        // Leaders first: brackets stay whole where a leader crosses them.
+        for (from, to) in leaders {
+            figure.line(from, to, BAND_LINE);
+        }
+        for (x, y0, y1) in brackets {
+            figure.line((x, y0), (x, y1), AXIS);
+            figure.line((x - 2, y0), (x, y0), AXIS);
+            figure.line((x - 2, y1), (x, y1), AXIS);
         }
     }
 

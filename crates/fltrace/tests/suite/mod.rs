@@ -2,6 +2,7 @@ mod allocs;
 mod cli;
 mod errors;
 mod farmem;
+mod heatmap;
 mod processes;
 mod stacks;
 mod util;
