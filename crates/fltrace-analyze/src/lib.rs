@@ -50,6 +50,6 @@ pub use group::{
 };
 pub use names::demangle;
 pub use pprof::write_pprof;
-pub use ranges::{MappingIndex, mapping_label};
+pub use ranges::{MappingIndex, mapping_label, named_regions};
 pub use symbolize::{CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer};
 pub use tracer::separate_tracer;

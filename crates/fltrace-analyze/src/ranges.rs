@@ -143,6 +143,46 @@ pub fn mapping_label(mapping: Option<&Mapping>) -> String {
     }
 }
 
+/// The address ranges of a process's mappings with short names, for labelling a map of
+/// addresses: a file's base name (`libc.so.6`), the kernel's name for `[heap]`, `[stack]` and
+/// the like, `[anon]` for anonymous memory. Sorted and disjoint: where mappings overlap, the
+/// latest generation's latest mapping wins, as the process last saw its memory.
+pub fn named_regions(mappings: &[Mapping]) -> Vec<(u64, u64, String)> {
+    let mut order: Vec<usize> = (0..mappings.len()).collect();
+    // Stable: within a generation, the order of reports stays.
+    order.sort_by_key(|&i| mappings[i].generation);
+    let mut ranges: RangeMap<usize> = RangeMap::default();
+    for i in order {
+        let mapping = &mappings[i];
+        if mapping.start >= mapping.end {
+            continue;
+        }
+        for (s, e, old) in ranges.take_overlapping(mapping.start, mapping.end) {
+            if s < mapping.start {
+                ranges.insert(s, mapping.start, old);
+            }
+            if e > mapping.end {
+                ranges.insert(mapping.end, e, old);
+            }
+        }
+        ranges.insert(mapping.start, mapping.end, i);
+    }
+    ranges
+        .drain()
+        .map(|(start, end, i)| {
+            let m = &mappings[i];
+            let name = if m.is_file() {
+                m.path.rsplit('/').next().unwrap_or(&m.path).to_owned()
+            } else if m.path.starts_with('[') {
+                m.path.clone()
+            } else {
+                "[anon]".to_owned()
+            };
+            (start, end, name)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +207,32 @@ mod tests {
         // A zero-length range is found by an empty query at its start only.
         assert_eq!(ranges.take_overlapping(51, 51), vec![]);
         assert_eq!(ranges.take_overlapping(50, 50), vec![(50, 50, 50)]);
+    }
+
+    /// Regions are named shortly and a later generation's mapping wins over an earlier one.
+    #[test]
+    fn regions_have_short_names() {
+        let mapping = |generation, start, end, path: &str| Mapping {
+            generation,
+            start,
+            end,
+            path: path.to_owned(),
+            ..Mapping::default()
+        };
+        let regions = named_regions(&[
+            mapping(0, 0x1000, 0x5000, "/usr/lib/libc.so.6"),
+            mapping(1, 0x3000, 0x4000, "//anon"),
+            mapping(1, 0x9000, 0xa000, "[heap]"),
+        ]);
+        assert_eq!(
+            regions,
+            vec![
+                (0x1000, 0x3000, "libc.so.6".to_owned()),
+                (0x3000, 0x4000, "[anon]".to_owned()),
+                (0x4000, 0x5000, "libc.so.6".to_owned()),
+                (0x9000, 0xa000, "[heap]".to_owned()),
+            ]
+        );
     }
 
     /// A later mapping replaces the middle of an earlier one; generations are apart.

@@ -1,10 +1,11 @@
 //! The WORDS'23 figure: page faults and faulting code locations against local memory.
 
+use std::io::Write;
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::Error;
+use crate::{Error, HeatLabels, Heatmap};
 
 /// One run of a local-memory sweep.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,6 +24,7 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, path: &Path) -> Result<(),
     if points.is_empty() {
         return Err(Error::Empty);
     }
+    crate::plot::ensure_font()?;
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
         root.fill(&WHITE)?;
@@ -92,6 +94,7 @@ pub fn wss_plot(samples: &[(f64, u64, u64)], title: &str, path: &Path) -> Result
     if samples.is_empty() {
         return Err(Error::Empty);
     }
+    crate::plot::ensure_font()?;
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
         root.fill(&WHITE)?;
@@ -139,58 +142,110 @@ pub fn wss_plot(samples: &[(f64, u64, u64)], title: &str, path: &Path) -> Result
     draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
 }
 
-/// The memref patch's two plots side by side: events per time bucket (temporal) and per
-/// address row (spatial), as an SVG file.
-pub fn memref_plots(
-    temporal: &[u64],
-    spatial: &[u64],
-    title: &str,
-    path: &Path,
-) -> Result<(), Error> {
-    if temporal.is_empty() || spatial.is_empty() {
-        return Err(Error::Empty);
-    }
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::new(path, (1100, 420)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let (left, right) = root.split_horizontally(550);
-        for (area, values, caption, x_desc) in [
-            (
-                &left,
-                temporal,
-                "temporal: events per time bucket",
-                "time bucket",
-            ),
-            (
-                &right,
-                spatial,
-                "spatial: events per address row",
-                "address row (packed)",
-            ),
-        ] {
-            let top = values.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
-            let mut chart = ChartBuilder::on(area)
-                .caption(format!("{title}: {caption}"), ("sans-serif", 15))
-                .margin(12)
-                .x_label_area_size(36)
-                .y_label_area_size(60)
-                .build_cartesian_2d(0f64..values.len() as f64, 0f64..top)?;
+/// The memref patch's two plots side by side, as an SVG document: events per column of the
+/// map over time (temporal) and per row over the packed addresses (spatial).
+pub fn memref_plots(map: &Heatmap, labels: &HeatLabels, mut out: impl Write) -> Result<(), Error> {
+    crate::plot::ensure_font()?;
+    let temporal = map.temporal();
+    let spatial = map.spatial();
+    let count_name = if labels.count_name.is_empty() {
+        "events"
+    } else {
+        labels.count_name.as_str()
+    };
+    let (t0, t1) = map.time_range;
+    let start = (t0 - map.time_origin().min(t0)) as f64 / 1e9;
+    let span = (t1 - t0 + 1) as f64 / 1e9;
+    let column = span / map.width as f64;
+    let origin = if labels.time_origin.is_empty() {
+        "the first event"
+    } else {
+        labels.time_origin.as_str()
+    };
+    let mut svg = String::new();
+    let draw =
+        |svg: &mut String| -> Result<(), Box<dyn std::error::Error>> {
+            let root = SVGBackend::with_string(svg, (1200, 440)).into_drawing_area();
+            root.fill(&WHITE)?;
+            let (left, right) = root.split_horizontally(600);
+            let label_font = ("sans-serif", 14);
+            // Temporal: seconds along x, ticks as many as their labels leave room for.
+            let top = temporal.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+            let mut chart = ChartBuilder::on(&left)
+                .caption(
+                    format!("temporal: {count_name} over time"),
+                    ("sans-serif", 18),
+                )
+                .margin(14)
+                .x_label_area_size(44)
+                .y_label_area_size(70)
+                .build_cartesian_2d(start..start + span, 0f64..top)?;
+            let step = crate::plot::nice_step(span, 6);
             chart
                 .configure_mesh()
-                .x_desc(x_desc)
-                .y_desc("events")
+                .x_labels(7)
+                .y_labels(6)
+                .label_style(label_font)
+                .axis_desc_style(label_font)
+                .x_label_formatter(&|v| crate::plot::tick_label(*v, step))
+                .y_label_formatter(&|v| format!("{v:.0}"))
+                .x_desc(format!("time since {origin} (s)"))
+                .y_desc(format!(
+                    "{count_name} per {}",
+                    crate::plot::human_seconds(column)
+                ))
                 .draw()?;
-            chart.draw_series(values.iter().enumerate().map(|(i, &v)| {
-                Rectangle::new(
-                    [(i as f64, 0.0), (i as f64 + 1.0, v as f64)],
-                    BLUE.mix(0.7).filled(),
+            chart.draw_series(temporal.iter().enumerate().filter(|(_, v)| **v > 0).map(
+                |(i, &v)| {
+                    let x = start + i as f64 * column;
+                    Rectangle::new([(x, 0.0), (x + column, v as f64)], BLUE.mix(0.7).filled())
+                },
+            ))?;
+            // Spatial: the packed rows along x, labelled with their first address.
+            let top = spatial.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+            let rows = spatial.len() as f64;
+            let widest =
+                crate::plot::text_size(&format!("{:#x}", map.row_address(map.height - 1)), 15.0).0;
+            let label_count = ((600 - 14 * 2 - 70) / (widest + 24)).max(1) as usize;
+            let mut chart = ChartBuilder::on(&right)
+                .caption(
+                    format!("spatial: {count_name} over address"),
+                    ("sans-serif", 18),
                 )
-            }))?;
-        }
-        root.present()?;
-        Ok(())
-    };
-    draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
+                .margin(14)
+                .x_label_area_size(44)
+                .y_label_area_size(70)
+                .build_cartesian_2d(0f64..rows, 0f64..top)?;
+            chart
+                .configure_mesh()
+                .x_labels(label_count)
+                .y_labels(6)
+                .label_style(label_font)
+                .axis_desc_style(label_font)
+                .y_label_formatter(&|v| format!("{v:.0}"))
+                .x_label_formatter(&|r| {
+                    format!("{:#x}", map.row_address((*r as usize).min(map.height - 1)))
+                })
+                .x_desc(format!(
+                    "address, touched ranges packed (one row = {})",
+                    crate::plot::human_bytes(map.bytes_per_row())
+                ))
+                .y_desc(format!("{count_name} per row"))
+                .draw()?;
+            chart.draw_series(spatial.iter().enumerate().filter(|(_, v)| **v > 0).map(
+                |(i, &v)| {
+                    Rectangle::new(
+                        [(i as f64, 0.0), (i as f64 + 1.0, v as f64)],
+                        BLUE.mix(0.7).filled(),
+                    )
+                },
+            ))?;
+            root.present()?;
+            Ok(())
+        };
+    draw(&mut svg).map_err(|e| Error::Draw(e.to_string()))?;
+    out.write_all(svg.as_bytes())?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,9 +2,11 @@
 //! ranges are packed together with visible boundaries, so that a 47-bit address space with a
 //! few busy regions still fills the picture.
 
-use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::Path;
+mod figure;
+
+use std::io::Write;
+
+pub use figure::HeatLabels;
 
 use crate::Error;
 
@@ -43,6 +45,35 @@ pub struct PlacedRect {
     pub rows: (usize, usize),
     /// Its label.
     pub label: String,
+}
+
+/// A named address range (a mapping: `[heap]`, `libc.so.6`, `[anon]`), to label the rows of
+/// the map it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressRegion {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// What to call it.
+    pub name: String,
+}
+
+/// Rows of the map that belong together: the touched blocks of one named region (consecutive
+/// regions of the same name, such as a library's segments, make one band), or without names
+/// one contiguous touched range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Band {
+    /// Lowest and highest row.
+    pub rows: (usize, usize),
+    /// The first touched address.
+    pub start: u64,
+    /// One past the last touched address.
+    pub end: u64,
+    /// The region's name, empty when no region covers it.
+    pub name: String,
+    /// Touched blocks in the band.
+    pub blocks: usize,
 }
 
 /// The outline colour of allocation rectangles.
@@ -90,6 +121,10 @@ pub struct Heatmap {
     blocks: Vec<u64>,
     /// Allocations drawn over the cells.
     pub rects: Vec<PlacedRect>,
+    /// The labelled bands of rows, lowest first.
+    pub bands: Vec<Band>,
+    /// The time shown as 0 on the time axis (the start of the recording).
+    time_origin: u64,
 }
 
 /// Builds a heatmap in two passes over events given in batches, so that memory stays bounded
@@ -159,7 +194,7 @@ impl HeatmapBuilder {
                 }
             }
         }
-        Ok(Heatmap {
+        let mut map = Heatmap {
             max_count: 1,
             width,
             height,
@@ -170,7 +205,11 @@ impl HeatmapBuilder {
             blocks_per_row,
             blocks,
             rects: Vec::new(),
-        })
+            bands: Vec::new(),
+            time_origin: self.time_range.0,
+        };
+        map.name_regions(&[]);
+        Ok(map)
     }
 }
 
@@ -182,6 +221,78 @@ impl Heatmap {
         let mut map = builder.layout()?;
         map.add(events);
         Ok(map)
+    }
+
+    /// Sets the time shown as 0 on the time axis (by default the first event's).
+    pub fn set_time_origin(&mut self, origin: u64) {
+        self.time_origin = origin.min(self.time_range.0);
+    }
+
+    /// The time shown as 0 on the time axis.
+    pub fn time_origin(&self) -> u64 {
+        self.time_origin
+    }
+
+    /// The busiest cell's count (reads or writes), the top of the colour scale.
+    pub fn max_count(&self) -> u32 {
+        self.max_count
+    }
+
+    /// The first address of a row.
+    pub fn row_address(&self, row: usize) -> u64 {
+        let rank = (row * self.blocks_per_row).min(self.blocks.len() - 1);
+        self.blocks[rank] << self.block_bits
+    }
+
+    /// Groups the rows into [`bands`](Self::bands) by the named regions covering their blocks;
+    /// `regions` need not be sorted but must not overlap. Blocks outside every region form
+    /// one band per contiguous touched range.
+    pub fn name_regions(&mut self, regions: &[AddressRegion]) {
+        let mut regions: Vec<&AddressRegion> = regions.iter().filter(|r| r.end > r.start).collect();
+        regions.sort_by_key(|r| r.start);
+        // Consecutive regions of one name (a library's segments) share a group, and a band.
+        let mut groups = Vec::with_capacity(regions.len());
+        for (i, region) in regions.iter().enumerate() {
+            let same = i > 0 && regions[i - 1].name == region.name;
+            let last = groups.last().copied().unwrap_or(0);
+            groups.push(if same || i == 0 { last } else { last + 1 });
+        }
+        let group_of = |addr: u64| {
+            let i = regions.partition_point(|r| r.start <= addr);
+            (i > 0 && addr < regions[i - 1].end).then(|| (groups[i - 1], i - 1))
+        };
+        let bits = self.block_bits;
+        let mut bands: Vec<Band> = Vec::new();
+        let mut previous: Option<(u64, Option<(usize, usize)>)> = None;
+        for (rank, &block) in self.blocks.iter().enumerate() {
+            let group = group_of(block << bits);
+            let row = rank / self.blocks_per_row;
+            let same_band =
+                previous.is_some_and(|(prev_block, prev_group)| match (prev_group, group) {
+                    (Some((a, _)), Some((b, _))) => a == b,
+                    // Outside every region, each contiguous touched range is a band.
+                    (None, None) => prev_block + 1 == block,
+                    _ => false,
+                });
+            match bands.last_mut() {
+                Some(band) if same_band => {
+                    band.rows.1 = row;
+                    band.end = (block + 1) << bits;
+                    band.blocks += 1;
+                }
+                _ => bands.push(Band {
+                    rows: (row, row),
+                    start: block << bits,
+                    end: (block + 1) << bits,
+                    name: group
+                        .map(|(_, i)| regions[i].name.clone())
+                        .unwrap_or_default(),
+                    blocks: 1,
+                }),
+            }
+            previous = Some((block, group));
+        }
+        self.bands = bands;
     }
 
     /// Second pass for a range sample: `weight` accesses (as reads: range traces do not tell
@@ -234,15 +345,6 @@ impl Heatmap {
         }
     }
 
-    /// Whether a cell lies on the outline of a placed allocation.
-    fn on_outline(&self, col: usize, row: usize) -> bool {
-        self.rects.iter().any(|r| {
-            let inside =
-                (r.cols.0..=r.cols.1).contains(&col) && (r.rows.0..=r.rows.1).contains(&row);
-            inside && (col == r.cols.0 || col == r.cols.1 || row == r.rows.0 || row == r.rows.1)
-        })
-    }
-
     /// Second pass: counts a batch of events (from the same events as were scanned).
     pub fn add(&mut self, events: &[HeatEvent]) {
         let (t0, t1) = self.time_range;
@@ -265,21 +367,7 @@ impl Heatmap {
     /// (log scale against the busiest cell); untouched cells white.
     pub fn color(&self, col: usize, row: usize) -> [u8; 3] {
         let [reads, writes] = self.cells[row * self.width + col];
-        if reads == 0 && writes == 0 {
-            return [255, 255, 255];
-        }
-        let max = f64::from(self.max_count);
-        let level = |n: u32| {
-            if n == 0 {
-                0.0
-            } else {
-                0.35 + 0.65 * (1.0 + n as f64).ln() / (1.0 + max).ln()
-            }
-        };
-        let (r, b) = (level(writes), level(reads));
-        let shade = |v: f64| (255.0 * (1.0 - v)) as u8;
-        // Subtractive: a read takes away red and green, a write green and blue.
-        [shade(b), shade(r.max(b)), shade(r)]
+        color_of(reads, writes, self.max_count)
     }
 
     /// Bytes of address space per row.
@@ -287,105 +375,18 @@ impl Heatmap {
         (self.blocks_per_row as u64) << self.block_bits
     }
 
-    /// Writes a PNG, one pixel per cell, highest addresses at the top, range boundaries grey.
-    pub fn write_png(&self, path: &Path) -> Result<(), Error> {
-        let file = std::io::BufWriter::new(std::fs::File::create(path)?);
-        let mut encoder = png::Encoder::new(file, self.width as u32, self.height as u32);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder
-            .write_header()
-            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-        let mut data = Vec::with_capacity(self.width * self.height * 3);
-        for y in 0..self.height {
-            let row = self.height - 1 - y;
-            let boundary = self.boundaries.iter().any(|(r, _)| *r == row && row != 0);
-            for col in 0..self.width {
-                let mut color = self.color(col, row);
-                if boundary && color == [255, 255, 255] {
-                    color = [200, 200, 200];
-                }
-                if !self.rects.is_empty() && self.on_outline(col, row) {
-                    color = ALLOC_OUTLINE;
-                }
-                data.extend_from_slice(&color);
-            }
-        }
-        writer
-            .write_image_data(&data)
-            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-        Ok(())
+    /// Writes the map as a PNG: the same picture as [`write_svg`](Self::write_svg), axes,
+    /// labels and legend included.
+    pub fn write_png(&self, out: impl Write, labels: &HeatLabels) -> Result<(), Error> {
+        crate::plot::ensure_font()?;
+        self.figure(labels).write_png(out)
     }
 
-    /// Writes an SVG: the cells as rectangles (touched ones only), range boundaries as lines
-    /// labelled with their first address, and the time axis.
-    pub fn write_svg(&self, path: &Path, title: &str) -> Result<(), Error> {
-        let (left, top, cell_w, cell_h) = (
-            150.0,
-            40.0,
-            (900.0 / self.width as f64).max(0.5),
-            (600.0 / self.height as f64).max(0.5),
-        );
-        let (w, h) = (
-            left + cell_w * self.width as f64 + 20.0,
-            top + cell_h * self.height as f64 + 50.0,
-        );
-        let mut svg = String::new();
-        let _ = writeln!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0}" height="{h:.0}" font-family="sans-serif" font-size="11">"#
-        );
-        let _ = writeln!(
-            svg,
-            r#"<rect width="100%" height="100%" fill="white"/><text x="{left}" y="20" font-size="15">{}</text>"#,
-            escape(title)
-        );
-        for row in 0..self.height {
-            let y = top + (self.height - 1 - row) as f64 * cell_h;
-            for col in 0..self.width {
-                let [r, g, b] = self.color(col, row);
-                if [r, g, b] != [255, 255, 255] {
-                    let _ = writeln!(
-                        svg,
-                        r#"<rect x="{:.2}" y="{y:.2}" width="{cell_w:.2}" height="{cell_h:.2}" fill="rgb({r},{g},{b})"/>"#,
-                        left + col as f64 * cell_w
-                    );
-                }
-            }
-        }
-        let [gr, gg, gb] = ALLOC_OUTLINE;
-        for rect in &self.rects {
-            let x = left + rect.cols.0 as f64 * cell_w;
-            let y = top + (self.height - 1 - rect.rows.1) as f64 * cell_h;
-            let rw = (rect.cols.1 - rect.cols.0 + 1) as f64 * cell_w;
-            let rh = (rect.rows.1 - rect.rows.0 + 1) as f64 * cell_h;
-            let label = escape(&rect.label);
-            let _ = writeln!(
-                svg,
-                r#"<rect x="{x:.2}" y="{y:.2}" width="{rw:.2}" height="{rh:.2}" fill="none" stroke="rgb({gr},{gg},{gb})" stroke-width="1"><title>{label}</title></rect><text x="{:.2}" y="{:.2}" fill="rgb({gr},{gg},{gb})" font-size="9">{label}</text>"#,
-                x + 2.0,
-                y + 10.0
-            );
-        }
-        for (row, addr) in &self.boundaries {
-            let y = top + (self.height - row) as f64 * cell_h;
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{left}" x2="{:.0}" y1="{y:.2}" y2="{y:.2}" stroke="#999" stroke-width="0.5"/><text x="4" y="{y:.2}">{addr:#x}</text>"##,
-                w - 20.0
-            );
-        }
-        let seconds = (self.time_range.1 - self.time_range.0) as f64 / 1e9;
-        let _ = writeln!(
-            svg,
-            r#"<text x="{left}" y="{:.0}">0 s</text><text x="{:.0}" y="{:.0}" text-anchor="end">{seconds:.3} s (reads blue, writes red, both purple; {} bytes per row)</text>"#,
-            h - 20.0,
-            w - 20.0,
-            h - 20.0,
-            self.bytes_per_row()
-        );
-        svg.push_str("</svg>\n");
-        std::fs::File::create(path)?.write_all(svg.as_bytes())?;
+    /// Writes the map as an SVG: cells, the time axis in seconds, the address axis with the
+    /// touched ranges packed and each band named, the allocations, and a colour legend.
+    pub fn write_svg(&self, mut out: impl Write, labels: &HeatLabels) -> Result<(), Error> {
+        crate::plot::ensure_font()?;
+        out.write_all(self.figure(labels).to_svg()?.as_bytes())?;
         Ok(())
     }
 
@@ -444,14 +445,28 @@ impl Heatmap {
     }
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// The colour of a cell with `reads` and `writes` against the busiest cell's `max`: reads
+/// blue, writes red, both purple, darker for more (log scale); untouched cells white.
+pub fn color_of(reads: u32, writes: u32, max: u32) -> [u8; 3] {
+    if reads == 0 && writes == 0 {
+        return [255, 255, 255];
+    }
+    let max = f64::from(max.max(1));
+    let level = |n: u32| {
+        if n == 0 {
+            0.0
+        } else {
+            0.35 + 0.65 * (1.0 + n as f64).ln() / (1.0 + max).ln()
+        }
+    };
+    let (r, b) = (level(writes), level(reads));
+    let shade = |v: f64| (255.0 * (1.0 - v)) as u8;
+    // Subtractive: a read takes away red and green, a write green and blue.
+    [shade(b), shade(r.max(b)), shade(r)]
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Page blocks, ten time buckets, room for every block.
@@ -501,52 +516,68 @@ mod tests {
         assert_eq!(cell(5, 2), [1, 1]);
     }
 
-    /// Pixels of the PNG: writes red, reads blue, both purple, untouched white, rows bottom-up.
-    /// The RGB bytes of a PNG, row by row from the top.
-    fn png_pixels(path: &Path) -> Vec<u8> {
-        let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
-        let mut reader = png::Decoder::new(file).read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-        reader.next_frame(&mut buf).unwrap();
-        buf
+    fn labels() -> HeatLabels {
+        HeatLabels {
+            title: "t".into(),
+            subtitle: "s".into(),
+            count_name: "faults".into(),
+            time_origin: "the start".into(),
+        }
     }
 
+    /// The written PNG, decoded: its size and RGB bytes row by row from the top.
+    pub(crate) fn png_of(map: &Heatmap) -> (u32, u32, Vec<u8>) {
+        let mut png = Vec::new();
+        map.write_png(&mut png, &labels()).unwrap();
+        let mut reader = png::Decoder::new(std::io::Cursor::new(png))
+            .read_info()
+            .unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        (info.width, info.height, buf)
+    }
+
+    /// The colour in the middle of a cell of the PNG.
+    fn cell_pixel(map: &Heatmap, png: &(u32, u32, Vec<u8>), col: usize, row: usize) -> [u8; 3] {
+        let (_, grid) = map.layout_figure(&labels());
+        let b = grid.cell(col, row);
+        pixel(png, (b[0] + b[2]) / 2, (b[1] + b[3]) / 2)
+    }
+
+    fn pixel(png: &(u32, u32, Vec<u8>), x: i32, y: i32) -> [u8; 3] {
+        let i = (y as usize * png.0 as usize + x as usize) * 3;
+        [png.2[i], png.2[i + 1], png.2[i + 2]]
+    }
+
+    /// Pixels of the PNG: writes red, reads blue, both purple, untouched white, rows bottom-up.
     #[test]
     fn png_pixels_at_known_cells() {
         let map = Heatmap::build(&events(), SMALL).unwrap();
-        let dir = std::env::temp_dir().join(format!("fltrace-heat-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("h.png");
-        map.write_png(&path).unwrap();
-        let buf = png_pixels(&path);
-        let pixel = |x: usize, y: usize| {
-            let i = (y * 10 + x) * 3;
-            [buf[i], buf[i + 1], buf[i + 2]]
-        };
-        // Row 0 (lowest addresses) is the bottom line, y = 2.
-        let write = pixel(0, 2);
+        let png = png_of(&map);
+        let (figure, _) = map.layout_figure(&labels());
+        assert_eq!((png.0, png.1), (figure.width, figure.height));
+        // Row 0 (lowest addresses) is the bottom line.
+        let write = cell_pixel(&map, &png, 0, 0);
         assert!(
             write[0] > 200 && write[1] < 120 && write[2] < 120,
             "write cell is red: {write:?}"
         );
-        let read = pixel(9, 1);
+        let read = cell_pixel(&map, &png, 9, 1);
         assert!(
             read[2] > 200 && read[0] < 120 && read[1] < 120,
             "read cell is blue: {read:?}"
         );
-        let both = pixel(5, 0);
+        let both = cell_pixel(&map, &png, 5, 2);
         assert!(
             both[0] < 120 && both[1] < 120 && both[2] < 120,
             "read and write cell is dark purple: {both:?}"
         );
-        assert_eq!(pixel(3, 1), [255, 255, 255], "untouched");
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(cell_pixel(&map, &png, 3, 1), [255, 255, 255], "untouched");
     }
 
-    /// Two passes over batches give the same map as one pass over everything.
+    /// Allocations are outlined over the rows their touched blocks take, while they live.
     #[test]
     fn allocations_are_outlined_over_their_touched_rows() {
-        let dir = tempfile::tempdir().unwrap();
         let options = HeatmapOptions {
             block_bits: 12,
             width: 10,
@@ -589,25 +620,22 @@ mod tests {
                 label: "a.c:7".into()
             }]
         );
-        let path = dir.path().join("m.png");
-        map.write_png(&path).unwrap();
-        let buf = png_pixels(&path);
-        let pixel = |col: usize, row: usize| {
-            let y = map.height - 1 - row;
-            let i = (y * map.width + col) * 3;
-            [buf[i], buf[i + 1], buf[i + 2]]
-        };
-        assert_eq!(pixel(1, 1), ALLOC_OUTLINE, "corner");
-        assert_eq!(pixel(3, 2), ALLOC_OUTLINE, "top edge");
-        assert_ne!(pixel(6, 1), ALLOC_OUTLINE, "after the free");
-        assert_ne!(pixel(2, 4), ALLOC_OUTLINE, "another range");
-        let svg_path = dir.path().join("m.svg");
-        map.write_svg(&svg_path, "t").unwrap();
-        assert!(
-            std::fs::read_to_string(&svg_path)
-                .unwrap()
-                .contains("<title>a.c:7</title>")
-        );
+        let png = png_of(&map);
+        let (_, grid) = map.layout_figure(&labels());
+        let green = |x: i32, y: i32| pixel(&png, x, y) == ALLOC_OUTLINE;
+        let corner = grid.cell(1, 1);
+        assert!(green(corner[0], corner[3] - 1), "bottom-left corner");
+        let top = grid.cell(3, 2);
+        assert!(green((top[0] + top[2]) / 2, top[1]), "top edge");
+        let after = grid.cell(6, 1);
+        assert!(!green(after[0], after[3] - 1), "after the free");
+        let other = grid.cell(2, 4);
+        assert!(!green(other[0], other[3] - 1), "another range");
+        let mut svg = Vec::new();
+        map.write_svg(&mut svg, &labels()).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("<title>a.c:7</title>"), "hover title");
+        assert!(svg.contains(">\na.c:7\n</text>"), "label drawn");
     }
 
     #[test]
@@ -638,6 +666,7 @@ mod tests {
         assert_eq!(map.boundaries, vec![(0, 0x1000), (2, 0x9000)]);
     }
 
+    /// Two passes over batches give the same map as one pass over everything.
     #[test]
     fn batches_build_the_same_map() {
         let events = events();

@@ -14,10 +14,12 @@
 
 mod curve;
 mod heatmap;
+mod plot;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use heatmap::{
-    ALLOC_OUTLINE, AllocRect, HeatEvent, Heatmap, HeatmapBuilder, HeatmapOptions, PlacedRect,
+    ALLOC_OUTLINE, AddressRegion, AllocRect, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
+    HeatmapOptions, PlacedRect, color_of,
 };
 
 use std::collections::HashMap;
@@ -36,6 +38,12 @@ pub enum Error {
     /// There was nothing to draw.
     #[error("no faults to draw")]
     Empty,
+    /// The font embedded in the binary could not be read.
+    #[error("the embedded font is unreadable")]
+    Font,
+    /// plotters failed to draw.
+    #[error("drawing: {0}")]
+    Draw(String),
 }
 
 /// The access kind of the faults of a stack.

@@ -1,9 +1,13 @@
 //! `fltrace heatmap`.
 
+use std::io::Write as _;
+
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{Lifetimes, call_site};
-use fltrace_render::{AllocRect, HeatEvent, HeatmapBuilder, HeatmapOptions};
+use fltrace_analyze::{Lifetimes, call_site, named_regions};
+use fltrace_render::{
+    AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions,
+};
 use fltrace_trace::{FaultFlags, RangeTraceKind, Recording, files};
 
 use crate::cli::{HeatSource, HeatmapArgs};
@@ -52,10 +56,16 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
             path.display()
         );
     }
-    let map = fltrace_render::Heatmap::build(&events, options(&args))?;
-    let what = format!("{} access samples of process {pid}", events.len());
-    let title = format!("sampled loads and stores of process {pid} over time and address");
-    write_outputs(&map, &args, pid, "heatmap-access", &title, &what)
+    let mut map = fltrace_render::Heatmap::build(&events, options(&args))?;
+    map.set_time_origin(start);
+    name_mappings(&mut map, dir, pid)?;
+    let labels = HeatLabels {
+        title: format!("sampled loads and stores of process {pid} over time and address"),
+        subtitle: format!("{} access samples of process {pid}", events.len()),
+        count_name: "samples".into(),
+        time_origin: "the first sample".into(),
+    };
+    write_outputs(&map, &args, pid, "heatmap-access", &labels)
 }
 
 /// The map of a recording's faults.
@@ -107,9 +117,18 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     if args.allocs > 0 && recording.has_allocs(pid) {
         map.overlay(&largest_blocks(&recording, pid, args.allocs, selection)?);
     }
-    let what = format!("{count} faults of process {pid}");
-    let title = format!("faults of process {pid} over time and address");
-    write_outputs(&map, &args, pid, "heatmap", &title, &what)
+    map.set_time_origin(start);
+    name_mappings(&mut map, &recording.dir, pid)?;
+    let labels = HeatLabels {
+        title: format!("page faults of process {pid} over time and address"),
+        subtitle: format!(
+            "{count} faults of process {pid} ({})",
+            recording.session.command
+        ),
+        count_name: "faults".into(),
+        time_origin: "the recording started".into(),
+    };
+    write_outputs(&map, &args, pid, "heatmap", &labels)
 }
 
 /// The map of an access trace of `fltrace wss` (`kind` is `wss` or `damon`).
@@ -171,9 +190,17 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
         RangeTraceKind::ReferencedBytes => "reference bits (per cent of each mapping referenced)",
         RangeTraceKind::DamonAccesses => "DAMON (access counts)",
     };
-    let what = format!("{count} accessed ranges of process {pid} from {source}");
-    let title = format!("accesses of process {pid} over time and address, from {source}");
-    write_outputs(&map, &args, pid, &format!("heatmap-{kind}"), &title, &what)
+    map.set_time_origin(0);
+    let labels = HeatLabels {
+        title: format!("accesses of process {pid} over time and address"),
+        subtitle: format!("{count} accessed ranges of process {pid} from {source}"),
+        count_name: match trace_kind {
+            RangeTraceKind::ReferencedBytes => "per cent referenced".into(),
+            RangeTraceKind::DamonAccesses => "accesses".into(),
+        },
+        time_origin: "sampling began".into(),
+    };
+    write_outputs(&map, &args, pid, &format!("heatmap-{kind}"), &labels)
 }
 
 /// The most recently written `fltrace-data-<kind>-<pid>.<ext>` in `dir`, with its pid.
@@ -206,6 +233,26 @@ fn newest_file(
     })
 }
 
+/// Names the map's bands after the process's recorded mappings, when there are any.
+fn name_mappings(
+    map: &mut fltrace_render::Heatmap,
+    dir: &std::path::Path,
+    pid: u32,
+) -> anyhow::Result<()> {
+    let path = files::mmaps(dir, pid);
+    if !path.is_file() {
+        return Ok(());
+    }
+    let mappings = fltrace_trace::read_mappings(&path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let regions: Vec<AddressRegion> = named_regions(&mappings)
+        .into_iter()
+        .map(|(start, end, name)| AddressRegion { start, end, name })
+        .collect();
+    map.name_regions(&regions);
+    Ok(())
+}
+
 fn options(args: &HeatmapArgs) -> HeatmapOptions {
     HeatmapOptions {
         block_bits: args.block_bits,
@@ -220,18 +267,17 @@ fn write_outputs(
     args: &HeatmapArgs,
     pid: u32,
     name: &str,
-    title: &str,
-    what: &str,
+    labels: &HeatLabels,
 ) -> anyhow::Result<()> {
     let dir = &args.selection.dir;
     if args.terminal {
         // Written, not printed: `--terminal | head` ends quietly (main treats EPIPE as done).
-        use std::io::Write as _;
         let mut out = std::io::stdout().lock();
         write!(out, "{}", map.to_terminal(100, 30))?;
         writeln!(
             out,
-            "{what}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
+            "{}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
+            labels.subtitle,
             (map.time_range.1 - map.time_range.0) as f64 / 1e9,
             map.bytes_per_row(),
             map.boundaries.len()
@@ -244,13 +290,11 @@ fn write_outputs(
         None => {
             // The memref patch's temporal and spatial plots come with the default outputs.
             let memref = files::path(dir, &name.replacen("heatmap", "memref", 1), pid, "svg");
-            fltrace_render::memref_plots(
-                &map.temporal(),
-                &map.spatial(),
-                &format!("process {pid}"),
-                &memref,
-            )
-            .with_context(|| format!("writing {}", memref.display()))?;
+            let mut out = std::io::BufWriter::new(files::create(&memref)?);
+            fltrace_render::memref_plots(map, labels, &mut out)
+                .map_err(anyhow::Error::from)
+                .and_then(|()| Ok(out.flush()?))
+                .with_context(|| format!("writing {}", memref.display()))?;
             println!("{}", memref.display());
             vec![
                 files::path(dir, name, pid, "png"),
@@ -259,11 +303,17 @@ fn write_outputs(
         }
     };
     for path in outputs {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("png") => map.write_png(&path),
-            Some("svg") => map.write_svg(&path, title),
-            _ => bail!("{}: the heatmap is written as .png or .svg", path.display()),
+        let extension = path.extension().and_then(|e| e.to_str());
+        if !matches!(extension, Some("png" | "svg")) {
+            bail!("{}: the heatmap is written as .png or .svg", path.display());
         }
+        let mut out = std::io::BufWriter::new(files::create(&path)?);
+        match extension {
+            Some("png") => map.write_png(&mut out, labels),
+            _ => map.write_svg(&mut out, labels),
+        }
+        .map_err(anyhow::Error::from)
+        .and_then(|()| Ok(out.flush()?))
         .with_context(|| format!("writing {}", path.display()))?;
         println!("{}", path.display());
     }

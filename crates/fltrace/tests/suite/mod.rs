@@ -5,6 +5,7 @@ mod debuginfo;
 mod errors;
 mod exports;
 mod farmem;
+mod heatmap;
 mod processes;
 mod stacks;
 mod system;

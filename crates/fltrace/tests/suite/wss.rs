@@ -251,15 +251,13 @@ fn heatmap_of_access_samples() {
     assert!(out.status.success());
     let svg = std::fs::read_to_string(dir.path().join("a.svg")).expect("svg");
     // Column 0 holds the loads (blue), column 1 the stores (red).
-    assert!(
-        svg.contains("fill=\"rgb(0,0,255)\"") || svg.contains(",255)\""),
-        "{svg}"
-    );
-    assert!(svg.contains("fill=\"rgb(255,"), "{svg}");
+    assert!(svg.contains("fill=\"#0000FF\""), "{svg}");
+    assert!(svg.contains("fill=\"#FF0000\""), "{svg}");
 }
 
-/// A recording's faults become a heatmap: the PNG has the asked width and the fill's pages
-/// as coloured (written) cells; the terminal rendering summarises it.
+/// A recording's faults become a heatmap: the PNG has the asked columns (with its axes around
+/// them) and the fill's pages as coloured (written) cells; the terminal rendering summarises
+/// it.
 #[test]
 fn heatmap_of_a_recording() {
     let w = workloads();
@@ -279,8 +277,8 @@ fn heatmap_of_a_recording() {
     let mut reader = decoder.read_info().expect("png header");
     let mut buf = vec![0; reader.output_buffer_size().expect("size")];
     let info = reader.next_frame(&mut buf).expect("png data");
-    assert_eq!(info.width, 64);
-    assert!(info.height <= 32);
+    // 64 columns of 16 pixels (the plot is about 1024 pixels wide), axes and legend around.
+    assert!(info.width > 1024 && info.width < 1600, "{}", info.width);
     let red = buf
         .chunks(3)
         .filter(|p| p[0] > 200 && p[1] < 150 && p[2] < 150)
