@@ -40,7 +40,11 @@ pub fn separate_tracer(
         before - trace.faults.len()
     };
     stacks.rewrite(|id, stack| {
-        if !stack.locations.iter().any(|l| libraries::is_preload(&l.lib)) {
+        if !stack
+            .locations
+            .iter()
+            .any(|l| libraries::is_preload(&l.lib))
+        {
             return;
         }
         if program_stacks.contains(&id) {
