@@ -29,6 +29,12 @@ pub enum Command {
     Wss(WssArgs),
     /// Time-by-address heatmap of a recording's faults (PNG and SVG, or the terminal).
     Heatmap(HeatmapArgs),
+    /// A series of runs: each workload under each configuration (dry, record, ...), repeated,
+    /// in a shuffled order; or, given a catalog, list its runs and their statistics.
+    Runs(crate::runs::RunsArgs),
+    /// Catalog a series of `fltrace runs` into SQLite: every run, and the call sites of the
+    /// first repetitions, pointing to their traces.
+    Analyze(crate::runs::AnalyzeArgs),
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,7 @@ mod heatmap;
 mod load;
 mod record;
 mod report;
+mod runs;
 mod sweep;
 mod visualize;
 mod wss;
@@ -52,6 +53,8 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
         cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Runs(args) => runs::run(args),
+        cli::Command::Analyze(args) => runs::analyze(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -1,6 +1,7 @@
 mod allocs;
 mod cli;
 mod errors;
+mod experiments;
 mod farmem;
 mod processes;
 mod stacks;
