@@ -149,10 +149,18 @@ fn series_catalog_and_statistics() {
     );
     // The first repetition of each traced (workload, configuration) is analysed in detail.
     assert_eq!(count("SELECT count(*) FROM runs WHERE detailed"), 4);
+    // Seen once under heavy load: no sites at all (not reproduced); say what the runs had.
+    let detailed: Vec<(String, String, Option<i64>, String)> = db
+        .prepare("SELECT workload, config, faults, dir FROM runs WHERE detailed")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
     assert_eq!(
         count("SELECT count(DISTINCT run_id) FROM sites"),
         4,
-        "call sites of the four detailed runs"
+        "call sites of the four detailed runs: {detailed:?}"
     );
     // scan writes 16 MiB page by page at its SITE:scan_write line: that is its top site, with
     // every page but the first, which malloc's chunk header touched.
