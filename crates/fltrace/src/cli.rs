@@ -37,6 +37,12 @@ pub enum Command {
     Script(ScriptArgs),
     /// Two recordings side by side: faults per call site in A and in B, largest change first.
     Diff(DiffArgs),
+    /// A series of runs: each workload under each configuration (dry, record, ...), repeated,
+    /// in a shuffled order; or, given a catalog, list its runs and their statistics.
+    Runs(crate::runs::RunsArgs),
+    /// Catalog a series of `fltrace runs` into SQLite: every run, and the call sites of the
+    /// first repetitions, pointing to their traces.
+    Analyze(crate::runs::AnalyzeArgs),
     #[command(flatten)]
     System(crate::system::SystemCommand),
 }

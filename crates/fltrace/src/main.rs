@@ -8,6 +8,7 @@ mod load;
 mod record;
 mod report;
 mod script;
+mod runs;
 mod sweep;
 mod system;
 mod visualize;
@@ -60,6 +61,8 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Script(args) => script::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Runs(args) => runs::run(args),
+        cli::Command::Analyze(args) => runs::analyze(args).map(|()| ExitCode::SUCCESS),
     }
 }
 

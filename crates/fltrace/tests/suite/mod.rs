@@ -3,6 +3,7 @@ mod attribution;
 mod cli;
 mod debuginfo;
 mod errors;
+mod experiments;
 mod exports;
 mod farmem;
 mod heatmap;

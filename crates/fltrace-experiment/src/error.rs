@@ -1,0 +1,49 @@
+use std::path::PathBuf;
+
+/// What can go wrong planning, running or cataloguing a series.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file or directory could not be read, created or written.
+    #[error("{path}")]
+    Io {
+        /// The file concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration file is not valid TOML of the expected shape.
+    #[error("{path}: {source}")]
+    ConfigSyntax {
+        /// The configuration file.
+        path: PathBuf,
+        /// What the parser said.
+        source: Box<toml::de::Error>,
+    },
+    /// A configuration, workload or option is not usable as given.
+    #[error("{0}")]
+    Invalid(String),
+    /// A run record or series file is malformed.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file concerned.
+        path: PathBuf,
+        /// What the parser said.
+        source: serde_json::Error,
+    },
+    /// The catalog could not be written or read.
+    #[error("catalog: {0}")]
+    Sqlite(rusqlite::Error),
+    /// A trace file of a run could not be read.
+    #[error(transparent)]
+    Trace(#[from] fltrace_trace::Error),
+}
+
+impl Error {
+    /// A closure wrapping an I/O error with its path, for `map_err`.
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { path, source }
+    }
+}

@@ -1,0 +1,686 @@
+//! Running a series: every workload under every configuration, a number of times, each run
+//! in its own directory `workload=W/config=C/rep=N/` with a `run.json` saying how it went.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::config::{Config, LocalMemory, Mode, check_name};
+use crate::numa::Binding;
+use crate::shuffle::Rng;
+
+/// The file that marks a run as done.
+pub const RUN_FILE: &str = "run.json";
+/// The file describing the series: workloads, configurations, repetitions and seed.
+pub const SERIES_FILE: &str = "series.json";
+/// The workload's (or fltrace's) standard output and error, in the run's directory.
+pub const STDOUT_FILE: &str = "stdout.txt";
+/// See [`STDOUT_FILE`].
+pub const STDERR_FILE: &str = "stderr.txt";
+
+/// A workload: a command line, split into words without a shell, and its name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workload {
+    /// The `workload=NAME` directory level.
+    pub name: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+}
+
+/// Splits workload command lines as a POSIX shell would split words (quotes, backslashes),
+/// without running one, and names each after its program and arguments.
+pub fn workloads(commands: &[String]) -> Result<Vec<Workload>, Error> {
+    let mut out: Vec<Workload> = Vec::new();
+    for line in commands {
+        let command = shell_words::split(line)
+            .map_err(|e| Error::Invalid(format!("workload `{line}`: {e}")))?;
+        if command.is_empty() {
+            return Err(Error::Invalid("an empty workload command was given".into()));
+        }
+        let base = workload_name(&command);
+        let mut name = base.clone();
+        let mut n = 2;
+        while out.iter().any(|w| w.name == name) {
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+        out.push(Workload { name, command });
+    }
+    Ok(out)
+}
+
+/// `allocs-sites` for `/tmp/x/allocs sites`: the program's file name and the arguments, with
+/// characters that do not belong in a directory name or partition value replaced by `_`.
+fn workload_name(command: &[String]) -> String {
+    let program = Path::new(&command[0])
+        .file_name()
+        .map_or_else(|| command[0].clone(), |n| n.to_string_lossy().into_owned());
+    let words = std::iter::once(program.as_str()).chain(command[1..].iter().map(String::as_str));
+    let mut name: String = words
+        .map(|w| {
+            w.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect::<String>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    name.truncate(80);
+    if name.starts_with('.') || name.is_empty() {
+        name.insert(0, '_');
+    }
+    debug_assert!(check_name(&name).is_ok());
+    name
+}
+
+/// One run of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedRun {
+    /// Index into the workloads.
+    pub workload: usize,
+    /// Index into the configurations.
+    pub config: usize,
+    /// Repetition, from 1.
+    pub rep: u32,
+}
+
+/// The order of a series: configurations one after the other, as given (so that a dry
+/// configuration's peaks are known before a later one needs them); within each, every
+/// (workload, repetition) once, shuffled, so that drifts of the machine spread evenly.
+pub fn plan(workloads: usize, configs: usize, reps: u32, seed: u64) -> Vec<PlannedRun> {
+    let mut rng = Rng::new(seed);
+    let mut runs = Vec::with_capacity(workloads * configs * reps as usize);
+    for config in 0..configs {
+        let mut block: Vec<PlannedRun> = (0..workloads)
+            .flat_map(|workload| {
+                (1..=reps).map(move |rep| PlannedRun {
+                    workload,
+                    config,
+                    rep,
+                })
+            })
+            .collect();
+        rng.shuffle(&mut block);
+        runs.extend(block);
+    }
+    runs
+}
+
+/// The directory of a run: `DIR/workload=W/config=C/rep=N`, hive-style partitions.
+pub fn run_dir(dir: &Path, workload: &str, config: &str, rep: u32) -> PathBuf {
+    dir.join(format!("workload={workload}"))
+        .join(format!("config={config}"))
+        .join(format!("rep={rep}"))
+}
+
+/// What `run.json` holds: how one run went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The workload's name.
+    pub workload: String,
+    /// The workload's command.
+    pub command: Vec<String>,
+    /// The configuration's name.
+    pub config: String,
+    /// What the configuration ran.
+    pub mode: Mode,
+    /// Repetition, from 1.
+    pub rep: u32,
+    /// Position in the series' order, from 1.
+    pub order: usize,
+    /// The series' shuffle seed.
+    pub seed: u64,
+    /// What was started: the workload, or fltrace with its options and the workload.
+    pub launched: Vec<String>,
+    /// `-L` and `-M` in MB, when far memory was emulated.
+    pub local_mb: Option<u64>,
+    /// See `local_mb`.
+    pub max_mb: Option<u64>,
+    /// When it started, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Wall-clock seconds from start to exit.
+    pub wall_s: f64,
+    /// User CPU seconds of the process and everything it waited for (wait4's rusage).
+    pub user_s: f64,
+    /// System CPU seconds, likewise.
+    pub sys_s: f64,
+    /// Peak resident set in KiB (ru_maxrss: the largest of the process and its children).
+    pub max_rss_kb: u64,
+    /// Exit status, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, if one did.
+    pub signal: Option<i32>,
+    /// Why it could not be started, if it could not.
+    pub error: Option<String>,
+}
+
+impl RunRecord {
+    /// Exited with status 0.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+
+    /// `ok`, `exit N`, `signal N` or `error`.
+    pub fn status(&self) -> String {
+        match (self.exit_code, self.signal, &self.error) {
+            (Some(0), _, _) => "ok".into(),
+            (Some(code), _, _) => format!("exit {code}"),
+            (None, Some(signal), _) => format!("signal {signal}"),
+            _ => "error".into(),
+        }
+    }
+
+    /// Reads a run's `run.json`.
+    pub fn read(run_dir: &Path) -> Result<RunRecord, Error> {
+        let path = run_dir.join(RUN_FILE);
+        let text = std::fs::read(&path).map_err(Error::io(&path))?;
+        serde_json::from_slice(&text).map_err(|source| Error::Json { path, source })
+    }
+}
+
+/// `series.json`: what the series is, so that resuming continues the same one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesFile {
+    /// The shuffle seed.
+    pub seed: u64,
+    /// Repetitions of each (workload, configuration).
+    pub reps: u32,
+    /// The workloads.
+    pub workloads: Vec<Workload>,
+    /// The configurations, in order.
+    pub configs: Vec<Config>,
+}
+
+impl SeriesFile {
+    /// Reads `DIR/series.json`, if there is one.
+    pub fn read(dir: &Path) -> Result<Option<SeriesFile>, Error> {
+        let path = dir.join(SERIES_FILE);
+        match std::fs::read(&path) {
+            Ok(text) => serde_json::from_slice(&text)
+                .map(Some)
+                .map_err(|source| Error::Json { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path)(e)),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SeriesOptions {
+    /// The series' directory.
+    pub dir: PathBuf,
+    /// The workloads.
+    pub workloads: Vec<Workload>,
+    /// The configurations, in order.
+    pub configs: Vec<Config>,
+    /// Repetitions.
+    pub reps: u32,
+    /// The shuffle seed (a fresh one if none; a resumed series keeps its own).
+    pub seed: Option<u64>,
+    /// The fltrace binary that records.
+    pub fltrace: PathBuf,
+}
+
+/// Told after each run, or when runs are found done.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// The series starts: its seed, how many runs, how many are already done.
+    Start {
+        /// The shuffle seed.
+        seed: u64,
+        /// Runs in all.
+        total: usize,
+        /// Runs found done (resumed).
+        done: usize,
+    },
+    /// A run ended.
+    Ran {
+        /// Its position, from 1.
+        index: usize,
+        /// Runs in all.
+        total: usize,
+        /// How it went.
+        run: &'a RunRecord,
+        /// The estimated time left (mean run time so far times runs left).
+        left: Duration,
+    },
+}
+
+/// How a series ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Runs done in all, this time and before.
+    pub done: usize,
+    /// Runs that failed, of those done.
+    pub failed: usize,
+    /// Whether it stopped on an interrupt before the end.
+    pub interrupted: bool,
+}
+
+/// Runs (or resumes) a series. A run counts as done when its `run.json` exists; the directory
+/// of a run that was cut short is cleared and the run made again. Failing runs are recorded
+/// and the series goes on. After an interrupt (`stop` > 0) the current run is not recorded
+/// and the series stops.
+pub fn run_series(
+    options: &SeriesOptions,
+    stop: &AtomicUsize,
+    mut event: impl FnMut(Event<'_>),
+) -> Result<Outcome, Error> {
+    let dir = &options.dir;
+    if options.reps == 0 || options.workloads.is_empty() || options.configs.is_empty() {
+        return Err(Error::Invalid(
+            "a series needs at least one workload, configuration and repetition".into(),
+        ));
+    }
+    // Bindings are checked before anything runs: a missing node is an error now, not a
+    // failed run at the end.
+    let bindings = options
+        .configs
+        .iter()
+        .map(|c| {
+            Binding::new(c.mem_node, c.cpu_node)
+                .map_err(|e| Error::Invalid(format!("configuration `{}`: {e}", c.name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    let _lock = lock(dir)?;
+    let series = match SeriesFile::read(dir)? {
+        Some(existing) => {
+            let wanted = SeriesFile {
+                seed: existing.seed,
+                reps: options.reps,
+                workloads: options.workloads.clone(),
+                configs: options.configs.clone(),
+            };
+            if existing != wanted {
+                return Err(Error::Invalid(format!(
+                    "{} holds another series (its workloads, configurations or repetitions differ, see {}): resume it with the same arguments or use a new directory",
+                    dir.display(),
+                    dir.join(SERIES_FILE).display()
+                )));
+            }
+            existing
+        }
+        None => {
+            let series = SeriesFile {
+                seed: options.seed.unwrap_or_else(crate::shuffle::fresh_seed),
+                reps: options.reps,
+                workloads: options.workloads.clone(),
+                configs: options.configs.clone(),
+            };
+            write_json(&dir.join(SERIES_FILE), &series)?;
+            series
+        }
+    };
+    let order = plan(
+        series.workloads.len(),
+        series.configs.len(),
+        series.reps,
+        series.seed,
+    );
+    let total = order.len();
+    let dir_of = |p: &PlannedRun| {
+        run_dir(
+            dir,
+            &series.workloads[p.workload].name,
+            &series.configs[p.config].name,
+            p.rep,
+        )
+    };
+    let already = order
+        .iter()
+        .filter(|p| dir_of(p).join(RUN_FILE).is_file())
+        .count();
+    event(Event::Start {
+        seed: series.seed,
+        total,
+        done: already,
+    });
+    let mut done = already;
+    let mut spent = Duration::ZERO;
+    let mut ran = 0u32;
+    for (i, planned) in order.iter().enumerate() {
+        let run_dir = dir_of(planned);
+        if run_dir.join(RUN_FILE).is_file() {
+            continue;
+        }
+        if stop.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        if run_dir.exists() {
+            std::fs::remove_dir_all(&run_dir).map_err(Error::io(&run_dir))?;
+        }
+        std::fs::create_dir_all(&run_dir).map_err(Error::io(&run_dir))?;
+        let workload = &series.workloads[planned.workload];
+        let config = &series.configs[planned.config];
+        let mut record = execute(
+            options,
+            &series,
+            workload,
+            config,
+            &bindings[planned.config],
+            &run_dir,
+        )?;
+        if stop.load(Ordering::Relaxed) > 0 {
+            // Cut short: leave it to be made again.
+            break;
+        }
+        record.rep = planned.rep;
+        record.order = i + 1;
+        let tmp = run_dir.join(".run.json.tmp");
+        write_json(&tmp, &record)?;
+        let path = run_dir.join(RUN_FILE);
+        std::fs::rename(&tmp, &path).map_err(Error::io(&path))?;
+        done += 1;
+        ran += 1;
+        spent += Duration::from_secs_f64(record.wall_s.max(0.0));
+        let left = spent / ran * (total - done) as u32;
+        event(Event::Ran {
+            index: i + 1,
+            total,
+            run: &record,
+            left,
+        });
+    }
+    let failed = order
+        .iter()
+        .filter_map(|p| RunRecord::read(&dir_of(p)).ok())
+        .filter(|r| !r.succeeded())
+        .count();
+    Ok(Outcome {
+        done,
+        failed,
+        interrupted: done < total,
+    })
+}
+
+/// Holds an exclusive lock on the series directory while it runs.
+fn lock(dir: &Path) -> Result<File, Error> {
+    let path = dir.join(".series.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(Error::io(&path))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on an open descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(Error::Invalid(format!(
+            "another `fltrace runs` is running in {}",
+            dir.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// Creates a new file, refusing to follow a link or to clobber what is there.
+fn create_new(path: &Path) -> Result<File, Error> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(Error::io(path))
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
+    if path.symlink_metadata().is_ok() {
+        std::fs::remove_file(path).map_err(Error::io(path))?;
+    }
+    let mut file = create_new(path)?;
+    let mut text = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    text.push(b'\n');
+    file.write_all(&text).map_err(Error::io(path))?;
+    file.sync_all().map_err(Error::io(path))
+}
+
+/// The largest peak of the workload's successful dry runs so far, in KiB.
+fn dry_peak_kb(dir: &Path, series: &SeriesFile, workload: &Workload) -> Option<u64> {
+    series
+        .configs
+        .iter()
+        .filter(|c| c.mode == Mode::Dry)
+        .flat_map(|c| (1..=series.reps).map(move |rep| run_dir(dir, &workload.name, &c.name, rep)))
+        .filter_map(|d| RunRecord::read(&d).ok())
+        .filter(RunRecord::succeeded)
+        .map(|r| r.max_rss_kb)
+        .max()
+}
+
+/// `-L` and `-M` in MB for a configuration, or why they cannot be had.
+fn far_memory_mb(
+    dir: &Path,
+    series: &SeriesFile,
+    workload: &Workload,
+    config: &Config,
+) -> Result<Option<(u64, u64)>, String> {
+    let Some(local) = config.local else {
+        return Ok(None);
+    };
+    let peak_mb = dry_peak_kb(dir, series, workload).map(|kb| kb.div_ceil(1024).max(1));
+    let local_mb = match local {
+        LocalMemory::Mb(mb) => mb,
+        LocalMemory::OfDryPeak(fraction) => {
+            let peak = peak_mb.ok_or_else(|| {
+                format!(
+                    "local is a fraction of the dry peak, and workload `{}` has no successful dry run",
+                    workload.name
+                )
+            })?;
+            ((peak as f64 * fraction).ceil() as u64).max(1)
+        }
+    };
+    let base = peak_mb.unwrap_or(local_mb).max(local_mb);
+    let max_mb = config.max_mb.unwrap_or((base * 2).max(base + 256));
+    Ok(Some((local_mb, max_mb)))
+}
+
+/// Starts one run, waits for it, and says how it went.
+fn execute(
+    options: &SeriesOptions,
+    series: &SeriesFile,
+    workload: &Workload,
+    config: &Config,
+    binding: &Binding,
+    run_dir: &Path,
+) -> Result<RunRecord, Error> {
+    let mut record = RunRecord {
+        workload: workload.name.clone(),
+        command: workload.command.clone(),
+        config: config.name.clone(),
+        mode: config.mode,
+        rep: 0,
+        order: 0,
+        seed: series.seed,
+        launched: Vec::new(),
+        local_mb: None,
+        max_mb: None,
+        start_unix_ns: unix_ns(),
+        wall_s: 0.0,
+        user_s: 0.0,
+        sys_s: 0.0,
+        max_rss_kb: 0,
+        exit_code: None,
+        signal: None,
+        error: None,
+    };
+    let far = match far_memory_mb(&options.dir, series, workload, config) {
+        Ok(far) => far,
+        Err(message) => {
+            record.error = Some(message);
+            return Ok(record);
+        }
+    };
+    let fltrace = options.fltrace.to_string_lossy().into_owned();
+    let run_dir_arg = run_dir.to_string_lossy().into_owned();
+    let launched: Vec<String> = match config.mode {
+        Mode::Dry => workload.command.clone(),
+        Mode::Record | Mode::Wss => {
+            let subcommand = if config.mode == Mode::Record {
+                "record"
+            } else {
+                "wss"
+            };
+            let mut argv = vec![fltrace, subcommand.into(), "-o".into(), run_dir_arg];
+            argv.extend(config.record_flags());
+            if let Some((local_mb, max_mb)) = far {
+                argv.extend([
+                    "-L".into(),
+                    local_mb.to_string(),
+                    "-M".into(),
+                    max_mb.to_string(),
+                ]);
+                record.local_mb = Some(local_mb);
+                record.max_mb = Some(max_mb);
+            }
+            argv.push("--".into());
+            argv.extend(workload.command.iter().cloned());
+            argv
+        }
+    };
+    record.launched = launched.clone();
+    let stdout = create_new(&run_dir.join(STDOUT_FILE))?;
+    let stderr = create_new(&run_dir.join(STDERR_FILE))?;
+    let mut command = Command::new(&launched[0]);
+    command
+        .args(&launched[1..])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    let binding = binding.clone();
+    // SAFETY: the hook only makes system calls (prctl, set_mempolicy, sched_setaffinity).
+    unsafe {
+        command.pre_exec(move || {
+            // A run must not outlive a series that was killed: it would write into a
+            // directory the resumed series clears.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            binding.apply()
+        });
+    }
+    record.start_unix_ns = unix_ns();
+    let started = Instant::now();
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            record.error = Some(format!("could not start `{}`: {e}", launched[0]));
+            return Ok(record);
+        }
+    };
+    let (status, usage) = wait4(child.id() as libc::pid_t).map_err(Error::io(run_dir))?;
+    record.wall_s = started.elapsed().as_secs_f64();
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    record.user_s = seconds(usage.ru_utime);
+    record.sys_s = seconds(usage.ru_stime);
+    record.max_rss_kb = usage.ru_maxrss.max(0) as u64;
+    if libc::WIFEXITED(status) {
+        record.exit_code = Some(libc::WEXITSTATUS(status));
+    } else if libc::WIFSIGNALED(status) {
+        record.signal = Some(libc::WTERMSIG(status));
+    }
+    Ok(record)
+}
+
+/// Waits for `pid` and returns its status and resource usage (with its waited-for children).
+fn wait4(pid: libc::pid_t) -> std::io::Result<(libc::c_int, libc::rusage)> {
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data for the kernel to fill.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out-pointers; pid is our own child.
+        let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if rc == pid {
+            return Ok((status, usage));
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_runs_configurations_in_order_and_shuffles_within() {
+        let order = plan(2, 3, 3, 11);
+        assert_eq!(order.len(), 18);
+        for (c, block) in order.chunks(6).enumerate() {
+            assert!(block.iter().all(|p| p.config == c));
+            let mut pairs: Vec<(usize, u32)> = block.iter().map(|p| (p.workload, p.rep)).collect();
+            pairs.sort_unstable();
+            assert_eq!(
+                pairs,
+                [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)],
+                "every (workload, rep) once per configuration"
+            );
+        }
+        assert_eq!(order, plan(2, 3, 3, 11), "the seed decides the order");
+        let blocks: Vec<Vec<(usize, u32)>> = order
+            .chunks(6)
+            .map(|b| b.iter().map(|p| (p.workload, p.rep)).collect())
+            .collect();
+        assert!(
+            blocks[0] != blocks[1] || blocks[1] != blocks[2],
+            "each block is shuffled on"
+        );
+    }
+
+    #[test]
+    fn workloads_split_without_a_shell_and_get_names() {
+        let w = workloads(&[
+            "/tmp/x/allocs sites".into(),
+            "scan 16 2".into(),
+            "echo 'a b' \"c;d\" $HOME".into(),
+            "scan 16 2".into(),
+        ])
+        .unwrap();
+        assert_eq!(w[0].command, ["/tmp/x/allocs", "sites"]);
+        assert_eq!(w[0].name, "allocs-sites");
+        assert_eq!(w[1].name, "scan-16-2");
+        assert_eq!(w[2].command, ["echo", "a b", "c;d", "$HOME"]);
+        assert_eq!(w[2].name, "echo-a_b-c_d-_HOME");
+        assert_eq!(w[3].name, "scan-16-2-2");
+        assert!(workloads(&["echo 'unclosed".into()]).is_err());
+        assert!(workloads(&["  ".into()]).is_err());
+    }
+
+    #[test]
+    fn run_directories_are_hive_partitions() {
+        assert_eq!(
+            run_dir(Path::new("/s"), "scan", "dry", 2),
+            Path::new("/s/workload=scan/config=dry/rep=2")
+        );
+    }
+}

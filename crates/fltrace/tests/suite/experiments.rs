@@ -1,0 +1,498 @@
+//! `fltrace runs` and `fltrace analyze`: series of workloads x configurations x repetitions,
+//! resumed after a kill, with failing runs, NUMA binding, a catalog and statistics.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::util::{Dir, site, workloads};
+
+const THREE_CONFIGS: &str = r#"
+[[config]]
+name = "dry"
+mode = "dry"
+
+[[config]]
+name = "record"
+
+[[config]]
+name = "allocs"
+allocs = true
+"#;
+
+fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "fltrace failed: {stderr}");
+    stderr
+}
+
+fn run_json(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("run.json")).expect("run.json"))
+        .expect("run.json is JSON")
+}
+
+fn run_dir(series: &Path, workload: &str, config: &str, rep: u32) -> PathBuf {
+    series
+        .join(format!("workload={workload}"))
+        .join(format!("config={config}"))
+        .join(format!("rep={rep}"))
+}
+
+/// All `run.json` files under a series, by run directory.
+fn done_runs(series: &Path) -> BTreeMap<PathBuf, Value> {
+    let mut out = BTreeMap::new();
+    let Ok(workloads) = std::fs::read_dir(series) else {
+        return out;
+    };
+    for w in workloads.flatten().filter(|e| e.path().is_dir()) {
+        for c in std::fs::read_dir(w.path()).into_iter().flatten().flatten() {
+            for r in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
+                let path = r.path();
+                if let Ok(text) = std::fs::read(path.join("run.json")) {
+                    out.insert(
+                        path,
+                        serde_json::from_slice(&text).expect("run.json is JSON"),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+fn has_table(dir: &Path, kind: &str) -> bool {
+    std::fs::read_dir(dir).expect("run dir").flatten().any(|e| {
+        fltrace_trace::files::pid_of(&e.file_name().to_string_lossy(), kind, "parquet").is_some()
+    })
+}
+
+/// Two workloads (allocation-heavy, fault-heavy) x dry, record, --allocs x 3 repetitions:
+/// every run where it belongs, the catalog exact, the statistics against dry.
+#[test]
+fn series_catalog_and_statistics() {
+    let w = workloads();
+    let dir = Dir::new();
+    std::fs::write(dir.path().join("configs.toml"), THREE_CONFIGS).unwrap();
+    let allocs = format!("{} sites", w.allocs.display());
+    let scan = format!("{} 16 1", w.scan.display());
+    let stderr = ok(&dir.run(&[
+        "runs",
+        "-o",
+        "series",
+        "-n",
+        "3",
+        "--config",
+        "configs.toml",
+        "--seed",
+        "5",
+        "--",
+        &allocs,
+        &scan,
+    ]));
+    assert!(stderr.contains("[18/18]"), "{stderr}");
+    assert!(stderr.contains("18 runs done, 0 failed"), "{stderr}");
+    let series = dir.path().join("series");
+    let mut orders = Vec::new();
+    for workload in ["allocs-sites", "scan-16-1"] {
+        for config in ["dry", "record", "allocs"] {
+            for rep in 1..=3 {
+                let run = run_dir(&series, workload, config, rep);
+                let record = run_json(&run);
+                assert_eq!(record["workload"], workload);
+                assert_eq!(record["config"], config);
+                assert_eq!(record["rep"], rep);
+                assert_eq!(record["exit_code"], 0, "{record}");
+                assert_eq!(record["seed"], 5);
+                assert!(record["wall_s"].as_f64().unwrap() > 0.0);
+                assert!(record["max_rss_kb"].as_u64().unwrap() > 0);
+                orders.push(record["order"].as_u64().unwrap());
+                assert!(run.join("stdout.txt").is_file() && run.join("stderr.txt").is_file());
+                assert_eq!(
+                    has_table(&run, "faults"),
+                    config != "dry",
+                    "{}",
+                    run.display()
+                );
+                assert_eq!(
+                    has_table(&run, "allocs"),
+                    config == "allocs",
+                    "{}",
+                    run.display()
+                );
+                // Configurations run one after the other.
+                let block = match config {
+                    "dry" => 1..=6,
+                    "record" => 7..=12,
+                    _ => 13..=18,
+                };
+                assert!(block.contains(orders.last().unwrap()), "{record}");
+            }
+        }
+    }
+    orders.sort_unstable();
+    assert_eq!(orders, (1..=18).collect::<Vec<u64>>());
+
+    ok(&dir.run(&["analyze", "series", "-o", "runs.sqlite"]));
+    let db = rusqlite::Connection::open(dir.path().join("runs.sqlite")).unwrap();
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM runs"), 18);
+    assert_eq!(count("SELECT count(*) FROM runs WHERE status = 'ok'"), 18);
+    assert_eq!(count("SELECT count(*) FROM runs WHERE faults IS NULL"), 6);
+    assert_eq!(count("SELECT count(*) FROM runs WHERE allocs > 0"), 6);
+    assert_eq!(
+        count("SELECT count(*) FROM runs WHERE allocs IS NOT NULL AND config != 'allocs'"),
+        0
+    );
+    // The first repetition of each traced (workload, configuration) is analysed in detail.
+    assert_eq!(count("SELECT count(*) FROM runs WHERE detailed"), 4);
+    // Seen once under heavy load: no sites at all (not reproduced); say what the runs had.
+    let detailed: Vec<(String, String, Option<i64>, String)> = db
+        .prepare("SELECT workload, config, faults, dir FROM runs WHERE detailed")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        count("SELECT count(DISTINCT run_id) FROM sites"),
+        4,
+        "call sites of the four detailed runs: {detailed:?}"
+    );
+    // scan writes 16 MiB page by page at its SITE:scan_write line: that is its top site, with
+    // every page but the first, which malloc's chunk header touched.
+    let line = site("scan.c", "scan_write");
+    let (file, top_line, top): (String, u32, i64) = db
+        .query_row(
+            "SELECT s.file, s.line, s.count FROM sites s JOIN runs r ON r.id = s.run_id
+             WHERE r.workload = 'scan-16-1' AND r.config = 'record' AND s.rank = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert!(
+        file.ends_with("scan.c") && top_line == line,
+        "{file}:{top_line}"
+    );
+    assert_eq!(top, 16 * 256 - 1, "faults at scan_write");
+    // The traces stay in the run directories; the catalog points to them.
+    let path: String = db
+        .query_row(
+            "SELECT t.path FROM traces t JOIN runs r ON r.id = t.run_id
+             WHERE r.workload = 'scan-16-1' AND r.config = 'record' AND r.rep = 2 AND t.kind = 'faults'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(Path::new(&path).starts_with(run_dir(&series, "scan-16-1", "record", 2)));
+    assert!(Path::new(&path).is_file());
+
+    let list = dir.run(&["runs", "--list", "runs.sqlite", "--format", "json"]);
+    ok(&list);
+    let list: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 18);
+
+    let stat = dir.run(&["runs", "--stat", "runs.sqlite", "--format", "csv"]);
+    ok(&stat);
+    let text = String::from_utf8(stat.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 6, "{text}");
+    for row in &rows {
+        assert_eq!(row[column("runs")], "3", "{text}");
+        assert_eq!(row[column("failed")], "0", "{text}");
+        let overhead: f64 = row[column("overhead")].parse().unwrap();
+        if row[column("config")] == "dry" {
+            assert_eq!(overhead, 1.0, "dry against itself: {text}");
+            assert_eq!(row[column("faults")], "", "{text}");
+        } else {
+            assert!(overhead > 0.0, "{text}");
+            let low: f64 = row[column("overhead_low")].parse().unwrap();
+            let high: f64 = row[column("overhead_high")].parse().unwrap();
+            assert!(low <= overhead && overhead <= high, "{text}");
+            assert!(
+                row[column("faults")].parse::<f64>().unwrap() > 0.0,
+                "{text}"
+            );
+        }
+    }
+    for config in ["record", "allocs"] {
+        for workload in ["allocs-sites", "scan-16-1"] {
+            assert!(
+                rows.iter()
+                    .any(|r| r[column("workload")] == workload && r[column("config")] == config),
+                "{workload} {config}: {text}"
+            );
+        }
+    }
+    // The page of the allocation-heavy workload's first --allocs run: self-contained, its
+    // faults and its blocks labelled with their allocation sites.
+    let id: i64 = db
+        .query_row(
+            "SELECT id FROM runs WHERE workload = 'allocs-sites' AND config = 'allocs' AND rep = 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    ok(&dir.run(&[
+        "runs",
+        "--run",
+        &id.to_string(),
+        "runs.sqlite",
+        "-o",
+        "page.html",
+    ]));
+    let page = std::fs::read_to_string(dir.path().join("page.html")).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    for remote in ["http:", "https:", "src=", "<link", "@import"] {
+        assert!(!page.contains(remote), "the page loads {remote}");
+    }
+    assert!(page.contains(&format!("run {id}: allocs-sites config=allocs rep=1")));
+    assert!(page.contains("allocs.c:"), "allocations labelled by site");
+    assert!(
+        !dir.run(&[
+            "runs",
+            "--run",
+            &id.to_string(),
+            "runs.sqlite",
+            "-o",
+            "page.html"
+        ])
+        .status
+        .success(),
+        "never clobbers"
+    );
+    let table = dir.run(&["runs", "--stat", "runs.sqlite"]);
+    ok(&table);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("overhead (95% CI)"));
+}
+
+/// Killed mid-way, the series resumes: no run is made twice and none is missing.
+#[test]
+fn series_resumes_after_kill() {
+    let w = workloads();
+    let dir = Dir::new();
+    let scan = format!("{} 8 1", w.scan.display());
+    let series = dir.path().join("series");
+    let mut child = dir
+        .fltrace()
+        .args(["runs", "-o", "series", "-n", "4", "--", &scan])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while done_runs(&series).len() < 3 {
+        assert!(Instant::now() < deadline, "no progress");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the series ended early"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = done_runs(&series);
+    assert!((3..8).contains(&before.len()), "{}", before.len());
+    let killed_at_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+
+    let stderr = ok(&dir.run(&["runs", "-o", "series", "-n", "4", "--", &scan]));
+    assert!(
+        stderr.contains(&format!(
+            "{} of 8 runs already done, resuming",
+            before.len()
+        )),
+        "{stderr}"
+    );
+    let after = done_runs(&series);
+    assert_eq!(after.len(), 8);
+    for (path, record) in &after {
+        match before.get(path) {
+            Some(old) => assert_eq!(old, record, "a finished run was made again"),
+            None => assert!(
+                record["start_unix_ns"].as_u64().unwrap() > killed_at_ns,
+                "{}",
+                path.display()
+            ),
+        }
+    }
+    let mut orders: Vec<u64> = after
+        .values()
+        .map(|r| r["order"].as_u64().unwrap())
+        .collect();
+    orders.sort_unstable();
+    assert_eq!(orders, (1..=8).collect::<Vec<u64>>());
+    for config in ["dry", "record"] {
+        for rep in 1..=4 {
+            assert!(after.contains_key(&run_dir(&series, "scan-8-1", config, rep)));
+        }
+    }
+}
+
+/// A failing workload is recorded as failed under every configuration; the others complete.
+#[test]
+fn failing_runs_are_recorded_and_the_series_goes_on() {
+    let w = workloads();
+    let dir = Dir::new();
+    let scan = format!("{} 4 1", w.scan.display());
+    let stderr = ok(&dir.run(&["runs", "-o", "s", "-n", "2", "--", "false", &scan]));
+    assert!(stderr.contains("8 runs done, 4 failed"), "{stderr}");
+    let series = dir.path().join("s");
+    for config in ["dry", "record"] {
+        for rep in 1..=2 {
+            assert_eq!(
+                run_json(&run_dir(&series, "false", config, rep))["exit_code"],
+                1
+            );
+            assert_eq!(
+                run_json(&run_dir(&series, "scan-4-1", config, rep))["exit_code"],
+                0
+            );
+        }
+    }
+    ok(&dir.run(&["analyze", "s", "-o", "c.sqlite"]));
+    let out = dir.run(&["runs", "--list", "c.sqlite", "--format", "json"]);
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let statuses: Vec<(&str, &str)> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["workload"].as_str().unwrap(),
+                r["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| *s == &("false", "exit 1"))
+            .count(),
+        4
+    );
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| *s == &("scan-4-1", "ok"))
+            .count(),
+        4
+    );
+    let stat = dir.run(&["runs", "--stat", "c.sqlite", "--format", "json"]);
+    let stat: Value = serde_json::from_slice(&stat.stdout).unwrap();
+    let false_dry = stat
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["workload"] == "false" && r["config"] == "dry")
+        .unwrap();
+    assert_eq!(
+        (false_dry["runs"].as_u64(), false_dry["failed"].as_u64()),
+        (Some(0), Some(2))
+    );
+}
+
+/// Memory and CPUs are bound to the configured node, untraced and recorded: started with
+/// only CPU 0 allowed, the workload sees node 0's CPUs, and its memory policy is `bind:0`.
+#[test]
+fn runs_are_bound_to_numa_nodes() {
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("numa.toml"),
+        r#"
+        [[config]]
+        name = "free"
+        mode = "dry"
+
+        [[config]]
+        name = "bound"
+        mode = "dry"
+        mem_node = 0
+        cpu_node = 0
+
+        [[config]]
+        name = "bound-record"
+        mem_node = 0
+        cpu_node = 0
+        "#,
+    )
+    .unwrap();
+    let node_cpus = std::fs::read_to_string("/sys/devices/system/node/node0/cpulist").unwrap();
+    let mut cmd = dir.fltrace();
+    cmd.args([
+        "runs",
+        "-o",
+        "s",
+        "-n",
+        "1",
+        "--config",
+        "numa.toml",
+        "--",
+        "cat /proc/self/status",
+        "cat /proc/self/numa_maps",
+    ]);
+    // SAFETY: sched_setaffinity on the child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    ok(&cmd.output().unwrap());
+    let series = dir.path().join("s");
+    let stdout = |workload: &str, config: &str| {
+        std::fs::read_to_string(run_dir(&series, workload, config, 1).join("stdout.txt")).unwrap()
+    };
+    let cpus = |status: String| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(cpus(stdout("cat-_proc_self_status", "free")), "0");
+    for config in ["bound", "bound-record"] {
+        assert_eq!(
+            cpus(stdout("cat-_proc_self_status", config)),
+            node_cpus.trim()
+        );
+        let maps = stdout("cat-_proc_self_numa_maps", config);
+        assert!(
+            maps.lines().next().unwrap().contains(" bind:0 "),
+            "{config}: {maps}"
+        );
+    }
+    let free = stdout("cat-_proc_self_numa_maps", "free");
+    assert!(free.lines().next().unwrap().contains(" default "), "{free}");
+}
+
+/// A node that does not exist is an error before anything runs.
+#[test]
+fn a_missing_numa_node_is_a_clear_error() {
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("c.toml"),
+        "[[config]]\nname = \"far\"\nmode = \"dry\"\nmem_node = 63\n",
+    )
+    .unwrap();
+    let out = dir.run(&["runs", "-o", "s", "--config", "c.toml", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("configuration `far`: mem_node = 63: this machine has no NUMA node 63"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("s").exists(), "nothing ran");
+}
