@@ -262,10 +262,9 @@ impl Symbolizer {
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
         let mut wanted: HashMap<(PathBuf, String), Vec<u64>> = HashMap::new();
         // Frames carry whether they were looked up one byte back, to give perf's offsets.
-        let mut frames_of: Vec<(u32, Vec<(Frame, u64)>, Vec<u64>)> =
-            Vec::with_capacity(stacks.len());
+        let mut frames_of: Vec<(u32, Vec<LookedUp>, Vec<u64>)> = Vec::with_capacity(stacks.len());
         for stack in stacks {
-            let frames: Vec<(Frame, u64)> = stack
+            let frames: Vec<LookedUp> = stack
                 .frames
                 .iter()
                 .enumerate()
@@ -452,6 +451,9 @@ enum Frame {
     File(PathBuf, String, u64),
     Unknown(Arc<str>, bool),
 }
+
+/// A frame and how far back from its address it was looked up (1 for return addresses).
+type LookedUp = (Frame, u64);
 
 fn location(
     name: &str,
