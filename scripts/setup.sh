@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # gcc and g++ build the bundled workloads; libc6-dbg lets reports name glibc's own frames
-# (start_thread, __libc_start_call_main) instead of [unknown].
-packages=(gcc g++ libc6-dev libc6-dbg)
+# (start_thread, __libc_start_call_main) instead of [unknown]; clang compiles the BPF object of
+# crates/fltrace-bpf (count, faults, ffaults, memleak, triage).
+packages=(gcc g++ libc6-dev libc6-dbg clang)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

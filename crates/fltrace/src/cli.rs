@@ -29,6 +29,17 @@ pub enum Command {
     Wss(WssArgs),
     /// Time-by-address heatmap of a recording's faults (PNG and SVG, or the terminal).
     Heatmap(HeatmapArgs),
+    /// Count any tracepoint, software event or uprobe in the kernel, grouped by comm, pid,
+    /// stack or a raw field (the BPF chapter's one-liners).
+    Count(crate::bpf_tools::CountArgs),
+    /// Page faults of the whole system (or -p), by user and kernel stack, with the rate.
+    Faults(crate::bpf_tools::FaultsArgs),
+    /// Page faults on file-backed memory, by file.
+    Ffaults(crate::bpf_tools::FfaultsArgs),
+    /// Outstanding allocations by stack, every interval: the kernel's, or a process's (-p).
+    Memleak(crate::bpf_tools::MemleakArgs),
+    /// The memory chapter's checklist as one report, with the command to run next.
+    Triage(crate::bpf_tools::TriageArgs),
 }
 
 #[derive(Debug, Args)]
@@ -154,7 +165,7 @@ pub struct WssArgs {
     pub command: Vec<OsString>,
 }
 
-fn duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn duration(s: &str) -> Result<std::time::Duration, String> {
     let (number, unit) = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .map_or((s, "s"), |i| s.split_at(i));

@@ -1,5 +1,6 @@
 //! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
 
+mod bpf_tools;
 mod cli;
 mod heatmap;
 mod load;
@@ -52,6 +53,11 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
         cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Count(args) => bpf_tools::count(args),
+        cli::Command::Faults(args) => bpf_tools::faults(args),
+        cli::Command::Ffaults(args) => bpf_tools::ffaults(args),
+        cli::Command::Memleak(args) => bpf_tools::memleak(args),
+        cli::Command::Triage(args) => bpf_tools::triage(args),
     }
 }
 

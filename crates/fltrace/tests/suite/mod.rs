@@ -1,4 +1,5 @@
 mod allocs;
+mod bpftools;
 mod cli;
 mod errors;
 mod farmem;
