@@ -79,6 +79,26 @@ pub struct CountSpec {
     pub keep_maps: bool,
 }
 
+/// The events of every page fault: the `exceptions` tracepoints where the kernel has them (a
+/// tracepoint has the kernel stack of the fault; the software event's registers are the user
+/// ones), else the `page-faults` software event.
+pub fn fault_events() -> Vec<Event> {
+    if tracefs::exists("exceptions", "page_fault_user") {
+        ["page_fault_user", "page_fault_kernel"]
+            .iter()
+            .filter(|n| tracefs::exists("exceptions", n))
+            .map(|n| Event::Tracepoint {
+                category: "exceptions".into(),
+                name: (*n).into(),
+            })
+            .collect()
+    } else {
+        vec![Event::Software {
+            name: "page-faults".into(),
+        }]
+    }
+}
+
 /// Expands an event argument: tracepoint names may hold `*` (`vmscan:*`).
 pub fn expand_events(text: &str) -> Result<Vec<Event>, Error> {
     let tp = text.strip_prefix("tracepoint:").unwrap_or(text);

@@ -16,7 +16,9 @@ mod symbols;
 pub mod tracefs;
 pub mod triage;
 
-pub use counter::{By, CountSpec, Counter, ProcessFilter, Row, Snapshot, expand_events};
+pub use counter::{
+    By, CountSpec, Counter, ProcessFilter, Row, Snapshot, expand_events, fault_events,
+};
 pub use error::Error;
 pub use event::{Event, FieldFilter, Op};
 pub use symbols::{Frame, Kallsyms, ProcessMaps, StackNames};

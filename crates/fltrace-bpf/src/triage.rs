@@ -238,9 +238,7 @@ impl Triage {
     pub fn run(duration: Duration, stop: &dyn Fn() -> bool) -> Result<Triage, Error> {
         let all = ProcessFilter::default();
         let faults = Counter::start(CountSpec {
-            events: vec![Event::Software {
-                name: "page-faults".into(),
-            }],
+            events: crate::fault_events(),
             by: vec![By::Pid, By::Comm, By::UStack],
             second_field: None,
             filter: None,

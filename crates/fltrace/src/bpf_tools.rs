@@ -458,9 +458,7 @@ fn print_rows(rows: &[Row], common: &Common) -> anyhow::Result<()> {
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
     let (processes, pending) = Session::prepare(&args.common)?;
     let spec = CountSpec {
-        events: vec![fltrace_bpf::Event::Software {
-            name: "page-faults".into(),
-        }],
+        events: fltrace_bpf::fault_events(),
         by: vec![By::Comm, By::Pid, By::UStack, By::KStack],
         second_field: None,
         filter: None,
