@@ -7,14 +7,15 @@
 # slowdown of each (ratio of medians), the faults each counted for the workload, and how
 # many of those faults have a user stack reaching main.
 # usage: bench/system.sh [MiB=512] [rounds-of-touch=4] [ROUNDS=3]
+# FLTRACE=path/to/fltrace uses that binary instead of building the release one.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mib=${1:-512}; passes=${2:-4}; rounds=${3:-3}
 work=$(mktemp -d /tmp/fltrace-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-"$root/scripts/setup.sh" >/dev/null
+if [[ -z ${FLTRACE:-} ]]; then "$root/scripts/setup.sh" >/dev/null; fi
 command -v bpftrace >/dev/null || apt-get install -y -qq bpftrace >/dev/null
-fltrace="$root/target/release/fltrace"
+fltrace="${FLTRACE:-$root/target/release/fltrace}"
 gcc -O2 -g -fomit-frame-pointer -o "$work/touch" "$root/workloads/touch.c"
 ulimit -l unlimited 2>/dev/null || true
 

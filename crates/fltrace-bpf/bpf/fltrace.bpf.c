@@ -123,14 +123,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 131072);
 	__type(key, struct key);
 	__type(value, u64);
 } counts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 32768);
 	__uint(key_size, sizeof(u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(u64));
 } stacks SEC(".maps");
@@ -253,7 +253,9 @@ static __always_inline int task_wanted(struct config *c, u32 tgid, char *comm)
 static __always_inline void announce(struct config *c, u32 tgid)
 {
 	u8 one = 1;
-	if ((c->filter_flags & ANNOUNCE_TGIDS) && bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST) == 0)
+	// A lookup first: an insert that fails costs more, and this runs at every event.
+	if ((c->filter_flags & ANNOUNCE_TGIDS) && !bpf_map_lookup_elem(&seen, &tgid) &&
+	    bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST) == 0)
 		bpf_ringbuf_output(&announcements, &tgid, sizeof(tgid), 0);
 }
 

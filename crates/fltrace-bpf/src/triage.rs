@@ -265,16 +265,18 @@ impl Triage {
         while started.elapsed() < duration && !stop() {
             std::thread::sleep(Duration::from_millis(50));
         }
+        let elapsed = started.elapsed();
+        let (swap_in, swap_out) = (vmstat("pswpin"), vmstat("pswpout"));
         let mut names = StackNames::new();
         let fault_snapshot = faults.snapshot(&mut names)?;
         let files_snapshot = file_faults.snapshot(&mut names)?;
         let heap_snapshot = heap_calls.snapshot(&mut names)?;
 
         let mut report = Triage {
-            duration: started.elapsed(),
+            duration: elapsed,
             swaps: swaps(),
-            swap_in_pages: vmstat("pswpin").saturating_sub(swap_in0),
-            swap_out_pages: vmstat("pswpout").saturating_sub(swap_out0),
+            swap_in_pages: swap_in.saturating_sub(swap_in0),
+            swap_out_pages: swap_out.saturating_sub(swap_out0),
             meminfo: meminfo(),
             top_rss: top_rss(10),
             faults: fault_snapshot.events,

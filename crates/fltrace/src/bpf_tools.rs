@@ -761,7 +761,12 @@ pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "  {:>10}  {:<16} pid {}", p.faults, p.comm, p.pid)?;
         for (count, stack) in &p.stacks {
             let top: Vec<String> = stack.iter().take(4).map(Frame::describe).collect();
-            writeln!(out, "  {count:>14}  {}", top.join(" <- "))?;
+            let shown = if top.is_empty() {
+                "[no user stack]".to_owned()
+            } else {
+                top.join(" <- ")
+            };
+            writeln!(out, "  {count:>14}  {shown}")?;
         }
     }
     writeln!(out, "== Files backing faults")?;
