@@ -1,10 +1,10 @@
 // Workload of the in-kernel tools' tests (fltrace count, faults, ffaults, memleak, triage):
 // exact numbers of events at marked lines.
-//   memtools brk N              N brk(12345) syscalls at SITE:brk, then 3 brk(54321) at SITE:brk_other
-//   memtools touch N [wait]     N first-touch faults at SITE:touch on fresh anonymous pages
-//   memtools file PATH K        K faults on PATH's first K pages (private writes) at SITE:file
+//   memtools brk N              N brk(12345) syscalls at the line marked brk, then 3 brk(54321) at the line marked brk_other
+//   memtools touch N [wait]     N first-touch faults at the line marked touch on fresh anonymous pages
+//   memtools file PATH K        K faults on PATH's first K pages (private writes) at the line marked file
 // `wait` (touch) prints "ready" and ends at EOF on stdin.
-//   memtools leak M SIZE [wait] M blocks of SIZE bytes kept at SITE:leak, 100 freed ones;
+//   memtools leak M SIZE [wait] M blocks of SIZE bytes kept at the line marked leak, 100 freed ones;
 //                               with `wait`, starts on a line on stdin and ends at its EOF
 //   memtools sockets N          N sockets kept open until stdin reaches EOF
 //   memtools spin MIB           maps, touches and unmaps MIB MiB until stdin reaches EOF

@@ -377,9 +377,14 @@ impl Counter {
             }
         }
         let mut named_ustacks: HashMap<(u32, u32), Vec<Frame>> = HashMap::new();
+        // At a system call the user stack's first address is the instruction after it.
+        let all_returns = self.spec.events.iter().all(|e| {
+            matches!(e, Event::Tracepoint { category, .. }
+                if category == "syscalls" || category == "raw_syscalls")
+        });
         for (tgid, stacks) in &ustacks {
             let maps = self.maps.get(*tgid);
-            for (id, frames) in names.user(*tgid, maps.as_deref(), stacks, false) {
+            for (id, frames) in names.user(*tgid, maps.as_deref(), stacks, all_returns) {
                 named_ustacks.insert((*tgid, id), frames);
             }
         }
