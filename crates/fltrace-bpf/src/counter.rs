@@ -436,7 +436,7 @@ impl Counter {
                 }
             }
         }
-        rows.sort_by(|a, b| b.count.cmp(&a.count));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.count));
         Ok(Snapshot {
             rows,
             events: object_total(&self.ebpf, object::TOTAL_EVENTS),

@@ -157,9 +157,11 @@ impl LeakTracer {
                         continue;
                     };
                     let ptr = field(first, ptr)?;
-                    let mut config = Config::default();
-                    config.ptr_off = ptr.offset;
-                    config.ptr_size = ptr.size;
+                    let config = Config {
+                        ptr_off: ptr.offset,
+                        ptr_size: ptr.size,
+                        ..Config::default()
+                    };
                     set_config(&mut ebpf, slot, config)?;
                     attach_tracepoint(&mut ebpf, program, &tracepoints)?;
                 }

@@ -163,7 +163,7 @@ pub fn top_rss(n: usize) -> Vec<ProcessRss> {
             }
         }
     }
-    out.sort_by(|a, b| b.rss_kib.cmp(&a.rss_kib));
+    out.sort_by_key(|p| std::cmp::Reverse(p.rss_kib));
     out.truncate(n);
     out
 }
@@ -305,7 +305,7 @@ impl Triage {
             }
         }
         let mut top: Vec<FaultingProcess> = by_pid.into_values().collect();
-        top.sort_by(|a, b| b.faults.cmp(&a.faults));
+        top.sort_by_key(|p| std::cmp::Reverse(p.faults));
         top.truncate(5);
         report.top_faulting = top;
         report.heap_calls = heap_snapshot
