@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # gcc and g++ build the bundled workloads; libc6-dbg lets reports name glibc's own frames
 # (start_thread, __libc_start_call_main) instead of [unknown]. The debug-info tests split
 # binaries with binutils (objcopy, strip, readelf) and serve them with a local debuginfod;
-# golang-go gives the tests `go tool pprof`, the real consumer of `report --format pprof`.
-packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go)
+# golang-go gives the tests `go tool pprof`, the real consumer of `report --format pprof`;
+# clang compiles the BPF object of crates/fltrace-bpf (count, faults, ffaults, memleak, triage).
+packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

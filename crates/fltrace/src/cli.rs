@@ -43,6 +43,17 @@ pub enum Command {
     /// Catalog a series of `fltrace runs` into SQLite: every run, and the call sites of the
     /// first repetitions, pointing to their traces.
     Analyze(crate::runs::AnalyzeArgs),
+    /// Count any tracepoint, software event or uprobe in the kernel, grouped by comm, pid,
+    /// stack or a raw field (the BPF chapter's one-liners).
+    Count(crate::bpf_tools::CountArgs),
+    /// Page faults of the whole system (or -p), by user and kernel stack, with the rate.
+    Faults(crate::bpf_tools::FaultsArgs),
+    /// Page faults on file-backed memory, by file.
+    Ffaults(crate::bpf_tools::FfaultsArgs),
+    /// Outstanding allocations by stack, every interval: the kernel's, or a process's (-p).
+    Memleak(crate::bpf_tools::MemleakArgs),
+    /// The memory chapter's checklist as one report, with the command to run next.
+    Triage(crate::bpf_tools::TriageArgs),
     #[command(flatten)]
     System(crate::system::SystemCommand),
 }

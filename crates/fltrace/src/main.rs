@@ -1,14 +1,15 @@
 //! `fltrace`: the command line over the capture, trace, analysis and rendering crates.
 
 mod archive;
+mod bpf_tools;
 mod cli;
 mod diff;
 mod heatmap;
 mod load;
 mod record;
 mod report;
-mod script;
 mod runs;
+mod script;
 mod sweep;
 mod system;
 mod visualize;
@@ -63,6 +64,11 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Runs(args) => runs::run(args),
         cli::Command::Analyze(args) => runs::analyze(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Count(args) => bpf_tools::count(args),
+        cli::Command::Faults(args) => bpf_tools::faults(args),
+        cli::Command::Ffaults(args) => bpf_tools::ffaults(args),
+        cli::Command::Memleak(args) => bpf_tools::memleak(args),
+        cli::Command::Triage(args) => bpf_tools::triage(args),
     }
 }
 

@@ -1,5 +1,6 @@
 mod allocs;
 mod attribution;
+mod bpftools;
 mod cli;
 mod debuginfo;
 mod errors;

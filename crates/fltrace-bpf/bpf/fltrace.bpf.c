@@ -1,0 +1,506 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+// fltrace's in-kernel side: one counting program attachable to any tracepoint, software perf
+// event or uprobe, and the outstanding-allocation table of memleak. Everything the programs
+// do is set from user space through the `config` array (one slot per attached program), so
+// one object serves every command. Self-contained (no libbpf or kernel headers): only clang
+// is needed to build it.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef int s32;
+typedef unsigned long long u64;
+typedef long long s64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __always_inline inline __attribute__((always_inline))
+#define __uint(name, val) int(*name)[val]
+#define __type(name, val) typeof(val) *name
+
+enum {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_STACK_TRACE = 7,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+#define BPF_ANY 0
+#define BPF_NOEXIST 1
+#define BPF_F_USER_STACK (1ULL << 8)
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static long (*bpf_get_current_comm)(void *buf, u32 size) = (void *)16;
+static long (*bpf_get_stackid)(void *ctx, void *map, u64 flags) = (void *)27;
+static u64 (*bpf_get_current_cgroup_id)(void) = (void *)80;
+static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
+static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
+
+#define MAX_STACK_DEPTH 127
+#define SLOTS 8
+
+// What makes a count's key (config.key_flags).
+#define KEY_COMM (1 << 0)
+#define KEY_PID (1 << 1)
+#define KEY_TGID (1 << 2)
+#define KEY_USTACK (1 << 3)
+#define KEY_KSTACK (1 << 4)
+#define KEY_FIELD (1 << 5)
+#define KEY_FIELD2 (1 << 6)
+
+// Which events are kept (config.filter_flags).
+#define FILTER_TGIDS (1 << 0)
+#define FILTER_CGROUP (1 << 1)
+#define FILTER_COMM (1 << 2)
+#define FILTER_FIELD (1 << 3)
+// Announce each new process on the ring buffer, so that user space keeps its mappings.
+#define ANNOUNCE_TGIDS (1 << 4)
+
+// Field comparisons (config.filter_op).
+enum { OP_EQ = 1, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND };
+
+// What a memleak allocation slot reads (config.size_kind).
+enum { SIZE_FIELD = 0, SIZE_PAGES_ORDER = 1 };
+
+// Totals kept per CPU (index into `totals`).
+enum { TOTAL_EVENTS = 0, TOTAL_DROPPED = 1, TOTAL_STACK_ERRORS = 2, TOTAL_ALLOCS = 3, TOTAL_FREES = 4 };
+
+struct config {
+	u32 key_flags;
+	u32 filter_flags;
+	u32 field_off;
+	u32 field_size;
+	u32 field_signed;
+	u32 filter_off;
+	u32 filter_size;
+	u32 filter_signed;
+	u32 filter_op;
+	u32 ptr_off;
+	u32 ptr_size;
+	u32 size_off;
+	u32 size_size;
+	u32 size_kind;
+	u32 field2_off;
+	u32 field2_size;
+	u64 filter_value;
+	u64 cgroup_id;
+	char comm[16];
+};
+
+struct key {
+	u32 tgid;
+	u32 pid;
+	s32 ustack;
+	s32 kstack;
+	u64 field;
+	u64 field2;
+	char comm[16];
+};
+
+struct alloc {
+	u64 size;
+	u64 time_ns;
+	s32 stack;
+	u32 tgid;
+	char comm[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLOTS);
+	__type(key, u32);
+	__type(value, struct config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u32);
+	__type(value, u8);
+} tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct key);
+	__type(value, u64);
+} counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 32768);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 8);
+	__type(key, u32);
+	__type(value, u64);
+} totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u8);
+} seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} announcements SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__type(key, u64);
+	__type(value, struct alloc);
+} outstanding SEC(".maps");
+
+// Requested sizes between an allocator's entry and its return, by thread.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, u64);
+} pending SEC(".maps");
+
+static __always_inline void add_total(u32 which)
+{
+	u64 *total = bpf_map_lookup_elem(&totals, &which);
+	if (total)
+		*total += 1;
+}
+
+// Reads an unsigned or sign-extended integer of 1, 2, 4 or 8 bytes at `ctx + off`.
+static __always_inline int read_int(void *ctx, u32 off, u32 size, u32 is_signed, u64 *out)
+{
+	u64 v = 0;
+	long err;
+	switch (size) {
+	case 1:
+		err = bpf_probe_read_kernel(&v, 1, ctx + off);
+		if (is_signed)
+			v = (u64)(s64)(signed char)v;
+		break;
+	case 2:
+		err = bpf_probe_read_kernel(&v, 2, ctx + off);
+		if (is_signed)
+			v = (u64)(s64)(short)v;
+		break;
+	case 4:
+		err = bpf_probe_read_kernel(&v, 4, ctx + off);
+		if (is_signed)
+			v = (u64)(s64)(s32)v;
+		break;
+	case 8:
+		err = bpf_probe_read_kernel(&v, 8, ctx + off);
+		break;
+	default:
+		return -1;
+	}
+	*out = v;
+	return err ? -1 : 0;
+}
+
+static __always_inline int compare(u64 v, u32 op, u64 want, u32 is_signed)
+{
+	s64 sv = (s64)v, sw = (s64)want;
+	switch (op) {
+	case OP_EQ:
+		return v == want;
+	case OP_NE:
+		return v != want;
+	case OP_LT:
+		return is_signed ? sv < sw : v < want;
+	case OP_LE:
+		return is_signed ? sv <= sw : v <= want;
+	case OP_GT:
+		return is_signed ? sv > sw : v > want;
+	case OP_GE:
+		return is_signed ? sv >= sw : v >= want;
+	case OP_AND:
+		return (v & want) != 0;
+	}
+	return 1;
+}
+
+// Whether the current task passes the process filters of `c`; fills `comm`.
+static __always_inline int task_wanted(struct config *c, u32 tgid, char *comm)
+{
+	bpf_get_current_comm(comm, 16);
+	if (c->filter_flags & FILTER_TGIDS) {
+		if (!bpf_map_lookup_elem(&tgids, &tgid))
+			return 0;
+	}
+	if ((c->filter_flags & FILTER_CGROUP) && bpf_get_current_cgroup_id() != c->cgroup_id)
+		return 0;
+	if (c->filter_flags & FILTER_COMM) {
+		for (int i = 0; i < 16; i++) {
+			if (comm[i] != c->comm[i])
+				return 0;
+			if (comm[i] == 0)
+				break;
+		}
+	}
+	return 1;
+}
+
+static __always_inline void announce(struct config *c, u32 tgid)
+{
+	u8 one = 1;
+	// A lookup first: an insert that fails costs more, and this runs at every event.
+	if ((c->filter_flags & ANNOUNCE_TGIDS) && !bpf_map_lookup_elem(&seen, &tgid) &&
+	    bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST) == 0)
+		bpf_ringbuf_output(&announcements, &tgid, sizeof(tgid), 0);
+}
+
+// Counts one event of slot `slot`; `fields` says whether ctx holds readable raw fields.
+static __always_inline int count_event(void *ctx, u32 slot, int fields)
+{
+	struct config *c = bpf_map_lookup_elem(&config, &slot);
+	if (!c)
+		return 0;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
+	struct key k = {};
+	if (!task_wanted(c, tgid, k.comm))
+		return 0;
+	if (fields && (c->filter_flags & FILTER_FIELD)) {
+		u64 v;
+		if (read_int(ctx, c->filter_off, c->filter_size, c->filter_signed, &v) ||
+		    !compare(v, c->filter_op, c->filter_value, c->filter_signed))
+			return 0;
+	}
+	if (!(c->key_flags & KEY_COMM))
+		__builtin_memset(k.comm, 0, sizeof(k.comm));
+	if (c->key_flags & KEY_TGID)
+		k.tgid = tgid;
+	if (c->key_flags & KEY_PID)
+		k.pid = (u32)pid_tgid;
+	k.ustack = -1;
+	k.kstack = -1;
+	if (c->key_flags & KEY_USTACK) {
+		k.ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+		if (k.ustack < 0)
+			add_total(TOTAL_STACK_ERRORS);
+		announce(c, tgid);
+	}
+	if (c->key_flags & KEY_KSTACK) {
+		k.kstack = bpf_get_stackid(ctx, &stacks, 0);
+		if (k.kstack < 0 && k.kstack != -14 /* EFAULT: no kernel stack in user context */)
+			add_total(TOTAL_STACK_ERRORS);
+	}
+	if (fields && (c->key_flags & KEY_FIELD)) {
+		if (read_int(ctx, c->field_off, c->field_size, c->field_signed, &k.field))
+			return 0;
+	}
+	if (fields && (c->key_flags & KEY_FIELD2)) {
+		if (read_int(ctx, c->field2_off, c->field2_size, 0, &k.field2))
+			return 0;
+	}
+	add_total(TOTAL_EVENTS);
+	u64 *count = bpf_map_lookup_elem(&counts, &k);
+	if (count) {
+		__sync_fetch_and_add(count, 1);
+		return 0;
+	}
+	u64 one = 1;
+	if (bpf_map_update_elem(&counts, &k, &one, BPF_NOEXIST)) {
+		// Another CPU inserted it first, or the table is full.
+		count = bpf_map_lookup_elem(&counts, &k);
+		if (count)
+			__sync_fetch_and_add(count, 1);
+		else
+			add_total(TOTAL_DROPPED);
+	}
+	return 0;
+}
+
+SEC("tracepoint")
+int count_tracepoint(void *ctx)
+{
+	return count_event(ctx, 0, 1);
+}
+
+SEC("perf_event")
+int count_perf_event(void *ctx)
+{
+	return count_event(ctx, 0, 0);
+}
+
+SEC("uretprobe")
+int count_uretprobe(void *ctx)
+{
+	return count_event(ctx, 0, 1);
+}
+
+// A uprobe's context is the registers: fields are read at their offsets in struct pt_regs.
+SEC("uprobe")
+int count_uprobe(void *ctx)
+{
+	return count_event(ctx, 0, 1);
+}
+
+// After an exec the process's mappings are new: announce it again at its next event.
+SEC("tracepoint")
+int exec_forget(void *ctx)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	bpf_map_delete_elem(&seen, &tgid);
+	return 0;
+}
+
+// ---- memleak ----
+
+static __always_inline void record_alloc(void *ctx, struct config *c, u64 addr, u64 size, u32 tgid,
+					 char *comm, u64 stack_flags)
+{
+	struct alloc a = {};
+	a.size = size;
+	a.time_ns = bpf_ktime_get_ns();
+	a.tgid = tgid;
+	__builtin_memcpy(a.comm, comm, 16);
+	a.stack = bpf_get_stackid(ctx, &stacks, stack_flags);
+	if (a.stack < 0)
+		add_total(TOTAL_STACK_ERRORS);
+	if (bpf_map_update_elem(&outstanding, &addr, &a, BPF_ANY))
+		add_total(TOTAL_DROPPED);
+	else
+		add_total(TOTAL_ALLOCS);
+}
+
+// A kernel allocation tracepoint: the address and size are raw fields.
+static __always_inline int kernel_alloc(void *ctx, u32 slot)
+{
+	struct config *c = bpf_map_lookup_elem(&config, &slot);
+	if (!c)
+		return 0;
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	char comm[16] = {};
+	if (!task_wanted(c, tgid, comm))
+		return 0;
+	u64 addr, size;
+	if (read_int(ctx, c->ptr_off, c->ptr_size, 0, &addr) || addr == 0)
+		return 0;
+	if (read_int(ctx, c->size_off, c->size_size, 0, &size))
+		return 0;
+	if (c->size_kind == SIZE_PAGES_ORDER)
+		size = 4096ULL << (size & 31);
+	record_alloc(ctx, c, addr, size, tgid, comm, 0);
+	return 0;
+}
+
+// A kernel free tracepoint: only the address.
+static __always_inline int kernel_free(void *ctx, u32 slot)
+{
+	struct config *c = bpf_map_lookup_elem(&config, &slot);
+	if (!c)
+		return 0;
+	u64 addr;
+	if (read_int(ctx, c->ptr_off, c->ptr_size, 0, &addr))
+		return 0;
+	if (bpf_map_delete_elem(&outstanding, &addr) == 0)
+		add_total(TOTAL_FREES);
+	return 0;
+}
+
+SEC("tracepoint")
+int alloc_0(void *ctx) { return kernel_alloc(ctx, 1); }
+SEC("tracepoint")
+int alloc_1(void *ctx) { return kernel_alloc(ctx, 2); }
+SEC("tracepoint")
+int alloc_2(void *ctx) { return kernel_alloc(ctx, 3); }
+SEC("tracepoint")
+int free_0(void *ctx) { return kernel_free(ctx, 4); }
+SEC("tracepoint")
+int free_1(void *ctx) { return kernel_free(ctx, 5); }
+SEC("tracepoint")
+int free_2(void *ctx) { return kernel_free(ctx, 6); }
+
+// User allocations: x86_64 struct pt_regs, in u64 units.
+#define REG_AX 10
+#define REG_SI 13
+#define REG_DI 14
+
+static __always_inline u64 reg(void *ctx, int index)
+{
+	u64 v = 0;
+	bpf_probe_read_kernel(&v, 8, (u64 *)ctx + index);
+	return v;
+}
+
+static __always_inline int user_wanted(u32 *tgid, char *comm)
+{
+	u32 slot = 7;
+	struct config *c = bpf_map_lookup_elem(&config, &slot);
+	if (!c)
+		return 0;
+	*tgid = bpf_get_current_pid_tgid() >> 32;
+	return task_wanted(c, *tgid, comm);
+}
+
+static __always_inline int remember_size(u64 size)
+{
+	u32 tgid;
+	char comm[16];
+	if (!user_wanted(&tgid, comm))
+		return 0;
+	u64 tid = bpf_get_current_pid_tgid();
+	bpf_map_update_elem(&pending, &tid, &size, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int forget(u64 addr)
+{
+	if (addr && bpf_map_delete_elem(&outstanding, &addr) == 0)
+		add_total(TOTAL_FREES);
+	return 0;
+}
+
+SEC("uprobe")
+int malloc_enter(void *ctx) { return remember_size(reg(ctx, REG_DI)); }
+SEC("uprobe")
+int calloc_enter(void *ctx) { return remember_size(reg(ctx, REG_DI) * reg(ctx, REG_SI)); }
+// aligned_alloc and memalign: (alignment, size).
+SEC("uprobe")
+int memalign_enter(void *ctx) { return remember_size(reg(ctx, REG_SI)); }
+SEC("uprobe")
+int realloc_enter(void *ctx)
+{
+	forget(reg(ctx, REG_DI));
+	return remember_size(reg(ctx, REG_SI));
+}
+SEC("uprobe")
+int free_enter(void *ctx) { return forget(reg(ctx, REG_DI)); }
+
+// At the return the user stack starts in the caller, at the line of the call.
+SEC("uretprobe")
+int alloc_return(void *ctx)
+{
+	u64 tid = bpf_get_current_pid_tgid();
+	u64 *size = bpf_map_lookup_elem(&pending, &tid);
+	if (!size)
+		return 0;
+	u64 bytes = *size;
+	bpf_map_delete_elem(&pending, &tid);
+	u64 addr = reg(ctx, REG_AX);
+	if (!addr)
+		return 0;
+	u32 slot = 7;
+	struct config *c = bpf_map_lookup_elem(&config, &slot);
+	if (!c)
+		return 0;
+	char comm[16] = {};
+	bpf_get_current_comm(comm, 16);
+	u32 tgid = tid >> 32;
+	announce(c, tgid);
+	record_alloc(ctx, c, addr, bytes, tgid, comm, BPF_F_USER_STACK);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,318 @@
+//! `fltrace memleak`: allocations not yet freed, by stack, kept in the kernel (bcc's memleak).
+//! Without processes: the kernel's own allocations (kmem tracepoints: kmalloc, kmem_cache and
+//! pages). For processes: uprobes on their C library's allocator.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use aya::Ebpf;
+use aya::maps::HashMap as BpfHashMap;
+use aya::programs::{TracePoint, UProbe};
+
+use crate::counter::{
+    ProcessFilter, attach_uprobe, fill_tgids, process_config, set_config, stack_frames,
+    start_announcements, totals,
+};
+use crate::object::{self, Alloc, Config};
+use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
+use crate::{Error, tracefs};
+
+/// Kernel allocation tracepoints: program, slot, tracepoint, address field, size field.
+const KERNEL_ALLOCS: [(&str, u32, &str, &str, &str); 3] = [
+    ("alloc_0", 1, "kmalloc", "ptr", "bytes_alloc"),
+    ("alloc_1", 2, "kmem_cache_alloc", "ptr", "bytes_alloc"),
+    ("alloc_2", 3, "mm_page_alloc", "pfn", "order"),
+];
+
+/// Kernel free tracepoints: program, slot, tracepoints, address field.
+const KERNEL_FREES: [(&str, u32, &[&str], &str); 3] = [
+    ("free_0", 4, &["kfree"], "ptr"),
+    ("free_1", 5, &["kmem_cache_free"], "ptr"),
+    (
+        "free_2",
+        6,
+        &["mm_page_free", "mm_page_free_batched"],
+        "pfn",
+    ),
+];
+
+/// User allocator functions: entry program, function.
+const USER_ALLOCS: [(&str, &str); 6] = [
+    ("malloc_enter", "malloc"),
+    ("calloc_enter", "calloc"),
+    ("realloc_enter", "realloc"),
+    ("memalign_enter", "aligned_alloc"),
+    ("memalign_enter", "memalign"),
+    ("free_enter", "free"),
+];
+
+/// Whose allocations.
+#[derive(Debug, Clone)]
+pub enum LeakTarget {
+    /// The kernel's.
+    Kernel,
+    /// Those of the processes of the filter, through this C library.
+    User {
+        /// The C library the processes use.
+        libc: PathBuf,
+    },
+}
+
+/// Outstanding allocations of one stack.
+#[derive(Debug, Clone)]
+pub struct Outstanding {
+    /// The process (user allocations only).
+    pub pid: Option<u32>,
+    /// The task that allocated (the first seen for this stack).
+    pub comm: String,
+    /// Bytes not freed.
+    pub bytes: u64,
+    /// Allocations not freed.
+    pub allocations: u64,
+    /// The allocation's stack, innermost first.
+    pub stack: Vec<Frame>,
+}
+
+/// What is outstanding at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct LeakSnapshot {
+    /// By stack, most bytes first.
+    pub stacks: Vec<Outstanding>,
+    /// Allocations seen since the start.
+    pub allocs: u64,
+    /// Frees of known allocations since the start.
+    pub frees: u64,
+    /// Allocations not kept because the table was full.
+    pub dropped: u64,
+}
+
+/// The running tracer; detached when dropped.
+pub struct LeakTracer {
+    ebpf: Ebpf,
+    kernel: bool,
+    maps: ProcessMaps,
+    _announcements: Option<Announcements>,
+}
+
+/// The C library `pid` has mapped.
+pub fn libc_of(pid: u32) -> Result<PathBuf, Error> {
+    let path = format!("/proc/{pid}/maps");
+    let maps = std::fs::read_to_string(&path).map_err(Error::io(&path))?;
+    maps.lines()
+        .filter_map(fltrace_trace::parse_procmaps_line)
+        .map(|m| PathBuf::from(m.path))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+        })
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "process {pid} has no C library loaded (a static program?): nothing to probe"
+            ))
+        })
+}
+
+fn field(name: &str, field: &str) -> Result<tracefs::Field, Error> {
+    crate::Event::Tracepoint {
+        category: "kmem".into(),
+        name: name.into(),
+    }
+    .field(field)
+}
+
+impl LeakTracer {
+    /// Loads and attaches the allocation probes.
+    pub fn start(target: LeakTarget, processes: &ProcessFilter) -> Result<LeakTracer, Error> {
+        let mut ebpf = object::load()?;
+        let mut base = Config::default();
+        process_config(processes, &mut base)?;
+        fill_tgids(&mut ebpf, &processes.tgids)?;
+        let maps = ProcessMaps::default();
+        let kernel = matches!(target, LeakTarget::Kernel);
+        let announcements = match &target {
+            LeakTarget::Kernel => {
+                for (program, slot, tracepoint, ptr, size) in KERNEL_ALLOCS {
+                    let ptr = field(tracepoint, ptr)?;
+                    let size = field(tracepoint, size)?;
+                    let mut config = base;
+                    config.ptr_off = ptr.offset;
+                    config.ptr_size = ptr.size;
+                    config.size_off = size.offset;
+                    config.size_size = size.size;
+                    if tracepoint == "mm_page_alloc" {
+                        config.size_kind = object::SIZE_PAGES_ORDER;
+                    }
+                    set_config(&mut ebpf, slot, config)?;
+                    attach_tracepoint(&mut ebpf, program, &[tracepoint])?;
+                }
+                for (program, slot, tracepoints, ptr) in KERNEL_FREES {
+                    let tracepoints: Vec<&str> = tracepoints
+                        .iter()
+                        .copied()
+                        .filter(|t| tracefs::exists("kmem", t))
+                        .collect();
+                    let Some(first) = tracepoints.first() else {
+                        continue;
+                    };
+                    let ptr = field(first, ptr)?;
+                    let config = Config {
+                        ptr_off: ptr.offset,
+                        ptr_size: ptr.size,
+                        ..Config::default()
+                    };
+                    set_config(&mut ebpf, slot, config)?;
+                    attach_tracepoint(&mut ebpf, program, &tracepoints)?;
+                }
+                None
+            }
+            LeakTarget::User { libc } => {
+                let mut config = base;
+                config.filter_flags |= object::ANNOUNCE_TGIDS;
+                set_config(&mut ebpf, object::USER_ALLOC_SLOT, config)?;
+                let announcements = start_announcements(&mut ebpf, &maps)?;
+                attach_user(&mut ebpf, libc, &processes.tgids)?;
+                Some(announcements)
+            }
+        };
+        Ok(LeakTracer {
+            ebpf,
+            kernel,
+            maps,
+            _announcements: announcements,
+        })
+    }
+
+    /// The mappings kept of the processes seen.
+    pub fn process_maps(&self) -> &ProcessMaps {
+        &self.maps
+    }
+
+    /// The outstanding allocations older than `older_than`, grouped by stack, at most `top`.
+    pub fn snapshot(
+        &self,
+        names: &mut StackNames,
+        older_than: Duration,
+        top: usize,
+    ) -> Result<LeakSnapshot, Error> {
+        let map = self
+            .ebpf
+            .map("outstanding")
+            .ok_or_else(|| Error::Unsupported("the BPF object has no outstanding map".into()))?;
+        let outstanding: BpfHashMap<_, u64, Alloc> =
+            BpfHashMap::try_from(map).map_err(Error::map("outstanding"))?;
+        let now = monotonic_ns();
+        let cutoff = now.saturating_sub(older_than.as_nanos() as u64);
+        // (tgid, stack id) -> (bytes, allocations, comm)
+        let mut groups: HashMap<(u32, i32), (u64, u64, [u8; 16])> = HashMap::new();
+        for entry in outstanding.iter() {
+            let Ok((_, alloc)) = entry else {
+                // Freed while we walked the table.
+                continue;
+            };
+            if alloc.time_ns > cutoff {
+                continue;
+            }
+            let tgid = if self.kernel { 0 } else { alloc.tgid };
+            let group = groups
+                .entry((tgid, alloc.stack))
+                .or_insert((0, 0, alloc.comm));
+            group.0 += alloc.size;
+            group.1 += 1;
+        }
+        let mut sorted: Vec<_> = groups.into_iter().collect();
+        sorted.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(b.1.1.cmp(&a.1.1)));
+        sorted.truncate(top);
+
+        let mut user_stacks: HashMap<u32, Vec<(u32, Vec<u64>)>> = HashMap::new();
+        if !self.kernel {
+            for ((tgid, stack), _) in &sorted {
+                if let Some(frames) = stack_frames(&self.ebpf, *stack) {
+                    user_stacks
+                        .entry(*tgid)
+                        .or_default()
+                        .push((*stack as u32, frames));
+                }
+            }
+        }
+        let mut named: HashMap<(u32, u32), Vec<Frame>> = HashMap::new();
+        for (tgid, stacks) in &user_stacks {
+            let maps = self.maps.get(*tgid);
+            for (id, frames) in names.user(*tgid, maps.as_deref(), stacks, true) {
+                named.insert((*tgid, id), frames);
+            }
+        }
+        let stacks = sorted
+            .into_iter()
+            .map(|((tgid, stack), (bytes, allocations, comm))| Outstanding {
+                pid: (!self.kernel).then_some(tgid),
+                comm: object::comm_string(&comm),
+                bytes,
+                allocations,
+                stack: if self.kernel {
+                    stack_frames(&self.ebpf, stack)
+                        .map(|f| names.kernel(&f))
+                        .unwrap_or_default()
+                } else {
+                    named.remove(&(tgid, stack as u32)).unwrap_or_default()
+                },
+            })
+            .collect();
+        Ok(LeakSnapshot {
+            stacks,
+            allocs: totals(&self.ebpf, 3),
+            frees: totals(&self.ebpf, 4),
+            dropped: totals(&self.ebpf, object::TOTAL_DROPPED),
+        })
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills a valid timespec; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, program: &'static str, names: &[&str]) -> Result<(), Error> {
+    let tp: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| Error::Unsupported(format!("no {program} program")))?
+        .try_into()
+        .map_err(Error::program(program))?;
+    tp.load().map_err(Error::program(program))?;
+    for name in names {
+        tp.attach("kmem", name).map_err(Error::program(program))?;
+    }
+    Ok(())
+}
+
+fn attach_user(ebpf: &mut Ebpf, libc: &Path, tgids: &[u32]) -> Result<(), Error> {
+    let mut loaded: Vec<&str> = Vec::new();
+    for (program, function) in USER_ALLOCS {
+        let probe: &mut UProbe = ebpf
+            .program_mut(program)
+            .ok_or_else(|| Error::Unsupported(format!("no {program} program")))?
+            .try_into()
+            .map_err(Error::program("uprobe"))?;
+        if !loaded.contains(&program) {
+            probe.load().map_err(Error::program("uprobe"))?;
+            loaded.push(program);
+        }
+        attach_uprobe(probe, libc, function, tgids)?;
+    }
+    let ret: &mut UProbe = ebpf
+        .program_mut("alloc_return")
+        .ok_or_else(|| Error::Unsupported("no alloc_return program".into()))?
+        .try_into()
+        .map_err(Error::program("uretprobe"))?;
+    ret.load().map_err(Error::program("uretprobe"))?;
+    for (_, function) in USER_ALLOCS.iter().filter(|(_, f)| *f != "free") {
+        attach_uprobe(ret, libc, function, tgids)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! The compiled BPF object and the layouts it shares with user space (see bpf/fltrace.bpf.c).
+
+use aya::{Ebpf, EbpfLoader};
+
+use crate::Error;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fltrace.bpf.o"));
+
+pub(crate) const KEY_COMM: u32 = 1 << 0;
+pub(crate) const KEY_PID: u32 = 1 << 1;
+pub(crate) const KEY_TGID: u32 = 1 << 2;
+pub(crate) const KEY_USTACK: u32 = 1 << 3;
+pub(crate) const KEY_KSTACK: u32 = 1 << 4;
+pub(crate) const KEY_FIELD: u32 = 1 << 5;
+pub(crate) const KEY_FIELD2: u32 = 1 << 6;
+
+pub(crate) const FILTER_TGIDS: u32 = 1 << 0;
+pub(crate) const FILTER_CGROUP: u32 = 1 << 1;
+pub(crate) const FILTER_COMM: u32 = 1 << 2;
+pub(crate) const FILTER_FIELD: u32 = 1 << 3;
+pub(crate) const ANNOUNCE_TGIDS: u32 = 1 << 4;
+
+pub(crate) const SIZE_PAGES_ORDER: u32 = 1;
+
+pub(crate) const TOTAL_EVENTS: u32 = 0;
+pub(crate) const TOTAL_DROPPED: u32 = 1;
+pub(crate) const TOTAL_STACK_ERRORS: u32 = 2;
+
+/// The slot of the user allocator probes' configuration.
+pub(crate) const USER_ALLOC_SLOT: u32 = 7;
+
+/// `struct config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Config {
+    pub key_flags: u32,
+    pub filter_flags: u32,
+    pub field_off: u32,
+    pub field_size: u32,
+    pub field_signed: u32,
+    pub filter_off: u32,
+    pub filter_size: u32,
+    pub filter_signed: u32,
+    pub filter_op: u32,
+    pub ptr_off: u32,
+    pub ptr_size: u32,
+    pub size_off: u32,
+    pub size_size: u32,
+    pub size_kind: u32,
+    pub field2_off: u32,
+    pub field2_size: u32,
+    pub filter_value: u64,
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
+}
+
+/// `struct key`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub tgid: u32,
+    pub pid: u32,
+    pub ustack: i32,
+    pub kstack: i32,
+    pub field: u64,
+    pub field2: u64,
+    pub comm: [u8; 16],
+}
+
+/// `struct alloc`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Alloc {
+    pub size: u64,
+    pub time_ns: u64,
+    pub stack: i32,
+    pub tgid: u32,
+    pub comm: [u8; 16],
+}
+
+// SAFETY: plain C structs of integers with no padding holes the kernel could misread.
+unsafe impl aya::Pod for Config {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Key {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Alloc {}
+
+/// Loads the object (its maps are created; programs are loaded when attached).
+pub(crate) fn load() -> Result<Ebpf, Error> {
+    raise_memlock();
+    EbpfLoader::new()
+        .load(OBJECT)
+        .map_err(|e| Error::Load(Box::new(e)))
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
+fn raise_memlock() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads a valid struct; failure only matters on old kernels.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+}
+
+/// A task name as the kernel stores it.
+pub(crate) fn comm_bytes(name: &str) -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    for (dst, src) in comm.iter_mut().take(15).zip(name.bytes()) {
+        *dst = src;
+    }
+    comm
+}
+
+pub(crate) fn comm_string(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(16);
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}

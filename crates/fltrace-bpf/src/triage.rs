@@ -1,0 +1,403 @@
+//! `fltrace triage`: the memory chapter's strategy (7.1.3) as one report. Each part is read
+//! from /proc, the kernel log or a counter running for the duration; each finding comes with
+//! the fltrace command to run next.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
+
+use crate::files::{self, FileFaults};
+use crate::{By, CountSpec, Counter, Error, Event, Frame, ProcessFilter, StackNames};
+
+/// One swap device of /proc/swaps.
+#[derive(Debug, Clone)]
+pub struct SwapDevice {
+    /// Its path.
+    pub name: String,
+    /// Size, KiB.
+    pub size_kib: u64,
+    /// Used, KiB.
+    pub used_kib: u64,
+}
+
+/// A process by resident memory.
+#[derive(Debug, Clone)]
+pub struct ProcessRss {
+    /// Its id.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// Resident set, KiB.
+    pub rss_kib: u64,
+}
+
+/// A process by faults, with its top stacks.
+#[derive(Debug, Clone)]
+pub struct FaultingProcess {
+    /// Its id.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// Faults during the duration.
+    pub faults: u64,
+    /// Its most faulting user stacks (count, frames innermost first).
+    pub stacks: Vec<(u64, Vec<Frame>)>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Default)]
+pub struct Triage {
+    /// How long the counters ran.
+    pub duration: Duration,
+    /// OOM-killer lines of the kernel log (empty when none or unreadable).
+    pub oom_kills: Vec<String>,
+    /// Why the kernel log could not be read, if it could not.
+    pub kmsg_error: Option<String>,
+    /// Swap devices (none configured when empty).
+    pub swaps: Vec<SwapDevice>,
+    /// Pages swapped in and out during the duration.
+    pub swap_in_pages: u64,
+    /// Pages swapped out during the duration.
+    pub swap_out_pages: u64,
+    /// /proc/meminfo values of interest, KiB.
+    pub meminfo: Vec<(String, u64)>,
+    /// Top processes by RSS.
+    pub top_rss: Vec<ProcessRss>,
+    /// Page faults in all during the duration.
+    pub faults: u64,
+    /// Top faulting processes.
+    pub top_faulting: Vec<FaultingProcess>,
+    /// Files backing faults.
+    pub file_faults: Vec<FileFaults>,
+    /// brk and mmap calls by (syscall, comm).
+    pub heap_calls: Vec<(String, String, u64)>,
+    /// Why a hardware PMU event could not be opened (None: it could).
+    pub pmu_missing: Option<String>,
+    /// Findings, each with the command to run next.
+    pub findings: Vec<(String, String)>,
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn vmstat(key: &str) -> u64 {
+    read("/proc/vmstat")
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+const MEMINFO_KEYS: [&str; 12] = [
+    "MemTotal",
+    "MemFree",
+    "MemAvailable",
+    "Buffers",
+    "Cached",
+    "SwapCached",
+    "AnonPages",
+    "Shmem",
+    "Slab",
+    "SwapTotal",
+    "SwapFree",
+    "HugePages_Total",
+];
+
+fn meminfo() -> Vec<(String, u64)> {
+    let text = read("/proc/meminfo");
+    MEMINFO_KEYS
+        .iter()
+        .filter_map(|key| {
+            let value = text.lines().find_map(|l| {
+                let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+                rest.split_whitespace().next()?.parse().ok()
+            })?;
+            Some(((*key).to_owned(), value))
+        })
+        .collect()
+}
+
+fn swaps() -> Vec<SwapDevice> {
+    read("/proc/swaps")
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(SwapDevice {
+                name: (*f.first()?).to_owned(),
+                size_kib: f.get(2)?.parse().ok()?,
+                used_kib: f.get(3)?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Processes by resident memory, largest first.
+pub fn top_rss(n: usize) -> Vec<ProcessRss> {
+    let mut out = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+            let field = |key: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_owned()))
+            };
+            let rss_kib = field("VmRSS:")
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0);
+            if rss_kib > 0 {
+                out.push(ProcessRss {
+                    pid,
+                    comm: field("Name:").unwrap_or_default(),
+                    rss_kib,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|p| std::cmp::Reverse(p.rss_kib));
+    out.truncate(n);
+    out
+}
+
+/// OOM-killer lines of the kernel log, read without blocking from /dev/kmsg.
+pub fn oom_kills() -> Result<Vec<String>, String> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .map_err(|e| format!("/dev/kmsg: {e}"))?;
+    let mut lines = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        // Each read returns one record; EAGAIN at the end, EPIPE when records were overwritten.
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let record = String::from_utf8_lossy(&buf[..n]);
+                let message = record.split_once(';').map_or(&*record, |(_, m)| m);
+                let message = message.lines().next().unwrap_or("").trim();
+                if message.contains("Out of memory")
+                    || message.contains("oom-kill")
+                    || message.contains("Killed process")
+                {
+                    lines.push(message.to_owned());
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(format!("/dev/kmsg: {e}")),
+        }
+    }
+    Ok(lines)
+}
+
+/// Whether a hardware event opens (no PMU in most virtual machines: ENOENT).
+pub fn pmu_available() -> Result<(), String> {
+    // struct perf_event_attr up to `config` (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES),
+    // the rest zero; size is PERF_ATTR_SIZE_VER0.
+    let mut attr = [0u8; 64];
+    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
+    // disabled (bit 0 of the flags word at offset 40)
+    attr[40] = 1;
+    // SAFETY: perf_event_open reads a valid 64-byte attribute; the descriptor is closed below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            0i32,
+            -1i32,
+            -1i32,
+            8u64, // PERF_FLAG_FD_CLOEXEC
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => {
+                format!("no hardware PMU ({e}): no cycle, cache-miss or PEBS/IBS sampling here")
+            }
+            _ => e.to_string(),
+        });
+    }
+    // SAFETY: closing the descriptor just opened.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+impl Triage {
+    /// Runs the counters for `duration` (stopping early when `stop` says so) and reads the rest.
+    pub fn run(duration: Duration, stop: &dyn Fn() -> bool) -> Result<Triage, Error> {
+        let all = ProcessFilter::default();
+        let faults = Counter::start(CountSpec {
+            events: crate::fault_events(),
+            by: vec![By::Pid, By::Comm, By::UStack],
+            second_field: None,
+            filter: None,
+            processes: all.clone(),
+            keep_maps: true,
+        })?;
+        let file_faults = Counter::start(files::spec(all.clone(), false))?;
+        let heap_calls = Counter::start(CountSpec {
+            events: ["sys_enter_brk", "sys_enter_mmap"]
+                .iter()
+                .map(|n| Event::Tracepoint {
+                    category: "syscalls".into(),
+                    name: (*n).into(),
+                })
+                .collect(),
+            by: vec![By::Probe, By::Comm],
+            second_field: None,
+            filter: None,
+            processes: all,
+            keep_maps: false,
+        })?;
+        let (swap_in0, swap_out0) = (vmstat("pswpin"), vmstat("pswpout"));
+        let started = std::time::Instant::now();
+        while started.elapsed() < duration && !stop() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let elapsed = started.elapsed();
+        let (swap_in, swap_out) = (vmstat("pswpin"), vmstat("pswpout"));
+        let mut names = StackNames::new();
+        let fault_snapshot = faults.snapshot(&mut names)?;
+        let files_snapshot = file_faults.snapshot(&mut names)?;
+        let heap_snapshot = heap_calls.snapshot(&mut names)?;
+
+        let mut report = Triage {
+            duration: elapsed,
+            swaps: swaps(),
+            swap_in_pages: swap_in.saturating_sub(swap_in0),
+            swap_out_pages: swap_out.saturating_sub(swap_out0),
+            meminfo: meminfo(),
+            top_rss: top_rss(10),
+            faults: fault_snapshot.events,
+            file_faults: files::by_file(&files_snapshot, file_faults.process_maps()),
+            pmu_missing: pmu_available().err(),
+            ..Triage::default()
+        };
+        report.file_faults.truncate(10);
+        match oom_kills() {
+            Ok(lines) => report.oom_kills = lines,
+            Err(e) => report.kmsg_error = Some(e),
+        }
+        let mut by_pid: HashMap<u32, FaultingProcess> = HashMap::new();
+        for row in &fault_snapshot.rows {
+            let pid = row.pid.unwrap_or(0);
+            let p = by_pid.entry(pid).or_insert_with(|| FaultingProcess {
+                pid,
+                comm: row.comm.clone().unwrap_or_default(),
+                faults: 0,
+                stacks: Vec::new(),
+            });
+            p.faults += row.count;
+            if p.stacks.len() < 3 {
+                p.stacks
+                    .push((row.count, row.ustack.clone().unwrap_or_default()));
+            }
+        }
+        let mut top: Vec<FaultingProcess> = by_pid.into_values().collect();
+        top.sort_by_key(|p| std::cmp::Reverse(p.faults));
+        top.truncate(5);
+        report.top_faulting = top;
+        report.heap_calls = heap_snapshot
+            .rows
+            .iter()
+            .map(|r| {
+                let probe = r.probe.clone().unwrap_or_default();
+                let call = probe
+                    .rsplit("sys_enter_")
+                    .next()
+                    .unwrap_or(&probe)
+                    .to_owned();
+                (call, r.comm.clone().unwrap_or_default(), r.count)
+            })
+            .collect();
+        report.heap_calls.truncate(10);
+        report.findings = report.findings();
+        Ok(report)
+    }
+
+    fn findings(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if !self.oom_kills.is_empty() {
+            out.push((
+                format!(
+                    "{} OOM-killer messages in the kernel log",
+                    self.oom_kills.len()
+                ),
+                "fltrace oomkill".to_owned(),
+            ));
+        }
+        if self.swaps.is_empty() {
+            out.push((
+                "no swap configured: memory pressure ends in OOM kills, not swapping".into(),
+                "fltrace oomkill".into(),
+            ));
+        } else if self.swap_in_pages + self.swap_out_pages > 0 {
+            out.push((
+                format!(
+                    "swapping: {} pages in, {} out",
+                    self.swap_in_pages, self.swap_out_pages
+                ),
+                "fltrace swapin".into(),
+            ));
+        }
+        let available = self.meminfo.iter().find(|(k, _)| k == "MemAvailable");
+        let total = self.meminfo.iter().find(|(k, _)| k == "MemTotal");
+        if let (Some((_, a)), Some((_, t))) = (available, total)
+            && *t > 0
+            && a * 10 < *t
+        {
+            out.push((
+                "less than 10% of memory available".into(),
+                "fltrace vmscan".into(),
+            ));
+        }
+        if let Some(p) = self.top_faulting.first() {
+            out.push((
+                format!(
+                    "{} (pid {}) faults most: {} faults",
+                    p.comm, p.pid, p.faults
+                ),
+                format!("fltrace faults -p {}", p.pid),
+            ));
+        }
+        if let Some(f) = self.file_faults.first() {
+            out.push((
+                format!("file faults led by {} ({})", f.file, f.count),
+                "fltrace ffaults".into(),
+            ));
+        }
+        if let Some((call, comm, n)) = self.heap_calls.first() {
+            out.push((
+                format!("{comm} calls {call} most ({n})"),
+                format!("fltrace count syscalls:sys_enter_{call} --by ustack --comm {comm}"),
+            ));
+        }
+        if let Some(p) = self.top_rss.first() {
+            out.push((
+                format!(
+                    "{} (pid {}) is the largest: {} KiB resident",
+                    p.comm, p.pid, p.rss_kib
+                ),
+                format!("fltrace memleak -p {}", p.pid),
+            ));
+        }
+        if self.pmu_missing.is_some() {
+            out.push((
+                "no hardware PMU: memory access sampling is unavailable".into(),
+                "fltrace wss (reference bits) or fltrace record (faults)".into(),
+            ));
+        }
+        out
+    }
+}

@@ -1,0 +1,500 @@
+//! The in-kernel tools (`count`, `faults`, `ffaults`, `memleak`, `triage`) on real events of
+//! this kernel: exact counts at the workload's own lines.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::util::*;
+
+/// `memtools.c`, gcc -O2 -g with frame pointers (the kernel's user stacks follow them).
+fn memtools() -> &'static Path {
+    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let out = dir.path().join("memtools");
+            let status = Command::new("gcc")
+                .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+                .arg(&out)
+                .arg(workloads_dir().join("memtools.c"))
+                .status()
+                .expect("gcc runs");
+            assert!(status.success(), "building memtools.c");
+            (dir, out)
+        })
+        .1
+}
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// `fltrace <args>`, which must succeed; its stdout as JSON.
+fn json_of(dir: &Dir, args: &[&str]) -> Value {
+    let out = output_within(dir.fltrace().args(args), LIMIT);
+    assert!(
+        out.status.success(),
+        "fltrace {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "fltrace {args:?} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// `fltrace count EVENT <extra> --format json -- memtools <args>`.
+fn count(event: &str, extra: &[&str], workload: &[&str]) -> Vec<Value> {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let mut args = vec!["count", event, "--format", "json"];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.push(&tools);
+    args.extend_from_slice(workload);
+    json_of(&dir, &args)
+        .as_array()
+        .cloned()
+        .expect("an array of rows")
+}
+
+fn frames(row: &Value, which: &str) -> Vec<String> {
+    row[which]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn at_line(site_name: &str) -> String {
+    format!("memtools.c:{}", site(MEMTOOLS, site_name))
+}
+
+const MEMTOOLS: &str = "memtools.c";
+const BRK: &str = "syscalls:sys_enter_brk";
+const ONLY_OURS: &str = "brk == 12345";
+
+#[test]
+fn count_by_comm_counts_exactly_the_calls_the_filter_keeps() {
+    let rows = count(BRK, &["--by", "comm", "--filter", ONLY_OURS], &["brk", "7"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["comm"], "memtools");
+    assert_eq!(rows[0]["count"], 7);
+    let rows = count(
+        BRK,
+        &["--by", "comm", "--filter", "brk==54321"],
+        &["brk", "7"],
+    );
+    assert_eq!(rows[0]["count"], 3, "{rows:?}");
+}
+
+#[test]
+fn count_by_pid_and_field() {
+    let rows = count(BRK, &["--by", "pid", "--filter", ONLY_OURS], &["brk", "5"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0]["pid"].as_u64().is_some_and(|p| p > 0), "{rows:?}");
+    assert_eq!(rows[0]["count"], 5);
+
+    let rows = count(BRK, &["--by", "field:brk"], &["brk", "5"]);
+    let of = |value: u64| {
+        rows.iter()
+            .find(|r| r["field"] == value)
+            .map(|r| r["count"].clone())
+    };
+    assert_eq!(of(12345), Some(5.into()), "{rows:?}");
+    assert_eq!(of(54321), Some(3.into()), "{rows:?}");
+}
+
+#[test]
+fn count_by_user_stack_names_the_line_of_the_call() {
+    let rows = count(
+        BRK,
+        &["--by", "ustack,comm", "--filter", ONLY_OURS],
+        &["brk", "6"],
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["count"], 6);
+    let stack = frames(&rows[0], "ustack");
+    // The syscall instruction is inlined into main from raw_brk: main's frame is at the call.
+    assert!(
+        stack
+            .iter()
+            .any(|f| f.starts_with("main ") && f.contains(&at_line("brk"))),
+        "{stack:?}"
+    );
+}
+
+#[test]
+fn count_by_kernel_stack_shows_the_syscall_path() {
+    let rows = count(
+        BRK,
+        &["--by", "kstack", "--filter", ONLY_OURS],
+        &["brk", "4"],
+    );
+    let total: u64 = rows.iter().filter_map(|r| r["count"].as_u64()).sum();
+    assert_eq!(total, 4, "{rows:?}");
+    let stack = frames(&rows[0], "kstack");
+    assert!(
+        stack.iter().any(|f| f.contains("do_syscall_64")),
+        "{stack:?}"
+    );
+}
+
+#[test]
+fn count_uprobe_with_a_register_filter() {
+    let libc = fltrace_libc();
+    let event = format!("uprobe:{}:malloc", libc.display());
+    let rows = count(
+        &event,
+        &["--filter", "arg0 == 4000"],
+        &["leak", "9", "4000"],
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["count"], 9);
+}
+
+/// The C library the workloads use.
+fn fltrace_libc() -> PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .map(PathBuf::from)
+        .expect("a C library")
+}
+
+#[test]
+fn count_list_names_tracepoints_and_software_events() {
+    let out = Dir::new().run(&["count", "--list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for event in [
+        "tracepoint:syscalls:sys_enter_brk",
+        "tracepoint:filemap:mm_filemap_fault",
+        "tracepoint:kmem:kmalloc",
+        "software:page-faults",
+    ] {
+        assert!(text.lines().any(|l| l == event), "{event} missing");
+    }
+}
+
+#[test]
+fn faults_of_a_command_are_counted_at_their_line() {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let rows = json_of(
+        &dir,
+        &["faults", "--format", "json", "--", &tools, "touch", "300"],
+    );
+    let rows = rows.as_array().expect("rows");
+    let at_touch: u64 = rows
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("touch")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .sum();
+    assert_eq!(at_touch, 300, "{rows:#?}");
+    let row = rows
+        .iter()
+        .find(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("touch")))
+        })
+        .expect("a row");
+    assert_eq!(row["comm"], "memtools");
+    assert!(
+        frames(row, "kstack").iter().any(|f| f.contains("fault")),
+        "{row:#?}"
+    );
+}
+
+/// A workload that waits on its stdin after printing `ready`.
+struct Waiting {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Waiting {
+    fn start(args: &[&str]) -> Waiting {
+        let mut child = Command::new(memtools())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("memtools starts");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Waiting { child, stdout }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"go\n").expect("write");
+        stdin.flush().expect("flush");
+    }
+
+    fn ready(&mut self) {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read");
+        assert_eq!(line.trim(), "ready");
+    }
+
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// fltrace started in the background, once it says it is counting.
+struct Background {
+    child: Child,
+}
+
+impl Background {
+    fn start(dir: &Dir, args: &[&str]) -> Background {
+        let mut child = dir
+            .fltrace()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("fltrace starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = stderr.read_line(&mut line).expect("read");
+            assert!(n > 0, "fltrace {args:?} ended before counting");
+            if line.contains("counting") || line.contains("attached") {
+                break;
+            }
+        }
+        // Keep draining stderr so that fltrace never blocks on it.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while stderr.read_line(&mut sink).unwrap_or(0) > 0 {
+                sink.clear();
+            }
+        });
+        Background { child }
+    }
+
+    /// Interrupts it and returns its stdout as JSON.
+    fn interrupt(mut self) -> Value {
+        let status = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().expect("stdout"), &mut stdout)
+            .expect("read");
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "fltrace failed");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+    }
+}
+
+#[test]
+fn system_wide_faults_see_the_workload() {
+    let dir = Dir::new();
+    let fltrace = Background::start(&dir, &["faults", "--format", "json", "--top", "100000"]);
+    let mut workload = Waiting::start(&["touch", "200", "wait"]);
+    workload.ready();
+    let rows = fltrace.interrupt();
+    workload.finish();
+    let at_touch: u64 = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["comm"] == "memtools")
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("touch")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .sum();
+    assert!(at_touch >= 200, "{at_touch} faults at the touch line");
+}
+
+#[test]
+fn ffaults_counts_the_faults_of_a_mapped_file() {
+    let dir = Dir::new();
+    let file = dir.path().join("mapped.bin");
+    std::fs::write(&file, vec![7u8; 24 * 4096]).expect("write the file");
+    let tools = memtools().to_string_lossy().into_owned();
+    let path = file.to_string_lossy().into_owned();
+    let rows = json_of(
+        &dir,
+        &[
+            "ffaults", "--format", "json", "--", &tools, "file", &path, "17",
+        ],
+    );
+    let of_file: Vec<&Value> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["file"] == path.as_str())
+        .collect();
+    assert_eq!(of_file.len(), 1, "{rows:#?}");
+    assert_eq!(of_file[0]["count"], 17);
+}
+
+#[test]
+fn memleak_of_a_process_finds_its_blocks_at_their_line() {
+    let dir = Dir::new();
+    let mut workload = Waiting::start(&["leak", "23", "3000", "wait"]);
+    let pid = workload.pid().to_string();
+    let mut fltrace = dir
+        .fltrace()
+        .args(["memleak", "-p", &pid, "-o", "0", "--format", "json", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    while !line.contains("attached") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).expect("read") > 0, "no attach");
+    }
+    workload.go();
+    workload.ready();
+    // Reports come each second while the process lives: read until the leak shows.
+    let mut reports = BufReader::new(fltrace.stdout.take().expect("stdout"));
+    let mut found = None;
+    for _ in 0..60 {
+        line.clear();
+        if reports.read_line(&mut line).expect("read") == 0 {
+            break;
+        }
+        let report: Value = serde_json::from_str(&line).expect("a JSON report");
+        found = report["stacks"].as_array().and_then(|s| {
+            s.iter()
+                .find(|s| {
+                    s["stack"]
+                        .as_array()
+                        .and_then(|f| f.first())
+                        .and_then(Value::as_str)
+                        .is_some_and(|f| f.contains(&at_line("leak")))
+                })
+                .cloned()
+        });
+        if found.is_some() {
+            break;
+        }
+    }
+    let _ = fltrace.kill();
+    let _ = fltrace.wait();
+    workload.finish();
+    let stack = found.expect("the leak's stack in a report");
+    assert_eq!(stack["allocations"], 23, "{stack:#?}");
+    assert_eq!(stack["bytes"], 23 * 3000, "{stack:#?}");
+}
+
+#[test]
+fn kernel_memleak_sees_the_sockets_a_process_keeps() {
+    let dir = Dir::new();
+    let fltrace = Background::start(
+        &dir,
+        &[
+            "memleak", "--comm", "memtools", "-o", "0", "--format", "json", "--top", "50",
+        ],
+    );
+    let mut workload = Waiting::start(&["sockets", "300"]);
+    workload.ready();
+    let report = fltrace.interrupt();
+    workload.finish();
+    let stacks = report["stacks"].as_array().expect("stacks");
+    let socket_stacks: Vec<&Value> = stacks
+        .iter()
+        .filter(|s| s["allocations"].as_u64().is_some_and(|n| n >= 300))
+        .filter(|s| {
+            s["stack"].as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|f| f.as_str().is_some_and(|f| f.contains("sock")))
+            })
+        })
+        .collect();
+    assert!(!socket_stacks.is_empty(), "{report:#}");
+}
+
+fn triage(dir: &Dir) -> String {
+    let out = output_within(dir.fltrace().args(["triage", "--duration", "2s"]), LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn triage_reports_every_section_and_the_missing_pmu() {
+    let text = triage(&Dir::new());
+    for section in [
+        "== OOM kills",
+        "== Swap",
+        "== Memory",
+        "== Top processes by RSS",
+        "== Page faults",
+        "== Top faulting processes",
+        "== Files backing faults",
+        "== brk and mmap calls",
+        "== PMU",
+        "== Next",
+    ] {
+        assert!(text.contains(section), "{section} missing:\n{text}");
+    }
+    let pmu = text
+        .lines()
+        .skip_while(|l| !l.starts_with("== PMU"))
+        .nth(1)
+        .unwrap_or("");
+    assert!(pmu.contains("unavailable"), "{text}");
+    assert!(text.contains("MemAvailable"), "{text}");
+}
+
+#[test]
+fn triage_names_a_faulting_program() {
+    let mut workload = Waiting::start(&["spin", "16"]);
+    workload.ready();
+    let text = triage(&Dir::new());
+    let pid = workload.pid();
+    workload.finish();
+    let faulting: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("== Top faulting"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("=="))
+        .collect();
+    assert!(
+        faulting
+            .iter()
+            .any(|l| l.contains("memtools") && l.contains(&format!("pid {pid}"))),
+        "{text}"
+    );
+}

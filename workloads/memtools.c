@@ -1,0 +1,117 @@
+// Workload of the in-kernel tools' tests (fltrace count, faults, ffaults, memleak, triage):
+// exact numbers of events at marked lines.
+//   memtools brk N              N brk(12345) syscalls at the line marked brk, then 3 brk(54321) at the line marked brk_other
+//   memtools touch N [wait]     N first-touch faults at the line marked touch on fresh anonymous pages
+//   memtools file PATH K        K faults on PATH's first K pages (private writes) at the line marked file
+// `wait` (touch) prints "ready" and ends at EOF on stdin.
+//   memtools leak M SIZE [wait] M blocks of SIZE bytes kept at the line marked leak, 100 freed ones;
+//                               with `wait`, starts on a line on stdin and ends at its EOF
+//   memtools sockets N          N sockets kept open until stdin reaches EOF
+//   memtools spin MIB           maps, touches and unmaps MIB MiB until stdin reaches EOF
+// Modes that wait print "ready" once their events are done; the others print nothing.
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+// The syscall instruction itself, so that the user stack's first frame is this line.
+static inline long raw_brk(unsigned long addr) {
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(12L), "D"(addr) : "rcx", "r11", "memory");
+    return ret;
+}
+
+static void wait_eof(void) {
+    char buf[64];
+    while (read(0, buf, sizeof buf) > 0) {
+    }
+}
+
+static void *volatile sink;
+
+int main(int argc, char **argv) {
+    if (argc < 3)
+        return 2;
+    const char *mode = argv[1];
+    long n = strtol(argv[2], 0, 10);
+    if (!strcmp(mode, "brk")) {
+        for (long i = 0; i < n; i++)
+            raw_brk(12345); /* SITE:brk */
+        for (int i = 0; i < 3; i++)
+            raw_brk(54321); /* SITE:brk_other */
+    } else if (!strcmp(mode, "touch")) {
+        volatile char *p = mmap(0, n * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return 1;
+        for (long i = 0; i < n; i++)
+            p[i * 4096] = 1; /* SITE:touch */
+        if (argc > 3) {
+            printf("ready\n");
+            fflush(stdout);
+            wait_eof();
+            return 0;
+        }
+    } else if (!strcmp(mode, "file")) {
+        long k = argc > 3 ? strtol(argv[3], 0, 10) : 0;
+        int fd = open(argv[2], O_RDONLY);
+        if (fd < 0)
+            return 1;
+        // Private writes: each page faults through the file once, without fault-around.
+        volatile char *p = mmap(0, k * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED)
+            return 1;
+        for (long i = 0; i < k; i++)
+            p[i * 4096] = 1; /* SITE:file */
+    } else if (!strcmp(mode, "leak")) {
+        long size = argc > 3 ? strtol(argv[3], 0, 10) : 64;
+        if (argc > 4) {
+            char buf[8];
+            if (read(0, buf, sizeof buf) <= 0)
+                return 1;
+        }
+        for (int i = 0; i < 100; i++) {
+            sink = malloc(size + 1);
+            free(sink);
+        }
+        void **kept = calloc(n, sizeof(void *));
+        for (long i = 0; i < n; i++)
+            kept[i] = malloc(size); /* SITE:leak */
+        sink = kept;
+        if (argc > 4) {
+            printf("ready\n");
+            fflush(stdout);
+            wait_eof();
+        }
+        return 0;
+    } else if (!strcmp(mode, "sockets")) {
+        for (long i = 0; i < n; i++)
+            if (socket(AF_UNIX, SOCK_DGRAM, 0) < 0)
+                return 1;
+        printf("ready\n");
+        fflush(stdout);
+        wait_eof();
+        return 0;
+    } else if (!strcmp(mode, "spin")) {
+        fcntl(0, F_SETFL, O_NONBLOCK);
+        printf("ready\n");
+        fflush(stdout);
+        for (;;) {
+            char buf[64];
+            if (read(0, buf, sizeof buf) == 0)
+                return 0;
+            size_t bytes = (size_t)n << 20;
+            volatile char *p = mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                return 1;
+            for (size_t off = 0; off < bytes; off += 4096)
+                p[off] = 1; /* SITE:spin */
+            munmap((void *)p, bytes);
+        }
+    } else {
+        return 2;
+    }
+    return 0;
+}
