@@ -1,5 +1,7 @@
 //! `fltrace archive`: the binaries and debug files of a recording, keyed by build ID.
 
+use std::io::Write as _;
+
 use anyhow::Context;
 
 use fltrace_analyze::{ARCHIVE_DIR, DebugConfig, DebugResolver};
@@ -33,8 +35,11 @@ pub fn run(args: ArchiveArgs) -> anyhow::Result<()> {
     for warning in resolver.take_warnings() {
         eprintln!("fltrace: warning: {warning}");
     }
+    // Written, not printed: `fltrace archive | head` ends quietly.
+    let mut stdout = std::io::stdout().lock();
     for file in &summary.archived {
-        println!(
+        writeln!(
+            stdout,
             "{} {}{}",
             file.build_id,
             file.path,
@@ -43,11 +48,16 @@ pub fn run(args: ArchiveArgs) -> anyhow::Result<()> {
             } else {
                 ""
             }
-        );
+        )?;
     }
     for (path, why) in &summary.skipped {
         eprintln!("fltrace: not archived: {path}: {why}");
     }
-    println!("{} files in {}", summary.archived.len(), output.display());
+    writeln!(
+        stdout,
+        "{} files in {}",
+        summary.archived.len(),
+        output.display()
+    )?;
     Ok(())
 }

@@ -295,7 +295,7 @@ fn write_outputs(
                 .map_err(anyhow::Error::from)
                 .and_then(|()| Ok(out.flush()?))
                 .with_context(|| format!("writing {}", memref.display()))?;
-            println!("{}", memref.display());
+            writeln!(std::io::stdout(), "{}", memref.display())?;
             vec![
                 files::path(dir, name, pid, "png"),
                 files::path(dir, name, pid, "svg"),
@@ -315,7 +315,7 @@ fn write_outputs(
         .map_err(anyhow::Error::from)
         .and_then(|()| Ok(out.flush()?))
         .with_context(|| format!("writing {}", path.display()))?;
-        println!("{}", path.display());
+        writeln!(std::io::stdout(), "{}", path.display())?;
     }
     Ok(())
 }

@@ -111,7 +111,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("creating {}", output.display()))?;
             file.write_all(page.as_bytes())
                 .with_context(|| format!("writing {}", output.display()))?;
-            println!("{}", output.display());
+            writeln!(std::io::stdout(), "{}", output.display())?;
         } else if args.list {
             list(&catalog, args.format)?;
         } else {
