@@ -29,10 +29,21 @@ pub fn process_name(trace: &ProcessTrace) -> String {
     }
 }
 
+/// Whether no symbol covers the frame: `[unknown]`, or the `lib+0xADDR` name the symbolizer
+/// gives addresses in stripped code.
+fn unsymbolized(location: &Location) -> bool {
+    &*location.function == "[unknown]"
+        || location
+            .function
+            .strip_prefix(&*location.lib)
+            .is_some_and(|rest| rest.starts_with("+0x"))
+}
+
 /// A frame's name in collapsed stacks: the function without its parameter list (C++
-/// signatures), `;` made `:`; `[lib]` when no symbol covers the address.
+/// signatures), `;` made `:`; `[lib]` when no symbol covers the address, as
+/// inferno-collapse-perf names perf's `[unknown] (lib)`.
 pub fn frame_name(location: &Location) -> String {
-    if &*location.function == "[unknown]" {
+    if unsymbolized(location) {
         return if &*location.lib == "[unknown]" {
             "[unknown]".to_owned()
         } else {
@@ -164,8 +175,11 @@ fn script_frames(trace: &ProcessTrace, stacks: &ResolvedStacks, stack_id: u32) -
             offset(&mut text);
             text.push_str(" (inlined)\n");
         }
-        let _ = write!(text, "\t{:>16x} {}", frame.address, outer.function);
-        if &*outer.function != "[unknown]" {
+        // perf names an address no symbol covers `[unknown]`, with no offset.
+        if unsymbolized(outer) {
+            let _ = write!(text, "\t{:>16x} [unknown]", frame.address);
+        } else {
+            let _ = write!(text, "\t{:>16x} {}", frame.address, outer.function);
             offset(&mut text);
         }
         // The dso as perf names it: the mapped file's path, else what the symbolizer named.
@@ -216,6 +230,7 @@ mod tests {
         }
         assert_eq!(frame_name(&loc("[unknown]", "libc.so.6")), "[libc.so.6]");
         assert_eq!(frame_name(&loc("[unknown]", "[unknown]")), "[unknown]");
+        assert_eq!(frame_name(&loc("prog+0x12c1", "prog")), "[prog]");
     }
 
     fn trace(faults: Vec<Fault>) -> ProcessTrace {
