@@ -321,10 +321,16 @@ static __always_inline int count_event(void *ctx, u32 slot, int fields)
 	return 0;
 }
 
+// A tracepoint program's 0 stops the kernel from handing the event to every other perf user of
+// that tracepoint (perf_trace_run_bpf_submit): `fltrace record` or `perf record` running at the
+// same time would see no events. Tracepoint programs therefore always return 1.
+#define PASS_ON 1
+
 SEC("tracepoint")
 int count_tracepoint(void *ctx)
 {
-	return count_event(ctx, 0, 1);
+	count_event(ctx, 0, 1);
+	return PASS_ON;
 }
 
 SEC("perf_event")
@@ -352,7 +358,7 @@ int exec_forget(void *ctx)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&seen, &tgid);
-	return 0;
+	return PASS_ON;
 }
 
 // ---- memleak ----
@@ -410,17 +416,17 @@ static __always_inline int kernel_free(void *ctx, u32 slot)
 }
 
 SEC("tracepoint")
-int alloc_0(void *ctx) { return kernel_alloc(ctx, 1); }
+int alloc_0(void *ctx) { kernel_alloc(ctx, 1); return PASS_ON; }
 SEC("tracepoint")
-int alloc_1(void *ctx) { return kernel_alloc(ctx, 2); }
+int alloc_1(void *ctx) { kernel_alloc(ctx, 2); return PASS_ON; }
 SEC("tracepoint")
-int alloc_2(void *ctx) { return kernel_alloc(ctx, 3); }
+int alloc_2(void *ctx) { kernel_alloc(ctx, 3); return PASS_ON; }
 SEC("tracepoint")
-int free_0(void *ctx) { return kernel_free(ctx, 4); }
+int free_0(void *ctx) { kernel_free(ctx, 4); return PASS_ON; }
 SEC("tracepoint")
-int free_1(void *ctx) { return kernel_free(ctx, 5); }
+int free_1(void *ctx) { kernel_free(ctx, 5); return PASS_ON; }
 SEC("tracepoint")
-int free_2(void *ctx) { return kernel_free(ctx, 6); }
+int free_2(void *ctx) { kernel_free(ctx, 6); return PASS_ON; }
 
 // User allocations: x86_64 struct pt_regs, in u64 units.
 #define REG_AX 10

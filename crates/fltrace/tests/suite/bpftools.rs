@@ -498,3 +498,32 @@ fn triage_names_a_faulting_program() {
         "{text}"
     );
 }
+
+/// Counting in the kernel leaves the tracepoint to everyone else: `fltrace record` running at
+/// the same time as system-wide `faults` still sees every fault (a tracepoint program that
+/// returns 0 silently withholds the event from all perf users of that tracepoint).
+#[test]
+fn record_sees_every_fault_while_faults_counts() {
+    let dir = Dir::new();
+    let fltrace = Background::start(&dir, &["faults", "--format", "json"]);
+    let recording = Dir::new();
+    let out = recording
+        .fltrace()
+        .args(["record", "-q", "--"])
+        .arg(memtools())
+        .args(["touch", "200"])
+        .output()
+        .expect("fltrace record runs");
+    assert!(out.status.success(), "{out:?}");
+    fltrace.interrupt();
+    let report = recording.report_json(&["--by", "line"]);
+    let line = site(MEMTOOLS, "touch");
+    let at_touch: u64 = report["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter(|g| g["file"].as_str().is_some_and(|f| f.ends_with(MEMTOOLS)) && g["line"] == line)
+        .filter_map(|g| g["first_touches"].as_u64())
+        .sum();
+    assert_eq!(at_touch, 200, "{report}");
+}
