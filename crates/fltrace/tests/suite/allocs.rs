@@ -386,8 +386,9 @@ fn attached_process_allocations_come_from_uprobes() {
         .args(["record", "-q", "--allocs", "-p", &program.id().to_string()])
         .spawn()
         .expect("fltrace runs");
-    // Time to place the probes; then the program allocates and exits.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Time to place the probes (longer on a fresh machine, where the first attach reads
+    // libc cold); then the program allocates and exits.
+    std::thread::sleep(std::time::Duration::from_millis(4000));
     drop(program.stdin.take());
     assert!(program.wait().expect("workload ends").success());
     let out = recorder.wait_with_output().expect("fltrace ends");
