@@ -60,6 +60,8 @@ pub struct Options {
     pub allocs: Option<AllocTracing>,
     /// Sample memory accesses with the PMU (`--access-samples`), this many per second.
     pub access_samples: Option<u64>,
+    /// Back the command's heap with files of a directory (`--backing-dir`).
+    pub heap_backing: Option<crate::HeapBacking>,
 }
 
 impl Options {
@@ -75,6 +77,7 @@ impl Options {
             far_memory: None,
             allocs: None,
             access_samples: None,
+            heap_backing: None,
         }
     }
 }
@@ -184,6 +187,15 @@ pub fn record(
         }
         Some(crate::AllocTracing::Uprobes) | None => None,
     };
+    if let Some(backing) = &options.heap_backing {
+        if !far_env.iter().any(|(name, _)| name == "LD_PRELOAD") {
+            far_env.push((
+                "LD_PRELOAD".into(),
+                crate::runtime::preload_value(&backing.library),
+            ));
+        }
+        far_env.push(backing.environment());
+    }
     let (pending, tasks, enable_on_exec) = match target {
         Target::Command(argv) => {
             let child = PendingChild::spawn(argv, options.credentials, &far_env)?;

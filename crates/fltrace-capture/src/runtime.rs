@@ -56,6 +56,26 @@ impl FarMemory {
     }
 }
 
+/// The command's heap served from files of a directory (`record --backing-dir`): the
+/// preloaded library maps each process's heap `MAP_SHARED` from a file it creates there.
+#[derive(Debug, Clone)]
+pub struct HeapBacking {
+    /// The library to preload.
+    pub library: PathBuf,
+    /// The directory.
+    pub dir: PathBuf,
+}
+
+impl HeapBacking {
+    /// The variable that tells the library the directory.
+    pub fn environment(&self) -> (OsString, OsString) {
+        (
+            env::name(env::BACKING_DIR).into(),
+            self.dir.as_os_str().to_owned(),
+        )
+    }
+}
+
 /// `LD_PRELOAD` with `library` first, before what the environment already preloads.
 pub fn preload_value(library: &Path) -> OsString {
     match std::env::var_os("LD_PRELOAD") {

@@ -14,14 +14,11 @@ use crate::region::PAGE;
 use crate::tracer;
 use crate::{far_memory, region_any, region_ready};
 
+// Without far memory the malloc family goes to `backed`: the C library's allocator, or files
+// of a backing directory when one is set.
+use crate::backed;
+
 unsafe extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
-    fn __libc_calloc(count: usize, size: usize) -> *mut c_void;
-    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
-    fn __libc_free(ptr: *mut c_void);
-    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
-    fn __libc_valloc(size: usize) -> *mut c_void;
-    fn __libc_pvalloc(size: usize) -> *mut c_void;
     fn __sbrk(increment: isize) -> *mut c_void;
 }
 
@@ -49,6 +46,10 @@ unsafe fn block_size(ptr: *mut c_void) -> usize {
         } else {
             0
         };
+    }
+    if backed::owns(ptr) {
+        // SAFETY: a live block of the file-backed heap.
+        return unsafe { backed::usable_size(ptr) };
     }
     // glibc keeps a chunk's size (with three flag bits) in the word before the pointer.
     // SAFETY: every glibc block has that header.
@@ -91,7 +92,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         alloc::allocate(size, 16).cast()
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_malloc(size) }
+        unsafe { backed::malloc(size) }
     };
     traced(entry, ptr as u64, size as u64, 0, 0);
     ptr
@@ -113,7 +114,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     }
     if !far_memory() {
         // SAFETY: C's contract.
-        unsafe { __libc_free(ptr) };
+        unsafe { backed::free(ptr) };
     } else if alloc::owns(ptr.cast()) {
         // SAFETY: a live block of ours.
         unsafe { alloc::free(ptr.cast()) };
@@ -130,7 +131,7 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
     let ptr = match total {
         Some(total) if far_memory() => alloc::allocate_zeroed(total).cast(),
         // SAFETY: C's contract.
-        Some(_) => unsafe { __libc_calloc(count, size) },
+        Some(_) => unsafe { backed::calloc(count, size) },
         None => {
             set_errno(libc::ENOMEM);
             std::ptr::null_mut()
@@ -164,7 +165,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
 unsafe fn reallocate(ptr: *mut c_void, size: usize) -> *mut c_void {
     if !far_memory() {
         // SAFETY: C's contract.
-        return unsafe { __libc_realloc(ptr, size) };
+        return unsafe { backed::realloc(ptr, size) };
     }
     if !ptr.is_null() && size == 0 {
         if alloc::owns(ptr.cast()) {
@@ -229,7 +230,7 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
         alloc::allocate(size, align).cast()
     } else {
         // SAFETY: C's contract; the alignment was checked by the caller.
-        unsafe { __libc_memalign(align, size) }
+        unsafe { backed::memalign(align, size) }
     }
 }
 
@@ -267,7 +268,7 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
         alloc::allocate(size, PAGE).cast()
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_valloc(size) }
+        unsafe { backed::valloc(size) }
     };
     traced(entry, ptr as u64, size as u64, 0, 0);
     ptr
@@ -282,7 +283,7 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
         alloc::allocate(size.div_ceil(PAGE).max(1) * PAGE, PAGE).cast()
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_pvalloc(size) }
+        unsafe { backed::pvalloc(size) }
     };
     traced(entry, ptr as u64, size as u64, 0, 0);
     ptr
@@ -295,6 +296,9 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
     let entry = tracer::enter(call::USABLE_SIZE);
     let size = if ptr.is_null() {
         0
+    } else if !far_memory() && backed::owns(ptr) {
+        // SAFETY: a live block of the file-backed heap.
+        unsafe { backed::usable_size(ptr) }
     } else if !far_memory() {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         match next_symbol(c"malloc_usable_size", &NEXT) {

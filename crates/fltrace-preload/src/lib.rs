@@ -24,6 +24,7 @@
 //! allocator it replaces; the raw system calls in `sys` go straight to the kernel.
 
 mod alloc;
+mod backed;
 mod heap;
 mod interpose;
 pub mod region;

@@ -40,6 +40,9 @@ pub mod env {
     /// Path prefix of the allocation logs (`record --allocs`); the interposer appends
     /// `-<pid>.<image>`. Unset: allocations are not traced.
     pub const ALLOCS: &CStr = c"FLTRACE_RT_ALLOCS";
+    /// A directory whose files back the program's heap (`record --backing-dir`): each process
+    /// maps its heap `MAP_SHARED` from a file `heap-<pid>-<n>` it creates there and grows.
+    pub const BACKING_DIR: &CStr = c"FLTRACE_RT_BACKING_DIR";
 
     /// The variable's name as a string.
     pub fn name(var: &'static CStr) -> &'static str {

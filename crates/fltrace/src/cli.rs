@@ -344,6 +344,11 @@ pub struct RecordArgs {
         requires = "access_samples"
     )]
     pub freq: u64,
+    /// Serve the program's heap (the malloc family) from files the preloaded library creates
+    /// and grows in DIR, mapped shared (Heimdallr's PMEM mode: DIR on a DAX file system). The
+    /// files stay after the run, `heap-<pid>-<n>` for each process image.
+    #[arg(long, value_name = "DIR")]
+    pub backing_dir: Option<PathBuf>,
     /// No progress line.
     #[arg(short, long)]
     pub quiet: bool,

@@ -69,6 +69,25 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             AllocTracing::Preload(runtime_library()?)
         });
     }
+    if let Some(dir) = &args.backing_dir {
+        if options.far_memory.is_some() {
+            bail!("--backing-dir and -L/-M both serve the heap: give one of them");
+        }
+        if args.pid.is_some() {
+            bail!(
+                "--backing-dir applies to a command fltrace starts, not to a running process (-p)"
+            );
+        }
+        if !dir.is_dir() {
+            bail!("backing directory {} does not exist", dir.display());
+        }
+        options.heap_backing = Some(fltrace_capture::HeapBacking {
+            library: runtime_library()?,
+            dir: dir
+                .canonicalize()
+                .with_context(|| format!("resolving {}", dir.display()))?,
+        });
+    }
     options.credentials = credentials(&args)?;
 
     let stop = interrupt_counter()?;
@@ -215,7 +234,7 @@ fn mem_available_mb() -> Option<u64> {
 
 /// The preloaded library (far-memory runtime and allocation tracer): `$FLTRACE_RUNTIME`, else `libfltrace_preload.so` beside the
 /// fltrace binary (where cargo builds it), else in `../lib/fltrace/` (an installation).
-fn runtime_library() -> anyhow::Result<PathBuf> {
+pub(crate) fn runtime_library() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("FLTRACE_RUNTIME") {
         return Ok(PathBuf::from(path));
     }
