@@ -5,6 +5,8 @@
 //   sites           every kind of call once or a known number of times (see sites())
 //   threads N       a producer thread allocates N blocks of 48 bytes, a consumer frees them
 //   fork N          the parent allocates N blocks of 24 bytes, a forked child N of 40
+//   forkwrite N     a forked child overwrites a block it inherited, then N malloc/free pairs
+//                   in each; prints what the parent's block holds after the child exited
 //   faults N        an aligned block of N pages, each page written once
 //   crash N         N blocks of 72 bytes, never freed, then abort()
 //   dlopen LIB N    lib_fill(N) in the shared library LIB (an mmap of N pages)
@@ -14,6 +16,10 @@
 //                   unmaps a page from its handler; prints how many signals were handled
 //   malloc4m [N]    N (default 4,000,000) malloc/free pairs of 16 to 527 bytes, every seventh
 //                   block kept in a ring of 1,024: malloc-4m of ../shared/PEERS.md
+//   heap MB         MB MiB in 64 KiB malloc blocks plus a calloc, a growing realloc, a
+//                   memalign and an 8 MiB block, all kept and filled; prints a checksum of
+//                   their bytes, then the file (from /proc/self/maps) that holds each kind
+//                   and, if a file does, its size then
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -23,6 +29,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -142,6 +149,25 @@ static void forked(int n) {
     waitpid(pid, NULL, 0);
 }
 
+// A forked child overwrites a block it inherited and allocates; the parent's block must keep
+// its value, and its heap must stay usable.
+static void fork_write(int n) {
+    char *block = malloc(64);
+    strcpy(block, "parent");
+    pid_t pid = fork();
+    if (pid == 0) {
+        strcpy(block, "child");
+        for (int i = 0; i < n; i++)
+            free(malloc(40));
+        _exit(strcmp(block, "child") != 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    for (int i = 0; i < n; i++)
+        free(malloc(40));
+    printf("parent sees %s, child exited %d\n", block, WEXITSTATUS(status));
+}
+
 static void faults(size_t pages) {
     void *p = NULL;
     // Page-aligned, so that the allocator's own header is on the page before: every page
@@ -211,6 +237,74 @@ static void malloc4m(long n) {
     }
 }
 
+// The mapping's file holding `p`, from /proc/self/maps: "anon" for anonymous memory.
+static char path[4096];
+static void backing_of(const char *kind, const void *p) {
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[4096];
+    strcpy(path, "anon");
+    while (maps && fgets(line, sizeof line, maps)) {
+        unsigned long start, end;
+        char file[4096] = "";
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %4095s", &start, &end, file) >= 2 &&
+            (unsigned long)p >= start && (unsigned long)p < end) {
+            if (file[0] == '/')
+                strcpy(path, file);
+            break;
+        }
+    }
+    if (maps)
+        fclose(maps);
+    printf(" %s=%s", kind, path);
+}
+
+static void fill(unsigned char *p, size_t len, unsigned seed) {
+    for (size_t i = 0; i < len; i++)
+        p[i] = (unsigned char)(seed + i * 31); /* SITE:heap_fill */
+}
+
+static unsigned long sum(const unsigned char *p, size_t len) {
+    unsigned long s = 0;
+    for (size_t i = 0; i < len; i++)
+        s = s * 131 + p[i];
+    return s;
+}
+
+static void heap(long mb) {
+    size_t blocks = (size_t)mb * 16, block = 64 << 10;
+    unsigned char **kept = calloc(blocks, sizeof *kept); /* SITE:heap_calloc */
+    unsigned long check = 0;
+    for (size_t i = 0; i < blocks; i++) {
+        kept[i] = malloc(block); /* SITE:heap_malloc */
+        fill(kept[i], block, (unsigned)i);
+    }
+    unsigned char *grown = malloc(128);
+    fill(grown, 128, 7);
+    for (size_t size = 256; size <= (1 << 20); size *= 2) {
+        grown = realloc(grown, size); /* SITE:heap_realloc */
+        fill(grown + size / 2, size / 2, (unsigned)size);
+    }
+    void *aligned = memalign(4096, 1 << 20); /* SITE:heap_memalign */
+    fill(aligned, 1 << 20, 3);
+    unsigned char *large = malloc(8 << 20); /* SITE:heap_large */
+    fill(large, 8 << 20, 5);
+    for (size_t i = 0; i < blocks; i++)
+        check ^= sum(kept[i], block);
+    check ^= sum(grown, 1 << 20) ^ sum(aligned, 1 << 20) ^ sum(large, 8 << 20);
+    printf("checksum %lx\n", check);
+    printf("backing");
+    backing_of("malloc", kept[blocks - 1]);
+    backing_of("calloc", kept);
+    backing_of("realloc", grown);
+    backing_of("memalign", aligned);
+    backing_of("large", large);
+    printf("\n");
+    // The backing file's size while the program still holds every block.
+    struct stat st;
+    if (path[0] == '/' && stat(path, &st) == 0)
+        printf("file_bytes %lld\n", (long long)st.st_size);
+}
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -230,6 +324,8 @@ int main(int argc, char **argv) {
         threads((int)n);
     } else if (!strcmp(mode, "fork")) {
         forked((int)n);
+    } else if (!strcmp(mode, "forkwrite")) {
+        fork_write((int)n);
     } else if (!strcmp(mode, "faults")) {
         faults((size_t)n);
     } else if (!strcmp(mode, "crash")) {
@@ -251,6 +347,8 @@ int main(int argc, char **argv) {
         attached((int)n);
     } else if (!strcmp(mode, "signals")) {
         signals(n);
+    } else if (!strcmp(mode, "heap")) {
+        heap(n > 0 ? n : 16);
     } else if (!strcmp(mode, "malloc4m")) {
         double start = now();
         malloc4m(n > 0 ? n : 4000000);

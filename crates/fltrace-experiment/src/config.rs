@@ -50,6 +50,13 @@ pub struct Config {
     pub mem_node: Option<u32>,
     /// The NUMA node whose CPUs the workload (and fltrace) run on.
     pub cpu_node: Option<u32>,
+    /// A directory whose files back the workload's heap (Heimdallr's PMEM mode): each run gets
+    /// a directory of its own in it, where the preloaded library creates and grows the files.
+    #[serde(default)]
+    pub pmem_dir: Option<PathBuf>,
+    /// Keep each run's backing files after it ends (by default they are removed).
+    #[serde(default)]
+    pub keep_backing: bool,
 }
 
 /// A configuration as written in the file.
@@ -67,6 +74,8 @@ struct RawConfig {
     mem_node: Option<u32>,
     cpu_node: Option<u32>,
     pmem_dir: Option<PathBuf>,
+    #[serde(default)]
+    keep_backing: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +114,8 @@ impl Config {
             access_samples: None,
             mem_node: None,
             cpu_node: None,
+            pmem_dir: None,
+            keep_backing: false,
         }
     }
 
@@ -143,6 +154,11 @@ impl Config {
 /// policy = "clock"
 /// mem_node = 0
 /// cpu_node = 0
+///
+/// [[config]]
+/// name = "pmem"
+/// pmem_dir = "/mnt/pmem"   # the heap in files of this directory (Heimdallr's PMEM mode)
+/// keep_backing = false     # remove each run's files when it ends (the default)
 /// ```
 pub fn from_file(path: &Path) -> Result<Vec<Config>, Error> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
@@ -178,12 +194,6 @@ pub fn parse(text: &str) -> Result<Vec<Config>, ParseError> {
         check_name(&raw.name).map_err(|m| ParseError::Invalid(format!("configuration {m}")))?;
         if configs.iter().any(|c| c.name == raw.name) {
             return Err(invalid("the name is given twice".into()));
-        }
-        if raw.pmem_dir.is_some() {
-            return Err(invalid(
-                "pmem_dir (backing allocations with files of a directory) is not yet supported"
-                    .into(),
-            ));
         }
         let mode = raw.mode.unwrap_or(Mode::Record);
         let local = match raw.local {
@@ -230,7 +240,29 @@ pub fn parse(text: &str) -> Result<Vec<Config>, ParseError> {
             access_samples: raw.access_samples,
             mem_node: raw.mem_node,
             cpu_node: raw.cpu_node,
+            pmem_dir: raw.pmem_dir,
+            keep_backing: raw.keep_backing,
         };
+        if let Some(dir) = &config.pmem_dir {
+            if !dir.is_absolute() {
+                return Err(invalid(format!(
+                    "pmem_dir `{}` must be an absolute path",
+                    dir.display()
+                )));
+            }
+            if mode == Mode::Wss {
+                return Err(invalid(
+                    "pmem_dir applies to mode = \"dry\" or \"record\"".into(),
+                ));
+            }
+            if config.local.is_some() {
+                return Err(invalid(
+                    "pmem_dir and local both serve the heap (files, or emulated far memory): give one of them".into(),
+                ));
+            }
+        } else if config.keep_backing {
+            return Err(invalid("keep_backing needs pmem_dir".into()));
+        }
         let records = config.allocs
             || config.local.is_some()
             || config.max_mb.is_some()
@@ -325,10 +357,19 @@ mod tests {
             [[config]]
             name = "w"
             mode = "wss"
+
+            [[config]]
+            name = "pmem"
+            mode = "dry"
+            pmem_dir = "/mnt/pmem"
+            keep_backing = true
             "#,
         )
         .unwrap();
-        assert_eq!(configs.len(), 5);
+        assert_eq!(configs.len(), 6);
+        assert_eq!(configs[5].pmem_dir.as_deref(), Some(Path::new("/mnt/pmem")));
+        assert!(configs[5].keep_backing);
+        assert_eq!(configs[1].pmem_dir, None);
         assert_eq!(configs[0].mode, Mode::Dry);
         assert_eq!(
             (configs[0].mem_node, configs[0].cpu_node),
@@ -364,8 +405,16 @@ mod tests {
     #[test]
     fn invalid_configurations_are_refused_with_reasons() {
         assert!(
-            refusal("[[config]]\nname = \"a\"\npmem_dir = \"/mnt/pmem\"")
-                .contains("not yet supported")
+            refusal("[[config]]\nname = \"a\"\npmem_dir = \"/mnt/pmem\"\nlocal = 10")
+                .contains("both serve the heap")
+        );
+        assert!(refusal("[[config]]\nname = \"a\"\npmem_dir = \"pmem\"").contains("absolute"));
+        assert!(
+            refusal("[[config]]\nname = \"a\"\nmode = \"wss\"\npmem_dir = \"/mnt/pmem\"")
+                .contains("dry")
+        );
+        assert!(
+            refusal("[[config]]\nname = \"a\"\nkeep_backing = true").contains("needs pmem_dir")
         );
         assert!(refusal("[[config]]\nname = \"a\"\nlocal = \"50%\"").contains("must come before"));
         assert!(refusal("[[config]]\nname = \"a/b\"").contains("name `a/b`"));

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use fltrace_runtime_abi::env;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
@@ -166,6 +167,16 @@ pub struct RunRecord {
     pub signal: Option<i32>,
     /// Why it could not be started, if it could not.
     pub error: Option<String>,
+    /// With `pmem_dir`: the run's directory of backing files.
+    #[serde(default)]
+    pub backing_dir: Option<PathBuf>,
+    /// Bytes of the backing files when the run ended (their sizes added up: the heap the
+    /// processes mapped from them).
+    #[serde(default)]
+    pub backing_bytes: Option<u64>,
+    /// How many backing files there were (one per process image).
+    #[serde(default)]
+    pub backing_files: Option<u64>,
 }
 
 impl RunRecord {
@@ -234,6 +245,8 @@ pub struct SeriesOptions {
     pub seed: Option<u64>,
     /// The fltrace binary that records.
     pub fltrace: PathBuf,
+    /// The preloaded library that backs a dry run's heap with files (`pmem_dir`).
+    pub preload: Option<PathBuf>,
 }
 
 /// Told after each run, or when runs are found done.
@@ -297,6 +310,23 @@ pub fn run_series(
                 .map_err(|e| Error::Invalid(format!("configuration `{}`: {e}", c.name)))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    for config in &options.configs {
+        if let Some(pmem) = &config.pmem_dir {
+            if !pmem.is_dir() {
+                return Err(Error::Invalid(format!(
+                    "configuration `{}`: pmem_dir {} is not a directory",
+                    config.name,
+                    pmem.display()
+                )));
+            }
+            if config.mode == Mode::Dry && options.preload.is_none() {
+                return Err(Error::Invalid(format!(
+                    "configuration `{}`: pmem_dir needs the preloaded library, which was not found",
+                    config.name
+                )));
+            }
+        }
+    }
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let _lock = lock(dir)?;
     let series = match SeriesFile::read(dir)? {
@@ -525,6 +555,9 @@ fn execute(
         exit_code: None,
         signal: None,
         error: None,
+        backing_dir: None,
+        backing_bytes: None,
+        backing_files: None,
     };
     let far = match far_memory_mb(&options.dir, series, workload, config) {
         Ok(far) => far,
@@ -533,6 +566,17 @@ fn execute(
             return Ok(record);
         }
     };
+    let backing = match &config.pmem_dir {
+        Some(pmem) => match backing_dir(pmem, workload, config, run_dir) {
+            Ok(backing) => Some(backing),
+            Err(e) => {
+                record.error = Some(format!("backing directory in {}: {e}", pmem.display()));
+                return Ok(record);
+            }
+        },
+        None => None,
+    };
+    record.backing_dir.clone_from(&backing);
     let fltrace = options.fltrace.to_string_lossy().into_owned();
     let run_dir_arg = run_dir.to_string_lossy().into_owned();
     let launched: Vec<String> = match config.mode {
@@ -545,6 +589,12 @@ fn execute(
             };
             let mut argv = vec![fltrace, subcommand.into(), "-o".into(), run_dir_arg];
             argv.extend(config.record_flags());
+            if let Some(backing) = &backing {
+                argv.extend([
+                    "--backing-dir".into(),
+                    backing.to_string_lossy().into_owned(),
+                ]);
+            }
             if let Some((local_mb, max_mb)) = far {
                 argv.extend([
                     "-L".into(),
@@ -569,6 +619,11 @@ fn execute(
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr);
+    if let (Mode::Dry, Some(backing), Some(preload)) = (config.mode, &backing, &options.preload) {
+        command
+            .env("LD_PRELOAD", preload_value(preload))
+            .env(env::name(env::BACKING_DIR), backing);
+    }
     let binding = binding.clone();
     // SAFETY: the hook only makes system calls (prctl, set_mempolicy, sched_setaffinity).
     unsafe {
@@ -596,12 +651,70 @@ fn execute(
     record.user_s = seconds(usage.ru_utime);
     record.sys_s = seconds(usage.ru_stime);
     record.max_rss_kb = usage.ru_maxrss.max(0) as u64;
+    if let Some(backing) = &backing {
+        let (files, bytes) = backing_sizes(backing).map_err(Error::io(backing))?;
+        record.backing_files = Some(files);
+        record.backing_bytes = Some(bytes);
+        if !config.keep_backing {
+            std::fs::remove_dir_all(backing).map_err(Error::io(backing))?;
+        }
+    }
     if libc::WIFEXITED(status) {
         record.exit_code = Some(libc::WEXITSTATUS(status));
     } else if libc::WIFSIGNALED(status) {
         record.signal = Some(libc::WTERMSIG(status));
     }
     Ok(record)
+}
+
+/// A new directory in `pmem` for one run's backing files, named after the series' process and
+/// the run, so that runs of a resumed or of another series never share one.
+fn backing_dir(
+    pmem: &Path,
+    workload: &Workload,
+    config: &Config,
+    run_dir: &Path,
+) -> std::io::Result<PathBuf> {
+    let rep = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().replace('=', "-"))
+        .unwrap_or_default();
+    let dir = pmem.join(format!(
+        "fltrace-{}-{}-{}-{rep}",
+        std::process::id(),
+        workload.name,
+        config.name
+    ));
+    // mkdir neither follows a link in its place nor reuses what is there.
+    std::fs::create_dir(&dir)?;
+    Ok(dir)
+}
+
+/// The number of files in a backing directory and their sizes added up.
+pub fn backing_sizes(dir: &Path) -> std::io::Result<(u64, u64)> {
+    let mut files = 0;
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let meta = entry?.metadata()?;
+        if meta.is_file() {
+            files += 1;
+            bytes += meta.len();
+        }
+    }
+    Ok((files, bytes))
+}
+
+/// `LD_PRELOAD` with `library` first, before what the environment already preloads.
+fn preload_value(library: &Path) -> std::ffi::OsString {
+    match std::env::var_os("LD_PRELOAD") {
+        Some(existing) if !existing.is_empty() => {
+            let mut value = library.as_os_str().to_owned();
+            value.push(":");
+            value.push(existing);
+            value
+        }
+        _ => library.as_os_str().to_owned(),
+    }
 }
 
 /// Waits for `pid` and returns its status and resource usage (with its waited-for children).

@@ -133,6 +133,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         None => fltrace_experiment::defaults(),
     };
     let workloads = fltrace_experiment::workloads(&args.commands)?;
+    let configs_need_preload = configs.iter().any(|c| c.pmem_dir.is_some());
     let options = SeriesOptions {
         dir: dir.clone(),
         workloads,
@@ -140,6 +141,12 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         reps: args.reps,
         seed: args.seed,
         fltrace: std::env::current_exe().context("locating the fltrace binary")?,
+        // Dry runs with pmem_dir preload the library themselves (record does for the others).
+        preload: if configs_need_preload {
+            Some(crate::record::runtime_library()?)
+        } else {
+            None
+        },
     };
     let stop = interrupt_counter()?;
     let outcome = fltrace_experiment::run_series(&options, &stop, |event| match event {

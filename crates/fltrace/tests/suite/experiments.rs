@@ -496,3 +496,191 @@ fn a_missing_numa_node_is_a_clear_error() {
     );
     assert!(!dir.path().join("s").exists(), "nothing ran");
 }
+
+/// `pmem_dir` (Heimdallr's PMEM mode): the heap of `allocs heap 8` (8 MiB of 64 KiB blocks,
+/// a calloc, a realloc grown to 1 MiB, a 1 MiB memalign and an 8 MiB block) lives in files of
+/// the directory, untraced and recorded with --allocs. Every kind of block is in the run's
+/// backing file (the program reads its own /proc/self/maps), the file holds at least what the
+/// program allocated while it runs and afterwards, the program's results are those of the dry
+/// run, faults are attributed as usual, and the files are removed unless kept.
+#[test]
+fn backing_directory_holds_the_heap() {
+    let w = workloads();
+    let dir = Dir::new();
+    let pmem = dir.path().join("pmem");
+    std::fs::create_dir(&pmem).unwrap();
+    let configs = format!(
+        r#"
+[[config]]
+name = "dry"
+mode = "dry"
+
+[[config]]
+name = "pmem-dry"
+mode = "dry"
+pmem_dir = "{pmem}"
+keep_backing = true
+
+[[config]]
+name = "pmem"
+allocs = true
+pmem_dir = "{pmem}"
+"#,
+        pmem = pmem.display()
+    );
+    std::fs::write(dir.path().join("configs.toml"), configs).unwrap();
+    let heap = format!("{} heap 8", w.allocs.display());
+    let stderr = ok(&dir.run(&[
+        "runs",
+        "-o",
+        "s",
+        "-n",
+        "1",
+        "--config",
+        "configs.toml",
+        "--",
+        &heap,
+    ]));
+    assert!(stderr.contains("3 runs done, 0 failed"), "{stderr}");
+    let series = dir.path().join("s");
+    let stdout = |config: &str| {
+        std::fs::read_to_string(run_dir(&series, "allocs-heap-8", config, 1).join("stdout.txt"))
+            .unwrap()
+    };
+    let line = |text: &str, key: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no `{key}` in {text}"))
+            .trim()
+            .to_owned()
+    };
+    let dry = stdout("dry");
+    assert_eq!(
+        line(&dry, "backing"),
+        "malloc=anon calloc=anon realloc=anon memalign=anon large=anon"
+    );
+    const MIB: u64 = 1 << 20;
+    // 128 blocks of 64 KiB, the calloc of their pointers, the grown realloc, the memalign
+    // and the large block.
+    let allocated = 8 * MIB + 128 * 8 + MIB + MIB + 8 * MIB;
+    for config in ["pmem-dry", "pmem"] {
+        let out = stdout(config);
+        assert_eq!(line(&out, "checksum"), line(&dry, "checksum"), "{config}");
+        let record = run_json(&run_dir(&series, "allocs-heap-8", config, 1));
+        let backing = PathBuf::from(record["backing_dir"].as_str().expect("backing_dir"));
+        assert!(backing.starts_with(&pmem), "{record}");
+        assert_eq!(record["backing_files"], 1, "{record}");
+        let bytes = record["backing_bytes"].as_u64().unwrap();
+        // Every kind of block is in the one file.
+        let kinds = line(&out, "backing");
+        let file = kinds
+            .split(' ')
+            .next()
+            .and_then(|k| k.strip_prefix("malloc="))
+            .unwrap()
+            .to_owned();
+        assert!(Path::new(&file).starts_with(&backing), "{kinds}");
+        for kind in ["malloc", "calloc", "realloc", "memalign", "large"] {
+            assert!(kinds.contains(&format!("{kind}={file}")), "{kind}: {kinds}");
+        }
+        // The size the program saw while it held every block is the size at the end (the heap
+        // only grew), at least what it allocated, and little more: page-aligned large blocks
+        // with their headers, growth in pieces of 4 MiB.
+        let while_running: u64 = line(&out, "file_bytes").parse().unwrap();
+        assert_eq!(while_running, bytes, "{config}");
+        assert!(
+            bytes >= allocated && bytes <= allocated + allocated / 8 + 8 * MIB,
+            "{config}: {bytes} bytes of files for {allocated} allocated"
+        );
+        if config == "pmem-dry" {
+            let kept = std::fs::metadata(&file).expect("kept backing file");
+            assert_eq!(kept.len(), bytes);
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(
+                kept.permissions().mode() & 0o777,
+                0o600,
+                "the heap is private"
+            );
+        } else {
+            assert!(!backing.exists(), "removed after the run");
+        }
+    }
+    // Recorded: the faults are the program's, at the line that fills the blocks: at least one
+    // per page of the 64 KiB blocks, the memalign and the large block, which it writes first.
+    let pmem_run = run_dir(&series, "allocs-heap-8", "pmem", 1);
+    assert!(has_table(&pmem_run, "faults") && has_table(&pmem_run, "allocs"));
+    let report = dir
+        .fltrace()
+        .current_dir(&pmem_run)
+        .args(["report", "--by", "line", "--format", "json", "--top", "0"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&report.stdout).expect("report JSON");
+    let fill = super::util::count_at(&report, "allocs.c", site("allocs.c", "heap_fill"));
+    let first_written = (8 * MIB + MIB + 8 * MIB) / 4096;
+    assert!(
+        fill >= first_written && fill <= first_written + 512,
+        "{fill} faults at heap_fill"
+    );
+}
+
+/// `record --backing-dir` alone: the heap of a forking program is in files of the directory,
+/// one per process: the child copies its parent's heap into its own file, so what it writes
+/// into a block it inherited stays out of the parent's.
+#[test]
+fn record_backing_dir_serves_forked_children() {
+    let w = workloads();
+    let dir = Dir::new();
+    let backing = dir.path().join("b");
+    std::fs::create_dir(&backing).unwrap();
+    let out = dir
+        .fltrace()
+        .args(["record", "-q", "--backing-dir", "b", "--"])
+        .arg(&w.allocs)
+        .args(["forkwrite", "2000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "parent sees parent, child exited 0\n"
+    );
+    let files: Vec<(String, u64)> = std::fs::read_dir(&backing)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(files.len(), 2, "parent and child: {files:?}");
+    for (name, len) in &files {
+        assert!(name.starts_with("heap-"), "{name}");
+        assert!(*len >= 4 << 20, "{name}: {len}");
+    }
+    let refused = dir
+        .fltrace()
+        .args([
+            "record",
+            "-q",
+            "--backing-dir",
+            "b",
+            "-L",
+            "10",
+            "-M",
+            "20",
+            "--",
+        ])
+        .arg(&w.allocs)
+        .args(["fork", "1"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("give one of them"));
+}
