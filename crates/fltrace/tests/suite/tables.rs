@@ -73,13 +73,27 @@ fn int(v: &Value) -> u64 {
         .unwrap_or_else(|| panic!("{v} is not an unsigned integer"))
 }
 
-/// The ```sql blocks of docs/FORMAT.md, in order.
-fn documented_queries() -> Vec<String> {
+/// Every ```sql block of docs/FORMAT.md, in order.
+fn sql_blocks() -> Vec<String> {
     let doc = std::fs::read_to_string(repo().join("docs/FORMAT.md")).expect("docs/FORMAT.md");
     doc.split("```sql\n")
         .skip(1)
         .map(|block| block.split("```").next().unwrap_or_default().to_owned())
         .collect()
+}
+
+/// The ```sql blocks of docs/FORMAT.md over a directory of recordings, in order.
+fn documented_queries() -> Vec<String> {
+    sql_blocks()
+        .into_iter()
+        .filter(|q| !is_series_query(q))
+        .collect()
+}
+
+/// The queries over a series of `fltrace runs` (run in its directory): they read its hive
+/// partitions.
+fn is_series_query(query: &str) -> bool {
+    query.contains("workload=*/")
 }
 
 /// The documented query that begins with `start`.
@@ -438,4 +452,131 @@ fn heap_and_generations_are_as_documented() {
         }
     }
     assert_eq!(seen, 1);
+}
+
+/// The series queries of docs/FORMAT.md, run by DuckDB over a small series (two workloads x
+/// dry, record, --allocs x 2), give the figures of `runs --stat` (counts exact, times to the
+/// last printed digits) and, for the top site across runs, the sum of what `report --by line`
+/// counts at that line in each run.
+#[test]
+fn series_queries_agree_with_runs_stat_and_report() {
+    let w = workloads();
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("configs.toml"),
+        "[[config]]\nname = \"dry\"\nmode = \"dry\"\n\n[[config]]\nname = \"record\"\n\n[[config]]\nname = \"allocs\"\nallocs = true\n",
+    )
+    .unwrap();
+    let allocs = format!("{} sites", w.allocs.display());
+    let scan = format!("{} 16 1", w.scan.display());
+    let run = |args: &[&str]| {
+        let out = dir.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    run(&[
+        "runs",
+        "-o",
+        "s",
+        "-n",
+        "2",
+        "--config",
+        "configs.toml",
+        "--",
+        &allocs,
+        &scan,
+    ]);
+    run(&["analyze", "s", "-o", "runs.sqlite"]);
+    let stat: Value =
+        serde_json::from_slice(&run(&["runs", "--stat", "runs.sqlite", "--format", "json"]).stdout)
+            .unwrap();
+    let queries: Vec<String> = sql_blocks()
+        .into_iter()
+        .filter(|q| is_series_query(q))
+        .collect();
+    let stat_query = queries
+        .iter()
+        .find(|q| q.contains("stddev_samp"))
+        .expect("FORMAT.md shows the --stat query");
+    let sites_query = queries
+        .iter()
+        .find(|q| q.contains("file_offset"))
+        .expect("FORMAT.md shows the top sites query");
+    let series = dir.path().join("s");
+    let results = sql(&series, &[stat_query, sites_query]);
+
+    let float = |v: &Value| v.as_f64();
+    let close = |a: Option<f64>, b: Option<f64>, what: &str| match (a, b) {
+        (Some(a), Some(b)) => assert!(
+            (a - b).abs() <= 1e-9 * a.abs().max(b.abs()),
+            "{what}: {a} and {b}"
+        ),
+        (a, b) => assert_eq!(a, b, "{what}"),
+    };
+    let rows = &results[0];
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    for row in rows {
+        let (workload, config) = (text(&row[0]), text(&row[1]));
+        let expected = stat
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["workload"] == workload.as_str() && r["config"] == config.as_str())
+            .unwrap_or_else(|| panic!("{workload} {config} in --stat: {stat}"));
+        let what = format!("{workload} {config}");
+        assert_eq!(int(&row[2]), int(&expected["runs"]), "{what} runs");
+        assert_eq!(int(&row[3]), int(&expected["failed"]), "{what} failed");
+        let time = &expected["time"];
+        for (i, field) in [(4, "mean"), (5, "sd"), (6, "min"), (7, "max")] {
+            close(
+                float(&row[i]),
+                float(&time[field]),
+                &format!("{what} {field}"),
+            );
+        }
+        close(
+            float(&row[8]),
+            float(&expected["overhead"]["ratio"]),
+            &format!("{what} overhead"),
+        );
+        // Means of whole counts: the same division, the same float.
+        assert_eq!(float(&row[9]), float(&expected["faults"]), "{what} faults");
+        assert_eq!(float(&row[10]), float(&expected["allocs"]), "{what} allocs");
+        if config != "dry" {
+            assert!(float(&row[9]).unwrap() > 0.0, "{what}");
+        }
+    }
+
+    // scan writes each of its 16 MiB's pages at one instruction: the top site of its record
+    // configuration, in both runs, with what report counts at that line in each.
+    let top = results[1]
+        .iter()
+        .find(|r| text(&r[0]) == "scan-16-1" && text(&r[1]) == "record")
+        .expect("scan's record sites");
+    assert!(text(&top[2]).ends_with("/scan"), "{top:?}");
+    assert_eq!(int(&top[5]), 2, "in both runs: {top:?}");
+    let line = site("scan.c", "scan_write");
+    let reported: u64 = (1..=2)
+        .map(|rep| {
+            let out = dir
+                .fltrace()
+                .current_dir(series.join(format!("workload=scan-16-1/config=record/rep={rep}")))
+                .args(["report", "--by", "line", "--format", "json", "--top", "0"])
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+            count_at(&report, "scan.c", line)
+        })
+        .sum();
+    assert_eq!(int(&top[4]), reported);
+    assert_eq!(
+        reported,
+        2 * (16 * 256 - 1),
+        "every page but malloc's header page"
+    );
 }
