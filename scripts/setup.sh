@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # (start_thread, __libc_start_call_main) instead of [unknown]. The debug-info tests split
 # binaries with binutils (objcopy, strip, readelf) and serve them with a local debuginfod;
 # golang-go gives the tests `go tool pprof`, the real consumer of `report --format pprof`;
-# clang compiles the BPF object of crates/fltrace-bpf (count, faults, ffaults, memleak, triage).
-packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang)
+# clang compiles the BPF object of crates/fltrace-bpf (count, faults, ffaults, memleak, triage);
+# chromium renders the page of `runs --run` headless in the tests.
+packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -684,3 +684,76 @@ fn record_backing_dir_serves_forked_children() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("give one of them"));
 }
+
+/// `runs --run ID` rendered in headless Chromium (a Debian package, which scripts/setup.sh
+/// installs): its script ran (the title and the note are filled in, the canvas sized to the
+/// window), the legend names reads, writes and allocations, and the note counts the run's faults
+/// as the catalog does.
+#[test]
+fn run_page_renders_in_headless_chromium() {
+    let w = workloads();
+    let dir = Dir::new();
+    let scan = format!("{} 4 1", w.scan.display());
+    ok(&dir.run(&["runs", "-o", "s", "-n", "1", "--", &scan]));
+    ok(&dir.run(&["analyze", "s", "-o", "runs.sqlite"]));
+    let db = rusqlite::Connection::open(dir.path().join("runs.sqlite")).unwrap();
+    let (id, faults): (i64, i64) = db
+        .query_row(
+            "SELECT id, faults FROM runs WHERE config = 'record'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    ok(&dir.run(&[
+        "runs",
+        "--run",
+        &id.to_string(),
+        "runs.sqlite",
+        "-o",
+        "page.html",
+    ]));
+    let page = dir.path().join("page.html");
+    let chromium = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1000,700",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs (scripts/setup.sh installs it)");
+    assert!(chromium.status.success());
+    let dom = String::from_utf8_lossy(&chromium.stdout);
+    assert!(
+        dom.contains(&format!(
+            "<h1 id=\"title\">run {id}: scan-4-1 config=record rep=1 ("
+        )),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(&format!("<span id=\"note\">{faults} page faults</span>")),
+        "{dom}"
+    );
+    let canvas = dom
+        .split("<canvas id=\"plot\"")
+        .nth(1)
+        .and_then(|c| c.split('>').next())
+        .expect("the plot's canvas");
+    let attribute = |name: &str| -> u32 {
+        canvas
+            .split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|v| v.split('"').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("canvas {name}: {canvas}"))
+    };
+    assert!(
+        attribute("width") > 500 && attribute("height") > 300,
+        "{canvas}"
+    );
+    for legend in ["read</span>", "write</span>", "allocation (site)</span>"] {
+        assert!(dom.contains(legend), "legend {legend}");
+    }
+}
