@@ -1094,12 +1094,11 @@ mod tests {
         assert_eq!(streamed, expected, "row group by row group, the same rows");
         let groups = FaultRowGroups::open(&faults_path).unwrap();
         assert_eq!((groups.rows(), groups.row_groups()), (100_000, 2));
-        let rows: Vec<Fault> = groups.map(|g| g.unwrap()).flatten().collect();
+        let rows: Vec<Fault> = groups.flat_map(|g| g.unwrap()).collect();
         assert_eq!(rows, expected, "the iterator gives the same rows");
         let keys: Vec<FaultKey> = FaultRowGroups::open_keys(&faults_path)
             .unwrap()
-            .map(|g| g.unwrap())
-            .flatten()
+            .flat_map(|g| g.unwrap())
             .collect();
         let expected_keys: Vec<FaultKey> = expected.iter().map(FaultKey::from).collect();
         assert_eq!(
