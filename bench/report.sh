@@ -6,14 +6,15 @@
 # crates/fltrace-trace/examples/replicate_faults.rs (same stacks and mappings, times shifted).
 # perf records `touch 512 PERF_PASSES` (frame-pointer build, -g): perf.data grows by about 60
 # bytes a fault, so it stays at a size perf report handles; its figures are compared per fault.
-# usage: bench/report.sh [PASSES=80] [TIMES=10] [PERF_PASSES=8]
+# usage: [NO_BUILD=1] bench/report.sh [PASSES=80] [TIMES=10] [PERF_PASSES=8]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 passes=${1:-80}; times=${2:-10}; perf_passes=${3:-8}
 work=$(mktemp -d /tmp/fltrace-bench-report.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 command -v perf >/dev/null || { apt-get install -y -qq linux-perf >/dev/null; }
-(cd "$root" && cargo build --release -q -p fltrace -p fltrace-trace --bins --example replicate_faults)
+# NO_BUILD=1 uses the release binaries as they are.
+[ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --release -q -p fltrace -p fltrace-trace --bins --example replicate_faults)
 fltrace="$root/target/release/fltrace"
 replicate="$root/target/release/examples/replicate_faults"
 gcc -O2 -g -fomit-frame-pointer -o "$work/touch" "$root/workloads/touch.c"
@@ -47,6 +48,6 @@ printf "%-38s %12s %8ss %8d MB %13s\n" "fltrace report (real recording)" "$fault
 printf "%-38s %12s %8ss %8d MB %13s\n" "fltrace report (x$times replica)" "$faults100" "$t100" $((m100 / 1024)) "$(ns_per "$t100" "$faults100")"
 printf "%-38s %12s %8ss %8d MB %13s\n" "fltrace report --by stack (x$times)" "$faults100" "$t100s" $((m100s / 1024)) "$(ns_per "$t100s" "$faults100")"
 printf "%-38s %12s %8ss %8d MB %13s\n" "perf report --sort sym" "$perf_samples" "$tp" $((mp / 1024)) "$(ns_per "$tp" "$perf_samples")"
-echo "per fault, fltrace report (x$times) against perf report: time $(echo "scale=3; ($t100 / $faults100) / ($tp / $perf_samples)" | bc)x"
+echo "time per fault, fltrace report (x$times) against perf report: $(echo "scale=4; ($t100 * $perf_samples) / ($tp * $faults100)" | bc)x"
 echo "peak RSS, fltrace report on $faults100 faults against perf report on $perf_samples: $(echo "scale=2; $m100 / $mp" | bc)x"
 echo "(bench/report.sh $passes $times $perf_passes)"
