@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{Fault, ProcessTrace, keys};
 
-use crate::{Location, ResolvedStacks};
+use crate::{FaultCounts, Location, ResolvedStacks};
 
 /// The name of a process as a profile's root frame and perf script's `comm`: the file name of
 /// the recorded command's program, spaces made underscores.
@@ -79,17 +79,29 @@ fn without_parameters(name: &str) -> String {
 /// its symbolized fault stacks.
 pub type Source<'a> = (&'a ProcessTrace, &'a ResolvedStacks);
 
+/// One process's part in an export from counted faults: its trace (mappings, stacks'
+/// generations; its faults are not read), its symbolized fault stacks and its faults counted
+/// per stack.
+pub type CountedSource<'a> = (&'a ProcessTrace, &'a ResolvedStacks, &'a FaultCounts);
+
 /// The faults of `sources` as collapsed stacks: `root;outer;...;inner count`, the process name
 /// as root, sorted by stack.
 pub fn folded<'a>(sources: impl IntoIterator<Item = Source<'a>>) -> Vec<(String, u64)> {
+    let counted: Vec<(&ProcessTrace, &ResolvedStacks, FaultCounts)> = sources
+        .into_iter()
+        .map(|(trace, stacks)| (trace, stacks, FaultCounts::of(&trace.faults)))
+        .collect();
+    folded_counts(counted.iter().map(|(t, s, c)| (*t, *s, c)))
+}
+
+/// [`folded`] of faults counted per stack ([`FaultCounts`], as streamed from faults files).
+pub fn folded_counts<'a>(
+    sources: impl IntoIterator<Item = CountedSource<'a>>,
+) -> Vec<(String, u64)> {
     let mut counts: FxHashMap<String, u64> = FxHashMap::default();
-    for (trace, stacks) in sources {
+    for (trace, stacks, fault_counts) in sources {
         let root = process_name(trace);
-        let mut per_stack: FxHashMap<u32, u64> = FxHashMap::default();
-        for fault in &trace.faults {
-            *per_stack.entry(fault.stack_id).or_default() += 1;
-        }
-        for (stack_id, count) in per_stack {
+        for (stack_id, count) in fault_counts.per_stack() {
             let mut line = root.clone();
             for location in stacks.get(stack_id).iter().rev() {
                 line.push(';');

@@ -7,6 +7,7 @@ use rustc_hash::FxHashMap;
 use fltrace_trace::{Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
 
 use crate::allocs::{AllocStats, AllocTotals, BlockKind, Lifetimes};
+use crate::counts::FaultCounts;
 use crate::ranges::{MappingIndex, mapping_label};
 use crate::{CallSite, Location, ResolvedStacks};
 
@@ -150,24 +151,31 @@ impl Group {
     }
 
     fn add(&mut self, flags: FaultFlags) {
-        self.count += 1;
-        self.kinds[flags.kind() as usize] += 1;
+        self.add_n(flags, 1);
+    }
+
+    fn add_n(&mut self, flags: FaultFlags, n: u64) {
+        self.count += n;
+        self.kinds[flags.kind() as usize] += n;
         if flags.has(FaultFlags::ZERO) {
-            self.zero += 1;
+            self.zero += n;
         }
         if flags.has(FaultFlags::FETCH) {
-            self.fetch += 1;
+            self.fetch += n;
         }
     }
 }
 
-/// Largest first, ties by location and flags.
+/// Largest first, ties by location and flags, then by stack, so that the order does not
+/// depend on the order faults were counted in.
 fn sort_groups(groups: &mut [Group]) {
     groups.sort_by(|a, b| {
         b.count
             .cmp(&a.count)
             .then_with(|| a.key.location.cmp(&b.key.location))
             .then_with(|| a.key.flags.cmp(&b.key.flags))
+            .then_with(|| a.key.addresses.cmp(&b.key.addresses))
+            .then_with(|| a.key.stack.cmp(&b.key.stack))
     });
 }
 
@@ -177,26 +185,33 @@ pub fn group_faults<'a>(
     sources: impl IntoIterator<Item = (&'a [Fault], &'a ResolvedStacks)>,
     by: GroupBy,
 ) -> Vec<Group> {
+    let counted: Vec<(FaultCounts, &ResolvedStacks)> = sources
+        .into_iter()
+        .map(|(faults, stacks)| (FaultCounts::of(faults), stacks))
+        .collect();
+    group_fault_counts(counted.iter().map(|(c, s)| (c, *s)), by)
+}
+
+/// Groups faults counted per (stack, flags) ([`FaultCounts`], as streamed from a faults
+/// file) exactly as [`group_faults`] groups the faults themselves.
+pub fn group_fault_counts<'a>(
+    sources: impl IntoIterator<Item = (&'a FaultCounts, &'a ResolvedStacks)>,
+    by: GroupBy,
+) -> Vec<Group> {
     let mut groups: FxHashMap<GroupKey, Group> = FxHashMap::default();
-    for (faults, stacks) in sources {
-        // Keys are built once per (stack, flags) of this process, not once per fault.
-        let mut keys: FxHashMap<(u32, FaultFlags), GroupKey> = FxHashMap::default();
-        for fault in faults {
-            let key = keys
-                .entry((fault.stack_id, fault.flags))
-                .or_insert_with(|| {
-                    key_of(
-                        stacks.get(fault.stack_id),
-                        || stacks.addresses(fault.stack_id),
-                        Some(fault.flags),
-                        by,
-                        stacks.call_site,
-                    )
-                });
+    for (counts, stacks) in sources {
+        for (stack_id, flags, tally) in counts.iter() {
+            let key = key_of(
+                stacks.get(stack_id),
+                || stacks.addresses(stack_id),
+                Some(flags),
+                by,
+                stacks.call_site,
+            );
             groups
-                .entry(key.clone())
-                .or_insert_with(|| Group::new(key.clone()))
-                .add(fault.flags);
+                .entry(key)
+                .or_insert_with_key(|key| Group::new(key.clone()))
+                .add_n(flags, tally.count);
         }
     }
     let mut groups: Vec<Group> = groups.into_values().collect();

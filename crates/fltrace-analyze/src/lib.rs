@@ -26,6 +26,7 @@
 
 mod allocs;
 mod archive;
+mod counts;
 mod debuginfo;
 mod diff;
 mod export;
@@ -41,15 +42,19 @@ pub use allocs::{
     exec_times, trace_end_ns,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
+pub use counts::{FaultCounts, Tally};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
-pub use export::{SCRIPT_EVENT, Source, folded, frame_name, process_name, write_script};
+pub use export::{
+    CountedSource, SCRIPT_EVENT, Source, folded, folded_counts, frame_name, process_name,
+    write_script,
+};
 pub use group::{
     AllocGroup, AllocSiteGroup, AllocSource, Group, GroupBy, GroupKey, call_site, coverage,
-    group_allocs, group_faults, group_faults_by_alloc_site,
+    group_allocs, group_fault_counts, group_faults, group_faults_by_alloc_site,
 };
 pub use names::demangle;
-pub use pprof::write_pprof;
+pub use pprof::{write_pprof, write_pprof_counts};
 pub use ranges::{MappingIndex, mapping_label, named_regions};
 pub use symbolize::{CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer};
-pub use tracer::separate_tracer;
+pub use tracer::{separate_tracer, separate_tracer_counts};

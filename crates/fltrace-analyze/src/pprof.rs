@@ -11,7 +11,8 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::ProcessTrace;
 
-use crate::export::{Source, process_name};
+use crate::export::{CountedSource, Source, process_name};
+use crate::{FaultCounts, ResolvedStacks};
 
 /// The messages of profile.proto that fltrace writes (field numbers as in
 /// github.com/google/pprof/proto/profile.proto), derived by hand: no build-time codegen.
@@ -153,7 +154,7 @@ impl Strings {
 }
 
 /// Builds the profile of the faults of `sources`.
-fn profile<'a>(sources: impl IntoIterator<Item = Source<'a>>) -> proto::Profile {
+fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::Profile {
     let mut strings = Strings::new();
     let mut profile = proto::Profile {
         sample_type: vec![proto::ValueType {
@@ -168,20 +169,16 @@ fn profile<'a>(sources: impl IntoIterator<Item = Source<'a>>) -> proto::Profile 
     let mut functions: FxHashMap<(String, String), u64> = FxHashMap::default();
     let (mut first_ns, mut last_ns) = (u64::MAX, 0);
     let mut main_mapping = None;
-    for (trace, stacks) in sources {
+    for (trace, stacks, fault_counts) in sources {
         let program = format!("/{}", process_name(trace));
         // Per process: addresses and mappings mean something only within it.
         let mut mappings: FxHashMap<usize, u64> = FxHashMap::default();
         let mut locations: FxHashMap<(u32, u64), u64> = FxHashMap::default();
-        let mut counts: FxHashMap<u32, i64> = FxHashMap::default();
-        for fault in &trace.faults {
-            *counts.entry(fault.stack_id).or_default() += 1;
-            first_ns = first_ns.min(fault.time_ns);
-            last_ns = last_ns.max(fault.time_ns);
+        if let Some((first, last)) = fault_counts.time_range() {
+            first_ns = first_ns.min(first);
+            last_ns = last_ns.max(last);
         }
-        let mut stack_ids: Vec<u32> = counts.keys().copied().collect();
-        stack_ids.sort_unstable();
-        for stack_id in stack_ids {
+        for (stack_id, count) in fault_counts.per_stack() {
             let generation = trace.stack(stack_id).map_or(0, |s| s.generation);
             let mut location_ids = Vec::new();
             for (i, frame) in stacks.frames(stack_id).iter().enumerate() {
@@ -242,7 +239,7 @@ fn profile<'a>(sources: impl IntoIterator<Item = Source<'a>>) -> proto::Profile 
             }
             profile.sample.push(proto::Sample {
                 location_id: location_ids,
-                value: vec![counts[&stack_id]],
+                value: vec![count as i64],
                 label: vec![proto::Label {
                     key: pid_key,
                     str: 0,
@@ -307,6 +304,19 @@ pub fn write_pprof<'a>(
     sources: impl IntoIterator<Item = Source<'a>>,
     out: impl Write,
 ) -> std::io::Result<()> {
+    let counted: Vec<(&ProcessTrace, &ResolvedStacks, FaultCounts)> = sources
+        .into_iter()
+        .map(|(trace, stacks)| (trace, stacks, FaultCounts::of(&trace.faults)))
+        .collect();
+    write_pprof_counts(counted.iter().map(|(t, s, c)| (*t, *s, c)), out)
+}
+
+/// Writes faults counted per stack ([`FaultCounts`], as streamed from the faults files) as
+/// [`write_pprof`] writes the faults themselves.
+pub fn write_pprof_counts<'a>(
+    sources: impl IntoIterator<Item = CountedSource<'a>>,
+    out: impl Write,
+) -> std::io::Result<()> {
     let bytes = profile(sources).encode_to_vec();
     let mut gz = GzEncoder::new(out, Compression::default());
     gz.write_all(&bytes)?;
@@ -321,7 +331,7 @@ mod tests {
 
     use fltrace_trace::{Fault, FaultFlags, Mapping, Stack, keys};
 
-    use crate::{Location, ResolvedStacks};
+    use crate::Location;
 
     /// Samples, locations with their inlined lines, functions and mappings with build IDs
     /// survive encoding and gzip.

@@ -4,8 +4,8 @@ use rustc_hash::FxHashSet;
 
 use fltrace_trace::{FaultFlags, ProcessTrace, libraries};
 
-use crate::ResolvedStacks;
 use crate::symbolize::ResolvedStack;
+use crate::{FaultCounts, ResolvedStacks};
 
 /// Separates the faults the recorder flagged as the tracer's own ([`FaultFlags::TRACER`]) from
 /// the program's: leaves them out of `trace` unless `include`, and returns how many there
@@ -39,6 +39,42 @@ pub fn separate_tracer(
         trace.faults.retain(|f| !f.flags.has(FaultFlags::TRACER));
         before - trace.faults.len()
     };
+    rewrite_stacks(stacks, &tracer_stacks, &program_stacks);
+    left_out as u64
+}
+
+/// [`separate_tracer`] over faults counted per stack ([`FaultCounts`]): the same faults left
+/// out and counted, the same stacks rewritten.
+pub fn separate_tracer_counts(
+    counts: &mut FaultCounts,
+    stacks: &mut ResolvedStacks,
+    include: bool,
+) -> u64 {
+    let mut tracer_stacks = FxHashSet::default();
+    let mut program_stacks = FxHashSet::default();
+    let mut tracer_faults = 0;
+    for (stack_id, flags, tally) in counts.iter() {
+        if flags.has(FaultFlags::TRACER) {
+            tracer_stacks.insert(stack_id);
+            tracer_faults += tally.count;
+        } else {
+            program_stacks.insert(stack_id);
+        }
+    }
+    if !include {
+        counts.retain(|_, flags| !flags.has(FaultFlags::TRACER));
+    }
+    rewrite_stacks(stacks, &tracer_stacks, &program_stacks);
+    tracer_faults
+}
+
+/// Drops the preloaded library's frames from the program's stacks and makes them the call
+/// site in the tracer's.
+fn rewrite_stacks(
+    stacks: &mut ResolvedStacks,
+    tracer_stacks: &FxHashSet<u32>,
+    program_stacks: &FxHashSet<u32>,
+) {
     stacks.rewrite(|id, stack| {
         if !stack
             .locations
@@ -63,7 +99,6 @@ pub fn separate_tracer(
                 .collect();
         }
     });
-    left_out as u64
 }
 
 /// Removes the preloaded library's frames (each address with the locations it expanded to),
@@ -174,11 +209,28 @@ mod tests {
         ];
         stacks.insert(1, tracer, vec![0x2020, 0x2030, 0x3010]);
         let mut included = (trace.clone(), stacks.clone());
+        let mut counted = (FaultCounts::of(&trace.faults), stacks.clone());
+        let mut counted_included = (FaultCounts::of(&trace.faults), stacks.clone());
         assert_eq!(separate_tracer(&mut trace, &mut stacks, false), 1);
         assert_eq!(trace.faults.len(), 2);
         let functions: Vec<&str> = stacks.get(0).iter().map(|l| &*l.function).collect();
         assert_eq!(functions, ["_int_malloc", "main"]);
         assert_eq!(stacks.addresses(0).as_deref(), Some(&[0x1010, 0x3010][..]));
+
+        assert_eq!(
+            separate_tracer_counts(&mut counted.0, &mut counted.1, false),
+            1
+        );
+        assert_eq!(counted.0.total(), 2);
+        assert_eq!(counted.1.addresses(0), stacks.addresses(0));
+        assert_eq!(counted.1.get(0), stacks.get(0));
+        assert_eq!(
+            separate_tracer_counts(&mut counted_included.0, &mut counted_included.1, true),
+            1
+        );
+        assert_eq!(counted_included.0.total(), 3);
+        let site = call_site(counted_included.1.get(1)).map(|l| &*l.function);
+        assert_eq!(site, Some("unwind"));
 
         assert_eq!(separate_tracer(&mut included.0, &mut included.1, true), 1);
         assert_eq!(included.0.faults.len(), 3);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OpenFlags, params};
 use serde::Serialize;
 
-use fltrace_analyze::{GroupBy, Symbolizer, group_faults};
+use fltrace_analyze::{FaultCounts, GroupBy, Symbolizer, group_fault_counts};
 use fltrace_trace::{Recording, files};
 
 use crate::series::{RunRecord, SeriesFile, run_dir};
@@ -272,16 +272,14 @@ fn insert_sites(
     recording: &Recording,
 ) -> Result<usize, Error> {
     let mut symbolizer = Symbolizer::new();
-    let mut traces = Vec::new();
+    let mut processes = Vec::new();
     for &pid in recording.pids() {
-        let trace = recording.load(pid)?;
-        let stacks = symbolizer.resolve_stacks(&trace);
-        traces.push((trace, stacks));
+        // The faults stream into per-stack counts: memory follows the stacks, not the faults.
+        let trace = recording.load_without_faults(pid)?;
+        let counts = FaultCounts::stream(recording.fault_keys(pid)?, None)?;
+        processes.push((counts, symbolizer.resolve_stacks(&trace)));
     }
-    let groups = group_faults(
-        traces.iter().map(|(t, s)| (&t.faults[..], s)),
-        GroupBy::Line,
-    );
+    let groups = group_fault_counts(processes.iter().map(|(c, s)| (c, s)), GroupBy::Line);
     let mut insert =
         tx.prepare("INSERT INTO sites VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)")?;
     for (rank, group) in groups.iter().enumerate() {

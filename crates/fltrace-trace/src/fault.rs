@@ -17,6 +17,28 @@ pub struct Fault {
     pub stack_id: u32,
 }
 
+/// What counting faults by stack needs of a fault: read without the other columns when
+/// streaming a faults file ([`crate::FaultRowGroups::open_keys`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultKey {
+    /// Time of the fault, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    /// What kind of fault it was.
+    pub flags: FaultFlags,
+    /// Index into the process's stack table.
+    pub stack_id: u32,
+}
+
+impl From<&Fault> for FaultKey {
+    fn from(fault: &Fault) -> FaultKey {
+        FaultKey {
+            time_ns: fault.time_ns,
+            flags: fault.flags,
+            stack_id: fault.stack_id,
+        }
+    }
+}
+
 /// Fault flags. Bits 1, 2 and 32 have the values of the original fltrace's `flags` column so that
 /// its report format stays compatible; the others are new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]

@@ -18,7 +18,8 @@ use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::ColumnPath;
 
 use crate::{
-    AccessRecord, AllocCall, AllocEvent, Error, Fault, FaultFlags, Mapping, Stack, files, keys,
+    AccessRecord, AllocCall, AllocEvent, Error, Fault, FaultFlags, FaultKey, Mapping, Stack, files,
+    keys,
 };
 
 // Every table begins with `recording` and `pid`, constant within a file, so that a query over
@@ -831,6 +832,96 @@ pub fn for_each_fault_group(path: &Path, mut each: impl FnMut(&[Fault])) -> Resu
     Ok(())
 }
 
+/// The faults of a faults file, one row group (64K rows) at a time, so that memory stays
+/// bounded however long the recording: whole rows ([`FaultRowGroups::open`]), or only what
+/// counting needs ([`FaultRowGroups::open_keys`]), which reads three of the eight columns.
+pub struct FaultRowGroups<T> {
+    table: TableReader,
+    next: usize,
+    read: fn(&TableReader, std::ops::Range<usize>) -> Result<Vec<T>, Error>,
+}
+
+impl FaultRowGroups<Fault> {
+    /// Opens `path` for whole rows.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        Ok(FaultRowGroups {
+            table: TableReader::open(path)?,
+            next: 0,
+            read: faults_in,
+        })
+    }
+}
+
+impl FaultRowGroups<FaultKey> {
+    /// Opens `path` for each fault's time, stack and flags only.
+    pub fn open_keys(path: &Path) -> Result<Self, Error> {
+        Ok(FaultRowGroups {
+            table: TableReader::open(path)?,
+            next: 0,
+            read: fault_keys_in,
+        })
+    }
+}
+
+impl<T> FaultRowGroups<T> {
+    /// The footer's key-value metadata.
+    pub fn metadata(&self) -> Metadata {
+        self.table.metadata()
+    }
+
+    /// Rows in the file, from its footer.
+    pub fn rows(&self) -> u64 {
+        self.table.rows()
+    }
+
+    /// Row groups in the file.
+    pub fn row_groups(&self) -> usize {
+        self.table.inner.num_row_groups()
+    }
+}
+
+impl<T> Iterator for FaultRowGroups<T> {
+    type Item = Result<Vec<T>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let group = self.next;
+        if group >= self.row_groups() {
+            return None;
+        }
+        self.next += 1;
+        Some((self.read)(&self.table, group..group + 1))
+    }
+}
+
+fn fault_keys_in(
+    table: &TableReader,
+    groups: std::ops::Range<usize>,
+) -> Result<Vec<FaultKey>, Error> {
+    let time = table
+        .column_in::<Int64Type>("time_ns", groups.clone())?
+        .values;
+    let flags = table
+        .column_in::<Int32Type>("flags", groups.clone())?
+        .values;
+    let stack = table.column_in::<Int32Type>("stack_id", groups)?.values;
+    if flags.len() != time.len() || stack.len() != time.len() {
+        return Err(Error::Format {
+            path: table.path.clone(),
+            message: "columns of different lengths".into(),
+        });
+    }
+    Ok(time
+        .iter()
+        .zip(&flags)
+        .zip(&stack)
+        .map(|((&time_ns, &flags), &stack_id)| FaultKey {
+            time_ns: time_ns as u64,
+            flags: FaultFlags(flags as u8),
+            stack_id: stack_id as u32,
+        })
+        .collect())
+}
+
 fn faults_in(table: &TableReader, groups: std::ops::Range<usize>) -> Result<Vec<Fault>, Error> {
     let u64s = |name| -> Result<Vec<u64>, Error> {
         Ok(table
@@ -1001,6 +1092,19 @@ mod tests {
         let mut streamed = Vec::new();
         for_each_fault_group(&faults_path, |group| streamed.extend_from_slice(group)).unwrap();
         assert_eq!(streamed, expected, "row group by row group, the same rows");
+        let groups = FaultRowGroups::open(&faults_path).unwrap();
+        assert_eq!((groups.rows(), groups.row_groups()), (100_000, 2));
+        let rows: Vec<Fault> = groups.flat_map(|g| g.unwrap()).collect();
+        assert_eq!(rows, expected, "the iterator gives the same rows");
+        let keys: Vec<FaultKey> = FaultRowGroups::open_keys(&faults_path)
+            .unwrap()
+            .flat_map(|g| g.unwrap())
+            .collect();
+        let expected_keys: Vec<FaultKey> = expected.iter().map(FaultKey::from).collect();
+        assert_eq!(
+            keys, expected_keys,
+            "keys only, the same times, stacks and flags"
+        );
 
         let stacks_path = dir.path().join("s.parquet");
         let mut writer = StackWriter::create(&stacks_path).unwrap();

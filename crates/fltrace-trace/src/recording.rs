@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use crate::parquet_io::TableReader;
 use crate::{
-    AllocEvent, Error, Fault, Mapping, Stack, files, read_allocs, read_faults, read_mappings,
-    read_stacks,
+    AllocEvent, Error, Fault, FaultKey, FaultRowGroups, Mapping, Stack, files, read_allocs,
+    read_faults, read_mappings, read_stacks,
 };
 
 /// Footer keys of the faults file ([`FORMAT`](keys::FORMAT) is in every table's footer).
@@ -145,6 +145,37 @@ impl Recording {
             allocs,
             alloc_stacks,
         })
+    }
+
+    /// Loads the trace of one process without its faults (`faults` is empty; the footer
+    /// metadata is read): stream them with [`Recording::fault_keys`], so that memory stays
+    /// proportional to the stacks, not to the faults.
+    pub fn load_without_faults(&self, pid: u32) -> Result<ProcessTrace, Error> {
+        if !self.pids.contains(&pid) {
+            return Err(Error::NoSuchProcess(pid));
+        }
+        let metadata = FaultRowGroups::open_keys(&files::faults(&self.dir, pid))?.metadata();
+        let mut stacks = read_stacks(&files::stacks(&self.dir, pid))?;
+        stacks.sort_unstable_by_key(|s| s.id);
+        let mappings = read_mappings(&files::mmaps(&self.dir, pid))?;
+        let (allocs, alloc_stacks) = self.load_allocs(pid)?;
+        Ok(ProcessTrace {
+            pid,
+            faults: Vec::new(),
+            stacks,
+            mappings,
+            metadata,
+            allocs,
+            alloc_stacks,
+        })
+    }
+
+    /// The time, stack and flags of each fault of `pid`, one row group at a time.
+    pub fn fault_keys(&self, pid: u32) -> Result<FaultRowGroups<FaultKey>, Error> {
+        if !self.pids.contains(&pid) {
+            return Err(Error::NoSuchProcess(pid));
+        }
+        FaultRowGroups::open_keys(&files::faults(&self.dir, pid))
     }
 
     /// Whether the run recorded allocations (`record --allocs`) of `pid`.

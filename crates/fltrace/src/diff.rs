@@ -6,10 +6,10 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{DiffRow, GroupBy, Location, diff_groups, group_faults};
+use fltrace_analyze::{DiffRow, GroupBy, Location, diff_groups, group_fault_counts};
 
 use crate::cli::{By, DiffArgs, Format, Selection};
-use crate::load::{Loaded, load};
+use crate::load::{Loaded, load_counts};
 use crate::report::{csv_field, short_file_line, shown, truncate};
 
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
@@ -37,12 +37,11 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
             include_tracer: false,
             archive: None,
         };
-        load(&selection).with_context(|| format!("recording in {}", dir.display()))
+        load_counts(&selection).with_context(|| format!("recording in {}", dir.display()))
     };
     let a = side(&args.a, args.pid_a)?;
     let b = side(&args.b, args.pid_b)?;
-    let groups =
-        |loaded: &Loaded| group_faults(loaded.traces.iter().map(|(t, s)| (&t.faults[..], s)), by);
+    let groups = |loaded: &Loaded| group_fault_counts(loaded.counted(), by);
     let mut rows = diff_groups(&groups(&a), &groups(&b));
     rows.truncate(shown(args.top, rows.len()));
     Ok(match args.format {

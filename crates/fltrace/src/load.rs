@@ -5,7 +5,8 @@ use std::path::Path;
 use anyhow::Context;
 
 use fltrace_analyze::{
-    ARCHIVE_DIR, CallSite, DebugConfig, ResolvedStacks, Symbolizer, separate_tracer,
+    ARCHIVE_DIR, CallSite, DebugConfig, FaultCounts, ResolvedStacks, Symbolizer, separate_tracer,
+    separate_tracer_counts,
 };
 use fltrace_trace::{ProcessTrace, Recording, keys};
 
@@ -14,7 +15,11 @@ use crate::cli::{CallSiteArg, Selection};
 /// The processes of one recording, symbolized.
 pub struct Loaded {
     pub recording: Recording,
+    /// With [`load_counts`], the faults are not loaded (`faults` is empty): see `counts`.
     pub traces: Vec<(ProcessTrace, ResolvedStacks)>,
+    /// The faults of each of `traces` counted per (stack, flags), after `--time` and the
+    /// tracer's own faults are left out.
+    pub counts: Vec<FaultCounts>,
     /// The allocation stacks of each of `traces`, resolved if asked for (else empty).
     pub alloc_stacks: Vec<ResolvedStacks>,
     /// Records the kernel dropped, from the stats files.
@@ -39,12 +44,32 @@ pub enum Allocs {
 pub const NO_ALLOCS: &str =
     "this recording has no allocation data: record it with `fltrace record --allocs`";
 
+/// Every fault of each process, in memory.
 pub fn load(selection: &Selection) -> anyhow::Result<Loaded> {
     load_with(selection, Allocs::Skip)
 }
 
 /// Loads as [`load`] does, and symbolizes allocation stacks as `allocs` says.
 pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded> {
+    load_faults(selection, allocs, Faults::All)
+}
+
+/// Loads as [`load`] does but streams the faults, row group by row group, into per-stack
+/// counts: memory follows the number of distinct stacks, not of faults.
+pub fn load_counts(selection: &Selection) -> anyhow::Result<Loaded> {
+    load_faults(selection, Allocs::Skip, Faults::Counted)
+}
+
+/// How the faults are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Faults {
+    /// Every one, in `ProcessTrace::faults`.
+    All,
+    /// Counted per stack only.
+    Counted,
+}
+
+fn load_faults(selection: &Selection, allocs: Allocs, faults: Faults) -> anyhow::Result<Loaded> {
     let dir = &selection.dir;
     let recording = match selection.pid {
         Some(pid) => Recording::with_pid(dir, pid)?,
@@ -67,6 +92,7 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
     });
     let mut symbolizer = symbolizer(selection);
     let mut traces = Vec::new();
+    let mut counts = Vec::new();
     let mut alloc_stacks = Vec::new();
     let mut lost = 0;
     let mut tracer_faults = 0;
@@ -75,19 +101,41 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
         CallSiteArg::Leaf => CallSite::Leaf,
     };
     for pid in pids {
-        let mut trace = recording
-            .load(pid)
-            .with_context(|| format!("loading the trace of process {pid}"))?;
-        if let Some((from, to)) = window {
-            trace.faults.retain(|f| (from..to).contains(&f.time_ns));
-        }
+        let loading = || format!("loading the trace of process {pid}");
+        let (mut trace, counted) = match faults {
+            Faults::All => {
+                let mut trace = recording.load(pid).with_context(loading)?;
+                if let Some((from, to)) = window {
+                    trace.faults.retain(|f| (from..to).contains(&f.time_ns));
+                }
+                (trace, None)
+            }
+            Faults::Counted => {
+                let trace = recording.load_without_faults(pid).with_context(loading)?;
+                let row_groups = recording.fault_keys(pid).with_context(loading)?;
+                let window = window.map(|(from, to)| from..to);
+                let counted = FaultCounts::stream(row_groups, window).with_context(loading)?;
+                (trace, Some(counted))
+            }
+        };
         let stats = fltrace_trace::files::stats(dir, pid);
         if let Ok(Some(l)) = fltrace_trace::stats::last_value(&stats, "lost") {
             lost = lost.max(l);
         }
         let mut stacks = symbolizer.resolve_stacks(&trace);
         stacks.call_site = call_site;
-        tracer_faults += separate_tracer(&mut trace, &mut stacks, selection.include_tracer);
+        let include = selection.include_tracer;
+        let counted = match counted {
+            Some(mut counted) => {
+                tracer_faults += separate_tracer_counts(&mut counted, &mut stacks, include);
+                counted
+            }
+            None => {
+                tracer_faults += separate_tracer(&mut trace, &mut stacks, include);
+                FaultCounts::of(&trace.faults)
+            }
+        };
+        counts.push(counted);
         let mut allocated = if allocs != Allocs::Skip && recording.has_allocs(pid) {
             symbolizer.resolve_alloc_stacks(&trace)
         } else {
@@ -101,6 +149,7 @@ pub fn load_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded
     Ok(Loaded {
         recording,
         traces,
+        counts,
         alloc_stacks,
         lost,
         tracer_faults,
@@ -134,7 +183,12 @@ pub fn print_warnings(symbolizer: &mut Symbolizer) {
 
 impl Loaded {
     pub fn total_faults(&self) -> u64 {
-        self.traces.iter().map(|(t, _)| t.faults.len() as u64).sum()
+        self.counts.iter().map(FaultCounts::total).sum()
+    }
+
+    /// Each process's counted faults with its resolved stacks, for grouping.
+    pub fn counted(&self) -> impl Iterator<Item = (&FaultCounts, &ResolvedStacks)> + Clone {
+        self.counts.iter().zip(self.traces.iter().map(|(_, s)| s))
     }
 
     /// The line saying how many faults of fltrace's own work were left out, if any were.

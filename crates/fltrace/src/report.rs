@@ -7,10 +7,12 @@ use std::io::{BufWriter, IsTerminal, Write};
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{Group, GroupBy, Location, coverage, folded, group_faults, write_pprof};
+use fltrace_analyze::{
+    Group, GroupBy, Location, coverage, folded_counts, group_fault_counts, write_pprof_counts,
+};
 
 use crate::cli::{By, Format, ReportArgs, ReportFormat};
-use crate::load::{Allocs, Loaded, load, load_with};
+use crate::load::{Allocs, Loaded, load_counts, load_with};
 
 /// The share of faults the headline metric covers.
 const COVER: f64 = 0.95;
@@ -84,8 +86,14 @@ fn export(args: &ReportArgs) -> anyhow::Result<()> {
     if pprof && args.output.is_none() && std::io::stdout().is_terminal() {
         bail!("a pprof profile is binary: give --output FILE or redirect stdout");
     }
-    let loaded = load(&args.selection)?;
-    let sources = || loaded.traces.iter().map(|(t, s)| (t, s));
+    let loaded = load_counts(&args.selection)?;
+    let sources = || {
+        loaded
+            .traces
+            .iter()
+            .zip(&loaded.counts)
+            .map(|((t, s), c)| (t, s, c))
+    };
     let (mut out, name): (Box<dyn Write>, String) = match &args.output {
         Some(path) => (
             Box::new(BufWriter::new(fltrace_trace::files::create(path)?)),
@@ -97,9 +105,9 @@ fn export(args: &ReportArgs) -> anyhow::Result<()> {
         ),
     };
     let written = if pprof {
-        write_pprof(sources(), &mut out)
+        write_pprof_counts(sources(), &mut out)
     } else {
-        folded(sources())
+        folded_counts(sources())
             .iter()
             .try_for_each(|(stack, count)| writeln!(out, "{stack} {count}"))
     };
@@ -115,9 +123,14 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
         Mode::Faults(_) => Allocs::Skip,
         _ => Allocs::Required,
     };
-    let loaded = load_with(&args.selection, allocs)?;
-    for (trace, stacks) in &loaded.traces {
-        let groups = group_faults([(&trace.faults[..], stacks)], GroupBy::Stack);
+    // Only the reports of faults by their own stacks stream; the others need each fault's
+    // address and time to find the block it landed in.
+    let loaded = match mode {
+        Mode::Faults(_) => load_counts(&args.selection)?,
+        _ => load_with(&args.selection, allocs)?,
+    };
+    for ((trace, stacks), counts) in loaded.traces.iter().zip(&loaded.counts) {
+        let groups = group_fault_counts([(counts, stacks)], GroupBy::Stack);
         let path = fltrace_trace::files::path(loaded.dir(), "report", trace.pid, "out");
         let mut file = fltrace_trace::files::create(&path)?;
         file.write_all(original_csv(&groups).as_bytes())
@@ -138,12 +151,11 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
 
 /// Faults grouped by their own stacks: the report without allocations.
 fn faults(loaded: &Loaded, by: GroupBy, top: usize, format: Format) -> String {
-    let sources = || loaded.traces.iter().map(|(t, s)| (&t.faults[..], s));
-    let groups = group_faults(sources(), by);
+    let groups = group_fault_counts(loaded.counted(), by);
     let lines = if by == GroupBy::Line {
         groups.clone()
     } else {
-        group_faults(sources(), GroupBy::Line)
+        group_fault_counts(loaded.counted(), GroupBy::Line)
     };
     let covering = coverage(&lines, COVER);
     let total = loaded.total_faults();

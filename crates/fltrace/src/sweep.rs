@@ -9,13 +9,13 @@ use std::sync::atomic::AtomicUsize;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{GroupBy, coverage, group_faults};
+use fltrace_analyze::{GroupBy, coverage, group_fault_counts};
 use fltrace_capture::{Options, Target};
 use fltrace_render::{SweepPoint, sweep_plot};
 use fltrace_trace::Recording;
 
 use crate::cli::{Selection, SweepArgs};
-use crate::load::load;
+use crate::load::load_counts;
 use crate::record::{far_memory_settings, interrupt_counter};
 
 pub fn run(args: SweepArgs) -> anyhow::Result<()> {
@@ -143,7 +143,7 @@ fn peak_of(dir: &Path) -> Option<u64> {
 
 /// Faults, fetches and the locations covering 95% of faults of a run.
 fn summarize(dir: &Path) -> anyhow::Result<(u64, u64, usize)> {
-    let loaded = load(&Selection {
+    let loaded = load_counts(&Selection {
         dir: dir.to_owned(),
         pid: None,
         time: None,
@@ -151,10 +151,7 @@ fn summarize(dir: &Path) -> anyhow::Result<(u64, u64, usize)> {
         include_tracer: false,
         archive: None,
     })?;
-    let groups = group_faults(
-        loaded.traces.iter().map(|(t, s)| (&t.faults[..], s)),
-        GroupBy::Line,
-    );
+    let groups = group_fault_counts(loaded.counted(), GroupBy::Line);
     let fetches = groups.iter().map(|g| g.fetch).sum();
     Ok((loaded.total_faults(), fetches, coverage(&groups, 0.95)))
 }
