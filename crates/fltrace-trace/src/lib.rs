@@ -47,9 +47,9 @@ pub use error::Error;
 pub use fault::{Fault, FaultFlags, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
-    AccessWriter, AllocWriter, FORMAT_VERSION, FaultWriter, MappingWriter, Metadata, Origin,
-    StackWriter, for_each_fault_group, read_access, read_allocs, read_faults, read_mappings,
-    read_origin, read_stacks,
+    AccessWriter, AllocWriter, Completeness, FORMAT_VERSION, FaultWriter, MappingWriter, Metadata,
+    Origin, StackWriter, completeness, for_each_fault_group, read_access, read_allocs, read_faults,
+    read_mappings, read_origin, read_stacks,
 };
 pub use ranges::{RangeSample, RangeTraceKind, read_range_trace};
 pub use recording::{ProcessTrace, Recording, SessionInfo, keys};

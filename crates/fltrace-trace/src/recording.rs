@@ -23,6 +23,14 @@ pub mod keys {
     pub const PARENT: &str = "fltrace.parent";
     /// Version of fltrace that wrote the file.
     pub const VERSION: &str = "fltrace.version";
+    /// In a checkpoint footer only (never in a finished file's last footer): the offset just
+    /// past the previous checkpoint's footer, 0 for the first.
+    pub const CHECKPOINT: &str = "fltrace.checkpoint";
+    /// The CRC-32 (IEEE) of each column chunk the footer describes, 8 hexadecimal digits,
+    /// row group by row group and column by column, separated by spaces.
+    pub const CRC32: &str = "fltrace.crc32";
+    /// The keys with which fltrace reads a file, not part of what the recording says.
+    pub const INTERNAL: [&str; 2] = [CHECKPOINT, CRC32];
 }
 
 /// What identifies a recording.
