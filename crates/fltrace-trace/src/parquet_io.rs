@@ -819,6 +819,37 @@ pub enum Completeness {
     },
 }
 
+/// Where a column chunk of a table lies in its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnChunk {
+    /// The row group.
+    pub row_group: usize,
+    /// The column's name (for a list, its path: `frames.list.element`).
+    pub column: String,
+    /// Offset of its first page.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+/// The column chunks of the table at `path`, for checking and testing its integrity.
+pub fn column_chunks(path: &Path) -> Result<Vec<ColumnChunk>, Error> {
+    let table = TableReader::open(path)?;
+    let mut chunks = Vec::new();
+    for (row_group, group) in table.metadata.row_groups().iter().enumerate() {
+        for column in group.columns() {
+            let (offset, len) = column.byte_range();
+            chunks.push(ColumnChunk {
+                row_group,
+                column: column.column_path().string(),
+                offset,
+                len,
+            });
+        }
+    }
+    Ok(chunks)
+}
+
 /// Whether the table at `path` was finished, and if not how much of it can be read.
 pub fn completeness(path: &Path) -> Result<Completeness, Error> {
     Ok(TableReader::open(path)?.completeness())
@@ -1043,7 +1074,7 @@ impl TableReader {
                         path: self.path.clone(),
                         message: format!(
                             "row group {group}, column `{}`: the bytes differ from those written (CRC-32 {actual:08x}, recorded {:08x}): the file is damaged",
-                            chunk_metadata.column_path(),
+                            chunk_metadata.column_path().string(),
                             expected.unwrap_or(0)
                         ),
                     });
@@ -1846,7 +1877,7 @@ mod tests {
                     assert!(
                         error.contains(&path.display().to_string())
                             && error.contains("damaged")
-                            && error.contains(&column.column_path().to_string()),
+                            && error.contains(&format!("`{}`", column.column_path().string())),
                         "{error}"
                     );
                     chunks += 1;

@@ -10,6 +10,7 @@ mod farmem;
 mod heatmap;
 mod processes;
 mod stacks;
+mod survival;
 mod system;
 mod tables;
 mod util;
