@@ -1743,6 +1743,59 @@ mod tests {
         assert_eq!(read_faults(&faults_path).unwrap().0, vec![expected]);
     }
 
+    /// A table written before checkpoints and checksums (a plain Parquet file, as format 2
+    /// was) reads as complete, unchecked, with its rows and metadata.
+    #[test]
+    fn tables_without_checkpoints_or_checksums_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.parquet");
+        let schema = Arc::new(parse_message_type(FAULT_SCHEMA).unwrap());
+        let footer = vec![KeyValue::new(keys::FORMAT.to_owned(), "2".to_owned())];
+        let props = WriterProperties::builder()
+            .set_key_value_metadata(Some(footer))
+            .build();
+        let file = File::create(&path).unwrap();
+        let mut writer = SerializedFileWriter::new(file, schema, Arc::new(props)).unwrap();
+        let expected: Vec<Fault> = (0..100).map(fault).collect();
+        let mut group = writer.next_row_group().unwrap();
+        let mut c = group.next_column().unwrap().unwrap();
+        let recordings = vec![ByteArray::from("1-2"); expected.len()];
+        c.typed::<ByteArrayType>()
+            .write_batch(&recordings, None, None)
+            .unwrap();
+        c.close().unwrap();
+        let mut column = |values: Vec<i64>, int32: bool| {
+            let mut c = group.next_column().unwrap().unwrap();
+            if int32 {
+                let values: Vec<i32> = values.iter().map(|&v| v as i32).collect();
+                c.typed::<Int32Type>()
+                    .write_batch(&values, None, None)
+                    .unwrap();
+            } else {
+                c.typed::<Int64Type>()
+                    .write_batch(&values, None, None)
+                    .unwrap();
+            }
+            c.close().unwrap();
+        };
+        let field = |f: fn(&Fault) -> u64| expected.iter().map(f).map(|v| v as i64).collect();
+        column(field(|f| u64::from(f.pid)), true);
+        column(field(|f| f.time_ns), false);
+        column(field(|f| u64::from(f.tid)), true);
+        column(field(|f| f.ip), false);
+        column(field(|f| f.addr), false);
+        column(field(|f| u64::from(f.flags.0)), true);
+        column(field(|f| u64::from(f.stack_id)), true);
+        group.close().unwrap();
+        writer.close().unwrap();
+        let table = TableReader::open(&path).unwrap();
+        assert!(table.crcs.is_none());
+        assert_eq!(table.completeness(), Completeness::Complete);
+        let (faults, meta) = read_faults(&path).unwrap();
+        assert_eq!(faults, expected);
+        assert_eq!(meta, [(keys::FORMAT.to_owned(), "2".to_owned())]);
+    }
+
     /// A file of another table kind is refused with a format error, not misread.
     #[test]
     fn wrong_table_is_refused() {
