@@ -45,6 +45,9 @@ struct Output {
     /// of the tracer's own work ([`Process::tracer_stack`]).
     interner: FxHashMap<Vec<u64>, (u32, bool)>,
     next_stack_id: u32,
+    /// Faults pushed before the previous checkpoint: a checkpoint later, no late record
+    /// (a major fault, a far-memory fetch) can amend their flags any more.
+    settled_faults: u64,
 }
 
 /// One traced process.
@@ -143,6 +146,7 @@ impl Process {
                 stats: String::new(),
                 interner: HashMap::default(),
                 next_stack_id: 0,
+                settled_faults: 0,
             },
             counters: Counters::default(),
             far: session.far_memory.map(|prefix| FarState {
@@ -575,6 +579,17 @@ impl Process {
             self.pid,
         );
         write_file(&procmaps, &self.out.procmaps)
+    }
+
+    /// Makes what was recorded readable should the recorder die: the mappings and stacks so
+    /// far, then the faults settled since the previous checkpoint, in that order so that every
+    /// fault readable has its stack and mappings readable too.
+    pub fn checkpoint(&mut self) -> Result<(), fltrace_trace::Error> {
+        self.out.mmaps.checkpoint()?;
+        self.out.stacks.checkpoint()?;
+        self.out.faults.checkpoint_before(self.out.settled_faults)?;
+        self.out.settled_faults = self.out.faults.rows();
+        Ok(())
     }
 
     /// Writes the footers. The process must not be used afterwards.

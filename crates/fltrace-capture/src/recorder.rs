@@ -433,6 +433,8 @@ pub fn record(
             last_memory = Instant::now();
         }
         if last_stats.elapsed() >= Duration::from_secs(1) {
+            // Each second, what was recorded becomes readable even if fltrace is killed.
+            state.checkpoint()?;
             state.write_stats()?;
             last_stats = Instant::now();
         }
@@ -1003,6 +1005,14 @@ impl State {
         {
             process.sample_memory();
         }
+    }
+
+    /// Writes a checkpoint of every open process's tables (see [`Process::checkpoint`]).
+    fn checkpoint(&mut self) -> Result<(), Error> {
+        for process in self.processes.values_mut() {
+            process.checkpoint()?;
+        }
+        Ok(())
     }
 
     fn write_stats(&mut self) -> Result<(), Error> {

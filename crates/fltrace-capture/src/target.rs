@@ -45,6 +45,12 @@ fn close(fd: i32) {
 
 impl PendingChild {
     /// Forks a child that will exec `argv` (searched in `PATH`) once released.
+    ///
+    /// The command is killed (SIGKILL) if fltrace dies before it ends: recording stops with
+    /// fltrace, and a command left to run on untraced would have no one to report its exit
+    /// status to, nor (under far-memory emulation or `--allocs`) the recorder it expects. A
+    /// fltrace that ends by itself (SIGINT, SIGTERM, SIGHUP) waits for the command instead.
+    /// The signal is armed by the forking thread: fltrace forks from its main thread.
     pub fn spawn(
         argv: &[OsString],
         credentials: Option<Credentials>,
@@ -88,6 +94,8 @@ impl PendingChild {
         let mut env_ptrs: Vec<*const libc::c_char> =
             environment.iter().map(|e| e.as_ptr()).collect();
         env_ptrs.push(std::ptr::null());
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
         let (go_read, go_write) = pipe_cloexec().map_err(spawn_error)?;
         let (error_read, error_write) = pipe_cloexec().map_err(spawn_error)?;
 
@@ -112,6 +120,13 @@ impl PendingChild {
                 {
                     let errno = *libc::__errno_location();
                     libc::write(error_write, (&errno as *const i32).cast(), 4);
+                    libc::_exit(127);
+                }
+                // After the change of user, which clears the parent-death signal. Should
+                // fltrace have died already, the signal would never come: end here.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                    || libc::getppid() != parent
+                {
                     libc::_exit(127);
                 }
                 libc::execvpe(arg_ptrs[0], arg_ptrs.as_ptr(), env_ptrs.as_ptr());

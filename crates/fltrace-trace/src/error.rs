@@ -30,6 +30,16 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// A recording's faults file cannot be read, and it is the one that would be analysed.
+    #[error(
+        "{path} cannot be read ({reason}); older recordings beside it are not analysed in its place: remove it or move it away"
+    )]
+    Unreadable {
+        /// The faults file.
+        path: PathBuf,
+        /// Why, with its causes.
+        reason: String,
+    },
     /// No recording was found where one was expected.
     #[error("no fltrace recording in {0} (run `fltrace record -- <command>` first)")]
     NoRecording(PathBuf),

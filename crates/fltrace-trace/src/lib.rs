@@ -47,12 +47,13 @@ pub use error::Error;
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
-    AccessWriter, AllocWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter,
-    Metadata, Origin, StackWriter, for_each_fault_group, read_access, read_allocs, read_faults,
-    read_mappings, read_origin, read_stacks,
+    AccessWriter, AllocWriter, ColumnChunk, Completeness, FORMAT_VERSION, FaultRowGroups,
+    FaultWriter, MappingWriter, Metadata, Origin, StackWriter, column_chunks, completeness,
+    for_each_fault_group, read_access, read_allocs, read_faults, read_mappings, read_origin,
+    read_stacks,
 };
 pub use ranges::{RangeSample, RangeTraceKind, read_range_trace};
-pub use recording::{ProcessTrace, Recording, SessionInfo, keys};
+pub use recording::{ProcessTrace, Recording, SessionInfo, Unreadable, keys};
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)
 /// outwards, the first an instruction address and the others return addresses.

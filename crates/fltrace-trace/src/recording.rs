@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use crate::parquet_io::TableReader;
 use crate::{
-    AllocEvent, Error, Fault, FaultKey, FaultRowGroups, Mapping, Stack, files, read_allocs,
+    AllocEvent, Completeness, Error, Fault, FaultKey, FaultRowGroups, Mapping, Stack, completeness,
+    files, read_allocs,
     read_faults, read_mappings, read_stacks,
 };
 
@@ -23,6 +25,14 @@ pub mod keys {
     pub const PARENT: &str = "fltrace.parent";
     /// Version of fltrace that wrote the file.
     pub const VERSION: &str = "fltrace.version";
+    /// In a checkpoint footer only (never in a finished file's last footer): the offset just
+    /// past the previous checkpoint's footer, 0 for the first.
+    pub const CHECKPOINT: &str = "fltrace.checkpoint";
+    /// The CRC-32 (IEEE) of each column chunk the footer describes, 8 hexadecimal digits,
+    /// row group by row group and column by column, separated by spaces.
+    pub const CRC32: &str = "fltrace.crc32";
+    /// The keys with which fltrace reads a file, not part of what the recording says.
+    pub const INTERNAL: [&str; 2] = [CHECKPOINT, CRC32];
 }
 
 /// What identifies a recording.
@@ -44,12 +54,48 @@ pub struct Recording {
     /// Its identity.
     pub session: SessionInfo,
     pids: Vec<u32>,
+    /// When its newest faults file was last written.
+    modified: Option<SystemTime>,
+}
+
+/// An error and its sources, in one line, without the file's name.
+fn error_chain(error: &Error) -> String {
+    let (mut text, mut source) = match error {
+        // These say only the file's name, given beside.
+        Error::Io { source, .. } => (source.to_string(), std::error::Error::source(source)),
+        Error::Parquet { source, .. } => (source.to_string(), std::error::Error::source(source)),
+        Error::Format { message, .. } => (message.clone(), None),
+        other => (other.to_string(), std::error::Error::source(other)),
+    };
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A faults file that could not be read.
+#[derive(Debug)]
+pub struct Unreadable {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub error: Error,
+    modified: Option<SystemTime>,
 }
 
 impl Recording {
-    /// Every recording in `dir`, oldest first.
+    /// Every recording in `dir`, oldest first. A faults file that cannot be read is left out
+    /// (see [`list_all`](Self::list_all)).
     pub fn list(dir: &Path) -> Result<Vec<Recording>, Error> {
+        Ok(Self::list_all(dir)?.0)
+    }
+
+    /// Every recording in `dir`, oldest first, and the faults files that cannot be read.
+    pub fn list_all(dir: &Path) -> Result<(Vec<Recording>, Vec<Unreadable>), Error> {
         let mut sessions: BTreeMap<(u64, String), Recording> = BTreeMap::new();
+        let mut unreadable = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
             let entry = entry.map_err(Error::io(dir))?;
             let name = entry.file_name();
@@ -59,11 +105,17 @@ impl Recording {
             else {
                 continue;
             };
-            // An unreadable file (a recording cut off by a crash of fltrace itself) is skipped:
-            // it must not hide the good recordings beside it.
-            let Ok(table) = TableReader::open(&entry.path()) else {
-                log::warn!("skipping unreadable {}", entry.path().display());
-                continue;
+            let modified = entry.metadata().and_then(|m| m.modified()).ok();
+            let table = match TableReader::open(&entry.path()) {
+                Ok(table) => table,
+                Err(error) => {
+                    unreadable.push(Unreadable {
+                        path: entry.path(),
+                        error,
+                        modified,
+                    });
+                    continue;
+                }
             };
             let meta = table.metadata();
             let get = |key: &str| {
@@ -77,37 +129,80 @@ impl Recording {
                 start_ns: get(keys::START_NS).parse().unwrap_or(0),
                 command: get(keys::COMMAND),
             };
-            sessions
+            let recording = sessions
                 .entry((session.start_ns, session.id.clone()))
                 .or_insert_with(|| Recording {
                     dir: dir.to_owned(),
                     session,
                     pids: Vec::new(),
-                })
-                .pids
-                .push(pid);
+                    modified: None,
+                });
+            recording.pids.push(pid);
+            recording.modified = recording.modified.max(modified);
         }
         let mut recordings: Vec<Recording> = sessions.into_values().collect();
         for recording in &mut recordings {
             recording.pids.sort_unstable();
         }
-        Ok(recordings)
+        unreadable.sort_by_key(|u| u.modified);
+        Ok((recordings, unreadable))
     }
 
-    /// The most recent recording in `dir`.
+    /// The most recent recording in `dir`. A faults file that cannot be read and is not older
+    /// than that recording is an error naming it: an older recording is never analysed in
+    /// place of a newer one unsaid.
     pub fn latest(dir: &Path) -> Result<Recording, Error> {
-        Self::list(dir)?
-            .pop()
-            .ok_or_else(|| Error::NoRecording(dir.to_owned()))
+        let (mut recordings, unreadable) = Self::list_all(dir)?;
+        let latest = recordings.pop();
+        let newest_modified = latest.as_ref().and_then(|r| r.modified);
+        if let Some(broken) = unreadable
+            .into_iter()
+            .rev()
+            .find(|u| latest.is_none() || u.modified >= newest_modified)
+        {
+            return Err(Error::Unreadable {
+                path: broken.path,
+                reason: error_chain(&broken.error),
+            });
+        }
+        latest.ok_or_else(|| Error::NoRecording(dir.to_owned()))
     }
 
     /// The most recent recording in `dir` that traced `pid`.
     pub fn with_pid(dir: &Path, pid: u32) -> Result<Recording, Error> {
-        Self::list(dir)?
+        let (recordings, unreadable) = Self::list_all(dir)?;
+        if let Some(broken) = unreadable
+            .into_iter()
+            .find(|u| u.path == files::faults(dir, pid))
+        {
+            return Err(Error::Unreadable {
+                path: broken.path,
+                reason: error_chain(&broken.error),
+            });
+        }
+        recordings
             .into_iter()
             .rev()
             .find(|r| r.pids.contains(&pid))
             .ok_or(Error::NoSuchProcess(pid))
+    }
+
+    /// The tables of this recording that were never finished (the recorder died first), by
+    /// kind (`faults`, `stacks`...), pid and the rows recovered from each.
+    pub fn unfinished_tables(&self) -> Result<Vec<(&'static str, u32, u64)>, Error> {
+        let mut unfinished = Vec::new();
+        for &pid in &self.pids {
+            for kind in ["faults", "stacks", "mmaps", "allocs", "allocstacks"] {
+                let path = files::path(&self.dir, kind, pid, "parquet");
+                if !path.is_file() {
+                    continue;
+                }
+                if let Completeness::Recovered { rows, .. } = completeness(&path)? {
+                    unfinished.push((kind, pid, rows));
+                }
+            }
+        }
+        Ok(unfinished)
     }
 
     /// The traced processes, ascending.

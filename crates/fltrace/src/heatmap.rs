@@ -75,6 +75,7 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
         Some(pid) => Recording::with_pid(&selection.dir, pid)?,
         None => Recording::latest(&selection.dir)?,
     };
+    crate::load::say_if_unfinished(&recording)?;
     // One address space per map: the chosen process, else the command itself.
     let pid = selection
         .pid

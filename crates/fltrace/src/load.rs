@@ -79,6 +79,7 @@ fn load_faults(selection: &Selection, allocs: Allocs, faults: Faults) -> anyhow:
         Some(pid) => vec![pid],
         None => recording.pids().to_vec(),
     };
+    say_if_unfinished(&recording)?;
     // Before the slow part: symbolizing.
     if allocs == Allocs::Required && !pids.iter().any(|&pid| recording.has_allocs(pid)) {
         anyhow::bail!(NO_ALLOCS);
@@ -155,6 +156,53 @@ fn load_faults(selection: &Selection, allocs: Allocs, faults: Faults) -> anyhow:
         tracer_faults,
         tracer_included: selection.include_tracer,
     })
+}
+
+/// Says in one line when the recording was never finished (the recorder was killed, or the
+/// disk filled) and how much of it was recovered.
+pub fn say_if_unfinished(recording: &Recording) -> anyhow::Result<()> {
+    if let Some(note) = unfinished_note(recording)? {
+        eprintln!("fltrace: warning: {note}");
+    }
+    Ok(())
+}
+
+/// The line [`say_if_unfinished`] prints, if the recording is unfinished.
+pub fn unfinished_note(recording: &Recording) -> anyhow::Result<Option<String>> {
+    let unfinished = recording.unfinished_tables()?;
+    if unfinished.is_empty() {
+        return Ok(None);
+    }
+    let rows = |kind: &str| -> u64 {
+        unfinished
+            .iter()
+            .filter(|(k, _, _)| *k == kind)
+            .map(|(_, _, rows)| rows)
+            .sum()
+    };
+    let mut recovered = Vec::new();
+    for (kind, name) in [
+        ("faults", "faults"),
+        ("stacks", "stacks"),
+        ("mmaps", "mappings"),
+        ("allocs", "allocation calls"),
+        ("allocstacks", "allocation stacks"),
+    ] {
+        if unfinished.iter().any(|(k, _, _)| *k == kind) {
+            recovered.push(format!("{} {name}", rows(kind)));
+        }
+    }
+    let mut pids: Vec<u32> = unfinished.iter().map(|(_, pid, _)| *pid).collect();
+    pids.dedup();
+    Ok(Some(format!(
+        "the recording is incomplete (fltrace stopped before finishing it): read up to its last checkpoint, {} recovered of process{} {}",
+        recovered.join(", "),
+        if pids.len() == 1 { "" } else { "es" },
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
 }
 
 /// A symbolizer finding debug files as the environment says, and in the archive given or the

@@ -97,7 +97,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let summary = fltrace_capture::record(&target, &options, &stop, |p: &Progress| {
         if show_progress {
             let secs = p.elapsed.as_secs_f64().max(1e-3);
-            eprint!(
+            // Not eprint!, which panics when the terminal is gone (SIGHUP): the recording
+            // must still be finished.
+            let _ = write!(
+                std::io::stderr(),
                 "\rfltrace: {} faults, {:.0}/s, {} lost  ",
                 p.faults,
                 p.faults as f64 / secs,
@@ -107,7 +110,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         }
     })?;
     if shown {
-        eprint!("\r\x1b[K");
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
     }
     let mut err = std::io::stderr().lock();
     if !args.quiet {
@@ -121,6 +124,19 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             summary.stacks_truncated,
             own_peak_rss_mb(),
             args.dir.display()
+        );
+    }
+    if stop.load(Ordering::Relaxed) > 0 {
+        // Interrupted: say how the command ended, the exit status being fltrace's own too.
+        let ended = match (args.pid, summary.exit_code, summary.signal) {
+            (Some(pid), _, _) => format!("process {pid} was left running"),
+            (None, Some(code), _) => format!("the command exited with status {code}"),
+            (None, None, Some(signal)) => format!("the command was killed by signal {signal}"),
+            (None, None, None) => "the command ended".to_owned(),
+        };
+        let _ = writeln!(
+            err,
+            "fltrace: interrupted; {ended}; the recording is complete"
         );
     }
     if summary.far_memory_exhausted {
@@ -176,10 +192,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Counts SIGINT and SIGTERM: the recorder passes the first on and kills at the second.
+/// Counts SIGINT, SIGTERM and SIGHUP (a closed terminal, a dropped ssh connection): the
+/// recorder passes the first on and kills at the second, and finishes the recording either way.
 pub fn interrupt_counter() -> anyhow::Result<Arc<AtomicUsize>> {
     let stop = Arc::new(AtomicUsize::new(0));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for signal in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         let stop = stop.clone();
         // SAFETY: the handler only increments an atomic, which is async-signal-safe.
         unsafe {

@@ -11,6 +11,7 @@ mod heatmap;
 mod processes;
 mod stacks;
 mod streaming;
+mod survival;
 mod system;
 mod tables;
 mod util;
