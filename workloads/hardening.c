@@ -6,7 +6,8 @@
 //                     40 bytes; the signal stack has an inaccessible page right above it
 //   coroutine N       N switches into a makecontext coroutine that mallocs and frees 56 bytes;
 //                     its stack has an inaccessible page right above it
-//   forkevict N MiB   a thread writes over MiB without pause (under -L it keeps evicting)
+//   forkevict N MiB   two threads fill and free fresh blocks of MiB without pause (under -L
+//                     the handlers fault pages in and evict all the time)
 //                     while the main thread forks N times; each child mallocs, writes and
 //                     frees 4 MiB, then exits; prints "forks N"
 #define _GNU_SOURCE
@@ -92,20 +93,24 @@ static int coroutine(int n) {
 static atomic_int stop;
 static size_t writer_bytes;
 
+// Fresh blocks filled and freed in turn: every page is a missing fault, every free a discard,
+// so the handlers hold the region lock most of the time.
 static void *writer(void *arg) {
     (void)arg;
-    char *buf = malloc(writer_bytes);
-    for (unsigned round = 1; !atomic_load(&stop); round++)
+    for (unsigned round = 1; !atomic_load(&stop); round++) {
+        char *buf = malloc(writer_bytes);
         for (size_t i = 0; i < writer_bytes && !atomic_load(&stop); i += PAGE)
             buf[i] = (char)round;
-    free(buf);
+        free(buf);
+    }
     return NULL;
 }
 
 static int forkevict(int n, int mib) {
     writer_bytes = (size_t)mib << 20;
-    pthread_t thread;
-    pthread_create(&thread, NULL, writer, NULL);
+    pthread_t threads[2];
+    for (int t = 0; t < 2; t++)
+        pthread_create(&threads[t], NULL, writer, NULL);
     int forks = 0;
     for (int i = 0; i < n; i++) {
         pid_t child = fork();
@@ -121,7 +126,8 @@ static int forkevict(int n, int mib) {
             forks++;
     }
     atomic_store(&stop, 1);
-    pthread_join(thread, NULL);
+    for (int t = 0; t < 2; t++)
+        pthread_join(threads[t], NULL);
     printf("forks %d\n", forks);
     return forks == n ? 0 : 1;
 }

@@ -145,7 +145,8 @@ fn trace_file_readers_survive_mutations() {
 
     let scratch = Dir::new();
     let target = |kind: &str, ext: &str| files::path(scratch.path(), kind, 7, ext);
-    let tables: [(&str, fn(&Path)); 5] = [
+    type Reader = fn(&Path);
+    let tables: [(&str, Reader); 5] = [
         ("faults", |p| drop(fltrace_trace::read_faults(p))),
         ("stacks", |p| drop(fltrace_trace::read_stacks(p))),
         ("mmaps", |p| drop(fltrace_trace::read_mappings(p))),
