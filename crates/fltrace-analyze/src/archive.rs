@@ -7,9 +7,8 @@
 //! archive serves every recording of the same programs.
 
 use std::collections::BTreeSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use fltrace_trace::ProcessTrace;
@@ -127,13 +126,10 @@ fn copy_new(from: &Path, to: &Path) -> Result<(), ArchiveError> {
     }
     let mut source = File::open(from).map_err(io_error(from))?;
     let temp = to.with_extension(format!("tmp-{}", std::process::id()));
-    let mut target = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&temp)
-        .map_err(io_error(&temp))?;
+    let mut target = fltrace_trace::files::create_new(&temp).map_err(|e| match e {
+        fltrace_trace::Error::Io { source, .. } => io_error(&temp)(source),
+        other => io_error(&temp)(io::Error::other(other.to_string())),
+    })?;
     let copied = io::copy(&mut source, &mut target)
         .map_err(io_error(from))
         .and_then(|_| target.sync_all().map_err(io_error(&temp)))

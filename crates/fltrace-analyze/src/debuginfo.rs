@@ -7,11 +7,10 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -444,12 +443,10 @@ fn http_get_to(
     std::fs::create_dir_all(dir)?;
     let temp = dir.join(format!(".fltrace-{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&temp);
-    let mut out = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&temp)?;
+    let mut out = fltrace_trace::files::create_new(&temp).map_err(|e| match e {
+        fltrace_trace::Error::Io { source, .. } => source,
+        other => std::io::Error::other(other.to_string()),
+    })?;
     let copied = (|| -> Result<u64, FetchError> {
         let mut buf = vec![0u8; 64 * 1024];
         let mut total = 0u64;

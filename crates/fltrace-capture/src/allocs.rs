@@ -27,6 +27,9 @@ use crate::{Credentials, Error};
 #[derive(Debug)]
 pub struct AllocLogs {
     dir: PathBuf,
+    /// The directory, open and `flock`ed for as long as the recording runs: how the next
+    /// `record` tells a live recorder's spool from one a killed recorder left behind.
+    _lock: std::fs::File,
     ticker: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
@@ -38,7 +41,7 @@ impl AllocLogs {
     /// Makes the private directory under `out_dir`, owned by the user the command runs as.
     pub fn create(out_dir: &Path, credentials: Option<Credentials>) -> Result<AllocLogs, Error> {
         let dir = out_dir.join(format!(
-            ".fltrace-allocs-{}-{}",
+            "{SPOOL_PREFIX}{}-{}",
             std::process::id(),
             crate::recorder::unix_now_ns()
         ));
@@ -51,8 +54,10 @@ impl AllocLogs {
             .create(&dir)
             .map_err(io)?;
         // From here on, dropping `logs` removes the directory, whatever fails next.
+        let lock = lock_spool(&dir, false).map_err(io)?;
         let mut logs = AllocLogs {
             dir: dir.clone(),
+            _lock: lock,
             ticker: None,
             stop: Arc::new(AtomicBool::new(false)),
         };
@@ -68,7 +73,16 @@ impl AllocLogs {
             .custom_flags(libc::O_NOFOLLOW)
             .open(dir.join("log-clock"))
             .map_err(io)?;
-        file.set_len(CLOCK_SIZE as u64).map_err(io)?;
+        // Blocks allocated, not a sparse set_len: on a full file system the store to the
+        // mapping would be a SIGBUS; this way it is an error before the program starts.
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: sizing our own new file.
+            let error = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, CLOCK_SIZE as i64) };
+            if error != 0 {
+                return Err(io(std::io::Error::from_raw_os_error(error)).into());
+            }
+        }
         // SAFETY: a shared mapping of the file just made; only this process writes it, through
         // atomics.
         let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
@@ -248,6 +262,68 @@ impl Drop for AllocLogs {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The name of a spool directory, before `<recorder pid>-<unix ns>`.
+pub const SPOOL_PREFIX: &str = ".fltrace-allocs-";
+
+/// Opens spool directory `dir` (never through a link) and takes its lock; `try_only` fails
+/// at once when another process holds it.
+fn lock_spool(dir: &Path, try_only: bool) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?;
+    let mode = if try_only {
+        libc::LOCK_EX | libc::LOCK_NB
+    } else {
+        libc::LOCK_EX
+    };
+    // SAFETY: flock on a descriptor we own; the lock goes with it.
+    if unsafe { libc::flock(file.as_raw_fd(), mode) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// Removes the spools of recorders that are gone (killed before they could clean up): a spool
+/// whose lock is free and whose recorder pid no longer runs. Returns the directories removed.
+pub fn remove_stale_spools(out_dir: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(out_dir) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(recorder) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SPOOL_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Between making its spool and locking it a live recorder holds no lock yet, but its
+        // pid runs; a dead pid with a free lock is certainly stale.
+        // SAFETY: signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(recorder, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if alive || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        if let Ok(_lock) = lock_spool(&path, true)
+            && std::fs::remove_dir_all(&path).is_ok()
+        {
+            log::warn!(
+                "removed {}, left by a recorder that was killed",
+                path.display()
+            );
+            removed.push(path);
+        }
+    }
+    removed
 }
 
 /// The time each address-space generation of a process began: its first mapping.

@@ -266,7 +266,7 @@ pub fn read_aggregated(
     mut alive: impl FnMut() -> bool,
     mut each: impl FnMut(AggregatedRegion),
 ) -> Result<(), Error> {
-    let tracefs = sys::tracefs().map_err(Error::kernel("mounting tracefs"))?;
+    let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
     let tp = Tracepoint::open(&tracefs, "damon", "damon_aggregated")
         .map_err(Error::kernel("tracepoint damon:damon_aggregated"))?;
     let fields = AggregatedFields::from_tracepoint(&tp).ok_or_else(|| Error::Kernel {

@@ -22,6 +22,18 @@ pub enum Error {
         /// Advice for the user, empty or starting with a separator.
         hint: &'static str,
     },
+    /// The kernel refused a tracing facility for lack of privilege; `obstacle` names the
+    /// setting in the way, its value, and how to change it.
+    #[error("{what} ({obstacle})")]
+    Permission {
+        /// The facility.
+        what: &'static str,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+        /// The setting that refused it and what removes it.
+        obstacle: String,
+    },
     /// The process to attach to does not exist or cannot be read.
     #[error("cannot attach to process {pid}")]
     Attach {
@@ -41,7 +53,11 @@ impl Error {
         move |source| {
             let hint = match source.raw_os_error() {
                 Some(libc::EACCES | libc::EPERM) => {
-                    " (run as root, or lower /proc/sys/kernel/perf_event_paranoid)"
+                    return Error::Permission {
+                        what,
+                        source,
+                        obstacle: crate::sys::perf_permission_obstacle(),
+                    };
                 }
                 Some(libc::ENOENT) => " (this kernel lacks the event)",
                 Some(libc::ENOMEM) => " (try a smaller --buffer-mb)",

@@ -117,6 +117,30 @@ pub struct Summary {
     pub allocs: Option<crate::Converted>,
     /// With `--access-samples`: what was sampled.
     pub access: Option<crate::access::AccessSummary>,
+    /// The first error writing the trace (a full disk, say), with its causes. From then on
+    /// the program ran to its end untraced; what was written before stays.
+    pub trace_error: Option<String>,
+}
+
+/// `e` and its causes, `: `-separated.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// Keeps the first trace-writing error; the recording goes on waiting for the program.
+fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
+    if let Err(e) = result
+        && first.is_none()
+    {
+        *first = Some(error_chain(&e));
+    }
 }
 
 /// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout).
@@ -141,8 +165,7 @@ pub fn record(
     stop: &AtomicUsize,
     mut progress: impl FnMut(&Progress),
 ) -> Result<Summary, Error> {
-    let tracefs =
-        sys::tracefs().map_err(Error::kernel("mounting tracefs at /sys/kernel/tracing"))?;
+    let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
     let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")
         .map_err(Error::kernel("tracepoint exceptions:page_fault_user"))?;
     let kernel_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_kernel").ok();
@@ -176,6 +199,7 @@ pub fn record(
         }
         _ => Vec::new(),
     };
+    crate::allocs::remove_stale_spools(&options.dir);
     let alloc_logs = match &options.allocs {
         Some(crate::AllocTracing::Preload(library)) => {
             let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
@@ -361,20 +385,25 @@ pub fn record(
     let mut rusage_hwm = 0;
     let mut stop_seen = 0;
     let mut stop_at: Option<Instant> = None;
+    // Once the trace cannot be written, records are no longer read (the kernel drops them;
+    // the program does not wait for fltrace) and fltrace only waits for the program's end.
+    let mut trace_error: Option<String> = None;
     loop {
-        let (mut drained, newest) =
-            drain_in_time_order(&mut rings, &mut state, watermark, &mut positions);
-        watermark = watermark.max(newest);
-        for cpu in &mut rings {
-            if let Some(major) = &mut cpu.major {
-                drained += major.drain(|r| state.handle_major(r));
+        let mut drained = 0;
+        if trace_error.is_none() {
+            let (handled, newest) =
+                drain_in_time_order(&mut rings, &mut state, watermark, &mut positions);
+            drained = handled;
+            watermark = watermark.max(newest);
+            for cpu in &mut rings {
+                if let Some(major) = &mut cpu.major {
+                    drained += major.drain(|r| state.handle_major(r));
+                }
             }
+            state.end_round(false);
+            keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
+            keep_first(&mut trace_error, state.finish_exited());
         }
-        state.end_round(false);
-        if let Some(e) = state.error.take() {
-            return Err(e);
-        }
-        state.finish_exited()?;
 
         if let Some(pid) = root {
             if exit_status.is_none()
@@ -387,16 +416,16 @@ pub fn record(
             exit_status = Some(0);
         }
         if exit_status.is_some() {
-            // Every record of the exited tree is already in the buffers: one more pass.
-            drain_in_time_order(&mut rings, &mut state, u64::MAX, &mut positions);
-            for cpu in &mut rings {
-                if let Some(major) = &mut cpu.major {
-                    major.drain(|r| state.handle_major(r));
+            if trace_error.is_none() {
+                // Every record of the exited tree is already in the buffers: one more pass.
+                drain_in_time_order(&mut rings, &mut state, u64::MAX, &mut positions);
+                for cpu in &mut rings {
+                    if let Some(major) = &mut cpu.major {
+                        major.drain(|r| state.handle_major(r));
+                    }
                 }
-            }
-            state.end_round(true);
-            if let Some(e) = state.error.take() {
-                return Err(e);
+                state.end_round(true);
+                keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
             }
             break;
         }
@@ -432,10 +461,12 @@ pub fn record(
             state.sample_memory();
             last_memory = Instant::now();
         }
-        if last_stats.elapsed() >= Duration::from_secs(1) {
+        if last_stats.elapsed() >= Duration::from_secs(1) && trace_error.is_none() {
             // Each second, what was recorded becomes readable even if fltrace is killed.
-            state.checkpoint()?;
-            state.write_stats()?;
+            keep_first(&mut trace_error, state.checkpoint());
+            if trace_error.is_none() {
+                keep_first(&mut trace_error, state.write_stats());
+            }
             last_stats = Instant::now();
         }
         if last_progress.elapsed() >= Duration::from_millis(250) {
@@ -446,7 +477,10 @@ pub fn record(
             });
             last_progress = Instant::now();
         }
-        if drained == 0 {
+        if trace_error.is_some() {
+            // The rings stay readable now that nobody reads them: wait on the program alone.
+            wait_for_exit(pidfd.as_ref(), 100);
+        } else if drained == 0 {
             poll_rings(&events, pidfd.as_ref(), 100);
         }
     }
@@ -465,16 +499,31 @@ pub fn record(
     } else {
         (Some(libc::WEXITSTATUS(status)), None)
     };
-    let mut pids = state.finish_all()?;
+    // After a write error each table is still closed as far as it goes: what was written
+    // before stays readable where the file system lets it.
+    let (mut pids, finished) = state.finish_all();
+    keep_first(&mut trace_error, finished);
     pids.sort_unstable();
     let allocs = match (&alloc_logs, attached_allocs) {
-        (_, Some(attached)) => Some(attached.finish()?),
+        (_, Some(attached)) => match attached.finish() {
+            Ok(done) => Some(done),
+            Err(e) => {
+                keep_first(&mut trace_error, Err(e));
+                None
+            }
+        },
         (Some(logs), None) => {
             let mut total = crate::Converted::default();
             for &pid in &pids {
                 let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
                 let converted =
-                    logs.convert(pid, generation, &options.dir, mono_offset, &recording)?;
+                    match logs.convert(pid, generation, &options.dir, mono_offset, &recording) {
+                        Ok(converted) => converted,
+                        Err(e) => {
+                            keep_first(&mut trace_error, Err(e));
+                            None
+                        }
+                    };
                 if let Some(c) = converted {
                     total.events += c.events;
                     total.stacks += c.stacks;
@@ -486,7 +535,13 @@ pub fn record(
         }
         (None, None) => None,
     };
-    let access = access.map(|a| a.finish()).transpose()?;
+    let access = match access.map(|a| a.finish()).transpose() {
+        Ok(access) => access,
+        Err(e) => {
+            keep_first(&mut trace_error, Err(e));
+            None
+        }
+    };
     let _ = teardown.join();
     Ok(Summary {
         root_pid,
@@ -499,7 +554,24 @@ pub fn record(
         far_memory_exhausted: state.far_exhausted,
         allocs,
         access,
+        trace_error,
     })
+}
+
+/// Waits up to `timeout_ms` for the program to end (its pidfd readable), or just sleeps.
+fn wait_for_exit(pidfd: Option<&OwnedFd>, timeout_ms: i32) {
+    match pidfd {
+        Some(fd) => {
+            let mut pfd = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        }
+        None => std::thread::sleep(Duration::from_millis(timeout_ms as u64)),
+    }
 }
 
 /// Handles the readable records of all CPUs' fault rings in time order, those not newer than
@@ -1081,12 +1153,18 @@ impl State {
         Ok(())
     }
 
-    fn finish_all(&mut self) -> Result<Vec<u32>, Error> {
+    /// Finishes every process still open, each as far as it goes; returns the processes
+    /// finished and the first error.
+    fn finish_all(&mut self) -> (Vec<u32>, Result<(), Error>) {
         let now = unix_now_ns() / 1_000_000_000;
+        let mut first = Ok(());
         for (pid, process) in std::mem::take(&mut self.processes) {
-            self.finish_process(pid, process, now)?;
+            let result = self.finish_process(pid, process, now);
+            if first.is_ok() {
+                first = result;
+            }
         }
-        Ok(std::mem::take(&mut self.finished))
+        (std::mem::take(&mut self.finished), first)
     }
 
     /// Writes out a process that is gone: its runtime's last counters, stats and tables.
@@ -1095,10 +1173,16 @@ impl State {
             .insert(pid, process.preload_generation.unwrap_or(0));
         process.poll_runtime(u64::MAX);
         self.far_exhausted |= process.far_memory_exhausted();
-        process.write_stats(now, self.lost)?;
-        process.finish()?;
+        // The tables are closed even when the stats line cannot be written (a full disk):
+        // their footers may still fit, or be recoverable.
+        let stats = process.write_stats(now, self.lost);
+        let tables = process.finish();
         self.finished.push(pid);
-        Ok(())
+        match (stats, tables) {
+            (Err(e), _) => Err(e.into()),
+            (Ok(()), Err(e)) => Err(e.into()),
+            (Ok(()), Ok(())) => Ok(()),
+        }
     }
 }
 

@@ -104,12 +104,21 @@ impl PerfEvent {
 /// The root of tracefs, where tracepoint ids and formats are read. Mounts it at
 /// `/sys/kernel/tracing` when it is not mounted, as perf does (tools/lib/api/fs/tracing_path.c).
 pub fn tracefs() -> io::Result<PathBuf> {
-    let found = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("events").is_dir());
-    if let Some(path) = found {
-        return Ok(path);
+    let candidates = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].map(PathBuf::from);
+    if let Some(path) = candidates.iter().find(|p| p.join("events").is_dir()) {
+        return Ok(path.clone());
+    }
+    // Mounted but closed to this user (tracefs is mode 0700 by default): say so, rather
+    // than fail to mount it again with EPERM.
+    for path in &candidates {
+        if let Err(e) = std::fs::read_dir(path.join("events"))
+            && e.kind() == io::ErrorKind::PermissionDenied
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                tracefs_obstacle(path),
+            ));
+        }
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: all pointers are valid NUL-terminated strings; mounting tracefs changes no data.
@@ -127,6 +136,52 @@ pub fn tracefs() -> io::Result<PathBuf> {
     }
     log::info!("mounted tracefs at /sys/kernel/tracing");
     Ok(PathBuf::from("/sys/kernel/tracing"))
+}
+
+/// Why tracefs at `path` cannot be read, with its mode and owner and what opens it.
+pub fn tracefs_obstacle(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let (mode, owner) = std::fs::metadata(path).map_or((0, 0), |m| (m.mode() & 0o7777, m.uid()));
+    format!(
+        "{} is mode {mode:04o}, owned by uid {owner}: this user cannot read tracepoint ids \
+         there; run as root, or open it with `chmod 0755 {}` (or mount tracefs with \
+         -o mode=0755); tracepoint samples also need kernel.perf_event_paranoid=-1 ({})",
+        path.display(),
+        path.display(),
+        perf_event_paranoid().map_or_else(|| "now unknown".to_string(), |v| format!("now {v}")),
+    )
+}
+
+/// `/proc/sys/kernel/perf_event_paranoid`, if readable.
+pub fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Why perf refused an event to this user: the paranoid level and what it needs to be.
+pub fn perf_permission_obstacle() -> String {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    match perf_event_paranoid() {
+        Some(level) if !root && level > -1 => format!(
+            "kernel.perf_event_paranoid is {level}: tracepoint samples of other users' or all \
+             CPUs' events need -1 without CAP_PERFMON; run as root, or \
+             `sysctl kernel.perf_event_paranoid=-1`"
+        ),
+        Some(level) => format!(
+            "refused although kernel.perf_event_paranoid is {level}{}: a security module \
+             (SELinux, AppArmor, lockdown) or a seccomp filter may deny perf_event_open",
+            if root {
+                " and fltrace runs as root"
+            } else {
+                ""
+            }
+        ),
+        None => "/proc/sys/kernel/perf_event_paranoid cannot be read: run as root".into(),
+    }
 }
 
 /// A tracepoint's id and the byte offsets of its raw fields.

@@ -2,8 +2,6 @@
 //! detail, the call sites of their faults; the Parquet traces stay in the run directories and
 //! the catalog points to them.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags, params};
@@ -107,22 +105,23 @@ pub fn build(dir: &Path, output: &Path, all: bool) -> Result<Built, Error> {
         ))
     })?;
     // Created here, refusing links and existing files; SQLite then opens what is there.
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(output)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => Error::Invalid(format!(
+    files::create_new(output).map_err(|e| match e {
+        fltrace_trace::Error::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            Error::Invalid(format!(
                 "{} already exists: remove it or give another -o",
                 output.display()
-            )),
-            _ => Error::io(output)(e),
-        })?;
+            ))
+        }
+        other => other.into(),
+    })?;
+    // NOFOLLOW: a link swapped in since is refused, not followed.
     let mut db = Connection::open_with_flags(
         output,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW,
     )?;
     db.execute_batch(SCHEMA)?;
     let tx = db.transaction()?;

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant, SystemTime};
 use fltrace_runtime_abi::env;
 use serde::{Deserialize, Serialize};
 
+use fltrace_trace::files;
+
 use crate::Error;
 use crate::config::{Config, LocalMemory, Mode, check_name};
 use crate::numa::Binding;
@@ -463,20 +465,11 @@ fn lock(dir: &Path) -> Result<File, Error> {
 
 /// Creates a new file, refusing to follow a link or to clobber what is there.
 fn create_new(path: &Path) -> Result<File, Error> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(Error::io(path))
+    Ok(files::create_new(path)?)
 }
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
-    if path.symlink_metadata().is_ok() {
-        std::fs::remove_file(path).map_err(Error::io(path))?;
-    }
-    let mut file = create_new(path)?;
+    let mut file = files::create(path)?;
     let mut text = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
         path: path.to_owned(),
         source,

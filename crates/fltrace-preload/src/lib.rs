@@ -106,8 +106,11 @@ fn start() {
             let region = region_any_unchecked();
             // Handlers first: claiming writes the allocator's metadata into the region, and
             // those first touches are faults the handlers must serve.
-            if region.managed() {
-                start_handlers(region);
+            if region.managed() && !start_handlers(region) {
+                // Every fault on the region would wait for ever: better no program at all
+                // than one that hangs, or one that silently runs without the limit.
+                // SAFETY: ending the process before main; nothing to clean up.
+                unsafe { libc::_exit(127) };
             }
             // SAFETY: the region's address range belongs to the allocator from now on.
             let claimed = unsafe { alloc::claim(region.base, region.pages * PAGE) };
@@ -220,8 +223,10 @@ fn map_shared() -> *const Shared {
                 0o600,
             )
         };
+        // Allocated, not sparse: a full /dev/shm fails here instead of raising SIGBUS at the
+        // first counter update (the anonymous fallback below then keeps the program going).
         // SAFETY: sizing and mapping our own new file.
-        if fd >= 0 && unsafe { libc::ftruncate(fd, SHARED_SIZE as i64) } == 0 {
+        if fd >= 0 && unsafe { libc::posix_fallocate(fd, 0, SHARED_SIZE as i64) } == 0 {
             let prot = libc::PROT_READ | libc::PROT_WRITE;
             // SAFETY: a shared mapping of the file just sized, at no fixed address.
             memory = unsafe { sys::map(0, SHARED_SIZE, prot, libc::MAP_SHARED, fd, 0) };
@@ -284,7 +289,8 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
     }
 }
 
-fn start_handlers(region: &Region) {
+/// Starts the handler threads; false (after saying why on stderr) when none could start.
+fn start_handlers(region: &Region) -> bool {
     if region.uffd >= 0 {
         // The handlers read the descriptor non-blocking after poll, so a message taken by
         // another handler does not leave this one stuck in read.
@@ -295,10 +301,12 @@ fn start_handlers(region: &Region) {
         }
     }
     let handlers = sys::env_u64(env::HANDLERS).unwrap_or(1).clamp(1, 64);
+    let mut started = 0;
+    let mut failure = 0;
     for _ in 0..handlers {
         let mut thread: libc::pthread_t = 0;
         // SAFETY: a plain function pointer and no argument; the thread runs for the process.
-        unsafe {
+        let error = unsafe {
             libc::pthread_create(
                 &mut thread,
                 std::ptr::null(),
@@ -306,24 +314,56 @@ fn start_handlers(region: &Region) {
                 std::ptr::null_mut(),
             )
         };
+        if error == 0 {
+            started += 1;
+        } else {
+            failure = error;
+        }
     }
+    if started < handlers {
+        let (mut a, mut b, mut c) = ([0; 20], [0; 20], [0; 20]);
+        sys::write_stderr(&[
+            b"fltrace: far memory: started ",
+            sys::decimal(started, &mut a),
+            b" of ",
+            sys::decimal(handlers, &mut b),
+            b" handler threads (pthread_create: error ",
+            sys::decimal(failure as u64, &mut c),
+            if started == 0 {
+                b"); the program cannot run with -L/-M\n".as_slice()
+            } else {
+                b")\n".as_slice()
+            },
+        ]);
+    }
+    started > 0
 }
 
+// Lock order: the allocator before the region. A thread inside malloc may be waiting for a
+// fault on the allocator's metadata, which a handler serves under the region lock; taking the
+// region lock first would leave that thread, and so the allocator lock, stuck.
 extern "C" fn before_fork() {
-    if let Some(region) = region_any() {
+    let region = region_any().filter(|r| r.managed());
+    if let Some(region) = region {
         region.prepare_fork();
     }
     alloc::lock_for_fork();
-}
-
-extern "C" fn after_fork_parent() {
-    alloc::unlock_after_fork();
-    if let Some(region) = region_any() {
-        region.resume();
+    if let Some(region) = region {
+        region.lock_for_fork();
     }
 }
 
+extern "C" fn after_fork_parent() {
+    if let Some(region) = region_any().filter(|r| r.managed()) {
+        region.resume();
+    }
+    alloc::unlock_after_fork();
+}
+
 extern "C" fn after_fork_child() {
+    if let Some(region) = region_any().filter(|r| r.managed()) {
+        region.detach_child();
+    }
     alloc::unlock_after_fork();
 }
 

@@ -77,6 +77,9 @@ pub struct Region {
     shared: *const Shared,
     /// Set while fork prepares the child: faults are served but nothing is evicted.
     paused: AtomicBool,
+    /// Set in a child forked without exec: its copy of the region is plain memory (the
+    /// kernel does not carry the userfaultfd registration over), so nothing is managed.
+    detached: AtomicBool,
 }
 
 // SAFETY: `shared` points to a mapping that lives for the process; all mutation of page
@@ -163,6 +166,7 @@ impl Region {
             inner: Spinlock::new(inner),
             shared,
             paused: AtomicBool::new(false),
+            detached: AtomicBool::new(false),
         };
         region.shared().limit.store((limit * PAGE) as u64, Relaxed);
         region
@@ -186,7 +190,7 @@ impl Region {
 
     /// Whether pages are managed (a limit is enforced).
     pub fn managed(&self) -> bool {
-        self.uffd >= 0
+        self.uffd >= 0 && !self.detached.load(Relaxed)
     }
 
     /// Resolves one page fault reported by the userfaultfd.
@@ -496,9 +500,31 @@ impl Region {
         }
     }
 
-    /// After fork, in the parent: evict again.
+    /// Takes the page lock across fork, after `prepare_fork`: a handler thread holding it
+    /// when the process is copied would leave the child's copy locked for ever.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.inner.lock());
+    }
+
+    /// After fork, in the parent: unlock and evict again.
     pub fn resume(&self) {
+        // SAFETY: `lock_for_fork` left the lock held by this thread, which now releases it.
+        unsafe { self.inner.force_unlock() };
         self.paused.store(false, Relaxed);
+    }
+
+    /// After fork, in the child: unlock and run unmanaged, as `prepare_fork` promised (every
+    /// page is resident, and no handler thread exists here to serve a fault).
+    pub fn detach_child(&self) {
+        // SAFETY: as in `resume`; the child's copy of the lock is held by its only thread.
+        unsafe { self.inner.force_unlock() };
+        self.detached.store(true, Relaxed);
+        self.paused.store(false, Relaxed);
+        if self.uffd >= 0 {
+            // The parent's userfaultfd: of no use here, and not to be inherited further.
+            // SAFETY: closing the child's copy of the descriptor.
+            unsafe { libc::close(self.uffd) };
+        }
     }
 }
 

@@ -1,7 +1,6 @@
 //! The WORDS'23 figure: page faults and faulting code locations against local memory.
 
 use std::io::Write;
-use std::path::Path;
 
 use plotters::prelude::*;
 
@@ -20,13 +19,16 @@ pub struct SweepPoint {
 
 /// Draws faults (left axis, log scale) and locations covering 95% of faults (right axis)
 /// against local memory, as an SVG file.
-pub fn sweep_plot(points: &[SweepPoint], title: &str, path: &Path) -> Result<(), Error> {
+pub fn sweep_plot(points: &[SweepPoint], title: &str, mut out: impl Write) -> Result<(), Error> {
     if points.is_empty() {
         return Err(Error::Empty);
     }
     crate::plot::ensure_font()?;
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    // Drawn into memory: the caller creates the file (plotters' path backends would open it
+    // themselves, following links).
+    let mut svg = String::new();
+    let draw = |svg: &mut String| -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::with_string(svg, (900, 540)).into_drawing_area();
         root.fill(&WHITE)?;
         let max_faults = points.iter().map(|p| p.faults).max().unwrap_or(1).max(1) as f64;
         let max_locations = points
@@ -86,17 +88,26 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, path: &Path) -> Result<(),
         root.present()?;
         Ok(())
     };
-    draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
+    draw(&mut svg).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+    out.write_all(svg.as_bytes())?;
+    Ok(())
 }
 
 /// Draws working-set size (and resident size) over time as an SVG file.
-pub fn wss_plot(samples: &[(f64, u64, u64)], title: &str, path: &Path) -> Result<(), Error> {
+pub fn wss_plot(
+    samples: &[(f64, u64, u64)],
+    title: &str,
+    mut out: impl Write,
+) -> Result<(), Error> {
     if samples.is_empty() {
         return Err(Error::Empty);
     }
     crate::plot::ensure_font()?;
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    // Drawn into memory: the caller creates the file (plotters' path backends would open it
+    // themselves, following links).
+    let mut svg = String::new();
+    let draw = |svg: &mut String| -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::with_string(svg, (900, 480)).into_drawing_area();
         root.fill(&WHITE)?;
         let mb = |b: u64| b as f64 / (1 << 20) as f64;
         let end = samples.iter().map(|s| s.0).fold(0.0, f64::max).max(0.1);
@@ -139,7 +150,9 @@ pub fn wss_plot(samples: &[(f64, u64, u64)], title: &str, path: &Path) -> Result
         root.present()?;
         Ok(())
     };
-    draw().map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
+    draw(&mut svg).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+    out.write_all(svg.as_bytes())?;
+    Ok(())
 }
 
 /// The memref patch's two plots side by side, as an SVG document: events per column of the
@@ -270,7 +283,7 @@ mod tests {
                 locations_95: 7,
             },
         ];
-        sweep_plot(&points, "sweep", &path).unwrap();
+        sweep_plot(&points, "sweep", std::fs::File::create(&path).unwrap()).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg"));
         assert!(svg.contains("local memory (% of peak)"));

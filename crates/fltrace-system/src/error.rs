@@ -21,6 +21,18 @@ pub enum Error {
         /// Advice, empty or starting with a separator.
         hint: &'static str,
     },
+    /// The kernel refused a tracing facility for lack of privilege; `obstacle` names the
+    /// setting in the way, its value, and how to change it.
+    #[error("{what} ({obstacle})")]
+    Permission {
+        /// The facility.
+        what: String,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+        /// The setting that refused it and what removes it.
+        obstacle: String,
+    },
     /// The command could not be started.
     #[error("cannot run `{program}`")]
     Spawn {
@@ -53,7 +65,11 @@ impl Error {
         move |source| {
             let hint = match source.raw_os_error() {
                 Some(libc::EACCES | libc::EPERM) => {
-                    " (run as root, or lower /proc/sys/kernel/perf_event_paranoid)"
+                    return Error::Permission {
+                        what: what.into(),
+                        source,
+                        obstacle: fltrace_capture::sys::perf_permission_obstacle(),
+                    };
                 }
                 Some(libc::ENOENT) => " (this kernel lacks the event)",
                 _ => "",

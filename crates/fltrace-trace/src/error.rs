@@ -40,6 +40,14 @@ pub enum Error {
         /// Why, with its causes.
         reason: String,
     },
+    /// An output file was not created, to leave what is at its name untouched.
+    #[error("refusing to write {path}: {reason}")]
+    Refused {
+        /// The output file.
+        path: PathBuf,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// No recording was found where one was expected.
     #[error("no fltrace recording in {0} (run `fltrace record -- <command>` first)")]
     NoRecording(PathBuf),

@@ -1,7 +1,7 @@
 //! File names of a recording and how they are created.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::Error;
@@ -70,20 +70,146 @@ pub fn pid_of(name: &str, kind: &str, ext: &str) -> Option<u32> {
         .ok()
 }
 
-/// Creates (or truncates) an output file for writing.
+/// What of `pid`'s trace files in `dir` reads back, for each file there: its rows (lines for
+/// the text files), or why it cannot be read. Said after a recording that could not write
+/// everything (a full disk).
+pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
+    type Count = fn(&Path) -> Result<usize, Error>;
+    let lines: Count = |p| {
+        let text = std::fs::read(p).map_err(Error::io(p))?;
+        Ok(text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count())
+    };
+    let tables: [(PathBuf, Count); 9] = [
+        (faults(dir, pid), |p| {
+            crate::read_faults(p).map(|(f, _)| f.len())
+        }),
+        (stacks(dir, pid), |p| crate::read_stacks(p).map(|s| s.len())),
+        (mmaps(dir, pid), |p| {
+            crate::read_mappings(p).map(|m| m.len())
+        }),
+        (allocs(dir, pid), |p| crate::read_allocs(p).map(|a| a.len())),
+        (alloc_stacks(dir, pid), |p| {
+            crate::read_stacks(p).map(|s| s.len())
+        }),
+        (access(dir, pid), |p| crate::read_access(p).map(|a| a.len())),
+        (access_stacks(dir, pid), |p| {
+            crate::read_stacks(p).map(|s| s.len())
+        }),
+        (stats(dir, pid), lines),
+        (procmaps(dir, pid), lines),
+    ];
+    tables
+        .into_iter()
+        .filter(|(path, _)| std::fs::symlink_metadata(path).is_ok())
+        .map(|(path, count)| {
+            let rows = count(&path);
+            (path, rows)
+        })
+        .collect()
+}
+
+/// Creates an output file for writing: the one way every fltrace command creates its files.
 ///
-/// The mode is 0666 less the user's umask, as for any file a program creates, and a symbolic
-/// link at `path` is refused rather than followed: fltrace often runs as root in directories
-/// other users can write to, where a planted link could redirect the write.
+/// fltrace often runs as root in directories other users can write to, where a name planted
+/// ahead of it could redirect the write. So the file is made with `O_CREAT|O_EXCL|O_NOFOLLOW`:
+/// nothing at `path` is ever opened and truncated. What is already there is replaced (unlinked,
+/// then created anew) only if it is a regular file of the user fltrace runs as with no other
+/// hard link, such as the same output of an earlier run; a symbolic link, another user's file,
+/// a file with other links or anything else is refused with [`Error::Refused`], untouched.
+/// The mode is 0666 less the user's umask, as for any file a program creates. A directory
+/// others may write to without the sticky bit gets one warning (log), as anyone there can swap
+/// fltrace's files after they are written.
 pub fn create(path: &Path) -> Result<File, Error> {
+    warn_if_exposed(path);
+    match create_new(path) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+        other => return other,
+    }
+    let existing = std::fs::symlink_metadata(path).map_err(Error::io(path))?;
+    // SAFETY: geteuid has no preconditions.
+    let user = unsafe { libc::geteuid() };
+    let refusal = if existing.file_type().is_symlink() {
+        Some("it is a symbolic link; fltrace does not write through links")
+    } else if !existing.file_type().is_file() {
+        Some("it is not a regular file")
+    } else if existing.uid() != user {
+        Some("it belongs to another user")
+    } else if existing.nlink() > 1 {
+        Some("it has other hard links")
+    } else {
+        None
+    };
+    if let Some(reason) = refusal {
+        return Err(Error::Refused {
+            path: path.into(),
+            reason: format!("{reason}; remove it or choose another output"),
+        });
+    }
+    // Unlinking only removes the name: whatever was swapped in since the check, no file
+    // but the directory entry is changed, and O_EXCL below refuses a name re-planted meanwhile.
+    std::fs::remove_file(path).map_err(Error::io(path))?;
+    create_new(path).map_err(|e| match e {
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
+            Error::Refused {
+                path: path.into(),
+                reason: "something else created it while fltrace replaced it".into(),
+            }
+        }
+        other => other,
+    })
+}
+
+/// Creates a file that must not exist yet (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0666 less the
+/// umask): for files whose name is new by construction, such as a run's or an archive's.
+pub fn create_new(path: &Path) -> Result<File, Error> {
     OpenOptions::new()
+        .read(true)
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o666)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(Error::io(path))
+}
+
+/// Writes `bytes` as the file `path`, through [`create`].
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write;
+    create(path)?.write_all(bytes).map_err(Error::io(path))
+}
+
+/// Whether other users may replace files in `dir`: writable by others and not sticky.
+pub fn exposed(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| {
+        let mode = m.permissions().mode();
+        mode & 0o002 != 0 && mode & 0o1000 == 0
+    })
+}
+
+/// Warns once per directory when output goes where others can replace it.
+fn warn_if_exposed(path: &Path) {
+    static WARNED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !exposed(dir) {
+        return;
+    }
+    let Ok(mut warned) = WARNED.lock() else {
+        return;
+    };
+    if !warned.iter().any(|d| d == dir) {
+        warned.push(dir.to_path_buf());
+        log::warn!(
+            "{} is writable by other users and not sticky (chmod +t or o-w): \
+             they can replace the files fltrace writes there",
+            dir.display()
+        );
+    }
 }
 
 #[cfg(test)]
@@ -117,7 +243,43 @@ mod tests {
         std::fs::write(&target, "keep").unwrap();
         let link = dir.path().join("fltrace-data-stats-1.out");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(create(&link).is_err());
+        assert!(matches!(create(&link), Err(Error::Refused { .. })));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    }
+
+    /// A hard link to another file is not truncated through; an earlier output is replaced.
+    #[test]
+    fn create_replaces_only_its_own_files() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let linked = dir.path().join("fltrace-data-stats-2.out");
+        std::fs::hard_link(&victim, &linked).unwrap();
+        assert!(matches!(create(&linked), Err(Error::Refused { .. })));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+
+        let earlier = dir.path().join("fltrace-data-stats-3.out");
+        std::fs::write(&earlier, "old run").unwrap();
+        create(&earlier).unwrap().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&earlier).unwrap(), "new");
+
+        assert!(create_new(&earlier).is_err());
+    }
+
+    /// World-writable without the sticky bit is exposed; /tmp's mode 1777 is not.
+    #[test]
+    fn exposed_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = |mode| {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set(0o777);
+        assert!(exposed(dir.path()));
+        set(0o1777);
+        assert!(!exposed(dir.path()));
+        set(0o755);
+        assert!(!exposed(dir.path()));
     }
 }

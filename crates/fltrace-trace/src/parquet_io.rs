@@ -1303,7 +1303,7 @@ impl FaultRowGroups<Fault> {
     /// Opens `path` for whole rows.
     pub fn open(path: &Path) -> Result<Self, Error> {
         Ok(FaultRowGroups {
-            table: TableReader::open(path)?,
+            table: crate::guard::guarded(path, || TableReader::open(path))?,
             next: 0,
             read: faults_in,
         })
@@ -1314,7 +1314,7 @@ impl FaultRowGroups<FaultKey> {
     /// Opens `path` for each fault's time, stack and flags only.
     pub fn open_keys(path: &Path) -> Result<Self, Error> {
         Ok(FaultRowGroups {
-            table: TableReader::open(path)?,
+            table: crate::guard::guarded(path, || TableReader::open(path))?,
             next: 0,
             read: fault_keys_in,
         })
@@ -1347,7 +1347,9 @@ impl<T> Iterator for FaultRowGroups<T> {
             return None;
         }
         self.next += 1;
-        Some((self.read)(&self.table, group..group + 1))
+        // The decoder panics on some corrupt pages: an error naming the file instead.
+        let (read, table) = (self.read, &self.table);
+        Some(crate::guard::guarded(&table.path, || read(table, group..group + 1)))
     }
 }
 

@@ -6,6 +6,7 @@ mod cli;
 mod diff;
 mod heatmap;
 mod load;
+mod logger;
 mod record;
 mod report;
 mod runs;
@@ -21,6 +22,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    logger::init();
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

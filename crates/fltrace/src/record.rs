@@ -185,6 +185,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             summary.lost
         );
     }
+    if let Some(error) = &summary.trace_error {
+        report_partial_trace(&mut err, error, &summary, &args.dir);
+    }
     Ok(match (summary.exit_code, summary.signal) {
         (Some(code), _) => ExitCode::from(code as u8),
         (None, Some(signal)) => ExitCode::from(128 + signal as u8),
@@ -320,4 +323,61 @@ fn lookup_user(user: &str) -> anyhow::Result<Credentials> {
         return Ok(Credentials { uid, gid: uid });
     }
     bail!("no such user: {user}")
+}
+
+/// After a write error: the error, what of the trace reads back, and how the program ended
+/// (it ran to its end untraced).
+fn report_partial_trace(
+    err: &mut impl Write,
+    error: &str,
+    summary: &fltrace_capture::Summary,
+    dir: &std::path::Path,
+) {
+    let _ = writeln!(
+        err,
+        "fltrace: error: the trace could not be written completely: {error}"
+    );
+    let mut pids = summary.pids.clone();
+    if pids.is_empty() {
+        pids.push(summary.root_pid);
+    }
+    let mut kept = Vec::new();
+    for pid in pids {
+        for (path, rows) in fltrace_trace::files::readable(dir, pid) {
+            let name = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            kept.push(match rows {
+                Ok(rows) => format!("{name} ({rows} rows)"),
+                Err(e) => format!("{name} (unreadable: {})", error_text(&e)),
+            });
+        }
+    }
+    let _ = writeln!(
+        err,
+        "fltrace: kept: {}",
+        if kept.is_empty() {
+            "nothing".to_owned()
+        } else {
+            kept.join(", ")
+        }
+    );
+    let _ = match (summary.exit_code, summary.signal) {
+        (Some(code), _) => writeln!(err, "fltrace: the program exited with status {code}"),
+        (None, Some(signal)) => writeln!(err, "fltrace: the program was killed by signal {signal}"),
+        (None, None) => Ok(()),
+    };
+}
+
+/// An error with its causes on one line.
+fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }

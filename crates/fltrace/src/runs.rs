@@ -2,7 +2,6 @@
 //! `fltrace analyze`: its catalog.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -103,11 +102,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 .output
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(format!("run-{id}.html")));
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&output)
+            let mut file = fltrace_trace::files::create_new(&output)
                 .with_context(|| format!("creating {}", output.display()))?;
             file.write_all(page.as_bytes())
                 .with_context(|| format!("writing {}", output.display()))?;

@@ -90,11 +90,15 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
+    let mut plot = std::io::BufWriter::new(fltrace_trace::files::create(&plot_path)?);
     sweep_plot(
         &points,
         &format!("{command}: faults vs local memory"),
-        &plot_path,
-    )?;
+        &mut plot,
+    )
+    .map_err(anyhow::Error::from)
+    .and_then(|()| Ok(plot.flush()?))
+    .with_context(|| format!("writing {}", plot_path.display()))?;
     writeln!(
         std::io::stdout(),
         "{}\n{}",
@@ -114,6 +118,9 @@ fn record_into(
     let mut options = Options::new(dir.to_owned());
     options.far_memory = far;
     let summary = fltrace_capture::record(target, &options, stop, |_| {})?;
+    if let Some(error) = &summary.trace_error {
+        bail!("writing the trace in {}: {error}", dir.display());
+    }
     if summary.far_memory_exhausted {
         bail!(
             "the command ran out of far memory in {}; give a larger -M",

@@ -69,7 +69,11 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("writing {}", path.display()))?;
     let plot = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "svg");
     if !points.is_empty() {
-        fltrace_render::wss_plot(&points, &format!("working set of process {pid}"), &plot)?;
+        let mut out = std::io::BufWriter::new(fltrace_trace::files::create(&plot)?);
+        fltrace_render::wss_plot(&points, &format!("working set of process {pid}"), &mut out)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(out.flush()?))
+            .with_context(|| format!("writing {}", plot.display()))?;
         eprintln!("fltrace: {} and {}", path.display(), plot.display());
     }
     if let Some(mut child) = child {

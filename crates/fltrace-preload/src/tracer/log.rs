@@ -2,7 +2,8 @@
 //!
 //! The file is mapped shared into a reserved address range that grows a segment at a time;
 //! threads take chunks with an atomic add and write them without locks. Growing takes a
-//! spinlock, once per 64 MiB.
+//! spinlock, once per 64 MiB, and allocates the segment's blocks before mapping it, so a full
+//! file system ends the log rather than the program.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -114,8 +115,11 @@ impl Log {
             if mapped + SEGMENT > RESERVE {
                 return false;
             }
+            // Blocks allocated up front, not a sparse ftruncate: a store to a hole the file
+            // system cannot fill (disk full) is a SIGBUS in the traced program. On failure the
+            // log stops growing and the calls from here on are counted as dropped.
             // SAFETY: growing our own file.
-            if unsafe { libc::ftruncate(self.fd, (mapped + SEGMENT) as i64) } != 0 {
+            if unsafe { libc::posix_fallocate(self.fd, mapped as i64, SEGMENT as i64) } != 0 {
                 return false;
             }
             let (prot, flags) = (

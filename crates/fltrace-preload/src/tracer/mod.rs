@@ -12,7 +12,7 @@ mod log;
 mod unwind;
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, Ordering::*, compiler_fence};
 
 use fltrace_runtime_abi::alloclog::{
     CHUNK_HEADER_SIZE, CHUNK_SIZE, CallRecord, ChunkHeader, Clock, Cursor, MAX_FRAMES, MAX_RECORD,
@@ -81,7 +81,11 @@ pub fn enter(call: u8) -> Option<Entry> {
         _ => return None,
     }
     LOCAL.with(|local| {
-        if local.busy.replace(true) {
+        let was_busy = local.busy.replace(true);
+        // The flag is set before anything the tracer does: a signal handler that interrupts
+        // this thread and allocates must see it (same thread, so a compiler fence suffices).
+        compiler_fence(SeqCst);
+        if was_busy {
             None
         } else {
             // munmap and mremap end mappings whose pages the program has just been filling:
@@ -135,6 +139,8 @@ impl Entry {
                 },
             );
         }
+        // Every write of the record comes before the flag is cleared (see `enter`).
+        compiler_fence(SeqCst);
         local.busy.set(false);
     }
 }
@@ -304,8 +310,10 @@ fn register_thread_exit(state: *mut ThreadState) {
             // Inside the tracer while the list is locked: a signal handler allocating now
             // must not come back for the same lock.
             let was_busy = local.busy.replace(true);
+            compiler_fence(SeqCst);
             local.state.set(std::ptr::null_mut());
             FREE_STATES.lock().push(FreeState(state.cast()));
+            compiler_fence(SeqCst);
             local.busy.set(was_busy);
         });
     }
@@ -327,7 +335,12 @@ fn register_thread_exit(state: *mut ThreadState) {
 /// (Rust's runtime does, before `main`) would reach the tracer with that lock held.
 fn thread_stack() -> std::ops::Range<u64> {
     let marker = 0u8;
-    let sp = std::ptr::addr_of!(marker) as u64;
+    mapping_of(std::ptr::addr_of!(marker) as u64)
+}
+
+/// The mapping of `/proc/self/maps` that holds `sp`, or an empty range (read with a buffer
+/// on the stack: async-signal-safe, no allocation).
+fn mapping_of(sp: u64) -> std::ops::Range<u64> {
     // SAFETY: a NUL-terminated path; the descriptor is closed below.
     let fd = unsafe {
         libc::open(
@@ -426,22 +439,25 @@ impl ThreadState {
     fn stack_id(&mut self, regs: Regs) -> u32 {
         let slot =
             ((regs.sp >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % UNWOUND_SLOTS;
-        if self.unwound[slot].still_holds(&regs) {
+        // Only unwinds on the thread's own stack are remembered: another stack (a coroutine's)
+        // may be unmapped by the time the same stack pointer comes back.
+        let cacheable = self.unwinder.on_thread_stack(regs.sp);
+        if cacheable && self.unwound[slot].still_holds(&regs) {
             return self.unwound[slot].stack_id;
         }
-        self.unwind_into(slot, regs)
+        self.unwind_into(slot, regs, cacheable)
     }
 
     /// The slow path of `stack_id`: a full unwind, remembered in `slot`.
     #[cold]
     #[inline(never)]
-    fn unwind_into(&mut self, slot: usize, regs: Regs) -> u32 {
+    fn unwind_into(&mut self, slot: usize, regs: Regs, cacheable: bool) -> u32 {
         let len = self
             .unwinder
             .unwind(regs, &mut self.frames, &mut self.fresh);
         let id = self.intern(len);
         self.fresh.stack_id = id;
-        if self.fresh.reads == 0xff {
+        if self.fresh.reads == 0xff || !cacheable {
             return id;
         }
         let cached = &mut self.unwound[slot];
@@ -535,7 +551,10 @@ impl ThreadState {
     }
 }
 
+// Lock order: the unwinder's rebuild lock first (a rebuild allocates from the heap), the
+// heap last.
 extern "C" fn before_fork() {
+    unwind::lock_for_fork();
     if let Some(log) = current_log() {
         log.lock_for_fork();
     }
@@ -550,6 +569,7 @@ extern "C" fn after_fork_parent() {
     if let Some(log) = current_log() {
         log.unlock_after_fork();
     }
+    unwind::unlock_after_fork();
 }
 
 /// The child writes its own log: its pid is new, and its stack ids start again.
@@ -557,6 +577,7 @@ extern "C" fn after_fork_child() {
     crate::HEAP.unlock_after_fork();
     // SAFETY: as in `after_fork_parent`.
     unsafe { FREE_STATES.force_unlock() };
+    unwind::unlock_after_fork();
     let Some(parent_log) = current_log() else {
         return;
     };

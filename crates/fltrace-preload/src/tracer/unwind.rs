@@ -33,6 +33,18 @@ pub struct Modules {
 static MODULES: AtomicPtr<Modules> = AtomicPtr::new(std::ptr::null_mut());
 static REBUILD: spinning_top::Spinlock<()> = spinning_top::Spinlock::new(());
 
+/// Holds the rebuild lock across fork: a thread rebuilding when the process is copied would
+/// leave the child's copy locked for ever.
+pub fn lock_for_fork() {
+    std::mem::forget(REBUILD.lock());
+}
+
+/// Unlocks after fork, in parent and child.
+pub fn unlock_after_fork() {
+    // SAFETY: `lock_for_fork` left it held by this thread.
+    unsafe { REBUILD.force_unlock() };
+}
+
 /// The current snapshot, taken again if objects were loaded or unloaded since.
 pub fn modules() -> &'static Modules {
     let (adds, subs) = load_counters();
@@ -221,6 +233,21 @@ pub fn here() -> Regs {
     Regs { ip, sp, bp }
 }
 
+/// The signal stack this thread is running on, if `sp` is inside it.
+fn signal_stack(sp: u64) -> Option<Range<u64>> {
+    // SAFETY: querying only (no new stack), into a zeroed stack_t.
+    let mut current: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut current) } != 0
+        || current.ss_flags & libc::SS_ONSTACK == 0
+    {
+        return None;
+    }
+    let start = current.ss_sp as u64;
+    let range = start..start.checked_add(current.ss_size as u64)?;
+    range.contains(&sp).then_some(range)
+}
+
 /// The most stack words one cached unwind may depend on.
 pub const MAX_READS: usize = 48;
 
@@ -282,6 +309,9 @@ pub struct ThreadUnwinder {
     cache: CacheX86_64,
     /// The thread's stack: reads outside it are refused.
     pub stack: Range<u64>,
+    /// The last other stack the thread ran on (a sigaltstack, a coroutine's), found when the
+    /// stack pointer first left `stack` for it.
+    other: Range<u64>,
 }
 
 impl ThreadUnwinder {
@@ -289,7 +319,26 @@ impl ThreadUnwinder {
         ThreadUnwinder {
             cache: CacheX86_64::new(),
             stack,
+            other: 0..0,
         }
+    }
+
+    /// Whether `sp` is on the thread's own stack (unwinds there may be cached: that memory
+    /// stays mapped for the thread's life).
+    pub fn on_thread_stack(&self, sp: u64) -> bool {
+        self.stack.contains(&sp)
+    }
+
+    /// The stack `sp` is on: the thread's, the signal stack in use, or else the mapping that
+    /// holds `sp` (a coroutine's stack); an empty range when none is found.
+    fn current_stack(&mut self, sp: u64) -> Range<u64> {
+        if self.stack.contains(&sp) {
+            return self.stack.clone();
+        }
+        if !self.other.contains(&sp) {
+            self.other = signal_stack(sp).unwrap_or_else(|| super::mapping_of(sp));
+        }
+        self.other.clone()
     }
 
     /// Unwinds from `regs`: the program's frames go to `frames` (this library's own are
@@ -302,7 +351,9 @@ impl ThreadUnwinder {
         out: &mut Unwound,
     ) -> usize {
         let modules = modules();
-        let stack = self.stack.clone();
+        // Reads stay between the stack pointer and the end of the stack it is on: from a
+        // signal stack or a coroutine's, the thread's own stack end is not a bound.
+        let stack = self.current_stack(regs.sp);
         let mut reads = 0usize;
         let mut overflow = false;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {

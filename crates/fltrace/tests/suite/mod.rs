@@ -7,6 +7,8 @@ mod errors;
 mod experiments;
 mod exports;
 mod farmem;
+mod fuzz;
+mod hardening;
 mod heatmap;
 mod processes;
 mod stacks;

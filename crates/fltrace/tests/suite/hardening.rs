@@ -1,0 +1,456 @@
+//! A hostile environment (issue 11): symlinks planted at output names, a world-writable output
+//! directory, stale spools of killed recorders, a non-root user, a full file system, and the
+//! preload library's allocations off the thread's stack and forks while handlers evict.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fltrace_trace::files;
+
+use super::util::*;
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `workloads/hardening.c`, built once.
+fn hardening() -> &'static Path {
+    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let program = dir.path().join("hardening");
+            let out = Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
+                .arg(&program)
+                .arg(workloads_dir().join("hardening.c"))
+                .output()
+                .expect("gcc runs");
+            assert!(out.status.success(), "{}", stderr_of(&out));
+            (dir, program)
+        })
+        .1
+}
+
+/// A file outside the output directory that planted links point to.
+struct Victim {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Victim {
+    fn new() -> Victim {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("victim");
+        std::fs::write(&path, "precious").expect("victim");
+        Victim { _dir: dir, path }
+    }
+
+    /// Plants a symbolic link to the victim at each of `names` in `dir`.
+    fn plant(&self, dir: &Path, names: &[PathBuf]) {
+        for name in names {
+            std::os::unix::fs::symlink(&self.path, dir.join(name)).expect("plant link");
+        }
+    }
+
+    fn assert_untouched(&self, what: &str, out: &Output) {
+        assert_eq!(
+            std::fs::read_to_string(&self.path).expect("victim"),
+            "precious",
+            "{what} wrote through a planted link: {}",
+            stderr_of(out)
+        );
+    }
+}
+
+/// The command failed and named the refused file, or succeeded with the link replaced by a
+/// file of its own; the victim is untouched either way.
+fn assert_refused_or_safe(what: &str, out: &Output, dir: &Path, names: &[PathBuf], v: &Victim) {
+    v.assert_untouched(what, out);
+    if out.status.success() {
+        for name in names {
+            let meta = std::fs::symlink_metadata(dir.join(name)).expect("output");
+            assert!(meta.is_file(), "{what}: {} left a link", name.display());
+        }
+    } else {
+        let err = stderr_of(out);
+        assert!(
+            err.contains("refusing to write") && err.contains("symbolic link"),
+            "{what}: {err}"
+        );
+    }
+}
+
+fn names(kinds: &[(&str, &str)], pid: u32) -> Vec<PathBuf> {
+    kinds
+        .iter()
+        .map(|(kind, ext)| PathBuf::from(format!("{}{kind}-{pid}.{ext}", files::PREFIX)))
+        .collect()
+}
+
+/// report, visualize and heatmap with links planted at every default output name.
+#[test]
+fn analysis_outputs_do_not_follow_planted_links() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "200"]);
+    let pid = dir.pids("faults", "parquet")[0];
+    let victim = Victim::new();
+    for (command, kinds) in [
+        ("report", &[("report", "out")][..]),
+        (
+            "visualize",
+            &[("flamegraph", "svg"), ("flamegraph-alloc", "svg")][..],
+        ),
+        (
+            "heatmap",
+            &[("heatmap", "png"), ("heatmap", "svg"), ("memref", "svg")][..],
+        ),
+    ] {
+        let planted = names(kinds, pid);
+        victim.plant(dir.path(), &planted);
+        let out = dir.run(&[command]);
+        assert_refused_or_safe(command, &out, dir.path(), &planted, &victim);
+        assert!(
+            !out.status.success(),
+            "{command} replaced a link it did not make"
+        );
+        for name in &planted {
+            std::fs::remove_file(dir.path().join(name)).expect("remove link");
+        }
+    }
+    // A hard link to someone else's file is not truncated through either.
+    let linked = dir.path().join(&names(&[("report", "out")], pid)[0]);
+    std::fs::hard_link(&victim.path, &linked).expect("hard link");
+    let out = dir.run(&["report"]);
+    victim.assert_untouched("report (hard link)", &out);
+    assert!(
+        stderr_of(&out).contains("other hard links"),
+        "{}",
+        stderr_of(&out)
+    );
+    std::fs::remove_file(&linked).expect("remove");
+    // Its own earlier output is replaced.
+    assert!(dir.run(&["report"]).status.success());
+    let again = dir.run(&["report"]);
+    assert!(again.status.success(), "{}", stderr_of(&again));
+}
+
+/// record (attached), wss and sweep with links planted at their default outputs.
+#[test]
+fn recording_outputs_do_not_follow_planted_links() {
+    let victim = Victim::new();
+    let mut target = Command::new(&workloads().faults)
+        .args(["wait", "10"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("workload");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(target.stdout.as_mut().expect("stdout")),
+        &mut ready,
+    )
+    .expect("ready");
+    let pid = target.id();
+
+    let dir = Dir::new();
+    let planted = names(
+        &[
+            ("faults", "parquet"),
+            ("stacks", "parquet"),
+            ("mmaps", "parquet"),
+            ("stats", "out"),
+            ("procmaps", "out"),
+        ],
+        pid,
+    );
+    victim.plant(dir.path(), &planted);
+    let pid_arg = pid.to_string();
+    let out = output_within(
+        dir.fltrace().args(["record", "-q", "-p", &pid_arg]),
+        Duration::from_secs(60),
+    );
+    assert_refused_or_safe("record -p", &out, dir.path(), &planted, &victim);
+    assert!(!out.status.success());
+
+    let wss = names(&[("wss", "csv"), ("wss", "svg")], pid);
+    victim.plant(dir.path(), &wss);
+    let out = output_within(
+        dir.fltrace().args([
+            "wss",
+            "-p",
+            &pid_arg,
+            "--interval",
+            "100ms",
+            "--duration",
+            "300ms",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert_refused_or_safe("wss", &out, dir.path(), &wss, &victim);
+    let _ = target.kill();
+    let _ = target.wait();
+
+    let sweep = [PathBuf::from("sweep.csv"), PathBuf::from("sweep.svg")];
+    victim.plant(dir.path(), &sweep);
+    let out = output_within(
+        dir.fltrace()
+            .args(["sweep", "--from", "100", "--to", "100", "--output", "."])
+            .arg("--")
+            .arg(&workloads().faults)
+            .args(["nested", "100"]),
+        Duration::from_secs(120),
+    );
+    assert_refused_or_safe("sweep", &out, dir.path(), &sweep, &victim);
+}
+
+/// Output into a directory anyone may write to, without the sticky bit, is warned about.
+#[test]
+fn world_writable_output_directory_is_warned_about() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "50"]);
+    let set = |mode| {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    set(0o777);
+    let out = dir.run(&["report"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let warning = "is writable by other users and not sticky";
+    assert_eq!(
+        stderr_of(&out).matches(warning).count(),
+        1,
+        "{}",
+        stderr_of(&out)
+    );
+    set(0o1777);
+    let out = dir.run(&["report"]);
+    assert!(!stderr_of(&out).contains(warning), "{}", stderr_of(&out));
+    set(0o700);
+}
+
+/// The spool a killed `record --allocs` left is removed by the next `record`; a live
+/// recorder's is not.
+#[test]
+fn stale_allocation_spools_are_removed() {
+    let dir = Dir::new();
+    // A pid that no longer runs: a child that has been waited for.
+    let dead = Command::new("true").spawn().expect("true");
+    let dead_pid = dead.id();
+    let mut dead = dead;
+    dead.wait().expect("wait");
+    let stale = dir.path().join(format!(".fltrace-allocs-{dead_pid}-1"));
+    std::fs::create_dir(&stale).expect("stale spool");
+    std::fs::write(stale.join(format!("log-{dead_pid}.0")), vec![1u8; 1 << 20]).expect("log");
+    // This test process runs: its spool is left alone.
+    let live = dir
+        .path()
+        .join(format!(".fltrace-allocs-{}-1", std::process::id()));
+    std::fs::create_dir(&live).expect("live spool");
+
+    let out = dir.record(&[&workloads().faults], &["nested", "10"]);
+    assert!(!stale.exists(), "stale spool kept: {}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("left by a recorder that was killed"));
+    assert!(live.is_dir(), "a live recorder's spool was removed");
+    // A recording with --allocs leaves no spool of its own behind.
+    std::fs::remove_dir(&live).expect("remove");
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "--allocs", "--"])
+            .arg(&workloads().allocs)
+            .arg("sites"),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let spools: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".fltrace-allocs-")
+        })
+        .collect();
+    assert!(spools.is_empty(), "{spools:?}");
+}
+
+/// A user without privileges is told what stops them: tracefs's mode when it is closed to
+/// them, else the perf_event_paranoid level, with the value and the setting that opens it.
+#[test]
+fn non_root_user_is_told_the_obstacle() {
+    let dir = Dir::new();
+    std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).expect("chown");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_fltrace"))
+        .args(["record", "--", "true"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .expect("setpriv runs");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    let tracefs = std::fs::metadata("/sys/kernel/tracing").expect("tracefs");
+    let mode = tracefs.permissions().mode() & 0o7777;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .expect("paranoid")
+        .trim()
+        .to_owned();
+    if mode & 0o005 != 0o005 {
+        assert!(
+            err.contains(&format!("/sys/kernel/tracing is mode {mode:04o}"))
+                && err.contains("chmod 0755 /sys/kernel/tracing"),
+            "{err}"
+        );
+    } else {
+        assert!(
+            err.contains(&format!("kernel.perf_event_paranoid is {paranoid}")),
+            "{err}"
+        );
+    }
+    assert!(!err.contains("mounting tracefs"), "{err}");
+}
+
+/// A small tmpfs the test mounts, unmounted whatever happens.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(size: &str) -> SmallFs {
+        let dir = tempfile::tempdir().expect("mount point");
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "fltrace-full",
+            ])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mounting a tmpfs");
+        SmallFs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// Recording into a file system that fills up: the program runs to its end with its exit
+/// status reported, fltrace says what it kept, and that part reads back.
+#[test]
+fn full_file_system_leaves_the_program_running() {
+    for allocs in [false, true] {
+        // Smaller than the trace: the fault table alone is about 160 KB.
+        let fs = SmallFs::mount("128k");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fltrace"));
+        cmd.current_dir(fs.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .args(["record", "-q"]);
+        if allocs {
+            cmd.arg("--allocs");
+        }
+        // 3 exit status: fltrace passes it on.
+        cmd.arg("--").arg("sh").arg("-c").arg(format!(
+            "{} threads 4 20000 && {} sites >/dev/null && exit 3",
+            workloads().faults.display(),
+            workloads().allocs.display()
+        ));
+        let out = output_within(&mut cmd, Duration::from_secs(180));
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(3), "allocs {allocs}: {err}");
+        assert!(
+            err.contains("exited with status 3"),
+            "allocs {allocs}: {err}"
+        );
+        assert!(
+            err.contains("No space left on device"),
+            "allocs {allocs}: {err}"
+        );
+        // Every file of the recording is named with what of it reads back.
+        let kept = err
+            .lines()
+            .find(|l| l.starts_with("fltrace: kept: "))
+            .unwrap_or_else(|| panic!("allocs {allocs}: nothing said of what was kept: {err}"));
+        for entry in std::fs::read_dir(fs.path()).expect("dir").flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(files::PREFIX) {
+                assert!(kept.contains(&name), "{name} not in {kept}");
+            }
+        }
+        assert!(
+            !err.contains("SIGBUS") && !err.contains("signal 7"),
+            "{err}"
+        );
+        for entry in std::fs::read_dir(fs.path()).expect("dir").flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.starts_with(".fltrace-allocs-"),
+                "spool {name} left behind"
+            );
+        }
+        drop(fs);
+    }
+}
+
+/// malloc from a signal handler on a sigaltstack and from a makecontext coroutine whose
+/// stacks have an inaccessible page right above: every call is traced with its site, and
+/// the unwinder reads nothing past the stack it runs on (it would fault on that page).
+#[test]
+fn allocations_off_the_thread_stack_unwind_within_their_stack() {
+    for (mode, site_name, n) in [
+        ("altstack", "altstack_malloc", 300),
+        ("coroutine", "coroutine_malloc", 300),
+    ] {
+        let dir = Dir::new();
+        let out = output_within(
+            dir.fltrace()
+                .args(["record", "-q", "--allocs", "--"])
+                .arg(hardening())
+                .args([mode, &n.to_string()]),
+            Duration::from_secs(120),
+        );
+        assert!(out.status.success(), "{mode}: {}", stderr_of(&out));
+        let report = dir.run(&["report", "--allocs", "--format", "csv", "--top", "0"]);
+        assert!(report.status.success(), "{}", stderr_of(&report));
+        let rows = csv_rows(&String::from_utf8_lossy(&report.stdout));
+        let line = site("hardening.c", site_name).to_string();
+        let row = rows
+            .iter()
+            .find(|r| r["file"].ends_with("hardening.c") && r["line"] == line)
+            .unwrap_or_else(|| panic!("{mode}: no row at hardening.c:{line} in {rows:#?}"));
+        assert_eq!(row["allocs"], n.to_string(), "{mode}: {row:?}");
+    }
+}
+
+/// Forks while a thread keeps the far-memory handlers evicting: every child (which frees a
+/// large block, taking the region's lock) completes. Bounded: a hang fails the test.
+#[test]
+fn fork_while_handlers_evict_completes() {
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=4", "-M=128", "-C=2", "--"])
+            .arg(hardening())
+            .args(["forkevict", "200", "16"]),
+        Duration::from_secs(240),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("forks 200"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
