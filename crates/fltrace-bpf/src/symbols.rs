@@ -160,7 +160,8 @@ pub struct Frame {
 }
 
 impl Frame {
-    fn from_location(loc: &Location) -> Frame {
+    /// A frame as the symbolizer named it.
+    pub fn from_location(loc: &Location) -> Frame {
         Frame {
             function: loc.function.to_string(),
             file_line: loc.has_line().then(|| loc.file_line()),
