@@ -614,3 +614,33 @@ fn count_by_user_stack_of_a_process_without_frame_pointers_reaches_main() {
         deep[0]
     );
 }
+/// System-wide, stacks are the kernel's frame-pointer walk: short in nofp (no main), but the
+/// program, gone before the output is printed, still has its frames named at their line.
+#[test]
+fn system_wide_stacks_of_an_exited_program_are_named() {
+    let dir = Dir::new();
+    let fltrace = Background::start(
+        &dir,
+        &[
+            "count",
+            "page-faults",
+            "--by",
+            "ustack,comm",
+            "--comm",
+            "nofp",
+            "--format",
+            "json",
+        ],
+    );
+    let status = Command::new(nofp()).arg("173").status().expect("nofp runs");
+    assert!(status.success());
+    let rows = fltrace.interrupt();
+    let deep = at_deep_touch(&rows);
+    assert_eq!(deep.len(), 1, "{rows:#?}");
+    assert_eq!(deep[0]["count"], 173, "{rows:#?}");
+    assert!(
+        !functions(&deep[0]).contains(&"main".to_owned()),
+        "a frame-pointer walk through code without frame pointers reached main: {:#?}",
+        deep[0]
+    );
+}
