@@ -98,10 +98,6 @@ impl ProcessMaps {
         }
     }
 
-    fn known(&self) -> Vec<u32> {
-        self.lock().keys().copied().collect()
-    }
-
     /// File paths by (device, inode) from every process kept and every live process.
     pub fn files_by_inode(&self) -> HashMap<(u32, u32, u64), String> {
         let mut texts: Vec<Arc<str>> = self.lock().values().cloned().collect();
@@ -213,7 +209,6 @@ impl Announcements {
         let thread = std::thread::Builder::new()
             .name("fltrace-bpf-maps".into())
             .spawn(move || {
-                let mut refreshed = std::time::Instant::now();
                 loop {
                     let mut pfd = libc::pollfd {
                         fd: ring.as_fd().as_raw_fd(),
@@ -233,16 +228,9 @@ impl Announcements {
                     if stopping.load(Ordering::Relaxed) {
                         break;
                     }
-                    // Libraries loaded after the first event: re-read the processes seen,
-                    // often while they are few.
-                    let known = maps.known();
-                    let period = if known.len() <= 64 { 200 } else { 2000 };
-                    if refreshed.elapsed() >= std::time::Duration::from_millis(period) {
-                        for tgid in known {
-                            maps.remember(tgid);
-                        }
-                        refreshed = std::time::Instant::now();
-                    }
+                    // Libraries loaded after the first event come as mapping records: no
+                    // periodic re-reading of every process's maps, which cost the traced
+                    // programs CPU time on a small machine.
                 }
             })
             .ok();
