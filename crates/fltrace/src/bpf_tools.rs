@@ -309,7 +309,14 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut session = Session::start(pending, &args.common, Some(counter.process_maps().clone()))?;
-    eprintln!("fltrace: counting {event}; Ctrl-C to end");
+    eprintln!(
+        "fltrace: counting {event}{}; Ctrl-C to end",
+        if args.by.iter().any(|b| b.contains("ustack")) {
+            ": user stacks follow frame pointers (name processes with -p or a command for DWARF stacks)"
+        } else {
+            ""
+        }
+    );
     session.wait();
     let mut names = StackNames::new();
     let snapshot = counter.snapshot(&mut names)?;
@@ -558,7 +565,8 @@ pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
     let quiet = args.common.folded || args.common.format != Format::Table;
     eprintln!(
         "fltrace: counting page faults by stack; user stacks follow frame pointers \
-         (code built without them shows only its innermost frame); Ctrl-C to end"
+         (code built without them shows only its innermost frame; -p PID or a command \
+         unwinds them from DWARF); Ctrl-C to end"
     );
     // The fault rate, each second.
     let mut last = (Instant::now(), 0u64);
@@ -675,7 +683,10 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         if kernel {
             "the kernel's allocations (kmalloc, kmem_cache, pages)".to_owned()
         } else {
-            format!("the C library allocator of {:?}", processes.tgids)
+            format!(
+                "the C library allocator of {:?} (stacks follow frame pointers)",
+                processes.tgids
+            )
         }
     );
     let mut names = StackNames::new();
