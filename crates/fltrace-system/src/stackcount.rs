@@ -141,9 +141,10 @@ fn source_of(event: &Event) -> Result<Source, Error> {
 
 /// Where `name` is in `event`, checked before anything is opened.
 fn field_of(event: &Event, name: &str) -> Result<FieldAt, Error> {
-    let field = event
-        .field(name)
-        .map_err(|e| unsupported(format!("field here: {e}")))?;
+    let field = event.field(name).map_err(|e| Error::Target {
+        what: e.to_string(),
+        source: std::io::Error::other("no such field"),
+    })?;
     Ok(match event {
         Event::Uprobe { .. } => FieldAt::Register(
             ["arg0", "arg1", "arg2", "arg3", "arg4", "arg5", "retval"]
