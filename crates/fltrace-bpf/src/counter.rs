@@ -79,10 +79,24 @@ pub struct CountSpec {
     pub keep_maps: bool,
 }
 
-/// The events of every page fault: the `exceptions` tracepoints where the kernel has them (a
-/// tracepoint has the kernel stack of the fault; the software event's registers are the user
-/// ones), else the `page-faults` software event.
+/// The event of every page fault: the `page-faults` software event, as the chapter's
+/// one-liners and bpftrace count them. Its registers are where the fault happened: the user's
+/// for a fault in user mode, whose kernel stack is then not walked at all (it would only be
+/// the exception entry), and the kernel's for one in kernel mode (`copy_to_user` and its
+/// callers), whose kernel stack is the informative one. The `exceptions` tracepoints would
+/// walk the entry path's kernel stack at every user fault and fill a raw record for each:
+/// that doubled the overhead over bpftrace's on touch-512 (docs/BENCHMARKS.md).
 pub fn fault_events() -> Vec<Event> {
+    vec![Event::Software {
+        name: "page-faults".into(),
+    }]
+}
+
+/// The `exceptions` tracepoints of page faults where the kernel has them (their kernel stack
+/// is the fault's path into the kernel, `exc_page_fault`), else the `page-faults` software
+/// event: for counting the faults of named processes in user space, where the kernel's
+/// stack costs one walk per sample anyway.
+pub fn fault_tracepoints() -> Vec<Event> {
     if tracefs::exists("exceptions", "page_fault_user") {
         ["page_fault_user", "page_fault_kernel"]
             .iter()
@@ -93,9 +107,7 @@ pub fn fault_events() -> Vec<Event> {
             })
             .collect()
     } else {
-        vec![Event::Software {
-            name: "page-faults".into(),
-        }]
+        fault_events()
     }
 }
 

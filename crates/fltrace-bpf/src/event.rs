@@ -158,6 +158,11 @@ const UPROBE_FIELDS: [(&str, u32); 7] = [
     ("retval", 10),
 ];
 
+/// The `PERF_COUNT_SW_*` number of a software event's name.
+pub fn software_config(name: &str) -> Option<u32> {
+    software_event(name).map(|e| e as u32)
+}
+
 pub(crate) fn software_event(name: &str) -> Option<SoftwareEvent> {
     SOFTWARE_EVENTS
         .iter()
@@ -223,6 +228,27 @@ impl FieldFilter {
             op,
             value: parse_int(value).ok_or_else(bad)?,
         })
+    }
+}
+
+impl FieldFilter {
+    /// Whether a field's value passes, compared as the kernel side compares it.
+    pub fn matches(&self, value: u64, signed: bool) -> bool {
+        let (v, want) = (value, self.value);
+        let (sv, sw) = (v as i64, want as i64);
+        match self.op {
+            Op::Eq => v == want,
+            Op::Ne => v != want,
+            Op::Lt if signed => sv < sw,
+            Op::Lt => v < want,
+            Op::Le if signed => sv <= sw,
+            Op::Le => v <= want,
+            Op::Gt if signed => sv > sw,
+            Op::Gt => v > want,
+            Op::Ge if signed => sv >= sw,
+            Op::Ge => v >= want,
+            Op::And => v & want != 0,
+        }
     }
 }
 

@@ -18,6 +18,7 @@ pub mod triage;
 
 pub use counter::{
     By, CountSpec, Counter, ProcessFilter, Row, Snapshot, expand_events, fault_events,
+    fault_tracepoints,
 };
 pub use error::Error;
 pub use event::{Event, FieldFilter, Op};

@@ -10,17 +10,66 @@ use std::thread::JoinHandle;
 
 use aya::maps::{MapData, RingBuf};
 use fltrace_analyze::{Location, Symbolizer};
+use fltrace_capture::ring::RingBuffer;
+use fltrace_capture::sys::PerfEvent;
 use fltrace_trace::{Mapping, ProcessTrace, Stack, parse_procmaps_line};
+use linux_perf_event_reader::{
+    EventRecord, Mmap2FileId, RawEventRecord, RecordParseInfo, RecordType,
+};
+use perf_event_open_sys::bindings::perf_event_attr;
 
-/// The /proc/PID/maps text of each process seen, read when it was first seen.
+/// The /proc/PID/maps text of each process seen, read when it was first seen, and the
+/// executable mappings the kernel announced for each process since tracing started (as
+/// /proc/PID/maps lines), for processes that exit before their maps could be read.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessMaps {
     inner: Arc<Mutex<HashMap<u32, Arc<str>>>>,
+    followed: Arc<Mutex<HashMap<u32, String>>>,
 }
 
 impl ProcessMaps {
     fn lock(&self) -> MutexGuard<'_, HashMap<u32, Arc<str>>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn followed(&self) -> MutexGuard<'_, HashMap<u32, String>> {
+        self.followed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes in a side-band record: a new mapping, or an exec (which drops the old image's).
+    fn follow(&self, record: &EventRecord<'_>) {
+        match record {
+            EventRecord::Comm(c) if c.is_execve => {
+                self.followed().remove(&(c.pid as u32));
+            }
+            EventRecord::Mmap2(m) => {
+                let (major, minor, inode) = match &m.file_id {
+                    Mmap2FileId::InodeAndVersion(i) => (i.major, i.minor, i.inode),
+                    Mmap2FileId::BuildId(_) => (0, 0, 0),
+                };
+                let prot = |bit, c| if m.protection & bit != 0 { c } else { '-' };
+                let shared = if m.flags & libc::MAP_SHARED as u32 != 0 {
+                    's'
+                } else {
+                    'p'
+                };
+                let line = format!(
+                    "{:x}-{:x} {}{}{}{shared} {:08x} {major:02x}:{minor:02x} {inode} {}\n",
+                    m.address,
+                    m.address + m.length,
+                    prot(libc::PROT_READ as u32, 'r'),
+                    prot(libc::PROT_WRITE as u32, 'w'),
+                    prot(libc::PROT_EXEC as u32, 'x'),
+                    m.page_offset,
+                    String::from_utf8_lossy(&m.path.as_slice()),
+                );
+                self.followed()
+                    .entry(m.pid as u32)
+                    .or_default()
+                    .push_str(&line);
+            }
+            _ => {}
+        }
     }
 
     /// Reads and keeps the maps of `tgid` (replacing what was kept: after an exec they
@@ -36,14 +85,17 @@ impl ProcessMaps {
         }
     }
 
-    /// The maps of `tgid`: read now if it lives, else as last kept.
+    /// The maps of `tgid`: read now if it lives, else as last kept, with the executable
+    /// mappings followed since (all a process that exited early may have).
     pub fn get(&self, tgid: u32) -> Option<Arc<str>> {
         self.remember(tgid);
-        self.lock().get(&tgid).cloned()
-    }
-
-    fn known(&self) -> Vec<u32> {
-        self.lock().keys().copied().collect()
+        let kept = self.lock().get(&tgid).cloned();
+        let followed = self.followed().get(&tgid).cloned();
+        match (kept, followed) {
+            (kept, None) => kept,
+            (None, Some(f)) => Some(f.into()),
+            (Some(k), Some(f)) => Some(format!("{k}{f}").into()),
+        }
     }
 
     /// File paths by (device, inode) from every process kept and every live process.
@@ -92,6 +144,56 @@ fn file_of_maps_line(line: &str) -> Option<((u32, u32), u64, String)> {
     Some((dev, inode, path.to_owned()))
 }
 
+/// The kernel's records of every new executable mapping and exec, system-wide, on a dummy
+/// software event per CPU (as `perf record` follows processes): read with the announcements.
+struct MappingRecords {
+    _events: Vec<PerfEvent>,
+    rings: Vec<RingBuffer>,
+    parse_info: RecordParseInfo,
+}
+
+impl MappingRecords {
+    /// Opens them; None where the kernel refuses (the /proc reads remain).
+    fn open() -> Option<MappingRecords> {
+        let mut attr = perf_event_attr {
+            size: std::mem::size_of::<perf_event_attr>() as u32,
+            type_: perf_event_open_sys::bindings::PERF_TYPE_SOFTWARE,
+            config: u64::from(perf_event_open_sys::bindings::PERF_COUNT_SW_DUMMY),
+            ..Default::default()
+        };
+        attr.set_mmap(1);
+        attr.set_mmap2(1);
+        attr.set_comm(1);
+        attr.set_comm_exec(1);
+        attr.set_exclude_kernel(1);
+        let mut events = Vec::new();
+        let mut rings = Vec::new();
+        for cpu in fltrace_capture::sys::online_cpus().ok()? {
+            let event = PerfEvent::open(&attr, -1, cpu).ok()?;
+            event.enable().ok()?;
+            rings.push(RingBuffer::map(&event, 64).ok()?);
+            events.push(event);
+        }
+        Some(MappingRecords {
+            _events: events,
+            rings,
+            parse_info: fltrace_capture::sys::parse_info(&attr),
+        })
+    }
+
+    fn drain(&mut self, maps: &ProcessMaps) {
+        let info = self.parse_info;
+        for ring in &mut self.rings {
+            ring.drain(|raw| {
+                let record = RawEventRecord::new(RecordType(raw.kind), raw.misc, raw.data, info);
+                if let Ok(record) = record.parse() {
+                    maps.follow(&record);
+                }
+            });
+        }
+    }
+}
+
 /// A thread that keeps the maps of each process the BPF side announces.
 pub(crate) struct Announcements {
     stop: Arc<AtomicBool>,
@@ -102,10 +204,11 @@ impl Announcements {
     pub(crate) fn start(mut ring: RingBuf<MapData>, maps: ProcessMaps) -> Announcements {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
+        // Opened here, before any event is counted, so that no mapping is missed.
+        let mut records = MappingRecords::open();
         let thread = std::thread::Builder::new()
             .name("fltrace-bpf-maps".into())
             .spawn(move || {
-                let mut refreshed = std::time::Instant::now();
                 loop {
                     let mut pfd = libc::pollfd {
                         fd: ring.as_fd().as_raw_fd(),
@@ -119,19 +222,15 @@ impl Announcements {
                             maps.remember(u32::from_ne_bytes(bytes));
                         }
                     }
+                    if let Some(records) = &mut records {
+                        records.drain(&maps);
+                    }
                     if stopping.load(Ordering::Relaxed) {
                         break;
                     }
-                    // Libraries loaded after the first event: re-read the processes seen,
-                    // often while they are few.
-                    let known = maps.known();
-                    let period = if known.len() <= 64 { 200 } else { 2000 };
-                    if refreshed.elapsed() >= std::time::Duration::from_millis(period) {
-                        for tgid in known {
-                            maps.remember(tgid);
-                        }
-                        refreshed = std::time::Instant::now();
-                    }
+                    // Libraries loaded after the first event come as mapping records: no
+                    // periodic re-reading of every process's maps, which cost the traced
+                    // programs CPU time on a small machine.
                 }
             })
             .ok();
@@ -160,7 +259,8 @@ pub struct Frame {
 }
 
 impl Frame {
-    fn from_location(loc: &Location) -> Frame {
+    /// A frame as the symbolizer named it.
+    pub fn from_location(loc: &Location) -> Frame {
         Frame {
             function: loc.function.to_string(),
             file_line: loc.has_line().then(|| loc.file_line()),

@@ -9,18 +9,16 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use fltrace_analyze::{Location, Symbolizer};
-use fltrace_capture::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack};
-use fltrace_trace::{Mapping, ProcessTrace, Stack};
-use framehop::x86_64::CacheX86_64;
+use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
 use crate::output::{Column, Format, Printer, Value};
-use crate::session::{Options, Record, Sample, Scope, Session, Source, StackMode};
+use crate::session::{Options, Record, Scope, Session, Source, StackMode};
+use crate::unwound::Processes;
 
 /// CSV and JSON: one row per (process, stack).
 pub const COLUMNS: &[Column] = &[
@@ -30,70 +28,10 @@ pub const COLUMNS: &[Column] = &[
     Column::data("stack"),
 ];
 
-const SOURCES: &[Source] = &[Source::Tracepoint {
-    group: "syscalls",
-    name: "sys_enter_brk",
-}];
+const SOURCES: &[Source] = &[Source::tracepoint("syscalls", "sys_enter_brk")];
 
 /// Bytes of user stack copied per call: brk is rare, so the whole of most stacks.
 const STACK_BYTES: u32 = 32 * 1024;
-
-/// The model of one process: its mappings over its exec generations and its unwinder.
-struct Proc {
-    generation: u32,
-    mappings: Vec<Mapping>,
-    unwinder: AddressSpaceUnwinder,
-    cache: CacheX86_64,
-}
-
-impl Proc {
-    fn new() -> Proc {
-        Proc {
-            generation: 0,
-            mappings: Vec::new(),
-            unwinder: AddressSpaceUnwinder::default(),
-            cache: CacheX86_64::new(),
-        }
-    }
-
-    fn from_proc(pid: u32, elf: &mut ElfCache) -> Proc {
-        let mut p = Proc::new();
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            for m in text.lines().filter_map(fltrace_trace::parse_procmaps_line) {
-                p.map(pid, m, elf);
-            }
-        }
-        p
-    }
-
-    fn map(&mut self, pid: u32, mut mapping: Mapping, elf: &mut ElfCache) {
-        mapping.generation = self.generation;
-        if mapping.is_exec() && mapping.is_file() {
-            let through_root = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));
-            let file = if through_root.exists() {
-                through_root
-            } else {
-                PathBuf::from(&mapping.path)
-            };
-            self.unwinder.add_mapping(elf, &mapping, &file);
-        }
-        self.mappings.push(mapping);
-    }
-
-    fn exec(&mut self) {
-        self.generation += 1;
-        self.unwinder = AddressSpaceUnwinder::default();
-        self.cache = CacheX86_64::new();
-    }
-
-    fn stack_bounds(&self, sp: u64) -> (u64, u64) {
-        self.mappings
-            .iter()
-            .rev()
-            .find(|m| m.generation == self.generation && m.contains(sp))
-            .map_or((0, 0), |m| (m.start, m.end))
-    }
-}
 
 /// One counted stack, symbolized.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,81 +89,23 @@ pub fn open(scope: &Scope) -> Result<BrkStack, Error> {
 type StackCount = (u32, String, Vec<u64>, u64);
 
 struct Model {
-    procs: HashMap<u32, Proc>,
-    elf: ElfCache,
+    processes: Processes,
     /// (pid, generation, comm, frames) to calls.
     counts: HashMap<(u32, u32, String, Vec<u64>), u64>,
     dwarf: bool,
 }
 
 impl Model {
-    fn proc(&mut self, pid: u32) -> &mut Proc {
-        let elf = &mut self.elf;
-        self.procs
-            .entry(pid)
-            .or_insert_with(|| Proc::from_proc(pid, elf))
-    }
-
     fn record(&mut self, ctx: &crate::session::Context, record: Record) {
-        match record {
-            Record::Comm {
-                pid, exec: true, ..
-            } => match self.procs.get_mut(&pid) {
-                Some(p) => p.exec(),
-                // Its mappings follow as records.
-                None => {
-                    self.procs.insert(pid, Proc::new());
-                }
-            },
-            Record::Fork { pid, ppid, tid, .. } if pid == tid && pid != ppid => {
-                let parent = self
-                    .procs
-                    .get(&ppid)
-                    .map(|p| (p.generation, p.mappings.clone(), p.unwinder.clone()));
-                let child = match parent {
-                    Some((generation, mappings, unwinder)) => Proc {
-                        generation,
-                        mappings,
-                        unwinder,
-                        cache: CacheX86_64::new(),
-                    },
-                    None => Proc::from_proc(pid, &mut self.elf),
-                };
-                self.procs.insert(pid, child);
-            }
-            Record::Mmap { pid, mapping, .. } => {
-                let elf = &mut self.elf;
-                let p = self
-                    .procs
-                    .entry(pid)
-                    .or_insert_with(|| Proc::from_proc(pid, elf));
-                p.map(pid, mapping, elf);
-            }
-            Record::Sample(s) => self.sample(ctx, &s),
-            _ => {}
+        self.processes.observe(&record);
+        if let Record::Sample(s) = record {
+            let comm = ctx.comm(s.tid);
+            let (generation, frames) = self.processes.user_stack(&s, self.dwarf);
+            *self
+                .counts
+                .entry((s.pid, generation, comm, frames))
+                .or_default() += 1;
         }
-    }
-
-    fn sample(&mut self, ctx: &crate::session::Context, s: &Sample) {
-        let comm = ctx.comm(s.tid);
-        let dwarf = self.dwarf;
-        let p = self.proc(s.pid);
-        let frames = match (dwarf, s.regs) {
-            (true, Some(regs)) => {
-                let mut frames = Vec::new();
-                let mut live = LiveStack::new(s.pid);
-                live.reset(p.stack_bounds(regs.1));
-                p.unwinder
-                    .unwind(&mut p.cache, regs, &s.stack, &mut live, &mut frames);
-                frames
-            }
-            _ => s.callchain.clone(),
-        };
-        let generation = p.generation;
-        *self
-            .counts
-            .entry((s.pid, generation, comm, frames))
-            .or_default() += 1;
     }
 
     /// Symbolizes every counted stack, per process, against the mappings it had.
@@ -240,11 +120,7 @@ impl Model {
         let mut symbolizer = Symbolizer::new();
         let mut out = Vec::new();
         for (pid, stacks) in by_pid {
-            let mappings = self
-                .procs
-                .get(&pid)
-                .map(|p| p.mappings.clone())
-                .unwrap_or_default();
+            let mappings = self.processes.mappings(pid);
             let trace = ProcessTrace {
                 pid,
                 faults: Vec::new(),
@@ -290,8 +166,7 @@ impl BrkStack {
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
         let mut model = Model {
-            procs: HashMap::new(),
-            elf: ElfCache::default(),
+            processes: Processes::default(),
             counts: HashMap::new(),
             dwarf: self.dwarf,
         };

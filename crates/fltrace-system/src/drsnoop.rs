@@ -23,22 +23,10 @@ pub const COLUMNS: &[Column] = &[
 ];
 
 const SOURCES: &[Source] = &[
-    Source::Tracepoint {
-        group: "vmscan",
-        name: "mm_vmscan_direct_reclaim_begin",
-    },
-    Source::Tracepoint {
-        group: "vmscan",
-        name: "mm_vmscan_direct_reclaim_end",
-    },
-    Source::Tracepoint {
-        group: "vmscan",
-        name: "mm_vmscan_memcg_reclaim_begin",
-    },
-    Source::Tracepoint {
-        group: "vmscan",
-        name: "mm_vmscan_memcg_reclaim_end",
-    },
+    Source::tracepoint("vmscan", "mm_vmscan_direct_reclaim_begin"),
+    Source::tracepoint("vmscan", "mm_vmscan_direct_reclaim_end"),
+    Source::tracepoint("vmscan", "mm_vmscan_memcg_reclaim_begin"),
+    Source::tracepoint("vmscan", "mm_vmscan_memcg_reclaim_end"),
 ];
 
 /// The open tool.

@@ -24,10 +24,7 @@ pub const COLUMNS: &[Column] = &[
     Column::new("FAULTS", "faults", 8),
 ];
 
-const SOURCES: &[Source] = &[Source::Tracepoint {
-    group: "exceptions",
-    name: "page_fault_user",
-}];
+const SOURCES: &[Source] = &[Source::tracepoint("exceptions", "page_fault_user")];
 
 /// The kind of a huge page fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -20,7 +20,9 @@ pub mod output;
 pub mod procfs;
 pub mod session;
 pub mod shmsnoop;
+pub mod stackcount;
 pub mod swapin;
+pub mod unwound;
 pub mod vmscan;
 
 pub use error::Error;

@@ -26,14 +26,8 @@ pub const COLUMNS: &[Column] = &[
 ];
 
 const SOURCES: &[Source] = &[
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_enter_mmap",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_exit_mmap",
-    },
+    Source::tracepoint("syscalls", "sys_enter_mmap"),
+    Source::tracepoint("syscalls", "sys_exit_mmap"),
 ];
 
 /// One call's arguments.

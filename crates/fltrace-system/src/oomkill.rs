@@ -27,10 +27,7 @@ pub const COLUMNS: &[Column] = &[
     Column::data("memcg"),
 ];
 
-const SOURCES: &[Source] = &[Source::Tracepoint {
-    group: "oom",
-    name: "mark_victim",
-}];
+const SOURCES: &[Source] = &[Source::tracepoint("oom", "mark_victim")];
 
 /// One OOM kill.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,8 +3,9 @@
 //! records that name processes and their mappings, and stopping on Ctrl-C, SIGTERM, a
 //! duration or the command's end.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -30,18 +31,60 @@ use crate::format::TracepointFormat;
 use crate::procfs;
 
 /// What to open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// A tracepoint, with its raw fields.
     Tracepoint {
         /// Its group (`oom`).
-        group: &'static str,
+        group: Cow<'static, str>,
         /// Its name (`mark_victim`).
-        name: &'static str,
+        name: Cow<'static, str>,
     },
     /// The software event of major page faults, with the fault address.
     MajorFaults,
+    /// A software event (`PERF_COUNT_SW_*`), at each occurrence, with the address of faults.
+    Software {
+        /// Its `PERF_COUNT_SW_*` number.
+        config: u32,
+    },
+    /// A user function's entry, or its return, with the argument and result registers.
+    Uprobe {
+        /// The ELF file.
+        path: std::path::PathBuf,
+        /// The function's offset in the file.
+        offset: u64,
+        /// At its return.
+        ret: bool,
+    },
 }
+
+impl Source {
+    /// The tracepoint `group:name`.
+    pub const fn tracepoint(group: &'static str, name: &'static str) -> Source {
+        Source::Tracepoint {
+            group: Cow::Borrowed(group),
+            name: Cow::Borrowed(name),
+        }
+    }
+
+    /// How a user reads it: `syscalls:sys_enter_brk`, `software 2`, `uprobe PATH+OFFSET`.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Tracepoint { group, name } => format!("{group}:{name}"),
+            Source::MajorFaults => "major-faults".to_owned(),
+            Source::Software { config } => format!("software event {config}"),
+            Source::Uprobe { path, offset, ret } => format!(
+                "{} {}+0x{offset:x}",
+                if *ret { "uretprobe" } else { "uprobe" },
+                path.display()
+            ),
+        }
+    }
+}
+
+/// x86_64 perf register numbers of a function's arguments (rdi, rsi, rdx, rcx, r8, r9) and
+/// its result (rax), as `Sample::args` holds them.
+const ARG_REGS: [u64; 7] = [5, 4, 3, 2, 16, 17, 0];
 
 /// Which user stack each sample carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +95,10 @@ pub enum StackMode {
     Callchain,
     /// The user registers and this many bytes of user stack, for DWARF unwinding here.
     Dwarf(u32),
+    /// As [`StackMode::Dwarf`], and the kernel's stack in `Sample::callchain`.
+    DwarfAndKernel(u32),
+    /// The kernel's stack only, in `Sample::callchain`.
+    KernelCallchain,
 }
 
 /// Whose events.
@@ -133,8 +180,11 @@ pub struct Sample {
     pub regs: Option<(u64, u64, u64)>,
     /// Bytes of user stack from sp, with [`StackMode::Dwarf`].
     pub stack: Vec<u8>,
-    /// User frames innermost first, with [`StackMode::Callchain`].
+    /// User frames innermost first, with [`StackMode::Callchain`]; kernel frames with
+    /// [`StackMode::DwarfAndKernel`].
     pub callchain: Vec<u64>,
+    /// A uprobe's arguments (rdi, rsi, rdx, rcx, r8, r9) and result (rax).
+    pub args: [u64; 7],
 }
 
 /// A record read from the rings.
@@ -262,6 +312,8 @@ pub struct Session {
     /// The formats of the sources (None for software events).
     pub formats: Vec<Option<TracepointFormat>>,
     child: Option<i32>,
+    /// The processes named with -p: the session ends when all have exited.
+    pids: Vec<i32>,
     cgroup_filter: Option<procfs::CgroupFilter>,
     comm_filter: Option<String>,
     /// Names, times and counters the handlers see.
@@ -271,7 +323,7 @@ pub struct Session {
     pub notes: Vec<String>,
 }
 
-fn attr_of(source: Source, id: u64, stack: StackMode) -> perf_event_attr {
+fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -> perf_event_attr {
     let mut attr = perf_event_attr {
         size: std::mem::size_of::<perf_event_attr>() as u32,
         ..Default::default()
@@ -294,6 +346,21 @@ fn attr_of(source: Source, id: u64, stack: StackMode) -> perf_event_attr {
             attr.config = u64::from(b::PERF_COUNT_SW_PAGE_FAULTS_MAJ);
             sample_type |= PERF_SAMPLE_ADDR;
         }
+        Source::Software { config } => {
+            attr.type_ = b::PERF_TYPE_SOFTWARE;
+            attr.config = u64::from(*config);
+            sample_type |= PERF_SAMPLE_ADDR;
+        }
+        Source::Uprobe { ret, offset, .. } => {
+            // `id` is the uprobe PMU's type; its `retprobe` format bit is config:0.
+            attr.type_ = id as u32;
+            attr.config = u64::from(*ret);
+            attr.__bindgen_anon_3.config1 = path.map_or(0, |p| p.as_ptr() as u64);
+            attr.__bindgen_anon_4.config2 = *offset;
+            sample_type |= PERF_SAMPLE_REGS_USER;
+            attr.sample_regs_user =
+                ARG_REGS.iter().fold(0, |regs, r| regs | (1 << r)) | user_stack_regs();
+        }
     }
     match stack {
         StackMode::None => {}
@@ -303,7 +370,17 @@ fn attr_of(source: Source, id: u64, stack: StackMode) -> perf_event_attr {
         }
         StackMode::Dwarf(bytes) => {
             sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
-            attr.sample_regs_user = (1 << sys::REG_BP) | (1 << sys::REG_SP) | (1 << sys::REG_IP);
+            attr.sample_regs_user |= user_stack_regs();
+            attr.sample_stack_user = bytes;
+        }
+        StackMode::KernelCallchain => {
+            sample_type |= PERF_SAMPLE_CALLCHAIN;
+            attr.set_exclude_callchain_user(1);
+        }
+        StackMode::DwarfAndKernel(bytes) => {
+            sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER | PERF_SAMPLE_CALLCHAIN;
+            attr.set_exclude_callchain_user(1);
+            attr.sample_regs_user |= user_stack_regs();
             attr.sample_stack_user = bytes;
         }
     }
@@ -311,10 +388,27 @@ fn attr_of(source: Source, id: u64, stack: StackMode) -> perf_event_attr {
     attr
 }
 
+/// The registers DWARF unwinding starts from.
+fn user_stack_regs() -> u64 {
+    (1 << sys::REG_BP) | (1 << sys::REG_SP) | (1 << sys::REG_IP)
+}
+
+/// The uprobe PMU's type number.
+fn uprobe_pmu() -> Result<u64, Error> {
+    let path = "/sys/bus/event_source/devices/uprobe/type";
+    std::fs::read_to_string(path)
+        .map_err(Error::kernel(
+            "uprobes (/sys/bus/event_source/devices/uprobe)",
+        ))?
+        .trim()
+        .parse()
+        .map_err(|_| Error::kernel("uprobes")(std::io::Error::other(format!("unreadable {path}"))))
+}
+
 /// The sample layout of `source` events opened with `stack`, for parsing records built in
 /// tests as the kernel lays them out.
 pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
-    sys::parse_info(&attr_of(source, 0, stack))
+    sys::parse_info(&attr_of(&source, 0, None, stack))
 }
 
 impl Session {
@@ -323,16 +417,31 @@ impl Session {
         let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (/sys/kernel/tracing)"))?;
         let mut formats = Vec::new();
         let mut attrs = Vec::new();
-        for (index, &source) in sources.iter().enumerate() {
+        // The uprobes' file names, which their attributes point to until they are opened.
+        let mut paths: Vec<Option<CString>> = Vec::new();
+        for (index, source) in sources.iter().enumerate() {
             let (format, id) = match source {
                 Source::Tracepoint { group, name } => {
                     let format = TracepointFormat::read(&tracefs, group, name)?;
                     let id = format.id;
                     (Some(format), id)
                 }
-                Source::MajorFaults => (None, 0),
+                Source::MajorFaults | Source::Software { .. } => (None, 0),
+                Source::Uprobe { path, .. } => {
+                    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+                        Error::Target {
+                            what: format!("{} names no file", path.display()),
+                            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                        }
+                    })?;
+                    paths.push(Some(c));
+                    (None, uprobe_pmu()?)
+                }
             };
-            let mut attr = attr_of(source, id, options.stack);
+            if !matches!(source, Source::Uprobe { .. }) {
+                paths.push(None);
+            }
+            let mut attr = attr_of(source, id, paths[index].as_ref(), options.stack);
             if index == 0 {
                 // Side-band records come once, with the first source's events.
                 attr.set_comm(1);
@@ -433,6 +542,10 @@ impl Session {
             parse_infos,
             formats,
             child,
+            pids: match &scope.target {
+                Target::Pids(pids) => pids.clone(),
+                _ => Vec::new(),
+            },
             cgroup_filter,
             comm_filter: scope.comm.clone(),
             context: Context {
@@ -453,6 +566,15 @@ impl Session {
     /// The pid of the command started here.
     pub fn child_pid(&self) -> Option<u32> {
         self.child.map(|pid| pid as u32)
+    }
+
+    /// Whether processes were named with -p and none of them lives any more.
+    fn all_named_exited(&self) -> bool {
+        !self.pids.is_empty()
+            && self
+                .pids
+                .iter()
+                .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
     }
 
     /// Reads every ring and returns the records in time order.
@@ -515,7 +637,8 @@ impl Session {
         loop {
             let last = stop.load(Ordering::Relaxed) > 0
                 || duration.is_some_and(|d| started.elapsed() >= d)
-                || status.is_some();
+                || status.is_some()
+                || self.all_named_exited();
             for record in self.drain() {
                 self.context.observe(&record);
                 if let Record::Sample(sample) = &record
@@ -581,10 +704,7 @@ fn open_events(
                         continue;
                     }
                     Err(e) => {
-                        let name = match sources[index] {
-                            Source::Tracepoint { group, name } => format!("{group}:{name}"),
-                            Source::MajorFaults => "major-faults".to_owned(),
-                        };
+                        let name = sources[index].describe();
                         return Err(Error::kernel(format!("opening {name}"))(e));
                     }
                 };
@@ -680,6 +800,12 @@ fn sample_of(source: usize, s: &SampleRecord<'_>) -> Sample {
         let reg = |n| r.get(n).unwrap_or(0);
         (reg(sys::REG_IP), reg(sys::REG_SP), reg(sys::REG_BP))
     });
+    let mut args = [0; 7];
+    if let Some(r) = &s.user_regs {
+        for (arg, &reg) in args.iter_mut().zip(&ARG_REGS) {
+            *arg = r.get(reg).unwrap_or(0);
+        }
+    }
     let stack = match &s.user_stack {
         Some((data, dyn_size)) => {
             let len = (*dyn_size as usize).min(data.len());
@@ -716,6 +842,7 @@ fn sample_of(source: usize, s: &SampleRecord<'_>) -> Sample {
         regs,
         stack,
         callchain,
+        args,
     }
 }
 

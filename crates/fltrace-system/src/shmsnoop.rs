@@ -24,38 +24,14 @@ pub const COLUMNS: &[Column] = &[
 const CALLS: [&str; 4] = ["shmget", "shmat", "shmdt", "shmctl"];
 
 const SOURCES: &[Source] = &[
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_enter_shmget",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_enter_shmat",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_enter_shmdt",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_enter_shmctl",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_exit_shmget",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_exit_shmat",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_exit_shmdt",
-    },
-    Source::Tracepoint {
-        group: "syscalls",
-        name: "sys_exit_shmctl",
-    },
+    Source::tracepoint("syscalls", "sys_enter_shmget"),
+    Source::tracepoint("syscalls", "sys_enter_shmat"),
+    Source::tracepoint("syscalls", "sys_enter_shmdt"),
+    Source::tracepoint("syscalls", "sys_enter_shmctl"),
+    Source::tracepoint("syscalls", "sys_exit_shmget"),
+    Source::tracepoint("syscalls", "sys_exit_shmat"),
+    Source::tracepoint("syscalls", "sys_exit_shmdt"),
+    Source::tracepoint("syscalls", "sys_exit_shmctl"),
 ];
 
 /// `IPC_CREAT|IPC_EXCL|0600` style text of shmget's flags, as bcc prints them.

@@ -109,20 +109,14 @@ pub fn open(scope: &Scope) -> Result<Vmscan, Error> {
         fltrace_capture::sys::tracefs().map_err(Error::kernel("tracefs (/sys/kernel/tracing)"))?;
     let mut sources: Vec<Source> = REQUIRED
         .iter()
-        .map(|(name, _)| Source::Tracepoint {
-            group: "vmscan",
-            name,
-        })
+        .map(|(name, _)| Source::tracepoint("vmscan", name))
         .collect();
     let mut kinds: Vec<Kind> = REQUIRED.iter().map(|(_, k)| *k).collect();
     let write = ["mm_vmscan_write_folio", "mm_vmscan_writepage"]
         .into_iter()
         .find(|name| crate::format::TracepointFormat::exists(&tracefs, "vmscan", name));
     if let Some(name) = write {
-        sources.push(Source::Tracepoint {
-            group: "vmscan",
-            name,
-        });
+        sources.push(Source::tracepoint("vmscan", name));
         kinds.push(Kind::Write);
     }
     Ok(Vmscan {

@@ -18,6 +18,7 @@ use fltrace_bpf::{
     By, CountSpec, Counter, FieldFilter, Frame, ProcessFilter, ProcessMaps, Row, StackNames,
 };
 use fltrace_capture::PendingChild;
+use fltrace_system::stackcount::{StackCountSpec, StackCounter};
 
 use crate::cli::{Format, duration};
 use crate::record::interrupt_counter;
@@ -288,6 +289,9 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
         by.insert(0, By::Probe);
     }
     let filter = args.filter.as_deref().map(FieldFilter::parse).transpose()?;
+    if by.contains(&By::UStack) && names_processes(&args.common) {
+        return count_named(events, by, filter, &args.common, args.top, false);
+    }
     let (processes, pending) = Session::prepare(&args.common)?;
     let spec = CountSpec {
         events,
@@ -305,7 +309,14 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut session = Session::start(pending, &args.common, Some(counter.process_maps().clone()))?;
-    eprintln!("fltrace: counting {event}; Ctrl-C to end");
+    eprintln!(
+        "fltrace: counting {event}{}; Ctrl-C to end",
+        if args.by.iter().any(|b| b.contains("ustack")) {
+            ": user stacks follow frame pointers (name processes with -p or a command for DWARF stacks)"
+        } else {
+            ""
+        }
+    );
     session.wait();
     let mut names = StackNames::new();
     let snapshot = counter.snapshot(&mut names)?;
@@ -455,7 +466,85 @@ fn print_rows(rows: &[Row], common: &Common) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether processes are named (-p or a command, no cgroup): their user stacks are then
+/// DWARF-unwound in user space rather than walked by frame pointers in the kernel.
+fn names_processes(common: &Common) -> bool {
+    common.cgroup.is_none() && (!common.pids.is_empty() || !common.command.is_empty())
+}
+
+/// Counts the events of named processes in user space, with DWARF-unwound user stacks;
+/// `rate` prints the events per second as `faults` does.
+fn count_named(
+    events: Vec<fltrace_bpf::Event>,
+    by: Vec<By>,
+    filter: Option<FieldFilter>,
+    common: &Common,
+    top: usize,
+    rate: bool,
+) -> anyhow::Result<ExitCode> {
+    let counter = StackCounter::open(StackCountSpec {
+        events,
+        by,
+        filter,
+        pids: common.pids.clone(),
+        command: common.command.clone(),
+        comm: common.comm.clone(),
+    })?;
+    let stop = interrupt_counter()?;
+    let quiet = common.folded || common.format != Format::Table;
+    let whom = match counter.child_pid() {
+        Some(pid) => format!("the command (pid {pid})"),
+        None => format!("{:?}", common.pids),
+    };
+    eprintln!(
+        "fltrace: counting the events of {whom} with user stacks unwound from DWARF \
+         (complete without frame pointers); Ctrl-C to end"
+    );
+    let mut names = StackNames::new();
+    let counts = counter.run(
+        &stop,
+        common.duration,
+        |events, elapsed| {
+            if rate && !quiet {
+                eprintln!(
+                    "fltrace: {:.0} faults/s",
+                    events as f64 / elapsed.as_secs_f64()
+                );
+            }
+        },
+        &mut names,
+    )?;
+    print_rows(&counts.rows[..counts.rows.len().min(top)], common)?;
+    if !quiet {
+        let secs = counts.elapsed.as_secs_f64().max(1e-9);
+        eprintln!(
+            "fltrace: {} events in {secs:.1} s ({:.0}/s){}",
+            counts.events,
+            counts.events as f64 / secs,
+            if counts.lost > 0 {
+                format!(
+                    " ({} samples lost: the ring was full; fewer processes or --by without ustack lose none)",
+                    counts.lost
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
+    if names_processes(&args.common) {
+        return count_named(
+            fltrace_bpf::fault_tracepoints(),
+            vec![By::Comm, By::Pid, By::UStack, By::KStack],
+            None,
+            &args.common,
+            args.top,
+            true,
+        );
+    }
     let (processes, pending) = Session::prepare(&args.common)?;
     let spec = CountSpec {
         events: fltrace_bpf::fault_events(),
@@ -476,7 +565,8 @@ pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
     let quiet = args.common.folded || args.common.format != Format::Table;
     eprintln!(
         "fltrace: counting page faults by stack; user stacks follow frame pointers \
-         (code built without them shows only its innermost frame); Ctrl-C to end"
+         (code built without them shows only its innermost frame; -p PID or a command \
+         unwinds them from DWARF); Ctrl-C to end"
     );
     // The fault rate, each second.
     let mut last = (Instant::now(), 0u64);
@@ -593,7 +683,10 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         if kernel {
             "the kernel's allocations (kmalloc, kmem_cache, pages)".to_owned()
         } else {
-            format!("the C library allocator of {:?}", processes.tgids)
+            format!(
+                "the C library allocator of {:?} (stacks follow frame pointers)",
+                processes.tgids
+            )
         }
     );
     let mut names = StackNames::new();

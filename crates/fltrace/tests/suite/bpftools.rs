@@ -527,3 +527,120 @@ fn record_sees_every_fault_while_faults_counts() {
         .sum();
     assert_eq!(at_touch, 200, "{report}");
 }
+
+/// `nofp.c`, gcc -O2 -g -fomit-frame-pointer: its faults are three calls below main.
+fn nofp() -> &'static Path {
+    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let out = dir.path().join("nofp");
+            let status = Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+                .arg(&out)
+                .arg(workloads_dir().join("nofp.c"))
+                .status()
+                .expect("gcc runs");
+            assert!(status.success(), "building nofp.c");
+            (dir, out)
+        })
+        .1
+}
+
+/// The rows whose innermost user frame is nofp.c's fault line.
+fn at_deep_touch(rows: &Value) -> Vec<Value> {
+    let line = format!("nofp.c:{}", site("nofp.c", "deep_touch"));
+    rows.as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.starts_with("fault_inner ") && f.contains(&line))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The function names of a row's user stack, innermost first.
+fn functions(row: &Value) -> Vec<String> {
+    frames(row, "ustack")
+        .iter()
+        .map(|f| f.split(' ').next().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn faults_of_a_command_without_frame_pointers_reach_main() {
+    let dir = Dir::new();
+    let nofp = nofp().to_string_lossy().into_owned();
+    let rows = json_of(&dir, &["faults", "--format", "json", "--", &nofp, "237"]);
+    let deep = at_deep_touch(&rows);
+    assert_eq!(deep.len(), 1, "one stack at the fault line: {rows:#?}");
+    assert_eq!(deep[0]["count"], 237, "{rows:#?}");
+    assert_eq!(deep[0]["comm"], "nofp");
+    assert_eq!(
+        functions(&deep[0])[..4],
+        ["fault_inner", "fault_middle", "fault_outer", "main"],
+        "{:#?}",
+        deep[0]
+    );
+}
+
+#[test]
+fn count_by_user_stack_of_a_process_without_frame_pointers_reaches_main() {
+    let dir = Dir::new();
+    let nofp = nofp().to_string_lossy().into_owned();
+    let rows = json_of(
+        &dir,
+        &[
+            "count",
+            "page-faults",
+            "--by",
+            "ustack",
+            "--format",
+            "json",
+            "--",
+            &nofp,
+            "111",
+        ],
+    );
+    let deep = at_deep_touch(&rows);
+    assert_eq!(deep.len(), 1, "{rows:#?}");
+    assert_eq!(deep[0]["count"], 111, "{rows:#?}");
+    assert!(
+        functions(&deep[0]).contains(&"main".to_owned()),
+        "{:#?}",
+        deep[0]
+    );
+}
+/// System-wide, stacks are the kernel's frame-pointer walk: short in nofp (no main), but the
+/// program, gone before the output is printed, still has its frames named at their line.
+#[test]
+fn system_wide_stacks_of_an_exited_program_are_named() {
+    let dir = Dir::new();
+    let fltrace = Background::start(
+        &dir,
+        &[
+            "count",
+            "page-faults",
+            "--by",
+            "ustack,comm",
+            "--comm",
+            "nofp",
+            "--format",
+            "json",
+        ],
+    );
+    let status = Command::new(nofp()).arg("173").status().expect("nofp runs");
+    assert!(status.success());
+    let rows = fltrace.interrupt();
+    let deep = at_deep_touch(&rows);
+    assert_eq!(deep.len(), 1, "{rows:#?}");
+    assert_eq!(deep[0]["count"], 173, "{rows:#?}");
+    assert!(
+        !functions(&deep[0]).contains(&"main".to_owned()),
+        "a frame-pointer walk through code without frame pointers reached main: {:#?}",
+        deep[0]
+    );
+}
