@@ -1349,7 +1349,9 @@ impl<T> Iterator for FaultRowGroups<T> {
         self.next += 1;
         // The decoder panics on some corrupt pages: an error naming the file instead.
         let (read, table) = (self.read, &self.table);
-        Some(crate::guard::guarded(&table.path, || read(table, group..group + 1)))
+        Some(crate::guard::guarded(&table.path, || {
+            read(table, group..group + 1)
+        }))
     }
 }
 

@@ -7,8 +7,7 @@ use std::time::SystemTime;
 use crate::parquet_io::TableReader;
 use crate::{
     AllocEvent, Completeness, Error, Fault, FaultKey, FaultRowGroups, Mapping, Stack, completeness,
-    files, read_allocs,
-    read_faults, read_mappings, read_stacks,
+    files, read_allocs, read_faults, read_mappings, read_stacks,
 };
 
 /// Footer keys of the faults file ([`FORMAT`](keys::FORMAT) is in every table's footer).
