@@ -279,6 +279,7 @@ impl Counter {
             .clone();
         let mut config = Config::default();
         let mut probe_names = HashMap::new();
+        let all_syscalls = all_syscall_events(&spec.events);
         for by in &spec.by {
             config.key_flags |= match by {
                 By::Comm => object::KEY_COMM,
@@ -290,6 +291,10 @@ impl Counter {
                 By::Probe | By::Field(_) => object::KEY_FIELD,
             };
             let field_name = match by {
+                // The kernel hands BPF a syscall tracepoint's record with its first eight
+                // bytes (common_type among them) overwritten by the registers' address
+                // (perf_call_bpf_enter/exit): the syscall's number tells them apart instead.
+                By::Probe if all_syscalls => "__syscall_nr",
                 By::Probe => "common_type",
                 By::Field(name) => name.as_str(),
                 _ => continue,
@@ -301,10 +306,14 @@ impl Counter {
             if *by == By::Probe {
                 for event in &spec.events {
                     if let Event::Tracepoint { category, name } = event {
-                        probe_names.insert(
-                            tracefs::id(category, name)?,
-                            format!("tracepoint:{category}:{name}"),
-                        );
+                        let key = if all_syscalls {
+                            syscall_number(name)
+                        } else {
+                            Some(tracefs::id(category, name)?)
+                        };
+                        if let Some(key) = key {
+                            probe_names.insert(key, format!("tracepoint:{category}:{name}"));
+                        }
                     }
                 }
             }
@@ -431,7 +440,13 @@ impl Counter {
                     self.probe_names
                         .get(&key.field)
                         .cloned()
-                        .unwrap_or_else(|| format!("tracepoint id {}", key.field))
+                        .unwrap_or_else(|| {
+                            if all_syscall_events(&self.spec.events) {
+                                format!("syscall {}", key.field)
+                            } else {
+                                format!("tracepoint id {}", key.field)
+                            }
+                        })
                 }),
                 field: by_field.then_some(key.field),
                 field2: self.spec.second_field.is_some().then_some(key.field2),
@@ -489,6 +504,60 @@ impl RowKey {
 }
 
 /// The field `name`, at the same place in every event.
+/// Whether every event is a system call tracepoint (whose records reach BPF altered).
+fn all_syscall_events(events: &[Event]) -> bool {
+    events
+        .iter()
+        .all(|e| matches!(e, Event::Tracepoint { category, .. } if category == "syscalls"))
+}
+
+/// The number of the system call a `sys_enter_NAME`/`sys_exit_NAME` tracepoint traces, for
+/// the calls of the memory chapter and the common ones (tracefs does not say it); others are
+/// shown by number.
+fn syscall_number(event: &str) -> Option<u64> {
+    let name = event
+        .strip_prefix("sys_enter_")
+        .or_else(|| event.strip_prefix("sys_exit_"))?;
+    let number = match name {
+        "brk" => libc::SYS_brk,
+        "mmap" => libc::SYS_mmap,
+        "munmap" => libc::SYS_munmap,
+        "mremap" => libc::SYS_mremap,
+        "mprotect" => libc::SYS_mprotect,
+        "madvise" => libc::SYS_madvise,
+        "process_madvise" => libc::SYS_process_madvise,
+        "mlock" => libc::SYS_mlock,
+        "mlock2" => libc::SYS_mlock2,
+        "munlock" => libc::SYS_munlock,
+        "mlockall" => libc::SYS_mlockall,
+        "munlockall" => libc::SYS_munlockall,
+        "mincore" => libc::SYS_mincore,
+        "msync" => libc::SYS_msync,
+        "mbind" => libc::SYS_mbind,
+        "set_mempolicy" => libc::SYS_set_mempolicy,
+        "get_mempolicy" => libc::SYS_get_mempolicy,
+        "migrate_pages" => libc::SYS_migrate_pages,
+        "move_pages" => libc::SYS_move_pages,
+        "remap_file_pages" => libc::SYS_remap_file_pages,
+        "memfd_create" => libc::SYS_memfd_create,
+        "userfaultfd" => libc::SYS_userfaultfd,
+        "shmget" => libc::SYS_shmget,
+        "shmat" => libc::SYS_shmat,
+        "shmdt" => libc::SYS_shmdt,
+        "shmctl" => libc::SYS_shmctl,
+        "read" => libc::SYS_read,
+        "write" => libc::SYS_write,
+        "openat" => libc::SYS_openat,
+        "close" => libc::SYS_close,
+        "execve" => libc::SYS_execve,
+        "exit_group" => libc::SYS_exit_group,
+        "clone" => libc::SYS_clone,
+        "clone3" => libc::SYS_clone3,
+        _ => return None,
+    };
+    u64::try_from(number).ok()
+}
+
 fn same_field(events: &[Event], name: &str) -> Result<tracefs::Field, Error> {
     let mut found: Option<tracefs::Field> = None;
     for event in events {

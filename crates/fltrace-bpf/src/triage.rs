@@ -50,7 +50,7 @@ pub struct FaultingProcess {
 pub struct Triage {
     /// How long the counters ran.
     pub duration: Duration,
-    /// OOM-killer lines of the kernel log (empty when none or unreadable).
+    /// OOM kills in the kernel log, oldest first, one line each (empty when none or unreadable).
     pub oom_kills: Vec<String>,
     /// Why the kernel log could not be read, if it could not.
     pub kmsg_error: Option<String>,
@@ -168,7 +168,8 @@ pub fn top_rss(n: usize) -> Vec<ProcessRss> {
     out
 }
 
-/// OOM-killer lines of the kernel log, read without blocking from /dev/kmsg.
+/// The OOM kills in the kernel log, one line each (the victim, its memory and the memory
+/// cgroup that hit its limit), read without blocking from /dev/kmsg.
 pub fn oom_kills() -> Result<Vec<String>, String> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -176,6 +177,7 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
         .open("/dev/kmsg")
         .map_err(|e| format!("/dev/kmsg: {e}"))?;
     let mut lines = Vec::new();
+    let mut memcg: Option<String> = None;
     let mut buf = vec![0u8; 8192];
     loop {
         // Each read returns one record; EAGAIN at the end, EPIPE when records were overwritten.
@@ -185,11 +187,17 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
                 let record = String::from_utf8_lossy(&buf[..n]);
                 let message = record.split_once(';').map_or(&*record, |(_, m)| m);
                 let message = message.lines().next().unwrap_or("").trim();
-                if message.contains("Out of memory")
-                    || message.contains("oom-kill")
-                    || message.contains("Killed process")
-                {
-                    lines.push(message.to_owned());
+                // One line per kill: the victim's line, with the cgroup from the line before.
+                if let Some(constraint) = message.strip_prefix("oom-kill:") {
+                    memcg = constraint
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix("oom_memcg="))
+                        .map(str::to_owned);
+                } else if message.contains("Killed process") {
+                    lines.push(match memcg.take() {
+                        Some(group) => format!("{message} (memory cgroup {group})"),
+                        None => message.to_owned(),
+                    });
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
@@ -299,9 +307,12 @@ impl Triage {
                 stacks: Vec::new(),
             });
             p.faults += row.count;
-            if p.stacks.len() < 3 {
-                p.stacks
-                    .push((row.count, row.ustack.clone().unwrap_or_default()));
+            // Stacks the kernel could not walk differ in the map but name alike: one line.
+            let stack = row.ustack.clone().unwrap_or_default();
+            if let Some(same) = p.stacks.iter_mut().find(|(_, s)| *s == stack) {
+                same.0 += row.count;
+            } else if p.stacks.len() < 3 {
+                p.stacks.push((row.count, stack));
             }
         }
         let mut top: Vec<FaultingProcess> = by_pid.into_values().collect();
@@ -330,10 +341,7 @@ impl Triage {
         let mut out = Vec::new();
         if !self.oom_kills.is_empty() {
             out.push((
-                format!(
-                    "{} OOM-killer messages in the kernel log",
-                    self.oom_kills.len()
-                ),
+                format!("{} OOM kills in the kernel log", self.oom_kills.len()),
                 "fltrace oomkill".to_owned(),
             ));
         }

@@ -812,7 +812,12 @@ pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
         (Some(e), _) => writeln!(out, "  cannot read the kernel log: {e}")?,
         (None, true) => writeln!(out, "  none")?,
         (None, false) => {
-            for line in &report.oom_kills {
+            const SHOWN: usize = 5;
+            let kills = &report.oom_kills;
+            if kills.len() > SHOWN {
+                writeln!(out, "  {} kills; the last {SHOWN}:", kills.len())?;
+            }
+            for line in &kills[kills.len().saturating_sub(SHOWN)..] {
                 writeln!(out, "  {line}")?;
             }
         }
