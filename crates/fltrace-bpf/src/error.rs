@@ -50,6 +50,9 @@ pub enum Error {
         /// Why.
         source: Box<aya::maps::MapError>,
     },
+    /// The uprobes with DWARF-unwound stacks (`memleak -p`) could not be placed or read.
+    #[error(transparent)]
+    Capture(#[from] fltrace_capture::Error),
 }
 
 impl Error {

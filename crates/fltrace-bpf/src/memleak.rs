@@ -1,6 +1,9 @@
 //! `fltrace memleak`: allocations not yet freed, by stack, kept in the kernel (bcc's memleak).
 //! Without processes: the kernel's own allocations (kmem tracepoints: kmalloc, kmem_cache and
-//! pages). For processes: uprobes on their C library's allocator.
+//! pages). For processes: uprobes on their C library's allocator, either counted in the kernel
+//! by frame-pointer stacks (processes chosen by cgroup or name) or, for processes named by pid,
+//! read by fltrace-capture's uprobe reader, which unwinds each stack from DWARF and keeps the
+//! blocks here (complete stacks in code built without frame pointers).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +20,7 @@ use crate::counter::{
 use crate::object::{self, Alloc, Config};
 use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
 use crate::{Error, tracefs};
+use fltrace_capture::LiveAllocs;
 
 /// Kernel allocation tracepoints: program, slot, tracepoint, address field, size field.
 const KERNEL_ALLOCS: [(&str, u32, &str, &str, &str); 3] = [
@@ -57,6 +61,8 @@ pub enum LeakTarget {
         /// The C library the processes use.
         libc: PathBuf,
     },
+    /// Those of the running processes of the filter (named by pid), stacks unwound from DWARF.
+    Attached,
 }
 
 /// Outstanding allocations of one stack.
@@ -89,10 +95,20 @@ pub struct LeakSnapshot {
 
 /// The running tracer; detached when dropped.
 pub struct LeakTracer {
-    ebpf: Ebpf,
-    kernel: bool,
+    engine: Engine,
     maps: ProcessMaps,
-    _announcements: Option<Announcements>,
+}
+
+/// Where the outstanding blocks are kept.
+enum Engine {
+    /// In a BPF map, with the kernel's stacks.
+    Bpf {
+        ebpf: Ebpf,
+        kernel: bool,
+        _announcements: Option<Announcements>,
+    },
+    /// Here, from uprobe samples unwound from DWARF: per process, its comm and its reader.
+    Unwound(Vec<(u32, String, LiveAllocs)>),
 }
 
 /// The C library `pid` has mapped.
@@ -125,6 +141,9 @@ fn field(name: &str, field: &str) -> Result<tracefs::Field, Error> {
 impl LeakTracer {
     /// Loads and attaches the allocation probes.
     pub fn start(target: LeakTarget, processes: &ProcessFilter) -> Result<LeakTracer, Error> {
+        if matches!(target, LeakTarget::Attached) {
+            return Self::start_unwound(&processes.tgids);
+        }
         let mut ebpf = object::load()?;
         let mut base = Config::default();
         process_config(processes, &mut base)?;
@@ -167,6 +186,7 @@ impl LeakTracer {
                 }
                 None
             }
+            LeakTarget::Attached => None,
             LeakTarget::User { libc } => {
                 let mut config = base;
                 config.filter_flags |= object::ANNOUNCE_TGIDS;
@@ -177,11 +197,41 @@ impl LeakTracer {
             }
         };
         Ok(LeakTracer {
-            ebpf,
-            kernel,
+            engine: Engine::Bpf {
+                ebpf,
+                kernel,
+                _announcements: announcements,
+            },
             maps,
-            _announcements: announcements,
         })
+    }
+
+    fn start_unwound(tgids: &[u32]) -> Result<LeakTracer, Error> {
+        let maps = ProcessMaps::default();
+        let mut readers = Vec::new();
+        for &tgid in tgids {
+            let pid = tgid as i32;
+            let tasks = fltrace_capture::attach_tasks(pid)?;
+            maps.remember(tgid);
+            let comm_path = format!("/proc/{tgid}/comm");
+            let comm = std::fs::read_to_string(&comm_path).map_err(Error::io(&comm_path))?;
+            let reader = LiveAllocs::start(pid, &tasks)?;
+            readers.push((tgid, comm.trim_end().to_owned(), reader));
+        }
+        Ok(LeakTracer {
+            engine: Engine::Unwound(readers),
+            maps,
+        })
+    }
+
+    /// Stops the tracer; for the DWARF-unwound one, says whether its reader failed.
+    pub fn finish(self) -> Result<(), Error> {
+        if let Engine::Unwound(readers) = self.engine {
+            for (_, _, reader) in readers {
+                reader.finish()?;
+            }
+        }
+        Ok(())
     }
 
     /// The mappings kept of the processes seen.
@@ -196,8 +246,13 @@ impl LeakTracer {
         older_than: Duration,
         top: usize,
     ) -> Result<LeakSnapshot, Error> {
-        let map = self
-            .ebpf
+        let (ebpf, kernel) = match &self.engine {
+            Engine::Bpf { ebpf, kernel, .. } => (ebpf, *kernel),
+            Engine::Unwound(readers) => {
+                return Ok(self.unwound_snapshot(readers, names, older_than, top));
+            }
+        };
+        let map = ebpf
             .map("outstanding")
             .ok_or_else(|| Error::Unsupported("the BPF object has no outstanding map".into()))?;
         let outstanding: BpfHashMap<_, u64, Alloc> =
@@ -214,7 +269,7 @@ impl LeakTracer {
             if alloc.time_ns > cutoff {
                 continue;
             }
-            let tgid = if self.kernel { 0 } else { alloc.tgid };
+            let tgid = if kernel { 0 } else { alloc.tgid };
             let group = groups
                 .entry((tgid, alloc.stack))
                 .or_insert((0, 0, alloc.comm));
@@ -226,9 +281,9 @@ impl LeakTracer {
         sorted.truncate(top);
 
         let mut user_stacks: HashMap<u32, Vec<(u32, Vec<u64>)>> = HashMap::new();
-        if !self.kernel {
+        if !kernel {
             for ((tgid, stack), _) in &sorted {
-                if let Some(frames) = stack_frames(&self.ebpf, *stack) {
+                if let Some(frames) = stack_frames(ebpf, *stack) {
                     user_stacks
                         .entry(*tgid)
                         .or_default()
@@ -246,12 +301,12 @@ impl LeakTracer {
         let stacks = sorted
             .into_iter()
             .map(|((tgid, stack), (bytes, allocations, comm))| Outstanding {
-                pid: (!self.kernel).then_some(tgid),
+                pid: (!kernel).then_some(tgid),
                 comm: object::comm_string(&comm),
                 bytes,
                 allocations,
-                stack: if self.kernel {
-                    stack_frames(&self.ebpf, stack)
+                stack: if kernel {
+                    stack_frames(ebpf, stack)
                         .map(|f| names.kernel(&f))
                         .unwrap_or_default()
                 } else {
@@ -261,10 +316,56 @@ impl LeakTracer {
             .collect();
         Ok(LeakSnapshot {
             stacks,
-            allocs: totals(&self.ebpf, 3),
-            frees: totals(&self.ebpf, 4),
-            dropped: totals(&self.ebpf, object::TOTAL_DROPPED),
+            allocs: totals(ebpf, 3),
+            frees: totals(ebpf, 4),
+            dropped: totals(ebpf, object::TOTAL_DROPPED),
         })
+    }
+
+    /// The blocks the uprobe readers keep, named through the same symbolizer.
+    fn unwound_snapshot(
+        &self,
+        readers: &[(u32, String, LiveAllocs)],
+        names: &mut StackNames,
+        older_than: Duration,
+        top: usize,
+    ) -> LeakSnapshot {
+        let now = monotonic_ns();
+        let mut snapshot = LeakSnapshot::default();
+        let mut stacks = Vec::new();
+        for (tgid, comm, reader) in readers {
+            let blocks = reader.outstanding(now, older_than);
+            snapshot.allocs += blocks.allocs;
+            snapshot.frees += blocks.frees;
+            snapshot.dropped += blocks.lost;
+            let mut groups = blocks.stacks;
+            groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.blocks.cmp(&a.blocks)));
+            groups.truncate(top);
+            let numbered: Vec<(u32, Vec<u64>)> = groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (i as u32, g.frames.clone()))
+                .collect();
+            let maps = self.maps.get(*tgid);
+            let mut named = names.user(*tgid, maps.as_deref(), &numbered, true);
+            for (i, group) in groups.into_iter().enumerate() {
+                stacks.push(Outstanding {
+                    pid: Some(*tgid),
+                    comm: comm.clone(),
+                    bytes: group.bytes,
+                    allocations: group.blocks,
+                    stack: named.remove(&(i as u32)).unwrap_or_default(),
+                });
+            }
+        }
+        stacks.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.allocations.cmp(&a.allocations))
+        });
+        stacks.truncate(top);
+        snapshot.stacks = stacks;
+        snapshot
     }
 }
 

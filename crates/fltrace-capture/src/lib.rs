@@ -38,7 +38,9 @@ pub mod wss;
 
 pub use allocs::{AllocLogs, Converted};
 pub use error::Error;
+pub use recorder::attach_tasks;
 pub use recorder::{AllocTracing, Options, Progress, Summary, Target, monotonic_now_ns, record};
 pub use runtime::{FarMemory, HeapBacking};
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;
+pub use uprobes::{LiveAllocs, OutstandingBlocks, OutstandingStack};

@@ -726,8 +726,8 @@ fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_ms: i32) {
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
 }
 
-/// The threads of a running process.
-fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
+/// The threads of a running process, its main thread first.
+pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
     let dir = format!("/proc/{pid}/task");
     let entries = std::fs::read_dir(&dir).map_err(|source| Error::Attach { pid, source })?;
     let mut tasks: Vec<i32> = entries

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use linux_perf_event_reader::{EventRecord, RawEventRecord, RecordType};
@@ -263,13 +264,26 @@ impl Probes {
     }
 
     fn run(
-        mut self,
+        self,
         stop: &AtomicBool,
         dir: &Path,
         origin: Origin,
         mono_offset: u64,
     ) -> Result<Converted, Error> {
         let mut out = Output::create(dir, origin)?;
+        let lost = self.drain_into(stop, &mut out, mono_offset)?;
+        let mut converted = out.finish()?;
+        converted.dropped = lost;
+        Ok(converted)
+    }
+
+    /// Pairs entries and returns per thread into `out` until `stop`; returns the samples lost.
+    fn drain_into(
+        mut self,
+        stop: &AtomicBool,
+        out: &mut impl AllocSink,
+        mono_offset: u64,
+    ) -> Result<u64, Error> {
         let mut pending: HashMap<u32, Pending> = HashMap::new();
         let mut cache = framehop::x86_64::CacheX86_64::new();
         let mut live = LiveStack::new(0);
@@ -350,11 +364,10 @@ impl Probes {
             if stopping {
                 break;
             }
+            out.lost(lost);
             std::thread::sleep(Duration::from_millis(1));
         }
-        let mut converted = out.finish()?;
-        converted.dropped = lost;
-        Ok(converted)
+        Ok(lost)
     }
 }
 
@@ -467,6 +480,16 @@ impl Pending {
     }
 }
 
+/// Where paired allocation events go: the recording's tables, or a live table of blocks.
+trait AllocSink {
+    /// The id of a stack (innermost return address first).
+    fn stack(&mut self, frames: &[u64]) -> Result<u32, Error>;
+    /// One call, paired with its result.
+    fn push(&mut self, event: AllocEvent) -> Result<(), Error>;
+    /// The samples the kernel dropped so far.
+    fn lost(&mut self, _total: u64) {}
+}
+
 /// The tables being written.
 struct Output {
     allocs: AllocWriter,
@@ -485,7 +508,9 @@ impl Output {
             events: 0,
         })
     }
+}
 
+impl AllocSink for Output {
     fn stack(&mut self, frames: &[u64]) -> Result<u32, Error> {
         if let Some(&id) = self.ids.get(frames) {
             return Ok(id);
@@ -504,7 +529,9 @@ impl Output {
         self.events += 1;
         Ok(self.allocs.push(event)?)
     }
+}
 
+impl Output {
     fn finish(self) -> Result<Converted, Error> {
         self.allocs.finish()?;
         self.stacks.finish()?;
@@ -514,5 +541,197 @@ impl Output {
             dropped: 0,
             corrupt_chunks: 0,
         })
+    }
+}
+
+/// The blocks a running process has not freed, kept live from the same uprobes (for
+/// `fltrace memleak -p PID`: complete DWARF stacks where the kernel's frame-pointer walk stops).
+pub struct LiveAllocs {
+    reader: ReaderThread<u64>,
+    table: Arc<Mutex<BlockTable>>,
+}
+
+/// Outstanding blocks of one allocation stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutstandingStack {
+    /// Return addresses, innermost first (the allocator's caller first).
+    pub frames: Vec<u64>,
+    /// Bytes not freed.
+    pub bytes: u64,
+    /// Blocks not freed.
+    pub blocks: u64,
+}
+
+/// What is outstanding at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct OutstandingBlocks {
+    /// By stack, in no particular order.
+    pub stacks: Vec<OutstandingStack>,
+    /// Allocations seen since the start.
+    pub allocs: u64,
+    /// Frees (and reallocations) of known blocks since the start.
+    pub frees: u64,
+    /// Samples the kernel dropped (their calls are missing).
+    pub lost: u64,
+}
+
+impl LiveAllocs {
+    /// Places the probes on `pid`'s C library for `tasks` (and the threads they start).
+    pub fn start(pid: i32, tasks: &[i32]) -> Result<LiveAllocs, Error> {
+        let probes = Probes::open(pid, tasks)?;
+        let table = Arc::new(Mutex::new(BlockTable::default()));
+        let mut sink = SharedTable(table.clone());
+        let reader = ReaderThread::spawn("fltrace-memleak", "the uprobe reader", move |stop| {
+            probes.drain_into(stop, &mut sink, 0)
+        })?;
+        Ok(LiveAllocs { reader, table })
+    }
+
+    /// The blocks allocated at least `older_than` before `now_ns` (CLOCK_MONOTONIC) and not
+    /// freed, grouped by stack.
+    pub fn outstanding(&self, now_ns: u64, older_than: Duration) -> OutstandingBlocks {
+        let cutoff = now_ns.saturating_sub(older_than.as_nanos() as u64);
+        // A poisoned lock only means the reader panicked mid-update: the table is still usable.
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups: HashMap<u32, (u64, u64)> = HashMap::new();
+        for block in table.blocks.values().filter(|b| b.time_ns <= cutoff) {
+            let group = groups.entry(block.stack_id).or_default();
+            group.0 += block.size;
+            group.1 += 1;
+        }
+        OutstandingBlocks {
+            stacks: groups
+                .into_iter()
+                .map(|(id, (bytes, blocks))| OutstandingStack {
+                    frames: table.stacks.get(id as usize).cloned().unwrap_or_default(),
+                    bytes,
+                    blocks,
+                })
+                .collect(),
+            allocs: table.allocs,
+            frees: table.frees,
+            lost: table.lost,
+        }
+    }
+
+    /// Removes the probes; an error is the reader's.
+    pub fn finish(self) -> Result<(), Error> {
+        self.reader.finish().map(|_| ())
+    }
+}
+
+/// One block not yet freed.
+struct Block {
+    size: u64,
+    stack_id: u32,
+    time_ns: u64,
+}
+
+/// Blocks by address and the stacks they came from.
+#[derive(Default)]
+struct BlockTable {
+    blocks: HashMap<u64, Block>,
+    stacks: Vec<Vec<u64>>,
+    ids: HashMap<Vec<u64>, u32>,
+    allocs: u64,
+    frees: u64,
+    lost: u64,
+}
+
+impl BlockTable {
+    fn release(&mut self, addr: u64) {
+        if addr != 0 && self.blocks.remove(&addr).is_some() {
+            self.frees += 1;
+        }
+    }
+
+    fn apply(&mut self, event: &AllocEvent) {
+        match event.call {
+            AllocCall::Free => self.release(event.addr),
+            call => {
+                if call == AllocCall::Realloc {
+                    // The old block is gone whether or not the new one was made in place.
+                    self.release(event.old_addr);
+                }
+                if event.addr != 0 {
+                    self.allocs += 1;
+                    self.blocks.insert(
+                        event.addr,
+                        Block {
+                            size: event.size,
+                            stack_id: event.stack_id,
+                            time_ns: event.time_ns,
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The reader's side of a [`BlockTable`] shared with [`LiveAllocs::outstanding`].
+struct SharedTable(Arc<Mutex<BlockTable>>);
+
+impl SharedTable {
+    fn table(&self) -> std::sync::MutexGuard<'_, BlockTable> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl AllocSink for SharedTable {
+    fn stack(&mut self, frames: &[u64]) -> Result<u32, Error> {
+        let mut table = self.table();
+        if let Some(&id) = table.ids.get(frames) {
+            return Ok(id);
+        }
+        let id = table.stacks.len() as u32;
+        table.stacks.push(frames.to_vec());
+        table.ids.insert(frames.to_vec(), id);
+        Ok(id)
+    }
+
+    fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
+        self.table().apply(&event);
+        Ok(())
+    }
+
+    fn lost(&mut self, total: u64) {
+        self.table().lost = total;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(call: AllocCall, addr: u64, size: u64, old_addr: u64, stack_id: u32) -> AllocEvent {
+        AllocEvent {
+            time_ns: 10,
+            tid: 1,
+            call,
+            addr,
+            size,
+            old_addr,
+            detail: 0,
+            stack_id,
+        }
+    }
+
+    #[test]
+    fn blocks_follow_malloc_realloc_and_free() {
+        let mut table = BlockTable::default();
+        table.apply(&event(AllocCall::Malloc, 0x1000, 16, 0, 0));
+        table.apply(&event(AllocCall::Calloc, 0x2000, 32, 0, 1));
+        table.apply(&event(AllocCall::Realloc, 0x3000, 64, 0x1000, 2));
+        table.apply(&event(AllocCall::Free, 0x2000, 0, 0, AllocEvent::NO_STACK));
+        // A free of a block allocated before the probes is not counted.
+        table.apply(&event(AllocCall::Free, 0x9000, 0, 0, AllocEvent::NO_STACK));
+        // A failed allocation leaves nothing.
+        table.apply(&event(AllocCall::Malloc, 0, 8, 0, 0));
+        assert_eq!(table.allocs, 3);
+        assert_eq!(table.frees, 2);
+        assert_eq!(table.blocks.len(), 1);
+        let block = &table.blocks[&0x3000];
+        assert_eq!((block.size, block.stack_id), (64, 2));
     }
 }

@@ -656,8 +656,16 @@ pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
 
 pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
     let (processes, pending) = Session::prepare(&args.common)?;
+    // Processes named by pid (and nothing else) get DWARF-unwound stacks; a command, a cgroup
+    // or a name keeps the kernel's frame-pointer stacks.
+    let attached = pending.is_none()
+        && !processes.tgids.is_empty()
+        && processes.cgroup.is_none()
+        && processes.comm.is_none();
     let target = if processes.tgids.is_empty() {
         LeakTarget::Kernel
+    } else if attached {
+        LeakTarget::Attached
     } else if let Some(p) = &pending {
         // The command has not exec'd yet: it will use the C library fltrace uses.
         let _ = p;
@@ -684,8 +692,13 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
             "the kernel's allocations (kmalloc, kmem_cache, pages)".to_owned()
         } else {
             format!(
-                "the C library allocator of {:?} (stacks follow frame pointers)",
-                processes.tgids
+                "the C library allocator of {:?} ({})",
+                processes.tgids,
+                if attached {
+                    "stacks unwound from DWARF"
+                } else {
+                    "stacks follow frame pointers"
+                }
             )
         }
     );
@@ -706,6 +719,7 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    tracer.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 

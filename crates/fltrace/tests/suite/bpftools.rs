@@ -247,12 +247,16 @@ struct Waiting {
 
 impl Waiting {
     fn start(args: &[&str]) -> Waiting {
-        let mut child = Command::new(memtools())
+        Self::start_program(memtools(), args)
+    }
+
+    fn start_program(program: &Path, args: &[&str]) -> Waiting {
+        let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("memtools starts");
+            .expect("the workload starts");
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
         Waiting { child, stdout }
     }
@@ -386,6 +390,16 @@ fn ffaults_counts_the_faults_of_a_mapped_file() {
 fn memleak_of_a_process_finds_its_blocks_at_their_line() {
     let dir = Dir::new();
     let mut workload = Waiting::start(&["leak", "23", "3000", "wait"]);
+    let stack = memleak_stack_of(&dir, &mut workload, &at_line("leak"));
+    workload.finish();
+    let stack = stack.expect("the leak's stack in a report");
+    assert_eq!(stack["allocations"], 23, "{stack:#?}");
+    assert_eq!(stack["bytes"], 23 * 3000, "{stack:#?}");
+}
+
+/// Runs `fltrace memleak -p` on the waiting `workload`, lets it allocate, and returns the
+/// first reported stack whose innermost frame contains `line`.
+fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Option<Value> {
     let pid = workload.pid().to_string();
     let mut fltrace = dir
         .fltrace()
@@ -418,7 +432,7 @@ fn memleak_of_a_process_finds_its_blocks_at_their_line() {
                         .as_array()
                         .and_then(|f| f.first())
                         .and_then(Value::as_str)
-                        .is_some_and(|f| f.contains(&at_line("leak")))
+                        .is_some_and(|f| f.contains(line_wanted))
                 })
                 .cloned()
         });
@@ -428,10 +442,51 @@ fn memleak_of_a_process_finds_its_blocks_at_their_line() {
     }
     let _ = fltrace.kill();
     let _ = fltrace.wait();
+    found
+}
+
+/// `nofp_leak.c`, gcc -O2 -g -fomit-frame-pointer: its blocks are kept three calls below main.
+fn nofp_leak() -> &'static Path {
+    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let out = dir.path().join("nofp_leak");
+            let status = Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+                .arg(&out)
+                .arg(workloads_dir().join("nofp_leak.c"))
+                .status()
+                .expect("gcc runs");
+            assert!(status.success(), "building nofp_leak.c");
+            (dir, out)
+        })
+        .1
+}
+
+#[test]
+fn memleak_of_a_process_without_frame_pointers_reaches_main() {
+    let dir = Dir::new();
+    let mut workload = Waiting::start_program(nofp_leak(), &["37", "1500"]);
+    let line = format!("nofp_leak.c:{}", site("nofp_leak.c", "deep_leak"));
+    let stack = memleak_stack_of(&dir, &mut workload, &line);
     workload.finish();
-    let stack = found.expect("the leak's stack in a report");
-    assert_eq!(stack["allocations"], 23, "{stack:#?}");
-    assert_eq!(stack["bytes"], 23 * 3000, "{stack:#?}");
+    let stack = stack.expect("the leak's stack in a report");
+    // The calloc/realloc/free churn beside it left nothing at this line.
+    assert_eq!(stack["allocations"], 37, "{stack:#?}");
+    assert_eq!(stack["bytes"], 37 * 1500, "{stack:#?}");
+    assert_eq!(stack["comm"], "nofp_leak", "{stack:#?}");
+    let functions: Vec<&str> = stack["stack"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .filter_map(|f| f.as_str()?.split(' ').next())
+        .collect();
+    assert_eq!(
+        functions[..4],
+        ["leak_inner", "leak_middle", "leak_outer", "main"],
+        "{stack:#?}"
+    );
 }
 
 #[test]
