@@ -215,14 +215,30 @@ fn map_shared() -> *const Shared {
     let temp_len = (len + 4).min(temp.len() - 1);
     temp[len..temp_len].copy_from_slice(&b".new"[..temp_len - len]);
     if len > 0 {
-        // SAFETY: `temp` is NUL-terminated (zero-initialised beyond `temp_len`).
-        let fd = unsafe {
-            libc::open(
-                temp.as_ptr().cast(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                0o600,
-            )
+        // Created, never opened: /dev/shm is shared, and a file planted under the temporary
+        // name (by another user, or left by a crash) must not become the page. A leftover is
+        // removed once; a second loss of the race leaves the anonymous fallback below.
+        let create = || {
+            // SAFETY: `temp` is NUL-terminated (zero-initialised beyond `temp_len`).
+            unsafe {
+                libc::open(
+                    temp.as_ptr().cast(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_CLOEXEC
+                        | libc::O_NOFOLLOW,
+                    0o600,
+                )
+            }
         };
+        let mut fd = create();
+        // SAFETY: reads this thread's errno right after the failed call.
+        if fd < 0 && unsafe { *libc::__errno_location() } == libc::EEXIST {
+            // SAFETY: removes a directory entry by its NUL-terminated name.
+            unsafe { libc::unlink(temp.as_ptr().cast()) };
+            fd = create();
+        }
         // Allocated, not sparse: a full /dev/shm fails here instead of raising SIGBUS at the
         // first counter update (the anonymous fallback below then keeps the program going).
         // SAFETY: sizing and mapping our own new file.
