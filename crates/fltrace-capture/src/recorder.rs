@@ -122,24 +122,12 @@ pub struct Summary {
     pub trace_error: Option<String>,
 }
 
-/// `e` and its causes, `: `-separated.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
-}
-
 /// Keeps the first trace-writing error; the recording goes on waiting for the program.
 fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
     if let Err(e) = result
         && first.is_none()
     {
-        *first = Some(error_chain(&e));
+        *first = Some(fltrace_trace::error_chain(&e));
     }
 }
 

@@ -69,3 +69,15 @@ impl Error {
         move |source| Error::Parquet { path, source }
     }
 }
+
+/// `error` and its sources, `: `-separated, on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -44,7 +44,7 @@ pub mod stats;
 
 pub use access::AccessRecord;
 pub use alloc::{AllocCall, AllocEvent};
-pub use error::Error;
+pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
 pub use guard::{
     for_each_fault_group, read_access, read_allocs, read_faults, read_mappings, read_origin,

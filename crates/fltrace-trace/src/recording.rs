@@ -58,20 +58,14 @@ pub struct Recording {
 }
 
 /// An error and its sources, in one line, without the file's name.
-fn error_chain(error: &Error) -> String {
-    let (mut text, mut source) = match error {
+fn error_without_path(error: &Error) -> String {
+    match error {
         // These say only the file's name, given beside.
-        Error::Io { source, .. } => (source.to_string(), std::error::Error::source(source)),
-        Error::Parquet { source, .. } => (source.to_string(), std::error::Error::source(source)),
-        Error::Format { message, .. } => (message.clone(), None),
-        other => (other.to_string(), std::error::Error::source(other)),
-    };
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+        Error::Io { source, .. } => crate::error_chain(source),
+        Error::Parquet { source, .. } => crate::error_chain(source),
+        Error::Format { message, .. } => message.clone(),
+        other => crate::error_chain(other),
     }
-    text
 }
 
 /// A faults file that could not be read.
@@ -161,7 +155,7 @@ impl Recording {
         {
             return Err(Error::Unreadable {
                 path: broken.path,
-                reason: error_chain(&broken.error),
+                reason: error_without_path(&broken.error),
             });
         }
         latest.ok_or_else(|| Error::NoRecording(dir.to_owned()))
@@ -176,7 +170,7 @@ impl Recording {
         {
             return Err(Error::Unreadable {
                 path: broken.path,
-                reason: error_chain(&broken.error),
+                reason: error_without_path(&broken.error),
             });
         }
         recordings

@@ -350,7 +350,7 @@ fn report_partial_trace(
             );
             kept.push(match rows {
                 Ok(rows) => format!("{name} ({rows} rows)"),
-                Err(e) => format!("{name} (unreadable: {})", error_text(&e)),
+                Err(e) => format!("{name} (unreadable: {})", fltrace_trace::error_chain(&e)),
             });
         }
     }
@@ -368,16 +368,4 @@ fn report_partial_trace(
         (None, Some(signal)) => writeln!(err, "fltrace: the program was killed by signal {signal}"),
         (None, None) => Ok(()),
     };
-}
-
-/// An error with its causes on one line.
-fn error_text(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
