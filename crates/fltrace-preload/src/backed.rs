@@ -125,13 +125,10 @@ fn grow(heap: &mut Heap, len: usize) -> bool {
         return false;
     }
     // Space is reserved in the file system now, so that a full one fails this allocation
-    // rather than killing the program with SIGBUS on a later write. File systems that cannot
-    // preallocate get a sparse extension.
-    // SAFETY: plain system calls on our own descriptor.
-    let sized = unsafe {
-        libc::fallocate(heap.fd, 0, mapped as i64, len as i64) == 0
-            || libc::ftruncate(heap.fd, (mapped + len) as i64) == 0
-    };
+    // rather than killing the program with SIGBUS on a later write (glibc writes the blocks
+    // itself where the file system cannot preallocate).
+    // SAFETY: a plain system call on our own descriptor.
+    let sized = unsafe { libc::posix_fallocate(heap.fd, mapped as i64, len as i64) } == 0;
     if !sized {
         return false;
     }
@@ -483,23 +480,30 @@ fn copy_to_new_file(dir: &[u8], base: usize, mapped: usize) -> Option<i32> {
 }
 
 /// Moves a private copy of the heap's bytes over the heap.
+/// A child that cannot get its own copy must not run on: its writes would land in the
+/// parent's heap.
 fn copy_to_private(base: usize, mapped: usize) {
     let copy = sys::map_anonymous(mapped, 0);
-    if copy.is_null() {
-        return;
-    }
     // SAFETY: both ranges hold `mapped` bytes and do not overlap; mremap moves the copy's
     // pages over the heap's mapping.
-    unsafe {
-        std::ptr::copy_nonoverlapping(base as *const u8, copy, mapped);
-        libc::syscall(
-            libc::SYS_mremap,
-            copy,
-            mapped,
-            mapped,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            base,
-        );
+    let moved = !copy.is_null()
+        && unsafe {
+            std::ptr::copy_nonoverlapping(base as *const u8, copy, mapped);
+            libc::syscall(
+                libc::SYS_mremap,
+                copy,
+                mapped,
+                mapped,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                base,
+            )
+        } == base as i64;
+    if !moved {
+        sys::write_stderr(&[
+            b"fltrace: a forked child could not copy the file-backed heap; it exits rather than write into its parent's\n",
+        ]);
+        // SAFETY: ends this (child) process at once, as nothing of it may run on.
+        unsafe { libc::_exit(127) };
     }
 }
 
