@@ -649,8 +649,9 @@ impl BlockTable {
         match event.call {
             AllocCall::Free => self.release(event.addr),
             call => {
-                if call == AllocCall::Realloc {
-                    // The old block is gone whether or not the new one was made in place.
+                // The old block is gone whether or not the new one was made in place, unless
+                // the realloc failed (no block for a size), which leaves it live.
+                if call == AllocCall::Realloc && (event.addr != 0 || event.size == 0) {
                     self.release(event.old_addr);
                 }
                 if event.addr != 0 {
@@ -733,5 +734,9 @@ mod tests {
         assert_eq!(table.blocks.len(), 1);
         let block = &table.blocks[&0x3000];
         assert_eq!((block.size, block.stack_id), (64, 2));
+        // A failed realloc leaves the old block live.
+        table.apply(&event(AllocCall::Realloc, 0, 1 << 40, 0x3000, 3));
+        assert_eq!(table.blocks.len(), 1);
+        assert_eq!(table.blocks[&0x3000].size, 64);
     }
 }
