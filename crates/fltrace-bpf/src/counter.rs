@@ -503,7 +503,6 @@ impl RowKey {
     }
 }
 
-/// The field `name`, at the same place in every event.
 /// Whether every event is a system call tracepoint (whose records reach BPF altered).
 fn all_syscall_events(events: &[Event]) -> bool {
     events
@@ -558,6 +557,7 @@ fn syscall_number(event: &str) -> Option<u64> {
     u64::try_from(number).ok()
 }
 
+/// The field `name`, at the same place in every event.
 fn same_field(events: &[Event], name: &str) -> Result<tracefs::Field, Error> {
     let mut found: Option<tracefs::Field> = None;
     for event in events {
