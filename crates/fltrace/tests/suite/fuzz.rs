@@ -123,8 +123,7 @@ fn through_file(path: &Path, bytes: &[u8], read: impl FnOnce(&Path)) {
 #[test]
 fn trace_file_readers_survive_mutations() {
     let dir = Dir::new();
-    dir.record(&[&workloads().allocs], &["sites"]);
-    // --allocs on a second recording adds the allocation tables.
+    // --allocs adds the allocation tables to the faults, stacks and mappings.
     let out = dir
         .fltrace()
         .args(["record", "-q", "--allocs", "--"])
