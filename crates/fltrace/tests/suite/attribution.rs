@@ -132,10 +132,12 @@ fn symbol_table_names_without_debug_info() {
     for (function, pages) in NAMES {
         assert_eq!(count_of(&rows, function), pages, "{function}: {rows:?}");
     }
+    // memset's first touches of zero's pages; the loader may also fault on libc's text while
+    // it runs memset's ifunc selector, touching no page of the program's.
     assert!(
         !rows
             .iter()
-            .any(|(f, lib, _)| f.contains("memset") && lib.starts_with("libc")),
+            .any(|(f, lib, pages)| f.contains("memset") && lib.starts_with("libc") && *pages > 0),
         "memset's faults count for zero: {rows:?}"
     );
     for wrong in ["float", "double", "std"] {
