@@ -319,6 +319,123 @@ pub fn read_aggregated(
     Ok(())
 }
 
+/// A range of the watched process found accessed in one aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessedRange {
+    /// First address (virtual, the process's).
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// The access count of the monitor's region the range lay in.
+    pub nr_accesses: u32,
+}
+
+/// One aggregation interval of a monitor, in the watched process's addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aggregation {
+    /// Kernel time of the interval's first event (CLOCK_MONOTONIC, ns).
+    pub time_ns: u64,
+    /// The accessed ranges, region by region.
+    pub ranges: Vec<AccessedRange>,
+    /// Bytes of the process found accessed.
+    pub accessed_bytes: u64,
+    /// Bytes of the process resident.
+    pub resident_bytes: u64,
+}
+
+impl Aggregation {
+    /// A virtual-address monitor's regions: the accessed ones as they are.
+    pub fn of_virtual(batch: &[AggregatedRegion], resident_bytes: u64) -> Option<Aggregation> {
+        let ranges: Vec<AccessedRange> = batch
+            .iter()
+            .filter(|r| r.nr_accesses > 0)
+            .map(|r| AccessedRange {
+                start: r.start,
+                end: r.end,
+                nr_accesses: r.nr_accesses,
+            })
+            .collect();
+        Some(Aggregation {
+            time_ns: batch.first()?.time_ns,
+            accessed_bytes: ranges.iter().map(|r| r.end - r.start).sum(),
+            ranges,
+            resident_bytes,
+        })
+    }
+
+    /// A physical-address monitor's regions translated to the process's pages through its
+    /// frames: each accessed region becomes the runs of the process's pages in it.
+    pub fn of_physical(batch: &[AggregatedRegion], frames: &FrameMap) -> Option<Aggregation> {
+        let time_ns = batch.first()?.time_ns;
+        let mut ranges = Vec::new();
+        let mut accessed_bytes = 0;
+        for region in batch.iter().filter(|r| r.nr_accesses > 0) {
+            let mut pages: Vec<u64> = frames.pages_in(region.start, region.end).collect();
+            pages.sort_unstable();
+            accessed_bytes += pages.len() as u64 * crate::wss::PAGE_SIZE;
+            ranges.extend(
+                crate::wss::page_runs(&pages)
+                    .into_iter()
+                    .map(|(start, end)| AccessedRange {
+                        start,
+                        end,
+                        nr_accesses: region.nr_accesses,
+                    }),
+            );
+        }
+        Some(Aggregation {
+            time_ns,
+            ranges,
+            accessed_bytes,
+            resident_bytes: frames.len() as u64 * crate::wss::PAGE_SIZE,
+        })
+    }
+}
+
+/// Reads the monitor's aggregated regions ([`read_aggregated`]) while process `pid` runs, and
+/// hands each aggregation interval to `each` in the process's addresses (`operations`: what
+/// the monitor watches). The regions of one interval arrive together; a new interval starts
+/// after a quiet spell of `quiet_ns`. A physical interval whose frames cannot be read (the
+/// process ended) is left out.
+pub fn watch_process(
+    pid: i32,
+    operations: Operations,
+    quiet_ns: u64,
+    duration: Option<Duration>,
+    stop: &AtomicUsize,
+    mut each: impl FnMut(Aggregation),
+) -> Result<(), Error> {
+    let mut batch: Vec<AggregatedRegion> = Vec::new();
+    let mut flush = |batch: &mut Vec<AggregatedRegion>| {
+        let aggregation = match operations {
+            Operations::Vaddr => Aggregation::of_virtual(batch, crate::wss::rss_bytes(pid)),
+            Operations::Paddr => FrameMap::of_process(pid)
+                .ok()
+                .and_then(|frames| Aggregation::of_physical(batch, &frames)),
+        };
+        batch.clear();
+        if let Some(aggregation) = aggregation {
+            each(aggregation);
+        }
+    };
+    read_aggregated(
+        duration,
+        stop,
+        || crate::wss::process_running(pid),
+        |region| {
+            if batch
+                .last()
+                .is_some_and(|last| region.time_ns > last.time_ns + quiet_ns)
+            {
+                flush(&mut batch);
+            }
+            batch.push(region);
+        },
+    )?;
+    flush(&mut batch);
+    Ok(())
+}
+
 /// The physical frames of a process's pages, to attribute physical regions to its addresses.
 #[derive(Debug, Clone, Default)]
 pub struct FrameMap {
@@ -395,6 +512,57 @@ impl FrameMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A physical interval becomes the runs of the process's pages in each accessed region,
+    /// with the region's count; unaccessed regions and foreign frames are left out.
+    #[test]
+    fn physical_regions_become_the_process_pages() {
+        const PRESENT: u64 = 1 << 63;
+        // Frames 16, 17 and 19 hold pages 0x7000, 0x8000 and 0x3000; frame 40 page 0x9000.
+        let frames = FrameMap::from_entries([
+            (0x7000, PRESENT | 16),
+            (0x8000, PRESENT | 17),
+            (0x3000, PRESENT | 19),
+            (0x9000, PRESENT | 40),
+        ]);
+        let region = |start: u64, end: u64, nr_accesses| AggregatedRegion {
+            time_ns: 5,
+            target_id: 0,
+            start,
+            end,
+            nr_accesses,
+            age: 0,
+        };
+        let batch = [
+            region(16 * 4096, 20 * 4096, 3),
+            region(40 * 4096, 41 * 4096, 0),
+        ];
+        let aggregation = Aggregation::of_physical(&batch, &frames).unwrap();
+        let range = |start, end| AccessedRange {
+            start,
+            end,
+            nr_accesses: 3,
+        };
+        assert_eq!(
+            aggregation,
+            Aggregation {
+                time_ns: 5,
+                ranges: vec![range(0x3000, 0x4000), range(0x7000, 0x9000)],
+                accessed_bytes: 3 * 4096,
+                resident_bytes: 4 * 4096,
+            }
+        );
+        let virtual_ = Aggregation::of_virtual(&batch, 123).unwrap();
+        assert_eq!(
+            (
+                virtual_.ranges.len(),
+                virtual_.accessed_bytes,
+                virtual_.resident_bytes
+            ),
+            (1, 4 * 4096, 123)
+        );
+        assert_eq!(Aggregation::of_physical(&[], &frames), None);
+    }
 
     /// A directory laid out as the DAMON sysfs interface is once a kdamond with one context
     /// and one target exists (the kernel makes those directories when the counts are written).

@@ -46,6 +46,48 @@ pub enum Error {
     /// Writing the trace failed.
     #[error(transparent)]
     Trace(#[from] fltrace_trace::Error),
+    /// The user to run the command as is not in the user database.
+    #[error("no such user: {0}")]
+    NoSuchUser(String),
+    /// The user database could not be read.
+    #[error("looking up user {user}")]
+    UserDatabase {
+        /// The user asked for.
+        user: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `--drop-privileges` without the variables sudo sets.
+    #[error("--drop-privileges needs {variable} {problem}")]
+    NoSudoUser {
+        /// `SUDO_UID` or `SUDO_GID`.
+        variable: &'static str,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The running executable could not be found, to find the preloaded library beside it.
+    #[error("locating the fltrace binary")]
+    CurrentExe(#[source] std::io::Error),
+    /// The preloaded library is neither beside the binary nor where an installation puts it.
+    #[error(
+        "the preloaded library libfltrace_preload.so is not beside {} (build it with `cargo build --release`, or set FLTRACE_RUNTIME)",
+        exe.display()
+    )]
+    PreloadMissing {
+        /// The fltrace binary.
+        exe: std::path::PathBuf,
+    },
+    /// More far memory asked for than the machine has available.
+    #[error(
+        "-M {max_mb} MB is more than the {available_mb} MB of memory available: the program's far memory must fit in this machine's"
+    )]
+    FarMemoryTooLarge {
+        /// The far memory asked for, MiB.
+        max_mb: u64,
+        /// `MemAvailable`, MiB.
+        available_mb: u64,
+    },
 }
 
 impl Error {

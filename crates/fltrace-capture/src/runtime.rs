@@ -76,6 +76,70 @@ impl HeapBacking {
     }
 }
 
+impl FarMemory {
+    /// Far-memory settings for `library`, refused if `max_mb` is more than the machine has
+    /// available: the program's far memory must fit in this machine's.
+    pub fn checked(
+        library: PathBuf,
+        local_mb: u64,
+        max_mb: u64,
+        policy: &str,
+        handlers: u32,
+        busy_poll: bool,
+    ) -> Result<FarMemory, Error> {
+        let available_mb = mem_available_mb().unwrap_or(u64::MAX);
+        if max_mb > available_mb {
+            return Err(Error::FarMemoryTooLarge {
+                max_mb,
+                available_mb,
+            });
+        }
+        Ok(FarMemory {
+            library,
+            local_mb,
+            max_mb,
+            policy: policy.to_owned(),
+            handlers,
+            busy_poll,
+        })
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo, MiB.
+fn mem_available_mb() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}
+
+/// The file name of the preloaded library (far-memory runtime, allocation tracer, heap backing).
+pub const PRELOAD_LIBRARY: &str = "libfltrace_preload.so";
+
+/// The preloaded library: `$FLTRACE_RUNTIME`, else [`PRELOAD_LIBRARY`] beside the running
+/// binary (where cargo builds it), else in `../lib/fltrace/` (an installation).
+pub fn find_preload_library() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os("FLTRACE_RUNTIME") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(Error::CurrentExe)?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let library = preload_library_near(&dir).ok_or(Error::PreloadMissing { exe })?;
+    log::debug!("preloaded library: {}", library.display());
+    Ok(library)
+}
+
+/// The library beside a binary in `dir`, or where an installation puts it.
+fn preload_library_near(dir: &Path) -> Option<PathBuf> {
+    [
+        dir.join(PRELOAD_LIBRARY),
+        dir.join("../lib/fltrace").join(PRELOAD_LIBRARY),
+    ]
+    .iter()
+    .find(|p| p.is_file())
+    .and_then(|p| p.canonicalize().ok())
+}
+
 /// `LD_PRELOAD` with `library` first, before what the environment already preloads.
 pub fn preload_value(library: &Path) -> OsString {
     match std::env::var_os("LD_PRELOAD") {
@@ -214,4 +278,47 @@ fn shared_of(map: &Mmap) -> &Shared {
 /// Whether a log kind brings a page in (and so matches a missing-page fault in the trace).
 pub fn is_fill(kind_value: u32) -> bool {
     kind_value == kind::ZERO || kind_value == kind::FETCH
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library is found beside the binary first, then in an installation's lib directory.
+    #[test]
+    fn preload_library_is_found_beside_the_binary_or_installed() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        let lib = root.path().join("lib/fltrace");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&lib).unwrap();
+        assert_eq!(preload_library_near(&bin), None);
+        std::fs::write(lib.join(PRELOAD_LIBRARY), b"").unwrap();
+        assert_eq!(
+            preload_library_near(&bin),
+            Some(lib.join(PRELOAD_LIBRARY).canonicalize().unwrap())
+        );
+        std::fs::write(bin.join(PRELOAD_LIBRARY), b"").unwrap();
+        assert_eq!(
+            preload_library_near(&bin),
+            Some(bin.join(PRELOAD_LIBRARY).canonicalize().unwrap())
+        );
+    }
+
+    /// Far memory beyond what the machine has is refused, naming both figures.
+    #[test]
+    fn far_memory_must_fit_the_machine() {
+        let err = FarMemory::checked("x.so".into(), 1, u64::MAX / 2, "fifo", 1, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(&format!("-M {} MB is more than the ", u64::MAX / 2)),
+            "{err}"
+        );
+        let ok = FarMemory::checked("x.so".into(), 1, 2, "clock", 3, true).unwrap();
+        assert_eq!(
+            (ok.local_mb, ok.max_mb, ok.policy.as_str(), ok.handlers),
+            (1, 2, "clock", 3)
+        );
+    }
 }

@@ -195,9 +195,173 @@ fn words(pfns: &[u64]) -> Vec<(u64, u64)> {
     words
 }
 
+/// The size of the pages the idle bitmap and pagemap count in.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// Sorted page addresses merged into runs of adjacent pages, `[start, end)`.
+pub fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &page in pages {
+        match runs.last_mut() {
+            Some((_, end)) if *end == page => *end += PAGE_SIZE,
+            _ => runs.push((page, page + PAGE_SIZE)),
+        }
+    }
+    runs
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie.
+pub fn process_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// The resident bytes of process `pid` now (0 if it is gone).
+pub fn rss_bytes(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * PAGE_SIZE)
+}
+
+/// One interval of per-page sampling ([`sample_pages`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageSample {
+    /// End of the interval, since sampling began.
+    pub elapsed: Duration,
+    /// The virtual addresses of the pages accessed in the interval, sorted.
+    pub accessed: Vec<u64>,
+    /// Pages resident (with a known frame) at the start of the interval.
+    pub resident: u64,
+}
+
+impl PageSample {
+    /// Bytes accessed in the interval: the working-set size.
+    pub fn wss(&self) -> u64 {
+        self.accessed.len() as u64 * PAGE_SIZE
+    }
+
+    /// Bytes resident at the start of the interval.
+    pub fn rss(&self) -> u64 {
+        self.resident * PAGE_SIZE
+    }
+
+    /// The accessed pages as runs of adjacent pages.
+    pub fn runs(&self) -> Vec<(u64, u64)> {
+        page_runs(&self.accessed)
+    }
+}
+
+/// Samples `pid` page by page: every interval its present pages are marked idle in `bitmap`
+/// and read back at the end of it; the pages whose bit the kernel cleared were accessed. Ends
+/// when `keep_going` says stop (asked after each interval) or the process is gone.
+pub fn sample_pages(
+    pid: i32,
+    interval: Duration,
+    bitmap: &IdleBitmap,
+    mut keep_going: impl FnMut(&PageSample) -> bool,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    let bitmap_error = |what: &'static str| {
+        move |source| Error::Kernel {
+            what,
+            source,
+            hint: "",
+        }
+    };
+    while process_running(pid) {
+        let Ok(frames) = crate::damon::FrameMap::of_process(pid) else {
+            break;
+        };
+        let pfns: Vec<u64> = frames.frames().iter().map(|(pfn, _)| *pfn).collect();
+        bitmap
+            .mark_idle(&pfns)
+            .map_err(bitmap_error("marking pages idle"))?;
+        std::thread::sleep(interval);
+        let accessed = bitmap
+            .accessed(&pfns)
+            .map_err(bitmap_error("reading the idle page bitmap"))?;
+        let sample = PageSample {
+            elapsed: started.elapsed(),
+            accessed: accessed_pages(&frames, &accessed),
+            resident: pfns.len() as u64,
+        };
+        if !keep_going(&sample) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The virtual pages of `frames` whose `accessed` flag is set, sorted.
+fn accessed_pages(frames: &crate::damon::FrameMap, accessed: &[bool]) -> Vec<u64> {
+    let mut pages: Vec<u64> = frames
+        .frames()
+        .iter()
+        .zip(accessed)
+        .filter(|(_, a)| **a)
+        .map(|((_, vaddr), _)| *vaddr)
+        .collect();
+    pages.sort_unstable();
+    pages
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Adjacent pages merge into one run; a gap starts another.
+    #[test]
+    fn pages_merge_into_runs() {
+        assert_eq!(page_runs(&[]), vec![]);
+        assert_eq!(
+            page_runs(&[0x1000, 0x2000, 0x3000, 0x5000, 0x9000, 0xa000]),
+            vec![(0x1000, 0x4000), (0x5000, 0x6000), (0x9000, 0xb000)]
+        );
+        let sample = PageSample {
+            elapsed: Duration::ZERO,
+            accessed: vec![0x1000, 0x2000, 0x7000],
+            resident: 10,
+        };
+        assert_eq!(
+            (sample.wss(), sample.rss(), sample.runs()),
+            (
+                3 * 4096,
+                10 * 4096,
+                vec![(0x1000, 0x3000), (0x7000, 0x8000)]
+            )
+        );
+    }
+
+    /// The accessed frames' pages come back sorted by virtual address, whatever the frame
+    /// order; frames the kernel did not see accessed are left out.
+    #[test]
+    fn accessed_frames_become_sorted_pages() {
+        const PRESENT: u64 = 1 << 63;
+        let frames = crate::damon::FrameMap::from_entries([
+            (0x5000, PRESENT | 3),
+            (0x1000, PRESENT | 9),
+            (0x2000, PRESENT | 1),
+        ]);
+        // Frame order: 1 (0x2000), 3 (0x5000), 9 (0x1000).
+        assert_eq!(
+            accessed_pages(&frames, &[true, false, true]),
+            vec![0x1000, 0x2000]
+        );
+    }
+
+    /// This process runs; a pid that cannot exist does not.
+    #[test]
+    fn running_processes_are_told_from_gone_ones() {
+        assert!(process_running(std::process::id() as i32));
+        assert!(rss_bytes(std::process::id() as i32) > 0);
+        assert!(!process_running(i32::MAX));
+        assert_eq!(rss_bytes(i32::MAX), 0);
+    }
 
     /// Frames are marked idle word by word; a frame whose bit the kernel cleared reads as
     /// accessed, the others as not.

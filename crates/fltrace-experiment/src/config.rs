@@ -102,6 +102,12 @@ pub fn defaults() -> Vec<Config> {
 }
 
 impl Config {
+    /// Whether its runs need the preloaded library from `fltrace runs` itself: dry runs with a
+    /// `pmem_dir` (`fltrace record` finds the library for the others).
+    pub fn preloads_itself(&self) -> bool {
+        self.mode == Mode::Dry && self.pmem_dir.is_some()
+    }
+
     /// A configuration of `mode` with no options.
     pub fn new(name: &str, mode: Mode) -> Config {
         Config {

@@ -38,6 +38,12 @@ pub enum Error {
     /// A trace file of a run could not be read.
     #[error(transparent)]
     Trace(#[from] fltrace_trace::Error),
+    /// Recording a run in-process (a sweep's) failed.
+    #[error(transparent)]
+    Capture(#[from] fltrace_capture::Error),
+    /// A run ended without a usable recording: what happened, and where.
+    #[error("{0}")]
+    RunFailed(String),
 }
 
 impl Error {

@@ -15,6 +15,7 @@ pub mod page;
 mod series;
 pub mod shuffle;
 pub mod stats;
+pub mod sweep;
 
 pub use config::{Config, LocalMemory, Mode, ParseError, defaults, from_file, parse};
 pub use error::Error;

@@ -321,7 +321,7 @@ pub fn run_series(
                     pmem.display()
                 )));
             }
-            if config.mode == Mode::Dry && options.preload.is_none() {
+            if config.preloads_itself() && options.preload.is_none() {
                 return Err(Error::Invalid(format!(
                     "configuration `{}`: pmem_dir needs the preloaded library, which was not found",
                     config.name
@@ -614,7 +614,7 @@ fn execute(
         .stderr(stderr);
     if let (Mode::Dry, Some(backing), Some(preload)) = (config.mode, &backing, &options.preload) {
         command
-            .env("LD_PRELOAD", preload_value(preload))
+            .env("LD_PRELOAD", fltrace_capture::preload_value(preload))
             .env(env::name(env::BACKING_DIR), backing);
     }
     let binding = binding.clone();
@@ -695,19 +695,6 @@ pub fn backing_sizes(dir: &Path) -> std::io::Result<(u64, u64)> {
         }
     }
     Ok((files, bytes))
-}
-
-/// `LD_PRELOAD` with `library` first, before what the environment already preloads.
-fn preload_value(library: &Path) -> std::ffi::OsString {
-    match std::env::var_os("LD_PRELOAD") {
-        Some(existing) if !existing.is_empty() => {
-            let mut value = library.as_os_str().to_owned();
-            value.push(":");
-            value.push(existing);
-            value
-        }
-        _ => library.as_os_str().to_owned(),
-    }
 }
 
 /// Waits for `pid` and returns its status and resource usage (with its waited-for children).

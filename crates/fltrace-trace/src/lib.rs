@@ -55,7 +55,7 @@ pub use parquet_io::{
     AccessWriter, AllocWriter, ColumnChunk, Completeness, FORMAT_VERSION, FaultRowGroups,
     FaultWriter, MappingWriter, Metadata, Origin, StackWriter, column_chunks, completeness,
 };
-pub use ranges::{RangeSample, RangeTraceKind, read_range_trace};
+pub use ranges::{RangeSample, RangeTraceKind, RangeTraceWriter, read_range_trace};
 pub use recording::{ProcessTrace, Recording, SessionInfo, Unreadable, keys};
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)

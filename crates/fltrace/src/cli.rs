@@ -11,6 +11,10 @@ use clap::{Args, Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// More on stderr: -v what fltrace is doing, -vv detail for debugging (warnings and errors
+    /// are always shown).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]

@@ -22,7 +22,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    logger::init();
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -35,6 +34,7 @@ fn main() -> ExitCode {
             };
         }
     };
+    logger::init(cli.verbose);
     match run(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -2,14 +2,15 @@
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use anyhow::{Context, bail};
 
-use std::path::{Path, PathBuf};
-
-use fltrace_capture::{AllocTracing, Credentials, FarMemory, Options, Progress, Target};
+use fltrace_capture::{
+    AllocTracing, Credentials, FarMemory, Options, Progress, Target, find_preload_library,
+};
+// The other commands' Ctrl-C, from here as before.
+pub use fltrace_capture::interrupt_counter;
 
 use crate::cli::{Policy, RecordArgs};
 
@@ -66,7 +67,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             }
             AllocTracing::Uprobes
         } else {
-            AllocTracing::Preload(runtime_library()?)
+            AllocTracing::Preload(find_preload_library()?)
         });
     }
     if let Some(dir) = &args.backing_dir {
@@ -82,7 +83,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             bail!("backing directory {} does not exist", dir.display());
         }
         options.heap_backing = Some(fltrace_capture::HeapBacking {
-            library: runtime_library()?,
+            library: find_preload_library()?,
             dir: dir
                 .canonicalize()
                 .with_context(|| format!("resolving {}", dir.display()))?,
@@ -195,27 +196,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Counts SIGINT, SIGTERM and SIGHUP (a closed terminal, a dropped ssh connection): the
-/// recorder passes the first on and kills at the second, and finishes the recording either way.
-pub fn interrupt_counter() -> anyhow::Result<Arc<AtomicUsize>> {
-    let stop = Arc::new(AtomicUsize::new(0));
-    for signal in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        let stop = stop.clone();
-        // SAFETY: the handler only increments an atomic, which is async-signal-safe.
-        unsafe {
-            signal_hook::low_level::register(signal, move || {
-                stop.fetch_add(1, Ordering::Relaxed);
-            })
-        }
-        .context("installing the interrupt handler")?;
-    }
-    Ok(stop)
-}
-
 fn far_memory(args: &RecordArgs, local_mb: u64, max_mb: u64) -> anyhow::Result<FarMemory> {
     far_memory_settings(local_mb, max_mb, args.policy, args.handlers, args.busy_poll)
 }
@@ -228,56 +208,19 @@ pub fn far_memory_settings(
     handlers: u32,
     busy_poll: bool,
 ) -> anyhow::Result<FarMemory> {
-    let available_mb = mem_available_mb().unwrap_or(u64::MAX);
-    if max_mb > available_mb {
-        bail!(
-            "-M {max_mb} MB is more than the {available_mb} MB of memory available: the program's far memory must fit in this machine's"
-        );
-    }
-    Ok(FarMemory {
-        library: runtime_library()?,
+    let policy = match policy {
+        Policy::Fifo => "fifo",
+        Policy::Clock => "clock",
+        Policy::Refault => "refault",
+    };
+    Ok(FarMemory::checked(
+        find_preload_library()?,
         local_mb,
         max_mb,
-        policy: match policy {
-            Policy::Fifo => "fifo",
-            Policy::Clock => "clock",
-            Policy::Refault => "refault",
-        }
-        .to_owned(),
+        policy,
         handlers,
         busy_poll,
-    })
-}
-
-fn mem_available_mb() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024)
-}
-
-/// The preloaded library (far-memory runtime and allocation tracer): `$FLTRACE_RUNTIME`, else `libfltrace_preload.so` beside the
-/// fltrace binary (where cargo builds it), else in `../lib/fltrace/` (an installation).
-pub(crate) fn runtime_library() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("FLTRACE_RUNTIME") {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe().context("locating the fltrace binary")?;
-    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    let candidates = [
-        dir.join("libfltrace_preload.so"),
-        dir.join("../lib/fltrace/libfltrace_preload.so"),
-    ];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .and_then(|p| p.canonicalize().ok())
-        .with_context(|| {
-            format!(
-                "the preloaded library libfltrace_preload.so is not beside {} (build it with `cargo build --release`, or set FLTRACE_RUNTIME)",
-                exe.display()
-            )
-        })
+    )?)
 }
 
 /// fltrace's own peak resident memory, in MB.
@@ -290,39 +233,11 @@ fn own_peak_rss_mb() -> u64 {
 }
 
 fn credentials(args: &RecordArgs) -> anyhow::Result<Option<Credentials>> {
-    if let Some(user) = &args.user {
-        return lookup_user(user).map(Some);
-    }
-    if !args.drop_privileges {
-        return Ok(None);
-    }
-    let var = |name: &str| -> anyhow::Result<u32> {
-        std::env::var(name)
-            .with_context(|| format!("--drop-privileges needs {name} (run fltrace with sudo)"))?
-            .parse()
-            .with_context(|| format!("{name} is not a number"))
-    };
-    Ok(Some(Credentials {
-        uid: var("SUDO_UID")?,
-        gid: var("SUDO_GID")?,
-    }))
-}
-
-fn lookup_user(user: &str) -> anyhow::Result<Credentials> {
-    let passwd = std::fs::read_to_string("/etc/passwd").context("reading /etc/passwd")?;
-    for line in passwd.lines() {
-        let fields: Vec<&str> = line.split(':').collect();
-        if fields.len() > 3
-            && (fields[0] == user || fields[2] == user)
-            && let (Ok(uid), Ok(gid)) = (fields[2].parse(), fields[3].parse())
-        {
-            return Ok(Credentials { uid, gid });
-        }
-    }
-    if let Ok(uid) = user.parse() {
-        return Ok(Credentials { uid, gid: uid });
-    }
-    bail!("no such user: {user}")
+    Ok(match (&args.user, args.drop_privileges) {
+        (Some(user), _) => Some(Credentials::of_user(user)?),
+        (None, true) => Some(Credentials::of_sudo_user()?),
+        (None, false) => None,
+    })
 }
 
 /// After a write error: the error, what of the trace reads back, and how the program ended

@@ -128,7 +128,10 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         None => fltrace_experiment::defaults(),
     };
     let workloads = fltrace_experiment::workloads(&args.commands)?;
-    let configs_need_preload = configs.iter().any(|c| c.pmem_dir.is_some());
+    // Record-mode configurations leave the library to `fltrace record`.
+    let configs_need_preload = configs
+        .iter()
+        .any(fltrace_experiment::Config::preloads_itself);
     let options = SeriesOptions {
         dir: dir.clone(),
         workloads,
@@ -136,9 +139,8 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         reps: args.reps,
         seed: args.seed,
         fltrace: std::env::current_exe().context("locating the fltrace binary")?,
-        // Dry runs with pmem_dir preload the library themselves (record does for the others).
         preload: if configs_need_preload {
-            Some(crate::record::runtime_library()?)
+            Some(fltrace_capture::find_preload_library()?)
         } else {
             None
         },
