@@ -757,3 +757,77 @@ fn run_page_renders_in_headless_chromium() {
         assert!(dom.contains(legend), "legend {legend}");
     }
 }
+
+/// A record-mode configuration with a pmem_dir leaves the preloaded library to `fltrace
+/// record`: `runs` starts without it (here a fltrace with no library beside it), and the run
+/// that needs it fails on its own, recorded, while the series goes on.
+#[test]
+fn record_mode_pmem_runs_without_the_library_at_hand() {
+    let dir = Dir::new();
+    // A link to the binary in a directory without the library: found beside neither.
+    let bare = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let fltrace = bare.path().join("fltrace");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_fltrace"), &fltrace).expect("hard link");
+    let pmem = dir.path().join("pmem");
+    std::fs::create_dir(&pmem).expect("pmem dir");
+    std::fs::write(
+        dir.path().join("configs.toml"),
+        format!(
+            "[[config]]\nname = \"dry\"\nmode = \"dry\"\n\n[[config]]\nname = \"pmem\"\npmem_dir = \"{}\"\n",
+            pmem.display()
+        ),
+    )
+    .expect("configs");
+    let out = std::process::Command::new(&fltrace)
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args([
+            "runs",
+            "-o",
+            "s",
+            "-n",
+            "1",
+            "--config",
+            "configs.toml",
+            "--",
+            "true",
+        ])
+        .output()
+        .expect("fltrace runs");
+    let stderr = ok(&out);
+    assert!(stderr.contains("2 runs done, 1 failed"), "{stderr}");
+    let series = dir.path().join("s");
+    assert_eq!(
+        run_json(&run_dir(&series, "true", "dry", 1))["exit_code"],
+        0
+    );
+    let failed = run_dir(&series, "true", "pmem", 1);
+    assert_eq!(run_json(&failed)["exit_code"], 1);
+    let said = std::fs::read_to_string(failed.join("stderr.txt")).expect("run's stderr");
+    assert!(
+        said.contains("libfltrace_preload.so is not beside"),
+        "{said}"
+    );
+    // A dry configuration with a pmem_dir needs it from `runs` itself, and says so at once.
+    std::fs::write(
+        dir.path().join("dry.toml"),
+        format!(
+            "[[config]]\nname = \"pmem-dry\"\nmode = \"dry\"\npmem_dir = \"{}\"\n",
+            pmem.display()
+        ),
+    )
+    .expect("configs");
+    let out = std::process::Command::new(&fltrace)
+        .current_dir(dir.path())
+        .env_clear()
+        .args(["runs", "-o", "s2", "--config", "dry.toml", "--", "true"])
+        .output()
+        .expect("fltrace runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("libfltrace_preload.so is not beside"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -183,3 +183,87 @@ fn command_runs_as_the_given_user() {
         "the command was traced"
     );
 }
+
+/// `--user` by uid, `--drop-privileges` as the user sudo names, and the errors of each: an
+/// unknown user, no sudo variables.
+#[test]
+fn command_runs_as_the_sudo_user_or_a_uid() {
+    let dir = Dir::new();
+    let ids = ["--", "sh", "-c", "id -u; id -g"];
+    let out = dir.run(&[&["record", "-q", "--user", "65534"][..], &ids].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nogroup = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(nogroup.lines().next(), Some("65534"), "{nogroup}");
+    let out = dir
+        .fltrace()
+        .args([&["record", "-q", "--drop-privileges"][..], &ids].concat())
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65533")
+        .output()
+        .expect("fltrace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "65534\n65533\n");
+    let out = dir.run(&[&["record", "-q", "--drop-privileges"][..], &ids].concat());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "fltrace: --drop-privileges needs SUDO_UID (run fltrace with sudo)\n"
+    );
+    let out = dir.run(&[&["record", "-q", "--user", "no-such-user-here"][..], &ids].concat());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "fltrace: no such user: no-such-user-here\n"
+    );
+}
+
+/// The libraries' warnings are shown by default (a recording into a directory anyone may
+/// replace files in); their information only with -v (whom the command runs as), their
+/// debugging detail with -vv (where the preloaded library is).
+#[test]
+fn warnings_always_information_with_v() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let stderr = |verbosity: &[&str]| {
+        let out = dir.run(
+            &[
+                &["record", "-q", "--allocs", "--user", "nobody"][..],
+                verbosity,
+                &["--", "true"],
+            ]
+            .concat(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warning = "fltrace: warning: . is writable by other users and not sticky";
+    let info = "fltrace: info: the command runs as nobody: uid 65534, gid 65534\n";
+    let quiet = stderr(&[]);
+    assert_eq!(quiet.matches(warning).count(), 1, "{quiet}");
+    assert!(!quiet.contains("fltrace: info:"), "{quiet}");
+    let verbose = stderr(&["-v"]);
+    assert_eq!(verbose.matches(warning).count(), 1, "{verbose}");
+    assert!(verbose.contains(info), "{verbose}");
+    assert!(!verbose.contains("fltrace: debug:"), "{verbose}");
+    let debug = stderr(&["-vv"]);
+    assert!(debug.contains(info), "{debug}");
+    assert!(
+        debug.contains("fltrace: debug: preloaded library: /")
+            && debug.contains("libfltrace_preload.so"),
+        "{debug}"
+    );
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+}

@@ -50,6 +50,26 @@ fn wss_follows_the_phases() {
     let trace = std::fs::read_to_string(fltrace_trace::files::path(dir.path(), "wss", pid, "csv"))
         .expect("trace");
     assert!(trace.starts_with("time_s,start,end,referenced_bytes,rss_bytes,path\n"));
+    // The trace reads back, and each interval's mappings add up to the working set printed
+    // for it.
+    let (kind, ranges) =
+        fltrace_trace::read_range_trace(&fltrace_trace::files::path(dir.path(), "wss", pid, "csv"))
+            .expect("trace reads back");
+    assert_eq!(kind, fltrace_trace::RangeTraceKind::ReferencedBytes);
+    let mut per_interval = std::collections::BTreeMap::<String, u64>::new();
+    for r in &ranges {
+        *per_interval.entry(format!("{:.3}", r.time_s)).or_default() += r.value;
+    }
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let printed: u64 = f[1].parse().expect("wss");
+        assert_eq!(
+            per_interval.get(f[0]).copied().unwrap_or(0),
+            printed,
+            "interval {}",
+            f[0]
+        );
+    }
     assert!(
         std::fs::read_to_string(fltrace_trace::files::path(dir.path(), "wss", pid, "svg"))
             .expect("plot")
