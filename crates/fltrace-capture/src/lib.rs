@@ -43,4 +43,7 @@ pub use recorder::{AllocTracing, Options, Progress, Summary, Target, monotonic_n
 pub use runtime::{FarMemory, HeapBacking};
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;
-pub use uprobes::{LiveAllocs, OutstandingBlocks, OutstandingStack};
+pub use uprobes::{
+    FunctionMissing, LiveAllocs, OutstandingBlocks, OutstandingStack, function_offsets, set_uprobe,
+    uprobe_pmu,
+};
