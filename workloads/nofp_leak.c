@@ -5,6 +5,9 @@
 //                      deep_leak (main -> leak_outer -> leak_middle -> leak_inner), around
 //                      calloc/realloc/free churn that leaves nothing; then prints "ready" and
 //                      ends at EOF on stdin
+//   nofp_leak M SIZE LIB   the same, then M more blocks of SIZE bytes kept by lib_keep() of
+//                      the shared library LIB (libfault.c), loaded with dlopen after the line
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -46,6 +49,16 @@ int main(int argc, char **argv) {
         return 1;
     leak_outer(kept, n, size);
     sink = kept;
+    if (argc > 3) {
+        void *lib = dlopen(argv[3], RTLD_NOW);
+        void **(*lib_keep)(size_t, size_t) =
+            lib ? (void **(*)(size_t, size_t))dlsym(lib, "lib_keep") : NULL;
+        if (!lib_keep) {
+            fprintf(stderr, "dlopen: %s\n", dlerror());
+            return 1;
+        }
+        sink = lib_keep((size_t)n, (size_t)size);
+    }
     printf("ready\n");
     fflush(stdout);
     while (read(0, buf, sizeof buf) > 0) {

@@ -21,6 +21,26 @@ pub const SOFTWARE_EVENTS: [(&str, SoftwareEvent); 10] = [
     ("emulation-faults", SoftwareEvent::EmulationFaults),
 ];
 
+/// The events `fltrace count` takes, as `software:NAME`, `tracepoint:GROUP:NAME` and the
+/// uprobe forms; with a pattern, those whose name contains it (the uprobe forms then left
+/// out).
+pub fn list(pattern: Option<&str>) -> Result<Vec<String>, crate::Error> {
+    let wanted = |name: &str| pattern.is_none_or(|p| name.contains(p));
+    let software = SOFTWARE_EVENTS
+        .iter()
+        .filter(|(name, _)| wanted(name))
+        .map(|(name, _)| format!("software:{name}"));
+    let tracepoints = crate::tracefs::list()?
+        .into_iter()
+        .filter(|name| wanted(name))
+        .map(|name| format!("tracepoint:{name}"));
+    let uprobes = ["uprobe:PATH:FUNCTION", "uretprobe:PATH:FUNCTION"]
+        .into_iter()
+        .filter(|_| pattern.is_none())
+        .map(str::to_owned);
+    Ok(software.chain(tracepoints).chain(uprobes).collect())
+}
+
 /// One event source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {

@@ -15,6 +15,7 @@ mod object;
 mod symbols;
 pub mod tracefs;
 pub mod triage;
+pub mod watch;
 
 pub use counter::{
     By, CountSpec, Counter, ProcessFilter, Row, Snapshot, expand_events, fault_events,

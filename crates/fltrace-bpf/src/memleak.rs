@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
 
 use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
@@ -19,6 +21,7 @@ use crate::counter::{
 };
 use crate::object::{self, Alloc, Config};
 use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
+use crate::watch::{POLL, Prepared, Targets, Watch};
 use crate::{Error, tracefs};
 use fltrace_capture::LiveAllocs;
 
@@ -347,11 +350,13 @@ impl LeakTracer {
                 .map(|(i, g)| (i as u32, g.frames.clone()))
                 .collect();
             let maps = self.maps.get(*tgid);
+            // A command started here was named fltrace until its exec.
+            let current_comm = self.maps.comm(*tgid).unwrap_or_else(|| comm.clone());
             let mut named = names.user(*tgid, maps.as_deref(), &numbered, true);
             for (i, group) in groups.into_iter().enumerate() {
                 stacks.push(Outstanding {
                     pid: Some(*tgid),
-                    comm: comm.clone(),
+                    comm: current_comm.clone(),
                     bytes: group.bytes,
                     allocations: group.blocks,
                     stack: named.remove(&(i as u32)).unwrap_or_default(),
@@ -416,4 +421,184 @@ fn attach_user(ebpf: &mut Ebpf, libc: &Path, tgids: &[u32]) -> Result<(), Error>
         attach_uprobe(ret, libc, function, tgids)?;
     }
     Ok(())
+}
+
+/// What `fltrace memleak` is asked.
+#[derive(Debug, Clone)]
+pub struct LeakRequest {
+    /// Whose allocations: none named means the kernel's.
+    pub targets: Targets,
+    /// Between reports (one report at the end without).
+    pub interval: Option<Duration>,
+    /// Reports before ending.
+    pub count: Option<u64>,
+    /// Stacks per report.
+    pub top: usize,
+    /// Only allocations at least this old.
+    pub older: Duration,
+    /// Ending after this long.
+    pub duration: Option<Duration>,
+}
+
+/// How the allocations of `filter` are read: the kernel's when no process is named; uprobes
+/// read here with DWARF-unwound stacks for processes named by pid or started here; else
+/// uprobes counted in the kernel by frame-pointer stacks, on the C library of `libc_pid`.
+fn choose_target(
+    targets: &Targets,
+    filter: &ProcessFilter,
+    libc_of: impl FnOnce(u32) -> Result<PathBuf, Error>,
+) -> Result<LeakTarget, Error> {
+    Ok(if filter.tgids.is_empty() {
+        LeakTarget::Kernel
+    } else if targets.only_named_processes() {
+        LeakTarget::Attached
+    } else if !targets.command.is_empty() {
+        // The command has not exec'd yet: it will use the C library fltrace uses.
+        LeakTarget::User {
+            libc: libc_of(std::process::id())?,
+        }
+    } else {
+        LeakTarget::User {
+            libc: libc_of(filter.tgids[0])?,
+        }
+    })
+}
+
+/// `fltrace memleak` running: its reports, one per interval and one at the end.
+pub struct LeakWatch {
+    tracer: LeakTracer,
+    watch: Watch,
+    target: LeakTarget,
+    tgids: Vec<u32>,
+    names: StackNames,
+    request: LeakRequest,
+    reports: u64,
+    next: Option<Instant>,
+    done: bool,
+}
+
+impl LeakWatch {
+    /// Places the probes (starting the command once they are in place); `stop` is raised on
+    /// an interrupt.
+    pub fn start(request: LeakRequest, stop: Arc<AtomicUsize>) -> Result<LeakWatch, Error> {
+        let prepared = Prepared::new(&request.targets)?;
+        let (tracer, prepared) = prepared.set_up(|filter| {
+            let target = choose_target(&request.targets, filter, libc_of)?;
+            Ok((LeakTracer::start(target.clone(), filter)?, target))
+        })?;
+        let (tracer, target) = tracer;
+        let tgids = prepared.filter.tgids.clone();
+        let maps = Some(tracer.process_maps().clone());
+        let watch = prepared.start(stop, request.duration, maps, &request.targets.pids)?;
+        Ok(LeakWatch {
+            tracer,
+            watch,
+            target,
+            tgids,
+            names: StackNames::new(),
+            next: request.interval.map(|i| Instant::now() + i),
+            request,
+            reports: 0,
+            done: false,
+        })
+    }
+
+    /// Whose allocations are read, and how.
+    pub fn target(&self) -> &LeakTarget {
+        &self.target
+    }
+
+    /// The processes watched (the pids given and the command's).
+    pub fn tgids(&self) -> &[u32] {
+        &self.tgids
+    }
+
+    /// Waits for the next report: at the next interval, or at the end (the duration, an
+    /// interrupt, the processes' end, or the count of reports reached). None once ended.
+    pub fn next_report(&mut self) -> Result<Option<LeakSnapshot>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        loop {
+            let over = self.watch.over();
+            if over || self.next.is_some_and(|n| Instant::now() >= n) {
+                let older = self.request.older;
+                let snapshot = self
+                    .tracer
+                    .snapshot(&mut self.names, older, self.request.top)?;
+                self.reports += 1;
+                self.done = over || self.request.count.is_some_and(|c| self.reports >= c);
+                self.next = Some(Instant::now() + self.request.interval.unwrap_or(ONE_SECOND));
+                return Ok(Some(snapshot));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Removes the probes; an error is the DWARF reader's.
+    pub fn finish(self) -> Result<(), Error> {
+        self.tracer.finish()
+    }
+}
+
+const ONE_SECOND: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_libc(_: u32) -> Result<PathBuf, Error> {
+        Err(Error::Unsupported("no C library asked for".into()))
+    }
+
+    #[test]
+    fn named_processes_are_unwound_and_others_follow_frame_pointers() {
+        let pid = Targets {
+            pids: vec![41],
+            ..Targets::default()
+        };
+        let filter = |tgids: Vec<u32>, comm: Option<&str>| ProcessFilter {
+            tgids,
+            cgroup: None,
+            comm: comm.map(str::to_owned),
+        };
+        let none = Targets::default();
+        assert!(matches!(
+            choose_target(&none, &filter(vec![], None), no_libc),
+            Ok(LeakTarget::Kernel)
+        ));
+        // A name alone chooses tasks, not processes: the kernel's allocations.
+        let comm = Targets {
+            comm: Some("x".into()),
+            ..Targets::default()
+        };
+        assert!(matches!(
+            choose_target(&comm, &filter(vec![], Some("x")), no_libc),
+            Ok(LeakTarget::Kernel)
+        ));
+        assert!(matches!(
+            choose_target(&pid, &filter(vec![41], None), no_libc),
+            Ok(LeakTarget::Attached)
+        ));
+        let command = Targets {
+            command: vec!["prog".into()],
+            ..Targets::default()
+        };
+        assert!(matches!(
+            choose_target(&command, &filter(vec![99], None), no_libc),
+            Ok(LeakTarget::Attached)
+        ));
+        // A pid with a name: counted in the kernel, on the process's C library.
+        let pid_and_comm = Targets {
+            comm: Some("x".into()),
+            ..pid
+        };
+        let chosen = choose_target(&pid_and_comm, &filter(vec![41], Some("x")), |pid| {
+            Ok(PathBuf::from(format!("/libc-of-{pid}")))
+        });
+        assert!(
+            matches!(&chosen, Ok(LeakTarget::User { libc }) if libc == Path::new("/libc-of-41")),
+            "{chosen:?}"
+        );
+    }
 }

@@ -25,6 +25,8 @@ use perf_event_open_sys::bindings::perf_event_attr;
 pub struct ProcessMaps {
     inner: Arc<Mutex<HashMap<u32, Arc<str>>>>,
     followed: Arc<Mutex<HashMap<u32, String>>>,
+    /// Each process's name when its maps were last read (a command's changes at its exec).
+    comms: Arc<Mutex<HashMap<u32, String>>>,
 }
 
 impl ProcessMaps {
@@ -83,6 +85,19 @@ impl ProcessMaps {
         {
             self.lock().insert(tgid, text.into());
         }
+        if let Ok(comm) = std::fs::read_to_string(format!("/proc/{tgid}/comm")) {
+            self.comms
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(tgid, comm.trim_end().to_owned());
+        }
+    }
+
+    /// The name of `tgid`: read now if it lives, else as last kept.
+    pub fn comm(&self, tgid: u32) -> Option<String> {
+        self.remember(tgid);
+        let comms = self.comms.lock().unwrap_or_else(|e| e.into_inner());
+        comms.get(&tgid).cloned()
     }
 
     /// The maps of `tgid`: read now if it lives, else as last kept, with the executable

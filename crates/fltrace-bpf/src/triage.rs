@@ -262,7 +262,8 @@ impl Triage {
                     name: (*n).into(),
                 })
                 .collect(),
-            by: vec![By::Probe, By::Comm],
+            // By process too, so that fltrace's own calls can be left out.
+            by: vec![By::Probe, By::Comm, By::Pid],
             second_field: None,
             filter: None,
             processes: all,
@@ -319,19 +320,7 @@ impl Triage {
         top.sort_by_key(|p| std::cmp::Reverse(p.faults));
         top.truncate(5);
         report.top_faulting = top;
-        report.heap_calls = heap_snapshot
-            .rows
-            .iter()
-            .map(|r| {
-                let probe = r.probe.clone().unwrap_or_default();
-                let call = probe
-                    .rsplit("sys_enter_")
-                    .next()
-                    .unwrap_or(&probe)
-                    .to_owned();
-                (call, r.comm.clone().unwrap_or_default(), r.count)
-            })
-            .collect();
+        report.heap_calls = heap_calls_of(&heap_snapshot.rows, std::process::id());
         report.heap_calls.truncate(10);
         report.findings = report.findings();
         Ok(report)
@@ -407,5 +396,66 @@ impl Triage {
             ));
         }
         out
+    }
+}
+
+/// brk and mmap calls by (call, comm), most first, from rows keyed by probe, comm and pid;
+/// the calls of `own_pid` (fltrace, which allocates while it reads the counters) left out.
+fn heap_calls_of(rows: &[crate::Row], own_pid: u32) -> Vec<(String, String, u64)> {
+    let mut merged: Vec<(String, String, u64)> = Vec::new();
+    for row in rows.iter().filter(|r| r.pid != Some(own_pid)) {
+        let probe = row.probe.clone().unwrap_or_default();
+        let call = probe
+            .rsplit("sys_enter_")
+            .next()
+            .unwrap_or(&probe)
+            .to_owned();
+        let comm = row.comm.clone().unwrap_or_default();
+        match merged.iter_mut().find(|(c, m, _)| *c == call && *m == comm) {
+            Some(same) => same.2 += row.count,
+            None => merged.push((call, comm, row.count)),
+        }
+    }
+    // Stable: equal counts keep the counter's order.
+    merged.sort_by_key(|(_, _, n)| std::cmp::Reverse(*n));
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(probe: &str, comm: &str, pid: u32, count: u64) -> crate::Row {
+        crate::Row {
+            pid: Some(pid),
+            tid: None,
+            comm: Some(comm.into()),
+            probe: Some(probe.into()),
+            field: None,
+            field2: None,
+            ustack: None,
+            kstack: None,
+            count,
+        }
+    }
+
+    #[test]
+    fn heap_calls_merge_processes_of_a_name_and_leave_fltrace_out() {
+        let rows = [
+            row("syscalls:sys_enter_brk", "fltrace", 7, 900),
+            row("syscalls:sys_enter_brk", "cc1", 20, 30),
+            row("syscalls:sys_enter_mmap", "cc1", 20, 12),
+            row("syscalls:sys_enter_brk", "cc1", 21, 15),
+            row("syscalls:sys_enter_brk", "fltrace", 8, 2),
+        ];
+        assert_eq!(
+            heap_calls_of(&rows, 7),
+            [
+                ("brk".to_owned(), "cc1".to_owned(), 45),
+                ("mmap".to_owned(), "cc1".to_owned(), 12),
+                // Another fltrace is a process like any other.
+                ("brk".to_owned(), "fltrace".to_owned(), 2),
+            ]
+        );
     }
 }

@@ -46,4 +46,7 @@ pub use recorder::{AllocTracing, Options, Progress, Summary, Target, monotonic_n
 pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;
-pub use uprobes::{LiveAllocs, OutstandingBlocks, OutstandingStack};
+pub use uprobes::{
+    FunctionMissing, LiveAllocs, OutstandingBlocks, OutstandingStack, function_offsets, set_uprobe,
+    uprobe_pmu,
+};

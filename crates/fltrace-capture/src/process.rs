@@ -253,7 +253,7 @@ impl Process {
             mapping.path = "[heap]".to_owned();
         }
         if mapping.is_file() {
-            let file = resolve_path(self.pid, &mapping.path);
+            let file = crate::unwind::mapped_file(self.pid, &mapping.path);
             // Every file mapping carries its build ID (the kernel's, else read here), so that a
             // recording can be symbolized and archived after the files change.
             if mapping.build_id.is_empty() {
@@ -611,15 +611,4 @@ fn write_file(path: &Path, text: &str) -> Result<(), fltrace_trace::Error> {
             path: path.to_owned(),
             source,
         })
-}
-
-/// The path under which fltrace can open a file the process mapped: through the process's own
-/// root (it may be in a container) while it lives, else as named.
-fn resolve_path(pid: u32, path: &str) -> PathBuf {
-    let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    if through_root.exists() {
-        through_root
-    } else {
-        PathBuf::from(path)
-    }
 }

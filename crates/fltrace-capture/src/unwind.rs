@@ -191,6 +191,17 @@ impl ElfCache {
     }
 }
 
+/// The path under which fltrace can open a file the process mapped: through the process's own
+/// root (it may be in a container) while it lives, else as named.
+pub fn mapped_file(pid: u32, path: &str) -> PathBuf {
+    let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if through_root.exists() {
+        through_root
+    } else {
+        PathBuf::from(path)
+    }
+}
+
 /// Why an unwind stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnwindEnd {

@@ -7,8 +7,9 @@
 //! paired per thread. This costs a few microseconds per call, far more than the preloaded
 //! tracer: it is for looking into a process that is already running.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -113,29 +114,74 @@ fn libc_of(pid: i32) -> Result<(PathBuf, Vec<(usize, u64)>), Error> {
         })?;
     // Through the process's root, as it sees the file.
     let file = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    let bytes = std::fs::read(&file).map_err(|source| Error::Attach { pid, source })?;
-    let elf = object::File::parse(&*bytes).map_err(|e| Error::Attach {
-        pid,
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    let segments: Vec<(u64, u64, u64)> = elf
-        .segments()
-        .map(|s| (s.address(), s.size(), s.file_range().0))
+    let names: Vec<&str> = PROBES.iter().map(|(name, _, _)| *name).collect();
+    let offsets = function_offsets(&file, &names)
+        .map_err(|source| Error::Attach { pid, source })?
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, offset)| Some((index, offset.ok()?)))
         .collect();
-    let mut offsets = Vec::new();
-    for (index, (name, _, _)) in PROBES.iter().enumerate() {
-        let Some(symbol) = elf.dynamic_symbols().find(|s| s.name() == Ok(name)) else {
-            continue;
-        };
-        let address = symbol.address();
-        if let Some((vaddr, _, offset)) = segments
-            .iter()
-            .find(|(vaddr, size, _)| address >= *vaddr && address < vaddr + size)
-        {
-            offsets.push((index, address - vaddr + offset));
-        }
-    }
     Ok((file, offsets))
+}
+
+/// Why a function cannot be probed in a file that could be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FunctionMissing {
+    /// No symbol of that name with an address.
+    #[error("no such symbol")]
+    NoSymbol,
+    /// Its address is outside every loadable segment.
+    #[error("its address is in no loaded segment")]
+    NotLoaded,
+}
+
+/// The file offsets (as uprobes take them) of the functions `names` in the ELF file `path`,
+/// from its dynamic symbols, else its symbol table. An error is the file's (unreadable, or
+/// not ELF: `InvalidData`).
+pub fn function_offsets(
+    path: &Path,
+    names: &[&str],
+) -> std::io::Result<Vec<Result<u64, FunctionMissing>>> {
+    let bytes = std::fs::read(path)?;
+    let elf = object::File::parse(&*bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    let offset_of = |name: &str| {
+        let address = elf
+            .dynamic_symbols()
+            .chain(elf.symbols())
+            .find(|s| s.name() == Ok(name) && s.address() != 0)
+            .map(|s| s.address())
+            .ok_or(FunctionMissing::NoSymbol)?;
+        elf.segments()
+            .find(|s| address >= s.address() && address < s.address() + s.size())
+            .map(|s| address - s.address() + s.file_range().0)
+            .ok_or(FunctionMissing::NotLoaded)
+    };
+    Ok(names.iter().map(|name| offset_of(name)).collect())
+}
+
+/// The uprobe PMU's perf event type.
+pub fn uprobe_pmu() -> std::io::Result<u32> {
+    std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?
+        .trim()
+        .parse()
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "unreadable PMU type"))
+}
+
+/// Makes `attr` a uprobe (or a return probe) at `offset` of the file `path` (which must
+/// outlive the perf_event_open call), of the uprobe PMU `pmu`.
+pub fn set_uprobe(
+    attr: &mut perf_event_attr,
+    pmu: u32,
+    path: &std::ffi::CStr,
+    offset: u64,
+    is_return: bool,
+) {
+    attr.type_ = pmu;
+    // The uprobe PMU's `retprobe` format bit is config:0.
+    attr.config = u64::from(is_return);
+    attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
+    attr.__bindgen_anon_4.config2 = offset;
 }
 
 /// What a sample came from.
@@ -150,7 +196,7 @@ struct Probes {
     rings: Vec<RingBuffer>,
     by_id: HashMap<u64, Probe>,
     parse_info: linux_perf_event_reader::RecordParseInfo,
-    unwinder: AddressSpaceUnwinder,
+    space: AddressSpace,
     pid: i32,
 }
 
@@ -159,11 +205,7 @@ fn uprobe_attr(pmu: u32, path: &CString, offset: u64, is_return: bool) -> perf_e
         size: std::mem::size_of::<perf_event_attr>() as u32,
         ..Default::default()
     };
-    attr.type_ = pmu;
-    // The uprobe PMU's `retprobe` format bit is config:0.
-    attr.config = u64::from(is_return);
-    attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
-    attr.__bindgen_anon_4.config2 = offset;
+    set_uprobe(&mut attr, pmu, path, offset, is_return);
     attr.sample_period = 1;
     attr.set_disabled(1);
     attr.set_inherit(1);
@@ -191,15 +233,7 @@ fn uprobe_attr(pmu: u32, path: &CString, offset: u64, is_return: bool) -> perf_e
 
 impl Probes {
     fn open(pid: i32, tasks: &[i32]) -> Result<Probes, Error> {
-        let pmu: u32 = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")
-            .map_err(kernel("uprobes (CONFIG_UPROBE_EVENTS)"))?
-            .trim()
-            .parse()
-            .map_err(|_| Error::Kernel {
-                what: "uprobes",
-                source: std::io::Error::other("unreadable PMU type"),
-                hint: "",
-            })?;
+        let pmu = uprobe_pmu().map_err(kernel("uprobes (CONFIG_UPROBE_EVENTS)"))?;
         let (libc, offsets) = libc_of(pid)?;
         let path =
             CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|_| Error::Attach {
@@ -246,7 +280,7 @@ impl Probes {
                 }
             }
         }
-        let unwinder = unwinder_of(pid)?;
+        let space = AddressSpace::read(pid)?;
         for event in &events {
             event.enable().map_err(kernel("enabling uprobes"))?;
         }
@@ -258,7 +292,7 @@ impl Probes {
                 pid,
                 source: std::io::Error::other("the C library exports no allocator functions"),
             })?,
-            unwinder,
+            space,
             pid,
         })
     }
@@ -337,14 +371,24 @@ impl Probes {
                     }
                     continue;
                 }
+                let regs = (sample.ip, sample.sp, sample.bp);
                 let mut frames = Vec::new();
-                self.unwinder.unwind(
-                    &mut cache,
-                    (sample.ip, sample.sp, sample.bp),
-                    &sample.stack,
-                    &mut live,
-                    &mut frames,
-                );
+                let unwinder = &self.space.unwinder;
+                unwinder.unwind(&mut cache, regs, &sample.stack, &mut live, &mut frames);
+                // An address in no known mapping is code mapped since the maps were read (a
+                // library dlopen'ed, or a whole new image after an exec): read them again.
+                let outside = std::iter::once(sample.ip)
+                    .chain(frames.iter().copied())
+                    .find(|&addr| !self.space.covers(addr));
+                if let Some(addr) = outside
+                    && self.space.refresh(addr)
+                {
+                    frames.clear();
+                    // Its rules were cached by address for the old mappings.
+                    cache = framehop::x86_64::CacheX86_64::new();
+                    let unwinder = &self.space.unwinder;
+                    unwinder.unwind(&mut cache, regs, &sample.stack, &mut live, &mut frames);
+                }
                 // The first frame is the probed function's entry; the stack starts at its caller.
                 let stack_id = out.stack(&frames[frames.len().min(1)..])?;
                 let entry = Pending {
@@ -386,18 +430,94 @@ fn read_word(pid: i32, addr: u64) -> Option<u64> {
     (n == 8).then(|| u64::from_ne_bytes(word))
 }
 
-fn unwinder_of(pid: i32) -> Result<AddressSpaceUnwinder, Error> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|source| Error::Attach { pid, source })?;
-    let mut cache = ElfCache::default();
-    let mut unwinder = AddressSpaceUnwinder::default();
-    for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
-        if mapping.is_exec() && mapping.is_file() {
-            let file = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));
-            unwinder.add_mapping(&mut cache, &mapping, &file);
+/// What the reader knows of the traced process's executable mappings, and their unwinder.
+struct AddressSpace {
+    pid: i32,
+    /// The executable mappings' lines of the /proc/PID/maps text they were built from.
+    exec_lines: String,
+    /// Every executable mapping's range, file-backed or not, sorted.
+    exec: Vec<Range<u64>>,
+    unwinder: AddressSpaceUnwinder,
+    /// Addresses still in no mapping after the maps were read again (garbage from a frame
+    /// pointer fallback, or code already unmapped): they do not make the maps read again.
+    strays: HashSet<u64>,
+}
+
+/// The lines of a /proc/PID/maps text that map executable memory.
+fn executable_lines(maps: &str) -> String {
+    maps.lines()
+        .filter(|line| {
+            fltrace_trace::parse_procmaps_line(line).is_some_and(|mapping| mapping.is_exec())
+        })
+        .flat_map(|line| [line, "\n"])
+        .collect()
+}
+
+/// Stray addresses remembered at most; the set starts again beyond.
+const MAX_STRAYS: usize = 4096;
+
+impl AddressSpace {
+    fn read(pid: i32) -> Result<AddressSpace, Error> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .map_err(|source| Error::Attach { pid, source })?;
+        Ok(AddressSpace::of(pid, &maps))
+    }
+
+    fn of(pid: i32, maps: &str) -> AddressSpace {
+        let mut cache = ElfCache::default();
+        let mut unwinder = AddressSpaceUnwinder::default();
+        let mut exec = Vec::new();
+        let exec_lines = executable_lines(maps);
+        for mapping in exec_lines
+            .lines()
+            .filter_map(fltrace_trace::parse_procmaps_line)
+        {
+            exec.push(mapping.start..mapping.end);
+            if mapping.is_file() {
+                let file = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));
+                unwinder.add_mapping(&mut cache, &mapping, &file);
+            }
+        }
+        exec.sort_by_key(|r| r.start);
+        AddressSpace {
+            pid,
+            exec_lines,
+            exec,
+            unwinder,
+            strays: HashSet::new(),
         }
     }
-    Ok(unwinder)
+
+    /// Whether `addr` lies in an executable mapping of the last maps read.
+    fn covers(&self, addr: u64) -> bool {
+        let after = self.exec.partition_point(|r| r.start <= addr);
+        after > 0 && self.exec[after - 1].contains(&addr)
+    }
+
+    /// Reads the maps again because `addr` lies outside them; whether the unwinder changed.
+    fn refresh(&mut self, addr: u64) -> bool {
+        if self.strays.contains(&addr) {
+            return false;
+        }
+        // A process that has gone keeps the mappings last read.
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+            return false;
+        };
+        // Only new code matters: heaps and thread stacks come and go all the time.
+        if executable_lines(&maps) == self.exec_lines {
+            if self.strays.len() >= MAX_STRAYS {
+                self.strays.clear();
+            }
+            self.strays.insert(addr);
+            return false;
+        }
+        log::debug!(
+            "process {}: new executable mappings, unwinder rebuilt",
+            self.pid
+        );
+        *self = AddressSpace::of(self.pid, &maps);
+        true
+    }
 }
 
 /// The fields of a uprobe sample.
@@ -716,6 +836,25 @@ mod tests {
             detail: 0,
             stack_id,
         }
+    }
+
+    #[test]
+    fn executable_mappings_are_covered_and_read_again_when_an_address_is_outside() {
+        let maps = "1000-3000 r-xp 00000000 00:00 0 \n\
+                    5000-6000 rw-p 00000000 00:00 0 \n\
+                    7000-8000 r-xp 00000000 00:00 0 [vdso]\n";
+        let space = AddressSpace::of(std::process::id() as i32, maps);
+        assert!(space.covers(0x1000) && space.covers(0x2fff) && space.covers(0x7800));
+        assert!(!space.covers(0xfff) && !space.covers(0x3000) && !space.covers(0x5800));
+        // Our own maps hold this function, which the made-up ones above do not.
+        let mut space = AddressSpace::of(std::process::id() as i32, "");
+        let here = AddressSpace::refresh as fn(&mut AddressSpace, u64) -> bool as usize as u64;
+        assert!(!space.covers(here));
+        assert!(space.refresh(here));
+        assert!(space.covers(here));
+        // Read again with nothing new: no rebuild, and the address is not asked about again.
+        assert!(!space.refresh(8));
+        assert!(space.strays.contains(&8));
     }
 
     #[test]

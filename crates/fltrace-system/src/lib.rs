@@ -10,6 +10,7 @@
 //! conditions) is in [`session`]; the tables, CSV and JSON lines in [`output`].
 
 pub mod brkstack;
+pub mod counting;
 pub mod drsnoop;
 mod error;
 pub mod format;

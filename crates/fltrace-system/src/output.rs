@@ -151,12 +151,7 @@ impl<W: Write> Printer<W> {
                     self.columns.iter().map(|c| c.header.to_owned()).collect();
                 self.table_line(&headers)
             }
-            Format::Csv => self
-                .columns
-                .iter()
-                .map(|c| c.key)
-                .collect::<Vec<_>>()
-                .join(","),
+            Format::Csv => csv_line(self.columns.iter().map(|c| c.key))?,
             Format::Json => return Ok(()),
         };
         self.line(&line)
@@ -201,11 +196,7 @@ impl<W: Write> Printer<W> {
                 let texts: Vec<String> = values.iter().map(Value::text).collect();
                 self.table_line(&texts)
             }
-            Format::Csv => values
-                .iter()
-                .map(|v| csv_cell(&v.text()))
-                .collect::<Vec<_>>()
-                .join(","),
+            Format::Csv => csv_line(values.iter().map(Value::text))?,
             Format::Json => {
                 let object: serde_json::Map<String, serde_json::Value> = self
                     .columns
@@ -220,12 +211,16 @@ impl<W: Write> Printer<W> {
     }
 }
 
-fn csv_cell(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_owned()
-    }
+/// One CSV record, without its line end (cells quoted where they must be).
+fn csv_line<T: AsRef<[u8]>>(cells: impl IntoIterator<Item = T>) -> Result<String, Error> {
+    let mut csv = csv::WriterBuilder::new().from_writer(Vec::new());
+    csv.write_record(cells)
+        .map_err(|e| Error::Output(e.into()))?;
+    let bytes = csv
+        .into_inner()
+        .map_err(|e| Error::Output(e.into_error()))?;
+    let line = String::from_utf8_lossy(&bytes);
+    Ok(line.strip_suffix('\n').unwrap_or(&line).to_owned())
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{CString, OsString};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -124,6 +124,24 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// The processes given with -p, or a cgroup, or a command (not both); else the whole
+    /// system. `comm` narrows any of them to threads of that name.
+    pub fn of(
+        pids: &[i32],
+        cgroup: Option<&Path>,
+        command: &[OsString],
+        comm: Option<String>,
+    ) -> Result<Scope, Error> {
+        let target = match (cgroup, pids.is_empty(), command.is_empty()) {
+            (Some(_), _, false) | (None, false, false) => return Err(Error::BothTargets),
+            (Some(path), _, true) => Target::Cgroup(path.to_owned()),
+            (None, false, true) => Target::Pids(pids.to_vec()),
+            (None, true, false) => Target::Command(command.to_vec()),
+            (None, true, true) => Target::All,
+        };
+        Ok(Scope { target, comm })
+    }
+
     /// The whole system.
     pub fn all() -> Scope {
         Scope {
@@ -352,11 +370,10 @@ fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -
             sample_type |= PERF_SAMPLE_ADDR;
         }
         Source::Uprobe { ret, offset, .. } => {
-            // `id` is the uprobe PMU's type; its `retprobe` format bit is config:0.
-            attr.type_ = id as u32;
-            attr.config = u64::from(*ret);
-            attr.__bindgen_anon_3.config1 = path.map_or(0, |p| p.as_ptr() as u64);
-            attr.__bindgen_anon_4.config2 = *offset;
+            // `id` is the uprobe PMU's type; without a path the attributes only describe the
+            // sample layout (they are never opened).
+            let file = path.map_or(c"", |p| p.as_c_str());
+            fltrace_capture::set_uprobe(&mut attr, id as u32, file, *offset, *ret);
             sample_type |= PERF_SAMPLE_REGS_USER;
             attr.sample_regs_user =
                 ARG_REGS.iter().fold(0, |regs, r| regs | (1 << r)) | user_stack_regs();
@@ -395,14 +412,11 @@ fn user_stack_regs() -> u64 {
 
 /// The uprobe PMU's type number.
 fn uprobe_pmu() -> Result<u64, Error> {
-    let path = "/sys/bus/event_source/devices/uprobe/type";
-    std::fs::read_to_string(path)
+    fltrace_capture::uprobe_pmu()
+        .map(u64::from)
         .map_err(Error::kernel(
             "uprobes (/sys/bus/event_source/devices/uprobe)",
-        ))?
-        .trim()
-        .parse()
-        .map_err(|_| Error::kernel("uprobes")(std::io::Error::other(format!("unreadable {path}"))))
+        ))
 }
 
 /// The sample layout of `source` events opened with `stack`, for parsing records built in
@@ -852,4 +866,41 @@ fn wait(pid: i32, flags: i32) -> Option<ExitStatus> {
     // SAFETY: waiting for our own child with a valid out-pointer.
     let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
     (ret == pid).then(|| ExitStatus::from_raw(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_is_processes_a_cgroup_or_a_command() {
+        let command = vec![OsString::from("true")];
+        let cgroup = Path::new("/sys/fs/cgroup/memory/t");
+        let target = |pids: &[i32], cgroup, command: &[OsString]| {
+            Scope::of(pids, cgroup, command, None).map(|s| s.target)
+        };
+        assert_eq!(target(&[], None, &[]).ok(), Some(Target::All));
+        assert_eq!(
+            target(&[3, 4], None, &[]).ok(),
+            Some(Target::Pids(vec![3, 4]))
+        );
+        assert_eq!(
+            target(&[], Some(cgroup), &[]).ok(),
+            Some(Target::Cgroup(cgroup.to_owned()))
+        );
+        assert_eq!(
+            target(&[], None, &command).ok(),
+            Some(Target::Command(command.clone()))
+        );
+        assert!(matches!(
+            target(&[3], None, &command),
+            Err(Error::BothTargets)
+        ));
+        assert!(matches!(
+            target(&[], Some(cgroup), &command),
+            Err(Error::BothTargets)
+        ));
+        let named = Scope::of(&[3], None, &[], Some("cc1".into())).expect("a scope");
+        assert_eq!(named.comm.as_deref(), Some("cc1"));
+    }
 }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use fltrace_analyze::Symbolizer;
 use fltrace_bpf::{By, Event, FieldFilter, Frame, Row, StackNames};
 use fltrace_trace::{ProcessTrace, Stack};
-use object::{Object, ObjectSegment, ObjectSymbol};
 
 use crate::Error;
 use crate::session::{Context, Options, Record, Sample, Scope, Session, Source, StackMode, Target};
@@ -55,8 +54,6 @@ pub struct StackCounts {
     pub lost: u64,
     /// Since counting started.
     pub elapsed: Duration,
-    /// The command's exit status, when one was started.
-    pub status: Option<std::process::ExitStatus>,
 }
 
 /// Where a field of an event is.
@@ -104,21 +101,21 @@ pub fn symbol_offset(path: &Path, symbol: &str) -> Result<u64, Error> {
         what: format!("cannot probe {symbol} in {}: {e}", path.display()),
         source: std::io::Error::from(std::io::ErrorKind::InvalidData),
     };
-    let bytes = std::fs::read(path).map_err(|source| Error::Target {
-        what: format!("cannot read {}", path.display()),
-        source,
+    let offsets = fltrace_capture::function_offsets(path, &[symbol]).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::InvalidData {
+            target(source.to_string())
+        } else {
+            Error::Target {
+                what: format!("cannot read {}", path.display()),
+                source,
+            }
+        }
     })?;
-    let elf = object::File::parse(&*bytes).map_err(|e| target(e.to_string()))?;
-    let address = elf
-        .dynamic_symbols()
-        .chain(elf.symbols())
-        .find(|s| s.name() == Ok(symbol) && s.address() != 0)
-        .map(|s| s.address())
-        .ok_or_else(|| target("no such symbol".into()))?;
-    elf.segments()
-        .find(|s| address >= s.address() && address < s.address() + s.size())
-        .map(|s| address - s.address() + s.file_range().0)
-        .ok_or_else(|| target("its address is in no loaded segment".into()))
+    match offsets.first() {
+        Some(Ok(offset)) => Ok(*offset),
+        Some(Err(missing)) => Err(target(missing.to_string())),
+        None => Err(target("no such symbol".into())),
+    }
 }
 
 fn source_of(event: &Event) -> Result<Source, Error> {
@@ -259,7 +256,7 @@ impl StackCounter {
         let by = self.spec.by.clone();
         let wants = |b: &By| by.contains(b);
         let filter = self.spec.filter.clone();
-        let status = {
+        {
             let session = &mut self.session;
             let formats = session.formats.clone();
             let value = |s: &Sample, at: &FieldAt| -> Option<(u64, bool)> {
@@ -320,15 +317,14 @@ impl StackCounter {
                         last = (Instant::now(), events.get());
                     }
                 },
-            )?
-        };
+            )?;
+        }
         let rows = self.name(counts, &processes, names);
         Ok(StackCounts {
             rows,
             events: events.get(),
             lost: self.session.context.lost,
             elapsed: started.elapsed(),
-            status,
         })
     }
 

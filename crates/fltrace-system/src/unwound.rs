@@ -4,7 +4,6 @@
 //! DWARF unwinder over them.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use fltrace_capture::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack};
 use fltrace_trace::Mapping;
@@ -43,12 +42,7 @@ impl Proc {
     fn map(&mut self, pid: u32, mut mapping: Mapping, elf: &mut ElfCache) {
         mapping.generation = self.generation;
         if mapping.is_exec() && mapping.is_file() {
-            let through_root = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));
-            let file = if through_root.exists() {
-                through_root
-            } else {
-                PathBuf::from(&mapping.path)
-            };
+            let file = fltrace_capture::unwind::mapped_file(pid, &mapping.path);
             self.unwinder.add_mapping(elf, &mapping, &file);
         }
         self.mappings.push(mapping);

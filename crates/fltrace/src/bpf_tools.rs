@@ -5,20 +5,18 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 use serde_json::json;
 
-use fltrace_bpf::memleak::{LeakSnapshot, LeakTarget, LeakTracer};
+use fltrace_bpf::memleak::{LeakRequest, LeakSnapshot, LeakTarget, LeakWatch};
 use fltrace_bpf::triage::Triage;
-use fltrace_bpf::{
-    By, CountSpec, Counter, FieldFilter, Frame, ProcessFilter, ProcessMaps, Row, StackNames,
-};
-use fltrace_capture::PendingChild;
-use fltrace_system::stackcount::{StackCountSpec, StackCounter};
+use fltrace_bpf::watch::Targets;
+use fltrace_bpf::{By, Event, FieldFilter, Frame, Row};
+use fltrace_system::counting::{self, Count, CountRequest};
 
 use crate::cli::{Format, duration};
 use crate::record::interrupt_counter;
@@ -118,162 +116,23 @@ pub struct TriageArgs {
     pub duration: Duration,
 }
 
-/// A traced command, started once the probes are in place.
-struct Session {
-    child: Option<i32>,
-    /// Where the command's mappings are kept: read again when it stops at its exit.
-    maps: Option<ProcessMaps>,
-    /// Processes given with -p: tracing ends when all have exited.
-    pids: Vec<u32>,
-    stop: std::sync::Arc<AtomicUsize>,
-    started: Instant,
-    duration: Option<Duration>,
-}
-
-impl Session {
-    /// Forks the command (held before exec) and returns the process filter.
-    fn prepare(common: &Common) -> anyhow::Result<(ProcessFilter, Option<PendingChild>)> {
-        let mut filter = ProcessFilter {
-            tgids: common.pids.clone(),
-            cgroup: common.cgroup.clone(),
-            comm: common.comm.clone(),
-        };
-        let pending = if common.command.is_empty() {
-            None
-        } else {
-            let child = PendingChild::spawn(&common.command, None, &[])?;
-            filter.tgids.push(child.pid() as u32);
-            Some(child)
-        };
-        Ok((filter, pending))
-    }
-
-    /// Lets the command run. It is ptrace-seized with PTRACE_O_TRACEEXIT only so that its
-    /// mappings can be read at its exit, before the kernel drops them: its stacks are then
-    /// named however quickly it ends.
-    fn start(
-        pending: Option<PendingChild>,
-        common: &Common,
-        maps: Option<ProcessMaps>,
-    ) -> anyhow::Result<Session> {
-        let stop = interrupt_counter()?;
-        let child = match pending {
-            Some(p) => {
-                let pid = p.pid();
-                // SAFETY: seizing our own child; failure leaves it untraced, which only
-                // costs the names of a process that exits quickly.
-                unsafe {
-                    libc::ptrace(
-                        libc::PTRACE_SEIZE,
-                        pid,
-                        0,
-                        libc::PTRACE_O_TRACEEXIT as libc::c_long,
-                    )
-                };
-                Some(p.release()?)
-            }
-            None => None,
-        };
-        Ok(Session {
-            child,
-            maps,
-            pids: common.pids.clone(),
-            stop,
-            started: Instant::now(),
-            duration: common.duration,
-        })
-    }
-
-    /// Whether to stop: duration over, interrupted, or the command exited (reaped here).
-    fn over(&mut self) -> bool {
-        if self.stop.load(Ordering::Relaxed) > 0
-            || self.duration.is_some_and(|d| self.started.elapsed() >= d)
-        {
-            return true;
-        }
-        if !self.pids.is_empty()
-            && self
-                .pids
-                .iter()
-                .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
-        {
-            return true;
-        }
-        if let Some(pid) = self.child {
-            let mut status = 0;
-            // SAFETY: reaping our own child without blocking.
-            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) } == pid {
-                if !libc::WIFSTOPPED(status) {
-                    self.child = None;
-                    return true;
-                }
-                let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
-                let event = status >> 16 != 0;
-                if exiting && let Some(maps) = &self.maps {
-                    maps.remember(pid as u32);
-                }
-                // Signals pass on; event stops carry none.
-                let signal = if event { 0 } else { libc::WSTOPSIG(status) };
-                // SAFETY: resuming our own stopped tracee.
-                unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, signal as libc::c_long) };
-            }
-        }
-        false
-    }
-
-    fn wait(&mut self) {
-        while !self.over() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+fn targets(common: &Common) -> Targets {
+    Targets {
+        pids: common.pids.clone(),
+        cgroup: common.cgroup.clone(),
+        comm: common.comm.clone(),
+        command: common.command.clone(),
     }
 }
 
-impl Drop for Session {
-    fn drop(&mut self) {
-        if let Some(pid) = self.child.take() {
-            // The command runs on to its end after tracing stops; its stops are resumed.
-            loop {
-                let mut status = 0;
-                // SAFETY: waiting for our own child.
-                if unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } != pid
-                    || !libc::WIFSTOPPED(status)
-                {
-                    break;
-                }
-                let signal = if status >> 16 != 0 {
-                    0
-                } else {
-                    libc::WSTOPSIG(status)
-                };
-                // SAFETY: resuming our own stopped tracee.
-                unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, signal as libc::c_long) };
-            }
-        }
+fn count_request(common: &Common, events: Vec<Event>, by: Vec<By>) -> CountRequest {
+    CountRequest {
+        events,
+        by,
+        filter: None,
+        targets: targets(common),
+        duration: common.duration,
     }
-}
-
-fn abort(pending: Option<PendingChild>) {
-    if let Some(p) = pending {
-        p.abort();
-    }
-}
-
-fn parse_by(list: &[String]) -> anyhow::Result<Vec<By>> {
-    if list.is_empty() {
-        return Ok(vec![By::Comm]);
-    }
-    let mut by = Vec::new();
-    for item in list {
-        if item == "none" {
-            continue;
-        }
-        by.push(By::parse(item).with_context(|| {
-            format!(
-                "--by {item}: expected comm, pid, tid, ustack, kstack, probe, field:NAME or none"
-            )
-        })?);
-    }
-    Ok(by)
 }
 
 pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
@@ -284,31 +143,15 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
         bail!("give an event (see fltrace count --list)");
     };
     let events = fltrace_bpf::expand_events(event)?;
-    let mut by = parse_by(&args.by)?;
-    if events.len() > 1 && !by.contains(&By::Probe) {
-        by.insert(0, By::Probe);
-    }
-    let filter = args.filter.as_deref().map(FieldFilter::parse).transpose()?;
-    if by.contains(&By::UStack) && names_processes(&args.common) {
-        return count_named(events, by, filter, &args.common, args.top, false);
-    }
-    let (processes, pending) = Session::prepare(&args.common)?;
-    let spec = CountSpec {
-        events,
-        by,
-        second_field: None,
-        filter,
-        processes,
-        keep_maps: false,
+    let by = counting::grouping(&events, counting::parse_by(&args.by)?);
+    let request = CountRequest {
+        filter: args.filter.as_deref().map(FieldFilter::parse).transpose()?,
+        ..count_request(&args.common, events, by)
     };
-    let counter = match Counter::start(spec) {
-        Ok(c) => c,
-        Err(e) => {
-            abort(pending);
-            return Err(e.into());
-        }
-    };
-    let mut session = Session::start(pending, &args.common, Some(counter.process_maps().clone()))?;
+    let mut count = Count::start(request, false, interrupt_counter()?)?;
+    if count.dwarf() {
+        return print_named(count, &args.common, args.top, false);
+    }
     eprintln!(
         "fltrace: counting {event}{}; Ctrl-C to end",
         if args.by.iter().any(|b| b.contains("ustack")) {
@@ -317,20 +160,17 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
             ""
         }
     );
-    session.wait();
-    let mut names = StackNames::new();
-    let snapshot = counter.snapshot(&mut names)?;
-    drop(counter);
+    let counted = count.run(|_| {})?;
     print_rows(
-        &snapshot.rows[..snapshot.rows.len().min(args.top)],
+        &counted.rows[..counted.rows.len().min(args.top)],
         &args.common,
     )?;
     if args.common.format == Format::Table && !args.common.folded {
         eprintln!(
             "fltrace: {} events in {:.1} s{}",
-            snapshot.events,
-            snapshot.elapsed.as_secs_f64(),
-            lost_note(snapshot.dropped)
+            counted.events,
+            counted.elapsed.as_secs_f64(),
+            lost_note(counted.dropped)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -346,21 +186,19 @@ fn lost_note(dropped: u64) -> String {
 
 fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    for (name, _) in fltrace_bpf::event::SOFTWARE_EVENTS {
-        if pattern.is_none_or(|p| name.contains(p)) {
-            writeln!(out, "software:{name}")?;
-        }
-    }
-    for name in fltrace_bpf::tracefs::list()? {
-        if pattern.is_none_or(|p| name.contains(p)) {
-            writeln!(out, "tracepoint:{name}")?;
-        }
-    }
-    if pattern.is_none() {
-        writeln!(out, "uprobe:PATH:FUNCTION")?;
-        writeln!(out, "uretprobe:PATH:FUNCTION")?;
+    for name in fltrace_bpf::event::list(pattern)? {
+        writeln!(out, "{name}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A stack in one CSV cell: its frames, innermost first, separated by `;`.
+fn stack_cell(frames: &[Frame]) -> String {
+    frames
+        .iter()
+        .map(Frame::describe)
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 fn frames_json(frames: &Option<Vec<Frame>>) -> serde_json::Value {
@@ -416,26 +254,24 @@ fn print_rows(rows: &[Row], common: &Common) -> anyhow::Result<()> {
             writeln!(out)?;
         }
         Format::Csv => {
-            writeln!(out, "count,pid,tid,comm,probe,field,ustack,kstack")?;
+            let mut csv = csv::Writer::from_writer(&mut out);
+            csv.write_record([
+                "count", "pid", "tid", "comm", "probe", "field", "ustack", "kstack",
+            ])?;
+            let text = |v: Option<String>| v.unwrap_or_default();
             for r in rows {
-                let stack = |s: &Option<Vec<Frame>>| {
-                    s.as_ref()
-                        .map(|f| f.iter().map(Frame::describe).collect::<Vec<_>>().join(";"))
-                        .unwrap_or_default()
-                };
-                writeln!(
-                    out,
-                    "{},{},{},{},{},{},\"{}\",\"{}\"",
-                    r.count,
-                    r.pid.map(|p| p.to_string()).unwrap_or_default(),
-                    r.tid.map(|p| p.to_string()).unwrap_or_default(),
-                    r.comm.as_deref().unwrap_or(""),
-                    r.probe.as_deref().unwrap_or(""),
-                    r.field.map(|p| p.to_string()).unwrap_or_default(),
-                    stack(&r.ustack).replace('"', "'"),
-                    stack(&r.kstack).replace('"', "'"),
-                )?;
+                csv.write_record([
+                    r.count.to_string(),
+                    text(r.pid.map(|p| p.to_string())),
+                    text(r.tid.map(|p| p.to_string())),
+                    text(r.comm.clone()),
+                    text(r.probe.clone()),
+                    text(r.field.map(|p| p.to_string())),
+                    text(r.ustack.as_deref().map(stack_cell)),
+                    text(r.kstack.as_deref().map(stack_cell)),
+                ])?;
             }
+            csv.flush()?;
         }
         Format::Table => {
             for r in rows {
@@ -466,33 +302,16 @@ fn print_rows(rows: &[Row], common: &Common) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether processes are named (-p or a command, no cgroup): their user stacks are then
-/// DWARF-unwound in user space rather than walked by frame pointers in the kernel.
-fn names_processes(common: &Common) -> bool {
-    common.cgroup.is_none() && (!common.pids.is_empty() || !common.command.is_empty())
-}
-
-/// Counts the events of named processes in user space, with DWARF-unwound user stacks;
+/// Prints a count of named processes made in user space, with DWARF-unwound user stacks;
 /// `rate` prints the events per second as `faults` does.
-fn count_named(
-    events: Vec<fltrace_bpf::Event>,
-    by: Vec<By>,
-    filter: Option<FieldFilter>,
+fn print_named(
+    mut count: Count,
     common: &Common,
     top: usize,
     rate: bool,
 ) -> anyhow::Result<ExitCode> {
-    let counter = StackCounter::open(StackCountSpec {
-        events,
-        by,
-        filter,
-        pids: common.pids.clone(),
-        command: common.command.clone(),
-        comm: common.comm.clone(),
-    })?;
-    let stop = interrupt_counter()?;
     let quiet = common.folded || common.format != Format::Table;
-    let whom = match counter.child_pid() {
+    let whom = match count.child_pid() {
         Some(pid) => format!("the command (pid {pid})"),
         None => format!("{:?}", common.pids),
     };
@@ -500,20 +319,11 @@ fn count_named(
         "fltrace: counting the events of {whom} with user stacks unwound from DWARF \
          (complete without frame pointers); Ctrl-C to end"
     );
-    let mut names = StackNames::new();
-    let counts = counter.run(
-        &stop,
-        common.duration,
-        |events, elapsed| {
-            if rate && !quiet {
-                eprintln!(
-                    "fltrace: {:.0} faults/s",
-                    events as f64 / elapsed.as_secs_f64()
-                );
-            }
-        },
-        &mut names,
-    )?;
+    let counts = count.run(|per_second| {
+        if rate && !quiet {
+            eprintln!("fltrace: {per_second:.0} faults/s");
+        }
+    })?;
     print_rows(&counts.rows[..counts.rows.len().min(top)], common)?;
     if !quiet {
         let secs = counts.elapsed.as_secs_f64().max(1e-9);
@@ -535,89 +345,55 @@ fn count_named(
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
-    if names_processes(&args.common) {
-        return count_named(
-            fltrace_bpf::fault_tracepoints(),
-            vec![By::Comm, By::Pid, By::UStack, By::KStack],
-            None,
-            &args.common,
-            args.top,
-            true,
-        );
+    let targets = targets(&args.common);
+    // Named processes get the fault tracepoints (their samples carry the user registers for
+    // DWARF unwinding); the whole system the cheaper software event.
+    let events = if targets.names_processes() {
+        fltrace_bpf::fault_tracepoints()
+    } else {
+        fltrace_bpf::fault_events()
+    };
+    let request = count_request(&args.common, events, counting::fault_grouping());
+    let mut count = Count::start(request, true, interrupt_counter()?)?;
+    if count.dwarf() {
+        return print_named(count, &args.common, args.top, true);
     }
-    let (processes, pending) = Session::prepare(&args.common)?;
-    let spec = CountSpec {
-        events: fltrace_bpf::fault_events(),
-        by: vec![By::Comm, By::Pid, By::UStack, By::KStack],
-        second_field: None,
-        filter: None,
-        processes,
-        keep_maps: true,
-    };
-    let counter = match Counter::start(spec) {
-        Ok(c) => c,
-        Err(e) => {
-            abort(pending);
-            return Err(e.into());
-        }
-    };
-    let mut session = Session::start(pending, &args.common, Some(counter.process_maps().clone()))?;
     let quiet = args.common.folded || args.common.format != Format::Table;
     eprintln!(
         "fltrace: counting page faults by stack; user stacks follow frame pointers \
          (code built without them shows only its innermost frame; -p PID or a command \
          unwinds them from DWARF); Ctrl-C to end"
     );
-    // The fault rate, each second.
-    let mut last = (Instant::now(), 0u64);
-    while !session.over() {
-        std::thread::sleep(Duration::from_millis(20));
-        if last.0.elapsed() >= Duration::from_secs(1) {
-            let events = counter.events();
-            if !quiet {
-                eprintln!(
-                    "fltrace: {:.0} faults/s",
-                    (events - last.1) as f64 / last.0.elapsed().as_secs_f64()
-                );
-            }
-            last = (Instant::now(), events);
+    let counted = count.run(|per_second| {
+        if !quiet {
+            eprintln!("fltrace: {per_second:.0} faults/s");
         }
-    }
-    let mut names = StackNames::new();
-    let snapshot = counter.snapshot(&mut names)?;
-    drop(counter);
+    })?;
     print_rows(
-        &snapshot.rows[..snapshot.rows.len().min(args.top)],
+        &counted.rows[..counted.rows.len().min(args.top)],
         &args.common,
     )?;
     if !quiet {
         eprintln!(
             "fltrace: {} faults in {:.1} s ({:.0}/s){}",
-            snapshot.events,
-            snapshot.elapsed.as_secs_f64(),
-            snapshot.events as f64 / snapshot.elapsed.as_secs_f64().max(1e-9),
-            lost_note(snapshot.dropped)
+            counted.events,
+            counted.elapsed.as_secs_f64(),
+            counted.rate(),
+            lost_note(counted.dropped)
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
-    let (processes, pending) = Session::prepare(&args.common)?;
-    let counter = match Counter::start(fltrace_bpf::files::spec(processes, args.by_comm)) {
-        Ok(c) => c,
-        Err(e) => {
-            abort(pending);
-            return Err(e.into());
-        }
-    };
-    let mut session = Session::start(pending, &args.common, Some(counter.process_maps().clone()))?;
+    let mut count = Count::file_faults(
+        &targets(&args.common),
+        args.common.duration,
+        args.by_comm,
+        interrupt_counter()?,
+    )?;
     eprintln!("fltrace: counting faults on files; Ctrl-C to end");
-    session.wait();
-    let mut names = StackNames::new();
-    let snapshot = counter.snapshot(&mut names)?;
-    let mut files = fltrace_bpf::files::by_file(&snapshot, counter.process_maps());
-    drop(counter);
+    let mut files = count.run_by_file()?;
     files.truncate(args.top);
     let mut out = std::io::stdout().lock();
     match args.common.format {
@@ -630,16 +406,13 @@ pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
             writeln!(out)?;
         }
         Format::Csv => {
-            writeln!(out, "count,comm,file")?;
+            let mut csv = csv::Writer::from_writer(&mut out);
+            csv.write_record(["count", "comm", "file"])?;
             for f in &files {
-                writeln!(
-                    out,
-                    "{},{},{}",
-                    f.count,
-                    f.comm.as_deref().unwrap_or(""),
-                    f.file
-                )?;
+                let count = f.count.to_string();
+                csv.write_record([&count, f.comm.as_deref().unwrap_or(""), &f.file])?;
             }
+            csv.flush()?;
         }
         Format::Table => {
             writeln!(out, "{:>10}  FILE", "FAULTS")?;
@@ -655,71 +428,35 @@ pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
-    let (processes, pending) = Session::prepare(&args.common)?;
-    // Processes named by pid (and nothing else) get DWARF-unwound stacks; a command, a cgroup
-    // or a name keeps the kernel's frame-pointer stacks.
-    let attached = pending.is_none()
-        && !processes.tgids.is_empty()
-        && processes.cgroup.is_none()
-        && processes.comm.is_none();
-    let target = if processes.tgids.is_empty() {
-        LeakTarget::Kernel
-    } else if attached {
-        LeakTarget::Attached
-    } else if let Some(p) = &pending {
-        // The command has not exec'd yet: it will use the C library fltrace uses.
-        let _ = p;
-        LeakTarget::User {
-            libc: fltrace_bpf::memleak::libc_of(std::process::id())?,
-        }
-    } else {
-        LeakTarget::User {
-            libc: fltrace_bpf::memleak::libc_of(processes.tgids[0])?,
-        }
+    let request = LeakRequest {
+        targets: targets(&args.common),
+        interval: args.interval.map(Duration::from_secs),
+        count: args.count,
+        top: args.top,
+        older: Duration::from_millis(args.older),
+        duration: args.common.duration,
     };
-    let kernel = matches!(target, LeakTarget::Kernel);
-    let tracer = match LeakTracer::start(target, &processes) {
-        Ok(t) => t,
-        Err(e) => {
-            abort(pending);
-            return Err(e.into());
-        }
-    };
-    let mut session = Session::start(pending, &args.common, Some(tracer.process_maps().clone()))?;
+    let mut leaks = LeakWatch::start(request, interrupt_counter()?)?;
     eprintln!(
         "fltrace: attached to {}; Ctrl-C to end",
-        if kernel {
-            "the kernel's allocations (kmalloc, kmem_cache, pages)".to_owned()
-        } else {
-            format!(
+        match leaks.target() {
+            LeakTarget::Kernel =>
+                "the kernel's allocations (kmalloc, kmem_cache, pages)".to_owned(),
+            target => format!(
                 "the C library allocator of {:?} ({})",
-                processes.tgids,
-                if attached {
+                leaks.tgids(),
+                if matches!(target, LeakTarget::Attached) {
                     "stacks unwound from DWARF"
                 } else {
                     "stacks follow frame pointers"
                 }
-            )
+            ),
         }
     );
-    let mut names = StackNames::new();
-    let older = Duration::from_millis(args.older);
-    let mut reports = 0u64;
-    let mut next = Instant::now() + Duration::from_secs(args.interval.unwrap_or(u64::MAX / 4));
-    loop {
-        let over = session.over();
-        if over || Instant::now() >= next {
-            let snapshot = tracer.snapshot(&mut names, older, args.top)?;
-            print_leaks(&snapshot, &args)?;
-            reports += 1;
-            if over || args.count.is_some_and(|c| reports >= c) {
-                break;
-            }
-            next = Instant::now() + Duration::from_secs(args.interval.unwrap_or(1));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    while let Some(snapshot) = leaks.next_report()? {
+        print_leaks(&snapshot, &args)?;
     }
-    tracer.finish()?;
+    leaks.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -758,19 +495,18 @@ fn print_leaks(snapshot: &LeakSnapshot, args: &MemleakArgs) -> anyhow::Result<()
             writeln!(out)?;
         }
         Format::Csv => {
-            writeln!(out, "bytes,allocations,pid,comm,stack")?;
+            let mut csv = csv::Writer::from_writer(&mut out);
+            csv.write_record(["bytes", "allocations", "pid", "comm", "stack"])?;
             for s in &snapshot.stacks {
-                let stack: Vec<_> = s.stack.iter().map(Frame::describe).collect();
-                writeln!(
-                    out,
-                    "{},{},{},{},\"{}\"",
-                    s.bytes,
-                    s.allocations,
+                csv.write_record([
+                    s.bytes.to_string(),
+                    s.allocations.to_string(),
                     s.pid.map(|p| p.to_string()).unwrap_or_default(),
-                    s.comm,
-                    stack.join(";").replace('"', "'")
-                )?;
+                    s.comm.clone(),
+                    stack_cell(&s.stack),
+                ])?;
             }
+            csv.flush()?;
         }
         Format::Table => {
             writeln!(

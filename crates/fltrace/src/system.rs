@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use fltrace_system::{Format, Printer, Scope, Target};
+use fltrace_system::{Format, Printer, Scope};
 
 use crate::cli::duration;
 
@@ -80,19 +80,12 @@ pub struct IntervalArgs {
 }
 
 fn scope(args: &CommonArgs) -> anyhow::Result<Scope> {
-    let target = match (&args.cgroup, args.pids.is_empty(), args.command.is_empty()) {
-        (Some(_), _, false) | (None, false, false) => {
-            bail!("give processes (-p, --cgroup) or a command, not both")
-        }
-        (Some(path), _, true) => Target::Cgroup(path.clone()),
-        (None, false, true) => Target::Pids(args.pids.clone()),
-        (None, true, false) => Target::Command(args.command.clone()),
-        (None, true, true) => Target::All,
-    };
-    Ok(Scope {
-        target,
-        comm: args.comm.clone(),
-    })
+    Ok(Scope::of(
+        &args.pids,
+        args.cgroup.as_deref(),
+        &args.command,
+        args.comm.clone(),
+    )?)
 }
 
 fn format(format: crate::cli::Format) -> Format {

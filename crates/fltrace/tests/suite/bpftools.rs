@@ -416,16 +416,27 @@ fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Opt
     }
     workload.go();
     workload.ready();
-    // Reports come each second while the process lives: read until the leak shows.
     let mut reports = BufReader::new(fltrace.stdout.take().expect("stdout"));
-    let mut found = None;
+    let found = stack_in_reports(&mut reports, line_wanted);
+    let _ = fltrace.kill();
+    let _ = fltrace.wait();
+    found
+}
+
+/// Reads memleak's JSON reports (one a second while the process lives; other lines are the
+/// workload's) until one holds a stack whose innermost frame contains `line_wanted`.
+fn stack_in_reports(reports: &mut impl BufRead, line_wanted: &str) -> Option<Value> {
+    let mut line = String::new();
     for _ in 0..60 {
         line.clear();
         if reports.read_line(&mut line).expect("read") == 0 {
             break;
         }
+        if !line.starts_with('{') {
+            continue;
+        }
         let report: Value = serde_json::from_str(&line).expect("a JSON report");
-        found = report["stacks"].as_array().and_then(|s| {
+        let found = report["stacks"].as_array().and_then(|s| {
             s.iter()
                 .find(|s| {
                     s["stack"]
@@ -437,12 +448,20 @@ fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Opt
                 .cloned()
         });
         if found.is_some() {
-            break;
+            return found;
         }
     }
-    let _ = fltrace.kill();
-    let _ = fltrace.wait();
-    found
+    None
+}
+
+/// The function names of a reported stack, innermost first.
+fn functions_of(stack: &Value) -> Vec<&str> {
+    stack["stack"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .filter_map(|f| f.as_str()?.split(' ').next())
+        .collect()
 }
 
 /// `nofp_leak.c`, gcc -O2 -g -fomit-frame-pointer: its blocks are kept three calls below main.
@@ -476,15 +495,72 @@ fn memleak_of_a_process_without_frame_pointers_reaches_main() {
     assert_eq!(stack["allocations"], 37, "{stack:#?}");
     assert_eq!(stack["bytes"], 37 * 1500, "{stack:#?}");
     assert_eq!(stack["comm"], "nofp_leak", "{stack:#?}");
-    let functions: Vec<&str> = stack["stack"]
-        .as_array()
-        .expect("frames")
-        .iter()
-        .filter_map(|f| f.as_str()?.split(' ').next())
-        .collect();
     assert_eq!(
-        functions[..4],
+        functions_of(&stack)[..4],
         ["leak_inner", "leak_middle", "leak_outer", "main"],
+        "{stack:#?}"
+    );
+}
+
+/// `memleak -- CMD` starts the command under the same DWARF-unwinding uprobes as `-p`: the
+/// probes are in place before its exec, and the unwinder follows it into its new image.
+#[test]
+fn memleak_of_a_command_without_frame_pointers_reaches_main() {
+    let dir = Dir::new();
+    let program = nofp_leak().to_string_lossy().into_owned();
+    let mut fltrace = dir
+        .fltrace()
+        .args(["memleak", "-o", "0", "--format", "json", "1", "--"])
+        .args([program.as_str(), "41", "1700"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    while !line.contains("attached") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).expect("read") > 0, "no attach");
+    }
+    assert!(line.contains("stacks unwound from DWARF"), "{line}");
+    let mut stdin = fltrace.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("write");
+    stdin.flush().expect("flush");
+    let wanted = format!("nofp_leak.c:{}", site("nofp_leak.c", "deep_leak"));
+    let mut reports = BufReader::new(fltrace.stdout.take().expect("stdout"));
+    let stack = stack_in_reports(&mut reports, &wanted);
+    // At the end of its input the command exits, and fltrace with it.
+    drop(stdin);
+    let status = fltrace.wait().expect("wait");
+    assert!(status.success(), "fltrace failed");
+    let stack = stack.expect("the leak's stack in a report");
+    assert_eq!(stack["allocations"], 41, "{stack:#?}");
+    assert_eq!(stack["bytes"], 41 * 1700, "{stack:#?}");
+    assert_eq!(stack["comm"], "nofp_leak", "{stack:#?}");
+    assert_eq!(
+        functions_of(&stack)[..4],
+        ["leak_inner", "leak_middle", "leak_outer", "main"],
+        "{stack:#?}"
+    );
+}
+
+/// A library dlopen'ed after `memleak -p` attached (built without frame pointers): its blocks
+/// are unwound through its own CFI, read when its code first shows in a stack.
+#[test]
+fn memleak_unwinds_a_library_loaded_after_attach() {
+    let dir = Dir::new();
+    let lib = workloads().libfault.to_string_lossy().into_owned();
+    let mut workload = Waiting::start_program(nofp_leak(), &["29", "2100", &lib]);
+    let line = format!("libfault.c:{}", site("libfault.c", "lib_keep"));
+    let stack = memleak_stack_of(&dir, &mut workload, &line);
+    workload.finish();
+    let stack = stack.expect("the library's stack in a report");
+    assert_eq!(stack["allocations"], 29, "{stack:#?}");
+    assert_eq!(stack["bytes"], 29 * 2100, "{stack:#?}");
+    assert_eq!(
+        functions_of(&stack)[..2],
+        ["lib_keep", "main"],
         "{stack:#?}"
     );
 }

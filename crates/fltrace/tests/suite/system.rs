@@ -171,21 +171,17 @@ fn run(args: &[&str]) -> std::process::Output {
         .expect("sysmem runs")
 }
 
-/// CSV rows as maps from the header's keys.
+/// CSV rows as maps from the header's keys (lines without a comma are the workload's).
 fn csv_rows(text: &str) -> Vec<std::collections::HashMap<String, String>> {
-    let mut lines = text.lines().filter(|l| l.contains(','));
-    let Some(header) = lines.next() else {
-        return Vec::new();
-    };
-    let keys: Vec<&str> = header.split(',').collect();
-    lines
-        .map(|l| {
-            keys.iter()
-                .map(|k| k.to_string())
-                .zip(l.split(',').map(|v| v.trim_matches('"').to_owned()))
-                .collect()
-        })
-        .collect()
+    let csv: String = text
+        .lines()
+        .filter(|l| l.contains(','))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    csv::Reader::from_reader(csv.as_bytes())
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .expect("CSV rows under the header")
 }
 
 /// An OOM kill inside the test's memory cgroup: the victim (which also triggered it) by pid

@@ -1,0 +1,244 @@
+//! What the in-kernel tools watch and for how long: the processes named with `-p`, a cgroup
+//! or a task name, or a command started here (held before its exec until the probes are in
+//! place); until a duration passes, an interrupt, or the processes end.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fltrace_capture::PendingChild;
+
+use crate::{Error, ProcessFilter, ProcessMaps};
+
+/// The processes a tool is asked about.
+#[derive(Debug, Clone, Default)]
+pub struct Targets {
+    /// Processes named with `-p`.
+    pub pids: Vec<u32>,
+    /// Only tasks in this cgroup (v2) directory.
+    pub cgroup: Option<PathBuf>,
+    /// Only tasks of this name.
+    pub comm: Option<String>,
+    /// A command to start and trace (its process only).
+    pub command: Vec<OsString>,
+}
+
+impl Targets {
+    /// Whether processes are named (-p or a command, no cgroup): their user stacks are then
+    /// DWARF-unwound in user space rather than walked by frame pointers in the kernel.
+    pub fn names_processes(&self) -> bool {
+        self.cgroup.is_none() && (!self.pids.is_empty() || !self.command.is_empty())
+    }
+
+    /// Whether only processes named by pid or started here are asked about (no cgroup, no
+    /// task name): memleak then reads their allocations with DWARF-unwound stacks.
+    pub fn only_named_processes(&self) -> bool {
+        self.names_processes() && self.comm.is_none()
+    }
+}
+
+/// The processes, with the command forked and held before its exec.
+pub struct Prepared {
+    /// The filter the probes take: the pids given and the command's.
+    pub filter: ProcessFilter,
+    pending: Option<PendingChild>,
+}
+
+impl Prepared {
+    /// Forks the command, if there is one (held until [`Prepared::start`]).
+    pub fn new(targets: &Targets) -> Result<Prepared, Error> {
+        let mut filter = ProcessFilter {
+            tgids: targets.pids.clone(),
+            cgroup: targets.cgroup.clone(),
+            comm: targets.comm.clone(),
+        };
+        let pending = if targets.command.is_empty() {
+            None
+        } else {
+            let child = PendingChild::spawn(&targets.command, None, &[])?;
+            filter.tgids.push(child.pid() as u32);
+            Some(child)
+        };
+        Ok(Prepared { filter, pending })
+    }
+
+    /// Whether a command waits to be started.
+    pub fn has_command(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Ends the held command without running it (setting up the probes failed).
+    pub fn abort(self) {
+        if let Some(p) = self.pending {
+            p.abort();
+        }
+    }
+
+    /// Runs `set_up` (placing the probes), ending the held command if it fails.
+    pub fn set_up<T>(
+        self,
+        set_up: impl FnOnce(&ProcessFilter) -> Result<T, Error>,
+    ) -> Result<(T, Prepared), Error> {
+        match set_up(&self.filter) {
+            Ok(tool) => Ok((tool, self)),
+            Err(e) => {
+                self.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Lets the command run. It is ptrace-seized with PTRACE_O_TRACEEXIT only so that its
+    /// mappings can be read at its exit, before the kernel drops them: its stacks are then
+    /// named however quickly it ends.
+    pub fn start(
+        self,
+        stop: std::sync::Arc<AtomicUsize>,
+        duration: Option<Duration>,
+        maps: Option<ProcessMaps>,
+        pids: &[u32],
+    ) -> Result<Watch, Error> {
+        let child = match self.pending {
+            Some(p) => {
+                let pid = p.pid();
+                // SAFETY: seizing our own child; failure leaves it untraced, which only
+                // costs the names of a process that exits quickly.
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_SEIZE,
+                        pid,
+                        0,
+                        libc::PTRACE_O_TRACEEXIT as libc::c_long,
+                    )
+                };
+                Some(p.release()?)
+            }
+            None => None,
+        };
+        Ok(Watch {
+            child,
+            maps,
+            pids: pids.to_vec(),
+            stop,
+            started: Instant::now(),
+            duration,
+        })
+    }
+}
+
+/// A running watch; the command (if any) runs on to its end when it is dropped.
+pub struct Watch {
+    child: Option<i32>,
+    /// Where the command's mappings are kept: read again when it stops at its exit.
+    maps: Option<ProcessMaps>,
+    /// Processes given with -p: watching ends when all have exited.
+    pids: Vec<u32>,
+    stop: std::sync::Arc<AtomicUsize>,
+    started: Instant,
+    duration: Option<Duration>,
+}
+
+/// How often the stop conditions are looked at.
+pub const POLL: Duration = Duration::from_millis(20);
+
+impl Watch {
+    /// Whether to stop: duration over, interrupted, or the command exited (reaped here).
+    pub fn over(&mut self) -> bool {
+        if self.stop.load(Ordering::Relaxed) > 0
+            || self.duration.is_some_and(|d| self.started.elapsed() >= d)
+        {
+            return true;
+        }
+        if !self.pids.is_empty()
+            && self
+                .pids
+                .iter()
+                .all(|p| !Path::new(&format!("/proc/{p}")).exists())
+        {
+            return true;
+        }
+        if let Some(pid) = self.child {
+            let mut status = 0;
+            // SAFETY: reaping our own child without blocking.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) } == pid {
+                if !libc::WIFSTOPPED(status) {
+                    self.child = None;
+                    return true;
+                }
+                let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
+                if exiting && let Some(maps) = &self.maps {
+                    maps.remember(pid as u32);
+                }
+                resume(pid, status);
+            }
+        }
+        false
+    }
+
+    /// Waits until [`Watch::over`].
+    pub fn wait(&mut self) {
+        while !self.over() {
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// Resumes a stopped tracee: signals pass on, event stops carry none.
+fn resume(pid: i32, status: i32) {
+    let signal = if status >> 16 != 0 {
+        0
+    } else {
+        libc::WSTOPSIG(status)
+    };
+    // SAFETY: resuming our own stopped tracee.
+    unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, signal as libc::c_long) };
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.take() {
+            // The command runs on to its end after tracing stops; its stops are resumed.
+            loop {
+                let mut status = 0;
+                // SAFETY: waiting for our own child.
+                if unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } != pid
+                    || !libc::WIFSTOPPED(status)
+                {
+                    break;
+                }
+                resume(pid, status);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_named_by_pid_or_command_without_a_cgroup() {
+        let pid = Targets {
+            pids: vec![7],
+            ..Targets::default()
+        };
+        assert!(pid.names_processes() && pid.only_named_processes());
+        let command = Targets {
+            command: vec!["true".into()],
+            ..Targets::default()
+        };
+        assert!(command.names_processes() && command.only_named_processes());
+        let named = Targets {
+            comm: Some("x".into()),
+            ..pid.clone()
+        };
+        assert!(named.names_processes() && !named.only_named_processes());
+        let cgroup = Targets {
+            cgroup: Some("/sys/fs/cgroup/x".into()),
+            ..pid
+        };
+        assert!(!cgroup.names_processes());
+        assert!(!Targets::default().names_processes());
+    }
+}

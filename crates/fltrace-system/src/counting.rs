@@ -1,0 +1,259 @@
+//! `fltrace count`, `faults` and `ffaults`: which counter counts, and for how long. Named
+//! processes grouped by user stack are counted in user space with DWARF-unwound stacks
+//! ([`crate::stackcount`]); everything else in the kernel (fltrace-bpf), with user stacks
+//! that follow frame pointers.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use fltrace_bpf::files::FileFaults;
+use fltrace_bpf::watch::{POLL, Prepared, Targets, Watch};
+use fltrace_bpf::{By, CountSpec, Counter, Event, FieldFilter, Row, StackNames};
+
+use crate::Error;
+use crate::stackcount::{StackCountSpec, StackCounter};
+
+/// What a count is asked.
+#[derive(Debug, Clone)]
+pub struct CountRequest {
+    /// The events.
+    pub events: Vec<Event>,
+    /// The grouping (see [`grouping`]).
+    pub by: Vec<By>,
+    /// Only events whose field compares so.
+    pub filter: Option<FieldFilter>,
+    /// Whose events.
+    pub targets: Targets,
+    /// Ending after this long (else at an interrupt or the processes' end).
+    pub duration: Option<Duration>,
+}
+
+/// `--by`'s keys: `none` for one total, `comm` when none is given.
+pub fn parse_by(list: &[String]) -> Result<Vec<By>, Error> {
+    if list.is_empty() {
+        return Ok(vec![By::Comm]);
+    }
+    list.iter()
+        .filter(|item| *item != "none")
+        .map(|item| By::parse(item).ok_or_else(|| Error::Grouping(item.clone())))
+        .collect()
+}
+
+/// The grouping of a count of `events`: several events are told apart by probe first.
+pub fn grouping(events: &[Event], mut by: Vec<By>) -> Vec<By> {
+    if events.len() > 1 && !by.contains(&By::Probe) {
+        by.insert(0, By::Probe);
+    }
+    by
+}
+
+/// The grouping of `fltrace faults`: by task, process, user and kernel stack.
+pub fn fault_grouping() -> Vec<By> {
+    vec![By::Comm, By::Pid, By::UStack, By::KStack]
+}
+
+/// What a count found.
+#[derive(Debug, Clone, Default)]
+pub struct Counted {
+    /// The groups, most counted first.
+    pub rows: Vec<Row>,
+    /// Events counted in all.
+    pub events: u64,
+    /// Since counting started.
+    pub elapsed: Duration,
+    /// Samples lost because the ring was full (user-space counts).
+    pub lost: u64,
+    /// Events not counted because the kernel's table was full (in-kernel counts).
+    pub dropped: u64,
+}
+
+impl Counted {
+    /// Events per second.
+    pub fn rate(&self) -> f64 {
+        self.events as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A count running. A command it started runs on to its end when it is dropped.
+pub enum Count {
+    /// In user space, with DWARF-unwound user stacks (taken when it runs).
+    Unwound(Option<StackCounter>, Option<Duration>, Arc<AtomicUsize>),
+    /// In the kernel.
+    InKernel(Counter, Watch),
+}
+
+impl Count {
+    /// Opens the counters (starting the command once they are in place). `keep_maps` keeps
+    /// the mappings of the processes seen by the kernel, for naming their stacks after they
+    /// end.
+    pub fn start(
+        request: CountRequest,
+        keep_maps: bool,
+        stop: Arc<AtomicUsize>,
+    ) -> Result<Count, Error> {
+        if request.by.contains(&By::UStack) && request.targets.names_processes() {
+            let counter = StackCounter::open(StackCountSpec {
+                events: request.events,
+                by: request.by,
+                filter: request.filter,
+                pids: request.targets.pids.clone(),
+                command: request.targets.command.clone(),
+                comm: request.targets.comm.clone(),
+            })?;
+            return Ok(Count::Unwound(Some(counter), request.duration, stop));
+        }
+        let targets = request.targets.clone();
+        let duration = request.duration;
+        Self::in_kernel(&targets, duration, stop, |processes| CountSpec {
+            events: request.events,
+            by: request.by,
+            second_field: None,
+            filter: request.filter,
+            processes,
+            keep_maps,
+        })
+    }
+
+    /// Counts faults on files by file (ffaults), in the kernel.
+    pub fn file_faults(
+        targets: &Targets,
+        duration: Option<Duration>,
+        by_comm: bool,
+        stop: Arc<AtomicUsize>,
+    ) -> Result<Count, Error> {
+        Self::in_kernel(targets, duration, stop, |processes| {
+            fltrace_bpf::files::spec(processes, by_comm)
+        })
+    }
+
+    fn in_kernel(
+        targets: &Targets,
+        duration: Option<Duration>,
+        stop: Arc<AtomicUsize>,
+        spec: impl FnOnce(fltrace_bpf::ProcessFilter) -> CountSpec,
+    ) -> Result<Count, Error> {
+        let prepared = Prepared::new(targets)?;
+        let (counter, prepared) =
+            prepared.set_up(|processes| Counter::start(spec(processes.clone())))?;
+        let maps = Some(counter.process_maps().clone());
+        let watch = prepared.start(stop, duration, maps, &targets.pids)?;
+        Ok(Count::InKernel(counter, watch))
+    }
+
+    /// Whether user stacks are unwound from DWARF (else they follow frame pointers).
+    pub fn dwarf(&self) -> bool {
+        matches!(self, Count::Unwound(..))
+    }
+
+    /// The pid of the command started here, where the count in user space started one.
+    pub fn child_pid(&self) -> Option<u32> {
+        match self {
+            Count::Unwound(counter, ..) => counter.as_ref()?.child_pid(),
+            Count::InKernel(..) => None,
+        }
+    }
+
+    /// Counts until the end; `each_second` is told the events per second of the last one.
+    pub fn run(&mut self, mut each_second: impl FnMut(f64)) -> Result<Counted, Error> {
+        let mut names = StackNames::new();
+        match self {
+            Count::Unwound(counter, duration, stop) => {
+                let counter = counter.take().ok_or_else(already_run)?;
+                let counts = counter.run(
+                    stop,
+                    *duration,
+                    |events, elapsed| each_second(events as f64 / elapsed.as_secs_f64()),
+                    &mut names,
+                )?;
+                Ok(Counted {
+                    rows: counts.rows,
+                    events: counts.events,
+                    elapsed: counts.elapsed,
+                    lost: counts.lost,
+                    dropped: 0,
+                })
+            }
+            Count::InKernel(counter, watch) => {
+                let mut last = (Instant::now(), 0u64);
+                while !watch.over() {
+                    std::thread::sleep(POLL);
+                    if last.0.elapsed() >= Duration::from_secs(1) {
+                        let events = counter.events();
+                        each_second((events - last.1) as f64 / last.0.elapsed().as_secs_f64());
+                        last = (Instant::now(), events);
+                    }
+                }
+                let snapshot = counter.snapshot(&mut names)?;
+                Ok(Counted {
+                    rows: snapshot.rows,
+                    events: snapshot.events,
+                    elapsed: snapshot.elapsed,
+                    lost: 0,
+                    dropped: snapshot.dropped,
+                })
+            }
+        }
+    }
+
+    /// Counts until the end, by file (a count started with [`Count::file_faults`]).
+    pub fn run_by_file(&mut self) -> Result<Vec<FileFaults>, Error> {
+        match self {
+            Count::InKernel(counter, watch) => {
+                watch.wait();
+                let snapshot = counter.snapshot(&mut StackNames::new())?;
+                Ok(fltrace_bpf::files::by_file(
+                    &snapshot,
+                    counter.process_maps(),
+                ))
+            }
+            Count::Unwound(..) => Err(Error::Missing {
+                what: "file faults counted in user space".into(),
+                detail: String::new(),
+            }),
+        }
+    }
+}
+
+fn already_run() -> Error {
+    Error::Missing {
+        what: "a count that has not run yet".into(),
+        detail: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_defaults_to_comm_and_none_means_one_total() {
+        assert_eq!(parse_by(&[]).ok(), Some(vec![By::Comm]));
+        assert_eq!(parse_by(&["none".into()]).ok(), Some(vec![]));
+        assert_eq!(
+            parse_by(&["pid".into(), "ustack".into(), "field:len".into()]).ok(),
+            Some(vec![By::Pid, By::UStack, By::Field("len".into())])
+        );
+        let wrong = parse_by(&["stack".into()]).expect_err("not a key");
+        assert_eq!(
+            wrong.to_string(),
+            "--by stack: expected comm, pid, tid, ustack, kstack, probe, field:NAME or none"
+        );
+    }
+
+    #[test]
+    fn several_events_are_told_apart_by_probe() {
+        let event = |name: &str| Event::Tracepoint {
+            category: "kmem".into(),
+            name: name.into(),
+        };
+        let one = vec![event("kmalloc")];
+        let two = vec![event("kmalloc"), event("kfree")];
+        assert_eq!(grouping(&one, vec![By::Comm]), [By::Comm]);
+        assert_eq!(grouping(&two, vec![By::Comm]), [By::Probe, By::Comm]);
+        assert_eq!(
+            grouping(&two, vec![By::Comm, By::Probe]),
+            [By::Comm, By::Probe]
+        );
+    }
+}
