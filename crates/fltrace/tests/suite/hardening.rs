@@ -454,3 +454,63 @@ fn fork_while_handlers_evict_completes() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// The far-memory runtime's shared page is created, never opened: whatever is planted under
+/// its temporary name (`<prefix>-<pid>.new`, in /dev/shm, which every user can write to) is
+/// neither written nor truncated through. A hard link to another file there was truncated
+/// and overwritten by the page before (O_TRUNC); a symbolic link is not followed. The program
+/// runs with its page under the final name either way.
+#[test]
+fn runtime_shared_page_does_not_write_through_planted_names() {
+    let w = workloads();
+    let library = Path::new(env!("CARGO_BIN_EXE_fltrace")).with_file_name("libfltrace_preload.so");
+    let shm = tempfile::Builder::new()
+        .prefix("fltrace-test-shm-")
+        .tempdir_in("/dev/shm")
+        .expect("a directory in /dev/shm");
+    let prefix = shm.path().join("page");
+    let victim = shm.path().join("victim");
+    for plant in ["ln", "ln -s"] {
+        std::fs::write(&victim, "precious").expect("victim");
+        // The shell plants the name of its own pid, then execs the program under that pid.
+        let script = format!(
+            "echo $$; {plant} {victim} {prefix}-$$.new && exec {program} fork 4",
+            victim = victim.display(),
+            prefix = prefix.display(),
+            program = w.farmem.display(),
+        );
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .env("LD_PRELOAD", &library)
+            .env("FLTRACE_RT_LOCAL_PAGES", "256")
+            .env("FLTRACE_RT_MAX_PAGES", "8192")
+            .env("FLTRACE_RT_SHARED", &prefix)
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success(), "{plant}: {}", stderr_of(&out));
+        let pid: u32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("the shell's pid");
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "precious",
+            "{plant}: the planted name's target is untouched"
+        );
+        let page = PathBuf::from(format!("{}-{pid}", prefix.display()));
+        let meta = std::fs::symlink_metadata(&page).expect("the page under its final name");
+        assert!(
+            meta.file_type().is_file() && meta.len() as usize == fltrace_runtime_abi::SHARED_SIZE,
+            "{plant}: the page is a file of its own: {meta:?}"
+        );
+        let victim_meta = std::fs::metadata(&victim).expect("victim");
+        use std::os::unix::fs::MetadataExt;
+        assert_ne!(
+            meta.ino(),
+            victim_meta.ino(),
+            "{plant}: the page is not the victim"
+        );
+        assert_eq!(victim_meta.nlink(), 1, "{plant}: the planted link is gone");
+        std::fs::remove_file(&page).expect("remove the page");
+    }
+}
