@@ -514,3 +514,40 @@ fn runtime_shared_page_does_not_write_through_planted_names() {
         std::fs::remove_file(&page).expect("remove the page");
     }
 }
+
+/// Far memory that cannot start in the program (userfaultfd refused to it by a seccomp filter,
+/// as in a container, while the recorder may use it): one line says so, and the program ends
+/// at start-up with a failure that fltrace passes on, instead of running without the limit
+/// that was asked for.
+#[test]
+fn far_memory_refused_to_the_program_is_a_clear_error() {
+    let w = workloads();
+    let built = tempfile::tempdir().expect("temp dir");
+    let nouffd = built.path().join("nouffd");
+    let out = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&nouffd)
+        .arg(workloads_dir().join("nouffd.c"))
+        .output()
+        .expect("gcc runs");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=16", "-M=128", "--"])
+            .arg(&nouffd)
+            .arg(&w.farmem)
+            .args(["threads", "4", "2"]),
+        Duration::from_secs(60),
+    );
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("userfaultfd")).collect();
+    assert_eq!(
+        said,
+        vec![
+            "fltrace: userfaultfd is unavailable to the program (errno 1): far-memory emulation (-L) cannot start"
+        ],
+        "{err}"
+    );
+}
