@@ -405,14 +405,18 @@ fn full_file_system_leaves_the_program_running() {
     }
 }
 
-/// malloc from a signal handler on a sigaltstack and from a makecontext coroutine whose
-/// stacks have an inaccessible page right above: every call is traced with its site, and
-/// the unwinder reads nothing past the stack it runs on (it would fault on that page).
+/// malloc from a signal handler on a sigaltstack, from a makecontext coroutine and from a
+/// stack switched to by hand, whose stacks have an inaccessible page right above: every call
+/// is traced with its site, and the unwinder reads nothing past the stack it runs on (it would
+/// fault on that page). The hand-made switch is the one that leads an unwinder there (the
+/// others' unwind information ends or returns to the thread's stack): the program died of
+/// SIGSEGV when reads were bounded by the thread's stack alone.
 #[test]
 fn allocations_off_the_thread_stack_unwind_within_their_stack() {
     for (mode, site_name, n) in [
         ("altstack", "altstack_malloc", 300),
         ("coroutine", "coroutine_malloc", 300),
+        ("switch", "switch_malloc", 300),
     ] {
         let dir = Dir::new();
         let out = output_within(
