@@ -6,6 +6,10 @@
 //                     40 bytes; the signal stack has an inaccessible page right above it
 //   coroutine N       N switches into a makecontext coroutine that mallocs and frees 56 bytes;
 //                     its stack has an inaccessible page right above it
+//   switch N          N calls run on a guarded stack switched to by hand (as coroutine
+//                     libraries do), each mallocs and frees 72 bytes: the caller's unwind
+//                     information still describes its frame on the thread's stack, so an
+//                     unwinder that follows it reads right above the switched-to stack's top
 //   forkevict N MiB   two threads fill and free fresh blocks of MiB without pause (under -L
 //                     the handlers fault pages in and evict all the time)
 //                     while the main thread forks N times; each child mallocs, writes and
@@ -90,6 +94,33 @@ static int coroutine(int n) {
     return co_rounds == n ? 0 : 1;
 }
 
+__attribute__((noinline)) static void switch_alloc(void) {
+    void *volatile p = malloc(72); // SITE:switch_malloc
+    free(p);
+}
+
+// Calls `fn` with the stack pointer at `top`. The compiler's unwind information for this
+// function knows nothing of the switch: unwinding out of `fn` computes this frame's return
+// address slot from `top`, in the guard page above it.
+__attribute__((noinline)) static void run_on(char *top, void (*fn)(void)) {
+    __asm__ volatile("mov %%rsp, %%rbx\n\t"
+                     "mov %0, %%rsp\n\t"
+                     "call *%1\n\t"
+                     "mov %%rbx, %%rsp\n\t"
+                     :
+                     : "r"(top), "r"(fn)
+                     : "rbx", "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "cc",
+                       "memory");
+}
+
+static int switched(int n) {
+    char *top = guarded_stack() + STACK;
+    for (int i = 0; i < n; i++)
+        run_on(top, switch_alloc);
+    printf("switched %d\n", n);
+    return 0;
+}
+
 static atomic_int stop;
 static size_t writer_bytes;
 
@@ -137,8 +168,10 @@ int main(int argc, char **argv) {
         return altstack(atoi(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "coroutine") == 0)
         return coroutine(atoi(argv[2]));
+    if (argc >= 3 && strcmp(argv[1], "switch") == 0)
+        return switched(atoi(argv[2]));
     if (argc >= 4 && strcmp(argv[1], "forkevict") == 0)
         return forkevict(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: hardening altstack N | coroutine N | forkevict N MiB\n");
+    fprintf(stderr, "usage: hardening altstack N | coroutine N | switch N | forkevict N MiB\n");
     return 2;
 }

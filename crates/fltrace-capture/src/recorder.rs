@@ -153,114 +153,505 @@ pub fn record(
     stop: &AtomicUsize,
     mut progress: impl FnMut(&Progress),
 ) -> Result<Summary, Error> {
-    let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
-    let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")
-        .map_err(Error::kernel("tracepoint exceptions:page_fault_user"))?;
-    let kernel_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_kernel").ok();
-    let fields = match (user_tp.field("address"), user_tp.field("error_code")) {
-        (Some((address, 8)), Some((error_code, 8))) => FaultFields {
-            address,
-            error_code,
-        },
-        _ => {
-            return Err(Error::Kernel {
-                what: "tracepoint exceptions:page_fault_user",
-                source: std::io::Error::from_raw_os_error(libc::EINVAL),
-                hint: " (unexpected field layout)",
-            });
-        }
-    };
-    let cpus = sys::online_cpus().map_err(Error::kernel("online CPUs"))?;
+    let mut session = Session::set_up(target, options)?;
+    let ended = session.run(stop, &mut progress);
+    Ok(session.finish(ended, options))
+}
 
-    // The runtime's shared pages, one per process: `<prefix>-<pid>`.
-    let far_prefix = options.far_memory.as_ref().map(|_| {
-        PathBuf::from(format!(
-            "/dev/shm/fltrace-rt-{}-{}",
-            std::process::id(),
-            unix_now_ns()
-        ))
-    });
-    let mut far_env = match (&options.far_memory, &far_prefix) {
-        (Some(far), Some(prefix)) => {
-            crate::runtime::check_userfaultfd()?;
-            far.environment(prefix)
+/// The command fltrace started, from its fork to its reaping. Dropped before it was reaped
+/// (a set-up step failed after the fork, or a panic), it is killed and reaped: no early
+/// return leaves a stopped child or a zombie behind, nor a command running on untraced.
+struct ChildGuard(Option<Child>);
+
+enum Child {
+    /// Forked, waiting to exec the command.
+    Pending(PendingChild),
+    /// Running the command.
+    Running(i32),
+}
+
+impl ChildGuard {
+    fn pid(&self) -> Option<i32> {
+        match &self.0 {
+            Some(Child::Pending(child)) => Some(child.pid()),
+            Some(Child::Running(pid)) => Some(*pid),
+            None => None,
         }
-        _ => Vec::new(),
-    };
-    crate::allocs::remove_stale_spools(&options.dir);
-    let alloc_logs = match &options.allocs {
-        Some(crate::AllocTracing::Preload(library)) => {
-            let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
-            if options.far_memory.is_none() {
-                far_env.push(("LD_PRELOAD".into(), crate::runtime::preload_value(library)));
+    }
+
+    /// Lets the child exec the command. A failed exec has reaped it already.
+    fn release(&mut self) -> Result<(), Error> {
+        if let Some(Child::Pending(child)) = self.0.take() {
+            self.0 = Some(Child::Running(child.release()?));
+        }
+        Ok(())
+    }
+
+    /// The command has been reaped (its status collected): nothing is left to clean up.
+    fn reaped(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        match self.0.take() {
+            Some(Child::Pending(child)) => child.abort(),
+            Some(Child::Running(pid)) => {
+                let mut status = 0;
+                // SAFETY: killing and reaping our own child, which nobody else waits for.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
             }
-            far_env.push(logs.environment());
-            Some(logs)
+            None => {}
         }
-        Some(crate::AllocTracing::Uprobes) | None => None,
-    };
-    if let Some(backing) = &options.heap_backing {
-        if !far_env.iter().any(|(name, _)| name == "LD_PRELOAD") {
-            far_env.push((
-                "LD_PRELOAD".into(),
-                crate::runtime::preload_value(&backing.library),
-            ));
-        }
-        far_env.push(backing.environment());
     }
-    let (pending, tasks, enable_on_exec) = match target {
-        Target::Command(argv) => {
-            let child = PendingChild::spawn(argv, options.credentials, &far_env)?;
-            let pid = child.pid();
-            (Some(child), vec![pid], true)
-        }
-        Target::Pid(pid) => (None, attach_tasks(*pid)?, false),
-    };
-    let root_pid = pending.as_ref().map_or_else(|| tasks[0], |c| c.pid()) as u32;
+}
 
-    let mut fault_attr = sys::fault_tracepoint_attr(user_tp.id, options.stack_bytes, true);
-    let mut kernel_attr = sys::fault_tracepoint_attr(
-        kernel_tp.as_ref().map_or(0, |t| t.id),
-        options.stack_bytes,
-        false,
-    );
-    let mut major_attr = sys::major_fault_attr();
-    for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr] {
-        attr.set_enable_on_exec(u64::from(enable_on_exec));
-        // Wake the recorder when an eighth of the buffer is full, not on every fault.
-        attr.set_watermark(1);
-        attr.__bindgen_anon_2.wakeup_watermark = (options.buffer_mb * 1024 * 1024 / 8) as u32;
-    }
-    major_attr.__bindgen_anon_2.wakeup_watermark = 4096;
+/// A recording once set up: the events open, the command running, the side captures
+/// running.
+struct Session {
+    root_pid: u32,
+    /// Whether the command was started by fltrace (not attached to).
+    started_command: bool,
+    child: ChildGuard,
+    events: Vec<PerfEvent>,
+    rings: Vec<CpuRings>,
+    state: State,
+    alloc_logs: Option<crate::AllocLogs>,
+    attached_allocs: Option<crate::uprobes::AttachedAllocs>,
+    access: Option<crate::access::AccessCapture>,
+    mono_offset: u64,
+    recording: String,
+}
 
-    let opened = open_events(
-        &cpus,
-        &tasks,
-        &fault_attr,
-        kernel_tp.is_some().then_some(&kernel_attr),
-        &major_attr,
-        options.buffer_mb,
-    );
-    let (events, mut rings) = match opened {
-        Ok(v) => v,
-        Err(e) => {
-            if let Some(child) = pending {
-                child.abort();
+/// How the event loop ended.
+struct Ended {
+    /// The command's wait status (0 for an attached process).
+    exit_status: Option<i32>,
+    /// The command's peak resident memory from wait4, in bytes.
+    rusage_hwm: u64,
+    /// The first error writing the trace.
+    trace_error: Option<String>,
+}
+
+impl Session {
+    /// Opens the tracepoints and events, forks the command (waiting before its exec) or
+    /// attaches to the process, starts the allocation and access captures, and lets the
+    /// command exec. Every error after the fork kills and reaps the child (see
+    /// [`ChildGuard`]).
+    fn set_up(target: &Target, options: &Options) -> Result<Session, Error> {
+        let tracefs =
+            sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
+        let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")
+            .map_err(Error::kernel("tracepoint exceptions:page_fault_user"))?;
+        let kernel_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_kernel").ok();
+        let fields = match (user_tp.field("address"), user_tp.field("error_code")) {
+            (Some((address, 8)), Some((error_code, 8))) => FaultFields {
+                address,
+                error_code,
+            },
+            _ => {
+                return Err(Error::Kernel {
+                    what: "tracepoint exceptions:page_fault_user",
+                    source: std::io::Error::from_raw_os_error(libc::EINVAL),
+                    hint: " (unexpected field layout)",
+                });
             }
-            return Err(e);
+        };
+        let cpus = sys::online_cpus().map_err(Error::kernel("online CPUs"))?;
+
+        // The runtime's shared pages, one per process: `<prefix>-<pid>`.
+        let far_prefix = options.far_memory.as_ref().map(|_| {
+            PathBuf::from(format!(
+                "/dev/shm/fltrace-rt-{}-{}",
+                std::process::id(),
+                unix_now_ns()
+            ))
+        });
+        let mut far_env = match (&options.far_memory, &far_prefix) {
+            (Some(far), Some(prefix)) => {
+                crate::runtime::check_userfaultfd()?;
+                far.environment(prefix)
+            }
+            _ => Vec::new(),
+        };
+        crate::allocs::remove_stale_spools(&options.dir);
+        let alloc_logs = match &options.allocs {
+            Some(crate::AllocTracing::Preload(library)) => {
+                let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
+                if options.far_memory.is_none() {
+                    far_env.push(("LD_PRELOAD".into(), crate::runtime::preload_value(library)));
+                }
+                far_env.push(logs.environment());
+                Some(logs)
+            }
+            Some(crate::AllocTracing::Uprobes) | None => None,
+        };
+        if let Some(backing) = &options.heap_backing {
+            if !far_env.iter().any(|(name, _)| name == "LD_PRELOAD") {
+                far_env.push((
+                    "LD_PRELOAD".into(),
+                    crate::runtime::preload_value(&backing.library),
+                ));
+            }
+            far_env.push(backing.environment());
         }
-    };
-    if !enable_on_exec {
-        for event in &events {
-            event
-                .enable()
-                .map_err(Error::kernel("enabling perf events"))?;
+        // From here on, any error return drops `child`, which kills and reaps it.
+        let (mut child, tasks, enable_on_exec) = match target {
+            Target::Command(argv) => {
+                let child = PendingChild::spawn(argv, options.credentials, &far_env)?;
+                let pid = child.pid();
+                (ChildGuard(Some(Child::Pending(child))), vec![pid], true)
+            }
+            Target::Pid(pid) => (ChildGuard(None), attach_tasks(*pid)?, false),
+        };
+        let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
+
+        let mut fault_attr = sys::fault_tracepoint_attr(user_tp.id, options.stack_bytes, true);
+        let mut kernel_attr = sys::fault_tracepoint_attr(
+            kernel_tp.as_ref().map_or(0, |t| t.id),
+            options.stack_bytes,
+            false,
+        );
+        let mut major_attr = sys::major_fault_attr();
+        for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr] {
+            attr.set_enable_on_exec(u64::from(enable_on_exec));
+            // Wake the recorder when an eighth of the buffer is full, not on every fault.
+            attr.set_watermark(1);
+            attr.__bindgen_anon_2.wakeup_watermark = (options.buffer_mb * 1024 * 1024 / 8) as u32;
+        }
+        major_attr.__bindgen_anon_2.wakeup_watermark = 4096;
+
+        let (events, rings) = open_events(
+            &cpus,
+            &tasks,
+            &fault_attr,
+            kernel_tp.is_some().then_some(&kernel_attr),
+            &major_attr,
+            options.buffer_mb,
+        )?;
+        if !enable_on_exec {
+            for event in &events {
+                event
+                    .enable()
+                    .map_err(Error::kernel("enabling perf events"))?;
+            }
+        }
+
+        let start_ns = unix_now_ns();
+        let mono_offset = start_ns.wrapping_sub(monotonic_now_ns());
+        // The recording id of every table: unique across runs and, in practice, across
+        // machines.
+        let recording = format!("{root_pid}-{start_ns}");
+        let metadata = vec![
+            (keys::SESSION.to_owned(), recording.clone()),
+            (keys::START_NS.to_owned(), start_ns.to_string()),
+            (keys::COMMAND.to_owned(), command_line(target)),
+            (
+                keys::VERSION.to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            ),
+        ];
+        let mut state = State::new(
+            root_pid,
+            options,
+            far_prefix,
+            metadata,
+            fields,
+            (&fault_attr, &major_attr),
+            mono_offset,
+        );
+        if let Target::Pid(pid) = target {
+            state.attach_existing(*pid as u32)?;
+        }
+        let attached_allocs = match (target, &options.allocs) {
+            (Target::Pid(pid), Some(crate::AllocTracing::Uprobes)) => {
+                Some(crate::uprobes::AttachedAllocs::start(
+                    *pid,
+                    &tasks,
+                    &options.dir,
+                    mono_offset,
+                    &recording,
+                )?)
+            }
+            _ => None,
+        };
+        let access = match options.access_samples {
+            Some(freq) => Some(crate::access::AccessCapture::start(
+                crate::access::availability(),
+                freq,
+                &tasks,
+                enable_on_exec,
+                &options.dir,
+                mono_offset,
+                &recording,
+            )?),
+            None => None,
+        };
+        // Last: the command runs only once everything is in place. A failed exec has reaped
+        // the child already.
+        child.release()?;
+        Ok(Session {
+            root_pid,
+            started_command: enable_on_exec,
+            child,
+            events,
+            rings,
+            state,
+            alloc_logs,
+            attached_allocs,
+            access,
+            mono_offset,
+            recording,
+        })
+    }
+
+    /// Reads records until the traced processes are gone (or, for
+    /// an attached process, until `stop`), checkpointing the tables every second. Never
+    /// returns early: a trace that cannot be written stops the reading, not the waiting.
+    fn run(&mut self, stop: &AtomicUsize, progress: &mut impl FnMut(&Progress)) -> Ended {
+        let root = self.child.pid();
+        let root_pid = self.root_pid;
+        let (rings, state) = (&mut self.rings, &mut self.state);
+
+        // A recorder that falls behind loses records: when allowed (root), run ahead of the
+        // traced program in the scheduler.
+        // SAFETY: setpriority on our own process; failure (not root) is harmless.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
+        // Readable when the target exits, so that the end is noticed at once.
+        let pidfd = pidfd_open(root_pid as i32);
+        let started = Instant::now();
+        // Records are handled in time order across CPUs, up to the newest time seen in the
+        // previous round (perf's ordering rule): anything older has been written by now.
+        let mut watermark = 0u64;
+        let mut positions: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rings.len()];
+        let mut last_stats = Instant::now();
+        let mut last_memory = Instant::now();
+        let mut last_progress = Instant::now();
+        let mut exit_status: Option<i32> = None;
+        let mut rusage_hwm = 0;
+        let mut stop_seen = 0;
+        let mut stop_at: Option<Instant> = None;
+        // Once the trace cannot be written, records are no longer read (the kernel drops
+        // them; the program does not wait for fltrace) and fltrace only waits for the
+        // program's end.
+        let mut trace_error: Option<String> = None;
+        loop {
+            let mut drained = 0;
+            if trace_error.is_none() {
+                let (handled, newest) =
+                    drain_in_time_order(rings, state, watermark, &mut positions);
+                drained = handled;
+                watermark = watermark.max(newest);
+                for cpu in rings.iter_mut() {
+                    if let Some(major) = &mut cpu.major {
+                        drained += major.drain(|r| state.handle_major(r));
+                    }
+                }
+                state.end_round(false);
+                keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
+                keep_first(&mut trace_error, state.finish_exited());
+            }
+
+            if let Some(pid) = root {
+                if exit_status.is_none()
+                    && let Some((status, hwm)) = try_wait(pid)
+                {
+                    self.child.reaped();
+                    exit_status = Some(status);
+                    rusage_hwm = hwm;
+                }
+            } else if !process_alive(root_pid as i32) {
+                exit_status = Some(0);
+            }
+            if exit_status.is_some() {
+                if trace_error.is_none() {
+                    // Every record of the exited tree is already in the buffers: one more
+                    // pass.
+                    drain_in_time_order(rings, state, u64::MAX, &mut positions);
+                    for cpu in rings.iter_mut() {
+                        if let Some(major) = &mut cpu.major {
+                            major.drain(|r| state.handle_major(r));
+                        }
+                    }
+                    state.end_round(true);
+                    keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
+                }
+                break;
+            }
+
+            let requests = stop.load(Ordering::Relaxed);
+            if requests > stop_seen {
+                stop_seen = requests;
+                match root {
+                    None => {
+                        exit_status = Some(0);
+                        continue;
+                    }
+                    // The terminal sends Ctrl-C to the command too; pass it on only if the
+                    // command is still there a moment later (fltrace alone was signalled).
+                    Some(_) if requests == 1 => {
+                        stop_at = Some(Instant::now() + Duration::from_millis(300))
+                    }
+                    Some(pid) => {
+                        // SAFETY: signalling our own child.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+            }
+            if let (Some(at), Some(pid)) = (stop_at, root)
+                && Instant::now() >= at
+            {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                stop_at = None;
+            }
+
+            if last_memory.elapsed() >= Duration::from_millis(100) {
+                state.sample_memory();
+                last_memory = Instant::now();
+            }
+            if last_stats.elapsed() >= Duration::from_secs(1) && trace_error.is_none() {
+                // Each second, what was recorded becomes readable even if fltrace is killed.
+                keep_first(&mut trace_error, state.checkpoint());
+                if trace_error.is_none() {
+                    keep_first(&mut trace_error, state.write_stats());
+                }
+                last_stats = Instant::now();
+            }
+            if last_progress.elapsed() >= Duration::from_millis(250) {
+                progress(&Progress {
+                    faults: state.faults,
+                    lost: state.lost,
+                    elapsed: started.elapsed(),
+                });
+                last_progress = Instant::now();
+            }
+            if trace_error.is_some() {
+                // The rings stay readable now that nobody reads them: wait on the program
+                // alone.
+                wait_for_exit(pidfd.as_ref(), 100);
+            } else if drained == 0 {
+                poll_rings(&self.events, pidfd.as_ref(), 100);
+            }
+        }
+        Ended {
+            exit_status,
+            rusage_hwm,
+            trace_error,
         }
     }
 
-    let start_ns = unix_now_ns();
-    let mono_offset = start_ns.wrapping_sub(monotonic_now_ns());
-    let command = match target {
+    /// Closes every table as far as it goes, converts the allocation logs, stops the access
+    /// capture and says how the recording ended.
+    fn finish(self, ended: Ended, options: &Options) -> Summary {
+        let Session {
+            root_pid,
+            started_command,
+            child,
+            events,
+            rings,
+            mut state,
+            alloc_logs,
+            attached_allocs,
+            access,
+            mono_offset,
+            recording,
+        } = self;
+        let Ended {
+            exit_status,
+            rusage_hwm,
+            mut trace_error,
+        } = ended;
+        // Reaped by the loop, or never run (a failed exec): nothing left to kill.
+        drop(child);
+        // Closing the events makes the kernel unregister the tracepoints and free the ring
+        // buffers: tens of milliseconds that can pass while the trace files are finished.
+        let teardown = std::thread::spawn(move || drop((events, rings)));
+
+        if let Some(process) = state.processes.get_mut(&root_pid) {
+            process.counters.hwm = process.counters.hwm.max(rusage_hwm);
+        }
+        let status = exit_status.unwrap_or(0);
+        let (exit_code, signal) = if !started_command {
+            (Some(0), None)
+        } else if libc::WIFSIGNALED(status) {
+            (None, Some(libc::WTERMSIG(status)))
+        } else {
+            (Some(libc::WEXITSTATUS(status)), None)
+        };
+        // After a write error each table is still closed as far as it goes: what was written
+        // before stays readable where the file system lets it.
+        let (mut pids, finished) = state.finish_all();
+        keep_first(&mut trace_error, finished);
+        pids.sort_unstable();
+        let allocs = match (&alloc_logs, attached_allocs) {
+            (_, Some(attached)) => match attached.finish() {
+                Ok(done) => Some(done),
+                Err(e) => {
+                    keep_first(&mut trace_error, Err(e));
+                    None
+                }
+            },
+            (Some(logs), None) => {
+                let mut total = crate::Converted::default();
+                for &pid in &pids {
+                    let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
+                    let converted = match logs.convert(
+                        pid,
+                        generation,
+                        &options.dir,
+                        mono_offset,
+                        &recording,
+                    ) {
+                        Ok(converted) => converted,
+                        Err(e) => {
+                            keep_first(&mut trace_error, Err(e));
+                            None
+                        }
+                    };
+                    if let Some(c) = converted {
+                        total.events += c.events;
+                        total.stacks += c.stacks;
+                        total.dropped += c.dropped;
+                        total.corrupt_chunks += c.corrupt_chunks;
+                    }
+                }
+                Some(total)
+            }
+            (None, None) => None,
+        };
+        let access = match access.map(|a| a.finish()).transpose() {
+            Ok(access) => access,
+            Err(e) => {
+                keep_first(&mut trace_error, Err(e));
+                None
+            }
+        };
+        let _ = teardown.join();
+        Summary {
+            root_pid,
+            pids,
+            exit_code,
+            signal,
+            faults: state.faults,
+            lost: state.lost,
+            stacks_truncated: state.truncated_total,
+            far_memory_exhausted: state.far_exhausted,
+            allocs,
+            access,
+            trace_error,
+        }
+    }
+}
+
+/// The traced command line, for the tables' metadata: the command's arguments, or an
+/// attached process's `/proc/<pid>/cmdline`.
+fn command_line(target: &Target) -> String {
+    match target {
         Target::Command(argv) => argv
             .iter()
             .map(|a| a.to_string_lossy())
@@ -274,276 +665,7 @@ pub fn record(
                     .to_owned()
             })
             .unwrap_or_default(),
-    };
-    // The recording id of every table: unique across runs and, in practice, across machines.
-    let recording = format!("{root_pid}-{start_ns}");
-    let metadata = vec![
-        (keys::SESSION.to_owned(), recording.clone()),
-        (keys::START_NS.to_owned(), start_ns.to_string()),
-        (keys::COMMAND.to_owned(), command),
-        (
-            keys::VERSION.to_owned(),
-            env!("CARGO_PKG_VERSION").to_owned(),
-        ),
-    ];
-    let mut state = State {
-        root_pid,
-        round: 0,
-        deferred: Vec::new(),
-        deferred_pids: FxHashSet::default(),
-        replaying: false,
-        finished_set: FxHashSet::default(),
-        session_dir: options.dir.clone(),
-        read_live_stacks: options.read_live_stacks,
-        far_prefix,
-        far_exhausted: false,
-        preload_generations: FxHashMap::default(),
-        runtime_threads: FxHashSet::default(),
-        metadata,
-        processes: FxHashMap::default(),
-        finished: Vec::new(),
-        elf_cache: ElfCache::default(),
-        fields,
-        parse_info: sys::parse_info(&fault_attr),
-        major_parse_info: sys::parse_info(&major_attr),
-        mono_offset,
-        lost: 0,
-        faults: 0,
-        truncated_total: 0,
-        frames: Vec::with_capacity(128),
-        scratch: Vec::new(),
-        error: None,
-    };
-    if let Target::Pid(pid) = target {
-        state.attach_existing(*pid as u32)?;
     }
-    let attached_allocs = match (target, &options.allocs) {
-        (Target::Pid(pid), Some(crate::AllocTracing::Uprobes)) => {
-            Some(crate::uprobes::AttachedAllocs::start(
-                *pid,
-                &tasks,
-                &options.dir,
-                mono_offset,
-                &recording,
-            )?)
-        }
-        _ => None,
-    };
-    let access = match options.access_samples {
-        Some(freq) => match crate::access::AccessCapture::start(
-            crate::access::availability(),
-            freq,
-            &tasks,
-            enable_on_exec,
-            &options.dir,
-            mono_offset,
-            &recording,
-        ) {
-            Ok(capture) => Some(capture),
-            Err(e) => {
-                if let Some(child) = pending {
-                    child.abort();
-                }
-                return Err(e);
-            }
-        },
-        None => None,
-    };
-
-    let root = match pending {
-        Some(child) => Some(child.release()?),
-        None => None,
-    };
-
-    // A recorder that falls behind loses records: when allowed (root), run ahead of the
-    // traced program in the scheduler.
-    // SAFETY: setpriority on our own process; failure (not root) is harmless.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
-    // Readable when the target exits, so that the end is noticed at once.
-    let pidfd = pidfd_open(root_pid as i32);
-    let started = Instant::now();
-    // Records are handled in time order across CPUs, up to the newest time seen in the
-    // previous round (perf's ordering rule): anything older has been written by now.
-    let mut watermark = 0u64;
-    let mut positions: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rings.len()];
-    let mut last_stats = Instant::now();
-    let mut last_memory = Instant::now();
-    let mut last_progress = Instant::now();
-    let mut exit_status: Option<i32> = None;
-    let mut rusage_hwm = 0;
-    let mut stop_seen = 0;
-    let mut stop_at: Option<Instant> = None;
-    // Once the trace cannot be written, records are no longer read (the kernel drops them;
-    // the program does not wait for fltrace) and fltrace only waits for the program's end.
-    let mut trace_error: Option<String> = None;
-    loop {
-        let mut drained = 0;
-        if trace_error.is_none() {
-            let (handled, newest) =
-                drain_in_time_order(&mut rings, &mut state, watermark, &mut positions);
-            drained = handled;
-            watermark = watermark.max(newest);
-            for cpu in &mut rings {
-                if let Some(major) = &mut cpu.major {
-                    drained += major.drain(|r| state.handle_major(r));
-                }
-            }
-            state.end_round(false);
-            keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
-            keep_first(&mut trace_error, state.finish_exited());
-        }
-
-        if let Some(pid) = root {
-            if exit_status.is_none()
-                && let Some((status, hwm)) = try_wait(pid)
-            {
-                exit_status = Some(status);
-                rusage_hwm = hwm;
-            }
-        } else if !process_alive(root_pid as i32) {
-            exit_status = Some(0);
-        }
-        if exit_status.is_some() {
-            if trace_error.is_none() {
-                // Every record of the exited tree is already in the buffers: one more pass.
-                drain_in_time_order(&mut rings, &mut state, u64::MAX, &mut positions);
-                for cpu in &mut rings {
-                    if let Some(major) = &mut cpu.major {
-                        major.drain(|r| state.handle_major(r));
-                    }
-                }
-                state.end_round(true);
-                keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
-            }
-            break;
-        }
-
-        let requests = stop.load(Ordering::Relaxed);
-        if requests > stop_seen {
-            stop_seen = requests;
-            match root {
-                None => {
-                    exit_status = Some(0);
-                    continue;
-                }
-                // The terminal sends Ctrl-C to the command too; pass it on only if the
-                // command is still there a moment later (fltrace alone was signalled).
-                Some(_) if requests == 1 => {
-                    stop_at = Some(Instant::now() + Duration::from_millis(300))
-                }
-                Some(pid) => {
-                    // SAFETY: signalling our own child.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-            }
-        }
-        if let (Some(at), Some(pid)) = (stop_at, root)
-            && Instant::now() >= at
-        {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(pid, libc::SIGINT) };
-            stop_at = None;
-        }
-
-        if last_memory.elapsed() >= Duration::from_millis(100) {
-            state.sample_memory();
-            last_memory = Instant::now();
-        }
-        if last_stats.elapsed() >= Duration::from_secs(1) && trace_error.is_none() {
-            // Each second, what was recorded becomes readable even if fltrace is killed.
-            keep_first(&mut trace_error, state.checkpoint());
-            if trace_error.is_none() {
-                keep_first(&mut trace_error, state.write_stats());
-            }
-            last_stats = Instant::now();
-        }
-        if last_progress.elapsed() >= Duration::from_millis(250) {
-            progress(&Progress {
-                faults: state.faults,
-                lost: state.lost,
-                elapsed: started.elapsed(),
-            });
-            last_progress = Instant::now();
-        }
-        if trace_error.is_some() {
-            // The rings stay readable now that nobody reads them: wait on the program alone.
-            wait_for_exit(pidfd.as_ref(), 100);
-        } else if drained == 0 {
-            poll_rings(&events, pidfd.as_ref(), 100);
-        }
-    }
-    // Closing the events makes the kernel unregister the tracepoints and free the ring
-    // buffers: tens of milliseconds that can pass while the trace files are finished.
-    let teardown = std::thread::spawn(move || drop((events, rings)));
-
-    if let Some(process) = state.processes.get_mut(&root_pid) {
-        process.counters.hwm = process.counters.hwm.max(rusage_hwm);
-    }
-    let status = exit_status.unwrap_or(0);
-    let (exit_code, signal) = if root.is_none() {
-        (Some(0), None)
-    } else if libc::WIFSIGNALED(status) {
-        (None, Some(libc::WTERMSIG(status)))
-    } else {
-        (Some(libc::WEXITSTATUS(status)), None)
-    };
-    // After a write error each table is still closed as far as it goes: what was written
-    // before stays readable where the file system lets it.
-    let (mut pids, finished) = state.finish_all();
-    keep_first(&mut trace_error, finished);
-    pids.sort_unstable();
-    let allocs = match (&alloc_logs, attached_allocs) {
-        (_, Some(attached)) => match attached.finish() {
-            Ok(done) => Some(done),
-            Err(e) => {
-                keep_first(&mut trace_error, Err(e));
-                None
-            }
-        },
-        (Some(logs), None) => {
-            let mut total = crate::Converted::default();
-            for &pid in &pids {
-                let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
-                let converted =
-                    match logs.convert(pid, generation, &options.dir, mono_offset, &recording) {
-                        Ok(converted) => converted,
-                        Err(e) => {
-                            keep_first(&mut trace_error, Err(e));
-                            None
-                        }
-                    };
-                if let Some(c) = converted {
-                    total.events += c.events;
-                    total.stacks += c.stacks;
-                    total.dropped += c.dropped;
-                    total.corrupt_chunks += c.corrupt_chunks;
-                }
-            }
-            Some(total)
-        }
-        (None, None) => None,
-    };
-    let access = match access.map(|a| a.finish()).transpose() {
-        Ok(access) => access,
-        Err(e) => {
-            keep_first(&mut trace_error, Err(e));
-            None
-        }
-    };
-    let _ = teardown.join();
-    Ok(Summary {
-        root_pid,
-        pids,
-        exit_code,
-        signal,
-        faults: state.faults,
-        lost: state.lost,
-        stacks_truncated: state.truncated_total,
-        far_memory_exhausted: state.far_exhausted,
-        allocs,
-        access,
-        trace_error,
-    })
 }
 
 /// Waits up to `timeout_ms` for the program to end (its pidfd readable), or just sleeps.
@@ -821,6 +943,47 @@ fn u64_at(data: &RawData<'_>, offset: usize) -> Option<u64> {
 }
 
 impl State {
+    /// Nothing read yet; `attrs` are the fault and major-fault events' attributes, whose
+    /// sample layouts the records are parsed with.
+    fn new(
+        root_pid: u32,
+        options: &Options,
+        far_prefix: Option<PathBuf>,
+        metadata: Vec<(String, String)>,
+        fields: FaultFields,
+        attrs: (&perf_event_attr, &perf_event_attr),
+        mono_offset: u64,
+    ) -> State {
+        State {
+            root_pid,
+            round: 0,
+            deferred: Vec::new(),
+            deferred_pids: FxHashSet::default(),
+            replaying: false,
+            finished_set: FxHashSet::default(),
+            session_dir: options.dir.clone(),
+            read_live_stacks: options.read_live_stacks,
+            far_prefix,
+            far_exhausted: false,
+            preload_generations: FxHashMap::default(),
+            runtime_threads: FxHashSet::default(),
+            metadata,
+            processes: FxHashMap::default(),
+            finished: Vec::new(),
+            elf_cache: ElfCache::default(),
+            fields,
+            parse_info: sys::parse_info(attrs.0),
+            major_parse_info: sys::parse_info(attrs.1),
+            mono_offset,
+            lost: 0,
+            faults: 0,
+            truncated_total: 0,
+            frames: Vec::with_capacity(128),
+            scratch: Vec::new(),
+            error: None,
+        }
+    }
+
     fn session(&self) -> SessionMeta<'_> {
         SessionMeta {
             dir: &self.session_dir,

@@ -177,7 +177,12 @@ impl PendingChild {
         close(self.go_write);
         close(self.error_read);
         let mut status = 0;
-        // SAFETY: the child exits by itself when the go pipe closes without a byte.
-        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        // Killed, not left to see the go pipe close: the child holds a copy of the pipe's
+        // write end itself, so its read would never end and waitpid would wait for ever.
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, &mut status, 0);
+        }
     }
 }

@@ -165,10 +165,7 @@ fn open_uffd() -> i32 {
         // Unprivileged users may only ask for user-mode faults (vm.unprivileged_userfaultfd).
         Err(_) => match uffd::create(true) {
             Ok(fd) => fd,
-            Err(e) => {
-                report_unavailable(e);
-                return -1;
-            }
+            Err(e) => report_unavailable(e),
         },
     };
     if let Err(e) = uffd::api(
@@ -176,20 +173,22 @@ fn open_uffd() -> i32 {
         uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID,
     ) {
         report_unavailable(e);
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(fd) };
-        return -1;
     }
     fd
 }
 
-fn report_unavailable(e: std::io::Error) {
+/// Far memory was asked for (`-L`) and cannot start: the program ends at start-up, with one
+/// line saying why. Run on without the local-memory limit, its figures would answer another
+/// question than the one asked, and nothing but a line of stderr would tell.
+fn report_unavailable(e: std::io::Error) -> ! {
     let mut code = [0; 20];
     sys::write_stderr(&[
-        b"fltrace: userfaultfd is unavailable (errno ",
+        b"fltrace: userfaultfd is unavailable to the program (errno ",
         sys::decimal(e.raw_os_error().unwrap_or(0) as u64, &mut code),
-        b"): far-memory emulation is off for this process\n",
+        b"): far-memory emulation (-L) cannot start\n",
     ]);
+    // SAFETY: ending the process before main; nothing to clean up.
+    unsafe { libc::_exit(127) }
 }
 
 /// Maps the page shared with the recorder, `<FLTRACE_RT_SHARED>-<pid>`, or private memory

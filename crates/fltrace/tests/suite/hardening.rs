@@ -405,14 +405,18 @@ fn full_file_system_leaves_the_program_running() {
     }
 }
 
-/// malloc from a signal handler on a sigaltstack and from a makecontext coroutine whose
-/// stacks have an inaccessible page right above: every call is traced with its site, and
-/// the unwinder reads nothing past the stack it runs on (it would fault on that page).
+/// malloc from a signal handler on a sigaltstack, from a makecontext coroutine and from a
+/// stack switched to by hand, whose stacks have an inaccessible page right above: every call
+/// is traced with its site, and the unwinder reads nothing past the stack it runs on (it would
+/// fault on that page). The hand-made switch is the one that leads an unwinder there (the
+/// others' unwind information ends or returns to the thread's stack): the program died of
+/// SIGSEGV when reads were bounded by the thread's stack alone.
 #[test]
 fn allocations_off_the_thread_stack_unwind_within_their_stack() {
     for (mode, site_name, n) in [
         ("altstack", "altstack_malloc", 300),
         ("coroutine", "coroutine_malloc", 300),
+        ("switch", "switch_malloc", 300),
     ] {
         let dir = Dir::new();
         let out = output_within(
@@ -452,5 +456,102 @@ fn fork_while_handlers_evict_completes() {
         String::from_utf8_lossy(&out.stdout).contains("forks 200"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The far-memory runtime's shared page is created, never opened: whatever is planted under
+/// its temporary name (`<prefix>-<pid>.new`, in /dev/shm, which every user can write to) is
+/// neither written nor truncated through. A hard link to another file there was truncated
+/// and overwritten by the page before (O_TRUNC); a symbolic link is not followed. The program
+/// runs with its page under the final name either way.
+#[test]
+fn runtime_shared_page_does_not_write_through_planted_names() {
+    let w = workloads();
+    let library = Path::new(env!("CARGO_BIN_EXE_fltrace")).with_file_name("libfltrace_preload.so");
+    let shm = tempfile::Builder::new()
+        .prefix("fltrace-test-shm-")
+        .tempdir_in("/dev/shm")
+        .expect("a directory in /dev/shm");
+    let prefix = shm.path().join("page");
+    let victim = shm.path().join("victim");
+    for plant in ["ln", "ln -s"] {
+        std::fs::write(&victim, "precious").expect("victim");
+        // The shell plants the name of its own pid, then execs the program under that pid.
+        let script = format!(
+            "echo $$; {plant} {victim} {prefix}-$$.new && exec {program} fork 4",
+            victim = victim.display(),
+            prefix = prefix.display(),
+            program = w.farmem.display(),
+        );
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .env("LD_PRELOAD", &library)
+            .env("FLTRACE_RT_LOCAL_PAGES", "256")
+            .env("FLTRACE_RT_MAX_PAGES", "8192")
+            .env("FLTRACE_RT_SHARED", &prefix)
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success(), "{plant}: {}", stderr_of(&out));
+        let pid: u32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("the shell's pid");
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "precious",
+            "{plant}: the planted name's target is untouched"
+        );
+        let page = PathBuf::from(format!("{}-{pid}", prefix.display()));
+        let meta = std::fs::symlink_metadata(&page).expect("the page under its final name");
+        assert!(
+            meta.file_type().is_file() && meta.len() as usize == fltrace_runtime_abi::SHARED_SIZE,
+            "{plant}: the page is a file of its own: {meta:?}"
+        );
+        let victim_meta = std::fs::metadata(&victim).expect("victim");
+        use std::os::unix::fs::MetadataExt;
+        assert_ne!(
+            meta.ino(),
+            victim_meta.ino(),
+            "{plant}: the page is not the victim"
+        );
+        assert_eq!(victim_meta.nlink(), 1, "{plant}: the planted link is gone");
+        std::fs::remove_file(&page).expect("remove the page");
+    }
+}
+
+/// Far memory that cannot start in the program (userfaultfd refused to it by a seccomp filter,
+/// as in a container, while the recorder may use it): one line says so, and the program ends
+/// at start-up with a failure that fltrace passes on, instead of running without the limit
+/// that was asked for.
+#[test]
+fn far_memory_refused_to_the_program_is_a_clear_error() {
+    let w = workloads();
+    let built = tempfile::tempdir().expect("temp dir");
+    let nouffd = built.path().join("nouffd");
+    let out = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&nouffd)
+        .arg(workloads_dir().join("nouffd.c"))
+        .output()
+        .expect("gcc runs");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=16", "-M=128", "--"])
+            .arg(&nouffd)
+            .arg(&w.farmem)
+            .args(["threads", "4", "2"]),
+        Duration::from_secs(60),
+    );
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("userfaultfd")).collect();
+    assert_eq!(
+        said,
+        vec![
+            "fltrace: userfaultfd is unavailable to the program (errno 1): far-memory emulation (-L) cannot start"
+        ],
+        "{err}"
     );
 }
