@@ -232,7 +232,7 @@ mod tests {
     fn trace() -> ProcessTrace {
         let free = AllocEvent {
             stack_id: AllocEvent::NO_STACK,
-            ..event(30, AllocCall::Free, 0x2000, 0, 0)
+            ..event(30, AllocCall::Free, 0x3000, 0, 0)
         };
         ProcessTrace {
             pid: 1,
@@ -253,7 +253,7 @@ mod tests {
             metadata: Vec::new(),
             allocs: vec![
                 event(10, AllocCall::Malloc, 0x1000, 5000, 0),
-                event(20, AllocCall::Malloc, 0x2000, 100, 1),
+                event(20, AllocCall::Malloc, 0x3000, 100, 1),
                 free,
                 event(40, AllocCall::Mmap, 0x10_0000, 8192, 2),
                 event(41, AllocCall::Malloc, 0x4000, 3000, 3),
