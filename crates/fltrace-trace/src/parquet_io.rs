@@ -866,7 +866,7 @@ pub(crate) struct TableReader {
     /// The CRC-32 of each column chunk, row group by row group; `None` for files written
     /// before checksums were.
     crcs: Option<Vec<u32>>,
-    /// Column chunks whose checksums were checked, row group by row group.
+    /// Row groups whose checksums were checked.
     verified: Vec<Cell<bool>>,
     completeness: Completeness,
 }
@@ -973,7 +973,7 @@ impl TableReader {
             path: path.to_owned(),
             file: Arc::new(file),
             props: Arc::new(ReaderProperties::builder().build()),
-            verified: vec![Cell::new(false); metadata.num_row_groups() * columns],
+            verified: vec![Cell::new(false); metadata.num_row_groups()],
             metadata,
             crcs,
             completeness,
@@ -1055,42 +1055,38 @@ impl TableReader {
         self.metadata.num_row_groups()
     }
 
-    /// Row group `group`, its column `column` checked against its checksum the first time it
-    /// is read: a reader of a few columns (the fault keys) reads only their chunks.
-    fn row_group(
-        &self,
-        group: usize,
-        column: usize,
-    ) -> Result<SerializedRowGroupReader<'_, File>, Error> {
+    /// Row group `group`, every column of it checked against its checksum the first time:
+    /// damage in a column not read would not change an answer, but is damage all the same.
+    fn row_group(&self, group: usize) -> Result<SerializedRowGroupReader<'_, File>, Error> {
         let metadata = self.metadata.row_group(group);
-        let columns = metadata.num_columns();
-        let verified = self.verified.get(group * columns + column);
         if let Some(crcs) = &self.crcs
-            && !verified.is_some_and(Cell::get)
-            && let Some(chunk_metadata) = metadata.columns().get(column)
+            && !self.verified.get(group).is_some_and(Cell::get)
         {
-            let expected = crcs.get(group * columns + column).copied();
-            let (start, len) = chunk_metadata.byte_range();
-            let too_long = |_| Error::Format {
-                path: self.path.clone(),
-                message: format!("row group {group}: a column chunk of {len} bytes"),
-            };
-            let mut chunk = vec![0u8; usize::try_from(len).map_err(too_long)?];
-            self.file
-                .read_exact_at(&mut chunk, start)
-                .map_err(Error::io(&self.path))?;
-            let actual = crc32fast::hash(&chunk);
-            if expected != Some(actual) {
-                return Err(Error::Format {
+            let columns = metadata.num_columns();
+            for (column, chunk_metadata) in metadata.columns().iter().enumerate() {
+                let expected = crcs.get(group * columns + column).copied();
+                let (start, len) = chunk_metadata.byte_range();
+                let too_long = |_| Error::Format {
                     path: self.path.clone(),
-                    message: format!(
-                        "row group {group}, column `{}`: the bytes differ from those written (CRC-32 {actual:08x}, recorded {:08x}): the file is damaged",
-                        chunk_metadata.column_path().string(),
-                        expected.unwrap_or(0)
-                    ),
-                });
+                    message: format!("row group {group}: a column chunk of {len} bytes"),
+                };
+                let mut chunk = vec![0u8; usize::try_from(len).map_err(too_long)?];
+                self.file
+                    .read_exact_at(&mut chunk, start)
+                    .map_err(Error::io(&self.path))?;
+                let actual = crc32fast::hash(&chunk);
+                if expected != Some(actual) {
+                    return Err(Error::Format {
+                        path: self.path.clone(),
+                        message: format!(
+                            "row group {group}, column `{}`: the bytes differ from those written (CRC-32 {actual:08x}, recorded {:08x}): the file is damaged",
+                            chunk_metadata.column_path().string(),
+                            expected.unwrap_or(0)
+                        ),
+                    });
+                }
             }
-            if let Some(verified) = verified {
+            if let Some(verified) = self.verified.get(group) {
                 verified.set(true);
             }
         }
@@ -1185,7 +1181,7 @@ impl TableReader {
             rep: Vec::new(),
         };
         for group in groups {
-            let group = self.row_group(group, index)?;
+            let group = self.row_group(group)?;
             let result = (|| {
                 let reader = group.get_column_reader(index)?;
                 let mut reader = T::get_column_reader(reader).ok_or_else(|| {
