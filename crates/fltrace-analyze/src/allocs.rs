@@ -458,6 +458,15 @@ impl SizeHistogram {
     }
 }
 
+impl std::ops::AddAssign<&SizeHistogram> for SizeHistogram {
+    fn add_assign(&mut self, other: &SizeHistogram) {
+        for bucket in 0..65 {
+            self.counts[bucket] += other.counts[bucket];
+            self.bytes[bucket] = self.bytes[bucket].saturating_add(other.bytes[bucket]);
+        }
+    }
+}
+
 /// Allocation totals of one stack (or of everything sharing a key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AllocTotals {

@@ -207,6 +207,59 @@ fn script_frames(trace: &ProcessTrace, stacks: &ResolvedStacks, stack_id: u32) -
     text
 }
 
+/// `function@file:line|...`, innermost first: a whole stack in one field of a CSV report.
+pub fn stack_field(stack: &[Location]) -> String {
+    let frames: Vec<String> = stack
+        .iter()
+        .map(|l| format!("{}@{}", l.function, l.file_line()))
+        .collect();
+    frames.join("|")
+}
+
+/// `count` as a percentage of `total` (0 for none).
+pub fn percent(count: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        count as f64 * 100.0 / total as f64
+    }
+}
+
+/// Writes the original tool's `fltrace-data-report-<pid>.out` of `groups` (by
+/// [`crate::GroupBy::Stack`]): one row per (stack, flags), per-frame lists separated by `|`,
+/// inlined frames of one address joined by `;` innermost first.
+pub fn write_original_report(groups: &[crate::Group], out: impl Write) -> std::io::Result<()> {
+    let total: u64 = groups.iter().map(|g| g.count).sum();
+    let mut csv = csv::Writer::from_writer(out);
+    csv.write_record([
+        "ips", "flags", "count", "percent", "op", "type", "lib", "code",
+    ])?;
+    for group in groups {
+        let key = &group.key;
+        let flags = key.flags.unwrap_or_default();
+        let mut ips = String::new();
+        for addr in key.addresses.iter().flat_map(|a| a.iter()) {
+            let _ = write!(ips, "{addr:#x}|");
+        }
+        let (mut libs, mut code) = (String::new(), String::new());
+        for location in key.stack.iter().flat_map(|s| s.iter()) {
+            let _ = write!(libs, "{}|", location.lib);
+            let _ = write!(code, "{}|", location.file_line());
+        }
+        csv.write_record([
+            ips,
+            flags.0.to_string(),
+            group.count.to_string(),
+            format!("{:.4}", percent(group.count, total)),
+            flags.kind().name().to_owned(),
+            flags.type_name().to_owned(),
+            libs,
+            code,
+        ])?;
+    }
+    csv.flush()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -296,6 +296,87 @@ pub struct AllocSiteGroup {
     pub lines: Vec<Group>,
 }
 
+/// The faults that `keep` keeps, counted by stack and kind. In no particular order.
+pub fn count_faults_by_stack(
+    faults: &[Fault],
+    keep: impl Fn(FaultFlags) -> bool,
+) -> Vec<(u32, FaultKind, u64)> {
+    let mut counts: FxHashMap<(u32, FaultKind), u64> = FxHashMap::default();
+    for fault in faults.iter().filter(|f| keep(f.flags)) {
+        *counts
+            .entry((fault.stack_id, fault.flags.kind()))
+            .or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((stack_id, kind), count)| (stack_id, kind, count))
+        .collect()
+}
+
+/// Where a fault landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultOrigin {
+    /// In a live block, allocated by the stack `stack_id`.
+    Block {
+        /// The allocation stack.
+        stack_id: u32,
+        /// The kind of memory.
+        kind: BlockKind,
+    },
+    /// Outside every live block, in the mapping of `trace.mappings` at this index (`None`:
+    /// in none recorded).
+    Outside {
+        /// The index in `trace.mappings`.
+        mapping: Option<usize>,
+    },
+}
+
+/// Each fault of `trace` with where it landed; `hits` says, for each fault, the block of
+/// `lifetimes` it landed in ([`crate::attribute_faults`]).
+pub fn fault_origins<'t>(
+    trace: &'t ProcessTrace,
+    lifetimes: &'t Lifetimes,
+    hits: &'t [Option<u32>],
+) -> impl Iterator<Item = (&'t Fault, FaultOrigin)> + 't {
+    let mappings = MappingIndex::new(&trace.mappings);
+    trace.faults.iter().zip(hits).map(move |(fault, hit)| {
+        let origin = match hit.and_then(|b| lifetimes.blocks.get(b as usize)) {
+            Some(block) => FaultOrigin::Block {
+                stack_id: block.stack_id,
+                kind: block.kind,
+            },
+            None => {
+                let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
+                FaultOrigin::Outside {
+                    mapping: mappings.get(generation, fault.addr),
+                }
+            }
+        };
+        (fault, origin)
+    })
+}
+
+/// The faults of `trace` that `keep` keeps, counted by where they landed and their kind: in
+/// the blocks of which allocation stack, or outside every block in which mapping. In no
+/// particular order.
+pub fn count_faults_by_origin(
+    trace: &ProcessTrace,
+    lifetimes: &Lifetimes,
+    keep: impl Fn(FaultFlags) -> bool,
+) -> Vec<(FaultOrigin, FaultKind, u64)> {
+    let hits = crate::attribute_faults(lifetimes, &trace.faults);
+    let mut counts: FxHashMap<(FaultOrigin, FaultKind), u64> = FxHashMap::default();
+    for (fault, origin) in fault_origins(trace, lifetimes, &hits) {
+        if keep(fault.flags) {
+            *counts.entry((origin, fault.flags.kind())).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|((origin, kind), count)| (origin, kind, count))
+        .collect()
+}
+
 /// Groups faults by the allocation site of the block each landed in, and within that by the
 /// line that took them; faults outside every live block are grouped by the mapping they hit.
 /// Largest first.
@@ -308,34 +389,25 @@ pub fn group_faults_by_alloc_site<'a>(
     let mut counts: FxHashMap<(u32, u32), Group> = FxHashMap::default();
     for source in sources {
         let trace = source.trace;
-        let mappings = MappingIndex::new(&trace.mappings);
-        let mut site_of_stack: FxHashMap<(u32, BlockKind), u32> = FxHashMap::default();
-        let mut site_of_mapping: FxHashMap<Option<usize>, u32> = FxHashMap::default();
+        let mut site_of: FxHashMap<FaultOrigin, u32> = FxHashMap::default();
         let mut line_of: FxHashMap<(u32, FaultFlags), (u32, GroupKey)> = FxHashMap::default();
-        for (fault, hit) in trace.faults.iter().zip(source.hits) {
-            let block = hit.and_then(|b| source.lifetimes.blocks.get(b as usize));
-            let site = match block {
-                Some(block) => *site_of_stack
-                    .entry((block.stack_id, block.kind))
-                    .or_insert_with(|| {
-                        let stack = source.alloc_stacks.get(block.stack_id);
-                        let site = source
-                            .alloc_stacks
-                            .call_site
-                            .of(stack)
-                            .cloned()
-                            .unwrap_or_else(unknown);
-                        id_of(&mut sites, (site, Some(block.kind)))
-                    }),
-                None => {
-                    let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
-                    let mapping = mappings.get(generation, fault.addr);
-                    *site_of_mapping.entry(mapping).or_insert_with(|| {
-                        let mapping = mapping.and_then(|i| trace.mappings.get(i));
-                        id_of(&mut sites, (memory_location(mapping), None))
-                    })
+        for (fault, origin) in fault_origins(trace, source.lifetimes, source.hits) {
+            let site = *site_of.entry(origin).or_insert_with(|| match origin {
+                FaultOrigin::Block { stack_id, kind } => {
+                    let stack = source.alloc_stacks.get(stack_id);
+                    let site = source
+                        .alloc_stacks
+                        .call_site
+                        .of(stack)
+                        .cloned()
+                        .unwrap_or_else(unknown);
+                    id_of(&mut sites, (site, Some(kind)))
                 }
-            };
+                FaultOrigin::Outside { mapping } => {
+                    let mapping = mapping.and_then(|i| trace.mappings.get(i));
+                    id_of(&mut sites, (memory_location(mapping), None))
+                }
+            });
             let (line, key) = line_of
                 .entry((fault.stack_id, fault.flags))
                 .or_insert_with(|| {

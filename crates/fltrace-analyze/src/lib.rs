@@ -24,6 +24,7 @@
 //! # }
 //! ```
 
+mod allocation_report;
 mod allocs;
 mod archive;
 mod counts;
@@ -31,12 +32,17 @@ mod debuginfo;
 mod diff;
 mod export;
 mod group;
+mod load;
 mod names;
 mod pprof;
 mod ranges;
 mod symbolize;
 mod tracer;
 
+pub use allocation_report::{
+    AllocProcess, AllocSummary, FaultsByAllocSite, group_process_allocs, largest_blocks,
+    merge_same_lines, rank_allocs,
+};
 pub use allocs::{
     AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,
     exec_times, trace_end_ns,
@@ -46,15 +52,20 @@ pub use counts::{FaultCounts, Tally};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
 pub use export::{
-    CountedSource, SCRIPT_EVENT, Source, folded, folded_counts, frame_name, process_name,
-    write_script,
+    CountedSource, SCRIPT_EVENT, Source, folded, folded_counts, frame_name, percent, process_name,
+    stack_field, write_original_report, write_script,
 };
 pub use group::{
-    AllocGroup, AllocSiteGroup, AllocSource, Group, GroupBy, GroupKey, call_site, coverage,
-    group_allocs, group_fault_counts, group_faults, group_faults_by_alloc_site,
+    AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, Group, GroupBy, GroupKey, call_site,
+    count_faults_by_origin, count_faults_by_stack, coverage, fault_origins, group_allocs,
+    group_fault_counts, group_faults, group_faults_by_alloc_site,
+};
+pub use load::{
+    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,
+    find_recording, load, unfinished_note, window_ns,
 };
 pub use names::demangle;
 pub use pprof::{write_pprof, write_pprof_counts};
-pub use ranges::{MappingIndex, mapping_label, named_regions};
+pub use ranges::{MappingIndex, mapping_label, named_regions, range_heat};
 pub use symbolize::{CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer};
 pub use tracer::{separate_tracer, separate_tracer_counts};

@@ -183,6 +183,20 @@ pub fn named_regions(mappings: &[Mapping]) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
+/// How hot a sample of a range trace draws: for reference bits the per cent of the range
+/// referenced in the interval (at least 1 if any was), for DAMON the access count.
+pub fn range_heat(kind: fltrace_trace::RangeTraceKind, sample: &fltrace_trace::RangeSample) -> u32 {
+    match kind {
+        fltrace_trace::RangeTraceKind::ReferencedBytes => {
+            let len = sample.end.saturating_sub(sample.start).max(1);
+            (sample.value.saturating_mul(100).div_ceil(len)).min(100) as u32
+        }
+        fltrace_trace::RangeTraceKind::DamonAccesses => {
+            sample.value.min(u64::from(u32::MAX)) as u32
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

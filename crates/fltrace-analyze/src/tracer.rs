@@ -19,28 +19,12 @@ pub fn separate_tracer(
     stacks: &mut ResolvedStacks,
     include: bool,
 ) -> u64 {
-    let mut tracer_stacks = FxHashSet::default();
-    let mut program_stacks = FxHashSet::default();
-    for fault in &trace.faults {
-        if fault.flags.has(FaultFlags::TRACER) {
-            tracer_stacks.insert(fault.stack_id);
-        } else {
-            program_stacks.insert(fault.stack_id);
-        }
-    }
-    let before = trace.faults.len();
-    let left_out = if include {
-        trace
-            .faults
-            .iter()
-            .filter(|f| f.flags.has(FaultFlags::TRACER))
-            .count()
-    } else {
+    let mut counts = FaultCounts::of(&trace.faults);
+    let left_out = separate_tracer_counts(&mut counts, stacks, include);
+    if !include {
         trace.faults.retain(|f| !f.flags.has(FaultFlags::TRACER));
-        before - trace.faults.len()
-    };
-    rewrite_stacks(stacks, &tracer_stacks, &program_stacks);
-    left_out as u64
+    }
+    left_out
 }
 
 /// [`separate_tracer`] over faults counted per stack ([`FaultCounts`]): the same faults left

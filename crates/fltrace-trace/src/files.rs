@@ -70,6 +70,31 @@ pub fn pid_of(name: &str, kind: &str, ext: &str) -> Option<u32> {
         .ok()
 }
 
+/// The most recently written `fltrace-data-<kind>-<pid>.<ext>` in `dir`, with its pid; `None`
+/// if there is none.
+pub fn newest(dir: &Path, kind: &str, ext: &str) -> Result<Option<(u32, PathBuf)>, Error> {
+    let mut newest: Option<(std::time::SystemTime, u32, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
+        let entry = entry.map_err(Error::io(dir))?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| pid_of(n, kind, ext))
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let modified = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .map_err(Error::io(&path))?;
+        if newest.as_ref().is_none_or(|(t, _, _)| modified > *t) {
+            newest = Some((modified, pid, path));
+        }
+    }
+    Ok(newest.map(|(_, pid, path)| (pid, path)))
+}
+
 /// What of `pid`'s trace files in `dir` reads back, for each file there: its rows (lines for
 /// the text files), or why it cannot be read. Said after a recording that could not write
 /// everything (a full disk).

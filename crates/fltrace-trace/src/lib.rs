@@ -46,14 +46,11 @@ pub use access::AccessRecord;
 pub use alloc::{AllocCall, AllocEvent};
 pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
-pub use guard::{
-    for_each_fault_group, read_access, read_allocs, read_faults, read_mappings, read_origin,
-    read_stacks,
-};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
     AccessWriter, AllocWriter, ColumnChunk, Completeness, FORMAT_VERSION, FaultRowGroups,
     FaultWriter, MappingWriter, Metadata, Origin, StackWriter, column_chunks, completeness,
+    read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks,
 };
 pub use ranges::{RangeSample, RangeTraceKind, RangeTraceWriter, read_range_trace};
 pub use recording::{ProcessTrace, Recording, SessionInfo, Unreadable, keys};

@@ -933,7 +933,12 @@ fn parse_crcs(value: &str) -> Option<Vec<u32>> {
 }
 
 impl TableReader {
+    /// Opens `path`; a panic of the Parquet decoder on a corrupt footer is an error naming it.
     pub(crate) fn open(path: &Path) -> Result<Self, Error> {
+        crate::guard::guarded(path, || Self::open_unguarded(path))
+    }
+
+    fn open_unguarded(path: &Path) -> Result<Self, Error> {
         let file = File::open(path).map_err(Error::io(path))?;
         let len = file.metadata().map_err(Error::io(path))?.len();
         let (metadata, completeness) = match ParquetMetaDataReader::new().parse_and_finish(&file) {
@@ -1148,8 +1153,20 @@ impl TableReader {
         self.column_in::<T>(name, 0..self.num_row_groups())
     }
 
-    /// Column `name` of the row groups in `groups`.
+    /// Column `name` of the row groups in `groups`; a panic of the Parquet decoder on a
+    /// corrupt page is an error naming the file.
     fn column_in<T: DataType>(
+        &self,
+        name: &str,
+        groups: std::ops::Range<usize>,
+    ) -> Result<ColumnData<T::T>, Error>
+    where
+        T::T: Default + Clone,
+    {
+        crate::guard::guarded(&self.path, || self.column_in_unguarded::<T>(name, groups))
+    }
+
+    fn column_in_unguarded<T: DataType>(
         &self,
         name: &str,
         groups: std::ops::Range<usize>,
@@ -1280,16 +1297,6 @@ pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Metadata), Error> {
     Ok((faults, table.metadata()))
 }
 
-/// Hands the faults of a faults file to `each` one row group at a time (64K rows), so that
-/// memory stays bounded however long the recording.
-pub fn for_each_fault_group(path: &Path, mut each: impl FnMut(&[Fault])) -> Result<(), Error> {
-    let table = TableReader::open(path)?;
-    for group in 0..table.num_row_groups() {
-        each(&faults_in(&table, group..group + 1)?);
-    }
-    Ok(())
-}
-
 /// The faults of a faults file, one row group (64K rows) at a time, so that memory stays
 /// bounded however long the recording: whole rows ([`FaultRowGroups::open`]), or only what
 /// counting needs ([`FaultRowGroups::open_keys`]), which reads three of the eight columns.
@@ -1303,7 +1310,7 @@ impl FaultRowGroups<Fault> {
     /// Opens `path` for whole rows.
     pub fn open(path: &Path) -> Result<Self, Error> {
         Ok(FaultRowGroups {
-            table: crate::guard::guarded(path, || TableReader::open(path))?,
+            table: TableReader::open(path)?,
             next: 0,
             read: faults_in,
         })
@@ -1314,7 +1321,7 @@ impl FaultRowGroups<FaultKey> {
     /// Opens `path` for each fault's time, stack and flags only.
     pub fn open_keys(path: &Path) -> Result<Self, Error> {
         Ok(FaultRowGroups {
-            table: crate::guard::guarded(path, || TableReader::open(path))?,
+            table: TableReader::open(path)?,
             next: 0,
             read: fault_keys_in,
         })
@@ -1347,11 +1354,7 @@ impl<T> Iterator for FaultRowGroups<T> {
             return None;
         }
         self.next += 1;
-        // The decoder panics on some corrupt pages: an error naming the file instead.
-        let (read, table) = (self.read, &self.table);
-        Some(crate::guard::guarded(&table.path, || {
-            read(table, group..group + 1)
-        }))
+        Some((self.read)(&self.table, group..group + 1))
     }
 }
 
@@ -1551,9 +1554,6 @@ mod tests {
         assert_eq!(faults, expected);
         let format = (keys::FORMAT.to_owned(), FORMAT_VERSION.to_string());
         assert_eq!(meta, [metadata, vec![format]].concat());
-        let mut streamed = Vec::new();
-        for_each_fault_group(&faults_path, |group| streamed.extend_from_slice(group)).unwrap();
-        assert_eq!(streamed, expected, "row group by row group, the same rows");
         let groups = FaultRowGroups::open(&faults_path).unwrap();
         assert_eq!((groups.rows(), groups.row_groups()), (100_000, 2));
         let rows: Vec<Fault> = groups.flat_map(|g| g.unwrap()).collect();

@@ -216,10 +216,50 @@ impl Recording {
 
     /// Loads the trace of one process.
     pub fn load(&self, pid: u32) -> Result<ProcessTrace, Error> {
-        if !self.pids.contains(&pid) {
-            return Err(Error::NoSuchProcess(pid));
-        }
+        self.check_pid(pid)?;
         let (faults, metadata) = read_faults(&files::faults(&self.dir, pid))?;
+        self.assemble(pid, faults, metadata)
+    }
+
+    /// Loads the trace of one process without its faults (`faults` is empty; the footer
+    /// metadata is read): stream them with [`Recording::fault_keys`], so that memory stays
+    /// proportional to the stacks, not to the faults.
+    pub fn load_without_faults(&self, pid: u32) -> Result<ProcessTrace, Error> {
+        Ok(self.load_streaming(pid)?.0)
+    }
+
+    /// [`Recording::load_without_faults`] and [`Recording::fault_keys`] with the faults file
+    /// opened once: the trace without its faults, and their keys to stream.
+    pub fn load_streaming(
+        &self,
+        pid: u32,
+    ) -> Result<(ProcessTrace, FaultRowGroups<FaultKey>), Error> {
+        let row_groups = self.fault_keys(pid)?;
+        let trace = self.assemble(pid, Vec::new(), row_groups.metadata())?;
+        Ok((trace, row_groups))
+    }
+
+    /// The time, stack and flags of each fault of `pid`, one row group at a time.
+    pub fn fault_keys(&self, pid: u32) -> Result<FaultRowGroups<FaultKey>, Error> {
+        self.check_pid(pid)?;
+        FaultRowGroups::open_keys(&files::faults(&self.dir, pid))
+    }
+
+    fn check_pid(&self, pid: u32) -> Result<(), Error> {
+        if self.pids.contains(&pid) {
+            Ok(())
+        } else {
+            Err(Error::NoSuchProcess(pid))
+        }
+    }
+
+    /// The process's trace around `faults`: its stacks, mappings and allocations read.
+    fn assemble(
+        &self,
+        pid: u32,
+        faults: Vec<Fault>,
+        metadata: Vec<(String, String)>,
+    ) -> Result<ProcessTrace, Error> {
         let mut stacks = read_stacks(&files::stacks(&self.dir, pid))?;
         stacks.sort_unstable_by_key(|s| s.id);
         let mappings = read_mappings(&files::mmaps(&self.dir, pid))?;
@@ -233,37 +273,6 @@ impl Recording {
             allocs,
             alloc_stacks,
         })
-    }
-
-    /// Loads the trace of one process without its faults (`faults` is empty; the footer
-    /// metadata is read): stream them with [`Recording::fault_keys`], so that memory stays
-    /// proportional to the stacks, not to the faults.
-    pub fn load_without_faults(&self, pid: u32) -> Result<ProcessTrace, Error> {
-        if !self.pids.contains(&pid) {
-            return Err(Error::NoSuchProcess(pid));
-        }
-        let metadata = FaultRowGroups::open_keys(&files::faults(&self.dir, pid))?.metadata();
-        let mut stacks = read_stacks(&files::stacks(&self.dir, pid))?;
-        stacks.sort_unstable_by_key(|s| s.id);
-        let mappings = read_mappings(&files::mmaps(&self.dir, pid))?;
-        let (allocs, alloc_stacks) = self.load_allocs(pid)?;
-        Ok(ProcessTrace {
-            pid,
-            faults: Vec::new(),
-            stacks,
-            mappings,
-            metadata,
-            allocs,
-            alloc_stacks,
-        })
-    }
-
-    /// The time, stack and flags of each fault of `pid`, one row group at a time.
-    pub fn fault_keys(&self, pid: u32) -> Result<FaultRowGroups<FaultKey>, Error> {
-        if !self.pids.contains(&pid) {
-            return Err(Error::NoSuchProcess(pid));
-        }
-        FaultRowGroups::open_keys(&files::faults(&self.dir, pid))
     }
 
     /// Whether the run recorded allocations (`record --allocs`) of `pid`.
@@ -304,6 +313,14 @@ pub struct ProcessTrace {
 }
 
 impl ProcessTrace {
+    /// The end of the trace: its last fault or allocation event, whichever is later (0 for
+    /// none; the faults only as far as they are loaded).
+    pub fn end_ns(&self) -> u64 {
+        let last_fault = self.faults.iter().map(|f| f.time_ns).max().unwrap_or(0);
+        let last_event = self.allocs.iter().map(|e| e.time_ns).max().unwrap_or(0);
+        last_fault.max(last_event)
+    }
+
     /// The stack with id `id`.
     pub fn stack(&self, id: u32) -> Option<&Stack> {
         match self.stacks.get(id as usize) {

@@ -6,11 +6,11 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{DiffRow, GroupBy, Location, diff_groups, group_fault_counts};
+use fltrace_analyze::{DiffRow, GroupBy, Location, diff_groups, group_fault_counts, stack_field};
 
 use crate::cli::{By, DiffArgs, Format, Selection};
 use crate::load::{Loaded, load_counts};
-use crate::report::{csv_field, short_file_line, shown, truncate};
+use crate::report::{csv_text, short_file_line, shown, truncate};
 
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let out = diff(&args)?;
@@ -46,7 +46,7 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
     rows.truncate(shown(args.top, rows.len()));
     Ok(match args.format {
         Format::Table => table(&rows, &a, &b),
-        Format::Csv => csv(&rows, by),
+        Format::Csv => csv(&rows, by)?,
         Format::Json => json(&rows, by, args, &a, &b),
     })
 }
@@ -103,42 +103,48 @@ fn table(rows: &[DiffRow], a: &Loaded, b: &Loaded) -> String {
     out
 }
 
-/// `function@file:line|...`, innermost first.
-fn stack_text(stack: &[Location]) -> String {
-    let frames: Vec<String> = stack
-        .iter()
-        .map(|l| format!("{}@{}", l.function, l.file_line()))
-        .collect();
-    frames.join("|")
-}
-
-fn csv(rows: &[DiffRow], by: GroupBy) -> String {
-    let mut out = String::from(match by {
-        GroupBy::Line => "a,b,delta,ratio,function,file,line,lib\n",
-        GroupBy::Function => "a,b,delta,ratio,function,file,lib\n",
-        GroupBy::Dso => "a,b,delta,ratio,lib\n",
-        GroupBy::Stack => "a,b,delta,ratio,function,file,line,lib,stack\n",
-    });
-    for row in rows {
-        let l = &row.location;
-        let ratio = row.ratio().map(|r| format!("{r:.4}")).unwrap_or_default();
-        let head = format!("{},{},{},{ratio}", row.a, row.b, row.delta());
-        let (function, file, lib) = (
-            csv_field(&l.function),
-            csv_field(&l.file),
-            csv_field(&l.lib),
-        );
-        let _ = match by {
-            GroupBy::Line => writeln!(out, "{head},{function},{file},{},{lib}", l.line),
-            GroupBy::Function => writeln!(out, "{head},{function},{file},{lib}"),
-            GroupBy::Dso => writeln!(out, "{head},{lib}"),
-            GroupBy::Stack => {
-                let stack = csv_field(&stack_text(row.stack.as_deref().unwrap_or_default()));
-                writeln!(out, "{head},{function},{file},{},{lib},{stack}", l.line)
+fn csv(rows: &[DiffRow], by: GroupBy) -> anyhow::Result<String> {
+    let header: &[&str] = match by {
+        GroupBy::Line => &[
+            "a", "b", "delta", "ratio", "function", "file", "line", "lib",
+        ],
+        GroupBy::Function => &["a", "b", "delta", "ratio", "function", "file", "lib"],
+        GroupBy::Dso => &["a", "b", "delta", "ratio", "lib"],
+        GroupBy::Stack => &[
+            "a", "b", "delta", "ratio", "function", "file", "line", "lib", "stack",
+        ],
+    };
+    csv_text(
+        header,
+        rows.iter().map(|row| {
+            let l = &row.location;
+            let mut fields = vec![
+                row.a.to_string(),
+                row.b.to_string(),
+                row.delta().to_string(),
+                row.ratio().map(|r| format!("{r:.4}")).unwrap_or_default(),
+            ];
+            let (function, file, line, lib) = (
+                l.function.to_string(),
+                l.file.to_string(),
+                l.line.to_string(),
+                l.lib.to_string(),
+            );
+            match by {
+                GroupBy::Line => fields.extend([function, file, line, lib]),
+                GroupBy::Function => fields.extend([function, file, lib]),
+                GroupBy::Dso => fields.push(lib),
+                GroupBy::Stack => fields.extend([
+                    function,
+                    file,
+                    line,
+                    lib,
+                    stack_field(row.stack.as_deref().unwrap_or_default()),
+                ]),
             }
-        };
-    }
-    out
+            fields
+        }),
+    )
 }
 
 fn location_json(l: &Location) -> serde_json::Value {

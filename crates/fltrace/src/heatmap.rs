@@ -4,11 +4,13 @@ use std::io::Write as _;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{Lifetimes, call_site, named_regions};
+use fltrace_analyze::{
+    Lifetimes, call_site, find_recording, largest_blocks, named_regions, range_heat, window_ns,
+};
 use fltrace_render::{
     AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions,
 };
-use fltrace_trace::{FaultFlags, RangeTraceKind, Recording, files};
+use fltrace_trace::{FaultFlags, FaultRowGroups, RangeTraceKind, Recording, files};
 
 use crate::cli::{HeatSource, HeatmapArgs};
 
@@ -71,10 +73,7 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
 /// The map of a recording's faults.
 fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     let selection = &args.selection;
-    let recording = match selection.pid {
-        Some(pid) => Recording::with_pid(&selection.dir, pid)?,
-        None => Recording::latest(&selection.dir)?,
-    };
+    let recording = find_recording(&selection.dir, selection.pid)?;
     crate::load::say_if_unfinished(&recording)?;
     // One address space per map: the chosen process, else the command itself.
     let pid = selection
@@ -82,16 +81,11 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
         .or_else(|| recording.root_pid())
         .context("the recording has no process")?;
     let start = recording.session.start_ns;
-    let window = selection.time.map(|(a, b)| {
-        (
-            start + (a * 1e9) as u64,
-            start.saturating_add((b * 1e9) as u64),
-        )
-    });
+    let window = window_ns(start, selection.time);
     let to_events = |faults: &[fltrace_trace::Fault]| -> Vec<HeatEvent> {
         faults
             .iter()
-            .filter(|f| window.is_none_or(|(a, b)| (a..b).contains(&f.time_ns)))
+            .filter(|f| window.as_ref().is_none_or(|w| w.contains(&f.time_ns)))
             .filter(|f| args.addr.is_none_or(|(a, b)| (a..b).contains(&f.addr)))
             .map(|f| HeatEvent {
                 time: f.time_ns,
@@ -105,18 +99,20 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     let path = files::faults(&recording.dir, pid);
     let mut builder = HeatmapBuilder::new(options);
     let mut count = 0;
-    fltrace_trace::for_each_fault_group(&path, |group| {
-        let events = to_events(group);
+    for group in FaultRowGroups::open(&path)? {
+        let events = to_events(&group?);
         count += events.len();
         builder.scan(&events);
-    })?;
+    }
     if count == 0 {
         bail!("no faults of process {pid} in the selected time and address ranges");
     }
     let mut map = builder.layout()?;
-    fltrace_trace::for_each_fault_group(&path, |group| map.add(&to_events(group)))?;
+    for group in FaultRowGroups::open(&path)? {
+        map.add(&to_events(&group?));
+    }
     if args.allocs > 0 && recording.has_allocs(pid) {
-        map.overlay(&largest_blocks(&recording, pid, args.allocs, selection)?);
+        map.overlay(&block_rects(&recording, pid, args.allocs, selection)?);
     }
     map.set_time_origin(start);
     name_mappings(&mut map, &recording.dir, pid)?;
@@ -146,16 +142,7 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
     };
     let (trace_kind, samples) = fltrace_trace::read_range_trace(&path)
         .with_context(|| format!("reading {} (written by `fltrace wss`)", path.display()))?;
-    let weight = |s: &fltrace_trace::RangeSample| -> u32 {
-        match trace_kind {
-            // Per cent of the range referenced in the interval, at least 1 if any was.
-            RangeTraceKind::ReferencedBytes => {
-                let len = s.end.saturating_sub(s.start).max(1);
-                (s.value.saturating_mul(100).div_ceil(len)).min(100) as u32
-            }
-            RangeTraceKind::DamonAccesses => s.value.min(u64::from(u32::MAX)) as u32,
-        }
-    };
+    let weight = |s: &fltrace_trace::RangeSample| range_heat(trace_kind, s);
     let in_window = |s: &&fltrace_trace::RangeSample| {
         args.selection
             .time
@@ -210,22 +197,7 @@ fn newest_file(
     kind: &str,
     ext: &str,
 ) -> anyhow::Result<(u32, std::path::PathBuf)> {
-    let mut newest: Option<(std::time::SystemTime, u32, std::path::PathBuf)> = None;
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| files::pid_of(n, kind, ext))
-        else {
-            continue;
-        };
-        let modified = entry.metadata()?.modified()?;
-        if newest.as_ref().is_none_or(|(t, _, _)| modified > *t) {
-            newest = Some((modified, pid, entry.path()));
-        }
-    }
-    newest.map(|(_, pid, path)| (pid, path)).with_context(|| {
+    files::newest(dir, kind, ext)?.with_context(|| {
         format!(
             "no fltrace-data-{kind}-<pid>.csv in {}: run `fltrace wss{}` first",
             dir.display(),
@@ -323,7 +295,7 @@ fn write_outputs(
 
 /// The `count` largest blocks of `pid`'s allocations, as rectangles labelled with their
 /// allocation site (Heimdallr draws allocations over its access map the same way).
-fn largest_blocks(
+fn block_rects(
     recording: &Recording,
     pid: u32,
     count: usize,
@@ -331,16 +303,8 @@ fn largest_blocks(
 ) -> anyhow::Result<Vec<AllocRect>> {
     let trace = recording.load(pid)?;
     let lifetimes = Lifetimes::of_trace(&trace);
-    let end = trace
-        .faults
-        .iter()
-        .map(|f| f.time_ns)
-        .chain(trace.allocs.iter().map(|e| e.time_ns))
-        .max()
-        .unwrap_or(0);
-    let mut blocks: Vec<_> = lifetimes.blocks.iter().filter(|b| b.size > 0).collect();
-    blocks.sort_by_key(|b| std::cmp::Reverse(b.size));
-    blocks.truncate(count);
+    let end = trace.end_ns();
+    let blocks = largest_blocks(&lifetimes, count);
     let mut symbolizer = crate::load::symbolizer(selection);
     let stacks = symbolizer.resolve_alloc_stacks(&trace);
     crate::load::print_warnings(&mut symbolizer);

@@ -8,7 +8,8 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    Group, GroupBy, Location, coverage, folded_counts, group_fault_counts, write_pprof_counts,
+    Group, GroupBy, Location, coverage, folded_counts, group_fault_counts, percent, stack_field,
+    write_original_report, write_pprof_counts,
 };
 
 use crate::cli::{By, Format, ReportArgs, ReportFormat};
@@ -132,8 +133,8 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
     for ((trace, stacks), counts) in loaded.traces.iter().zip(&loaded.counts) {
         let groups = group_fault_counts([(counts, stacks)], GroupBy::Stack);
         let path = fltrace_trace::files::path(loaded.dir(), "report", trace.pid, "out");
-        let mut file = fltrace_trace::files::create(&path)?;
-        file.write_all(original_csv(&groups).as_bytes())
+        let file = BufWriter::new(fltrace_trace::files::create(&path)?);
+        write_original_report(&groups, file)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     // The faults table says it in its footer; elsewhere it must not mix with the data.
@@ -141,16 +142,16 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
     if !in_table && let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
-    Ok(match mode {
+    match mode {
         Mode::Faults(by) => faults(&loaded, by, args.top, args.format.tabular()),
         Mode::Allocs(by) => allocs::allocs(&loaded, by, args),
         Mode::Leaks => allocs::leaks(&loaded, args),
         Mode::AllocSite => allocs::by_alloc_site(&loaded, args.top, args.format.tabular()),
-    })
+    }
 }
 
 /// Faults grouped by their own stacks: the report without allocations.
-fn faults(loaded: &Loaded, by: GroupBy, top: usize, format: Format) -> String {
+fn faults(loaded: &Loaded, by: GroupBy, top: usize, format: Format) -> anyhow::Result<String> {
     let groups = group_fault_counts(loaded.counted(), by);
     let lines = if by == GroupBy::Line {
         groups.clone()
@@ -160,11 +161,11 @@ fn faults(loaded: &Loaded, by: GroupBy, top: usize, format: Format) -> String {
     let covering = coverage(&lines, COVER);
     let total = loaded.total_faults();
     let shown = shown(top, groups.len());
-    match format {
+    Ok(match format {
         Format::Table => table(loaded, &groups[..shown], total, covering, lines.len()),
-        Format::Csv => csv(&groups[..shown], by, total),
+        Format::Csv => csv(&groups[..shown], by, total)?,
         Format::Json => json(loaded, &groups[..shown], by, total, covering, lines.len()),
-    }
+    })
 }
 
 /// How many of `len` rows `--top` shows.
@@ -172,64 +173,23 @@ pub(crate) fn shown(top: usize, len: usize) -> usize {
     if top == 0 { len } else { top.min(len) }
 }
 
-fn percent(count: u64, total: u64) -> f64 {
-    if total == 0 {
-        0.0
-    } else {
-        count as f64 * 100.0 / total as f64
+/// `rows` under `header` as CSV, fields quoted where they must be.
+pub(crate) fn csv_text<R: IntoIterator<Item = String>>(
+    header: &[&str],
+    rows: impl IntoIterator<Item = R>,
+) -> anyhow::Result<String> {
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.write_record(header)?;
+    for row in rows {
+        csv.write_record(row)?;
     }
+    let bytes = csv.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8(bytes)?)
 }
 
-/// The original tool's `fltrace-data-report-<pid>.out`: one row per (stack, flags), per-frame
-/// lists separated by `|`, inlined frames of one address joined by `;` innermost first.
-fn original_csv(groups: &[Group]) -> String {
-    let total: u64 = groups.iter().map(|g| g.count).sum();
-    let mut out = String::from("ips,flags,count,percent,op,type,lib,code\n");
-    for group in groups {
-        let key = &group.key;
-        let flags = key.flags.unwrap_or_default();
-        let mut ips = String::new();
-        for addr in key.addresses.iter().flat_map(|a| a.iter()) {
-            let _ = write!(ips, "{addr:#x}|");
-        }
-        let (mut libs, mut code) = (String::new(), String::new());
-        for location in key.stack.iter().flat_map(|s| s.iter()) {
-            let _ = write!(libs, "{}|", location.lib);
-            let _ = write!(code, "{}|", location.file_line());
-        }
-        let _ = writeln!(
-            out,
-            "{},{},{},{:.4},{},{},{},{}",
-            ips,
-            flags.0,
-            group.count,
-            percent(group.count, total),
-            flags.kind().name(),
-            flags.type_name(),
-            csv_field(&libs),
-            csv_field(&code)
-        );
-    }
-    out
-}
-
-/// `function@file:line|...`, innermost first: a group's whole stack in one CSV field.
-fn stack_text(key: &fltrace_analyze::GroupKey) -> String {
-    let frames: Vec<String> = key
-        .stack
-        .iter()
-        .flat_map(|s| s.iter())
-        .map(|l| format!("{}@{}", l.function, l.file_line()))
-        .collect();
-    frames.join("|")
-}
-
-pub(crate) fn csv_field(value: &str) -> String {
-    if value.contains([',', '"', '\n']) {
-        format!("\"{}\"", value.replace('"', "\"\""))
-    } else {
-        value.to_owned()
-    }
+/// A group's whole stack in one CSV field.
+pub(crate) fn stack_text(key: &fltrace_analyze::GroupKey) -> String {
+    stack_field(key.stack.as_deref().unwrap_or_default())
 }
 
 fn table(
@@ -323,53 +283,41 @@ pub(crate) fn truncate(s: &str, width: usize) -> String {
     }
 }
 
-fn csv(groups: &[Group], by: GroupBy, total: u64) -> String {
-    let mut out = String::from(match by {
-        GroupBy::Line => "count,percent,kind,function,file,line,lib\n",
-        GroupBy::Function => "count,percent,kind,function,file,lib\n",
-        GroupBy::Dso => "count,percent,kind,lib\n",
-        GroupBy::Stack => "count,percent,kind,function,file,line,lib,stack\n",
-    });
-    for group in groups {
-        let l = &group.key.location;
-        let head = format!(
-            "{},{:.4},{}",
-            group.count,
-            percent(group.count, total),
-            group.kind_name()
-        );
-        let _ = match by {
-            GroupBy::Line => writeln!(
-                out,
-                "{head},{},{},{},{}",
-                csv_field(&l.function),
-                csv_field(&l.file),
-                l.line,
-                csv_field(&l.lib)
-            ),
-            GroupBy::Function => writeln!(
-                out,
-                "{head},{},{},{}",
-                csv_field(&l.function),
-                csv_field(&l.file),
-                csv_field(&l.lib)
-            ),
-            GroupBy::Dso => writeln!(out, "{head},{}", csv_field(&l.lib)),
-            GroupBy::Stack => {
-                let stack = stack_text(&group.key);
-                writeln!(
-                    out,
-                    "{head},{},{},{},{},{}",
-                    csv_field(&l.function),
-                    csv_field(&l.file),
-                    l.line,
-                    csv_field(&l.lib),
-                    csv_field(&stack)
-                )
+fn csv(groups: &[Group], by: GroupBy, total: u64) -> anyhow::Result<String> {
+    let header: &[&str] = match by {
+        GroupBy::Line => &[
+            "count", "percent", "kind", "function", "file", "line", "lib",
+        ],
+        GroupBy::Function => &["count", "percent", "kind", "function", "file", "lib"],
+        GroupBy::Dso => &["count", "percent", "kind", "lib"],
+        GroupBy::Stack => &[
+            "count", "percent", "kind", "function", "file", "line", "lib", "stack",
+        ],
+    };
+    csv_text(
+        header,
+        groups.iter().map(|group| {
+            let l = &group.key.location;
+            let mut row = vec![
+                group.count.to_string(),
+                format!("{:.4}", percent(group.count, total)),
+                group.kind_name().to_owned(),
+            ];
+            let (function, file, line, lib) = (
+                l.function.to_string(),
+                l.file.to_string(),
+                l.line.to_string(),
+                l.lib.to_string(),
+            );
+            match by {
+                GroupBy::Line => row.extend([function, file, line, lib]),
+                GroupBy::Function => row.extend([function, file, lib]),
+                GroupBy::Dso => row.push(lib),
+                GroupBy::Stack => row.extend([function, file, line, lib, stack_text(&group.key)]),
             }
-        };
-    }
-    out
+            row
+        }),
+    )
 }
 
 fn json(

@@ -3,11 +3,11 @@
 use anyhow::Context;
 
 use fltrace_analyze::{
-    Lifetimes, Location, MappingIndex, ResolvedStacks, attribute_faults, mapping_label,
+    FaultOrigin, Lifetimes, Location, ResolvedStacks, count_faults_by_origin,
+    count_faults_by_stack, mapping_label,
 };
 use fltrace_render::{FlameStack, Kind, flamegraph};
 use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace, files};
-use std::collections::HashMap;
 use std::io::Write as _;
 
 use crate::cli::{Label, VisualizeArgs};
@@ -96,37 +96,20 @@ fn by_allocation(
     keep: impl Fn(FaultFlags) -> bool,
 ) -> Vec<FlameStack> {
     let lifetimes = Lifetimes::of_trace(trace);
-    let hits = attribute_faults(&lifetimes, &trace.faults);
-    let mappings = MappingIndex::new(&trace.mappings);
-    // Counted by allocation stack or, outside allocations, by mapping; labelled once each.
-    let mut counts: HashMap<(Result<u32, Option<usize>>, FaultKind), u64> = HashMap::new();
-    for (fault, hit) in trace.faults.iter().zip(&hits) {
-        if !keep(fault.flags) {
-            continue;
-        }
-        let origin = match hit.and_then(|b| lifetimes.blocks.get(b as usize)) {
-            Some(block) => Ok(block.stack_id),
-            None => {
-                let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
-                Err(mappings.get(generation, fault.addr))
-            }
-        };
-        *counts.entry((origin, fault.flags.kind())).or_default() += 1;
-    }
-    let mut flames: Vec<FlameStack> = counts
+    let mut flames: Vec<FlameStack> = count_faults_by_origin(trace, &lifetimes, keep)
         .into_iter()
-        .map(|((origin, kind), count)| FlameStack {
+        .map(|(origin, kind, count)| FlameStack {
             frames: match origin {
-                Ok(stack_id) if alloc_stacks.get(stack_id).is_empty() => {
+                FaultOrigin::Block { stack_id, .. } if alloc_stacks.get(stack_id).is_empty() => {
                     vec!["[unknown allocation stack]".to_owned()]
                 }
-                Ok(stack_id) => alloc_stacks
+                FaultOrigin::Block { stack_id, .. } => alloc_stacks
                     .get(stack_id)
                     .iter()
                     .rev()
                     .map(|l| label(l, how))
                     .collect(),
-                Err(mapping) => vec![format!(
+                FaultOrigin::Outside { mapping } => vec![format!(
                     "[not allocated] {}",
                     mapping_label(mapping.and_then(|i| trace.mappings.get(i)))
                 )],
@@ -145,15 +128,9 @@ fn flame_stacks(
     how: Label,
     keep: impl Fn(FaultFlags) -> bool,
 ) -> Vec<FlameStack> {
-    let mut counts: HashMap<(u32, FaultKind), u64> = HashMap::new();
-    for fault in trace.faults.iter().filter(|f| keep(f.flags)) {
-        *counts
-            .entry((fault.stack_id, fault.flags.kind()))
-            .or_default() += 1;
-    }
-    let mut flames: Vec<FlameStack> = counts
+    let mut flames: Vec<FlameStack> = count_faults_by_stack(&trace.faults, keep)
         .into_iter()
-        .map(|((stack_id, kind), count)| FlameStack {
+        .map(|(stack_id, kind, count)| FlameStack {
             frames: stacks
                 .get(stack_id)
                 .iter()

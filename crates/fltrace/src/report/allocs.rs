@@ -1,35 +1,24 @@
 //! `fltrace report --allocs`, `--leaks` and `--by alloc-site`: what a recording made with
 //! `record --allocs` allocated, what it never gave back, and which allocations the faults hit.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use fltrace_analyze::{
-    AllocGroup, AllocSiteGroup, AllocSource, AllocStats, AllocTotals, BlockKind, GroupBy,
-    Lifetimes, Location, ResolvedStacks, SizeHistogram, attribute_faults, group_allocs,
-    group_faults_by_alloc_site, trace_end_ns,
+    AllocGroup, AllocProcess, AllocSiteGroup, AllocSummary, AllocTotals, BlockKind,
+    FaultsByAllocSite, GroupBy, Location, SizeHistogram, group_process_allocs, merge_same_lines,
+    percent, rank_allocs,
 };
-use fltrace_trace::ProcessTrace;
 
-use super::{callers, csv_field, percent, short_file_line, shown, stack_text, truncate};
+use super::{callers, csv_text, short_file_line, shown, stack_text, truncate};
 use crate::cli::{Format, ReportArgs};
 use crate::load::Loaded;
 
 /// Lines of code shown under each allocation site in the `--by alloc-site` table.
 const LINES_PER_SITE: usize = 5;
 
-/// One process's allocations, paired and totalled.
-struct Process<'a> {
-    trace: &'a ProcessTrace,
-    stacks: &'a ResolvedStacks,
-    alloc_stacks: &'a ResolvedStacks,
-    lifetimes: Lifetimes,
-    stats: AllocStats,
-}
-
 /// The loaded processes that were recorded with allocations; the others are named on stderr
 /// (stdout may be CSV or JSON).
-fn processes(loaded: &Loaded, min_leak_age_ns: u64) -> Vec<Process<'_>> {
+fn processes(loaded: &Loaded, min_leak_age_ns: u64) -> Vec<AllocProcess<'_>> {
     let mut processes = Vec::new();
     for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
         if !loaded.has_allocs(trace.pid) {
@@ -39,29 +28,18 @@ fn processes(loaded: &Loaded, min_leak_age_ns: u64) -> Vec<Process<'_>> {
             );
             continue;
         }
-        let lifetimes = Lifetimes::of_trace(trace);
-        let end_ns = trace_end_ns(&trace.allocs, &trace.faults);
-        let stats = AllocStats::new(&trace.allocs, &lifetimes, end_ns, min_leak_age_ns);
-        processes.push(Process {
+        processes.push(AllocProcess::new(
             trace,
             stacks,
             alloc_stacks,
-            lifetimes,
-            stats,
-        });
+            min_leak_age_ns,
+        ));
     }
     processes
 }
 
 fn min_leak_age_ns(args: &ReportArgs) -> u64 {
     args.older_ms.unwrap_or(0).saturating_mul(1_000_000)
-}
-
-/// The groups with a non-zero `key`, largest first (ties keep the order they came in).
-fn ranked(groups: &[AllocGroup], key: impl Fn(&AllocTotals) -> u64) -> Vec<&AllocGroup> {
-    let mut ranked: Vec<&AllocGroup> = groups.iter().filter(|g| key(&g.totals) > 0).collect();
-    ranked.sort_by_key(|g| std::cmp::Reverse(key(&g.totals)));
-    ranked
 }
 
 /// The first `top` of `list` (all for 0).
@@ -71,40 +49,33 @@ fn first(top: usize, mut list: Vec<&AllocGroup>) -> Vec<&AllocGroup> {
 }
 
 /// `--allocs`.
-pub(super) fn allocs(loaded: &Loaded, by: GroupBy, args: &ReportArgs) -> String {
+pub(super) fn allocs(loaded: &Loaded, by: GroupBy, args: &ReportArgs) -> anyhow::Result<String> {
     let min_age_ns = min_leak_age_ns(args);
     let processes = processes(loaded, min_age_ns);
-    let groups = group_allocs(processes.iter().map(|p| (&p.stats, p.alloc_stacks)), by);
+    let summary = AllocSummary::of(&processes);
+    let groups = group_process_allocs(&processes, by);
     let top = |list| first(args.top, list);
-    let by_bytes = top(ranked(&groups, |t| t.bytes));
-    match args.format.tabular() {
-        Format::Table => allocs_table(loaded, &processes, &groups, args.top, min_age_ns),
-        Format::Csv => allocs_csv(&by_bytes, by),
+    let by_bytes = top(rank_allocs(&groups, |t| t.bytes));
+    Ok(match args.format.tabular() {
+        Format::Table => allocs_table(loaded, &processes, &summary, &groups, args.top, min_age_ns),
+        Format::Csv => allocs_csv(&by_bytes, by)?,
         Format::Json => {
-            let heap = total(&processes, BlockKind::Heap);
-            let mappings = total(&processes, BlockKind::Mapping);
-            let mut sizes = SizeHistogram::default();
-            for p in &processes {
-                for (bucket, count, bytes) in p.stats.heap_sizes.buckets() {
-                    sizes.counts[bucket] += count;
-                    sizes.bytes[bucket] += bytes;
-                }
-            }
+            let (heap, mappings, sizes) = (&summary.heap, &summary.mappings, &summary.sizes);
             let doc = serde_json::json!({
                 "command": loaded.command(),
                 "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
-                "heap": totals_json(&heap),
-                "mappings": totals_json(&mappings),
-                "unknown_frees": processes.iter().map(|p| p.stats.unknown_frees).sum::<u64>(),
-                "overlaps": processes.iter().map(|p| p.stats.overlaps).sum::<u64>(),
+                "heap": totals_json(heap),
+                "mappings": totals_json(mappings),
+                "unknown_frees": summary.unknown_frees,
+                "overlaps": summary.overlaps,
                 "min_leak_age_ms": args.older_ms.unwrap_or(0),
                 "peaks": processes.iter().map(|p| serde_json::json!({
                     "pid": p.trace.pid,
-                    "time_s": seconds(loaded, p.stats.peak_ns),
+                    "time_s": loaded.seconds(p.stats.peak_ns),
                     "bytes": p.stats.peak_bytes,
                 })).collect::<Vec<_>>(),
                 "sites_by_bytes": by_bytes.iter().map(|g| site_json(g)).collect::<Vec<_>>(),
-                "sites_by_count": top(ranked(&groups, |t| t.allocs)).iter().map(|g| site_json(g)).collect::<Vec<_>>(),
+                "sites_by_count": top(rank_allocs(&groups, |t| t.allocs)).iter().map(|g| site_json(g)).collect::<Vec<_>>(),
                 "sizes": sizes.buckets().map(|(bucket, count, bytes)| {
                     let (from, to) = SizeHistogram::range(bucket);
                     serde_json::json!({"from": from, "to": to, "count": count, "bytes": bytes})
@@ -112,20 +83,7 @@ pub(super) fn allocs(loaded: &Loaded, by: GroupBy, args: &ReportArgs) -> String 
             });
             pretty(&doc)
         }
-    }
-}
-
-fn total(processes: &[Process<'_>], kind: BlockKind) -> AllocTotals {
-    let mut total = AllocTotals::default();
-    for p in processes {
-        total += p.stats.total(kind);
-    }
-    total
-}
-
-/// Seconds from the start of the recording.
-fn seconds(loaded: &Loaded, time_ns: u64) -> f64 {
-    time_ns.saturating_sub(loaded.recording.session.start_ns) as f64 / 1e9
+    })
 }
 
 /// `12.5 MiB`.
@@ -159,7 +117,8 @@ fn site(location: &Location) -> String {
 
 fn allocs_table(
     loaded: &Loaded,
-    processes: &[Process<'_>],
+    processes: &[AllocProcess<'_>],
+    summary: &AllocSummary,
     groups: &[AllocGroup],
     top: usize,
     min_age_ns: u64,
@@ -167,8 +126,8 @@ fn allocs_table(
     let mut out = String::new();
     let limit = |n: usize| shown(top, n);
     for (title, list) in [
-        ("bytes", ranked(groups, |t| t.bytes)),
-        ("count", ranked(groups, |t| t.allocs)),
+        ("bytes", rank_allocs(groups, |t| t.bytes)),
+        ("count", rank_allocs(groups, |t| t.allocs)),
     ] {
         let _ = writeln!(out, "Allocation sites by {title}:");
         let _ = writeln!(
@@ -215,10 +174,10 @@ fn allocs_table(
             "Heap peak of process {}: {} at {:.3} s",
             p.trace.pid,
             human(p.stats.peak_bytes),
-            seconds(loaded, p.stats.peak_ns)
+            loaded.seconds(p.stats.peak_ns)
         );
     }
-    let at_peak = ranked(groups, |t| t.peak_bytes);
+    let at_peak = rank_allocs(groups, |t| t.peak_bytes);
     let peak_total: u64 = at_peak.iter().map(|g| g.totals.peak_bytes).sum();
     if peak_total > 0 {
         let _ = writeln!(out, "alive then, by site:");
@@ -238,7 +197,7 @@ fn allocs_table(
     }
     out.push('\n');
 
-    let leaks = ranked(groups, |t| t.leaked_bytes);
+    let leaks = rank_allocs(groups, |t| t.leaked_bytes);
     let leaked_bytes: u64 = leaks.iter().map(|g| g.totals.leaked_bytes).sum();
     let leaked_allocs: u64 = leaks.iter().map(|g| g.totals.leaked_allocs).sum();
     let _ = writeln!(
@@ -260,8 +219,8 @@ fn allocs_table(
     }
     out.push('\n');
 
-    let heap = total(processes, BlockKind::Heap);
-    let temporary = ranked(groups, |t| t.temporary);
+    let heap = &summary.heap;
+    let temporary = rank_allocs(groups, |t| t.temporary);
     let _ = writeln!(
         out,
         "Temporary allocations (freed by their thread before it allocated again): {} of {} heap allocations ({:.1}%)",
@@ -281,13 +240,7 @@ fn allocs_table(
     }
     out.push('\n');
 
-    let mut sizes = SizeHistogram::default();
-    for p in processes {
-        for (bucket, count, bytes) in p.stats.heap_sizes.buckets() {
-            sizes.counts[bucket] += count;
-            sizes.bytes[bucket] += bytes;
-        }
-    }
+    let sizes = &summary.sizes;
     let _ = writeln!(out, "Heap allocation sizes:");
     let most = sizes.counts.iter().copied().max().unwrap_or(0);
     for (bucket, count, bytes) in sizes.buckets() {
@@ -308,9 +261,8 @@ fn allocs_table(
     }
     out.push('\n');
 
-    let mappings = total(processes, BlockKind::Mapping);
-    let unknown: u64 = processes.iter().map(|p| p.stats.unknown_frees).sum();
-    let overlaps: u64 = processes.iter().map(|p| p.stats.overlaps).sum();
+    let mappings = &summary.mappings;
+    let (unknown, overlaps) = (summary.unknown_frees, summary.overlaps);
     let _ = write!(
         out,
         "{} ({}) and {} ({}) in {} of `{}`; {}, {}",
@@ -337,40 +289,51 @@ fn allocs_table(
     out
 }
 
-fn allocs_csv(groups: &[&AllocGroup], by: GroupBy) -> String {
-    let mut out = String::from(
-        "function,file,line,allocs,bytes,leaked_allocs,leaked_bytes,temporary,peak_bytes,peak_allocs,failed,memory,lib",
-    );
-    out.push_str(if by == GroupBy::Stack {
-        ",stack\n"
-    } else {
-        "\n"
-    });
-    for group in groups {
-        let (l, t) = (&group.key.location, &group.totals);
-        let _ = write!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            csv_field(&l.function),
-            csv_field(&l.file),
-            l.line,
-            t.allocs,
-            t.bytes,
-            t.leaked_allocs,
-            t.leaked_bytes,
-            t.temporary,
-            t.peak_bytes,
-            t.peak_allocs,
-            t.failed,
-            group.kind.name(),
-            csv_field(&l.lib)
-        );
-        if by == GroupBy::Stack {
-            let _ = write!(out, ",{}", csv_field(&stack_text(&group.key)));
-        }
-        out.push('\n');
+fn allocs_csv(groups: &[&AllocGroup], by: GroupBy) -> anyhow::Result<String> {
+    let mut header = vec![
+        "function",
+        "file",
+        "line",
+        "allocs",
+        "bytes",
+        "leaked_allocs",
+        "leaked_bytes",
+        "temporary",
+        "peak_bytes",
+        "peak_allocs",
+        "failed",
+        "memory",
+        "lib",
+    ];
+    if by == GroupBy::Stack {
+        header.push("stack");
     }
-    out
+    csv_text(
+        &header,
+        groups.iter().map(|group| {
+            let (l, t) = (&group.key.location, &group.totals);
+            let mut row = vec![l.function.to_string(), l.file.to_string()];
+            row.extend(
+                [
+                    l.line.into(),
+                    t.allocs,
+                    t.bytes,
+                    t.leaked_allocs,
+                    t.leaked_bytes,
+                    t.temporary,
+                    t.peak_bytes,
+                    t.peak_allocs,
+                    t.failed,
+                ]
+                .map(|n| n.to_string()),
+            );
+            row.extend([group.kind.name().to_owned(), l.lib.to_string()]);
+            if by == GroupBy::Stack {
+                row.push(stack_text(&group.key));
+            }
+            row
+        }),
+    )
 }
 
 fn totals_json(t: &AllocTotals) -> serde_json::Value {
@@ -410,38 +373,14 @@ fn pretty(doc: &serde_json::Value) -> String {
     text
 }
 
-/// Stacks that differ only in addresses but read the same (a loop the compiler unrolled calls
-/// from several places of one line) are one stack to a reader: merged.
-fn merge_same_lines(groups: Vec<AllocGroup>) -> Vec<AllocGroup> {
-    let mut merged: Vec<AllocGroup> = Vec::with_capacity(groups.len());
-    let mut index = std::collections::HashMap::new();
-    for mut group in groups {
-        group.key.addresses = None;
-        match index.get(&(group.key.clone(), group.kind)) {
-            Some(&i) => {
-                let target: &mut AllocGroup = &mut merged[i];
-                target.totals += group.totals;
-            }
-            None => {
-                index.insert((group.key.clone(), group.kind), merged.len());
-                merged.push(group);
-            }
-        }
-    }
-    merged
-}
-
 /// `--leaks`, as bcc's memleak prints outstanding allocations.
-pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
+pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> anyhow::Result<String> {
     let min_age_ns = min_leak_age_ns(args);
     let processes = processes(loaded, min_age_ns);
-    let groups = merge_same_lines(group_allocs(
-        processes.iter().map(|p| (&p.stats, p.alloc_stacks)),
-        GroupBy::Stack,
-    ));
-    let leaks = ranked(&groups, |t| t.leaked_bytes);
+    let groups = merge_same_lines(group_process_allocs(&processes, GroupBy::Stack));
+    let leaks = rank_allocs(&groups, |t| t.leaked_bytes);
     let leaks = &leaks[..shown(args.top, leaks.len())];
-    match args.format.tabular() {
+    Ok(match args.format.tabular() {
         Format::Table => {
             let mut out = format!("Top {} stacks with outstanding allocations:\n", leaks.len());
             for group in leaks {
@@ -459,7 +398,7 @@ pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
                     }
                 }
             }
-            let all = ranked(&groups, |t| t.leaked_bytes);
+            let all = rank_allocs(&groups, |t| t.leaked_bytes);
             let bytes: u64 = all.iter().map(|g| g.totals.leaked_bytes).sum();
             let allocs: u64 = all.iter().map(|g| g.totals.leaked_allocs).sum();
             let _ = writeln!(
@@ -471,26 +410,31 @@ pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
             );
             out
         }
-        Format::Csv => {
-            let mut out =
-                String::from("function,file,line,leaked_allocs,leaked_bytes,memory,lib,stack\n");
-            for group in leaks {
+        Format::Csv => csv_text(
+            &[
+                "function",
+                "file",
+                "line",
+                "leaked_allocs",
+                "leaked_bytes",
+                "memory",
+                "lib",
+                "stack",
+            ],
+            leaks.iter().map(|group| {
                 let (l, t) = (&group.key.location, &group.totals);
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{},{},{},{}",
-                    csv_field(&l.function),
-                    csv_field(&l.file),
-                    l.line,
-                    t.leaked_allocs,
-                    t.leaked_bytes,
-                    group.kind.name(),
-                    csv_field(&l.lib),
-                    csv_field(&stack_text(&group.key))
-                );
-            }
-            out
-        }
+                [
+                    l.function.to_string(),
+                    l.file.to_string(),
+                    l.line.to_string(),
+                    t.leaked_allocs.to_string(),
+                    t.leaked_bytes.to_string(),
+                    group.kind.name().to_owned(),
+                    l.lib.to_string(),
+                    stack_text(&group.key),
+                ]
+            }),
+        )?,
         Format::Json => pretty(&serde_json::json!({
             "command": loaded.command(),
             "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
@@ -503,47 +447,18 @@ pub(super) fn leaks(loaded: &Loaded, args: &ReportArgs) -> String {
                 "stack": g.key.stack.iter().flat_map(|s| s.iter()).map(location_json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         })),
-    }
+    })
 }
 
 /// `--by alloc-site`: faults by the allocation site of the memory they hit.
-pub(super) fn by_alloc_site(loaded: &Loaded, top: usize, format: Format) -> String {
+pub(super) fn by_alloc_site(loaded: &Loaded, top: usize, format: Format) -> anyhow::Result<String> {
     let processes = processes(loaded, 0);
-    let hits: Vec<Vec<Option<u32>>> = processes
-        .iter()
-        .map(|p| attribute_faults(&p.lifetimes, &p.trace.faults))
-        .collect();
-    let groups =
-        group_faults_by_alloc_site(processes.iter().zip(&hits).map(|(p, hits)| AllocSource {
-            trace: p.trace,
-            stacks: p.stacks,
-            alloc_stacks: p.alloc_stacks,
-            lifetimes: &p.lifetimes,
-            hits,
-        }));
-    // What each site allocated, beside the faults in it.
-    let allocated: HashMap<(Location, BlockKind), AllocTotals> = group_allocs(
-        processes.iter().map(|p| (&p.stats, p.alloc_stacks)),
-        GroupBy::Line,
-    )
-    .into_iter()
-    .map(|g| ((g.key.location, g.kind), g.totals))
-    .collect();
-    let totals_of = |g: &AllocSiteGroup| {
-        g.kind
-            .and_then(|kind| allocated.get(&(g.faults.key.location.clone(), kind)))
-            .copied()
-            .unwrap_or_default()
-    };
-    let total: u64 = processes.iter().map(|p| p.trace.faults.len() as u64).sum();
-    let in_blocks: u64 = groups
-        .iter()
-        .filter(|g| g.kind.is_some())
-        .map(|g| g.faults.count)
-        .sum();
+    let report = FaultsByAllocSite::of(&processes);
+    let (groups, total, in_blocks) = (&report.groups, report.total, report.in_blocks);
+    let totals_of = |g: &AllocSiteGroup| report.allocated(g);
     let rows = &groups[..shown(top, groups.len())];
     let memory = |g: &AllocSiteGroup| g.kind.map_or("none", BlockKind::name);
-    match format {
+    Ok(match format {
         Format::Table => {
             let mut out = String::new();
             let _ = writeln!(
@@ -605,7 +520,7 @@ pub(super) fn by_alloc_site(loaded: &Loaded, top: usize, format: Format) -> Stri
                     let _ = writeln!(out, "{:>14} more lines", group.lines.len() - LINES_PER_SITE);
                 }
             }
-            let sites = groups.iter().filter(|g| g.kind.is_some()).count();
+            let sites = report.sites();
             let n = processes.len();
             let _ = writeln!(
                 out,
@@ -616,31 +531,29 @@ pub(super) fn by_alloc_site(loaded: &Loaded, top: usize, format: Format) -> Stri
             );
             out
         }
-        Format::Csv => {
-            let mut out = String::from(
-                "count,function,file,line,percent,kind,type,memory,lib,allocs,bytes\n",
-            );
-            for group in rows {
+        Format::Csv => csv_text(
+            &[
+                "count", "function", "file", "line", "percent", "kind", "type", "memory", "lib",
+                "allocs", "bytes",
+            ],
+            rows.iter().map(|group| {
                 let (f, l) = (&group.faults, &group.faults.key.location);
                 let t = totals_of(group);
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{:.4},{},{},{},{},{},{}",
-                    f.count,
-                    csv_field(&l.function),
-                    csv_field(&l.file),
-                    l.line,
-                    percent(f.count, total),
-                    f.kind_name(),
-                    f.type_name(),
-                    memory(group),
-                    csv_field(&l.lib),
-                    t.allocs,
-                    t.bytes
-                );
-            }
-            out
-        }
+                [
+                    f.count.to_string(),
+                    l.function.to_string(),
+                    l.file.to_string(),
+                    l.line.to_string(),
+                    format!("{:.4}", percent(f.count, total)),
+                    f.kind_name().to_owned(),
+                    f.type_name().to_owned(),
+                    memory(group).to_owned(),
+                    l.lib.to_string(),
+                    t.allocs.to_string(),
+                    t.bytes.to_string(),
+                ]
+            }),
+        )?,
         Format::Json => pretty(&serde_json::json!({
             "command": loaded.command(),
             "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
@@ -666,7 +579,7 @@ pub(super) fn by_alloc_site(loaded: &Loaded, top: usize, format: Format) -> Stri
                 row
             }).collect::<Vec<_>>(),
         })),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -956,7 +869,7 @@ mod tests {
         record(dir.path(), false);
         for flags in [&["--allocs"][..], &["--leaks"], &["--by", "alloc-site"]] {
             let err = report(dir.path(), flags).unwrap_err().to_string();
-            assert_eq!(err, crate::load::NO_ALLOCS);
+            assert_eq!(err, fltrace_analyze::NO_ALLOCS);
         }
         assert!(report(dir.path(), &["--by", "line"]).is_ok());
         for flags in [

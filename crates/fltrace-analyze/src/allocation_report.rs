@@ -1,0 +1,460 @@
+//! The figures of the allocation reports (`report --allocs`, `--leaks`, `--by alloc-site`)
+//! over one or more processes: per-process totals, their sums, sites ranked, stacks that read
+//! the same merged, and what each site allocated beside the faults in it.
+
+use rustc_hash::FxHashMap;
+
+use fltrace_trace::ProcessTrace;
+
+use crate::allocs::{AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram};
+use crate::group::{
+    AllocGroup, AllocSiteGroup, AllocSource, GroupBy, group_allocs, group_faults_by_alloc_site,
+};
+use crate::{Location, ResolvedStacks, attribute_faults};
+
+/// One process's allocations, paired and totalled.
+pub struct AllocProcess<'a> {
+    /// The process's trace, with its allocation events.
+    pub trace: &'a ProcessTrace,
+    /// Its fault stacks, resolved.
+    pub stacks: &'a ResolvedStacks,
+    /// Its allocation stacks, resolved.
+    pub alloc_stacks: &'a ResolvedStacks,
+    /// Its blocks.
+    pub lifetimes: Lifetimes,
+    /// Its totals per allocating stack.
+    pub stats: AllocStats,
+}
+
+impl<'a> AllocProcess<'a> {
+    /// Pairs and totals the allocations of `trace`; leaks are the blocks alive at its end
+    /// that were allocated at least `min_leak_age_ns` before it.
+    pub fn new(
+        trace: &'a ProcessTrace,
+        stacks: &'a ResolvedStacks,
+        alloc_stacks: &'a ResolvedStacks,
+        min_leak_age_ns: u64,
+    ) -> AllocProcess<'a> {
+        let lifetimes = Lifetimes::of_trace(trace);
+        let stats = AllocStats::new(&trace.allocs, &lifetimes, trace.end_ns(), min_leak_age_ns);
+        AllocProcess {
+            trace,
+            stacks,
+            alloc_stacks,
+            lifetimes,
+            stats,
+        }
+    }
+}
+
+/// The sums over processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllocSummary {
+    /// Every heap block.
+    pub heap: AllocTotals,
+    /// Every mapping.
+    pub mappings: AllocTotals,
+    /// The heap blocks' sizes.
+    pub sizes: SizeHistogram,
+    /// Frees of unknown addresses.
+    pub unknown_frees: u64,
+    /// Blocks handed out while still alive.
+    pub overlaps: u64,
+}
+
+impl AllocSummary {
+    /// The sums over `processes`.
+    pub fn of(processes: &[AllocProcess<'_>]) -> AllocSummary {
+        let mut summary = AllocSummary::default();
+        for p in processes {
+            summary.heap += p.stats.total(BlockKind::Heap);
+            summary.mappings += p.stats.total(BlockKind::Mapping);
+            summary.sizes += &p.stats.heap_sizes;
+            summary.unknown_frees += p.stats.unknown_frees;
+            summary.overlaps += p.stats.overlaps;
+        }
+        summary
+    }
+}
+
+/// The allocation groups of `processes` by `by`.
+pub fn group_process_allocs(processes: &[AllocProcess<'_>], by: GroupBy) -> Vec<AllocGroup> {
+    group_allocs(processes.iter().map(|p| (&p.stats, p.alloc_stacks)), by)
+}
+
+/// The groups with a non-zero `key`, largest first (ties keep the order they came in).
+pub fn rank_allocs(groups: &[AllocGroup], key: impl Fn(&AllocTotals) -> u64) -> Vec<&AllocGroup> {
+    let mut ranked: Vec<&AllocGroup> = groups.iter().filter(|g| key(&g.totals) > 0).collect();
+    ranked.sort_by_key(|g| std::cmp::Reverse(key(&g.totals)));
+    ranked
+}
+
+/// Stacks that differ only in addresses but read the same (a loop the compiler unrolled calls
+/// from several places of one line) are one stack to a reader: merged, in the order each
+/// first came.
+pub fn merge_same_lines(groups: Vec<AllocGroup>) -> Vec<AllocGroup> {
+    let mut merged: Vec<AllocGroup> = Vec::with_capacity(groups.len());
+    let mut index = FxHashMap::default();
+    for mut group in groups {
+        group.key.addresses = None;
+        match index.get(&(group.key.clone(), group.kind)) {
+            Some(&i) => {
+                let target: &mut AllocGroup = &mut merged[i];
+                target.totals += group.totals;
+            }
+            None => {
+                index.insert((group.key.clone(), group.kind), merged.len());
+                merged.push(group);
+            }
+        }
+    }
+    merged
+}
+
+/// The `count` largest non-empty blocks, largest first (ties in the order they came to life).
+pub fn largest_blocks(lifetimes: &Lifetimes, count: usize) -> Vec<&Block> {
+    let mut blocks: Vec<&Block> = lifetimes.blocks.iter().filter(|b| b.size > 0).collect();
+    blocks.sort_by_key(|b| std::cmp::Reverse(b.size));
+    blocks.truncate(count);
+    blocks
+}
+
+/// Faults by the allocation site of the memory they hit, with what each site allocated.
+#[derive(Debug, Clone)]
+pub struct FaultsByAllocSite {
+    /// Largest first ([`group_faults_by_alloc_site`]).
+    pub groups: Vec<AllocSiteGroup>,
+    /// Every fault.
+    pub total: u64,
+    /// Those in live blocks.
+    pub in_blocks: u64,
+    allocated: FxHashMap<(Location, BlockKind), AllocTotals>,
+}
+
+impl FaultsByAllocSite {
+    /// The faults of `processes` by the site of the block each landed in.
+    pub fn of(processes: &[AllocProcess<'_>]) -> FaultsByAllocSite {
+        let hits: Vec<Vec<Option<u32>>> = processes
+            .iter()
+            .map(|p| attribute_faults(&p.lifetimes, &p.trace.faults))
+            .collect();
+        let groups =
+            group_faults_by_alloc_site(processes.iter().zip(&hits).map(|(p, hits)| AllocSource {
+                trace: p.trace,
+                stacks: p.stacks,
+                alloc_stacks: p.alloc_stacks,
+                lifetimes: &p.lifetimes,
+                hits,
+            }));
+        let allocated = group_process_allocs(processes, GroupBy::Line)
+            .into_iter()
+            .map(|g| ((g.key.location, g.kind), g.totals))
+            .collect();
+        let total = processes.iter().map(|p| p.trace.faults.len() as u64).sum();
+        let in_blocks = groups
+            .iter()
+            .filter(|g| g.kind.is_some())
+            .map(|g| g.faults.count)
+            .sum();
+        FaultsByAllocSite {
+            groups,
+            total,
+            in_blocks,
+            allocated,
+        }
+    }
+
+    /// What the site of `group` allocated (nothing outside blocks).
+    pub fn allocated(&self, group: &AllocSiteGroup) -> AllocTotals {
+        group
+            .kind
+            .and_then(|kind| {
+                self.allocated
+                    .get(&(group.faults.key.location.clone(), kind))
+            })
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// How many allocation sites the faults hit.
+    pub fn sites(&self) -> usize {
+        self.groups.iter().filter(|g| g.kind.is_some()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use fltrace_trace::{AllocCall, AllocEvent, Fault, FaultFlags, FaultKind, Mapping};
+
+    use crate::{FaultOrigin, count_faults_by_origin, count_faults_by_stack};
+
+    fn loc(function: &str, line: u32) -> Location {
+        Location {
+            function: function.into(),
+            file: "a.c".into(),
+            line,
+            lib: "a.out".into(),
+            system: false,
+        }
+    }
+
+    fn event(time_ns: u64, call: AllocCall, addr: u64, size: u64, stack_id: u32) -> AllocEvent {
+        AllocEvent {
+            time_ns,
+            tid: 1,
+            call,
+            addr,
+            size,
+            old_addr: 0,
+            detail: if call == AllocCall::Mmap { 0x22 } else { 0 },
+            stack_id,
+        }
+    }
+
+    fn fault(time_ns: u64, addr: u64, flags: u8) -> Fault {
+        Fault {
+            time_ns,
+            pid: 1,
+            tid: 1,
+            ip: 0,
+            addr,
+            flags: FaultFlags(flags),
+            stack_id: 0,
+        }
+    }
+
+    /// Stack 0 leaks 5000 bytes from `leak`, stack 1 frees its 100 bytes again; stack 2 maps
+    /// 8 KiB and keeps it; stack 3, in an unrolled loop of the same line as stack 0, leaks 3000
+    /// more. Faults: two in the 5000-byte block, one in the mapping, one in the heap outside
+    /// any block, one nowhere.
+    fn trace() -> ProcessTrace {
+        let free = AllocEvent {
+            stack_id: AllocEvent::NO_STACK,
+            ..event(30, AllocCall::Free, 0x3000, 0, 0)
+        };
+        ProcessTrace {
+            pid: 1,
+            faults: vec![
+                fault(15, 0x1000, FaultFlags::WRITE),
+                fault(16, 0x1fff, 0),
+                fault(45, 0x10_0000, FaultFlags::WRITE | FaultFlags::ZERO),
+                fault(50, 0x8000, 0),
+                fault(50, 0x9000_0000, 0),
+            ],
+            stacks: Vec::new(),
+            mappings: vec![Mapping {
+                start: 0,
+                end: 0x10000,
+                path: "[heap]".into(),
+                ..Mapping::default()
+            }],
+            metadata: Vec::new(),
+            allocs: vec![
+                event(10, AllocCall::Malloc, 0x1000, 5000, 0),
+                event(20, AllocCall::Malloc, 0x3000, 100, 1),
+                free,
+                event(40, AllocCall::Mmap, 0x10_0000, 8192, 2),
+                event(41, AllocCall::Malloc, 0x4000, 3000, 3),
+            ],
+            alloc_stacks: Vec::new(),
+        }
+    }
+
+    fn alloc_stacks() -> ResolvedStacks {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(0, vec![loc("leak", 10), loc("main", 5)], vec![0x10, 0x50]);
+        stacks.insert(1, vec![loc("temporary", 20)], vec![0x20]);
+        stacks.insert(2, vec![loc("map", 30)], vec![0x30]);
+        stacks.insert(3, vec![loc("leak", 10), loc("main", 5)], vec![0x11, 0x50]);
+        stacks
+    }
+
+    fn fault_stacks() -> ResolvedStacks {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(0, vec![loc("touch", 99)], vec![0x99]);
+        stacks
+    }
+
+    #[test]
+    fn summary_sums_kinds_and_sizes() {
+        let (trace, stacks, alloc_stacks) = (trace(), fault_stacks(), alloc_stacks());
+        let process = AllocProcess::new(&trace, &stacks, &alloc_stacks, 0);
+        // Two processes alike: every sum doubles.
+        let processes = [
+            process,
+            AllocProcess::new(&trace, &stacks, &alloc_stacks, 0),
+        ];
+        let summary = AllocSummary::of(&processes);
+        assert_eq!(
+            (
+                summary.heap.allocs,
+                summary.heap.bytes,
+                summary.heap.leaked_bytes
+            ),
+            (6, 16_200, 16_000)
+        );
+        assert_eq!(
+            (summary.mappings.allocs, summary.mappings.bytes),
+            (2, 16_384)
+        );
+        assert_eq!(summary.heap.temporary, 2);
+        // 100 in [64, 128), 3000 in [2048, 4096), 5000 in [4096, 8192).
+        let sizes: Vec<(usize, u64, u64)> = summary.sizes.buckets().collect();
+        assert_eq!(sizes, vec![(7, 2, 200), (12, 2, 6000), (13, 2, 10_000)]);
+    }
+
+    #[test]
+    fn size_histograms_add_bucket_by_bucket() {
+        let mut a = SizeHistogram::default();
+        a.add(1);
+        a.add(100);
+        let mut b = SizeHistogram::default();
+        b.add(127);
+        b.add(0);
+        a += &b;
+        let buckets: Vec<(usize, u64, u64)> = a.buckets().collect();
+        assert_eq!(buckets, vec![(0, 1, 0), (1, 1, 1), (7, 2, 227)]);
+    }
+
+    /// Leaks by stack: the two stacks of one line read the same and become one; ranking
+    /// leaves out what leaked nothing and puts most first.
+    #[test]
+    fn same_lines_merge_and_rank() {
+        let (trace, stacks, alloc_stacks) = (trace(), fault_stacks(), alloc_stacks());
+        let processes = [AllocProcess::new(&trace, &stacks, &alloc_stacks, 0)];
+        let by_stack = group_process_allocs(&processes, GroupBy::Stack);
+        assert_eq!(by_stack.len(), 4);
+        let merged = merge_same_lines(by_stack);
+        assert_eq!(merged.len(), 3);
+        let leaks: Vec<(&str, u64, u64)> = rank_allocs(&merged, |t| t.leaked_bytes)
+            .iter()
+            .map(|g| {
+                let t = &g.totals;
+                (&*g.key.location.function, t.leaked_bytes, t.leaked_allocs)
+            })
+            .collect();
+        assert_eq!(leaks, vec![("map", 8192, 1), ("leak", 8000, 2)]);
+    }
+
+    #[test]
+    fn largest_blocks_first() {
+        let lifetimes = Lifetimes::of_trace(&trace());
+        let sizes: Vec<u64> = largest_blocks(&lifetimes, 3)
+            .iter()
+            .map(|b| b.size)
+            .collect();
+        assert_eq!(sizes, vec![8192, 5000, 3000]);
+        assert_eq!(largest_blocks(&lifetimes, 10).len(), 4);
+    }
+
+    /// Faults by the site of the block they hit, with what the site allocated; the others by
+    /// the mapping they hit.
+    #[test]
+    fn faults_by_alloc_site_with_allocations() {
+        let (trace, stacks, alloc_stacks) = (trace(), fault_stacks(), alloc_stacks());
+        let processes = [AllocProcess::new(&trace, &stacks, &alloc_stacks, 0)];
+        let report = FaultsByAllocSite::of(&processes);
+        assert_eq!((report.total, report.in_blocks, report.sites()), (5, 3, 2));
+        let rows: Vec<(&str, u64, u64)> = report
+            .groups
+            .iter()
+            .map(|g| {
+                let allocated = report.allocated(g);
+                (
+                    &*g.faults.key.location.function,
+                    g.faults.count,
+                    allocated.bytes,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("leak", 2, 8000),
+                ("[heap]", 1, 0),
+                ("[unknown]", 1, 0),
+                ("map", 1, 8192)
+            ]
+        );
+    }
+
+    /// The same faults by allocation stack and kind (visualize --by-allocation), and by their
+    /// own stack and kind.
+    #[test]
+    fn faults_by_origin_and_by_stack() {
+        let trace = trace();
+        let lifetimes = Lifetimes::of_trace(&trace);
+        let mut by_origin = count_faults_by_origin(&trace, &lifetimes, |_| true);
+        by_origin.sort();
+        let heap = crate::BlockKind::Heap;
+        let mapping = crate::BlockKind::Mapping;
+        assert_eq!(
+            by_origin,
+            vec![
+                (
+                    FaultOrigin::Block {
+                        stack_id: 0,
+                        kind: heap
+                    },
+                    FaultKind::Read,
+                    1
+                ),
+                (
+                    FaultOrigin::Block {
+                        stack_id: 0,
+                        kind: heap
+                    },
+                    FaultKind::Write,
+                    1
+                ),
+                (
+                    FaultOrigin::Block {
+                        stack_id: 2,
+                        kind: mapping
+                    },
+                    FaultKind::Write,
+                    1
+                ),
+                (FaultOrigin::Outside { mapping: None }, FaultKind::Read, 1),
+                (
+                    FaultOrigin::Outside { mapping: Some(0) },
+                    FaultKind::Read,
+                    1
+                ),
+            ]
+        );
+        let first_touches = count_faults_by_origin(&trace, &lifetimes, |f| f.has(FaultFlags::ZERO));
+        assert_eq!(first_touches.len(), 1);
+        let mut by_stack = count_faults_by_stack(&trace.faults, |_| true);
+        by_stack.sort();
+        assert_eq!(
+            by_stack,
+            vec![(0, FaultKind::Read, 3), (0, FaultKind::Write, 2)]
+        );
+    }
+
+    #[test]
+    fn range_heat_is_per_cent_or_count() {
+        use fltrace_trace::{RangeSample, RangeTraceKind};
+        let sample = |value| RangeSample {
+            time_s: 1.0,
+            start: 0x1000,
+            end: 0x2000,
+            value,
+        };
+        let referenced = RangeTraceKind::ReferencedBytes;
+        assert_eq!(crate::range_heat(referenced, &sample(2048)), 50);
+        assert_eq!(
+            crate::range_heat(referenced, &sample(1)),
+            1,
+            "any is at least 1"
+        );
+        assert_eq!(crate::range_heat(referenced, &sample(1 << 20)), 100);
+        assert_eq!(
+            crate::range_heat(RangeTraceKind::DamonAccesses, &sample(7)),
+            7
+        );
+    }
+}

@@ -1,0 +1,302 @@
+//! Loading a recording's processes for a report: its faults filtered by time, fltrace's own
+//! faults separated, stacks symbolized, what the kernel dropped counted.
+
+use std::path::Path;
+
+use fltrace_trace::{ProcessTrace, Recording, keys};
+
+use crate::{
+    ARCHIVE_DIR, CallSite, DebugConfig, FaultCounts, ResolvedStacks, Symbolizer,
+    separate_tracer_counts,
+};
+
+/// Said when a report needs allocations and the recording has none.
+pub const NO_ALLOCS: &str =
+    "this recording has no allocation data: record it with `fltrace record --allocs`";
+
+/// Whether allocation stacks are symbolized too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocStacks {
+    /// None.
+    Skip,
+    /// Those of processes recorded with `--allocs`.
+    IfRecorded,
+    /// As `IfRecorded`, and it is an error if no process was.
+    Required,
+}
+
+/// How the faults are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultsHeld {
+    /// Every one, in `ProcessTrace::faults`.
+    All,
+    /// Streamed, row group by row group, into per-stack counts only: memory follows the
+    /// number of distinct stacks, not of faults.
+    Counted,
+}
+
+/// What to load of a recording.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Only this process (and the newest recording that traced it); else every process of
+    /// the newest recording.
+    pub pid: Option<u32>,
+    /// Only faults in this window, seconds from the start of the recording.
+    pub window_s: Option<(f64, f64)>,
+    /// Which frame a fault or allocation counts for.
+    pub call_site: CallSite,
+    /// Whether fltrace's own faults stay in.
+    pub include_tracer: bool,
+    /// An archive of `fltrace archive` to symbolize from (default: the one beside the
+    /// recording, if there is one).
+    pub archive: Option<std::path::PathBuf>,
+    /// Whether allocation stacks are symbolized.
+    pub alloc_stacks: AllocStacks,
+    /// How the faults are held.
+    pub faults: FaultsHeld,
+}
+
+/// Why a recording could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Finding or reading the recording.
+    #[error(transparent)]
+    Trace(#[from] fltrace_trace::Error),
+    /// Reading one process's trace.
+    #[error("loading the trace of process {pid}")]
+    Process {
+        /// The process.
+        pid: u32,
+        /// What went wrong.
+        #[source]
+        source: fltrace_trace::Error,
+    },
+    /// Allocations were asked for and no process has them.
+    #[error("{NO_ALLOCS}")]
+    NoAllocs,
+}
+
+/// The processes of one recording, symbolized.
+pub struct Loaded {
+    /// The recording.
+    pub recording: Recording,
+    /// With [`FaultsHeld::Counted`], the faults are not loaded (`faults` is empty): see
+    /// `counts`.
+    pub traces: Vec<(ProcessTrace, ResolvedStacks)>,
+    /// The faults of each of `traces` counted per (stack, flags), after the time window and
+    /// the tracer's own faults are left out.
+    pub counts: Vec<FaultCounts>,
+    /// The allocation stacks of each of `traces`, resolved if asked for (else empty).
+    pub alloc_stacks: Vec<ResolvedStacks>,
+    /// Records the kernel dropped, from the stats files.
+    pub lost: u64,
+    /// Faults taken by fltrace's own work in the traced processes.
+    pub tracer_faults: u64,
+    /// Whether those are in `traces`.
+    pub tracer_included: bool,
+    /// What the reader should know, in order: an unfinished recording, the archive used,
+    /// files of another build than recorded.
+    pub notes: Vec<String>,
+}
+
+/// The debug files as the environment says, and the archive given or the one beside the
+/// recordings in `dir`.
+pub fn debug_config(dir: &Path, archive: Option<&Path>) -> DebugConfig {
+    let mut config = DebugConfig::from_env();
+    config.archive = archive.map(Path::to_owned).or_else(|| {
+        let beside = dir.join(ARCHIVE_DIR);
+        beside.is_dir().then_some(beside)
+    });
+    config
+}
+
+/// The note saying which archive symbolizes, if one does.
+pub fn archive_note(config: &DebugConfig) -> Option<String> {
+    let archive = config.archive.as_ref()?;
+    Some(format!(
+        "symbolizing with the archive {}",
+        archive.display()
+    ))
+}
+
+/// The recording in `dir` that `pid` picks (the newest without one).
+pub fn find_recording(dir: &Path, pid: Option<u32>) -> Result<Recording, fltrace_trace::Error> {
+    match pid {
+        Some(pid) => Recording::with_pid(dir, pid),
+        None => Recording::latest(dir),
+    }
+}
+
+/// `window_s`, seconds from `start_ns`, as a range of nanoseconds since the Unix epoch.
+pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops::Range<u64>> {
+    window_s.map(|(from, to)| {
+        start_ns + (from * 1e9) as u64..start_ns.saturating_add((to * 1e9) as u64)
+    })
+}
+
+/// Loads the recording in `dir` that `options` pick.
+pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
+    let recording = find_recording(dir, options.pid)?;
+    let pids: Vec<u32> = match options.pid {
+        Some(pid) => vec![pid],
+        None => recording.pids().to_vec(),
+    };
+    let mut notes: Vec<String> = unfinished_note(&recording)?
+        .map(|note| format!("warning: {note}"))
+        .into_iter()
+        .collect();
+    // Before the slow part: symbolizing.
+    if options.alloc_stacks == AllocStacks::Required
+        && !pids.iter().any(|&pid| recording.has_allocs(pid))
+    {
+        return Err(LoadError::NoAllocs);
+    }
+    let window = window_ns(recording.session.start_ns, options.window_s);
+    let config = debug_config(dir, options.archive.as_deref());
+    notes.extend(archive_note(&config));
+    let mut symbolizer = Symbolizer::with_debug_config(config);
+    let mut loaded = Loaded {
+        traces: Vec::new(),
+        counts: Vec::new(),
+        alloc_stacks: Vec::new(),
+        lost: 0,
+        tracer_faults: 0,
+        tracer_included: options.include_tracer,
+        notes: Vec::new(),
+        recording,
+    };
+    for pid in pids {
+        let recording = &loaded.recording;
+        let process = |source| LoadError::Process { pid, source };
+        let (mut trace, mut counts) = match options.faults {
+            FaultsHeld::All => {
+                let mut trace = recording.load(pid).map_err(process)?;
+                if let Some(window) = &window {
+                    trace.faults.retain(|f| window.contains(&f.time_ns));
+                }
+                let counts = FaultCounts::of(&trace.faults);
+                (trace, counts)
+            }
+            FaultsHeld::Counted => {
+                let (trace, row_groups) = recording.load_streaming(pid).map_err(process)?;
+                let counts = FaultCounts::stream(row_groups, window.clone()).map_err(process)?;
+                (trace, counts)
+            }
+        };
+        let stats = fltrace_trace::files::stats(dir, pid);
+        if let Ok(Some(lost)) = fltrace_trace::stats::last_value(&stats, "lost") {
+            loaded.lost = loaded.lost.max(lost);
+        }
+        let mut stacks = symbolizer.resolve_stacks(&trace);
+        stacks.call_site = options.call_site;
+        loaded.tracer_faults +=
+            separate_tracer_counts(&mut counts, &mut stacks, options.include_tracer);
+        if !options.include_tracer {
+            trace
+                .faults
+                .retain(|f| !f.flags.has(fltrace_trace::FaultFlags::TRACER));
+        }
+        let mut alloc_stacks =
+            if options.alloc_stacks != AllocStacks::Skip && recording.has_allocs(pid) {
+                symbolizer.resolve_alloc_stacks(&trace)
+            } else {
+                ResolvedStacks::default()
+            };
+        alloc_stacks.call_site = options.call_site;
+        loaded.counts.push(counts);
+        loaded.alloc_stacks.push(alloc_stacks);
+        loaded.traces.push((trace, stacks));
+    }
+    notes.extend(
+        symbolizer
+            .take_warnings()
+            .into_iter()
+            .map(|warning| format!("warning: {warning}")),
+    );
+    loaded.notes = notes;
+    Ok(loaded)
+}
+
+/// One line saying that the recording was never finished (the recorder was killed, or the
+/// disk filled) and how much of it was recovered; `None` if it was finished.
+pub fn unfinished_note(recording: &Recording) -> Result<Option<String>, fltrace_trace::Error> {
+    let unfinished = recording.unfinished_tables()?;
+    if unfinished.is_empty() {
+        return Ok(None);
+    }
+    let rows = |kind: &str| -> u64 {
+        unfinished
+            .iter()
+            .filter(|(k, _, _)| *k == kind)
+            .map(|(_, _, rows)| rows)
+            .sum()
+    };
+    let mut recovered = Vec::new();
+    for (kind, name) in [
+        ("faults", "faults"),
+        ("stacks", "stacks"),
+        ("mmaps", "mappings"),
+        ("allocs", "allocation calls"),
+        ("allocstacks", "allocation stacks"),
+    ] {
+        if unfinished.iter().any(|(k, _, _)| *k == kind) {
+            recovered.push(format!("{} {name}", rows(kind)));
+        }
+    }
+    let mut pids: Vec<u32> = unfinished.iter().map(|(_, pid, _)| *pid).collect();
+    pids.dedup();
+    Ok(Some(format!(
+        "the recording is incomplete (fltrace stopped before finishing it): read up to its last checkpoint, {} recovered of process{} {}",
+        recovered.join(", "),
+        if pids.len() == 1 { "" } else { "es" },
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+impl Loaded {
+    /// The faults of every process, as counted.
+    pub fn total_faults(&self) -> u64 {
+        self.counts.iter().map(FaultCounts::total).sum()
+    }
+
+    /// Each process's counted faults with its resolved stacks, for grouping.
+    pub fn counted(&self) -> impl Iterator<Item = (&FaultCounts, &ResolvedStacks)> + Clone {
+        self.counts.iter().zip(self.traces.iter().map(|(_, s)| s))
+    }
+
+    /// The line saying how many faults of fltrace's own work were left out, if any were.
+    pub fn tracer_note(&self) -> Option<String> {
+        (self.tracer_faults > 0 && !self.tracer_included).then(|| {
+            format!(
+                "left out {} faults of the tracer (fltrace's own work in the process; --include-tracer shows them)",
+                self.tracer_faults
+            )
+        })
+    }
+
+    /// The traced command line, as the first process's faults file says.
+    pub fn command(&self) -> &str {
+        self.traces
+            .first()
+            .and_then(|(t, _)| t.meta(keys::COMMAND))
+            .unwrap_or("")
+    }
+
+    /// The recording's directory.
+    pub fn dir(&self) -> &Path {
+        &self.recording.dir
+    }
+
+    /// Whether process `pid` was recorded with `record --allocs`.
+    pub fn has_allocs(&self, pid: u32) -> bool {
+        self.recording.has_allocs(pid)
+    }
+
+    /// Seconds from the start of the recording to `time_ns`.
+    pub fn seconds(&self, time_ns: u64) -> f64 {
+        time_ns.saturating_sub(self.recording.session.start_ns) as f64 / 1e9
+    }
+}
