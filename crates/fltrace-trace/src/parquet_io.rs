@@ -492,9 +492,15 @@ impl FaultWriter {
         )))
     }
 
-    /// Appends a fault; writes a row group when the batch is full.
+    /// Appends a fault; writes a row group when two are buffered, keeping the newer one open
+    /// to [`pending_mut`](Self::pending_mut): flags learnt after the fault (a far-memory
+    /// fetch, read from the runtime's log a round or two later) find their row still there.
     pub fn push(&mut self, fault: Fault) -> Result<(), Error> {
-        self.0.push(fault)
+        self.0.batch.push(fault);
+        if self.0.batch.len() >= 2 * ROW_GROUP {
+            self.0.flush_first(ROW_GROUP)?;
+        }
+        Ok(())
     }
 
     /// The faults not yet written, for amending flags learnt after the fault (major faults).
