@@ -18,7 +18,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 scale=${1:-20}; rounds=${2:-3}
 work=$(mktemp -d /tmp/fltrace-farmem.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-"$root/scripts/setup.sh" >/dev/null
+# SKIP_SETUP=1: use the release build as it is (setup.sh would wait for a cargo build).
+[[ ${SKIP_SETUP:-0} == 1 ]] || "$root/scripts/setup.sh" >/dev/null
 fltrace="$root/target/release/fltrace"
 lib="$root/target/release/libfltrace_preload.so"
 gcc -O2 -g -fopenmp -o "$work/graph" "$root/workloads/graph.c"

@@ -96,6 +96,9 @@ struct FarState {
     pending_fills: FxHashMap<(u32, u64), std::collections::VecDeque<PendingRow>>,
     /// Rows in the region that no log entry matched: the kernel resolved them alone.
     rows_unhandled: u64,
+    /// The trace's times (wall clock) minus CLOCK_MONOTONIC, the runtime's clock; read as
+    /// the recorder reads its own, a few hundred ns apart, against waits of microseconds.
+    mono_offset: u64,
     /// Log entries that matched no row.
     orphans: u64,
     /// Log entries matched with their row.
@@ -179,6 +182,8 @@ impl Process {
                 pending_fills: FxHashMap::default(),
                 orphans: 0,
                 rows_unhandled: 0,
+                mono_offset: crate::recorder::unix_now_ns()
+                    .wrapping_sub(crate::recorder::monotonic_now_ns()),
                 matched: 0,
                 wait_ns: 0,
                 wait_hist: [0; fltrace_runtime_abi::HIST_BUCKETS],
@@ -355,7 +360,7 @@ impl Process {
                 .or_default()
                 .push_back(PendingRow {
                     row: self.out.faults.rows(),
-                    time_ns: fault.time_ns,
+                    time_ns: fault.time_ns.wrapping_sub(far.mono_offset),
                     matched: false,
                 });
         }
@@ -548,11 +553,11 @@ impl Process {
                 return false;
             };
             if first_entry {
-                // The row's time is the fault's entry, on the same clock.
-                let wait = handled.read_ns.saturating_sub(fault.time_ns);
+                // The row's time is the fault's entry.
+                let wait = handled.read_ns.saturating_sub(newest);
                 far.wait_ns += wait;
                 far.wait_hist[fltrace_runtime_abi::hist_bucket(wait)] += 1;
-                far.resolve_ns += handled.done_ns.saturating_sub(fault.time_ns);
+                far.resolve_ns += handled.done_ns.saturating_sub(newest);
             }
             if is_fill(handled.kind) {
                 if handled.kind == fltrace_runtime_abi::kind::FETCH {
