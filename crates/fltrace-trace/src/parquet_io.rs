@@ -430,8 +430,13 @@ impl<T> Batched<T> {
         Ok(())
     }
 
+    /// Writes every buffered row, a row group of at most [`ROW_GROUP`] rows at a time (the
+    /// fault writer buffers up to two).
     fn flush(&mut self) -> Result<(), Error> {
-        self.flush_first(self.batch.len())
+        while !self.batch.is_empty() {
+            self.flush_first(ROW_GROUP)?;
+        }
+        Ok(())
     }
 
     /// Writes the first `count` buffered rows (at most all) as a row group.
