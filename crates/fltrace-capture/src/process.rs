@@ -87,15 +87,41 @@ struct FarState {
     view: Option<RuntimeView>,
     /// Log entries not yet matched to a row, with the round they were read in.
     unmatched: Vec<(Handled, u64)>,
-    /// Fault rows of each (thread, page) in the managed region, oldest first, not yet matched
-    /// with the runtime's log (which lists the same faults, each handled once, in order).
-    pending_fills: FxHashMap<(u32, u64), std::collections::VecDeque<u64>>,
+    /// Fault rows of each (thread, page) in the managed region, oldest first, still open to
+    /// the runtime's log. A thread waits in its fault until the runtime resolved it, so each
+    /// log entry belongs to the newest row of its thread and page that is older than the
+    /// entry's read time; one row may have several entries (a write that found the page
+    /// brought in by another thread's read, then write-protected), and none when the kernel
+    /// resolved the fault alone (another thread's fault brought the page in between).
+    pending_fills: FxHashMap<(u32, u64), std::collections::VecDeque<PendingRow>>,
+    /// Rows in the region that no log entry matched: the kernel resolved them alone.
+    rows_unhandled: u64,
+    /// The trace's times (wall clock) minus CLOCK_MONOTONIC, the runtime's clock; read as
+    /// the recorder reads its own, a few hundred ns apart, against waits of microseconds.
+    mono_offset: u64,
     /// Log entries that matched no row.
     orphans: u64,
+    /// Log entries matched with their row.
+    matched: u64,
+    /// Sum over matched entries of the row's time to the handler's read of the message: the
+    /// wait for a handler, ns.
+    wait_ns: u64,
+    /// Histogram of that wait (`fltrace_runtime_abi::hist_bucket`).
+    wait_hist: [u64; fltrace_runtime_abi::HIST_BUCKETS],
+    /// Sum over matched entries of the row's time to the fault's resolution, ns.
+    resolve_ns: u64,
     /// `pending_fills` holds no rows below this one.
     pruned_below: u64,
     /// The shared page of the image before the last exec.
     stale_inode: Option<u64>,
+}
+
+/// A fault row in the managed region, waiting for its log entries.
+#[derive(Debug, Clone, Copy)]
+struct PendingRow {
+    row: u64,
+    time_ns: u64,
+    matched: bool,
 }
 
 /// What the recording as a whole passes to each process.
@@ -155,6 +181,13 @@ impl Process {
                 unmatched: Vec::new(),
                 pending_fills: FxHashMap::default(),
                 orphans: 0,
+                rows_unhandled: 0,
+                mono_offset: crate::recorder::unix_now_ns()
+                    .wrapping_sub(crate::recorder::monotonic_now_ns()),
+                matched: 0,
+                wait_ns: 0,
+                wait_hist: [0; fltrace_runtime_abi::HIST_BUCKETS],
+                resolve_ns: 0,
                 pruned_below: 0,
                 stale_inode: None,
             }),
@@ -325,7 +358,11 @@ impl Process {
             far.pending_fills
                 .entry((fault.tid, fault.addr & !0xfff))
                 .or_default()
-                .push_back(self.out.faults.rows());
+                .push_back(PendingRow {
+                    row: self.out.faults.rows(),
+                    time_ns: fault.time_ns.wrapping_sub(far.mono_offset),
+                    matched: false,
+                });
         }
 
         frames.clear();
@@ -462,50 +499,81 @@ impl Process {
         let pending = self.out.faults.pending_mut();
         if far.pruned_below < first_pending {
             // Rows already written out can no longer be amended.
+            let rows_unhandled = &mut far.rows_unhandled;
             far.pending_fills.retain(|_, rows| {
-                rows.retain(|row| *row >= first_pending);
+                rows.retain(|r| {
+                    let keep = r.row >= first_pending;
+                    *rows_unhandled += u64::from(!keep && !r.matched);
+                    keep
+                });
                 !rows.is_empty()
             });
             far.pruned_below = first_pending;
         }
         far.unmatched.retain(|(handled, seen)| {
+            // Records are handled in time order up to the newest time of the previous round,
+            // so a row written before its entry was read is in two rounds later at the latest.
+            if seen.saturating_add(2) > round && round != u64::MAX {
+                return true;
+            }
             let key = (handled.tid, handled.page);
-            let row = far
-                .pending_fills
-                .get_mut(&key)
-                .and_then(|rows| rows.pop_front());
-            if far
-                .pending_fills
-                .get(&key)
-                .is_some_and(|rows| rows.is_empty())
-            {
-                far.pending_fills.remove(&key);
+            let Some(rows) = far.pending_fills.get_mut(&key) else {
+                far.orphans += 1;
+                return false;
+            };
+            let Some(newest) = rows
+                .iter()
+                .map(|r| r.time_ns)
+                .filter(|&t| t <= handled.read_ns)
+                .max()
+            else {
+                far.orphans += 1;
+                return false;
+            };
+            // Older rows of the thread on this page can get no entry any more.
+            let rows_unhandled = &mut far.rows_unhandled;
+            rows.retain(|r| {
+                let keep = r.time_ns >= newest;
+                *rows_unhandled += u64::from(!keep && !r.matched);
+                keep
+            });
+            let Some(row) = rows.iter_mut().find(|r| r.time_ns == newest) else {
+                far.orphans += 1;
+                return false;
+            };
+            far.matched += 1;
+            let first_entry = !row.matched;
+            row.matched = true;
+            let Some(fault) = row
+                .row
+                .checked_sub(first_pending)
+                .and_then(|i| pending.get_mut(i as usize))
+            else {
+                // Written out before its entry came: matched, not flagged.
+                return false;
+            };
+            if first_entry {
+                // The row's time is the fault's entry.
+                let wait = handled.read_ns.saturating_sub(newest);
+                far.wait_ns += wait;
+                far.wait_hist[fltrace_runtime_abi::hist_bucket(wait)] += 1;
+                far.resolve_ns += handled.done_ns.saturating_sub(newest);
             }
-            match row {
-                Some(row) if row >= first_pending => {
-                    if let Some(fault) = pending.get_mut((row - first_pending) as usize)
-                        && is_fill(handled.kind)
-                    {
-                        if handled.kind == fltrace_runtime_abi::kind::FETCH {
-                            fault.flags.0 = (fault.flags.0 | FaultFlags::FETCH) & !FaultFlags::ZERO;
-                        } else {
-                            fault.flags.0 |= FaultFlags::ZERO;
-                        }
-                    }
-                    false
+            if is_fill(handled.kind) {
+                if handled.kind == fltrace_runtime_abi::kind::FETCH {
+                    fault.flags.0 = (fault.flags.0 | FaultFlags::FETCH) & !FaultFlags::ZERO;
+                } else {
+                    fault.flags.0 |= FaultFlags::ZERO;
                 }
-                Some(_) => {
-                    far.orphans += 1;
-                    false
-                }
-                // The trace row may come in a later round; give up after two.
-                None if *seen + 2 < round => {
-                    far.orphans += 1;
-                    false
-                }
-                None => true,
             }
+            false
         });
+        if round == u64::MAX {
+            // The process is gone: rows still unmatched never will be.
+            for rows in std::mem::take(&mut far.pending_fills).into_values() {
+                far.rows_unhandled += rows.iter().filter(|r| !r.matched).count() as u64;
+            }
+        }
     }
 
     /// Whether the far-memory runtime reported running out of `-M`.
@@ -569,6 +637,20 @@ impl Process {
             }
             counters.push(("rt_log_missed", view.missed));
             counters.push(("rt_unmatched", far.orphans));
+            counters.push(("rt_rows_unhandled", far.rows_unhandled));
+            counters.extend(view.breakdown());
+            counters.push(("rt_matched", far.matched));
+            counters.push(("rt_wait_ns", far.wait_ns));
+            counters.push((
+                "rt_wait_p50_ns",
+                fltrace_runtime_abi::hist_percentile(&far.wait_hist, 500),
+            ));
+            counters.push((
+                "rt_wait_p99_ns",
+                fltrace_runtime_abi::hist_percentile(&far.wait_hist, 990),
+            ));
+            counters.push(("rt_resolve_ns", far.resolve_ns));
+            counters.push(("recorder_cpu_ns", recorder_cpu_ns()));
         }
         self.out
             .stats
@@ -611,4 +693,16 @@ fn write_file(path: &Path, text: &str) -> Result<(), fltrace_trace::Error> {
             path: path.to_owned(),
             source,
         })
+}
+
+/// CPU time (user and system) the recorder has used so far, all its threads, ns.
+fn recorder_cpu_ns() -> u64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
 }

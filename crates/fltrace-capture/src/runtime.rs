@@ -178,6 +178,10 @@ pub struct Handled {
     pub page: u64,
     /// `fltrace_runtime_abi::kind::*`.
     pub kind: u32,
+    /// When a handler read the fault's message (CLOCK_MONOTONIC ns, as the trace's times).
+    pub read_ns: u64,
+    /// When the handler had resolved it.
+    pub done_ns: u64,
 }
 
 /// A live process's shared page, mapped read-only.
@@ -226,6 +230,11 @@ impl RuntimeView {
         self.shared().counters()
     }
 
+    /// Where the handled faults' time went, as the runtime measured it.
+    pub fn breakdown(&self) -> [(&'static str, u64); 21] {
+        self.shared().breakdown()
+    }
+
     /// The managed region's address range.
     pub fn region(&self) -> std::ops::Range<u64> {
         let shared = self.shared();
@@ -258,6 +267,8 @@ impl RuntimeView {
                 tid,
                 page: page_and_kind & !0xfff,
                 kind: (page_and_kind & 0xfff) as u32,
+                read_ns: entry.read_ns.load(Ordering::Relaxed),
+                done_ns: entry.done_ns.load(Ordering::Relaxed),
             });
             self.cursor += 1;
         }

@@ -25,6 +25,7 @@
 
 mod alloc;
 mod backed;
+mod breakdown;
 mod heap;
 mod interpose;
 pub mod region;
@@ -104,6 +105,11 @@ fn start() {
             // SAFETY: only the thread that won the STARTING exchange writes REGION, once.
             unsafe { (&raw mut REGION).cast::<Region>().write(region) };
             let region = region_any_unchecked();
+            // Counters inherited by every thread created from here on: the handlers' and the
+            // program's.
+            if region.managed() {
+                breakdown::open_counters();
+            }
             // Handlers first: claiming writes the allocator's metadata into the region, and
             // those first touches are faults the handlers must serve.
             if region.managed() && !start_handlers(region) {
@@ -156,7 +162,11 @@ fn build_region() -> Option<Region> {
         None => -1,
     };
     let limit = local.unwrap_or(max_pages as u64) as usize;
-    Region::create(max_pages, limit, policy, uffd, shared)
+    let tuning = region::Tuning {
+        evict_ahead: sys::env_u64(env::EVICT_AHEAD) != Some(0),
+        clean_copies_percent: sys::env_u64(env::CLEAN_COPIES).map_or(10, |p| p.min(100) as usize),
+    };
+    Region::create(max_pages, limit, policy, uffd, shared, tuning)
 }
 
 fn open_uffd() -> i32 {
@@ -273,7 +283,20 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
     // faults (on the backing store and metadata) out of the program's trace.
     // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"fltrace-rt".as_ptr()) };
+    breakdown::register_handler();
+    let shared = region.shared();
     let busy = sys::env_u64(env::BUSY_POLL) == Some(1);
+    // A handler woken for a fault preempts the program's threads (and the recorder) instead
+    // of queueing behind them; it sleeps in poll otherwise, so it takes no CPU the program
+    // would have had. Not when busy-polling, where it would own a CPU. Children forked
+    // from it would not keep the priority (there are none).
+    if !busy && sys::env_u64(env::REALTIME) != Some(0) {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: setting the calling thread's policy; refused without privilege, harmless.
+        unsafe {
+            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+        };
+    }
     let mut msgs = [uffd::Msg::default(); 32];
     loop {
         if !busy {
@@ -296,11 +319,24 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
         if n <= 0 {
             continue;
         }
+        let read_ns = breakdown::now_ns();
+        let b = &shared.breakdown;
+        b.reads.fetch_add(1, Ordering::Relaxed);
         for msg in &msgs[..n as usize / std::mem::size_of::<uffd::Msg>()] {
             if msg.event == uffd::EVENT_PAGEFAULT {
-                region.handle_fault(msg);
+                region.handle_fault(msg, read_ns);
+                let handled = breakdown::now_ns() - read_ns;
+                b.handle_ns.fetch_add(handled, Ordering::Relaxed);
+                b.handle_hist[fltrace_runtime_abi::hist_bucket(handled)]
+                    .fetch_add(1, Ordering::Relaxed);
+                // The kernel's counters and schedstat now and then, for a live view.
+                if b.msgs.fetch_add(1, Ordering::Relaxed) % (1 << 16) == (1 << 16) - 1 {
+                    breakdown::refresh(shared);
+                }
             }
         }
+        // The faulting threads run again: make room for the next faults now.
+        region.after_faults();
     }
 }
 
@@ -381,6 +417,19 @@ extern "C" fn after_fork_child() {
     }
     alloc::unlock_after_fork();
 }
+
+/// At exit, the breakdown's last figures (the counters and schedstat) go to the shared page
+/// while the program's threads still exist.
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static FINI: extern "C" fn() = {
+    extern "C" fn fini() {
+        if let Some(region) = region_any().filter(|r| r.managed()) {
+            breakdown::refresh(region.shared());
+        }
+    }
+    fini
+};
 
 /// Starts the runtime when the library is loaded, before `main`, even if the program never
 /// allocates.

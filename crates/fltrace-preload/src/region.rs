@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::Release};
 use fltrace_runtime_abi::{LOG_LEN, Shared, kind};
 use spinning_top::Spinlock;
 
+use crate::breakdown::{add, now_ns};
 use crate::sys;
 use crate::uffd::{self, Msg};
 
@@ -56,7 +57,16 @@ struct Pages {
     evicted_at: *mut u32,
     /// Pages evicted so far.
     evictions: u32,
+    /// Resident pages whose far copy is kept (clean, `IN_STORE`).
+    clean_copies: usize,
+    /// Store pages whose copy is to be released, released together (one `MADV_DONTNEED` per
+    /// run, so one TLB shootdown per batch rather than per page).
+    releases: [u32; RELEASE_BATCH],
+    release_len: usize,
 }
+
+/// Store copies released together.
+const RELEASE_BATCH: usize = 64;
 
 // SAFETY: the raw pointers refer to the runtime's private metadata mapping, only touched
 // under the region lock.
@@ -75,6 +85,12 @@ pub struct Region {
     policy: Policy,
     inner: Spinlock<Pages>,
     shared: *const Shared,
+    /// Evict a batch ahead of need after serving faults (`FLTRACE_RT_EVICT_AHEAD`).
+    evict_ahead: bool,
+    /// Free local pages the eviction ahead of need makes.
+    ahead: usize,
+    /// Most clean resident pages whose far copy is kept.
+    clean_cap: usize,
     /// Set while fork prepares the child: faults are served but nothing is evicted.
     paused: AtomicBool,
     /// Set in a child forked without exec: its copy of the region is plain memory (the
@@ -90,8 +106,27 @@ unsafe impl Send for Region {}
 
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
-/// Most pages evicted in one batch.
-pub const EVICT_BATCH: usize = 32;
+/// Most pages evicted in one batch: one write-protect and one `MADV_DONTNEED` (one TLB
+/// shootdown) per run of contiguous pages in it.
+pub const EVICT_BATCH: usize = 128;
+
+/// Tuning of a region beyond its size and policy.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// Evict a batch ahead of need after serving faults.
+    pub evict_ahead: bool,
+    /// Most clean resident pages whose far copy is kept, percent of the limit.
+    pub clean_copies_percent: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            evict_ahead: true,
+            clean_copies_percent: 10,
+        }
+    }
+}
 
 /// Calls `f(first, count)` for each run of consecutive indexes in sorted `indexes`.
 fn for_runs(indexes: &[usize], mut f: impl FnMut(usize, usize)) {
@@ -115,6 +150,7 @@ impl Region {
         policy: Policy,
         uffd: i32,
         shared: *const Shared,
+        tuning: Tuning,
     ) -> Option<Region> {
         let bytes = pages.checked_mul(PAGE)?;
         let base = sys::map_anonymous(bytes, libc::MAP_NORESERVE);
@@ -155,14 +191,21 @@ impl Region {
             // SAFETY: as above, after the queue.
             evicted_at: unsafe { meta.add(pages * 5 + queue_cap * 8) }.cast(),
             evictions: 0,
+            clean_copies: 0,
+            releases: [0; RELEASE_BATCH],
+            release_len: 0,
         };
+        let limit = limit.max(1);
         let region = Region {
             base: base as usize,
             pages,
             store: store as usize,
             uffd,
-            limit: limit.max(1),
+            limit,
             policy,
+            evict_ahead: tuning.evict_ahead,
+            ahead: (limit / 64).min(EVICT_BATCH),
+            clean_cap: limit.saturating_mul(tuning.clean_copies_percent.min(100)) / 100,
             inner: Spinlock::new(inner),
             shared,
             paused: AtomicBool::new(false),
@@ -193,34 +236,51 @@ impl Region {
         self.uffd >= 0 && !self.detached.load(Relaxed)
     }
 
-    /// Resolves one page fault reported by the userfaultfd.
-    pub fn handle_fault(&self, msg: &Msg) {
+    /// Resolves one page fault reported by the userfaultfd, whose message was read at
+    /// `read_ns` (CLOCK_MONOTONIC).
+    pub fn handle_fault(&self, msg: &Msg, read_ns: u64) {
         let addr = (msg.address as usize) & !(PAGE - 1);
         if !self.contains(addr) {
             let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
             return;
         }
         let idx = (addr - self.base) / PAGE;
-        let mut pages = self.inner.lock();
         let shared = self.shared();
+        let breakdown = &shared.breakdown;
+        let locking = now_ns();
+        let mut pages = self.inner.lock();
+        add(&breakdown.lock_wait_ns, now_ns() - locking);
         // SAFETY: idx < pages, within the state array.
         let state = unsafe { &mut *pages.state.add(idx) };
         if *state & RESIDENT != 0 {
-            if msg.flags & uffd::PAGEFAULT_FLAG_WP != 0 {
+            // A write to a clean page, reported as such or as a write to the missing page
+            // that another thread's read brought in meanwhile: resolved here either way, so
+            // the second case costs no second round trip.
+            let write_to_clean = msg.flags & uffd::PAGEFAULT_FLAG_WP != 0
+                || (msg.flags & uffd::PAGEFAULT_FLAG_WRITE != 0 && *state & DIRTY == 0);
+            if write_to_clean {
                 // First write to a clean page: from now on it differs from the store, whose
                 // copy is released (eviction writes a fresh one).
                 if *state & IN_STORE != 0 {
-                    self.release_copy(idx);
                     *state &= !IN_STORE;
+                    pages.clean_copies -= 1;
+                    self.queue_release(&mut pages, idx);
                 }
+                // SAFETY: idx < pages.
+                let state = unsafe { &mut *pages.state.add(idx) };
                 *state |= DIRTY | self.written_reference();
+                let filling = now_ns();
                 let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, false);
+                add(&breakdown.fill_ns, now_ns() - filling);
                 shared.faults.fetch_add(1, Relaxed);
                 shared.faults_wp.fetch_add(1, Relaxed);
-                self.log(msg.ptid, addr, kind::WRPROTECT);
+                self.log(msg.ptid, addr, kind::WRPROTECT, read_ns);
             } else {
-                // Another thread's fault brought it in first.
+                // Another thread's fault brought it in first. Logged too: the thread's fault
+                // has its row in the trace.
+                breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
                 let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
+                self.log(msg.ptid, addr, kind::WAKE, read_ns);
             }
             return;
         }
@@ -229,7 +289,10 @@ impl Region {
         // waits: local memory never exceeds the limit, and a single-threaded program sees the
         // same evictions on every run.
         let write = msg.flags & (uffd::PAGEFAULT_FLAG_WRITE | uffd::PAGEFAULT_FLAG_WP) != 0;
-        self.evict_over_limit(&mut pages, self.limit.saturating_sub(1));
+        let evicting = now_ns();
+        if self.evict_over_limit(&mut pages, self.limit.saturating_sub(1)) {
+            add(&breakdown.evict_ns, now_ns() - evicting);
+        }
         // SAFETY: idx < pages, within the state array.
         let state = unsafe { &mut *pages.state.add(idx) };
         let fetched = *state & IN_STORE != 0;
@@ -238,13 +301,20 @@ impl Region {
         } else {
             ZERO_PAGE.as_ptr() as usize
         };
-        if uffd::copy(self.uffd, addr as u64, src as u64, PAGE as u64, !write).is_err() {
+        let filling = now_ns();
+        let copied = uffd::copy(self.uffd, addr as u64, src as u64, PAGE as u64, !write);
+        add(&breakdown.fill_ns, now_ns() - filling);
+        if copied.is_err() {
             let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
             return;
         }
         // A page fetched for a write is dirty at once: its far copy is stale, and released.
-        if fetched && write {
-            self.release_copy(idx);
+        // One fetched for a read keeps its copy (evicting it again costs no copy) while the
+        // copies held twice stay within their bound; beyond it the copy goes, and the page
+        // counts as dirty (copied if evicted).
+        let keep_copy = fetched && !write && pages.clean_copies < self.clean_cap;
+        if fetched && !keep_copy {
+            self.queue_release(&mut pages, idx);
         }
         let refaulted = self.policy == Policy::Refault && fetched && {
             // SAFETY: idx < pages.
@@ -254,13 +324,17 @@ impl Region {
         // SAFETY: idx < pages.
         let state = unsafe { &mut *pages.state.add(idx) };
         *state = RESIDENT
-            | if fetched && !write { IN_STORE } else { 0 }
+            | if keep_copy { IN_STORE } else { 0 }
             | if write {
                 DIRTY | self.written_reference()
+            } else if fetched && !keep_copy {
+                // Its only copy is here now: eviction must write it out.
+                DIRTY
             } else {
                 0
             }
             | if refaulted { REFERENCED } else { 0 };
+        pages.clean_copies += usize::from(keep_copy);
         self.enqueue(&mut pages, idx);
         pages.resident += 1;
         shared.faults.fetch_add(1, Relaxed);
@@ -278,13 +352,14 @@ impl Region {
             msg.ptid,
             addr,
             if fetched { kind::FETCH } else { kind::ZERO },
+            read_ns,
         );
         let resident = (pages.resident * PAGE) as u64;
         shared.resident.store(resident, Relaxed);
         shared.memory_used.fetch_max(resident, Relaxed);
     }
 
-    fn log(&self, tid: u32, addr: usize, kind: u32) {
+    fn log(&self, tid: u32, addr: usize, kind: u32, read_ns: u64) {
         let shared = self.shared();
         let head = shared.log_head.load(Relaxed);
         let entry = &shared.log[head as usize % LOG_LEN];
@@ -292,6 +367,8 @@ impl Region {
         entry
             .page_and_kind
             .store(addr as u64 | u64::from(kind), Relaxed);
+        entry.read_ns.store(read_ns, Relaxed);
+        entry.done_ns.store(now_ns(), Relaxed);
         // Release: the entry is complete before the reader sees the new head.
         shared.log_head.store(head + 1, Release);
     }
@@ -332,14 +409,15 @@ impl Region {
     /// Evicts until at most `target` pages are resident. Victims are taken in batches of up to
     /// [`EVICT_BATCH`] so that neighbouring pages share one write-protect and one
     /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages.
-    fn evict_over_limit(&self, pages: &mut Pages, target: usize) {
+    fn evict_over_limit(&self, pages: &mut Pages, target: usize) -> bool {
         if pages.resident <= target || self.paused.load(Relaxed) {
-            return;
+            return false;
         }
         let shared = self.shared();
+        let breakdown = &shared.breakdown;
         shared.evict_ops.fetch_add(1, Relaxed);
         // Going a little below the target makes the next faults free of eviction work.
-        let target = target.saturating_sub((self.limit / 64).min(EVICT_BATCH - 1));
+        let target = target.saturating_sub(self.ahead);
         // At most half the queue gets a second chance per call: a sweep that went all the way
         // round would evict the very pages it just spared, before they could be written again.
         let mut chances = pages.len / 2;
@@ -376,6 +454,7 @@ impl Region {
             let victims = &mut victims[..count];
             victims.sort_unstable();
             // Block writers on the dirty victims first, then copy: no write can be lost between.
+            let protecting = now_ns();
             for_runs(victims, |first, n| {
                 // SAFETY: indexes < pages.
                 let dirty = |i: usize| unsafe { *pages.state.add(i) } & DIRTY != 0;
@@ -388,9 +467,15 @@ impl Region {
                     );
                 }
             });
+            let copying = now_ns();
+            add(&breakdown.evict_wp_ns, copying - protecting);
             for &idx in victims.iter() {
                 // SAFETY: idx < pages.
                 let state = unsafe { &mut *pages.state.add(idx) };
+                if *state & IN_STORE != 0 {
+                    // Its copy stays as the far page; no longer held twice.
+                    pages.clean_copies -= 1;
+                }
                 if *state & DIRTY != 0 {
                     let addr = self.base + idx * PAGE;
                     // SAFETY: both pages are mapped and PAGE bytes long; the region page is
@@ -410,12 +495,16 @@ impl Region {
                 unsafe { *pages.evicted_at.add(idx) = pages.evictions };
                 pages.evictions = pages.evictions.wrapping_add(1);
             }
+            let dropping = now_ns();
+            add(&breakdown.evict_copy_ns, dropping - copying);
             for_runs(victims, |first, n| {
                 sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
             });
+            add(&breakdown.evict_drop_ns, now_ns() - dropping);
             pages.resident -= count;
             shared.evict_pages_done.fetch_add(count as u64, Relaxed);
         }
+        true
     }
 
     /// What a write marks besides dirty: a reference, for clock (its recency signal).
@@ -427,10 +516,75 @@ impl Region {
         }
     }
 
-    /// Frees the store's copy of page `idx`: a resident page that is dirty will get a fresh
-    /// one if evicted, and keeping the stale one would count it twice in the process's memory.
-    fn release_copy(&self, idx: usize) {
-        sys::madvise(self.store + idx * PAGE, PAGE, libc::MADV_DONTNEED);
+    /// Queues the release of the store's copy of page `idx`: a resident page that is dirty
+    /// will get a fresh one if evicted, and keeping the stale one would count it twice in the
+    /// process's memory.
+    fn queue_release(&self, pages: &mut Pages, idx: usize) {
+        if pages.release_len == RELEASE_BATCH {
+            self.flush_releases(pages);
+        }
+        pages.releases[pages.release_len] = idx as u32;
+        pages.release_len += 1;
+    }
+
+    /// Releases the queued store copies, contiguous ones in one call. A page evicted since it
+    /// was queued has its fresh far copy there (it is `IN_STORE` again, or not resident):
+    /// that one stays.
+    fn flush_releases(&self, pages: &mut Pages) {
+        let mut idxs = [0usize; RELEASE_BATCH];
+        let mut count = 0;
+        for i in 0..pages.release_len {
+            let idx = pages.releases[i] as usize;
+            // SAFETY: queued indexes are < pages.
+            let state = unsafe { *pages.state.add(idx) };
+            if state & RESIDENT != 0 && state & IN_STORE == 0 {
+                idxs[count] = idx;
+                count += 1;
+            }
+        }
+        pages.release_len = 0;
+        let idxs = &mut idxs[..count];
+        idxs.sort_unstable();
+        let mut previous = usize::MAX;
+        let mut unique = 0;
+        for i in 0..idxs.len() {
+            if idxs[i] != previous {
+                previous = idxs[i];
+                idxs[unique] = idxs[i];
+                unique += 1;
+            }
+        }
+        for_runs(&idxs[..unique], |first, n| {
+            sys::madvise(self.store + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
+        });
+    }
+
+    /// After serving a read's faults: releases the queued far copies, and evicts a batch if
+    /// local memory is nearly full, so that the next faults find room without waiting.
+    pub fn after_faults(&self) {
+        if !self.managed() {
+            return;
+        }
+        let mut pages = self.inner.lock();
+        if pages.release_len > 0 {
+            self.flush_releases(&mut pages);
+        }
+        if !self.evict_ahead || self.ahead == 0 {
+            return;
+        }
+        // Evict when fewer than a quarter of the batch's pages are free, down to a batch free.
+        if pages.resident + self.ahead / 4 >= self.limit {
+            let before = pages.resident;
+            let started = now_ns();
+            if self.evict_over_limit(&mut pages, self.limit - 1) {
+                let breakdown = &self.shared().breakdown;
+                add(&breakdown.evict_ns, now_ns() - started);
+                add(
+                    &breakdown.evict_ahead_pages,
+                    before.saturating_sub(pages.resident) as u64,
+                );
+            }
+        }
     }
 
     /// Forgets the contents of the whole pages in `[addr, addr + len)`: they read as zeros
@@ -457,6 +611,9 @@ impl Region {
             let resident = *state & RESIDENT != 0;
             if resident {
                 pages.resident -= 1;
+                if *state & IN_STORE != 0 {
+                    pages.clean_copies -= 1;
+                }
                 run_start.get_or_insert(page);
             } else if let Some(s) = run_start.take() {
                 sys::madvise(s, page - s, libc::MADV_DONTNEED);

@@ -12,10 +12,31 @@
 
 use core::sync::atomic::AtomicU64;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Buckets are powers of two of microseconds; percentiles name the bucket's upper bound.
+    #[test]
+    fn histogram_buckets_and_percentiles() {
+        assert_eq!(hist_bucket(999), 0);
+        assert_eq!(hist_bucket(1_000), 0);
+        assert_eq!(hist_bucket(2_000), 1);
+        assert_eq!(hist_bucket(7_999), 2);
+        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
+        let mut buckets = [0; HIST_BUCKETS];
+        buckets[2] = 98;
+        buckets[5] = 2;
+        assert_eq!(hist_percentile(&buckets, 500), 8_000);
+        assert_eq!(hist_percentile(&buckets, 990), 64_000);
+        assert_eq!(hist_percentile(&[0; HIST_BUCKETS], 500), 0);
+    }
+}
+
 pub mod alloclog;
 
 /// Identifies the layout; bump on change.
-pub const MAGIC: u64 = 0x666c_7472_7274_0001;
+pub const MAGIC: u64 = 0x666c_7472_7274_0002;
 
 /// Entries in the fault log ring (a power of two).
 pub const LOG_LEN: usize = 1 << 16;
@@ -35,6 +56,16 @@ pub mod env {
     pub const HANDLERS: &CStr = c"FLTRACE_RT_HANDLERS";
     /// `1` to busy-poll the userfaultfd instead of blocking.
     pub const BUSY_POLL: &CStr = c"FLTRACE_RT_BUSY_POLL";
+    /// `0` to leave the handler threads at the program's scheduling class; by default they
+    /// run at real-time priority when allowed (root), so that the program's threads cannot
+    /// keep them from serving a fault.
+    pub const REALTIME: &CStr = c"FLTRACE_RT_REALTIME";
+    /// `0` to evict only when a fault finds local memory full; by default the handler evicts
+    /// a batch ahead of need once the faults of a read have been served.
+    pub const EVICT_AHEAD: &CStr = c"FLTRACE_RT_EVICT_AHEAD";
+    /// Most clean resident pages whose far copy is kept, in percent of the local limit
+    /// (default 10); `100` keeps every copy.
+    pub const CLEAN_COPIES: &CStr = c"FLTRACE_RT_CLEAN_COPIES";
     /// Path prefix of the shared page; the runtime appends `-<pid>`.
     pub const SHARED: &CStr = c"FLTRACE_RT_SHARED";
     /// Path prefix of the allocation logs (`record --allocs`); the interposer appends
@@ -61,6 +92,9 @@ pub mod kind {
     pub const FETCH: u32 = 2;
     /// A write to a write-protected (clean) page: now dirty.
     pub const WRPROTECT: u32 = 3;
+    /// A fault on a page that another thread's fault had brought in meanwhile: the handler
+    /// only woke the thread.
+    pub const WAKE: u32 = 4;
 }
 
 /// One handled fault.
@@ -70,6 +104,91 @@ pub struct LogEntry {
     pub tid: AtomicU64,
     /// Page address (low 12 bits hold the kind).
     pub page_and_kind: AtomicU64,
+    /// When the handler read the fault's message (CLOCK_MONOTONIC ns, the clock of the
+    /// trace's rows): the row's time to this is the wait for a handler.
+    pub read_ns: AtomicU64,
+    /// When the handler had resolved it (CLOCK_MONOTONIC ns).
+    pub done_ns: AtomicU64,
+}
+
+/// Buckets of the runtime's latency histograms: bucket `k` counts values in
+/// `[2^k, 2^(k+1))` microseconds (bucket 0 also takes everything under 1 us).
+pub const HIST_BUCKETS: usize = 16;
+
+/// The histogram bucket of a duration in nanoseconds.
+pub fn hist_bucket(ns: u64) -> usize {
+    let us = ns / 1000;
+    if us == 0 {
+        0
+    } else {
+        (63 - us.leading_zeros() as usize).min(HIST_BUCKETS - 1)
+    }
+}
+
+/// The upper bound (ns) of the bucket holding the `per_mille`th value of a histogram, or 0
+/// when it is empty: a percentile within a factor of two.
+pub fn hist_percentile(buckets: &[u64; HIST_BUCKETS], per_mille: u64) -> u64 {
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let rank = (total * per_mille).div_ceil(1000).max(1);
+    let mut seen = 0;
+    for (k, count) in buckets.iter().enumerate() {
+        seen += count;
+        if seen >= rank {
+            return (2000u64) << k;
+        }
+    }
+    2000u64 << (HIST_BUCKETS - 1)
+}
+
+/// Where the handled faults' time went, summed by the runtime (see [`Shared::breakdown`]).
+#[repr(C)]
+pub struct Breakdown {
+    /// userfaultfd messages read (each a fault of one thread).
+    pub msgs: AtomicU64,
+    /// `read` calls that returned messages: `msgs / reads` is the batching.
+    pub reads: AtomicU64,
+    /// Messages whose page another message had already brought in: only a wake-up.
+    pub resolved_elsewhere: AtomicU64,
+    /// Sum over messages of read to resolved, ns (includes waiting behind earlier messages of
+    /// the same batch).
+    pub handle_ns: AtomicU64,
+    /// Time spent evicting inside the handler, ns.
+    pub evict_ns: AtomicU64,
+    /// Of which write-protecting dirty victims.
+    pub evict_wp_ns: AtomicU64,
+    /// Of which copying dirty victims to the store.
+    pub evict_copy_ns: AtomicU64,
+    /// Of which dropping victims (`MADV_DONTNEED`, where the TLB shootdowns are).
+    pub evict_drop_ns: AtomicU64,
+    /// Time in the ioctl that resolves a fault (`UFFDIO_COPY`/`UFFDIO_WRITEPROTECT`, which
+    /// also wakes the faulting thread), ns.
+    pub fill_ns: AtomicU64,
+    /// Time spent waiting for the region lock, ns.
+    pub lock_wait_ns: AtomicU64,
+    /// Evictions done ahead of need (by the background watermark), pages.
+    pub evict_ahead_pages: AtomicU64,
+    /// Remote TLB shootdowns received by the program's threads (`tlb:tlb_flush`, reason 1).
+    pub tlb_remote: AtomicU64,
+    /// Local TLB shootdowns (`tlb:tlb_flush`, reasons 2 and 3).
+    pub tlb_local: AtomicU64,
+    /// Function-call IPIs sent by the process (`ipi:ipi_send_cpumask`: TLB shootdowns).
+    pub ipi_sent: AtomicU64,
+    /// Context switches of the process's threads.
+    pub context_switches: AtomicU64,
+    /// CPU time of the program's threads (schedstat), ns.
+    pub program_cpu_ns: AtomicU64,
+    /// Time the program's threads were runnable but waiting for a CPU (schedstat run_delay),
+    /// ns: the wake-up after a resolved fault waits here.
+    pub program_run_delay_ns: AtomicU64,
+    /// CPU time of the handler threads, ns.
+    pub handler_cpu_ns: AtomicU64,
+    /// Time the handler threads were runnable but waiting for a CPU, ns.
+    pub handler_run_delay_ns: AtomicU64,
+    /// Histogram of per-message handling time ([`hist_bucket`]).
+    pub handle_hist: [AtomicU64; HIST_BUCKETS],
 }
 
 /// The shared page: counters first, then the log.
@@ -111,6 +230,8 @@ pub struct Shared {
     pub region_start: AtomicU64,
     /// Bytes of the managed region.
     pub region_len: AtomicU64,
+    /// Where the time went.
+    pub breakdown: Breakdown,
     /// Entries written to the log so far (the next goes to `log_head % LOG_LEN`).
     pub log_head: AtomicU64,
     /// Handled faults, newest last.
@@ -139,6 +260,37 @@ impl Shared {
             ("memory_allocd", self.memory_allocd.load(Relaxed)),
             ("memory_freed", self.memory_freed.load(Relaxed)),
             ("m_exhausted", self.m_exhausted.load(Relaxed)),
+        ]
+    }
+
+    /// The breakdown of the handled faults' time as (name, value) pairs: sums in ns and
+    /// counts, then the handling time's median and 99th percentile (within a factor of two).
+    pub fn breakdown(&self) -> [(&'static str, u64); 21] {
+        use core::sync::atomic::Ordering::Relaxed;
+        let b = &self.breakdown;
+        let hist = core::array::from_fn(|k| b.handle_hist[k].load(Relaxed));
+        [
+            ("rt_msgs", b.msgs.load(Relaxed)),
+            ("rt_reads", b.reads.load(Relaxed)),
+            ("rt_resolved_elsewhere", b.resolved_elsewhere.load(Relaxed)),
+            ("rt_handle_ns", b.handle_ns.load(Relaxed)),
+            ("rt_handle_p50_ns", hist_percentile(&hist, 500)),
+            ("rt_handle_p99_ns", hist_percentile(&hist, 990)),
+            ("rt_evict_ns", b.evict_ns.load(Relaxed)),
+            ("rt_evict_wp_ns", b.evict_wp_ns.load(Relaxed)),
+            ("rt_evict_copy_ns", b.evict_copy_ns.load(Relaxed)),
+            ("rt_evict_drop_ns", b.evict_drop_ns.load(Relaxed)),
+            ("rt_fill_ns", b.fill_ns.load(Relaxed)),
+            ("rt_lock_wait_ns", b.lock_wait_ns.load(Relaxed)),
+            ("rt_evict_ahead_pages", b.evict_ahead_pages.load(Relaxed)),
+            ("tlb_remote", b.tlb_remote.load(Relaxed)),
+            ("tlb_local", b.tlb_local.load(Relaxed)),
+            ("ipi_sent", b.ipi_sent.load(Relaxed)),
+            ("context_switches", b.context_switches.load(Relaxed)),
+            ("program_cpu_ns", b.program_cpu_ns.load(Relaxed)),
+            ("program_run_delay_ns", b.program_run_delay_ns.load(Relaxed)),
+            ("handler_cpu_ns", b.handler_cpu_ns.load(Relaxed)),
+            ("handler_run_delay_ns", b.handler_run_delay_ns.load(Relaxed)),
         ]
     }
 }

@@ -430,8 +430,13 @@ impl<T> Batched<T> {
         Ok(())
     }
 
+    /// Writes every buffered row, a row group of at most [`ROW_GROUP`] rows at a time (the
+    /// fault writer buffers up to two).
     fn flush(&mut self) -> Result<(), Error> {
-        self.flush_first(self.batch.len())
+        while !self.batch.is_empty() {
+            self.flush_first(ROW_GROUP)?;
+        }
+        Ok(())
     }
 
     /// Writes the first `count` buffered rows (at most all) as a row group.
@@ -492,9 +497,15 @@ impl FaultWriter {
         )))
     }
 
-    /// Appends a fault; writes a row group when the batch is full.
+    /// Appends a fault; writes a row group when two are buffered, keeping the newer one open
+    /// to [`pending_mut`](Self::pending_mut): flags learnt after the fault (a far-memory
+    /// fetch, read from the runtime's log a round or two later) find their row still there.
     pub fn push(&mut self, fault: Fault) -> Result<(), Error> {
-        self.0.push(fault)
+        self.0.batch.push(fault);
+        if self.0.batch.len() >= 2 * ROW_GROUP {
+            self.0.flush_first(ROW_GROUP)?;
+        }
+        Ok(())
     }
 
     /// The faults not yet written, for amending flags learnt after the fault (major faults).

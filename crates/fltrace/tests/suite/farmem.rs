@@ -287,3 +287,77 @@ fn sweep_tabulates_and_resumes() {
         2
     );
 }
+
+/// `readscan.c` (two threads, each writing its own array once and reading it in further
+/// passes), built once.
+fn readscan() -> &'static Path {
+    static BUILT: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    &BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let out = dir.path().join("readscan");
+            let status = std::process::Command::new("gcc")
+                .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+                .arg(&out)
+                .arg(workloads_dir().join("readscan.c"))
+                .arg("-lpthread")
+                .status()
+                .expect("gcc runs");
+            assert!(status.success());
+            (dir, out)
+        })
+        .1
+}
+
+/// The runtime's log and the trace agree exactly on a two-threaded program under heavy
+/// eviction: every log entry finds its row (the row of its thread and page that it follows
+/// in time), so the trace's first touches and fetches are exactly the workload's, and every
+/// handled fault is matched.
+#[test]
+fn runtime_log_and_trace_agree_on_threads() {
+    let dir = Dir::new();
+    // 16 MiB per thread, 3 passes, 8 MiB local: under FIFO every page of a later pass was
+    // evicted since its thread last read it.
+    let (code, err) = far(&dir, "8", "128", readscan(), &["16", "3"]);
+    assert_eq!(code, Some(0), "{err}");
+    let pages = 2 * 16 * 256;
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(report["lost"], 0);
+    let write = group_at(&report, "readscan.c", site("readscan.c", "readscan_write"));
+    assert_eq!(
+        (
+            write["count"].as_u64(),
+            write["first_touches"].as_u64(),
+            write["fetches"].as_u64()
+        ),
+        (Some(pages), Some(pages), Some(0))
+    );
+    let read = group_at(&report, "readscan.c", site("readscan.c", "readscan_read"));
+    assert_eq!(
+        (read["count"].as_u64(), read["fetches"].as_u64()),
+        (Some(2 * pages), Some(2 * pages))
+    );
+
+    let pid = dir.pids("stats", "out")[0];
+    let stats = fltrace_trace::files::stats(dir.path(), pid);
+    let stat = |name: &str| {
+        fltrace_trace::stats::last_value(&stats, name)
+            .expect("stats")
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(stat("rt_unmatched"), 0);
+    assert_eq!(stat("rt_log_missed"), 0);
+    // Every entry of the log (each handled fault, and each wake-up of a thread whose page
+    // another thread's fault brought in) matched its row.
+    assert_eq!(
+        stat("rt_matched"),
+        stat("rt_faults") + stat("rt_resolved_elsewhere")
+    );
+    assert!(stat("rt_faults") >= 3 * pages);
+    // The breakdown is there: every message was timed, and eviction took part of it.
+    assert!(stat("rt_msgs") >= stat("rt_faults"));
+    assert!(stat("rt_handle_ns") > 0 && stat("rt_evict_ns") > 0);
+    assert!(stat("rt_wait_ns") > 0 && stat("program_cpu_ns") > 0);
+    assert!(stat("memory_used") <= 8 << 20);
+}
