@@ -752,3 +752,19 @@ impl<'a> Merge<'a> {
         Some(item)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SpoolMetadata;
+
+    #[test]
+    fn spool_metadata_reads_back_what_was_written() {
+        let metadata = SpoolMetadata {
+            recording: "4242-1795393791310439880".into(),
+            mono_offset: u64::MAX - 7,
+        };
+        assert_eq!(SpoolMetadata::parse(&metadata.to_text()), Some(metadata));
+        assert_eq!(SpoolMetadata::parse("recording 1-2\n"), None);
+        assert_eq!(SpoolMetadata::parse("mono_offset x\nrecording 1-2\n"), None);
+    }
+}
