@@ -407,10 +407,7 @@ pub fn recover_stale_spools(out_dir: &Path) -> Vec<Recovered> {
         let Ok(_lock) = lock_spool(&path, true) else {
             continue;
         };
-        let why_not = match recover_spool(&path, out_dir, &mut recovered) {
-            Ok(()) => None,
-            Err(reason) => Some(reason),
-        };
+        let why_not = recover_spool(&path, out_dir, &mut recovered).err();
         if std::fs::remove_dir_all(&path).is_ok() {
             match why_not {
                 Some(reason) => log::warn!(
