@@ -12,6 +12,8 @@
 //   dlopen LIB N    lib_fill(N) in the shared library LIB (an mmap of N pages)
 //   attach N        print "ready", wait until stdin closes, then N blocks of 56 bytes, the
 //                   odd ones freed (for a tracer attaching to a running process)
+//   hold N          N blocks of 88 bytes, kept, then print "ready" and wait until stdin closes
+//                   (for a recorder killed while the program runs)
 //   signals N       N malloc/free pairs of 32 bytes while a timer signal every 50 us maps and
 //                   unmaps a page from its handler; prints how many signals were handled
 //   malloc4m [N]    N (default 4,000,000) malloc/free pairs of 16 to 527 bytes, every seventh
@@ -197,6 +199,18 @@ __attribute__((noinline)) static void attached(int n) {
     sink = blocks;
 }
 
+__attribute__((noinline)) static void hold(int n) {
+    void **blocks = calloc(n, sizeof(void *));
+    for (int i = 0; i < n; i++)
+        blocks[i] = malloc(88); /* SITE:hold */
+    sink = blocks;
+    printf("ready\n");
+    fflush(stdout);
+    char buf[16];
+    while (read(0, buf, sizeof buf) > 0) {
+    }
+}
+
 static volatile long handled;
 
 static void on_alarm(int sig) {
@@ -345,6 +359,8 @@ int main(int argc, char **argv) {
         while (read(0, buf, sizeof buf) > 0) {
         }
         attached((int)n);
+    } else if (!strcmp(mode, "hold")) {
+        hold((int)n);
     } else if (!strcmp(mode, "signals")) {
         signals(n);
     } else if (!strcmp(mode, "heap")) {

@@ -129,59 +129,135 @@ impl AllocLogs {
         mono_offset: u64,
         recording: &str,
     ) -> Result<Option<Converted>, Error> {
-        let mut logs = Vec::new();
-        for image in 0.. {
-            let path = self.dir.join(format!("log-{pid}.{image}"));
-            match std::fs::read(&path) {
-                Ok(bytes) => logs.push((path, bytes)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(source) => return Err(fltrace_trace::Error::Io { path, source }.into()),
-            }
+        convert_spooled(
+            &self.dir,
+            pid,
+            first_generation,
+            out_dir,
+            mono_offset,
+            recording,
+        )
+    }
+
+    /// Writes what converting the logs needs besides them ([`SpoolMetadata`]) into the
+    /// spool, so that the logs of a recorder killed before converting them can be converted
+    /// by [`recover_stale_spools`].
+    pub fn write_metadata(&self, recording: &str, mono_offset: u64) -> Result<(), Error> {
+        use std::io::Write;
+        let path = self.dir.join(METADATA_FILE);
+        let text = SpoolMetadata {
+            recording: recording.to_owned(),
+            mono_offset,
         }
-        if logs.is_empty() {
-            return Ok(None);
+        .to_text();
+        files::create_new(&path)?
+            .write_all(text.as_bytes())
+            .map_err(|source| fltrace_trace::Error::Io { path, source })?;
+        Ok(())
+    }
+}
+
+/// Converts the logs of `pid` in spool directory `spool`: see [`AllocLogs::convert`].
+fn convert_spooled(
+    spool: &Path,
+    pid: u32,
+    first_generation: u32,
+    out_dir: &Path,
+    mono_offset: u64,
+    recording: &str,
+) -> Result<Option<Converted>, Error> {
+    let mut logs = Vec::new();
+    for image in 0.. {
+        let path = spool.join(format!("log-{pid}.{image}"));
+        match std::fs::read(&path) {
+            Ok(bytes) => logs.push((path, bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(source) => return Err(fltrace_trace::Error::Io { path, source }.into()),
         }
-        // An image's calls come after its exec, but the millisecond clock can put the first
-        // ones before it: each image's times start no earlier than its first mapping.
-        let image_start = image_starts(&files::mmaps(out_dir, pid))?;
-        let origin = Origin::new(recording, pid);
-        let mut allocs = BackgroundWriter::start(AllocWriter::create_for(
-            &files::allocs(out_dir, pid),
-            origin.clone(),
-        )?);
-        let mut stack_writer = StackWriter::create_for(&files::alloc_stacks(out_dir, pid), origin)?;
-        let mut stacks = Stacks::default();
-        let mut converted = Converted::default();
-        for (image, (path, bytes)) in logs.iter().enumerate() {
-            let generation = first_generation + image as u32;
-            let streams = thread_streams(path, bytes, &mut converted)?;
-            let floor = image_start.get(&generation).copied().unwrap_or(0);
-            if stacks.local.len() <= generation as usize {
-                stacks.local.resize(generation as usize + 1, Vec::new());
-            }
-            let mut merge = Merge::new(streams, mono_offset);
-            let mut frames = [0u64; MAX_FRAMES];
-            while let Some(item) = merge.next(&mut frames) {
-                match item {
-                    Item::Stack(local_id, len) => {
-                        stacks.define(generation, local_id, &frames[..len], &mut stack_writer)?;
+    }
+    if logs.is_empty() {
+        return Ok(None);
+    }
+    // An image's calls come after its exec, but the millisecond clock can put the first
+    // ones before it: each image's times start no earlier than its first mapping.
+    let image_start = image_starts(&files::mmaps(out_dir, pid))?;
+    let origin = Origin::new(recording, pid);
+    let mut allocs = BackgroundWriter::start(AllocWriter::create_for(
+        &files::allocs(out_dir, pid),
+        origin.clone(),
+    )?);
+    let mut stack_writer = StackWriter::create_for(&files::alloc_stacks(out_dir, pid), origin)?;
+    let mut stacks = Stacks::default();
+    let mut converted = Converted::default();
+    for (image, (path, bytes)) in logs.iter().enumerate() {
+        let generation = first_generation + image as u32;
+        let streams = thread_streams(path, bytes, &mut converted)?;
+        let floor = image_start.get(&generation).copied().unwrap_or(0);
+        if stacks.local.len() <= generation as usize {
+            stacks.local.resize(generation as usize + 1, Vec::new());
+        }
+        let mut merge = Merge::new(streams, mono_offset);
+        let mut frames = [0u64; MAX_FRAMES];
+        while let Some(item) = merge.next(&mut frames) {
+            match item {
+                Item::Stack(local_id, len) => {
+                    stacks.define(generation, local_id, &frames[..len], &mut stack_writer)?;
+                }
+                Item::Event(mut event) => {
+                    event.time_ns = event.time_ns.max(floor);
+                    if event.stack_id != AllocEvent::NO_STACK {
+                        event.stack_id = stacks.global(generation, event.stack_id);
                     }
-                    Item::Event(mut event) => {
-                        event.time_ns = event.time_ns.max(floor);
-                        if event.stack_id != AllocEvent::NO_STACK {
-                            event.stack_id = stacks.global(generation, event.stack_id);
-                        }
-                        allocs.push(event)?;
-                        converted.events += 1;
-                    }
+                    allocs.push(event)?;
+                    converted.events += 1;
                 }
             }
-            converted.corrupt_chunks += merge.corrupt;
         }
-        allocs.finish()?;
-        stack_writer.finish()?;
-        converted.stacks = stacks.next;
-        Ok(Some(converted))
+        converted.corrupt_chunks += merge.corrupt;
+    }
+    allocs.finish()?;
+    stack_writer.finish()?;
+    converted.stacks = stacks.next;
+    Ok(Some(converted))
+}
+
+/// The name of the metadata file in a spool directory (the tracer's files start with `log`).
+const METADATA_FILE: &str = "recording";
+
+/// What converting a spool's logs needs that is not in them, written when the recording
+/// starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SpoolMetadata {
+    /// The recording id of the tables.
+    recording: String,
+    /// CLOCK_MONOTONIC to Unix-epoch nanoseconds.
+    mono_offset: u64,
+}
+
+impl SpoolMetadata {
+    fn to_text(&self) -> String {
+        format!(
+            "recording {}\nmono_offset {}\n",
+            self.recording, self.mono_offset
+        )
+    }
+
+    fn parse(text: &str) -> Option<SpoolMetadata> {
+        let mut recording = None;
+        let mut mono_offset = None;
+        for line in text.lines() {
+            match line.split_once(' ') {
+                Some(("recording", value)) if !value.is_empty() => {
+                    recording = Some(value.to_owned());
+                }
+                Some(("mono_offset", value)) => mono_offset = value.parse().ok(),
+                _ => {}
+            }
+        }
+        Some(SpoolMetadata {
+            recording: recording?,
+            mono_offset: mono_offset?,
+        })
     }
 }
 
@@ -287,12 +363,26 @@ fn lock_spool(dir: &Path, try_only: bool) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Removes the spools of recorders that are gone (killed before they could clean up): a spool
-/// whose lock is free and whose recorder pid no longer runs. Returns the directories removed.
-pub fn remove_stale_spools(out_dir: &Path) -> Vec<PathBuf> {
-    let mut removed = Vec::new();
+/// A process whose allocations a killed recorder left in its spool, now in its tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The spool they were in (now removed).
+    pub spool: PathBuf,
+    /// The process.
+    pub pid: u32,
+    /// What its conversion found.
+    pub converted: Converted,
+}
+
+/// Converts the spools of recorders that are gone (killed before they could convert them)
+/// into their recordings' allocation tables, then removes them: a spool whose lock is free
+/// and whose recorder pid no longer runs. A process whose tables exist already is left as
+/// it is; a spool without metadata (an older fltrace's) or that does not convert is removed
+/// with a warning. Returns the processes recovered.
+pub fn recover_stale_spools(out_dir: &Path) -> Vec<Recovered> {
+    let mut recovered = Vec::new();
     let Ok(entries) = std::fs::read_dir(out_dir) else {
-        return removed;
+        return recovered;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -313,17 +403,94 @@ pub fn remove_stale_spools(out_dir: &Path) -> Vec<PathBuf> {
             continue;
         }
         let path = entry.path();
-        if let Ok(_lock) = lock_spool(&path, true)
-            && std::fs::remove_dir_all(&path).is_ok()
-        {
-            log::warn!(
-                "removed {}, left by a recorder that was killed",
-                path.display()
-            );
-            removed.push(path);
+        // Held while converting: another fltrace recovering the same spool skips it.
+        let Ok(_lock) = lock_spool(&path, true) else {
+            continue;
+        };
+        let why_not = recover_spool(&path, out_dir, &mut recovered).err();
+        if std::fs::remove_dir_all(&path).is_ok() {
+            match why_not {
+                Some(reason) => log::warn!(
+                    "removed {}, left by a recorder that was killed: {reason}",
+                    path.display()
+                ),
+                None => log::info!(
+                    "removed {}, left by a recorder that was killed, once converted",
+                    path.display()
+                ),
+            }
         }
     }
-    removed
+    recovered
+}
+
+/// Converts each process's logs in stale spool `spool` unless its tables exist; says why
+/// not when the spool cannot be converted.
+fn recover_spool(
+    spool: &Path,
+    out_dir: &Path,
+    recovered: &mut Vec<Recovered>,
+) -> Result<(), String> {
+    let metadata = match std::fs::read_to_string(spool.join(METADATA_FILE)) {
+        Ok(text) => SpoolMetadata::parse(&text)
+            .ok_or("its metadata does not parse; its allocations are lost")?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(
+                "it has no metadata (an older fltrace's spool); its allocations are lost".into(),
+            );
+        }
+        Err(e) => return Err(format!("its metadata is unreadable ({e})")),
+    };
+    let mut pids: Vec<u32> = std::fs::read_dir(spool)
+        .map_err(|e| format!("it is unreadable ({e})"))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let (pid, _image) = name.to_str()?.strip_prefix("log-")?.split_once('.')?;
+            pid.parse().ok()
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids {
+        if files::allocs(out_dir, pid).exists() || files::alloc_stacks(out_dir, pid).exists() {
+            continue;
+        }
+        // The first image the library ran in: the command's first (0), or the parent's at a
+        // fork, which is the child's first mapping's generation too.
+        let first_generation = fltrace_trace::read_mappings(&files::mmaps(out_dir, pid))
+            .ok()
+            .and_then(|mappings| mappings.iter().map(|m| m.generation).min())
+            .unwrap_or(0);
+        match convert_spooled(
+            spool,
+            pid,
+            first_generation,
+            out_dir,
+            metadata.mono_offset,
+            &metadata.recording,
+        ) {
+            Ok(Some(converted)) => {
+                log::warn!(
+                    "recovered {} allocations of process {pid} from the spool of a killed recorder",
+                    converted.events
+                );
+                recovered.push(Recovered {
+                    spool: spool.to_owned(),
+                    pid,
+                    converted,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // Half-written tables would hide the loss.
+                let _ = std::fs::remove_file(files::allocs(out_dir, pid));
+                let _ = std::fs::remove_file(files::alloc_stacks(out_dir, pid));
+                return Err(format!("the logs of process {pid} do not convert ({e})"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The time each address-space generation of a process began: its first mapping.
@@ -580,5 +747,21 @@ impl<'a> Merge<'a> {
         self.streams[i].last_time = time;
         self.advance(i);
         Some(item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpoolMetadata;
+
+    #[test]
+    fn spool_metadata_reads_back_what_was_written() {
+        let metadata = SpoolMetadata {
+            recording: "4242-1795393791310439880".into(),
+            mono_offset: u64::MAX - 7,
+        };
+        assert_eq!(SpoolMetadata::parse(&metadata.to_text()), Some(metadata));
+        assert_eq!(SpoolMetadata::parse("recording 1-2\n"), None);
+        assert_eq!(SpoolMetadata::parse("mono_offset x\nrecording 1-2\n"), None);
     }
 }

@@ -38,7 +38,7 @@ mod uprobes;
 mod user;
 pub mod wss;
 
-pub use allocs::{AllocLogs, Converted};
+pub use allocs::{AllocLogs, Converted, Recovered, recover_stale_spools};
 pub use error::Error;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;

@@ -278,7 +278,7 @@ impl Session {
             }
             _ => Vec::new(),
         };
-        crate::allocs::remove_stale_spools(&options.dir);
+        crate::allocs::recover_stale_spools(&options.dir);
         let alloc_logs = match &options.allocs {
             Some(crate::AllocTracing::Preload(library)) => {
                 let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
@@ -346,6 +346,9 @@ impl Session {
         // The recording id of every table: unique across runs and, in practice, across
         // machines.
         let recording = format!("{root_pid}-{start_ns}");
+        if let Some(logs) = &alloc_logs {
+            logs.write_metadata(&recording, mono_offset)?;
+        }
         let metadata = vec![
             (keys::SESSION.to_owned(), recording.clone()),
             (keys::START_NS.to_owned(), start_ns.to_string()),

@@ -55,11 +55,20 @@ fn main() -> ExitCode {
 fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         cli::Command::Record(args) => record::run(args),
-        cli::Command::Report(args) => report::run(args).map(|()| ExitCode::SUCCESS),
-        cli::Command::Visualize(args) => visualize::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Report(args) => {
+            recover_allocations(&args.selection.dir);
+            report::run(args).map(|()| ExitCode::SUCCESS)
+        }
+        cli::Command::Visualize(args) => {
+            recover_allocations(&args.selection.dir);
+            visualize::run(args).map(|()| ExitCode::SUCCESS)
+        }
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
-        cli::Command::Heatmap(args) => heatmap::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Heatmap(args) => {
+            recover_allocations(&args.selection.dir);
+            heatmap::run(args).map(|()| ExitCode::SUCCESS)
+        }
         cli::Command::System(command) => system::run(command),
         cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Script(args) => script::run(args).map(|()| ExitCode::SUCCESS),
@@ -81,4 +90,10 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// Converts the allocation logs a killed `record --allocs` left in `dir` into its tables
+/// before they are read (it warns of each process recovered).
+fn recover_allocations(dir: &std::path::Path) {
+    fltrace_capture::recover_stale_spools(dir);
 }

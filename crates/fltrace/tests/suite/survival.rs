@@ -275,3 +275,101 @@ fn changed_bytes_in_each_table_are_an_error() {
     let json = json.unwrap_or_else(|| panic!("report failed: {err}"));
     assert_eq!(count_at(&json, "faults.c", site("faults.c", "fill")), 50);
 }
+
+/// SIGKILL of `record --allocs` mid-run: the allocations the program made before are in the
+/// killed recorder's spool, and the next `report` converts them into the recording's tables
+/// (every one, at its exact line) and removes the spool.
+#[test]
+fn sigkill_of_the_recorder_keeps_the_allocations() {
+    const BLOCKS: u64 = 250;
+    let dir = Dir::new();
+    let mut recorder = dir
+        .fltrace()
+        .args(["record", "-q", "--allocs", "--"])
+        .arg(&workloads().allocs)
+        .args(["hold", &BLOCKS.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace runs");
+    let mut line = String::new();
+    BufReader::new(recorder.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("workload prints");
+    assert_eq!(line.trim(), "ready");
+    // Wait for a checkpoint of the mappings the allocation stacks are symbolized with: within
+    // seconds (one a second), bounded.
+    let started = Instant::now();
+    let pid = loop {
+        let mapped = |pid: u32| {
+            fltrace_trace::read_mappings(&fltrace_trace::files::mmaps(dir.path(), pid)).is_ok_and(
+                |maps| {
+                    maps.iter().any(|m| m.path.ends_with("/allocs"))
+                        && maps.iter().any(|m| m.path.contains("libc"))
+                },
+            )
+        };
+        if let Some(pid) = dir
+            .pids("mmaps", "parquet")
+            .into_iter()
+            .find(|&p| mapped(p))
+        {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoint of the mappings after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // SAFETY: signalling our own child, then the workload it started.
+    unsafe { libc::kill(recorder.id() as i32, libc::SIGKILL) };
+    let status = recorder.wait().expect("fltrace exits");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let spools = || {
+        std::fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".fltrace-allocs-")
+            })
+            .count()
+    };
+    assert_eq!(spools(), 1, "the killed recorder's spool");
+
+    let out = dir.run(&["report", "--allocs", "--format", "csv", "--top", "0"]);
+    assert!(out.status.success(), "report failed: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "allocations of process {pid} from the spool of a killed recorder"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let rows = csv_rows(&String::from_utf8_lossy(&out.stdout));
+    let line = site("allocs.c", "hold").to_string();
+    let row = rows
+        .iter()
+        .find(|r| r["file"].ends_with("allocs.c") && r["line"] == line)
+        .unwrap_or_else(|| panic!("no row at allocs.c:{line} in {rows:#?}"));
+    assert_eq!(row["allocs"], BLOCKS.to_string(), "{row:?}");
+    assert_eq!(row["bytes"], (BLOCKS * 88).to_string(), "{row:?}");
+    assert_eq!(spools(), 0, "the spool is left once converted");
+    // Converted once: the next report reads the tables, with nothing left to recover.
+    let again = dir.run(&["report", "--allocs", "--format", "csv", "--top", "0"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        !stderr(&again).contains("from the spool of a killed recorder"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(again.stdout, out.stdout);
+}
