@@ -362,6 +362,7 @@ fn drain(
     const PERF_RECORD_THROTTLE: u32 = 5;
     const PERF_RECORD_SAMPLE: u32 = 9;
     let mut summary = AccessSummary::default();
+    let mut last_checkpoint = std::time::Instant::now();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         let mut samples = Vec::new();
@@ -390,6 +391,11 @@ fn drain(
         }
         if stopping {
             break;
+        }
+        // As the faults table does: what was read survives the recorder's death.
+        if last_checkpoint.elapsed() >= Duration::from_secs(1) {
+            tables.checkpoint()?;
+            last_checkpoint = std::time::Instant::now();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -455,6 +461,16 @@ impl AccessTables {
             data_src: sample.data_src,
             stack_id,
         })?;
+        Ok(())
+    }
+
+    /// Makes every sample so far readable should the recorder die: the stacks first, so
+    /// that every sample readable has its stack.
+    pub fn checkpoint(&mut self) -> Result<(), Error> {
+        for (access, stacks, _) in self.open.values_mut() {
+            stacks.checkpoint()?;
+            access.checkpoint()?;
+        }
         Ok(())
     }
 
@@ -577,5 +593,50 @@ mod tests {
         );
         assert_eq!(resolve_event(&dir, "mem-stores"), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A recorder killed after a checkpoint leaves the samples up to it readable, each with
+    /// its stack; what came after is lost, not garbled.
+    #[test]
+    fn checkpointed_samples_survive_a_writer_that_never_finishes() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut tables = AccessTables::new(dir.path().to_owned(), "rec".into());
+        let sample = |n: u64| AccessSample {
+            ip: 0x40_1000 + n,
+            pid: 7,
+            tid: 8,
+            time_ns: 1_000 * n,
+            addr: 0x7f00_0000_0000 + 4096 * n,
+            latency: n,
+            source: DataSource::from_bits(2),
+            data_src: 2,
+            stack: vec![0x40_2000, 0x40_3000 + n % 2],
+        };
+        for n in 0..3 {
+            tables.push(sample(n), 0).expect("push");
+        }
+        tables.checkpoint().expect("checkpoint");
+        tables.push(sample(3), 0).expect("push");
+        // The recorder dies: no footer is ever written.
+        std::mem::forget(tables);
+
+        let samples = fltrace_trace::read_access(&files::access(dir.path(), 7)).expect("recovered");
+        let addrs: Vec<u64> = samples.iter().map(|s| s.addr).collect();
+        assert_eq!(
+            addrs,
+            [0x7f00_0000_0000, 0x7f00_0000_1000, 0x7f00_0000_2000]
+        );
+        let stacks =
+            fltrace_trace::read_stacks(&files::access_stacks(dir.path(), 7)).expect("stacks");
+        for s in &samples {
+            let stack = stacks
+                .iter()
+                .find(|st| st.id == s.stack_id)
+                .expect("its stack");
+            assert_eq!(
+                stack.frames,
+                [0x40_2000, 0x40_3000 + (s.ip - 0x40_1000) % 2]
+            );
+        }
     }
 }

@@ -679,6 +679,12 @@ impl AccessWriter {
         self.0.push(record)
     }
 
+    /// Writes every sample pushed and a checkpoint: they stay readable should the writer
+    /// never finish.
+    pub fn checkpoint(&mut self) -> Result<(), Error> {
+        self.0.checkpoint(usize::MAX)
+    }
+
     /// Writes what is buffered and the footer.
     pub fn finish(self) -> Result<(), Error> {
         self.0.finish()
