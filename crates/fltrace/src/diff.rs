@@ -6,11 +6,13 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{DiffRow, GroupBy, Location, diff_groups, group_fault_counts, stack_field};
+use fltrace_analyze::{DiffRow, GroupBy, Location, diff_groups, group_fault_counts};
 
 use crate::cli::{By, DiffArgs, Format, Selection};
 use crate::load::{Loaded, load_counts};
-use crate::report::{csv_text, short_file_line, shown, truncate};
+use crate::report::{
+    csv_text, location_columns, location_fields, short_file_line, shown, truncate,
+};
 
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let out = diff(&args)?;
@@ -104,44 +106,20 @@ fn table(rows: &[DiffRow], a: &Loaded, b: &Loaded) -> String {
 }
 
 fn csv(rows: &[DiffRow], by: GroupBy) -> anyhow::Result<String> {
-    let header: &[&str] = match by {
-        GroupBy::Line => &[
-            "a", "b", "delta", "ratio", "function", "file", "line", "lib",
-        ],
-        GroupBy::Function => &["a", "b", "delta", "ratio", "function", "file", "lib"],
-        GroupBy::Dso => &["a", "b", "delta", "ratio", "lib"],
-        GroupBy::Stack => &[
-            "a", "b", "delta", "ratio", "function", "file", "line", "lib", "stack",
-        ],
-    };
+    let header: Vec<&str> = ["a", "b", "delta", "ratio"]
+        .into_iter()
+        .chain(location_columns(by).iter().copied())
+        .collect();
     csv_text(
-        header,
+        &header,
         rows.iter().map(|row| {
-            let l = &row.location;
             let mut fields = vec![
                 row.a.to_string(),
                 row.b.to_string(),
                 row.delta().to_string(),
                 row.ratio().map(|r| format!("{r:.4}")).unwrap_or_default(),
             ];
-            let (function, file, line, lib) = (
-                l.function.to_string(),
-                l.file.to_string(),
-                l.line.to_string(),
-                l.lib.to_string(),
-            );
-            match by {
-                GroupBy::Line => fields.extend([function, file, line, lib]),
-                GroupBy::Function => fields.extend([function, file, lib]),
-                GroupBy::Dso => fields.push(lib),
-                GroupBy::Stack => fields.extend([
-                    function,
-                    file,
-                    line,
-                    lib,
-                    stack_field(row.stack.as_deref().unwrap_or_default()),
-                ]),
-            }
+            fields.extend(location_fields(&row.location, row.stack.as_deref(), by));
             fields
         }),
     )

@@ -284,40 +284,62 @@ pub(crate) fn truncate(s: &str, width: usize) -> String {
 }
 
 fn csv(groups: &[Group], by: GroupBy, total: u64) -> anyhow::Result<String> {
-    let header: &[&str] = match by {
-        GroupBy::Line => &[
-            "count", "percent", "kind", "function", "file", "line", "lib",
-        ],
-        GroupBy::Function => &["count", "percent", "kind", "function", "file", "lib"],
-        GroupBy::Dso => &["count", "percent", "kind", "lib"],
-        GroupBy::Stack => &[
-            "count", "percent", "kind", "function", "file", "line", "lib", "stack",
-        ],
-    };
+    let header: Vec<&str> = ["count", "percent", "kind"]
+        .into_iter()
+        .chain(location_columns(by).iter().copied())
+        .collect();
     csv_text(
-        header,
+        &header,
         groups.iter().map(|group| {
-            let l = &group.key.location;
             let mut row = vec![
                 group.count.to_string(),
                 format!("{:.4}", percent(group.count, total)),
                 group.kind_name().to_owned(),
             ];
-            let (function, file, line, lib) = (
-                l.function.to_string(),
-                l.file.to_string(),
-                l.line.to_string(),
-                l.lib.to_string(),
-            );
-            match by {
-                GroupBy::Line => row.extend([function, file, line, lib]),
-                GroupBy::Function => row.extend([function, file, lib]),
-                GroupBy::Dso => row.push(lib),
-                GroupBy::Stack => row.extend([function, file, line, lib, stack_text(&group.key)]),
-            }
+            row.extend(location_fields(
+                &group.key.location,
+                group.key.stack.as_deref(),
+                by,
+            ));
             row
         }),
     )
+}
+
+/// The CSV columns that name a group's location, for grouping `by`.
+pub(crate) fn location_columns(by: GroupBy) -> &'static [&'static str] {
+    match by {
+        GroupBy::Line => &["function", "file", "line", "lib"],
+        GroupBy::Function => &["function", "file", "lib"],
+        GroupBy::Dso => &["lib"],
+        GroupBy::Stack => &["function", "file", "line", "lib", "stack"],
+    }
+}
+
+/// The fields of [`location_columns`] for one group.
+pub(crate) fn location_fields(
+    l: &Location,
+    stack: Option<&[Location]>,
+    by: GroupBy,
+) -> Vec<String> {
+    let (function, file, line, lib) = (
+        l.function.to_string(),
+        l.file.to_string(),
+        l.line.to_string(),
+        l.lib.to_string(),
+    );
+    match by {
+        GroupBy::Line => vec![function, file, line, lib],
+        GroupBy::Function => vec![function, file, lib],
+        GroupBy::Dso => vec![lib],
+        GroupBy::Stack => vec![
+            function,
+            file,
+            line,
+            lib,
+            stack_field(stack.unwrap_or_default()),
+        ],
+    }
 }
 
 fn json(
