@@ -53,7 +53,7 @@ echo "graph $scale: peak ${peak_mb} MB untraced; far memory runs use -L=$half -M
 
 # The runtime's changes of issue #12 side by side, each switched off alone, and all of them
 # (the runtime as it was): alternating with the untraced program, ROUNDS times each.
-configs=("default" "FLTRACE_RT_REALTIME=0" "FLTRACE_RT_EVICT_AHEAD=0" "FLTRACE_RT_REALTIME=0 FLTRACE_RT_EVICT_AHEAD=0 FLTRACE_RT_CLEAN_COPIES=100")
+configs=("default" "FLTRACE_RT_REALTIME=1" "FLTRACE_RT_EVICT_AHEAD=0" "FLTRACE_RT_EVICT_AHEAD=0 FLTRACE_RT_CLEAN_COPIES=100")
 untraced=(); declare -A traced
 for ((r = 0; r < rounds; r++)); do
     for ((c = 0; c < ${#configs[@]}; c++)); do

@@ -286,11 +286,12 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
     breakdown::register_handler();
     let shared = region.shared();
     let busy = sys::env_u64(env::BUSY_POLL) == Some(1);
-    // A handler woken for a fault preempts the program's threads (and the recorder) instead
-    // of queueing behind them; it sleeps in poll otherwise, so it takes no CPU the program
-    // would have had. Not when busy-polling, where it would own a CPU. Children forked
-    // from it would not keep the priority (there are none).
-    if !busy && sys::env_u64(env::REALTIME) != Some(0) {
+    // Asked for (FLTRACE_RT_REALTIME=1): a handler woken for a fault preempts the program's
+    // threads (and the recorder) instead of queueing behind them. It pays on a machine loaded
+    // by other work, but on a quiet one it preempted the program's OpenMP threads for ms at a
+    // time (graph 18: 20x against 10x at the default class, once 124 s against 14 s), so it
+    // is not the default. Not when busy-polling, where it would own a CPU.
+    if !busy && sys::env_u64(env::REALTIME) == Some(1) {
         let param = libc::sched_param { sched_priority: 1 };
         // SAFETY: setting the calling thread's policy; refused without privilege, harmless.
         unsafe {

@@ -56,9 +56,9 @@ pub mod env {
     pub const HANDLERS: &CStr = c"FLTRACE_RT_HANDLERS";
     /// `1` to busy-poll the userfaultfd instead of blocking.
     pub const BUSY_POLL: &CStr = c"FLTRACE_RT_BUSY_POLL";
-    /// `0` to leave the handler threads at the program's scheduling class; by default they
-    /// run at real-time priority when allowed (root), so that the program's threads cannot
-    /// keep them from serving a fault.
+    /// `1` to run the handler threads at real-time priority when allowed (root), so that
+    /// the program's threads cannot keep them from serving a fault; by default they stay in
+    /// the program's scheduling class (see docs/BENCHMARKS.md for why).
     pub const REALTIME: &CStr = c"FLTRACE_RT_REALTIME";
     /// `0` to evict only when a fault finds local memory full; by default the handler evicts
     /// a batch ahead of need once the faults of a read have been served.
