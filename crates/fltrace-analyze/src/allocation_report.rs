@@ -10,7 +10,7 @@ use crate::allocs::{AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHi
 use crate::group::{
     AllocGroup, AllocSiteGroup, AllocSource, GroupBy, group_allocs, group_faults_by_alloc_site,
 };
-use crate::{Location, ResolvedStacks, attribute_faults};
+use crate::{Loaded, Location, ResolvedStacks, attribute_faults};
 
 /// One process's allocations, paired and totalled.
 pub struct AllocProcess<'a> {
@@ -45,6 +45,32 @@ impl<'a> AllocProcess<'a> {
             stats,
         }
     }
+}
+
+/// How old, in nanoseconds, a block alive at the end must be to count as leaked, for
+/// `--older MS` (none: every block alive at the end).
+pub fn leak_age_ns(older_ms: Option<u64>) -> u64 {
+    older_ms.unwrap_or(0).saturating_mul(1_000_000)
+}
+
+/// The processes of `loaded` recorded with allocations, paired and totalled, leaks being the
+/// blocks at least `min_leak_age_ns` old at the end; and the pids of those recorded without.
+pub fn alloc_processes(loaded: &Loaded, min_leak_age_ns: u64) -> (Vec<AllocProcess<'_>>, Vec<u32>) {
+    let mut processes = Vec::new();
+    let mut without = Vec::new();
+    for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
+        if loaded.has_allocs(trace.pid) {
+            processes.push(AllocProcess::new(
+                trace,
+                stacks,
+                alloc_stacks,
+                min_leak_age_ns,
+            ));
+        } else {
+            without.push(trace.pid);
+        }
+    }
+    (processes, without)
 }
 
 /// The sums over processes.
@@ -275,6 +301,13 @@ mod tests {
         let mut stacks = ResolvedStacks::default();
         stacks.insert(0, vec![loc("touch", 99)], vec![0x99]);
         stacks
+    }
+
+    #[test]
+    fn leak_age_from_milliseconds() {
+        assert_eq!(leak_age_ns(None), 0);
+        assert_eq!(leak_age_ns(Some(3)), 3_000_000);
+        assert_eq!(leak_age_ns(Some(u64::MAX)), u64::MAX);
     }
 
     #[test]
