@@ -4,6 +4,8 @@
 pub mod allocs;
 pub mod diff;
 pub mod faults;
+#[cfg(test)]
+mod synthetic;
 
 use fltrace_analyze::{GroupBy, GroupKey, Location, stack_field};
 

@@ -562,144 +562,10 @@ pub fn by_alloc_site(
 mod tests {
     use std::path::Path;
 
-    use fltrace_analyze::{
-        AllocStacks, CallSite, FaultsHeld, LoadError, LoadOptions, alloc_processes, leak_age_ns,
-    };
-    use fltrace_trace::{
-        AllocCall, AllocEvent, AllocWriter, Fault, FaultFlags, FaultWriter, Mapping, MappingWriter,
-        Stack, StackWriter, files, keys, parse_procmaps_line,
-    };
+    use fltrace_analyze::{AllocStacks, FaultsHeld, alloc_processes, leak_age_ns};
 
+    use super::super::synthetic::{load, record, rows};
     use super::*;
-
-    const PID: u32 = 4242;
-    const START: u64 = 1_000_000_000;
-    const MS: u64 = 1_000_000;
-
-    // Allocation sites: their addresses stand for return addresses into them.
-    #[inline(never)]
-    fn leaky_site() -> u64 {
-        std::hint::black_box(1)
-    }
-
-    #[inline(never)]
-    fn temporary_site() -> u64 {
-        std::hint::black_box(2)
-    }
-
-    #[inline(never)]
-    fn mapping_site() -> u64 {
-        std::hint::black_box(3)
-    }
-
-    #[inline(never)]
-    fn toucher() -> u64 {
-        std::hint::black_box(4)
-    }
-
-    /// An address inside `f`, so that it and one byte back both symbolize to `f`.
-    fn inside(f: fn() -> u64) -> u64 {
-        f as usize as u64 + 1
-    }
-
-    fn event(ms: u64, call: AllocCall, addr: u64, size: u64, stack_id: u32) -> AllocEvent {
-        AllocEvent {
-            time_ns: START + ms * MS,
-            tid: PID,
-            call,
-            addr,
-            size,
-            old_addr: 0,
-            detail: if call == AllocCall::Mmap { 0x22 } else { 0 },
-            stack_id,
-        }
-    }
-
-    /// A recording of process `PID`: this test binary's own mappings (so that the sites
-    /// symbolize) and, with `allocs`, a leak of 5000 bytes, a temporary 100 bytes, and an
-    /// 8 KiB anonymous mapping half unmapped again; faults in the leak, the mapping, the
-    /// unmapped half and nowhere.
-    fn record(dir: &Path, allocs: bool) {
-        let metadata = vec![
-            (keys::SESSION.to_owned(), format!("{PID}-{START}")),
-            (keys::START_NS.to_owned(), START.to_string()),
-            (keys::COMMAND.to_owned(), "synthetic".to_owned()),
-        ];
-        let mut mappings = MappingWriter::create(&files::mmaps(dir, PID)).unwrap();
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        for line in maps.lines() {
-            mappings.push(parse_procmaps_line(line).unwrap());
-        }
-        mappings.push(Mapping {
-            time_ns: START + 4 * MS,
-            start: 0x2000_0000,
-            end: 0x2000_2000,
-            prot: 3,
-            flags: 0x22,
-            path: "//anon".into(),
-            ..Mapping::default()
-        });
-        mappings.finish().unwrap();
-        let mut stacks = StackWriter::create(&files::stacks(dir, PID)).unwrap();
-        stacks
-            .push(Stack {
-                id: 0,
-                generation: 0,
-                frames: vec![inside(toucher)],
-            })
-            .unwrap();
-        stacks.finish().unwrap();
-        let mut faults = FaultWriter::create(&files::faults(dir, PID), &metadata).unwrap();
-        let touch = |ms_tenths: u64, addr: u64| Fault {
-            time_ns: START + ms_tenths * MS / 10,
-            pid: PID,
-            tid: PID,
-            ip: inside(toucher),
-            addr,
-            flags: FaultFlags(FaultFlags::WRITE),
-            stack_id: 0,
-        };
-        for fault in [
-            touch(15, 0x1000_0010),
-            touch(16, 0x1000_1000),
-            touch(17, 0x1000_1387), // the leak's last byte
-            touch(45, 0x2000_0000),
-            touch(60, 0x2000_1000), // unmapped from the block at 5 ms
-            touch(60, 0x3000_0000),
-        ] {
-            faults.push(fault).unwrap();
-        }
-        faults.finish().unwrap();
-        if !allocs {
-            return;
-        }
-        let mut stacks = StackWriter::create(&files::alloc_stacks(dir, PID)).unwrap();
-        for (id, site) in [leaky_site, temporary_site, mapping_site]
-            .into_iter()
-            .enumerate()
-        {
-            stacks
-                .push(Stack {
-                    id: id as u32,
-                    generation: 0,
-                    frames: vec![inside(site)],
-                })
-                .unwrap();
-        }
-        stacks.finish().unwrap();
-        let mut events = AllocWriter::create(&files::allocs(dir, PID)).unwrap();
-        let no_stack = AllocEvent::NO_STACK;
-        for event in [
-            event(1, AllocCall::Malloc, 0x1000_0000, 5000, 0),
-            event(2, AllocCall::Malloc, 0x1000_2000, 100, 1),
-            event(3, AllocCall::Free, 0x1000_2000, 0, no_stack),
-            event(4, AllocCall::Mmap, 0x2000_0000, 8192, 2),
-            event(5, AllocCall::Munmap, 0x2000_1000, 4096, no_stack),
-        ] {
-            events.push(event).unwrap();
-        }
-        events.finish().unwrap();
-    }
 
     /// Which report [`report`] writes.
     #[derive(Clone, Copy)]
@@ -709,22 +575,9 @@ mod tests {
         ByAllocSite,
     }
 
-    fn load(dir: &Path) -> Result<Loaded, LoadError> {
-        let options = LoadOptions {
-            pid: None,
-            window_s: None,
-            call_site: CallSite::Program,
-            include_tracer: false,
-            archive: None,
-            alloc_stacks: AllocStacks::Required,
-            faults: FaultsHeld::All,
-        };
-        fltrace_analyze::load(dir, &options)
-    }
-
     /// The report of the recording in `dir`, as `fltrace report` with its flags writes it.
     fn report(dir: &Path, report: Report, format: Format) -> String {
-        let loaded = load(dir).unwrap();
+        let loaded = load(dir, AllocStacks::Required, FaultsHeld::All).unwrap();
         let older_ms = match report {
             Report::Leaks { older_ms } => older_ms,
             _ => None,
@@ -737,21 +590,6 @@ mod tests {
             Report::ByAllocSite => by_alloc_site(&loaded, &processes, 20, format),
         }
         .unwrap()
-    }
-
-    /// CSV rows as maps from column to value.
-    fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
-        let mut lines = csv.lines();
-        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-        lines
-            .map(|l| {
-                header
-                    .iter()
-                    .zip(l.split(','))
-                    .map(|(h, v)| (h.to_string(), v.to_string()))
-                    .collect()
-            })
-            .collect()
     }
 
     #[test]
@@ -768,7 +606,7 @@ mod tests {
             .iter()
             .map(|r| {
                 (
-                    r["file"].ends_with("allocs.rs"),
+                    r["file"].ends_with("synthetic.rs"),
                     r["function"].rsplit("::").next().unwrap(),
                     &*r["bytes"],
                     &*r["leaked_allocs"],
@@ -822,7 +660,9 @@ mod tests {
             .copied()
             .collect();
         assert!(
-            frames.iter().any(|f| f.contains("leaky_site allocs.rs:")),
+            frames
+                .iter()
+                .any(|f| f.contains("leaky_site synthetic.rs:")),
             "{text}"
         );
         assert_eq!(
@@ -864,7 +704,7 @@ mod tests {
             ]
         );
         let table = report(dir.path(), Report::ByAllocSite, Format::Table);
-        assert!(table.contains("toucher allocs.rs:"), "{table}");
+        assert!(table.contains("toucher synthetic.rs:"), "{table}");
         assert!(
             table.contains("6 faults in 1 process of `synthetic`; 4 (66.7%)"),
             "{table}"
@@ -876,7 +716,10 @@ mod tests {
     fn without_allocations() {
         let dir = tempfile::tempdir().unwrap();
         record(dir.path(), false);
-        let err = load(dir.path()).err().unwrap().to_string();
+        let err = load(dir.path(), AllocStacks::Required, FaultsHeld::All)
+            .err()
+            .unwrap()
+            .to_string();
         assert_eq!(err, fltrace_analyze::NO_ALLOCS);
     }
 }

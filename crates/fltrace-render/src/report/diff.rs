@@ -130,3 +130,83 @@ fn json(rows: &[DiffRow], by: GroupBy, a: &Loaded, b: &Loaded) -> String {
     });
     pretty(&doc)
 }
+
+#[cfg(test)]
+mod tests {
+    use fltrace_analyze::{AllocStacks, FaultsHeld, Location};
+
+    use super::super::synthetic::{load, record};
+    use super::*;
+
+    fn loc(function: &str, line: u32) -> Location {
+        Location {
+            function: function.into(),
+            file: "/src/a.c".into(),
+            line,
+            lib: "a.out".into(),
+            system: false,
+        }
+    }
+
+    /// A row that grew, one that is new in B, one that went away, by stack: CSV exact, the
+    /// table's ratios and callers, JSON's null ratio for the new row.
+    #[test]
+    fn rows_in_every_format() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), false);
+        let loaded = load(dir.path(), AllocStacks::Skip, FaultsHeld::Counted).unwrap();
+        let stack = |frames: &[Location]| Some(frames.iter().cloned().collect());
+        let rows = [
+            DiffRow {
+                location: loc("fill", 5),
+                stack: stack(&[loc("fill", 5), loc("main", 9)]),
+                a: 10,
+                b: 25,
+            },
+            DiffRow {
+                location: loc("scan", 7),
+                stack: stack(&[loc("scan", 7)]),
+                a: 0,
+                b: 4,
+            },
+            DiffRow {
+                location: loc("gone", 3),
+                stack: stack(&[loc("gone", 3)]),
+                a: 2,
+                b: 0,
+            },
+        ];
+        let by = GroupBy::Stack;
+        let csv = diff(&rows, by, &loaded, &loaded, Format::Csv).unwrap();
+        assert_eq!(
+            csv,
+            "a,b,delta,ratio,function,file,line,lib,stack\n\
+             10,25,15,2.5000,fill,/src/a.c,5,a.out,fill@/src/a.c:5|main@/src/a.c:9\n\
+             0,4,4,,scan,/src/a.c,7,a.out,scan@/src/a.c:7\n\
+             2,0,-2,0.0000,gone,/src/a.c,3,a.out,gone@/src/a.c:3\n"
+        );
+        let table = diff(&rows, by, &loaded, &loaded, Format::Table).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[1].starts_with("   1        10        25       +15    2.50x  fill"),
+            "{table}"
+        );
+        assert!(
+            lines[2].trim_start().starts_with("<- main (a.c:9)"),
+            "{table}"
+        );
+        assert!(lines[3].contains("new"), "{table}");
+        assert!(lines[4].contains("-2    0.00x"), "{table}");
+        assert!(
+            table.contains("\nA: 6 faults of `synthetic` in "),
+            "{table}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&diff(&rows, by, &loaded, &loaded, Format::Json).unwrap())
+                .unwrap();
+        assert_eq!(json["by"], "stack");
+        assert_eq!(json["rows"][1]["ratio"], serde_json::Value::Null);
+        assert_eq!(json["rows"][0]["stack"][1]["function"], "main");
+        assert_eq!(json["a"]["faults"], 6);
+    }
+}

@@ -132,3 +132,60 @@ fn json(loaded: &Loaded, report: &FaultReport) -> String {
     });
     pretty(&doc)
 }
+
+#[cfg(test)]
+mod tests {
+    use fltrace_analyze::{AllocStacks, FaultsHeld};
+
+    use super::super::synthetic::{load, record, rows};
+    use super::*;
+
+    /// The six write faults of the synthetic recording, all at `toucher`'s line: one row of
+    /// every fault, and one line of one covering 95%.
+    #[test]
+    fn one_line_in_every_format() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), false);
+        let loaded = load(dir.path(), AllocStacks::Skip, FaultsHeld::Counted).unwrap();
+        let report = FaultReport::of(loaded.counted(), GroupBy::Line, 0);
+
+        let csv = faults(&loaded, &report, Format::Csv).unwrap();
+        assert!(
+            csv.starts_with("count,percent,kind,function,file,line,lib\n"),
+            "{csv}"
+        );
+        let rows = rows(&csv);
+        assert_eq!(rows.len(), 1, "{csv}");
+        let row = &rows[0];
+        assert_eq!(
+            (&*row["count"], &*row["percent"], &*row["kind"]),
+            ("6", "100.0000", "write")
+        );
+        assert!(row["function"].ends_with("toucher"), "{csv}");
+        assert!(row["file"].ends_with("synthetic.rs"), "{csv}");
+
+        let table = faults(&loaded, &report, Format::Table).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(
+            lines[0].starts_with("   #    faults       %    cum%  kind"),
+            "{table}"
+        );
+        assert!(
+            lines[1].starts_with("   1         6 100.00% 100.00%  write"),
+            "{table}"
+        );
+        assert_eq!(
+            lines[3],
+            "6 faults in 1 process of `synthetic`, 0 lost; 1 of 1 code locations cover 95% of faults"
+        );
+
+        let json: serde_json::Value =
+            serde_json::from_str(&faults(&loaded, &report, Format::Json).unwrap()).unwrap();
+        assert_eq!(json["faults"], 6);
+        assert_eq!(json["pids"], serde_json::json!([4242]));
+        assert_eq!(json["locations_covering_95_percent"], 1);
+        assert_eq!(json["groups"][0]["writes"], 6);
+        assert_eq!(json["groups"][0]["reads"], 0);
+    }
+}
