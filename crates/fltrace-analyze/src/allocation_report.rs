@@ -108,6 +108,15 @@ pub fn group_process_allocs(processes: &[AllocProcess<'_>], by: GroupBy) -> Vec<
     group_allocs(processes.iter().map(|p| (&p.stats, p.alloc_stacks)), by)
 }
 
+/// The totals of `groups` added up: what a list under a report's table sums to.
+pub fn sum_totals<'a>(groups: impl IntoIterator<Item = &'a AllocGroup>) -> AllocTotals {
+    let mut sum = AllocTotals::default();
+    for group in groups {
+        sum += group.totals;
+    }
+    sum
+}
+
 /// The groups with a non-zero `key`, largest first (ties keep the order they came in).
 pub fn rank_allocs(groups: &[AllocGroup], key: impl Fn(&AllocTotals) -> u64) -> Vec<&AllocGroup> {
     let mut ranked: Vec<&AllocGroup> = groups.iter().filter(|g| key(&g.totals) > 0).collect();
@@ -369,6 +378,9 @@ mod tests {
             })
             .collect();
         assert_eq!(leaks, vec![("map", 8192, 1), ("leak", 8000, 2)]);
+        let leaked = sum_totals(rank_allocs(&merged, |t| t.leaked_bytes));
+        assert_eq!((leaked.leaked_bytes, leaked.leaked_allocs), (16_192, 3));
+        assert_eq!(sum_totals(&merged).allocs, 4);
     }
 
     #[test]

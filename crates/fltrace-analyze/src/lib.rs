@@ -42,7 +42,7 @@ mod tracer;
 
 pub use allocation_report::{
     AllocProcess, AllocSummary, FaultsByAllocSite, alloc_processes, group_process_allocs,
-    largest_blocks, leak_age_ns, merge_same_lines, rank_allocs,
+    largest_blocks, leak_age_ns, merge_same_lines, rank_allocs, sum_totals,
 };
 pub use allocs::{
     AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,

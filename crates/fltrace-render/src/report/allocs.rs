@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use fltrace_analyze::{
     AllocGroup, AllocProcess, AllocSiteGroup, AllocSummary, AllocTotals, BlockKind,
     FaultsByAllocSite, GroupBy, Loaded, Location, SizeHistogram, group_process_allocs, leak_age_ns,
-    merge_same_lines, percent, rank_allocs, rows_shown, take_top,
+    merge_same_lines, percent, rank_allocs, rows_shown, sum_totals, take_top,
 };
 
 use super::{
@@ -154,7 +154,7 @@ fn allocs_table(
         );
     }
     let at_peak = rank_allocs(groups, |t| t.peak_bytes);
-    let peak_total: u64 = at_peak.iter().map(|g| g.totals.peak_bytes).sum();
+    let peak_total = sum_totals(at_peak.iter().copied()).peak_bytes;
     if peak_total > 0 {
         let _ = writeln!(out, "alive then, by site:");
         for group in at_peak.iter().take(limit(at_peak.len())) {
@@ -174,8 +174,8 @@ fn allocs_table(
     out.push('\n');
 
     let leaks = rank_allocs(groups, |t| t.leaked_bytes);
-    let leaked_bytes: u64 = leaks.iter().map(|g| g.totals.leaked_bytes).sum();
-    let leaked_allocs: u64 = leaks.iter().map(|g| g.totals.leaked_allocs).sum();
+    let leaked = sum_totals(leaks.iter().copied());
+    let (leaked_bytes, leaked_allocs) = (leaked.leaked_bytes, leaked.leaked_allocs);
     let _ = writeln!(
         out,
         "Leaks: {} in {leaked_allocs} allocations alive at the end, allocated at least {} ms before it",
@@ -370,8 +370,8 @@ pub fn leaks(
                 }
             }
             let all = rank_allocs(&groups, |t| t.leaked_bytes);
-            let bytes: u64 = all.iter().map(|g| g.totals.leaked_bytes).sum();
-            let allocs: u64 = all.iter().map(|g| g.totals.leaked_allocs).sum();
+            let leaked = sum_totals(all.iter().copied());
+            let (bytes, allocs) = (leaked.leaked_bytes, leaked.leaked_allocs);
             let _ = writeln!(
                 out,
                 "\n{bytes} bytes in {allocs} allocations from {} stacks alive at the end of `{}`, allocated at least {} ms before it",
