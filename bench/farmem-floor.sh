@@ -8,6 +8,8 @@
 #   runtime      fltrace's runtime preloaded alone (no recorder), local memory ample
 #   record-ample fltrace record -L=<2x the peak> (no eviction)
 #   record-half  fltrace record -L=<half the peak>
+#   record-half-copy      the same with FLTRACE_RT_MOVE=0 (pages copied, not moved)
+#   record-half-2handlers the same with FLTRACE_RT_HANDLERS=2 (a handler per CPU)
 # and prints the median time of each and the time added per handled fault against untraced.
 # Scheduling setups: "spin" (OpenMP default: threads spin-wait), "passive"
 # (OMP_WAIT_POLICY=passive), "1thread" (OMP_NUM_THREADS=1: the handler has a CPU to itself),
@@ -63,9 +65,14 @@ run() {
             t0=$(now)
             "${prefix[@]}" LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=$((ample * 256)) FLTRACE_RT_MAX_PAGES=$((max * 256)) "$work/graph" "$scale" 1 >/dev/null
             t1=$(now) ;;
-        record-ample | record-half)
-            local l=$ample; [[ $config == record-half ]] && l=$half
-            t0=$(now); "${prefix[@]}" "$fltrace" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null; t1=$(now)
+        record-*)
+            local l=$half knobs=()
+            case $config in
+                record-ample) l=$ample ;;
+                record-half-copy) knobs=(FLTRACE_RT_MOVE=0) ;;
+                record-half-2handlers) knobs=(FLTRACE_RT_HANDLERS=2) ;;
+            esac
+            t0=$(now); "${prefix[@]}" "${knobs[@]}" "$fltrace" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null; t1=$(now)
             faults=$(stat_of "$(ls "$dir"/fltrace-data-stats-*.out | head -1)" rt_faults) ;;
     esac
     echo "$(echo "$t1 - $t0" | bc) ${faults:-0}"
