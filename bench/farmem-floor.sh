@@ -10,6 +10,7 @@
 #   record-half  fltrace record -L=<half the peak>
 #   record-half-copy      the same with FLTRACE_RT_MOVE=0 (pages copied, not moved)
 #   record-half-2handlers the same with FLTRACE_RT_HANDLERS=2 (a handler per CPU)
+#   record-half-busy      the same with FLTRACE_RT_BUSY_POLL=1 (the handler never sleeps)
 # and prints the median time of each and the time added per handled fault against untraced.
 # Scheduling setups: "spin" (OpenMP default: threads spin-wait), "passive"
 # (OMP_WAIT_POLICY=passive), "1thread" (OMP_NUM_THREADS=1: the handler has a CPU to itself),
@@ -71,6 +72,7 @@ run() {
                 record-ample) l=$ample ;;
                 record-half-copy) knobs=(FLTRACE_RT_MOVE=0) ;;
                 record-half-2handlers) knobs=(FLTRACE_RT_HANDLERS=2) ;;
+                record-half-busy) knobs=(FLTRACE_RT_BUSY_POLL=1) ;;
             esac
             t0=$(now); "${prefix[@]}" "${knobs[@]}" "$fltrace" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null; t1=$(now)
             faults=$(stat_of "$(ls "$dir"/fltrace-data-stats-*.out | head -1)" rt_faults) ;;
