@@ -12,6 +12,7 @@ pub mod event;
 pub mod files;
 pub mod memleak;
 mod object;
+pub mod output;
 mod symbols;
 pub mod tracefs;
 pub mod triage;
