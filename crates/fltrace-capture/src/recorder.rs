@@ -16,6 +16,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use fltrace_trace::{Fault, Mapping, keys};
 
 use crate::Error;
+use crate::child::ChildGuard;
 use crate::process::{Process, SessionMeta};
 use crate::ring::{RingBuffer, page_size};
 use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
@@ -158,58 +159,6 @@ pub fn record(
     Ok(session.finish(ended, options))
 }
 
-/// The command fltrace started, from its fork to its reaping. Dropped before it was reaped
-/// (a set-up step failed after the fork, or a panic), it is killed and reaped: no early
-/// return leaves a stopped child or a zombie behind, nor a command running on untraced.
-struct ChildGuard(Option<Child>);
-
-enum Child {
-    /// Forked, waiting to exec the command.
-    Pending(PendingChild),
-    /// Running the command.
-    Running(i32),
-}
-
-impl ChildGuard {
-    fn pid(&self) -> Option<i32> {
-        match &self.0 {
-            Some(Child::Pending(child)) => Some(child.pid()),
-            Some(Child::Running(pid)) => Some(*pid),
-            None => None,
-        }
-    }
-
-    /// Lets the child exec the command. A failed exec has reaped it already.
-    fn release(&mut self) -> Result<(), Error> {
-        if let Some(Child::Pending(child)) = self.0.take() {
-            self.0 = Some(Child::Running(child.release()?));
-        }
-        Ok(())
-    }
-
-    /// The command has been reaped (its status collected): nothing is left to clean up.
-    fn reaped(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        match self.0.take() {
-            Some(Child::Pending(child)) => child.abort(),
-            Some(Child::Running(pid)) => {
-                let mut status = 0;
-                // SAFETY: killing and reaping our own child, which nobody else waits for.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, &mut status, 0);
-                }
-            }
-            None => {}
-        }
-    }
-}
-
 /// A recording once set up: the events open, the command running, the side captures
 /// running.
 struct Session {
@@ -304,9 +253,9 @@ impl Session {
             Target::Command(argv) => {
                 let child = PendingChild::spawn(argv, options.credentials, &far_env)?;
                 let pid = child.pid();
-                (ChildGuard(Some(Child::Pending(child))), vec![pid], true)
+                (ChildGuard::pending(child), vec![pid], true)
             }
-            Target::Pid(pid) => (ChildGuard(None), attach_tasks(*pid)?, false),
+            Target::Pid(pid) => (ChildGuard::none(), attach_tasks(*pid)?, false),
         };
         let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
 

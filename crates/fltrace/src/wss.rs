@@ -7,31 +7,22 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
+use fltrace_capture::ChildGuard;
 use fltrace_capture::damon::{self, DamonStatus, MonitorConfig, Operations};
 use fltrace_capture::wss::{self, IdleBitmap, PAGE_IDLE_BITMAP};
 use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter};
 
 use crate::cli::{Format, WssArgs};
-use crate::record::interrupt_counter;
+use fltrace_capture::interrupt_counter;
 
 pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     let stop = interrupt_counter()?;
-    let mut child = None;
-    let pid = match (args.pid, args.command.split_first()) {
-        (Some(pid), _) => pid,
-        (None, Some((program, rest))) => {
-            let spawned = std::process::Command::new(program)
-                .args(rest)
-                .spawn()
-                .with_context(|| format!("cannot run `{}`", program.to_string_lossy()))?;
-            let pid = spawned.id() as i32;
-            child = Some(spawned);
-            pid
-        }
-        (None, None) => bail!("give a command (fltrace wss -- <command>) or a process (-p PID)"),
+    // The command is killed and reaped on the way out of --damon and --pages, and on errors.
+    let (child, pid) = match (args.pid, args.command.is_empty()) {
+        (Some(pid), _) => (ChildGuard::none(), pid),
+        (None, false) => ChildGuard::start(&args.command)?,
+        (None, true) => bail!("give a command (fltrace wss -- <command>) or a process (-p PID)"),
     };
-    // The command is killed on the way out of --damon and --pages, as before.
-    let mut child = KillOnDrop(child);
     if args.damon {
         return with_damon(&args, pid, &stop);
     }
@@ -43,9 +34,8 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Csv {
         writeln!(out, "time_s,wss_bytes,rss_bytes")?;
     }
-    let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
     let mut points = Vec::new();
-    wss::sample(pid, args.interval, |sample| {
+    let trace = wss::trace_referenced(pid, args.interval, |sample| {
         let secs = sample.elapsed.as_secs_f64();
         let line = match args.format {
             Format::Csv => format!("{secs:.3},{},{}", sample.wss(), sample.rss()),
@@ -56,9 +46,6 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
             ),
         };
         stop_on_error(writeln!(out, "{line}"), &stop);
-        for m in &sample.mappings {
-            trace.push_referenced(&range(secs, m.start, m.end, m.referenced), m.rss, &m.path);
-        }
         points.push((secs, sample.wss(), sample.rss()));
         stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d)
     })?;
@@ -73,24 +60,11 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", plot.display()))?;
         eprintln!("fltrace: {} and {}", path.display(), plot.display());
     }
-    if let Some(mut command) = child.0.take() {
-        // Sampling stopped early (duration or Ctrl-C): the command is left to finish.
-        let status = command.wait().context("waiting for the command")?;
-        return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The command fltrace started, killed and reaped when dropped.
-struct KillOnDrop(Option<std::process::Child>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(mut command) = self.0.take() {
-            let _ = command.kill();
-            let _ = command.wait();
-        }
-    }
+    // Sampling stopped early (duration or Ctrl-C): the command is left to finish.
+    Ok(match child.wait()? {
+        Some(status) => ExitCode::from(status.code().unwrap_or(1) as u8),
+        None => ExitCode::SUCCESS,
+    })
 }
 
 fn range(time_s: f64, start: u64, end: u64, value: u64) -> RangeSample {
@@ -197,27 +171,22 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "time_s,wss_bytes,rss_bytes")?;
-    let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
     let started = Instant::now();
     let keep_going =
         || stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d);
-    if keep_going() {
-        wss::sample_pages(pid, args.interval, &bitmap, |sample| {
+    let trace = wss::trace_pages(
+        pid,
+        args.interval,
+        &bitmap,
+        |sample| {
             let secs = sample.elapsed.as_secs_f64();
-            for (start, end) in sample.runs() {
-                trace.push_referenced(
-                    &range(secs, start, end, end - start),
-                    end - start,
-                    "[pages]",
-                );
-            }
             stop_on_error(
                 writeln!(out, "{secs:.3},{},{}", sample.wss(), sample.rss()),
                 stop,
             );
-            keep_going()
-        })?;
-    }
+        },
+        keep_going,
+    )?;
     let path = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "csv");
     trace.write(&path)?;
     Ok(ExitCode::SUCCESS)
