@@ -123,6 +123,18 @@ pub struct Summary {
     pub trace_error: Option<String>,
 }
 
+impl Summary {
+    /// The processes whose files the recording may have written: those that left a trace,
+    /// else the root process (a recording that failed early may have written its files).
+    pub fn traced_pids(&self) -> Vec<u32> {
+        if self.pids.is_empty() {
+            vec![self.root_pid]
+        } else {
+            self.pids.clone()
+        }
+    }
+}
+
 /// Keeps the first trace-writing error; the recording goes on waiting for the program.
 fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
     if let Err(e) = result
@@ -1296,4 +1308,31 @@ fn owner_of_bytes(bytes: &[u8], kind: u32) -> Option<u32> {
     let offset = if kind == PERF_RECORD_FORK { 4 } else { 0 };
     let field = bytes.get(offset..offset + 4)?;
     Some(u32::from_ne_bytes(field.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(pids: Vec<u32>) -> Summary {
+        Summary {
+            root_pid: 10,
+            pids,
+            exit_code: Some(0),
+            signal: None,
+            faults: 0,
+            lost: 0,
+            stacks_truncated: 0,
+            far_memory_exhausted: false,
+            allocs: None,
+            access: None,
+            trace_error: None,
+        }
+    }
+
+    #[test]
+    fn traced_pids_fall_back_to_the_root_process() {
+        assert_eq!(summary(vec![]).traced_pids(), vec![10]);
+        assert_eq!(summary(vec![10, 11]).traced_pids(), vec![10, 11]);
+    }
 }
