@@ -10,7 +10,6 @@ use anyhow::{Context, bail};
 use fltrace_capture::ChildGuard;
 use fltrace_capture::damon::{self, DamonStatus, MonitorConfig, Operations};
 use fltrace_capture::wss::{self, IdleBitmap, PAGE_IDLE_BITMAP};
-use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter};
 
 use crate::cli::{Format, WssArgs};
 use fltrace_capture::interrupt_counter;
@@ -67,15 +66,6 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn range(time_s: f64, start: u64, end: u64, value: u64) -> RangeSample {
-    RangeSample {
-        time_s,
-        start,
-        end,
-        value,
-    }
-}
-
 /// `--damon`: DAMON's view. Where no monitor runs, fltrace starts one of its own (virtual
 /// addresses of the process where the kernel has them) and removes it at the end. Where a
 /// monitor fltrace did not start holds DAMON (as on the development machines), it is left
@@ -122,26 +112,12 @@ fn with_damon(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<Ex
     }
     let mut out = std::io::stdout().lock();
     writeln!(out, "time_s,wss_bytes,rss_bytes")?;
-    let mut trace = RangeTraceWriter::new(RangeTraceKind::DamonAccesses);
-    let started_ns = fltrace_capture::monotonic_now_ns();
-    // Our own virtual-address monitor reports the process's addresses already.
-    let operations = match &own {
-        Some((monitor, _)) => monitor.operations,
-        None => Operations::Paddr,
-    };
-    // The machine's monitor aggregates every few seconds; ours every --damon-aggr.
-    let quiet_ns = own.as_ref().map_or(1_000_000_000, |(_, c)| c.aggr_us * 500);
-    damon::watch_process(
+    let trace = damon::trace_process(
         pid,
-        operations,
-        quiet_ns,
+        own.as_ref().map(|(monitor, config)| (monitor, config)),
         args.duration,
         stop,
-        |aggregation| {
-            let secs = aggregation.time_ns.saturating_sub(started_ns) as f64 / 1e9;
-            for r in &aggregation.ranges {
-                trace.push_accesses(&range(secs, r.start, r.end, u64::from(r.nr_accesses)));
-            }
+        |secs, aggregation| {
             stop_on_error(
                 writeln!(
                     out,
