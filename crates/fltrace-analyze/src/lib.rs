@@ -32,6 +32,7 @@ mod debuginfo;
 mod diff;
 mod export;
 mod group;
+mod heat;
 mod load;
 mod names;
 mod pprof;
@@ -60,6 +61,7 @@ pub use group::{
     count_faults_by_origin, count_faults_by_stack, coverage, fault_origins, group_allocs,
     group_fault_counts, group_faults, group_faults_by_alloc_site,
 };
+pub use heat::{LabelledBlock, largest_labelled_blocks, site_label};
 pub use load::{
     AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,
     find_recording, load, unfinished_note, window_ns,

@@ -19,7 +19,7 @@ mod plot;
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, AllocRect, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
-    HeatmapOptions, PlacedRect, color_of,
+    HeatmapOptions, ImageFormat, PlacedRect, color_of,
 };
 
 use std::collections::HashMap;

@@ -5,10 +5,10 @@ use std::io::Write as _;
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    Lifetimes, call_site, find_recording, largest_blocks, named_regions, range_heat, window_ns,
+    find_recording, largest_labelled_blocks, named_regions, range_heat, window_ns,
 };
 use fltrace_render::{
-    AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions,
+    AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions, ImageFormat,
 };
 use fltrace_trace::{FaultFlags, FaultRowGroups, RangeTraceKind, Recording, files};
 
@@ -246,15 +246,7 @@ fn write_outputs(
     if args.terminal {
         // Written, not printed: `--terminal | head` ends quietly (main treats EPIPE as done).
         let mut out = std::io::stdout().lock();
-        write!(out, "{}", map.to_terminal(100, 30))?;
-        writeln!(
-            out,
-            "{}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
-            labels.subtitle,
-            (map.time_range.1 - map.time_range.0) as f64 / 1e9,
-            map.bytes_per_row(),
-            map.boundaries.len()
-        )?;
+        write!(out, "{}", map.terminal_view(labels))?;
         out.flush()?;
         return Ok(());
     }
@@ -276,18 +268,14 @@ fn write_outputs(
         }
     };
     for path in outputs {
-        let extension = path.extension().and_then(|e| e.to_str());
-        if !matches!(extension, Some("png" | "svg")) {
+        let Some(format) = ImageFormat::of_path(&path) else {
             bail!("{}: the heatmap is written as .png or .svg", path.display());
-        }
+        };
         let mut out = std::io::BufWriter::new(files::create(&path)?);
-        match extension {
-            Some("png") => map.write_png(&mut out, labels),
-            _ => map.write_svg(&mut out, labels),
-        }
-        .map_err(anyhow::Error::from)
-        .and_then(|()| Ok(out.flush()?))
-        .with_context(|| format!("writing {}", path.display()))?;
+        map.write_image(&mut out, format, labels)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(out.flush()?))
+            .with_context(|| format!("writing {}", path.display()))?;
         writeln!(std::io::stdout(), "{}", path.display())?;
     }
     Ok(())
@@ -302,28 +290,17 @@ fn block_rects(
     selection: &crate::cli::Selection,
 ) -> anyhow::Result<Vec<AllocRect>> {
     let trace = recording.load(pid)?;
-    let lifetimes = Lifetimes::of_trace(&trace);
-    let end = trace.end_ns();
-    let blocks = largest_blocks(&lifetimes, count);
     let mut symbolizer = crate::load::symbolizer(selection);
     let stacks = symbolizer.resolve_alloc_stacks(&trace);
     crate::load::print_warnings(&mut symbolizer);
-    Ok(blocks
+    Ok(largest_labelled_blocks(&trace, &stacks, count)
         .into_iter()
-        .map(|b| {
-            let site = call_site(stacks.get(b.stack_id));
-            let label = match site {
-                Some(l) if l.has_line() => format!("{} {}:{}", l.function, l.short_file(), l.line),
-                Some(l) => l.function.to_string(),
-                None => "?".into(),
-            };
-            AllocRect {
-                start: b.start_ns,
-                end: b.end_ns.unwrap_or(end),
-                addr: b.addr,
-                len: b.size,
-                label,
-            }
+        .map(|b| AllocRect {
+            start: b.start_ns,
+            end: b.end_ns,
+            addr: b.addr,
+            len: b.size,
+            label: b.label,
         })
         .collect())
 }
