@@ -30,21 +30,23 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let mut out = std::io::stdout().lock();
-    if args.format == Format::Csv {
-        writeln!(out, "time_s,wss_bytes,rss_bytes")?;
-    }
+    let mut rows = match args.format {
+        Format::Csv => Some(WssRows::new(std::io::stdout().lock())?),
+        _ => None,
+    };
     let mut points = Vec::new();
     let trace = wss::trace_referenced(pid, args.interval, |sample| {
         let secs = sample.elapsed.as_secs_f64();
-        let line = match args.format {
-            Format::Csv => format!("{secs:.3},{},{}", sample.wss(), sample.rss()),
-            _ => format!(
+        let written = match &mut rows {
+            Some(rows) => rows.row(secs, sample.wss(), sample.rss()),
+            None => writeln!(
+                out,
                 "{secs:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
                 sample.wss() as f64 / 1048576.0,
                 sample.rss() as f64 / 1048576.0
             ),
         };
-        stop_on_error(writeln!(out, "{line}"), &stop);
+        stop_on_error(written, &stop);
         points.push((secs, sample.wss(), sample.rss()));
         stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d)
     })?;
@@ -110,22 +112,15 @@ fn with_damon(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<Ex
                 .join(", ")
         ),
     }
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "time_s,wss_bytes,rss_bytes")?;
+    let mut rows = WssRows::new(std::io::stdout().lock())?;
     let trace = damon::trace_process(
         pid,
         own.as_ref().map(|(monitor, config)| (monitor, config)),
         args.duration,
         stop,
         |secs, aggregation| {
-            stop_on_error(
-                writeln!(
-                    out,
-                    "{secs:.3},{},{}",
-                    aggregation.accessed_bytes, aggregation.resident_bytes
-                ),
-                stop,
-            );
+            let written = rows.row(secs, aggregation.accessed_bytes, aggregation.resident_bytes);
+            stop_on_error(written, stop);
         },
     )?;
     // Our own monitor goes before the files are written: a failure below must not leave it.
@@ -145,8 +140,7 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
             "--pages needs idle page tracking ({PAGE_IDLE_BITMAP}: {e}; CONFIG_IDLE_PAGE_TRACKING and root); without --pages fltrace wss gives the referenced bytes of each mapping"
         ),
     };
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "time_s,wss_bytes,rss_bytes")?;
+    let mut rows = WssRows::new(std::io::stdout().lock())?;
     let started = Instant::now();
     let keep_going =
         || stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d);
@@ -155,11 +149,8 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
         args.interval,
         &bitmap,
         |sample| {
-            let secs = sample.elapsed.as_secs_f64();
-            stop_on_error(
-                writeln!(out, "{secs:.3},{},{}", sample.wss(), sample.rss()),
-                stop,
-            );
+            let written = rows.row(sample.elapsed.as_secs_f64(), sample.wss(), sample.rss());
+            stop_on_error(written, stop);
         },
         keep_going,
     )?;
@@ -174,5 +165,27 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
 fn stop_on_error(written: std::io::Result<()>, stop: &AtomicUsize) {
     if written.is_err() {
         stop.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The `time_s,wss_bytes,rss_bytes` rows on stdout, each flushed as it comes: the command's
+/// progress, read live by other programs.
+struct WssRows<W: std::io::Write>(csv::Writer<W>);
+
+impl<W: std::io::Write> WssRows<W> {
+    fn new(out: W) -> std::io::Result<WssRows<W>> {
+        let mut csv = csv::Writer::from_writer(out);
+        csv.write_record(["time_s", "wss_bytes", "rss_bytes"])?;
+        csv.flush()?;
+        Ok(WssRows(csv))
+    }
+
+    fn row(&mut self, secs: f64, wss_bytes: u64, rss_bytes: u64) -> std::io::Result<()> {
+        self.0.write_record([
+            format!("{secs:.3}"),
+            wss_bytes.to_string(),
+            rss_bytes.to_string(),
+        ])?;
+        self.0.flush()
     }
 }
