@@ -20,7 +20,7 @@ pub mod watch;
 
 pub use counter::{
     By, CountSpec, Counter, ProcessFilter, Row, Snapshot, expand_events, fault_events,
-    fault_tracepoints,
+    fault_events_for, fault_tracepoints,
 };
 pub use error::Error;
 pub use event::{Event, FieldFilter, Op};

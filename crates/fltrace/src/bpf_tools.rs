@@ -225,14 +225,7 @@ fn print_named(
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
-    let targets = targets(&args.common);
-    // Named processes get the fault tracepoints (their samples carry the user registers for
-    // DWARF unwinding); the whole system the cheaper software event.
-    let events = if targets.names_processes() {
-        fltrace_bpf::fault_tracepoints()
-    } else {
-        fltrace_bpf::fault_events()
-    };
+    let events = fltrace_bpf::fault_events_for(&targets(&args.common));
     let request = count_request(&args.common, events, counting::fault_grouping());
     let mut count = Count::start(request, true, interrupt_counter()?)?;
     if count.dwarf() {
