@@ -124,6 +124,16 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The command's status as a shell gives it, for fltrace to exit with: its exit code,
+    /// 128 + the signal that killed it, 0 when it neither exited nor was killed (attached).
+    pub fn shell_status(&self) -> u8 {
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => code as u8,
+            (None, Some(signal)) => 128 + signal as u8,
+            (None, None) => 0,
+        }
+    }
+
     /// The processes whose files the recording may have written: those that left a trace,
     /// else the root process (a recording that failed early may have written its files).
     pub fn traced_pids(&self) -> Vec<u32> {
@@ -1334,5 +1344,25 @@ mod tests {
     fn traced_pids_fall_back_to_the_root_process() {
         assert_eq!(summary(vec![]).traced_pids(), vec![10]);
         assert_eq!(summary(vec![10, 11]).traced_pids(), vec![10, 11]);
+    }
+
+    #[test]
+    fn shell_status_is_the_exit_code_or_128_plus_the_signal() {
+        let exited = Summary {
+            exit_code: Some(3),
+            ..summary(vec![10])
+        };
+        assert_eq!(exited.shell_status(), 3);
+        let killed = Summary {
+            exit_code: None,
+            signal: Some(9),
+            ..summary(vec![10])
+        };
+        assert_eq!(killed.shell_status(), 137);
+        let attached = Summary {
+            exit_code: None,
+            ..summary(vec![10])
+        };
+        assert_eq!(attached.shell_status(), 0);
     }
 }

@@ -185,11 +185,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(error) = &summary.trace_error {
         report_partial_trace(&mut err, error, &summary, &args.dir);
     }
-    Ok(match (summary.exit_code, summary.signal) {
-        (Some(code), _) => ExitCode::from(code as u8),
-        (None, Some(signal)) => ExitCode::from(128 + signal as u8),
-        (None, None) => ExitCode::SUCCESS,
-    })
+    Ok(ExitCode::from(summary.shell_status()))
 }
 
 fn far_memory(args: &RecordArgs, local_mb: u64, max_mb: u64) -> anyhow::Result<FarMemory> {
