@@ -61,7 +61,9 @@ pub use group::{
     count_faults_by_origin, count_faults_by_stack, coverage, fault_origins, group_allocs,
     group_fault_counts, group_faults, group_faults_by_alloc_site,
 };
-pub use heat::{LabelledBlock, largest_labelled_blocks, site_label};
+pub use heat::{
+    HeatRange, LabelledBlock, access_samples_in, heat_ranges, largest_labelled_blocks, site_label,
+};
 pub use load::{
     AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,
     find_recording, load, unfinished_note, window_ns,

@@ -5,7 +5,8 @@ use std::io::Write as _;
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    find_recording, largest_labelled_blocks, named_regions, range_heat, window_ns,
+    access_samples_in, find_recording, heat_ranges, largest_labelled_blocks, named_regions,
+    window_ns,
 };
 use fltrace_render::{
     AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions, ImageFormat,
@@ -36,16 +37,9 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
             path.display()
         )
     })?;
-    let start = samples.iter().map(|s| s.time_ns).min().unwrap_or(0);
-    let events: Vec<HeatEvent> = samples
+    let (start, selected) = access_samples_in(&samples, args.selection.time, args.addr);
+    let events: Vec<HeatEvent> = selected
         .iter()
-        .filter(|s| {
-            args.selection.time.is_none_or(|(a, b)| {
-                let t = (s.time_ns - start) as f64 / 1e9;
-                (a..b).contains(&t)
-            })
-        })
-        .filter(|s| args.addr.is_none_or(|(a, b)| (a..b).contains(&s.addr)))
         .map(|s| HeatEvent {
             time: s.time_ns,
             addr: s.addr,
@@ -142,37 +136,21 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
     };
     let (trace_kind, samples) = fltrace_trace::read_range_trace(&path)
         .with_context(|| format!("reading {} (written by `fltrace wss`)", path.display()))?;
-    let weight = |s: &fltrace_trace::RangeSample| range_heat(trace_kind, s);
-    let in_window = |s: &&fltrace_trace::RangeSample| {
-        args.selection
-            .time
-            .is_none_or(|(a, b)| (a..b).contains(&s.time_s))
-            && weight(s) > 0
-    };
-    let clip = |s: &fltrace_trace::RangeSample| match args.addr {
-        Some((a, b)) => (s.start.max(a), s.end.min(b)),
-        None => (s.start, s.end),
-    };
-    let time = |s: &fltrace_trace::RangeSample| (s.time_s * 1e9) as u64;
-    let mut builder = HeatmapBuilder::new(options(&args));
-    let mut count = 0;
-    for s in samples.iter().filter(in_window) {
-        let (start, end) = clip(s);
-        if end > start {
-            builder.scan_range(time(s), start, end);
-            count += 1;
-        }
-    }
-    if count == 0 {
+    let ranges = heat_ranges(trace_kind, &samples, args.selection.time, args.addr);
+    if ranges.is_empty() {
         bail!(
             "no accessed ranges in {} in the selected time and address ranges",
             path.display()
         );
     }
+    let count = ranges.len();
+    let mut builder = HeatmapBuilder::new(options(&args));
+    for r in &ranges {
+        builder.scan_range(r.time_ns, r.start, r.end);
+    }
     let mut map = builder.layout()?;
-    for s in samples.iter().filter(in_window) {
-        let (start, end) = clip(s);
-        map.add_range(time(s), start, end, weight(s));
+    for r in &ranges {
+        map.add_range(r.time_ns, r.start, r.end, r.weight);
     }
     let source = match trace_kind {
         RangeTraceKind::ReferencedBytes => "reference bits (per cent of each mapping referenced)",
