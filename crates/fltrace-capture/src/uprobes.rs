@@ -876,11 +876,19 @@ mod tests {
             self.0.id() as i32
         }
 
-        /// The start of the executable mapping of `sleep` itself, once it has exec'ed.
+        /// The start of the executable mapping of `sleep` itself, once it has exec'ed, loaded
+        /// its libraries and gone to sleep (so that its code mappings no longer change).
         fn code_address(&self) -> u64 {
             for _ in 0..500 {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+                    .expect("the child's stat");
+                let asleep = stat.rsplit(") ").next().is_some_and(|s| s.starts_with('S'));
                 let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid()))
                     .expect("the child's maps");
+                if !asleep || !maps.contains("libc") {
+                    continue;
+                }
                 let code = maps.lines().find(|line| {
                     let fields: Vec<&str> = line.split_whitespace().collect();
                     fields.len() >= 6 && fields[1] == "r-xp" && fields[5].ends_with("/sleep")
@@ -889,7 +897,6 @@ mod tests {
                     let start = line.split('-').next().expect("a range");
                     return u64::from_str_radix(start, 16).expect("a hex address");
                 }
-                std::thread::sleep(std::time::Duration::from_millis(10));
             }
             panic!("sleep never showed its code in /proc/PID/maps");
         }
