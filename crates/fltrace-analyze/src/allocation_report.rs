@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::ProcessTrace;
 
-use crate::allocs::{AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram};
+use crate::alloc_lifetimes::{AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram};
 use crate::group::{
     AllocGroup, AllocSiteGroup, AllocSource, GroupBy, group_allocs, group_faults_by_alloc_site,
 };

@@ -6,9 +6,9 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
 
-use crate::allocs::{AllocStats, AllocTotals, BlockKind, Lifetimes};
+use crate::alloc_lifetimes::{AllocStats, AllocTotals, BlockKind, Lifetimes};
 use crate::counts::FaultCounts;
-use crate::ranges::{MappingIndex, mapping_label};
+use crate::range_map::{MappingIndex, mapping_label};
 use crate::{CallSite, Location, ResolvedStacks};
 
 /// What faults are grouped by.

@@ -22,7 +22,7 @@
 //! ```
 
 pub mod access;
-mod allocs;
+mod alloc_spool;
 pub mod damon;
 mod error;
 mod interrupt;
@@ -38,7 +38,7 @@ mod uprobes;
 mod user;
 pub mod wss;
 
-pub use allocs::{AllocLogs, Converted, Recovered, recover_stale_spools};
+pub use alloc_spool::{AllocLogs, Converted, Recovered, recover_stale_spools};
 pub use error::Error;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;

@@ -278,7 +278,7 @@ impl Session {
             }
             _ => Vec::new(),
         };
-        crate::allocs::recover_stale_spools(&options.dir);
+        crate::alloc_spool::recover_stale_spools(&options.dir);
         let alloc_logs = match &options.allocs {
             Some(crate::AllocTracing::Preload(library)) => {
                 let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;

@@ -1,6 +1,6 @@
 //! `fltrace report`.
 
-mod allocs;
+mod alloc_tables;
 
 use std::fmt::Write as _;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -144,9 +144,9 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
     }
     match mode {
         Mode::Faults(by) => faults(&loaded, by, args.top, args.format.tabular()),
-        Mode::Allocs(by) => allocs::allocs(&loaded, by, args),
-        Mode::Leaks => allocs::leaks(&loaded, args),
-        Mode::AllocSite => allocs::by_alloc_site(&loaded, args.top, args.format.tabular()),
+        Mode::Allocs(by) => alloc_tables::allocs(&loaded, by, args),
+        Mode::Leaks => alloc_tables::leaks(&loaded, args),
+        Mode::AllocSite => alloc_tables::by_alloc_site(&loaded, args.top, args.format.tabular()),
     }
 }
 

@@ -24,7 +24,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping, ProcessTrace};
 
-use crate::ranges::RangeMap;
+use crate::range_map::RangeMap;
 
 /// Mappings are made and unmapped in whole pages.
 const PAGE: u64 = 4096;
