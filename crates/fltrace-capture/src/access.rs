@@ -18,7 +18,9 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_TIME, PERF_SAMPLE_WEIGHT, perf_event_attr,
 };
 
-use fltrace_trace::{AccessRecord, AccessWriter, Origin, Stack, StackWriter, files};
+use fltrace_trace::{
+    AccessRecord, AccessWriter, CodeAddr, Origin, Stack, StackWriter, VirtAddr, files,
+};
 
 use crate::Error;
 use crate::reader::ReaderThread;
@@ -446,7 +448,7 @@ impl AccessTables {
                 stacks.push(Stack {
                     id,
                     generation: 0,
-                    frames: sample.stack.clone(),
+                    frames: sample.stack.iter().map(|&ip| CodeAddr::new(ip)).collect(),
                 })?;
                 ids.insert(sample.stack, id);
                 id
@@ -455,8 +457,8 @@ impl AccessTables {
         access.push(AccessRecord {
             time_ns: sample.time_ns.wrapping_add(mono_offset),
             tid: sample.tid,
-            ip: sample.ip,
-            addr: sample.addr,
+            ip: CodeAddr::new(sample.ip),
+            addr: VirtAddr::new(sample.addr),
             latency: sample.latency,
             data_src: sample.data_src,
             stack_id,
@@ -544,7 +546,7 @@ mod tests {
         assert_eq!(
             (
                 rows[0].time_ns,
-                rows[0].addr,
+                rows[0].addr.get(),
                 rows[0].latency,
                 rows[0].stack_id,
                 rows[1].stack_id
@@ -553,7 +555,10 @@ mod tests {
         );
         assert!(!rows[0].is_store());
         let stacks = fltrace_trace::read_stacks(&files::access_stacks(dir.path(), 42)).unwrap();
-        assert_eq!(stacks[0].frames, vec![0x5555_0000_2000, 0x5555_0000_3000]);
+        assert_eq!(
+            stacks[0].frames,
+            [0x5555_0000_2000, 0x5555_0000_3000].map(CodeAddr::new)
+        );
     }
 
     /// Stores and remote memory decode too.
@@ -621,7 +626,7 @@ mod tests {
         std::mem::forget(tables);
 
         let samples = fltrace_trace::read_access(&files::access(dir.path(), 7)).expect("recovered");
-        let addrs: Vec<u64> = samples.iter().map(|s| s.addr).collect();
+        let addrs: Vec<u64> = samples.iter().map(|s| s.addr.get()).collect();
         assert_eq!(
             addrs,
             [0x7f00_0000_0000, 0x7f00_0000_1000, 0x7f00_0000_2000]
@@ -635,7 +640,7 @@ mod tests {
                 .expect("its stack");
             assert_eq!(
                 stack.frames,
-                [0x40_2000, 0x40_3000 + (s.ip - 0x40_1000) % 2]
+                [0x40_2000, 0x40_3000 + (s.ip.get() - 0x40_1000) % 2].map(CodeAddr::new)
             );
         }
     }

@@ -470,14 +470,14 @@ impl FrameMap {
             buf.resize(pages * 8, 0);
             // Unreadable ranges ([vsyscall]) are skipped.
             if pagemap
-                .read_exact_at(&mut buf, mapping.start / 4096 * 8)
+                .read_exact_at(&mut buf, mapping.start.get() / 4096 * 8)
                 .is_err()
             {
                 continue;
             }
             for (i, chunk) in buf.chunks_exact(8).enumerate() {
                 let entry = u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
-                entries.push((mapping.start + i as u64 * 4096, entry));
+                entries.push(((mapping.start + i as u64 * 4096).get(), entry));
             }
         }
         Ok(FrameMap::from_entries(entries))

@@ -13,7 +13,7 @@ use linux_perf_event_reader::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use fltrace_trace::{Fault, Mapping, keys};
+use fltrace_trace::{CodeAddr, Fault, FileOffset, Mapping, VirtAddr, keys};
 
 use crate::Error;
 use crate::process::{Process, SessionMeta};
@@ -1092,9 +1092,9 @@ impl State {
                 let mapping = Mapping {
                     time_ns,
                     generation: 0,
-                    start: m.address,
-                    end: m.address + m.length,
-                    pgoff: m.page_offset,
+                    start: VirtAddr::new(m.address),
+                    end: VirtAddr::new(m.address + m.length),
+                    pgoff: FileOffset::new(m.page_offset),
                     prot: m.protection,
                     flags: m.flags,
                     path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
@@ -1176,8 +1176,8 @@ impl State {
             time_ns: sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset),
             pid: pid as u32,
             tid: tid as u32,
-            ip,
-            addr,
+            ip: CodeAddr::new(ip),
+            addr: VirtAddr::new(addr),
             flags: fltrace_trace::FaultFlags(0),
             stack_id: 0,
         };

@@ -230,12 +230,12 @@ impl AddressSpaceUnwinder {
         let Some(elf) = cache.get(file) else {
             return;
         };
-        let Some(bias) = elf.bias(mapping.start, mapping.pgoff) else {
+        let Some(bias) = elf.bias(mapping.start.get(), mapping.pgoff.get()) else {
             return;
         };
         let module = Module::new(
             mapping.path.clone(),
-            mapping.start..mapping.end,
+            mapping.start.get()..mapping.end.get(),
             bias,
             elf.section_info(),
         );

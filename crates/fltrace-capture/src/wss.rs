@@ -73,8 +73,8 @@ pub fn parse_smaps(text: &str) -> Vec<MappingRefs> {
             && let Some(m) = parse_procmaps_line(line)
         {
             mappings.push(MappingRefs {
-                start: m.start,
-                end: m.end,
+                start: m.start.get(),
+                end: m.end.get(),
                 referenced: 0,
                 rss: 0,
                 path: m.path,

@@ -30,6 +30,7 @@
 //! ```
 
 mod access;
+mod address;
 mod alloc_event;
 mod error;
 mod fault;
@@ -43,6 +44,7 @@ mod recording;
 pub mod stats;
 
 pub use access::AccessRecord;
+pub use address::{CodeAddr, FileOffset, PhysAddr, VirtAddr};
 pub use alloc_event::{AllocCall, AllocEvent};
 pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
@@ -64,5 +66,5 @@ pub struct Stack {
     /// The address-space generation the addresses belong to (incremented by each exec).
     pub generation: u32,
     /// Innermost first.
-    pub frames: Vec<u64>,
+    pub frames: Vec<CodeAddr>,
 }

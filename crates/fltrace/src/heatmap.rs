@@ -45,10 +45,13 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
                 (a..b).contains(&t)
             })
         })
-        .filter(|s| args.addr.is_none_or(|(a, b)| (a..b).contains(&s.addr)))
+        .filter(|s| {
+            args.addr
+                .is_none_or(|(a, b)| (a..b).contains(&s.addr.get()))
+        })
         .map(|s| HeatEvent {
             time: s.time_ns,
-            addr: s.addr,
+            addr: s.addr.get(),
             write: s.is_store(),
         })
         .collect();
@@ -86,10 +89,13 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
         faults
             .iter()
             .filter(|f| window.as_ref().is_none_or(|w| w.contains(&f.time_ns)))
-            .filter(|f| args.addr.is_none_or(|(a, b)| (a..b).contains(&f.addr)))
+            .filter(|f| {
+                args.addr
+                    .is_none_or(|(a, b)| (a..b).contains(&f.addr.get()))
+            })
             .map(|f| HeatEvent {
                 time: f.time_ns,
-                addr: f.addr,
+                addr: f.addr.get(),
                 write: f.flags.has(FaultFlags::WRITE),
             })
             .collect()
@@ -150,8 +156,8 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
             && weight(s) > 0
     };
     let clip = |s: &fltrace_trace::RangeSample| match args.addr {
-        Some((a, b)) => (s.start.max(a), s.end.min(b)),
-        None => (s.start, s.end),
+        Some((a, b)) => (s.start.get().max(a), s.end.get().min(b)),
+        None => (s.start.get(), s.end.get()),
     };
     let time = |s: &fltrace_trace::RangeSample| (s.time_s * 1e9) as u64;
     let mut builder = HeatmapBuilder::new(options(&args));
@@ -220,7 +226,11 @@ fn name_mappings(
         .with_context(|| format!("reading {}", path.display()))?;
     let regions: Vec<AddressRegion> = named_regions(&mappings)
         .into_iter()
-        .map(|(start, end, name)| AddressRegion { start, end, name })
+        .map(|(start, end, name)| AddressRegion {
+            start: start.get(),
+            end: end.get(),
+            name,
+        })
         .collect();
     map.name_regions(&regions);
     Ok(())
@@ -320,7 +330,7 @@ fn block_rects(
             AllocRect {
                 start: b.start_ns,
                 end: b.end_ns.unwrap_or(end),
-                addr: b.addr,
+                addr: b.addr.get(),
                 len: b.size,
                 label,
             }

@@ -96,8 +96,8 @@ impl Drop for KillOnDrop {
 fn range(time_s: f64, start: u64, end: u64, value: u64) -> RangeSample {
     RangeSample {
         time_s,
-        start,
-        end,
+        start: fltrace_trace::VirtAddr::new(start),
+        end: fltrace_trace::VirtAddr::new(end),
         value,
     }
 }

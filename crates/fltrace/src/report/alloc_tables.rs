@@ -629,9 +629,9 @@ mod tests {
             time_ns: START + ms * MS,
             tid: PID,
             call,
-            addr,
+            addr: fltrace_trace::VirtAddr::new(addr),
             size,
-            old_addr: 0,
+            old_addr: fltrace_trace::VirtAddr::NULL,
             detail: if call == AllocCall::Mmap { 0x22 } else { 0 },
             stack_id,
         }
@@ -654,8 +654,8 @@ mod tests {
         }
         mappings.push(Mapping {
             time_ns: START + 4 * MS,
-            start: 0x2000_0000,
-            end: 0x2000_2000,
+            start: fltrace_trace::VirtAddr::new(0x2000_0000),
+            end: fltrace_trace::VirtAddr::new(0x2000_2000),
             prot: 3,
             flags: 0x22,
             path: "//anon".into(),
@@ -667,7 +667,7 @@ mod tests {
             .push(Stack {
                 id: 0,
                 generation: 0,
-                frames: vec![inside(toucher)],
+                frames: vec![fltrace_trace::CodeAddr::new(inside(toucher))],
             })
             .unwrap();
         stacks.finish().unwrap();
@@ -676,8 +676,8 @@ mod tests {
             time_ns: START + ms_tenths * MS / 10,
             pid: PID,
             tid: PID,
-            ip: inside(toucher),
-            addr,
+            ip: fltrace_trace::CodeAddr::new(inside(toucher)),
+            addr: fltrace_trace::VirtAddr::new(addr),
             flags: FaultFlags(FaultFlags::WRITE),
             stack_id: 0,
         };
@@ -704,7 +704,7 @@ mod tests {
                 .push(Stack {
                     id: id as u32,
                     generation: 0,
-                    frames: vec![inside(site)],
+                    frames: vec![fltrace_trace::CodeAddr::new(inside(site))],
                 })
                 .unwrap();
         }
