@@ -93,11 +93,16 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn range(time_s: f64, start: u64, end: u64, value: u64) -> RangeSample {
+fn range(
+    time_s: f64,
+    start: fltrace_trace::VirtAddr,
+    end: fltrace_trace::VirtAddr,
+    value: u64,
+) -> RangeSample {
     RangeSample {
         time_s,
-        start: fltrace_trace::VirtAddr::new(start),
-        end: fltrace_trace::VirtAddr::new(end),
+        start,
+        end,
         value,
     }
 }
