@@ -297,8 +297,8 @@ impl Process {
                 if libraries::is_preload(&mapping.path) {
                     self.interposers.extend(elf_cache.exported_functions(
                         &file,
-                        mapping.start.get(),
-                        mapping.pgoff.get(),
+                        mapping.start,
+                        mapping.pgoff,
                     ));
                 }
             }

@@ -183,10 +183,7 @@ mod tests {
             VirtAddr::new(0x2000).align_up(0x1000),
             VirtAddr::new(0x2000)
         );
-        assert_eq!(
-            VirtAddr::new(u64::MAX).align_up(0x1000).get(),
-            !0xfff
-        );
+        assert_eq!(VirtAddr::new(u64::MAX).align_up(0x1000).get(), !0xfff);
         assert_eq!(VirtAddr::new(3).checked_sub(4), None);
         assert_eq!(CodeAddr::new(0).saturating_sub(1), CodeAddr::new(0));
         assert_eq!(VirtAddr::new(5).saturating_distance(VirtAddr::new(9)), 0);
