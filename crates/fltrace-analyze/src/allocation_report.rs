@@ -10,7 +10,7 @@ use crate::alloc_lifetimes::{AllocStats, AllocTotals, Block, BlockKind, Lifetime
 use crate::group::{
     AllocGroup, AllocSiteGroup, AllocSource, GroupBy, group_allocs, group_faults_by_alloc_site,
 };
-use crate::{Location, ResolvedStacks, attribute_faults};
+use crate::{Loaded, Location, ResolvedStacks, attribute_faults};
 
 /// One process's allocations, paired and totalled.
 pub struct AllocProcess<'a> {
@@ -47,6 +47,32 @@ impl<'a> AllocProcess<'a> {
     }
 }
 
+/// How old, in nanoseconds, a block alive at the end must be to count as leaked, for
+/// `--older MS` (none: every block alive at the end).
+pub fn leak_age_ns(older_ms: Option<u64>) -> u64 {
+    older_ms.unwrap_or(0).saturating_mul(1_000_000)
+}
+
+/// The processes of `loaded` recorded with allocations, paired and totalled, leaks being the
+/// blocks at least `min_leak_age_ns` old at the end; and the pids of those recorded without.
+pub fn alloc_processes(loaded: &Loaded, min_leak_age_ns: u64) -> (Vec<AllocProcess<'_>>, Vec<u32>) {
+    let mut processes = Vec::new();
+    let mut without = Vec::new();
+    for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
+        if loaded.has_allocs(trace.pid) {
+            processes.push(AllocProcess::new(
+                trace,
+                stacks,
+                alloc_stacks,
+                min_leak_age_ns,
+            ));
+        } else {
+            without.push(trace.pid);
+        }
+    }
+    (processes, without)
+}
+
 /// The sums over processes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllocSummary {
@@ -80,6 +106,15 @@ impl AllocSummary {
 /// The allocation groups of `processes` by `by`.
 pub fn group_process_allocs(processes: &[AllocProcess<'_>], by: GroupBy) -> Vec<AllocGroup> {
     group_allocs(processes.iter().map(|p| (&p.stats, p.alloc_stacks)), by)
+}
+
+/// The totals of `groups` added up: what a list under a report's table sums to.
+pub fn sum_totals<'a>(groups: impl IntoIterator<Item = &'a AllocGroup>) -> AllocTotals {
+    let mut sum = AllocTotals::default();
+    for group in groups {
+        sum += group.totals;
+    }
+    sum
 }
 
 /// The groups with a non-zero `key`, largest first (ties keep the order they came in).
@@ -295,6 +330,13 @@ mod tests {
     }
 
     #[test]
+    fn leak_age_from_milliseconds() {
+        assert_eq!(leak_age_ns(None), 0);
+        assert_eq!(leak_age_ns(Some(3)), 3_000_000);
+        assert_eq!(leak_age_ns(Some(u64::MAX)), u64::MAX);
+    }
+
+    #[test]
     fn summary_sums_kinds_and_sizes() {
         let (trace, stacks, alloc_stacks) = (trace(), fault_stacks(), alloc_stacks());
         let process = AllocProcess::new(&trace, &stacks, &alloc_stacks, 0);
@@ -353,6 +395,9 @@ mod tests {
             })
             .collect();
         assert_eq!(leaks, vec![("map", 8192, 1), ("leak", 8000, 2)]);
+        let leaked = sum_totals(rank_allocs(&merged, |t| t.leaked_bytes));
+        assert_eq!((leaked.leaked_bytes, leaked.leaked_allocs), (16_192, 3));
+        assert_eq!(sum_totals(&merged).allocs, 4);
     }
 
     #[test]

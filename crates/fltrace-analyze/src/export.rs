@@ -225,6 +225,36 @@ pub fn percent(count: u64, total: u64) -> f64 {
     }
 }
 
+/// Why the original's report files could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportFileError {
+    /// A file could not be created.
+    #[error(transparent)]
+    Create(#[from] fltrace_trace::Error),
+    /// Writing a file failed.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes each process's original report file (`fltrace-data-report-PID.out` beside the
+/// recording): its faults grouped by whole stack, as [`write_original_report`] writes them.
+pub fn write_original_reports(loaded: &crate::Loaded) -> Result<(), ReportFileError> {
+    for ((trace, stacks), counts) in loaded.traces.iter().zip(&loaded.counts) {
+        let groups = crate::group_fault_counts([(counts, stacks)], crate::GroupBy::Stack);
+        let path = fltrace_trace::files::path(loaded.dir(), "report", trace.pid, "out");
+        let file = std::io::BufWriter::new(fltrace_trace::files::create(&path)?);
+        write_original_report(&groups, file)
+            .map_err(|source| ReportFileError::Write { path, source })?;
+    }
+    Ok(())
+}
+
 /// Writes the original tool's `fltrace-data-report-<pid>.out` of `groups` (by
 /// [`crate::GroupBy::Stack`]): one row per (stack, flags), per-frame lists separated by `|`,
 /// inlined frames of one address joined by `;` innermost first.

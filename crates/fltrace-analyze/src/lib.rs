@@ -31,6 +31,7 @@ mod counts;
 mod debuginfo;
 mod diff;
 mod export;
+mod fault_report;
 mod group;
 mod load;
 mod names;
@@ -44,17 +45,19 @@ pub use alloc_lifetimes::{
     exec_times, trace_end_ns,
 };
 pub use allocation_report::{
-    AllocProcess, AllocSummary, FaultsByAllocSite, group_process_allocs, largest_blocks,
-    merge_same_lines, rank_allocs,
+    AllocProcess, AllocSummary, FaultsByAllocSite, alloc_processes, group_process_allocs,
+    largest_blocks, leak_age_ns, merge_same_lines, rank_allocs, sum_totals,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use counts::{FaultCounts, Tally};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
 pub use export::{
-    CountedSource, SCRIPT_EVENT, Source, folded, folded_counts, frame_name, percent, process_name,
-    stack_field, write_original_report, write_script,
+    CountedSource, ReportFileError, SCRIPT_EVENT, Source, folded, folded_counts, frame_name,
+    percent, process_name, stack_field, write_original_report, write_original_reports,
+    write_script,
 };
+pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{
     AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, Group, GroupBy, GroupKey, call_site,
     count_faults_by_origin, count_faults_by_stack, coverage, fault_origins, group_allocs,

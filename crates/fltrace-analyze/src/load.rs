@@ -6,7 +6,7 @@ use std::path::Path;
 use fltrace_trace::{ProcessTrace, Recording, keys};
 
 use crate::{
-    ARCHIVE_DIR, CallSite, DebugConfig, FaultCounts, ResolvedStacks, Symbolizer,
+    ARCHIVE_DIR, CallSite, CountedSource, DebugConfig, FaultCounts, ResolvedStacks, Symbolizer,
     separate_tracer_counts,
 };
 
@@ -265,6 +265,14 @@ impl Loaded {
     /// Each process's counted faults with its resolved stacks, for grouping.
     pub fn counted(&self) -> impl Iterator<Item = (&FaultCounts, &ResolvedStacks)> + Clone {
         self.counts.iter().zip(self.traces.iter().map(|(_, s)| s))
+    }
+
+    /// Each process's trace, resolved stacks and counted faults, for the exports.
+    pub fn counted_sources(&self) -> impl Iterator<Item = CountedSource<'_>> + Clone {
+        self.traces
+            .iter()
+            .zip(&self.counts)
+            .map(|((trace, stacks), counts)| (trace, stacks, counts))
     }
 
     /// The line saying how many faults of fltrace's own work were left out, if any were.

@@ -1,4 +1,5 @@
-//! Rendering: files a person opens in a browser.
+//! Rendering: files a person opens in a browser, and the report text a person or a script
+//! reads ([`report`]: tables, CSV, JSON).
 //!
 //! Flamegraphs are drawn by inferno from collapsed stacks; each frame is coloured by the kind
 //! of the faults beneath it, as the original fltrace did: reads aqua, writes red, write-protect
@@ -13,10 +14,13 @@
 //! ```
 
 mod curve;
+mod flames;
 mod heatmap;
 mod plot;
+pub mod report;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
+pub use flames::{FrameLabel, allocation_flames, fault_flames, frame_label};
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, AllocRect, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
     HeatmapOptions, PlacedRect, color_of,
@@ -44,6 +48,9 @@ pub enum Error {
     /// plotters failed to draw.
     #[error("drawing: {0}")]
     Draw(String),
+    /// A report's CSV could not be written.
+    #[error("writing CSV")]
+    Csv(#[from] csv::Error),
 }
 
 /// The access kind of the faults of a stack.

@@ -529,3 +529,29 @@ pub struct VisualizeArgs {
     #[arg(long)]
     pub by_allocation: bool,
 }
+
+impl By {
+    /// How faults are grouped by this flag; `alloc-site` groups by no place of their own.
+    pub fn group_by(self) -> Option<fltrace_analyze::GroupBy> {
+        use fltrace_analyze::GroupBy;
+        match self {
+            By::Stack => Some(GroupBy::Stack),
+            By::Function => Some(GroupBy::Function),
+            By::Line => Some(GroupBy::Line),
+            By::Dso => Some(GroupBy::Dso),
+            By::AllocSite => None,
+        }
+    }
+}
+
+impl Format {
+    /// The report format of fltrace-render this flag names.
+    pub fn render(self) -> fltrace_render::report::Format {
+        use fltrace_render::report::Format as Render;
+        match self {
+            Format::Table => Render::Table,
+            Format::Csv => Render::Csv,
+            Format::Json => Render::Json,
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The stacks of the flamegraphs `fltrace visualize` draws: faults by their own call stacks,
+//! or by the allocation stack of the block each landed in, their frames labelled.
+
+use fltrace_analyze::{
+    FaultOrigin, Lifetimes, Location, ResolvedStacks, count_faults_by_origin,
+    count_faults_by_stack, mapping_label,
+};
+use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace};
+
+use crate::{FlameStack, Kind};
+
+/// What a flamegraph frame says of its location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameLabel {
+    /// `lib|file:line`.
+    Line,
+    /// `lib|function`.
+    Function,
+    /// `lib|function|file:line`.
+    Both,
+}
+
+/// The frame text of `location`: the library, then the function or line or both.
+pub fn frame_label(location: &Location, label: FrameLabel) -> String {
+    let line = if location.has_line() {
+        format!("{}:{}", location.short_file(), location.line)
+    } else {
+        location.function.to_string()
+    };
+    match label {
+        FrameLabel::Line => format!("{}|{}", location.lib, line),
+        FrameLabel::Function => format!("{}|{}", location.lib, location.function),
+        FrameLabel::Both => format!("{}|{}|{}", location.lib, location.function, line),
+    }
+}
+
+fn flame_kind(kind: FaultKind) -> Kind {
+    match kind {
+        FaultKind::Read => Kind::Read,
+        FaultKind::Write => Kind::Write,
+        FaultKind::WriteProtect => Kind::WriteProtect,
+    }
+}
+
+/// The faults of `trace` that `keep` keeps, by their call stacks (outermost frame first),
+/// sorted by frames.
+pub fn fault_flames(
+    trace: &ProcessTrace,
+    stacks: &ResolvedStacks,
+    label: FrameLabel,
+    keep: impl Fn(FaultFlags) -> bool,
+) -> Vec<FlameStack> {
+    let mut flames: Vec<FlameStack> = count_faults_by_stack(&trace.faults, keep)
+        .into_iter()
+        .map(|(stack_id, kind, count)| FlameStack {
+            frames: stacks
+                .get(stack_id)
+                .iter()
+                .rev()
+                .map(|l| frame_label(l, label))
+                .collect(),
+            kind: flame_kind(kind),
+            count,
+        })
+        .collect();
+    flames.sort_by(|a, b| a.frames.cmp(&b.frames));
+    flames
+}
+
+/// Faults drawn on the allocation stack of the block each landed in (outermost frame first),
+/// those outside every live block under one `[not allocated] <memory>` frame.
+pub fn allocation_flames(
+    trace: &ProcessTrace,
+    alloc_stacks: &ResolvedStacks,
+    label: FrameLabel,
+    keep: impl Fn(FaultFlags) -> bool,
+) -> Vec<FlameStack> {
+    let lifetimes = Lifetimes::of_trace(trace);
+    let mut flames: Vec<FlameStack> = count_faults_by_origin(trace, &lifetimes, keep)
+        .into_iter()
+        .map(|(origin, kind, count)| FlameStack {
+            frames: match origin {
+                FaultOrigin::Block { stack_id, .. } if alloc_stacks.get(stack_id).is_empty() => {
+                    vec!["[unknown allocation stack]".to_owned()]
+                }
+                FaultOrigin::Block { stack_id, .. } => alloc_stacks
+                    .get(stack_id)
+                    .iter()
+                    .rev()
+                    .map(|l| frame_label(l, label))
+                    .collect(),
+                FaultOrigin::Outside { mapping } => vec![format!(
+                    "[not allocated] {}",
+                    mapping_label(mapping.and_then(|i| trace.mappings.get(i)))
+                )],
+            },
+            kind: flame_kind(kind),
+            count,
+        })
+        .collect();
+    flames.sort_by(|a, b| a.frames.cmp(&b.frames));
+    flames
+}
+
+#[cfg(test)]
+mod tests {
+    use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping};
+
+    use super::*;
+    use fltrace_trace::{CodeAddr, VirtAddr};
+
+    fn loc(function: &str, file: &str, line: u32) -> Location {
+        Location {
+            function: function.into(),
+            file: file.into(),
+            line,
+            lib: "a.out".into(),
+            system: false,
+        }
+    }
+
+    fn fault(addr: u64, flags: u8, stack_id: u32) -> Fault {
+        Fault {
+            time_ns: 20,
+            pid: 1,
+            tid: 1,
+            ip: CodeAddr::new(0),
+            addr: VirtAddr::new(addr),
+            flags: FaultFlags(flags),
+            stack_id,
+        }
+    }
+
+    /// Stack 0 (`main` calling `fill`) writes three fresh pages, stack 1 reads one; a block of
+    /// 8 KiB from `alloc` holds two of the writes, the others land in the heap outside it.
+    fn trace() -> ProcessTrace {
+        ProcessTrace {
+            pid: 1,
+            faults: vec![
+                fault(0x1000, FaultFlags::WRITE | FaultFlags::ZERO, 0),
+                fault(0x2000, FaultFlags::WRITE | FaultFlags::ZERO, 0),
+                fault(0x5000, FaultFlags::WRITE | FaultFlags::ZERO, 0),
+                fault(0x6000, 0, 1),
+            ],
+            stacks: Vec::new(),
+            mappings: vec![Mapping {
+                start: VirtAddr::new(0),
+                end: VirtAddr::new(0x10000),
+                path: "[heap]".into(),
+                ..Mapping::default()
+            }],
+            metadata: Vec::new(),
+            allocs: vec![AllocEvent {
+                time_ns: 10,
+                tid: 1,
+                call: AllocCall::Malloc,
+                addr: VirtAddr::new(0x1000),
+                size: 8192,
+                old_addr: VirtAddr::new(0),
+                detail: 0,
+                stack_id: 0,
+            }],
+            alloc_stacks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn labels_say_line_function_or_both() {
+        let with_line = loc("fill", "/src/a.c", 12);
+        let without = loc("fill", "", 0);
+        assert_eq!(frame_label(&with_line, FrameLabel::Line), "a.out|a.c:12");
+        assert_eq!(frame_label(&with_line, FrameLabel::Function), "a.out|fill");
+        assert_eq!(
+            frame_label(&with_line, FrameLabel::Both),
+            "a.out|fill|a.c:12"
+        );
+        assert_eq!(frame_label(&without, FrameLabel::Line), "a.out|fill");
+    }
+
+    #[test]
+    fn faults_by_stack_outermost_first() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(
+            0,
+            vec![loc("fill", "a.c", 5), loc("main", "a.c", 9)],
+            [0x10, 0x90].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(
+            1,
+            vec![loc("scan", "a.c", 7)],
+            [0x70].map(CodeAddr::new).to_vec(),
+        );
+        let got: Vec<(Vec<String>, Kind, u64)> =
+            fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true)
+                .into_iter()
+                .map(|f| (f.frames, f.kind, f.count))
+                .collect();
+        let frames = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            vec![
+                (frames(&["a.out|main", "a.out|fill"]), Kind::Write, 3),
+                (frames(&["a.out|scan"]), Kind::Read, 1),
+            ]
+        );
+        let first_touches = fault_flames(&trace(), &stacks, FrameLabel::Function, |f| {
+            f.has(FaultFlags::ZERO)
+        });
+        assert_eq!(first_touches.len(), 1);
+        assert_eq!(first_touches[0].count, 3);
+    }
+
+    #[test]
+    fn faults_by_allocation_stack() {
+        let mut alloc_stacks = ResolvedStacks::default();
+        alloc_stacks.insert(
+            0,
+            vec![loc("alloc", "a.c", 3)],
+            [0x30].map(CodeAddr::new).to_vec(),
+        );
+        let flames = allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, |_| true);
+        // The write and the read outside the block are one frame each, of their own kind.
+        let outside: Vec<(Kind, u64)> = flames
+            .iter()
+            .filter(|f| f.frames == ["[not allocated] [heap]"])
+            .map(|f| (f.kind, f.count))
+            .collect();
+        assert_eq!(outside.len(), 2, "{outside:?}");
+        assert!(outside.contains(&(Kind::Write, 1)) && outside.contains(&(Kind::Read, 1)));
+        let in_block: Vec<(Kind, u64)> = flames
+            .iter()
+            .filter(|f| f.frames == ["a.out|a.c:3"])
+            .map(|f| (f.kind, f.count))
+            .collect();
+        assert_eq!(in_block, vec![(Kind::Write, 2)]);
+        assert_eq!(flames.len(), 3);
+    }
+}

@@ -1,0 +1,153 @@
+//! The textual renderings of analysis results: the tables, CSV and JSON that `fltrace report`
+//! and `fltrace diff` print, from fltrace-analyze's groups, allocation reports and diff rows.
+
+pub mod alloc_tables;
+pub mod diff;
+pub mod faults;
+#[cfg(test)]
+mod synthetic;
+
+use fltrace_analyze::{GroupBy, GroupKey, Location, stack_field};
+
+use crate::Error;
+
+/// How a report is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned columns for a person.
+    Table,
+    /// One header line, then a row per group.
+    Csv,
+    /// One pretty-printed document.
+    Json,
+}
+
+/// `rows` under `header` as CSV, fields quoted where they must be.
+pub(crate) fn csv_text<R: IntoIterator<Item = String>>(
+    header: &[&str],
+    rows: impl IntoIterator<Item = R>,
+) -> Result<String, Error> {
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.write_record(header)?;
+    for row in rows {
+        csv.write_record(row)?;
+    }
+    let bytes = csv
+        .into_inner()
+        .map_err(|e| Error::Csv(e.into_error().into()))?;
+    // The fields were all strings, so the bytes are UTF-8: nothing is replaced.
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A group's whole stack in one CSV field.
+pub(crate) fn stack_text(key: &GroupKey) -> String {
+    stack_field(key.stack.as_deref().unwrap_or_default())
+}
+
+/// The frames of a stack after the first, `function (file:line) <- ...`, if there are any.
+pub(crate) fn callers(stack: &[Location]) -> Option<String> {
+    let callers: Vec<String> = stack
+        .iter()
+        .skip(1)
+        .map(|l| {
+            format!(
+                "{} ({})",
+                l.function,
+                if l.has_line() {
+                    format!("{}:{}", l.short_file(), l.line)
+                } else {
+                    l.lib.to_string()
+                }
+            )
+        })
+        .collect();
+    (!callers.is_empty()).then(|| callers.join(" <- "))
+}
+
+/// `file:line` without the file's directories, for tables.
+pub(crate) fn short_file_line(location: &Location) -> String {
+    if location.has_line() {
+        format!("{}:{}", location.short_file(), location.line)
+    } else if location.file.is_empty() {
+        "??".to_owned()
+    } else {
+        location.short_file().to_owned()
+    }
+}
+
+/// `s` cut to `width` characters, the last one `…` if it was cut.
+pub(crate) fn truncate(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(width - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// The CSV columns that name a group's location, for grouping `by`.
+pub(crate) fn location_columns(by: GroupBy) -> &'static [&'static str] {
+    match by {
+        GroupBy::Line => &["function", "file", "line", "lib"],
+        GroupBy::Function => &["function", "file", "lib"],
+        GroupBy::Dso => &["lib"],
+        GroupBy::Stack => &["function", "file", "line", "lib", "stack"],
+    }
+}
+
+/// The fields of [`location_columns`] for one group.
+pub(crate) fn location_fields(
+    l: &Location,
+    stack: Option<&[Location]>,
+    by: GroupBy,
+) -> Vec<String> {
+    let (function, file, line, lib) = (
+        l.function.to_string(),
+        l.file.to_string(),
+        l.line.to_string(),
+        l.lib.to_string(),
+    );
+    match by {
+        GroupBy::Line => vec![function, file, line, lib],
+        GroupBy::Function => vec![function, file, lib],
+        GroupBy::Dso => vec![lib],
+        GroupBy::Stack => vec![
+            function,
+            file,
+            line,
+            lib,
+            stack_field(stack.unwrap_or_default()),
+        ],
+    }
+}
+
+/// A location as a JSON object.
+pub(crate) fn location_json(l: &Location) -> serde_json::Value {
+    serde_json::json!({"function": &*l.function, "file": &*l.file, "line": l.line, "lib": &*l.lib})
+}
+
+/// `doc` pretty-printed, with a final newline.
+pub(crate) fn pretty(doc: &serde_json::Value) -> String {
+    // A Value has string keys only: printing it cannot fail.
+    let mut text = serde_json::to_string_pretty(doc).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncated_with_an_ellipsis() {
+        assert_eq!(truncate("short", 8), "short");
+        assert_eq!(truncate("a_long_function", 6), "a_lon…");
+    }
+
+    #[test]
+    fn csv_quotes_where_it_must() {
+        let text = csv_text(&["a", "b"], [vec!["x,y".to_owned(), "z".to_owned()]]).unwrap();
+        assert_eq!(text, "a,b\n\"x,y\",z\n");
+    }
+}

@@ -1,0 +1,191 @@
+//! `fltrace report` without allocations: faults grouped by their own stacks.
+
+use std::fmt::Write as _;
+
+use fltrace_analyze::{COVER_SHARE, FaultReport, Group, GroupBy, Loaded, percent};
+
+use super::{
+    Format, callers, csv_text, location_columns, location_fields, pretty, short_file_line, truncate,
+};
+use crate::Error;
+
+/// `report` of the faults of `loaded` as `format` writes it.
+pub fn faults(loaded: &Loaded, report: &FaultReport, format: Format) -> Result<String, Error> {
+    Ok(match format {
+        Format::Table => table(loaded, report),
+        Format::Csv => csv(&report.groups, report.by, report.total)?,
+        Format::Json => json(loaded, report),
+    })
+}
+
+fn table(loaded: &Loaded, report: &FaultReport) -> String {
+    let total = report.total;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<8} {:<32} {:<36} lib",
+        "#", "faults", "%", "cum%", "kind", "type", "function", "file:line"
+    );
+    let mut cumulative = 0;
+    for (i, group) in report.groups.iter().enumerate() {
+        cumulative += group.count;
+        let location = &group.key.location;
+        let file_line = short_file_line(location);
+        let _ = writeln!(
+            out,
+            "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} {:<32} {:<36} {}",
+            i + 1,
+            group.count,
+            percent(group.count, total),
+            percent(cumulative, total),
+            group.kind_name(),
+            group.type_name(),
+            truncate(&location.function, 32),
+            file_line,
+            location.lib
+        );
+        if let Some(callers) = group.key.stack.as_deref().and_then(callers) {
+            let _ = writeln!(out, "{:>42}<- {callers}", "");
+        }
+    }
+    let processes = loaded.traces.len();
+    let _ = writeln!(
+        out,
+        "\n{total} faults in {processes} process{} of `{}`, {} lost; {} of {} code locations cover {:.0}% of faults",
+        if processes == 1 { "" } else { "es" },
+        loaded.command(),
+        loaded.lost,
+        report.covering,
+        report.locations,
+        COVER_SHARE * 100.0,
+    );
+    if let Some(note) = loaded.tracer_note() {
+        let _ = writeln!(out, "{note}");
+    }
+    out
+}
+
+fn csv(groups: &[Group], by: GroupBy, total: u64) -> Result<String, Error> {
+    let header: Vec<&str> = ["count", "percent", "kind"]
+        .into_iter()
+        .chain(location_columns(by).iter().copied())
+        .collect();
+    csv_text(
+        &header,
+        groups.iter().map(|group| {
+            let mut row = vec![
+                group.count.to_string(),
+                format!("{:.4}", percent(group.count, total)),
+                group.kind_name().to_owned(),
+            ];
+            row.extend(location_fields(
+                &group.key.location,
+                group.key.stack.as_deref(),
+                by,
+            ));
+            row
+        }),
+    )
+}
+
+fn json(loaded: &Loaded, report: &FaultReport) -> String {
+    let total = report.total;
+    let rows: Vec<serde_json::Value> = report
+        .groups
+        .iter()
+        .map(|g| {
+            let l = &g.key.location;
+            let mut row = serde_json::json!({
+                "count": g.count,
+                "percent": percent(g.count, total),
+                "kind": g.kind_name(),
+                "type": g.type_name(),
+                "reads": g.kinds[0],
+                "writes": g.kinds[1],
+                "wrprotects": g.kinds[2],
+                "first_touches": g.zero,
+                "fetches": g.fetch,
+                "function": &*l.function,
+                "file": &*l.file,
+                "line": l.line,
+                "lib": &*l.lib,
+            });
+            if let (Some(stack), GroupBy::Stack) = (&g.key.stack, report.by) {
+                row["stack"] = stack
+                    .iter()
+                    .map(|l| serde_json::json!({"function": &*l.function, "file": &*l.file, "line": l.line, "lib": &*l.lib}))
+                    .collect();
+            }
+            row
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "command": loaded.command(),
+        "pids": loaded.traces.iter().map(|(t, _)| t.pid).collect::<Vec<_>>(),
+        "faults": total,
+        "lost": loaded.lost,
+        "tracer_faults": loaded.tracer_faults,
+        "tracer_included": loaded.tracer_included,
+        "locations": report.locations,
+        "locations_covering_95_percent": report.covering,
+        "groups": rows,
+    });
+    pretty(&doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use fltrace_analyze::{AllocStacks, FaultsHeld};
+
+    use super::super::synthetic::{load, record, rows};
+    use super::*;
+
+    /// The six write faults of the synthetic recording, all at `toucher`'s line: one row of
+    /// every fault, and one line of one covering 95%.
+    #[test]
+    fn one_line_in_every_format() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), false);
+        let loaded = load(dir.path(), AllocStacks::Skip, FaultsHeld::Counted).unwrap();
+        let report = FaultReport::of(loaded.counted(), GroupBy::Line, 0);
+
+        let csv = faults(&loaded, &report, Format::Csv).unwrap();
+        assert!(
+            csv.starts_with("count,percent,kind,function,file,line,lib\n"),
+            "{csv}"
+        );
+        let rows = rows(&csv);
+        assert_eq!(rows.len(), 1, "{csv}");
+        let row = &rows[0];
+        assert_eq!(
+            (&*row["count"], &*row["percent"], &*row["kind"]),
+            ("6", "100.0000", "write")
+        );
+        assert!(row["function"].ends_with("toucher"), "{csv}");
+        assert!(row["file"].ends_with("synthetic.rs"), "{csv}");
+
+        let table = faults(&loaded, &report, Format::Table).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(
+            lines[0].starts_with("   #    faults       %    cum%  kind"),
+            "{table}"
+        );
+        assert!(
+            lines[1].starts_with("   1         6 100.00% 100.00%  write"),
+            "{table}"
+        );
+        assert_eq!(
+            lines[3],
+            "6 faults in 1 process of `synthetic`, 0 lost; 1 of 1 code locations cover 95% of faults"
+        );
+
+        let json: serde_json::Value =
+            serde_json::from_str(&faults(&loaded, &report, Format::Json).unwrap()).unwrap();
+        assert_eq!(json["faults"], 6);
+        assert_eq!(json["pids"], serde_json::json!([4242]));
+        assert_eq!(json["locations_covering_95_percent"], 1);
+        assert_eq!(json["groups"][0]["writes"], 6);
+        assert_eq!(json["groups"][0]["reads"], 0);
+    }
+}
