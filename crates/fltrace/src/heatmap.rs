@@ -51,7 +51,7 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
         })
         .map(|s| HeatEvent {
             time: s.time_ns,
-            addr: s.addr.get(),
+            addr: s.addr,
             write: s.is_store(),
         })
         .collect();
@@ -95,7 +95,7 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
             })
             .map(|f| HeatEvent {
                 time: f.time_ns,
-                addr: f.addr.get(),
+                addr: f.addr,
                 write: f.flags.has(FaultFlags::WRITE),
             })
             .collect()
@@ -156,8 +156,11 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
             && weight(s) > 0
     };
     let clip = |s: &fltrace_trace::RangeSample| match args.addr {
-        Some((a, b)) => (s.start.get().max(a), s.end.get().min(b)),
-        None => (s.start.get(), s.end.get()),
+        Some((a, b)) => (
+            s.start.max(fltrace_trace::VirtAddr::new(a)),
+            s.end.min(fltrace_trace::VirtAddr::new(b)),
+        ),
+        None => (s.start, s.end),
     };
     let time = |s: &fltrace_trace::RangeSample| (s.time_s * 1e9) as u64;
     let mut builder = HeatmapBuilder::new(options(&args));
@@ -226,11 +229,7 @@ fn name_mappings(
         .with_context(|| format!("reading {}", path.display()))?;
     let regions: Vec<AddressRegion> = named_regions(&mappings)
         .into_iter()
-        .map(|(start, end, name)| AddressRegion {
-            start: start.get(),
-            end: end.get(),
-            name,
-        })
+        .map(|(start, end, name)| AddressRegion { start, end, name })
         .collect();
     map.name_regions(&regions);
     Ok(())
@@ -330,7 +329,7 @@ fn block_rects(
             AllocRect {
                 start: b.start_ns,
                 end: b.end_ns.unwrap_or(end),
-                addr: b.addr.get(),
+                addr: b.addr,
                 len: b.size,
                 label,
             }
