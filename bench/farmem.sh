@@ -53,7 +53,7 @@ echo "graph $scale: peak ${peak_mb} MB untraced; far memory runs use -L=$half -M
 
 # The runtime's changes of issue #12 side by side, each switched off alone, and all of them
 # (the runtime as it was): alternating with the untraced program, ROUNDS times each.
-configs=("default" "FLTRACE_RT_REALTIME=1" "FLTRACE_RT_EVICT_AHEAD=0" "FLTRACE_RT_EVICT_AHEAD=0 FLTRACE_RT_CLEAN_COPIES=100")
+configs=("default" "FLTRACE_RT_MOVE=0" "FLTRACE_RT_REALTIME=1" "FLTRACE_RT_EVICT_AHEAD=0" "FLTRACE_RT_MOVE=0 FLTRACE_RT_EVICT_AHEAD=0 FLTRACE_RT_CLEAN_COPIES=100")
 untraced=(); declare -A traced
 for ((r = 0; r < rounds; r++)); do
     for ((c = 0; c < ${#configs[@]}; c++)); do
@@ -65,16 +65,23 @@ for ((r = 0; r < rounds; r++)); do
         traced[$c]+="$(echo "$t1 - $t0" | bc) "
     done
 done
+# One more run of each, untimed, for the breakdown: with the TLB and IPI counters, which the
+# timed runs leave off (closing them costs the program 30-50 ms each at exit).
+for ((c = 0; c < ${#configs[@]}; c++)); do
+    dir="$work/far-$c-breakdown"; mkdir -p "$dir"; cd "$dir"
+    knobs=(); [[ ${configs[$c]} == default ]] || read -ra knobs <<<"${configs[$c]}"
+    env FLTRACE_RT_TLB_COUNT=1 "${knobs[@]}" "$fltrace" record -q -L=$half -M=$max -- "$work/graph" "$scale" 1 >/dev/null
+done
 u=$(printf '%s\n' "${untraced[@]}" | median)
 echo "graph untraced: median ${u}s of $((rounds * ${#configs[@]})) runs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((c = 0; c < ${#configs[@]}; c++)); do
     t=$(printf '%s\n' ${traced[$c]} | median)
-    stats=$(ls "$work/far-$c-$((rounds - 1))"/fltrace-data-stats-*.out | head -1)
+    stats=$(ls "$work/far-$c-breakdown"/fltrace-data-stats-*.out | head -1)
     echo "graph at half the peak, ${configs[$c]}: $(echo "scale=2; $t / $u" | bc)x (traced ${t}s, runs: ${traced[$c]})"
     echo "  runtime handled $(stat_of "$stats" rt_faults) faults ($(stat_of "$stats" faults_fetch) fetches, $(stat_of "$stats" evict_pages_done) evictions); trace rows $(stat_of "$stats" faults); unmatched log entries $(stat_of "$stats" rt_unmatched); rows the kernel resolved alone $(stat_of "$stats" rt_rows_unhandled); lost $(stat_of "$stats" lost)"
     echo "  local memory peak $(( $(stat_of "$stats" memory_used) / 1048576 )) MB of -L $half MB; process peak RSS $(( $(stat_of "$stats" hwm) / 1048576 )) MB (untraced ${peak_mb} MB)"
     echo "  added time per handled fault: $(echo "scale=2; ($t - $u) * 1000000 / $(stat_of "$stats" rt_faults)" | bc) us"
-    breakdown "$stats" "last round"
+    breakdown "$stats" "a run with the TLB counters"
 done
 
 # Read-mostly: two threads each scanning their own array, at half the program's peak. The
@@ -83,13 +90,15 @@ rs_mb=${READSCAN_MB:-128}
 gcc -O2 -g -o "$work/readscan" "$root/workloads/readscan.c" -lpthread
 rs_kb=$(/usr/bin/time -f %M "$work/readscan" "$rs_mb" 4 2>&1 >/dev/null | tail -1)
 rs_peak=$(( (rs_kb + 1023) / 1024 )); rs_half=$(( rs_peak / 2 ))
-for copies in 10 100; do
+# Moving pages (the default) holds none twice; copying keeps clean copies up to 10% or 100%.
+for copies in move 10 100; do
     dir="$work/readscan-$copies"; mkdir -p "$dir"; cd "$dir"
-    t0=$(now); FLTRACE_RT_CLEAN_COPIES=$copies "$fltrace" record -q -L=$rs_half -M=$(( rs_peak * 2 )) -- "$work/readscan" "$rs_mb" 4 >/dev/null; t1=$(now)
+    knobs=(FLTRACE_RT_MOVE=0 FLTRACE_RT_CLEAN_COPIES=$copies); [[ $copies == move ]] && knobs=(FLTRACE_RT_MOVE=1)
+    t0=$(now); env "${knobs[@]}" "$fltrace" record -q -L=$rs_half -M=$(( rs_peak * 2 )) -- "$work/readscan" "$rs_mb" 4 >/dev/null; t1=$(now)
     stats=$(ls "$dir"/fltrace-data-stats-*.out | head -1)
     hwm=$(( $(stat_of "$stats" hwm) / 1048576 ))
-    echo "readscan 2x${rs_mb} MB, 4 passes, -L=$rs_half (peak ${rs_peak} MB untraced), clean copies ${copies}% of -L: peak RSS ${hwm} MB = $(echo "scale=3; $hwm / $rs_peak" | bc)x, $(echo "$t1 - $t0" | bc)s, $(stat_of "$stats" rt_faults) faults, $(stat_of "$stats" evict_writes) evictions copied"
-    breakdown "$stats" "readscan, clean copies ${copies}%"
+    echo "readscan 2x${rs_mb} MB, 4 passes, -L=$rs_half (peak ${rs_peak} MB untraced), ${knobs[*]}: peak RSS ${hwm} MB = $(echo "scale=3; $hwm / $rs_peak" | bc)x, $(echo "$t1 - $t0" | bc)s, $(stat_of "$stats" rt_faults) faults, $(stat_of "$stats" evict_writes) evictions written to the store"
+    breakdown "$stats" "readscan, ${knobs[*]}"
 done
 
 cd "$work"; mkdir -p touch-run; cd touch-run

@@ -4,6 +4,8 @@
 // usage: farmem <mode> <MiB> [n]
 //   threads MiB n    n threads, each writes and verifies its own MiB buffer, 3 rounds
 //   fork MiB         parent's data survives into a child forked without exec, and back
+//   forkevict MiB    as fork, then the parent writes as much again: its pages, shared with
+//                    the child at the fork, are evicted and fetched, and both buffers checked
 //   exec MiB         write and verify, then exec "farmem threads MiB 1" under a new runtime
 //   readinto MiB     read(2) from a file into evicted pages
 //   reuse MiB n      n rounds of mmap, check zeros, write, munmap (more than -M in all)
@@ -93,6 +95,20 @@ int main(int argc, char **argv) {
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
             return 3;
         return check(p, bytes / 8, 7, "parent after fork") ? 0 : 3;
+    }
+    if (!strcmp(mode, "forkevict")) {
+        uint64_t *p = malloc(bytes);
+        fill(p, bytes / 8, 7);
+        pid_t child = fork();
+        if (child == 0)
+            _exit(check(p, bytes / 8, 7, "child sees parent data") ? 0 : 3);
+        int status;
+        waitpid(child, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            return 3;
+        uint64_t *q = malloc(bytes);
+        fill(q, bytes / 8, 5);
+        return check(q, bytes / 8, 5, "parent's new data") && check(p, bytes / 8, 7, "parent's data shared at the fork") ? 0 : 3;
     }
     if (!strcmp(mode, "exec")) {
         uint64_t *p = malloc(bytes);

@@ -33,6 +33,7 @@ mod diff;
 mod export;
 mod fault_report;
 mod group;
+mod heat;
 mod load;
 mod names;
 mod pprof;
@@ -62,6 +63,9 @@ pub use group::{
     AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, Group, GroupBy, GroupKey, call_site,
     count_faults_by_origin, count_faults_by_stack, coverage, fault_origins, group_allocs,
     group_fault_counts, group_faults, group_faults_by_alloc_site,
+};
+pub use heat::{
+    HeatRange, LabelledBlock, access_samples_in, heat_ranges, largest_labelled_blocks, site_label,
 };
 pub use load::{
     AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,

@@ -111,6 +111,17 @@ pub fn fault_tracepoints() -> Vec<Event> {
     }
 }
 
+/// The fault events to count for `targets`: named processes get the fault tracepoints (their
+/// samples carry the user registers for DWARF unwinding), the whole system or a cgroup the
+/// cheaper software event.
+pub fn fault_events_for(targets: &crate::watch::Targets) -> Vec<Event> {
+    if targets.names_processes() {
+        fault_tracepoints()
+    } else {
+        fault_events()
+    }
+}
+
 /// Expands an event argument: tracepoint names may hold `*` (`vmscan:*`).
 pub fn expand_events(text: &str) -> Result<Vec<Event>, Error> {
     let tp = text.strip_prefix("tracepoint:").unwrap_or(text);
@@ -674,6 +685,29 @@ pub(crate) fn attach_uprobe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Named processes get the tracepoints (where the kernel has them); the whole system and
+    /// a cgroup the software event.
+    #[test]
+    fn fault_events_follow_the_targets() {
+        let system = crate::watch::Targets {
+            pids: vec![],
+            cgroup: None,
+            comm: None,
+            command: vec![],
+        };
+        assert_eq!(fault_events_for(&system), fault_events());
+        let named = crate::watch::Targets {
+            pids: vec![1],
+            ..system.clone()
+        };
+        assert_eq!(fault_events_for(&named), fault_tracepoints());
+        let cgroup = crate::watch::Targets {
+            cgroup: Some("/sys/fs/cgroup/unified".into()),
+            ..named
+        };
+        assert_eq!(fault_events_for(&cgroup), fault_events());
+    }
 
     #[test]
     fn globs_match_tracepoint_names() {

@@ -12,6 +12,7 @@ pub mod event;
 pub mod files;
 pub mod memleak;
 mod object;
+pub mod output;
 mod symbols;
 pub mod tracefs;
 pub mod triage;
@@ -19,7 +20,7 @@ pub mod watch;
 
 pub use counter::{
     By, CountSpec, Counter, ProcessFilter, Row, Snapshot, expand_events, fault_events,
-    fault_tracepoints,
+    fault_events_for, fault_tracepoints,
 };
 pub use error::Error;
 pub use event::{Event, FieldFilter, Op};

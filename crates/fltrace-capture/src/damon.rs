@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{PhysAddr, VirtAddr};
+use fltrace_trace::{PhysAddr, RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr};
 
 use crate::Error;
 use crate::ring::RingBuffer;
@@ -396,6 +396,38 @@ impl Aggregation {
             resident_bytes: frames.len() as u64 * crate::wss::PAGE_SIZE,
         })
     }
+}
+
+/// [`watch_process`] of `pid` through fltrace's own monitor (`own`, with the configuration it
+/// was started with) or, without one, the machine's physical-address monitor, gathering the
+/// range trace `fltrace heatmap --from damon` reads: each accessed range with its access
+/// count. `each` gets every aggregation with its seconds since the call.
+pub fn trace_process(
+    pid: i32,
+    own: Option<(&OwnMonitor, &MonitorConfig)>,
+    duration: Option<Duration>,
+    stop: &AtomicUsize,
+    mut each: impl FnMut(f64, &Aggregation),
+) -> Result<RangeTraceWriter, Error> {
+    let mut trace = RangeTraceWriter::new(RangeTraceKind::DamonAccesses);
+    let started_ns = crate::monotonic_now_ns();
+    // Our own virtual-address monitor reports the process's addresses already.
+    let operations = own.map_or(Operations::Paddr, |(monitor, _)| monitor.operations);
+    // The machine's monitor aggregates every few seconds; ours every aggregation interval.
+    let quiet_ns = own.map_or(1_000_000_000, |(_, config)| config.aggr_us * 500);
+    watch_process(pid, operations, quiet_ns, duration, stop, |aggregation| {
+        let time_s = aggregation.time_ns.saturating_sub(started_ns) as f64 / 1e9;
+        for r in &aggregation.ranges {
+            trace.push_accesses(&RangeSample {
+                time_s,
+                start: r.start,
+                end: r.end,
+                value: u64::from(r.nr_accesses),
+            });
+        }
+        each(time_s, &aggregation);
+    })?;
+    Ok(trace)
 }
 
 /// Reads the monitor's aggregated regions ([`read_aggregated`]) while process `pid` runs, and

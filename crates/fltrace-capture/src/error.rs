@@ -66,6 +66,9 @@ pub enum Error {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// Waiting for a command fltrace started failed.
+    #[error("waiting for the command")]
+    Wait(#[source] std::io::Error),
     /// The running executable could not be found, to find the preloaded library beside it.
     #[error("locating the fltrace binary")]
     CurrentExe(#[source] std::io::Error),

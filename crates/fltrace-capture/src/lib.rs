@@ -23,6 +23,7 @@
 
 pub mod access;
 mod alloc_spool;
+mod child;
 pub mod damon;
 mod error;
 mod interrupt;
@@ -39,6 +40,7 @@ mod user;
 pub mod wss;
 
 pub use alloc_spool::{AllocLogs, Converted, Recovered, recover_stale_spools};
+pub use child::ChildGuard;
 pub use error::Error;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;

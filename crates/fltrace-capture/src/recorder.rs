@@ -16,6 +16,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use fltrace_trace::{CodeAddr, Fault, FileOffset, Mapping, VirtAddr, keys};
 
 use crate::Error;
+use crate::child::ChildGuard;
 use crate::process::{Process, SessionMeta};
 use crate::ring::{RingBuffer, page_size};
 use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
@@ -122,6 +123,28 @@ pub struct Summary {
     pub trace_error: Option<String>,
 }
 
+impl Summary {
+    /// The command's status as a shell gives it, for fltrace to exit with: its exit code,
+    /// 128 + the signal that killed it, 0 when it neither exited nor was killed (attached).
+    pub fn shell_status(&self) -> u8 {
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => code as u8,
+            (None, Some(signal)) => 128 + signal as u8,
+            (None, None) => 0,
+        }
+    }
+
+    /// The processes whose files the recording may have written: those that left a trace,
+    /// else the root process (a recording that failed early may have written its files).
+    pub fn traced_pids(&self) -> Vec<u32> {
+        if self.pids.is_empty() {
+            vec![self.root_pid]
+        } else {
+            self.pids.clone()
+        }
+    }
+}
+
 /// Keeps the first trace-writing error; the recording goes on waiting for the program.
 fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
     if let Err(e) = result
@@ -156,58 +179,6 @@ pub fn record(
     let mut session = Session::set_up(target, options)?;
     let ended = session.run(stop, &mut progress);
     Ok(session.finish(ended, options))
-}
-
-/// The command fltrace started, from its fork to its reaping. Dropped before it was reaped
-/// (a set-up step failed after the fork, or a panic), it is killed and reaped: no early
-/// return leaves a stopped child or a zombie behind, nor a command running on untraced.
-struct ChildGuard(Option<Child>);
-
-enum Child {
-    /// Forked, waiting to exec the command.
-    Pending(PendingChild),
-    /// Running the command.
-    Running(i32),
-}
-
-impl ChildGuard {
-    fn pid(&self) -> Option<i32> {
-        match &self.0 {
-            Some(Child::Pending(child)) => Some(child.pid()),
-            Some(Child::Running(pid)) => Some(*pid),
-            None => None,
-        }
-    }
-
-    /// Lets the child exec the command. A failed exec has reaped it already.
-    fn release(&mut self) -> Result<(), Error> {
-        if let Some(Child::Pending(child)) = self.0.take() {
-            self.0 = Some(Child::Running(child.release()?));
-        }
-        Ok(())
-    }
-
-    /// The command has been reaped (its status collected): nothing is left to clean up.
-    fn reaped(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        match self.0.take() {
-            Some(Child::Pending(child)) => child.abort(),
-            Some(Child::Running(pid)) => {
-                let mut status = 0;
-                // SAFETY: killing and reaping our own child, which nobody else waits for.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, &mut status, 0);
-                }
-            }
-            None => {}
-        }
-    }
 }
 
 /// A recording once set up: the events open, the command running, the side captures
@@ -304,9 +275,9 @@ impl Session {
             Target::Command(argv) => {
                 let child = PendingChild::spawn(argv, options.credentials, &far_env)?;
                 let pid = child.pid();
-                (ChildGuard(Some(Child::Pending(child))), vec![pid], true)
+                (ChildGuard::pending(child), vec![pid], true)
             }
-            Target::Pid(pid) => (ChildGuard(None), attach_tasks(*pid)?, false),
+            Target::Pid(pid) => (ChildGuard::none(), attach_tasks(*pid)?, false),
         };
         let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
 
@@ -1347,4 +1318,51 @@ fn owner_of_bytes(bytes: &[u8], kind: u32) -> Option<u32> {
     let offset = if kind == PERF_RECORD_FORK { 4 } else { 0 };
     let field = bytes.get(offset..offset + 4)?;
     Some(u32::from_ne_bytes(field.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(pids: Vec<u32>) -> Summary {
+        Summary {
+            root_pid: 10,
+            pids,
+            exit_code: Some(0),
+            signal: None,
+            faults: 0,
+            lost: 0,
+            stacks_truncated: 0,
+            far_memory_exhausted: false,
+            allocs: None,
+            access: None,
+            trace_error: None,
+        }
+    }
+
+    #[test]
+    fn traced_pids_fall_back_to_the_root_process() {
+        assert_eq!(summary(vec![]).traced_pids(), vec![10]);
+        assert_eq!(summary(vec![10, 11]).traced_pids(), vec![10, 11]);
+    }
+
+    #[test]
+    fn shell_status_is_the_exit_code_or_128_plus_the_signal() {
+        let exited = Summary {
+            exit_code: Some(3),
+            ..summary(vec![10])
+        };
+        assert_eq!(exited.shell_status(), 3);
+        let killed = Summary {
+            exit_code: None,
+            signal: Some(9),
+            ..summary(vec![10])
+        };
+        assert_eq!(killed.shell_status(), 137);
+        let attached = Summary {
+            exit_code: None,
+            ..summary(vec![10])
+        };
+        assert_eq!(attached.shell_status(), 0);
+    }
 }

@@ -152,6 +152,23 @@ pub fn tracefs_obstacle(path: &Path) -> String {
     )
 }
 
+/// The kernel's cap on sampling rates (`kernel.perf_event_max_sample_rate`), samples per
+/// second; `None` when it cannot be read.
+pub fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The calling process's peak resident memory (`ru_maxrss`), in MB.
+pub fn own_peak_rss_mb() -> u64 {
+    // SAFETY: rusage is plain data for the kernel to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_maxrss as u64 / 1024
+}
+
 /// `/proc/sys/kernel/perf_event_paranoid`, if readable.
 pub fn perf_event_paranoid() -> Option<i32> {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
@@ -346,6 +363,13 @@ pub fn online_cpus() -> io::Result<Vec<i32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process holds at least its own binary resident; the kernel has a sampling cap.
+    #[test]
+    fn own_peak_rss_and_the_sampling_cap_are_read() {
+        assert!(own_peak_rss_mb() > 0);
+        assert!(max_sample_rate().is_some_and(|rate| rate > 0));
+    }
 
     /// The tracefs format of exceptions:page_fault_user yields its three fields.
     #[test]

@@ -849,15 +849,64 @@ mod tests {
         let space = AddressSpace::of(std::process::id() as i32, maps);
         assert!(space.covers(0x1000) && space.covers(0x2fff) && space.covers(0x7800));
         assert!(!space.covers(0xfff) && !space.covers(0x3000) && !space.covers(0x5800));
-        // Our own maps hold this function, which the made-up ones above do not.
-        let mut space = AddressSpace::of(std::process::id() as i32, "");
-        let here = AddressSpace::refresh as fn(&mut AddressSpace, u64) -> bool as usize as u64;
-        assert!(!space.covers(here));
-        assert!(space.refresh(here));
-        assert!(space.covers(here));
+        // A sleeping child's maps hold its code, which the empty ones do not. Not our own
+        // maps: tests running beside this one map new code into this process.
+        let mut child = SleepingChild::start();
+        let code = child.code_address();
+        let mut space = AddressSpace::of(child.pid(), "");
+        assert!(!space.covers(code));
+        assert!(space.refresh(code));
+        assert!(space.covers(code));
         // Read again with nothing new: no rebuild, and the address is not asked about again.
         assert!(!space.refresh(8));
         assert!(space.strays.contains(&8));
+        child.stop();
+    }
+
+    /// `sleep`, killed and reaped when dropped.
+    struct SleepingChild(std::process::Child);
+
+    impl SleepingChild {
+        fn start() -> SleepingChild {
+            let child = std::process::Command::new("sleep")
+                .arg("60")
+                .spawn()
+                .expect("sleep starts");
+            SleepingChild(child)
+        }
+
+        fn pid(&self) -> i32 {
+            self.0.id() as i32
+        }
+
+        /// The start of the executable mapping of `sleep` itself, once it has exec'ed.
+        fn code_address(&self) -> u64 {
+            for _ in 0..500 {
+                let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid()))
+                    .expect("the child's maps");
+                let code = maps.lines().find(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    fields.len() >= 6 && fields[1] == "r-xp" && fields[5].ends_with("/sleep")
+                });
+                if let Some(line) = code {
+                    let start = line.split('-').next().expect("a range");
+                    return u64::from_str_radix(start, 16).expect("a hex address");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            panic!("sleep never showed its code in /proc/PID/maps");
+        }
+
+        fn stop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    impl Drop for SleepingChild {
+        fn drop(&mut self) {
+            self.stop();
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{VirtAddr, parse_procmaps_line};
+use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, parse_procmaps_line};
 
 use crate::Error;
 
@@ -309,6 +309,61 @@ fn accessed_pages(frames: &crate::damon::FrameMap, accessed: &[bool]) -> Vec<u64
         .collect();
     pages.sort_unstable();
     pages
+}
+
+/// [`sample`], gathering the per-mapping range trace `fltrace heatmap --from wss` reads: the
+/// bytes referenced in each mapping and interval, with its resident bytes and name.
+pub fn trace_referenced(
+    pid: i32,
+    interval: Duration,
+    mut keep_going: impl FnMut(&WssSample) -> bool,
+) -> Result<RangeTraceWriter, Error> {
+    let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
+    sample(pid, interval, |sample| {
+        let time_s = sample.elapsed.as_secs_f64();
+        for m in &sample.mappings {
+            let range = RangeSample {
+                time_s,
+                start: m.start,
+                end: m.end,
+                value: m.referenced,
+            };
+            trace.push_referenced(&range, m.rss, &m.path);
+        }
+        keep_going(sample)
+    })?;
+    Ok(trace)
+}
+
+/// [`sample_pages`], gathering the range trace of the runs of accessed pages (each run wholly
+/// referenced and resident, named `[pages]`), calling `each` with every sample. `keep_going`
+/// is asked before the first interval and after each.
+pub fn trace_pages(
+    pid: i32,
+    interval: Duration,
+    bitmap: &IdleBitmap,
+    mut each: impl FnMut(&PageSample),
+    keep_going: impl Fn() -> bool,
+) -> Result<RangeTraceWriter, Error> {
+    let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
+    if !keep_going() {
+        return Ok(trace);
+    }
+    sample_pages(pid, interval, bitmap, |sample| {
+        let time_s = sample.elapsed.as_secs_f64();
+        for (start, end) in sample.runs() {
+            let range = RangeSample {
+                time_s,
+                start,
+                end,
+                value: end - start,
+            };
+            trace.push_referenced(&range, end - start, "[pages]");
+        }
+        each(sample);
+        keep_going()
+    })?;
+    Ok(trace)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 pub mod catalog;
 mod config;
 mod error;
+pub mod listing;
 pub mod numa;
 pub mod page;
 mod series;

@@ -51,11 +51,21 @@ pub fn register_handler() {
 /// Opens the counters on the calling thread and every thread it (and they) will create
 /// (`inherit`). Called before the handler threads and the program's threads exist. A counter
 /// the kernel refuses (no tracefs, unprivileged) stays closed and reads as 0.
+/// The tracepoint counters only when asked for (`FLTRACE_RT_TLB_COUNT=1`): each costs the
+/// program 30-50 ms at exit.
 pub fn open_counters() {
-    let tlb = tracepoint_id(c"/sys/kernel/tracing/events/tlb/tlb_flush/id")
-        .or_else(|| tracepoint_id(c"/sys/kernel/debug/tracing/events/tlb/tlb_flush/id"));
-    let ipi = tracepoint_id(c"/sys/kernel/tracing/events/ipi/ipi_send_cpumask/id")
-        .or_else(|| tracepoint_id(c"/sys/kernel/debug/tracing/events/ipi/ipi_send_cpumask/id"));
+    let tracepoints = crate::sys::env_u64(fltrace_runtime_abi::env::TLB_COUNT) == Some(1);
+    let (tlb, ipi) = if tracepoints {
+        (
+            tracepoint_id(c"/sys/kernel/tracing/events/tlb/tlb_flush/id")
+                .or_else(|| tracepoint_id(c"/sys/kernel/debug/tracing/events/tlb/tlb_flush/id")),
+            tracepoint_id(c"/sys/kernel/tracing/events/ipi/ipi_send_cpumask/id").or_else(|| {
+                tracepoint_id(c"/sys/kernel/debug/tracing/events/ipi/ipi_send_cpumask/id")
+            }),
+        )
+    } else {
+        (None, None)
+    };
     // reason: 1 remote shootdown (received), 2 local shootdown, 3 local mm shootdown.
     let specs: [(u32, Option<u64>, Option<&core::ffi::CStr>); COUNTERS] = [
         (PERF_TYPE_TRACEPOINT, tlb, Some(c"reason == 1")),

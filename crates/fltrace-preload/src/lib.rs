@@ -157,20 +157,24 @@ fn build_region() -> Option<Region> {
         _ => Policy::Fifo,
     };
     let shared = map_shared();
-    let uffd = match local {
-        Some(_) => open_uffd(),
-        None => -1,
+    let want_move = sys::env_u64(env::MOVE) != Some(0);
+    let (uffd, can_move) = match local {
+        Some(_) => open_uffd(want_move),
+        None => (-1, false),
     };
     let limit = local.unwrap_or(max_pages as u64) as usize;
     let tuning = region::Tuning {
         evict_ahead: sys::env_u64(env::EVICT_AHEAD) != Some(0),
         clean_copies_percent: sys::env_u64(env::CLEAN_COPIES).map_or(10, |p| p.min(100) as usize),
+        move_pages: can_move,
     };
     Region::create(max_pages, limit, policy, uffd, shared, tuning)
 }
 
-fn open_uffd() -> i32 {
-    let fd = match uffd::create(false) {
+/// The userfaultfd, and whether it can move pages (`want_move` and the kernel has
+/// `UFFDIO_MOVE`).
+fn open_uffd(want_move: bool) -> (i32, bool) {
+    let create = || match uffd::create(false) {
         Ok(fd) => fd,
         // Unprivileged users may only ask for user-mode faults (vm.unprivileged_userfaultfd).
         Err(_) => match uffd::create(true) {
@@ -178,13 +182,22 @@ fn open_uffd() -> i32 {
             Err(e) => report_unavailable(e),
         },
     };
-    if let Err(e) = uffd::api(
-        fd,
-        uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID,
-    ) {
+    let features = uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID;
+    if want_move {
+        let fd = create();
+        if uffd::api(fd, features | uffd::FEATURE_MOVE).is_ok() {
+            return (fd, true);
+        }
+        // A kernel without the feature refuses the handshake; it cannot be repeated on the
+        // same descriptor.
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+    }
+    let fd = create();
+    if let Err(e) = uffd::api(fd, features) {
         report_unavailable(e);
     }
-    fd
+    (fd, false)
 }
 
 /// Far memory was asked for (`-L`) and cannot start: the program ends at start-up, with one

@@ -10,6 +10,13 @@
 //! When more than the local limit is resident, pages are evicted in the policy's order: a dirty
 //! page is write-protected *before* it is copied, so no write can slip in between copy and drop,
 //! then dropped with `MADV_DONTNEED`; a clean page is just dropped.
+//!
+//! Where the kernel has `UFFDIO_MOVE` (and the policy needs no write tracking), pages are
+//! instead moved between region and store, in runs: no copy, no write-protection, no page
+//! held in both, and a write racing an eviction either goes with the page or faults after.
+//! The store is then registered for missing faults too (a move's destination must be), so
+//! nothing may read a store page that is not there: the handler only moves from it, or copies
+//! from a page it knows is present.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::Release};
 
@@ -91,6 +98,8 @@ pub struct Region {
     ahead: usize,
     /// Most clean resident pages whose far copy is kept.
     clean_cap: usize,
+    /// Pages move between region and store (`UFFDIO_MOVE`) instead of being copied.
+    moving: bool,
     /// Set while fork prepares the child: faults are served but nothing is evicted.
     paused: AtomicBool,
     /// Set in a child forked without exec: its copy of the region is plain memory (the
@@ -117,6 +126,8 @@ pub struct Tuning {
     pub evict_ahead: bool,
     /// Most clean resident pages whose far copy is kept, percent of the limit.
     pub clean_copies_percent: usize,
+    /// Move pages with `UFFDIO_MOVE` (the userfaultfd must have `FEATURE_MOVE`).
+    pub move_pages: bool,
 }
 
 impl Default for Tuning {
@@ -124,7 +135,24 @@ impl Default for Tuning {
         Tuning {
             evict_ahead: true,
             clean_copies_percent: 10,
+            move_pages: false,
         }
+    }
+}
+
+/// Attempts of a move the kernel asks to retry (`EAGAIN`) before giving up on it for now.
+const MOVE_TRIES: usize = 1000;
+
+/// Says once on stderr that a move failed in a way the runtime does not expect.
+fn report_move_error(error: &std::io::Error) {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    if !REPORTED.swap(true, Relaxed) {
+        let mut code = [0; 20];
+        sys::write_stderr(&[
+            b"fltrace: far memory: UFFDIO_MOVE failed (errno ",
+            sys::decimal(error.raw_os_error().unwrap_or(0) as u64, &mut code),
+            b"); the page stays where it is and the move is tried again\n",
+        ]);
     }
 }
 
@@ -176,6 +204,17 @@ impl Region {
                 return None;
             }
         }
+        // Clock learns of writes through write-protection, which a moved page loses.
+        let moving = uffd >= 0
+            && tuning.move_pages
+            && policy != Policy::Clock
+            && uffd::register(
+                uffd,
+                store as u64,
+                bytes as u64,
+                uffd::REGISTER_MODE_MISSING,
+            )
+            .is_ok();
         let inner = Pages {
             state: meta,
             // SAFETY: offsets within the metadata mapping of `meta_bytes`, 4- and 8-aligned
@@ -206,6 +245,7 @@ impl Region {
             evict_ahead: tuning.evict_ahead,
             ahead: (limit / 64).min(EVICT_BATCH),
             clean_cap: limit.saturating_mul(tuning.clean_copies_percent.min(100)) / 100,
+            moving,
             inner: Spinlock::new(inner),
             shared,
             paused: AtomicBool::new(false),
@@ -296,13 +336,17 @@ impl Region {
         // SAFETY: idx < pages, within the state array.
         let state = unsafe { &mut *pages.state.add(idx) };
         let fetched = *state & IN_STORE != 0;
-        let src = if fetched {
-            self.store + idx * PAGE
-        } else {
-            ZERO_PAGE.as_ptr() as usize
-        };
         let filling = now_ns();
-        let copied = uffd::copy(self.uffd, addr as u64, src as u64, PAGE as u64, !write);
+        let copied = if self.moving {
+            self.fill_moving(addr, idx, fetched)
+        } else {
+            let src = if fetched {
+                self.store + idx * PAGE
+            } else {
+                ZERO_PAGE.as_ptr() as usize
+            };
+            uffd::copy(self.uffd, addr as u64, src as u64, PAGE as u64, !write)
+        };
         add(&breakdown.fill_ns, now_ns() - filling);
         if copied.is_err() {
             let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
@@ -312,8 +356,9 @@ impl Region {
         // One fetched for a read keeps its copy (evicting it again costs no copy) while the
         // copies held twice stay within their bound; beyond it the copy goes, and the page
         // counts as dirty (copied if evicted).
-        let keep_copy = fetched && !write && pages.clean_copies < self.clean_cap;
-        if fetched && !keep_copy {
+        // A moved page left no copy behind.
+        let keep_copy = fetched && !write && !self.moving && pages.clean_copies < self.clean_cap;
+        if fetched && !keep_copy && !self.moving {
             self.queue_release(&mut pages, idx);
         }
         let refaulted = self.policy == Policy::Refault && fetched && {
@@ -327,8 +372,9 @@ impl Region {
             | if keep_copy { IN_STORE } else { 0 }
             | if write {
                 DIRTY | self.written_reference()
-            } else if fetched && !keep_copy {
-                // Its only copy is here now: eviction must write it out.
+            } else if (fetched && !keep_copy) || self.moving {
+                // Its only copy is here now: eviction must write it out (a page filled
+                // without write-protection, when moving, is treated as written).
                 DIRTY
             } else {
                 0
@@ -357,6 +403,128 @@ impl Region {
         let resident = (pages.resident * PAGE) as u64;
         shared.resident.store(resident, Relaxed);
         shared.memory_used.fetch_max(resident, Relaxed);
+    }
+
+    /// Fills the missing page `idx` at `addr` when pages move: an evicted page is moved back
+    /// from the store, a new one filled with zeros, both writable (nothing needs to know
+    /// whether they are written: eviction moves them either way).
+    fn fill_moving(&self, addr: usize, idx: usize, fetched: bool) -> std::io::Result<()> {
+        let zeros = || {
+            uffd::copy(
+                self.uffd,
+                addr as u64,
+                ZERO_PAGE.as_ptr() as u64,
+                PAGE as u64,
+                false,
+            )
+        };
+        if !fetched {
+            return zeros();
+        }
+        let far = self.store + idx * PAGE;
+        let error = match self.move_retrying(addr, far, PAGE, 0) {
+            (_, None) => return Ok(()),
+            (_, Some(e)) => e,
+        };
+        match error.raw_os_error() {
+            // Brought in meanwhile: the waiting threads only need waking.
+            Some(libc::EEXIST) => uffd::wake(self.uffd, addr as u64, PAGE as u64),
+            // Nothing in the store: the page was a hole when evicted (given back to the
+            // kernel behind the allocator's back), so it reads as zeros.
+            Some(libc::ENOENT) => zeros(),
+            // The store page is there but cannot move (shared with a child after fork):
+            // copied, and the store's copy dropped. Only then: copying from a store page that
+            // is not there would fault into this very handler and hang it.
+            Some(libc::EBUSY) => {
+                let copied = uffd::copy(self.uffd, addr as u64, far as u64, PAGE as u64, false);
+                if copied.is_ok() {
+                    sys::madvise(far, PAGE, libc::MADV_DONTNEED);
+                }
+                copied
+            }
+            // Left missing: the thread faults again and the move is tried again.
+            _ => {
+                report_move_error(&error);
+                Err(error)
+            }
+        }
+    }
+
+    /// `UFFDIO_MOVE` of `len` bytes from `src` to `dst`, tried again while the kernel says
+    /// to (`EAGAIN` without progress: a page in migration, a page table changing under it).
+    fn move_retrying(
+        &self,
+        dst: usize,
+        src: usize,
+        len: usize,
+        mode: u64,
+    ) -> (u64, Option<std::io::Error>) {
+        for _ in 0..MOVE_TRIES {
+            let (moved, error) =
+                uffd::move_pages(self.uffd, dst as u64, src as u64, len as u64, mode);
+            match &error {
+                Some(e) if moved == 0 && e.raw_os_error() == Some(libc::EAGAIN) => {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+                _ => return (moved, error),
+            }
+        }
+        (0, Some(std::io::Error::from_raw_os_error(libc::EAGAIN)))
+    }
+
+    /// Moves the victims (sorted, resident) to the store, a run of contiguous pages per call;
+    /// returns how many of them could be neither moved nor copied and stay resident (first in
+    /// `victims`, reordered).
+    fn move_out(&self, victims: &mut [usize]) -> usize {
+        let mut kept = [0usize; EVICT_BATCH];
+        let mut kept_len = 0;
+        for_runs(victims, |first, n| {
+            let mut done = 0;
+            while done < n {
+                let at = first + done;
+                let (moved, error) = self.move_retrying(
+                    self.store + at * PAGE,
+                    self.base + at * PAGE,
+                    (n - done) * PAGE,
+                    uffd::MOVE_MODE_ALLOW_SRC_HOLES,
+                );
+                done += moved as usize / PAGE;
+                if let Some(e) = error.as_ref().filter(|_| moved == 0) {
+                    // A page shared with a child after fork cannot move: copied out (it is
+                    // there, so the copy cannot fault). Any other page stays resident.
+                    let busy = e.raw_os_error() == Some(libc::EBUSY);
+                    if !busy {
+                        report_move_error(e);
+                    }
+                    if !busy || !self.copy_out(at) {
+                        kept[kept_len] = at;
+                        kept_len += 1;
+                    }
+                    done += 1;
+                }
+            }
+        });
+        let kept = &kept[..kept_len];
+        victims.sort_unstable_by_key(|v| !kept.contains(v));
+        kept_len
+    }
+
+    /// Evicts the resident page `idx` by copying it to the store: write-protected first so
+    /// that no write is lost, then copied into the (registered) store page, then dropped.
+    /// False, and the page left resident and writable, if the copy fails.
+    fn copy_out(&self, idx: usize) -> bool {
+        let (addr, far) = ((self.base + idx * PAGE) as u64, self.store + idx * PAGE);
+        let _ = uffd::write_protect(self.uffd, addr, PAGE as u64, true);
+        // A stale store page would make the copy a no-op (EEXIST).
+        sys::madvise(far, PAGE, libc::MADV_DONTNEED);
+        if uffd::copy(self.uffd, far as u64, addr, PAGE as u64, false).is_ok() {
+            sys::madvise(addr as usize, PAGE, libc::MADV_DONTNEED);
+            true
+        } else {
+            let _ = uffd::write_protect(self.uffd, addr, PAGE as u64, false);
+            false
+        }
     }
 
     fn log(&self, tid: u32, addr: usize, kind: u32, read_ns: u64) {
@@ -453,6 +621,31 @@ impl Region {
             }
             let victims = &mut victims[..count];
             victims.sort_unstable();
+            if self.moving {
+                let moving = now_ns();
+                let kept = self.move_out(victims);
+                add(&breakdown.evict_copy_ns, now_ns() - moving);
+                for &idx in &victims[..kept] {
+                    self.enqueue(pages, idx);
+                }
+                for &idx in &victims[kept..] {
+                    // SAFETY: idx < pages.
+                    let state = unsafe { &mut *pages.state.add(idx) };
+                    *state = (*state & !(RESIDENT | DIRTY | REFERENCED)) | IN_STORE;
+                    // SAFETY: idx < pages.
+                    unsafe { *pages.evicted_at.add(idx) = pages.evictions };
+                    pages.evictions = pages.evictions.wrapping_add(1);
+                }
+                let evicted = count - kept;
+                shared.evict_writes.fetch_add(evicted as u64, Relaxed);
+                pages.resident -= evicted;
+                shared.evict_pages_done.fetch_add(evicted as u64, Relaxed);
+                if evicted == 0 {
+                    // Nothing would move: stop rather than spin on the same pages.
+                    break;
+                }
+                continue;
+            }
             // Block writers on the dirty victims first, then copy: no write can be lost between.
             let protecting = now_ns();
             for_runs(victims, |first, n| {

@@ -18,9 +18,12 @@ const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
 const UFFDIO_WAKE: u64 = ior(0x02, 16);
 const UFFDIO_COPY: u64 = iowr(0x03, 40);
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
+const UFFDIO_MOVE: u64 = iowr(0x05, 40);
 
 /// Report write-protect faults.
 pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+/// `UFFDIO_MOVE` (Linux 6.8).
+pub const FEATURE_MOVE: u64 = 1 << 10;
 /// Report the faulting thread's id.
 pub const FEATURE_THREAD_ID: u64 = 1 << 8;
 /// Register for missing-page faults.
@@ -82,6 +85,18 @@ struct Copy {
     mode: u64,
     copy: i64,
 }
+
+#[repr(C)]
+struct Move {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    moved: i64,
+}
+
+/// `UFFDIO_MOVE` mode: skip source pages that are not there instead of failing.
+pub const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 1 << 1;
 
 #[repr(C)]
 struct WriteProtect {
@@ -147,6 +162,27 @@ pub fn copy(fd: i32, dst: u64, src: u64, len: u64, wp: bool) -> io::Result<()> {
     match ioctl(fd, UFFDIO_COPY, &mut copy) {
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => wake(fd, dst, len),
         other => other,
+    }
+}
+
+/// Moves the pages of `[src, src + len)` to `dst` (which must be in a registered range and
+/// not present), remapping them without a copy, and wakes the threads waiting on `dst`.
+/// Returns the bytes moved, which may be fewer than `len` with the error that stopped it
+/// (`EBUSY`: a page shared with another process, `ENOENT`: a hole in the source, `EEXIST`: a
+/// destination page already there).
+pub fn move_pages(fd: i32, dst: u64, src: u64, len: u64, mode: u64) -> (u64, Option<io::Error>) {
+    let mut arg = Move {
+        dst,
+        src,
+        len,
+        mode,
+        moved: 0,
+    };
+    match ioctl(fd, UFFDIO_MOVE, &mut arg) {
+        Ok(()) => (len, None),
+        // Partial progress: `moved` holds the bytes moved (EAGAIN), else the negated errno.
+        Err(e) if arg.moved > 0 => (arg.moved as u64, Some(e)),
+        Err(e) => (0, Some(e)),
     }
 }
 

@@ -393,6 +393,31 @@ impl Heatmap {
         Ok(())
     }
 
+    /// Writes the map in `format` (the same picture either way).
+    pub fn write_image(
+        &self,
+        out: impl Write,
+        format: ImageFormat,
+        labels: &HeatLabels,
+    ) -> Result<(), Error> {
+        match format {
+            ImageFormat::Png => self.write_png(out, labels),
+            ImageFormat::Svg => self.write_svg(out, labels),
+        }
+    }
+
+    /// The quick look in the terminal (100 x 30 characters) with a line saying what it spans.
+    pub fn terminal_view(&self, labels: &HeatLabels) -> String {
+        format!(
+            "{}{}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top\n",
+            self.to_terminal(100, 30),
+            labels.subtitle,
+            (self.time_range.1 - self.time_range.0) as f64 / 1e9,
+            self.bytes_per_row(),
+            self.boundaries.len()
+        )
+    }
+
     /// Events per address row over the whole time: the memref patch's spatial plot.
     pub fn spatial(&self) -> Vec<u64> {
         (0..self.height)
@@ -468,6 +493,26 @@ pub fn color_of(reads: u32, writes: u32, max: u32) -> [u8; 3] {
     [shade(b), shade(r.max(b)), shade(r)]
 }
 
+/// The picture formats a heatmap is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFormat {
+    /// A PNG image.
+    Png,
+    /// An SVG document, with hover titles.
+    Svg,
+}
+
+impl ImageFormat {
+    /// The format a file's extension names (`.png` or `.svg`), if either.
+    pub fn of_path(path: &std::path::Path) -> Option<ImageFormat> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("png") => Some(ImageFormat::Png),
+            Some("svg") => Some(ImageFormat::Svg),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -517,6 +562,28 @@ pub(crate) mod tests {
         assert_eq!(cell(0, 0), [0, 1]);
         assert_eq!(cell(9, 1), [1, 0]);
         assert_eq!(cell(5, 2), [1, 1]);
+    }
+
+    #[test]
+    fn image_formats_by_extension() {
+        let of = |p: &str| ImageFormat::of_path(std::path::Path::new(p));
+        assert_eq!(of("a/heatmap.png"), Some(ImageFormat::Png));
+        assert_eq!(of("heatmap.svg"), Some(ImageFormat::Svg));
+        assert_eq!(of("heatmap.jpg"), None);
+        assert_eq!(of("heatmap"), None);
+    }
+
+    #[test]
+    fn terminal_view_ends_with_what_it_spans() {
+        let map = Heatmap::build(&events(), SMALL).unwrap();
+        let view = map.terminal_view(&labels());
+        assert!(view.starts_with(&map.to_terminal(100, 30)));
+        assert!(
+            view.ends_with(
+                "\ns, 0.000 s left to right, 4096 bytes per row, 2 touched ranges bottom to top\n"
+            ),
+            "{view}"
+        );
     }
 
     fn labels() -> HeatLabels {

@@ -23,7 +23,7 @@ pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{FrameLabel, allocation_flames, fault_flames, frame_label};
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, AllocRect, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
-    HeatmapOptions, PlacedRect, color_of,
+    HeatmapOptions, ImageFormat, PlacedRect, color_of,
 };
 
 use std::collections::HashMap;

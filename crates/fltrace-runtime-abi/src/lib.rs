@@ -66,6 +66,15 @@ pub mod env {
     /// Most clean resident pages whose far copy is kept, in percent of the local limit
     /// (default 10); `100` keeps every copy.
     pub const CLEAN_COPIES: &CStr = c"FLTRACE_RT_CLEAN_COPIES";
+    /// `0` to evict by copying pages to the backing store and fetch by copying them back; by
+    /// default, where the kernel has `UFFDIO_MOVE` (6.8), pages are moved between the region
+    /// and the store without a copy and no far copy is ever held twice (not with the `clock`
+    /// policy, which needs write-protection to see writes).
+    pub const MOVE: &CStr = c"FLTRACE_RT_MOVE";
+    /// `1` to count TLB shootdowns and IPIs for the breakdown (perf tracepoint counters on
+    /// the process). Off by default: closing a tracepoint counter waits for an RCU grace
+    /// period, 30-50 ms each here, which every run of the program paid at exit.
+    pub const TLB_COUNT: &CStr = c"FLTRACE_RT_TLB_COUNT";
     /// Path prefix of the shared page; the runtime appends `-<pid>`.
     pub const SHARED: &CStr = c"FLTRACE_RT_SHARED";
     /// Path prefix of the allocation logs (`record --allocs`); the interposer appends
@@ -159,7 +168,8 @@ pub struct Breakdown {
     pub evict_ns: AtomicU64,
     /// Of which write-protecting dirty victims.
     pub evict_wp_ns: AtomicU64,
-    /// Of which copying dirty victims to the store.
+    /// Of which copying dirty victims to the store (or moving every victim there, with
+    /// `UFFDIO_MOVE`).
     pub evict_copy_ns: AtomicU64,
     /// Of which dropping victims (`MADV_DONTNEED`, where the TLB shootdowns are).
     pub evict_drop_ns: AtomicU64,
@@ -212,7 +222,8 @@ pub struct Shared {
     pub evict_ops: AtomicU64,
     /// Pages evicted.
     pub evict_pages_done: AtomicU64,
-    /// Evicted pages that were dirty and copied to the backing store.
+    /// Evicted pages whose contents went to the backing store: dirty ones copied, or every
+    /// one moved (`UFFDIO_MOVE`).
     pub evict_writes: AtomicU64,
     /// Peak local (resident, managed) bytes.
     pub memory_used: AtomicU64,

@@ -5,16 +5,8 @@ use std::io::Write;
 
 use crate::Error;
 
-/// How rows are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Fixed-width columns under a header, as bcc's tools print.
-    Table,
-    /// A header of column keys, then comma-separated values.
-    Csv,
-    /// One JSON object per row.
-    Json,
-}
+// One set of formats for every system tool, the in-kernel counters' included.
+pub use fltrace_bpf::output::Format;
 
 /// A column of a tool's output.
 #[derive(Debug, Clone, Copy)]

@@ -10,16 +10,15 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
-use serde_json::json;
 
-use fltrace_bpf::memleak::{LeakRequest, LeakSnapshot, LeakTarget, LeakWatch};
+use fltrace_bpf::memleak::{LeakRequest, LeakWatch};
 use fltrace_bpf::triage::Triage;
 use fltrace_bpf::watch::Targets;
-use fltrace_bpf::{By, Event, FieldFilter, Frame, Row};
+use fltrace_bpf::{By, Event, FieldFilter, Row, output};
 use fltrace_system::counting::{self, Count, CountRequest};
 
 use crate::cli::{Format, duration};
-use crate::record::interrupt_counter;
+use fltrace_capture::interrupt_counter;
 
 /// Options every in-kernel tool takes.
 #[derive(Debug, Args)]
@@ -170,18 +169,10 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
             "fltrace: {} events in {:.1} s{}",
             counted.events,
             counted.elapsed.as_secs_f64(),
-            lost_note(counted.dropped)
+            output::table_full_note(counted.dropped)
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn lost_note(dropped: u64) -> String {
-    if dropped > 0 {
-        format!(" ({dropped} not counted: the table was full)")
-    } else {
-        String::new()
-    }
 }
 
 fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
@@ -192,113 +183,9 @@ fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A stack in one CSV cell: its frames, innermost first, separated by `;`.
-fn stack_cell(frames: &[Frame]) -> String {
-    frames
-        .iter()
-        .map(Frame::describe)
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
-fn frames_json(frames: &Option<Vec<Frame>>) -> serde_json::Value {
-    match frames {
-        Some(f) => json!(f.iter().map(Frame::describe).collect::<Vec<_>>()),
-        None => serde_json::Value::Null,
-    }
-}
-
-fn folded_line(row: &Row) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(comm) = &row.comm {
-        parts.push(comm.clone());
-    }
-    if let Some(u) = &row.ustack {
-        parts.extend(u.iter().rev().map(|f| f.function.clone()));
-    }
-    if let Some(k) = &row.kstack {
-        parts.extend(k.iter().rev().map(|f| format!("{}_[k]", f.function)));
-    }
-    if parts.is_empty() {
-        parts.push("all".into());
-    }
-    format!("{} {}", parts.join(";"), row.count)
-}
-
 fn print_rows(rows: &[Row], common: &Common) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    if common.folded {
-        for row in rows {
-            writeln!(out, "{}", folded_line(row))?;
-        }
-        return Ok(());
-    }
-    match common.format {
-        Format::Json => {
-            let rows: Vec<serde_json::Value> = rows
-                .iter()
-                .map(|r| {
-                    json!({
-                        "count": r.count,
-                        "pid": r.pid,
-                        "tid": r.tid,
-                        "comm": r.comm,
-                        "probe": r.probe,
-                        "field": r.field,
-                        "ustack": frames_json(&r.ustack),
-                        "kstack": frames_json(&r.kstack),
-                    })
-                })
-                .collect();
-            serde_json::to_writer_pretty(&mut out, &rows)?;
-            writeln!(out)?;
-        }
-        Format::Csv => {
-            let mut csv = csv::Writer::from_writer(&mut out);
-            csv.write_record([
-                "count", "pid", "tid", "comm", "probe", "field", "ustack", "kstack",
-            ])?;
-            let text = |v: Option<String>| v.unwrap_or_default();
-            for r in rows {
-                csv.write_record([
-                    r.count.to_string(),
-                    text(r.pid.map(|p| p.to_string())),
-                    text(r.tid.map(|p| p.to_string())),
-                    text(r.comm.clone()),
-                    text(r.probe.clone()),
-                    text(r.field.map(|p| p.to_string())),
-                    text(r.ustack.as_deref().map(stack_cell)),
-                    text(r.kstack.as_deref().map(stack_cell)),
-                ])?;
-            }
-            csv.flush()?;
-        }
-        Format::Table => {
-            for r in rows {
-                let mut head = format!("{:>10}", r.count);
-                for (label, value) in [
-                    ("", r.probe.clone()),
-                    ("", r.comm.clone()),
-                    ("pid ", r.pid.map(|p| p.to_string())),
-                    ("tid ", r.tid.map(|p| p.to_string())),
-                    ("", r.field.map(|f| f.to_string())),
-                ] {
-                    if let Some(v) = value {
-                        head.push_str(&format!("  {label}{v}"));
-                    }
-                }
-                writeln!(out, "{head}")?;
-                for stack in [&r.kstack, &r.ustack].into_iter().flatten() {
-                    if stack.is_empty() {
-                        writeln!(out, "            [no stack]")?;
-                    }
-                    for f in stack {
-                        writeln!(out, "            {}", f.describe())?;
-                    }
-                }
-            }
-        }
-    }
+    output::write_rows(&mut out, rows, common.format.into(), common.folded)?;
     Ok(())
 }
 
@@ -331,28 +218,14 @@ fn print_named(
             "fltrace: {} events in {secs:.1} s ({:.0}/s){}",
             counts.events,
             counts.events as f64 / secs,
-            if counts.lost > 0 {
-                format!(
-                    " ({} samples lost: the ring was full; fewer processes or --by without ustack lose none)",
-                    counts.lost
-                )
-            } else {
-                String::new()
-            }
+            output::ring_full_note(counts.lost)
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
-    let targets = targets(&args.common);
-    // Named processes get the fault tracepoints (their samples carry the user registers for
-    // DWARF unwinding); the whole system the cheaper software event.
-    let events = if targets.names_processes() {
-        fltrace_bpf::fault_tracepoints()
-    } else {
-        fltrace_bpf::fault_events()
-    };
+    let events = fltrace_bpf::fault_events_for(&targets(&args.common));
     let request = count_request(&args.common, events, counting::fault_grouping());
     let mut count = Count::start(request, true, interrupt_counter()?)?;
     if count.dwarf() {
@@ -379,7 +252,7 @@ pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
             counted.events,
             counted.elapsed.as_secs_f64(),
             counted.rate(),
-            lost_note(counted.dropped)
+            output::table_full_note(counted.dropped)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -395,35 +268,11 @@ pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
     eprintln!("fltrace: counting faults on files; Ctrl-C to end");
     let mut files = count.run_by_file()?;
     files.truncate(args.top);
-    let mut out = std::io::stdout().lock();
-    match args.common.format {
-        Format::Json => {
-            let rows: Vec<_> = files
-                .iter()
-                .map(|f| json!({"file": f.file, "comm": f.comm, "count": f.count}))
-                .collect();
-            serde_json::to_writer_pretty(&mut out, &rows)?;
-            writeln!(out)?;
-        }
-        Format::Csv => {
-            let mut csv = csv::Writer::from_writer(&mut out);
-            csv.write_record(["count", "comm", "file"])?;
-            for f in &files {
-                let count = f.count.to_string();
-                csv.write_record([&count, f.comm.as_deref().unwrap_or(""), &f.file])?;
-            }
-            csv.flush()?;
-        }
-        Format::Table => {
-            writeln!(out, "{:>10}  FILE", "FAULTS")?;
-            for f in &files {
-                match &f.comm {
-                    Some(c) => writeln!(out, "{:>10}  {}  {c}", f.count, f.file)?,
-                    None => writeln!(out, "{:>10}  {}", f.count, f.file)?,
-                }
-            }
-        }
-    }
+    output::write_file_faults(
+        &mut std::io::stdout().lock(),
+        &files,
+        args.common.format.into(),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -439,112 +288,19 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
     let mut leaks = LeakWatch::start(request, interrupt_counter()?)?;
     eprintln!(
         "fltrace: attached to {}; Ctrl-C to end",
-        match leaks.target() {
-            LeakTarget::Kernel =>
-                "the kernel's allocations (kmalloc, kmem_cache, pages)".to_owned(),
-            target => format!(
-                "the C library allocator of {:?} ({})",
-                leaks.tgids(),
-                if matches!(target, LeakTarget::Attached) {
-                    "stacks unwound from DWARF"
-                } else {
-                    "stacks follow frame pointers"
-                }
-            ),
-        }
+        output::describe_leak_target(leaks.target(), leaks.tgids())
     );
     while let Some(snapshot) = leaks.next_report()? {
-        print_leaks(&snapshot, &args)?;
+        output::write_leaks(
+            &mut std::io::stdout().lock(),
+            &snapshot,
+            args.common.format.into(),
+            args.common.folded,
+            &output::clock_now(),
+        )?;
     }
     leaks.finish()?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn print_leaks(snapshot: &LeakSnapshot, args: &MemleakArgs) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    if args.common.folded {
-        for s in &snapshot.stacks {
-            let mut parts = vec![s.comm.clone()];
-            parts.extend(s.stack.iter().rev().map(|f| f.function.clone()));
-            writeln!(out, "{} {}", parts.join(";"), s.bytes)?;
-        }
-        return Ok(());
-    }
-    match args.common.format {
-        Format::Json => {
-            let stacks: Vec<_> = snapshot
-                .stacks
-                .iter()
-                .map(|s| {
-                    json!({
-                        "pid": s.pid,
-                        "comm": s.comm,
-                        "bytes": s.bytes,
-                        "allocations": s.allocations,
-                        "stack": s.stack.iter().map(Frame::describe).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            let report = json!({
-                "allocs": snapshot.allocs,
-                "frees": snapshot.frees,
-                "dropped": snapshot.dropped,
-                "stacks": stacks,
-            });
-            serde_json::to_writer(&mut out, &report)?;
-            writeln!(out)?;
-        }
-        Format::Csv => {
-            let mut csv = csv::Writer::from_writer(&mut out);
-            csv.write_record(["bytes", "allocations", "pid", "comm", "stack"])?;
-            for s in &snapshot.stacks {
-                csv.write_record([
-                    s.bytes.to_string(),
-                    s.allocations.to_string(),
-                    s.pid.map(|p| p.to_string()).unwrap_or_default(),
-                    s.comm.clone(),
-                    stack_cell(&s.stack),
-                ])?;
-            }
-            csv.flush()?;
-        }
-        Format::Table => {
-            writeln!(
-                out,
-                "[{}] Top {} stacks with outstanding allocations:",
-                clock_time(),
-                snapshot.stacks.len()
-            )?;
-            for s in &snapshot.stacks {
-                writeln!(
-                    out,
-                    "\t{} bytes in {} allocations from stack ({}{})",
-                    s.bytes,
-                    s.allocations,
-                    s.comm,
-                    s.pid.map(|p| format!(" pid {p}")).unwrap_or_default()
-                )?;
-                for f in &s.stack {
-                    writeln!(out, "\t\t{}", f.describe())?;
-                }
-            }
-        }
-    }
-    out.flush()?;
-    Ok(())
-}
-
-/// HH:MM:SS, UTC.
-fn clock_time() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    format!(
-        "{:02}:{:02}:{:02}",
-        secs / 3600 % 24,
-        secs / 60 % 60,
-        secs % 60
-    )
 }
 
 pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
@@ -554,97 +310,6 @@ pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
         args.duration.as_secs_f64()
     );
     let report = Triage::run(args.duration, &|| stop.load(Ordering::Relaxed) > 0)?;
-    let mut out = std::io::stdout().lock();
-    let secs = report.duration.as_secs_f64().max(1e-9);
-
-    writeln!(out, "== OOM kills (kernel log)")?;
-    match (&report.kmsg_error, report.oom_kills.is_empty()) {
-        (Some(e), _) => writeln!(out, "  cannot read the kernel log: {e}")?,
-        (None, true) => writeln!(out, "  none")?,
-        (None, false) => {
-            const SHOWN: usize = 5;
-            let kills = &report.oom_kills;
-            if kills.len() > SHOWN {
-                writeln!(out, "  {} kills; the last {SHOWN}:", kills.len())?;
-            }
-            for line in &kills[kills.len().saturating_sub(SHOWN)..] {
-                writeln!(out, "  {line}")?;
-            }
-        }
-    }
-    writeln!(out, "== Swap")?;
-    if report.swaps.is_empty() {
-        writeln!(out, "  no swap devices configured")?;
-    }
-    for s in &report.swaps {
-        writeln!(
-            out,
-            "  {}  {} KiB, {} KiB used",
-            s.name, s.size_kib, s.used_kib
-        )?;
-    }
-    writeln!(
-        out,
-        "  swapped in {} pages, out {} pages during {:.1} s",
-        report.swap_in_pages, report.swap_out_pages, secs
-    )?;
-    writeln!(out, "== Memory (/proc/meminfo)")?;
-    for (key, kib) in &report.meminfo {
-        writeln!(out, "  {key:<16} {kib:>12} kB")?;
-    }
-    writeln!(out, "== Top processes by RSS")?;
-    for p in &report.top_rss {
-        writeln!(out, "  {:>8} KiB  {:<16} pid {}", p.rss_kib, p.comm, p.pid)?;
-    }
-    writeln!(out, "== Page faults")?;
-    writeln!(
-        out,
-        "  {} faults in {:.1} s: {:.0} faults/s",
-        report.faults,
-        secs,
-        report.faults as f64 / secs
-    )?;
-    writeln!(out, "== Top faulting processes")?;
-    for p in &report.top_faulting {
-        writeln!(out, "  {:>10}  {:<16} pid {}", p.faults, p.comm, p.pid)?;
-        for (count, stack) in &p.stacks {
-            let top: Vec<String> = stack.iter().take(4).map(Frame::describe).collect();
-            let shown = if top.is_empty() {
-                "[no user stack]".to_owned()
-            } else {
-                top.join(" <- ")
-            };
-            writeln!(out, "  {count:>14}  {shown}")?;
-        }
-    }
-    writeln!(out, "== Files backing faults")?;
-    if report.file_faults.is_empty() {
-        writeln!(out, "  none")?;
-    }
-    for f in &report.file_faults {
-        writeln!(out, "  {:>10}  {}", f.count, f.file)?;
-    }
-    writeln!(out, "== brk and mmap calls")?;
-    if report.heap_calls.is_empty() {
-        writeln!(out, "  none")?;
-    }
-    for (call, comm, n) in &report.heap_calls {
-        writeln!(
-            out,
-            "  {:>10}  {:<5} {comm}  ({:.1}/s)",
-            n,
-            call,
-            *n as f64 / secs
-        )?;
-    }
-    writeln!(out, "== PMU")?;
-    match &report.pmu_missing {
-        None => writeln!(out, "  available: hardware events open")?,
-        Some(e) => writeln!(out, "  unavailable: {e}")?,
-    }
-    writeln!(out, "== Next")?;
-    for (finding, command) in &report.findings {
-        writeln!(out, "  {finding}\n      -> {command}")?;
-    }
+    output::write_triage(&mut std::io::stdout().lock(), &report)?;
     Ok(ExitCode::SUCCESS)
 }

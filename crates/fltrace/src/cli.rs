@@ -371,6 +371,17 @@ pub enum Policy {
     Refault,
 }
 
+impl Policy {
+    /// The far-memory runtime's name of the policy.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Fifo => "fifo",
+            Policy::Clock => "clock",
+            Policy::Refault => "refault",
+        }
+    }
+}
+
 fn positive_mb(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(0) => Err("must be a positive number of MB".into()),

@@ -5,10 +5,11 @@ use std::io::Write as _;
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    Lifetimes, call_site, find_recording, largest_blocks, named_regions, range_heat, window_ns,
+    access_samples_in, find_recording, heat_ranges, largest_labelled_blocks, named_regions,
+    window_ns,
 };
 use fltrace_render::{
-    AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions,
+    AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions, ImageFormat,
 };
 use fltrace_trace::{FaultFlags, FaultRowGroups, RangeTraceKind, Recording, files};
 
@@ -36,19 +37,9 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
             path.display()
         )
     })?;
-    let start = samples.iter().map(|s| s.time_ns).min().unwrap_or(0);
-    let events: Vec<HeatEvent> = samples
+    let (start, selected) = access_samples_in(&samples, args.selection.time, args.addr);
+    let events: Vec<HeatEvent> = selected
         .iter()
-        .filter(|s| {
-            args.selection.time.is_none_or(|(a, b)| {
-                let t = (s.time_ns - start) as f64 / 1e9;
-                (a..b).contains(&t)
-            })
-        })
-        .filter(|s| {
-            args.addr
-                .is_none_or(|(a, b)| (a..b).contains(&s.addr.get()))
-        })
         .map(|s| HeatEvent {
             time: s.time_ns,
             addr: s.addr,
@@ -148,40 +139,21 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
     };
     let (trace_kind, samples) = fltrace_trace::read_range_trace(&path)
         .with_context(|| format!("reading {} (written by `fltrace wss`)", path.display()))?;
-    let weight = |s: &fltrace_trace::RangeSample| range_heat(trace_kind, s);
-    let in_window = |s: &&fltrace_trace::RangeSample| {
-        args.selection
-            .time
-            .is_none_or(|(a, b)| (a..b).contains(&s.time_s))
-            && weight(s) > 0
-    };
-    let clip = |s: &fltrace_trace::RangeSample| match args.addr {
-        Some((a, b)) => (
-            s.start.max(fltrace_trace::VirtAddr::new(a)),
-            s.end.min(fltrace_trace::VirtAddr::new(b)),
-        ),
-        None => (s.start, s.end),
-    };
-    let time = |s: &fltrace_trace::RangeSample| (s.time_s * 1e9) as u64;
-    let mut builder = HeatmapBuilder::new(options(&args));
-    let mut count = 0;
-    for s in samples.iter().filter(in_window) {
-        let (start, end) = clip(s);
-        if end > start {
-            builder.scan_range(time(s), start, end);
-            count += 1;
-        }
-    }
-    if count == 0 {
+    let ranges = heat_ranges(trace_kind, &samples, args.selection.time, args.addr);
+    if ranges.is_empty() {
         bail!(
             "no accessed ranges in {} in the selected time and address ranges",
             path.display()
         );
     }
+    let count = ranges.len();
+    let mut builder = HeatmapBuilder::new(options(&args));
+    for r in &ranges {
+        builder.scan_range(r.time_ns, r.start, r.end);
+    }
     let mut map = builder.layout()?;
-    for s in samples.iter().filter(in_window) {
-        let (start, end) = clip(s);
-        map.add_range(time(s), start, end, weight(s));
+    for r in &ranges {
+        map.add_range(r.time_ns, r.start, r.end, r.weight);
     }
     let source = match trace_kind {
         RangeTraceKind::ReferencedBytes => "reference bits (per cent of each mapping referenced)",
@@ -255,15 +227,7 @@ fn write_outputs(
     if args.terminal {
         // Written, not printed: `--terminal | head` ends quietly (main treats EPIPE as done).
         let mut out = std::io::stdout().lock();
-        write!(out, "{}", map.to_terminal(100, 30))?;
-        writeln!(
-            out,
-            "{}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
-            labels.subtitle,
-            (map.time_range.1 - map.time_range.0) as f64 / 1e9,
-            map.bytes_per_row(),
-            map.boundaries.len()
-        )?;
+        write!(out, "{}", map.terminal_view(labels))?;
         out.flush()?;
         return Ok(());
     }
@@ -285,18 +249,14 @@ fn write_outputs(
         }
     };
     for path in outputs {
-        let extension = path.extension().and_then(|e| e.to_str());
-        if !matches!(extension, Some("png" | "svg")) {
+        let Some(format) = ImageFormat::of_path(&path) else {
             bail!("{}: the heatmap is written as .png or .svg", path.display());
-        }
+        };
         let mut out = std::io::BufWriter::new(files::create(&path)?);
-        match extension {
-            Some("png") => map.write_png(&mut out, labels),
-            _ => map.write_svg(&mut out, labels),
-        }
-        .map_err(anyhow::Error::from)
-        .and_then(|()| Ok(out.flush()?))
-        .with_context(|| format!("writing {}", path.display()))?;
+        map.write_image(&mut out, format, labels)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(out.flush()?))
+            .with_context(|| format!("writing {}", path.display()))?;
         writeln!(std::io::stdout(), "{}", path.display())?;
     }
     Ok(())
@@ -311,28 +271,17 @@ fn block_rects(
     selection: &crate::cli::Selection,
 ) -> anyhow::Result<Vec<AllocRect>> {
     let trace = recording.load(pid)?;
-    let lifetimes = Lifetimes::of_trace(&trace);
-    let end = trace.end_ns();
-    let blocks = largest_blocks(&lifetimes, count);
     let mut symbolizer = crate::load::symbolizer(selection);
     let stacks = symbolizer.resolve_alloc_stacks(&trace);
     crate::load::print_warnings(&mut symbolizer);
-    Ok(blocks
+    Ok(largest_labelled_blocks(&trace, &stacks, count)
         .into_iter()
-        .map(|b| {
-            let site = call_site(stacks.get(b.stack_id));
-            let label = match site {
-                Some(l) if l.has_line() => format!("{} {}:{}", l.function, l.short_file(), l.line),
-                Some(l) => l.function.to_string(),
-                None => "?".into(),
-            };
-            AllocRect {
-                start: b.start_ns,
-                end: b.end_ns.unwrap_or(end),
-                addr: b.addr,
-                len: b.size,
-                label,
-            }
+        .map(|b| AllocRect {
+            start: b.start_ns,
+            end: b.end_ns,
+            addr: b.addr,
+            len: b.size,
+            label: b.label,
         })
         .collect())
 }

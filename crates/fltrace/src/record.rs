@@ -6,13 +6,12 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{Context, bail};
 
+use fltrace_capture::interrupt_counter;
 use fltrace_capture::{
     AllocTracing, Credentials, FarMemory, Options, Progress, Target, find_preload_library,
 };
-// The other commands' Ctrl-C, from here as before.
-pub use fltrace_capture::interrupt_counter;
 
-use crate::cli::{Policy, RecordArgs};
+use crate::cli::RecordArgs;
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if args.access_samples
@@ -46,10 +45,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     options.far_memory = far_memory;
     if args.access_samples {
         // The kernel caps sampling rates; above the cap it would refuse or throttle.
-        let max_rate: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(u64::MAX);
+        let max_rate = fltrace_capture::sys::max_sample_rate().unwrap_or(u64::MAX);
         if args.freq > max_rate {
             bail!(
                 "--freq {} is above this kernel's limit of {max_rate} samples per second (kernel.perf_event_max_sample_rate)",
@@ -123,7 +119,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             if summary.pids.len() == 1 { "" } else { "es" },
             summary.lost,
             summary.stacks_truncated,
-            own_peak_rss_mb(),
+            fltrace_capture::sys::own_peak_rss_mb(),
             args.dir.display()
         );
     }
@@ -189,47 +185,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(error) = &summary.trace_error {
         report_partial_trace(&mut err, error, &summary, &args.dir);
     }
-    Ok(match (summary.exit_code, summary.signal) {
-        (Some(code), _) => ExitCode::from(code as u8),
-        (None, Some(signal)) => ExitCode::from(128 + signal as u8),
-        (None, None) => ExitCode::SUCCESS,
-    })
+    Ok(ExitCode::from(summary.shell_status()))
 }
 
 fn far_memory(args: &RecordArgs, local_mb: u64, max_mb: u64) -> anyhow::Result<FarMemory> {
-    far_memory_settings(local_mb, max_mb, args.policy, args.handlers, args.busy_poll)
-}
-
-/// Validated far-memory settings with the runtime library found.
-pub fn far_memory_settings(
-    local_mb: u64,
-    max_mb: u64,
-    policy: Policy,
-    handlers: u32,
-    busy_poll: bool,
-) -> anyhow::Result<FarMemory> {
-    let policy = match policy {
-        Policy::Fifo => "fifo",
-        Policy::Clock => "clock",
-        Policy::Refault => "refault",
-    };
     Ok(FarMemory::checked(
         find_preload_library()?,
         local_mb,
         max_mb,
-        policy,
-        handlers,
-        busy_poll,
+        args.policy.name(),
+        args.handlers,
+        args.busy_poll,
     )?)
-}
-
-/// fltrace's own peak resident memory, in MB.
-fn own_peak_rss_mb() -> u64 {
-    // SAFETY: rusage is plain data for the kernel to fill.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    usage.ru_maxrss as u64 / 1024
 }
 
 fn credentials(args: &RecordArgs) -> anyhow::Result<Option<Credentials>> {
@@ -252,12 +219,8 @@ fn report_partial_trace(
         err,
         "fltrace: error: the trace could not be written completely: {error}"
     );
-    let mut pids = summary.pids.clone();
-    if pids.is_empty() {
-        pids.push(summary.root_pid);
-    }
     let mut kept = Vec::new();
-    for pid in pids {
+    for pid in summary.traced_pids() {
         for (path, rows) in fltrace_trace::files::readable(dir, pid) {
             let name = path.file_name().map_or_else(
                 || path.display().to_string(),

@@ -4,15 +4,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
 
-use fltrace_experiment::{Event, SeriesOptions};
+use fltrace_experiment::catalog::Catalog;
+use fltrace_experiment::{Event, SeriesOptions, listing};
 
 use crate::cli::Format;
-use crate::record::interrupt_counter;
+use fltrace_capture::interrupt_counter;
 
 #[derive(Debug, Args)]
 pub struct RunsArgs {
@@ -89,7 +89,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         let Some(path) = &args.catalog else {
             bail!("--list, --stat and --run need a catalog: fltrace runs --stat runs.sqlite");
         };
-        let catalog = fltrace_experiment::catalog::Catalog::open(path)?;
+        let catalog = Catalog::open(path)?;
         if let Some(id) = args.run {
             let run = catalog.run(id)?;
             let title = format!(
@@ -175,7 +175,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 .as_deref()
                 .map(|e| format!(" ({e})"))
                 .unwrap_or_default(),
-            human(left)
+            listing::human_duration(left)
         ),
     })?;
     if outcome.interrupted {
@@ -194,184 +194,24 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-    }
-}
-
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
-}
-
-fn list(catalog: &fltrace_experiment::catalog::Catalog, format: Format) -> anyhow::Result<()> {
+fn list(catalog: &Catalog, format: Format) -> anyhow::Result<()> {
     let runs = catalog.runs()?;
     let mut out = std::io::stdout().lock();
     match format {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut out, &runs)?;
-            writeln!(out)?;
-        }
-        Format::Csv => {
-            let mut csv = csv::Writer::from_writer(out);
-            csv.write_record([
-                "id",
-                "workload",
-                "config",
-                "rep",
-                "status",
-                "wall_s",
-                "user_s",
-                "sys_s",
-                "max_rss_kb",
-                "faults",
-                "allocs",
-                "samples",
-                "dir",
-            ])?;
-            for r in &runs {
-                csv.write_record([
-                    r.id.to_string(),
-                    r.workload.clone(),
-                    r.config.clone(),
-                    r.rep.to_string(),
-                    r.status.clone(),
-                    r.wall_s.to_string(),
-                    r.user_s.to_string(),
-                    r.sys_s.to_string(),
-                    r.max_rss_kb.to_string(),
-                    opt(r.faults),
-                    opt(r.allocs),
-                    opt(r.samples),
-                    r.dir.to_string_lossy().into_owned(),
-                ])?;
-            }
-            csv.flush()?;
-        }
-        Format::Table => {
-            writeln!(
-                out,
-                "{:>4}  {:<24} {:<12} {:>3}  {:<10} {:>9} {:>10} {:>9}",
-                "id", "workload", "config", "rep", "status", "time s", "faults", "allocs"
-            )?;
-            for r in &runs {
-                writeln!(
-                    out,
-                    "{:>4}  {:<24} {:<12} {:>3}  {:<10} {:>9.3} {:>10} {:>9}",
-                    r.id,
-                    r.workload,
-                    r.config,
-                    r.rep,
-                    r.status,
-                    r.wall_s,
-                    opt(r.faults),
-                    opt(r.allocs)
-                )?;
-            }
-        }
+        Format::Json => listing::write_runs_json(&mut out, &runs)?,
+        Format::Csv => listing::write_runs_csv(&mut out, &runs)?,
+        Format::Table => listing::write_runs_table(&mut out, &runs)?,
     }
     Ok(())
 }
 
-fn stat(catalog: &fltrace_experiment::catalog::Catalog, format: Format) -> anyhow::Result<()> {
+fn stat(catalog: &Catalog, format: Format) -> anyhow::Result<()> {
     let rows = catalog.stats()?;
     let mut out = std::io::stdout().lock();
-    let f = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
     match format {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut out, &rows)?;
-            writeln!(out)?;
-        }
-        Format::Csv => {
-            let mut csv = csv::Writer::from_writer(out);
-            csv.write_record([
-                "workload",
-                "config",
-                "runs",
-                "failed",
-                "mean_s",
-                "sd_s",
-                "min_s",
-                "max_s",
-                "overhead",
-                "overhead_low",
-                "overhead_high",
-                "faults",
-                "allocs",
-            ])?;
-            for r in &rows {
-                csv.write_record([
-                    r.workload.clone(),
-                    r.config.clone(),
-                    r.runs.to_string(),
-                    r.failed.to_string(),
-                    f(r.time.map(|t| t.mean)),
-                    f(r.time.map(|t| t.sd)),
-                    f(r.time.map(|t| t.min)),
-                    f(r.time.map(|t| t.max)),
-                    f(r.overhead.map(|o| o.ratio)),
-                    f(r.overhead.and_then(|o| o.low)),
-                    f(r.overhead.and_then(|o| o.high)),
-                    f(r.faults),
-                    f(r.allocs),
-                ])?;
-            }
-            csv.flush()?;
-        }
-        Format::Table => {
-            writeln!(
-                out,
-                "{:<24} {:<12} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
-                "workload",
-                "config",
-                "runs",
-                "failed",
-                "mean s",
-                "sd s",
-                "min s",
-                "max s",
-                "overhead (95% CI)",
-                "faults",
-                "allocs"
-            )?;
-            for r in &rows {
-                let t = |g: fn(&fltrace_experiment::stats::Summary) -> f64| {
-                    r.time
-                        .as_ref()
-                        .map(|s| format!("{:.3}", g(s)))
-                        .unwrap_or_default()
-                };
-                let overhead = match r.overhead {
-                    Some(o) => match (o.low, o.high) {
-                        (Some(l), Some(h)) => format!("{:.3} ({l:.3}..{h:.3})", o.ratio),
-                        _ => format!("{:.3}", o.ratio),
-                    },
-                    None => String::new(),
-                };
-                writeln!(
-                    out,
-                    "{:<24} {:<12} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
-                    r.workload,
-                    r.config,
-                    r.runs,
-                    r.failed,
-                    t(|s| s.mean),
-                    t(|s| s.sd),
-                    t(|s| s.min),
-                    t(|s| s.max),
-                    overhead,
-                    r.faults.map(|v| format!("{v:.0}")).unwrap_or_default(),
-                    r.allocs.map(|v| format!("{v:.0}")).unwrap_or_default(),
-                )?;
-            }
-            writeln!(
-                out,
-                "overhead: mean time against the dry configuration's, 95% Welch t interval by the delta method"
-            )?;
-        }
+        Format::Json => listing::write_stats_json(&mut out, &rows)?,
+        Format::Csv => listing::write_stats_csv(&mut out, &rows)?,
+        Format::Table => listing::write_stats_table(&mut out, &rows)?,
     }
     Ok(())
 }

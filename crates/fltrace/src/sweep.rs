@@ -7,14 +7,13 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{Context, bail};
 
-use fltrace_capture::Target;
+use fltrace_capture::{FarMemory, Target, find_preload_library, interrupt_counter};
 use fltrace_experiment::sweep::{self, SweepPlan, SweepRow};
 use fltrace_render::{SweepPoint, sweep_plot};
 use fltrace_trace::Recording;
 
 use crate::cli::{Selection, SweepArgs};
 use crate::load::load_counts;
-use crate::record::{far_memory_settings, interrupt_counter};
 
 pub fn run(args: SweepArgs) -> anyhow::Result<()> {
     sweep::check_shares(args.from, args.to, args.step)?;
@@ -44,7 +43,14 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
         let state = if Recording::latest(&dir).is_ok() {
             "already recorded"
         } else {
-            let far = far_memory_settings(step.local_mb, plan.max_mb, args.policy, 1, false)?;
+            let far = FarMemory::checked(
+                find_preload_library()?,
+                step.local_mb,
+                plan.max_mb,
+                args.policy.name(),
+                1,
+                false,
+            )?;
             sweep::record_run(&dir, &target, Some(far), &stop)?;
             "recorded"
         };

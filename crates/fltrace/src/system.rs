@@ -88,11 +88,13 @@ fn scope(args: &CommonArgs) -> anyhow::Result<Scope> {
     )?)
 }
 
-fn format(format: crate::cli::Format) -> Format {
-    match format {
-        crate::cli::Format::Table => Format::Table,
-        crate::cli::Format::Csv => Format::Csv,
-        crate::cli::Format::Json => Format::Json,
+impl From<crate::cli::Format> for Format {
+    fn from(format: crate::cli::Format) -> Format {
+        match format {
+            crate::cli::Format::Table => Format::Table,
+            crate::cli::Format::Csv => Format::Csv,
+            crate::cli::Format::Json => Format::Json,
+        }
     }
 }
 
@@ -116,26 +118,26 @@ fn finish(
 }
 
 pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
-    let stop = crate::record::interrupt_counter()?;
+    let stop = fltrace_capture::interrupt_counter()?;
     let out = std::io::stdout().lock();
     match command {
         SystemCommand::Oomkill(args) => {
             let tool = fltrace_system::oomkill::open(&scope(&args)?).context("oomkill")?;
             ready(&tool.session, "OOM kills");
-            let mut p = Printer::new(format(args.format), fltrace_system::oomkill::COLUMNS, out);
+            let mut p = Printer::new(args.format.into(), fltrace_system::oomkill::COLUMNS, out);
             finish(tool.run(&stop, args.duration, &mut p))
         }
         SystemCommand::Mmapsnoop(args) => {
             let tool = fltrace_system::mmapsnoop::open(&scope(&args)?).context("mmapsnoop")?;
             ready(&tool.session, "mmap(2) calls");
-            let mut p = Printer::new(format(args.format), fltrace_system::mmapsnoop::COLUMNS, out);
+            let mut p = Printer::new(args.format.into(), fltrace_system::mmapsnoop::COLUMNS, out);
             finish(tool.run(&stop, args.duration, &mut p))
         }
         SystemCommand::Brkstack(args) => {
             let tool = fltrace_system::brkstack::open(&scope(&args.common)?).context("brkstack")?;
             ready(&tool.session, "brk(2) calls by stack");
             let mut p = Printer::new(
-                format(args.common.format),
+                args.common.format.into(),
                 fltrace_system::brkstack::COLUMNS,
                 out,
             );
@@ -144,14 +146,14 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
         SystemCommand::Shmsnoop(args) => {
             let tool = fltrace_system::shmsnoop::open(&scope(&args)?).context("shmsnoop")?;
             ready(&tool.session, "shared memory calls");
-            let mut p = Printer::new(format(args.format), fltrace_system::shmsnoop::COLUMNS, out);
+            let mut p = Printer::new(args.format.into(), fltrace_system::shmsnoop::COLUMNS, out);
             finish(tool.run(&stop, args.duration, &mut p))
         }
         SystemCommand::Vmscan(args) => {
             let tool = fltrace_system::vmscan::open(&scope(&args.common)?).context("vmscan")?;
             ready(&tool.session, "vmscan");
             let mut p = Printer::new(
-                format(args.common.format),
+                args.common.format.into(),
                 fltrace_system::vmscan::COLUMNS,
                 out,
             );
@@ -160,14 +162,14 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
         SystemCommand::Drsnoop(args) => {
             let tool = fltrace_system::drsnoop::open(&scope(&args)?).context("drsnoop")?;
             ready(&tool.session, "direct and memory cgroup reclaim");
-            let mut p = Printer::new(format(args.format), fltrace_system::drsnoop::COLUMNS, out);
+            let mut p = Printer::new(args.format.into(), fltrace_system::drsnoop::COLUMNS, out);
             finish(tool.run(&stop, args.duration, &mut p))
         }
         SystemCommand::Swapin(args) => {
             let tool = fltrace_system::swapin::open(&scope(&args.common)?).context("swapin")?;
             ready(&tool.session, "swap-ins");
             let mut p = Printer::new(
-                format(args.common.format),
+                args.common.format.into(),
                 fltrace_system::swapin::COLUMNS,
                 out,
             );
@@ -176,7 +178,7 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
         SystemCommand::Hfaults(args) => {
             let tool = fltrace_system::hfaults::open(&scope(&args)?).context("hfaults")?;
             ready(&tool.session, "huge page faults per process");
-            let mut p = Printer::new(format(args.format), fltrace_system::hfaults::COLUMNS, out);
+            let mut p = Printer::new(args.format.into(), fltrace_system::hfaults::COLUMNS, out);
             finish(tool.run(&stop, args.duration, &mut p))
         }
     }

@@ -7,31 +7,21 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
+use fltrace_capture::ChildGuard;
 use fltrace_capture::damon::{self, DamonStatus, MonitorConfig, Operations};
 use fltrace_capture::wss::{self, IdleBitmap, PAGE_IDLE_BITMAP};
-use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter};
 
 use crate::cli::{Format, WssArgs};
-use crate::record::interrupt_counter;
+use fltrace_capture::interrupt_counter;
 
 pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     let stop = interrupt_counter()?;
-    let mut child = None;
-    let pid = match (args.pid, args.command.split_first()) {
-        (Some(pid), _) => pid,
-        (None, Some((program, rest))) => {
-            let spawned = std::process::Command::new(program)
-                .args(rest)
-                .spawn()
-                .with_context(|| format!("cannot run `{}`", program.to_string_lossy()))?;
-            let pid = spawned.id() as i32;
-            child = Some(spawned);
-            pid
-        }
-        (None, None) => bail!("give a command (fltrace wss -- <command>) or a process (-p PID)"),
+    // The command is killed and reaped on the way out of --damon and --pages, and on errors.
+    let (child, pid) = match (args.pid, args.command.is_empty()) {
+        (Some(pid), _) => (ChildGuard::none(), pid),
+        (None, false) => ChildGuard::start(&args.command)?,
+        (None, true) => bail!("give a command (fltrace wss -- <command>) or a process (-p PID)"),
     };
-    // The command is killed on the way out of --damon and --pages, as before.
-    let mut child = KillOnDrop(child);
     if args.damon {
         return with_damon(&args, pid, &stop);
     }
@@ -40,25 +30,23 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let mut out = std::io::stdout().lock();
-    if args.format == Format::Csv {
-        writeln!(out, "time_s,wss_bytes,rss_bytes")?;
-    }
-    let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
+    let mut rows = match args.format {
+        Format::Csv => Some(WssRows::new(std::io::stdout().lock())?),
+        _ => None,
+    };
     let mut points = Vec::new();
-    wss::sample(pid, args.interval, |sample| {
+    let trace = wss::trace_referenced(pid, args.interval, |sample| {
         let secs = sample.elapsed.as_secs_f64();
-        let line = match args.format {
-            Format::Csv => format!("{secs:.3},{},{}", sample.wss(), sample.rss()),
-            _ => format!(
+        let written = match &mut rows {
+            Some(rows) => rows.row(secs, sample.wss(), sample.rss()),
+            None => writeln!(
+                out,
                 "{secs:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
                 sample.wss() as f64 / 1048576.0,
                 sample.rss() as f64 / 1048576.0
             ),
         };
-        stop_on_error(writeln!(out, "{line}"), &stop);
-        for m in &sample.mappings {
-            trace.push_referenced(&range(secs, m.start, m.end, m.referenced), m.rss, &m.path);
-        }
+        stop_on_error(written, &stop);
         points.push((secs, sample.wss(), sample.rss()));
         stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d)
     })?;
@@ -73,38 +61,11 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", plot.display()))?;
         eprintln!("fltrace: {} and {}", path.display(), plot.display());
     }
-    if let Some(mut command) = child.0.take() {
-        // Sampling stopped early (duration or Ctrl-C): the command is left to finish.
-        let status = command.wait().context("waiting for the command")?;
-        return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The command fltrace started, killed and reaped when dropped.
-struct KillOnDrop(Option<std::process::Child>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(mut command) = self.0.take() {
-            let _ = command.kill();
-            let _ = command.wait();
-        }
-    }
-}
-
-fn range(
-    time_s: f64,
-    start: fltrace_trace::VirtAddr,
-    end: fltrace_trace::VirtAddr,
-    value: u64,
-) -> RangeSample {
-    RangeSample {
-        time_s,
-        start,
-        end,
-        value,
-    }
+    // Sampling stopped early (duration or Ctrl-C): the command is left to finish.
+    Ok(match child.wait()? {
+        Some(status) => ExitCode::from(status.code().unwrap_or(1) as u8),
+        None => ExitCode::SUCCESS,
+    })
 }
 
 /// `--damon`: DAMON's view. Where no monitor runs, fltrace starts one of its own (virtual
@@ -151,36 +112,15 @@ fn with_damon(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<Ex
                 .join(", ")
         ),
     }
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "time_s,wss_bytes,rss_bytes")?;
-    let mut trace = RangeTraceWriter::new(RangeTraceKind::DamonAccesses);
-    let started_ns = fltrace_capture::monotonic_now_ns();
-    // Our own virtual-address monitor reports the process's addresses already.
-    let operations = match &own {
-        Some((monitor, _)) => monitor.operations,
-        None => Operations::Paddr,
-    };
-    // The machine's monitor aggregates every few seconds; ours every --damon-aggr.
-    let quiet_ns = own.as_ref().map_or(1_000_000_000, |(_, c)| c.aggr_us * 500);
-    damon::watch_process(
+    let mut rows = WssRows::new(std::io::stdout().lock())?;
+    let trace = damon::trace_process(
         pid,
-        operations,
-        quiet_ns,
+        own.as_ref().map(|(monitor, config)| (monitor, config)),
         args.duration,
         stop,
-        |aggregation| {
-            let secs = aggregation.time_ns.saturating_sub(started_ns) as f64 / 1e9;
-            for r in &aggregation.ranges {
-                trace.push_accesses(&range(secs, r.start, r.end, u64::from(r.nr_accesses)));
-            }
-            stop_on_error(
-                writeln!(
-                    out,
-                    "{secs:.3},{},{}",
-                    aggregation.accessed_bytes, aggregation.resident_bytes
-                ),
-                stop,
-            );
+        |secs, aggregation| {
+            let written = rows.row(secs, aggregation.accessed_bytes, aggregation.resident_bytes);
+            stop_on_error(written, stop);
         },
     )?;
     // Our own monitor goes before the files are written: a failure below must not leave it.
@@ -200,29 +140,20 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
             "--pages needs idle page tracking ({PAGE_IDLE_BITMAP}: {e}; CONFIG_IDLE_PAGE_TRACKING and root); without --pages fltrace wss gives the referenced bytes of each mapping"
         ),
     };
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "time_s,wss_bytes,rss_bytes")?;
-    let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
+    let mut rows = WssRows::new(std::io::stdout().lock())?;
     let started = Instant::now();
     let keep_going =
         || stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d);
-    if keep_going() {
-        wss::sample_pages(pid, args.interval, &bitmap, |sample| {
-            let secs = sample.elapsed.as_secs_f64();
-            for (start, end) in sample.runs() {
-                trace.push_referenced(
-                    &range(secs, start, end, end - start),
-                    end - start,
-                    "[pages]",
-                );
-            }
-            stop_on_error(
-                writeln!(out, "{secs:.3},{},{}", sample.wss(), sample.rss()),
-                stop,
-            );
-            keep_going()
-        })?;
-    }
+    let trace = wss::trace_pages(
+        pid,
+        args.interval,
+        &bitmap,
+        |sample| {
+            let written = rows.row(sample.elapsed.as_secs_f64(), sample.wss(), sample.rss());
+            stop_on_error(written, stop);
+        },
+        keep_going,
+    )?;
     let path = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "csv");
     trace.write(&path)?;
     Ok(ExitCode::SUCCESS)
@@ -234,5 +165,27 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
 fn stop_on_error(written: std::io::Result<()>, stop: &AtomicUsize) {
     if written.is_err() {
         stop.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The `time_s,wss_bytes,rss_bytes` rows on stdout, each flushed as it comes: the command's
+/// progress, read live by other programs.
+struct WssRows<W: std::io::Write>(csv::Writer<W>);
+
+impl<W: std::io::Write> WssRows<W> {
+    fn new(out: W) -> std::io::Result<WssRows<W>> {
+        let mut csv = csv::Writer::from_writer(out);
+        csv.write_record(["time_s", "wss_bytes", "rss_bytes"])?;
+        csv.flush()?;
+        Ok(WssRows(csv))
+    }
+
+    fn row(&mut self, secs: f64, wss_bytes: u64, rss_bytes: u64) -> std::io::Result<()> {
+        self.0.write_record([
+            format!("{secs:.3}"),
+            wss_bytes.to_string(),
+            rss_bytes.to_string(),
+        ])?;
+        self.0.flush()
     }
 }

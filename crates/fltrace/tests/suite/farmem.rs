@@ -149,6 +149,7 @@ fn fork_exec_syscalls_and_remapping_keep_data() {
     let w = workloads();
     for args in [
         &["fork", "32"][..],
+        &["forkevict", "32"][..],
         &["exec", "32"][..],
         &["readinto", "32"][..],
         &["reuse", "32", "10"][..],
@@ -159,6 +160,58 @@ fn fork_exec_syscalls_and_remapping_keep_data() {
         let (code, err) = far(&dir, "8", "256", &w.farmem, args);
         assert_eq!(code, Some(0), "{args:?}: {err}");
     }
+}
+
+/// Pages move between local and far memory (`UFFDIO_MOVE`, the default on this kernel): every
+/// evicted page goes to the store whole, none is write-protected or copied (so no first write
+/// faults), and the data comes back; with `FLTRACE_RT_MOVE=0` dirty pages are copied out, and
+/// reads fetch pages write-protected, so that a write after them faults once more.
+#[test]
+fn moved_pages_keep_their_data_without_write_faults() {
+    let w = workloads();
+    let run = |moving: &str| {
+        let dir = Dir::new();
+        let out = dir
+            .fltrace()
+            .env("FLTRACE_RT_MOVE", moving)
+            .args(["record", "-q", "-L=8", "-M=256", "--"])
+            .arg(&w.farmem)
+            .args(["threads", "16", "4"])
+            .output()
+            .expect("fltrace runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "FLTRACE_RT_MOVE={moving}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pid = dir.pids("stats", "out")[0];
+        let stats = fltrace_trace::files::stats(dir.path(), pid);
+        let stat = |name: &str| {
+            fltrace_trace::stats::last_value(&stats, name)
+                .expect("stats")
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
+        (
+            stat("evict_pages_done"),
+            stat("evict_writes"),
+            stat("faults_wp"),
+            stat("rt_evict_wp_ns"),
+        )
+    };
+    let (evicted, written, wp_faults, wp_ns) = run("1");
+    assert!(evicted > 10_000, "heavy eviction: {evicted}");
+    assert_eq!(written, evicted, "every evicted page moved to the store");
+    assert_eq!((wp_faults, wp_ns), (0, 0), "nothing write-protected");
+    let (evicted, written, _, wp_ns) = run("0");
+    assert!(
+        written < evicted,
+        "clean pages are dropped, not copied: {written} of {evicted}"
+    );
+    assert!(
+        wp_ns > 0,
+        "dirty victims are write-protected before their copy"
+    );
 }
 
 /// read(2) into evicted pages: the kernel's faults on them are served and recorded.

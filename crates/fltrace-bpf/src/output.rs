@@ -1,0 +1,526 @@
+//! The in-kernel tools' output (`count`, `faults`, `ffaults`, `memleak`, `triage`): tables as
+//! bcc's tools print them, CSV, JSON, and folded stacks for flamegraph tools.
+//!
+//! [`Format`] is shared with fltrace-system's event tools, which print through their own
+//! `Printer` (one JSON object per line) rather than these whole-report writers.
+
+use std::io::{self, Write};
+
+use serde_json::json;
+
+use crate::files::FileFaults;
+use crate::memleak::{LeakSnapshot, LeakTarget};
+use crate::triage::Triage;
+use crate::{Frame, Row};
+
+/// How rows are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Fixed-width columns under a header, as bcc's tools print.
+    Table,
+    /// A header of column keys, then comma-separated values.
+    Csv,
+    /// JSON (one object per row for the event tools, one document for the counting tools).
+    Json,
+}
+
+/// A stack in one CSV cell: its frames, innermost first, separated by `;`.
+fn stack_cell(frames: &[Frame]) -> String {
+    frames
+        .iter()
+        .map(Frame::describe)
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn frames_json(frames: &Option<Vec<Frame>>) -> serde_json::Value {
+    match frames {
+        Some(f) => json!(f.iter().map(Frame::describe).collect::<Vec<_>>()),
+        None => serde_json::Value::Null,
+    }
+}
+
+/// A counted row as a folded line: `comm;outer;...;inner count`, kernel frames marked `_[k]`.
+pub fn folded_line(row: &Row) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(comm) = &row.comm {
+        parts.push(comm.clone());
+    }
+    if let Some(u) = &row.ustack {
+        parts.extend(u.iter().rev().map(|f| f.function.clone()));
+    }
+    if let Some(k) = &row.kstack {
+        parts.extend(k.iter().rev().map(|f| format!("{}_[k]", f.function)));
+    }
+    if parts.is_empty() {
+        parts.push("all".into());
+    }
+    format!("{} {}", parts.join(";"), row.count)
+}
+
+/// Writes counted rows in `format`, or as folded lines when `folded`.
+pub fn write_rows(
+    out: &mut impl Write,
+    rows: &[Row],
+    format: Format,
+    folded: bool,
+) -> io::Result<()> {
+    if folded {
+        for row in rows {
+            writeln!(out, "{}", folded_line(row))?;
+        }
+        return Ok(());
+    }
+    match format {
+        Format::Json => {
+            let rows: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|r| {
+                    json!({
+                        "count": r.count,
+                        "pid": r.pid,
+                        "tid": r.tid,
+                        "comm": r.comm,
+                        "probe": r.probe,
+                        "field": r.field,
+                        "ustack": frames_json(&r.ustack),
+                        "kstack": frames_json(&r.kstack),
+                    })
+                })
+                .collect();
+            serde_json::to_writer_pretty(&mut *out, &rows)?;
+            writeln!(out)?;
+        }
+        Format::Csv => {
+            let mut csv = csv::Writer::from_writer(&mut *out);
+            csv.write_record([
+                "count", "pid", "tid", "comm", "probe", "field", "ustack", "kstack",
+            ])?;
+            let text = |v: Option<String>| v.unwrap_or_default();
+            for r in rows {
+                csv.write_record([
+                    r.count.to_string(),
+                    text(r.pid.map(|p| p.to_string())),
+                    text(r.tid.map(|p| p.to_string())),
+                    text(r.comm.clone()),
+                    text(r.probe.clone()),
+                    text(r.field.map(|p| p.to_string())),
+                    text(r.ustack.as_deref().map(stack_cell)),
+                    text(r.kstack.as_deref().map(stack_cell)),
+                ])?;
+            }
+            csv.flush()?;
+        }
+        Format::Table => {
+            for r in rows {
+                let mut head = format!("{:>10}", r.count);
+                for (label, value) in [
+                    ("", r.probe.clone()),
+                    ("", r.comm.clone()),
+                    ("pid ", r.pid.map(|p| p.to_string())),
+                    ("tid ", r.tid.map(|p| p.to_string())),
+                    ("", r.field.map(|f| f.to_string())),
+                ] {
+                    if let Some(v) = value {
+                        head.push_str(&format!("  {label}{v}"));
+                    }
+                }
+                writeln!(out, "{head}")?;
+                for stack in [&r.kstack, &r.ustack].into_iter().flatten() {
+                    if stack.is_empty() {
+                        writeln!(out, "            [no stack]")?;
+                    }
+                    for f in stack {
+                        writeln!(out, "            {}", f.describe())?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The end of a summary line when the kernel's table overflowed (empty when it did not).
+pub fn table_full_note(dropped: u64) -> String {
+    if dropped > 0 {
+        format!(" ({dropped} not counted: the table was full)")
+    } else {
+        String::new()
+    }
+}
+
+/// The end of a summary line when the sample ring overflowed (empty when it did not).
+pub fn ring_full_note(lost: u64) -> String {
+    if lost > 0 {
+        format!(
+            " ({lost} samples lost: the ring was full; fewer processes or --by without ustack lose none)"
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Writes faults by file (`ffaults`).
+pub fn write_file_faults(
+    out: &mut impl Write,
+    files: &[FileFaults],
+    format: Format,
+) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            let rows: Vec<_> = files
+                .iter()
+                .map(|f| json!({"file": f.file, "comm": f.comm, "count": f.count}))
+                .collect();
+            serde_json::to_writer_pretty(&mut *out, &rows)?;
+            writeln!(out)?;
+        }
+        Format::Csv => {
+            let mut csv = csv::Writer::from_writer(&mut *out);
+            csv.write_record(["count", "comm", "file"])?;
+            for f in files {
+                let count = f.count.to_string();
+                csv.write_record([&count, f.comm.as_deref().unwrap_or(""), &f.file])?;
+            }
+            csv.flush()?;
+        }
+        Format::Table => {
+            writeln!(out, "{:>10}  FILE", "FAULTS")?;
+            for f in files {
+                match &f.comm {
+                    Some(c) => writeln!(out, "{:>10}  {}  {c}", f.count, f.file)?,
+                    None => writeln!(out, "{:>10}  {}", f.count, f.file)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What memleak is attached to, for its first line.
+pub fn describe_leak_target(target: &LeakTarget, tgids: &[u32]) -> String {
+    match target {
+        LeakTarget::Kernel => "the kernel's allocations (kmalloc, kmem_cache, pages)".to_owned(),
+        target => format!(
+            "the C library allocator of {tgids:?} ({})",
+            if matches!(target, LeakTarget::Attached) {
+                "stacks unwound from DWARF"
+            } else {
+                "stacks follow frame pointers"
+            }
+        ),
+    }
+}
+
+/// Writes one memleak report; a table is headed by the time of day (`clock`, HH:MM:SS).
+pub fn write_leaks(
+    out: &mut impl Write,
+    snapshot: &LeakSnapshot,
+    format: Format,
+    folded: bool,
+    clock: &str,
+) -> io::Result<()> {
+    if folded {
+        for s in &snapshot.stacks {
+            let mut parts = vec![s.comm.clone()];
+            parts.extend(s.stack.iter().rev().map(|f| f.function.clone()));
+            writeln!(out, "{} {}", parts.join(";"), s.bytes)?;
+        }
+        return Ok(());
+    }
+    match format {
+        Format::Json => {
+            let stacks: Vec<_> = snapshot
+                .stacks
+                .iter()
+                .map(|s| {
+                    json!({
+                        "pid": s.pid,
+                        "comm": s.comm,
+                        "bytes": s.bytes,
+                        "allocations": s.allocations,
+                        "stack": s.stack.iter().map(Frame::describe).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            let report = json!({
+                "allocs": snapshot.allocs,
+                "frees": snapshot.frees,
+                "dropped": snapshot.dropped,
+                "stacks": stacks,
+            });
+            serde_json::to_writer(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        Format::Csv => {
+            let mut csv = csv::Writer::from_writer(&mut *out);
+            csv.write_record(["bytes", "allocations", "pid", "comm", "stack"])?;
+            for s in &snapshot.stacks {
+                csv.write_record([
+                    s.bytes.to_string(),
+                    s.allocations.to_string(),
+                    s.pid.map(|p| p.to_string()).unwrap_or_default(),
+                    s.comm.clone(),
+                    stack_cell(&s.stack),
+                ])?;
+            }
+            csv.flush()?;
+        }
+        Format::Table => {
+            writeln!(
+                out,
+                "[{clock}] Top {} stacks with outstanding allocations:",
+                snapshot.stacks.len()
+            )?;
+            for s in &snapshot.stacks {
+                writeln!(
+                    out,
+                    "\t{} bytes in {} allocations from stack ({}{})",
+                    s.bytes,
+                    s.allocations,
+                    s.comm,
+                    s.pid.map(|p| format!(" pid {p}")).unwrap_or_default()
+                )?;
+                for f in &s.stack {
+                    writeln!(out, "\t\t{}", f.describe())?;
+                }
+            }
+        }
+    }
+    out.flush()
+}
+
+/// HH:MM:SS of `unix_secs`, UTC.
+pub fn clock_time(unix_secs: u64) -> String {
+    format!(
+        "{:02}:{:02}:{:02}",
+        unix_secs / 3600 % 24,
+        unix_secs / 60 % 60,
+        unix_secs % 60
+    )
+}
+
+/// HH:MM:SS now, UTC.
+pub fn clock_now() -> String {
+    clock_time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    )
+}
+
+/// Writes the triage report: one section per question, then what to run next.
+pub fn write_triage(out: &mut impl Write, report: &Triage) -> io::Result<()> {
+    let secs = report.duration.as_secs_f64().max(1e-9);
+
+    writeln!(out, "== OOM kills (kernel log)")?;
+    match (&report.kmsg_error, report.oom_kills.is_empty()) {
+        (Some(e), _) => writeln!(out, "  cannot read the kernel log: {e}")?,
+        (None, true) => writeln!(out, "  none")?,
+        (None, false) => {
+            const SHOWN: usize = 5;
+            let kills = &report.oom_kills;
+            if kills.len() > SHOWN {
+                writeln!(out, "  {} kills; the last {SHOWN}:", kills.len())?;
+            }
+            for line in &kills[kills.len().saturating_sub(SHOWN)..] {
+                writeln!(out, "  {line}")?;
+            }
+        }
+    }
+    writeln!(out, "== Swap")?;
+    if report.swaps.is_empty() {
+        writeln!(out, "  no swap devices configured")?;
+    }
+    for s in &report.swaps {
+        writeln!(
+            out,
+            "  {}  {} KiB, {} KiB used",
+            s.name, s.size_kib, s.used_kib
+        )?;
+    }
+    writeln!(
+        out,
+        "  swapped in {} pages, out {} pages during {:.1} s",
+        report.swap_in_pages, report.swap_out_pages, secs
+    )?;
+    writeln!(out, "== Memory (/proc/meminfo)")?;
+    for (key, kib) in &report.meminfo {
+        writeln!(out, "  {key:<16} {kib:>12} kB")?;
+    }
+    writeln!(out, "== Top processes by RSS")?;
+    for p in &report.top_rss {
+        writeln!(out, "  {:>8} KiB  {:<16} pid {}", p.rss_kib, p.comm, p.pid)?;
+    }
+    writeln!(out, "== Page faults")?;
+    writeln!(
+        out,
+        "  {} faults in {:.1} s: {:.0} faults/s",
+        report.faults,
+        secs,
+        report.faults as f64 / secs
+    )?;
+    writeln!(out, "== Top faulting processes")?;
+    for p in &report.top_faulting {
+        writeln!(out, "  {:>10}  {:<16} pid {}", p.faults, p.comm, p.pid)?;
+        for (count, stack) in &p.stacks {
+            let top: Vec<String> = stack.iter().take(4).map(Frame::describe).collect();
+            let shown = if top.is_empty() {
+                "[no user stack]".to_owned()
+            } else {
+                top.join(" <- ")
+            };
+            writeln!(out, "  {count:>14}  {shown}")?;
+        }
+    }
+    writeln!(out, "== Files backing faults")?;
+    if report.file_faults.is_empty() {
+        writeln!(out, "  none")?;
+    }
+    for f in &report.file_faults {
+        writeln!(out, "  {:>10}  {}", f.count, f.file)?;
+    }
+    writeln!(out, "== brk and mmap calls")?;
+    if report.heap_calls.is_empty() {
+        writeln!(out, "  none")?;
+    }
+    for (call, comm, n) in &report.heap_calls {
+        writeln!(
+            out,
+            "  {:>10}  {:<5} {comm}  ({:.1}/s)",
+            n,
+            call,
+            *n as f64 / secs
+        )?;
+    }
+    writeln!(out, "== PMU")?;
+    match &report.pmu_missing {
+        None => writeln!(out, "  available: hardware events open")?,
+        Some(e) => writeln!(out, "  unavailable: {e}")?,
+    }
+    writeln!(out, "== Next")?;
+    for (finding, command) in &report.findings {
+        writeln!(out, "  {finding}\n      -> {command}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, file_line: Option<&str>) -> Frame {
+        Frame {
+            function: function.into(),
+            file_line: file_line.map(Into::into),
+            lib: "prog".into(),
+        }
+    }
+
+    fn row() -> Row {
+        Row {
+            pid: Some(42),
+            tid: None,
+            comm: Some("prog".into()),
+            probe: None,
+            field: None,
+            field2: None,
+            ustack: Some(vec![frame("inner", Some("a.c:3")), frame("outer", None)]),
+            kstack: Some(vec![frame("handle_mm_fault", None)]),
+            count: 7,
+        }
+    }
+
+    fn written(write: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
+        let mut out = Vec::new();
+        write(&mut out).expect("writing to memory");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    #[test]
+    fn folded_lines_go_outer_to_inner_with_kernel_frames_marked() {
+        assert_eq!(
+            folded_line(&row()),
+            "prog;outer;inner;handle_mm_fault_[k] 7"
+        );
+        let total = Row {
+            comm: None,
+            ustack: None,
+            kstack: None,
+            ..row()
+        };
+        assert_eq!(folded_line(&total), "all 7");
+    }
+
+    #[test]
+    fn rows_as_table_csv_and_json() {
+        let rows = [row()];
+        assert_eq!(
+            written(|o| write_rows(o, &rows, Format::Table, false)),
+            "         7  prog  pid 42\n            handle_mm_fault (prog)\n            \
+             inner (a.c:3)\n            outer (prog)\n"
+        );
+        assert_eq!(
+            written(|o| write_rows(o, &rows, Format::Csv, false)),
+            "count,pid,tid,comm,probe,field,ustack,kstack\n\
+             7,42,,prog,,,inner (a.c:3);outer (prog),handle_mm_fault (prog)\n"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&written(|o| write_rows(o, &rows, Format::Json, false)))
+                .expect("JSON");
+        assert_eq!(json[0]["count"], 7);
+        assert_eq!(json[0]["tid"], serde_json::Value::Null);
+        assert_eq!(json[0]["ustack"][1], "outer (prog)");
+    }
+
+    #[test]
+    fn file_faults_table_has_its_header() {
+        let files = [FileFaults {
+            file: "/lib/libc.so.6".into(),
+            comm: Some("prog".into()),
+            count: 12,
+        }];
+        assert_eq!(
+            written(|o| write_file_faults(o, &files, Format::Table)),
+            "    FAULTS  FILE\n        12  /lib/libc.so.6  prog\n"
+        );
+        assert_eq!(
+            written(|o| write_file_faults(o, &files, Format::Csv)),
+            "count,comm,file\n12,prog,/lib/libc.so.6\n"
+        );
+    }
+
+    #[test]
+    fn leaks_folded_weigh_stacks_by_bytes() {
+        let snapshot = LeakSnapshot {
+            stacks: vec![crate::memleak::Outstanding {
+                pid: Some(9),
+                comm: "prog".into(),
+                bytes: 4096,
+                allocations: 2,
+                stack: vec![frame("malloc", None), frame("main", Some("m.c:5"))],
+            }],
+            allocs: 3,
+            frees: 1,
+            dropped: 0,
+        };
+        assert_eq!(
+            written(|o| write_leaks(o, &snapshot, Format::Table, true, "")),
+            "prog;main;malloc 4096\n"
+        );
+        assert_eq!(
+            written(|o| write_leaks(o, &snapshot, Format::Table, false, "01:02:03")),
+            "[01:02:03] Top 1 stacks with outstanding allocations:\n\
+             \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
+             \t\tmalloc (prog)\n\t\tmain (m.c:5)\n"
+        );
+    }
+
+    #[test]
+    fn notes_are_empty_when_nothing_was_lost() {
+        assert_eq!(table_full_note(0), "");
+        assert_eq!(table_full_note(3), " (3 not counted: the table was full)");
+        assert_eq!(ring_full_note(0), "");
+        assert_eq!(clock_time(3600 * 25 + 61), "01:01:01");
+    }
+}

@@ -1,0 +1,260 @@
+//! The catalog's runs and statistics as `fltrace runs --list/--stat` print them: a table, CSV
+//! (every column) or JSON (the rows as serialized).
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use crate::catalog::{CatalogRun, StatRow};
+use crate::stats::Summary;
+
+/// An optional value, empty when absent.
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// A time left as `42s`, `3m05s` or `2h10m`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The runs as a pretty-printed JSON array.
+pub fn write_runs_json(out: &mut impl Write, runs: &[CatalogRun]) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, runs)?;
+    writeln!(out)
+}
+
+/// The runs as CSV with a header.
+pub fn write_runs_csv(out: &mut impl Write, runs: &[CatalogRun]) -> io::Result<()> {
+    let mut csv = csv::Writer::from_writer(out);
+    csv.write_record([
+        "id",
+        "workload",
+        "config",
+        "rep",
+        "status",
+        "wall_s",
+        "user_s",
+        "sys_s",
+        "max_rss_kb",
+        "faults",
+        "allocs",
+        "samples",
+        "dir",
+    ])?;
+    for r in runs {
+        csv.write_record([
+            r.id.to_string(),
+            r.workload.clone(),
+            r.config.clone(),
+            r.rep.to_string(),
+            r.status.clone(),
+            r.wall_s.to_string(),
+            r.user_s.to_string(),
+            r.sys_s.to_string(),
+            r.max_rss_kb.to_string(),
+            opt(r.faults),
+            opt(r.allocs),
+            opt(r.samples),
+            r.dir.to_string_lossy().into_owned(),
+        ])?;
+    }
+    csv.flush()
+}
+
+/// The runs as a fixed-width table.
+pub fn write_runs_table(out: &mut impl Write, runs: &[CatalogRun]) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:>4}  {:<24} {:<12} {:>3}  {:<10} {:>9} {:>10} {:>9}",
+        "id", "workload", "config", "rep", "status", "time s", "faults", "allocs"
+    )?;
+    for r in runs {
+        writeln!(
+            out,
+            "{:>4}  {:<24} {:<12} {:>3}  {:<10} {:>9.3} {:>10} {:>9}",
+            r.id,
+            r.workload,
+            r.config,
+            r.rep,
+            r.status,
+            r.wall_s,
+            opt(r.faults),
+            opt(r.allocs)
+        )?;
+    }
+    Ok(())
+}
+
+/// The statistics as a pretty-printed JSON array.
+pub fn write_stats_json(out: &mut impl Write, rows: &[StatRow]) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, rows)?;
+    writeln!(out)
+}
+
+/// The statistics as CSV with a header, full precision.
+pub fn write_stats_csv(out: &mut impl Write, rows: &[StatRow]) -> io::Result<()> {
+    let f = |v: Option<f64>| opt(v);
+    let mut csv = csv::Writer::from_writer(out);
+    csv.write_record([
+        "workload",
+        "config",
+        "runs",
+        "failed",
+        "mean_s",
+        "sd_s",
+        "min_s",
+        "max_s",
+        "overhead",
+        "overhead_low",
+        "overhead_high",
+        "faults",
+        "allocs",
+    ])?;
+    for r in rows {
+        csv.write_record([
+            r.workload.clone(),
+            r.config.clone(),
+            r.runs.to_string(),
+            r.failed.to_string(),
+            f(r.time.map(|t| t.mean)),
+            f(r.time.map(|t| t.sd)),
+            f(r.time.map(|t| t.min)),
+            f(r.time.map(|t| t.max)),
+            f(r.overhead.map(|o| o.ratio)),
+            f(r.overhead.and_then(|o| o.low)),
+            f(r.overhead.and_then(|o| o.high)),
+            f(r.faults),
+            f(r.allocs),
+        ])?;
+    }
+    csv.flush()
+}
+
+/// The statistics as a table, times to the millisecond, with a line saying what the
+/// overhead is.
+pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:<24} {:<12} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
+        "workload",
+        "config",
+        "runs",
+        "failed",
+        "mean s",
+        "sd s",
+        "min s",
+        "max s",
+        "overhead (95% CI)",
+        "faults",
+        "allocs"
+    )?;
+    for r in rows {
+        let t = |g: fn(&Summary) -> f64| {
+            r.time
+                .as_ref()
+                .map(|s| format!("{:.3}", g(s)))
+                .unwrap_or_default()
+        };
+        let overhead = match r.overhead {
+            Some(o) => match (o.low, o.high) {
+                (Some(l), Some(h)) => format!("{:.3} ({l:.3}..{h:.3})", o.ratio),
+                _ => format!("{:.3}", o.ratio),
+            },
+            None => String::new(),
+        };
+        writeln!(
+            out,
+            "{:<24} {:<12} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
+            r.workload,
+            r.config,
+            r.runs,
+            r.failed,
+            t(|s| s.mean),
+            t(|s| s.sd),
+            t(|s| s.min),
+            t(|s| s.max),
+            overhead,
+            r.faults.map(|v| format!("{v:.0}")).unwrap_or_default(),
+            r.allocs.map(|v| format!("{v:.0}")).unwrap_or_default(),
+        )?;
+    }
+    writeln!(
+        out,
+        "overhead: mean time against the dry configuration's, 95% Welch t interval by the delta method"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Ratio;
+
+    fn stat_row() -> StatRow {
+        StatRow {
+            workload: "scan".into(),
+            config: "record".into(),
+            runs: 3,
+            failed: 1,
+            time: Some(Summary {
+                n: 3,
+                mean: 1.5,
+                sd: 0.25,
+                min: 1.25,
+                max: 1.75,
+            }),
+            overhead: Some(Ratio {
+                ratio: 2.0,
+                low: Some(1.5),
+                high: None,
+            }),
+            faults: Some(1000.4),
+            allocs: None,
+        }
+    }
+
+    fn written(write: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
+        let mut out = Vec::new();
+        write(&mut out).expect("writing to memory");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human_duration(Duration::from_secs(59)), "59s");
+        assert_eq!(human_duration(Duration::from_secs(185)), "3m05s");
+        assert_eq!(human_duration(Duration::from_secs(7800)), "2h10m");
+    }
+
+    #[test]
+    fn stats_csv_leaves_absent_values_empty() {
+        assert_eq!(
+            written(|o| write_stats_csv(o, &[stat_row()])),
+            "workload,config,runs,failed,mean_s,sd_s,min_s,max_s,overhead,overhead_low,\
+             overhead_high,faults,allocs\nscan,record,3,1,1.5,0.25,1.25,1.75,2,1.5,,1000.4,\n"
+        );
+    }
+
+    #[test]
+    fn stats_table_shows_an_interval_only_when_both_bounds_exist() {
+        let table = written(|o| write_stats_table(o, &[stat_row()]));
+        let row = table.lines().nth(1).expect("a row");
+        assert!(row.contains("  2.000  "), "{row}");
+        assert!(!row.contains(".."), "{row}");
+        assert!(row.contains("      1000"), "{row}");
+        let both = StatRow {
+            overhead: Some(Ratio {
+                ratio: 2.0,
+                low: Some(1.5),
+                high: Some(2.5),
+            }),
+            ..stat_row()
+        };
+        let table = written(|o| write_stats_table(o, &[both]));
+        assert!(table.contains("2.000 (1.500..2.500)"), "{table}");
+    }
+}
