@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::ProcessTrace;
 
-use crate::allocs::{AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram};
+use crate::alloc_lifetimes::{AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram};
 use crate::group::{
     AllocGroup, AllocSiteGroup, AllocSource, GroupBy, group_allocs, group_faults_by_alloc_site,
 };
@@ -220,6 +220,7 @@ impl FaultsByAllocSite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::{CodeAddr, VirtAddr};
 
     use fltrace_trace::{AllocCall, AllocEvent, Fault, FaultFlags, FaultKind, Mapping};
 
@@ -240,9 +241,9 @@ mod tests {
             time_ns,
             tid: 1,
             call,
-            addr,
+            addr: VirtAddr::new(addr),
             size,
-            old_addr: 0,
+            old_addr: VirtAddr::new(0),
             detail: if call == AllocCall::Mmap { 0x22 } else { 0 },
             stack_id,
         }
@@ -253,8 +254,8 @@ mod tests {
             time_ns,
             pid: 1,
             tid: 1,
-            ip: 0,
-            addr,
+            ip: CodeAddr::new(0),
+            addr: VirtAddr::new(addr),
             flags: FaultFlags(flags),
             stack_id: 0,
         }
@@ -280,8 +281,8 @@ mod tests {
             ],
             stacks: Vec::new(),
             mappings: vec![Mapping {
-                start: 0,
-                end: 0x10000,
+                start: VirtAddr::new(0),
+                end: VirtAddr::new(0x10000),
                 path: "[heap]".into(),
                 ..Mapping::default()
             }],
@@ -299,16 +300,32 @@ mod tests {
 
     fn alloc_stacks() -> ResolvedStacks {
         let mut stacks = ResolvedStacks::default();
-        stacks.insert(0, vec![loc("leak", 10), loc("main", 5)], vec![0x10, 0x50]);
-        stacks.insert(1, vec![loc("temporary", 20)], vec![0x20]);
-        stacks.insert(2, vec![loc("map", 30)], vec![0x30]);
-        stacks.insert(3, vec![loc("leak", 10), loc("main", 5)], vec![0x11, 0x50]);
+        stacks.insert(
+            0,
+            vec![loc("leak", 10), loc("main", 5)],
+            [0x10, 0x50].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(
+            1,
+            vec![loc("temporary", 20)],
+            [0x20].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(2, vec![loc("map", 30)], [0x30].map(CodeAddr::new).to_vec());
+        stacks.insert(
+            3,
+            vec![loc("leak", 10), loc("main", 5)],
+            [0x11, 0x50].map(CodeAddr::new).to_vec(),
+        );
         stacks
     }
 
     fn fault_stacks() -> ResolvedStacks {
         let mut stacks = ResolvedStacks::default();
-        stacks.insert(0, vec![loc("touch", 99)], vec![0x99]);
+        stacks.insert(
+            0,
+            vec![loc("touch", 99)],
+            [0x99].map(CodeAddr::new).to_vec(),
+        );
         stacks
     }
 
@@ -485,8 +502,8 @@ mod tests {
         use fltrace_trace::{RangeSample, RangeTraceKind};
         let sample = |value| RangeSample {
             time_s: 1.0,
-            start: 0x1000,
-            end: 0x2000,
+            start: VirtAddr::new(0x1000),
+            end: VirtAddr::new(0x2000),
             value,
         };
         let referenced = RangeTraceKind::ReferencedBytes;

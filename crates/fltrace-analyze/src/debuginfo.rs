@@ -89,7 +89,8 @@ pub struct DebugFiles {
 
 impl DebugFiles {
     /// The address in the binary of file offset `offset`, as the debug file knows it.
-    pub fn address_of(&self, offset: u64) -> Option<u64> {
+    pub fn address_of(&self, offset: fltrace_trace::FileOffset) -> Option<u64> {
+        let offset = offset.get();
         self.segments
             .iter()
             .find(|&&(start, _, size)| (start..start + size).contains(&offset))
@@ -481,6 +482,7 @@ fn http_get_to(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::FileOffset;
 
     /// Build IDs split as `.build-id` trees name them; short or non-hex IDs are refused.
     #[test]
@@ -503,8 +505,8 @@ mod tests {
                 (0x2dd0, 0x3dd0, 0x248),
             ],
         };
-        assert_eq!(files.address_of(0x1050), Some(0x1050));
-        assert_eq!(files.address_of(0x2de0), Some(0x3de0));
-        assert_eq!(files.address_of(0x1200), None);
+        assert_eq!(files.address_of(FileOffset::new(0x1050)), Some(0x1050));
+        assert_eq!(files.address_of(FileOffset::new(0x2de0)), Some(0x3de0));
+        assert_eq!(files.address_of(FileOffset::new(0x1200)), None);
     }
 }

@@ -72,6 +72,7 @@ pub fn diff_groups(a: &[Group], b: &[Group]) -> Vec<DiffRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::{CodeAddr, VirtAddr};
 
     use fltrace_trace::{Fault, FaultFlags};
 
@@ -96,8 +97,8 @@ mod tests {
                         time_ns: 0,
                         pid: 1,
                         tid: 1,
-                        ip: 0,
-                        addr: 0,
+                        ip: CodeAddr::new(0),
+                        addr: VirtAddr::new(0),
                         flags: FaultFlags(flags),
                         stack_id,
                     },
@@ -112,14 +113,30 @@ mod tests {
     #[test]
     fn matches_and_sorts() {
         let mut stacks_a = ResolvedStacks::default();
-        stacks_a.insert(0, vec![loc("fill", 10), loc("main", 1)], vec![0x10, 0x20]);
-        stacks_a.insert(1, vec![loc("scan", 20), loc("main", 2)], vec![0x30, 0x40]);
-        stacks_a.insert(2, vec![loc("gone", 30)], vec![0x50]);
+        stacks_a.insert(
+            0,
+            vec![loc("fill", 10), loc("main", 1)],
+            [0x10, 0x20].map(CodeAddr::new).to_vec(),
+        );
+        stacks_a.insert(
+            1,
+            vec![loc("scan", 20), loc("main", 2)],
+            [0x30, 0x40].map(CodeAddr::new).to_vec(),
+        );
+        stacks_a.insert(2, vec![loc("gone", 30)], [0x50].map(CodeAddr::new).to_vec());
         // B: another build, other addresses; fill's faults now mixed reads and writes.
         let mut stacks_b = ResolvedStacks::default();
-        stacks_b.insert(5, vec![loc("fill", 10), loc("main", 1)], vec![0x110, 0x120]);
-        stacks_b.insert(6, vec![loc("scan", 20), loc("main", 2)], vec![0x130, 0x140]);
-        stacks_b.insert(7, vec![loc("new", 40)], vec![0x150]);
+        stacks_b.insert(
+            5,
+            vec![loc("fill", 10), loc("main", 1)],
+            [0x110, 0x120].map(CodeAddr::new).to_vec(),
+        );
+        stacks_b.insert(
+            6,
+            vec![loc("scan", 20), loc("main", 2)],
+            [0x130, 0x140].map(CodeAddr::new).to_vec(),
+        );
+        stacks_b.insert(7, vec![loc("new", 40)], [0x150].map(CodeAddr::new).to_vec());
         let a = faults(&[(0, 100, 1), (1, 50, 0), (2, 5, 0)]);
         let b = faults(&[(5, 250, 1), (5, 50, 0), (6, 40, 0), (7, 7, 0)]);
         for by in [GroupBy::Line, GroupBy::Stack] {

@@ -198,7 +198,7 @@ fn script_frames(trace: &ProcessTrace, stacks: &ResolvedStacks, stack_id: u32) -
         let lookup = frame
             .address
             .saturating_sub(u64::from(frame.symbol_offset.is_some()));
-        let dso = match trace.mapping_at(generation, lookup) {
+        let dso = match trace.mapping_at(generation, lookup.into()) {
             Some(m) if !m.path.is_empty() => m.path.clone(),
             _ => outer.lib.to_string(),
         };
@@ -293,6 +293,7 @@ pub fn write_original_report(groups: &[crate::Group], out: impl Write) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::{CodeAddr, VirtAddr};
 
     use fltrace_trace::{FaultFlags, Stack};
 
@@ -335,7 +336,7 @@ mod tests {
             stacks: vec![Stack {
                 id: 0,
                 generation: 0,
-                frames: vec![0x10, 0x20],
+                frames: [0x10, 0x20].map(CodeAddr::new).to_vec(),
             }],
             mappings: Vec::new(),
             metadata: vec![(keys::COMMAND.to_owned(), "/bin/prog -x".to_owned())],
@@ -349,8 +350,8 @@ mod tests {
             time_ns,
             pid: 7,
             tid: 8,
-            ip: 0x10,
-            addr: 0xdead000,
+            ip: CodeAddr::new(0x10),
+            addr: VirtAddr::new(0xdead000),
             flags: FaultFlags(FaultFlags::WRITE),
             stack_id,
         }
@@ -363,9 +364,13 @@ mod tests {
         stacks.insert(
             0,
             vec![loc("inner", "prog"), loc("main", "prog")],
-            vec![0x10, 0x20],
+            [0x10, 0x20].map(CodeAddr::new).to_vec(),
         );
-        stacks.insert(1, vec![loc("[unknown]", "libc.so.6")], vec![0x30]);
+        stacks.insert(
+            1,
+            vec![loc("[unknown]", "libc.so.6")],
+            [0x30].map(CodeAddr::new).to_vec(),
+        );
         let t = trace(vec![fault(1, 0), fault(2, 0), fault(3, 1)]);
         assert_eq!(
             folded([(&t, &stacks)]),
@@ -388,7 +393,7 @@ mod tests {
                 loc("outer", "prog"),
                 loc("main", "prog"),
             ],
-            vec![0x10, 0x20],
+            [0x10, 0x20].map(CodeAddr::new).to_vec(),
             vec![(2, Some(4)), (1, Some(0x11))],
         );
         let t = trace(vec![fault(1_500_000_123, 0)]);

@@ -62,6 +62,7 @@ mod tests {
 
     use super::*;
     use crate::Location;
+    use fltrace_trace::{CodeAddr, VirtAddr};
 
     fn loc(function: &str, line: u32) -> Location {
         Location {
@@ -78,8 +79,8 @@ mod tests {
             time_ns: 1,
             pid: 1,
             tid: 1,
-            ip: 0,
-            addr: 0x1000,
+            ip: CodeAddr::new(0),
+            addr: VirtAddr::new(0x1000),
             flags: FaultFlags(FaultFlags::WRITE),
             stack_id,
         };
@@ -100,10 +101,18 @@ mod tests {
     #[test]
     fn groups_total_and_coverage() {
         let mut stacks = ResolvedStacks::default();
-        stacks.insert(0, vec![loc("fill", 10), loc("main", 3)], vec![0x10, 0x30]);
-        stacks.insert(1, vec![loc("fill", 10), loc("other", 7)], vec![0x10, 0x70]);
-        stacks.insert(2, vec![loc("scan", 20)], vec![0x20]);
-        stacks.insert(3, vec![loc("main", 4)], vec![0x40]);
+        stacks.insert(
+            0,
+            vec![loc("fill", 10), loc("main", 3)],
+            [0x10, 0x30].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(
+            1,
+            vec![loc("fill", 10), loc("other", 7)],
+            [0x10, 0x70].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(2, vec![loc("scan", 20)], [0x20].map(CodeAddr::new).to_vec());
+        stacks.insert(3, vec![loc("main", 4)], [0x40].map(CodeAddr::new).to_vec());
         let all: Vec<Fault> = [(0, 50), (1, 40), (2, 6), (3, 4)]
             .into_iter()
             .flat_map(|(id, n)| faults(id, n))

@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::{Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
+use fltrace_trace::{CodeAddr, Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
 
-use crate::allocs::{AllocStats, AllocTotals, BlockKind, Lifetimes};
+use crate::alloc_lifetimes::{AllocStats, AllocTotals, BlockKind, Lifetimes};
 use crate::counts::FaultCounts;
-use crate::ranges::{MappingIndex, mapping_label};
+use crate::range_map::{MappingIndex, mapping_label};
 use crate::{CallSite, Location, ResolvedStacks};
 
 /// What faults are grouped by.
@@ -33,7 +33,7 @@ pub struct GroupKey {
     /// The whole stack, innermost first, for [`GroupBy::Stack`].
     pub stack: Option<Arc<[Location]>>,
     /// The raw frame addresses, for [`GroupBy::Stack`].
-    pub addresses: Option<Arc<[u64]>>,
+    pub addresses: Option<Arc<[CodeAddr]>>,
     /// The fault flags, for [`GroupBy::Stack`].
     pub flags: Option<FaultFlags>,
 }
@@ -111,7 +111,7 @@ fn unknown() -> Location {
 /// [`GroupBy::Stack`] only.
 fn key_of(
     stack: &[Location],
-    addresses: impl FnOnce() -> Option<Arc<[u64]>>,
+    addresses: impl FnOnce() -> Option<Arc<[CodeAddr]>>,
     flags: Option<FaultFlags>,
     by: GroupBy,
     rule: CallSite,
@@ -509,6 +509,7 @@ pub fn coverage(groups: &[Group], share: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::VirtAddr;
 
     use fltrace_trace::{AllocCall, AllocEvent};
 
@@ -529,8 +530,8 @@ mod tests {
             time_ns: 0,
             pid: 1,
             tid: 1,
-            ip: 0,
-            addr: 0,
+            ip: CodeAddr::new(0),
+            addr: VirtAddr::new(0),
             flags: FaultFlags(flags),
             stack_id,
         }
@@ -548,9 +549,17 @@ mod tests {
             system: true,
             ..loc("memset", 0)
         };
-        stacks.insert(0, vec![memset, loc("main", 10)], vec![1, 2]);
-        stacks.insert(1, vec![loc("fill", 20), loc("main", 11)], vec![3, 4]);
-        stacks.insert(2, vec![loc("other", 30)], vec![5]);
+        stacks.insert(
+            0,
+            vec![memset, loc("main", 10)],
+            [1, 2].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(
+            1,
+            vec![loc("fill", 20), loc("main", 11)],
+            [3, 4].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(2, vec![loc("other", 30)], [5].map(CodeAddr::new).to_vec());
         let mut faults = vec![fault(0, 1); 90];
         faults.extend(vec![fault(1, 0); 9]);
         faults.push(fault(2, 2));
@@ -577,9 +586,9 @@ mod tests {
             time_ns,
             tid: 1,
             call,
-            addr,
+            addr: VirtAddr::new(addr),
             size,
-            old_addr: 0,
+            old_addr: VirtAddr::new(0),
             detail: 0x22,
             stack_id,
         }
@@ -596,10 +605,18 @@ mod tests {
             ..loc("strdup", 0)
         };
         let mut stacks = ResolvedStacks::default();
-        stacks.insert(0, vec![strdup, loc("main", 10)], vec![0x10, 0x20]);
-        stacks.insert(1, vec![loc("main", 10)], vec![0x21]);
-        stacks.insert(2, vec![loc("build", 20), loc("main", 11)], vec![0x30, 0x22]);
-        stacks.insert(3, vec![loc("map", 30)], vec![0x40]);
+        stacks.insert(
+            0,
+            vec![strdup, loc("main", 10)],
+            [0x10, 0x20].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(1, vec![loc("main", 10)], [0x21].map(CodeAddr::new).to_vec());
+        stacks.insert(
+            2,
+            vec![loc("build", 20), loc("main", 11)],
+            [0x30, 0x22].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(3, vec![loc("map", 30)], [0x40].map(CodeAddr::new).to_vec());
         stacks
     }
 
@@ -643,7 +660,10 @@ mod tests {
         );
         let by_stack = group_allocs([(&stats, &stacks)], GroupBy::Stack);
         assert_eq!(by_stack.len(), 4);
-        assert_eq!(by_stack[3].key.addresses.as_deref(), Some(&[0x21][..]));
+        assert_eq!(
+            by_stack[3].key.addresses.as_deref(),
+            Some(&[CodeAddr::new(0x21)][..])
+        );
         assert_eq!(by_stack[3].key.stack.as_ref().map(|s| s.len()), Some(1));
     }
 
@@ -657,8 +677,8 @@ mod tests {
             alloc_event(3, AllocCall::Malloc, 0x3000, 400, 2),
         ];
         let mapping = |start, end, path: &str| Mapping {
-            start,
-            end,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
             path: path.into(),
             ..Mapping::default()
         };
@@ -668,13 +688,13 @@ mod tests {
             ..fault(stack_id, flags)
         };
         let faults = vec![
-            at(5, 0x1000, 0, 1),
-            at(5, 0x2010, 1, 0),
-            at(5, 0x2020, 1, 0),
-            at(5, 0x3000, 1, 1),
-            at(5, 0x5000, 2, 0),
-            at(5, 0x7fff_0000, 2, 0),
-            at(0, 0x1000, 2, 0), // before its allocation
+            at(5, VirtAddr::new(0x1000), 0, 1),
+            at(5, VirtAddr::new(0x2010), 1, 0),
+            at(5, VirtAddr::new(0x2020), 1, 0),
+            at(5, VirtAddr::new(0x3000), 1, 1),
+            at(5, VirtAddr::new(0x5000), 2, 0),
+            at(5, VirtAddr::new(0x7fff_0000), 2, 0),
+            at(0, VirtAddr::new(0x1000), 2, 0), // before its allocation
         ];
         let trace = ProcessTrace {
             pid: 1,
@@ -689,9 +709,9 @@ mod tests {
             alloc_stacks: Vec::new(),
         };
         let mut stacks = ResolvedStacks::default();
-        stacks.insert(0, vec![loc("fill", 50)], vec![1]);
-        stacks.insert(1, vec![loc("scan", 60)], vec![2]);
-        stacks.insert(2, vec![loc("other", 70)], vec![3]);
+        stacks.insert(0, vec![loc("fill", 50)], [1].map(CodeAddr::new).to_vec());
+        stacks.insert(1, vec![loc("scan", 60)], [2].map(CodeAddr::new).to_vec());
+        stacks.insert(2, vec![loc("other", 70)], [3].map(CodeAddr::new).to_vec());
         let lifetimes = Lifetimes::of_trace(&trace);
         let hits = attribute_faults(&lifetimes, &trace.faults);
         let alloc_stacks = alloc_stacks();

@@ -3,7 +3,7 @@
 //! labelled with their allocation sites (Heimdallr draws allocations over its access map the
 //! same way).
 
-use fltrace_trace::{AccessRecord, ProcessTrace, RangeSample, RangeTraceKind};
+use fltrace_trace::{AccessRecord, ProcessTrace, RangeSample, RangeTraceKind, VirtAddr};
 
 use crate::{Lifetimes, Location, ResolvedStacks, call_site, largest_blocks, range_heat};
 
@@ -23,7 +23,7 @@ pub fn access_samples_in(
                 (a..b).contains(&t)
             })
         })
-        .filter(|s| addr.is_none_or(|(a, b)| (a..b).contains(&s.addr)))
+        .filter(|s| addr.is_none_or(|(a, b)| (a..b).contains(&s.addr.get())))
         .collect();
     (start, selected)
 }
@@ -34,9 +34,9 @@ pub struct HeatRange {
     /// The sample's time, ns since sampling began.
     pub time_ns: u64,
     /// First address (clipped to the selected addresses).
-    pub start: u64,
+    pub start: VirtAddr,
     /// Address after the last (clipped).
-    pub end: u64,
+    pub end: VirtAddr,
     /// How hot it draws ([`range_heat`]).
     pub weight: u32,
 }
@@ -55,7 +55,7 @@ pub fn heat_ranges(
         .filter_map(|s| {
             let weight = range_heat(kind, s);
             let (start, end) = match addr {
-                Some((a, b)) => (s.start.max(a), s.end.min(b)),
+                Some((a, b)) => (s.start.max(VirtAddr::new(a)), s.end.min(VirtAddr::new(b))),
                 None => (s.start, s.end),
             };
             (weight > 0 && end > start).then_some(HeatRange {
@@ -76,7 +76,7 @@ pub struct LabelledBlock {
     /// When it ended (the end of the trace for a block still alive then).
     pub end_ns: u64,
     /// First address.
-    pub addr: u64,
+    pub addr: VirtAddr,
     /// Bytes.
     pub size: u64,
     /// `function file:line` of its allocation site, else the function, else `?`.
@@ -131,8 +131,8 @@ mod tests {
     fn range(time_s: f64, start: u64, end: u64, value: u64) -> RangeSample {
         RangeSample {
             time_s,
-            start,
-            end,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
             value,
         }
     }
@@ -151,8 +151,8 @@ mod tests {
             heat_ranges(kind, &samples, Some((1.0, 2.0)), Some((0x2000, 0x9000))),
             vec![HeatRange {
                 time_ns: 1_500_000_000,
-                start: 0x2000,
-                end: 0x3000,
+                start: VirtAddr::new(0x2000),
+                end: VirtAddr::new(0x3000),
                 weight: 100,
             }]
         );

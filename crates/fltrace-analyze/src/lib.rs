@@ -24,8 +24,8 @@
 //! # }
 //! ```
 
+mod alloc_lifetimes;
 mod allocation_report;
-mod allocs;
 mod archive;
 mod counts;
 mod debuginfo;
@@ -37,17 +37,17 @@ mod heat;
 mod load;
 mod names;
 mod pprof;
-mod ranges;
+mod range_map;
 mod symbolize;
 mod tracer;
 
+pub use alloc_lifetimes::{
+    AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,
+    exec_times, trace_end_ns,
+};
 pub use allocation_report::{
     AllocProcess, AllocSummary, FaultsByAllocSite, alloc_processes, group_process_allocs,
     largest_blocks, leak_age_ns, merge_same_lines, rank_allocs, sum_totals,
-};
-pub use allocs::{
-    AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,
-    exec_times, trace_end_ns,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use counts::{FaultCounts, Tally};
@@ -73,6 +73,6 @@ pub use load::{
 };
 pub use names::demangle;
 pub use pprof::{write_pprof, write_pprof_counts};
-pub use ranges::{MappingIndex, mapping_label, named_regions, range_heat};
+pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
 pub use symbolize::{CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer};
 pub use tracer::{separate_tracer, separate_tracer_counts};

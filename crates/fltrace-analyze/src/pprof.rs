@@ -9,7 +9,7 @@ use flate2::write::GzEncoder;
 use prost::Message;
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::ProcessTrace;
+use fltrace_trace::{CodeAddr, ProcessTrace};
 
 use crate::export::{CountedSource, Source, process_name};
 use crate::{FaultCounts, ResolvedStacks};
@@ -173,7 +173,7 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
         let program = format!("/{}", process_name(trace));
         // Per process: addresses and mappings mean something only within it.
         let mut mappings: FxHashMap<usize, u64> = FxHashMap::default();
-        let mut locations: FxHashMap<(u32, u64), u64> = FxHashMap::default();
+        let mut locations: FxHashMap<(u32, CodeAddr), u64> = FxHashMap::default();
         if let Some((first, last)) = fault_counts.time_range() {
             first_ns = first_ns.min(first);
             last_ns = last_ns.max(last);
@@ -203,7 +203,7 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
                 if main_mapping.is_none()
                     && mapping_id > 0
                     && trace
-                        .mapping_at(generation, lookup)
+                        .mapping_at(generation, lookup.into())
                         .is_some_and(|m| m.path.ends_with(&program))
                 {
                     main_mapping = Some(mapping_id as usize - 1);
@@ -233,7 +233,7 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
                 profile.location.push(proto::Location {
                     id,
                     mapping_id,
-                    address: frame.address,
+                    address: frame.address.get(),
                     line,
                 });
             }
@@ -265,7 +265,7 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
 fn mapping_id(
     trace: &ProcessTrace,
     generation: u32,
-    addr: u64,
+    addr: CodeAddr,
     ids: &mut FxHashMap<usize, u64>,
     profile: &mut proto::Profile,
     strings: &mut Strings,
@@ -273,7 +273,7 @@ fn mapping_id(
     let Some(index) = trace
         .mappings
         .iter()
-        .rposition(|m| m.generation == generation && m.contains(addr))
+        .rposition(|m| m.generation == generation && m.contains(addr.into()))
     else {
         return 0;
     };
@@ -285,9 +285,9 @@ fn mapping_id(
         let id = profile.mapping.len() as u64 + 1;
         profile.mapping.push(proto::Mapping {
             id,
-            memory_start: mapping.start,
-            memory_limit: mapping.end,
-            file_offset: mapping.pgoff,
+            memory_start: mapping.start.get(),
+            memory_limit: mapping.end.get(),
+            file_offset: mapping.pgoff.get(),
             filename: strings.id(&mapping.path),
             build_id: strings.id(&mapping.build_id),
             has_functions: true,
@@ -326,6 +326,7 @@ pub fn write_pprof_counts<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::VirtAddr;
 
     use std::io::Read;
 
@@ -348,15 +349,15 @@ mod tests {
         stacks.insert_frames(
             0,
             vec![loc("inl", 3), loc("fill", 10), loc("main", 20)],
-            vec![0x1010, 0x1020],
+            [0x1010, 0x1020].map(CodeAddr::new).to_vec(),
             vec![(2, Some(0x10)), (1, Some(0x20))],
         );
         let fault = |stack_id| Fault {
             time_ns: 100,
             pid: 5,
             tid: 5,
-            ip: 0x1010,
-            addr: 0,
+            ip: CodeAddr::new(0x1010),
+            addr: VirtAddr::new(0),
             flags: FaultFlags(FaultFlags::WRITE),
             stack_id,
         };
@@ -366,11 +367,11 @@ mod tests {
             stacks: vec![Stack {
                 id: 0,
                 generation: 0,
-                frames: vec![0x1010, 0x1020],
+                frames: [0x1010, 0x1020].map(CodeAddr::new).to_vec(),
             }],
             mappings: vec![Mapping {
-                start: 0x1000,
-                end: 0x2000,
+                start: VirtAddr::new(0x1000),
+                end: VirtAddr::new(0x2000),
                 path: "/bin/prog".into(),
                 build_id: "abcd".into(),
                 prot: 5,

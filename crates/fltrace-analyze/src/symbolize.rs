@@ -9,7 +9,7 @@ use blazesym::symbolize::{Input, Symbolized};
 use rustc_hash::FxHashMap;
 
 use fltrace_trace::libraries::is_system_library;
-use fltrace_trace::{ProcessTrace, Stack};
+use fltrace_trace::{CodeAddr, FileOffset, ProcessTrace, Stack};
 
 use crate::debuginfo::{DebugConfig, DebugResolver};
 use crate::names;
@@ -71,7 +71,7 @@ impl Location {
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedStack {
     pub(crate) locations: Arc<[Location]>,
-    pub(crate) addresses: Arc<[u64]>,
+    pub(crate) addresses: Arc<[CodeAddr]>,
     /// Per address: how many of `locations` it expanded to, and its offset in its symbol.
     pub(crate) frames: Arc<[(u32, Option<u64>)]>,
 }
@@ -80,7 +80,7 @@ pub(crate) struct ResolvedStack {
 #[derive(Debug, Clone, Copy)]
 pub struct ResolvedFrame<'a> {
     /// The address as unwound (a return address for every frame but the first).
-    pub address: u64,
+    pub address: CodeAddr,
     /// Its locations, innermost (inlined) first, the function containing it last; empty when
     /// the symbolizer gave nothing.
     pub locations: &'a [Location],
@@ -124,7 +124,7 @@ impl ResolvedStacks {
     }
 
     /// The raw frame addresses of stack `id`, innermost first.
-    pub fn addresses(&self, id: u32) -> Option<Arc<[u64]>> {
+    pub fn addresses(&self, id: u32) -> Option<Arc<[CodeAddr]>> {
         self.stacks.get(&id).map(|s| s.addresses.clone())
     }
 
@@ -149,7 +149,7 @@ impl ResolvedStacks {
 
     /// Adds or replaces a stack (for building tables by hand, as in tests): with as many
     /// locations as addresses, each address is one location, else the first holds them all.
-    pub fn insert(&mut self, id: u32, locations: Vec<Location>, addresses: Vec<u64>) {
+    pub fn insert(&mut self, id: u32, locations: Vec<Location>, addresses: Vec<CodeAddr>) {
         let frames: Vec<(u32, Option<u64>)> = if locations.len() == addresses.len() {
             vec![(1, None); addresses.len()]
         } else {
@@ -164,7 +164,7 @@ impl ResolvedStacks {
         &mut self,
         id: u32,
         locations: Vec<Location>,
-        addresses: Vec<u64>,
+        addresses: Vec<CodeAddr>,
         frames: Vec<(u32, Option<u64>)>,
     ) {
         let stack = ResolvedStack {
@@ -193,7 +193,7 @@ pub struct Symbolizer {
     debug_files: DebugResolver,
     /// (file, build ID, file offset) to locations, innermost first, and the offset in the
     /// symbol.
-    cache: HashMap<(PathBuf, String, u64), Resolved>,
+    cache: HashMap<(PathBuf, String, FileOffset), Resolved>,
     /// Each file's loadable segments, to name addresses no symbol covers.
     segments: HashMap<PathBuf, Vec<Segment>>,
 }
@@ -260,9 +260,10 @@ impl Symbolizer {
         returns_from: usize,
     ) -> ResolvedStacks {
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
-        let mut wanted: HashMap<(PathBuf, String), Vec<u64>> = HashMap::new();
+        let mut wanted: HashMap<(PathBuf, String), Vec<FileOffset>> = HashMap::new();
         // Frames carry whether they were looked up one byte back, to give perf's offsets.
-        let mut frames_of: Vec<(u32, Vec<LookedUp>, Vec<u64>)> = Vec::with_capacity(stacks.len());
+        let mut frames_of: Vec<(u32, Vec<LookedUp>, Vec<CodeAddr>)> =
+            Vec::with_capacity(stacks.len());
         for stack in stacks {
             let frames: Vec<LookedUp> = stack
                 .frames
@@ -275,10 +276,10 @@ impl Symbolizer {
                     } else {
                         addr.saturating_sub(1)
                     };
-                    let frame = match trace.mapping_at(stack.generation, lookup) {
+                    let frame = match trace.mapping_at(stack.generation, lookup.into()) {
                         Some(m) if m.is_file() => {
                             let key = (PathBuf::from(&m.path), m.build_id.clone());
-                            let offset = m.file_offset(lookup);
+                            let offset = lookup.file_offset(m);
                             if !self
                                 .cache
                                 .contains_key(&(key.0.clone(), key.1.clone(), offset))
@@ -323,20 +324,22 @@ impl Symbolizer {
         resolved
     }
 
-    fn symbolize_file(&mut self, path: &Path, build_id: &str, offsets: &[u64]) {
+    fn symbolize_file(&mut self, path: &Path, build_id: &str, offsets: &[FileOffset]) {
         let lib = lib_name(&path.to_string_lossy());
         let system_lib = is_system_library(&path.to_string_lossy());
         // Only a file of the recorded build symbolizes it: none found leaves it `lib+offset`.
         let results: Vec<Symbolized<'_>> = match self.debug_files.resolve(path, build_id) {
             None => Vec::new(),
             Some(files) => match &files.debug {
-                None => self
-                    .inner
-                    .symbolize(
-                        &Source::Elf(Elf::new(&files.binary)),
-                        Input::FileOffset(offsets),
-                    )
-                    .unwrap_or_default(),
+                None => {
+                    let raw: Vec<u64> = offsets.iter().map(|o| o.get()).collect();
+                    self.inner
+                        .symbolize(
+                            &Source::Elf(Elf::new(&files.binary)),
+                            Input::FileOffset(&raw),
+                        )
+                        .unwrap_or_default()
+                }
                 // A separate debug file keeps the addresses but not the file layout: translate
                 // through the binary's program headers.
                 Some(debug) => {
@@ -407,8 +410,9 @@ impl Symbolizer {
 fn virtual_address(
     cache: &mut HashMap<PathBuf, Vec<Segment>>,
     path: &Path,
-    offset: u64,
+    offset: FileOffset,
 ) -> Option<u64> {
+    let offset = offset.get();
     let segments = cache
         .entry(path.to_owned())
         .or_insert_with(|| load_segments(path).unwrap_or_default());
@@ -448,7 +452,7 @@ fn load_segments(path: &Path) -> Option<Vec<Segment>> {
 }
 
 enum Frame {
-    File(PathBuf, String, u64),
+    File(PathBuf, String, FileOffset),
     Unknown(Arc<str>, bool),
 }
 

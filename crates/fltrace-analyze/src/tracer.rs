@@ -122,6 +122,7 @@ fn drop_inner_preload_frames(stack: &mut ResolvedStack) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::{CodeAddr, VirtAddr};
 
     use fltrace_trace::{Fault, Mapping, Stack};
 
@@ -147,21 +148,21 @@ mod tests {
             time_ns: 0,
             pid: 1,
             tid: 1,
-            ip: 0,
-            addr: 0,
+            ip: CodeAddr::new(0),
+            addr: VirtAddr::new(0),
             flags: FaultFlags(flags),
             stack_id,
         };
         let mapping = |start, end, path: &str| Mapping {
-            start,
-            end,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
             path: path.into(),
             ..Mapping::default()
         };
         let stack = |id, frames: Vec<u64>| Stack {
             id,
             generation: 0,
-            frames,
+            frames: frames.into_iter().map(CodeAddr::new).collect(),
         };
         let mut trace = ProcessTrace {
             pid: 1,
@@ -185,13 +186,21 @@ mod tests {
             loc("malloc", PRELOAD, 94),
             loc("main", "prog", 0),
         ];
-        stacks.insert(0, program, vec![0x1010, 0x2010, 0x3010]);
+        stacks.insert(
+            0,
+            program,
+            [0x1010, 0x2010, 0x3010].map(CodeAddr::new).to_vec(),
+        );
         let tracer = vec![
             loc("unwind", PRELOAD, 10),
             loc("malloc", PRELOAD, 94),
             loc("main", "prog", 0),
         ];
-        stacks.insert(1, tracer, vec![0x2020, 0x2030, 0x3010]);
+        stacks.insert(
+            1,
+            tracer,
+            [0x2020, 0x2030, 0x3010].map(CodeAddr::new).to_vec(),
+        );
         let mut included = (trace.clone(), stacks.clone());
         let mut counted = (FaultCounts::of(&trace.faults), stacks.clone());
         let mut counted_included = (FaultCounts::of(&trace.faults), stacks.clone());
@@ -199,7 +208,10 @@ mod tests {
         assert_eq!(trace.faults.len(), 2);
         let functions: Vec<&str> = stacks.get(0).iter().map(|l| &*l.function).collect();
         assert_eq!(functions, ["_int_malloc", "main"]);
-        assert_eq!(stacks.addresses(0).as_deref(), Some(&[0x1010, 0x3010][..]));
+        assert_eq!(
+            stacks.addresses(0).as_deref(),
+            Some(&[0x1010, 0x3010].map(CodeAddr::new)[..])
+        );
 
         assert_eq!(
             separate_tracer_counts(&mut counted.0, &mut counted.1, false),

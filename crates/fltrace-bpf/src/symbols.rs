@@ -12,7 +12,7 @@ use aya::maps::{MapData, RingBuf};
 use fltrace_analyze::{Location, Symbolizer};
 use fltrace_capture::ring::RingBuffer;
 use fltrace_capture::sys::PerfEvent;
-use fltrace_trace::{Mapping, ProcessTrace, Stack, parse_procmaps_line};
+use fltrace_trace::{CodeAddr, Mapping, ProcessTrace, Stack, parse_procmaps_line};
 use linux_perf_event_reader::{
     EventRecord, Mmap2FileId, RawEventRecord, RecordParseInfo, RecordType,
 };
@@ -373,7 +373,7 @@ impl StackNames {
             .map(|(id, frames)| Stack {
                 id: *id,
                 generation: 0,
-                frames: frames.clone(),
+                frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),
             })
             .collect();
         let trace = ProcessTrace {

@@ -18,7 +18,9 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_TIME, PERF_SAMPLE_WEIGHT, perf_event_attr,
 };
 
-use fltrace_trace::{AccessRecord, AccessWriter, Origin, Stack, StackWriter, files};
+use fltrace_trace::{
+    AccessRecord, AccessWriter, CodeAddr, Origin, Stack, StackWriter, VirtAddr, files,
+};
 
 use crate::Error;
 use crate::reader::ReaderThread;
@@ -90,7 +92,7 @@ impl DataSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessSample {
     /// Instruction address.
-    pub ip: u64,
+    pub ip: CodeAddr,
     /// Process id.
     pub pid: u32,
     /// Thread id.
@@ -98,7 +100,7 @@ pub struct AccessSample {
     /// Kernel time, ns.
     pub time_ns: u64,
     /// Data address.
-    pub addr: u64,
+    pub addr: VirtAddr,
     /// Latency in cycles (`PERF_SAMPLE_WEIGHT`), 0 when not given.
     pub latency: u64,
     /// Where the data came from.
@@ -106,7 +108,7 @@ pub struct AccessSample {
     /// `perf_mem_data_src` as the kernel gave it.
     pub data_src: u64,
     /// The user callchain, innermost first (the sampled instruction's caller first).
-    pub stack: Vec<u64>,
+    pub stack: Vec<CodeAddr>,
 }
 
 /// The `sample_type` that [`decode_sample`] reads.
@@ -130,20 +132,21 @@ pub fn decode_sample(body: &[u8]) -> Option<AccessSample> {
     if frames > 4096 {
         return None;
     }
-    let stack: Vec<u64> = (0..frames)
+    let stack: Vec<CodeAddr> = (0..frames)
         .map(|i| u64_at(40 + 8 * i))
         .collect::<Option<Vec<u64>>>()?
         .into_iter()
         .filter(|&ip| ip < PERF_CONTEXT_MAX)
+        .map(CodeAddr::new)
         .collect();
     let after = 40 + 8 * frames;
     let data_src = u64_at(after + 8)?;
     Some(AccessSample {
-        ip: u64_at(0)?,
+        ip: CodeAddr::new(u64_at(0)?),
         pid: u32_at(8)?,
         tid: u32_at(12)?,
         time_ns: u64_at(16)?,
-        addr: u64_at(24)?,
+        addr: VirtAddr::new(u64_at(24)?),
         latency: u64_at(after)?,
         source: DataSource::from_bits(data_src),
         data_src,
@@ -404,7 +407,7 @@ fn drain(
 }
 
 /// One process's access table, its stack table and the ids of the stacks written.
-type ProcessTables = (AccessWriter, StackWriter, HashMap<Vec<u64>, u32>);
+type ProcessTables = (AccessWriter, StackWriter, HashMap<Vec<CodeAddr>, u32>);
 
 /// Per process, the access table and its stacks.
 pub struct AccessTables {
@@ -509,10 +512,10 @@ mod tests {
         let sample = decode_sample(&body).unwrap();
         assert_eq!(
             (
-                sample.ip,
+                sample.ip.get(),
                 sample.pid,
                 sample.tid,
-                sample.addr,
+                sample.addr.get(),
                 sample.latency
             ),
             (0x5555_0000_1234, 42, 43, 0x7f00_0000_0040, 180)
@@ -526,7 +529,10 @@ mod tests {
                 tlb_miss: true
             }
         );
-        assert_eq!(sample.stack, vec![0x5555_0000_2000, 0x5555_0000_3000]);
+        assert_eq!(
+            sample.stack,
+            [0x5555_0000_2000, 0x5555_0000_3000].map(CodeAddr::new)
+        );
         assert_eq!(
             decode_sample(&body[..body.len() - 1]),
             None,
@@ -544,7 +550,7 @@ mod tests {
         assert_eq!(
             (
                 rows[0].time_ns,
-                rows[0].addr,
+                rows[0].addr.get(),
                 rows[0].latency,
                 rows[0].stack_id,
                 rows[1].stack_id
@@ -553,7 +559,10 @@ mod tests {
         );
         assert!(!rows[0].is_store());
         let stacks = fltrace_trace::read_stacks(&files::access_stacks(dir.path(), 42)).unwrap();
-        assert_eq!(stacks[0].frames, vec![0x5555_0000_2000, 0x5555_0000_3000]);
+        assert_eq!(
+            stacks[0].frames,
+            [0x5555_0000_2000, 0x5555_0000_3000].map(CodeAddr::new)
+        );
     }
 
     /// Stores and remote memory decode too.
@@ -602,15 +611,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut tables = AccessTables::new(dir.path().to_owned(), "rec".into());
         let sample = |n: u64| AccessSample {
-            ip: 0x40_1000 + n,
+            ip: CodeAddr::new(0x40_1000 + n),
             pid: 7,
             tid: 8,
             time_ns: 1_000 * n,
-            addr: 0x7f00_0000_0000 + 4096 * n,
+            addr: VirtAddr::new(0x7f00_0000_0000 + 4096 * n),
             latency: n,
             source: DataSource::from_bits(2),
             data_src: 2,
-            stack: vec![0x40_2000, 0x40_3000 + n % 2],
+            stack: [0x40_2000, 0x40_3000 + n % 2].map(CodeAddr::new).to_vec(),
         };
         for n in 0..3 {
             tables.push(sample(n), 0).expect("push");
@@ -621,7 +630,7 @@ mod tests {
         std::mem::forget(tables);
 
         let samples = fltrace_trace::read_access(&files::access(dir.path(), 7)).expect("recovered");
-        let addrs: Vec<u64> = samples.iter().map(|s| s.addr).collect();
+        let addrs: Vec<u64> = samples.iter().map(|s| s.addr.get()).collect();
         assert_eq!(
             addrs,
             [0x7f00_0000_0000, 0x7f00_0000_1000, 0x7f00_0000_2000]
@@ -635,7 +644,7 @@ mod tests {
                 .expect("its stack");
             assert_eq!(
                 stack.frames,
-                [0x40_2000, 0x40_3000 + (s.ip - 0x40_1000) % 2]
+                [0x40_2000, 0x40_3000 + (s.ip.get() - 0x40_1000) % 2].map(CodeAddr::new)
             );
         }
     }

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter};
+use fltrace_trace::{PhysAddr, RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr};
 
 use crate::Error;
 use crate::ring::RingBuffer;
@@ -213,7 +213,8 @@ pub struct AggregatedRegion {
     pub time_ns: u64,
     /// The monitor's target.
     pub target_id: u64,
-    /// First address (physical, for paddr monitors).
+    /// First address: physical for paddr monitors, virtual for vaddr ones, so left raw;
+    /// [`Aggregation::of_physical`] and [`Aggregation::of_virtual`] give it its type.
     pub start: u64,
     /// One past the last address.
     pub end: u64,
@@ -325,9 +326,9 @@ pub fn read_aggregated(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AccessedRange {
     /// First address (virtual, the process's).
-    pub start: u64,
+    pub start: VirtAddr,
     /// One past the last address.
-    pub end: u64,
+    pub end: VirtAddr,
     /// The access count of the monitor's region the range lay in.
     pub nr_accesses: u32,
 }
@@ -351,9 +352,10 @@ impl Aggregation {
         let ranges: Vec<AccessedRange> = batch
             .iter()
             .filter(|r| r.nr_accesses > 0)
+            // A virtual-address monitor's regions are the process's addresses.
             .map(|r| AccessedRange {
-                start: r.start,
-                end: r.end,
+                start: VirtAddr::new(r.start),
+                end: VirtAddr::new(r.end),
                 nr_accesses: r.nr_accesses,
             })
             .collect();
@@ -372,7 +374,9 @@ impl Aggregation {
         let mut ranges = Vec::new();
         let mut accessed_bytes = 0;
         for region in batch.iter().filter(|r| r.nr_accesses > 0) {
-            let mut pages: Vec<u64> = frames.pages_in(region.start, region.end).collect();
+            // A physical-address monitor's regions are physical addresses.
+            let (start, end) = (PhysAddr::new(region.start), PhysAddr::new(region.end));
+            let mut pages: Vec<u64> = frames.pages_in(start, end).collect();
             pages.sort_unstable();
             accessed_bytes += pages.len() as u64 * crate::wss::PAGE_SIZE;
             ranges.extend(
@@ -504,22 +508,22 @@ impl FrameMap {
             buf.resize(pages * 8, 0);
             // Unreadable ranges ([vsyscall]) are skipped.
             if pagemap
-                .read_exact_at(&mut buf, mapping.start / 4096 * 8)
+                .read_exact_at(&mut buf, mapping.start.get() / 4096 * 8)
                 .is_err()
             {
                 continue;
             }
             for (i, chunk) in buf.chunks_exact(8).enumerate() {
                 let entry = u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
-                entries.push((mapping.start + i as u64 * 4096, entry));
+                entries.push(((mapping.start + i as u64 * 4096).get(), entry));
             }
         }
         Ok(FrameMap::from_entries(entries))
     }
 
     /// The process's pages whose frames lie in the physical range `[start, end)`.
-    pub fn pages_in(&self, start: u64, end: u64) -> impl Iterator<Item = u64> + '_ {
-        let (first, last) = (start / 4096, end.div_ceil(4096));
+    pub fn pages_in(&self, start: PhysAddr, end: PhysAddr) -> impl Iterator<Item = u64> + '_ {
+        let (first, last) = (start.frame(4096), end.get().div_ceil(4096));
         let from = self.frames.partition_point(|(pfn, _)| *pfn < first);
         self.frames[from..]
             .iter()
@@ -573,8 +577,8 @@ mod tests {
         ];
         let aggregation = Aggregation::of_physical(&batch, &frames).unwrap();
         let range = |start, end| AccessedRange {
-            start,
-            end,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
             nr_accesses: 3,
         };
         assert_eq!(
@@ -768,13 +772,14 @@ mod tests {
             (0x5555_0000, PRESENT | 0x2000),
         ]);
         assert_eq!(map.len(), 3);
-        let pages: Vec<u64> = map.pages_in(0x100 * 4096, 0x102 * 4096).collect();
+        let frame = |n: u64| PhysAddr::of_frame(n, 4096);
+        let pages: Vec<u64> = map.pages_in(frame(0x100), frame(0x102)).collect();
         assert_eq!(pages, vec![0x7000_0000, 0x7000_1000]);
         assert_eq!(
-            map.pages_in(0x2000 * 4096, 0x2000 * 4096 + 1)
+            map.pages_in(frame(0x2000), frame(0x2000) + 1)
                 .collect::<Vec<_>>(),
             vec![0x5555_0000]
         );
-        assert_eq!(map.pages_in(0, 0x100 * 4096).count(), 0);
+        assert_eq!(map.pages_in(frame(0), frame(0x100)).count(), 0);
     }
 }

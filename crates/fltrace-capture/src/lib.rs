@@ -22,7 +22,7 @@
 //! ```
 
 pub mod access;
-mod allocs;
+mod alloc_spool;
 mod child;
 pub mod damon;
 mod error;
@@ -39,7 +39,7 @@ mod uprobes;
 mod user;
 pub mod wss;
 
-pub use allocs::{AllocLogs, Converted, Recovered, recover_stale_spools};
+pub use alloc_spool::{AllocLogs, Converted, Recovered, recover_stale_spools};
 pub use child::ChildGuard;
 pub use error::Error;
 pub use interrupt::interrupt_counter;

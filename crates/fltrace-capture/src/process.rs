@@ -7,8 +7,8 @@ use framehop::x86_64::CacheX86_64;
 use rustc_hash::FxHashMap;
 
 use fltrace_trace::{
-    Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Origin, Stack, StackWriter, files,
-    keys, libraries, stats, write_procmaps_line,
+    CodeAddr, Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Origin, Stack, StackWriter,
+    VirtAddr, files, keys, libraries, stats, write_procmaps_line,
 };
 
 use crate::runtime::{Handled, RuntimeView, is_fill};
@@ -60,13 +60,13 @@ pub struct Process {
     image_recorded: bool,
     /// The executable of the current image (its first file mapping) and the end of its
     /// mappings and of the bss after them: the heap begins above.
-    executable: Option<(String, u64)>,
+    executable: Option<(String, VirtAddr)>,
     /// The generation of the first image that ran with the preloaded library: a forked child
     /// inherits it from its parent at once, the command gets it at its exec. The library's
     /// allocation logs count images from there.
     pub preload_generation: Option<u32>,
     /// Live mappings by start address, for classifying faults.
-    maps: BTreeMap<u64, Mapping>,
+    maps: BTreeMap<VirtAddr, Mapping>,
     unwinder: AddressSpaceUnwinder,
     /// Where the preloaded library's exported functions (its interposers: `malloc`,
     /// `mmap`...) are mapped in this generation.
@@ -252,7 +252,7 @@ impl Process {
         write_procmaps_line(&mapping, &mut self.out.procmaps);
         self.out.mmaps.push(mapping.clone());
         // A new mapping replaces whatever it overlaps.
-        let overlapped: Vec<u64> = self
+        let overlapped: Vec<VirtAddr> = self
             .maps
             .range(..mapping.end)
             .rev()
@@ -306,7 +306,7 @@ impl Process {
         self.record_mapping(mapping);
     }
 
-    fn mapping_at(&self, addr: u64) -> Option<&Mapping> {
+    fn mapping_at(&self, addr: VirtAddr) -> Option<&Mapping> {
         self.maps
             .range(..=addr)
             .next_back()
@@ -353,10 +353,10 @@ impl Process {
             && far
                 .view
                 .as_ref()
-                .is_none_or(|v| v.region().contains(&fault.addr))
+                .is_none_or(|v| v.region().contains(&fault.addr.get()))
         {
             far.pending_fills
-                .entry((fault.tid, fault.addr & !0xfff))
+                .entry((fault.tid, fault.addr.align_down(0x1000).get()))
                 .or_default()
                 .push_back(PendingRow {
                     row: self.out.faults.rows(),
@@ -366,7 +366,9 @@ impl Process {
         }
 
         frames.clear();
-        let stack_bounds = self.mapping_at(regs.1).map_or((0, 0), |m| (m.start, m.end));
+        let stack_bounds = self
+            .mapping_at(VirtAddr::new(regs.1))
+            .map_or((0, 0), |m| (m.start.get(), m.end.get()));
         self.live.reset(stack_bounds);
         let end = self
             .unwinder
@@ -385,7 +387,7 @@ impl Process {
         let in_region = self.far.as_ref().is_some_and(|far| {
             far.view
                 .as_ref()
-                .is_none_or(|v| v.region().contains(&fault.addr))
+                .is_none_or(|v| v.region().contains(&fault.addr.get()))
         });
         if tracer && !in_region {
             fault.flags.0 |= FaultFlags::TRACER;
@@ -424,7 +426,8 @@ impl Process {
         self.out.stacks.push(Stack {
             id,
             generation: self.generation,
-            frames: frames.clone(),
+            // The unwinder's output: instruction and return addresses.
+            frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),
         })?;
         Ok((id, tracer))
     }
@@ -442,7 +445,7 @@ impl Process {
         for (i, &frame) in frames.iter().enumerate() {
             // Return addresses point after the call.
             let at = if i == 0 { frame } else { frame.wrapping_sub(1) };
-            let Some(mapping) = self.mapping_at(at) else {
+            let Some(mapping) = self.mapping_at(VirtAddr::new(at)) else {
                 return false;
             };
             if libraries::is_c_runtime(&mapping.path) {
@@ -466,7 +469,7 @@ impl Process {
             .iter_mut()
             .rev()
             .take(4096)
-            .find(|f| f.tid == tid && f.addr & !0xfff == page)
+            .find(|f| f.tid == tid && f.addr.align_down(0x1000).get() == page)
         {
             fault.flags.0 |= FaultFlags::MAJOR;
             fault.flags.0 &= !FaultFlags::ZERO;

@@ -13,7 +13,7 @@ use linux_perf_event_reader::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use fltrace_trace::{Fault, Mapping, keys};
+use fltrace_trace::{CodeAddr, Fault, FileOffset, Mapping, VirtAddr, keys};
 
 use crate::Error;
 use crate::child::ChildGuard;
@@ -249,7 +249,7 @@ impl Session {
             }
             _ => Vec::new(),
         };
-        crate::allocs::recover_stale_spools(&options.dir);
+        crate::alloc_spool::recover_stale_spools(&options.dir);
         let alloc_logs = match &options.allocs {
             Some(crate::AllocTracing::Preload(library)) => {
                 let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
@@ -1063,9 +1063,9 @@ impl State {
                 let mapping = Mapping {
                     time_ns,
                     generation: 0,
-                    start: m.address,
-                    end: m.address + m.length,
-                    pgoff: m.page_offset,
+                    start: VirtAddr::new(m.address),
+                    end: VirtAddr::new(m.address + m.length),
+                    pgoff: FileOffset::new(m.page_offset),
                     prot: m.protection,
                     flags: m.flags,
                     path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
@@ -1147,8 +1147,8 @@ impl State {
             time_ns: sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset),
             pid: pid as u32,
             tid: tid as u32,
-            ip,
-            addr,
+            ip: CodeAddr::new(ip),
+            addr: VirtAddr::new(addr),
             flags: fltrace_trace::FaultFlags(0),
             stack_id: 0,
         };

@@ -13,7 +13,7 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
-use fltrace_trace::Mapping;
+use fltrace_trace::{FileOffset, Mapping, VirtAddr};
 
 /// Bytes of a section of a mapped file, kept alive by a shared reference to the mapping.
 #[derive(Clone)]
@@ -171,11 +171,16 @@ impl ElfCache {
 
     /// The address ranges, as mapped at `start` from file offset `pgoff`, of the functions the
     /// file at `path` exports (its `.dynsym`). Empty if the file cannot be read.
-    pub fn exported_functions(&mut self, path: &Path, start: u64, pgoff: u64) -> Vec<Range<u64>> {
+    pub fn exported_functions(
+        &mut self,
+        path: &Path,
+        start: VirtAddr,
+        pgoff: FileOffset,
+    ) -> Vec<Range<u64>> {
         let Some(elf) = self.get(path) else {
             return Vec::new();
         };
-        let Some(bias) = elf.bias(start, pgoff) else {
+        let Some(bias) = elf.bias(start.get(), pgoff.get()) else {
             return Vec::new();
         };
         let Ok(file) = object::File::parse(&elf.file[..]) else {
@@ -230,12 +235,12 @@ impl AddressSpaceUnwinder {
         let Some(elf) = cache.get(file) else {
             return;
         };
-        let Some(bias) = elf.bias(mapping.start, mapping.pgoff) else {
+        let Some(bias) = elf.bias(mapping.start.get(), mapping.pgoff.get()) else {
             return;
         };
         let module = Module::new(
             mapping.path.clone(),
-            mapping.start..mapping.end,
+            mapping.start.get()..mapping.end.get(),
             bias,
             elf.section_info(),
         );

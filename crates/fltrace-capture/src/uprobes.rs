@@ -22,7 +22,9 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_TIME, perf_event_attr,
 };
 
-use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Origin, Stack, StackWriter, files};
+use fltrace_trace::{
+    AllocCall, AllocEvent, AllocWriter, CodeAddr, Origin, Stack, StackWriter, VirtAddr, files,
+};
 
 use crate::reader::ReaderThread;
 use crate::ring::RingBuffer;
@@ -472,7 +474,7 @@ impl AddressSpace {
             .lines()
             .filter_map(fltrace_trace::parse_procmaps_line)
         {
-            exec.push(mapping.start..mapping.end);
+            exec.push(mapping.start.get()..mapping.end.get());
             if mapping.is_file() {
                 let file = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));
                 unwinder.add_mapping(&mut cache, &mapping, &file);
@@ -587,9 +589,10 @@ impl Pending {
             time_ns: self.time_ns,
             tid,
             call,
-            addr: result,
+            // The registers of the probed call: the edge where raw values become addresses.
+            addr: VirtAddr::new(result),
             size,
-            old_addr,
+            old_addr: VirtAddr::new(old_addr),
             detail,
             stack_id: if call == AllocCall::Free {
                 AllocEvent::NO_STACK
@@ -639,7 +642,7 @@ impl AllocSink for Output {
         self.stacks.push(Stack {
             id,
             generation: 0,
-            frames: frames.to_vec(),
+            frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),
         })?;
         self.ids.insert(frames.to_vec(), id);
         Ok(id)
@@ -750,7 +753,7 @@ struct Block {
 /// Blocks by address and the stacks they came from.
 #[derive(Default)]
 struct BlockTable {
-    blocks: HashMap<u64, Block>,
+    blocks: HashMap<VirtAddr, Block>,
     stacks: Vec<Vec<u64>>,
     ids: HashMap<Vec<u64>, u32>,
     allocs: u64,
@@ -759,8 +762,8 @@ struct BlockTable {
 }
 
 impl BlockTable {
-    fn release(&mut self, addr: u64) {
-        if addr != 0 && self.blocks.remove(&addr).is_some() {
+    fn release(&mut self, addr: VirtAddr) {
+        if !addr.is_null() && self.blocks.remove(&addr).is_some() {
             self.frees += 1;
         }
     }
@@ -771,10 +774,10 @@ impl BlockTable {
             call => {
                 // The old block is gone whether or not the new one was made in place, unless
                 // the realloc failed (no block for a size), which leaves it live.
-                if call == AllocCall::Realloc && (event.addr != 0 || event.size == 0) {
+                if call == AllocCall::Realloc && (!event.addr.is_null() || event.size == 0) {
                     self.release(event.old_addr);
                 }
-                if event.addr != 0 {
+                if !event.addr.is_null() {
                     self.allocs += 1;
                     self.blocks.insert(
                         event.addr,
@@ -830,9 +833,9 @@ mod tests {
             time_ns: 10,
             tid: 1,
             call,
-            addr,
+            addr: VirtAddr::new(addr),
             size,
-            old_addr,
+            old_addr: VirtAddr::new(old_addr),
             detail: 0,
             stack_id,
         }
@@ -927,11 +930,11 @@ mod tests {
         assert_eq!(table.allocs, 3);
         assert_eq!(table.frees, 2);
         assert_eq!(table.blocks.len(), 1);
-        let block = &table.blocks[&0x3000];
+        let block = &table.blocks[&VirtAddr::new(0x3000)];
         assert_eq!((block.size, block.stack_id), (64, 2));
         // A failed realloc leaves the old block live.
         table.apply(&event(AllocCall::Realloc, 0, 1 << 40, 0x3000, 3));
         assert_eq!(table.blocks.len(), 1);
-        assert_eq!(table.blocks[&0x3000].size, 64);
+        assert_eq!(table.blocks[&VirtAddr::new(0x3000)].size, 64);
     }
 }

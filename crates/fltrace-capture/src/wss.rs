@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, parse_procmaps_line};
+use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, parse_procmaps_line};
 
 use crate::Error;
 
@@ -14,9 +14,9 @@ use crate::Error;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MappingRefs {
     /// First address.
-    pub start: u64,
+    pub start: VirtAddr,
     /// One past the last address.
-    pub end: u64,
+    pub end: VirtAddr,
     /// Bytes referenced during the interval.
     pub referenced: u64,
     /// Bytes resident at the end of the interval.
@@ -199,9 +199,10 @@ fn words(pfns: &[u64]) -> Vec<(u64, u64)> {
 pub const PAGE_SIZE: u64 = 4096;
 
 /// Sorted page addresses merged into runs of adjacent pages, `[start, end)`.
-pub fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
-    let mut runs: Vec<(u64, u64)> = Vec::new();
+pub fn page_runs(pages: &[u64]) -> Vec<(VirtAddr, VirtAddr)> {
+    let mut runs: Vec<(VirtAddr, VirtAddr)> = Vec::new();
     for &page in pages {
+        let page = VirtAddr::new(page);
         match runs.last_mut() {
             Some((_, end)) if *end == page => *end += PAGE_SIZE,
             _ => runs.push((page, page + PAGE_SIZE)),
@@ -251,7 +252,7 @@ impl PageSample {
     }
 
     /// The accessed pages as runs of adjacent pages.
-    pub fn runs(&self) -> Vec<(u64, u64)> {
+    pub fn runs(&self) -> Vec<(VirtAddr, VirtAddr)> {
         page_runs(&self.accessed)
     }
 }
@@ -372,10 +373,15 @@ mod tests {
     /// Adjacent pages merge into one run; a gap starts another.
     #[test]
     fn pages_merge_into_runs() {
+        let run = |start, end| (VirtAddr::new(start), VirtAddr::new(end));
         assert_eq!(page_runs(&[]), vec![]);
         assert_eq!(
             page_runs(&[0x1000, 0x2000, 0x3000, 0x5000, 0x9000, 0xa000]),
-            vec![(0x1000, 0x4000), (0x5000, 0x6000), (0x9000, 0xb000)]
+            vec![
+                run(0x1000, 0x4000),
+                run(0x5000, 0x6000),
+                run(0x9000, 0xb000)
+            ]
         );
         let sample = PageSample {
             elapsed: Duration::ZERO,
@@ -387,7 +393,7 @@ mod tests {
             (
                 3 * 4096,
                 10 * 4096,
-                vec![(0x1000, 0x3000), (0x7000, 0x8000)]
+                vec![run(0x1000, 0x3000), run(0x7000, 0x8000)]
             )
         );
     }
@@ -468,7 +474,7 @@ mod tests {
             ("[heap]", 12 * 1024, 64 * 1024)
         );
         assert_eq!(
-            (mappings[1].start, mappings[1].referenced),
+            (mappings[1].start.get(), mappings[1].referenced),
             (0x7f00_0000_0000, 4 << 20)
         );
         let sample = WssSample {

@@ -51,7 +51,7 @@ pub fn run_page(run_dir: &Path, title: &str) -> Result<String, Error> {
         if access.is_empty() {
             points.extend(trace.faults.iter().map(|f| Point {
                 time_ns: f.time_ns,
-                addr: f.addr,
+                addr: f.addr.get(),
                 write: f.flags.has(fltrace_trace::FaultFlags::WRITE),
             }));
         }
@@ -68,7 +68,7 @@ pub fn run_page(run_dir: &Path, title: &str) -> Result<String, Error> {
             for block in lifetimes
                 .blocks
                 .iter()
-                .filter(|b| b.addr != 0 && b.size > 0)
+                .filter(|b| !b.addr.is_null() && b.size > 0)
             {
                 let label = call_site(stacks.get(block.stack_id)).map_or_else(
                     || "[unknown]".to_owned(),
@@ -84,7 +84,7 @@ pub fn run_page(run_dir: &Path, title: &str) -> Result<String, Error> {
                 rects.push(Rect {
                     start_ns: block.start_ns,
                     end_ns: block.end_ns.unwrap_or(end),
-                    addr: block.addr,
+                    addr: block.addr.get(),
                     size: block.size,
                     label,
                 });
@@ -95,7 +95,7 @@ pub fn run_page(run_dir: &Path, title: &str) -> Result<String, Error> {
         source = "access samples";
         points.extend(access.iter().map(|a| Point {
             time_ns: a.time_ns,
-            addr: a.addr,
+            addr: a.addr.get(),
             write: a.is_store(),
         }));
     }

@@ -5,7 +5,7 @@
 //! itself), each process creates `heap-<pid>-<n>` in that directory, reserves address space,
 //! and maps the file `MAP_SHARED` into it piece by piece as the heap grows, so the file grows
 //! with the heap. The malloc family is served from there by talc; a block header before each
-//! pointer keeps its span, as in `alloc`.
+//! pointer keeps its span, as in `managed_malloc`.
 //!
 //! Whatever was allocated before the library's constructor ran (the dynamic linker's blocks)
 //! stays with the C library's allocator, and ownership is decided by address: a pointer inside

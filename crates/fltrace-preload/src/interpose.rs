@@ -9,7 +9,7 @@ use std::ffi::c_void;
 
 use fltrace_runtime_abi::alloclog::call;
 
-use crate::alloc::{self, LARGE};
+use crate::managed_malloc::{self, LARGE};
 use crate::region::PAGE;
 use crate::tracer;
 use crate::{far_memory, region_any, region_ready};
@@ -40,9 +40,9 @@ fn next_symbol(name: &core::ffi::CStr, cache: &std::sync::atomic::AtomicUsize) -
 /// `ptr` must be a live block of the current allocator.
 unsafe fn block_size(ptr: *mut c_void) -> usize {
     if far_memory() {
-        return if alloc::owns(ptr.cast()) {
+        return if managed_malloc::owns(ptr.cast()) {
             // SAFETY: a live block of ours.
-            unsafe { alloc::usable_size(ptr.cast()) }
+            unsafe { managed_malloc::usable_size(ptr.cast()) }
         } else {
             0
         };
@@ -89,7 +89,7 @@ fn kernel_result(ret: i64) -> Option<i64> {
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     let entry = tracer::enter(call::MALLOC);
     let ptr = if far_memory() {
-        alloc::allocate(size, 16).cast()
+        managed_malloc::allocate(size, 16).cast()
     } else {
         // SAFETY: C's contract.
         unsafe { backed::malloc(size) }
@@ -115,9 +115,9 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if !far_memory() {
         // SAFETY: C's contract.
         unsafe { backed::free(ptr) };
-    } else if alloc::owns(ptr.cast()) {
+    } else if managed_malloc::owns(ptr.cast()) {
         // SAFETY: a live block of ours.
-        unsafe { alloc::free(ptr.cast()) };
+        unsafe { managed_malloc::free(ptr.cast()) };
     }
     traced(entry, ptr as u64, 0, 0, 0);
 }
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
     let entry = tracer::enter(call::CALLOC);
     let total = count.checked_mul(size);
     let ptr = match total {
-        Some(total) if far_memory() => alloc::allocate_zeroed(total).cast(),
+        Some(total) if far_memory() => managed_malloc::allocate_zeroed(total).cast(),
         // SAFETY: C's contract.
         Some(_) => unsafe { backed::calloc(count, size) },
         None => {
@@ -168,18 +168,18 @@ unsafe fn reallocate(ptr: *mut c_void, size: usize) -> *mut c_void {
         return unsafe { backed::realloc(ptr, size) };
     }
     if !ptr.is_null() && size == 0 {
-        if alloc::owns(ptr.cast()) {
+        if managed_malloc::owns(ptr.cast()) {
             // SAFETY: a live block of ours.
-            unsafe { alloc::free(ptr.cast()) };
+            unsafe { managed_malloc::free(ptr.cast()) };
         }
         return std::ptr::null_mut();
     }
-    if !ptr.is_null() && !alloc::owns(ptr.cast()) {
+    if !ptr.is_null() && !managed_malloc::owns(ptr.cast()) {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
     // SAFETY: null or a live block of ours.
-    unsafe { alloc::reallocate(ptr.cast(), size) }.cast()
+    unsafe { managed_malloc::reallocate(ptr.cast(), size) }.cast()
 }
 
 /// # Safety
@@ -227,7 +227,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 /// An aligned block from the current allocator, untraced.
 fn aligned(align: usize, size: usize) -> *mut c_void {
     if far_memory() {
-        alloc::allocate(size, align).cast()
+        managed_malloc::allocate(size, align).cast()
     } else {
         // SAFETY: C's contract; the alignment was checked by the caller.
         unsafe { backed::memalign(align, size) }
@@ -265,7 +265,7 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
     let entry = tracer::enter(call::VALLOC);
     let ptr = if far_memory() {
-        alloc::allocate(size, PAGE).cast()
+        managed_malloc::allocate(size, PAGE).cast()
     } else {
         // SAFETY: C's contract.
         unsafe { backed::valloc(size) }
@@ -280,7 +280,7 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     let entry = tracer::enter(call::PVALLOC);
     let ptr = if far_memory() {
-        alloc::allocate(size.div_ceil(PAGE).max(1) * PAGE, PAGE).cast()
+        managed_malloc::allocate(size.div_ceil(PAGE).max(1) * PAGE, PAGE).cast()
     } else {
         // SAFETY: C's contract.
         unsafe { backed::pvalloc(size) }
@@ -311,9 +311,9 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
                 unsafe { f(ptr) }
             }
         }
-    } else if alloc::owns(ptr.cast()) {
+    } else if managed_malloc::owns(ptr.cast()) {
         // SAFETY: a live block of ours.
-        unsafe { alloc::usable_size(ptr.cast()) }
+        unsafe { managed_malloc::usable_size(ptr.cast()) }
     } else {
         0
     };
@@ -379,7 +379,7 @@ fn map(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, offset: i6
         && let Some(region) = region_ready()
     {
         let size = len.div_ceil(PAGE) * PAGE;
-        let ptr = alloc::allocate(size.max(LARGE), PAGE);
+        let ptr = managed_malloc::allocate(size.max(LARGE), PAGE);
         if !ptr.is_null() {
             // A fresh mapping reads as zeros: forget what earlier blocks left there.
             region.discard(ptr as usize, size.max(LARGE));
@@ -417,12 +417,12 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
 /// `munmap` without tracing.
 fn unmap(addr: *mut c_void, len: usize) -> i32 {
     if let Some(region) = region_any().filter(|r| r.contains(addr as usize)) {
-        if alloc::owns(addr.cast()) {
+        if managed_malloc::owns(addr.cast()) {
             // SAFETY: a live block of ours.
-            let usable = unsafe { alloc::usable_size(addr.cast()) };
+            let usable = unsafe { managed_malloc::usable_size(addr.cast()) };
             if len >= usable.min(len.div_ceil(PAGE) * PAGE) && len.div_ceil(PAGE) * PAGE >= usable {
                 // SAFETY: as above.
-                unsafe { alloc::free(addr.cast()) };
+                unsafe { managed_malloc::free(addr.cast()) };
                 return 0;
             }
         }
@@ -470,13 +470,13 @@ unsafe fn remap(
     flags: i32,
     fixed_addr: usize,
 ) -> *mut c_void {
-    if region_any().is_some_and(|r| r.contains(old as usize)) && alloc::owns(old.cast()) {
+    if region_any().is_some_and(|r| r.contains(old as usize)) && managed_malloc::owns(old.cast()) {
         if flags & libc::MREMAP_FIXED != 0 {
             set_errno(libc::EINVAL);
             return libc::MAP_FAILED;
         }
         // SAFETY: a live block of ours.
-        let usable = unsafe { alloc::usable_size(old.cast()) };
+        let usable = unsafe { managed_malloc::usable_size(old.cast()) };
         if new_len <= usable {
             if let Some(region) = region_any() {
                 region.discard(old as usize + new_len, usable - new_len);
@@ -501,7 +501,7 @@ unsafe fn remap(
         // SAFETY: both blocks hold at least the copied bytes and do not overlap.
         unsafe {
             std::ptr::copy_nonoverlapping(old.cast::<u8>(), new.cast::<u8>(), old_len.min(usable));
-            alloc::free(old.cast());
+            managed_malloc::free(old.cast());
         }
         return new;
     }
@@ -543,7 +543,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
 mod emulated_break {
     use std::sync::atomic::{AtomicUsize, Ordering::*};
 
-    use crate::alloc;
+    use crate::managed_malloc;
     use crate::region::PAGE;
 
     /// The most the break can grow: an eighth of the region, at most 1 GiB.
@@ -563,7 +563,7 @@ mod emulated_break {
             let _guard = LOCK.lock();
             if START.load(Acquire) == 0 {
                 let len = capacity(region.pages * PAGE);
-                let start = alloc::allocate(len.max(PAGE), PAGE) as usize;
+                let start = managed_malloc::allocate(len.max(PAGE), PAGE) as usize;
                 if start == 0 {
                     return None;
                 }

@@ -23,11 +23,11 @@
 //! region except to copy a resident, write-protected page; the allocator never calls the
 //! allocator it replaces; the raw system calls in `sys` go straight to the kernel.
 
-mod alloc;
 mod backed;
 mod breakdown;
 mod heap;
 mod interpose;
+mod managed_malloc;
 pub mod region;
 mod sys;
 mod tracer;
@@ -119,7 +119,7 @@ fn start() {
                 unsafe { libc::_exit(127) };
             }
             // SAFETY: the region's address range belongs to the allocator from now on.
-            let claimed = unsafe { alloc::claim(region.base, region.pages * PAGE) };
+            let claimed = unsafe { managed_malloc::claim(region.base, region.pages * PAGE) };
             STATE.store(if claimed { READY } else { FAILED }, Ordering::Release);
             if claimed && region.managed() {
                 // SAFETY: registering plain functions with pthread_atfork.
@@ -412,7 +412,7 @@ extern "C" fn before_fork() {
     if let Some(region) = region {
         region.prepare_fork();
     }
-    alloc::lock_for_fork();
+    managed_malloc::lock_for_fork();
     if let Some(region) = region {
         region.lock_for_fork();
     }
@@ -422,14 +422,14 @@ extern "C" fn after_fork_parent() {
     if let Some(region) = region_any().filter(|r| r.managed()) {
         region.resume();
     }
-    alloc::unlock_after_fork();
+    managed_malloc::unlock_after_fork();
 }
 
 extern "C" fn after_fork_child() {
     if let Some(region) = region_any().filter(|r| r.managed()) {
         region.detach_child();
     }
-    alloc::unlock_after_fork();
+    managed_malloc::unlock_after_fork();
 }
 
 /// At exit, the breakdown's last figures (the counters and schedstat) go to the shared page

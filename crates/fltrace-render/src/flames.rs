@@ -107,6 +107,7 @@ mod tests {
     use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping};
 
     use super::*;
+    use fltrace_trace::{CodeAddr, VirtAddr};
 
     fn loc(function: &str, file: &str, line: u32) -> Location {
         Location {
@@ -123,8 +124,8 @@ mod tests {
             time_ns: 20,
             pid: 1,
             tid: 1,
-            ip: 0,
-            addr,
+            ip: CodeAddr::new(0),
+            addr: VirtAddr::new(addr),
             flags: FaultFlags(flags),
             stack_id,
         }
@@ -143,8 +144,8 @@ mod tests {
             ],
             stacks: Vec::new(),
             mappings: vec![Mapping {
-                start: 0,
-                end: 0x10000,
+                start: VirtAddr::new(0),
+                end: VirtAddr::new(0x10000),
                 path: "[heap]".into(),
                 ..Mapping::default()
             }],
@@ -153,9 +154,9 @@ mod tests {
                 time_ns: 10,
                 tid: 1,
                 call: AllocCall::Malloc,
-                addr: 0x1000,
+                addr: VirtAddr::new(0x1000),
                 size: 8192,
-                old_addr: 0,
+                old_addr: VirtAddr::new(0),
                 detail: 0,
                 stack_id: 0,
             }],
@@ -182,9 +183,13 @@ mod tests {
         stacks.insert(
             0,
             vec![loc("fill", "a.c", 5), loc("main", "a.c", 9)],
-            vec![0x10, 0x90],
+            [0x10, 0x90].map(CodeAddr::new).to_vec(),
         );
-        stacks.insert(1, vec![loc("scan", "a.c", 7)], vec![0x70]);
+        stacks.insert(
+            1,
+            vec![loc("scan", "a.c", 7)],
+            [0x70].map(CodeAddr::new).to_vec(),
+        );
         let got: Vec<(Vec<String>, Kind, u64)> =
             fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true)
                 .into_iter()
@@ -208,7 +213,11 @@ mod tests {
     #[test]
     fn faults_by_allocation_stack() {
         let mut alloc_stacks = ResolvedStacks::default();
-        alloc_stacks.insert(0, vec![loc("alloc", "a.c", 3)], vec![0x30]);
+        alloc_stacks.insert(
+            0,
+            vec![loc("alloc", "a.c", 3)],
+            [0x30].map(CodeAddr::new).to_vec(),
+        );
         let flames = allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, |_| true);
         // The write and the read outside the block are one frame each, of their own kind.
         let outside: Vec<(Kind, u64)> = flames

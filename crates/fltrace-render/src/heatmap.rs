@@ -8,6 +8,8 @@ use std::io::Write;
 
 pub use figure::HeatLabels;
 
+use fltrace_trace::VirtAddr;
+
 use crate::Error;
 
 /// One memory event to place on the map.
@@ -16,7 +18,7 @@ pub struct HeatEvent {
     /// When, in any unit (nanoseconds in fltrace traces).
     pub time: u64,
     /// The address touched.
-    pub addr: u64,
+    pub addr: VirtAddr,
     /// Whether it was a write.
     pub write: bool,
 }
@@ -29,7 +31,7 @@ pub struct AllocRect {
     /// When it was freed, or the end of the trace.
     pub end: u64,
     /// First address.
-    pub addr: u64,
+    pub addr: VirtAddr,
     /// Bytes.
     pub len: u64,
     /// What to call it (its allocation site).
@@ -52,9 +54,9 @@ pub struct PlacedRect {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddressRegion {
     /// First address.
-    pub start: u64,
+    pub start: VirtAddr,
     /// One past the last address.
-    pub end: u64,
+    pub end: VirtAddr,
     /// What to call it.
     pub name: String,
 }
@@ -67,9 +69,9 @@ pub struct Band {
     /// Lowest and highest row.
     pub rows: (usize, usize),
     /// The first touched address.
-    pub start: u64,
+    pub start: VirtAddr,
     /// One past the last touched address.
-    pub end: u64,
+    pub end: VirtAddr,
     /// The region's name, empty when no region covers it.
     pub name: String,
     /// Touched blocks in the band.
@@ -150,7 +152,7 @@ impl HeatmapBuilder {
     /// First pass: notes the blocks and times of a batch.
     pub fn scan(&mut self, events: &[HeatEvent]) {
         for e in events {
-            self.blocks.push(e.addr >> self.options.block_bits);
+            self.blocks.push(e.addr.get() >> self.options.block_bits);
             self.time_range = (self.time_range.0.min(e.time), self.time_range.1.max(e.time));
         }
         if self.blocks.len() > 1 << 22 {
@@ -160,10 +162,11 @@ impl HeatmapBuilder {
     }
 
     /// First pass for a range sample: every block of `start..end` at `time`.
-    pub fn scan_range(&mut self, time: u64, start: u64, end: u64) {
+    pub fn scan_range(&mut self, time: u64, start: VirtAddr, end: VirtAddr) {
         let bits = self.options.block_bits;
         if end > start {
-            self.blocks.extend((start >> bits)..=((end - 1) >> bits));
+            self.blocks
+                .extend((start.get() >> bits)..=((end.get() - 1) >> bits));
             self.time_range = (self.time_range.0.min(time), self.time_range.1.max(time));
         }
         if self.blocks.len() > 1 << 22 {
@@ -239,9 +242,9 @@ impl Heatmap {
     }
 
     /// The first address of a row.
-    pub fn row_address(&self, row: usize) -> u64 {
+    pub fn row_address(&self, row: usize) -> VirtAddr {
         let rank = (row * self.blocks_per_row).min(self.blocks.len() - 1);
-        self.blocks[rank] << self.block_bits
+        VirtAddr::new(self.blocks[rank] << self.block_bits)
     }
 
     /// Groups the rows into [`bands`](Self::bands) by the named regions covering their blocks;
@@ -257,7 +260,7 @@ impl Heatmap {
             let last = groups.last().copied().unwrap_or(0);
             groups.push(if same || i == 0 { last } else { last + 1 });
         }
-        let group_of = |addr: u64| {
+        let group_of = |addr: VirtAddr| {
             let i = regions.partition_point(|r| r.start <= addr);
             (i > 0 && addr < regions[i - 1].end).then(|| (groups[i - 1], i - 1))
         };
@@ -265,7 +268,7 @@ impl Heatmap {
         let mut bands: Vec<Band> = Vec::new();
         let mut previous: Option<(u64, Option<(usize, usize)>)> = None;
         for (rank, &block) in self.blocks.iter().enumerate() {
-            let group = group_of(block << bits);
+            let group = group_of(VirtAddr::new(block << bits));
             let row = rank / self.blocks_per_row;
             let same_band =
                 previous.is_some_and(|(prev_block, prev_group)| match (prev_group, group) {
@@ -277,13 +280,13 @@ impl Heatmap {
             match bands.last_mut() {
                 Some(band) if same_band => {
                     band.rows.1 = row;
-                    band.end = (block + 1) << bits;
+                    band.end = VirtAddr::new((block + 1) << bits);
                     band.blocks += 1;
                 }
                 _ => bands.push(Band {
                     rows: (row, row),
-                    start: block << bits,
-                    end: (block + 1) << bits,
+                    start: VirtAddr::new(block << bits),
+                    end: VirtAddr::new((block + 1) << bits),
                     name: group
                         .map(|(_, i)| regions[i].name.clone())
                         .unwrap_or_default(),
@@ -297,7 +300,7 @@ impl Heatmap {
 
     /// Second pass for a range sample: `weight` accesses (as reads: range traces do not tell
     /// reads from writes) on every block of `start..end` at `time`.
-    pub fn add_range(&mut self, time: u64, start: u64, end: u64, weight: u32) {
+    pub fn add_range(&mut self, time: u64, start: VirtAddr, end: VirtAddr, weight: u32) {
         if end <= start || weight == 0 {
             return;
         }
@@ -307,10 +310,10 @@ impl Heatmap {
             .min(self.width - 1);
         let low = self
             .blocks
-            .partition_point(|&b| b < start >> self.block_bits);
+            .partition_point(|&b| b < start.get() >> self.block_bits);
         let high = self
             .blocks
-            .partition_point(|&b| b <= (end - 1) >> self.block_bits);
+            .partition_point(|&b| b <= (end.get() - 1) >> self.block_bits);
         for rank in low..high {
             let row = (rank / self.blocks_per_row).min(self.height - 1);
             let cell = &mut self.cells[row * self.width + col][0];
@@ -329,8 +332,8 @@ impl Heatmap {
                 .min(self.width - 1)
         };
         for rect in rects {
-            let first = rect.addr >> self.block_bits;
-            let last = (rect.addr + rect.len.max(1) - 1) >> self.block_bits;
+            let first = rect.addr.get() >> self.block_bits;
+            let last = (rect.addr.get() + rect.len.max(1) - 1) >> self.block_bits;
             let low = self.blocks.partition_point(|&b| b < first);
             let high = self.blocks.partition_point(|&b| b <= last);
             if low == high || rect.end < t0 || rect.start > t1 {
@@ -352,7 +355,7 @@ impl Heatmap {
         for event in events {
             let rank = self
                 .blocks
-                .partition_point(|&b| b < event.addr >> self.block_bits);
+                .partition_point(|&b| b < event.addr.get() >> self.block_bits);
             let row = (rank / self.blocks_per_row).min(self.height - 1);
             let col = ((event.time.saturating_sub(t0) as u128 * self.width as u128) / (span + 1))
                 as usize;
@@ -527,23 +530,23 @@ pub(crate) mod tests {
         for t in 0..10 {
             events.push(HeatEvent {
                 time: t * 100,
-                addr: 0x1000,
+                addr: VirtAddr::new(0x1000),
                 write: true,
             });
         }
         events.push(HeatEvent {
             time: 999,
-            addr: 0x2000,
+            addr: VirtAddr::new(0x2000),
             write: false,
         });
         events.push(HeatEvent {
             time: 500,
-            addr: 0x7f00_0000_0000,
+            addr: VirtAddr::new(0x7f00_0000_0000),
             write: true,
         });
         events.push(HeatEvent {
             time: 500,
-            addr: 0x7f00_0000_0000,
+            addr: VirtAddr::new(0x7f00_0000_0000),
             write: false,
         });
         events
@@ -655,7 +658,7 @@ pub(crate) mod tests {
         for (i, page) in [0x10u64, 0x11, 0x12, 0x13, 0x100, 0x101].iter().enumerate() {
             events.push(HeatEvent {
                 time: i as u64 * 180,
-                addr: page << 12,
+                addr: VirtAddr::new(page << 12),
                 write: true,
             });
         }
@@ -666,7 +669,7 @@ pub(crate) mod tests {
             AllocRect {
                 start: 100,
                 end: 500,
-                addr: 0x11 << 12,
+                addr: VirtAddr::new(0x11 << 12),
                 len: 0x2000,
                 label: "a.c:7".into(),
             },
@@ -674,7 +677,7 @@ pub(crate) mod tests {
             AllocRect {
                 start: 0,
                 end: 900,
-                addr: 0x50 << 12,
+                addr: VirtAddr::new(0x50 << 12),
                 len: 0x1000,
                 label: "none".into(),
             },
@@ -719,11 +722,11 @@ pub(crate) mod tests {
         ];
         let mut builder = HeatmapBuilder::new(options);
         for (t, a, b, _) in samples {
-            builder.scan_range(t, a, b);
+            builder.scan_range(t, VirtAddr::new(a), VirtAddr::new(b));
         }
         let mut map = builder.layout().unwrap();
         for (t, a, b, w) in samples {
-            map.add_range(t, a, b, w);
+            map.add_range(t, VirtAddr::new(a), VirtAddr::new(b), w);
         }
         // Blocks 1, 2 and 9: three rows; time 0 in column 0, time 100 in column 1.
         assert_eq!(map.height, 3);

@@ -1,7 +1,7 @@
 //! The textual renderings of analysis results: the tables, CSV and JSON that `fltrace report`
 //! and `fltrace diff` print, from fltrace-analyze's groups, allocation reports and diff rows.
 
-pub mod allocs;
+pub mod alloc_tables;
 pub mod diff;
 pub mod faults;
 #[cfg(test)]

@@ -134,7 +134,10 @@ impl Model {
                     .map(|(id, (generation, _, frames, _))| Stack {
                         id: id as u32,
                         generation: *generation,
-                        frames: frames.clone(),
+                        frames: frames
+                            .iter()
+                            .map(|&frame| fltrace_trace::CodeAddr::new(frame))
+                            .collect(),
                     })
                     .collect(),
             };

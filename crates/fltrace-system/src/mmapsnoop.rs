@@ -119,7 +119,8 @@ impl MmapSnoop {
             |ctx, record| match record {
                 Record::Mmap { tid, mapping, .. } => {
                     if let Some(p) = pending.get_mut(&tid) {
-                        p.mapped.push((mapping.start, mapping.end, mapping.path));
+                        p.mapped
+                            .push((mapping.start.get(), mapping.end.get(), mapping.path));
                     }
                 }
                 Record::Sample(s) if s.source == 0 => {

@@ -297,9 +297,9 @@ pub fn parse_smaps(text: &str) -> BTreeMap<u64, MapInfo> {
                 MapKind::Anon
             };
             current = Some((
-                mapping.start,
+                mapping.start.get(),
                 MapInfo {
-                    end: mapping.end,
+                    end: mapping.end.get(),
                     kind,
                     path: mapping.path,
                 },

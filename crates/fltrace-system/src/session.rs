@@ -792,9 +792,9 @@ pub fn parse_record(
             tid: m.tid as u32,
             time_ns,
             mapping: Mapping {
-                start: m.address,
-                end: m.address + m.length,
-                pgoff: m.page_offset,
+                start: fltrace_trace::VirtAddr::new(m.address),
+                end: fltrace_trace::VirtAddr::new(m.address + m.length),
+                pgoff: fltrace_trace::FileOffset::new(m.page_offset),
                 prot: m.protection,
                 flags: m.flags,
                 path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),

@@ -351,7 +351,12 @@ impl StackCounter {
                 .map(|(id, (key, _))| Stack {
                     id: id as u32,
                     generation: key.generation,
-                    frames: key.ustack.clone().unwrap_or_default(),
+                    frames: key
+                        .ustack
+                        .iter()
+                        .flatten()
+                        .map(|&frame| fltrace_trace::CodeAddr::new(frame))
+                        .collect(),
                 })
                 .collect();
             let named = if wants(&By::UStack) {

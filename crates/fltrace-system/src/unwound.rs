@@ -58,8 +58,10 @@ impl Proc {
         self.mappings
             .iter()
             .rev()
-            .find(|m| m.generation == self.generation && m.contains(sp))
-            .map_or((0, 0), |m| (m.start, m.end))
+            .find(|m| {
+                m.generation == self.generation && m.contains(fltrace_trace::VirtAddr::new(sp))
+            })
+            .map_or((0, 0), |m| (m.start.get(), m.end.get()))
     }
 }
 

@@ -8,9 +8,9 @@ pub struct AccessRecord {
     /// Thread id.
     pub tid: u32,
     /// The instruction.
-    pub ip: u64,
+    pub ip: crate::CodeAddr,
     /// The data address.
-    pub addr: u64,
+    pub addr: crate::VirtAddr,
     /// Latency in cycles, 0 where the PMU does not give it.
     pub latency: u64,
     /// `PERF_SAMPLE_DATA_SRC` as the kernel gave it (operation, cache level, hit or miss, TLB).

@@ -8,9 +8,9 @@ pub struct Fault {
     /// Thread id.
     pub tid: u32,
     /// Address of the faulting instruction.
-    pub ip: u64,
+    pub ip: crate::CodeAddr,
     /// The faulting data address (not page-aligned).
-    pub addr: u64,
+    pub addr: crate::VirtAddr,
     /// What kind of fault it was.
     pub flags: FaultFlags,
     /// Index into the process's stack table.

@@ -30,7 +30,8 @@
 //! ```
 
 mod access;
-mod alloc;
+mod address;
+mod alloc_event;
 mod error;
 mod fault;
 pub mod files;
@@ -38,12 +39,13 @@ mod guard;
 pub mod libraries;
 mod mapping;
 mod parquet_io;
-mod ranges;
+mod range_trace;
 mod recording;
 pub mod stats;
 
 pub use access::AccessRecord;
-pub use alloc::{AllocCall, AllocEvent};
+pub use address::{CodeAddr, FileOffset, PhysAddr, VirtAddr};
+pub use alloc_event::{AllocCall, AllocEvent};
 pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
@@ -52,7 +54,7 @@ pub use parquet_io::{
     FaultWriter, MappingWriter, Metadata, Origin, StackWriter, column_chunks, completeness,
     read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks,
 };
-pub use ranges::{RangeSample, RangeTraceKind, RangeTraceWriter, read_range_trace};
+pub use range_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, read_range_trace};
 pub use recording::{ProcessTrace, Recording, SessionInfo, Unreadable, keys};
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)
@@ -64,5 +66,5 @@ pub struct Stack {
     /// The address-space generation the addresses belong to (incremented by each exec).
     pub generation: u32,
     /// Innermost first.
-    pub frames: Vec<u64>,
+    pub frames: Vec<CodeAddr>,
 }

@@ -1,5 +1,7 @@
 use std::fmt::Write as _;
 
+use crate::{FileOffset, VirtAddr};
+
 /// A memory mapping of a traced process, as the kernel reported it when it was created.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Mapping {
@@ -9,11 +11,11 @@ pub struct Mapping {
     /// The address-space generation (incremented by each exec).
     pub generation: u32,
     /// First address.
-    pub start: u64,
+    pub start: VirtAddr,
     /// One past the last address.
-    pub end: u64,
+    pub end: VirtAddr,
     /// Offset in the file of `start`.
-    pub pgoff: u64,
+    pub pgoff: FileOffset,
     /// `PROT_*` bits.
     pub prot: u32,
     /// `MAP_*` bits (`MAP_SHARED` is 1, `MAP_PRIVATE` 2).
@@ -26,7 +28,7 @@ pub struct Mapping {
 
 impl Mapping {
     /// Whether `addr` falls inside the mapping.
-    pub fn contains(&self, addr: u64) -> bool {
+    pub fn contains(&self, addr: VirtAddr) -> bool {
         self.start <= addr && addr < self.end
     }
 
@@ -42,8 +44,8 @@ impl Mapping {
     }
 
     /// The file offset of `addr`, an address inside this mapping.
-    pub fn file_offset(&self, addr: u64) -> u64 {
-        addr - self.start + self.pgoff
+    pub fn file_offset(&self, addr: VirtAddr) -> FileOffset {
+        self.pgoff + (addr - self.start)
     }
 }
 
@@ -116,9 +118,9 @@ pub fn parse_procmaps_line(line: &str) -> Option<Mapping> {
     Some(Mapping {
         time_ns: 0,
         generation: 0,
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        pgoff: u64::from_str_radix(pgoff, 16).ok()?,
+        start: VirtAddr::new(u64::from_str_radix(start, 16).ok()?),
+        end: VirtAddr::new(u64::from_str_radix(end, 16).ok()?),
+        pgoff: FileOffset::new(u64::from_str_radix(pgoff, 16).ok()?),
         prot,
         flags,
         path: if path.is_empty() {
@@ -138,9 +140,9 @@ mod tests {
     #[test]
     fn procmaps_round_trip() {
         let mapping = Mapping {
-            start: 0x5555_5555_4000,
-            end: 0x5555_5555_6000,
-            pgoff: 0x1000,
+            start: VirtAddr::new(0x5555_5555_4000),
+            end: VirtAddr::new(0x5555_5555_6000),
+            pgoff: FileOffset::new(0x1000),
             prot: (libc::PROT_READ | libc::PROT_EXEC) as u32,
             flags: libc::MAP_PRIVATE as u32,
             path: "/usr/bin/true".into(),
@@ -158,7 +160,7 @@ mod tests {
         let heap = parse_procmaps_line("01b2c000-01b4d000 rw-p 00000000 00:00 0          [heap]");
         assert_eq!(
             heap.map(|m| (m.start, m.path)),
-            Some((0x01b2c000, "[heap]".to_owned()))
+            Some((VirtAddr::new(0x01b2c000), "[heap]".to_owned()))
         );
         let anon = parse_procmaps_line("7f0000000000-7f0000001000 rw-s 00000000 00:00 0 ");
         assert_eq!(

@@ -37,8 +37,8 @@ use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 use crate::{
-    AccessRecord, AllocCall, AllocEvent, Error, Fault, FaultFlags, FaultKey, Mapping, Stack, files,
-    keys,
+    AccessRecord, AllocCall, AllocEvent, CodeAddr, Error, Fault, FaultFlags, FaultKey, FileOffset,
+    Mapping, Stack, VirtAddr, files, keys,
 };
 
 // Every table begins with `recording` and `pid`, constant within a file, so that a query over
@@ -489,8 +489,8 @@ impl FaultWriter {
                 c.i32(batch.iter().map(|f| f.pid))?;
                 c.i64(batch.iter().map(|f| f.time_ns))?;
                 c.i32(batch.iter().map(|f| f.tid))?;
-                c.i64(batch.iter().map(|f| f.ip))?;
-                c.i64(batch.iter().map(|f| f.addr))?;
+                c.i64(batch.iter().map(|f| f.ip.get()))?;
+                c.i64(batch.iter().map(|f| f.addr.get()))?;
                 c.i32(batch.iter().map(|f| u32::from(f.flags.0)))?;
                 c.i32(batch.iter().map(|f| f.stack_id))
             },
@@ -569,9 +569,9 @@ impl AllocWriter {
                 c.i64(batch.iter().map(|e| e.time_ns))?;
                 c.i32(batch.iter().map(|e| e.tid))?;
                 c.i32(batch.iter().map(|e| u32::from(e.call as u8)))?;
-                c.i64(batch.iter().map(|e| e.addr))?;
+                c.i64(batch.iter().map(|e| e.addr.get()))?;
                 c.i64(batch.iter().map(|e| e.size))?;
-                c.i64(batch.iter().map(|e| e.old_addr))?;
+                c.i64(batch.iter().map(|e| e.old_addr.get()))?;
                 c.i64(batch.iter().map(|e| e.detail))?;
                 c.i32(batch.iter().map(|e| e.stack_id))
             },
@@ -634,9 +634,9 @@ pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
                 time_ns: time[i],
                 tid: tid[i],
                 call,
-                addr: addr[i],
+                addr: VirtAddr::new(addr[i]),
                 size: size[i],
-                old_addr: old_addr[i],
+                old_addr: VirtAddr::new(old_addr[i]),
                 detail: detail[i],
                 stack_id: stack_id[i],
             });
@@ -665,8 +665,8 @@ impl AccessWriter {
                 c.origin(origin, batch.len())?;
                 c.i64(batch.iter().map(|r| r.time_ns))?;
                 c.i32(batch.iter().map(|r| r.tid))?;
-                c.i64(batch.iter().map(|r| r.ip))?;
-                c.i64(batch.iter().map(|r| r.addr))?;
+                c.i64(batch.iter().map(|r| r.ip.get()))?;
+                c.i64(batch.iter().map(|r| r.addr.get()))?;
                 c.i64(batch.iter().map(|r| r.latency))?;
                 c.i64(batch.iter().map(|r| r.data_src))?;
                 c.i32(batch.iter().map(|r| r.stack_id))
@@ -711,8 +711,8 @@ pub fn read_access(path: &Path) -> Result<Vec<AccessRecord>, Error> {
         .map(|i| AccessRecord {
             time_ns: time[i],
             tid: tid[i],
-            ip: ip[i],
-            addr: addr[i],
+            ip: CodeAddr::new(ip[i]),
+            addr: VirtAddr::new(addr[i]),
             latency: latency[i],
             data_src: data_src[i],
             stack_id: stack_id[i],
@@ -748,7 +748,7 @@ impl StackWriter {
                         rep.push(0);
                     }
                     for (i, frame) in stack.frames.iter().enumerate() {
-                        values.push(*frame as i64);
+                        values.push(frame.get() as i64);
                         def.push(1);
                         rep.push(i16::from(i > 0));
                     }
@@ -794,9 +794,9 @@ impl MappingWriter {
                 c.origin(origin, batch.len())?;
                 c.i64(batch.iter().map(|m| m.time_ns))?;
                 c.i32(batch.iter().map(|m| m.generation))?;
-                c.i64(batch.iter().map(|m| m.start))?;
-                c.i64(batch.iter().map(|m| m.end))?;
-                c.i64(batch.iter().map(|m| m.pgoff))?;
+                c.i64(batch.iter().map(|m| m.start.get()))?;
+                c.i64(batch.iter().map(|m| m.end.get()))?;
+                c.i64(batch.iter().map(|m| m.pgoff.get()))?;
                 c.i32(batch.iter().map(|m| m.prot))?;
                 c.i32(batch.iter().map(|m| m.flags))?;
                 c.strings(batch.iter().map(|m| m.path.as_str()))?;
@@ -1452,8 +1452,8 @@ fn faults_in(table: &TableReader, groups: std::ops::Range<usize>) -> Result<Vec<
             time_ns: time[i],
             pid: pid[i],
             tid: tid[i],
-            ip: ip[i],
-            addr: addr[i],
+            ip: CodeAddr::new(ip[i]),
+            addr: VirtAddr::new(addr[i]),
             flags: FaultFlags(flags[i] as u8),
             stack_id: stack[i],
         })
@@ -1492,7 +1492,7 @@ pub fn read_stacks(path: &Path) -> Result<Vec<Stack>, Error> {
                     message: "stack frames without a stack".into(),
                 });
             };
-            stack.frames.push(*value as u64);
+            stack.frames.push(CodeAddr::new(*value as u64));
         }
     }
     table.check_len(stacks.len())?;
@@ -1527,9 +1527,9 @@ pub fn read_mappings(path: &Path) -> Result<Vec<Mapping>, Error> {
         .map(|i| Mapping {
             time_ns: time[i],
             generation: generation[i],
-            start: start[i],
-            end: end[i],
-            pgoff: pgoff[i],
+            start: VirtAddr::new(start[i]),
+            end: VirtAddr::new(end[i]),
+            pgoff: FileOffset::new(pgoff[i]),
             prot: prot[i],
             flags: flags[i],
             path: path_col[i].clone(),
@@ -1547,8 +1547,8 @@ mod tests {
             time_ns: 1_700_000_000_000_000_000 + i * 1600,
             pid: 42,
             tid: 42 + (i % 3) as u32,
-            ip: 0x5555_5555_1234 + (i % 2),
-            addr: 0x7f00_0000_0000 + i * 4096 + 17,
+            ip: CodeAddr::new(0x5555_5555_1234 + (i % 2)),
+            addr: VirtAddr::new(0x7f00_0000_0000 + i * 4096 + 17),
             flags: FaultFlags((i % 4) as u8 | FaultFlags::ZERO),
             stack_id: (i % 5) as u32,
         }
@@ -1591,7 +1591,7 @@ mod tests {
             Stack {
                 id: 0,
                 generation: 0,
-                frames: vec![1, 2, 3],
+                frames: [1, 2, 3].map(CodeAddr::new).to_vec(),
             },
             Stack {
                 id: 1,
@@ -1601,7 +1601,7 @@ mod tests {
             Stack {
                 id: 2,
                 generation: 1,
-                frames: vec![u64::MAX, 7],
+                frames: [u64::MAX, 7].map(CodeAddr::new).to_vec(),
             },
         ];
         for s in &expected {
@@ -1615,9 +1615,9 @@ mod tests {
         let mapping = Mapping {
             time_ns: 5,
             generation: 1,
-            start: 0x1000,
-            end: 0x3000,
-            pgoff: 0x2000,
+            start: VirtAddr::new(0x1000),
+            end: VirtAddr::new(0x3000),
+            pgoff: FileOffset::new(0x2000),
             prot: 5,
             flags: 2,
             path: "/lib/x.so".into(),
@@ -1638,8 +1638,8 @@ mod tests {
             .map(|i| AccessRecord {
                 time_ns: 1_700_000_000_000_000_000 + i * 1000,
                 tid: 7,
-                ip: 0x40_1000 + i,
-                addr: 0x7f00_0000_0000 + i * 64,
+                ip: CodeAddr::new(0x40_1000 + i),
+                addr: VirtAddr::new(0x7f00_0000_0000 + i * 64),
                 latency: i % 300,
                 data_src: 0x6810_0142 + i,
                 stack_id: (i % 3) as u32,
@@ -1663,9 +1663,9 @@ mod tests {
                 time_ns: 1_700_000_000_000_000_000 + i * 37,
                 tid: 100 + (i % 3) as u32,
                 call: AllocCall::ALL[i as usize % AllocCall::ALL.len()],
-                addr: 0x7f00_0000_0000 + i * 48,
+                addr: VirtAddr::new(0x7f00_0000_0000 + i * 48),
                 size: if i == 5 { u64::MAX } else { i % 600 },
-                old_addr: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                old_addr: VirtAddr::new(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
                 detail: i << 32 | 0x22,
                 stack_id: if i % 2 == 0 {
                     AllocEvent::NO_STACK
@@ -1707,7 +1707,7 @@ mod tests {
             .push(Stack {
                 id: 0,
                 generation: 0,
-                frames: vec![1],
+                frames: [1].map(CodeAddr::new).to_vec(),
             })
             .unwrap();
         stacks.finish().unwrap();
@@ -1720,9 +1720,9 @@ mod tests {
                 time_ns: 1,
                 tid: 2,
                 call: AllocCall::Malloc,
-                addr: 3,
+                addr: VirtAddr::new(3),
                 size: 4,
-                old_addr: 0,
+                old_addr: VirtAddr::new(0),
                 detail: 0,
                 stack_id: 0,
             })
@@ -1733,8 +1733,8 @@ mod tests {
             .push(AccessRecord {
                 time_ns: 1,
                 tid: 2,
-                ip: 3,
-                addr: 4,
+                ip: CodeAddr::new(3),
+                addr: VirtAddr::new(4),
                 latency: 5,
                 data_src: 6,
                 stack_id: 0,
@@ -1810,9 +1810,9 @@ mod tests {
             vec![Mapping {
                 time_ns: 7,
                 generation: 1,
-                start: 0x1000,
-                end: 0x3000,
-                pgoff: 0x2000,
+                start: VirtAddr::new(0x1000),
+                end: VirtAddr::new(0x3000),
+                pgoff: FileOffset::new(0x2000),
                 prot: 5,
                 flags: 2,
                 path: "/lib/x.so".into(),
@@ -1836,7 +1836,7 @@ mod tests {
             vec![Stack {
                 id: 3,
                 generation: 0,
-                frames: vec![10, 11]
+                frames: [10, 11].map(CodeAddr::new).to_vec()
             }]
         );
 
@@ -1858,8 +1858,8 @@ mod tests {
                 c.i64([expected.time_ns].into_iter())?;
                 c.i32([expected.pid].into_iter())?;
                 c.i32([expected.tid].into_iter())?;
-                c.i64([expected.ip].into_iter())?;
-                c.i64([expected.addr].into_iter())?;
+                c.i64([expected.ip.get()].into_iter())?;
+                c.i64([expected.addr.get()].into_iter())?;
                 c.i32([u32::from(expected.flags.0)].into_iter())?;
                 c.i32([expected.stack_id].into_iter())
             })
@@ -1907,8 +1907,8 @@ mod tests {
         column(field(|f| u64::from(f.pid)), true);
         column(field(|f| f.time_ns), false);
         column(field(|f| u64::from(f.tid)), true);
-        column(field(|f| f.ip), false);
-        column(field(|f| f.addr), false);
+        column(field(|f| f.ip.get()), false);
+        column(field(|f| f.addr.get()), false);
         column(field(|f| u64::from(f.flags.0)), true);
         column(field(|f| u64::from(f.stack_id)), true);
         group.close().unwrap();
@@ -2015,7 +2015,7 @@ mod tests {
                 .push(Stack {
                     id,
                     generation: 0,
-                    frames: vec![u64::from(id), 2, 3],
+                    frames: [u64::from(id), 2, 3].map(CodeAddr::new).to_vec(),
                 })
                 .unwrap();
         }
@@ -2024,8 +2024,8 @@ mod tests {
         let mut writer = MappingWriter::create(&maps_path).unwrap();
         for i in 0..50 {
             writer.push(Mapping {
-                start: i * 0x1000,
-                end: i * 0x1000 + 0x1000,
+                start: VirtAddr::new(i * 0x1000),
+                end: VirtAddr::new(i * 0x1000 + 0x1000),
                 path: format!("/lib/{i}.so"),
                 ..Mapping::default()
             });

@@ -339,7 +339,7 @@ impl ProcessTrace {
 
     /// The mapping that covered `addr` in address-space generation `generation`: the latest
     /// one reported, since a later mapping replaces an earlier one at the same address.
-    pub fn mapping_at(&self, generation: u32, addr: u64) -> Option<&Mapping> {
+    pub fn mapping_at(&self, generation: u32, addr: crate::VirtAddr) -> Option<&Mapping> {
         self.mappings
             .iter()
             .rev()

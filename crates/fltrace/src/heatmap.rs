@@ -80,7 +80,10 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
         faults
             .iter()
             .filter(|f| window.as_ref().is_none_or(|w| w.contains(&f.time_ns)))
-            .filter(|f| args.addr.is_none_or(|(a, b)| (a..b).contains(&f.addr)))
+            .filter(|f| {
+                args.addr
+                    .is_none_or(|(a, b)| (a..b).contains(&f.addr.get()))
+            })
             .map(|f| HeatEvent {
                 time: f.time_ns,
                 addr: f.addr,

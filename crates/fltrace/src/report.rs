@@ -8,7 +8,7 @@ use fltrace_analyze::{
     FaultReport, GroupBy, alloc_processes, folded_counts, leak_age_ns, write_original_reports,
     write_pprof_counts,
 };
-use fltrace_render::report::{allocs, faults};
+use fltrace_render::report::{alloc_tables, faults};
 
 use crate::cli::{By, ReportArgs, ReportFormat};
 use crate::load::{Allocs, load_counts, load_with};
@@ -127,9 +127,9 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
     }
     let (top, older_ms) = (args.top, args.older_ms);
     Ok(match mode {
-        Mode::Allocs(by) => allocs::allocs(&loaded, &processes, by, top, older_ms, format),
-        Mode::Leaks => allocs::leaks(&loaded, &processes, top, older_ms, format),
-        _ => allocs::by_alloc_site(&loaded, &processes, top, format),
+        Mode::Allocs(by) => alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format),
+        Mode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
+        _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format),
     }?)
 }
 

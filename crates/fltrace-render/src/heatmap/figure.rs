@@ -271,7 +271,7 @@ impl Heatmap {
     /// Hex addresses on the left: where each band starts first, then range gaps and rows inside
     /// tall bands wherever there is room.
     fn draw_address_axis(&self, figure: &mut Figure, grid: Grid, text_h: i32) {
-        let mut candidates: Vec<(i32, u64)> = Vec::new();
+        let mut candidates: Vec<(i32, fltrace_trace::VirtAddr)> = Vec::new();
         let mut by_size: Vec<&super::Band> = self.bands.iter().collect();
         by_size.sort_by_key(|b| std::cmp::Reverse(b.blocks));
         candidates.extend(by_size.iter().map(|b| (grid.below(b.rows.0), b.start)));
@@ -281,7 +281,7 @@ impl Heatmap {
         candidates.extend(
             self.boundaries
                 .iter()
-                .map(|&(row, addr)| (grid.below(row), addr)),
+                .map(|&(row, addr)| (grid.below(row), fltrace_trace::VirtAddr::new(addr))),
         );
         // Rows inside tall bands, about every four labels' height.
         let every = ((4 * text_h) / grid.cell_h).max(1) as usize;
@@ -553,6 +553,7 @@ fn draw_legend(
 mod tests {
     use super::*;
     use crate::{AddressRegion, AllocRect, HeatEvent, HeatmapOptions};
+    use fltrace_trace::VirtAddr;
 
     /// A `<text>` element of an SVG, as a browser would place it.
     #[derive(Debug)]
@@ -662,7 +663,7 @@ mod tests {
             };
             events.push(HeatEvent {
                 time: 1_000_000_000 + i * 3_000_000,
-                addr,
+                addr: VirtAddr::new(addr),
                 write: i % 2 == 0,
             });
         }
@@ -675,18 +676,18 @@ mod tests {
         map.set_time_origin(0);
         map.name_regions(&[
             AddressRegion {
-                start: 0x5555_0000_0000,
-                end: 0x5555_1000_0000,
+                start: VirtAddr::new(0x5555_0000_0000),
+                end: VirtAddr::new(0x5555_1000_0000),
                 name: "[heap]".into(),
             },
             AddressRegion {
-                start: 0x7f00_0000_0000,
-                end: 0x7f00_0010_0000,
+                start: VirtAddr::new(0x7f00_0000_0000),
+                end: VirtAddr::new(0x7f00_0010_0000),
                 name: "libfoo.so".into(),
             },
             AddressRegion {
-                start: 0x7ffd_0000_0000,
-                end: 0x7ffd_0010_0000,
+                start: VirtAddr::new(0x7ffd_0000_0000),
+                end: VirtAddr::new(0x7ffd_0010_0000),
                 name: "[stack]".into(),
             },
         ]);
@@ -793,7 +794,7 @@ mod tests {
         let events: Vec<HeatEvent> = (0..400u64)
             .map(|i| HeatEvent {
                 time: i * 1000,
-                addr: 0x10_0000 + i * 4096,
+                addr: VirtAddr::new(0x10_0000) + i * 4096,
                 write: true,
             })
             .collect();
@@ -807,7 +808,7 @@ mod tests {
             .map(|i| AllocRect {
                 start: i * 500,
                 end: i * 500 + 150_000,
-                addr: 0x10_0000 + i * 2 * 4096,
+                addr: VirtAddr::new(0x10_0000) + i * 2 * 4096,
                 len: 2 * 4096,
                 label: format!("a_rather_long_allocation_function_name_{i} blocks.c:{i}"),
             })
@@ -841,14 +842,14 @@ mod tests {
     fn long_band_names_are_elided() {
         let events = [HeatEvent {
             time: 0,
-            addr: 0x1000,
+            addr: VirtAddr::new(0x1000),
             write: false,
         }];
         let mut map = Heatmap::build(&events, HeatmapOptions::default()).unwrap();
         let name = format!("lib{}.so", "x".repeat(200));
         map.name_regions(&[AddressRegion {
-            start: 0,
-            end: 0x10000,
+            start: VirtAddr::new(0),
+            end: VirtAddr::new(0x10000),
             name: name.clone(),
         }]);
         let svg = svg_of(&map);

@@ -45,9 +45,9 @@ fn event(ms: u64, call: AllocCall, addr: u64, size: u64, stack_id: u32) -> Alloc
         time_ns: START + ms * MS,
         tid: PID,
         call,
-        addr,
+        addr: fltrace_trace::VirtAddr::new(addr),
         size,
-        old_addr: 0,
+        old_addr: fltrace_trace::VirtAddr::new(0),
         detail: if call == AllocCall::Mmap { 0x22 } else { 0 },
         stack_id,
     }
@@ -70,8 +70,8 @@ pub fn record(dir: &Path, allocs: bool) {
     }
     mappings.push(Mapping {
         time_ns: START + 4 * MS,
-        start: 0x2000_0000,
-        end: 0x2000_2000,
+        start: fltrace_trace::VirtAddr::new(0x2000_0000),
+        end: fltrace_trace::VirtAddr::new(0x2000_2000),
         prot: 3,
         flags: 0x22,
         path: "//anon".into(),
@@ -83,7 +83,7 @@ pub fn record(dir: &Path, allocs: bool) {
         .push(Stack {
             id: 0,
             generation: 0,
-            frames: vec![inside(toucher)],
+            frames: vec![fltrace_trace::CodeAddr::new(inside(toucher))],
         })
         .unwrap();
     stacks.finish().unwrap();
@@ -92,8 +92,8 @@ pub fn record(dir: &Path, allocs: bool) {
         time_ns: START + ms_tenths * MS / 10,
         pid: PID,
         tid: PID,
-        ip: inside(toucher),
-        addr,
+        ip: fltrace_trace::CodeAddr::new(inside(toucher)),
+        addr: fltrace_trace::VirtAddr::new(addr),
         flags: FaultFlags(FaultFlags::WRITE),
         stack_id: 0,
     };
@@ -120,7 +120,7 @@ pub fn record(dir: &Path, allocs: bool) {
             .push(Stack {
                 id: id as u32,
                 generation: 0,
-                frames: vec![inside(site)],
+                frames: vec![fltrace_trace::CodeAddr::new(inside(site))],
             })
             .unwrap();
     }

@@ -8,6 +8,7 @@ use std::path::Path;
 use fltrace_trace::files;
 
 use super::util::*;
+use fltrace_trace::{CodeAddr, VirtAddr};
 
 /// SplitMix64: small, seedable, good enough to pick mutations.
 struct Rng(u64);
@@ -170,8 +171,8 @@ fn trace_file_readers_survive_mutations() {
             .push(fltrace_trace::AccessRecord {
                 time_ns: 1_000_000 + i,
                 tid: 7,
-                ip: 0x401000 + i,
-                addr: 0x1000_0000 + 64 * i,
+                ip: CodeAddr::new(0x401000) + i,
+                addr: VirtAddr::new(0x1000_0000) + 64 * i,
                 latency: i,
                 data_src: i & 4,
                 stack_id: 0,

@@ -191,7 +191,7 @@ fn per_process_counts_match_fltrace() {
             let trace = recording.load(pid).expect("trace loads");
             for fault in &trace.faults {
                 let key = |v: u64| (id.clone(), u64::from(pid), v);
-                *by_ip.entry(key(fault.ip)).or_default() += 1;
+                *by_ip.entry(key(fault.ip.get())).or_default() += 1;
                 *by_stack.entry(key(u64::from(fault.stack_id))).or_default() += 1;
                 let stack = trace.stack(fault.stack_id).expect("the fault's stack");
                 assert_eq!(stack.frames.first(), Some(&fault.ip), "{id} {pid}");

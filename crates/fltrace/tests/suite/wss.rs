@@ -1,6 +1,7 @@
 //! Working-set size from reference bits, and what this machine offers of DAMON and PMUs.
 
 use super::util::*;
+use fltrace_trace::{CodeAddr, VirtAddr};
 
 /// The phases of the workload (64 MiB, then 8 MiB of it, then idle) show in the output. The
 /// 8 MiB phase reads low: its translations stay in the TLB, which sets no Accessed bit again
@@ -269,8 +270,8 @@ fn heatmap_of_access_samples() {
             .push(AccessRecord {
                 time_ns: 1_000_000_000 + i * 1_000_000,
                 tid: 77,
-                ip: 0x40_1000,
-                addr: 0x7f00_0000_0000 + (i % 10) * 4096,
+                ip: CodeAddr::new(0x40_1000),
+                addr: VirtAddr::new(0x7f00_0000_0000) + (i % 10) * 4096,
                 latency: 30,
                 // Loads for the first half, stores (PERF_MEM_OP_STORE) after.
                 data_src: if i < 50 { 2 } else { 4 },

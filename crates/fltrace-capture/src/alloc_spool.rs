@@ -19,7 +19,9 @@ use fltrace_runtime_abi::alloclog::{
     Record,
 };
 use fltrace_runtime_abi::env;
-use fltrace_trace::{AllocCall, AllocEvent, AllocWriter, Origin, Stack, StackWriter, files};
+use fltrace_trace::{
+    AllocCall, AllocEvent, AllocWriter, CodeAddr, Origin, Stack, StackWriter, VirtAddr, files,
+};
 
 use crate::{Credentials, Error};
 
@@ -602,7 +604,7 @@ impl Stacks {
                 writer.push(Stack {
                     id,
                     generation,
-                    frames: key.1.clone(),
+                    frames: key.1.iter().map(|&frame| CodeAddr::new(frame)).collect(),
                 })?;
                 self.by_frames.insert(key, id);
                 id
@@ -724,9 +726,9 @@ impl<'a> Merge<'a> {
                             time_ns,
                             tid: stream.tid,
                             call,
-                            addr: record.addr,
+                            addr: VirtAddr::new(record.addr),
                             size: record.size,
-                            old_addr: record.old_addr,
+                            old_addr: VirtAddr::new(record.old_addr),
                             detail: record.detail,
                             stack_id: record.stack_id,
                         }),

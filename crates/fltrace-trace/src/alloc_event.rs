@@ -117,11 +117,11 @@ pub struct AllocEvent {
     pub call: AllocCall,
     /// The block returned (0 when the call failed); for `free` and `munmap` the block given
     /// back; for `brk`/`sbrk` the new break.
-    pub addr: u64,
+    pub addr: crate::VirtAddr,
     /// Bytes asked for (or given back by `munmap`, or answered by `malloc_usable_size`).
     pub size: u64,
     /// The block before `realloc`/`mremap`; the break before `brk`/`sbrk`; 0 otherwise.
-    pub old_addr: u64,
+    pub old_addr: crate::VirtAddr,
     /// Alignment of the aligned calls; `prot << 32 | flags` of `mmap`; 0 otherwise.
     pub detail: u64,
     /// The call's stack in the allocation stack table, or [`AllocEvent::NO_STACK`] (calls

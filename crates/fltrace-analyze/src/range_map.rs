@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::Mapping;
+use fltrace_trace::{Mapping, VirtAddr};
 
 /// Half-open ranges `[start, end)` that never overlap, keyed by start.
 #[derive(Debug, Clone)]
 pub(crate) struct RangeMap<V> {
-    map: BTreeMap<u64, (u64, V)>,
+    map: BTreeMap<VirtAddr, (VirtAddr, V)>,
 }
 
 impl<V> Default for RangeMap<V> {
@@ -23,14 +23,14 @@ impl<V> Default for RangeMap<V> {
 
 impl<V: Copy + PartialEq> RangeMap<V> {
     /// The range holding `addr`, as `(start, end, value)`.
-    pub(crate) fn get(&self, addr: u64) -> Option<(u64, u64, V)> {
+    pub(crate) fn get(&self, addr: VirtAddr) -> Option<(VirtAddr, VirtAddr, V)> {
         let (&start, &(end, value)) = self.map.range(..=addr).next_back()?;
         (addr < end).then_some((start, end, value))
     }
 
     /// The values of the range starting within `slack` bytes above `addr` and of the last one
     /// starting at or below it, whether or not they hold it.
-    pub(crate) fn neighbours(&self, addr: u64, slack: u64) -> [Option<V>; 2] {
+    pub(crate) fn neighbours(&self, addr: VirtAddr, slack: u64) -> [Option<V>; 2] {
         let above = self
             .map
             .range(addr.saturating_add(1)..=addr.saturating_add(slack))
@@ -45,17 +45,17 @@ impl<V: Copy + PartialEq> RangeMap<V> {
     }
 
     /// The range starting exactly at `start`.
-    pub(crate) fn starting_at(&self, start: u64) -> Option<(u64, V)> {
+    pub(crate) fn starting_at(&self, start: VirtAddr) -> Option<(VirtAddr, V)> {
         self.map.get(&start).copied()
     }
 
     /// Adds a range; the caller has removed whatever overlapped it.
-    pub(crate) fn insert(&mut self, start: u64, end: u64, value: V) {
+    pub(crate) fn insert(&mut self, start: VirtAddr, end: VirtAddr, value: V) {
         self.map.insert(start, (end, value));
     }
 
     /// Removes the range starting at `start` if it holds `value` (it may have been replaced).
-    pub(crate) fn remove_if(&mut self, start: u64, value: V) -> bool {
+    pub(crate) fn remove_if(&mut self, start: VirtAddr, value: V) -> bool {
         if self.map.get(&start).is_some_and(|&(_, v)| v == value) {
             self.map.remove(&start);
             true
@@ -66,7 +66,11 @@ impl<V: Copy + PartialEq> RangeMap<V> {
 
     /// Removes and returns, lowest first, every range overlapping `[start, end)`; an empty
     /// query overlaps a range only by its start.
-    pub(crate) fn take_overlapping(&mut self, start: u64, end: u64) -> Vec<(u64, u64, V)> {
+    pub(crate) fn take_overlapping(
+        &mut self,
+        start: VirtAddr,
+        end: VirtAddr,
+    ) -> Vec<(VirtAddr, VirtAddr, V)> {
         let end = end.max(start.saturating_add(1));
         let mut taken = Vec::new();
         // Ranges are disjoint and sorted: walk down from the last one starting before `end`
@@ -83,7 +87,7 @@ impl<V: Copy + PartialEq> RangeMap<V> {
     }
 
     /// Removes every range, lowest first.
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (u64, u64, V)> {
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (VirtAddr, VirtAddr, V)> {
         std::mem::take(&mut self.map)
             .into_iter()
             .map(|(s, (e, v))| (s, e, v))
@@ -123,7 +127,7 @@ impl MappingIndex {
 
     /// The index, in the slice given to [`MappingIndex::new`], of the mapping that covered
     /// `addr` in `generation`.
-    pub fn get(&self, generation: u32, addr: u64) -> Option<usize> {
+    pub fn get(&self, generation: u32, addr: VirtAddr) -> Option<usize> {
         self.generations
             .get(&generation)?
             .get(addr)
@@ -147,7 +151,7 @@ pub fn mapping_label(mapping: Option<&Mapping>) -> String {
 /// addresses: a file's base name (`libc.so.6`), the kernel's name for `[heap]`, `[stack]` and
 /// the like, `[anon]` for anonymous memory. Sorted and disjoint: where mappings overlap, the
 /// latest generation's latest mapping wins, as the process last saw its memory.
-pub fn named_regions(mappings: &[Mapping]) -> Vec<(u64, u64, String)> {
+pub fn named_regions(mappings: &[Mapping]) -> Vec<(VirtAddr, VirtAddr, String)> {
     let mut order: Vec<usize> = (0..mappings.len()).collect();
     // Stable: within a generation, the order of reports stays.
     order.sort_by_key(|&i| mappings[i].generation);
@@ -188,7 +192,7 @@ pub fn named_regions(mappings: &[Mapping]) -> Vec<(u64, u64, String)> {
 pub fn range_heat(kind: fltrace_trace::RangeTraceKind, sample: &fltrace_trace::RangeSample) -> u32 {
     match kind {
         fltrace_trace::RangeTraceKind::ReferencedBytes => {
-            let len = sample.end.saturating_sub(sample.start).max(1);
+            let len = sample.end.saturating_distance(sample.start).max(1);
             (sample.value.saturating_mul(100).div_ceil(len)).min(100) as u32
         }
         fltrace_trace::RangeTraceKind::DamonAccesses => {
@@ -201,26 +205,33 @@ pub fn range_heat(kind: fltrace_trace::RangeTraceKind, sample: &fltrace_trace::R
 mod tests {
     use super::*;
 
+    const fn a(raw: u64) -> VirtAddr {
+        VirtAddr::new(raw)
+    }
+
     /// Overlap queries return exactly the touching ranges, including at their edges.
     #[test]
     fn overlapping_ranges() {
         let mut ranges = RangeMap::default();
         for (s, e) in [(0, 10), (10, 20), (30, 40)] {
-            ranges.insert(s, e, s);
+            ranges.insert(a(s), a(e), s);
         }
-        assert_eq!(ranges.get(9), Some((0, 10, 0)));
-        assert_eq!(ranges.get(10), Some((10, 20, 10)));
-        assert_eq!(ranges.get(25), None);
-        assert_eq!(ranges.take_overlapping(20, 30), vec![]);
+        assert_eq!(ranges.get(a(9)), Some((a(0), a(10), 0)));
+        assert_eq!(ranges.get(a(10)), Some((a(10), a(20), 10)));
+        assert_eq!(ranges.get(a(25)), None);
+        assert_eq!(ranges.take_overlapping(a(20), a(30)), vec![]);
         assert_eq!(
-            ranges.take_overlapping(5, 31),
-            vec![(0, 10, 0), (10, 20, 10), (30, 40, 30)]
+            ranges.take_overlapping(a(5), a(31)),
+            vec![(a(0), a(10), 0), (a(10), a(20), 10), (a(30), a(40), 30)]
         );
-        assert_eq!(ranges.get(0), None);
-        ranges.insert(50, 50, 50);
+        assert_eq!(ranges.get(a(0)), None);
+        ranges.insert(a(50), a(50), 50);
         // A zero-length range is found by an empty query at its start only.
-        assert_eq!(ranges.take_overlapping(51, 51), vec![]);
-        assert_eq!(ranges.take_overlapping(50, 50), vec![(50, 50, 50)]);
+        assert_eq!(ranges.take_overlapping(a(51), a(51)), vec![]);
+        assert_eq!(
+            ranges.take_overlapping(a(50), a(50)),
+            vec![(a(50), a(50), 50)]
+        );
     }
 
     /// Regions are named shortly and a later generation's mapping wins over an earlier one.
@@ -228,8 +239,8 @@ mod tests {
     fn regions_have_short_names() {
         let mapping = |generation, start, end, path: &str| Mapping {
             generation,
-            start,
-            end,
+            start: a(start),
+            end: a(end),
             path: path.to_owned(),
             ..Mapping::default()
         };
@@ -241,10 +252,10 @@ mod tests {
         assert_eq!(
             regions,
             vec![
-                (0x1000, 0x3000, "libc.so.6".to_owned()),
-                (0x3000, 0x4000, "[anon]".to_owned()),
-                (0x4000, 0x5000, "libc.so.6".to_owned()),
-                (0x9000, 0xa000, "[heap]".to_owned()),
+                (a(0x1000), a(0x3000), "libc.so.6".to_owned()),
+                (a(0x3000), a(0x4000), "[anon]".to_owned()),
+                (a(0x4000), a(0x5000), "libc.so.6".to_owned()),
+                (a(0x9000), a(0xa000), "[heap]".to_owned()),
             ]
         );
     }
@@ -254,8 +265,8 @@ mod tests {
     fn later_mappings_win() {
         let mapping = |generation, start, end, path: &str| Mapping {
             generation,
-            start,
-            end,
+            start: a(start),
+            end: a(end),
             path: path.into(),
             ..Mapping::default()
         };
@@ -265,13 +276,13 @@ mod tests {
             mapping(1, 0x1000, 0x2000, "[stack]"),
         ];
         let index = MappingIndex::new(&mappings);
-        let at = |g, a| index.get(g, a);
+        let at = |g, raw| index.get(g, a(raw));
         assert_eq!(
             (at(0, 0x2fff), at(0, 0x3000), at(0, 0x4000), at(0, 0x9000)),
             (Some(0), Some(1), Some(0), None)
         );
         assert_eq!(at(1, 0x1000), Some(2));
-        let label = |a| mapping_label(at(0, a).map(|i| &mappings[i]));
+        let label = |raw| mapping_label(at(0, raw).map(|i| &mappings[i]));
         assert_eq!(label(0x1000), "[anon]");
         assert_eq!(label(0x3000), "[mapping] /lib/x.so");
         assert_eq!(label(0x9000), "[unknown]");

@@ -22,9 +22,9 @@ use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping, ProcessTrace};
+use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping, ProcessTrace, VirtAddr};
 
-use crate::ranges::RangeMap;
+use crate::range_map::RangeMap;
 
 /// Mappings are made and unmapped in whole pages.
 const PAGE: u64 = 4096;
@@ -61,7 +61,7 @@ pub struct Block {
     /// Heap or mapping.
     pub kind: BlockKind,
     /// First address.
-    pub addr: u64,
+    pub addr: VirtAddr,
     /// Bytes (a heap block's requested size; a mapping's size in whole pages).
     pub size: u64,
     /// When it came to life: its call's time, or for a remnant the time of the cut.
@@ -78,7 +78,7 @@ pub struct Block {
 
 impl Block {
     /// One past the last address.
-    pub fn end(&self) -> u64 {
+    pub fn end(&self) -> VirtAddr {
         self.addr.saturating_add(self.size)
     }
 
@@ -117,7 +117,7 @@ struct Live {
     mappings: RangeMap<u32>,
     last: LastAlloc,
     /// Addresses of heap blocks ended by an overlap, with how many frees of them to ignore.
-    pending: FxHashMap<u64, u32>,
+    pending: FxHashMap<VirtAddr, u32>,
     heap_bytes: u64,
 }
 
@@ -168,29 +168,29 @@ impl Lifetimes {
             | AllocCall::AlignedAlloc
             | AllocCall::PosixMemalign => {
                 live.last.insert(event.tid, None);
-                if event.addr == 0 {
+                if event.addr.is_null() {
                     self.failed.push(index);
                 } else {
                     self.heap_block(live, index, event);
                 }
             }
             AllocCall::Realloc | AllocCall::Reallocarray => {
-                if event.addr == 0 && event.size > 0 {
+                if event.addr.is_null() && event.size > 0 {
                     // Failed: the old block stays.
                     live.last.insert(event.tid, None);
                     self.failed.push(index);
                     return;
                 }
-                if event.old_addr != 0 {
+                if !event.old_addr.is_null() {
                     self.free(live, event.old_addr, event.tid, time);
                 }
-                if event.addr != 0 {
+                if !event.addr.is_null() {
                     live.last.insert(event.tid, None);
                     self.heap_block(live, index, event);
                 }
             }
             AllocCall::Free => {
-                if event.addr != 0 {
+                if !event.addr.is_null() {
                     self.free(live, event.addr, event.tid, time);
                 }
             }
@@ -237,7 +237,7 @@ impl Lifetimes {
             }
             AllocCall::Brk | AllocCall::Sbrk => {
                 let (old, new) = (event.old_addr, event.addr);
-                if old == 0 || failed_mapping(new) {
+                if old.is_null() || failed_mapping(new) {
                     return;
                 }
                 if new > old {
@@ -276,7 +276,7 @@ impl Lifetimes {
         live.last.insert(event.tid, Some(block));
     }
 
-    fn free(&mut self, live: &mut Live, addr: u64, tid: u32, time: u64) {
+    fn free(&mut self, live: &mut Live, addr: VirtAddr, tid: u32, time: u64) {
         if let Some(pending) = live.pending.get_mut(&addr) {
             *pending -= 1;
             if *pending == 0 {
@@ -301,8 +301,8 @@ impl Lifetimes {
         live: &mut Live,
         index: u32,
         stack_id: u32,
-        addr: u64,
-        end: u64,
+        addr: VirtAddr,
+        end: VirtAddr,
         time: u64,
     ) {
         let block = self.push(Block {
@@ -320,7 +320,7 @@ impl Lifetimes {
     }
 
     /// Takes `[start, end)` out of the live mapping blocks.
-    fn cut(&mut self, live: &mut Live, start: u64, end: u64, time: u64) {
+    fn cut(&mut self, live: &mut Live, start: VirtAddr, end: VirtAddr, time: u64) {
         if start >= end {
             return;
         }
@@ -368,13 +368,13 @@ impl Lifetimes {
     }
 }
 
-fn failed_mapping(addr: u64) -> bool {
+fn failed_mapping(addr: VirtAddr) -> bool {
     // MAP_FAILED is -1; a recorder may also write 0.
-    addr == 0 || addr == u64::MAX
+    addr.is_null() || addr.get() == u64::MAX
 }
 
-fn page_end(addr: u64, size: u64) -> u64 {
-    addr.saturating_add(size).saturating_add(PAGE - 1) & !(PAGE - 1)
+fn page_end(addr: VirtAddr, size: u64) -> VirtAddr {
+    addr.saturating_add(size).align_up(PAGE)
 }
 
 /// Indexes `0..len` in order of `time(i)`, equal times in index order.
@@ -666,7 +666,7 @@ const CHUNK_HEADER: u64 = 16;
 /// chunk's header just below it or, splitting the free space, the size field of what remains
 /// just past its chunk. Either can be the first touch of a page, taken inside `malloc`; such a
 /// fault counts for the block the call returned.
-fn is_chunk_header(b: &Block, addr: u64) -> bool {
+fn is_chunk_header(b: &Block, addr: VirtAddr) -> bool {
     if b.kind != BlockKind::Heap || b.remnant {
         return false;
     }
@@ -695,6 +695,7 @@ fn header_of_unborn(blocks: &[Block], born: usize, fault: &Fault) -> Option<u32>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fltrace_trace::CodeAddr;
 
     use fltrace_trace::FaultFlags;
 
@@ -705,9 +706,9 @@ mod tests {
             time_ns,
             tid,
             call,
-            addr,
+            addr: VirtAddr::new(addr),
             size,
-            old_addr: 0,
+            old_addr: VirtAddr::NULL,
             detail: 0,
             stack_id: time_ns as u32,
         }
@@ -726,7 +727,7 @@ mod tests {
 
     fn realloc(t: u64, old: u64, addr: u64, size: u64) -> AllocEvent {
         AllocEvent {
-            old_addr: old,
+            old_addr: VirtAddr::new(old),
             ..ev(t, 1, AllocCall::Realloc, addr, size)
         }
     }
@@ -743,8 +744,8 @@ mod tests {
             time_ns,
             pid: 1,
             tid: 1,
-            ip: 0,
-            addr,
+            ip: CodeAddr::new(0),
+            addr: VirtAddr::new(addr),
             flags: FaultFlags(FaultFlags::WRITE),
             stack_id: 0,
         }
@@ -754,7 +755,7 @@ mod tests {
     fn spans(l: &Lifetimes) -> Vec<(u64, u64, u64, Option<u64>, bool)> {
         l.blocks
             .iter()
-            .map(|b| (b.addr, b.size, b.start_ns, b.end_ns, b.remnant))
+            .map(|b| (b.addr.get(), b.size, b.start_ns, b.end_ns, b.remnant))
             .collect()
     }
 
@@ -907,15 +908,15 @@ mod tests {
         let events = [
             mmap(10, 0x10000, 4096, MAP_PRIVATE_ANON),
             AllocEvent {
-                old_addr: 0x10000,
+                old_addr: VirtAddr::new(0x10000),
                 ..ev(20, 1, AllocCall::Mremap, 0x80000, 3 * 4096)
             },
             AllocEvent {
-                old_addr: 0x100000,
+                old_addr: VirtAddr::new(0x100000),
                 ..ev(30, 1, AllocCall::Sbrk, 0x102000, 0x2000)
             },
             AllocEvent {
-                old_addr: 0x102000,
+                old_addr: VirtAddr::new(0x102000),
                 ..ev(40, 1, AllocCall::Brk, 0x101000, 0)
             },
         ];

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::Error;
+use crate::{Error, VirtAddr};
 
 /// Which measurement a range trace holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,9 +21,9 @@ pub struct RangeSample {
     /// End of the interval, seconds since sampling began.
     pub time_s: f64,
     /// First address.
-    pub start: u64,
+    pub start: VirtAddr,
     /// Address after the last.
-    pub end: u64,
+    pub end: VirtAddr,
     /// Bytes referenced or access count (see [`RangeTraceKind`]).
     pub value: u64,
 }
@@ -81,8 +81,8 @@ pub fn read_range_trace(path: &Path) -> Result<(RangeTraceKind, Vec<RangeSample>
         let sample = (|| {
             Some(RangeSample {
                 time_s: record.get(0)?.parse().ok()?,
-                start: hex(record.get(1)?)?,
-                end: hex(record.get(2)?)?,
+                start: VirtAddr::new(hex(record.get(1)?)?),
+                end: VirtAddr::new(hex(record.get(2)?)?),
                 value: record.get(3)?.parse().ok()?,
             })
         })();
@@ -214,8 +214,8 @@ mod tests {
             rows,
             vec![RangeSample {
                 time_s: 0.1,
-                start: 0x1000,
-                end: 0x3000,
+                start: VirtAddr::new(0x1000),
+                end: VirtAddr::new(0x3000),
                 value: 4096
             }]
         );
@@ -228,7 +228,7 @@ mod tests {
         let (kind, rows) = read_range_trace(&damon).unwrap();
         assert_eq!(
             (kind, rows[0].value, rows[0].end),
-            (RangeTraceKind::DamonAccesses, 7, 0x7f2000)
+            (RangeTraceKind::DamonAccesses, 7, VirtAddr::new(0x7f2000))
         );
         std::fs::write(&damon, "a,b\n").unwrap();
         assert!(read_range_trace(&damon).is_err());
@@ -241,8 +241,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sample = |time_s, start, end, value| RangeSample {
             time_s,
-            start,
-            end,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
             value,
         };
         let mut wss = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
