@@ -220,21 +220,12 @@ impl FaultsByAllocSite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::loc;
     use fltrace_trace::{CodeAddr, VirtAddr};
 
     use fltrace_trace::{AllocCall, AllocEvent, Fault, FaultFlags, FaultKind, Mapping};
 
     use crate::{FaultOrigin, count_faults_by_origin, count_faults_by_stack};
-
-    fn loc(function: &str, line: u32) -> Location {
-        Location {
-            function: function.into(),
-            file: "a.c".into(),
-            line,
-            lib: "a.out".into(),
-            system: false,
-        }
-    }
 
     fn event(time_ns: u64, call: AllocCall, addr: u64, size: u64, stack_id: u32) -> AllocEvent {
         AllocEvent {

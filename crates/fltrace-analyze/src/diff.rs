@@ -72,21 +72,12 @@ pub fn diff_groups(a: &[Group], b: &[Group]) -> Vec<DiffRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::loc;
     use fltrace_trace::{CodeAddr, VirtAddr};
 
     use fltrace_trace::{Fault, FaultFlags};
 
     use crate::{GroupBy, ResolvedStacks, group_faults};
-
-    fn loc(function: &str, line: u32) -> Location {
-        Location {
-            function: function.into(),
-            file: "a.c".into(),
-            line,
-            lib: "a.out".into(),
-            system: false,
-        }
-    }
 
     fn faults(counts: &[(u32, usize, u8)]) -> Vec<Fault> {
         counts

@@ -58,21 +58,11 @@ impl FaultReport {
 
 #[cfg(test)]
 mod tests {
+    use crate::test_support::loc;
     use fltrace_trace::{Fault, FaultFlags};
 
     use super::*;
-    use crate::Location;
     use fltrace_trace::{CodeAddr, VirtAddr};
-
-    fn loc(function: &str, line: u32) -> Location {
-        Location {
-            function: function.into(),
-            file: "a.c".into(),
-            line,
-            lib: "a.out".into(),
-            system: false,
-        }
-    }
 
     fn faults(stack_id: u32, n: usize) -> Vec<Fault> {
         let fault = Fault {

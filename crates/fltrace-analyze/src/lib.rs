@@ -39,6 +39,8 @@ mod names;
 mod pprof;
 mod range_map;
 mod symbolize;
+#[cfg(test)]
+mod test_support;
 mod tracer;
 
 pub use alloc_lifetimes::{
