@@ -15,6 +15,10 @@ use crate::cli::{Format, WssArgs};
 use fltrace_capture::interrupt_counter;
 
 pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
+    // Said before anything starts: the rows stream as they come, one per interval.
+    if args.format == Format::Json {
+        bail!("wss prints a row per interval as it goes: --format table or csv");
+    }
     let stop = interrupt_counter()?;
     // The command is killed and reaped on the way out of --damon and --pages, and on errors.
     let (child, pid) = match (args.pid, args.command.is_empty()) {

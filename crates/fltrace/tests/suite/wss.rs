@@ -137,6 +137,28 @@ fn per_page_detail_needs_idle_page_tracking() {
     assert!(err.contains("idle page tracking"), "{err}");
 }
 
+/// wss streams its rows, so JSON is refused in one line before the command runs.
+#[test]
+fn json_is_refused_before_the_command_runs() {
+    let dir = Dir::new();
+    let marker = dir.path().join("ran");
+    let out = dir.run(&[
+        "wss",
+        "--format",
+        "json",
+        "--duration",
+        "1s",
+        "--",
+        "touch",
+        marker.to_str().expect("a UTF-8 path"),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--format table or csv"), "{err}");
+    assert!(!marker.exists(), "the command ran");
+}
+
 /// A DAMON trace drawn as a heatmap: its ranges land in rows of their own, weighted by their
 /// access counts (a synthetic trace: the machine's monitor aggregates too slowly for a test).
 #[test]
