@@ -86,6 +86,20 @@ impl<V: Copy + PartialEq> RangeMap<V> {
         taken
     }
 
+    /// Lays `[start, end)` over whatever it overlaps: the parts of older ranges it does not
+    /// cover keep their values.
+    pub(crate) fn overlay(&mut self, start: VirtAddr, end: VirtAddr, value: V) {
+        for (s, e, old) in self.take_overlapping(start, end) {
+            if s < start {
+                self.insert(s, start, old);
+            }
+            if e > end {
+                self.insert(end, e, old);
+            }
+        }
+        self.insert(start, end, value);
+    }
+
     /// Removes every range, lowest first.
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = (VirtAddr, VirtAddr, V)> {
         std::mem::take(&mut self.map)
@@ -110,17 +124,11 @@ impl MappingIndex {
             if mapping.start >= mapping.end {
                 continue;
             }
-            let ranges = generations.entry(mapping.generation).or_default();
-            for (s, e, old) in ranges.take_overlapping(mapping.start, mapping.end) {
-                // What the new mapping does not cover stays with the old one.
-                if s < mapping.start {
-                    ranges.insert(s, mapping.start, old);
-                }
-                if e > mapping.end {
-                    ranges.insert(mapping.end, e, old);
-                }
-            }
-            ranges.insert(mapping.start, mapping.end, i);
+            generations.entry(mapping.generation).or_default().overlay(
+                mapping.start,
+                mapping.end,
+                i,
+            );
         }
         MappingIndex { generations }
     }
@@ -161,15 +169,7 @@ pub fn named_regions(mappings: &[Mapping]) -> Vec<(VirtAddr, VirtAddr, String)> 
         if mapping.start >= mapping.end {
             continue;
         }
-        for (s, e, old) in ranges.take_overlapping(mapping.start, mapping.end) {
-            if s < mapping.start {
-                ranges.insert(s, mapping.start, old);
-            }
-            if e > mapping.end {
-                ranges.insert(mapping.end, e, old);
-            }
-        }
-        ranges.insert(mapping.start, mapping.end, i);
+        ranges.overlay(mapping.start, mapping.end, i);
     }
     ranges
         .drain()
