@@ -102,6 +102,62 @@ pub fn allocation_flames(
     flames
 }
 
+/// One flamegraph of a process that `fltrace visualize` draws: the kind in its file name, what
+/// it shows and its stacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessFlamegraph {
+    /// The file kind: `fltrace-data-<kind>-<pid>.svg`.
+    pub kind: &'static str,
+    /// What the graph shows, the start of its title.
+    pub title: &'static str,
+    /// The stacks, sorted by frames.
+    pub stacks: Vec<FlameStack>,
+}
+
+/// The file kind of the flamegraph of faults by allocation stack. Not `flamegraph-alloc`: that
+/// name is the original's first-touch flamegraph.
+pub const BY_ALLOCATION: &str = "flamegraph-allocstack";
+
+/// A process's flamegraphs, as the original drew them: all faults (`flamegraph`) and
+/// first-touch faults (`flamegraph-alloc`), the latter by the allocation stack of the block
+/// each hit when `by_allocation`; with allocations recorded (`alloc_stacks`), all faults by
+/// allocation stack too. `by_allocation` without `alloc_stacks` draws by the faults' stacks.
+pub fn process_flamegraphs(
+    trace: &ProcessTrace,
+    stacks: &ResolvedStacks,
+    alloc_stacks: Option<&ResolvedStacks>,
+    label: FrameLabel,
+    by_allocation: bool,
+) -> Vec<ProcessFlamegraph> {
+    let first_touch = |flags: FaultFlags| flags.has(FaultFlags::ZERO);
+    let first_touches = match alloc_stacks {
+        Some(alloc_stacks) if by_allocation => {
+            allocation_flames(trace, alloc_stacks, label, first_touch)
+        }
+        _ => fault_flames(trace, stacks, label, first_touch),
+    };
+    let mut graphs = vec![
+        ProcessFlamegraph {
+            kind: "flamegraph",
+            title: "Page faults",
+            stacks: fault_flames(trace, stacks, label, |_| true),
+        },
+        ProcessFlamegraph {
+            kind: "flamegraph-alloc",
+            title: "First-touch (allocation) faults",
+            stacks: first_touches,
+        },
+    ];
+    if let Some(alloc_stacks) = alloc_stacks {
+        graphs.push(ProcessFlamegraph {
+            kind: BY_ALLOCATION,
+            title: "Page faults by allocation stack",
+            stacks: allocation_flames(trace, alloc_stacks, label, |_| true),
+        });
+    }
+    graphs
+}
+
 #[cfg(test)]
 mod tests {
     use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping};
@@ -234,5 +290,46 @@ mod tests {
             .collect();
         assert_eq!(in_block, vec![(Kind::Write, 2)]);
         assert_eq!(flames.len(), 3);
+    }
+
+    /// Two graphs without allocations; with them a third, and `by_allocation` draws the
+    /// first touches by allocation stack (the block's two and the one outside it).
+    #[test]
+    fn a_process_gets_the_original_graphs_and_one_by_allocation() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(0, vec![loc("fill", "a.c", 5)], vec![CodeAddr::new(0x10)]);
+        stacks.insert(1, vec![loc("scan", "a.c", 7)], vec![CodeAddr::new(0x70)]);
+        let mut alloc_stacks = ResolvedStacks::default();
+        alloc_stacks.insert(0, vec![loc("alloc", "a.c", 3)], vec![CodeAddr::new(0x30)]);
+        let kinds =
+            |graphs: &[ProcessFlamegraph]| graphs.iter().map(|g| g.kind).collect::<Vec<_>>();
+        let total = |g: &ProcessFlamegraph| g.stacks.iter().map(|s| s.count).sum::<u64>();
+
+        let plain = process_flamegraphs(&trace(), &stacks, None, FrameLabel::Line, false);
+        assert_eq!(kinds(&plain), ["flamegraph", "flamegraph-alloc"]);
+        assert_eq!((total(&plain[0]), total(&plain[1])), (4, 3));
+        // Asked for by allocation without allocations: by the faults' own stacks.
+        assert_eq!(
+            process_flamegraphs(&trace(), &stacks, None, FrameLabel::Line, true),
+            plain
+        );
+
+        let graphs = process_flamegraphs(
+            &trace(),
+            &stacks,
+            Some(&alloc_stacks),
+            FrameLabel::Line,
+            true,
+        );
+        assert_eq!(
+            kinds(&graphs),
+            ["flamegraph", "flamegraph-alloc", BY_ALLOCATION]
+        );
+        let first_touch = |f: FaultFlags| f.has(FaultFlags::ZERO);
+        assert_eq!(
+            graphs[1].stacks,
+            allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, first_touch)
+        );
+        assert_eq!(total(&graphs[2]), 4);
     }
 }

@@ -20,7 +20,10 @@ mod plot;
 pub mod report;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
-pub use flames::{FrameLabel, allocation_flames, fault_flames, frame_label};
+pub use flames::{
+    BY_ALLOCATION, FrameLabel, ProcessFlamegraph, allocation_flames, fault_flames, frame_label,
+    process_flamegraphs,
+};
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, AllocRect, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
     HeatmapOptions, ImageFormat, PlacedRect, color_of,
@@ -98,7 +101,7 @@ const MIXED: Color = Color {
 };
 
 /// One stack to draw: frames outermost first, the kind of its faults, how many.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlameStack {
     /// Frame labels, outermost (e.g. `main`) first.
     pub frames: Vec<String>,
