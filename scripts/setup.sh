@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what fltrace needs on a fresh Debian machine of this kind and builds it (release).
-# Idempotent: packages already present are not fetched again.
+# Idempotent: packages already present are not fetched again. `--no-release` skips the release
+# build: the test suite runs the debug binaries only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,9 @@ if ((${#missing[@]})); then
 fi
 
 # The binary and, beside it, the far-memory runtime it preloads for -L/-M.
-cargo build --release --locked -p fltrace -p fltrace-preload
+if [[ "${1:-}" != --no-release ]]; then
+    cargo build --release --locked -p fltrace -p fltrace-preload
+fi
 
 # DuckDB (Python) cross-checks the Parquet tables in the tests (crates/fltrace/tests/suite/
 # tables.rs), in a virtual environment of its own: target/venv.

@@ -3,7 +3,7 @@
 # events on tracepoints), as on the development and CI machines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --no-release
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The end-to-end tests preload the far-memory runtime from beside the debug fltrace binary;
