@@ -23,9 +23,11 @@ pub mod session;
 pub mod shmsnoop;
 pub mod stackcount;
 pub mod swapin;
+pub mod tool;
 pub mod unwound;
 pub mod vmscan;
 
 pub use error::Error;
 pub use output::{Column, Format, Printer, Value};
 pub use session::{Options, Record, Sample, Scope, Session, Source, StackMode, Target};
+pub use tool::{OpenTool, Tool, exit_code};
