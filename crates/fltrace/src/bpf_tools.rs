@@ -20,7 +20,9 @@ use fltrace_system::counting::{self, Count, CountRequest, Counting, Remarks};
 use crate::cli::{Format, duration};
 use fltrace_capture::interrupt_counter;
 
-/// Options every in-kernel tool takes.
+/// Options every in-kernel tool takes. Not system.rs's `CommonArgs`: here -p is a process
+/// without its children, it combines with --cgroup (a v2 directory) and with a command, and
+/// --folded applies to every tool; one struct would change what command lines mean.
 #[derive(Debug, Args)]
 pub struct Common {
     /// Only this process (repeatable).
