@@ -12,6 +12,7 @@ use fltrace_bpf::watch::{POLL, Prepared, Targets, Watch};
 use fltrace_bpf::{By, CountSpec, Counter, Event, FieldFilter, Row, StackNames};
 
 use crate::Error;
+use crate::output::Format;
 use crate::stackcount::{StackCountSpec, StackCounter};
 
 /// What a count is asked.
@@ -72,6 +73,73 @@ impl Counted {
     /// Events per second.
     pub fn rate(&self) -> f64 {
         self.events as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The `top` most counted groups (all of them when there are fewer).
+    pub fn top(&self, top: usize) -> &[Row] {
+        &self.rows[..self.rows.len().min(top)]
+    }
+}
+
+/// The command a count answers, which decides what it says besides its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// `fltrace count`: events of any kind.
+    Events,
+    /// `fltrace faults`: page faults, with their rate each second.
+    Faults,
+}
+
+/// What a count says on stderr besides its rows: a rate each second and a summary at the
+/// end, only beside a table (CSV, JSON and folded stacks stay clean for the next program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remarks {
+    counting: Counting,
+    dwarf: bool,
+    shown: bool,
+}
+
+impl Remarks {
+    /// The remarks of `counting` printed in `format` (or `folded`), by a count in user space
+    /// with DWARF stacks (`dwarf`, [`Count::dwarf`]) or in the kernel.
+    pub fn new(counting: Counting, dwarf: bool, format: Format, folded: bool) -> Remarks {
+        Remarks {
+            counting,
+            dwarf,
+            shown: format == Format::Table && !folded,
+        }
+    }
+
+    /// The line for one second's rate (`120 faults/s`): `faults` says it, `count` does not.
+    pub fn each_second(&self, per_second: f64) -> Option<String> {
+        (self.shown && self.counting == Counting::Faults)
+            .then(|| format!("{per_second:.0} faults/s"))
+    }
+
+    /// The closing line: what was counted in how long, the rate where the count is of faults
+    /// or made in user space, and what was lost (samples of a full ring in user space, events
+    /// of a full table in the kernel).
+    pub fn summary(&self, counted: &Counted) -> Option<String> {
+        if !self.shown {
+            return None;
+        }
+        let what = if self.counting == Counting::Faults && !self.dwarf {
+            "faults"
+        } else {
+            "events"
+        };
+        let rate = if self.counting == Counting::Faults || self.dwarf {
+            format!(" ({:.0}/s)", counted.rate())
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{} {what} in {:.1} s{rate}{}{}",
+            counted.events,
+            counted.elapsed.as_secs_f64(),
+            fltrace_bpf::output::table_full_note(counted.dropped),
+            fltrace_bpf::output::ring_full_note(counted.lost)
+        ))
     }
 }
 
@@ -239,6 +307,85 @@ mod tests {
             wrong.to_string(),
             "--by stack: expected comm, pid, tid, ustack, kstack, probe, field:NAME or none"
         );
+    }
+
+    fn counted(rows: u64, events: u64, millis: u64, lost: u64, dropped: u64) -> Counted {
+        Counted {
+            rows: (0..rows)
+                .map(|i| Row {
+                    pid: None,
+                    tid: None,
+                    comm: None,
+                    probe: None,
+                    field: None,
+                    field2: None,
+                    ustack: None,
+                    kstack: None,
+                    count: rows - i,
+                })
+                .collect(),
+            events,
+            elapsed: Duration::from_millis(millis),
+            lost,
+            dropped,
+        }
+    }
+
+    #[test]
+    fn top_takes_the_first_rows_or_all() {
+        let five = counted(5, 15, 1000, 0, 0);
+        let counts = |rows: &[Row]| rows.iter().map(|r| r.count).collect::<Vec<_>>();
+        assert_eq!(counts(five.top(2)), [5, 4]);
+        assert_eq!(counts(five.top(9)), [5, 4, 3, 2, 1]);
+        assert_eq!(five.top(0).len(), 0);
+    }
+
+    /// The three summaries `count` and `faults` print, and the rate lines only `faults` does.
+    #[test]
+    fn remarks_are_a_tables_and_say_what_each_count_is() {
+        let table = |counting, dwarf| Remarks::new(counting, dwarf, Format::Table, false);
+        let in_kernel = counted(1, 2500, 2000, 0, 7);
+        let unwound = counted(1, 2500, 2000, 3, 0);
+        assert_eq!(
+            table(Counting::Events, false)
+                .summary(&in_kernel)
+                .as_deref(),
+            Some("2500 events in 2.0 s (7 not counted: the table was full)")
+        );
+        assert_eq!(
+            table(Counting::Faults, false)
+                .summary(&in_kernel)
+                .as_deref(),
+            Some("2500 faults in 2.0 s (1250/s) (7 not counted: the table was full)")
+        );
+        let lost = " (3 samples lost: the ring was full; fewer processes or --by without \
+                    ustack lose none)";
+        for counting in [Counting::Events, Counting::Faults] {
+            assert_eq!(
+                table(counting, true).summary(&unwound),
+                Some(format!("2500 events in 2.0 s (1250/s){lost}"))
+            );
+        }
+        assert_eq!(
+            table(Counting::Events, false)
+                .summary(&counted(0, 0, 0, 0, 0))
+                .as_deref(),
+            Some("0 events in 0.0 s")
+        );
+        assert_eq!(
+            table(Counting::Faults, true).each_second(99.6).as_deref(),
+            Some("100 faults/s")
+        );
+        assert_eq!(table(Counting::Events, true).each_second(99.6), None);
+        assert_eq!(table(Counting::Events, false).each_second(99.6), None);
+        for quiet in [
+            Remarks::new(Counting::Faults, false, Format::Csv, false),
+            Remarks::new(Counting::Faults, true, Format::Json, false),
+            Remarks::new(Counting::Faults, false, Format::Table, true),
+        ] {
+            assert_eq!(quiet.each_second(10.0), None);
+            assert_eq!(quiet.summary(&in_kernel), None);
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! tracepoint's `format` file, read at run time ([`format`]). The shared machinery (opening,
 //! reading the rings in time order, side-band records for process names and mappings, stop
 //! conditions) is in [`session`]; the tables, CSV and JSON lines in [`output`].
+//! [`Tool`] is any of the tools as one request, opened and run alike.
 
 pub mod brkstack;
 pub mod counting;
@@ -23,9 +24,11 @@ pub mod session;
 pub mod shmsnoop;
 pub mod stackcount;
 pub mod swapin;
+pub mod tool;
 pub mod unwound;
 pub mod vmscan;
 
 pub use error::Error;
 pub use output::{Column, Format, Printer, Value};
 pub use session::{Options, Record, Sample, Scope, Session, Source, StackMode, Target};
+pub use tool::{OpenTool, Tool, exit_code};

@@ -14,13 +14,15 @@ use clap::Args;
 use fltrace_bpf::memleak::{LeakRequest, LeakWatch};
 use fltrace_bpf::triage::Triage;
 use fltrace_bpf::watch::Targets;
-use fltrace_bpf::{By, Event, FieldFilter, Row, output};
-use fltrace_system::counting::{self, Count, CountRequest};
+use fltrace_bpf::{By, Event, FieldFilter, output};
+use fltrace_system::counting::{self, Count, CountRequest, Counting, Remarks};
 
 use crate::cli::{Format, duration};
 use fltrace_capture::interrupt_counter;
 
-/// Options every in-kernel tool takes.
+/// Options every in-kernel tool takes. Not system.rs's `CommonArgs`: here -p is a process
+/// without its children, it combines with --cgroup (a v2 directory) and with a command, and
+/// --folded applies to every tool; one struct would change what command lines mean.
 #[derive(Debug, Args)]
 pub struct Common {
     /// Only this process (repeatable).
@@ -143,36 +145,18 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
     };
     let events = fltrace_bpf::expand_events(event)?;
     let by = counting::grouping(&events, counting::parse_by(&args.by)?);
+    let frame_pointers = if by.contains(&By::UStack) {
+        ": user stacks follow frame pointers (name processes with -p or a command for DWARF stacks)"
+    } else {
+        ""
+    };
     let request = CountRequest {
         filter: args.filter.as_deref().map(FieldFilter::parse).transpose()?,
         ..count_request(&args.common, events, by)
     };
-    let mut count = Count::start(request, false, interrupt_counter()?)?;
-    if count.dwarf() {
-        return print_named(count, &args.common, args.top, false);
-    }
-    eprintln!(
-        "fltrace: counting {event}{}; Ctrl-C to end",
-        if args.by.iter().any(|b| b.contains("ustack")) {
-            ": user stacks follow frame pointers (name processes with -p or a command for DWARF stacks)"
-        } else {
-            ""
-        }
-    );
-    let counted = count.run(|_| {})?;
-    print_rows(
-        &counted.rows[..counted.rows.len().min(args.top)],
-        &args.common,
-    )?;
-    if args.common.format == Format::Table && !args.common.folded {
-        eprintln!(
-            "fltrace: {} events in {:.1} s{}",
-            counted.events,
-            counted.elapsed.as_secs_f64(),
-            output::table_full_note(counted.dropped)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    let count = Count::start(request, false, interrupt_counter()?)?;
+    let in_kernel = format!("counting {event}{frame_pointers}; Ctrl-C to end");
+    report(count, Counting::Events, &in_kernel, &args.common, args.top)
 }
 
 fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
@@ -183,43 +167,43 @@ fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_rows(rows: &[Row], common: &Common) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    output::write_rows(&mut out, rows, common.format.into(), common.folded)?;
-    Ok(())
-}
-
-/// Prints a count of named processes made in user space, with DWARF-unwound user stacks;
-/// `rate` prints the events per second as `faults` does.
-fn print_named(
+/// Runs a count to its end: says how it counts, then the remarks the count makes (a rate each
+/// second, a summary) around its `top` rows. `in_kernel` is what a count in the kernel says
+/// it counts; one in user space names the processes whose stacks it unwinds from DWARF.
+fn report(
     mut count: Count,
+    counting: Counting,
+    in_kernel: &str,
     common: &Common,
     top: usize,
-    rate: bool,
 ) -> anyhow::Result<ExitCode> {
-    let quiet = common.folded || common.format != Format::Table;
-    let whom = match count.child_pid() {
-        Some(pid) => format!("the command (pid {pid})"),
-        None => format!("{:?}", common.pids),
-    };
-    eprintln!(
-        "fltrace: counting the events of {whom} with user stacks unwound from DWARF \
-         (complete without frame pointers); Ctrl-C to end"
-    );
-    let counts = count.run(|per_second| {
-        if rate && !quiet {
-            eprintln!("fltrace: {per_second:.0} faults/s");
+    let remarks = Remarks::new(counting, count.dwarf(), common.format.into(), common.folded);
+    if count.dwarf() {
+        let whom = match count.child_pid() {
+            Some(pid) => format!("the command (pid {pid})"),
+            None => format!("{:?}", common.pids),
+        };
+        eprintln!(
+            "fltrace: counting the events of {whom} with user stacks unwound from DWARF \
+             (complete without frame pointers); Ctrl-C to end"
+        );
+    } else {
+        eprintln!("fltrace: {in_kernel}");
+    }
+    let counted = count.run(|per_second| {
+        if let Some(line) = remarks.each_second(per_second) {
+            eprintln!("fltrace: {line}");
         }
     })?;
-    print_rows(&counts.rows[..counts.rows.len().min(top)], common)?;
-    if !quiet {
-        let secs = counts.elapsed.as_secs_f64().max(1e-9);
-        eprintln!(
-            "fltrace: {} events in {secs:.1} s ({:.0}/s){}",
-            counts.events,
-            counts.events as f64 / secs,
-            output::ring_full_note(counts.lost)
-        );
+    let mut out = std::io::stdout().lock();
+    output::write_rows(
+        &mut out,
+        counted.top(top),
+        common.format.into(),
+        common.folded,
+    )?;
+    if let Some(line) = remarks.summary(&counted) {
+        eprintln!("fltrace: {line}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -227,35 +211,16 @@ fn print_named(
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
     let events = fltrace_bpf::fault_events_for(&targets(&args.common));
     let request = count_request(&args.common, events, counting::fault_grouping());
-    let mut count = Count::start(request, true, interrupt_counter()?)?;
-    if count.dwarf() {
-        return print_named(count, &args.common, args.top, true);
-    }
-    let quiet = args.common.folded || args.common.format != Format::Table;
-    eprintln!(
-        "fltrace: counting page faults by stack; user stacks follow frame pointers \
-         (code built without them shows only its innermost frame; -p PID or a command \
-         unwinds them from DWARF); Ctrl-C to end"
-    );
-    let counted = count.run(|per_second| {
-        if !quiet {
-            eprintln!("fltrace: {per_second:.0} faults/s");
-        }
-    })?;
-    print_rows(
-        &counted.rows[..counted.rows.len().min(args.top)],
+    let count = Count::start(request, true, interrupt_counter()?)?;
+    report(
+        count,
+        Counting::Faults,
+        "counting page faults by stack; user stacks follow frame pointers (code built without \
+         them shows only its innermost frame; -p PID or a command unwinds them from DWARF); \
+         Ctrl-C to end",
         &args.common,
-    )?;
-    if !quiet {
-        eprintln!(
-            "fltrace: {} faults in {:.1} s ({:.0}/s){}",
-            counted.events,
-            counted.elapsed.as_secs_f64(),
-            counted.rate(),
-            output::table_full_note(counted.dropped)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+        args.top,
+    )
 }
 
 pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use fltrace_system::{Format, Printer, Scope};
+use fltrace_system::{Format, Scope, Tool};
 
 use crate::cli::duration;
 
@@ -98,88 +98,51 @@ impl From<crate::cli::Format> for Format {
     }
 }
 
-/// Says on stderr what the session cannot see, then that it is ready, as bcc's tools do.
-fn ready(session: &fltrace_system::Session, what: &str) {
-    let mut err = std::io::stderr().lock();
-    for note in &session.notes {
-        let _ = writeln!(err, "fltrace: {note}");
+/// The tool each command asks for, with its own options, and the flags every tool takes.
+fn request(command: SystemCommand) -> (Tool, CommonArgs) {
+    match command {
+        SystemCommand::Oomkill(args) => (Tool::Oomkill, args),
+        SystemCommand::Mmapsnoop(args) => (Tool::Mmapsnoop, args),
+        SystemCommand::Brkstack(args) => (
+            Tool::Brkstack {
+                folded: args.folded,
+            },
+            args.common,
+        ),
+        SystemCommand::Shmsnoop(args) => (Tool::Shmsnoop, args),
+        SystemCommand::Vmscan(args) => (
+            Tool::Vmscan {
+                interval: args.interval,
+            },
+            args.common,
+        ),
+        SystemCommand::Drsnoop(args) => (Tool::Drsnoop, args),
+        SystemCommand::Swapin(args) => (
+            Tool::Swapin {
+                interval: args.interval,
+            },
+            args.common,
+        ),
+        SystemCommand::Hfaults(args) => (Tool::Hfaults, args),
     }
-    let _ = writeln!(err, "Tracing {what}... Hit Ctrl-C to end.");
-}
-
-fn finish(
-    result: Result<Option<std::process::ExitStatus>, fltrace_system::Error>,
-) -> anyhow::Result<ExitCode> {
-    let status = result?;
-    Ok(match status {
-        Some(status) => ExitCode::from(status.code().unwrap_or(1) as u8),
-        None => ExitCode::SUCCESS,
-    })
 }
 
 pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
     let stop = fltrace_capture::interrupt_counter()?;
-    let out = std::io::stdout().lock();
-    match command {
-        SystemCommand::Oomkill(args) => {
-            let tool = fltrace_system::oomkill::open(&scope(&args)?).context("oomkill")?;
-            ready(&tool.session, "OOM kills");
-            let mut p = Printer::new(args.format.into(), fltrace_system::oomkill::COLUMNS, out);
-            finish(tool.run(&stop, args.duration, &mut p))
-        }
-        SystemCommand::Mmapsnoop(args) => {
-            let tool = fltrace_system::mmapsnoop::open(&scope(&args)?).context("mmapsnoop")?;
-            ready(&tool.session, "mmap(2) calls");
-            let mut p = Printer::new(args.format.into(), fltrace_system::mmapsnoop::COLUMNS, out);
-            finish(tool.run(&stop, args.duration, &mut p))
-        }
-        SystemCommand::Brkstack(args) => {
-            let tool = fltrace_system::brkstack::open(&scope(&args.common)?).context("brkstack")?;
-            ready(&tool.session, "brk(2) calls by stack");
-            let mut p = Printer::new(
-                args.common.format.into(),
-                fltrace_system::brkstack::COLUMNS,
-                out,
-            );
-            finish(tool.run(&stop, args.common.duration, args.folded, &mut p))
-        }
-        SystemCommand::Shmsnoop(args) => {
-            let tool = fltrace_system::shmsnoop::open(&scope(&args)?).context("shmsnoop")?;
-            ready(&tool.session, "shared memory calls");
-            let mut p = Printer::new(args.format.into(), fltrace_system::shmsnoop::COLUMNS, out);
-            finish(tool.run(&stop, args.duration, &mut p))
-        }
-        SystemCommand::Vmscan(args) => {
-            let tool = fltrace_system::vmscan::open(&scope(&args.common)?).context("vmscan")?;
-            ready(&tool.session, "vmscan");
-            let mut p = Printer::new(
-                args.common.format.into(),
-                fltrace_system::vmscan::COLUMNS,
-                out,
-            );
-            finish(tool.run(&stop, args.common.duration, args.interval, &mut p))
-        }
-        SystemCommand::Drsnoop(args) => {
-            let tool = fltrace_system::drsnoop::open(&scope(&args)?).context("drsnoop")?;
-            ready(&tool.session, "direct and memory cgroup reclaim");
-            let mut p = Printer::new(args.format.into(), fltrace_system::drsnoop::COLUMNS, out);
-            finish(tool.run(&stop, args.duration, &mut p))
-        }
-        SystemCommand::Swapin(args) => {
-            let tool = fltrace_system::swapin::open(&scope(&args.common)?).context("swapin")?;
-            ready(&tool.session, "swap-ins");
-            let mut p = Printer::new(
-                args.common.format.into(),
-                fltrace_system::swapin::COLUMNS,
-                out,
-            );
-            finish(tool.run(&stop, args.common.duration, args.interval, &mut p))
-        }
-        SystemCommand::Hfaults(args) => {
-            let tool = fltrace_system::hfaults::open(&scope(&args)?).context("hfaults")?;
-            ready(&tool.session, "huge page faults per process");
-            let mut p = Printer::new(args.format.into(), fltrace_system::hfaults::COLUMNS, out);
-            finish(tool.run(&stop, args.duration, &mut p))
-        }
+    let (tool, args) = request(command);
+    let open = tool.open(&scope(&args)?).context(tool.name())?;
+    // What the session cannot see, then that it is ready, as bcc's tools say it.
+    let mut err = std::io::stderr().lock();
+    for note in open.notes() {
+        let _ = writeln!(err, "fltrace: {note}");
     }
+    let _ = writeln!(err, "Tracing {}... Hit Ctrl-C to end.", tool.traces());
+    drop(err);
+    let status = open.run(
+        &stop,
+        args.duration,
+        args.format.into(),
+        std::io::stdout().lock(),
+    )?;
+    Ok(ExitCode::from(fltrace_system::exit_code(status)))
 }

@@ -1,0 +1,224 @@
+//! Any of the event tools as one request: what it is called, what it traces, its columns, and
+//! a run that prints its rows in a format, so that a caller opens and runs every tool alike.
+
+use std::io::Write;
+use std::process::ExitStatus;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use crate::output::{Column, Format, Printer};
+use crate::session::{Scope, Session};
+use crate::{Error, brkstack, drsnoop, hfaults, mmapsnoop, oomkill, shmsnoop, swapin, vmscan};
+
+/// An event tool with its own options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// OOM kills ([`oomkill`]).
+    Oomkill,
+    /// mmap(2) calls ([`mmapsnoop`]).
+    Mmapsnoop,
+    /// brk(2) calls counted by stack ([`brkstack`]).
+    Brkstack {
+        /// Folded stacks (`comm;outer;...;inner count`) rather than the format's rows.
+        folded: bool,
+    },
+    /// System V shared memory calls ([`shmsnoop`]).
+    Shmsnoop,
+    /// Reclaim per interval ([`vmscan`]).
+    Vmscan {
+        /// Time between rows.
+        interval: Duration,
+    },
+    /// Direct and memory cgroup reclaims ([`drsnoop`]).
+    Drsnoop,
+    /// Swap-ins by process per interval ([`swapin`]).
+    Swapin {
+        /// Time between rows.
+        interval: Duration,
+    },
+    /// Huge page faults by process ([`hfaults`]).
+    Hfaults,
+}
+
+impl Tool {
+    /// Its command name (`mmapsnoop`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Oomkill => "oomkill",
+            Tool::Mmapsnoop => "mmapsnoop",
+            Tool::Brkstack { .. } => "brkstack",
+            Tool::Shmsnoop => "shmsnoop",
+            Tool::Vmscan { .. } => "vmscan",
+            Tool::Drsnoop => "drsnoop",
+            Tool::Swapin { .. } => "swapin",
+            Tool::Hfaults => "hfaults",
+        }
+    }
+
+    /// What it traces, as the "Tracing ...." line says it (`mmap(2) calls`).
+    pub fn traces(self) -> &'static str {
+        match self {
+            Tool::Oomkill => "OOM kills",
+            Tool::Mmapsnoop => "mmap(2) calls",
+            Tool::Brkstack { .. } => "brk(2) calls by stack",
+            Tool::Shmsnoop => "shared memory calls",
+            Tool::Vmscan { .. } => "vmscan",
+            Tool::Drsnoop => "direct and memory cgroup reclaim",
+            Tool::Swapin { .. } => "swap-ins",
+            Tool::Hfaults => "huge page faults per process",
+        }
+    }
+
+    /// Its output's columns.
+    pub fn columns(self) -> &'static [Column] {
+        match self {
+            Tool::Oomkill => oomkill::COLUMNS,
+            Tool::Mmapsnoop => mmapsnoop::COLUMNS,
+            Tool::Brkstack { .. } => brkstack::COLUMNS,
+            Tool::Shmsnoop => shmsnoop::COLUMNS,
+            Tool::Vmscan { .. } => vmscan::COLUMNS,
+            Tool::Drsnoop => drsnoop::COLUMNS,
+            Tool::Swapin { .. } => swapin::COLUMNS,
+            Tool::Hfaults => hfaults::COLUMNS,
+        }
+    }
+
+    /// Opens its events for `scope` (starting a command the scope names once they are in
+    /// place).
+    pub fn open(self, scope: &Scope) -> Result<OpenTool, Error> {
+        let opened = match self {
+            Tool::Oomkill => Opened::Oomkill(oomkill::open(scope)?),
+            Tool::Mmapsnoop => Opened::Mmapsnoop(mmapsnoop::open(scope)?),
+            Tool::Brkstack { folded } => Opened::Brkstack(brkstack::open(scope)?, folded),
+            Tool::Shmsnoop => Opened::Shmsnoop(shmsnoop::open(scope)?),
+            Tool::Vmscan { interval } => Opened::Vmscan(vmscan::open(scope)?, interval),
+            Tool::Drsnoop => Opened::Drsnoop(drsnoop::open(scope)?),
+            Tool::Swapin { interval } => Opened::Swapin(swapin::open(scope)?, interval),
+            Tool::Hfaults => Opened::Hfaults(hfaults::open(scope)?),
+        };
+        Ok(OpenTool { tool: self, opened })
+    }
+}
+
+enum Opened {
+    Oomkill(oomkill::OomKill),
+    Mmapsnoop(mmapsnoop::MmapSnoop),
+    Brkstack(brkstack::BrkStack, bool),
+    Shmsnoop(shmsnoop::ShmSnoop),
+    Vmscan(vmscan::Vmscan, Duration),
+    Drsnoop(drsnoop::DrSnoop),
+    Swapin(swapin::Swapin, Duration),
+    Hfaults(hfaults::HFaults),
+}
+
+/// A tool whose events are open.
+pub struct OpenTool {
+    tool: Tool,
+    opened: Opened,
+}
+
+impl OpenTool {
+    /// The tool.
+    pub fn tool(&self) -> Tool {
+        self.tool
+    }
+
+    fn session(&self) -> &Session {
+        match &self.opened {
+            Opened::Oomkill(t) => &t.session,
+            Opened::Mmapsnoop(t) => &t.session,
+            Opened::Brkstack(t, _) => &t.session,
+            Opened::Shmsnoop(t) => &t.session,
+            Opened::Vmscan(t, _) => &t.session,
+            Opened::Drsnoop(t) => &t.session,
+            Opened::Swapin(t, _) => &t.session,
+            Opened::Hfaults(t) => &t.session,
+        }
+    }
+
+    /// What it cannot see, one line each, for the user.
+    pub fn notes(&self) -> &[String] {
+        &self.session().notes
+    }
+
+    /// Prints its rows in `format` to `out` until Ctrl-C (`stop`), `duration`, the end of the
+    /// processes or command it traces; the command's exit status when it ran one.
+    pub fn run<W: Write>(
+        self,
+        stop: &AtomicUsize,
+        duration: Option<Duration>,
+        format: Format,
+        out: W,
+    ) -> Result<Option<ExitStatus>, Error> {
+        let mut printer = Printer::new(format, self.tool.columns(), out);
+        let p = &mut printer;
+        match self.opened {
+            Opened::Oomkill(t) => t.run(stop, duration, p),
+            Opened::Mmapsnoop(t) => t.run(stop, duration, p),
+            Opened::Brkstack(t, folded) => t.run(stop, duration, folded, p),
+            Opened::Shmsnoop(t) => t.run(stop, duration, p),
+            Opened::Vmscan(t, interval) => t.run(stop, duration, interval, p),
+            Opened::Drsnoop(t) => t.run(stop, duration, p),
+            Opened::Swapin(t, interval) => t.run(stop, duration, interval, p),
+            Opened::Hfaults(t) => t.run(stop, duration, p),
+        }
+    }
+}
+
+/// The exit code of a tool's run: the traced command's own, 1 when a signal ended it (it has
+/// no code), 0 when no command ran.
+pub fn exit_code(status: Option<ExitStatus>) -> u8 {
+    match status {
+        // Exit codes are 0..=255 on Linux: the cast keeps them whole.
+        Some(status) => status.code().unwrap_or(1) as u8,
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt as _;
+
+    /// A wait status holds the code in its second byte, or the signal in its low bits.
+    #[test]
+    fn exit_code_is_the_commands_own_or_one_after_a_signal() {
+        assert_eq!(exit_code(Some(ExitStatus::from_raw(3 << 8))), 3);
+        assert_eq!(exit_code(Some(ExitStatus::from_raw(255 << 8))), 255);
+        assert_eq!(exit_code(Some(ExitStatus::from_raw(0))), 0);
+        assert_eq!(exit_code(Some(ExitStatus::from_raw(libc::SIGKILL))), 1);
+        assert_eq!(exit_code(None), 0);
+    }
+
+    /// The name (for errors) and the phrase of the "Tracing ...." line, tool by tool.
+    #[test]
+    fn each_tool_says_what_it_traces() {
+        let second = Duration::from_secs(1);
+        let said: Vec<(&str, &str)> = [
+            Tool::Oomkill,
+            Tool::Mmapsnoop,
+            Tool::Brkstack { folded: true },
+            Tool::Shmsnoop,
+            Tool::Vmscan { interval: second },
+            Tool::Drsnoop,
+            Tool::Swapin { interval: second },
+            Tool::Hfaults,
+        ]
+        .iter()
+        .map(|t| (t.name(), t.traces()))
+        .collect();
+        assert_eq!(
+            said,
+            [
+                ("oomkill", "OOM kills"),
+                ("mmapsnoop", "mmap(2) calls"),
+                ("brkstack", "brk(2) calls by stack"),
+                ("shmsnoop", "shared memory calls"),
+                ("vmscan", "vmscan"),
+                ("drsnoop", "direct and memory cgroup reclaim"),
+                ("swapin", "swap-ins"),
+                ("hfaults", "huge page faults per process"),
+            ]
+        );
+    }
+}
