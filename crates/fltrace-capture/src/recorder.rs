@@ -94,6 +94,14 @@ pub struct Progress {
     pub elapsed: Duration,
 }
 
+impl Progress {
+    /// Faults recorded per second so far (over at least a millisecond, so that the first
+    /// report is not a division by zero).
+    pub fn faults_per_second(&self) -> f64 {
+        self.faults as f64 / self.elapsed.as_secs_f64().max(1e-3)
+    }
+}
+
 /// How a recording ended.
 #[derive(Debug, Clone)]
 pub struct Summary {
@@ -1384,6 +1392,20 @@ mod tests {
             ..summary(vec![10])
         };
         assert_eq!(attached.shell_status(), 0);
+    }
+
+    #[test]
+    fn faults_per_second_over_at_least_a_millisecond() {
+        let progress = |faults, elapsed| Progress {
+            faults,
+            lost: 0,
+            elapsed,
+        };
+        assert_eq!(
+            progress(500, Duration::from_millis(250)).faults_per_second(),
+            2000.0
+        );
+        assert_eq!(progress(3, Duration::ZERO).faults_per_second(), 3000.0);
     }
 
     /// The exit code wins over a signal; with neither the ending is unknown.

@@ -36,14 +36,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let mut shown = false;
     let summary = fltrace_capture::record(&target, &options, &stop, |p: &Progress| {
         if show_progress {
-            let secs = p.elapsed.as_secs_f64().max(1e-3);
             // Not eprint!, which panics when the terminal is gone (SIGHUP): the recording
             // must still be finished.
             let _ = write!(
                 std::io::stderr(),
                 "\rfltrace: {} faults, {:.0}/s, {} lost  ",
                 p.faults,
-                p.faults as f64 / secs,
+                p.faults_per_second(),
                 p.lost
             );
             shown = true;
