@@ -30,6 +30,7 @@ mod interrupt;
 mod process;
 mod reader;
 mod recorder;
+mod request;
 pub mod ring;
 mod runtime;
 pub mod sys;
@@ -44,7 +45,10 @@ pub use child::ChildGuard;
 pub use error::Error;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;
-pub use recorder::{AllocTracing, Options, Progress, Summary, Target, monotonic_now_ns, record};
+pub use recorder::{
+    AllocTracing, Ending, Options, Progress, Summary, Target, monotonic_now_ns, record,
+};
+pub use request::{Facilities, Request, RequestError, ThisMachine};
 pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;

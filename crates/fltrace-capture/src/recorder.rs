@@ -94,6 +94,14 @@ pub struct Progress {
     pub elapsed: Duration,
 }
 
+impl Progress {
+    /// Faults recorded per second so far (over at least a millisecond, so that the first
+    /// report is not a division by zero).
+    pub fn faults_per_second(&self) -> f64 {
+        self.faults as f64 / self.elapsed.as_secs_f64().max(1e-3)
+    }
+}
+
 /// How a recording ended.
 #[derive(Debug, Clone)]
 pub struct Summary {
@@ -123,14 +131,34 @@ pub struct Summary {
     pub trace_error: Option<String>,
 }
 
+/// How the traced program ended, as far as the recording saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// It exited with this code (0 for a process fltrace attached to: it is left running).
+    Exited(i32),
+    /// This signal killed it.
+    Killed(i32),
+    /// Neither was seen.
+    Unknown,
+}
+
 impl Summary {
+    /// How the program ended: its exit code if it has one, else the signal that killed it.
+    pub fn ending(&self) -> Ending {
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => Ending::Exited(code),
+            (None, Some(signal)) => Ending::Killed(signal),
+            (None, None) => Ending::Unknown,
+        }
+    }
+
     /// The command's status as a shell gives it, for fltrace to exit with: its exit code,
     /// 128 + the signal that killed it, 0 when it neither exited nor was killed (attached).
     pub fn shell_status(&self) -> u8 {
-        match (self.exit_code, self.signal) {
-            (Some(code), _) => code as u8,
-            (None, Some(signal)) => 128 + signal as u8,
-            (None, None) => 0,
+        match self.ending() {
+            Ending::Exited(code) => code as u8,
+            Ending::Killed(signal) => 128 + signal as u8,
+            Ending::Unknown => 0,
         }
     }
 
@@ -1364,5 +1392,41 @@ mod tests {
             ..summary(vec![10])
         };
         assert_eq!(attached.shell_status(), 0);
+    }
+
+    #[test]
+    fn faults_per_second_over_at_least_a_millisecond() {
+        let progress = |faults, elapsed| Progress {
+            faults,
+            lost: 0,
+            elapsed,
+        };
+        assert_eq!(
+            progress(500, Duration::from_millis(250)).faults_per_second(),
+            2000.0
+        );
+        assert_eq!(progress(3, Duration::ZERO).faults_per_second(), 3000.0);
+    }
+
+    /// The exit code wins over a signal; with neither the ending is unknown.
+    #[test]
+    fn ending_is_the_exit_code_else_the_signal() {
+        let both = Summary {
+            exit_code: Some(3),
+            signal: Some(9),
+            ..summary(vec![10])
+        };
+        assert_eq!(both.ending(), Ending::Exited(3));
+        let killed = Summary {
+            exit_code: None,
+            signal: Some(2),
+            ..summary(vec![10])
+        };
+        assert_eq!(killed.ending(), Ending::Killed(2));
+        let neither = Summary {
+            exit_code: None,
+            ..summary(vec![10])
+        };
+        assert_eq!(neither.ending(), Ending::Unknown);
     }
 }

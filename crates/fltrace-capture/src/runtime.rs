@@ -87,7 +87,28 @@ impl FarMemory {
         handlers: u32,
         busy_poll: bool,
     ) -> Result<FarMemory, Error> {
-        let available_mb = mem_available_mb().unwrap_or(u64::MAX);
+        FarMemory::within(
+            library,
+            local_mb,
+            max_mb,
+            policy,
+            handlers,
+            busy_poll,
+            mem_available_mb(),
+        )
+    }
+
+    /// [`FarMemory::checked`] against `available_mb` of memory (no limit if unknown).
+    pub(crate) fn within(
+        library: PathBuf,
+        local_mb: u64,
+        max_mb: u64,
+        policy: &str,
+        handlers: u32,
+        busy_poll: bool,
+        available_mb: Option<u64>,
+    ) -> Result<FarMemory, Error> {
+        let available_mb = available_mb.unwrap_or(u64::MAX);
         if max_mb > available_mb {
             return Err(Error::FarMemoryTooLarge {
                 max_mb,
@@ -106,7 +127,7 @@ impl FarMemory {
 }
 
 /// `MemAvailable` of /proc/meminfo, MiB.
-fn mem_available_mb() -> Option<u64> {
+pub(crate) fn mem_available_mb() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

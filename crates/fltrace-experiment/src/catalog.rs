@@ -338,6 +338,16 @@ pub struct CatalogRun {
     pub dir: PathBuf,
 }
 
+impl CatalogRun {
+    /// The title of its page: id, workload, configuration, repetition and command.
+    pub fn page_title(&self) -> String {
+        format!(
+            "run {}: {} config={} rep={} ({})",
+            self.id, self.workload, self.config, self.rep, self.command
+        )
+    }
+}
+
 /// An open catalog.
 pub struct Catalog {
     db: Connection,

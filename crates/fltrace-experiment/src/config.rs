@@ -101,6 +101,12 @@ pub fn defaults() -> Vec<Config> {
     ]
 }
 
+/// Whether a series of `configs` needs the preloaded library from `fltrace runs` itself (see
+/// [`Config::preloads_itself`]); record-mode configurations leave it to `fltrace record`.
+pub fn preload_needed(configs: &[Config]) -> bool {
+    configs.iter().any(Config::preloads_itself)
+}
+
 impl Config {
     /// Whether its runs need the preloaded library from `fltrace runs` itself: dry runs with a
     /// `pmem_dir` (`fltrace record` finds the library for the others).
@@ -333,6 +339,19 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a dry run whose heap is backed by files preloads the library itself.
+    #[test]
+    fn preload_is_needed_for_dry_runs_with_a_backing_directory() {
+        assert!(!preload_needed(&defaults()));
+        let mut pmem_record = Config::new("pmem-record", Mode::Record);
+        pmem_record.pmem_dir = Some(PathBuf::from("/mnt/pmem"));
+        assert!(!preload_needed(&[pmem_record.clone()]));
+        let mut pmem_dry = Config::new("pmem-dry", Mode::Dry);
+        pmem_dry.pmem_dir = Some(PathBuf::from("/mnt/pmem"));
+        assert!(preload_needed(&[pmem_record, pmem_dry]));
+        assert!(!preload_needed(&[]));
+    }
 
     #[test]
     fn full_configuration_parses() {

@@ -41,6 +41,35 @@ pub enum Error {
     /// Recording a run in-process (a sweep's) failed.
     #[error(transparent)]
     Capture(#[from] fltrace_capture::Error),
+    /// The page of a catalogued run could not be made.
+    #[error("run {id} in {}", dir.display())]
+    RunPage {
+        /// The run's catalog id.
+        id: i64,
+        /// The run's directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+    /// An output file could not be created.
+    #[error("creating {}", path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: fltrace_trace::Error,
+    },
+    /// An output file could not be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A run ended without a usable recording: what happened, and where.
     #[error("{0}")]
     RunFailed(String),

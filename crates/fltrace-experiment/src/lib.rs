@@ -10,6 +10,7 @@
 pub mod catalog;
 mod config;
 mod error;
+pub mod invocation;
 pub mod listing;
 pub mod numa;
 pub mod page;
@@ -18,7 +19,9 @@ pub mod shuffle;
 pub mod stats;
 pub mod sweep;
 
-pub use config::{Config, LocalMemory, Mode, ParseError, defaults, from_file, parse};
+pub use config::{
+    Config, LocalMemory, Mode, ParseError, defaults, from_file, parse, preload_needed,
+};
 pub use error::Error;
 pub use series::{
     Event, Outcome, PlannedRun, RUN_FILE, RunRecord, SERIES_FILE, STDERR_FILE, STDOUT_FILE,

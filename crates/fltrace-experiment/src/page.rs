@@ -3,12 +3,14 @@
 //! Plain inline JavaScript drawing on a canvas: no network resource, opens anywhere.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 
 use fltrace_analyze::{Lifetimes, Symbolizer, call_site};
 use fltrace_trace::{Recording, files, read_access};
 
 use crate::Error;
+use crate::catalog::CatalogRun;
 
 /// Points drawn at most; beyond, every n-th is kept (the page says so).
 const MAX_POINTS: usize = 400_000;
@@ -29,6 +31,29 @@ struct Rect {
     addr: u64,
     size: u64,
     label: String,
+}
+
+/// The page of a catalogued run, titled with its id, workload, configuration, repetition
+/// and command.
+pub fn page_of_run(run: &CatalogRun) -> Result<String, Error> {
+    run_page(&run.dir, &run.page_title()).map_err(|source| Error::RunPage {
+        id: run.id,
+        dir: run.dir.clone(),
+        source: Box::new(source),
+    })
+}
+
+/// Writes `page` to `output`, a new file (see [`files::create_new`]).
+pub fn write_new(output: &Path, page: &str) -> Result<(), Error> {
+    let mut file = files::create_new(output).map_err(|source| Error::Create {
+        path: output.to_path_buf(),
+        source,
+    })?;
+    file.write_all(page.as_bytes())
+        .map_err(|source| Error::Write {
+            path: output.to_path_buf(),
+            source,
+        })
 }
 
 /// The page of the recording in `run_dir`, titled `title`.
@@ -313,3 +338,69 @@ window.addEventListener("resize", size);
 size();
 </script></body></html>
 "##;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_in(dir: &Path) -> CatalogRun {
+        CatalogRun {
+            id: 4,
+            workload: "scan".to_owned(),
+            config: "record".to_owned(),
+            mode: "record".to_owned(),
+            rep: 2,
+            command: "./scan 8 1".to_owned(),
+            start_unix_ns: 0,
+            wall_s: 0.5,
+            user_s: 0.1,
+            sys_s: 0.1,
+            max_rss_kb: 1024,
+            status: "ok".to_owned(),
+            faults: Some(10),
+            allocs: None,
+            samples: None,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// A run whose directory holds no recording names the run and its directory.
+    #[test]
+    fn page_of_a_run_without_a_recording_says_which_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = page_of_run(&run_in(dir.path())).unwrap_err();
+        assert_eq!(
+            fltrace_trace::error_chain(&error),
+            format!(
+                "run 4 in {0}: no fltrace recording in {0} (run `fltrace record -- <command>` first)",
+                dir.path().display()
+            )
+        );
+    }
+
+    /// The page goes to a new file; a file already there is refused, untouched.
+    #[test]
+    fn write_new_writes_a_new_file_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("run-4.html");
+        write_new(&output, "<html>4</html>").unwrap();
+        assert_eq!(std::fs::read_to_string(&output).unwrap(), "<html>4</html>");
+        let error = write_new(&output, "<html>again</html>").unwrap_err();
+        assert_eq!(
+            fltrace_trace::error_chain(&error),
+            format!(
+                "creating {0}: {0}: File exists (os error 17)",
+                output.display()
+            )
+        );
+        assert_eq!(std::fs::read_to_string(&output).unwrap(), "<html>4</html>");
+    }
+
+    #[test]
+    fn the_title_names_the_run() {
+        assert_eq!(
+            run_in(Path::new("/s")).page_title(),
+            "run 4: scan config=record rep=2 (./scan 8 1)"
+        );
+    }
+}

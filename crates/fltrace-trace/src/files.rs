@@ -136,6 +136,40 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
         .collect()
 }
 
+/// One trace file that stayed after a recording that could not write everything: its name,
+/// and its rows or why it cannot be read. Shown as `NAME (N rows)` or
+/// `NAME (unreadable: WHY)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptFile {
+    /// The file name, without the directory.
+    pub name: String,
+    /// Rows read back (lines for the text files), or the error with its causes.
+    pub rows: Result<usize, String>,
+}
+
+impl std::fmt::Display for KeptFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.rows {
+            Ok(rows) => write!(f, "{} ({rows} rows)", self.name),
+            Err(why) => write!(f, "{} (unreadable: {why})", self.name),
+        }
+    }
+}
+
+/// What of the trace files of `pids` in `dir` reads back ([`readable`]), process by process.
+pub fn kept(dir: &Path, pids: &[u32]) -> Vec<KeptFile> {
+    pids.iter()
+        .flat_map(|&pid| readable(dir, pid))
+        .map(|(path, rows)| KeptFile {
+            name: path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
+            rows: rows.map_err(|e| crate::error_chain(&e)),
+        })
+        .collect()
+}
+
 /// Creates an output file for writing: the one way every fltrace command creates its files.
 ///
 /// fltrace often runs as root in directories other users can write to, where a name planted
@@ -258,6 +292,28 @@ mod tests {
             pid_of("fltrace-data-stats-7.out", "faults", "parquet"),
             None
         );
+    }
+
+    /// After a failed write: the good file with its rows, the damaged one with why, in the
+    /// order of the tables; a process that left nothing adds nothing.
+    #[test]
+    fn kept_lists_good_and_damaged_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(procmaps(dir.path(), 7), "a\nb\n\nc\n").unwrap();
+        std::fs::write(faults(dir.path(), 7), b"PAR1 cut short").unwrap();
+        let kept = kept(dir.path(), &[7, 8]);
+        let shown: Vec<String> = kept.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                format!(
+                    "fltrace-data-faults-7.parquet (unreadable: {}: Parquet error: Invalid Parquet file. Corrupt footer)",
+                    faults(dir.path(), 7).display()
+                ),
+                "fltrace-data-procmaps-7.out (3 rows)".to_owned(),
+            ]
+        );
+        assert_eq!(kept[1].rows, Ok(3));
     }
 
     /// A symbolic link planted where an output file goes is not followed.

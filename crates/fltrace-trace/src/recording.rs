@@ -203,6 +203,14 @@ impl Recording {
         &self.pids
     }
 
+    /// The processes a command's `-p` picks: that one, or every process traced.
+    pub fn chosen_pids(&self, pid: Option<u32>) -> Vec<u32> {
+        match pid {
+            Some(pid) => vec![pid],
+            None => self.pids.clone(),
+        }
+    }
+
     /// The first process of the run: the command fltrace started or attached to.
     pub fn root_pid(&self) -> Option<u32> {
         self.session
@@ -352,5 +360,26 @@ impl ProcessTrace {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chosen_pids_are_the_one_asked_for_or_all() {
+        let recording = Recording {
+            dir: PathBuf::from("/r"),
+            session: SessionInfo {
+                id: "3-1".to_owned(),
+                start_ns: 1,
+                command: "scan".to_owned(),
+            },
+            pids: vec![3, 5, 8],
+            modified: None,
+        };
+        assert_eq!(recording.chosen_pids(None), [3, 5, 8]);
+        assert_eq!(recording.chosen_pids(Some(5)), [5]);
     }
 }

@@ -4,20 +4,13 @@ use std::io::Write as _;
 
 use anyhow::Context;
 
-use fltrace_analyze::{ARCHIVE_DIR, DebugConfig, DebugResolver};
-use fltrace_trace::Recording;
+use fltrace_analyze::{ARCHIVE_DIR, DebugConfig, DebugResolver, find_recording};
 
 use crate::cli::ArchiveArgs;
 
 pub fn run(args: ArchiveArgs) -> anyhow::Result<()> {
-    let recording = match args.pid {
-        Some(pid) => Recording::with_pid(&args.dir, pid)?,
-        None => Recording::latest(&args.dir)?,
-    };
-    let pids: Vec<u32> = match args.pid {
-        Some(pid) => vec![pid],
-        None => recording.pids().to_vec(),
-    };
+    let recording = find_recording(&args.dir, args.pid)?;
+    let pids = recording.chosen_pids(args.pid);
     let mut traces = Vec::with_capacity(pids.len());
     for pid in pids {
         traces.push(

@@ -4,88 +4,31 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
-use anyhow::{Context, bail};
-
 use fltrace_capture::interrupt_counter;
-use fltrace_capture::{
-    AllocTracing, Credentials, FarMemory, Options, Progress, Target, find_preload_library,
-};
+use fltrace_capture::{Ending, Progress, Request, ThisMachine};
 
 use crate::cli::RecordArgs;
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
-    if args.access_samples
-        && fltrace_capture::access::availability() == fltrace_capture::access::Availability::None
-    {
-        bail!(
-            "no hardware memory-access sampling on this machine: --access-samples needs Intel PEBS (mem-loads/mem-stores) or AMD IBS op, and neither is available"
-        );
-    }
-    let far_memory = match (args.local_mb, args.max_mb) {
-        (Some(l), Some(m)) if l > m => bail!("-L ({l} MB) must not exceed -M ({m} MB)"),
-        (Some(_), None) | (None, Some(_)) => bail!("-L and -M go together: give both or neither"),
-        (Some(local_mb), Some(max_mb)) => Some(far_memory(&args, local_mb, max_mb)?),
-        (None, None) => None,
+    let request = Request {
+        dir: args.dir.clone(),
+        pid: args.pid,
+        command: args.command.clone(),
+        local_mb: args.local_mb,
+        max_mb: args.max_mb,
+        policy: args.policy.name().to_owned(),
+        handlers: args.handlers,
+        busy_poll: args.busy_poll,
+        stack_bytes: args.stack_size,
+        buffer_mb: args.buffer_mb as usize,
+        exact_stacks: args.exact_stacks,
+        user: args.user.clone(),
+        drop_privileges: args.drop_privileges,
+        allocs: args.allocs,
+        access_samples: args.access_samples.then_some(args.freq),
+        backing_dir: args.backing_dir.clone(),
     };
-    let target = match (args.pid, args.command.is_empty()) {
-        (Some(pid), _) => Target::Pid(pid),
-        (None, false) => Target::Command(args.command.clone()),
-        (None, true) => bail!("no command given: fltrace record [OPTIONS] -- <command> [args...]"),
-    };
-    if !args.dir.is_dir() {
-        bail!("output directory {} does not exist", args.dir.display());
-    }
-    let mut options = Options::new(args.dir.clone());
-    options.stack_bytes = args.stack_size & !7;
-    options.buffer_mb = args.buffer_mb as usize;
-    options.read_live_stacks = !args.exact_stacks;
-    if far_memory.is_some() && args.pid.is_some() {
-        bail!("-L/-M apply to a command fltrace starts, not to a running process (-p)");
-    }
-    options.far_memory = far_memory;
-    if args.access_samples {
-        // The kernel caps sampling rates; above the cap it would refuse or throttle.
-        let max_rate = fltrace_capture::sys::max_sample_rate().unwrap_or(u64::MAX);
-        if args.freq > max_rate {
-            bail!(
-                "--freq {} is above this kernel's limit of {max_rate} samples per second (kernel.perf_event_max_sample_rate)",
-                args.freq
-            );
-        }
-    }
-    options.access_samples = args.access_samples.then_some(args.freq);
-    if args.allocs {
-        options.allocs = Some(if args.pid.is_some() {
-            if !fltrace_capture::uprobes_available() {
-                bail!(
-                    "--allocs with -p needs uprobes on the running process's allocator, and this kernel has none (CONFIG_UPROBE_EVENTS); start the program under `fltrace record --allocs -- <command>` instead"
-                );
-            }
-            AllocTracing::Uprobes
-        } else {
-            AllocTracing::Preload(find_preload_library()?)
-        });
-    }
-    if let Some(dir) = &args.backing_dir {
-        if options.far_memory.is_some() {
-            bail!("--backing-dir and -L/-M both serve the heap: give one of them");
-        }
-        if args.pid.is_some() {
-            bail!(
-                "--backing-dir applies to a command fltrace starts, not to a running process (-p)"
-            );
-        }
-        if !dir.is_dir() {
-            bail!("backing directory {} does not exist", dir.display());
-        }
-        options.heap_backing = Some(fltrace_capture::HeapBacking {
-            library: find_preload_library()?,
-            dir: dir
-                .canonicalize()
-                .with_context(|| format!("resolving {}", dir.display()))?,
-        });
-    }
-    options.credentials = credentials(&args)?;
+    let (target, options) = request.resolve(&ThisMachine)?;
 
     let stop = interrupt_counter()?;
 
@@ -93,14 +36,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let mut shown = false;
     let summary = fltrace_capture::record(&target, &options, &stop, |p: &Progress| {
         if show_progress {
-            let secs = p.elapsed.as_secs_f64().max(1e-3);
             // Not eprint!, which panics when the terminal is gone (SIGHUP): the recording
             // must still be finished.
             let _ = write!(
                 std::io::stderr(),
                 "\rfltrace: {} faults, {:.0}/s, {} lost  ",
                 p.faults,
-                p.faults as f64 / secs,
+                p.faults_per_second(),
                 p.lost
             );
             shown = true;
@@ -125,11 +67,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     if stop.load(Ordering::Relaxed) > 0 {
         // Interrupted: say how the command ended, the exit status being fltrace's own too.
-        let ended = match (args.pid, summary.exit_code, summary.signal) {
-            (Some(pid), _, _) => format!("process {pid} was left running"),
-            (None, Some(code), _) => format!("the command exited with status {code}"),
-            (None, None, Some(signal)) => format!("the command was killed by signal {signal}"),
-            (None, None, None) => "the command ended".to_owned(),
+        let ended = match (args.pid, summary.ending()) {
+            (Some(pid), _) => format!("process {pid} was left running"),
+            (None, Ending::Exited(code)) => format!("the command exited with status {code}"),
+            (None, Ending::Killed(signal)) => format!("the command was killed by signal {signal}"),
+            (None, Ending::Unknown) => "the command ended".to_owned(),
         };
         let _ = writeln!(
             err,
@@ -188,25 +130,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(summary.shell_status()))
 }
 
-fn far_memory(args: &RecordArgs, local_mb: u64, max_mb: u64) -> anyhow::Result<FarMemory> {
-    Ok(FarMemory::checked(
-        find_preload_library()?,
-        local_mb,
-        max_mb,
-        args.policy.name(),
-        args.handlers,
-        args.busy_poll,
-    )?)
-}
-
-fn credentials(args: &RecordArgs) -> anyhow::Result<Option<Credentials>> {
-    Ok(match (&args.user, args.drop_privileges) {
-        (Some(user), _) => Some(Credentials::of_user(user)?),
-        (None, true) => Some(Credentials::of_sudo_user()?),
-        (None, false) => None,
-    })
-}
-
 /// After a write error: the error, what of the trace reads back, and how the program ended
 /// (it ran to its end untraced).
 fn report_partial_trace(
@@ -219,19 +142,10 @@ fn report_partial_trace(
         err,
         "fltrace: error: the trace could not be written completely: {error}"
     );
-    let mut kept = Vec::new();
-    for pid in summary.traced_pids() {
-        for (path, rows) in fltrace_trace::files::readable(dir, pid) {
-            let name = path.file_name().map_or_else(
-                || path.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            );
-            kept.push(match rows {
-                Ok(rows) => format!("{name} ({rows} rows)"),
-                Err(e) => format!("{name} (unreadable: {})", fltrace_trace::error_chain(&e)),
-            });
-        }
-    }
+    let kept: Vec<String> = fltrace_trace::files::kept(dir, &summary.traced_pids())
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let _ = writeln!(
         err,
         "fltrace: kept: {}",
@@ -241,9 +155,11 @@ fn report_partial_trace(
             kept.join(", ")
         }
     );
-    let _ = match (summary.exit_code, summary.signal) {
-        (Some(code), _) => writeln!(err, "fltrace: the program exited with status {code}"),
-        (None, Some(signal)) => writeln!(err, "fltrace: the program was killed by signal {signal}"),
-        (None, None) => Ok(()),
+    let _ = match summary.ending() {
+        Ending::Exited(code) => writeln!(err, "fltrace: the program exited with status {code}"),
+        Ending::Killed(signal) => {
+            writeln!(err, "fltrace: the program was killed by signal {signal}")
+        }
+        Ending::Unknown => Ok(()),
     };
 }

@@ -5,11 +5,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 
 use fltrace_experiment::catalog::Catalog;
-use fltrace_experiment::{Event, SeriesOptions, listing};
+use fltrace_experiment::invocation::{RunsAction, RunsRequest};
+use fltrace_experiment::{Event, SeriesOptions, listing, page};
 
 use crate::cli::Format;
 use fltrace_capture::interrupt_counter;
@@ -85,65 +86,54 @@ pub fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
 }
 
 pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
-    if args.list || args.stat || args.run.is_some() {
-        let Some(path) = &args.catalog else {
-            bail!("--list, --stat and --run need a catalog: fltrace runs --stat runs.sqlite");
-        };
-        let catalog = Catalog::open(path)?;
-        if let Some(id) = args.run {
-            let run = catalog.run(id)?;
-            let title = format!(
-                "run {id}: {} config={} rep={} ({})",
-                run.workload, run.config, run.rep, run.command
-            );
-            let page = fltrace_experiment::page::run_page(&run.dir, &title)
-                .with_context(|| format!("run {id} in {}", run.dir.display()))?;
-            let output = args
-                .output
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(format!("run-{id}.html")));
-            let mut file = fltrace_trace::files::create_new(&output)
-                .with_context(|| format!("creating {}", output.display()))?;
-            file.write_all(page.as_bytes())
-                .with_context(|| format!("writing {}", output.display()))?;
-            writeln!(std::io::stdout(), "{}", output.display())?;
-        } else if args.list {
-            list(&catalog, args.format)?;
-        } else {
-            stat(&catalog, args.format)?;
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.catalog.is_some() {
-        bail!("a catalog was given without --list or --stat; workloads go after `--`");
-    }
-    let Some(dir) = args.output.clone() else {
-        bail!("give the series' directory: fltrace runs -o DIR [-n REPS] -- 'CMD 1' 'CMD 2' ...");
+    let request = RunsRequest {
+        catalog: args.catalog.clone(),
+        list: args.list,
+        stat: args.stat,
+        run: args.run,
+        output: args.output.clone(),
+        commands: args.commands.clone(),
     };
-    if args.commands.is_empty() {
-        bail!("no workloads given: fltrace runs -o DIR -- 'CMD 1' 'CMD 2' ...");
-    }
+    let (dir, commands) = match request.action()? {
+        RunsAction::Page {
+            catalog,
+            id,
+            output,
+        } => {
+            let run = Catalog::open(&catalog)?.run(id)?;
+            page::write_new(&output, &page::page_of_run(&run)?)?;
+            writeln!(std::io::stdout(), "{}", output.display())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        RunsAction::List(catalog) => {
+            list(&Catalog::open(&catalog)?, args.format)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        RunsAction::Stat(catalog) => {
+            stat(&Catalog::open(&catalog)?, args.format)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        RunsAction::Series { dir, commands } => (dir, commands),
+    };
     let configs = match &args.config {
         Some(path) => fltrace_experiment::from_file(path)?,
         None => fltrace_experiment::defaults(),
     };
-    let workloads = fltrace_experiment::workloads(&args.commands)?;
-    // Record-mode configurations leave the library to `fltrace record`.
-    let configs_need_preload = configs
-        .iter()
-        .any(fltrace_experiment::Config::preloads_itself);
+    let workloads = fltrace_experiment::workloads(&commands)?;
+    let fltrace = std::env::current_exe().context("locating the fltrace binary")?;
+    let preload = if fltrace_experiment::preload_needed(&configs) {
+        Some(fltrace_capture::find_preload_library()?)
+    } else {
+        None
+    };
     let options = SeriesOptions {
         dir: dir.clone(),
         workloads,
         configs,
         reps: args.reps,
         seed: args.seed,
-        fltrace: std::env::current_exe().context("locating the fltrace binary")?,
-        preload: if configs_need_preload {
-            Some(fltrace_capture::find_preload_library()?)
-        } else {
-            None
-        },
+        fltrace,
+        preload,
     };
     let stop = interrupt_counter()?;
     let outcome = fltrace_experiment::run_series(&options, &stop, |event| match event {
