@@ -137,10 +137,7 @@ pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops
 /// Loads the recording in `dir` that `options` pick.
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let recording = find_recording(dir, options.pid)?;
-    let pids: Vec<u32> = match options.pid {
-        Some(pid) => vec![pid],
-        None => recording.pids().to_vec(),
-    };
+    let pids = recording.chosen_pids(options.pid);
     let mut notes: Vec<String> = unfinished_note(&recording)?
         .map(|note| format!("warning: {note}"))
         .into_iter()
