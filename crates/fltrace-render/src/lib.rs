@@ -22,7 +22,7 @@ pub mod report;
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{FrameLabel, allocation_flames, fault_flames, frame_label};
 pub use heatmap::{
-    ALLOC_OUTLINE, AddressRegion, AllocRect, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
+    ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
     HeatmapOptions, ImageFormat, PlacedRect, color_of,
 };
 
@@ -51,6 +51,9 @@ pub enum Error {
     /// A report's CSV could not be written.
     #[error("writing CSV")]
     Csv(#[from] csv::Error),
+    /// A trace file to draw could not be read.
+    #[error(transparent)]
+    Trace(#[from] fltrace_trace::Error),
 }
 
 /// The access kind of the faults of a stack.
