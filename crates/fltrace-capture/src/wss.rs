@@ -6,7 +6,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, parse_procmaps_line};
+use fltrace_trace::{
+    RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, WssRow, parse_procmaps_line,
+};
 
 use crate::Error;
 
@@ -43,6 +45,15 @@ impl WssSample {
     /// Bytes resident at the end of the interval.
     pub fn rss(&self) -> u64 {
         self.mappings.iter().map(|m| m.rss).sum()
+    }
+
+    /// The interval as a row of `fltrace wss`.
+    pub fn row(&self) -> WssRow {
+        WssRow {
+            time_s: self.elapsed.as_secs_f64(),
+            wss_bytes: self.wss(),
+            rss_bytes: self.rss(),
+        }
     }
 }
 
@@ -255,6 +266,15 @@ impl PageSample {
     pub fn runs(&self) -> Vec<(VirtAddr, VirtAddr)> {
         page_runs(&self.accessed)
     }
+
+    /// The interval as a row of `fltrace wss`.
+    pub fn row(&self) -> WssRow {
+        WssRow {
+            time_s: self.elapsed.as_secs_f64(),
+            wss_bytes: self.wss(),
+            rss_bytes: self.rss(),
+        }
+    }
 }
 
 /// Samples `pid` page by page: every interval its present pages are marked idle in `bitmap`
@@ -311,15 +331,26 @@ fn accessed_pages(frames: &crate::damon::FrameMap, accessed: &[bool]) -> Vec<u64
     pages
 }
 
-/// [`sample`], gathering the per-mapping range trace `fltrace heatmap --from wss` reads: the
-/// bytes referenced in each mapping and interval, with its resident bytes and name.
+/// What [`trace_referenced`] gathered.
+pub struct ReferencedTrace {
+    /// The per-mapping range trace (`fltrace-data-wss-<pid>.csv`).
+    pub ranges: RangeTraceWriter,
+    /// Every interval's row, in order: the working-set curve to plot.
+    pub curve: Vec<WssRow>,
+}
+
+/// [`sample`], gathering the per-mapping range trace `fltrace heatmap --from wss` reads (the
+/// bytes referenced in each mapping and interval, with its resident bytes and name) and the
+/// working-set curve.
 pub fn trace_referenced(
     pid: i32,
     interval: Duration,
     mut keep_going: impl FnMut(&WssSample) -> bool,
-) -> Result<RangeTraceWriter, Error> {
+) -> Result<ReferencedTrace, Error> {
     let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
+    let mut curve = Vec::new();
     sample(pid, interval, |sample| {
+        curve.push(sample.row());
         let time_s = sample.elapsed.as_secs_f64();
         for m in &sample.mappings {
             let range = RangeSample {
@@ -332,7 +363,10 @@ pub fn trace_referenced(
         }
         keep_going(sample)
     })?;
-    Ok(trace)
+    Ok(ReferencedTrace {
+        ranges: trace,
+        curve,
+    })
 }
 
 /// [`sample_pages`], gathering the range trace of the runs of accessed pages (each run wholly
@@ -384,10 +418,18 @@ mod tests {
             ]
         );
         let sample = PageSample {
-            elapsed: Duration::ZERO,
+            elapsed: Duration::from_millis(1500),
             accessed: vec![0x1000, 0x2000, 0x7000],
             resident: 10,
         };
+        assert_eq!(
+            sample.row(),
+            WssRow {
+                time_s: 1.5,
+                wss_bytes: 3 * 4096,
+                rss_bytes: 10 * 4096
+            }
+        );
         assert_eq!(
             (sample.wss(), sample.rss(), sample.runs()),
             (
@@ -413,6 +455,23 @@ mod tests {
             accessed_pages(&frames, &[true, false, true]),
             vec![0x1000, 0x2000]
         );
+    }
+
+    /// Each interval of this very process is one point of the curve, the row its sample
+    /// gives, and the trace holds its mappings.
+    #[test]
+    fn referenced_trace_keeps_every_interval_as_a_row() {
+        let pid = std::process::id() as i32;
+        let mut rows = Vec::new();
+        let trace = trace_referenced(pid, Duration::from_millis(5), |sample| {
+            rows.push(sample.row());
+            rows.len() < 3
+        })
+        .unwrap();
+        assert_eq!(trace.curve, rows);
+        assert_eq!(trace.curve.len(), 3);
+        assert!(trace.curve.iter().all(|r| r.rss_bytes > 0));
+        assert!(trace.ranges.rows() > 0);
     }
 
     /// This process runs; a pid that cannot exist does not.

@@ -848,7 +848,11 @@ pub(crate) mod tests {
             tid: 7,
             ip: CodeAddr::new(0x40_0000),
             addr: VirtAddr::new(0x10_0000 + (i % 300) * 4096 + i % 4096),
-            flags: FaultFlags(if i.is_multiple_of(3) { FaultFlags::WRITE } else { 0 }),
+            flags: FaultFlags(if i.is_multiple_of(3) {
+                FaultFlags::WRITE
+            } else {
+                0
+            }),
             stack_id: 0,
         };
         // More than one row group (64K rows).
