@@ -3,7 +3,6 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use anyhow::bail;
 
@@ -33,13 +32,12 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     if args.pages {
         return pages(&args, pid, &stop);
     }
-    let started = Instant::now();
     let mut out = std::io::stdout().lock();
     let mut rows = match args.format {
         Format::Csv => Some(WssRows::new(std::io::stdout().lock())?),
         _ => None,
     };
-    let trace = wss::trace_referenced(pid, args.interval, |sample| {
+    let trace = wss::trace_referenced(pid, args.interval, args.duration, &stop, |sample| {
         let row = sample.row();
         let written = match &mut rows {
             Some(rows) => rows.row(&row),
@@ -52,7 +50,6 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
             ),
         };
         stop_on_error(written, &stop);
-        stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d)
     })?;
     let path = files::path(&args.dir, "wss", pid as u32, "csv");
     trace.ranges.write(&path)?;
@@ -116,16 +113,9 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
         ),
     };
     let mut rows = WssRows::new(std::io::stdout().lock())?;
-    let started = Instant::now();
-    let keep_going =
-        || stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d);
-    let trace = wss::trace_pages(
-        pid,
-        args.interval,
-        &bitmap,
-        |sample| stop_on_error(rows.row(&sample.row()), stop),
-        keep_going,
-    )?;
+    let trace = wss::trace_pages(pid, args.interval, &bitmap, args.duration, stop, |sample| {
+        stop_on_error(rows.row(&sample.row()), stop)
+    })?;
     let path = files::path(&args.dir, "wss", pid as u32, "csv");
     trace.write(&path)?;
     Ok(ExitCode::SUCCESS)
