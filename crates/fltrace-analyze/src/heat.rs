@@ -3,9 +3,43 @@
 //! labelled with their allocation sites (Heimdallr draws allocations over its access map the
 //! same way).
 
-use fltrace_trace::{AccessRecord, ProcessTrace, RangeSample, RangeTraceKind, VirtAddr};
+use std::ops::Range;
 
-use crate::{Lifetimes, Location, ResolvedStacks, call_site, largest_blocks, range_heat};
+use fltrace_trace::{AccessRecord, Fault, ProcessTrace, RangeSample, RangeTraceKind, VirtAddr};
+
+use crate::{
+    Lifetimes, Location, ResolvedStacks, call_site, largest_blocks, range_heat, window_ns,
+};
+
+/// The faults a map of faults draws: those within a time window (seconds since the recording
+/// started) and an address range, each start inclusive and end exclusive. Asked of one fault
+/// at a time, so that a faults file is filtered a row group at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultSelection {
+    window: Option<Range<u64>>,
+    addr: Option<(u64, u64)>,
+}
+
+impl FaultSelection {
+    /// The faults within `time` (seconds since `start_ns`, the recording's start) and `addr`;
+    /// `None` selects all.
+    pub fn new(start_ns: u64, time: Option<(f64, f64)>, addr: Option<(u64, u64)>) -> Self {
+        FaultSelection {
+            window: window_ns(start_ns, time),
+            addr,
+        }
+    }
+
+    /// Whether `fault` is drawn.
+    pub fn contains(&self, fault: &Fault) -> bool {
+        self.window
+            .as_ref()
+            .is_none_or(|w| w.contains(&fault.time_ns))
+            && self
+                .addr
+                .is_none_or(|(a, b)| (a..b).contains(&fault.addr.get()))
+    }
+}
 
 /// The access samples within `time` (seconds since the first sample) and `addr` (start
 /// inclusive, end exclusive), with the time of the first sample of all: the map's origin.
@@ -135,6 +169,48 @@ mod tests {
             end: VirtAddr::new(end),
             value,
         }
+    }
+
+    fn fault(time_ns: u64, addr: u64) -> Fault {
+        Fault {
+            time_ns,
+            pid: 1,
+            tid: 1,
+            ip: fltrace_trace::CodeAddr::new(0x400000),
+            addr: VirtAddr::new(addr),
+            flags: fltrace_trace::FaultFlags::default(),
+            stack_id: 0,
+        }
+    }
+
+    /// Window and addresses take their start and leave out their end, to the nanosecond and
+    /// the byte; the window counts from the recording's start.
+    #[test]
+    fn fault_selection_edges() {
+        const START: u64 = 1_000_000_000_000;
+        let selection = FaultSelection::new(START, Some((1.0, 2.0)), Some((0x2000, 0x3000)));
+        let inside = 0x2800;
+        let faults = [
+            fault(START + 999_999_999, inside),
+            fault(START + 1_000_000_000, inside),
+            fault(START + 1_999_999_999, inside),
+            fault(START + 2_000_000_000, inside),
+            fault(START + 1_500_000_000, 0x1fff),
+            fault(START + 1_500_000_000, 0x2000),
+            fault(START + 1_500_000_000, 0x2fff),
+            fault(START + 1_500_000_000, 0x3000),
+        ];
+        let kept: Vec<usize> = (0..faults.len())
+            .filter(|&i| selection.contains(&faults[i]))
+            .collect();
+        assert_eq!(kept, vec![1, 2, 5, 6]);
+        let all = FaultSelection::new(START, None, None);
+        assert_eq!(faults.iter().filter(|f| all.contains(f)).count(), 8);
+        let addresses_only = FaultSelection::new(START, None, Some((0x2000, 0x3000)));
+        assert_eq!(
+            faults.iter().filter(|f| addresses_only.contains(f)).count(),
+            6
+        );
     }
 
     #[test]

@@ -67,7 +67,8 @@ pub use group::{
     group_fault_counts, group_faults, group_faults_by_alloc_site,
 };
 pub use heat::{
-    HeatRange, LabelledBlock, access_samples_in, heat_ranges, largest_labelled_blocks, site_label,
+    FaultSelection, HeatRange, LabelledBlock, access_samples_in, heat_ranges,
+    largest_labelled_blocks, site_label,
 };
 pub use load::{
     AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,

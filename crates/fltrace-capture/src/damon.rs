@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{PhysAddr, RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr};
+use fltrace_trace::{PhysAddr, RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, WssRow};
 
 use crate::Error;
 use crate::ring::RingBuffer;
@@ -191,6 +191,96 @@ impl Drop for OwnMonitor {
     }
 }
 
+/// The monitor `fltrace wss --damon` reads, and how it came to be: the one decision about
+/// DAMON that fltrace makes. Its `Display` is what to tell the user.
+#[derive(Debug)]
+pub enum ChosenMonitor {
+    /// DAMON was free: fltrace started a monitor of its own (removed when this is dropped).
+    Own {
+        /// The monitor.
+        monitor: OwnMonitor,
+        /// How it samples.
+        config: MonitorConfig,
+    },
+    /// Monitors fltrace did not start hold DAMON: their `damon:damon_aggregated` events are
+    /// read, read-only, and translated to process `pid`.
+    Others {
+        /// The running kdamonds.
+        kdamonds: Vec<usize>,
+        /// The process watched.
+        pid: u32,
+    },
+}
+
+/// Why `fltrace wss --damon` has no monitor to read.
+#[derive(Debug, thiserror::Error)]
+pub enum NoMonitor {
+    /// The kernel has no DAMON sysfs interface (the directory named).
+    #[error("this kernel has no DAMON sysfs interface ({}); use fltrace wss without --damon", .0.display())]
+    Absent(std::path::PathBuf),
+    /// DAMON was free but fltrace's own monitor could not be started.
+    #[error("starting a DAMON monitor")]
+    Start(#[source] Error),
+}
+
+impl ChosenMonitor {
+    /// Looks at DAMON through the interface at `admin` ([`SYSFS`]): where no monitor runs,
+    /// starts one of fltrace's own over process `pid` with `config` (over the RAM `ram` gives,
+    /// asked only then, where the kernel has no virtual-address operations); where one runs,
+    /// writes nothing and reads that one.
+    pub fn choose(
+        admin: &Path,
+        pid: u32,
+        config: MonitorConfig,
+        ram: impl FnOnce() -> Vec<(u64, u64)>,
+    ) -> Result<ChosenMonitor, NoMonitor> {
+        match status_at(admin) {
+            DamonStatus::Absent => Err(NoMonitor::Absent(
+                admin.parent().unwrap_or(admin).to_owned(),
+            )),
+            DamonStatus::Free => {
+                let monitor =
+                    OwnMonitor::start(admin, pid, config, &ram()).map_err(NoMonitor::Start)?;
+                Ok(ChosenMonitor::Own { monitor, config })
+            }
+            DamonStatus::InUse(kdamonds) => Ok(ChosenMonitor::Others { kdamonds, pid }),
+        }
+    }
+
+    /// Our own monitor with its configuration, as [`trace_process`] takes it; `None` for
+    /// another's.
+    pub fn own(&self) -> Option<(&OwnMonitor, &MonitorConfig)> {
+        match self {
+            ChosenMonitor::Own { monitor, config } => Some((monitor, config)),
+            ChosenMonitor::Others { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ChosenMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChosenMonitor::Own { monitor, .. } => write!(
+                f,
+                "DAMON is free: started a monitor of fltrace's own ({} operations), removed at the end",
+                match monitor.operations {
+                    Operations::Vaddr => "virtual-address",
+                    Operations::Paddr => "physical-address",
+                }
+            ),
+            ChosenMonitor::Others { kdamonds, pid } => write!(
+                f,
+                "DAMON is in use by a monitor fltrace did not start (kdamond {}); reading its damon:damon_aggregated events read-only, translated to process {pid}",
+                kdamonds
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
 /// The machine's System RAM ranges (`/proc/iomem`, needs root), for a physical-address monitor.
 pub fn system_ram() -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/iomem").unwrap_or_default();
@@ -347,6 +437,16 @@ pub struct Aggregation {
 }
 
 impl Aggregation {
+    /// The interval as a row of `fltrace wss`, `time_s` after sampling began: accessed bytes
+    /// as the working set, resident bytes as the resident size.
+    pub fn row(&self, time_s: f64) -> WssRow {
+        WssRow {
+            time_s,
+            wss_bytes: self.accessed_bytes,
+            rss_bytes: self.resident_bytes,
+        }
+    }
+
     /// A virtual-address monitor's regions: the accessed ones as they are.
     pub fn of_virtual(batch: &[AggregatedRegion], resident_bytes: u64) -> Option<Aggregation> {
         let ranges: Vec<AccessedRange> = batch
@@ -720,6 +820,86 @@ mod tests {
             before
         );
         assert_eq!(read(admin, "0/state"), "on");
+    }
+
+    /// A running monitor is read as it is: nothing is written, no RAM asked for, and the user
+    /// told which kdamonds run.
+    #[test]
+    fn chosen_monitor_is_another_where_one_runs() {
+        let dir = fake_sysfs("paddr\n", true);
+        let admin = dir.path();
+        let chosen = ChosenMonitor::choose(admin, 77, MonitorConfig::default(), || {
+            panic!("RAM asked for without a monitor to start")
+        })
+        .unwrap();
+        assert!(chosen.own().is_none());
+        assert_eq!(
+            chosen.to_string(),
+            "DAMON is in use by a monitor fltrace did not start (kdamond 0); reading its \
+             damon:damon_aggregated events read-only, translated to process 77"
+        );
+        assert_eq!(read(admin, "nr_kdamonds"), "1");
+        assert_eq!(read(admin, "0/state"), "on");
+    }
+
+    /// Where DAMON is free, fltrace's own monitor is started, said, and removed on drop.
+    #[test]
+    fn chosen_monitor_is_our_own_where_damon_is_free() {
+        let dir = fake_sysfs("vaddr paddr\n", false);
+        let admin = dir.path();
+        let config = MonitorConfig {
+            aggr_us: 50_000,
+            ..MonitorConfig::default()
+        };
+        let chosen = ChosenMonitor::choose(admin, 77, config, Vec::new).unwrap();
+        assert_eq!(
+            chosen.to_string(),
+            "DAMON is free: started a monitor of fltrace's own (virtual-address operations), \
+             removed at the end"
+        );
+        let (monitor, own_config) = chosen.own().unwrap();
+        assert_eq!(
+            (monitor.operations, *own_config),
+            (Operations::Vaddr, config)
+        );
+        assert_eq!(read(admin, "0/contexts/0/targets/0/pid_target"), "77");
+        drop(chosen);
+        assert_eq!(read(admin, "nr_kdamonds"), "0");
+
+        let dir = fake_sysfs("paddr\n", false);
+        let chosen =
+            ChosenMonitor::choose(dir.path(), 77, config, || vec![(0x1000, 0x2000)]).unwrap();
+        assert!(chosen.to_string().contains("(physical-address operations)"));
+        assert_eq!(
+            read(dir.path(), "0/contexts/0/targets/0/regions/0/end"),
+            "8192"
+        );
+    }
+
+    /// No interface, or an own monitor that cannot start: one line saying which.
+    #[test]
+    fn no_chosen_monitor_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = dir.path().join("admin/kdamonds");
+        let absent =
+            ChosenMonitor::choose(&admin, 1, MonitorConfig::default(), Vec::new).unwrap_err();
+        assert_eq!(
+            absent.to_string(),
+            format!(
+                "this kernel has no DAMON sysfs interface ({}); use fltrace wss without --damon",
+                dir.path().join("admin").display()
+            )
+        );
+        // Free, but without the kdamond's directories the kernel would have made.
+        std::fs::write(dir.path().join("nr_kdamonds"), "0\n").unwrap();
+        let failed =
+            ChosenMonitor::choose(dir.path(), 1, MonitorConfig::default(), Vec::new).unwrap_err();
+        // (The hint for ENOENT speaks of events: Error::kernel's, shared with perf events.)
+        assert_eq!(
+            fltrace_trace::error_chain(&failed),
+            "starting a DAMON monitor: writing the DAMON sysfs interface (this kernel lacks the \
+             event): No such file or directory (os error 2)"
+        );
     }
 
     fn fields() -> AggregatedFields {

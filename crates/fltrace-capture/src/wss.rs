@@ -4,9 +4,12 @@
 //! now offers without a module.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, parse_procmaps_line};
+use fltrace_trace::{
+    RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, WssRow, parse_procmaps_line,
+};
 
 use crate::Error;
 
@@ -43,6 +46,15 @@ impl WssSample {
     /// Bytes resident at the end of the interval.
     pub fn rss(&self) -> u64 {
         self.mappings.iter().map(|m| m.rss).sum()
+    }
+
+    /// The interval as a row of `fltrace wss`.
+    pub fn row(&self) -> WssRow {
+        WssRow {
+            time_s: self.elapsed.as_secs_f64(),
+            wss_bytes: self.wss(),
+            rss_bytes: self.rss(),
+        }
     }
 }
 
@@ -255,6 +267,15 @@ impl PageSample {
     pub fn runs(&self) -> Vec<(VirtAddr, VirtAddr)> {
         page_runs(&self.accessed)
     }
+
+    /// The interval as a row of `fltrace wss`.
+    pub fn row(&self) -> WssRow {
+        WssRow {
+            time_s: self.elapsed.as_secs_f64(),
+            wss_bytes: self.wss(),
+            rss_bytes: self.rss(),
+        }
+    }
 }
 
 /// Samples `pid` page by page: every interval its present pages are marked idle in `bitmap`
@@ -311,15 +332,37 @@ fn accessed_pages(frames: &crate::damon::FrameMap, accessed: &[bool]) -> Vec<u64
     pages
 }
 
-/// [`sample`], gathering the per-mapping range trace `fltrace heatmap --from wss` reads: the
-/// bytes referenced in each mapping and interval, with its resident bytes and name.
+/// What [`trace_referenced`] gathered.
+pub struct ReferencedTrace {
+    /// The per-mapping range trace (`fltrace-data-wss-<pid>.csv`).
+    pub ranges: RangeTraceWriter,
+    /// Every interval's row, in order: the working-set curve to plot.
+    pub curve: Vec<WssRow>,
+}
+
+/// When `fltrace wss` stops sampling: once `duration` (from now; `None`, never) has passed or
+/// `stop` is raised (Ctrl-C, or its output gone), asked after each interval.
+fn until(duration: Option<Duration>, stop: &AtomicUsize) -> impl Fn() -> bool + '_ {
+    let started = Instant::now();
+    move || stop.load(Ordering::Relaxed) == 0 && duration.is_none_or(|d| started.elapsed() < d)
+}
+
+/// [`sample`] until `duration` has passed, `stop` is raised or the process is gone, calling
+/// `each` with every interval (before `stop` is looked at), and gathering the per-mapping
+/// range trace `fltrace heatmap --from wss` reads (the bytes referenced in each mapping and
+/// interval, with its resident bytes and name) and the working-set curve.
 pub fn trace_referenced(
     pid: i32,
     interval: Duration,
-    mut keep_going: impl FnMut(&WssSample) -> bool,
-) -> Result<RangeTraceWriter, Error> {
+    duration: Option<Duration>,
+    stop: &AtomicUsize,
+    mut each: impl FnMut(&WssSample),
+) -> Result<ReferencedTrace, Error> {
+    let keep_going = until(duration, stop);
     let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
+    let mut curve = Vec::new();
     sample(pid, interval, |sample| {
+        curve.push(sample.row());
         let time_s = sample.elapsed.as_secs_f64();
         for m in &sample.mappings {
             let range = RangeSample {
@@ -330,21 +373,28 @@ pub fn trace_referenced(
             };
             trace.push_referenced(&range, m.rss, &m.path);
         }
-        keep_going(sample)
+        each(sample);
+        keep_going()
     })?;
-    Ok(trace)
+    Ok(ReferencedTrace {
+        ranges: trace,
+        curve,
+    })
 }
 
-/// [`sample_pages`], gathering the range trace of the runs of accessed pages (each run wholly
-/// referenced and resident, named `[pages]`), calling `each` with every sample. `keep_going`
-/// is asked before the first interval and after each.
+/// [`sample_pages`] until `duration` has passed, `stop` is raised (both also asked before
+/// the first interval) or the process is gone, gathering the range trace of the runs of
+/// accessed pages (each run wholly referenced and resident, named `[pages]`), calling `each`
+/// with every sample.
 pub fn trace_pages(
     pid: i32,
     interval: Duration,
     bitmap: &IdleBitmap,
+    duration: Option<Duration>,
+    stop: &AtomicUsize,
     mut each: impl FnMut(&PageSample),
-    keep_going: impl Fn() -> bool,
 ) -> Result<RangeTraceWriter, Error> {
+    let keep_going = until(duration, stop);
     let mut trace = RangeTraceWriter::new(RangeTraceKind::ReferencedBytes);
     if !keep_going() {
         return Ok(trace);
@@ -384,10 +434,18 @@ mod tests {
             ]
         );
         let sample = PageSample {
-            elapsed: Duration::ZERO,
+            elapsed: Duration::from_millis(1500),
             accessed: vec![0x1000, 0x2000, 0x7000],
             resident: 10,
         };
+        assert_eq!(
+            sample.row(),
+            WssRow {
+                time_s: 1.5,
+                wss_bytes: 3 * 4096,
+                rss_bytes: 10 * 4096
+            }
+        );
         assert_eq!(
             (sample.wss(), sample.rss(), sample.runs()),
             (
@@ -413,6 +471,43 @@ mod tests {
             accessed_pages(&frames, &[true, false, true]),
             vec![0x1000, 0x2000]
         );
+    }
+
+    /// Each interval of this very process is one point of the curve, the row its sample
+    /// gives, and the trace holds its mappings; a stop raised during an interval ends
+    /// sampling after it.
+    #[test]
+    fn referenced_trace_keeps_every_interval_as_a_row() {
+        let pid = std::process::id() as i32;
+        let stop = AtomicUsize::new(0);
+        let mut rows = Vec::new();
+        let trace = trace_referenced(pid, Duration::from_millis(5), None, &stop, |sample| {
+            rows.push(sample.row());
+            if rows.len() == 3 {
+                stop.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+        assert_eq!(trace.curve, rows);
+        assert_eq!(trace.curve.len(), 3);
+        assert!(trace.curve.iter().all(|r| r.rss_bytes > 0));
+        assert!(trace.ranges.rows() > 0);
+    }
+
+    /// A duration already over ends sampling after the first interval.
+    #[test]
+    fn referenced_trace_ends_when_its_duration_has_passed() {
+        let pid = std::process::id() as i32;
+        let stop = AtomicUsize::new(0);
+        let trace = trace_referenced(
+            pid,
+            Duration::from_millis(5),
+            Some(Duration::ZERO),
+            &stop,
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(trace.curve.len(), 1);
     }
 
     /// This process runs; a pid that cannot exist does not.

@@ -2,11 +2,13 @@
 //! memory from one share of that peak down to another, and tabulate faults and the code
 //! locations covering 95% of them at each share.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 
 use fltrace_analyze::{FaultCounts, GroupBy, ResolvedStacks, coverage, group_fault_counts};
 use fltrace_capture::{FarMemory, Options, Target};
+use fltrace_render::{SweepPoint, sweep_plot};
 use fltrace_trace::Recording;
 
 use crate::Error;
@@ -165,6 +167,35 @@ impl SweepRow {
     }
 }
 
+impl SweepRow {
+    /// The run as a point of the sweep's plot.
+    pub fn point(&self) -> SweepPoint {
+        SweepPoint {
+            local_percent: f64::from(self.local_percent),
+            faults: self.faults,
+            locations_95: self.locations_95 as u64,
+        }
+    }
+}
+
+/// The title of the sweep's plot: the command line as given, then what is plotted.
+pub fn plot_title(command: &[OsString]) -> String {
+    let command = command
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!("{command}: faults vs local memory")
+}
+
+/// Writes the sweep's plot of `command`'s runs (a new file, or one of the user's own).
+pub fn write_plot(path: &Path, command: &[OsString], rows: &[SweepRow]) -> Result<(), Error> {
+    let points: Vec<SweepPoint> = rows.iter().map(SweepRow::point).collect();
+    let title = plot_title(command);
+    fltrace_trace::files::write_with(path, |out| sweep_plot(&points, &title, out))?;
+    Ok(())
+}
+
 /// Writes the sweep's table (a new file, or one of the user's own).
 pub fn write_csv(path: &Path, rows: &[SweepRow]) -> Result<(), Error> {
     let file = fltrace_trace::files::create(path)?;
@@ -251,6 +282,49 @@ mod tests {
     }
 
     /// The table has the header and columns it always had.
+    #[test]
+    fn plot_is_titled_with_the_command_and_has_a_point_per_run() {
+        use std::os::unix::ffi::OsStringExt;
+        let row = |local_percent, faults, locations_95| SweepRow {
+            local_percent,
+            local_mb: 4,
+            max_mb: 274,
+            faults,
+            fetches: 0,
+            locations_95,
+        };
+        assert_eq!(
+            row(25, 12382, 2).point(),
+            SweepPoint {
+                local_percent: 25.0,
+                faults: 12382,
+                locations_95: 2
+            }
+        );
+        let command: Vec<OsString> = vec![
+            "./scan".into(),
+            "16".into(),
+            "a b".into(),
+            OsString::from_vec(b"x\xff".to_vec()),
+        ];
+        assert_eq!(
+            plot_title(&command),
+            "./scan 16 a b x\u{fffd}: faults vs local memory"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(PLOT_FILE);
+        write_plot(&path, &command[..2], &[row(100, 10, 1), row(50, 900, 3)]).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
+        assert!(svg.contains("./scan 16: faults vs local memory"));
+        // No runs, nothing drawn: an error naming the file.
+        let error = write_plot(&path, &command[..2], &[]).unwrap_err();
+        assert_eq!(
+            fltrace_trace::error_chain(&error),
+            format!("writing {}: no faults to draw", path.display())
+        );
+    }
+
     #[test]
     fn table_is_written_with_its_header() {
         let dir = tempfile::tempdir().unwrap();

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+use fltrace_trace::WssRow;
 use plotters::prelude::*;
 
 use crate::{Error, HeatLabels, Heatmap};
@@ -94,11 +95,7 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, mut out: impl Write) -> Re
 }
 
 /// Draws working-set size (and resident size) over time as an SVG file.
-pub fn wss_plot(
-    samples: &[(f64, u64, u64)],
-    title: &str,
-    mut out: impl Write,
-) -> Result<(), Error> {
+pub fn wss_plot(samples: &[WssRow], title: &str, mut out: impl Write) -> Result<(), Error> {
     if samples.is_empty() {
         return Err(Error::Empty);
     }
@@ -110,10 +107,14 @@ pub fn wss_plot(
         let root = SVGBackend::with_string(svg, (900, 480)).into_drawing_area();
         root.fill(&WHITE)?;
         let mb = |b: u64| b as f64 / (1 << 20) as f64;
-        let end = samples.iter().map(|s| s.0).fold(0.0, f64::max).max(0.1);
+        let end = samples
+            .iter()
+            .map(|s| s.time_s)
+            .fold(0.0, f64::max)
+            .max(0.1);
         let top = samples
             .iter()
-            .map(|s| mb(s.1.max(s.2)))
+            .map(|s| mb(s.wss_bytes.max(s.rss_bytes)))
             .fold(0.0, f64::max)
             .max(1.0)
             * 1.1;
@@ -130,14 +131,14 @@ pub fn wss_plot(
             .draw()?;
         chart
             .draw_series(LineSeries::new(
-                samples.iter().map(|s| (s.0, mb(s.1))),
+                samples.iter().map(|s| (s.time_s, mb(s.wss_bytes))),
                 RED.stroke_width(2),
             ))?
             .label("working set (referenced per interval)")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
         chart
             .draw_series(LineSeries::new(
-                samples.iter().map(|s| (s.0, mb(s.2))),
+                samples.iter().map(|s| (s.time_s, mb(s.rss_bytes))),
                 BLUE.stroke_width(1),
             ))?
             .label("resident")

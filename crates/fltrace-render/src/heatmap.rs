@@ -5,10 +5,12 @@
 mod figure;
 
 use std::io::Write;
+use std::path::Path;
 
 pub use figure::HeatLabels;
 
-use fltrace_trace::VirtAddr;
+use fltrace_analyze::{FaultSelection, HeatRange, LabelledBlock, named_regions};
+use fltrace_trace::{AccessRecord, Fault, FaultFlags, FaultRowGroups, Mapping, VirtAddr};
 
 use crate::Error;
 
@@ -23,22 +25,29 @@ pub struct HeatEvent {
     pub write: bool,
 }
 
-/// An allocation to draw over the map, as Heimdallr does: its lifetime by its address range.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllocRect {
-    /// When the block was allocated (same unit as the events' times).
-    pub start: u64,
-    /// When it was freed, or the end of the trace.
-    pub end: u64,
-    /// First address.
-    pub addr: VirtAddr,
-    /// Bytes.
-    pub len: u64,
-    /// What to call it (its allocation site).
-    pub label: String,
+impl From<&Fault> for HeatEvent {
+    /// A fault at its time and address, a write if it was one.
+    fn from(fault: &Fault) -> HeatEvent {
+        HeatEvent {
+            time: fault.time_ns,
+            addr: fault.addr,
+            write: fault.flags.has(FaultFlags::WRITE),
+        }
+    }
 }
 
-/// An [`AllocRect`] placed on the map: cell columns and rows, inclusive.
+impl From<&AccessRecord> for HeatEvent {
+    /// An access sample at its time and address, a write if it was a store.
+    fn from(sample: &AccessRecord) -> HeatEvent {
+        HeatEvent {
+            time: sample.time_ns,
+            addr: sample.addr,
+            write: sample.is_store(),
+        }
+    }
+}
+
+/// An allocation block ([`LabelledBlock`]) placed on the map: cell columns and rows, inclusive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacedRect {
     /// First and last column.
@@ -103,7 +112,7 @@ impl Default for HeatmapOptions {
 }
 
 /// Counts per (time bucket, address row), reads and writes apart.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heatmap {
     /// Columns.
     pub width: usize,
@@ -217,6 +226,53 @@ impl HeatmapBuilder {
 }
 
 impl Heatmap {
+    /// Builds the map of the faults in the faults file `path` that `selection` keeps, with
+    /// their count; `None` when it keeps none. Two passes over the file a row group at a time
+    /// (blocks and times, then counts), so memory is bounded by the blocks touched, not by
+    /// the faults.
+    pub fn of_faults(
+        path: &Path,
+        selection: &FaultSelection,
+        options: HeatmapOptions,
+    ) -> Result<Option<(Heatmap, usize)>, Error> {
+        let selected = |group: Vec<Fault>| -> Vec<HeatEvent> {
+            group
+                .iter()
+                .filter(|f| selection.contains(f))
+                .map(HeatEvent::from)
+                .collect()
+        };
+        let mut builder = HeatmapBuilder::new(options);
+        let mut count = 0;
+        for group in FaultRowGroups::open(path)? {
+            let events = selected(group?);
+            count += events.len();
+            builder.scan(&events);
+        }
+        if count == 0 {
+            return Ok(None);
+        }
+        let mut map = builder.layout()?;
+        for group in FaultRowGroups::open(path)? {
+            map.add(&selected(group?));
+        }
+        Ok(Some((map, count)))
+    }
+
+    /// Builds the map of the ranges of a range trace ([`fltrace_analyze::heat_ranges`]), each
+    /// on every block it covers, as hot as its weight.
+    pub fn of_ranges(ranges: &[HeatRange], options: HeatmapOptions) -> Result<Heatmap, Error> {
+        let mut builder = HeatmapBuilder::new(options);
+        for r in ranges {
+            builder.scan_range(r.time_ns, r.start, r.end);
+        }
+        let mut map = builder.layout()?;
+        for r in ranges {
+            map.add_range(r.time_ns, r.start, r.end, r.weight);
+        }
+        Ok(map)
+    }
+
     /// Builds the map of events held in memory at once.
     pub fn build(events: &[HeatEvent], options: HeatmapOptions) -> Result<Heatmap, Error> {
         let mut builder = HeatmapBuilder::new(options);
@@ -251,18 +307,40 @@ impl Heatmap {
     /// `regions` need not be sorted but must not overlap. Blocks outside every region form
     /// one band per contiguous touched range.
     pub fn name_regions(&mut self, regions: &[AddressRegion]) {
-        let mut regions: Vec<&AddressRegion> = regions.iter().filter(|r| r.end > r.start).collect();
-        regions.sort_by_key(|r| r.start);
+        self.band_by(
+            regions
+                .iter()
+                .map(|r| (r.start, r.end, r.name.as_str()))
+                .collect(),
+        );
+    }
+
+    /// [`name_regions`](Self::name_regions) after a process's recorded mappings, named as
+    /// [`named_regions`] names them (`libc.so.6`, `[heap]`, `[anon]`).
+    pub fn name_mappings(&mut self, mappings: &[Mapping]) {
+        let regions = named_regions(mappings);
+        self.band_by(
+            regions
+                .iter()
+                .map(|(start, end, name)| (*start, *end, name.as_str()))
+                .collect(),
+        );
+    }
+
+    /// Groups the rows into bands by `(start, end, name)` regions ([`Self::name_regions`]).
+    fn band_by(&mut self, mut regions: Vec<(VirtAddr, VirtAddr, &str)>) {
+        regions.retain(|(start, end, _)| end > start);
+        regions.sort_by_key(|(start, _, _)| *start);
         // Consecutive regions of one name (a library's segments) share a group, and a band.
         let mut groups = Vec::with_capacity(regions.len());
         for (i, region) in regions.iter().enumerate() {
-            let same = i > 0 && regions[i - 1].name == region.name;
+            let same = i > 0 && regions[i - 1].2 == region.2;
             let last = groups.last().copied().unwrap_or(0);
             groups.push(if same || i == 0 { last } else { last + 1 });
         }
         let group_of = |addr: VirtAddr| {
-            let i = regions.partition_point(|r| r.start <= addr);
-            (i > 0 && addr < regions[i - 1].end).then(|| (groups[i - 1], i - 1))
+            let i = regions.partition_point(|r| r.0 <= addr);
+            (i > 0 && addr < regions[i - 1].1).then(|| (groups[i - 1], i - 1))
         };
         let bits = self.block_bits;
         let mut bands: Vec<Band> = Vec::new();
@@ -288,7 +366,7 @@ impl Heatmap {
                     start: VirtAddr::new(block << bits),
                     end: VirtAddr::new((block + 1) << bits),
                     name: group
-                        .map(|(_, i)| regions[i].name.clone())
+                        .map(|(_, i)| regions[i].2.to_owned())
                         .unwrap_or_default(),
                     blocks: 1,
                 }),
@@ -322,28 +400,30 @@ impl Heatmap {
         }
     }
 
-    /// Places allocations over the map. Only the touched part of an allocation's range has
-    /// rows (unused address space is collapsed), so one that no event touched is left out.
-    pub fn overlay(&mut self, rects: &[AllocRect]) {
+    /// Places allocation blocks over the map, as Heimdallr does: each one's lifetime by its
+    /// address range, labelled with its allocation site. Only the touched part of a block's
+    /// range has rows (unused address space is collapsed), so one that no event touched is
+    /// left out.
+    pub fn overlay(&mut self, blocks: &[LabelledBlock]) {
         let (t0, t1) = self.time_range;
         let span = (t1.saturating_sub(t0)).max(1) as u128;
         let col_of = |t: u64| {
             (((t.clamp(t0, t1) - t0) as u128 * self.width as u128 / (span + 1)) as usize)
                 .min(self.width - 1)
         };
-        for rect in rects {
-            let first = rect.addr.get() >> self.block_bits;
-            let last = (rect.addr.get() + rect.len.max(1) - 1) >> self.block_bits;
+        for block in blocks {
+            let first = block.addr.get() >> self.block_bits;
+            let last = (block.addr.get() + block.size.max(1) - 1) >> self.block_bits;
             let low = self.blocks.partition_point(|&b| b < first);
             let high = self.blocks.partition_point(|&b| b <= last);
-            if low == high || rect.end < t0 || rect.start > t1 {
+            if low == high || block.end_ns < t0 || block.start_ns > t1 {
                 continue;
             }
             let row = |rank: usize| (rank / self.blocks_per_row).min(self.height - 1);
             self.rects.push(PlacedRect {
-                cols: (col_of(rect.start), col_of(rect.end)),
+                cols: (col_of(block.start_ns), col_of(block.end_ns)),
                 rows: (row(low), row(high - 1)),
-                label: rect.label.clone(),
+                label: block.label.clone(),
             });
         }
     }
@@ -666,19 +746,19 @@ pub(crate) mod tests {
         assert_eq!(map.height, 6);
         map.overlay(&[
             // Pages 0x11-0x12, alive from 100 to 500: rows 1-2, columns 1 to 5 (t * 10 / 901).
-            AllocRect {
-                start: 100,
-                end: 500,
+            LabelledBlock {
+                start_ns: 100,
+                end_ns: 500,
                 addr: VirtAddr::new(0x11 << 12),
-                len: 0x2000,
+                size: 0x2000,
                 label: "a.c:7".into(),
             },
             // Untouched address space: nothing to draw.
-            AllocRect {
-                start: 0,
-                end: 900,
+            LabelledBlock {
+                start_ns: 0,
+                end_ns: 900,
                 addr: VirtAddr::new(0x50 << 12),
-                len: 0x1000,
+                size: 0x1000,
                 label: "none".into(),
             },
         ]);
@@ -751,6 +831,120 @@ pub(crate) mod tests {
         }
         assert_eq!(batched.cells, whole.cells);
         assert_eq!(batched.boundaries, whole.boundaries);
+    }
+
+    /// The map of a faults file of two row groups, filtered a group at a time, is the map of
+    /// the selected faults held at once, and counts exactly those at the window's and the
+    /// address range's edges.
+    #[test]
+    fn faults_file_builds_the_map_of_its_selected_faults() {
+        use fltrace_trace::{CodeAddr, FaultWriter, files};
+        const START: u64 = 1_000_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let path = files::faults(dir.path(), 7);
+        let fault = |i: u64| Fault {
+            time_ns: START + i * 1000,
+            pid: 7,
+            tid: 7,
+            ip: CodeAddr::new(0x40_0000),
+            addr: VirtAddr::new(0x10_0000 + (i % 300) * 4096 + i % 4096),
+            flags: FaultFlags(if i.is_multiple_of(3) {
+                FaultFlags::WRITE
+            } else {
+                0
+            }),
+            stack_id: 0,
+        };
+        // More than one row group (64K rows).
+        const FAULTS: u64 = 70_000;
+        let mut writer = FaultWriter::create(&path, &[]).unwrap();
+        for i in 0..FAULTS {
+            writer.push(fault(i)).unwrap();
+        }
+        writer.finish().unwrap();
+        assert_eq!(FaultRowGroups::open(&path).unwrap().row_groups(), 2);
+
+        // Faults 10_000..60_000 (ns 10 ms..60 ms), pages 0x110..0x200 of 300.
+        let selection =
+            FaultSelection::new(START, Some((0.01, 0.06)), Some((0x11_0000, 0x20_0000)));
+        let (map, count) = Heatmap::of_faults(&path, &selection, SMALL)
+            .unwrap()
+            .unwrap();
+        let selected: Vec<HeatEvent> = (0..FAULTS)
+            .map(fault)
+            .filter(|f| (10_000..60_000).contains(&((f.time_ns - START) / 1000)))
+            .filter(|f| (0x11_0000..0x20_0000).contains(&f.addr.get()))
+            .map(|f| HeatEvent::from(&f))
+            .collect();
+        assert_eq!(count, selected.len());
+        // 50,000 faults, 240 of each 300 on a selected page.
+        assert_eq!(count, 39_996);
+        assert_eq!(map, Heatmap::build(&selected, SMALL).unwrap());
+        // 240 pages, three to a row.
+        assert_eq!(map.height, 80);
+        assert_eq!(
+            (map.row_address(0), map.row_address(79)),
+            (VirtAddr::new(0x11_0000), VirtAddr::new(0x1fd_000))
+        );
+
+        let nothing = FaultSelection::new(START, Some((5.0, 6.0)), None);
+        assert_eq!(Heatmap::of_faults(&path, &nothing, SMALL).unwrap(), None);
+    }
+
+    /// A range trace's ranges fill every block they cover, as hot as their weight.
+    #[test]
+    fn heat_ranges_fill_their_blocks() {
+        let range = |time_ns, start, end, weight| HeatRange {
+            time_ns,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
+            weight,
+        };
+        let options = HeatmapOptions {
+            block_bits: 12,
+            width: 2,
+            max_height: 100,
+        };
+        let map = Heatmap::of_ranges(
+            &[
+                range(0, 0x1000, 0x3000, 5),
+                range(100, 0x2000, 0x3000, 9),
+                range(100, 0x9000, 0xa000, 1),
+            ],
+            options,
+        )
+        .unwrap();
+        let reads = |col: usize, row: usize| map.cells[row * map.width + col][0];
+        assert_eq!([reads(0, 0), reads(0, 1), reads(0, 2)], [5, 5, 0]);
+        assert_eq!([reads(1, 0), reads(1, 1), reads(1, 2)], [0, 9, 1]);
+        assert!(matches!(
+            Heatmap::of_ranges(&[], options),
+            Err(Error::Empty)
+        ));
+    }
+
+    /// Bands take the short names of the mappings over their blocks; a library's segments
+    /// make one band.
+    #[test]
+    fn bands_are_named_after_the_mappings() {
+        let mapping = |start: u64, end: u64, path: &str| Mapping {
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
+            path: path.into(),
+            ..Mapping::default()
+        };
+        let mut map = Heatmap::build(&events(), SMALL).unwrap();
+        map.name_mappings(&[
+            mapping(0x1000, 0x2000, "/usr/lib/libc.so.6"),
+            mapping(0x2000, 0x3000, "/usr/lib/libc.so.6"),
+            mapping(0x7f00_0000_0000, 0x7f00_0000_1000, "[stack]"),
+        ]);
+        let names: Vec<(&str, (usize, usize))> = map
+            .bands
+            .iter()
+            .map(|b| (b.name.as_str(), b.rows))
+            .collect();
+        assert_eq!(names, vec![("libc.so.6", (0, 1)), ("[stack]", (2, 2))]);
     }
 
     /// Spatial and temporal sums add up to the events.

@@ -25,7 +25,7 @@ pub use flames::{
     process_flamegraphs,
 };
 pub use heatmap::{
-    ALLOC_OUTLINE, AddressRegion, AllocRect, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
+    ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
     HeatmapOptions, ImageFormat, PlacedRect, color_of,
 };
 
@@ -54,6 +54,9 @@ pub enum Error {
     /// A report's CSV could not be written.
     #[error("writing CSV")]
     Csv(#[from] csv::Error),
+    /// A trace file to draw could not be read.
+    #[error(transparent)]
+    Trace(#[from] fltrace_trace::Error),
 }
 
 /// The access kind of the faults of a stack.

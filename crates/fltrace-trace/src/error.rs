@@ -48,6 +48,16 @@ pub enum Error {
         /// Why, and what to do.
         reason: String,
     },
+    /// An output file was created but writing it failed ([`crate::files::write_with`]): the
+    /// writer's error (a picture's, a table's) or the final flush's.
+    #[error("writing {path}")]
+    Write {
+        /// The output file.
+        path: PathBuf,
+        /// What the writer or the flush said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// No recording was found where one was expected.
     #[error("no fltrace recording in {0} (run `fltrace record -- <command>` first)")]
     NoRecording(PathBuf),

@@ -240,6 +240,26 @@ pub fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     create(path)?.write_all(bytes).map_err(Error::io(path))
 }
 
+/// Creates `path` through [`create`] and hands it to `write`, buffered, flushing at the end:
+/// the one way a command writes a whole output file (a picture, a plot). A failure to create
+/// it is [`create`]'s error; one of `write` or the flush is [`Error::Write`], naming the path.
+pub fn write_with<E>(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<File>) -> Result<(), E>,
+) -> Result<(), Error>
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(create(path)?);
+    let failed = |source| Error::Write {
+        path: path.into(),
+        source,
+    };
+    write(&mut out).map_err(|e| failed(e.into()))?;
+    out.flush().map_err(|e| failed(e.into()))
+}
+
 /// Whether other users may replace files in `dir`: writable by others and not sticky.
 pub fn exposed(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| {
@@ -347,6 +367,35 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&earlier).unwrap(), "new");
 
         assert!(create_new(&earlier).is_err());
+    }
+
+    /// What the closure writes is the file's content; its error and the path make one line.
+    #[test]
+    fn write_with_writes_through_the_closure_and_names_the_path() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fltrace-data-wss-7.svg");
+        std::fs::write(&path, "an earlier run's").unwrap();
+        write_with(&path, |out| out.write_all(b"<svg/>")).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "<svg/>");
+
+        let error = write_with(&path, |out| {
+            out.write_all(b"half")?;
+            Err(std::io::Error::other("no space left"))
+        })
+        .unwrap_err();
+        assert_eq!(
+            crate::error_chain(&error),
+            format!("writing {}: no space left", path.display())
+        );
+
+        // Not created: create's own refusal, and the closure is never called.
+        let link = dir.path().join("link.svg");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let refused = write_with(&link, |_| -> Result<(), std::io::Error> {
+            panic!("called for a file not created")
+        });
+        assert!(matches!(refused, Err(Error::Refused { .. })), "{refused:?}");
     }
 
     /// World-writable without the sticky bit is exposed; /tmp's mode 1777 is not.

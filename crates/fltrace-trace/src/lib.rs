@@ -54,7 +54,9 @@ pub use parquet_io::{
     FaultWriter, MappingWriter, Metadata, Origin, StackWriter, column_chunks, completeness,
     read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks,
 };
-pub use range_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, read_range_trace};
+pub use range_trace::{
+    RangeSample, RangeTraceKind, RangeTraceWriter, WSS_HEADER, WssRow, WssRows, read_range_trace,
+};
 pub use recording::{ProcessTrace, Recording, SessionInfo, Unreadable, keys};
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)

@@ -184,6 +184,45 @@ impl RangeTraceWriter {
     }
 }
 
+/// One interval of `fltrace wss`: when it ended and how much was accessed and resident. A row
+/// of the CSV the command prints ([`WssRows`]) and a point of its working-set plot.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WssRow {
+    /// End of the interval, seconds since sampling began.
+    pub time_s: f64,
+    /// Bytes accessed in the interval: the working-set size.
+    pub wss_bytes: u64,
+    /// Bytes resident.
+    pub rss_bytes: u64,
+}
+
+/// The header of `fltrace wss`'s rows ([`WssRows`]).
+pub const WSS_HEADER: [&str; 3] = ["time_s", "wss_bytes", "rss_bytes"];
+
+/// `fltrace wss`'s rows as CSV (`time_s,wss_bytes,rss_bytes`, time in milliseconds), each
+/// flushed as it comes: the command's progress, read live by other programs.
+pub struct WssRows<W: std::io::Write>(csv::Writer<W>);
+
+impl<W: std::io::Write> WssRows<W> {
+    /// Writes the header to `out`.
+    pub fn new(out: W) -> std::io::Result<WssRows<W>> {
+        let mut csv = csv::Writer::from_writer(out);
+        csv.write_record(WSS_HEADER)?;
+        csv.flush()?;
+        Ok(WssRows(csv))
+    }
+
+    /// Writes and flushes one row.
+    pub fn row(&mut self, row: &WssRow) -> std::io::Result<()> {
+        self.0.write_record([
+            format!("{:.3}", row.time_s),
+            row.wss_bytes.to_string(),
+            row.rss_bytes.to_string(),
+        ])?;
+        self.0.flush()
+    }
+}
+
 /// Time in milliseconds, addresses in hex: the text the traces have always had.
 fn fields(sample: &RangeSample) -> [String; 4] {
     [
@@ -197,6 +236,51 @@ fn fields(sample: &RangeSample) -> [String; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A writer whose output reaches `flushed` only when flushed, as a pipe's reader sees it.
+    #[derive(Default)]
+    struct Pipe {
+        pending: Vec<u8>,
+        flushed: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+    }
+
+    impl std::io::Write for Pipe {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.pending.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.flushed.borrow_mut().append(&mut self.pending);
+            Ok(())
+        }
+    }
+
+    /// The header and each row reach the reader as they come, time to the millisecond.
+    #[test]
+    fn wss_rows_are_written_and_flushed_one_by_one() {
+        let pipe = Pipe::default();
+        let seen = pipe.flushed.clone();
+        let text = || String::from_utf8(seen.borrow().clone()).unwrap();
+        let mut rows = WssRows::new(pipe).unwrap();
+        assert_eq!(text(), "time_s,wss_bytes,rss_bytes\n");
+        rows.row(&WssRow {
+            time_s: 0.1004,
+            wss_bytes: 4096,
+            rss_bytes: 1 << 20,
+        })
+        .unwrap();
+        assert_eq!(text(), "time_s,wss_bytes,rss_bytes\n0.100,4096,1048576\n");
+        rows.row(&WssRow {
+            time_s: 12.3456,
+            wss_bytes: 0,
+            rss_bytes: 8192,
+        })
+        .unwrap();
+        assert_eq!(
+            text(),
+            "time_s,wss_bytes,rss_bytes\n0.100,4096,1048576\n12.346,0,8192\n"
+        );
+    }
 
     /// Both traces' rows come back with their kind; a foreign file is refused.
     #[test]

@@ -5,13 +5,11 @@ use std::io::Write as _;
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    access_samples_in, find_recording, heat_ranges, largest_labelled_blocks, named_regions,
-    window_ns,
+    FaultSelection, LabelledBlock, access_samples_in, find_recording, heat_ranges,
+    largest_labelled_blocks,
 };
-use fltrace_render::{
-    AddressRegion, AllocRect, HeatEvent, HeatLabels, HeatmapBuilder, HeatmapOptions, ImageFormat,
-};
-use fltrace_trace::{FaultFlags, FaultRowGroups, RangeTraceKind, Recording, files};
+use fltrace_render::{HeatEvent, HeatLabels, Heatmap, HeatmapOptions, ImageFormat};
+use fltrace_trace::{RangeTraceKind, Recording, files};
 
 use crate::cli::{HeatSource, HeatmapArgs};
 
@@ -38,21 +36,14 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
         )
     })?;
     let (start, selected) = access_samples_in(&samples, args.selection.time, args.addr);
-    let events: Vec<HeatEvent> = selected
-        .iter()
-        .map(|s| HeatEvent {
-            time: s.time_ns,
-            addr: s.addr,
-            write: s.is_store(),
-        })
-        .collect();
+    let events: Vec<HeatEvent> = selected.into_iter().map(HeatEvent::from).collect();
     if events.is_empty() {
         bail!(
             "no access samples in {} in the selected time and address ranges",
             path.display()
         );
     }
-    let mut map = fltrace_render::Heatmap::build(&events, options(&args))?;
+    let mut map = Heatmap::build(&events, options(&args))?;
     map.set_time_origin(start);
     name_mappings(&mut map, dir, pid)?;
     let labels = HeatLabels {
@@ -75,41 +66,13 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
         .or_else(|| recording.root_pid())
         .context("the recording has no process")?;
     let start = recording.session.start_ns;
-    let window = window_ns(start, selection.time);
-    let to_events = |faults: &[fltrace_trace::Fault]| -> Vec<HeatEvent> {
-        faults
-            .iter()
-            .filter(|f| window.as_ref().is_none_or(|w| w.contains(&f.time_ns)))
-            .filter(|f| {
-                args.addr
-                    .is_none_or(|(a, b)| (a..b).contains(&f.addr.get()))
-            })
-            .map(|f| HeatEvent {
-                time: f.time_ns,
-                addr: f.addr,
-                write: f.flags.has(FaultFlags::WRITE),
-            })
-            .collect()
-    };
-    let options = options(&args);
-    // Two passes, a row group at a time: memory is bounded by the blocks touched.
+    let chosen = FaultSelection::new(start, selection.time, args.addr);
     let path = files::faults(&recording.dir, pid);
-    let mut builder = HeatmapBuilder::new(options);
-    let mut count = 0;
-    for group in FaultRowGroups::open(&path)? {
-        let events = to_events(&group?);
-        count += events.len();
-        builder.scan(&events);
-    }
-    if count == 0 {
+    let Some((mut map, count)) = Heatmap::of_faults(&path, &chosen, options(&args))? else {
         bail!("no faults of process {pid} in the selected time and address ranges");
-    }
-    let mut map = builder.layout()?;
-    for group in FaultRowGroups::open(&path)? {
-        map.add(&to_events(&group?));
-    }
+    };
     if args.allocs > 0 && recording.has_allocs(pid) {
-        map.overlay(&block_rects(&recording, pid, args.allocs, selection)?);
+        map.overlay(&largest_blocks(&recording, pid, args.allocs, selection)?);
     }
     map.set_time_origin(start);
     name_mappings(&mut map, &recording.dir, pid)?;
@@ -147,14 +110,7 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
         );
     }
     let count = ranges.len();
-    let mut builder = HeatmapBuilder::new(options(&args));
-    for r in &ranges {
-        builder.scan_range(r.time_ns, r.start, r.end);
-    }
-    let mut map = builder.layout()?;
-    for r in &ranges {
-        map.add_range(r.time_ns, r.start, r.end, r.weight);
-    }
+    let mut map = Heatmap::of_ranges(&ranges, options(&args))?;
     let source = match trace_kind {
         RangeTraceKind::ReferencedBytes => "reference bits (per cent of each mapping referenced)",
         RangeTraceKind::DamonAccesses => "DAMON (access counts)",
@@ -188,22 +144,14 @@ fn newest_file(
 }
 
 /// Names the map's bands after the process's recorded mappings, when there are any.
-fn name_mappings(
-    map: &mut fltrace_render::Heatmap,
-    dir: &std::path::Path,
-    pid: u32,
-) -> anyhow::Result<()> {
+fn name_mappings(map: &mut Heatmap, dir: &std::path::Path, pid: u32) -> anyhow::Result<()> {
     let path = files::mmaps(dir, pid);
     if !path.is_file() {
         return Ok(());
     }
     let mappings = fltrace_trace::read_mappings(&path)
         .with_context(|| format!("reading {}", path.display()))?;
-    let regions: Vec<AddressRegion> = named_regions(&mappings)
-        .into_iter()
-        .map(|(start, end, name)| AddressRegion { start, end, name })
-        .collect();
-    map.name_regions(&regions);
+    map.name_mappings(&mappings);
     Ok(())
 }
 
@@ -217,7 +165,7 @@ fn options(args: &HeatmapArgs) -> HeatmapOptions {
 
 /// Writes the map (and the memref patch's plots) where asked, or prints it to the terminal.
 fn write_outputs(
-    map: &fltrace_render::Heatmap,
+    map: &Heatmap,
     args: &HeatmapArgs,
     pid: u32,
     name: &str,
@@ -236,11 +184,9 @@ fn write_outputs(
         None => {
             // The memref patch's temporal and spatial plots come with the default outputs.
             let memref = files::path(dir, &name.replacen("heatmap", "memref", 1), pid, "svg");
-            let mut out = std::io::BufWriter::new(files::create(&memref)?);
-            fltrace_render::memref_plots(map, labels, &mut out)
-                .map_err(anyhow::Error::from)
-                .and_then(|()| Ok(out.flush()?))
-                .with_context(|| format!("writing {}", memref.display()))?;
+            files::write_with(&memref, |out| {
+                fltrace_render::memref_plots(map, labels, out)
+            })?;
             writeln!(std::io::stdout(), "{}", memref.display())?;
             vec![
                 files::path(dir, name, pid, "png"),
@@ -252,36 +198,22 @@ fn write_outputs(
         let Some(format) = ImageFormat::of_path(&path) else {
             bail!("{}: the heatmap is written as .png or .svg", path.display());
         };
-        let mut out = std::io::BufWriter::new(files::create(&path)?);
-        map.write_image(&mut out, format, labels)
-            .map_err(anyhow::Error::from)
-            .and_then(|()| Ok(out.flush()?))
-            .with_context(|| format!("writing {}", path.display()))?;
+        files::write_with(&path, |out| map.write_image(out, format, labels))?;
         writeln!(std::io::stdout(), "{}", path.display())?;
     }
     Ok(())
 }
 
-/// The `count` largest blocks of `pid`'s allocations, as rectangles labelled with their
-/// allocation site (Heimdallr draws allocations over its access map the same way).
-fn block_rects(
+/// The `count` largest blocks of `pid`'s allocations, labelled with their allocation site.
+fn largest_blocks(
     recording: &Recording,
     pid: u32,
     count: usize,
     selection: &crate::cli::Selection,
-) -> anyhow::Result<Vec<AllocRect>> {
+) -> anyhow::Result<Vec<LabelledBlock>> {
     let trace = recording.load(pid)?;
     let mut symbolizer = crate::load::symbolizer(selection);
     let stacks = symbolizer.resolve_alloc_stacks(&trace);
     crate::load::print_warnings(&mut symbolizer);
-    Ok(largest_labelled_blocks(&trace, &stacks, count)
-        .into_iter()
-        .map(|b| AllocRect {
-            start: b.start_ns,
-            end: b.end_ns,
-            addr: b.addr,
-            len: b.size,
-            label: b.label,
-        })
-        .collect())
+    Ok(largest_labelled_blocks(&trace, &stacks, count))
 }

@@ -9,7 +9,6 @@ use anyhow::{Context, bail};
 
 use fltrace_capture::{FarMemory, Target, find_preload_library, interrupt_counter};
 use fltrace_experiment::sweep::{self, SweepPlan, SweepRow};
-use fltrace_render::{SweepPoint, sweep_plot};
 use fltrace_trace::Recording;
 
 use crate::cli::{Selection, SweepArgs};
@@ -80,29 +79,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
     let csv_path = args.dir.join(sweep::CSV_FILE);
     sweep::write_csv(&csv_path, &rows)?;
     let plot_path = args.dir.join(sweep::PLOT_FILE);
-    let command = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let points: Vec<SweepPoint> = rows
-        .iter()
-        .map(|row| SweepPoint {
-            local_percent: f64::from(row.local_percent),
-            faults: row.faults,
-            locations_95: row.locations_95 as u64,
-        })
-        .collect();
-    let mut plot = std::io::BufWriter::new(fltrace_trace::files::create(&plot_path)?);
-    sweep_plot(
-        &points,
-        &format!("{command}: faults vs local memory"),
-        &mut plot,
-    )
-    .map_err(anyhow::Error::from)
-    .and_then(|()| Ok(plot.flush()?))
-    .with_context(|| format!("writing {}", plot_path.display()))?;
+    sweep::write_plot(&plot_path, &args.command, &rows)?;
     writeln!(
         std::io::stdout(),
         "{}\n{}",

@@ -3,13 +3,13 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 use fltrace_capture::ChildGuard;
-use fltrace_capture::damon::{self, DamonStatus, MonitorConfig, Operations};
+use fltrace_capture::damon::{self, ChosenMonitor, MonitorConfig};
 use fltrace_capture::wss::{self, IdleBitmap, PAGE_IDLE_BITMAP};
+use fltrace_trace::{WssRows, files};
 
 use crate::cli::{Format, WssArgs};
 use fltrace_capture::interrupt_counter;
@@ -32,37 +32,33 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     if args.pages {
         return pages(&args, pid, &stop);
     }
-    let started = Instant::now();
     let mut out = std::io::stdout().lock();
     let mut rows = match args.format {
         Format::Csv => Some(WssRows::new(std::io::stdout().lock())?),
         _ => None,
     };
-    let mut points = Vec::new();
-    let trace = wss::trace_referenced(pid, args.interval, |sample| {
-        let secs = sample.elapsed.as_secs_f64();
+    let trace = wss::trace_referenced(pid, args.interval, args.duration, &stop, |sample| {
+        let row = sample.row();
         let written = match &mut rows {
-            Some(rows) => rows.row(secs, sample.wss(), sample.rss()),
+            Some(rows) => rows.row(&row),
             None => writeln!(
                 out,
-                "{secs:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
-                sample.wss() as f64 / 1048576.0,
-                sample.rss() as f64 / 1048576.0
+                "{:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
+                row.time_s,
+                row.wss_bytes as f64 / 1048576.0,
+                row.rss_bytes as f64 / 1048576.0
             ),
         };
         stop_on_error(written, &stop);
-        points.push((secs, sample.wss(), sample.rss()));
-        stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d)
     })?;
-    let path = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "csv");
-    trace.write(&path)?;
-    let plot = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "svg");
-    if !points.is_empty() {
-        let mut out = std::io::BufWriter::new(fltrace_trace::files::create(&plot)?);
-        fltrace_render::wss_plot(&points, &format!("working set of process {pid}"), &mut out)
-            .map_err(anyhow::Error::from)
-            .and_then(|()| Ok(out.flush()?))
-            .with_context(|| format!("writing {}", plot.display()))?;
+    let path = files::path(&args.dir, "wss", pid as u32, "csv");
+    trace.ranges.write(&path)?;
+    let plot = files::path(&args.dir, "wss", pid as u32, "svg");
+    if !trace.curve.is_empty() {
+        let title = format!("working set of process {pid}");
+        files::write_with(&plot, |out| {
+            fltrace_render::wss_plot(&trace.curve, &title, out)
+        })?;
         eprintln!("fltrace: {} and {}", path.display(), plot.display());
     }
     // Sampling stopped early (duration or Ctrl-C): the command is left to finish.
@@ -78,58 +74,30 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
 /// alone: its `damon:damon_aggregated` events are read, and the physical regions it found
 /// accessed are translated to the process's pages through pagemap.
 fn with_damon(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCode> {
-    let mut own = None;
-    match damon::status() {
-        DamonStatus::Absent => bail!(
-            "this kernel has no DAMON sysfs interface (/sys/kernel/mm/damon/admin); use fltrace wss without --damon"
-        ),
-        DamonStatus::Free => {
-            let config = MonitorConfig {
-                sample_us: args.damon_sample.as_micros() as u64,
-                aggr_us: args.damon_aggr.as_micros() as u64,
-                update_us: args.damon_update.as_micros() as u64,
-                regions: args.damon_regions,
-            };
-            let monitor = damon::OwnMonitor::start(
-                std::path::Path::new(damon::SYSFS),
-                pid as u32,
-                config,
-                &damon::system_ram(),
-            )
-            .context("starting a DAMON monitor")?;
-            eprintln!(
-                "fltrace: DAMON is free: started a monitor of fltrace's own ({} operations), removed at the end",
-                if monitor.operations == Operations::Vaddr {
-                    "virtual-address"
-                } else {
-                    "physical-address"
-                }
-            );
-            own = Some((monitor, config));
-        }
-        DamonStatus::InUse(kdamonds) => eprintln!(
-            "fltrace: DAMON is in use by a monitor fltrace did not start (kdamond {}); reading its damon:damon_aggregated events read-only, translated to process {pid}",
-            kdamonds
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
+    let config = MonitorConfig {
+        sample_us: args.damon_sample.as_micros() as u64,
+        aggr_us: args.damon_aggr.as_micros() as u64,
+        update_us: args.damon_update.as_micros() as u64,
+        regions: args.damon_regions,
+    };
+    let monitor = ChosenMonitor::choose(
+        std::path::Path::new(damon::SYSFS),
+        pid as u32,
+        config,
+        damon::system_ram,
+    )?;
+    eprintln!("fltrace: {monitor}");
     let mut rows = WssRows::new(std::io::stdout().lock())?;
     let trace = damon::trace_process(
         pid,
-        own.as_ref().map(|(monitor, config)| (monitor, config)),
+        monitor.own(),
         args.duration,
         stop,
-        |secs, aggregation| {
-            let written = rows.row(secs, aggregation.accessed_bytes, aggregation.resident_bytes);
-            stop_on_error(written, stop);
-        },
+        |secs, aggregation| stop_on_error(rows.row(&aggregation.row(secs)), stop),
     )?;
     // Our own monitor goes before the files are written: a failure below must not leave it.
-    drop(own);
-    let path = fltrace_trace::files::path(&args.dir, "damon", pid as u32, "csv");
+    drop(monitor);
+    let path = files::path(&args.dir, "damon", pid as u32, "csv");
     trace.write(&path)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -145,20 +113,10 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
         ),
     };
     let mut rows = WssRows::new(std::io::stdout().lock())?;
-    let started = Instant::now();
-    let keep_going =
-        || stop.load(Ordering::Relaxed) == 0 && args.duration.is_none_or(|d| started.elapsed() < d);
-    let trace = wss::trace_pages(
-        pid,
-        args.interval,
-        &bitmap,
-        |sample| {
-            let written = rows.row(sample.elapsed.as_secs_f64(), sample.wss(), sample.rss());
-            stop_on_error(written, stop);
-        },
-        keep_going,
-    )?;
-    let path = fltrace_trace::files::path(&args.dir, "wss", pid as u32, "csv");
+    let trace = wss::trace_pages(pid, args.interval, &bitmap, args.duration, stop, |sample| {
+        stop_on_error(rows.row(&sample.row()), stop)
+    })?;
+    let path = files::path(&args.dir, "wss", pid as u32, "csv");
     trace.write(&path)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -169,27 +127,5 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
 fn stop_on_error(written: std::io::Result<()>, stop: &AtomicUsize) {
     if written.is_err() {
         stop.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// The `time_s,wss_bytes,rss_bytes` rows on stdout, each flushed as it comes: the command's
-/// progress, read live by other programs.
-struct WssRows<W: std::io::Write>(csv::Writer<W>);
-
-impl<W: std::io::Write> WssRows<W> {
-    fn new(out: W) -> std::io::Result<WssRows<W>> {
-        let mut csv = csv::Writer::from_writer(out);
-        csv.write_record(["time_s", "wss_bytes", "rss_bytes"])?;
-        csv.flush()?;
-        Ok(WssRows(csv))
-    }
-
-    fn row(&mut self, secs: f64, wss_bytes: u64, rss_bytes: u64) -> std::io::Result<()> {
-        self.0.write_record([
-            format!("{secs:.3}"),
-            wss_bytes.to_string(),
-            rss_bytes.to_string(),
-        ])?;
-        self.0.flush()
     }
 }

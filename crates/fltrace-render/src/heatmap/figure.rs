@@ -552,7 +552,8 @@ fn draw_legend(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AddressRegion, AllocRect, HeatEvent, HeatmapOptions};
+    use crate::{AddressRegion, HeatEvent, HeatmapOptions};
+    use fltrace_analyze::LabelledBlock;
     use fltrace_trace::VirtAddr;
 
     /// A `<text>` element of an SVG, as a browser would place it.
@@ -804,12 +805,12 @@ mod tests {
             max_height: 400,
         };
         let mut map = Heatmap::build(&events, options).unwrap();
-        let rects: Vec<AllocRect> = (0..200u64)
-            .map(|i| AllocRect {
-                start: i * 500,
-                end: i * 500 + 150_000,
+        let rects: Vec<LabelledBlock> = (0..200u64)
+            .map(|i| LabelledBlock {
+                start_ns: i * 500,
+                end_ns: i * 500 + 150_000,
                 addr: VirtAddr::new(0x10_0000) + i * 2 * 4096,
-                len: 2 * 4096,
+                size: 2 * 4096,
                 label: format!("a_rather_long_allocation_function_name_{i} blocks.c:{i}"),
             })
             .collect();
