@@ -112,7 +112,15 @@ impl OwnMonitor {
         config: MonitorConfig,
         ram: &[(u64, u64)],
     ) -> Result<OwnMonitor, Error> {
-        let kernel = |what: &'static str| Error::kernel(what);
+        // Sysfs files, not perf events: Error::kernel's hints (missing event, ring size) would
+        // mislead.
+        let kernel = |what: &'static str| {
+            move |source| Error::Kernel {
+                what,
+                source,
+                hint: "",
+            }
+        };
         if let DamonStatus::InUse(_) = status_at(admin) {
             return Err(Error::Kernel {
                 what: "starting a DAMON monitor",
@@ -894,11 +902,10 @@ mod tests {
         std::fs::write(dir.path().join("nr_kdamonds"), "0\n").unwrap();
         let failed =
             ChosenMonitor::choose(dir.path(), 1, MonitorConfig::default(), Vec::new).unwrap_err();
-        // (The hint for ENOENT speaks of events: Error::kernel's, shared with perf events.)
         assert_eq!(
             fltrace_trace::error_chain(&failed),
-            "starting a DAMON monitor: writing the DAMON sysfs interface (this kernel lacks the \
-             event): No such file or directory (os error 2)"
+            "starting a DAMON monitor: writing the DAMON sysfs interface: No such file or \
+             directory (os error 2)"
         );
     }
 

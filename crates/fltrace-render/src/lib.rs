@@ -40,7 +40,7 @@ use inferno::flamegraph::{self, Options};
 #[non_exhaustive]
 pub enum Error {
     /// The output could not be written.
-    #[error("writing the flamegraph")]
+    #[error("writing the picture")]
     Io(#[from] std::io::Error),
     /// There was nothing to draw.
     #[error("no faults to draw")]

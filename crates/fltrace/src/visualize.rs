@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs};
 use fltrace_trace::files;
@@ -31,15 +31,13 @@ pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
                 continue;
             }
-            let file = files::create(&path)?;
             let title = format!(
                 "{} of {} (pid {})",
                 graph.title,
                 loaded.command(),
                 trace.pid
             );
-            flamegraph(&graph.stacks, &title, std::io::BufWriter::new(file))
-                .with_context(|| format!("writing {}", path.display()))?;
+            files::write_with(&path, |out| flamegraph(&graph.stacks, &title, out))?;
             // Written, not printed: an error (a closed pipe) ends the command quietly.
             writeln!(std::io::stdout(), "{}", path.display())?;
         }
