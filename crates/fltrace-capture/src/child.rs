@@ -9,6 +9,18 @@ use std::process::ExitStatus;
 use crate::Error;
 use crate::target::PendingChild;
 
+/// The status a shell gives a command that ended so, for fltrace to exit with: its exit code,
+/// or 128 + the signal that killed it; 0 when no command ran or it was left running.
+pub fn shell_status(status: Option<ExitStatus>) -> u8 {
+    match status.map(|s| (s.code(), s.signal())) {
+        // Exit codes are 0..=255 on Linux: the cast keeps them whole.
+        Some((Some(code), _)) => code as u8,
+        Some((None, Some(signal))) => 128u8.wrapping_add(signal as u8),
+        Some((None, None)) => 1,
+        None => 0,
+    }
+}
+
 /// The command fltrace started, from its fork to its reaping. Dropped before it was reaped,
 /// it is killed (SIGKILL) and reaped.
 #[derive(Debug)]
@@ -141,5 +153,15 @@ mod tests {
         let error =
             ChildGuard::start(&["/nonexistent/fltrace-test".into()]).expect_err("no such program");
         assert_eq!(error.to_string(), "cannot run `/nonexistent/fltrace-test`");
+    }
+
+    /// A wait status holds the code in its second byte, or the signal in its low bits.
+    #[test]
+    fn shell_status_is_the_exit_code_or_128_plus_the_signal() {
+        assert_eq!(shell_status(Some(ExitStatus::from_raw(3 << 8))), 3);
+        assert_eq!(shell_status(Some(ExitStatus::from_raw(255 << 8))), 255);
+        assert_eq!(shell_status(Some(ExitStatus::from_raw(0))), 0);
+        assert_eq!(shell_status(Some(ExitStatus::from_raw(libc::SIGKILL))), 137);
+        assert_eq!(shell_status(None), 0);
     }
 }

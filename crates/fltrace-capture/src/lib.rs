@@ -41,7 +41,7 @@ mod user;
 pub mod wss;
 
 pub use alloc_spool::{AllocLogs, Converted, Recovered, recover_stale_spools};
-pub use child::ChildGuard;
+pub use child::{ChildGuard, shell_status};
 pub use error::Error;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;

@@ -165,30 +165,9 @@ impl OpenTool {
     }
 }
 
-/// The exit code of a tool's run: the traced command's own, 1 when a signal ended it (it has
-/// no code), 0 when no command ran.
-pub fn exit_code(status: Option<ExitStatus>) -> u8 {
-    match status {
-        // Exit codes are 0..=255 on Linux: the cast keeps them whole.
-        Some(status) => status.code().unwrap_or(1) as u8,
-        None => 0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::process::ExitStatusExt as _;
-
-    /// A wait status holds the code in its second byte, or the signal in its low bits.
-    #[test]
-    fn exit_code_is_the_commands_own_or_one_after_a_signal() {
-        assert_eq!(exit_code(Some(ExitStatus::from_raw(3 << 8))), 3);
-        assert_eq!(exit_code(Some(ExitStatus::from_raw(255 << 8))), 255);
-        assert_eq!(exit_code(Some(ExitStatus::from_raw(0))), 0);
-        assert_eq!(exit_code(Some(ExitStatus::from_raw(libc::SIGKILL))), 1);
-        assert_eq!(exit_code(None), 0);
-    }
 
     /// The name (for errors) and the phrase of the "Tracing ...." line, tool by tool.
     #[test]

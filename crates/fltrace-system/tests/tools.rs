@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use fltrace_system::{Format, Scope, Tool, exit_code};
+use fltrace_capture::shell_status;
+use fltrace_system::{Format, Scope, Tool};
 
 /// `workloads/sysmem.c`, built once, without frame pointers.
 fn sysmem() -> &'static Path {
@@ -49,7 +50,7 @@ fn run_over(tool: Tool, command: &[OsString], format: Format) -> Ran {
     Ran {
         out: String::from_utf8(out).expect("UTF-8 output"),
         notes,
-        exit_code: exit_code(status),
+        exit_code: shell_status(status),
     }
 }
 
@@ -155,11 +156,11 @@ fn brkstack_system_wide_notes_its_frame_pointer_stacks() {
     let status = open
         .run(&stopped, Some(Duration::ZERO), Format::Csv, &mut out)
         .expect("stops at once");
-    assert_eq!(exit_code(status), 0);
+    assert_eq!(shell_status(status), 0);
 }
 
 /// The command's exit code comes through any tool: `sysmem` without a mode exits 1 with its
-/// usage, `sh -c 'exit 3'` with 3; vmscan's interval option reaches the tool, whose CSV
+/// usage, `sh -c 'exit 3'` with 3, one killed by SIGKILL with 137; vmscan's interval option reaches the tool, whose CSV
 /// header is its own.
 #[test]
 fn the_commands_exit_code_comes_through() {
@@ -174,6 +175,9 @@ fn the_commands_exit_code_comes_through() {
         Format::Csv,
     );
     assert_eq!(ran.exit_code, 3);
+    // Killed by a signal: 128 + its number, as a shell says it (and `fltrace record` exits).
+    let killed: Vec<OsString> = ["sh", "-c", "kill -9 $$"].map(OsString::from).into();
+    assert_eq!(run_over(Tool::Hfaults, &killed, Format::Csv).exit_code, 137);
     assert_eq!(
         ran.out.lines().next(),
         Some(

@@ -144,5 +144,5 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
         args.format.into(),
         std::io::stdout().lock(),
     )?;
-    Ok(ExitCode::from(fltrace_system::exit_code(status)))
+    Ok(ExitCode::from(fltrace_capture::shell_status(status)))
 }

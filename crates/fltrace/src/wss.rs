@@ -62,10 +62,7 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
         eprintln!("fltrace: {} and {}", path.display(), plot.display());
     }
     // Sampling stopped early (duration or Ctrl-C): the command is left to finish.
-    Ok(match child.wait()? {
-        Some(status) => ExitCode::from(status.code().unwrap_or(1) as u8),
-        None => ExitCode::SUCCESS,
-    })
+    Ok(ExitCode::from(fltrace_capture::shell_status(child.wait()?)))
 }
 
 /// `--damon`: DAMON's view. Where no monitor runs, fltrace starts one of its own (virtual
