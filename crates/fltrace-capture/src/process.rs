@@ -376,6 +376,18 @@ impl Process {
         if end == UnwindEnd::Truncated {
             self.counters.stacks_truncated += 1;
         }
+        // A return address outside executable memory is not one: past the loader's `_start`
+        // the unwinder reads argc, and a stack that changed before its live read gives heap
+        // or stack words. The stack ends before such a word instead of showing it as a frame.
+        if !self.maps.is_empty()
+            && let Some(bad) = frames.iter().skip(1).position(|&addr| {
+                !self
+                    .mapping_at(VirtAddr::new(addr))
+                    .is_some_and(|m| m.is_exec())
+            })
+        {
+            frames.truncate(bad + 1);
+        }
         if self.live.used {
             self.counters.stacks_extended += 1;
         }

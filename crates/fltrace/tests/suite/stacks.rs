@@ -183,6 +183,31 @@ fn malloc_replacement_library_is_not_the_call_site() {
     );
 }
 
+/// Every frame after the faulting instruction is a return address in code: none in no mapping
+/// or in data (`[unknown]`, `[heap]`, `[stack]`). (The loader's first fault, at its `_start`,
+/// had argc as its caller; a stack that changed before its live read ended in a heap word.)
+#[test]
+fn callers_are_always_in_code() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "30"]);
+    let report = dir.report_json(&["--by", "stack", "--call-site", "leaf"]);
+    let mut stacks = 0;
+    for group in groups(&report) {
+        let frames = group["stack"].as_array().expect("a stack");
+        stacks += 1;
+        for frame in frames.iter().skip(1) {
+            let lib = frame["lib"].as_str().unwrap_or("");
+            assert!(
+                !["[unknown]", "[heap]", "[stack]", "[anon]"].contains(&lib),
+                "a caller in {lib}: {group}"
+            );
+        }
+    }
+    assert!(stacks > 5, "{report}");
+    assert_eq!(count_at(&report, "faults.c", site("faults.c", "fill")), 30);
+}
+
 /// Faults on a file mapping are reads of the page cache, not first touches. The kernel maps
 /// neighbouring cached pages on each fault (fault-around), so there are at most as many
 /// faults as pages.
