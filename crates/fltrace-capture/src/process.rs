@@ -339,8 +339,15 @@ impl Process {
             flags |= FaultFlags::WRPROTECT;
         } else {
             // A missing page of anonymous memory (or of a stack growing into new space) is
-            // filled with zeros on first touch; file pages come from the page cache.
-            let anonymous = self.mapping_at(fault.addr).is_none_or(|m| !m.is_file());
+            // filled with zeros on first touch; file pages come from the page cache. Nothing
+            // is mapped below the lowest address mmap allows (vm.mmap_min_addr, 64 KiB by
+            // default) without a mapping record: a fault there is a null pointer's, which
+            // kills the program instead of filling a page.
+            const LOWEST_MAPPABLE: u64 = 0x10000;
+            let anonymous = match self.mapping_at(fault.addr) {
+                Some(mapping) => !mapping.is_file(),
+                None => fault.addr.get() >= LOWEST_MAPPABLE,
+            };
             if anonymous {
                 flags |= FaultFlags::ZERO;
             }
