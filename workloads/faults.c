@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         void (*lib_fill)(size_t) = (void (*)(size_t))dlsym(lib, "lib_fill");
-        lib_fill(n);
+        lib_fill(n); /* SITE:lib_fill */
     } else if (!strcmp(mode, "file")) {
         int fd = open(argv[2], O_RDONLY);
         if (fd < 0) {

@@ -159,21 +159,27 @@ impl DebugResolver {
                     None => "no file of the recorded build found, its frames stay unsymbolized"
                         .to_owned(),
                 };
-                self.warnings.push(match on_disk {
-                    Some(info) => format!(
-                        "{}: build ID {} on disk, {recorded} when recorded: {outcome}",
-                        path.display(),
-                        if info.build_id.is_empty() {
-                            "(none)"
-                        } else {
-                            &info.build_id
-                        },
-                    ),
-                    None => format!(
-                        "{} (build ID {recorded}) is gone: {outcome}",
-                        path.display()
-                    ),
-                });
+                // fltrace's own preloaded library changes with every fltrace build, and its
+                // frames are never a call site (its faults are left out by library name): a
+                // warning on every older recording would say nothing about the program.
+                let own = fltrace_trace::libraries::is_preload(&path.to_string_lossy());
+                if !own {
+                    self.warnings.push(match on_disk {
+                        Some(info) => format!(
+                            "{}: build ID {} on disk, {recorded} when recorded: {outcome}",
+                            path.display(),
+                            if info.build_id.is_empty() {
+                                "(none)"
+                            } else {
+                                &info.build_id
+                            },
+                        ),
+                        None => format!(
+                            "{} (build ID {recorded}) is gone: {outcome}",
+                            path.display()
+                        ),
+                    });
+                }
                 copy?
             }
         };
@@ -485,6 +491,23 @@ mod tests {
     use fltrace_trace::FileOffset;
 
     /// Build IDs split as `.build-id` trees name them; short or non-hex IDs are refused.
+    /// A file rebuilt since the recording gets one warning, unless it is fltrace's own
+    /// preloaded library, rebuilt with every fltrace (after an upgrade, every report of an
+    /// older `record --allocs` warned about it).
+    #[test]
+    fn rebuilt_preload_library_is_not_warned_about() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // No debug roots, archive or servers: only the file itself could be of the build.
+        let mut resolver = DebugResolver::new(DebugConfig::default());
+        let elf = std::env::current_exe().expect("the test binary");
+        for (name, warnings) in [("libfltrace_preload.so", 0), ("libprogram.so", 1)] {
+            let copy = dir.path().join(name);
+            std::fs::copy(&elf, &copy).expect("copy");
+            assert!(resolver.resolve(&copy, "00112233445566778899").is_none());
+            assert_eq!(resolver.take_warnings().len(), warnings, "{name}");
+        }
+    }
+
     #[test]
     fn build_id_paths() {
         assert_eq!(split_build_id("abcdef0123"), Some(("ab", "cdef0123")));

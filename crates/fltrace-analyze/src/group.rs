@@ -20,7 +20,8 @@ pub enum GroupBy {
     Function,
     /// The `file:line` of the call site.
     Line,
-    /// The library or executable of the innermost frame.
+    /// The library or executable of the call site (by the same rule as the others, so that
+    /// `--call-site leaf` gives the innermost frame's).
     Dso,
 }
 
@@ -120,13 +121,13 @@ fn key_of(
     let location = match by {
         GroupBy::Stack | GroupBy::Line => site,
         GroupBy::Function => Location { line: 0, ..site },
+        // The call site's library: a fault in libc's memset called by the program counts for
+        // the program here as it does in every other grouping.
         GroupBy::Dso => Location {
             function: "".into(),
             file: "".into(),
             line: 0,
-            lib: stack
-                .first()
-                .map_or_else(|| unknown().lib, |l| l.lib.clone()),
+            lib: site.lib,
             system: false,
         },
     };

@@ -101,7 +101,9 @@ const MEMINFO_KEYS: [&str; 12] = [
     "Slab",
     "SwapTotal",
     "SwapFree",
-    "HugePages_Total",
+    // Memory in huge pages of every size, in kB like the others (HugePages_Total is a count of
+    // pages, which the table printed as kB).
+    "Hugetlb",
 ];
 
 fn meminfo() -> Vec<(String, u64)> {
@@ -298,28 +300,7 @@ impl Triage {
             Ok(lines) => report.oom_kills = lines,
             Err(e) => report.kmsg_error = Some(e),
         }
-        let mut by_pid: HashMap<u32, FaultingProcess> = HashMap::new();
-        for row in &fault_snapshot.rows {
-            let pid = row.pid.unwrap_or(0);
-            let p = by_pid.entry(pid).or_insert_with(|| FaultingProcess {
-                pid,
-                comm: row.comm.clone().unwrap_or_default(),
-                faults: 0,
-                stacks: Vec::new(),
-            });
-            p.faults += row.count;
-            // Stacks the kernel could not walk differ in the map but name alike: one line.
-            let stack = row.ustack.clone().unwrap_or_default();
-            if let Some(same) = p.stacks.iter_mut().find(|(_, s)| *s == stack) {
-                same.0 += row.count;
-            } else if p.stacks.len() < 3 {
-                p.stacks.push((row.count, stack));
-            }
-        }
-        let mut top: Vec<FaultingProcess> = by_pid.into_values().collect();
-        top.sort_by_key(|p| std::cmp::Reverse(p.faults));
-        top.truncate(5);
-        report.top_faulting = top;
+        report.top_faulting = top_faulting_of(&fault_snapshot.rows, std::process::id());
         report.heap_calls = heap_calls_of(&heap_snapshot.rows, std::process::id());
         report.heap_calls.truncate(10);
         report.findings = report.findings();
@@ -399,6 +380,34 @@ impl Triage {
     }
 }
 
+/// The five processes that faulted most, each with its three most faulting stacks, leaving
+/// out fltrace's own process (`own_pid`): loading the BPF programs' BTF faults thousands of
+/// times and put triage itself at the top of the list it prints about the system.
+fn top_faulting_of(rows: &[crate::Row], own_pid: u32) -> Vec<FaultingProcess> {
+    let mut by_pid: HashMap<u32, FaultingProcess> = HashMap::new();
+    for row in rows.iter().filter(|r| r.pid != Some(own_pid)) {
+        let pid = row.pid.unwrap_or(0);
+        let p = by_pid.entry(pid).or_insert_with(|| FaultingProcess {
+            pid,
+            comm: row.comm.clone().unwrap_or_default(),
+            faults: 0,
+            stacks: Vec::new(),
+        });
+        p.faults += row.count;
+        // Stacks the kernel could not walk differ in the map but name alike: one line.
+        let stack = row.ustack.clone().unwrap_or_default();
+        if let Some(same) = p.stacks.iter_mut().find(|(_, s)| *s == stack) {
+            same.0 += row.count;
+        } else if p.stacks.len() < 3 {
+            p.stacks.push((row.count, stack));
+        }
+    }
+    let mut top: Vec<FaultingProcess> = by_pid.into_values().collect();
+    top.sort_by_key(|p| std::cmp::Reverse(p.faults));
+    top.truncate(5);
+    top
+}
+
 /// brk and mmap calls by (call, comm), most first, from rows keyed by probe, comm and pid;
 /// the calls of `own_pid` (fltrace, which allocates while it reads the counters) left out.
 fn heap_calls_of(rows: &[crate::Row], own_pid: u32) -> Vec<(String, String, u64)> {
@@ -437,6 +446,36 @@ mod tests {
             kstack: None,
             count,
         }
+    }
+
+    #[test]
+    fn top_faulting_leaves_fltrace_out() {
+        let rows = [
+            row("page-faults", "fltrace", 7, 9000),
+            row("page-faults", "cc1", 20, 30),
+            row("page-faults", "cc1", 20, 12),
+            row("page-faults", "fltrace", 8, 2),
+        ];
+        let top: Vec<(u32, u64)> = top_faulting_of(&rows, 7)
+            .iter()
+            .map(|p| (p.pid, p.faults))
+            .collect();
+        // Another fltrace is a process like any other.
+        assert_eq!(top, [(20, 42), (8, 2)]);
+    }
+
+    /// Every figure of the meminfo section is in kB in /proc/meminfo, as the table prints it.
+    #[test]
+    fn meminfo_figures_are_kilobytes() {
+        let text = read("/proc/meminfo");
+        for key in MEMINFO_KEYS {
+            let line = text
+                .lines()
+                .find(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(':')))
+                .unwrap_or_else(|| panic!("{key} in /proc/meminfo"));
+            assert!(line.ends_with(" kB"), "{line}");
+        }
+        assert_eq!(meminfo().len(), MEMINFO_KEYS.len());
     }
 
     #[test]

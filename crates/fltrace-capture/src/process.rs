@@ -339,8 +339,15 @@ impl Process {
             flags |= FaultFlags::WRPROTECT;
         } else {
             // A missing page of anonymous memory (or of a stack growing into new space) is
-            // filled with zeros on first touch; file pages come from the page cache.
-            let anonymous = self.mapping_at(fault.addr).is_none_or(|m| !m.is_file());
+            // filled with zeros on first touch; file pages come from the page cache. Nothing
+            // is mapped below the lowest address mmap allows (vm.mmap_min_addr, 64 KiB by
+            // default) without a mapping record: a fault there is a null pointer's, which
+            // kills the program instead of filling a page.
+            const LOWEST_MAPPABLE: u64 = 0x10000;
+            let anonymous = match self.mapping_at(fault.addr) {
+                Some(mapping) => !mapping.is_file(),
+                None => fault.addr.get() >= LOWEST_MAPPABLE,
+            };
             if anonymous {
                 flags |= FaultFlags::ZERO;
             }
@@ -375,6 +382,18 @@ impl Process {
             .unwind(&mut self.cache, regs, stack, &mut self.live, frames);
         if end == UnwindEnd::Truncated {
             self.counters.stacks_truncated += 1;
+        }
+        // A return address outside executable memory is not one: past the loader's `_start`
+        // the unwinder reads argc, and a stack that changed before its live read gives heap
+        // or stack words. The stack ends before such a word instead of showing it as a frame.
+        if !self.maps.is_empty()
+            && let Some(bad) = frames.iter().skip(1).position(|&addr| {
+                !self
+                    .mapping_at(VirtAddr::new(addr))
+                    .is_some_and(|m| m.is_exec())
+            })
+        {
+            frames.truncate(bad + 1);
         }
         if self.live.used {
             self.counters.stacks_extended += 1;

@@ -66,17 +66,30 @@ pub fn write_runs_csv(out: &mut impl Write, runs: &[CatalogRun]) -> io::Result<(
     csv.flush()
 }
 
+/// The widths of the workload and configuration columns: 24 and 12, or the longest name, so
+/// that a long workload name (`sqlite3-_memory_-.read_q.sql`) does not push its row's other
+/// columns out from under their headings.
+fn name_widths<'a>(names: impl Iterator<Item = (&'a str, &'a str)>) -> (usize, usize) {
+    names.fold((24, 12), |(w, c), (workload, config)| {
+        (
+            w.max(workload.chars().count()),
+            c.max(config.chars().count()),
+        )
+    })
+}
+
 /// The runs as a fixed-width table.
 pub fn write_runs_table(out: &mut impl Write, runs: &[CatalogRun]) -> io::Result<()> {
+    let (w, c) = name_widths(runs.iter().map(|r| (&*r.workload, &*r.config)));
     writeln!(
         out,
-        "{:>4}  {:<24} {:<12} {:>3}  {:<10} {:>9} {:>10} {:>9}",
+        "{:>4}  {:<w$} {:<c$} {:>3}  {:<10} {:>9} {:>10} {:>9}",
         "id", "workload", "config", "rep", "status", "time s", "faults", "allocs"
     )?;
     for r in runs {
         writeln!(
             out,
-            "{:>4}  {:<24} {:<12} {:>3}  {:<10} {:>9.3} {:>10} {:>9}",
+            "{:>4}  {:<w$} {:<c$} {:>3}  {:<10} {:>9.3} {:>10} {:>9}",
             r.id,
             r.workload,
             r.config,
@@ -138,9 +151,10 @@ pub fn write_stats_csv(out: &mut impl Write, rows: &[StatRow]) -> io::Result<()>
 /// The statistics as a table, times to the millisecond, with a line saying what the
 /// overhead is.
 pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<()> {
+    let (w, c) = name_widths(rows.iter().map(|r| (&*r.workload, &*r.config)));
     writeln!(
         out,
-        "{:<24} {:<12} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
+        "{:<w$} {:<c$} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
         "workload",
         "config",
         "runs",
@@ -169,7 +183,7 @@ pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<(
         };
         writeln!(
             out,
-            "{:<24} {:<12} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
+            "{:<w$} {:<c$} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
             r.workload,
             r.config,
             r.runs,
@@ -237,6 +251,32 @@ mod tests {
             "workload,config,runs,failed,mean_s,sd_s,min_s,max_s,overhead,overhead_low,\
              overhead_high,faults,allocs\nscan,record,3,1,1.5,0.25,1.25,1.75,2,1.5,,1000.4,\n"
         );
+    }
+
+    /// Every value starts where its heading does, whatever the length of the names.
+    #[test]
+    fn stats_table_columns_stay_under_their_headings_with_long_names() {
+        let long = StatRow {
+            workload: "sqlite3-_memory_-.read-.._sq_q.sql".into(),
+            config: "a-long-configuration".into(),
+            ..stat_row()
+        };
+        let table = written(|o| write_stats_table(o, &[stat_row(), long]));
+        let lines: Vec<&str> = table.lines().collect();
+        let header = lines[0];
+        let end_of = |heading: &str| header.find(heading).expect("heading") + heading.len();
+        for row in &lines[1..3] {
+            // Right-aligned columns end where their heading ends.
+            for (heading, value) in [("runs", "3"), ("failed", "1"), ("mean s", "1.500")] {
+                let end = end_of(heading);
+                assert_eq!(&row[end - value.len()..end], value, "{heading}:\n{table}");
+            }
+            assert_eq!(
+                &row[header.find("config").expect("config")..][..1],
+                if row.starts_with("scan") { "r" } else { "a" },
+                "{table}"
+            );
+        }
     }
 
     #[test]

@@ -35,8 +35,10 @@ pub fn is_c_runtime(path: &str) -> bool {
 
 /// Whether `path` is a library every program of a language uses without writing it: the C
 /// runtime, the math library, the C++ and Rust standard libraries, the compiler's support
-/// libraries, the kernel's vDSO, and fltrace's own preloaded library. Frames in them are call
-/// sites only when nothing else is on the stack.
+/// libraries, the kernel's vDSO, fltrace's own preloaded library, and the malloc
+/// replacements programs link instead of libc's allocator (jemalloc, as Debian's redis does;
+/// tcmalloc, mimalloc): a fault in their `realloc` copy is the caller's as one in glibc's is.
+/// Frames in them are call sites only when nothing else is on the stack.
 pub fn is_system_library(path: &str) -> bool {
     let name = file_name(path);
     is_c_runtime(path)
@@ -52,6 +54,9 @@ pub fn is_system_library(path: &str) -> bool {
             "libatomic",
             "libunwind",
             "libstd-",
+            "libjemalloc",
+            "libtcmalloc",
+            "libmimalloc",
         ]
         .iter()
         .any(|prefix| name.starts_with(prefix))
@@ -70,6 +75,9 @@ mod tests {
             "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
             "/usr/lib/x86_64-linux-gnu/libm.so.6",
             "/somewhere/target/debug/libfltrace_preload.so",
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+            "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2.0",
             "[vdso]",
         ] {
             assert!(is_system_library(system), "{system}");

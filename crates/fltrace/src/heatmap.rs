@@ -93,12 +93,7 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
     let dir = &args.selection.dir;
     let (pid, path) = match args.selection.pid {
         Some(pid) => (pid, files::path(dir, kind, pid, "csv")),
-        None => newest_file(dir, kind, "csv").map_err(|e| {
-            e.context(format!(
-                "run `fltrace wss{}` first",
-                if kind == "damon" { " --damon" } else { "" }
-            ))
-        })?,
+        None => newest_file(dir, kind, "csv")?,
     };
     let (trace_kind, samples) = fltrace_trace::read_range_trace(&path)
         .with_context(|| format!("reading {} (written by `fltrace wss`)", path.display()))?;
@@ -136,9 +131,13 @@ fn newest_file(
 ) -> anyhow::Result<(u32, std::path::PathBuf)> {
     files::newest(dir, kind, ext)?.with_context(|| {
         format!(
-            "no fltrace-data-{kind}-<pid>.csv in {}: run `fltrace wss{}` first",
+            "no fltrace-data-{kind}-<pid>.{ext} in {}: run `fltrace {}` first",
             dir.display(),
-            if kind == "damon" { " --damon" } else { "" }
+            match kind {
+                "damon" => "wss --damon",
+                "access" => "record --access-samples",
+                _ => "wss",
+            }
         )
     })
 }

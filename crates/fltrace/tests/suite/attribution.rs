@@ -164,6 +164,31 @@ fn symbol_table_names_without_debug_info() {
     assert_eq!(count_of(&leaf, "f"), 10, "{leaf:?}");
 }
 
+/// First touches per library of a `--by dso` JSON report.
+fn first_touches_of_lib(report: &Value, lib: &str) -> u64 {
+    groups(report)
+        .filter(|g| g["lib"].as_str().is_some_and(|l| l.starts_with(lib)))
+        .map(|g| g["first_touches"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// `--by dso` counts a fault for the library of its call site, as every other grouping does:
+/// the 40 pages `zero` clears with libc's memset are the program's, as in `--by function`;
+/// with `--call-site leaf` they are libc's. (It counted the innermost frame's library
+/// whatever the rule, so libc took the program's faults.)
+#[test]
+fn dso_follows_the_call_site() {
+    let b = built();
+    let dir = Dir::new();
+    dir.record(&[&b.names], &[]);
+    let by_dso = dir.report_json(&["--by", "dso"]);
+    assert_eq!(first_touches_of_lib(&by_dso, "names"), 100, "{by_dso}");
+    assert!(first_touches_of_lib(&by_dso, "libc.so") < 40, "{by_dso}");
+    let leaf = dir.report_json(&["--by", "dso", "--call-site", "leaf"]);
+    assert_eq!(first_touches_of_lib(&leaf, "names"), 60, "{leaf}");
+    assert!(first_touches_of_lib(&leaf, "libc.so") >= 40, "{leaf}");
+}
+
 /// `[start, start + size)` of `function` in the symbol table of `binary`, from `nm -S`.
 fn symbol_range(binary: &Path, function: &str) -> (u64, u64) {
     let out = run_ok(Command::new("nm").arg("-S").arg(binary));

@@ -649,6 +649,38 @@ fn triage_names_a_faulting_program() {
     );
 }
 
+/// Triage describes the system, not itself: its own process (thousands of faults while it
+/// loads BPF programs, the top of the list on a quiet machine) is not among the top faulting.
+#[test]
+fn triage_leaves_itself_out_of_the_top_faulting() {
+    let child = Dir::new()
+        .fltrace()
+        .args(["triage", "--duration", "2s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("triage starts");
+    let own = format!("pid {}", child.id());
+    let out = child.wait_with_output().expect("triage ends");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let faulting: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("== Top faulting"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("=="))
+        .collect();
+    assert!(!faulting.is_empty(), "{text}");
+    assert!(
+        !faulting.iter().any(|l| l.trim_end().ends_with(&own)),
+        "{own} is triage itself:\n{text}"
+    );
+}
+
 /// Counting in the kernel leaves the tracepoint to everyone else: `fltrace record` running at
 /// the same time as system-wide `faults` still sees every fault (a tracepoint program that
 /// returns 0 silently withholds the event from all perf users of that tracepoint).

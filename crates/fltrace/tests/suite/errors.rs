@@ -83,3 +83,32 @@ fn exit_status_is_passed_on() {
     let out = dir.run(&["record", "-q", "--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
 }
+
+/// `heatmap --from` without its input names the file it looked for and the command that
+/// writes it, once, in one line. (`--from access` sent the user to `fltrace wss` for a `.csv`
+/// that `record --access-samples` writes as Parquet; `--from damon` gave its hint twice.)
+#[test]
+fn heatmap_from_without_input_names_its_recorder() {
+    let dir = Dir::new();
+    for (from, file, hint) in [
+        (
+            "access",
+            "fltrace-data-access-<pid>.parquet",
+            "`fltrace record --access-samples`",
+        ),
+        (
+            "damon",
+            "fltrace-data-damon-<pid>.csv",
+            "`fltrace wss --damon`",
+        ),
+        ("wss", "fltrace-data-wss-<pid>.csv", "`fltrace wss`"),
+    ] {
+        let out = dir.run(&["heatmap", "--from", from]);
+        assert_eq!(out.status.code(), Some(1), "--from {from}");
+        let err = stderr_of(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(file), "{err}");
+        assert_eq!(err.matches(hint).count(), 1, "{err}");
+        assert_eq!(err.matches("first").count(), 1, "{err}");
+    }
+}
