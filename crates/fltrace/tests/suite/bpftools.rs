@@ -397,6 +397,23 @@ fn memleak_of_a_process_finds_its_blocks_at_their_line() {
     assert_eq!(stack["bytes"], 23 * 3000, "{stack:#?}");
 }
 
+/// Reads memleak's stderr up to its "attached" line and returns it; if memleak ends first, the
+/// test fails with everything it said.
+fn attached_line(stderr: &mut impl BufRead, fltrace: &mut Child) -> String {
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read") == 0 {
+            let status = fltrace.wait().expect("fltrace ends");
+            panic!("memleak ended before attaching ({status}): {said}");
+        }
+        if line.contains("attached") {
+            return line;
+        }
+        said.push_str(&line);
+    }
+}
+
 /// Runs `fltrace memleak -p` on the waiting `workload`, lets it allocate, and returns the
 /// first reported stack whose innermost frame contains `line`.
 fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Option<Value> {
@@ -409,11 +426,7 @@ fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Opt
         .spawn()
         .expect("fltrace starts");
     let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    while !line.contains("attached") {
-        line.clear();
-        assert!(stderr.read_line(&mut line).expect("read") > 0, "no attach");
-    }
+    attached_line(&mut stderr, &mut fltrace);
     workload.go();
     workload.ready();
     let mut reports = BufReader::new(fltrace.stdout.take().expect("stdout"));
@@ -518,11 +531,7 @@ fn memleak_of_a_command_without_frame_pointers_reaches_main() {
         .spawn()
         .expect("fltrace starts");
     let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    while !line.contains("attached") {
-        line.clear();
-        assert!(stderr.read_line(&mut line).expect("read") > 0, "no attach");
-    }
+    let line = attached_line(&mut stderr, &mut fltrace);
     assert!(line.contains("stacks unwound from DWARF"), "{line}");
     let mut stdin = fltrace.stdin.take().expect("stdin");
     stdin.write_all(b"go\n").expect("write");
