@@ -124,6 +124,14 @@ struct PendingRow {
     matched: bool,
 }
 
+/// The arguments of an `mremap` call, kept from its entry until its return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemapCall {
+    pub old_start: u64,
+    pub old_len: u64,
+    pub new_len: u64,
+}
+
 /// What the recording as a whole passes to each process.
 pub struct SessionMeta<'a> {
     pub dir: &'a Path,
@@ -304,6 +312,44 @@ impl Process {
             }
         }
         self.record_mapping(mapping);
+    }
+
+    /// An `mremap` that returned `new_start`: perf reports no mapping for it, so the mapping
+    /// it grew or moved to is derived from the one at `call.old_start`, with its protection,
+    /// flags and file. A shrink adds no address and is left alone, as is a call on memory
+    /// the model does not know.
+    pub fn remap(
+        &mut self,
+        call: &RemapCall,
+        new_start: u64,
+        time_ns: u64,
+        elf_cache: &mut ElfCache,
+    ) {
+        const PAGE: u64 = 4096;
+        let new_len = call.new_len.next_multiple_of(PAGE);
+        let moved = new_start != call.old_start;
+        if !moved && new_len <= call.old_len {
+            return;
+        }
+        let Some(old) = self.mapping_at(VirtAddr::new(call.old_start)) else {
+            return;
+        };
+        let offset_in_old = call.old_start - old.start.get();
+        // Grown in place, the kernel extends the old mapping; moved, the part from
+        // `old_start` becomes a mapping of its own.
+        let (start, pgoff) = if moved {
+            (new_start, old.pgoff.get() + offset_in_old)
+        } else {
+            (old.start.get(), old.pgoff.get())
+        };
+        let mapping = Mapping {
+            time_ns,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(new_start + new_len),
+            pgoff: fltrace_trace::FileOffset::new(pgoff),
+            ..old.clone()
+        };
+        self.map(mapping, elf_cache);
     }
 
     fn mapping_at(&self, addr: VirtAddr) -> Option<&Mapping> {
