@@ -774,3 +774,82 @@ fn recorder_cpu_ns() -> u64 {
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     ns(usage.ru_utime) + ns(usage.ru_stime)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(dir: &Path) -> Process {
+        let session = SessionMeta {
+            dir,
+            read_live_stacks: false,
+            far_memory: None,
+            metadata: &[],
+        };
+        Process::new(1, None, &session).expect("process files")
+    }
+
+    fn anon(start: u64, end: u64) -> Mapping {
+        Mapping {
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
+            pgoff: fltrace_trace::FileOffset::new(start),
+            prot: 3,
+            flags: 2,
+            path: "//anon".to_owned(),
+            ..Mapping::default()
+        }
+    }
+
+    fn range(p: &Process, addr: u64) -> Option<(u64, u64, u64)> {
+        p.mapping_at(VirtAddr::new(addr))
+            .map(|m| (m.start.get(), m.end.get(), m.pgoff.get()))
+    }
+
+    #[test]
+    fn remap_grows_in_place_moves_and_ignores_shrinks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = process(dir.path());
+        let mut elf = ElfCache::default();
+        p.map(anon(0x10_0000, 0x10_2000), &mut elf);
+        // Grown in place from its second page: the kernel extends the whole mapping.
+        let grow = RemapCall {
+            old_start: 0x10_1000,
+            old_len: 0x1000,
+            new_len: 0x2800,
+        };
+        p.remap(&grow, 0x10_1000, 5, &mut elf);
+        assert_eq!(
+            range(&p, 0x10_3fff),
+            Some((0x10_0000, 0x10_4000, 0x10_0000))
+        );
+        // Moved from its second page: a mapping of its own, with that page's file offset.
+        let moved = RemapCall {
+            old_start: 0x10_1000,
+            old_len: 0x1000,
+            new_len: 0x3000,
+        };
+        p.remap(&moved, 0x50_0000, 6, &mut elf);
+        assert_eq!(
+            range(&p, 0x50_2fff),
+            Some((0x50_0000, 0x50_3000, 0x10_1000))
+        );
+        // A shrink in place and a call on memory the model does not know add nothing.
+        let shrink = RemapCall {
+            old_start: 0x50_0000,
+            old_len: 0x3000,
+            new_len: 0x1000,
+        };
+        p.remap(&shrink, 0x50_0000, 7, &mut elf);
+        let unknown = RemapCall {
+            old_start: 0x90_0000,
+            ..moved
+        };
+        p.remap(&unknown, 0xa0_0000, 8, &mut elf);
+        assert_eq!(
+            range(&p, 0x50_2fff),
+            Some((0x50_0000, 0x50_3000, 0x10_1000))
+        );
+        assert_eq!(range(&p, 0xa0_0000), None);
+    }
+}
