@@ -13,8 +13,11 @@
 //   crash N         N faults in fill(), then a write through a null pointer
 //   wait N          N faults in fill(), print "ready", then sleep until killed
 //   loop N          print "ready", then every 50 ms N faults in fill() on a fresh mapping
+//   remap N         mremap a fresh page to N pages where it must move, print the new range
+//                   ("remapped START END", hex), then N faults in fill() over it
 //   phases MS       write over 64 MiB for MS ms, then over 8 MiB of it for MS ms, then idle
 //                   for MS ms (a working set of 64, then 8, then 0 MiB)
+#define _GNU_SOURCE // mremap
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -165,6 +168,19 @@ int main(int argc, char **argv) {
         fflush(stdout);
         for (;;)
             pause();
+    } else if (!strcmp(mode, "remap")) {
+        // The first page of a two-page mapping cannot grow in place: the second is in the
+        // way, so the kernel moves it. Called directly, not through realloc, so that no
+        // allocator threshold decides.
+        char *p = fresh(2);
+        char *q = mremap(p, PAGE, n * PAGE, MREMAP_MAYMOVE);
+        if (q == MAP_FAILED) {
+            perror("mremap");
+            return 2;
+        }
+        printf("remapped %lx %lx\n", (unsigned long)q, (unsigned long)(q + n * PAGE));
+        fflush(stdout);
+        fill(q, n);
     } else if (!strcmp(mode, "phases")) {
         size_t pages = (64 << 20) / PAGE;
         volatile char *p = fresh(pages);

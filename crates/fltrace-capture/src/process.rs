@@ -124,6 +124,14 @@ struct PendingRow {
     matched: bool,
 }
 
+/// The arguments of an `mremap` call, kept from its entry until its return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemapCall {
+    pub old_start: u64,
+    pub old_len: u64,
+    pub new_len: u64,
+}
+
 /// What the recording as a whole passes to each process.
 pub struct SessionMeta<'a> {
     pub dir: &'a Path,
@@ -304,6 +312,44 @@ impl Process {
             }
         }
         self.record_mapping(mapping);
+    }
+
+    /// An `mremap` that returned `new_start`: perf reports no mapping for it, so the mapping
+    /// it grew or moved to is derived from the one at `call.old_start`, with its protection,
+    /// flags and file. A shrink adds no address and is left alone, as is a call on memory
+    /// the model does not know.
+    pub fn remap(
+        &mut self,
+        call: &RemapCall,
+        new_start: u64,
+        time_ns: u64,
+        elf_cache: &mut ElfCache,
+    ) {
+        const PAGE: u64 = 4096;
+        let new_len = call.new_len.next_multiple_of(PAGE);
+        let moved = new_start != call.old_start;
+        if !moved && new_len <= call.old_len {
+            return;
+        }
+        let Some(old) = self.mapping_at(VirtAddr::new(call.old_start)) else {
+            return;
+        };
+        let offset_in_old = call.old_start - old.start.get();
+        // Grown in place, the kernel extends the old mapping; moved, the part from
+        // `old_start` becomes a mapping of its own.
+        let (start, pgoff) = if moved {
+            (new_start, old.pgoff.get() + offset_in_old)
+        } else {
+            (old.start.get(), old.pgoff.get())
+        };
+        let mapping = Mapping {
+            time_ns,
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(new_start + new_len),
+            pgoff: fltrace_trace::FileOffset::new(pgoff),
+            ..old.clone()
+        };
+        self.map(mapping, elf_cache);
     }
 
     fn mapping_at(&self, addr: VirtAddr) -> Option<&Mapping> {
@@ -727,4 +773,83 @@ fn recorder_cpu_ns() -> u64 {
     };
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     ns(usage.ru_utime) + ns(usage.ru_stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(dir: &Path) -> Process {
+        let session = SessionMeta {
+            dir,
+            read_live_stacks: false,
+            far_memory: None,
+            metadata: &[],
+        };
+        Process::new(1, None, &session).expect("process files")
+    }
+
+    fn anon(start: u64, end: u64) -> Mapping {
+        Mapping {
+            start: VirtAddr::new(start),
+            end: VirtAddr::new(end),
+            pgoff: fltrace_trace::FileOffset::new(start),
+            prot: 3,
+            flags: 2,
+            path: "//anon".to_owned(),
+            ..Mapping::default()
+        }
+    }
+
+    fn range(p: &Process, addr: u64) -> Option<(u64, u64, u64)> {
+        p.mapping_at(VirtAddr::new(addr))
+            .map(|m| (m.start.get(), m.end.get(), m.pgoff.get()))
+    }
+
+    #[test]
+    fn remap_grows_in_place_moves_and_ignores_shrinks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = process(dir.path());
+        let mut elf = ElfCache::default();
+        p.map(anon(0x10_0000, 0x10_2000), &mut elf);
+        // Grown in place from its second page: the kernel extends the whole mapping.
+        let grow = RemapCall {
+            old_start: 0x10_1000,
+            old_len: 0x1000,
+            new_len: 0x2800,
+        };
+        p.remap(&grow, 0x10_1000, 5, &mut elf);
+        assert_eq!(
+            range(&p, 0x10_3fff),
+            Some((0x10_0000, 0x10_4000, 0x10_0000))
+        );
+        // Moved from its second page: a mapping of its own, with that page's file offset.
+        let moved = RemapCall {
+            old_start: 0x10_1000,
+            old_len: 0x1000,
+            new_len: 0x3000,
+        };
+        p.remap(&moved, 0x50_0000, 6, &mut elf);
+        assert_eq!(
+            range(&p, 0x50_2fff),
+            Some((0x50_0000, 0x50_3000, 0x10_1000))
+        );
+        // A shrink in place and a call on memory the model does not know add nothing.
+        let shrink = RemapCall {
+            old_start: 0x50_0000,
+            old_len: 0x3000,
+            new_len: 0x1000,
+        };
+        p.remap(&shrink, 0x50_0000, 7, &mut elf);
+        let unknown = RemapCall {
+            old_start: 0x90_0000,
+            ..moved
+        };
+        p.remap(&unknown, 0xa0_0000, 8, &mut elf);
+        assert_eq!(
+            range(&p, 0x50_2fff),
+            Some((0x50_0000, 0x50_3000, 0x10_1000))
+        );
+        assert_eq!(range(&p, 0xa0_0000), None);
+    }
 }

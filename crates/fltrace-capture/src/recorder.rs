@@ -17,7 +17,7 @@ use fltrace_trace::{CodeAddr, Fault, FileOffset, Mapping, VirtAddr, keys};
 
 use crate::Error;
 use crate::child::ChildGuard;
-use crate::process::{Process, SessionMeta};
+use crate::process::{Process, RemapCall, SessionMeta};
 use crate::ring::{RingBuffer, page_size};
 use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
 use crate::target::{Credentials, PendingChild};
@@ -182,11 +182,41 @@ fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
     }
 }
 
-/// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout).
+/// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout), and
+/// how to read the `mremap` samples that share their ring.
 #[derive(Clone, Copy)]
 struct FaultFields {
     address: usize,
     error_code: usize,
+    remap: Option<RemapFields>,
+}
+
+/// The `mremap` system call's tracepoints: the ids their samples start with (`common_type`)
+/// and the byte offsets of the fields that say which mapping grew or moved where.
+#[derive(Clone, Copy)]
+struct RemapFields {
+    enter_id: u16,
+    exit_id: u16,
+    addr: usize,
+    old_len: usize,
+    new_len: usize,
+    ret: usize,
+}
+
+impl RemapFields {
+    fn open(tracefs: &std::path::Path) -> Option<RemapFields> {
+        let enter = Tracepoint::open(tracefs, "syscalls", "sys_enter_mremap").ok()?;
+        let exit = Tracepoint::open(tracefs, "syscalls", "sys_exit_mremap").ok()?;
+        let word = |tp: &Tracepoint, name| tp.field(name).filter(|f| f.1 == 8).map(|f| f.0);
+        Some(RemapFields {
+            enter_id: u16::try_from(enter.id).ok()?,
+            exit_id: u16::try_from(exit.id).ok()?,
+            addr: word(&enter, "addr")?,
+            old_len: word(&enter, "old_len")?,
+            new_len: word(&enter, "new_len")?,
+            ret: word(&exit, "ret")?,
+        })
+    }
 }
 
 /// The ring buffers of one CPU.
@@ -248,9 +278,13 @@ impl Session {
             .map_err(Error::kernel("tracepoint exceptions:page_fault_user"))?;
         let kernel_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_kernel").ok();
         let fields = match (user_tp.field("address"), user_tp.field("error_code")) {
+            // perf reports no mapping for memory that `mremap` grew or moved: the system
+            // call's entry and return, in the fault ring, say which. Optional, as a kernel
+            // may lack syscall tracepoints.
             (Some((address, 8)), Some((error_code, 8))) => FaultFields {
                 address,
                 error_code,
+                remap: RemapFields::open(&tracefs),
             },
             _ => {
                 return Err(Error::Kernel {
@@ -316,7 +350,17 @@ impl Session {
             false,
         );
         let mut major_attr = sys::major_fault_attr();
-        for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr] {
+        // Laid out as the fault samples, whose ring they share; a stack copy of one word.
+        let mut remap_attrs: Vec<perf_event_attr> = fields
+            .remap
+            .iter()
+            .flat_map(|f| [f.enter_id, f.exit_id])
+            .map(|id| sys::fault_tracepoint_attr(u64::from(id), 8, false))
+            .collect();
+        for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr]
+            .into_iter()
+            .chain(remap_attrs.iter_mut())
+        {
             attr.set_enable_on_exec(u64::from(enable_on_exec));
             // Wake the recorder when an eighth of the buffer is full, not on every fault.
             attr.set_watermark(1);
@@ -328,7 +372,12 @@ impl Session {
             &cpus,
             &tasks,
             &fault_attr,
-            kernel_tp.is_some().then_some(&kernel_attr),
+            kernel_tp
+                .is_some()
+                .then_some(&kernel_attr)
+                .into_iter()
+                .chain(remap_attrs.iter())
+                .collect(),
             &major_attr,
             options.buffer_mb,
         )?;
@@ -759,7 +808,8 @@ fn open_events(
     cpus: &[i32],
     tasks: &[i32],
     fault_attr: &perf_event_attr,
-    kernel_attr: Option<&perf_event_attr>,
+    // Events whose samples go to the fault ring, opened where the kernel allows.
+    optional_attrs: Vec<&perf_event_attr>,
     major_attr: &perf_event_attr,
     buffer_mb: usize,
 ) -> Result<Opened, Error> {
@@ -790,8 +840,9 @@ fn open_events(
             }
             let fault_index = leader.unwrap_or(events.len());
             events.push(event);
-            if let Some(attr) = kernel_attr {
-                // Optional: without it, faults in system calls go unrecorded, nothing else.
+            for attr in &optional_attrs {
+                // Without the kernel fault event, faults in system calls go unrecorded;
+                // without mremap's, the memory it moves goes unnamed. Nothing else.
                 if let Ok(event) = PerfEvent::open(attr, task, cpu)
                     && event.set_output(&events[fault_index]).is_ok()
                 {
@@ -927,6 +978,8 @@ struct State {
     finished: Vec<u32>,
     elf_cache: ElfCache,
     fields: FaultFields,
+    /// Each thread's `mremap` in progress, from its entry record to its return record.
+    remap_calls: FxHashMap<u32, RemapCall>,
     parse_info: RecordParseInfo,
     major_parse_info: RecordParseInfo,
     mono_offset: u64,
@@ -974,6 +1027,7 @@ impl State {
             finished: Vec::new(),
             elf_cache: ElfCache::default(),
             fields,
+            remap_calls: FxHashMap::default(),
             parse_info: sys::parse_info(attrs.0),
             major_parse_info: sys::parse_info(attrs.1),
             mono_offset,
@@ -1158,6 +1212,43 @@ impl State {
         ) else {
             return Ok(());
         };
+        if let Some(remap) = self.fields.remap
+            && let Some(kind) = raw
+                .get(0..2)
+                .and_then(|b| b.as_slice().as_ref().try_into().ok())
+        {
+            let kind = u16::from_ne_bytes(kind);
+            if kind == remap.enter_id {
+                if let (Some(old_start), Some(old_len), Some(new_len)) = (
+                    u64_at(&raw, remap.addr),
+                    u64_at(&raw, remap.old_len),
+                    u64_at(&raw, remap.new_len),
+                ) {
+                    let call = RemapCall {
+                        old_start,
+                        old_len,
+                        new_len,
+                    };
+                    self.remap_calls.insert(tid as u32, call);
+                }
+                return Ok(());
+            }
+            if kind == remap.exit_id {
+                // An error return is -errno, in the last page of the address space.
+                const MAX_ERRNO: u64 = 4095;
+                if let Some(call) = self.remap_calls.remove(&(tid as u32))
+                    && let Some(ret) = u64_at(&raw, remap.ret)
+                    && ret < MAX_ERRNO.wrapping_neg()
+                {
+                    let time_ns = sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset);
+                    let mut elf_cache = std::mem::take(&mut self.elf_cache);
+                    self.process(pid as u32)?
+                        .remap(&call, ret, time_ns, &mut elf_cache);
+                    self.elf_cache = elf_cache;
+                }
+                return Ok(());
+            }
+        }
         let (Some(addr), Some(error_code)) = (
             u64_at(&raw, self.fields.address),
             u64_at(&raw, self.fields.error_code),

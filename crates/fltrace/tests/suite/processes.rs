@@ -276,3 +276,53 @@ fn warnings_always_information_with_v() {
     );
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
 }
+
+/// Memory that `mremap` moved, which perf reports no mapping for, is recorded as a mapping
+/// with the moved one's protection, and the faults in it are attributed to it.
+#[test]
+fn memory_moved_by_mremap_is_a_recorded_mapping() {
+    let w = workloads();
+    let dir = Dir::new();
+    let pages = 40;
+    let out = dir.record(&[&w.faults], &["remap", &pages.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let range: Vec<u64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("remapped "))
+        .expect("the workload prints the new range")
+        .split(' ')
+        .map(|a| u64::from_str_radix(a, 16).expect("hex address"))
+        .collect();
+    let (start, end) = (range[0], range[1]);
+    assert_eq!(end - start, pages * 4096);
+    let pid = dir.pids("faults", "parquet")[0];
+    let mappings =
+        fltrace_trace::read_mappings(&fltrace_trace::files::mmaps(dir.path(), pid)).expect("mmaps");
+    let moved: Vec<_> = mappings
+        .iter()
+        .filter(|m| m.start.get() == start && m.end.get() == end)
+        .collect();
+    assert_eq!(
+        moved.len(),
+        1,
+        "one mapping of the moved range: {mappings:#?}"
+    );
+    assert!(!moved[0].is_file() && moved[0].prot == 3, "{:?}", moved[0]);
+    let procmaps =
+        std::fs::read_to_string(fltrace_trace::files::procmaps(dir.path(), pid)).expect("procmaps");
+    assert!(
+        procmaps.contains(&format!("{start:x}-{end:x} rw-p ")),
+        "{procmaps}"
+    );
+
+    let (faults, _) =
+        fltrace_trace::read_faults(&fltrace_trace::files::faults(dir.path(), pid)).expect("faults");
+    let in_moved: Vec<_> = faults
+        .iter()
+        .filter(|f| (start..end).contains(&f.addr.get()))
+        .collect();
+    assert_eq!(in_moved.len() as u64, pages, "one first touch per page");
+    assert!(in_moved.iter().all(|f| moved[0].contains(f.addr)
+        && f.flags.has(fltrace_trace::FaultFlags::ZERO)
+        && f.time_ns >= moved[0].time_ns));
+}
