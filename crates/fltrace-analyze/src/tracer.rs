@@ -72,22 +72,25 @@ fn rewrite_stacks(
         if program_stacks.contains(&id) {
             drop_inner_preload_frames(stack);
         } else if tracer_stacks.contains(&id) {
-            let tracer_owned = |locations: &[Location]| -> Arc<[Location]> {
-                locations
-                    .iter()
-                    .map(|l| {
-                        let mut l = l.clone();
-                        if libraries::is_preload(&l.lib) {
-                            l.system = false;
-                        }
-                        l
-                    })
-                    .collect()
-            };
             stack.locations = tracer_owned(&stack.locations);
             stack.exact = stack.exact.as_deref().map(tracer_owned);
         }
     });
+}
+
+/// `locations` with the preloaded library's frames no longer system code: the call sites of
+/// the tracer's own faults.
+fn tracer_owned(locations: &[Location]) -> Arc<[Location]> {
+    locations
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            if libraries::is_preload(&l.lib) {
+                l.system = false;
+            }
+            l
+        })
+        .collect()
 }
 
 /// Removes the preloaded library's frames (each address with the locations it expanded to),
