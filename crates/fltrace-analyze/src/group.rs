@@ -108,6 +108,16 @@ fn unknown() -> Location {
     }
 }
 
+/// The locations of stack `id` to group `by`: whole stacks keep each stripped frame's own
+/// address, the other groupings name it after its function.
+fn stack_of(stacks: &ResolvedStacks, id: u32, by: GroupBy) -> &[Location] {
+    if by == GroupBy::Stack {
+        stacks.exact(id)
+    } else {
+        stacks.get(id)
+    }
+}
+
 /// The key of a stack when grouping `by`; `addresses` and `flags` are kept for
 /// [`GroupBy::Stack`] only.
 fn key_of(
@@ -203,7 +213,7 @@ pub fn group_fault_counts<'a>(
     for (counts, stacks) in sources {
         for (stack_id, flags, tally) in counts.iter() {
             let key = key_of(
-                stacks.get(stack_id),
+                stack_of(stacks, stack_id, by),
                 || stacks.addresses(stack_id),
                 Some(flags),
                 by,
@@ -244,7 +254,7 @@ pub fn group_allocs<'a>(
     for (stats, stacks) in sources {
         for (&stack_id, &(kind, totals)) in &stats.stacks {
             let key = key_of(
-                stacks.get(stack_id),
+                stack_of(stacks, stack_id, by),
                 || stacks.addresses(stack_id),
                 None,
                 by,

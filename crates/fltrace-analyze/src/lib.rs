@@ -32,6 +32,7 @@ mod debuginfo;
 mod diff;
 mod export;
 mod fault_report;
+mod fde;
 mod group;
 mod heat;
 mod load;

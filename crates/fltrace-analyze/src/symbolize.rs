@@ -12,14 +12,16 @@ use fltrace_trace::libraries::is_system_library;
 use fltrace_trace::{CodeAddr, FileOffset, ProcessTrace, Stack};
 
 use crate::debuginfo::{DebugConfig, DebugResolver};
+use crate::fde::FunctionRanges;
 use crate::names;
 
 /// A source location of one frame (after inline expansion).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Location {
     /// Function name, demangled (C++, Rust); from the debug info, else from the symbol
-    /// tables; `binary+0xADDR` (the address in the file's own terms, as `nm` and `objdump`
-    /// give them) when no symbol covers it; `[unknown]` outside any file.
+    /// tables; `binary+0xADDR` when no symbol covers it (the address in the file's own
+    /// terms, as `nm` and `objdump` give them): the start of the function whose unwind info
+    /// (FDE) covers it, else the frame's own address; `[unknown]` outside any file.
     pub function: Arc<str>,
     /// Source file as recorded in the debug info, empty when unknown.
     pub file: Arc<str>,
@@ -74,6 +76,9 @@ pub(crate) struct ResolvedStack {
     pub(crate) addresses: Arc<[CodeAddr]>,
     /// Per address: how many of `locations` it expanded to, and its offset in its symbol.
     pub(crate) frames: Arc<[(u32, Option<u64>)]>,
+    /// `locations` with each frame named after an FDE's start named after its own address
+    /// instead, for whole-stack outputs; `None` when no frame was.
+    pub(crate) exact: Option<Arc<[Location]>>,
 }
 
 /// One raw frame of a stack: its address and the locations it expanded to.
@@ -121,6 +126,15 @@ impl ResolvedStacks {
     /// The locations of stack `id`, innermost first (empty if unknown).
     pub fn get(&self, id: u32) -> &[Location] {
         self.stacks.get(&id).map_or(&[], |s| &s.locations)
+    }
+
+    /// The locations of stack `id` as [`ResolvedStacks::get`], but a frame of stripped code
+    /// named after its own address rather than its function's start: for outputs of whole
+    /// stacks, where each frame's exact address tells stacks apart.
+    pub fn exact(&self, id: u32) -> &[Location] {
+        self.stacks
+            .get(&id)
+            .map_or(&[], |s| s.exact.as_deref().unwrap_or(&s.locations))
     }
 
     /// The raw frame addresses of stack `id`, innermost first.
@@ -171,6 +185,7 @@ impl ResolvedStacks {
             locations: locations.into(),
             addresses: addresses.into(),
             frames: frames.into(),
+            exact: None,
         };
         self.stacks.insert(id, stack);
     }
@@ -183,8 +198,9 @@ impl ResolvedStacks {
     }
 }
 
-/// The locations of one looked-up address and its offset in its symbol.
-type Resolved = (Arc<[Location]>, Option<u64>);
+/// The locations of one looked-up address, its offset in its symbol, and for a frame named
+/// after its function's start, the location named after its own address.
+type Resolved = (Arc<[Location]>, Option<u64>, Option<Location>);
 
 /// A caching symbolizer over blazesym.
 pub struct Symbolizer {
@@ -194,8 +210,9 @@ pub struct Symbolizer {
     /// (file, build ID, file offset) to locations, innermost first, and the offset in the
     /// symbol.
     cache: HashMap<(PathBuf, String, FileOffset), Resolved>,
-    /// Each file's loadable segments, to name addresses no symbol covers.
-    segments: HashMap<PathBuf, Vec<Segment>>,
+    /// Each file's loadable segments and unwind-info function ranges, to name addresses no
+    /// symbol covers.
+    layouts: HashMap<PathBuf, Layout>,
 }
 
 impl Default for Symbolizer {
@@ -226,7 +243,7 @@ impl Symbolizer {
                 .build(),
             debug_files: DebugResolver::new(config),
             cache: HashMap::new(),
-            segments: HashMap::new(),
+            layouts: HashMap::new(),
         }
     }
 
@@ -305,12 +322,19 @@ impl Symbolizer {
         for (id, frames, addresses) in frames_of {
             let mut locations = Vec::with_capacity(frames.len());
             let mut depths = Vec::with_capacity(frames.len());
+            // Where a frame was named after its function's start: (index, exact location).
+            let mut exact = Vec::new();
             for (frame, back) in frames {
                 let before = locations.len();
                 let mut symbol_offset = None;
                 match frame {
                     Frame::File(path, build_id, offset) => {
-                        if let Some((locs, offset)) = self.cache.get(&(path, build_id, offset)) {
+                        if let Some((locs, offset, exact_location)) =
+                            self.cache.get(&(path, build_id, offset))
+                        {
+                            if let Some(l) = exact_location {
+                                exact.push((locations.len(), l.clone()));
+                            }
                             locations.extend(locs.iter().cloned());
                             symbol_offset = offset.map(|o| o + back);
                         }
@@ -319,7 +343,17 @@ impl Symbolizer {
                 }
                 depths.push(((locations.len() - before) as u32, symbol_offset));
             }
+            let exact_locations = (!exact.is_empty()).then(|| {
+                let mut all = locations.clone();
+                for (i, l) in exact {
+                    all[i] = l;
+                }
+                all.into()
+            });
             resolved.insert_frames(id, locations, addresses, depths);
+            if let Some(stack) = resolved.stacks.get_mut(&id) {
+                stack.exact = exact_locations;
+            }
         }
         resolved
     }
@@ -328,7 +362,10 @@ impl Symbolizer {
         let lib = lib_name(&path.to_string_lossy());
         let system_lib = is_system_library(&path.to_string_lossy());
         // Only a file of the recorded build symbolizes it: none found leaves it `lib+offset`.
-        let results: Vec<Symbolized<'_>> = match self.debug_files.resolve(path, build_id) {
+        let resolved = self.debug_files.resolve(path, build_id);
+        // Unwind info is read from the file of the recorded build only, as symbols are.
+        let binary = resolved.as_ref().map(|files| files.binary.clone());
+        let results: Vec<Symbolized<'_>> = match resolved {
             None => Vec::new(),
             Some(files) => match &files.debug {
                 None => {
@@ -364,6 +401,7 @@ impl Symbolizer {
             },
         };
         for (i, &offset) in offsets.iter().enumerate() {
+            let mut exact = None;
             let (locations, symbol_offset): (Vec<Location>, Option<u64>) = match results.get(i) {
                 Some(Symbolized::Sym(sym)) => {
                     let mut locations = Vec::with_capacity(1 + sym.inlined.len());
@@ -386,37 +424,51 @@ impl Symbolizer {
                     (locations, Some(sym.offset as u64))
                 }
                 _ => {
-                    let function = match virtual_address(&mut self.segments, path, offset) {
-                        Some(addr) => format!("{lib}+{addr:#x}").into(),
-                        None => "[unknown]".into(),
-                    };
-                    let location = Location {
+                    let address = virtual_address(&mut self.layouts, path, offset);
+                    // Stripped code: every address of one function gets one name, its start's.
+                    let start = address.zip(binary.as_deref()).and_then(|(a, binary)| {
+                        let layout = self
+                            .layouts
+                            .entry(binary.to_owned())
+                            .or_insert_with(|| Layout::load(binary));
+                        layout.functions.start_of(a)
+                    });
+                    let named = |function: Arc<str>| Location {
                         function,
                         ..Location::unknown(lib.clone(), system_lib)
                     };
+                    let at = |addr: u64| -> Arc<str> { format!("{lib}+{addr:#x}").into() };
+                    let location = named(match start.or(address) {
+                        Some(addr) => at(addr),
+                        None => "[unknown]".into(),
+                    });
+                    exact = address
+                        .filter(|&a| start.is_some_and(|s| s != a))
+                        .map(|a| named(at(a)));
                     (vec![location], None)
                 }
             };
             self.cache.insert(
                 (path.to_owned(), build_id.to_owned(), offset),
-                (locations.into(), symbol_offset),
+                (locations.into(), symbol_offset, exact),
             );
         }
     }
 }
 
 /// The address in the file's own terms (as `nm` gives them) of file offset `offset` in the
-/// file at `path`, its segments cached in `cache`.
+/// file at `path`, its layout cached in `cache`.
 fn virtual_address(
-    cache: &mut HashMap<PathBuf, Vec<Segment>>,
+    cache: &mut HashMap<PathBuf, Layout>,
     path: &Path,
     offset: FileOffset,
 ) -> Option<u64> {
     let offset = offset.get();
-    let segments = cache
+    let layout = cache
         .entry(path.to_owned())
-        .or_insert_with(|| load_segments(path).unwrap_or_default());
-    segments
+        .or_insert_with(|| Layout::load(path));
+    layout
+        .segments
         .iter()
         .find(|s| s.offset <= offset && offset < s.offset + s.size)
         .map(|s| offset - s.offset + s.address)
@@ -430,15 +482,31 @@ struct Segment {
     address: u64,
 }
 
-fn load_segments(path: &Path) -> Option<Vec<Segment>> {
-    use object::{Object, ObjectSegment};
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: mapped read-only, as blazesym maps the same files; a file truncated meanwhile
-    // is the accepted risk of every tool that maps binaries.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let elf = object::File::parse(&map[..]).ok()?;
-    Some(
-        elf.segments()
+/// What of a file's layout names the addresses no symbol covers, read once per file.
+#[derive(Debug, Default)]
+struct Layout {
+    segments: Vec<Segment>,
+    /// Function bounds from the unwind info.
+    functions: FunctionRanges,
+}
+
+impl Layout {
+    /// The layout of the ELF file at `path`; empty when it cannot be read.
+    fn load(path: &Path) -> Layout {
+        use object::{Object, ObjectSegment};
+        let Ok(file) = std::fs::File::open(path) else {
+            return Layout::default();
+        };
+        // SAFETY: mapped read-only, as blazesym maps the same files; a file truncated
+        // meanwhile is the accepted risk of every tool that maps binaries.
+        let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
+            return Layout::default();
+        };
+        let Ok(elf) = object::File::parse(&map[..]) else {
+            return Layout::default();
+        };
+        let segments = elf
+            .segments()
             .map(|s| {
                 let (offset, size) = s.file_range();
                 Segment {
@@ -447,8 +515,12 @@ fn load_segments(path: &Path) -> Option<Vec<Segment>> {
                     address: s.address(),
                 }
             })
-            .collect(),
-    )
+            .collect();
+        Layout {
+            segments,
+            functions: FunctionRanges::of_elf(&map),
+        }
+    }
 }
 
 enum Frame {

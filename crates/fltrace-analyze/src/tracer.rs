@@ -1,11 +1,13 @@
 //! Keeping fltrace's own work in the traced process out of the program's picture.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashSet;
 
 use fltrace_trace::{FaultFlags, ProcessTrace, libraries};
 
 use crate::symbolize::ResolvedStack;
-use crate::{FaultCounts, ResolvedStacks};
+use crate::{FaultCounts, Location, ResolvedStacks};
 
 /// Separates the faults the recorder flagged as the tracer's own ([`FaultFlags::TRACER`]) from
 /// the program's: leaves them out of `trace` unless `include`, and returns how many there
@@ -70,19 +72,25 @@ fn rewrite_stacks(
         if program_stacks.contains(&id) {
             drop_inner_preload_frames(stack);
         } else if tracer_stacks.contains(&id) {
-            stack.locations = stack
-                .locations
-                .iter()
-                .map(|l| {
-                    let mut l = l.clone();
-                    if libraries::is_preload(&l.lib) {
-                        l.system = false;
-                    }
-                    l
-                })
-                .collect();
+            stack.locations = tracer_owned(&stack.locations);
+            stack.exact = stack.exact.as_deref().map(tracer_owned);
         }
     });
+}
+
+/// `locations` with the preloaded library's frames no longer system code: the call sites of
+/// the tracer's own faults.
+fn tracer_owned(locations: &[Location]) -> Arc<[Location]> {
+    locations
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            if libraries::is_preload(&l.lib) {
+                l.system = false;
+            }
+            l
+        })
+        .collect()
 }
 
 /// Removes the preloaded library's frames (each address with the locations it expanded to),
@@ -105,15 +113,20 @@ fn drop_inner_preload_frames(stack: &mut ResolvedStack) {
         .collect();
     let leading = in_preload.iter().take_while(|p| **p).count();
     let mut locations = Vec::with_capacity(stack.locations.len());
+    let mut exact = stack.exact.as_ref().map(|e| Vec::with_capacity(e.len()));
     let mut addresses = Vec::with_capacity(stack.addresses.len());
     let mut frames = Vec::with_capacity(stack.frames.len());
     for (i, slice) in slices.into_iter().enumerate() {
         if i < leading || !in_preload[i] {
+            if let (Some(kept), Some(all)) = (exact.as_mut(), stack.exact.as_deref()) {
+                kept.extend_from_slice(&all[slice.clone()]);
+            }
             locations.extend_from_slice(&stack.locations[slice]);
             addresses.push(stack.addresses[i]);
             frames.push(stack.frames[i]);
         }
     }
+    stack.exact = exact.map(Into::into);
     stack.locations = locations.into();
     stack.addresses = addresses.into();
     stack.frames = frames.into();

@@ -392,3 +392,63 @@ fn tracer_stays_out_of_allocation_faults() {
         "{block_faults} of {pages}: {sites}"
     );
 }
+
+/// The address a stripped frame's name (`binary+0xADDR`) gives, if in `[start, end)`.
+fn offset_in(function: &str, binary: &str, (start, end): (u64, u64)) -> Option<u64> {
+    let offset = function.strip_prefix(binary)?.strip_prefix("+0x")?;
+    let offset = u64::from_str_radix(offset, 16).ok()?;
+    (start..end).contains(&offset).then_some(offset)
+}
+
+/// Stripped code is named after the function its unwind info (FDE) places it in: the faults
+/// of `stripped.c`'s two stores, two instructions of one static function, are one row
+/// `stripped-fde+0xSTART` by function and by line, START the function's address in the
+/// unstripped build's symbol table. Whole stacks keep each store's own address. (Each
+/// instruction was a row of its own.)
+#[test]
+fn stripped_functions_named_by_their_unwind_info() {
+    let build = tempfile::tempdir().expect("temp dir");
+    let full = build.path().join("stripped-full");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-o"])
+            .arg(&full)
+            .arg(workloads_dir().join("stripped.c")),
+    );
+    let stripped = build.path().join("stripped-fde");
+    run_ok(Command::new("strip").arg("-o").arg(&stripped).arg(&full));
+    let range = symbol_range(&full, "two_stores");
+    let name = format!("stripped-fde+{:#x}", range.0);
+    let dir = Dir::new();
+    dir.record(&[&stripped], &[]);
+    for by in ["function", "line"] {
+        let report = dir.report_json(&["--by", by]);
+        let rows: Vec<&Value> = groups(&report)
+            .filter(|g| {
+                g["function"]
+                    .as_str()
+                    .is_some_and(|f| offset_in(f, "stripped-fde", range).is_some())
+            })
+            .collect();
+        assert_eq!(rows.len(), 1, "--by {by}: {report}");
+        assert_eq!(rows[0]["function"], name.as_str(), "--by {by}: {report}");
+        assert_eq!(rows[0]["lib"], "stripped-fde", "--by {by}: {report}");
+        assert_eq!(rows[0]["first_touches"], 30, "--by {by}: {report}");
+    }
+    let by_stack = dir.report_json(&["--by", "stack"]);
+    let mut stores: Vec<(u64, u64)> = groups(&by_stack)
+        .filter_map(|g| {
+            let offset = offset_in(g["function"].as_str()?, "stripped-fde", range)?;
+            Some((offset, g["first_touches"].as_u64()?))
+        })
+        .collect();
+    stores.sort_unstable();
+    let mut offsets: Vec<u64> = stores.iter().map(|(o, _)| *o).collect();
+    offsets.dedup();
+    assert_eq!(offsets.len(), 2, "{by_stack}");
+    assert!(
+        offsets[0] > range.0 && offsets[0] < offsets[1],
+        "{offsets:x?} in {range:x?}"
+    );
+    assert_eq!(stores.iter().map(|(_, n)| n).sum::<u64>(), 30, "{by_stack}");
+}
