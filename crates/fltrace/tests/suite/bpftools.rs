@@ -637,6 +637,15 @@ fn triage_reports_every_section_and_the_missing_pmu() {
     assert!(text.contains("MemAvailable"), "{text}");
 }
 
+/// The lines of triage's "Top faulting" section.
+fn top_faulting_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("== Top faulting"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("=="))
+        .collect()
+}
+
 #[test]
 fn triage_names_a_faulting_program() {
     let mut workload = Waiting::start(&["spin", "16"]);
@@ -644,12 +653,7 @@ fn triage_names_a_faulting_program() {
     let text = triage(&Dir::new());
     let pid = workload.pid();
     workload.finish();
-    let faulting: Vec<&str> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("== Top faulting"))
-        .skip(1)
-        .take_while(|l| !l.starts_with("=="))
-        .collect();
+    let faulting = top_faulting_lines(&text);
     assert!(
         faulting
             .iter()
@@ -677,12 +681,7 @@ fn triage_leaves_itself_out_of_the_top_faulting() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    let faulting: Vec<&str> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("== Top faulting"))
-        .skip(1)
-        .take_while(|l| !l.starts_with("=="))
-        .collect();
+    let faulting = top_faulting_lines(&text);
     assert!(!faulting.is_empty(), "{text}");
     assert!(
         !faulting.iter().any(|l| l.trim_end().ends_with(&own)),
