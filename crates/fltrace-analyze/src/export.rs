@@ -334,6 +334,7 @@ mod tests {
             pid: 7,
             faults,
             stacks: vec![Stack {
+                end: fltrace_trace::StackEnd::Unknown,
                 id: 0,
                 generation: 0,
                 frames: [0x10, 0x20].map(CodeAddr::new).to_vec(),

@@ -365,6 +365,7 @@ mod tests {
             pid: 5,
             faults: vec![fault(0), fault(0), fault(0)],
             stacks: vec![Stack {
+                end: fltrace_trace::StackEnd::Unknown,
                 id: 0,
                 generation: 0,
                 frames: [0x1010, 0x1020].map(CodeAddr::new).to_vec(),

@@ -173,6 +173,7 @@ mod tests {
             ..Mapping::default()
         };
         let stack = |id, frames: Vec<u64>| Stack {
+            end: fltrace_trace::StackEnd::Unknown,
             id,
             generation: 0,
             frames: frames.into_iter().map(CodeAddr::new).collect(),

@@ -371,6 +371,7 @@ impl StackNames {
         let stacks: Vec<Stack> = stacks
             .iter()
             .map(|(id, frames)| Stack {
+                end: fltrace_trace::StackEnd::Unknown,
                 id: *id,
                 generation: 0,
                 frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),

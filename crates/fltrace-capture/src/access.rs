@@ -447,6 +447,7 @@ impl AccessTables {
             None => {
                 let id = ids.len() as u32;
                 stacks.push(Stack {
+                    end: fltrace_trace::StackEnd::Unknown,
                     id,
                     generation: 0,
                     frames: sample.stack.clone(),

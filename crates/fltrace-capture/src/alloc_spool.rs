@@ -602,6 +602,7 @@ impl Stacks {
                 let id = self.next;
                 self.next += 1;
                 writer.push(Stack {
+                    end: fltrace_trace::StackEnd::Unknown,
                     id,
                     generation,
                     frames: key.1.iter().map(|&frame| CodeAddr::new(frame)).collect(),

@@ -7,8 +7,8 @@ use framehop::x86_64::CacheX86_64;
 use rustc_hash::FxHashMap;
 
 use fltrace_trace::{
-    CodeAddr, Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Origin, Stack, StackWriter,
-    VirtAddr, files, keys, libraries, stats, write_procmaps_line,
+    CodeAddr, Fault, FaultFlags, FaultWriter, Mapping, MappingWriter, Origin, Stack, StackEnd,
+    StackWriter, VirtAddr, files, keys, libraries, stats, write_procmaps_line,
 };
 
 use crate::runtime::{Handled, RuntimeView, is_fill};
@@ -24,6 +24,7 @@ pub struct Counters {
     pub faults_zp: u64,
     pub faults_major: u64,
     pub faults_kernel: u64,
+    /// Faults whose stack is truncated ([`StackEnd::Truncated`]).
     pub stacks_truncated: u64,
     /// Stacks completed with words read from the live process beyond the sampled copy.
     pub stacks_extended: u64,
@@ -68,6 +69,9 @@ pub struct Process {
     /// Live mappings by start address, for classifying faults.
     maps: BTreeMap<VirtAddr, Mapping>,
     unwinder: AddressSpaceUnwinder,
+    /// The entry points of the executable and the dynamic loader in this generation: a stack
+    /// whose outermost frame is in their entry code is complete.
+    entries: Vec<u64>,
     /// Where the preloaded library's exported functions (its interposers: `malloc`,
     /// `mmap`...) are mapped in this generation.
     interposers: Vec<std::ops::Range<u64>>,
@@ -168,6 +172,7 @@ impl Process {
             preload_generation: None,
             maps: BTreeMap::new(),
             unwinder: AddressSpaceUnwinder::default(),
+            entries: Vec::new(),
             interposers: Vec::new(),
             cache: CacheX86_64::new(),
             live: LiveStack::new(live_pid),
@@ -215,6 +220,7 @@ impl Process {
         child.preload_generation = Some(parent.generation);
         child.unwinder = parent.unwinder.clone();
         child.interposers = parent.interposers.clone();
+        child.entries = parent.entries.clone();
         for mapping in parent.maps.values() {
             child.record_mapping(mapping.clone());
         }
@@ -231,6 +237,7 @@ impl Process {
         self.maps.clear();
         self.executable = None;
         self.unwinder = AddressSpaceUnwinder::default();
+        self.entries.clear();
         self.interposers.clear();
         self.cache = CacheX86_64::new();
         // Same addresses mean other code now: stacks are not shared across generations.
@@ -302,6 +309,11 @@ impl Process {
             }
             if mapping.is_exec() {
                 self.unwinder.add_mapping(elf_cache, &mapping, &file);
+                if let Some(entry) = elf_cache.entry_point(&file, mapping.start, mapping.pgoff)
+                    && mapping.contains(VirtAddr::new(entry))
+                {
+                    self.entries.push(entry);
+                }
                 if libraries::is_preload(&mapping.path) {
                     self.interposers.extend(elf_cache.exported_functions(
                         &file,
@@ -423,15 +435,13 @@ impl Process {
             .mapping_at(VirtAddr::new(regs.1))
             .map_or((0, 0), |m| (m.start.get(), m.end.get()));
         self.live.reset(stack_bounds);
-        let end = self
+        let unwound = self
             .unwinder
             .unwind(&mut self.cache, regs, stack, &mut self.live, frames);
-        if end == UnwindEnd::Truncated {
-            self.counters.stacks_truncated += 1;
-        }
         // A return address outside executable memory is not one: past the loader's `_start`
         // the unwinder reads argc, and a stack that changed before its live read gives heap
         // or stack words. The stack ends before such a word instead of showing it as a frame.
+        let mut cut = false;
         if !self.maps.is_empty()
             && let Some(bad) = frames.iter().skip(1).position(|&addr| {
                 !self
@@ -440,12 +450,17 @@ impl Process {
             })
         {
             frames.truncate(bad + 1);
+            cut = true;
+        }
+        let end = classify(unwound, cut, frames, &self.entries);
+        if end == StackEnd::Truncated {
+            self.counters.stacks_truncated += 1;
         }
         if self.live.used {
             self.counters.stacks_extended += 1;
         }
         let tracer;
-        (fault.stack_id, tracer) = self.intern(frames)?;
+        (fault.stack_id, tracer) = self.intern(frames, end)?;
         self.image_recorded = true;
         // Far memory's own allocator serves the program: what it touches in the managed
         // region is the program's memory.
@@ -475,8 +490,15 @@ impl Process {
     }
 
     /// The id of the stack `frames` and whether it is the tracer's, writing it the first time.
-    fn intern(&mut self, frames: &mut Vec<u64>) -> Result<(u32, bool), fltrace_trace::Error> {
-        frames.push(u64::from(self.generation));
+    fn intern(
+        &mut self,
+        frames: &mut Vec<u64>,
+        end: StackEnd,
+    ) -> Result<(u32, bool), fltrace_trace::Error> {
+        // The same frames may end complete once and truncated another time (a live read that
+        // failed): each is a stack of its own.
+        let key = u64::from(self.generation) | u64::from(end.code()) << 32;
+        frames.push(key);
         if let Some(&known) = self.out.interner.get(frames.as_slice()) {
             frames.pop();
             return Ok(known);
@@ -485,10 +507,11 @@ impl Process {
         self.out.next_stack_id += 1;
         frames.pop();
         let tracer = self.tracer_stack(frames);
-        frames.push(u64::from(self.generation));
+        frames.push(key);
         self.out.interner.insert(frames.clone(), (id, tracer));
         frames.pop();
         self.out.stacks.push(Stack {
+            end,
             id,
             generation: self.generation,
             // The unwinder's output: instruction and return addresses.
@@ -753,6 +776,33 @@ impl Process {
     }
 }
 
+/// The bytes of entry code after an ELF entry point that a return address of a complete stack
+/// may point into: the dynamic loader's `_start` and `_dl_start_user` (61 bytes in glibc 2.41,
+/// which call `_dl_start` and `_dl_init`) and crt1's `_start` (38 bytes, which calls
+/// `__libc_start_main`).
+const ENTRY_CODE: u64 = 64;
+
+/// Whether a stack reaches its thread's entry. It does when the unwinder found no caller
+/// beyond the outermost frame (the CFI of glibc's `_start` and of the `clone`/`clone3` child
+/// marks the return address undefined, and a zero return address ends a frame-pointer chain),
+/// or when the outermost frame is in an ELF entry's code (the loader's `_start` has no such
+/// mark: the unwinder goes on into argc, which the caller cut). Any other end is a truncation:
+/// the stack copy ran out, an unwind rule failed mid-stack, a word was no return address, or
+/// the frame limit ([`crate::unwind::MAX_FRAMES`]) was reached.
+fn classify(unwound: UnwindEnd, cut: bool, frames: &[u64], entries: &[u64]) -> StackEnd {
+    let in_entry = frames.last().is_some_and(|&outermost| {
+        entries
+            .iter()
+            .any(|&entry| (entry..entry + ENTRY_CODE).contains(&outermost))
+    });
+    let ended = unwound == UnwindEnd::Complete && !cut;
+    if in_entry || ended {
+        StackEnd::Complete
+    } else {
+        StackEnd::Truncated
+    }
+}
+
 fn write_file(path: &Path, text: &str) -> Result<(), fltrace_trace::Error> {
     use std::io::Write;
     let mut file = files::create(path)?;
@@ -804,6 +854,48 @@ mod tests {
     fn range(p: &Process, addr: u64) -> Option<(u64, u64, u64)> {
         p.mapping_at(VirtAddr::new(addr))
             .map(|m| (m.start.get(), m.end.get(), m.pgoff.get()))
+    }
+
+    /// Complete: the unwinder found no caller, or the outermost frame is in an entry's code
+    /// (the loader's `_start` followed by argc, which was cut). Everything else is truncated.
+    #[test]
+    fn stacks_are_complete_at_a_thread_entry_only() {
+        let loader_entry = 0x7f00_0001_ab70;
+        let entries = [0x5555_0000_1040, loader_entry];
+        let inner = [0x5555_0000_1200, 0x5555_0000_1300];
+        let at_loader = [0x7f00_0001_c000, loader_entry + 8];
+        use StackEnd::{Complete, Truncated};
+        assert_eq!(
+            classify(UnwindEnd::Complete, false, &inner, &entries),
+            Complete
+        );
+        assert_eq!(
+            classify(UnwindEnd::Stopped, true, &at_loader, &entries),
+            Complete
+        );
+        assert_eq!(
+            classify(UnwindEnd::Complete, true, &at_loader, &entries),
+            Complete
+        );
+        // Cut at a word that is no return address, away from an entry.
+        assert_eq!(
+            classify(UnwindEnd::Complete, true, &inner, &entries),
+            Truncated
+        );
+        assert_eq!(
+            classify(UnwindEnd::Stopped, false, &inner, &entries),
+            Truncated
+        );
+        assert_eq!(
+            classify(UnwindEnd::Truncated, false, &inner, &entries),
+            Truncated
+        );
+        // Just past the entry code is another function.
+        let past = [0x7f00_0001_c000, loader_entry + ENTRY_CODE];
+        assert_eq!(
+            classify(UnwindEnd::Stopped, false, &past, &entries),
+            Truncated
+        );
     }
 
     #[test]

@@ -196,6 +196,19 @@ impl ElfCache {
     }
 }
 
+impl ElfCache {
+    /// The entry point (ELF `e_entry`) of the file at `path`, as mapped at `start` from file
+    /// offset `pgoff`: the executable's `_start`, or the dynamic loader's own entry.
+    pub fn entry_point(&mut self, path: &Path, start: VirtAddr, pgoff: FileOffset) -> Option<u64> {
+        let elf = self.get(path)?;
+        let bias = elf.bias(start.get(), pgoff.get())?;
+        let file = object::File::parse(&elf.file[..]).ok()?;
+        Some(file.entry())
+            .filter(|&e| e != 0)
+            .map(|e| e.wrapping_add(bias))
+    }
+}
+
 /// The path under which fltrace can open a file the process mapped: through the process's own
 /// root (it may be in a container) while it lives, else as named.
 pub fn mapped_file(pid: u32, path: &str) -> PathBuf {

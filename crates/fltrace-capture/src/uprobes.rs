@@ -640,6 +640,7 @@ impl AllocSink for Output {
         }
         let id = self.ids.len() as u32;
         self.stacks.push(Stack {
+            end: fltrace_trace::StackEnd::Unknown,
             id,
             generation: 0,
             frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),

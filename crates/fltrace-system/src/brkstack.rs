@@ -132,6 +132,7 @@ impl Model {
                     .iter()
                     .enumerate()
                     .map(|(id, (generation, _, frames, _))| Stack {
+                        end: fltrace_trace::StackEnd::Unknown,
                         id: id as u32,
                         generation: *generation,
                         frames: frames

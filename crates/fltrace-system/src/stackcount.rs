@@ -349,6 +349,7 @@ impl StackCounter {
                 .iter()
                 .enumerate()
                 .map(|(id, (key, _))| Stack {
+                    end: fltrace_trace::StackEnd::Unknown,
                     id: id as u32,
                     generation: key.generation,
                     frames: key

@@ -69,4 +69,42 @@ pub struct Stack {
     pub generation: u32,
     /// Innermost first.
     pub frames: Vec<CodeAddr>,
+    /// Whether the frames reach the thread's entry.
+    pub end: StackEnd,
+}
+
+/// Whether a stack holds every frame of its thread, from the innermost to the thread's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StackEnd {
+    /// Not classified: a recording older than the classification, or a stack fltrace did not
+    /// unwind itself (the kernel's frame-pointer callchains, allocation stacks).
+    #[default]
+    Unknown,
+    /// It reaches the thread's entry (`_start`, the loader's entry, a `clone` child's start)
+    /// or the unwinder found no caller beyond its outermost frame.
+    Complete,
+    /// Outer frames are missing: the unwind stopped mid-stack (the stack copy ended and the
+    /// live stack could not be read, no unwind rule, a word that is no return address) or at
+    /// the frame limit.
+    Truncated,
+}
+
+impl StackEnd {
+    /// The value of the stacks table's `stack_end` column.
+    pub fn code(self) -> u32 {
+        match self {
+            StackEnd::Unknown => 0,
+            StackEnd::Complete => 1,
+            StackEnd::Truncated => 2,
+        }
+    }
+
+    /// The classification a `stack_end` value stands for; unknown values read as unknown.
+    pub fn from_code(code: u32) -> StackEnd {
+        match code {
+            1 => StackEnd::Complete,
+            2 => StackEnd::Truncated,
+            _ => StackEnd::Unknown,
+        }
+    }
 }

@@ -90,6 +90,7 @@ const STACK_SCHEMA: &str = "message stack {
       required int64 element (INTEGER(64,false));
     }
   }
+  required int32 stack_end (INTEGER(8,false));
 }";
 
 const MAPPING_SCHEMA: &str = "message mapping {
@@ -753,7 +754,8 @@ impl StackWriter {
                         rep.push(i16::from(i > 0));
                     }
                 }
-                c.write::<Int64Type>(&values, Some(&def), Some(&rep))
+                c.write::<Int64Type>(&values, Some(&def), Some(&rep))?;
+                c.i32(batch.iter().map(|s| s.end.code()))
             },
         )))
     }
@@ -1162,6 +1164,11 @@ impl TableReader {
             })
     }
 
+    /// Whether the table has a column `name` (added in a later version of its layout).
+    fn has_column(&self, name: &str) -> bool {
+        self.index(name).is_ok()
+    }
+
     /// Reads column `name` of every row group: its values and, for list columns, the levels.
     fn column<T: DataType>(&self, name: &str) -> Result<ColumnData<T::T>, Error>
     where
@@ -1468,6 +1475,14 @@ pub fn read_stacks(path: &Path) -> Result<Vec<Stack>, Error> {
     table.check_len(ids.len())?;
     table.check_len(generations.len())?;
     let frames = table.column::<Int64Type>("frames")?;
+    // Recordings made before stacks were classified have no `stack_end`.
+    let ends = if table.has_column("stack_end") {
+        let ends = table.u32s("stack_end")?;
+        table.check_len(ends.len())?;
+        ends
+    } else {
+        Vec::new()
+    };
     let mut stacks: Vec<Stack> = Vec::with_capacity(ids.len());
     let mut values = frames.values.iter();
     for (def, rep) in frames.def.iter().zip(&frames.rep) {
@@ -1480,6 +1495,9 @@ pub fn read_stacks(path: &Path) -> Result<Vec<Stack>, Error> {
                 });
             };
             stacks.push(Stack {
+                end: ends.get(row).map_or(crate::StackEnd::Unknown, |&code| {
+                    crate::StackEnd::from_code(code)
+                }),
                 id,
                 generation,
                 frames: Vec::new(),
@@ -1589,16 +1607,19 @@ mod tests {
         let mut writer = StackWriter::create(&stacks_path).unwrap();
         let expected = vec![
             Stack {
+                end: crate::StackEnd::Complete,
                 id: 0,
                 generation: 0,
                 frames: [1, 2, 3].map(CodeAddr::new).to_vec(),
             },
             Stack {
+                end: crate::StackEnd::Unknown,
                 id: 1,
                 generation: 0,
                 frames: vec![],
             },
             Stack {
+                end: crate::StackEnd::Truncated,
                 id: 2,
                 generation: 1,
                 frames: [u64::MAX, 7].map(CodeAddr::new).to_vec(),
@@ -1705,6 +1726,7 @@ mod tests {
         let mut stacks = StackWriter::create_for(&path("stacks"), origin.clone()).unwrap();
         stacks
             .push(Stack {
+                end: crate::StackEnd::Unknown,
                 id: 0,
                 generation: 0,
                 frames: [1].map(CodeAddr::new).to_vec(),
@@ -1756,6 +1778,7 @@ mod tests {
         let mut writer = StackWriter::create(&named).unwrap();
         writer
             .push(Stack {
+                end: crate::StackEnd::Unknown,
                 id: 0,
                 generation: 0,
                 frames: vec![],
@@ -1834,6 +1857,7 @@ mod tests {
         assert_eq!(
             read_stacks(&stacks_path).unwrap(),
             vec![Stack {
+                end: crate::StackEnd::Unknown,
                 id: 3,
                 generation: 0,
                 frames: [10, 11].map(CodeAddr::new).to_vec()
@@ -2013,6 +2037,7 @@ mod tests {
         for id in 0..100 {
             writer
                 .push(Stack {
+                    end: crate::StackEnd::Unknown,
                     id,
                     generation: 0,
                     frames: [u64::from(id), 2, 3].map(CodeAddr::new).to_vec(),

@@ -81,6 +81,7 @@ pub fn record(dir: &Path, allocs: bool) {
     let mut stacks = StackWriter::create(&files::stacks(dir, PID)).unwrap();
     stacks
         .push(Stack {
+            end: fltrace_trace::StackEnd::Unknown,
             id: 0,
             generation: 0,
             frames: vec![fltrace_trace::CodeAddr::new(inside(toucher))],
@@ -118,6 +119,7 @@ pub fn record(dir: &Path, allocs: bool) {
     {
         stacks
             .push(Stack {
+                end: fltrace_trace::StackEnd::Unknown,
                 id: id as u32,
                 generation: 0,
                 frames: vec![fltrace_trace::CodeAddr::new(inside(site))],
