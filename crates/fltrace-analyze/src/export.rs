@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{Fault, ProcessTrace, keys};
 
-use crate::{FaultCounts, Location, ResolvedStacks};
+use crate::{FaultCounts, Location, ResolvedStacks, TRUNCATED_FRAME};
 
 /// The name of a process as a profile's root frame and perf script's `comm`: the file name of
 /// the recorded command's program, spaces made underscores.
@@ -103,6 +103,10 @@ pub fn folded_counts<'a>(
         let root = process_name(trace);
         for (stack_id, count) in fault_counts.per_stack() {
             let mut line = root.clone();
+            if stacks.truncated(stack_id) {
+                line.push(';');
+                line.push_str(TRUNCATED_FRAME);
+            }
             for location in stacks.get(stack_id).iter().rev() {
                 line.push(';');
                 line.push_str(&frame_name(location));
@@ -204,6 +208,10 @@ fn script_frames(trace: &ProcessTrace, stacks: &ResolvedStacks, stack_id: u32) -
         };
         let _ = writeln!(text, " ({dso})");
     }
+    // The outermost line, the root side: collapsed, the stack lies under `[truncated]`.
+    if stacks.truncated(stack_id) {
+        let _ = writeln!(text, "\t{:>16x} {TRUNCATED_FRAME} ([unknown])", 0);
+    }
     text
 }
 
@@ -214,6 +222,16 @@ pub fn stack_field(stack: &[Location]) -> String {
         .map(|l| format!("{}@{}", l.function, l.file_line()))
         .collect();
     frames.join("|")
+}
+
+/// `N faults (P%)` of `truncated` faults out of `total`, as the record summary and `report`
+/// give the faults with truncated stacks.
+pub fn truncated_share(truncated: u64, total: u64) -> String {
+    format!(
+        "{truncated} fault{} ({:.1}%)",
+        if truncated == 1 { "" } else { "s" },
+        percent(truncated, total)
+    )
 }
 
 /// `count` as a percentage of `total` (0 for none).
@@ -407,6 +425,44 @@ mod tests {
              \t              10 inlined_fn+0x4 (inlined)\n\
              \t              10 outer+0x4 (prog)\n\
              \t              20 main+0x11 (prog)\n\n"
+        );
+    }
+
+    /// A truncated stack lies under one `[truncated]` frame right after the process's root,
+    /// in folded lines and as the outermost line of perf script's frames.
+    #[test]
+    fn truncated_stacks_lie_under_one_frame() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(
+            0,
+            vec![loc("inner", "prog"), loc("middle", "prog")],
+            [0x10, 0x20].map(CodeAddr::new).to_vec(),
+        );
+        stacks.mark_truncated(0);
+        stacks.insert(
+            1,
+            vec![loc("leaf", "prog"), loc("main", "prog")],
+            [0x30, 0x40].map(CodeAddr::new).to_vec(),
+        );
+        let t = trace(vec![fault(1_000_000_000, 0), fault(2_000_000_000, 1)]);
+        assert_eq!(
+            folded([(&t, &stacks)]),
+            vec![
+                ("prog;[truncated];middle;inner".to_owned(), 1),
+                ("prog;main;leaf".to_owned(), 1)
+            ]
+        );
+        let mut out = Vec::new();
+        write_script([(&t, &stacks)], false, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "prog     7/8         1.000000:          1 page-faults:\n\
+             \t              10 inner (prog)\n\
+             \t              20 middle (prog)\n\
+             \t               0 [truncated] ([unknown])\n\n\
+             prog     7/8         2.000000:          1 page-faults:\n\
+             \t              30 leaf (prog)\n\
+             \t              40 main (prog)\n\n"
         );
     }
 }

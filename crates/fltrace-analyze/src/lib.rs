@@ -58,8 +58,8 @@ pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
 pub use export::{
     CountedSource, ReportFileError, SCRIPT_EVENT, Source, folded, folded_counts, frame_name,
-    percent, process_name, stack_field, write_original_report, write_original_reports,
-    write_script,
+    percent, process_name, stack_field, truncated_share, write_original_report,
+    write_original_reports, write_script,
 };
 pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{
@@ -78,5 +78,7 @@ pub use load::{
 pub use names::demangle;
 pub use pprof::{write_pprof, write_pprof_counts};
 pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
-pub use symbolize::{CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer};
+pub use symbolize::{
+    CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
+};
 pub use tracer::{separate_tracer, separate_tracer_counts};

@@ -272,6 +272,31 @@ impl Loaded {
             .map(|((trace, stacks), counts)| (trace, stacks, counts))
     }
 
+    /// The faults counted whose stack lacks its outer frames ([`ResolvedStacks::truncated`]).
+    pub fn truncated_faults(&self) -> u64 {
+        self.counted()
+            .map(|(counts, stacks)| {
+                counts
+                    .per_stack()
+                    .into_iter()
+                    .filter(|&(stack_id, _)| stacks.truncated(stack_id))
+                    .map(|(_, count)| count)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// The line saying how many faults have a truncated stack, if any do.
+    pub fn truncated_note(&self) -> Option<String> {
+        let truncated = self.truncated_faults();
+        (truncated > 0).then(|| {
+            format!(
+                "{} with truncated stacks (outer frames missing; drawn under `[truncated]`)",
+                crate::truncated_share(truncated, self.total_faults())
+            )
+        })
+    }
+
     /// The line saying how many faults of fltrace's own work were left out, if any were.
     pub fn tracer_note(&self) -> Option<String> {
         (self.tracer_faults > 0 && !self.tracer_included).then(|| {

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use fltrace_trace::{CodeAddr, ProcessTrace};
 
 use crate::export::{CountedSource, Source, process_name};
-use crate::{FaultCounts, ResolvedStacks};
+use crate::{FaultCounts, ResolvedStacks, TRUNCATED_FRAME};
 
 /// The messages of profile.proto that fltrace writes (field numbers as in
 /// github.com/google/pprof/proto/profile.proto), derived by hand: no build-time codegen.
@@ -169,6 +169,7 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
     let mut functions: FxHashMap<(String, String), u64> = FxHashMap::default();
     let (mut first_ns, mut last_ns) = (u64::MAX, 0);
     let mut main_mapping = None;
+    let mut truncated_location = None;
     for (trace, stacks, fault_counts) in sources {
         let program = format!("/{}", process_name(trace));
         // Per process: addresses and mappings mean something only within it.
@@ -236,6 +237,32 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
                     address: frame.address.get(),
                     line,
                 });
+            }
+            if stacks.truncated(stack_id) {
+                // The outermost location: every truncated stack lies under one
+                // `[truncated]` frame instead of standing as a root of its own.
+                let id = *truncated_location.get_or_insert_with(|| {
+                    let id = profile.location.len() as u64 + 1;
+                    let function_id = profile.function.len() as u64 + 1;
+                    let name = strings.id(TRUNCATED_FRAME);
+                    profile.function.push(proto::Function {
+                        id: function_id,
+                        name,
+                        system_name: name,
+                        filename: 0,
+                    });
+                    profile.location.push(proto::Location {
+                        id,
+                        mapping_id: 0,
+                        address: 0,
+                        line: vec![proto::Line {
+                            function_id,
+                            line: 0,
+                        }],
+                    });
+                    id
+                });
+                location_ids.push(id);
             }
             profile.sample.push(proto::Sample {
                 location_id: location_ids,

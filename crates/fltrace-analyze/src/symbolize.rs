@@ -9,7 +9,7 @@ use blazesym::symbolize::{Input, Symbolized};
 use rustc_hash::FxHashMap;
 
 use fltrace_trace::libraries::is_system_library;
-use fltrace_trace::{CodeAddr, FileOffset, ProcessTrace, Stack};
+use fltrace_trace::{CodeAddr, FileOffset, ProcessTrace, Stack, StackEnd};
 
 use crate::debuginfo::{DebugConfig, DebugResolver};
 use crate::fde::FunctionRanges;
@@ -114,10 +114,17 @@ impl CallSite {
     }
 }
 
+/// The frame every truncated stack is drawn under, at the root side (after the process's own
+/// root where an output has one), so that stacks lacking their outer frames gather in one tower
+/// instead of each standing as a root of its own.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
+
 /// The symbolized stacks of one process: for each stack id, its locations innermost first.
 #[derive(Debug, Default, Clone)]
 pub struct ResolvedStacks {
     stacks: FxHashMap<u32, ResolvedStack>,
+    /// The ids of the stacks whose outer frames are missing ([`StackEnd::Truncated`]).
+    truncated: rustc_hash::FxHashSet<u32>,
     /// How grouping picks each stack's call site.
     pub call_site: CallSite,
 }
@@ -135,6 +142,16 @@ impl ResolvedStacks {
         self.stacks
             .get(&id)
             .map_or(&[], |s| s.exact.as_deref().unwrap_or(&s.locations))
+    }
+
+    /// Whether stack `id` lacks its outer frames: exports draw it under [`TRUNCATED_FRAME`].
+    pub fn truncated(&self, id: u32) -> bool {
+        self.truncated.contains(&id)
+    }
+
+    /// Marks stack `id` as lacking its outer frames (for building tables by hand).
+    pub fn mark_truncated(&mut self, id: u32) {
+        self.truncated.insert(id);
     }
 
     /// The raw frame addresses of stack `id`, innermost first.
@@ -278,6 +295,7 @@ impl Symbolizer {
     ) -> ResolvedStacks {
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
         let mut wanted: HashMap<(PathBuf, String), Vec<FileOffset>> = HashMap::new();
+        let mut resolved = ResolvedStacks::default();
         // Frames carry whether they were looked up one byte back, to give perf's offsets.
         let mut frames_of: Vec<(u32, Vec<LookedUp>, Vec<CodeAddr>)> =
             Vec::with_capacity(stacks.len());
@@ -312,13 +330,15 @@ impl Symbolizer {
                 })
                 .collect();
             frames_of.push((stack.id, frames, stack.frames.clone()));
+            if stack.end == StackEnd::Truncated {
+                resolved.mark_truncated(stack.id);
+            }
         }
         for ((path, build_id), mut offsets) in wanted {
             offsets.sort_unstable();
             offsets.dedup();
             self.symbolize_file(&path, &build_id, &offsets);
         }
-        let mut resolved = ResolvedStacks::default();
         for (id, frames, addresses) in frames_of {
             let mut locations = Vec::with_capacity(frames.len());
             let mut depths = Vec::with_capacity(frames.len());

@@ -117,7 +117,7 @@ pub struct Summary {
     pub faults: u64,
     /// Fault records the kernel dropped because fltrace fell behind.
     pub lost: u64,
-    /// Stacks whose unwinding stopped before the outermost frame.
+    /// Faults whose stack lacks its outer frames (`fltrace_trace::StackEnd::Truncated`).
     pub stacks_truncated: u64,
     /// Whether a process ran out of the far memory `-M` allowed.
     pub far_memory_exhausted: bool,

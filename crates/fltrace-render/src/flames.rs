@@ -2,7 +2,7 @@
 //! or by the allocation stack of the block each landed in, their frames labelled.
 
 use fltrace_analyze::{
-    FaultOrigin, Lifetimes, Location, ResolvedStacks, count_faults_by_origin,
+    FaultOrigin, Lifetimes, Location, ResolvedStacks, TRUNCATED_FRAME, count_faults_by_origin,
     count_faults_by_stack, mapping_label,
 };
 use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace};
@@ -54,10 +54,16 @@ pub fn fault_flames(
         .into_iter()
         .map(|(stack_id, kind, count)| FlameStack {
             frames: stacks
-                .get(stack_id)
-                .iter()
-                .rev()
-                .map(|l| frame_label(l, label))
+                .truncated(stack_id)
+                .then(|| TRUNCATED_FRAME.to_owned())
+                .into_iter()
+                .chain(
+                    stacks
+                        .get(stack_id)
+                        .iter()
+                        .rev()
+                        .map(|l| frame_label(l, label)),
+                )
                 .collect(),
             kind: flame_kind(kind),
             count,

@@ -55,12 +55,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if !args.quiet {
         let _ = writeln!(
             err,
-            "fltrace: {} faults from {} process{}, {} lost, {} stacks truncated, recorder peak {} MB; trace in {}",
+            "fltrace: {} faults from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MB; trace in {}",
             summary.faults,
             summary.pids.len(),
             if summary.pids.len() == 1 { "" } else { "es" },
             summary.lost,
-            summary.stacks_truncated,
+            fltrace_analyze::truncated_share(summary.stacks_truncated, summary.faults),
             fltrace_capture::sys::own_peak_rss_mb(),
             args.dir.display()
         );

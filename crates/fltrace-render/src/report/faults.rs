@@ -59,6 +59,9 @@ fn table(loaded: &Loaded, report: &FaultReport) -> String {
         report.locations,
         COVER_SHARE * 100.0,
     );
+    if let Some(note) = loaded.truncated_note() {
+        let _ = writeln!(out, "{note}");
+    }
     if let Some(note) = loaded.tracer_note() {
         let _ = writeln!(out, "{note}");
     }
@@ -124,6 +127,7 @@ fn json(loaded: &Loaded, report: &FaultReport) -> String {
         "pids": loaded.traces.iter().map(|(t, _)| t.pid).collect::<Vec<_>>(),
         "faults": total,
         "lost": loaded.lost,
+        "truncated_stack_faults": loaded.truncated_faults(),
         "tracer_faults": loaded.tracer_faults,
         "tracer_included": loaded.tracer_included,
         "locations": report.locations,
