@@ -29,6 +29,42 @@ pub fn process_name(trace: &ProcessTrace) -> String {
     }
 }
 
+/// The name of a process in address-space generation `generation`, as a profile's root frame:
+/// its main thread's `comm` as the kernel named it (as perf names `cc1plus` and `as` under
+/// `g++`), else [`process_name`] for recordings without names. Spaces become underscores.
+pub fn process_name_in(trace: &ProcessTrace, generation: u32) -> String {
+    match trace.process_name_in(generation) {
+        Some(name) if !name.is_empty() => name.replace(' ', "_"),
+        _ => process_name(trace),
+    }
+}
+
+/// The name of thread `tid` in generation `generation`, as perf script's `comm`: its own
+/// `comm`, else the process's ([`process_name_in`]).
+pub fn thread_name(trace: &ProcessTrace, generation: u32, tid: u32) -> String {
+    match trace.thread_name(generation, tid) {
+        Some(name) if !name.is_empty() => name.replace(' ', "_"),
+        _ => process_name_in(trace, generation),
+    }
+}
+
+/// The distinct names a process had (one per exec), in order: `sh`, then `cc1plus`.
+pub fn process_names(trace: &ProcessTrace) -> Vec<String> {
+    let mut generations: Vec<u32> = trace.thread_names().map(|(g, _, _)| g).collect();
+    generations.dedup();
+    let mut names: Vec<String> = Vec::new();
+    for generation in generations {
+        let name = process_name_in(trace, generation);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        names.push(process_name(trace));
+    }
+    names
+}
+
 /// Whether no symbol covers the frame: `[unknown]`, or the `lib+0xADDR` name the symbolizer
 /// gives addresses in stripped code.
 fn unsymbolized(location: &Location) -> bool {
@@ -100,9 +136,13 @@ pub fn folded_counts<'a>(
 ) -> Vec<(String, u64)> {
     let mut counts: FxHashMap<String, u64> = FxHashMap::default();
     for (trace, stacks, fault_counts) in sources {
-        let root = process_name(trace);
+        let mut roots: FxHashMap<u32, String> = FxHashMap::default();
         for (stack_id, count) in fault_counts.per_stack() {
-            let mut line = root.clone();
+            let generation = trace.stack(stack_id).map_or(0, |s| s.generation);
+            let mut line = roots
+                .entry(generation)
+                .or_insert_with(|| process_name_in(trace, generation))
+                .clone();
             if stacks.truncated(stack_id) {
                 line.push(';');
                 line.push_str(TRUNCATED_FRAME);
@@ -135,7 +175,8 @@ pub fn write_script<'a>(
     let sources: Vec<Source<'a>> = sources.into_iter().collect();
     // Each stack's frame lines are built once.
     let mut blocks: Vec<FxHashMap<u32, String>> = Vec::with_capacity(sources.len());
-    let mut names = Vec::with_capacity(sources.len());
+    // Each (process, generation, thread)'s name is built once.
+    let mut names: FxHashMap<(u32, u32, u32), String> = FxHashMap::default();
     let mut order: Vec<(u64, u32, u32)> = Vec::new();
     for (i, (trace, stacks)) in sources.iter().enumerate() {
         let mut block = FxHashMap::default();
@@ -145,7 +186,6 @@ pub fn write_script<'a>(
                 .or_insert_with(|| script_frames(trace, stacks, fault.stack_id));
         }
         blocks.push(block);
-        names.push(process_name(trace));
         order.extend(
             (0..trace.faults.len() as u32).map(|f| (trace.faults[f as usize].time_ns, i as u32, f)),
         );
@@ -156,10 +196,14 @@ pub fn write_script<'a>(
         let fault: &Fault = &trace.faults[index as usize];
         let secs = fault.time_ns / 1_000_000_000;
         let micros = fault.time_ns % 1_000_000_000 / 1000;
+        let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
+        let name = names
+            .entry((source, generation, fault.tid))
+            .or_insert_with(|| thread_name(trace, generation, fault.tid));
         write!(
             out,
-            "{} {:>5}/{:<5} {secs:>5}.{micros:06}: {:>10} {SCRIPT_EVENT}:",
-            names[source as usize], trace.pid, fault.tid, 1
+            "{name} {:>5}/{:<5} {secs:>5}.{micros:06}: {:>10} {SCRIPT_EVENT}:",
+            trace.pid, fault.tid, 1
         )?;
         if addresses {
             write!(out, " {:>16x}", fault.addr)?;

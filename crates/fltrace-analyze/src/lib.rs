@@ -58,8 +58,8 @@ pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
 pub use export::{
     CountedSource, ReportFileError, SCRIPT_EVENT, Source, folded, folded_counts, frame_name,
-    percent, process_name, stack_field, truncated_share, write_original_report,
-    write_original_reports, write_script,
+    percent, process_name, process_name_in, process_names, stack_field, thread_name,
+    truncated_share, write_original_report, write_original_reports, write_script,
 };
 pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{

@@ -76,6 +76,9 @@ pub enum LoadError {
     NoAllocs,
 }
 
+/// How many processes the report's footer names.
+pub const PROCESSES_LISTED: usize = 20;
+
 /// The processes of one recording, symbolized.
 pub struct Loaded {
     /// The recording.
@@ -270,6 +273,29 @@ impl Loaded {
             .iter()
             .zip(&self.counts)
             .map(|((trace, stacks), counts)| (trace, stacks, counts))
+    }
+
+    /// Each process's pid and names (one per exec: `sh`, then `cc1plus`), in load order.
+    pub fn processes(&self) -> Vec<(u32, Vec<String>)> {
+        self.traces
+            .iter()
+            .map(|(trace, _)| (trace.pid, crate::process_names(trace)))
+            .collect()
+    }
+
+    /// The line saying which processes the recording holds: `processes: 12 g++, 13 cc1plus,
+    /// 14 as`, the first [`PROCESSES_LISTED`] of them.
+    pub fn processes_line(&self) -> String {
+        let processes = self.processes();
+        let mut listed: Vec<String> = processes
+            .iter()
+            .take(PROCESSES_LISTED)
+            .map(|(pid, names)| format!("{pid} {}", names.join(" then ")))
+            .collect();
+        if processes.len() > PROCESSES_LISTED {
+            listed.push(format!("and {} more", processes.len() - PROCESSES_LISTED));
+        }
+        format!("processes: {}", listed.join(", "))
     }
 
     /// The faults counted whose stack lacks its outer frames ([`ResolvedStacks::truncated`]).

@@ -9,9 +9,9 @@ use flate2::write::GzEncoder;
 use prost::Message;
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::{CodeAddr, ProcessTrace};
+use fltrace_trace::{CodeAddr, FaultKind, ProcessTrace};
 
-use crate::export::{CountedSource, Source, process_name};
+use crate::export::{CountedSource, Source, process_name, process_name_in};
 use crate::{FaultCounts, ResolvedStacks, TRUNCATED_FRAME};
 
 /// The messages of profile.proto that fltrace writes (field numbers as in
@@ -166,6 +166,8 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
     profile.period_type = profile.sample_type.first().cloned();
     profile.period = 1;
     let pid_key = strings.id("pid");
+    let comm_key = strings.id("comm");
+    let kind_key = strings.id("kind");
     let mut functions: FxHashMap<(String, String), u64> = FxHashMap::default();
     let (mut first_ns, mut last_ns) = (u64::MAX, 0);
     let mut main_mapping = None;
@@ -179,7 +181,22 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
             first_ns = first_ns.min(first);
             last_ns = last_ns.max(last);
         }
-        for (stack_id, count) in fault_counts.per_stack() {
+        // One sample per stack and kind of fault, labelled with the process and its name.
+        let mut per_kind: Vec<(u32, FaultKind, u64)> = Vec::new();
+        for (stack_id, flags, tally) in fault_counts.iter() {
+            let kind = flags.kind();
+            // By stack id: a stack's kinds are the last entries.
+            let same = per_kind
+                .iter_mut()
+                .rev()
+                .take_while(|(s, _, _)| *s == stack_id)
+                .find(|(_, k, _)| *k == kind);
+            match same {
+                Some((_, _, count)) => *count += tally.count,
+                None => per_kind.push((stack_id, kind, tally.count)),
+            }
+        }
+        for (stack_id, kind, count) in per_kind {
             let generation = trace.stack(stack_id).map_or(0, |s| s.generation);
             let mut location_ids = Vec::new();
             for (i, frame) in stacks.frames(stack_id).iter().enumerate() {
@@ -267,11 +284,23 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
             profile.sample.push(proto::Sample {
                 location_id: location_ids,
                 value: vec![count as i64],
-                label: vec![proto::Label {
-                    key: pid_key,
-                    str: 0,
-                    num: i64::from(trace.pid),
-                }],
+                label: vec![
+                    proto::Label {
+                        key: pid_key,
+                        str: 0,
+                        num: i64::from(trace.pid),
+                    },
+                    proto::Label {
+                        key: comm_key,
+                        str: strings.id(&process_name_in(trace, generation)),
+                        num: 0,
+                    },
+                    proto::Label {
+                        key: kind_key,
+                        str: strings.id(kind.name()),
+                        num: 0,
+                    },
+                ],
             });
         }
     }

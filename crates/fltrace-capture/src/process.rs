@@ -46,6 +46,10 @@ struct Output {
     /// of the tracer's own work ([`Process::tracer_stack`]).
     interner: FxHashMap<Vec<u64>, (u32, bool)>,
     next_stack_id: u32,
+    /// The name (`comm`) of each thread by (generation, tid), and whether it changed since
+    /// the faults file's footer was last given it.
+    thread_names: BTreeMap<(u32, u32), String>,
+    thread_names_changed: bool,
     /// Faults pushed before the previous checkpoint: a checkpoint later, no late record
     /// (a major fault, a far-memory fetch) can amend their flags any more.
     settled_faults: u64,
@@ -72,6 +76,8 @@ pub struct Process {
     /// The entry points of the executable and the dynamic loader in this generation: a stack
     /// whose outermost frame is in their entry code is complete.
     entries: Vec<u64>,
+    /// The (generation, tid) of the threads whose names were looked up in /proc.
+    name_lookups: rustc_hash::FxHashSet<(u32, u32)>,
     /// Where the preloaded library's exported functions (its interposers: `malloc`,
     /// `mmap`...) are mapped in this generation.
     interposers: Vec<std::ops::Range<u64>>,
@@ -173,6 +179,7 @@ impl Process {
             maps: BTreeMap::new(),
             unwinder: AddressSpaceUnwinder::default(),
             entries: Vec::new(),
+            name_lookups: Default::default(),
             interposers: Vec::new(),
             cache: CacheX86_64::new(),
             live: LiveStack::new(live_pid),
@@ -184,6 +191,8 @@ impl Process {
                 stats_path: files::stats(dir, pid),
                 stats: String::new(),
                 interner: HashMap::default(),
+                thread_names: BTreeMap::new(),
+                thread_names_changed: false,
                 next_stack_id: 0,
                 settled_faults: 0,
             },
@@ -247,6 +256,52 @@ impl Process {
             far.stale_inode = far.view.take().map(|v| v.inode);
             far.pending_fills.clear();
             far.unmatched.clear();
+        }
+    }
+
+    /// The kernel named thread `tid` `name` (at exec, by `prctl`, or as the thread that
+    /// made it).
+    pub fn set_thread_name(&mut self, tid: u32, name: &str) {
+        let key = (self.generation, tid);
+        if self.out.thread_names.get(&key).map(String::as_str) != Some(name) {
+            self.out.thread_names.insert(key, name.to_owned());
+            self.out.thread_names_changed = true;
+        }
+    }
+
+    /// The name of thread `tid` in the current generation, if known.
+    pub fn thread_name(&self, tid: u32) -> Option<&str> {
+        self.out
+            .thread_names
+            .get(&(self.generation, tid))
+            .map(String::as_str)
+    }
+
+    /// Names a thread seen without a name record (a process attached to, a thread the
+    /// recording missed being made): as /proc says while it lives, else as the main thread.
+    fn name_unnamed_thread(&mut self, tid: u32) {
+        // Once per thread and generation: a thread /proc no longer has stays unnamed.
+        if self.thread_name(tid).is_some() || !self.name_lookups.insert((self.generation, tid)) {
+            return;
+        }
+        let proc_name = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
+            .ok()
+            .map(|name| name.trim_end_matches('\n').to_owned());
+        if let Some(name) = proc_name.or_else(|| self.thread_name(self.pid).map(str::to_owned)) {
+            self.set_thread_name(tid, &name);
+        }
+    }
+
+    /// Gives the faults file's footer the threads' names, if they changed.
+    fn store_thread_names(&mut self) {
+        if std::mem::take(&mut self.out.thread_names_changed) {
+            let text = fltrace_trace::format_thread_names(
+                self.out
+                    .thread_names
+                    .iter()
+                    .map(|(&(generation, tid), name)| (generation, tid, name.as_str())),
+            );
+            self.out.faults.set_metadata(keys::THREADS, text);
         }
     }
 
@@ -430,6 +485,7 @@ impl Process {
                 });
         }
 
+        self.name_unnamed_thread(fault.tid);
         frames.clear();
         let stack_bounds = self
             .mapping_at(VirtAddr::new(regs.1))
@@ -758,6 +814,7 @@ impl Process {
     /// far, then the faults settled since the previous checkpoint, in that order so that every
     /// fault readable has its stack and mappings readable too.
     pub fn checkpoint(&mut self) -> Result<(), fltrace_trace::Error> {
+        self.store_thread_names();
         self.out.mmaps.checkpoint()?;
         self.out.stacks.checkpoint()?;
         self.out.faults.checkpoint_before(self.out.settled_faults)?;
@@ -766,7 +823,8 @@ impl Process {
     }
 
     /// Writes the footers. The process must not be used afterwards.
-    pub fn finish(self) -> Result<(), fltrace_trace::Error> {
+    pub fn finish(mut self) -> Result<(), fltrace_trace::Error> {
+        self.store_thread_names();
         if let Some(view) = self.far.and_then(|f| f.view) {
             view.remove();
         }

@@ -1161,13 +1161,14 @@ impl State {
                 self.elf_cache = elf_cache;
                 Ok(())
             }
-            EventRecord::Comm(c) if c.is_execve => {
-                self.process(c.pid as u32)?.exec();
-                Ok(())
-            }
             EventRecord::Comm(c) => {
-                if c.name.as_slice().as_ref() == fltrace_runtime_abi::HANDLER_THREAD_NAME.as_bytes()
-                {
+                let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
+                let process = self.process(c.pid as u32)?;
+                if c.is_execve {
+                    process.exec();
+                }
+                process.set_thread_name(c.tid as u32, &name);
+                if name == fltrace_runtime_abi::HANDLER_THREAD_NAME {
                     self.runtime_threads.insert(c.tid as u32);
                 }
                 Ok(())
@@ -1180,6 +1181,24 @@ impl State {
                         None => Process::new(child, Some(parent), &self.session())?,
                     };
                     self.processes.insert(child, process);
+                }
+                // The child is named as the thread that forked it, until it execs.
+                let name = self
+                    .processes
+                    .get(&parent)
+                    .and_then(|p| p.thread_name(f.ptid as u32))
+                    .map(str::to_owned);
+                if let (Some(name), Some(process)) = (name, self.processes.get_mut(&child)) {
+                    process.set_thread_name(child, &name);
+                }
+                Ok(())
+            }
+            EventRecord::Fork(f) => {
+                // A new thread, named as the thread that made it.
+                if let Some(process) = self.processes.get_mut(&(f.pid as u32))
+                    && let Some(name) = process.thread_name(f.ptid as u32).map(str::to_owned)
+                {
+                    process.set_thread_name(f.tid as u32, &name);
                 }
                 Ok(())
             }

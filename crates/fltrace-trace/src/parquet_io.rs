@@ -162,6 +162,9 @@ struct TableWriter {
     schema: Arc<SchemaDescriptor>,
     /// The footer's key-value pairs, for the checkpoints.
     footer: Vec<KeyValue>,
+    /// Keys set after the file was created ([`TableWriter::set_footer_value`]): the final
+    /// footer gets their last value.
+    late_keys: Vec<String>,
     /// CRC-32 of every column chunk written, row group by row group.
     crcs: Vec<u32>,
     /// Row groups described by a checkpoint.
@@ -239,6 +242,7 @@ impl TableWriter {
             inner,
             schema: descriptor,
             footer,
+            late_keys: Vec::new(),
             crcs: Vec::new(),
             checkpointed_groups: 0,
             last_checkpoint: 0,
@@ -336,10 +340,27 @@ impl TableWriter {
         Ok(())
     }
 
+    /// Sets a footer value learnt while recording: the next checkpoint and the final footer
+    /// carry it.
+    fn set_footer_value(&mut self, key: &str, value: String) {
+        match self.footer.iter_mut().find(|kv| kv.key == key) {
+            Some(kv) => kv.value = Some(value),
+            None => self.footer.push(KeyValue::new(key.to_owned(), value)),
+        }
+        if !self.late_keys.iter().any(|k| k == key) {
+            self.late_keys.push(key.to_owned());
+        }
+    }
+
     fn finish(mut self) -> Result<(), Error> {
         // A last checkpoint first: should the final footer not make it to the disk, the
         // checkpoints still describe every row.
         self.checkpoint()?;
+        for key in std::mem::take(&mut self.late_keys) {
+            if let Some(kv) = self.footer.iter().find(|kv| kv.key == key) {
+                self.inner.append_key_value_metadata(kv.clone());
+            }
+        }
         self.inner.append_key_value_metadata(KeyValue::new(
             keys::CRC32.to_owned(),
             format_crcs(&self.crcs),
@@ -522,6 +543,12 @@ impl FaultWriter {
     /// Rows pushed so far.
     pub fn rows(&self) -> u64 {
         self.0.rows + self.0.batch.len() as u64
+    }
+
+    /// Sets footer value `key` (one not given at creation) to `value`, for the next
+    /// checkpoint and the final footer.
+    pub fn set_metadata(&mut self, key: &str, value: String) {
+        self.0.table.set_footer_value(key, value);
     }
 
     /// Writes the rows before row `before` (counted from the first row pushed) and a

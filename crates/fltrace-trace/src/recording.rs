@@ -24,6 +24,11 @@ pub mod keys {
     pub const PARENT: &str = "fltrace.parent";
     /// Version of fltrace that wrote the file.
     pub const VERSION: &str = "fltrace.version";
+    /// The name (`comm`) of each thread, one line per thread and address-space generation:
+    /// `<generation> <tid> <comm>` (the comm as the kernel last named the thread in that
+    /// generation: exec names it after the program, `prctl(PR_SET_NAME)` renames it).
+    /// Absent in recordings made before fltrace stored names.
+    pub const THREADS: &str = "fltrace.threads";
     /// In a checkpoint footer only (never in a finished file's last footer): the offset just
     /// past the previous checkpoint's footer, 0 for the first.
     pub const CHECKPOINT: &str = "fltrace.checkpoint";
@@ -354,6 +359,31 @@ impl ProcessTrace {
             .find(|m| m.generation == generation && m.contains(addr))
     }
 
+    /// The name (`comm`) of thread `tid` in generation `generation` ([`keys::THREADS`]).
+    pub fn thread_name(&self, generation: u32, tid: u32) -> Option<&str> {
+        self.thread_names()
+            .find(|&(g, t, _)| g == generation && t == tid)
+            .map(|(_, _, name)| name)
+    }
+
+    /// The name of the process in generation `generation`: its main thread's, else that of
+    /// its first thread named.
+    pub fn process_name_in(&self, generation: u32) -> Option<&str> {
+        self.thread_name(generation, self.pid).or_else(|| {
+            self.thread_names()
+                .find(|&(g, _, _)| g == generation)
+                .map(|(_, _, name)| name)
+        })
+    }
+
+    /// Every (generation, tid, name) of [`keys::THREADS`].
+    pub fn thread_names(&self) -> impl Iterator<Item = (u32, u32, &str)> {
+        self.meta(keys::THREADS)
+            .unwrap_or("")
+            .lines()
+            .filter_map(parse_thread_line)
+    }
+
     /// A footer value.
     pub fn meta(&self, key: &str) -> Option<&str> {
         self.metadata
@@ -361,6 +391,28 @@ impl ProcessTrace {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// One line of [`keys::THREADS`]: `<generation> <tid> <comm>`.
+fn parse_thread_line(line: &str) -> Option<(u32, u32, &str)> {
+    let mut fields = line.splitn(3, ' ');
+    let generation = fields.next()?.parse().ok()?;
+    let tid = fields.next()?.parse().ok()?;
+    Some((generation, tid, fields.next()?))
+}
+
+/// The [`keys::THREADS`] value of `names` (generation, tid, comm): a comm's line breaks and
+/// other control characters become `?`, so that each thread stays one line.
+pub fn format_thread_names<'a>(names: impl IntoIterator<Item = (u32, u32, &'a str)>) -> String {
+    let mut text = String::new();
+    for (generation, tid, name) in names {
+        let name: String = name
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        text.push_str(&format!("{generation} {tid} {name}\n"));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -31,11 +31,13 @@ pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
                 continue;
             }
+            // Each process under its own name (`cc1plus` under `g++`), the command after it.
             let title = format!(
-                "{} of {} (pid {})",
+                "{} of {} (pid {}) in `{}`",
                 graph.title,
+                fltrace_analyze::process_names(trace).join(" then "),
+                trace.pid,
                 loaded.command(),
-                trace.pid
             );
             files::write_with(&path, |out| flamegraph(&graph.stacks, &title, out))?;
             // Written, not printed: an error (a closed pipe) ends the command quietly.

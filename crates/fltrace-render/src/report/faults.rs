@@ -59,6 +59,7 @@ fn table(loaded: &Loaded, report: &FaultReport) -> String {
         report.locations,
         COVER_SHARE * 100.0,
     );
+    let _ = writeln!(out, "{}", loaded.processes_line());
     if let Some(note) = loaded.truncated_note() {
         let _ = writeln!(out, "{note}");
     }
@@ -125,6 +126,11 @@ fn json(loaded: &Loaded, report: &FaultReport) -> String {
     let doc = serde_json::json!({
         "command": loaded.command(),
         "pids": loaded.traces.iter().map(|(t, _)| t.pid).collect::<Vec<_>>(),
+        "processes": loaded
+            .processes()
+            .into_iter()
+            .map(|(pid, names)| serde_json::json!({"pid": pid, "comm": names}))
+            .collect::<Vec<_>>(),
         "faults": total,
         "lost": loaded.lost,
         "truncated_stack_faults": loaded.truncated_faults(),
