@@ -176,7 +176,7 @@ mod tests {
 
         let table = faults(&loaded, &report, Format::Table).unwrap();
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 4, "{table}");
+        assert_eq!(lines.len(), 5, "{table}");
         assert!(
             lines[0].starts_with("   #    faults       %    cum%  kind"),
             "{table}"
@@ -189,11 +189,18 @@ mod tests {
             lines[3],
             "6 faults in 1 process of `synthetic`, 0 lost; 1 of 1 code locations cover 95% of faults"
         );
+        // Recorded without thread names: the process is named after the command.
+        assert_eq!(lines[4], "processes: 4242 synthetic");
 
         let json: serde_json::Value =
             serde_json::from_str(&faults(&loaded, &report, Format::Json).unwrap()).unwrap();
         assert_eq!(json["faults"], 6);
         assert_eq!(json["pids"], serde_json::json!([4242]));
+        assert_eq!(
+            json["processes"],
+            serde_json::json!([{"pid": 4242, "comm": ["synthetic"]}])
+        );
+        assert_eq!(json["truncated_stack_faults"], 0);
         assert_eq!(json["locations_covering_95_percent"], 1);
         assert_eq!(json["groups"][0]["writes"], 6);
         assert_eq!(json["groups"][0]["reads"], 0);
