@@ -326,3 +326,57 @@ fn memory_moved_by_mremap_is_a_recorded_mapping() {
         && f.flags.has(fltrace_trace::FaultFlags::ZERO)
         && f.time_ns >= moved[0].time_ns));
 }
+
+/// A shell running two differently named programs: `script` and the folded stacks name each
+/// child's faults after its own `comm` (as perf names `cc1plus` and `as` under `g++`), not
+/// after the command.
+#[test]
+fn each_child_is_named_by_its_own_comm() {
+    let w = workloads();
+    let dir = Dir::new();
+    for name in ["alpha", "bravo"] {
+        std::fs::copy(&w.deep_c, dir.path().join(name)).expect("copy the workload");
+    }
+    // alpha touches 8 pages, bravo 16, each 10 calls deep.
+    dir.record(
+        &[std::path::Path::new("sh")],
+        &["-c", "./alpha 8 10 >/dev/null && ./bravo 16 10 >/dev/null"],
+    );
+
+    let folded = dir.run(&["report", "--format", "folded"]);
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    let mut touches: Vec<(String, u64)> = Vec::new();
+    for line in folded.lines() {
+        let (stack, count) = line.rsplit_once(' ').expect("count");
+        if stack.ends_with(";touch") {
+            let root = stack.split(';').next().unwrap_or("").to_owned();
+            touches.push((root, count.parse().expect("count")));
+        }
+    }
+    touches.sort();
+    assert_eq!(
+        touches,
+        vec![("alpha".to_owned(), 8), ("bravo".to_owned(), 16)],
+        "{folded}"
+    );
+
+    let script = dir.run(&["script"]);
+    let script = String::from_utf8_lossy(&script.stdout);
+    let mut by_comm: std::collections::BTreeMap<String, u64> = Default::default();
+    for sample in script.split("\n\n") {
+        let Some(header) = sample.lines().next() else {
+            continue;
+        };
+        if sample.lines().nth(1).is_some_and(|l| l.contains(" touch")) {
+            let comm = header.split(' ').next().unwrap_or("").to_owned();
+            *by_comm.entry(comm).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        by_comm.into_iter().collect::<Vec<_>>(),
+        vec![("alpha".to_owned(), 8), ("bravo".to_owned(), 16)],
+        "{script}"
+    );
+    // The shell's own faults are its own: `sh` is the root of some lines too.
+    assert!(folded.lines().any(|l| l.starts_with("sh;")), "{folded}");
+}

@@ -281,3 +281,89 @@ fn stripped_binary_falls_back_to_symbols() {
     );
     assert_eq!(group["stack"][0]["line"], 0);
 }
+
+/// The figure of `record`'s summary line: the faults with truncated stacks.
+fn summary_truncated(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|line| {
+            line.split(", ")
+                .find(|part| part.ends_with("with truncated stacks"))
+        })
+        .and_then(|part| part.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no truncated-stack figure in: {stderr}"))
+}
+
+/// A stack 2,000 calls deep, in C and in C++ without frame pointers: each fault at the touch
+/// line reaches `main` or lies under `[truncated]` right after the process's root, and the
+/// summary's count of faults with truncated stacks is exactly the data's, as are `report`'s
+/// JSON and the folded stacks'. Holds whatever the unwinding defaults.
+#[test]
+fn deep_stacks_reach_main_or_are_counted_truncated() {
+    const PAGES: u64 = 64;
+    let w = workloads();
+    for (program, name) in [(&w.deep_c, "deep_c"), (&w.deep_cpp, "deep_cpp")] {
+        let dir = Dir::new();
+        let out = dir
+            .fltrace()
+            .args(["record", "--"])
+            .arg(program)
+            .arg(PAGES.to_string())
+            .output()
+            .expect("fltrace runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let summary = summary_truncated(&stderr);
+
+        // The data: each fault's stack as the stacks table classifies it.
+        let pid = dir.pids("faults", "parquet")[0];
+        let (faults, _) =
+            fltrace_trace::read_faults(&fltrace_trace::files::faults(dir.path(), pid)).unwrap();
+        let stacks =
+            fltrace_trace::read_stacks(&fltrace_trace::files::stacks(dir.path(), pid)).unwrap();
+        let end = |id: u32| stacks.iter().find(|s| s.id == id).map(|s| s.end);
+        assert!(
+            stacks
+                .iter()
+                .all(|s| s.end != fltrace_trace::StackEnd::Unknown),
+            "every stack classified"
+        );
+        let in_data = faults
+            .iter()
+            .filter(|f| end(f.stack_id) == Some(fltrace_trace::StackEnd::Truncated))
+            .count() as u64;
+        assert_eq!(summary, in_data, "{name}: the summary line and the data");
+        let report = dir.report_json(&[]);
+        assert_eq!(report["truncated_stack_faults"], in_data, "{name}");
+
+        let folded = dir.run(&["report", "--format", "folded"]);
+        let folded = String::from_utf8_lossy(&folded.stdout);
+        let (mut under_truncated, mut touches) = (0, 0);
+        for line in folded.lines() {
+            let (stack, count) = line.rsplit_once(' ').expect("count");
+            let count: u64 = count.parse().expect("count");
+            let frames: Vec<&str> = stack.split(';').collect();
+            assert_eq!(frames[0], name, "the process's own name as root: {line}");
+            // `[truncated]` only ever right after the root.
+            assert!(
+                !frames[2..].contains(&"[truncated]"),
+                "[truncated] at the root side only: {line}"
+            );
+            let truncated = frames.get(1) == Some(&"[truncated]");
+            under_truncated += if truncated { count } else { 0 };
+            if frames.last() == Some(&"touch") {
+                touches += count;
+                assert!(
+                    truncated || frames.contains(&"main"),
+                    "{name}: a touch fault's stack reaches main or is counted truncated: {line}"
+                );
+            }
+        }
+        assert_eq!(
+            touches, PAGES,
+            "{name}: one fault per page at the touch line"
+        );
+        assert_eq!(under_truncated, in_data, "{name}: folded and the data");
+    }
+}

@@ -32,6 +32,10 @@ pub struct Workloads {
     pub allocs: PathBuf,
     /// `objects.cpp`: new, new[] and a growing vector, with g++.
     pub objects: PathBuf,
+    /// `deep.c`: faults 2,000 calls deep, built as C.
+    pub deep_c: PathBuf,
+    /// `deep.c` built as C++ by g++.
+    pub deep_cpp: PathBuf,
 }
 
 fn build(cmd: &mut Command) {
@@ -80,6 +84,15 @@ pub fn workloads() -> &'static Workloads {
                 .arg(&objects)
                 .arg(src.join("objects.cpp")),
         );
+        let deep_c = out("deep_c");
+        gcc(&deep_c, "deep.c", &[]);
+        let deep_cpp = out("deep_cpp");
+        build(
+            Command::new("g++")
+                .args(["-x", "c++", "-O2", "-g", "-fomit-frame-pointer", "-o"])
+                .arg(&deep_cpp)
+                .arg(src.join("deep.c")),
+        );
         let faults_stripped = out("faults-stripped");
         build(
             Command::new("strip")
@@ -105,6 +118,8 @@ pub fn workloads() -> &'static Workloads {
             farmem,
             allocs,
             objects,
+            deep_c,
+            deep_cpp,
         }
     })
 }
