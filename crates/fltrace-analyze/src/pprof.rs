@@ -460,5 +460,46 @@ mod tests {
         assert_eq!(s(p.mapping[0].build_id), "abcd");
         assert_eq!(s(p.mapping[0].filename), "/bin/prog");
         assert_eq!(p.location[1].mapping_id, 1);
+        let labels: Vec<(&str, &str, i64)> = p.sample[0]
+            .label
+            .iter()
+            .map(|l| (s(l.key), s(l.str), l.num))
+            .collect();
+        assert_eq!(
+            labels,
+            vec![("pid", "", 5), ("comm", "prog", 0), ("kind", "write", 0)]
+        );
+
+        // A truncated stack, its thread named `worker` in generation 0: `[truncated]` is its
+        // outermost location, and the process is labelled by its recorded name.
+        stacks.mark_truncated(0);
+        let mut named = trace.clone();
+        named.metadata.push((
+            keys::THREADS.to_owned(),
+            fltrace_trace::format_thread_names([(0, 5, "worker")]),
+        ));
+        let mut gz = Vec::new();
+        write_pprof([(&named, &stacks)], &mut gz).unwrap();
+        let mut bytes = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut bytes)
+            .unwrap();
+        let p = proto::Profile::decode(&bytes[..]).unwrap();
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        assert_eq!(p.sample[0].location_id, vec![1, 2, 3]);
+        let outermost = &p.location[2];
+        assert_eq!(
+            (
+                outermost.mapping_id,
+                outermost.address,
+                outermost.line.len()
+            ),
+            (0, 0, 1)
+        );
+        assert_eq!(
+            s(p.function[outermost.line[0].function_id as usize - 1].name),
+            "[truncated]"
+        );
+        assert_eq!(s(p.sample[0].label[1].str), "worker");
     }
 }

@@ -272,6 +272,37 @@ mod tests {
         assert_eq!(first_touches[0].count, 3);
     }
 
+    /// A truncated stack stands on one `[truncated]` frame, never as a root of its own.
+    #[test]
+    fn truncated_stacks_stand_on_one_frame() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(
+            0,
+            vec![loc("fill", "a.c", 5), loc("level2", "a.c", 9)],
+            [0x10, 0x90].map(CodeAddr::new).to_vec(),
+        );
+        stacks.mark_truncated(0);
+        stacks.insert(
+            1,
+            vec![loc("scan", "a.c", 7)],
+            [0x70].map(CodeAddr::new).to_vec(),
+        );
+        stacks.mark_truncated(1);
+        let roots: Vec<(Vec<String>, u64)> =
+            fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true)
+                .into_iter()
+                .map(|f| (f.frames, f.count))
+                .collect();
+        let frames = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            roots,
+            vec![
+                (frames(&["[truncated]", "a.out|level2", "a.out|fill"]), 3),
+                (frames(&["[truncated]", "a.out|scan"]), 1),
+            ]
+        );
+    }
+
     #[test]
     fn faults_by_allocation_stack() {
         let mut alloc_stacks = ResolvedStacks::default();
