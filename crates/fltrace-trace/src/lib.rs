@@ -57,7 +57,9 @@ pub use parquet_io::{
 pub use range_trace::{
     RangeSample, RangeTraceKind, RangeTraceWriter, WSS_HEADER, WssRow, WssRows, read_range_trace,
 };
-pub use recording::{ProcessTrace, Recording, SessionInfo, Unreadable, format_thread_names, keys};
+pub use recording::{
+    ProcessTrace, Recording, SessionInfo, Unreadable, format_thread_names, keys, main_thread_names,
+};
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)
 /// outwards, the first an instruction address and the others return addresses.

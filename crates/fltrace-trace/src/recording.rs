@@ -393,6 +393,22 @@ impl ProcessTrace {
     }
 }
 
+/// The distinct names of process `pid`'s main thread, one per exec in order (`sh`, then
+/// `cc1plus`), from a faults file's footer `metadata` ([`keys::THREADS`]); empty without.
+pub fn main_thread_names(metadata: &[(String, String)], pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let threads = metadata
+        .iter()
+        .find(|(k, _)| k == keys::THREADS)
+        .map_or("", |(_, v)| v.as_str());
+    for (_, tid, name) in threads.lines().filter_map(parse_thread_line) {
+        if tid == pid && !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    names
+}
+
 /// One line of [`keys::THREADS`]: `<generation> <tid> <comm>`.
 fn parse_thread_line(line: &str) -> Option<(u32, u32, &str)> {
     let mut fields = line.splitn(3, ' ');

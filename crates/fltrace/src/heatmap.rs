@@ -55,6 +55,20 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
     write_outputs(&map, &args, pid, "heatmap-access", &labels)
 }
 
+/// ` cc1plus`: the names process `pid` ran under (` sh then cc1plus` across an exec), as its
+/// faults file's footer says; empty for recordings without names.
+fn process_names(faults: &std::path::Path, pid: u32) -> String {
+    let metadata = fltrace_trace::FaultRowGroups::open(faults)
+        .map(|groups| groups.metadata())
+        .unwrap_or_default();
+    let names = fltrace_trace::main_thread_names(&metadata, pid);
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", names.join(" then "))
+    }
+}
+
 /// The map of a recording's faults.
 fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     let selection = &args.selection;
@@ -79,7 +93,8 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     let labels = HeatLabels {
         title: format!("page faults of process {pid} over time and address"),
         subtitle: format!(
-            "{count} faults of process {pid} ({})",
+            "{count} faults of process {pid}{} ({})",
+            process_names(&path, pid),
             recording.session.command
         ),
         count_name: "faults".into(),
