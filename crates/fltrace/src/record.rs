@@ -78,6 +78,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             "fltrace: interrupted; {ended}; the recording is complete"
         );
     }
+    if stop.load(Ordering::Relaxed) == 0
+        && args.pid.is_none()
+        && summary.trace_error.is_none()
+        && let Ending::Killed(signal) = summary.ending()
+    {
+        let _ = writeln!(
+            err,
+            "fltrace: the command was killed by {}",
+            signal_name(signal)
+        );
+    }
     if summary.far_memory_exhausted {
         let _ = writeln!(
             err,
@@ -162,4 +173,33 @@ fn report_partial_trace(
         }
         Ending::Unknown => Ok(()),
     };
+}
+
+/// `SIGSEGV` for 11: the name a user looks up, or the number for one without a name here.
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSTKFLT => "SIGSTKFLT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_owned()
 }
