@@ -661,8 +661,7 @@ impl Output {
         Ok(Converted {
             events: self.events,
             stacks: self.ids.len() as u32,
-            dropped: 0,
-            corrupt_chunks: 0,
+            ..Converted::default()
         })
     }
 }

@@ -104,7 +104,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             "fltrace: {} allocation calls with {} distinct stacks",
             allocs.events, allocs.stacks
         );
-        if allocs.dropped > 0 || allocs.corrupt_chunks > 0 {
+        if let Some(after) = allocs.stopped_after_ns {
+            let _ = writeln!(
+                err,
+                "fltrace: warning: an allocation log could not grow (is its file system full?): tracing stopped {:.3} s after the process's first call; {} calls kept, later ones not recorded",
+                after as f64 / 1e9,
+                allocs.events
+            );
+        }
+        if (allocs.dropped > 0 && allocs.stopped_after_ns.is_none()) || allocs.corrupt_chunks > 0 {
             let _ = writeln!(
                 err,
                 "fltrace: warning: {} allocation records could not be written and {} log chunks were damaged",

@@ -425,6 +425,11 @@ fn allocation_reports_need_allocation_data() {
 /// The summary's "N allocation calls with M distinct stacks", and the allocation rows the
 /// recording holds, summed over its processes.
 fn logged_and_kept(dir: &Dir, stderr: &str) -> (u64, u64) {
+    logged_and_kept_in(dir.path(), stderr)
+}
+
+/// [`logged_and_kept`] of a recording in `dir`.
+fn logged_and_kept_in(dir: &Path, stderr: &str) -> (u64, u64) {
     let logged = stderr
         .lines()
         .find_map(|l| {
@@ -437,8 +442,15 @@ fn logged_and_kept(dir: &Dir, stderr: &str) -> (u64, u64) {
         })
         .unwrap_or_else(|| panic!("no allocation summary in {stderr}"));
     let mut rows = 0;
-    for pid in dir.pids("allocs", "parquet") {
-        let recording = fltrace_trace::Recording::with_pid(dir.path(), pid).expect("recording");
+    let mut pids: Vec<u32> = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| {
+            fltrace_trace::files::pid_of(e.ok()?.file_name().to_str()?, "allocs", "parquet")
+        })
+        .collect();
+    pids.sort_unstable();
+    for pid in pids {
+        let recording = fltrace_trace::Recording::with_pid(dir, pid).expect("recording");
         rows += recording
             .load_allocs(pid)
             .expect("allocation table")
@@ -538,4 +550,74 @@ fn output_within_child(mut child: std::process::Child, limit: std::time::Duratio
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// A small tmpfs the test mounts, unmounted whatever happens.
+struct SmallFs(tempfile::TempDir);
+
+impl SmallFs {
+    fn mount(size: &str) -> SmallFs {
+        let dir = tempfile::tempdir().expect("mount point");
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "fltrace-allocs-full",
+            ])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mounting a tmpfs");
+        SmallFs(dir)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// The allocation log fills its file system: the tracer stops for good at the first segment
+/// it cannot have (it retried on every call, and the program crawled for hours), the program
+/// runs to its end with its own exit status, and the summary's count of the calls kept is the
+/// table's.
+#[test]
+fn full_file_system_stops_allocation_tracing_for_good() {
+    let fs = SmallFs::mount("16m");
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "--allocs", "-o"])
+            .arg(fs.0.path())
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "{} malloc4m 10000000 && exit 3",
+                workloads().allocs.display()
+            )),
+        LIMIT,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let kept_said: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fltrace: warning: an allocation log could not grow")?
+                .split_once("; ")?
+                .1
+                .split_once(" calls kept, later ones not recorded")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("nothing said of the stop: {err}"));
+    let (logged, kept) = logged_and_kept_in(fs.0.path(), &err);
+    assert_eq!((kept_said, logged), (kept, kept), "{err}");
+    // The log stopped well short of the 10 million pairs, and what it kept is whole.
+    assert!(kept > 100_000 && kept < 20_000_000, "{kept}");
+    assert!(!err.contains("damaged"), "{err}");
 }
