@@ -452,3 +452,42 @@ fn stripped_functions_named_by_their_unwind_info() {
     );
     assert_eq!(stores.iter().map(|(_, n)| n).sum::<u64>(), 30, "{by_stack}");
 }
+
+/// `--by stack` rows begin with the innermost frame: a fault inside libc's memset reads
+/// `memset` (libc), then `<- zero (names.c:LINE)` with the exact line of the call. (The row
+/// named the call site and its callers skipped the first frame, so `zero` showed twice and
+/// memset not at all.)
+#[test]
+fn stack_rows_begin_with_the_innermost_frame() {
+    let dir = Dir::new();
+    let names = dir.path().join("names-g");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&names)
+            .arg(workloads_dir().join("names.c")),
+    );
+    dir.record(&[&names], &[]);
+    let out = dir.run(&["report", "--by", "stack", "--top", "0"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let caller = format!(
+        "<- zero (names.c:{}) <- main (names.c:",
+        site("names.c", "zero_memset")
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let mut memset_faults = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(6).is_some_and(|f| f.contains("memset"))
+            && fields.last().is_some_and(|l| l.starts_with("libc.so"))
+        {
+            memset_faults += fields[1].parse::<u64>().unwrap_or(0);
+            let callers = lines.get(i + 1).map_or("", |l| l.trim_start());
+            assert!(
+                callers.starts_with(&caller),
+                "{caller} after {line}:\n{text}"
+            );
+        }
+    }
+    assert_eq!(memset_faults, 40, "{text}");
+}
