@@ -527,7 +527,7 @@ fn image_starts(mmaps: &Path) -> Result<HashMap<u32, u64>, Error> {
 }
 
 /// What one process's conversion found.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Converted {
     /// Allocation events written.
     pub events: u64,
@@ -540,6 +540,8 @@ pub struct Converted {
     /// When a log could not grow and its tracer stopped for good: nanoseconds after that
     /// log's first call (the earliest, over processes). Calls after it were not recorded.
     pub stopped_after_ns: Option<u64>,
+    /// With `-p`: what the uprobes were placed on, `malloc, free, ... in libjemalloc.so.2`.
+    pub probed: Option<String>,
 }
 
 impl Converted {

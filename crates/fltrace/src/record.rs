@@ -96,13 +96,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             args.max_mb.unwrap_or(0)
         );
     }
-    if let Some(allocs) = summary.allocs
+    if let Some(allocs) = &summary.allocs
         && !args.quiet
     {
         let _ = writeln!(
             err,
-            "fltrace: {} allocation calls with {} distinct stacks",
-            allocs.events, allocs.stacks
+            "fltrace: {} allocation calls with {} distinct stacks{}",
+            allocs.events,
+            allocs.stacks,
+            match &allocs.probed {
+                Some(probed) => format!(" (uprobes on {probed})"),
+                None => String::new(),
+            }
         );
         if let Some(after) = allocs.stopped_after_ns {
             let _ = writeln!(

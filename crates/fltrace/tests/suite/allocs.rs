@@ -621,3 +621,67 @@ fn full_file_system_stops_allocation_tracing_for_good() {
     assert!(kept > 100_000 && kept < 20_000_000, "{kept}");
     assert!(!err.contains("damaged"), "{err}");
 }
+
+/// `-p` of a running redis: the uprobes go on the allocator it links (jemalloc), not on the
+/// C library's it never calls (which recorded "0 allocation calls"), and the summary says
+/// where they went.
+#[test]
+fn attached_jemalloc_program_is_probed_in_jemalloc() {
+    use std::process::{Command, Stdio};
+    let dir = Dir::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let mut server = Command::new("redis-server")
+        .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+        .args(["--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let cli = |args: &[&str]| {
+        Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli runs")
+    };
+    let started = std::time::Instant::now();
+    while !String::from_utf8_lossy(&cli(&["ping"]).stdout).contains("PONG") {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = server.kill();
+            panic!("redis did not answer");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let recorder = dir
+        .fltrace()
+        .args(["record", "--allocs", "-p", &server.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace runs");
+    // Time to place the probes, as in `attached_process_allocations_come_from_uprobes`.
+    std::thread::sleep(std::time::Duration::from_millis(4000));
+    let bench = Command::new("redis-benchmark")
+        .args(["-p", &port, "-n", "500", "-t", "set", "-q"])
+        .output()
+        .expect("redis-benchmark runs");
+    cli(&["shutdown", "nosave"]);
+    let _ = server.wait();
+    let out = output_within_child(recorder, LIMIT);
+    assert!(bench.status.success(), "{bench:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("(uprobes on malloc, calloc, realloc, free,")
+            && err.contains(" in libjemalloc.so.2)"),
+        "{err}"
+    );
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    let zmalloc = rows
+        .iter()
+        .find(|r| r["function"] == "zmalloc")
+        .unwrap_or_else(|| panic!("no zmalloc site in {rows:#?}"));
+    assert!(numbers(zmalloc, &["allocs"])[0] >= 500, "{zmalloc:?}");
+}
