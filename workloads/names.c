@@ -34,7 +34,7 @@ __attribute__((noinline)) void St(char *p, int pages) {
 }
 
 __attribute__((noinline)) void zero(char *p, int pages) {
-    memset(p, 0, (size_t)pages * PAGE);
+    memset(p, 0, (size_t)pages * PAGE); // SITE:zero_memset
     // Keeps `zero` on the stack: no tail call into memset.
     __asm__ volatile("" : : "r"(p) : "memory");
 }

@@ -385,40 +385,75 @@ impl Symbolizer {
         let resolved = self.debug_files.resolve(path, build_id);
         // Unwind info is read from the file of the recorded build only, as symbols are.
         let binary = resolved.as_ref().map(|files| files.binary.clone());
+        // Offsets from the symbol table where the debug information gave none (see below).
+        let mut symtab_offsets: HashMap<usize, u64> = HashMap::new();
         let results: Vec<Symbolized<'_>> = match resolved {
             None => Vec::new(),
-            Some(files) => match &files.debug {
-                None => {
-                    let raw: Vec<u64> = offsets.iter().map(|o| o.get()).collect();
-                    self.inner
-                        .symbolize(
-                            &Source::Elf(Elf::new(&files.binary)),
-                            Input::FileOffset(&raw),
-                        )
-                        .unwrap_or_default()
-                }
-                // A separate debug file keeps the addresses but not the file layout: translate
-                // through the binary's program headers.
-                Some(debug) => {
-                    let addresses: Vec<Option<u64>> =
-                        offsets.iter().map(|&o| files.address_of(o)).collect();
-                    let known: Vec<u64> = addresses.iter().flatten().copied().collect();
-                    let mut found = self
+            Some(files) => {
+                let results = match &files.debug {
+                    None => {
+                        let raw: Vec<u64> = offsets.iter().map(|o| o.get()).collect();
+                        self.inner
+                            .symbolize(
+                                &Source::Elf(Elf::new(&files.binary)),
+                                Input::FileOffset(&raw),
+                            )
+                            .unwrap_or_default()
+                    }
+                    // A separate debug file keeps the addresses but not the file layout: translate
+                    // through the binary's program headers.
+                    Some(debug) => {
+                        let addresses: Vec<Option<u64>> =
+                            offsets.iter().map(|&o| files.address_of(o)).collect();
+                        let known: Vec<u64> = addresses.iter().flatten().copied().collect();
+                        let mut found = self
+                            .inner
+                            .symbolize(&Source::Elf(Elf::new(debug)), Input::VirtOffset(&known))
+                            .unwrap_or_default()
+                            .into_iter();
+                        addresses
+                            .iter()
+                            .map(|a| match a {
+                                Some(_) => found.next().unwrap_or(Symbolized::Unknown(
+                                    blazesym::symbolize::Reason::UnknownAddr,
+                                )),
+                                None => {
+                                    Symbolized::Unknown(blazesym::symbolize::Reason::UnknownAddr)
+                                }
+                            })
+                            .collect()
+                    }
+                };
+                // blazesym gives a function whose code is split in ranges (a hot part and a
+                // `.cold` one) a start of 0 from DWARF, so its offset was the address itself
+                // (`__GI__IO_fflush+0x75e36` for +0x36): those offsets come from the symbol
+                // table, as perf's do.
+                let broken: Vec<(usize, u64)> = results
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| match r {
+                        Symbolized::Sym(sym) if sym.addr == 0 => {
+                            Some((i, files.address_of(*offsets.get(i)?)?))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if !broken.is_empty() {
+                    let mut elf = Elf::new(files.debug.as_ref().unwrap_or(&files.binary));
+                    elf.debug_syms = false;
+                    let addresses: Vec<u64> = broken.iter().map(|&(_, a)| a).collect();
+                    let found = self
                         .inner
-                        .symbolize(&Source::Elf(Elf::new(debug)), Input::VirtOffset(&known))
-                        .unwrap_or_default()
-                        .into_iter();
-                    addresses
-                        .iter()
-                        .map(|a| match a {
-                            Some(_) => found.next().unwrap_or(Symbolized::Unknown(
-                                blazesym::symbolize::Reason::UnknownAddr,
-                            )),
-                            None => Symbolized::Unknown(blazesym::symbolize::Reason::UnknownAddr),
-                        })
-                        .collect()
+                        .symbolize(&Source::Elf(elf), Input::VirtOffset(&addresses))
+                        .unwrap_or_default();
+                    for (&(i, _), found) in broken.iter().zip(found) {
+                        if let Symbolized::Sym(sym) = found {
+                            symtab_offsets.insert(i, sym.offset as u64);
+                        }
+                    }
                 }
-            },
+                results
+            }
         };
         for (i, &offset) in offsets.iter().enumerate() {
             let mut exact = None;
@@ -441,7 +476,12 @@ impl Symbolizer {
                         &lib,
                         system_lib,
                     ));
-                    (locations, Some(sym.offset as u64))
+                    let symbol_offset = if sym.addr == 0 {
+                        symtab_offsets.get(&i).copied()
+                    } else {
+                        Some(sym.offset as u64)
+                    };
+                    (locations, symbol_offset)
                 }
                 _ => {
                     let address = virtual_address(&mut self.layouts, path, offset);

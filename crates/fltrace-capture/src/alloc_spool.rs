@@ -180,6 +180,13 @@ fn convert_spooled(
     if logs.is_empty() {
         return Ok(None);
     }
+    // A log that stopped because its file system filled is in memory now: its file goes, so
+    // that the tables have room (on the same file system, they would not be written at all).
+    for (path, bytes) in &logs {
+        if log_stopped_ns(bytes).is_some() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
     // An image's calls come after its exec, but the millisecond clock can put the first
     // ones before it: each image's times start no earlier than its first mapping.
     let image_start = image_starts(&files::mmaps(out_dir, pid))?;
@@ -193,7 +200,8 @@ fn convert_spooled(
     let mut converted = Converted::default();
     for (image, (path, bytes)) in logs.iter().enumerate() {
         let generation = first_generation + image as u32;
-        let streams = thread_streams(path, bytes, &mut converted)?;
+        let (streams, stopped_ns) = thread_streams(path, bytes, &mut converted)?;
+        let mut first_ns = None;
         let floor = image_start.get(&generation).copied().unwrap_or(0);
         if stacks.local.len() <= generation as usize {
             stacks.local.resize(generation as usize + 1, Vec::new());
@@ -210,10 +218,20 @@ fn convert_spooled(
                     if event.stack_id != AllocEvent::NO_STACK {
                         event.stack_id = stacks.global(generation, event.stack_id);
                     }
+                    first_ns.get_or_insert(event.time_ns);
                     allocs.push(event)?;
                     converted.events += 1;
                 }
             }
+        }
+        if let Some(stopped) = stopped_ns {
+            let after = stopped
+                .wrapping_add(mono_offset)
+                .saturating_sub(first_ns.unwrap_or(u64::MAX));
+            converted.add(&Converted {
+                stopped_after_ns: Some(after),
+                ..Converted::default()
+            });
         }
         converted.corrupt_chunks += merge.corrupt;
     }
@@ -509,7 +527,7 @@ fn image_starts(mmaps: &Path) -> Result<HashMap<u32, u64>, Error> {
 }
 
 /// What one process's conversion found.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Converted {
     /// Allocation events written.
     pub events: u64,
@@ -519,6 +537,25 @@ pub struct Converted {
     pub dropped: u64,
     /// Chunks whose bytes did not decode (cut short at the first bad record).
     pub corrupt_chunks: u64,
+    /// When a log could not grow and its tracer stopped for good: nanoseconds after that
+    /// log's first call (the earliest, over processes). Calls after it were not recorded.
+    pub stopped_after_ns: Option<u64>,
+    /// With `-p`: what the uprobes were placed on, `malloc, free, ... in libjemalloc.so.2`.
+    pub probed: Option<String>,
+}
+
+impl Converted {
+    /// Adds another process's figures.
+    pub fn add(&mut self, other: &Converted) {
+        self.events += other.events;
+        self.stacks += other.stacks;
+        self.dropped += other.dropped;
+        self.corrupt_chunks += other.corrupt_chunks;
+        self.stopped_after_ns = match (self.stopped_after_ns, other.stopped_after_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 /// The mapped clock page.
@@ -534,12 +571,21 @@ impl ClockPage {
 /// A thread id and the published bytes of its chunks, in file order.
 type ThreadChunks<'a> = (u32, Vec<&'a [u8]>);
 
-/// The published bytes of each thread's chunks, in file order, by thread.
+/// When the tracer writing `log` stopped because the log could not grow (its clock).
+fn log_stopped_ns(log: &[u8]) -> Option<u64> {
+    log.get(32..40)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_ne_bytes)
+        .filter(|&t| t != 0 && log.len() >= HEADER_SIZE)
+}
+
+/// The published bytes of each thread's chunks, in file order, by thread; and when the
+/// tracer stopped because the log could not grow (its clock), if it did.
 fn thread_streams<'a>(
     path: &Path,
     log: &'a [u8],
     converted: &mut Converted,
-) -> Result<Vec<ThreadChunks<'a>>, Error> {
+) -> Result<(Vec<ThreadChunks<'a>>, Option<u64>), Error> {
     let word = |offset: usize| -> u64 {
         log.get(offset..offset + 8)
             .and_then(|b| b.try_into().ok())
@@ -553,6 +599,7 @@ fn thread_streams<'a>(
         .into());
     }
     converted.dropped += word(24);
+    let stopped_ns = log_stopped_ns(log);
     let end = (word(16) as usize).min(log.len());
     let mut by_tid: HashMap<u32, Vec<&[u8]>> = HashMap::new();
     let mut order = Vec::new();
@@ -572,10 +619,13 @@ fn thread_streams<'a>(
         }
         offset += CHUNK_SIZE;
     }
-    Ok(order
-        .into_iter()
-        .map(|tid| (tid, by_tid.remove(&tid).unwrap_or_default()))
-        .collect())
+    Ok((
+        order
+            .into_iter()
+            .map(|tid| (tid, by_tid.remove(&tid).unwrap_or_default()))
+            .collect(),
+        stopped_ns,
+    ))
 }
 
 /// Stack ids: the log's, per image, to the table's, deduplicated by frames.

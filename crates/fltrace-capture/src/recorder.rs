@@ -665,10 +665,7 @@ impl Session {
                         }
                     };
                     if let Some(c) = converted {
-                        total.events += c.events;
-                        total.stacks += c.stacks;
-                        total.dropped += c.dropped;
-                        total.corrupt_chunks += c.corrupt_chunks;
+                        total.add(&c);
                     }
                 }
                 Some(total)

@@ -94,20 +94,29 @@ fn kernel(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
     Error::kernel(what)
 }
 
-/// The C library of `pid` and the file offsets of its allocator's functions.
-fn libc_of(pid: i32) -> Result<(PathBuf, Vec<(usize, u64)>), Error> {
+/// The library whose allocator `pid` uses, and the file offsets of its allocator's functions:
+/// a malloc replacement it links (jemalloc, as Debian's redis-server does; tcmalloc,
+/// mimalloc), whose `malloc` the program's calls bind to, else its C library. (Probes on the C
+/// library of a jemalloc program saw no call at all.)
+fn allocator_of(pid: i32) -> Result<(PathBuf, Vec<(usize, u64)>), Error> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|source| Error::Attach { pid, source })?;
-    let path = maps
+    let paths: Vec<String> = maps
         .lines()
         .filter_map(fltrace_trace::parse_procmaps_line)
         .map(|m| m.path)
-        .find(|p| {
+        .collect();
+    let named = |prefixes: &[&str]| {
+        paths.iter().find(|p| {
             Path::new(p)
                 .file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+                .is_some_and(|n| prefixes.iter().any(|prefix| n.starts_with(prefix)))
         })
+    };
+    let path = named(&["libjemalloc.so", "libtcmalloc", "libmimalloc"])
+        .or_else(|| named(&["libc.so", "libc-"]))
+        .cloned()
         .ok_or_else(|| Error::Attach {
             pid,
             source: std::io::Error::other(
@@ -200,6 +209,8 @@ struct Probes {
     parse_info: linux_perf_event_reader::RecordParseInfo,
     space: AddressSpace,
     pid: i32,
+    /// `malloc, free, ... in LIB`, for the summary.
+    probed: String,
 }
 
 fn uprobe_attr(pmu: u32, path: &CString, offset: u64, is_return: bool) -> perf_event_attr {
@@ -236,12 +247,24 @@ fn uprobe_attr(pmu: u32, path: &CString, offset: u64, is_return: bool) -> perf_e
 impl Probes {
     fn open(pid: i32, tasks: &[i32]) -> Result<Probes, Error> {
         let pmu = uprobe_pmu().map_err(kernel("uprobes (CONFIG_UPROBE_EVENTS)"))?;
-        let (libc, offsets) = libc_of(pid)?;
+        let (libc, offsets) = allocator_of(pid)?;
         let path =
             CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|_| Error::Attach {
                 pid,
                 source: std::io::Error::other("C library path with a NUL byte"),
             })?;
+        let probed = format!(
+            "{} in {}",
+            offsets
+                .iter()
+                .map(|&(index, _)| PROBES[index].0)
+                .collect::<Vec<_>>()
+                .join(", "),
+            libc.file_name().map_or_else(
+                || libc.display().to_string(),
+                |n| n.to_string_lossy().into_owned()
+            )
+        );
         let cpus = sys::online_cpus().map_err(kernel("online CPUs"))?;
         let mut events = Vec::new();
         let mut rings = Vec::new();
@@ -292,10 +315,14 @@ impl Probes {
             by_id,
             parse_info: parse_info.ok_or_else(|| Error::Attach {
                 pid,
-                source: std::io::Error::other("the C library exports no allocator functions"),
+                source: std::io::Error::other(format!(
+                    "{} exports no allocator function: nothing to probe",
+                    libc.display()
+                )),
             })?,
             space,
             pid,
+            probed,
         })
     }
 
@@ -307,9 +334,11 @@ impl Probes {
         mono_offset: u64,
     ) -> Result<Converted, Error> {
         let mut out = Output::create(dir, origin)?;
+        let probed = self.probed.clone();
         let lost = self.drain_into(stop, &mut out, mono_offset)?;
         let mut converted = out.finish()?;
         converted.dropped = lost;
+        converted.probed = Some(probed);
         Ok(converted)
     }
 
@@ -662,8 +691,7 @@ impl Output {
         Ok(Converted {
             events: self.events,
             stacks: self.ids.len() as u32,
-            dropped: 0,
-            corrupt_chunks: 0,
+            ..Converted::default()
         })
     }
 }

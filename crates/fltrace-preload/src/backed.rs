@@ -8,8 +8,8 @@
 //! pointer keeps its span, as in `managed_malloc`.
 //!
 //! Whatever was allocated before the library's constructor ran (the dynamic linker's blocks)
-//! stays with the C library's allocator, and ownership is decided by address: a pointer inside
-//! the mapped file is ours, any other belongs to the C library. A child forked without exec
+//! stays with the program's own allocator, and ownership is decided by address: a pointer inside
+//! the mapped file is ours, any other belongs to that allocator. A child forked without exec
 //! would share the mapped file with its parent, so it copies the heap into a file of its own
 //! before it goes on, while the parent waits (a fork costs a copy of the heap).
 //!
@@ -27,15 +27,7 @@ use talc::source::Manual;
 use crate::region::PAGE;
 use crate::sys;
 
-unsafe extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
-    fn __libc_calloc(count: usize, size: usize) -> *mut c_void;
-    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
-    fn __libc_free(ptr: *mut c_void);
-    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
-    fn __libc_valloc(size: usize) -> *mut c_void;
-    fn __libc_pvalloc(size: usize) -> *mut c_void;
-}
+use crate::next_alloc;
 
 /// Address space reserved for the heap: far more than a workload here uses, and costing
 /// nothing until mapped.
@@ -75,7 +67,7 @@ static HEAP: spinning_top::Spinlock<Heap> = spinning_top::Spinlock::new(Heap {
 });
 
 /// Whether the heap is file-backed in this process (new blocks come from the file).
-fn serving() -> bool {
+pub fn serving() -> bool {
     STATE.load(Acquire) == READY
 }
 
@@ -237,7 +229,7 @@ unsafe fn release(ptr: *mut u8) {
     unsafe { HEAP.lock().talc.deallocate(ptr.sub(offset), layout) };
 }
 
-/// `malloc`: from the file when it backs the heap, else from the C library.
+/// `malloc`: from the file when it backs the heap, else from the program's own allocator.
 ///
 /// # Safety
 /// C's contract.
@@ -246,7 +238,7 @@ pub unsafe fn malloc(size: usize) -> *mut c_void {
         allocate(size, HEADER).cast()
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_malloc(size) }
+        unsafe { next_alloc::malloc(size) }
     }
 }
 
@@ -260,7 +252,7 @@ pub unsafe fn free(ptr: *mut c_void) {
         unsafe { release(ptr.cast()) }
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_free(ptr) }
+        unsafe { next_alloc::free(ptr) }
     }
 }
 
@@ -271,7 +263,7 @@ pub unsafe fn free(ptr: *mut c_void) {
 pub unsafe fn calloc(count: usize, size: usize) -> *mut c_void {
     if !serving() {
         // SAFETY: C's contract.
-        return unsafe { __libc_calloc(count, size) };
+        return unsafe { next_alloc::calloc(count, size) };
     }
     let Some(total) = count.checked_mul(size) else {
         set_enomem();
@@ -298,7 +290,7 @@ pub unsafe fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     }
     if !owns(ptr) {
         // SAFETY: C's contract: a live block of the C library.
-        return unsafe { __libc_realloc(ptr, size) };
+        return unsafe { next_alloc::realloc(ptr, size) };
     }
     if size == 0 {
         // SAFETY: a live block of ours.
@@ -331,7 +323,7 @@ pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
         allocate(size, align).cast()
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_memalign(align, size) }
+        unsafe { next_alloc::memalign(align, size) }
     }
 }
 
@@ -344,7 +336,7 @@ pub unsafe fn valloc(size: usize) -> *mut c_void {
         allocate(size, PAGE).cast()
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_valloc(size) }
+        unsafe { next_alloc::valloc(size) }
     }
 }
 
@@ -357,7 +349,7 @@ pub unsafe fn pvalloc(size: usize) -> *mut c_void {
         allocate(size.div_ceil(PAGE).max(1) * PAGE, PAGE).cast()
     } else {
         // SAFETY: C's contract.
-        unsafe { __libc_pvalloc(size) }
+        unsafe { next_alloc::pvalloc(size) }
     }
 }
 

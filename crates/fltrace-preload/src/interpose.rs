@@ -17,6 +17,7 @@ use crate::{far_memory, region_any, region_ready};
 // Without far memory the malloc family goes to `backed`: the C library's allocator, or files
 // of a backing directory when one is set.
 use crate::backed;
+use crate::next_alloc;
 
 unsafe extern "C" {
     fn __sbrk(increment: isize) -> *mut c_void;
@@ -34,7 +35,7 @@ fn next_symbol(name: &core::ffi::CStr, cache: &std::sync::atomic::AtomicUsize) -
     f
 }
 
-/// Bytes of a live block, read from the allocator's header: cheap enough for every `free`.
+/// Bytes of a live block: cheap enough for every `free` (glibc's is read from its header).
 ///
 /// # Safety
 /// `ptr` must be a live block of the current allocator.
@@ -50,6 +51,10 @@ unsafe fn block_size(ptr: *mut c_void) -> usize {
     if backed::owns(ptr) {
         // SAFETY: a live block of the file-backed heap.
         return unsafe { backed::usable_size(ptr) };
+    }
+    if !next_alloc::is_glibc() {
+        // SAFETY: a live block of the program's own allocator.
+        return unsafe { next_alloc::usable_size(ptr) };
     }
     // glibc keeps a chunk's size (with three flag bits) in the word before the pointer.
     // SAFETY: every glibc block has that header.
@@ -300,17 +305,8 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
         // SAFETY: a live block of the file-backed heap.
         unsafe { backed::usable_size(ptr) }
     } else if !far_memory() {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        match next_symbol(c"malloc_usable_size", &NEXT) {
-            0 => 0,
-            f => {
-                // SAFETY: the C library's malloc_usable_size, by its name.
-                let f: unsafe extern "C" fn(*mut c_void) -> usize =
-                    unsafe { std::mem::transmute(f) };
-                // SAFETY: C's contract.
-                unsafe { f(ptr) }
-            }
-        }
+        // SAFETY: C's contract: a block of the program's own allocator.
+        unsafe { next_alloc::usable_size(ptr) }
     } else if managed_malloc::owns(ptr.cast()) {
         // SAFETY: a live block of ours.
         unsafe { managed_malloc::usable_size(ptr.cast()) }
@@ -319,6 +315,226 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
     };
     traced(entry, ptr as u64, size as u64, 0, 0);
     size
+}
+
+/// jemalloc's non-standard API (`mallocx` and the rest), which programs linking jemalloc call
+/// beside `malloc`: a block goes back to whoever made it, and the calls are traced as the
+/// standard call each stands for (`mallocx` as `malloc`, `calloc` with `MALLOCX_ZERO`,
+/// `memalign` with an alignment; `rallocx`/`xallocx` as `realloc`; `dallocx`/`sdallocx` as
+/// `free`; `sallocx` as `malloc_usable_size`). With far memory or a file-backed heap, new
+/// blocks come from there as `malloc`'s do.
+mod jemalloc_api {
+    /// `MALLOCX_ZERO`.
+    pub const ZERO: i32 = 0x40;
+
+    /// The alignment `MALLOCX_ALIGN`/`MALLOCX_LG_ALIGN` asks for (0: the default).
+    pub fn alignment(flags: i32) -> usize {
+        match flags & 0x3f {
+            0 => 0,
+            lg => 1 << lg,
+        }
+    }
+}
+
+/// Whether a block is the library's own (far memory or file-backed heap), not the program's
+/// allocator's.
+fn ours(ptr: *mut c_void) -> bool {
+    if far_memory() {
+        managed_malloc::owns(ptr.cast())
+    } else {
+        backed::owns(ptr)
+    }
+}
+
+/// Gives back a block of ours.
+///
+/// # Safety
+/// `ptr` is a live block of ours.
+unsafe fn free_ours(ptr: *mut c_void) {
+    if far_memory() {
+        // SAFETY: guaranteed by the caller.
+        unsafe { managed_malloc::free(ptr.cast()) };
+    } else {
+        // SAFETY: guaranteed by the caller.
+        unsafe { backed::free(ptr) };
+    }
+}
+
+/// Usable bytes of a block of ours.
+///
+/// # Safety
+/// `ptr` is a live block of ours.
+unsafe fn usable_ours(ptr: *mut c_void) -> usize {
+    if far_memory() {
+        // SAFETY: guaranteed by the caller.
+        unsafe { managed_malloc::usable_size(ptr.cast()) }
+    } else {
+        // SAFETY: guaranteed by the caller.
+        unsafe { backed::usable_size(ptr) }
+    }
+}
+
+/// A new block for `mallocx`/`rallocx` where the library serves the heap itself; `None` when
+/// the program's allocator does.
+fn allocate_ours(size: usize, flags: i32) -> Option<*mut c_void> {
+    if !far_memory() && !backed::serving() {
+        return None;
+    }
+    let align = jemalloc_api::alignment(flags).max(16);
+    let ptr = if far_memory() {
+        managed_malloc::allocate(size, align).cast()
+    } else {
+        // SAFETY: a power of two at least 16.
+        unsafe { backed::memalign(align, size) }
+    };
+    if !ptr.is_null() && flags & jemalloc_api::ZERO != 0 {
+        // SAFETY: the block has `size` bytes.
+        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, size) };
+    }
+    Some(ptr)
+}
+
+/// # Safety
+/// jemalloc's `mallocx`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mallocx(size: usize, flags: i32) -> *mut c_void {
+    let align = jemalloc_api::alignment(flags);
+    let which = if flags & jemalloc_api::ZERO != 0 {
+        call::CALLOC
+    } else if align > 0 {
+        call::MEMALIGN
+    } else {
+        call::MALLOC
+    };
+    let entry = tracer::enter(which);
+    // SAFETY: jemalloc's contract.
+    let ptr =
+        allocate_ours(size, flags).unwrap_or_else(|| unsafe { next_alloc::mallocx(size, flags) });
+    let detail = if which == call::MEMALIGN {
+        align as u64
+    } else {
+        0
+    };
+    traced(entry, ptr as u64, size as u64, 0, detail);
+    ptr
+}
+
+/// # Safety
+/// jemalloc's `rallocx`: `ptr` is a live block.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rallocx(ptr: *mut c_void, size: usize, flags: i32) -> *mut c_void {
+    let entry = tracer::enter(call::REALLOC);
+    let new = if ours(ptr) {
+        // SAFETY: a live block of ours.
+        let usable = unsafe { usable_ours(ptr) };
+        match allocate_ours(size, flags) {
+            Some(new) if !new.is_null() => {
+                // SAFETY: both blocks hold the bytes copied; they do not overlap; the old
+                // block is ours.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        ptr.cast::<u8>(),
+                        new.cast::<u8>(),
+                        usable.min(size),
+                    );
+                    free_ours(ptr);
+                }
+                new
+            }
+            _ => std::ptr::null_mut(),
+        }
+    } else {
+        // SAFETY: jemalloc's contract: a block of jemalloc's.
+        unsafe { next_alloc::rallocx(ptr, size, flags) }
+    };
+    traced(entry, new as u64, size as u64, ptr as u64, 0);
+    new
+}
+
+/// # Safety
+/// jemalloc's `xallocx`: `ptr` is a live block.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xallocx(ptr: *mut c_void, size: usize, extra: usize, flags: i32) -> usize {
+    let entry = tracer::enter(call::REALLOC);
+    let now = if ours(ptr) {
+        // Blocks of ours never grow in place.
+        // SAFETY: a live block of ours.
+        unsafe { usable_ours(ptr) }
+    } else {
+        // SAFETY: jemalloc's contract.
+        unsafe { next_alloc::xallocx(ptr, size, extra, flags) }
+    };
+    traced(entry, ptr as u64, now as u64, ptr as u64, 0);
+    now
+}
+
+/// # Safety
+/// jemalloc's `sallocx`: `ptr` is a live block.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sallocx(ptr: *mut c_void, flags: i32) -> usize {
+    let entry = tracer::enter(call::USABLE_SIZE);
+    let size = if ours(ptr) {
+        // SAFETY: a live block of ours.
+        unsafe { usable_ours(ptr) }
+    } else {
+        // SAFETY: jemalloc's contract.
+        unsafe { next_alloc::sallocx(ptr, flags) }
+    };
+    traced(entry, ptr as u64, size as u64, 0, 0);
+    size
+}
+
+/// # Safety
+/// jemalloc's `dallocx`: `ptr` is a live block.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dallocx(ptr: *mut c_void, flags: i32) {
+    // SAFETY: jemalloc's contract.
+    unsafe { deallocx(ptr, None, flags) }
+}
+
+/// # Safety
+/// jemalloc's `sdallocx`: `ptr` is a live block of `size` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sdallocx(ptr: *mut c_void, size: usize, flags: i32) {
+    // SAFETY: jemalloc's contract.
+    unsafe { deallocx(ptr, Some(size), flags) }
+}
+
+/// `dallocx`, or `sdallocx` given the size.
+///
+/// # Safety
+/// jemalloc's contract.
+unsafe fn deallocx(ptr: *mut c_void, size: Option<usize>, flags: i32) {
+    let mut entry = tracer::enter(call::FREE);
+    // SAFETY: a live block (jemalloc's contract).
+    if let Some(entry) = &mut entry
+        && unsafe { block_size(ptr) } >= PAGE
+    {
+        entry.precise();
+    }
+    if ours(ptr) {
+        // SAFETY: a live block of ours.
+        unsafe { free_ours(ptr) };
+    } else if let Some(size) = size {
+        // SAFETY: jemalloc's contract.
+        unsafe { next_alloc::sdallocx(ptr, size, flags) };
+    } else {
+        // SAFETY: jemalloc's contract.
+        unsafe { next_alloc::dallocx(ptr, flags) };
+    }
+    traced(entry, ptr as u64, 0, 0, 0);
+}
+
+/// # Safety
+/// jemalloc's `nallocx`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nallocx(size: usize, flags: i32) -> usize {
+    if far_memory() || backed::serving() {
+        // What `mallocx` would give: blocks of ours have the size asked for.
+        return size;
+    }
+    // SAFETY: jemalloc's contract.
+    unsafe { next_alloc::nallocx(size, flags) }
 }
 
 fn raw_mmap(

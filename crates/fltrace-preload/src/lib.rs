@@ -28,6 +28,7 @@ mod breakdown;
 mod heap;
 mod interpose;
 mod managed_malloc;
+mod next_alloc;
 pub mod region;
 mod sys;
 mod tracer;

@@ -44,7 +44,8 @@ pub(crate) fn stack_text(key: &GroupKey) -> String {
     stack_field(key.stack.as_deref().unwrap_or_default())
 }
 
-/// The frames of a stack after the first, `function (file:line) <- ...`, if there are any.
+/// The frames of a stack after the innermost (which its row names), `function (file:line) <-
+/// ...`, if there are any.
 pub(crate) fn callers(stack: &[Location]) -> Option<String> {
     let callers: Vec<String> = stack
         .iter()

@@ -54,6 +54,9 @@ pub struct LogHeader {
     pub next_chunk: AtomicU64,
     /// Records that could not be written (the log could not grow).
     pub dropped: AtomicU64,
+    /// CLOCK_MONOTONIC nanoseconds at which the log could not grow and the tracer stopped
+    /// for good (0: it never did). Calls from then on are neither written nor counted.
+    pub stopped_ns: AtomicU64,
 }
 
 /// The start of every chunk.

@@ -78,6 +78,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             "fltrace: interrupted; {ended}; the recording is complete"
         );
     }
+    if stop.load(Ordering::Relaxed) == 0
+        && args.pid.is_none()
+        && summary.trace_error.is_none()
+        && let Ending::Killed(signal) = summary.ending()
+    {
+        let _ = writeln!(
+            err,
+            "fltrace: the command was killed by {}",
+            signal_name(signal)
+        );
+    }
     if summary.far_memory_exhausted {
         let _ = writeln!(
             err,
@@ -85,15 +96,28 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             args.max_mb.unwrap_or(0)
         );
     }
-    if let Some(allocs) = summary.allocs
+    if let Some(allocs) = &summary.allocs
         && !args.quiet
     {
         let _ = writeln!(
             err,
-            "fltrace: {} allocation calls with {} distinct stacks",
-            allocs.events, allocs.stacks
+            "fltrace: {} allocation calls with {} distinct stacks{}",
+            allocs.events,
+            allocs.stacks,
+            match &allocs.probed {
+                Some(probed) => format!(" (uprobes on {probed})"),
+                None => String::new(),
+            }
         );
-        if allocs.dropped > 0 || allocs.corrupt_chunks > 0 {
+        if let Some(after) = allocs.stopped_after_ns {
+            let _ = writeln!(
+                err,
+                "fltrace: warning: an allocation log could not grow (is its file system full?): tracing stopped {:.3} s after the process's first call; {} calls kept, later ones not recorded",
+                after as f64 / 1e9,
+                allocs.events
+            );
+        }
+        if (allocs.dropped > 0 && allocs.stopped_after_ns.is_none()) || allocs.corrupt_chunks > 0 {
             let _ = writeln!(
                 err,
                 "fltrace: warning: {} allocation records could not be written and {} log chunks were damaged",
@@ -162,4 +186,33 @@ fn report_partial_trace(
         }
         Ending::Unknown => Ok(()),
     };
+}
+
+/// `SIGSEGV` for 11: the name a user looks up, or the number for one without a name here.
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSTKFLT => "SIGSTKFLT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_owned()
 }

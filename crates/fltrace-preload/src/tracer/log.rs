@@ -2,10 +2,12 @@
 //!
 //! The file is mapped shared into a reserved address range that grows a segment at a time;
 //! threads take chunks with an atomic add and write them without locks. Growing takes a
-//! spinlock, once per 64 MiB, and allocates the segment's blocks before mapping it, so a full
-//! file system ends the log rather than the program.
+//! spinlock, once per 4 MiB, and allocates the segment's blocks before mapping it, so a full
+//! file system ends the log rather than the program. The first segment that cannot be had
+//! ends the log for good: one attempt, no retry per call (a full tmpfs makes each attempt
+//! cost milliseconds, which retried on every call stalled the program).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use fltrace_runtime_abi::alloclog::{CHUNK_SIZE, ChunkHeader, HEADER_SIZE, LogHeader, MAGIC};
 
@@ -13,8 +15,9 @@ use crate::sys;
 
 /// Address space reserved for the file: the log cannot grow beyond it.
 const RESERVE: usize = 64 << 30;
-/// The file grows by this much at a time.
-const SEGMENT: usize = 64 << 20;
+/// The file grows by this much at a time: small enough that a small file system still holds
+/// a log (a first segment it has no room for would leave nothing traced).
+const SEGMENT: usize = 4 << 20;
 
 /// The log, once open.
 pub struct Log {
@@ -23,6 +26,8 @@ pub struct Log {
     /// Bytes of the file mapped so far.
     mapped: AtomicUsize,
     grow: spinning_top::Spinlock<()>,
+    /// Set when the log could not grow: it never tries again.
+    full: AtomicBool,
 }
 
 // SAFETY: the mapping is shared by design; all shared state is atomic or under `grow`.
@@ -89,6 +94,7 @@ impl Log {
             fd,
             mapped: AtomicUsize::new(0),
             grow: spinning_top::Spinlock::new(()),
+            full: AtomicBool::new(false),
         };
         if !log.grow_to(SEGMENT) {
             return None;
@@ -110,6 +116,10 @@ impl Log {
     /// Maps the file up to at least `len` bytes.
     fn grow_to(&self, len: usize) -> bool {
         let _guard = self.grow.lock();
+        if self.full.load(Ordering::Relaxed) {
+            // Another thread failed while this one waited for the lock.
+            return false;
+        }
         let mut mapped = self.mapped.load(Ordering::Acquire);
         while mapped < len {
             if mapped + SEGMENT > RESERVE {
@@ -117,7 +127,7 @@ impl Log {
             }
             // Blocks allocated up front, not a sparse ftruncate: a store to a hole the file
             // system cannot fill (disk full) is a SIGBUS in the traced program. On failure the
-            // log stops growing and the calls from here on are counted as dropped.
+            // log stops for good (`chunk`).
             // SAFETY: growing our own file.
             if unsafe { libc::posix_fallocate(self.fd, mapped as i64, SEGMENT as i64) } != 0 {
                 return false;
@@ -141,12 +151,20 @@ impl Log {
     /// cannot grow.
     pub fn chunk(&self, tid: u32) -> Option<(&'static ChunkHeader, *mut u8)> {
         let header = self.header();
+        if self.full.load(Ordering::Relaxed) {
+            return None;
+        }
         let offset = header
             .next_chunk
             .fetch_add(CHUNK_SIZE as u64, Ordering::Relaxed) as usize;
         let end = offset + CHUNK_SIZE;
         if end > self.mapped.load(Ordering::Acquire) && !self.grow_to(end) {
             header.dropped.fetch_add(1, Ordering::Relaxed);
+            if !self.full.swap(true, Ordering::Relaxed) {
+                header
+                    .stopped_ns
+                    .store(super::monotonic_ns(), Ordering::Relaxed);
+            }
             return None;
         }
         // SAFETY: the chunk is mapped and ours alone (the atomic add gave it to us).

@@ -529,6 +529,9 @@ impl ThreadState {
             return true;
         }
         let Some((chunk, records)) = current_log().and_then(|log| log.chunk(self.tid)) else {
+            // The log cannot grow: tracing stops for good in every thread, so the program
+            // runs on at full speed, untraced (the log says when it stopped).
+            STATE.store(OFF, Release);
             return false;
         };
         self.chunk = Some(chunk);

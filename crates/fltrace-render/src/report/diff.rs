@@ -40,7 +40,11 @@ fn table(rows: &[DiffRow], a: &Loaded, b: &Loaded) -> String {
         "#", "A", "B", "delta", "ratio", "function", "file:line"
     );
     for (i, row) in rows.iter().enumerate() {
-        let l = &row.location;
+        // A whole stack from its innermost frame on, as in `report --by stack`.
+        let l = match row.stack.as_deref() {
+            Some([innermost, ..]) => innermost,
+            _ => &row.location,
+        };
         let _ = writeln!(
             out,
             "{:>4} {:>9} {:>9} {:>+9} {:>8}  {:<32} {:<36} {}",

@@ -29,7 +29,13 @@ fn table(loaded: &Loaded, report: &FaultReport) -> String {
     let mut cumulative = 0;
     for (i, group) in report.groups.iter().enumerate() {
         cumulative += group.count;
-        let location = &group.key.location;
+        // A whole stack is printed from its innermost frame on, as it is stored: the row is
+        // that frame (a fault in memcpy reads `memcpy`, then its caller), not the call site,
+        // which would show twice and hide the frame the fault was in.
+        let location = match (group.key.stack.as_deref(), report.by) {
+            (Some([innermost, ..]), GroupBy::Stack) => innermost,
+            _ => &group.key.location,
+        };
         let file_line = short_file_line(location);
         let _ = writeln!(
             out,

@@ -324,6 +324,11 @@ fn crash_keeps_every_allocation() {
     let dir = Dir::new();
     let out = record_allocs(&dir, &[], &["crash", "100"]);
     assert_eq!(out.status.code(), Some(128 + 6), "abort is SIGABRT");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fltrace: the command was killed by SIGABRT"),
+        "{err}"
+    );
     let rows = report_rows(&dir, &["report", "--allocs"]);
     assert_eq!(
         numbers(at(&rows, "crash"), &TOTALS)[..4],
@@ -415,4 +420,268 @@ fn allocation_reports_need_allocation_data() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("record --allocs"), "{err}");
+}
+
+/// The summary's "N allocation calls with M distinct stacks", and the allocation rows the
+/// recording holds, summed over its processes.
+fn logged_and_kept(dir: &Dir, stderr: &str) -> (u64, u64) {
+    logged_and_kept_in(dir.path(), stderr)
+}
+
+/// [`logged_and_kept`] of a recording in `dir`.
+fn logged_and_kept_in(dir: &Path, stderr: &str) -> (u64, u64) {
+    let logged = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fltrace: ")?
+                .strip_suffix(" distinct stacks")?
+                .split_once(" allocation calls with ")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no allocation summary in {stderr}"));
+    let mut rows = 0;
+    let mut pids: Vec<u32> = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| {
+            fltrace_trace::files::pid_of(e.ok()?.file_name().to_str()?, "allocs", "parquet")
+        })
+        .collect();
+    pids.sort_unstable();
+    for pid in pids {
+        let recording = fltrace_trace::Recording::with_pid(dir, pid).expect("recording");
+        rows += recording
+            .load_allocs(pid)
+            .expect("allocation table")
+            .0
+            .len() as u64;
+    }
+    (logged, rows)
+}
+
+/// Debian's redis-server links jemalloc: every block goes back to jemalloc (its
+/// `malloc_usable_size` on a block glibc had made crashed it), and the program runs as it does
+/// untraced.
+#[test]
+fn jemalloc_program_runs_traced() {
+    let dir = Dir::new();
+    let out = record_program(&dir, &[], Path::new("redis-server"), &["--version"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("malloc=jemalloc"),
+        "{out:?}"
+    );
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert!(rows.iter().any(|r| r["function"] == "zmalloc"), "{rows:#?}");
+}
+
+/// redis under redis-benchmark: every call the tracer logged is in the table, none dropped,
+/// and redis's own allocator wrappers are the top sites, with at least one block per request.
+#[test]
+fn redis_under_benchmark_keeps_every_call() {
+    use std::process::{Command, Stdio};
+    let dir = Dir::new();
+    // A free loopback port: taken from the kernel, then let go for redis.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let server = dir
+        .fltrace()
+        .args(["record", "--allocs", "--", "redis-server", "--port", &port])
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace runs");
+    let cli = |args: &[&str]| {
+        Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli runs")
+    };
+    let started = std::time::Instant::now();
+    while !String::from_utf8_lossy(&cli(&["ping"]).stdout).contains("PONG") {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "redis did not answer"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let bench = Command::new("redis-benchmark")
+        .args(["-p", &port, "-n", "2000", "-t", "set,lpush", "-q"])
+        .output()
+        .expect("redis-benchmark runs");
+    // Shut down whatever happened, so that the recorder ends.
+    cli(&["shutdown", "nosave"]);
+    let out = output_within_child(server, LIMIT);
+    assert!(bench.status.success(), "{bench:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("could not be written"), "{err}");
+    let (logged, kept) = logged_and_kept(&dir, &err);
+    assert_eq!(logged, kept, "{err}");
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    let zmalloc = rows
+        .iter()
+        .find(|r| r["function"] == "zmalloc")
+        .unwrap_or_else(|| panic!("no zmalloc site in {rows:#?}"));
+    assert!(numbers(zmalloc, &["allocs"])[0] >= 4000, "{zmalloc:?}");
+}
+
+/// Waits for a spawned child with piped stderr, killing it past `limit`.
+fn output_within_child(mut child: std::process::Child, limit: std::time::Duration) -> Output {
+    let started = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("fltrace did not end within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A small tmpfs the test mounts, unmounted whatever happens.
+struct SmallFs(tempfile::TempDir);
+
+impl SmallFs {
+    fn mount(size: &str) -> SmallFs {
+        let dir = tempfile::tempdir().expect("mount point");
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "fltrace-allocs-full",
+            ])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mounting a tmpfs");
+        SmallFs(dir)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// The allocation log fills its file system: the tracer stops for good at the first segment
+/// it cannot have (it retried on every call, and the program crawled for hours), the program
+/// runs to its end with its own exit status, and the summary's count of the calls kept is the
+/// table's.
+#[test]
+fn full_file_system_stops_allocation_tracing_for_good() {
+    let fs = SmallFs::mount("16m");
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "--allocs", "-o"])
+            .arg(fs.0.path())
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "{} malloc4m 10000000 && exit 3",
+                workloads().allocs.display()
+            )),
+        LIMIT,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let kept_said: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fltrace: warning: an allocation log could not grow")?
+                .split_once("; ")?
+                .1
+                .split_once(" calls kept, later ones not recorded")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("nothing said of the stop: {err}"));
+    let (logged, kept) = logged_and_kept_in(fs.0.path(), &err);
+    assert_eq!((kept_said, logged), (kept, kept), "{err}");
+    // The log stopped well short of the 10 million pairs, and what it kept is whole.
+    assert!(kept > 100_000 && kept < 20_000_000, "{kept}");
+    assert!(!err.contains("damaged"), "{err}");
+}
+
+/// `-p` of a running redis: the uprobes go on the allocator it links (jemalloc), not on the
+/// C library's it never calls (which recorded "0 allocation calls"), and the summary says
+/// where they went.
+#[test]
+fn attached_jemalloc_program_is_probed_in_jemalloc() {
+    use std::process::{Command, Stdio};
+    let dir = Dir::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let mut server = Command::new("redis-server")
+        .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+        .args(["--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let cli = |args: &[&str]| {
+        Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli runs")
+    };
+    let started = std::time::Instant::now();
+    while !String::from_utf8_lossy(&cli(&["ping"]).stdout).contains("PONG") {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = server.kill();
+            panic!("redis did not answer");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let recorder = dir
+        .fltrace()
+        .args(["record", "--allocs", "-p", &server.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace runs");
+    // Time to place the probes, as in `attached_process_allocations_come_from_uprobes`.
+    std::thread::sleep(std::time::Duration::from_millis(4000));
+    let bench = Command::new("redis-benchmark")
+        .args(["-p", &port, "-n", "500", "-t", "set", "-q"])
+        .output()
+        .expect("redis-benchmark runs");
+    cli(&["shutdown", "nosave"]);
+    let _ = server.wait();
+    let out = output_within_child(recorder, LIMIT);
+    assert!(bench.status.success(), "{bench:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("(uprobes on malloc, calloc, realloc, free,")
+            && err.contains(" in libjemalloc.so.2)"),
+        "{err}"
+    );
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    let zmalloc = rows
+        .iter()
+        .find(|r| r["function"] == "zmalloc")
+        .unwrap_or_else(|| panic!("no zmalloc site in {rows:#?}"));
+    assert!(numbers(zmalloc, &["allocs"])[0] >= 500, "{zmalloc:?}");
 }

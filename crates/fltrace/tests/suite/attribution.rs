@@ -452,3 +452,145 @@ fn stripped_functions_named_by_their_unwind_info() {
     );
     assert_eq!(stores.iter().map(|(_, n)| n).sum::<u64>(), 30, "{by_stack}");
 }
+
+/// `--by stack` rows begin with the innermost frame: a fault inside libc's memset reads
+/// `memset` (libc), then `<- zero (names.c:LINE)` with the exact line of the call. (The row
+/// named the call site and its callers skipped the first frame, so `zero` showed twice and
+/// memset not at all.)
+#[test]
+fn stack_rows_begin_with_the_innermost_frame() {
+    let dir = Dir::new();
+    let names = dir.path().join("names-g");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&names)
+            .arg(workloads_dir().join("names.c")),
+    );
+    dir.record(&[&names], &[]);
+    let out = dir.run(&["report", "--by", "stack", "--top", "0"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let caller = format!(
+        "<- zero (names.c:{}) <- main (names.c:",
+        site("names.c", "zero_memset")
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let mut memset_faults = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(6).is_some_and(|f| f.contains("memset"))
+            && fields.last().is_some_and(|l| l.starts_with("libc.so"))
+        {
+            memset_faults += fields[1].parse::<u64>().unwrap_or(0);
+            let callers = lines.get(i + 1).map_or("", |l| l.trim_start());
+            assert!(
+                callers.starts_with(&caller),
+                "{caller} after {line}:\n{text}"
+            );
+        }
+    }
+    assert_eq!(memset_faults, 40, "{text}");
+}
+
+/// `(name, address)` of every symbol of `file` as `nm` lists it (`dynamic`: `nm -D`).
+fn nm_symbols(file: &Path, dynamic: bool) -> Vec<(String, u64)> {
+    let mut cmd = Command::new("nm");
+    if dynamic {
+        cmd.arg("-D");
+    }
+    run_ok(cmd.arg(file))
+        .lines()
+        .filter_map(|l| {
+            let mut fields = l.split_whitespace();
+            let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let _kind = fields.next()?;
+            let name = fields.next()?.split('@').next()?.to_owned();
+            Some((name, address))
+        })
+        .collect()
+}
+
+/// `script`'s `symbol+0xoff` is the frame's offset from the symbol's start as `nm` gives it,
+/// for every frame in libc: also in functions whose code is split into a hot and a `.cold`
+/// part, such as puts, whose offset was the address itself (`__GI__IO_puts+0x779cb` for
+/// `+0x4b`).
+#[test]
+fn script_offsets_are_from_the_symbol_start() {
+    let dir = Dir::new();
+    let offsets = dir.path().join("offsets");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&offsets)
+            .arg(workloads_dir().join("offsets.c")),
+    );
+    dir.record(&[&offsets], &[]);
+    let pid = dir.pids("procmaps", "out")[0];
+    // libc's mappings: (start, end, file offset).
+    let maps =
+        std::fs::read_to_string(fltrace_trace::files::procmaps(dir.path(), pid)).expect("procmaps");
+    let mut libc_path = String::new();
+    let libc: Vec<(u64, u64, u64)> = maps
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let path = *fields.get(5)?;
+            if !path.rsplit('/').next()?.starts_with("libc.so") {
+                return None;
+            }
+            libc_path = path.to_owned();
+            let (start, end) = fields[0].split_once('-')?;
+            Some((
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+                u64::from_str_radix(fields[2], 16).ok()?,
+            ))
+        })
+        .collect();
+    assert!(!libc.is_empty(), "{maps}");
+    // The symbol table of libc and of its debug file (libc6-dbg), by build ID: the local
+    // names (`__GI__IO_puts`) are only there.
+    let notes = run_ok(Command::new("readelf").arg("-n").arg(&libc_path));
+    let build_id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("libc has a build ID")
+        .trim()
+        .to_owned();
+    let debug = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &build_id[..2],
+        &build_id[2..]
+    ));
+    let mut symbols = nm_symbols(Path::new(&libc_path), true);
+    symbols.extend(nm_symbols(&debug, false));
+    let script = String::from_utf8_lossy(&dir.run(&["script"]).stdout).into_owned();
+    let (mut checked, mut puts) = (0, 0);
+    for line in script.lines().filter(|l| l.ends_with("libc.so.6)")) {
+        let mut fields = line.split_whitespace();
+        let ip = u64::from_str_radix(fields.next().unwrap_or(""), 16).expect("frame address");
+        // perf's `[unknown]` (no symbol covers the address) has no offset.
+        let Some((name, offset)) = fields.next().and_then(|s| s.rsplit_once("+0x")) else {
+            continue;
+        };
+        let offset = u64::from_str_radix(offset, 16).expect("hex offset");
+        let Some(&(start, _, file_offset)) = libc.iter().find(|(s, e, _)| (*s..*e).contains(&ip))
+        else {
+            panic!("{line} is in no libc mapping");
+        };
+        let at = ip - start + file_offset;
+        let starts: Vec<u64> = symbols
+            .iter()
+            // DWARF names a compiler's clone (`tcache_init.part.0`) after its origin.
+            .filter(|(n, _)| n == name || n.strip_prefix(name).is_some_and(|s| s.starts_with('.')))
+            .map(|&(_, a)| a)
+            .collect();
+        assert!(
+            starts.contains(&(at - offset.min(at))),
+            "{line}: {name} starts at {starts:x?}, so the offset of {at:#x} is not {offset:#x}"
+        );
+        checked += 1;
+        puts += u64::from(name.contains("puts"));
+    }
+    assert!(puts > 0 && checked >= puts, "no puts frame in:\n{script}");
+}
