@@ -180,10 +180,21 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
                 (trace, counts)
             }
         };
+        let refused = fltrace_trace::files::refused_inputs(dir, pid);
         let stats = fltrace_trace::files::stats(dir, pid);
-        if let Ok(Some(lost)) = fltrace_trace::stats::last_value(&stats, "lost") {
+        // A planted stats file is named below and left unread.
+        if !refused
+            .iter()
+            .any(|e| error_path(e) == Some(stats.as_path()))
+            && let Ok(Some(lost)) = fltrace_trace::stats::last_value(&stats, "lost")
+        {
             loaded.lost = loaded.lost.max(lost);
         }
+        notes.extend(
+            refused
+                .iter()
+                .map(|e| format!("warning: {e}; the report goes on without it")),
+        );
         let mut stacks = symbolizer.resolve_stacks(&trace);
         stacks.call_site = options.call_site;
         loaded.tracer_faults +=
@@ -212,6 +223,16 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     );
     loaded.notes = notes;
     Ok(loaded)
+}
+
+/// The file a trace-file error names, if it names one.
+fn error_path(error: &fltrace_trace::Error) -> Option<&Path> {
+    match error {
+        fltrace_trace::Error::Format { path, .. } | fltrace_trace::Error::Io { path, .. } => {
+            Some(path)
+        }
+        _ => None,
+    }
 }
 
 /// One line saying that the recording was never finished (the recorder was killed, or the

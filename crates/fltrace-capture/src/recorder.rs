@@ -891,6 +891,7 @@ fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_ms: i32) {
 
 /// The threads of a running process, its main thread first.
 pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
+    refuse_untraceable(pid)?;
     let dir = format!("/proc/{pid}/task");
     let entries = std::fs::read_dir(&dir).map_err(|source| Error::Attach { pid, source })?;
     let mut tasks: Vec<i32> = entries
@@ -901,6 +902,37 @@ pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
     tasks.retain(|&t| t != pid);
     tasks.insert(0, pid);
     Ok(tasks)
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat` (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Refuses a kernel thread (no user memory, no user stack: nothing would ever be recorded,
+/// and the recording would wait for it forever) and a zombie (its memory is gone).
+fn refuse_untraceable(pid: i32) -> Result<(), Error> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|source| Error::Attach { pid, source })?;
+    // The command name in parentheses may hold spaces and parentheses: fields follow the last.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_ascii_whitespace().collect())
+        .unwrap_or_default();
+    // After the name: state (3rd field of the line), ..., flags (9th).
+    let state = fields.first().copied().unwrap_or("");
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    if flags & PF_KTHREAD != 0 {
+        return Err(Error::NotTraceable {
+            pid,
+            why: "it is a kernel thread, which has no user memory to fault on",
+        });
+    }
+    if state == "Z" || state == "X" {
+        return Err(Error::NotTraceable {
+            pid,
+            why: "it is a zombie (it has exited; its parent has not reaped it)",
+        });
+    }
+    Ok(())
 }
 
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {

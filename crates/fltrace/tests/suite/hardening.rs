@@ -242,6 +242,8 @@ fn stale_allocation_spools_are_removed() {
     dead.wait().expect("wait");
     let stale = dir.path().join(format!(".fltrace-allocs-{dead_pid}-1"));
     std::fs::create_dir(&stale).expect("stale spool");
+    // Its metadata is what makes it a spool; its log does not convert.
+    std::fs::write(stale.join("recording"), "recording 1-2\nmono_offset 0\n").expect("meta");
     std::fs::write(stale.join(format!("log-{dead_pid}.0")), vec![1u8; 1 << 20]).expect("log");
     // This test process runs: its spool is left alone.
     let live = dir
@@ -554,4 +556,222 @@ fn far_memory_refused_to_the_program_is_a_clear_error() {
         ],
         "{err}"
     );
+}
+
+/// A directory named like a killed recorder's spool but without a spool's metadata, and a
+/// real spool holding a file of the user's beside its logs: `report` deletes neither foreign
+/// file and names both in a warning; the spool's own files go.
+#[test]
+fn report_deletes_nothing_it_did_not_write() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "10"]);
+    // Above pid_max (32768 here, 4194304 at most on 64-bit): no such process runs.
+    let planted = dir.path().join(".fltrace-allocs-3999999-1");
+    std::fs::create_dir(&planted).expect("planted dir");
+    std::fs::write(planted.join("notes.txt"), "mine").expect("notes");
+    let spool = dir.path().join(".fltrace-allocs-3999998-1");
+    std::fs::create_dir(&spool).expect("spool");
+    std::fs::write(spool.join("recording"), "recording 1-2\nmono_offset 0\n").expect("meta");
+    std::fs::write(spool.join("log-clock"), [0u8; 64]).expect("clock");
+    std::fs::write(spool.join("log-3999998.0"), [7u8; 4096]).expect("log");
+    std::fs::write(spool.join("keep.txt"), "also mine").expect("keep");
+
+    let out = dir.run(&["report"]);
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(planted.join("notes.txt")).expect("notes kept"),
+        "mine"
+    );
+    assert_eq!(
+        std::fs::read_to_string(spool.join("keep.txt")).expect("keep kept"),
+        "also mine"
+    );
+    let left: Vec<String> = std::fs::read_dir(&spool)
+        .expect("spool kept")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec!["keep.txt".to_owned()], "{err}");
+    let warned = |dir: &str, file: &str| {
+        err.lines()
+            .any(|l| l.starts_with("fltrace: warning: ") && l.contains(dir) && l.contains(file))
+    };
+    assert!(warned(".fltrace-allocs-3999999-1", "notes.txt"), "{err}");
+    assert!(warned(".fltrace-allocs-3999998-1", "keep.txt"), "{err}");
+    // Once its own files are gone the user's spool is only a directory of theirs: left, and
+    // said again next time.
+    let again = stderr_of(&dir.run(&["report"]));
+    assert!(again.contains("notes.txt"), "{again}");
+    assert!(planted.join("notes.txt").is_file());
+}
+
+/// Runs `cmd` like [`output_within`], failing the test past `limit` (a hang), and returns the
+/// child's peak resident memory in bytes, from `wait4`'s rusage.
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which gives its rusage"
+)]
+fn output_and_peak(cmd: &mut Command, limit: Duration) -> (Output, u64) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("command starts");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let pid = child.id() as i32;
+    let started = std::time::Instant::now();
+    let (status, peak) = loop {
+        let mut status = 0;
+        // SAFETY: plain data for the kernel to fill.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waiting for our own child with valid out-pointers.
+        let ret = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if ret == pid {
+            break (status, usage.ru_maxrss as u64 * 1024);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after {limit:?}: killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    (output, peak)
+}
+
+/// A FIFO and a 4 GiB sparse file in place of each text file of a recording (stats,
+/// procmaps): `report` neither blocks on the FIFO nor reads the big file into memory; the
+/// planted file is named, left as it was, and the report still comes out.
+#[test]
+fn planted_side_files_are_refused_by_name() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "10"]);
+    let pid = dir.pids("faults", "parquet")[0];
+    let clean = dir.run(&["report", "--format", "json"]);
+    assert!(clean.status.success(), "{}", stderr_of(&clean));
+    for path in [
+        files::stats(dir.path(), pid),
+        files::procmaps(dir.path(), pid),
+    ] {
+        let original = std::fs::read(&path).expect("side file");
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        for kind in ["FIFO", "sparse"] {
+            std::fs::remove_file(&path).expect("remove");
+            match kind {
+                "FIFO" => {
+                    let c =
+                        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+                    // SAFETY: a NUL-terminated path.
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+                }
+                _ => std::fs::File::create(&path)
+                    .and_then(|f| f.set_len(4 << 30))
+                    .expect("sparse file"),
+            }
+            let (out, peak) = output_and_peak(
+                dir.fltrace().args(["report", "--format", "json"]),
+                Duration::from_secs(60),
+            );
+            let err = stderr_of(&out);
+            assert!(out.status.success(), "{name} as {kind}: {err}");
+            assert!(peak < 100 << 20, "{name} as {kind}: peak {peak} bytes");
+            let said = if kind == "FIFO" {
+                "not a regular file (a FIFO): refused"
+            } else {
+                "4294967296 bytes, more than the"
+            };
+            assert!(
+                err.lines().any(|l| l.starts_with("fltrace: warning: ")
+                    && l.contains(&name)
+                    && l.contains(said)),
+                "{name} as {kind}: {err}"
+            );
+            // The report is the one of the clean recording: the planted file was only left out.
+            assert_eq!(out.stdout, clean.stdout, "{name} as {kind}");
+            let meta = std::fs::symlink_metadata(&path).expect("planted file kept");
+            if kind == "FIFO" {
+                use std::os::unix::fs::FileTypeExt;
+                assert!(meta.file_type().is_fifo());
+            } else {
+                assert_eq!(meta.len(), 4 << 30);
+            }
+        }
+        std::fs::remove_file(&path).expect("remove");
+        std::fs::write(&path, original).expect("restore");
+    }
+}
+
+/// `record -p` of a kernel thread (kthreadd, pid 2) is refused at once, saying why.
+#[test]
+fn record_refuses_a_kernel_thread() {
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace().args(["record", "-p", "2"]),
+        Duration::from_secs(30),
+    );
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot attach to process 2: it is a kernel thread"),
+        "{err}"
+    );
+    assert!(dir.pids("faults", "parquet").is_empty());
+}
+
+/// `record -p` of a zombie is refused too: its memory is gone.
+#[test]
+fn record_refuses_a_zombie() {
+    let dir = Dir::new();
+    // A child that exited and that this process has not reaped yet.
+    let mut zombie = Command::new("true").spawn().expect("true");
+    let stat = format!("/proc/{}/stat", zombie.id());
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") Z ")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never a zombie"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-p", &zombie.id().to_string()]),
+        Duration::from_secs(30),
+    );
+    let _ = zombie.wait();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("it is a zombie"), "{err}");
 }
