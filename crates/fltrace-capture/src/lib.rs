@@ -46,7 +46,8 @@ pub use error::Error;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;
 pub use recorder::{
-    AllocTracing, Ending, Options, Progress, Summary, Target, monotonic_now_ns, record,
+    AllocTracing, Ending, Options, Progress, RECORDING_FAILED, Summary, Target, monotonic_now_ns,
+    record,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};

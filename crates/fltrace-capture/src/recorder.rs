@@ -162,6 +162,17 @@ impl Summary {
         }
     }
 
+    /// What `fltrace record` exits with: [`RECORDING_FAILED`] when the trace could not be
+    /// written whole (a table lost or cut short: a full disk, a refused output), else the
+    /// command's status ([`Summary::shell_status`]).
+    pub fn record_status(&self) -> u8 {
+        if self.trace_error.is_some() {
+            RECORDING_FAILED
+        } else {
+            self.shell_status()
+        }
+    }
+
     /// The processes whose files the recording may have written: those that left a trace,
     /// else the root process (a recording that failed early may have written its files).
     pub fn traced_pids(&self) -> Vec<u32> {
@@ -172,6 +183,10 @@ impl Summary {
         }
     }
 }
+
+/// `fltrace record`'s own exit status when the recording was not kept whole, whatever the
+/// command's: 125, as `timeout`, `env` and `chroot` say that they, not the command, failed.
+pub const RECORDING_FAILED: u8 = 125;
 
 /// Keeps the first trace-writing error; the recording goes on waiting for the program.
 fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
@@ -272,6 +287,8 @@ impl Session {
     /// command exec. Every error after the fork kills and reaps the child (see
     /// [`ChildGuard`]).
     fn set_up(target: &Target, options: &Options) -> Result<Session, Error> {
+        // Before anything runs: a recording that could not be kept must not cost a run.
+        fltrace_trace::files::check_output_dir(&options.dir)?;
         let tracefs =
             sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
         let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")

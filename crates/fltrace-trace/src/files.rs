@@ -391,6 +391,76 @@ where
     out.flush().map_err(|e| failed(e.into()))
 }
 
+/// The space a recording needs before its first checkpoint: every table's first segment.
+pub const FIRST_SEGMENT: u64 = 64 << 10;
+
+/// Makes sure a recording can be written into directory `dir` before anything runs: proves
+/// it writable with room for [`FIRST_SEGMENT`] by reserving that much in a file no one sees
+/// (`O_TMPFILE`, or a hidden name removed at once where the file system lacks it). The error
+/// names the directory and what stops it.
+pub fn check_output_dir(dir: &Path) -> Result<(), Error> {
+    let refuse = |reason: String| Error::Refused {
+        path: dir.to_owned(),
+        reason,
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(refuse("it is not a directory".into())),
+        Err(e) => return Err(refuse(format!("it cannot be read ({e})"))),
+    }
+    let probe = match OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(dir)
+    {
+        Ok(file) => file,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+            ) =>
+        {
+            let name = dir.join(format!(".fltrace-probe-{}", std::process::id()));
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .mode(0o600)
+                .open(&name)
+                .map_err(|e| refuse(unwritable(&e)))?;
+            let _ = std::fs::remove_file(&name);
+            file
+        }
+        Err(e) => return Err(refuse(unwritable(&e))),
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: reserving blocks in our own new file.
+    let error = unsafe { libc::posix_fallocate(probe.as_raw_fd(), 0, FIRST_SEGMENT as i64) };
+    match error {
+        0 | libc::EOPNOTSUPP => Ok(()),
+        libc::ENOSPC | libc::EDQUOT => Err(refuse(format!(
+            "no room for the recording's first {} KiB ({})",
+            FIRST_SEGMENT >> 10,
+            std::io::Error::from_raw_os_error(error)
+        ))),
+        _ => Err(refuse(unwritable(&std::io::Error::from_raw_os_error(
+            error,
+        )))),
+    }
+}
+
+/// Why a directory cannot take a recording, from the error creating a file in it.
+fn unwritable(error: &std::io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::EROFS) => "it is on a read-only file system".into(),
+        Some(libc::EACCES | libc::EPERM) => {
+            format!("this user cannot create files in it ({error})")
+        }
+        _ => format!("no file can be created in it ({error})"),
+    }
+}
+
 /// Whether other users may replace files in `dir`: writable by others and not sticky.
 pub fn exposed(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| {

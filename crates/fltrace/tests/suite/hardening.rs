@@ -322,15 +322,13 @@ struct SmallFs {
 
 impl SmallFs {
     fn mount(size: &str) -> SmallFs {
+        SmallFs::mount_with(&format!("size={size},mode=0755"))
+    }
+
+    fn mount_with(options: &str) -> SmallFs {
         let dir = tempfile::tempdir().expect("mount point");
         let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "fltrace-full",
-            ])
+            .args(["-t", "tmpfs", "-o", options, "fltrace-full"])
             .arg(dir.path())
             .status()
             .expect("mount runs");
@@ -364,7 +362,7 @@ fn full_file_system_leaves_the_program_running() {
         if allocs {
             cmd.arg("--allocs");
         }
-        // 3 exit status: fltrace passes it on.
+        // 3 exit status: fltrace says it, and exits with its own (125): the trace is cut.
         cmd.arg("--").arg("sh").arg("-c").arg(format!(
             "{} threads 4 20000 && {} sites >/dev/null && exit 3",
             workloads().faults.display(),
@@ -372,7 +370,7 @@ fn full_file_system_leaves_the_program_running() {
         ));
         let out = output_within(&mut cmd, Duration::from_secs(180));
         let err = stderr_of(&out);
-        assert_eq!(out.status.code(), Some(3), "allocs {allocs}: {err}");
+        assert_eq!(out.status.code(), Some(125), "allocs {allocs}: {err}");
         assert!(
             err.contains("exited with status 3"),
             "allocs {allocs}: {err}"
@@ -774,4 +772,42 @@ fn record_refuses_a_zombie() {
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("it is a zombie"), "{err}");
+}
+
+/// `record -o` into a read-only file system is refused before the program runs (the marker it
+/// would write is absent), exit 1 naming why.
+#[test]
+fn record_refuses_an_unwritable_output_before_running() {
+    let fs = SmallFs::mount_with("size=1m,mode=0755,ro");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let marker = scratch.path().join("ran");
+    let run = |out_dir: &Path| {
+        output_within(
+            Command::new(env!("CARGO_BIN_EXE_fltrace"))
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .arg("record")
+                .arg("-q")
+                .arg("-o")
+                .arg(out_dir)
+                .args(["--", "touch"])
+                .arg(&marker),
+            Duration::from_secs(60),
+        )
+    };
+    let out = run(fs.path());
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!marker.exists(), "the program ran: {err}");
+    assert!(
+        err.contains(&format!(
+            "refusing to write {}: it is on a read-only file system",
+            fs.path().display()
+        )),
+        "{err}"
+    );
+    // The same program recorded into a writable directory runs.
+    let out = run(scratch.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(marker.exists());
 }
