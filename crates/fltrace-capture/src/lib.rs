@@ -26,6 +26,7 @@ mod alloc_spool;
 mod child;
 pub mod damon;
 mod error;
+mod group;
 mod interrupt;
 mod process;
 mod reader;
@@ -43,6 +44,7 @@ pub mod wss;
 pub use alloc_spool::{AllocLogs, Converted, Recovered, recover_stale_spools};
 pub use child::{ChildGuard, shell_status};
 pub use error::Error;
+pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;
 pub use recorder::{

@@ -261,6 +261,8 @@ struct Session {
     /// Whether the command was started by fltrace (not attached to).
     started_command: bool,
     child: ChildGuard,
+    /// The command's process group, when fltrace started the command.
+    group: Option<crate::CommandGroup>,
     events: Vec<PerfEvent>,
     rings: Vec<CpuRings>,
     state: State,
@@ -350,13 +352,14 @@ impl Session {
             far_env.push(backing.environment());
         }
         // From here on, any error return drops `child`, which kills and reaps it.
-        let (mut child, tasks, enable_on_exec) = match target {
+        let (mut child, group, tasks, enable_on_exec) = match target {
             Target::Command(argv) => {
-                let child = PendingChild::spawn(argv, options.credentials, &far_env)?;
+                let (child, group) =
+                    PendingChild::spawn_in_own_group(argv, options.credentials, &far_env)?;
                 let pid = child.pid();
-                (ChildGuard::pending(child), vec![pid], true)
+                (ChildGuard::pending(child), Some(group), vec![pid], true)
             }
-            Target::Pid(pid) => (ChildGuard::none(), attach_tasks(*pid)?, false),
+            Target::Pid(pid) => (ChildGuard::none(), None, attach_tasks(*pid)?, false),
         };
         let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
 
@@ -466,6 +469,7 @@ impl Session {
             root_pid,
             started_command: enable_on_exec,
             child,
+            group,
             events,
             rings,
             state,
@@ -536,6 +540,13 @@ impl Session {
                 exit_status = Some(0);
             }
             if exit_status.is_some() {
+                if stop_seen > 0
+                    && let Some(group) = &self.group
+                {
+                    // Interrupted: what the command started and left (a background job
+                    // ignores SIGINT and SIGQUIT) ends with it, not untraced after fltrace.
+                    group.signal(libc::SIGKILL);
+                }
                 if trace_error.is_none() {
                     // Every record of the exited tree is already in the buffers: one more
                     // pass.
@@ -559,22 +570,30 @@ impl Session {
                         exit_status = Some(0);
                         continue;
                     }
-                    // The terminal sends Ctrl-C to the command too; pass it on only if the
-                    // command is still there a moment later (fltrace alone was signalled).
-                    Some(_) if requests == 1 => {
-                        stop_at = Some(Instant::now() + Duration::from_millis(300))
-                    }
-                    Some(pid) => {
+                    // To every process of the command, at once: in a group of its own, it
+                    // gets no terminal's signal while fltrace does.
+                    Some(_) if requests == 1 => stop_at = Some(Instant::now()),
+                    Some(pid) => match &self.group {
+                        Some(group) => group.signal(libc::SIGKILL),
                         // SAFETY: signalling our own child.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
+                        None => unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                        },
+                    },
                 }
             }
             if let (Some(at), Some(pid)) = (stop_at, root)
                 && Instant::now() >= at
             {
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(pid, libc::SIGINT) };
+                // SIGINT whatever fltrace got: what a program ends on (SIGHUP may mean
+                // "reload", SIGQUIT "dump core").
+                match &self.group {
+                    Some(group) => group.signal(libc::SIGINT),
+                    // SAFETY: signalling our own child.
+                    None => unsafe {
+                        libc::kill(pid, libc::SIGINT);
+                    },
+                }
                 stop_at = None;
             }
 
@@ -620,6 +639,7 @@ impl Session {
             root_pid,
             started_command,
             child,
+            group,
             events,
             rings,
             mut state,
@@ -634,8 +654,10 @@ impl Session {
             rusage_hwm,
             mut trace_error,
         } = ended;
-        // Reaped by the loop, or never run (a failed exec): nothing left to kill.
+        // Reaped by the loop, or never run (a failed exec): nothing left to kill. The group's
+        // watchdog is told so, and the terminal comes back.
         drop(child);
+        drop(group);
         // Closing the events makes the kernel unregister the tracepoints and free the ring
         // buffers: tens of milliseconds that can pass while the trace files are finished.
         let teardown = std::thread::spawn(move || drop((events, rings)));

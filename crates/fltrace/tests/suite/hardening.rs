@@ -811,3 +811,158 @@ fn record_refuses_an_unwritable_output_before_running() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert!(marker.exists());
 }
+
+/// The processes in process group `pgid` that are not zombies.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the name: state, ppid, pgrp.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_ascii_whitespace().collect())
+            .unwrap_or_default();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// The one child of `parent`, once it has one.
+fn child_of(parent: u32) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+/// `fltrace record -- sh -c` of a shell with a background and a foreground job, once all three
+/// processes run: fltrace and the shell's pid (its process group).
+#[expect(
+    clippy::zombie_processes,
+    reason = "returned to the caller, which waits for it"
+)]
+fn record_a_shell_with_jobs(dir: &Dir) -> (std::process::Child, u32) {
+    let mut fltrace = dir
+        .fltrace()
+        .args([
+            "record",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300 & sleep 300; wait",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(sh) = child_of(fltrace.id())
+            && group_members(sh).len() == 3
+        {
+            return (fltrace, sh);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = fltrace.kill();
+            let _ = fltrace.wait();
+            panic!("the command never ran its two jobs");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits up to `limit` for no process of group `pgid` to be left.
+fn assert_group_ends(pgid: u32, limit: Duration, what: &str) {
+    let started = std::time::Instant::now();
+    while !group_members(pgid).is_empty() {
+        if started.elapsed() > limit {
+            let left = group_members(pgid);
+            for &pid in &left {
+                // SAFETY: killing what the test started, so it does not outlive the test.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            panic!("{what}: processes {left:?} of the command still run after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGHUP, SIGINT, SIGTERM and SIGQUIT to `fltrace record` alike: passed on (as SIGINT) to
+/// every process of the command, which ends within seconds (its background job too, which a
+/// shell makes ignore SIGINT), and the recording is finished and kept.
+#[test]
+fn interrupts_end_the_whole_command_and_keep_the_recording() {
+    use std::io::Read;
+    for (signal, name) in [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGQUIT, "SIGQUIT"),
+    ] {
+        let dir = Dir::new();
+        let (mut fltrace, sh) = record_a_shell_with_jobs(&dir);
+        // SAFETY: signalling the fltrace this test started.
+        unsafe { libc::kill(fltrace.id() as i32, signal) };
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = fltrace.try_wait().expect("wait") {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = fltrace.kill();
+                let _ = fltrace.wait();
+                assert_group_ends(sh, Duration::ZERO, name);
+                panic!("{name}: fltrace still running after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        let _ = fltrace
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err);
+        assert_group_ends(sh, Duration::from_secs(5), name);
+        assert_eq!(status.code(), Some(128 + libc::SIGINT), "{name}: {err}");
+        assert!(
+            err.contains(
+                "fltrace: interrupted; the command was killed by signal 2; the recording is complete"
+            ),
+            "{name}: {err}"
+        );
+        // The recording is whole: finished tables, the shell's faults in them.
+        let report = dir.report_json(&[]);
+        assert!(
+            report["faults"].as_u64().unwrap_or(0) > 0,
+            "{name}: {report}"
+        );
+        let out = dir.run(&["report"]);
+        assert!(
+            !stderr_of(&out).contains("incomplete"),
+            "{name}: {}",
+            stderr_of(&out)
+        );
+    }
+}
+
+/// SIGKILL of `fltrace record`: the command's processes all die with it, not only the first
+/// (the shell's background and foreground jobs too).
+#[test]
+fn killed_recorder_leaves_no_process_of_the_command() {
+    let dir = Dir::new();
+    let (mut fltrace, sh) = record_a_shell_with_jobs(&dir);
+    fltrace.kill().expect("SIGKILL");
+    let _ = fltrace.wait();
+    assert_group_ends(sh, Duration::from_secs(10), "SIGKILL");
+}
