@@ -966,3 +966,28 @@ fn killed_recorder_leaves_no_process_of_the_command() {
     let _ = fltrace.wait();
     assert_group_ends(sh, Duration::from_secs(10), "SIGKILL");
 }
+
+/// Under -L, `main` leaving through `pthread_exit` while a worker faults 64 MiB: the process
+/// ends with its worker, status 0, every page's fault at its line (it ran on for ever: the
+/// runtime's handler threads kept it alive once the program's threads were gone).
+#[test]
+fn far_memory_program_whose_main_calls_pthread_exit_ends() {
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=16", "-M=256", "--"])
+            .arg(hardening())
+            .args(["mainexit", "64"]),
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(
+        count_at(
+            &report,
+            "hardening.c",
+            site("hardening.c", "mainexit_touch")
+        ),
+        16384
+    );
+}
