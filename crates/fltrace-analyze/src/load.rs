@@ -138,6 +138,11 @@ pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let recording = find_recording(dir, options.pid)?;
     let pids = recording.chosen_pids(options.pid);
+    // A finished recording whose files changed since is corrupt, said before anything of it
+    // is read (a table cut short would read as unfinished, a changed value as a fact).
+    for &pid in &pids {
+        fltrace_trace::checksums::verify(dir, pid)?;
+    }
     let mut notes: Vec<String> = unfinished_note(&recording)?
         .map(|note| format!("warning: {note}"))
         .into_iter()

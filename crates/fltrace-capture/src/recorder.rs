@@ -722,6 +722,15 @@ impl Session {
             }
         };
         let _ = teardown.join();
+        // Finished: what the recording wrote is fixed now, and its readers check it so.
+        if trace_error.is_none() {
+            for &pid in &pids {
+                if let Err(e) = fltrace_trace::checksums::write(&options.dir, pid) {
+                    keep_first(&mut trace_error, Err(e.into()));
+                    break;
+                }
+            }
+        }
         Summary {
             root_pid,
             pids,

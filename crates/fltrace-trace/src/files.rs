@@ -244,7 +244,11 @@ pub fn refused_inputs(dir: &Path, pid: u32) -> Vec<Error> {
         access(dir, pid),
         access_stacks(dir, pid),
     ];
-    let texts = [stats(dir, pid), procmaps(dir, pid)];
+    let texts = [
+        stats(dir, pid),
+        procmaps(dir, pid),
+        crate::checksums::path(dir, pid),
+    ];
     let mut refused = Vec::new();
     for (path, cap) in tables
         .into_iter()

@@ -343,7 +343,21 @@ impl SmallFs {
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        // A process of a test that ended a moment ago may still hold it: again, then lazily.
+        for _ in 0..20 {
+            let quiet = Command::new("umount")
+                .arg(self.dir.path())
+                .stderr(Stdio::null())
+                .status();
+            if quiet.is_ok_and(|s| s.success()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -604,65 +618,53 @@ fn report_deletes_nothing_it_did_not_write() {
     assert!(planted.join("notes.txt").is_file());
 }
 
-/// Runs `cmd` like [`output_within`], failing the test past `limit` (a hang), and returns the
-/// child's peak resident memory in bytes, from `wait4`'s rusage.
-#[expect(
-    clippy::zombie_processes,
-    reason = "reaped by wait4, which gives its rusage"
-)]
-fn output_and_peak(cmd: &mut Command, limit: Duration) -> (Output, u64) {
-    use std::io::Read;
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("command starts");
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
+/// `workloads/peakrss.c`, built once.
+fn peakrss() -> &'static Path {
+    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let program = dir.path().join("peakrss");
+            let out = Command::new("gcc")
+                .args(["-O2", "-o"])
+                .arg(&program)
+                .arg(workloads_dir().join("peakrss.c"))
+                .output()
+                .expect("gcc runs");
+            assert!(out.status.success(), "{}", stderr_of(&out));
+            (dir, program)
         })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        .1
+}
+
+/// `fltrace <args>` in `dir` like [`output_within`], failing the test past `limit` (a hang),
+/// with its peak resident memory in bytes (wait4's rusage, through `peakrss`); the
+/// `peak_rss_kb` line is taken out of its stderr.
+fn fltrace_and_peak(dir: &Dir, args: &[&str], limit: Duration) -> (Output, u64) {
+    let mut out = output_within(
+        Command::new(peakrss())
+            .arg(env!("CARGO_BIN_EXE_fltrace"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default()),
+        limit,
     );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let pid = child.id() as i32;
-    let started = std::time::Instant::now();
-    let (status, peak) = loop {
-        let mut status = 0;
-        // SAFETY: plain data for the kernel to fill.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waiting for our own child with valid out-pointers.
-        let ret = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        if ret == pid {
-            break (status, usage.ru_maxrss as u64 * 1024);
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} still running after {limit:?}: killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let err = stderr_of(&out);
+    let (rest, last) = err
+        .trim_end()
+        .rsplit_once('\n')
+        .unwrap_or(("", err.trim_end()));
+    let kb: u64 = last
+        .strip_prefix("peak_rss_kb ")
+        .and_then(|kb| kb.parse().ok())
+        .unwrap_or_else(|| panic!("no peak from peakrss: {err}"));
+    out.stderr = if rest.is_empty() {
+        Vec::new()
+    } else {
+        format!("{rest}\n").into_bytes()
     };
-    use std::os::unix::process::ExitStatusExt;
-    let output = Output {
-        status: std::process::ExitStatus::from_raw(status),
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    };
-    (output, peak)
+    (out, kb * 1024)
 }
 
 /// A FIFO and a 4 GiB sparse file in place of each text file of a recording (stats,
@@ -698,8 +700,9 @@ fn planted_side_files_are_refused_by_name() {
                     .and_then(|f| f.set_len(4 << 30))
                     .expect("sparse file"),
             }
-            let (out, peak) = output_and_peak(
-                dir.fltrace().args(["report", "--format", "json"]),
+            let (out, peak) = fltrace_and_peak(
+                &dir,
+                &["report", "--format", "json"],
                 Duration::from_secs(60),
             );
             let err = stderr_of(&out);

@@ -157,7 +157,16 @@ fn sighup_and_sigterm_finish_the_recording() {
     }
 }
 
+/// Removes the checksums file of each process recorded in `dir`, as a recorder killed before
+/// it finished never wrote it: the files then read as what such a recorder left.
+fn as_if_unfinished(dir: &Dir) {
+    for pid in dir.pids("faults", "parquet") {
+        let _ = std::fs::remove_file(fltrace_trace::checksums::path(dir.path(), pid));
+    }
+}
+
 /// Two recordings, the older of `nested 10`, the newer of `nested 20`; the newer's faults file.
+/// Without their checksums: the tests change their files as a killed recorder would.
 fn two_recordings(dir: &Dir) -> PathBuf {
     let w = workloads();
     dir.record(&[&w.faults], &["nested", "10"]);
@@ -168,6 +177,7 @@ fn two_recordings(dir: &Dir) -> PathBuf {
         .into_iter()
         .find(|p| !older.contains(p))
         .expect("a second recording");
+    as_if_unfinished(dir);
     fltrace_trace::files::faults(dir.path(), newer)
 }
 
@@ -228,6 +238,7 @@ fn an_unreadable_newest_recording_is_named() {
 
     let alone = Dir::new();
     alone.record(&[&workloads().faults], &["nested", "5"]);
+    as_if_unfinished(&alone);
     let pid = alone.pids("faults", "parquet")[0];
     let faults = fltrace_trace::files::faults(alone.path(), pid);
     std::fs::write(&faults, b"not parquet").expect("overwrite");
@@ -235,11 +246,13 @@ fn an_unreadable_newest_recording_is_named() {
 }
 
 /// A byte changed inside a data page of any column of the faults, stacks and mappings tables
-/// makes `report` fail naming the file and the column, instead of printing other counts.
+/// makes `report` fail naming the file and the column, instead of printing other counts:
+/// the tables' own CRCs, which also check a recording without checksums (never finished).
 #[test]
 fn changed_bytes_in_each_table_are_an_error() {
     let dir = Dir::new();
     dir.record(&[&workloads().faults], &["nested", "50"]);
+    as_if_unfinished(&dir);
     let pid = dir.pids("faults", "parquet")[0];
     for kind in ["faults", "stacks", "mmaps"] {
         let path = fltrace_trace::files::path(dir.path(), kind, pid, "parquet");
