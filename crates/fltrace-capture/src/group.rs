@@ -5,16 +5,13 @@
 use std::io;
 
 /// The command's process group (its first process's pid), while the recording runs: a
-/// watchdog process kills the whole group if the recorder dies before saying it is done; the
-/// terminal, if the command was given it, is taken back.
+/// watchdog process kills the whole group if the recorder dies before saying it is done.
 #[derive(Debug)]
 pub struct CommandGroup {
     pgid: i32,
     /// The write end of the watchdog's pipe: a byte says "done", end-of-file without one
     /// says the recorder died.
     watchdog: i32,
-    /// Whether the command's group was made the terminal's foreground group.
-    terminal: bool,
 }
 
 impl CommandGroup {
@@ -23,8 +20,8 @@ impl CommandGroup {
         self.pgid
     }
 
-    /// Starts the watchdog of group `pgid`; `terminal` says the group was given the terminal.
-    pub(crate) fn watch(pgid: i32, terminal: bool) -> io::Result<CommandGroup> {
+    /// Starts the watchdog of group `pgid`.
+    pub(crate) fn watch(pgid: i32) -> io::Result<CommandGroup> {
         let (read_end, write_end) = crate::target::pipe_cloexec()?;
         // SAFETY: fork; the children below only make async-signal-safe calls.
         let middle = unsafe { libc::fork() };
@@ -81,7 +78,6 @@ impl CommandGroup {
         Ok(CommandGroup {
             pgid,
             watchdog: write_end,
-            terminal,
         })
     }
 
@@ -92,37 +88,21 @@ impl CommandGroup {
     }
 }
 
-/// The recording is done with the command: the watchdog ends without killing, and the
-/// terminal comes back to the recorder's group.
+/// The recording is done with the command: the watchdog ends without killing.
 impl Drop for CommandGroup {
     fn drop(&mut self) {
         let byte = 1u8;
-        // SAFETY: writing one byte from a valid buffer to our own pipe, then closing it.
+        // SAFETY: writing one byte from a valid buffer to our own pipe.
         unsafe {
             libc::write(self.watchdog, (&byte as *const u8).cast(), 1);
         }
         crate::target::close(self.watchdog);
-        if self.terminal {
-            take_terminal_back();
-        }
     }
 }
 
 /// Whether this process's group is the foreground group of the terminal on its standard
-/// input: then the command's group is given the terminal (it reads it and gets its Ctrl-C as
-/// it would without fltrace).
+/// input (an interactive shell's job).
 pub(crate) fn owns_terminal() -> bool {
     // SAFETY: plain queries on descriptor 0.
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
-}
-
-/// Makes this process's group the terminal's foreground group again (from the background,
-/// where SIGTTOU would stop it, so with SIGTTOU ignored meanwhile).
-fn take_terminal_back() {
-    // SAFETY: signal dispositions and a terminal call on descriptor 0.
-    unsafe {
-        let previous = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        libc::tcsetpgrp(0, libc::getpgrp());
-        libc::signal(libc::SIGTTOU, previous);
-    }
 }

@@ -357,7 +357,7 @@ impl Session {
                 let (child, group) =
                     PendingChild::spawn_in_own_group(argv, options.credentials, &far_env)?;
                 let pid = child.pid();
-                (ChildGuard::pending(child), Some(group), vec![pid], true)
+                (ChildGuard::pending(child), group, vec![pid], true)
             }
             Target::Pid(pid) => (ChildGuard::none(), None, attach_tasks(*pid)?, false),
         };
@@ -570,9 +570,17 @@ impl Session {
                         exit_status = Some(0);
                         continue;
                     }
-                    // To every process of the command, at once: in a group of its own, it
-                    // gets no terminal's signal while fltrace does.
-                    Some(_) if requests == 1 => stop_at = Some(Instant::now()),
+                    // To every process of the command, at once, when it has a group of its
+                    // own, which no terminal signals. In fltrace's own terminal job, only if
+                    // the command is still there a moment later (the terminal signals the
+                    // whole job: fltrace alone was signalled).
+                    Some(_) if requests == 1 => {
+                        let wait = match self.group {
+                            Some(_) => Duration::ZERO,
+                            None => Duration::from_millis(300),
+                        };
+                        stop_at = Some(Instant::now() + wait);
+                    }
                     Some(pid) => match &self.group {
                         Some(group) => group.signal(libc::SIGKILL),
                         // SAFETY: signalling our own child.
@@ -655,7 +663,7 @@ impl Session {
             mut trace_error,
         } = ended;
         // Reaped by the loop, or never run (a failed exec): nothing left to kill. The group's
-        // watchdog is told so, and the terminal comes back.
+        // watchdog is told so.
         drop(child);
         drop(group);
         // Closing the events makes the kernel unregister the tracepoints and free the ring

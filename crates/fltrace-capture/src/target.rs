@@ -57,21 +57,24 @@ impl PendingChild {
         credentials: Option<Credentials>,
         extra_env: &[(OsString, OsString)],
     ) -> Result<PendingChild, Error> {
-        Self::spawn_with(argv, credentials, extra_env, None)
+        Self::spawn_with(argv, credentials, extra_env, false)
     }
 
-    /// As [`PendingChild::spawn`], the command in a process group of its own (given the
-    /// terminal when fltrace has it) whose every process is killed if fltrace dies: see
-    /// [`CommandGroup`].
+    /// As [`PendingChild::spawn`], the command in a process group of its own whose every
+    /// process is killed if fltrace dies: see [`CommandGroup`]. Not when fltrace runs in the
+    /// foreground of a terminal: there the command stays in fltrace's job, which the terminal
+    /// signals whole (Ctrl-C, hangup) and the shell controls whole (Ctrl-Z, `fg`).
     pub fn spawn_in_own_group(
         argv: &[OsString],
         credentials: Option<Credentials>,
         extra_env: &[(OsString, OsString)],
-    ) -> Result<(PendingChild, CommandGroup), Error> {
-        let terminal = crate::group::owns_terminal();
-        let child = Self::spawn_with(argv, credentials, extra_env, Some(terminal))?;
-        match CommandGroup::watch(child.pid, terminal) {
-            Ok(group) => Ok((child, group)),
+    ) -> Result<(PendingChild, Option<CommandGroup>), Error> {
+        if crate::group::owns_terminal() {
+            return Ok((Self::spawn(argv, credentials, extra_env)?, None));
+        }
+        let child = Self::spawn_with(argv, credentials, extra_env, true)?;
+        match CommandGroup::watch(child.pid) {
+            Ok(group) => Ok((child, Some(group))),
             Err(source) => {
                 let program = child.program.clone();
                 child.abort();
@@ -80,13 +83,12 @@ impl PendingChild {
         }
     }
 
-    /// `own_group`: `None` to stay in fltrace's process group, else a group of its own, given
-    /// the terminal if `Some(true)`.
+    /// `own_group`: whether the command gets a process group of its own.
     fn spawn_with(
         argv: &[OsString],
         credentials: Option<Credentials>,
         extra_env: &[(OsString, OsString)],
-        own_group: Option<bool>,
+        own_group: bool,
     ) -> Result<PendingChild, Error> {
         let program = argv
             .first()
@@ -140,19 +142,13 @@ impl PendingChild {
         if pid == 0 {
             // SAFETY: in the child, on descriptors and buffers that stay valid until exec.
             unsafe {
-                if own_group.is_some() {
+                if own_group {
                     libc::setpgid(0, 0);
                 }
                 let mut byte = 0u8;
                 let released = libc::read(go_read, (&mut byte as *mut u8).cast(), 1) == 1;
                 if !released {
                     libc::_exit(127);
-                }
-                if own_group == Some(true) {
-                    // From a background group: SIGTTOU ignored for the call, as before it.
-                    let previous = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                    libc::tcsetpgrp(0, libc::getpid());
-                    libc::signal(libc::SIGTTOU, previous);
                 }
                 if let Some(c) = credentials
                     && (libc::setgroups(0, std::ptr::null()) != 0
@@ -178,7 +174,7 @@ impl PendingChild {
         }
         close(go_read);
         close(error_write);
-        if own_group.is_some() {
+        if own_group {
             // Also here, so that the group exists when this returns, whoever runs first.
             // SAFETY: setting the group of our own child before its exec.
             unsafe { libc::setpgid(pid, pid) };

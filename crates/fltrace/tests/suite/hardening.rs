@@ -865,6 +865,9 @@ fn record_a_shell_with_jobs(dir: &Dir) -> (std::process::Child, u32) {
             "-c",
             "sleep 300 & sleep 300; wait",
         ])
+        // Not a terminal's job even when the tests run in one: that case keeps the command
+        // in fltrace's job.
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
