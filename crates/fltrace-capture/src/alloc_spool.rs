@@ -385,8 +385,18 @@ pub struct Recovered {
     pub converted: Converted,
 }
 
+/// What recovery does with a stale spool's logs once they are in the tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpoolLogs {
+    /// Left where they are: a command that only reads a recording deletes nothing in it.
+    Keep,
+    /// Removed (by `record`, which writes in the directory anyway).
+    Remove,
+}
+
 /// Converts the spools of recorders that are gone (killed before they could convert them)
-/// into their recordings' allocation tables, then removes what those recorders wrote there: a
+/// into their recordings' allocation tables, then (with [`SpoolLogs::Remove`]) removes what
+/// those recorders wrote there: a
 /// spool whose lock is free and whose recorder pid no longer runs. Only a spool fltrace made
 /// is touched: a directory (not a link) with the spool's name, owned by the user running
 /// this command (or, for root, by the owner of `out_dir`), holding its metadata file. Only
@@ -394,7 +404,7 @@ pub struct Recovered {
 /// anything else is left and named in a warning. A process whose tables exist already is
 /// left as it is; a spool that does not convert loses its logs, with a warning. Returns the
 /// processes recovered.
-pub fn recover_stale_spools(out_dir: &Path) -> Vec<Recovered> {
+pub fn recover_stale_spools(out_dir: &Path, logs: SpoolLogs) -> Vec<Recovered> {
     use std::os::unix::fs::MetadataExt;
     let mut recovered = Vec::new();
     let Ok(entries) = std::fs::read_dir(out_dir) else {
@@ -462,6 +472,15 @@ pub fn recover_stale_spools(out_dir: &Path) -> Vec<Recovered> {
             continue;
         };
         let why_not = recover_spool(&path, &spool_metadata, out_dir, &mut recovered).err();
+        if logs == SpoolLogs::Keep {
+            if let Some(reason) = why_not {
+                log::warn!(
+                    "the allocation logs in {}, left by a recorder that was killed, are lost: {reason}",
+                    path.display()
+                );
+            }
+            continue;
+        }
         let foreign = remove_spool_files(&path);
         if !foreign.is_empty() {
             log::warn!(

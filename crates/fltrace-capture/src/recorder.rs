@@ -330,7 +330,7 @@ impl Session {
             }
             _ => Vec::new(),
         };
-        crate::alloc_spool::recover_stale_spools(&options.dir);
+        crate::alloc_spool::recover_stale_spools(&options.dir, crate::SpoolLogs::Remove);
         let alloc_logs = match &options.allocs {
             Some(crate::AllocTracing::Preload(library)) => {
                 let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;

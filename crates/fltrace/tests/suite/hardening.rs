@@ -571,8 +571,9 @@ fn far_memory_refused_to_the_program_is_a_clear_error() {
 }
 
 /// A directory named like a killed recorder's spool but without a spool's metadata, and a
-/// real spool holding a file of the user's beside its logs: `report` deletes neither foreign
-/// file and names both in a warning; the spool's own files go.
+/// real spool holding a file of the user's beside its logs: `report` deletes nothing at all
+/// (it only reads the recording) and names the look-alike in a warning; the next `record`
+/// removes the spool's own files only, naming the one it leaves.
 #[test]
 fn report_deletes_nothing_it_did_not_write() {
     let dir = Dir::new();
@@ -587,35 +588,54 @@ fn report_deletes_nothing_it_did_not_write() {
     std::fs::write(spool.join("log-clock"), [0u8; 64]).expect("clock");
     std::fs::write(spool.join("log-3999998.0"), [7u8; 4096]).expect("log");
     std::fs::write(spool.join("keep.txt"), "also mine").expect("keep");
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("dir kept")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let warned = |err: &str, dir: &str, file: &str| {
+        err.lines()
+            .any(|l| l.starts_with("fltrace: warning: ") && l.contains(dir) && l.contains(file))
+    };
 
     let out = dir.run(&["report"]);
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
+    assert_eq!(listing(&planted), vec!["notes.txt"], "{err}");
+    assert_eq!(
+        listing(&spool),
+        vec!["keep.txt", "log-3999998.0", "log-clock", "recording"],
+        "{err}"
+    );
     assert_eq!(
         std::fs::read_to_string(planted.join("notes.txt")).expect("notes kept"),
         "mine"
     );
+    assert!(
+        warned(&err, ".fltrace-allocs-3999999-1", "notes.txt"),
+        "{err}"
+    );
+
+    let out = dir.record(&[&workloads().faults], &["nested", "10"]);
+    let err = stderr_of(&out);
+    assert_eq!(listing(&planted), vec!["notes.txt"], "{err}");
+    assert_eq!(listing(&spool), vec!["keep.txt"], "{err}");
     assert_eq!(
         std::fs::read_to_string(spool.join("keep.txt")).expect("keep kept"),
         "also mine"
     );
-    let left: Vec<String> = std::fs::read_dir(&spool)
-        .expect("spool kept")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(left, vec!["keep.txt".to_owned()], "{err}");
-    let warned = |dir: &str, file: &str| {
-        err.lines()
-            .any(|l| l.starts_with("fltrace: warning: ") && l.contains(dir) && l.contains(file))
-    };
-    assert!(warned(".fltrace-allocs-3999999-1", "notes.txt"), "{err}");
-    assert!(warned(".fltrace-allocs-3999998-1", "keep.txt"), "{err}");
-    // Once its own files are gone the user's spool is only a directory of theirs: left, and
-    // said again next time.
-    let again = stderr_of(&dir.run(&["report"]));
-    assert!(again.contains("notes.txt"), "{again}");
-    assert!(planted.join("notes.txt").is_file());
+    assert!(
+        warned(&err, ".fltrace-allocs-3999998-1", "keep.txt"),
+        "{err}"
+    );
+    assert!(
+        warned(&err, ".fltrace-allocs-3999999-1", "notes.txt"),
+        "{err}"
+    );
 }
 
 /// `workloads/peakrss.c`, built once.

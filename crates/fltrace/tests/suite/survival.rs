@@ -291,7 +291,7 @@ fn changed_bytes_in_each_table_are_an_error() {
 
 /// SIGKILL of `record --allocs` mid-run: the allocations the program made before are in the
 /// killed recorder's spool, and the next `report` converts them into the recording's tables
-/// (every one, at its exact line) and removes the spool.
+/// (every one, at its exact line), leaving the spool to the next `record`, which removes it.
 #[test]
 fn sigkill_of_the_recorder_keeps_the_allocations() {
     const BLOCKS: u64 = 250;
@@ -375,7 +375,8 @@ fn sigkill_of_the_recorder_keeps_the_allocations() {
         .unwrap_or_else(|| panic!("no row at allocs.c:{line} in {rows:#?}"));
     assert_eq!(row["allocs"], BLOCKS.to_string(), "{row:?}");
     assert_eq!(row["bytes"], (BLOCKS * 88).to_string(), "{row:?}");
-    assert_eq!(spools(), 0, "the spool is left once converted");
+    // A command that reads the recording deletes nothing in it: the logs stay for `record`.
+    assert_eq!(spools(), 1, "a read command removed the spool");
     // Converted once: the next report reads the tables, with nothing left to recover.
     let again = dir.run(&["report", "--allocs", "--format", "csv", "--top", "0"]);
     assert!(again.status.success(), "{}", stderr(&again));
@@ -385,6 +386,10 @@ fn sigkill_of_the_recorder_keeps_the_allocations() {
         stderr(&again)
     );
     assert_eq!(again.stdout, out.stdout);
+    assert_eq!(spools(), 1);
+    // The next recording in the directory removes them.
+    dir.record(&[&workloads().faults], &["nested", "1"]);
+    assert_eq!(spools(), 0, "the spool is left after the next record");
 }
 
 /// Seeded corruption of a finished recording: 1 to 8 bytes changed in one of its files (each
