@@ -119,12 +119,19 @@ pub fn archive_note(config: &DebugConfig) -> Option<String> {
     ))
 }
 
-/// The recording in `dir` that `pid` picks (the newest without one).
+/// The recording in `dir` that `pid` picks (the newest without one), its files checked
+/// against the checksums written when it finished: one changed since is corrupt, said before
+/// anything of it is read (a table cut short would read as unfinished, a changed value as a
+/// fact).
 pub fn find_recording(dir: &Path, pid: Option<u32>) -> Result<Recording, fltrace_trace::Error> {
-    match pid {
-        Some(pid) => Recording::with_pid(dir, pid),
-        None => Recording::latest(dir),
+    let recording = match pid {
+        Some(pid) => Recording::with_pid(dir, pid)?,
+        None => Recording::latest(dir)?,
+    };
+    for chosen in recording.chosen_pids(pid) {
+        fltrace_trace::checksums::verify(dir, chosen)?;
     }
+    Ok(recording)
 }
 
 /// `window_s`, seconds from `start_ns`, as a range of nanoseconds since the Unix epoch.
@@ -138,11 +145,6 @@ pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let recording = find_recording(dir, options.pid)?;
     let pids = recording.chosen_pids(options.pid);
-    // A finished recording whose files changed since is corrupt, said before anything of it
-    // is read (a table cut short would read as unfinished, a changed value as a fact).
-    for &pid in &pids {
-        fltrace_trace::checksums::verify(dir, pid)?;
-    }
     let mut notes: Vec<String> = unfinished_note(&recording)?
         .map(|note| format!("warning: {note}"))
         .into_iter()
