@@ -54,6 +54,9 @@ pub struct LoadOptions {
     pub alloc_stacks: AllocStacks,
     /// How the faults are held.
     pub faults: FaultsHeld,
+    /// Reads a corrupt recording anyway (`--salvage`): what still reads, with a warning
+    /// naming the corrupt file, instead of the error.
+    pub salvage: bool,
 }
 
 /// Why a recording could not be loaded.
@@ -124,14 +127,32 @@ pub fn archive_note(config: &DebugConfig) -> Option<String> {
 /// anything of it is read (a table cut short would read as unfinished, a changed value as a
 /// fact).
 pub fn find_recording(dir: &Path, pid: Option<u32>) -> Result<Recording, fltrace_trace::Error> {
+    let (recording, corrupt) = find_recording_salvaging(dir, pid)?;
+    match corrupt.into_iter().next() {
+        Some(error) => Err(error),
+        None => Ok(recording),
+    }
+}
+
+/// As [`find_recording`], but a corrupt file is returned beside the recording rather than
+/// as the error (`--salvage`): the caller warns of it and reads what still reads.
+pub fn find_recording_salvaging(
+    dir: &Path,
+    pid: Option<u32>,
+) -> Result<(Recording, Vec<fltrace_trace::Error>), fltrace_trace::Error> {
     let recording = match pid {
         Some(pid) => Recording::with_pid(dir, pid)?,
         None => Recording::latest(dir)?,
     };
+    let mut corrupt = Vec::new();
     for chosen in recording.chosen_pids(pid) {
-        fltrace_trace::checksums::verify(dir, chosen)?;
+        match fltrace_trace::checksums::verify(dir, chosen) {
+            Ok(_) => {}
+            Err(error @ fltrace_trace::Error::Corrupt { .. }) => corrupt.push(error),
+            Err(error) => return Err(error),
+        }
     }
-    Ok(recording)
+    Ok((recording, corrupt))
 }
 
 /// `window_s`, seconds from `start_ns`, as a range of nanoseconds since the Unix epoch.
@@ -143,12 +164,16 @@ pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops
 
 /// Loads the recording in `dir` that `options` pick.
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
-    let recording = find_recording(dir, options.pid)?;
+    let (recording, mut corrupt) = find_recording_salvaging(dir, options.pid)?;
+    if !options.salvage && !corrupt.is_empty() {
+        return Err(LoadError::Trace(corrupt.swap_remove(0)));
+    }
     let pids = recording.chosen_pids(options.pid);
-    let mut notes: Vec<String> = unfinished_note(&recording)?
-        .map(|note| format!("warning: {note}"))
-        .into_iter()
+    let mut notes: Vec<String> = corrupt
+        .iter()
+        .map(|e| format!("warning: {e} (--salvage: what still reads follows)"))
         .collect();
+    notes.extend(unfinished_note(&recording)?.map(|note| format!("warning: {note}")));
     // Before the slow part: symbolizing.
     if options.alloc_stacks == AllocStacks::Required
         && !pids.iter().any(|&pid| recording.has_allocs(pid))
@@ -235,9 +260,9 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
 /// The file a trace-file error names, if it names one.
 fn error_path(error: &fltrace_trace::Error) -> Option<&Path> {
     match error {
-        fltrace_trace::Error::Format { path, .. } | fltrace_trace::Error::Io { path, .. } => {
-            Some(path)
-        }
+        fltrace_trace::Error::Format { path, .. }
+        | fltrace_trace::Error::Io { path, .. }
+        | fltrace_trace::Error::Corrupt { path, .. } => Some(path),
         _ => None,
     }
 }

@@ -454,4 +454,26 @@ fn seeded_corruption_of_a_finished_recording_is_named() {
     }
     let again = dir.run(&["report", "--format", "json"]);
     assert_eq!(again.stdout, baseline.stdout);
+
+    // --salvage reads what still reads, the corrupt file named in a warning: the procmaps
+    // file, which the report does not read, leaves the report as it was.
+    let procmaps = names
+        .iter()
+        .find(|p| p.to_string_lossy().contains("-procmaps-"))
+        .expect("procmaps");
+    let original = std::fs::read(procmaps).expect("procmaps");
+    let mut damaged = original.clone();
+    damaged[0] ^= 0x20;
+    std::fs::write(procmaps, &damaged).expect("damage");
+    let salvaged = dir.run(&["report", "--format", "json", "--salvage"]);
+    let err = stderr(&salvaged);
+    assert!(salvaged.status.success(), "{err}");
+    assert_eq!(salvaged.stdout, baseline.stdout);
+    let name = procmaps.file_name().expect("name").to_string_lossy();
+    assert!(
+        err.contains(&format!("fltrace: warning: ./{name} is corrupt: "))
+            && err.contains("(--salvage: what still reads follows)"),
+        "{err}"
+    );
+    std::fs::write(procmaps, &original).expect("restore");
 }
