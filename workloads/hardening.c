@@ -14,6 +14,9 @@
 //                     the handlers fault pages in and evict all the time)
 //                     while the main thread forks N times; each child mallocs, writes and
 //                     frees 4 MiB, then exits; prints "forks N"
+//   mainexit MiB      main starts a worker that mallocs MiB and writes each page once (SITE:
+//                     mainexit_touch), then leaves through pthread_exit while it runs; the
+//                     process ends with the worker, status 0
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -163,6 +166,28 @@ static int forkevict(int n, int mib) {
     return forks == n ? 0 : 1;
 }
 
+static size_t mainexit_bytes;
+
+static void *mainexit_worker(void *arg) {
+    (void)arg;
+    // Long enough for main to be gone before the first touch.
+    usleep(100 * 1000);
+    // volatile: the stores into a block freed unread are not optimized away.
+    volatile char *buf = malloc(mainexit_bytes);
+    for (size_t i = 0; i < mainexit_bytes; i += PAGE)
+        buf[i] = 1; // SITE:mainexit_touch
+    free((char *)buf);
+    return NULL;
+}
+
+// main leaves through pthread_exit, as many servers' do: the process lives on in its worker.
+static int mainexit(int mib) {
+    mainexit_bytes = (size_t)mib << 20;
+    pthread_t worker;
+    pthread_create(&worker, NULL, mainexit_worker, NULL);
+    pthread_exit(NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "altstack") == 0)
         return altstack(atoi(argv[2]));
@@ -172,6 +197,9 @@ int main(int argc, char **argv) {
         return switched(atoi(argv[2]));
     if (argc >= 4 && strcmp(argv[1], "forkevict") == 0)
         return forkevict(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: hardening altstack N | coroutine N | switch N | forkevict N MiB\n");
+    if (argc >= 3 && strcmp(argv[1], "mainexit") == 0)
+        return mainexit(atoi(argv[2]));
+    fprintf(stderr,
+            "usage: hardening altstack N | coroutine N | switch N | forkevict N MiB | mainexit MiB\n");
     return 2;
 }

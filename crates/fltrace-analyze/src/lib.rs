@@ -73,7 +73,7 @@ pub use heat::{
 };
 pub use load::{
     AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,
-    find_recording, load, unfinished_note, window_ns,
+    find_recording, find_recording_salvaging, load, unfinished_note, window_ns,
 };
 pub use names::demangle;
 pub use pprof::{write_pprof, write_pprof_counts};

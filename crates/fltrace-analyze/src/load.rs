@@ -54,6 +54,9 @@ pub struct LoadOptions {
     pub alloc_stacks: AllocStacks,
     /// How the faults are held.
     pub faults: FaultsHeld,
+    /// Reads a corrupt recording anyway (`--salvage`): what still reads, with a warning
+    /// naming the corrupt file, instead of the error.
+    pub salvage: bool,
 }
 
 /// Why a recording could not be loaded.
@@ -122,12 +125,37 @@ pub fn archive_note(config: &DebugConfig) -> Option<String> {
     ))
 }
 
-/// The recording in `dir` that `pid` picks (the newest without one).
+/// The recording in `dir` that `pid` picks (the newest without one), its files checked
+/// against the checksums written when it finished: one changed since is corrupt, said before
+/// anything of it is read (a table cut short would read as unfinished, a changed value as a
+/// fact).
 pub fn find_recording(dir: &Path, pid: Option<u32>) -> Result<Recording, fltrace_trace::Error> {
-    match pid {
-        Some(pid) => Recording::with_pid(dir, pid),
-        None => Recording::latest(dir),
+    let (recording, corrupt) = find_recording_salvaging(dir, pid)?;
+    match corrupt.into_iter().next() {
+        Some(error) => Err(error),
+        None => Ok(recording),
     }
+}
+
+/// As [`find_recording`], but a corrupt file is returned beside the recording rather than
+/// as the error (`--salvage`): the caller warns of it and reads what still reads.
+pub fn find_recording_salvaging(
+    dir: &Path,
+    pid: Option<u32>,
+) -> Result<(Recording, Vec<fltrace_trace::Error>), fltrace_trace::Error> {
+    let recording = match pid {
+        Some(pid) => Recording::with_pid(dir, pid)?,
+        None => Recording::latest(dir)?,
+    };
+    let mut corrupt = Vec::new();
+    for chosen in recording.chosen_pids(pid) {
+        match fltrace_trace::checksums::verify(dir, chosen) {
+            Ok(_) => {}
+            Err(error @ fltrace_trace::Error::Corrupt { .. }) => corrupt.push(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok((recording, corrupt))
 }
 
 /// `window_s`, seconds from `start_ns`, as a range of nanoseconds since the Unix epoch.
@@ -139,12 +167,16 @@ pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops
 
 /// Loads the recording in `dir` that `options` pick.
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
-    let recording = find_recording(dir, options.pid)?;
+    let (recording, mut corrupt) = find_recording_salvaging(dir, options.pid)?;
+    if !options.salvage && !corrupt.is_empty() {
+        return Err(LoadError::Trace(corrupt.swap_remove(0)));
+    }
     let pids = recording.chosen_pids(options.pid);
-    let mut notes: Vec<String> = unfinished_note(&recording)?
-        .map(|note| format!("warning: {note}"))
-        .into_iter()
+    let mut notes: Vec<String> = corrupt
+        .iter()
+        .map(|e| format!("warning: {e} (--salvage: what still reads follows)"))
         .collect();
+    notes.extend(unfinished_note(&recording)?.map(|note| format!("warning: {note}")));
     // Before the slow part: symbolizing.
     if options.alloc_stacks == AllocStacks::Required
         && !pids.iter().any(|&pid| recording.has_allocs(pid))
@@ -183,10 +215,21 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
                 (trace, counts)
             }
         };
+        let refused = fltrace_trace::files::refused_inputs(dir, pid);
         let stats = fltrace_trace::files::stats(dir, pid);
-        if let Ok(Some(lost)) = fltrace_trace::stats::last_value(&stats, "lost") {
+        // A planted stats file is named below and left unread.
+        if !refused
+            .iter()
+            .any(|e| error_path(e) == Some(stats.as_path()))
+            && let Ok(Some(lost)) = fltrace_trace::stats::last_value(&stats, "lost")
+        {
             loaded.lost = loaded.lost.max(lost);
         }
+        notes.extend(
+            refused
+                .iter()
+                .map(|e| format!("warning: {e}; the report goes on without it")),
+        );
         let mut stacks = symbolizer.resolve_stacks(&trace);
         stacks.call_site = options.call_site;
         loaded.tracer_faults +=
@@ -215,6 +258,16 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     );
     loaded.notes = notes;
     Ok(loaded)
+}
+
+/// The file a trace-file error names, if it names one.
+fn error_path(error: &fltrace_trace::Error) -> Option<&Path> {
+    match error {
+        fltrace_trace::Error::Format { path, .. }
+        | fltrace_trace::Error::Io { path, .. }
+        | fltrace_trace::Error::Corrupt { path, .. } => Some(path),
+        _ => None,
+    }
 }
 
 /// One line saying that the recording was never finished (the recorder was killed, or the

@@ -171,10 +171,16 @@ fn convert_spooled(
     let mut logs = Vec::new();
     for image in 0.. {
         let path = spool.join(format!("log-{pid}.{image}"));
-        match std::fs::read(&path) {
+        // A log is a shared mapping that only grows; the cap refuses a file planted in its
+        // place that could not be one.
+        match files::read_capped(&path, LOG_CAP) {
             Ok(bytes) => logs.push((path, bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-            Err(source) => return Err(fltrace_trace::Error::Io { path, source }.into()),
+            Err(fltrace_trace::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                break;
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     if logs.is_empty() {
@@ -240,6 +246,9 @@ fn convert_spooled(
     converted.stacks = stacks.next;
     Ok(Some(converted))
 }
+
+/// The largest allocation log read: far above a long run's (about 6 bytes a call).
+const LOG_CAP: u64 = 64 << 30;
 
 /// The name of the metadata file in a spool directory (the tracer's files start with `log`).
 const METADATA_FILE: &str = "recording";
@@ -394,16 +403,37 @@ pub struct Recovered {
     pub converted: Converted,
 }
 
+/// What recovery does with a stale spool's logs once they are in the tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpoolLogs {
+    /// Left where they are: a command that only reads a recording deletes nothing in it.
+    Keep,
+    /// Removed (by `record`, which writes in the directory anyway).
+    Remove,
+}
+
 /// Converts the spools of recorders that are gone (killed before they could convert them)
-/// into their recordings' allocation tables, then removes them: a spool whose lock is free
-/// and whose recorder pid no longer runs. A process whose tables exist already is left as
-/// it is; a spool without metadata (an older fltrace's) or that does not convert is removed
-/// with a warning. Returns the processes recovered.
-pub fn recover_stale_spools(out_dir: &Path) -> Vec<Recovered> {
+/// into their recordings' allocation tables, then (with [`SpoolLogs::Remove`]) removes what
+/// those recorders wrote there: a
+/// spool whose lock is free and whose recorder pid no longer runs. Only a spool fltrace made
+/// is touched: a directory (not a link) with the spool's name, owned by the user running
+/// this command (or, for root, by the owner of `out_dir`), holding its metadata file. Only
+/// the files a recorder writes there are removed, then the directory if that empties it;
+/// anything else is left and named in a warning. A process whose tables exist already is
+/// left as it is; a spool that does not convert loses its logs, with a warning. Returns the
+/// processes recovered.
+pub fn recover_stale_spools(out_dir: &Path, logs: SpoolLogs) -> Vec<Recovered> {
+    use std::os::unix::fs::MetadataExt;
     let mut recovered = Vec::new();
     let Ok(entries) = std::fs::read_dir(out_dir) else {
         return recovered;
     };
+    // SAFETY: geteuid cannot fail.
+    let user = unsafe { libc::geteuid() };
+    let dir_owner = std::fs::metadata(out_dir).map(|m| m.uid()).ok();
+    let writable = std::ffi::CString::new(out_dir.as_os_str().as_encoded_bytes())
+        // SAFETY: a NUL-terminated path.
+        .is_ok_and(|dir| unsafe { libc::access(dir.as_ptr(), libc::W_OK) } == 0);
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(recorder) = name
@@ -419,48 +449,161 @@ pub fn recover_stale_spools(out_dir: &Path) -> Vec<Recovered> {
         // SAFETY: signal 0 only checks for existence.
         let alive = unsafe { libc::kill(recorder, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if alive || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if alive {
             continue;
         }
         let path = entry.path();
+        // `symlink_metadata`: a link named like a spool is not one.
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let owner_ok = metadata.uid() == user || (user == 0 && Some(metadata.uid()) == dir_owner);
+        if !metadata.is_dir() || !owner_ok {
+            log::warn!(
+                "left {} alone: named like an fltrace allocation spool, but not a directory of yours",
+                path.display()
+            );
+            continue;
+        }
+        let spool_metadata = match read_spool_metadata(&path) {
+            Ok(metadata) => metadata,
+            Err(why) => {
+                log::warn!(
+                    "left {} alone: named like an fltrace allocation spool, but {why}{}",
+                    path.display(),
+                    contents_note(&path)
+                );
+                continue;
+            }
+        };
+        if !writable {
+            // Its tables could not be written: the logs stay for a command that can.
+            log::warn!(
+                "left {}, the allocation logs of a recorder that was killed: they are converted by the next fltrace command run by a user who can write {}",
+                path.display(),
+                out_dir.display()
+            );
+            continue;
+        }
         // Held while converting: another fltrace recovering the same spool skips it.
         let Ok(_lock) = lock_spool(&path, true) else {
             continue;
         };
-        let why_not = recover_spool(&path, out_dir, &mut recovered).err();
-        if std::fs::remove_dir_all(&path).is_ok() {
-            match why_not {
-                Some(reason) => log::warn!(
-                    "removed {}, left by a recorder that was killed: {reason}",
+        let why_not = recover_spool(&path, &spool_metadata, out_dir, &mut recovered).err();
+        if logs == SpoolLogs::Keep {
+            if let Some(reason) = why_not {
+                log::warn!(
+                    "the allocation logs in {}, left by a recorder that was killed, are lost: {reason}",
                     path.display()
-                ),
-                None => log::info!(
-                    "removed {}, left by a recorder that was killed, once converted",
-                    path.display()
-                ),
+                );
             }
+            continue;
+        }
+        let foreign = remove_spool_files(&path);
+        if !foreign.is_empty() {
+            log::warn!(
+                "left {}: it holds files fltrace did not write ({}); remove them yourself",
+                path.display(),
+                foreign.join(", ")
+            );
+        }
+        match why_not {
+            Some(reason) => log::warn!(
+                "removed the logs in {}, left by a recorder that was killed: {reason}",
+                path.display()
+            ),
+            None => log::info!(
+                "removed the logs in {}, left by a recorder that was killed, once converted",
+                path.display()
+            ),
         }
     }
     recovered
+}
+
+/// The spool's metadata, or why the directory is not taken for a spool.
+fn read_spool_metadata(spool: &Path) -> Result<SpoolMetadata, String> {
+    match files::read_capped(&spool.join(METADATA_FILE), METADATA_CAP) {
+        Ok(bytes) => std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(SpoolMetadata::parse)
+            .ok_or_else(|| format!("its `{METADATA_FILE}` file is not a spool's metadata")),
+        Err(fltrace_trace::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Err(format!("it has no `{METADATA_FILE}` metadata file"))
+        }
+        Err(e) => Err(format!("its metadata is unreadable ({e})")),
+    }
+}
+
+/// The largest metadata file: two short lines.
+const METADATA_CAP: u64 = 4096;
+
+/// ` (it holds: a, b)`: the first names in a directory left alone, so the user can judge it.
+fn contents_note(dir: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return String::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    names.sort();
+    let more = names.len().saturating_sub(5);
+    names.truncate(5);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(" (it holds: {}{more})", names.join(", "))
+}
+
+/// Whether `name` is one of the files a recorder and its tracer write in a spool: the
+/// metadata, the clock page, `log-<pid>.<image>`.
+fn is_spool_file(name: &str) -> bool {
+    let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    name == METADATA_FILE
+        || name == "log-clock"
+        || name
+            .strip_prefix("log-")
+            .and_then(|rest| rest.split_once('.'))
+            .is_some_and(|(pid, image)| numbered(pid) && numbered(image))
+}
+
+/// Removes from stale spool `spool` the regular files a recorder writes there, then the
+/// directory if that empties it. Returns the names of what was left.
+fn remove_spool_files(spool: &Path) -> Vec<String> {
+    let mut left = Vec::new();
+    let Ok(entries) = std::fs::read_dir(spool) else {
+        return left;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let regular = entry.file_type().is_ok_and(|t| t.is_file());
+        if !(regular && is_spool_file(&name) && std::fs::remove_file(entry.path()).is_ok()) {
+            left.push(name);
+        }
+    }
+    left.sort();
+    if left.is_empty() {
+        let _ = std::fs::remove_dir(spool);
+    }
+    left
 }
 
 /// Converts each process's logs in stale spool `spool` unless its tables exist; says why
 /// not when the spool cannot be converted.
 fn recover_spool(
     spool: &Path,
+    metadata: &SpoolMetadata,
     out_dir: &Path,
     recovered: &mut Vec<Recovered>,
 ) -> Result<(), String> {
-    let metadata = match std::fs::read_to_string(spool.join(METADATA_FILE)) {
-        Ok(text) => SpoolMetadata::parse(&text)
-            .ok_or("its metadata does not parse; its allocations are lost")?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(
-                "it has no metadata (an older fltrace's spool); its allocations are lost".into(),
-            );
-        }
-        Err(e) => return Err(format!("its metadata is unreadable ({e})")),
-    };
     let mut pids: Vec<u32> = std::fs::read_dir(spool)
         .map_err(|e| format!("it is unreadable ({e})"))?
         .flatten()

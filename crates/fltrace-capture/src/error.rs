@@ -43,6 +43,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The process to attach to has no user program to trace.
+    #[error("cannot attach to process {pid}: {why}")]
+    NotTraceable {
+        /// The pid asked for.
+        pid: i32,
+        /// What it is instead.
+        why: &'static str,
+    },
     /// Writing the trace failed.
     #[error(transparent)]
     Trace(#[from] fltrace_trace::Error),

@@ -26,6 +26,7 @@ mod alloc_spool;
 mod child;
 pub mod damon;
 mod error;
+mod group;
 mod interrupt;
 mod process;
 mod reader;
@@ -40,13 +41,15 @@ mod uprobes;
 mod user;
 pub mod wss;
 
-pub use alloc_spool::{AllocLogs, Converted, Recovered, recover_stale_spools};
+pub use alloc_spool::{AllocLogs, Converted, Recovered, SpoolLogs, recover_stale_spools};
 pub use child::{ChildGuard, shell_status};
 pub use error::Error;
+pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;
 pub use recorder::{
-    AllocTracing, Ending, Options, Progress, Summary, Target, monotonic_now_ns, record,
+    AllocTracing, Ending, Options, Progress, RECORDING_FAILED, Summary, Target, monotonic_now_ns,
+    record,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};

@@ -162,6 +162,17 @@ impl Summary {
         }
     }
 
+    /// What `fltrace record` exits with: [`RECORDING_FAILED`] when the trace could not be
+    /// written whole (a table lost or cut short: a full disk, a refused output), else the
+    /// command's status ([`Summary::shell_status`]).
+    pub fn record_status(&self) -> u8 {
+        if self.trace_error.is_some() {
+            RECORDING_FAILED
+        } else {
+            self.shell_status()
+        }
+    }
+
     /// The processes whose files the recording may have written: those that left a trace,
     /// else the root process (a recording that failed early may have written its files).
     pub fn traced_pids(&self) -> Vec<u32> {
@@ -172,6 +183,10 @@ impl Summary {
         }
     }
 }
+
+/// `fltrace record`'s own exit status when the recording was not kept whole, whatever the
+/// command's: 125, as `timeout`, `env` and `chroot` say that they, not the command, failed.
+pub const RECORDING_FAILED: u8 = 125;
 
 /// Keeps the first trace-writing error; the recording goes on waiting for the program.
 fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
@@ -246,6 +261,8 @@ struct Session {
     /// Whether the command was started by fltrace (not attached to).
     started_command: bool,
     child: ChildGuard,
+    /// The command's process group, when fltrace started the command.
+    group: Option<crate::CommandGroup>,
     events: Vec<PerfEvent>,
     rings: Vec<CpuRings>,
     state: State,
@@ -272,6 +289,8 @@ impl Session {
     /// command exec. Every error after the fork kills and reaps the child (see
     /// [`ChildGuard`]).
     fn set_up(target: &Target, options: &Options) -> Result<Session, Error> {
+        // Before anything runs: a recording that could not be kept must not cost a run.
+        fltrace_trace::files::check_output_dir(&options.dir)?;
         let tracefs =
             sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
         let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")
@@ -311,7 +330,7 @@ impl Session {
             }
             _ => Vec::new(),
         };
-        crate::alloc_spool::recover_stale_spools(&options.dir);
+        crate::alloc_spool::recover_stale_spools(&options.dir, crate::SpoolLogs::Remove);
         let alloc_logs = match &options.allocs {
             Some(crate::AllocTracing::Preload(library)) => {
                 let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
@@ -333,13 +352,14 @@ impl Session {
             far_env.push(backing.environment());
         }
         // From here on, any error return drops `child`, which kills and reaps it.
-        let (mut child, tasks, enable_on_exec) = match target {
+        let (mut child, group, tasks, enable_on_exec) = match target {
             Target::Command(argv) => {
-                let child = PendingChild::spawn(argv, options.credentials, &far_env)?;
+                let (child, group) =
+                    PendingChild::spawn_in_own_group(argv, options.credentials, &far_env)?;
                 let pid = child.pid();
-                (ChildGuard::pending(child), vec![pid], true)
+                (ChildGuard::pending(child), group, vec![pid], true)
             }
-            Target::Pid(pid) => (ChildGuard::none(), attach_tasks(*pid)?, false),
+            Target::Pid(pid) => (ChildGuard::none(), None, attach_tasks(*pid)?, false),
         };
         let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
 
@@ -449,6 +469,7 @@ impl Session {
             root_pid,
             started_command: enable_on_exec,
             child,
+            group,
             events,
             rings,
             state,
@@ -519,6 +540,13 @@ impl Session {
                 exit_status = Some(0);
             }
             if exit_status.is_some() {
+                if stop_seen > 0
+                    && let Some(group) = &self.group
+                {
+                    // Interrupted: what the command started and left (a background job
+                    // ignores SIGINT and SIGQUIT) ends with it, not untraced after fltrace.
+                    group.signal(libc::SIGKILL);
+                }
                 if trace_error.is_none() {
                     // Every record of the exited tree is already in the buffers: one more
                     // pass.
@@ -542,22 +570,38 @@ impl Session {
                         exit_status = Some(0);
                         continue;
                     }
-                    // The terminal sends Ctrl-C to the command too; pass it on only if the
-                    // command is still there a moment later (fltrace alone was signalled).
+                    // To every process of the command, at once, when it has a group of its
+                    // own, which no terminal signals. In fltrace's own terminal job, only if
+                    // the command is still there a moment later (the terminal signals the
+                    // whole job: fltrace alone was signalled).
                     Some(_) if requests == 1 => {
-                        stop_at = Some(Instant::now() + Duration::from_millis(300))
+                        let wait = match self.group {
+                            Some(_) => Duration::ZERO,
+                            None => Duration::from_millis(300),
+                        };
+                        stop_at = Some(Instant::now() + wait);
                     }
-                    Some(pid) => {
+                    Some(pid) => match &self.group {
+                        Some(group) => group.signal(libc::SIGKILL),
                         // SAFETY: signalling our own child.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
+                        None => unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                        },
+                    },
                 }
             }
             if let (Some(at), Some(pid)) = (stop_at, root)
                 && Instant::now() >= at
             {
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(pid, libc::SIGINT) };
+                // SIGINT whatever fltrace got: what a program ends on (SIGHUP may mean
+                // "reload", SIGQUIT "dump core").
+                match &self.group {
+                    Some(group) => group.signal(libc::SIGINT),
+                    // SAFETY: signalling our own child.
+                    None => unsafe {
+                        libc::kill(pid, libc::SIGINT);
+                    },
+                }
                 stop_at = None;
             }
 
@@ -603,6 +647,7 @@ impl Session {
             root_pid,
             started_command,
             child,
+            group,
             events,
             rings,
             mut state,
@@ -617,8 +662,10 @@ impl Session {
             rusage_hwm,
             mut trace_error,
         } = ended;
-        // Reaped by the loop, or never run (a failed exec): nothing left to kill.
+        // Reaped by the loop, or never run (a failed exec): nothing left to kill. The group's
+        // watchdog is told so.
         drop(child);
+        drop(group);
         // Closing the events makes the kernel unregister the tracepoints and free the ring
         // buffers: tens of milliseconds that can pass while the trace files are finished.
         let teardown = std::thread::spawn(move || drop((events, rings)));
@@ -680,6 +727,15 @@ impl Session {
             }
         };
         let _ = teardown.join();
+        // Finished: what the recording wrote is fixed now, and its readers check it so.
+        if trace_error.is_none() {
+            for &pid in &pids {
+                if let Err(e) = fltrace_trace::checksums::write(&options.dir, pid) {
+                    keep_first(&mut trace_error, Err(e.into()));
+                    break;
+                }
+            }
+        }
         Summary {
             root_pid,
             pids,
@@ -888,6 +944,7 @@ fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_ms: i32) {
 
 /// The threads of a running process, its main thread first.
 pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
+    refuse_untraceable(pid)?;
     let dir = format!("/proc/{pid}/task");
     let entries = std::fs::read_dir(&dir).map_err(|source| Error::Attach { pid, source })?;
     let mut tasks: Vec<i32> = entries
@@ -898,6 +955,37 @@ pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
     tasks.retain(|&t| t != pid);
     tasks.insert(0, pid);
     Ok(tasks)
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat` (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Refuses a kernel thread (no user memory, no user stack: nothing would ever be recorded,
+/// and the recording would wait for it forever) and a zombie (its memory is gone).
+fn refuse_untraceable(pid: i32) -> Result<(), Error> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|source| Error::Attach { pid, source })?;
+    // The command name in parentheses may hold spaces and parentheses: fields follow the last.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_ascii_whitespace().collect())
+        .unwrap_or_default();
+    // After the name: state (3rd field of the line), ..., flags (9th).
+    let state = fields.first().copied().unwrap_or("");
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    if flags & PF_KTHREAD != 0 {
+        return Err(Error::NotTraceable {
+            pid,
+            why: "it is a kernel thread, which has no user memory to fault on",
+        });
+    }
+    if state == "Z" || state == "X" {
+        return Err(Error::NotTraceable {
+            pid,
+            why: "it is a zombie (it has exited; its parent has not reaped it)",
+        });
+    }
+    Ok(())
 }
 
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {

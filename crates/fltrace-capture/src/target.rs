@@ -10,6 +10,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::Error;
+use crate::group::CommandGroup;
 
 /// Who the traced command runs as, when fltrace runs as root for a user.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +30,7 @@ pub struct PendingChild {
     program: String,
 }
 
-fn pipe_cloexec() -> io::Result<(i32, i32)> {
+pub(crate) fn pipe_cloexec() -> io::Result<(i32, i32)> {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
@@ -38,7 +39,7 @@ fn pipe_cloexec() -> io::Result<(i32, i32)> {
     Ok((fds[0], fds[1]))
 }
 
-fn close(fd: i32) {
+pub(crate) fn close(fd: i32) {
     // SAFETY: closing a descriptor we own; errors on close of a pipe end are irrelevant.
     unsafe { libc::close(fd) };
 }
@@ -55,6 +56,39 @@ impl PendingChild {
         argv: &[OsString],
         credentials: Option<Credentials>,
         extra_env: &[(OsString, OsString)],
+    ) -> Result<PendingChild, Error> {
+        Self::spawn_with(argv, credentials, extra_env, false)
+    }
+
+    /// As [`PendingChild::spawn`], the command in a process group of its own whose every
+    /// process is killed if fltrace dies: see [`CommandGroup`]. Not when fltrace runs in the
+    /// foreground of a terminal: there the command stays in fltrace's job, which the terminal
+    /// signals whole (Ctrl-C, hangup) and the shell controls whole (Ctrl-Z, `fg`).
+    pub fn spawn_in_own_group(
+        argv: &[OsString],
+        credentials: Option<Credentials>,
+        extra_env: &[(OsString, OsString)],
+    ) -> Result<(PendingChild, Option<CommandGroup>), Error> {
+        if crate::group::owns_terminal() {
+            return Ok((Self::spawn(argv, credentials, extra_env)?, None));
+        }
+        let child = Self::spawn_with(argv, credentials, extra_env, true)?;
+        match CommandGroup::watch(child.pid) {
+            Ok(group) => Ok((child, Some(group))),
+            Err(source) => {
+                let program = child.program.clone();
+                child.abort();
+                Err(Error::Spawn { program, source })
+            }
+        }
+    }
+
+    /// `own_group`: whether the command gets a process group of its own.
+    fn spawn_with(
+        argv: &[OsString],
+        credentials: Option<Credentials>,
+        extra_env: &[(OsString, OsString)],
+        own_group: bool,
     ) -> Result<PendingChild, Error> {
         let program = argv
             .first()
@@ -108,6 +142,9 @@ impl PendingChild {
         if pid == 0 {
             // SAFETY: in the child, on descriptors and buffers that stay valid until exec.
             unsafe {
+                if own_group {
+                    libc::setpgid(0, 0);
+                }
                 let mut byte = 0u8;
                 let released = libc::read(go_read, (&mut byte as *mut u8).cast(), 1) == 1;
                 if !released {
@@ -137,6 +174,11 @@ impl PendingChild {
         }
         close(go_read);
         close(error_write);
+        if own_group {
+            // Also here, so that the group exists when this returns, whoever runs first.
+            // SAFETY: setting the group of our own child before its exec.
+            unsafe { libc::setpgid(pid, pid) };
+        }
         Ok(PendingChild {
             pid,
             go_write,

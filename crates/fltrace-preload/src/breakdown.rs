@@ -48,6 +48,14 @@ pub fn register_handler() {
     }
 }
 
+/// How many handler threads have started.
+pub fn handler_count() -> u64 {
+    HANDLER_TIDS
+        .iter()
+        .filter(|slot| slot.load(Relaxed) != 0)
+        .count() as u64
+}
+
 /// Opens the counters on the calling thread and every thread it (and they) will create
 /// (`inherit`). Called before the handler threads and the program's threads exist. A counter
 /// the kernel refuses (no tracefs, unprivileged) stays closed and reads as 0.

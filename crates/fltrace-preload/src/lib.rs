@@ -25,6 +25,7 @@
 
 mod backed;
 mod breakdown;
+mod exit_watch;
 mod heap;
 mod interpose;
 mod managed_malloc;
@@ -313,6 +314,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
         };
     }
     let mut msgs = [uffd::Msg::default(); 32];
+    let mut idle_reads = 0u32;
     loop {
         if !busy {
             let mut pfd = libc::pollfd {
@@ -321,7 +323,10 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
                 revents: 0,
             };
             // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, -1) };
+            if unsafe { libc::poll(&mut pfd, 1, exit_watch::IDLE_CHECK_MS) } == 0 {
+                exit_watch::end_if_only_handlers_left();
+                continue;
+            }
         }
         // SAFETY: reading whole messages into a buffer of the right type and size.
         let n = unsafe {
@@ -332,6 +337,13 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
             )
         };
         if n <= 0 {
+            if busy {
+                // About as often as an idle poll's timeout.
+                idle_reads = idle_reads.wrapping_add(1);
+                if idle_reads.is_multiple_of(1 << 20) {
+                    exit_watch::end_if_only_handlers_left();
+                }
+            }
             continue;
         }
         let read_ns = breakdown::now_ns();

@@ -58,6 +58,14 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A file of a finished recording is not as the recording left it.
+    #[error("{path} is corrupt: {detail}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// How it differs.
+        detail: String,
+    },
     /// No recording was found where one was expected.
     #[error("no fltrace recording in {0} (run `fltrace record -- <command>` first)")]
     NoRecording(PathBuf),

@@ -59,6 +59,100 @@ pub fn stats(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "stats", pid, "out")
 }
 
+/// Opens input file `path` for reading, refusing anything but a regular file: a FIFO planted
+/// in a recording would block a reader forever, a device or a socket is never ours. The open
+/// does not block (`O_NONBLOCK`, which regular files ignore), and the type is that of the file
+/// opened (`fstat`), not of a name that could change in between.
+pub fn open_input(path: &Path) -> Result<File, Error> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(Error::io(path))?;
+    let kind = file.metadata().map_err(Error::io(path))?.file_type();
+    if !kind.is_file() {
+        return Err(Error::Format {
+            path: path.to_owned(),
+            message: format!("not a regular file ({}): refused", kind_name(kind)),
+        });
+    }
+    Ok(file)
+}
+
+/// What a file that is not a regular file is, in a message.
+fn kind_name(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
+/// The largest text side file (stats, procmaps, a spool's metadata) read whole: far above what
+/// a recording of days writes, far below what would exhaust memory.
+pub const TEXT_CAP: u64 = 256 << 20;
+
+/// Reads text side file `path` whole, refusing it (with its size) beyond `cap` bytes, before
+/// reading anything.
+pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, Error> {
+    use std::io::Read;
+    let file = open_input(path)?;
+    let len = file.metadata().map_err(Error::io(path))?.len();
+    if len > cap {
+        return Err(too_big(path, len, cap));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // `take`: a file that grows while read stays within the cap.
+    file.take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(Error::io(path))?;
+    Ok(bytes)
+}
+
+/// The error for a file larger than its format allows.
+pub fn too_big(path: &Path, len: u64, cap: u64) -> Error {
+    Error::Format {
+        path: path.to_owned(),
+        message: format!("{len} bytes, more than the {cap} such a file can be: refused"),
+    }
+}
+
+/// The last `cap` bytes of input file `path` (all of it if smaller), from the start of a line:
+/// where a reader that wants the latest lines of a growing log finds them in bounded memory.
+pub fn read_tail(path: &Path, cap: u64) -> Result<Vec<u8>, Error> {
+    use std::os::unix::fs::FileExt;
+    let file = open_input(path)?;
+    let len = file.metadata().map_err(Error::io(path))?.len();
+    let start = len.saturating_sub(cap);
+    let mut bytes = vec![0u8; (len - start) as usize];
+    let mut read = 0;
+    while read < bytes.len() {
+        match file.read_at(&mut bytes[read..], start + read as u64) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(path)(e)),
+        }
+    }
+    bytes.truncate(read);
+    if start > 0 {
+        // The first line is cut: it starts after the first newline.
+        let first = bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(bytes.len(), |i| i + 1);
+        bytes.drain(..first);
+    }
+    Ok(bytes)
+}
+
 /// The pid in a name such as `fltrace-data-faults-1234.parquet`, given kind and extension.
 pub fn pid_of(name: &str, kind: &str, ext: &str) -> Option<u32> {
     name.strip_prefix(PREFIX)?
@@ -101,7 +195,7 @@ pub fn newest(dir: &Path, kind: &str, ext: &str) -> Result<Option<(u32, PathBuf)
 pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
     type Count = fn(&Path) -> Result<usize, Error>;
     let lines: Count = |p| {
-        let text = std::fs::read(p).map_err(Error::io(p))?;
+        let text = read_capped(p, TEXT_CAP)?;
         Ok(text
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
@@ -134,6 +228,47 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
             (path, rows)
         })
         .collect()
+}
+
+/// The files of `pid` in `dir` a reader refuses, each with why: any that is there but not a
+/// regular file (a FIFO, a device, a socket, a directory; links are followed as readers
+/// follow them), and text side files larger than [`TEXT_CAP`]. Only the file's status is
+/// looked at, never its contents, so this neither blocks nor reads.
+pub fn refused_inputs(dir: &Path, pid: u32) -> Vec<Error> {
+    let tables = [
+        faults(dir, pid),
+        stacks(dir, pid),
+        mmaps(dir, pid),
+        allocs(dir, pid),
+        alloc_stacks(dir, pid),
+        access(dir, pid),
+        access_stacks(dir, pid),
+    ];
+    let texts = [
+        stats(dir, pid),
+        procmaps(dir, pid),
+        crate::checksums::path(dir, pid),
+    ];
+    let mut refused = Vec::new();
+    for (path, cap) in tables
+        .into_iter()
+        .map(|p| (p, None))
+        .chain(texts.into_iter().map(|p| (p, Some(TEXT_CAP))))
+    {
+        let Ok(metadata) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let kind = metadata.file_type();
+        if !kind.is_file() {
+            refused.push(Error::Format {
+                path,
+                message: format!("not a regular file ({}): refused", kind_name(kind)),
+            });
+        } else if let Some(cap) = cap.filter(|&cap| metadata.len() > cap) {
+            refused.push(too_big(&path, metadata.len(), cap));
+        }
+    }
+    refused
 }
 
 /// One trace file that stayed after a recording that could not write everything: its name,
@@ -258,6 +393,76 @@ where
     };
     write(&mut out).map_err(|e| failed(e.into()))?;
     out.flush().map_err(|e| failed(e.into()))
+}
+
+/// The space a recording needs before its first checkpoint: every table's first segment.
+pub const FIRST_SEGMENT: u64 = 64 << 10;
+
+/// Makes sure a recording can be written into directory `dir` before anything runs: proves
+/// it writable with room for [`FIRST_SEGMENT`] by reserving that much in a file no one sees
+/// (`O_TMPFILE`, or a hidden name removed at once where the file system lacks it). The error
+/// names the directory and what stops it.
+pub fn check_output_dir(dir: &Path) -> Result<(), Error> {
+    let refuse = |reason: String| Error::Refused {
+        path: dir.to_owned(),
+        reason,
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(refuse("it is not a directory".into())),
+        Err(e) => return Err(refuse(format!("it cannot be read ({e})"))),
+    }
+    let probe = match OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(dir)
+    {
+        Ok(file) => file,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+            ) =>
+        {
+            let name = dir.join(format!(".fltrace-probe-{}", std::process::id()));
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .mode(0o600)
+                .open(&name)
+                .map_err(|e| refuse(unwritable(&e)))?;
+            let _ = std::fs::remove_file(&name);
+            file
+        }
+        Err(e) => return Err(refuse(unwritable(&e))),
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: reserving blocks in our own new file.
+    let error = unsafe { libc::posix_fallocate(probe.as_raw_fd(), 0, FIRST_SEGMENT as i64) };
+    match error {
+        0 | libc::EOPNOTSUPP => Ok(()),
+        libc::ENOSPC | libc::EDQUOT => Err(refuse(format!(
+            "no room for the recording's first {} KiB ({})",
+            FIRST_SEGMENT >> 10,
+            std::io::Error::from_raw_os_error(error)
+        ))),
+        _ => Err(refuse(unwritable(&std::io::Error::from_raw_os_error(
+            error,
+        )))),
+    }
+}
+
+/// Why a directory cannot take a recording, from the error creating a file in it.
+fn unwritable(error: &std::io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::EROFS) => "it is on a read-only file system".into(),
+        Some(libc::EACCES | libc::EPERM) => {
+            format!("this user cannot create files in it ({error})")
+        }
+        _ => format!("no file can be created in it ({error})"),
+    }
 }
 
 /// Whether other users may replace files in `dir`: writable by others and not sticky.

@@ -32,6 +32,7 @@
 mod access;
 mod address;
 mod alloc_event;
+pub mod checksums;
 mod error;
 mod fault;
 pub mod files;

@@ -985,8 +985,17 @@ impl TableReader {
     }
 
     fn open_unguarded(path: &Path) -> Result<Self, Error> {
-        let file = File::open(path).map_err(Error::io(path))?;
+        let file = crate::files::open_input(path)?;
         let len = file.metadata().map_err(Error::io(path))?.len();
+        // Every table the writer starts begins with the magic: anything else is refused before
+        // a search for checkpoints through all of it.
+        let mut magic = [0u8; 4];
+        if len < 4 || file.read_exact_at(&mut magic, 0).is_err() || &magic != b"PAR1" {
+            return Err(Error::Format {
+                path: path.to_owned(),
+                message: "not a Parquet file (it does not begin with `PAR1`)".into(),
+            });
+        }
         let (metadata, completeness) = match ParquetMetaDataReader::new().parse_and_finish(&file) {
             Ok(metadata) if footer_value(&metadata, keys::CHECKPOINT).is_none() => {
                 (metadata, Completeness::Complete)

@@ -51,8 +51,7 @@ pub fn read_range_trace(path: &Path) -> Result<(RangeTraceKind, Vec<RangeSample>
         .has_headers(false)
         // Reference-bit rows have six fields, DAMON rows four.
         .flexible(true)
-        .from_path(path)
-        .map_err(|e| csv_error(path, e))?;
+        .from_reader(crate::files::open_input(path)?);
     let mut records = reader.records();
     let header = match records.next() {
         Some(header) => header.map_err(|e| csv_error(path, e))?,

@@ -83,6 +83,25 @@ pub struct Unreadable {
     modified: Option<SystemTime>,
 }
 
+/// The error for an unreadable faults file: that its recording is corrupt when it finished
+/// (its checksums say so), else that it cannot be read.
+fn unreadable_or_corrupt(dir: &Path, broken: Unreadable) -> Error {
+    let pid = broken
+        .path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| files::pid_of(n, "faults", "parquet"));
+    if let Some(pid) = pid
+        && let Err(corrupt @ Error::Corrupt { .. }) = crate::checksums::verify(dir, pid)
+    {
+        return corrupt;
+    }
+    Error::Unreadable {
+        path: broken.path,
+        reason: error_without_path(&broken.error),
+    }
+}
+
 impl Recording {
     /// Every recording in `dir`, oldest first. A faults file that cannot be read is left out
     /// (see [`list_all`](Self::list_all)).
@@ -158,10 +177,7 @@ impl Recording {
             .rev()
             .find(|u| latest.is_none() || u.modified >= newest_modified)
         {
-            return Err(Error::Unreadable {
-                path: broken.path,
-                reason: error_without_path(&broken.error),
-            });
+            return Err(unreadable_or_corrupt(dir, broken));
         }
         latest.ok_or_else(|| Error::NoRecording(dir.to_owned()))
     }
@@ -173,10 +189,7 @@ impl Recording {
             .into_iter()
             .find(|u| u.path == files::faults(dir, pid))
         {
-            return Err(Error::Unreadable {
-                path: broken.path,
-                reason: error_without_path(&broken.error),
-            });
+            return Err(unreadable_or_corrupt(dir, broken));
         }
         recordings
             .into_iter()

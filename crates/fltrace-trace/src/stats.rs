@@ -31,9 +31,15 @@ pub fn parse_line(line: &str) -> Option<(u64, Vec<(String, u64)>)> {
     Some((time.parse().ok()?, counters))
 }
 
-/// The last value of counter `name` in a stats file, if any line has it.
+/// How much of the end of a stats file is read for its last values: a line each second of a
+/// few hundred bytes, so thousands of lines.
+const TAIL: u64 = 1 << 20;
+
+/// The last value of counter `name` in a stats file, if any of its last lines has it. Only
+/// the file's end is read: memory stays bounded whatever its size.
 pub fn last_value(path: &Path, name: &str) -> Result<Option<u64>, Error> {
-    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    let tail = crate::files::read_tail(path, TAIL)?;
+    let text = String::from_utf8_lossy(&tail);
     Ok(text
         .lines()
         .rev()

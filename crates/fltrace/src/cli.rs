@@ -414,6 +414,10 @@ pub struct Selection {
     /// Symbolize from this archive of `fltrace archive` (default: `DIR/fltrace-archive` if it exists).
     #[arg(long, value_name = "ARCHIVE")]
     pub archive: Option<PathBuf>,
+    /// Read a corrupt recording anyway (a file changed since it finished): what still reads,
+    /// with a warning naming the file, instead of the error.
+    #[arg(long)]
+    pub salvage: bool,
 }
 
 /// `--call-site`.

@@ -30,6 +30,7 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
             call_site: crate::cli::CallSiteArg::Program,
             include_tracer: false,
             archive: None,
+            salvage: false,
         };
         load_counts(&selection).with_context(|| format!("recording in {}", dir.display()))
     };

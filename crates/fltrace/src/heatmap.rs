@@ -72,7 +72,16 @@ fn process_names(faults: &std::path::Path, pid: u32) -> String {
 /// The map of a recording's faults.
 fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
     let selection = &args.selection;
-    let recording = find_recording(&selection.dir, selection.pid)?;
+    let recording = if selection.salvage {
+        let (recording, corrupt) =
+            fltrace_analyze::find_recording_salvaging(&selection.dir, selection.pid)?;
+        for error in corrupt {
+            eprintln!("fltrace: warning: {error} (--salvage: what still reads follows)");
+        }
+        recording
+    } else {
+        find_recording(&selection.dir, selection.pid)?
+    };
     crate::load::say_if_unfinished(&recording)?;
     // One address space per map: the chosen process, else the command itself.
     let pid = selection

@@ -31,6 +31,7 @@ fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::
         archive: selection.archive.clone(),
         alloc_stacks: allocs,
         faults,
+        salvage: selection.salvage,
     };
     let loaded = fltrace_analyze::load(&selection.dir, &options)?;
     for note in &loaded.notes {

@@ -93,7 +93,8 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 /// Converts the allocation logs a killed `record --allocs` left in `dir` into its tables
-/// before they are read (it warns of each process recovered).
+/// before they are read (it warns of each process recovered). The logs stay: a command that
+/// reads a recording deletes nothing in it (the next `record` there removes them).
 fn recover_allocations(dir: &std::path::Path) {
-    fltrace_capture::recover_stale_spools(dir);
+    fltrace_capture::recover_stale_spools(dir, fltrace_capture::SpoolLogs::Keep);
 }

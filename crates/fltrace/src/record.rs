@@ -151,7 +151,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(error) = &summary.trace_error {
         report_partial_trace(&mut err, error, &summary, &args.dir);
     }
-    Ok(ExitCode::from(summary.shell_status()))
+    Ok(ExitCode::from(summary.record_status()))
 }
 
 /// After a write error: the error, what of the trace reads back, and how the program ended

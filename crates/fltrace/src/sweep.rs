@@ -63,6 +63,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
             call_site: crate::cli::CallSiteArg::Program,
             include_tracer: false,
             archive: None,
+            salvage: false,
         })?;
         let row = SweepRow::of_counts(*step, plan.max_mb, loaded.counted());
         eprintln!(

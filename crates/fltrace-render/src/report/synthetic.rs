@@ -155,6 +155,7 @@ pub fn load(
         archive: None,
         alloc_stacks,
         faults,
+        salvage: false,
     };
     fltrace_analyze::load(dir, &options)
 }

@@ -242,6 +242,8 @@ fn stale_allocation_spools_are_removed() {
     dead.wait().expect("wait");
     let stale = dir.path().join(format!(".fltrace-allocs-{dead_pid}-1"));
     std::fs::create_dir(&stale).expect("stale spool");
+    // Its metadata is what makes it a spool; its log does not convert.
+    std::fs::write(stale.join("recording"), "recording 1-2\nmono_offset 0\n").expect("meta");
     std::fs::write(stale.join(format!("log-{dead_pid}.0")), vec![1u8; 1 << 20]).expect("log");
     // This test process runs: its spool is left alone.
     let live = dir
@@ -320,15 +322,13 @@ struct SmallFs {
 
 impl SmallFs {
     fn mount(size: &str) -> SmallFs {
+        SmallFs::mount_with(&format!("size={size},mode=0755"))
+    }
+
+    fn mount_with(options: &str) -> SmallFs {
         let dir = tempfile::tempdir().expect("mount point");
         let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "fltrace-full",
-            ])
+            .args(["-t", "tmpfs", "-o", options, "fltrace-full"])
             .arg(dir.path())
             .status()
             .expect("mount runs");
@@ -343,7 +343,21 @@ impl SmallFs {
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        // A process of a test that ended a moment ago may still hold it: again, then lazily.
+        for _ in 0..20 {
+            let quiet = Command::new("umount")
+                .arg(self.dir.path())
+                .stderr(Stdio::null())
+                .status();
+            if quiet.is_ok_and(|s| s.success()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -362,7 +376,7 @@ fn full_file_system_leaves_the_program_running() {
         if allocs {
             cmd.arg("--allocs");
         }
-        // 3 exit status: fltrace passes it on.
+        // 3 exit status: fltrace says it, and exits with its own (125): the trace is cut.
         cmd.arg("--").arg("sh").arg("-c").arg(format!(
             "{} threads 4 20000 && {} sites >/dev/null && exit 3",
             workloads().faults.display(),
@@ -370,7 +384,7 @@ fn full_file_system_leaves_the_program_running() {
         ));
         let out = output_within(&mut cmd, Duration::from_secs(180));
         let err = stderr_of(&out);
-        assert_eq!(out.status.code(), Some(3), "allocs {allocs}: {err}");
+        assert_eq!(out.status.code(), Some(125), "allocs {allocs}: {err}");
         assert!(
             err.contains("exited with status 3"),
             "allocs {allocs}: {err}"
@@ -553,5 +567,453 @@ fn far_memory_refused_to_the_program_is_a_clear_error() {
             "fltrace: userfaultfd is unavailable to the program (errno 1): far-memory emulation (-L) cannot start"
         ],
         "{err}"
+    );
+}
+
+/// A directory named like a killed recorder's spool but without a spool's metadata, and a
+/// real spool holding a file of the user's beside its logs: `report` deletes nothing at all
+/// (it only reads the recording) and names the look-alike in a warning; the next `record`
+/// removes the spool's own files only, naming the one it leaves.
+#[test]
+fn report_deletes_nothing_it_did_not_write() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "10"]);
+    // Above pid_max (32768 here, 4194304 at most on 64-bit): no such process runs.
+    let planted = dir.path().join(".fltrace-allocs-3999999-1");
+    std::fs::create_dir(&planted).expect("planted dir");
+    std::fs::write(planted.join("notes.txt"), "mine").expect("notes");
+    let spool = dir.path().join(".fltrace-allocs-3999998-1");
+    std::fs::create_dir(&spool).expect("spool");
+    std::fs::write(spool.join("recording"), "recording 1-2\nmono_offset 0\n").expect("meta");
+    std::fs::write(spool.join("log-clock"), [0u8; 64]).expect("clock");
+    std::fs::write(spool.join("log-3999998.0"), [7u8; 4096]).expect("log");
+    std::fs::write(spool.join("keep.txt"), "also mine").expect("keep");
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("dir kept")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let warned = |err: &str, dir: &str, file: &str| {
+        err.lines()
+            .any(|l| l.starts_with("fltrace: warning: ") && l.contains(dir) && l.contains(file))
+    };
+
+    let out = dir.run(&["report"]);
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(listing(&planted), vec!["notes.txt"], "{err}");
+    assert_eq!(
+        listing(&spool),
+        vec!["keep.txt", "log-3999998.0", "log-clock", "recording"],
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(planted.join("notes.txt")).expect("notes kept"),
+        "mine"
+    );
+    assert!(
+        warned(&err, ".fltrace-allocs-3999999-1", "notes.txt"),
+        "{err}"
+    );
+
+    let out = dir.record(&[&workloads().faults], &["nested", "10"]);
+    let err = stderr_of(&out);
+    assert_eq!(listing(&planted), vec!["notes.txt"], "{err}");
+    assert_eq!(listing(&spool), vec!["keep.txt"], "{err}");
+    assert_eq!(
+        std::fs::read_to_string(spool.join("keep.txt")).expect("keep kept"),
+        "also mine"
+    );
+    assert!(
+        warned(&err, ".fltrace-allocs-3999998-1", "keep.txt"),
+        "{err}"
+    );
+    assert!(
+        warned(&err, ".fltrace-allocs-3999999-1", "notes.txt"),
+        "{err}"
+    );
+}
+
+/// `workloads/peakrss.c`, built once.
+fn peakrss() -> &'static Path {
+    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let program = dir.path().join("peakrss");
+            let out = Command::new("gcc")
+                .args(["-O2", "-o"])
+                .arg(&program)
+                .arg(workloads_dir().join("peakrss.c"))
+                .output()
+                .expect("gcc runs");
+            assert!(out.status.success(), "{}", stderr_of(&out));
+            (dir, program)
+        })
+        .1
+}
+
+/// `fltrace <args>` in `dir` like [`output_within`], failing the test past `limit` (a hang),
+/// with its peak resident memory in bytes (wait4's rusage, through `peakrss`); the
+/// `peak_rss_kb` line is taken out of its stderr.
+fn fltrace_and_peak(dir: &Dir, args: &[&str], limit: Duration) -> (Output, u64) {
+    let mut out = output_within(
+        Command::new(peakrss())
+            .arg(env!("CARGO_BIN_EXE_fltrace"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default()),
+        limit,
+    );
+    let err = stderr_of(&out);
+    let (rest, last) = err
+        .trim_end()
+        .rsplit_once('\n')
+        .unwrap_or(("", err.trim_end()));
+    let kb: u64 = last
+        .strip_prefix("peak_rss_kb ")
+        .and_then(|kb| kb.parse().ok())
+        .unwrap_or_else(|| panic!("no peak from peakrss: {err}"));
+    out.stderr = if rest.is_empty() {
+        Vec::new()
+    } else {
+        format!("{rest}\n").into_bytes()
+    };
+    (out, kb * 1024)
+}
+
+/// A FIFO and a 4 GiB sparse file in place of each text file of a recording (stats,
+/// procmaps): `report` neither blocks on the FIFO nor reads the big file into memory; the
+/// planted file is named, left as it was, and the report still comes out.
+#[test]
+fn planted_side_files_are_refused_by_name() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "10"]);
+    let pid = dir.pids("faults", "parquet")[0];
+    let clean = dir.run(&["report", "--format", "json"]);
+    assert!(clean.status.success(), "{}", stderr_of(&clean));
+    for path in [
+        files::stats(dir.path(), pid),
+        files::procmaps(dir.path(), pid),
+    ] {
+        let original = std::fs::read(&path).expect("side file");
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        for kind in ["FIFO", "sparse"] {
+            std::fs::remove_file(&path).expect("remove");
+            match kind {
+                "FIFO" => {
+                    let c =
+                        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+                    // SAFETY: a NUL-terminated path.
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+                }
+                _ => std::fs::File::create(&path)
+                    .and_then(|f| f.set_len(4 << 30))
+                    .expect("sparse file"),
+            }
+            let (out, peak) = fltrace_and_peak(
+                &dir,
+                &["report", "--format", "json"],
+                Duration::from_secs(60),
+            );
+            let err = stderr_of(&out);
+            assert!(out.status.success(), "{name} as {kind}: {err}");
+            assert!(peak < 100 << 20, "{name} as {kind}: peak {peak} bytes");
+            let said = if kind == "FIFO" {
+                "not a regular file (a FIFO): refused"
+            } else {
+                "4294967296 bytes, more than the"
+            };
+            assert!(
+                err.lines().any(|l| l.starts_with("fltrace: warning: ")
+                    && l.contains(&name)
+                    && l.contains(said)),
+                "{name} as {kind}: {err}"
+            );
+            // The report is the one of the clean recording: the planted file was only left out.
+            assert_eq!(out.stdout, clean.stdout, "{name} as {kind}");
+            let meta = std::fs::symlink_metadata(&path).expect("planted file kept");
+            if kind == "FIFO" {
+                use std::os::unix::fs::FileTypeExt;
+                assert!(meta.file_type().is_fifo());
+            } else {
+                assert_eq!(meta.len(), 4 << 30);
+            }
+        }
+        std::fs::remove_file(&path).expect("remove");
+        std::fs::write(&path, original).expect("restore");
+    }
+}
+
+/// `record -p` of a kernel thread (kthreadd, pid 2) is refused at once, saying why.
+#[test]
+fn record_refuses_a_kernel_thread() {
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace().args(["record", "-p", "2"]),
+        Duration::from_secs(30),
+    );
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot attach to process 2: it is a kernel thread"),
+        "{err}"
+    );
+    assert!(dir.pids("faults", "parquet").is_empty());
+}
+
+/// `record -p` of a zombie is refused too: its memory is gone.
+#[test]
+fn record_refuses_a_zombie() {
+    let dir = Dir::new();
+    // A child that exited and that this process has not reaped yet.
+    let mut zombie = Command::new("true").spawn().expect("true");
+    let stat = format!("/proc/{}/stat", zombie.id());
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") Z ")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never a zombie"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-p", &zombie.id().to_string()]),
+        Duration::from_secs(30),
+    );
+    let _ = zombie.wait();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("it is a zombie"), "{err}");
+}
+
+/// `record -o` into a read-only file system is refused before the program runs (the marker it
+/// would write is absent), exit 1 naming why.
+#[test]
+fn record_refuses_an_unwritable_output_before_running() {
+    let fs = SmallFs::mount_with("size=1m,mode=0755,ro");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let marker = scratch.path().join("ran");
+    let run = |out_dir: &Path| {
+        output_within(
+            Command::new(env!("CARGO_BIN_EXE_fltrace"))
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .arg("record")
+                .arg("-q")
+                .arg("-o")
+                .arg(out_dir)
+                .args(["--", "touch"])
+                .arg(&marker),
+            Duration::from_secs(60),
+        )
+    };
+    let out = run(fs.path());
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!marker.exists(), "the program ran: {err}");
+    assert!(
+        err.contains(&format!(
+            "refusing to write {}: it is on a read-only file system",
+            fs.path().display()
+        )),
+        "{err}"
+    );
+    // The same program recorded into a writable directory runs.
+    let out = run(scratch.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(marker.exists());
+}
+
+/// The processes in process group `pgid` that are not zombies.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the name: state, ppid, pgrp.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_ascii_whitespace().collect())
+            .unwrap_or_default();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// The one child of `parent`, once it has one.
+fn child_of(parent: u32) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+/// `fltrace record -- sh -c` of a shell with a background and a foreground job, once all three
+/// processes run: fltrace and the shell's pid (its process group).
+#[expect(
+    clippy::zombie_processes,
+    reason = "returned to the caller, which waits for it"
+)]
+fn record_a_shell_with_jobs(dir: &Dir) -> (std::process::Child, u32) {
+    let mut fltrace = dir
+        .fltrace()
+        .args([
+            "record",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300 & sleep 300; wait",
+        ])
+        // Not a terminal's job even when the tests run in one: that case keeps the command
+        // in fltrace's job.
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(sh) = child_of(fltrace.id())
+            && group_members(sh).len() == 3
+        {
+            return (fltrace, sh);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = fltrace.kill();
+            let _ = fltrace.wait();
+            panic!("the command never ran its two jobs");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits up to `limit` for no process of group `pgid` to be left.
+fn assert_group_ends(pgid: u32, limit: Duration, what: &str) {
+    let started = std::time::Instant::now();
+    while !group_members(pgid).is_empty() {
+        if started.elapsed() > limit {
+            let left = group_members(pgid);
+            for &pid in &left {
+                // SAFETY: killing what the test started, so it does not outlive the test.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            panic!("{what}: processes {left:?} of the command still run after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGHUP, SIGINT, SIGTERM and SIGQUIT to `fltrace record` alike: passed on (as SIGINT) to
+/// every process of the command, which ends within seconds (its background job too, which a
+/// shell makes ignore SIGINT), and the recording is finished and kept.
+#[test]
+fn interrupts_end_the_whole_command_and_keep_the_recording() {
+    use std::io::Read;
+    for (signal, name) in [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGQUIT, "SIGQUIT"),
+    ] {
+        let dir = Dir::new();
+        let (mut fltrace, sh) = record_a_shell_with_jobs(&dir);
+        // SAFETY: signalling the fltrace this test started.
+        unsafe { libc::kill(fltrace.id() as i32, signal) };
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = fltrace.try_wait().expect("wait") {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = fltrace.kill();
+                let _ = fltrace.wait();
+                assert_group_ends(sh, Duration::ZERO, name);
+                panic!("{name}: fltrace still running after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        let _ = fltrace
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err);
+        assert_group_ends(sh, Duration::from_secs(5), name);
+        assert_eq!(status.code(), Some(128 + libc::SIGINT), "{name}: {err}");
+        assert!(
+            err.contains(
+                "fltrace: interrupted; the command was killed by signal 2; the recording is complete"
+            ),
+            "{name}: {err}"
+        );
+        // The recording is whole: finished tables, the shell's faults in them.
+        let report = dir.report_json(&[]);
+        assert!(
+            report["faults"].as_u64().unwrap_or(0) > 0,
+            "{name}: {report}"
+        );
+        let out = dir.run(&["report"]);
+        assert!(
+            !stderr_of(&out).contains("incomplete"),
+            "{name}: {}",
+            stderr_of(&out)
+        );
+    }
+}
+
+/// SIGKILL of `fltrace record`: the command's processes all die with it, not only the first
+/// (the shell's background and foreground jobs too).
+#[test]
+fn killed_recorder_leaves_no_process_of_the_command() {
+    let dir = Dir::new();
+    let (mut fltrace, sh) = record_a_shell_with_jobs(&dir);
+    fltrace.kill().expect("SIGKILL");
+    let _ = fltrace.wait();
+    assert_group_ends(sh, Duration::from_secs(10), "SIGKILL");
+}
+
+/// Under -L, `main` leaving through `pthread_exit` while a worker faults 64 MiB: the process
+/// ends with its worker, status 0, every page's fault at its line (it ran on for ever: the
+/// runtime's handler threads kept it alive once the program's threads were gone).
+#[test]
+fn far_memory_program_whose_main_calls_pthread_exit_ends() {
+    let dir = Dir::new();
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=16", "-M=256", "--"])
+            .arg(hardening())
+            .args(["mainexit", "64"]),
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(
+        count_at(
+            &report,
+            "hardening.c",
+            site("hardening.c", "mainexit_touch")
+        ),
+        16384
     );
 }

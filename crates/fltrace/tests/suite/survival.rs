@@ -157,7 +157,16 @@ fn sighup_and_sigterm_finish_the_recording() {
     }
 }
 
+/// Removes the checksums file of each process recorded in `dir`, as a recorder killed before
+/// it finished never wrote it: the files then read as what such a recorder left.
+fn as_if_unfinished(dir: &Dir) {
+    for pid in dir.pids("faults", "parquet") {
+        let _ = std::fs::remove_file(fltrace_trace::checksums::path(dir.path(), pid));
+    }
+}
+
 /// Two recordings, the older of `nested 10`, the newer of `nested 20`; the newer's faults file.
+/// Without their checksums: the tests change their files as a killed recorder would.
 fn two_recordings(dir: &Dir) -> PathBuf {
     let w = workloads();
     dir.record(&[&w.faults], &["nested", "10"]);
@@ -168,6 +177,7 @@ fn two_recordings(dir: &Dir) -> PathBuf {
         .into_iter()
         .find(|p| !older.contains(p))
         .expect("a second recording");
+    as_if_unfinished(dir);
     fltrace_trace::files::faults(dir.path(), newer)
 }
 
@@ -228,6 +238,7 @@ fn an_unreadable_newest_recording_is_named() {
 
     let alone = Dir::new();
     alone.record(&[&workloads().faults], &["nested", "5"]);
+    as_if_unfinished(&alone);
     let pid = alone.pids("faults", "parquet")[0];
     let faults = fltrace_trace::files::faults(alone.path(), pid);
     std::fs::write(&faults, b"not parquet").expect("overwrite");
@@ -235,11 +246,13 @@ fn an_unreadable_newest_recording_is_named() {
 }
 
 /// A byte changed inside a data page of any column of the faults, stacks and mappings tables
-/// makes `report` fail naming the file and the column, instead of printing other counts.
+/// makes `report` fail naming the file and the column, instead of printing other counts:
+/// the tables' own CRCs, which also check a recording without checksums (never finished).
 #[test]
 fn changed_bytes_in_each_table_are_an_error() {
     let dir = Dir::new();
     dir.record(&[&workloads().faults], &["nested", "50"]);
+    as_if_unfinished(&dir);
     let pid = dir.pids("faults", "parquet")[0];
     for kind in ["faults", "stacks", "mmaps"] {
         let path = fltrace_trace::files::path(dir.path(), kind, pid, "parquet");
@@ -278,7 +291,7 @@ fn changed_bytes_in_each_table_are_an_error() {
 
 /// SIGKILL of `record --allocs` mid-run: the allocations the program made before are in the
 /// killed recorder's spool, and the next `report` converts them into the recording's tables
-/// (every one, at its exact line) and removes the spool.
+/// (every one, at its exact line), leaving the spool to the next `record`, which removes it.
 #[test]
 fn sigkill_of_the_recorder_keeps_the_allocations() {
     const BLOCKS: u64 = 250;
@@ -362,7 +375,8 @@ fn sigkill_of_the_recorder_keeps_the_allocations() {
         .unwrap_or_else(|| panic!("no row at allocs.c:{line} in {rows:#?}"));
     assert_eq!(row["allocs"], BLOCKS.to_string(), "{row:?}");
     assert_eq!(row["bytes"], (BLOCKS * 88).to_string(), "{row:?}");
-    assert_eq!(spools(), 0, "the spool is left once converted");
+    // A command that reads the recording deletes nothing in it: the logs stay for `record`.
+    assert_eq!(spools(), 1, "a read command removed the spool");
     // Converted once: the next report reads the tables, with nothing left to recover.
     let again = dir.run(&["report", "--allocs", "--format", "csv", "--top", "0"]);
     assert!(again.status.success(), "{}", stderr(&again));
@@ -372,4 +386,94 @@ fn sigkill_of_the_recorder_keeps_the_allocations() {
         stderr(&again)
     );
     assert_eq!(again.stdout, out.stdout);
+    assert_eq!(spools(), 1);
+    // The next recording in the directory removes them.
+    dir.record(&[&workloads().faults], &["nested", "1"]);
+    assert_eq!(spools(), 0, "the spool is left after the next record");
+}
+
+/// Seeded corruption of a finished recording: 1 to 8 bytes changed in one of its files (each
+/// file in turn, 300 cases). `report` never hangs nor crashes, and never prints a report
+/// from changed data: it fails naming the changed file as corrupt, never "incomplete".
+#[test]
+fn seeded_corruption_of_a_finished_recording_is_named() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "10"]);
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(fltrace_trace::files::PREFIX))
+        })
+        .collect();
+    names.sort();
+    // faults, stacks, mmaps, procmaps, stats and the checksums themselves.
+    assert_eq!(names.len(), 6, "{names:?}");
+    let baseline = dir.run(&["report", "--format", "json"]);
+    assert!(baseline.status.success(), "{}", stderr(&baseline));
+    // xorshift64: the same cases every run.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for case in 0..300 {
+        let path = &names[case % names.len()];
+        let name = path.file_name().expect("name").to_string_lossy();
+        let original = std::fs::read(path).expect("file");
+        let mut damaged = original.clone();
+        let count = 1 + (next() % 8) as usize;
+        let mut positions: Vec<usize> = Vec::new();
+        while positions.len() < count.min(damaged.len()) {
+            let at = (next() % damaged.len() as u64) as usize;
+            if !positions.contains(&at) {
+                positions.push(at);
+            }
+        }
+        for &at in &positions {
+            damaged[at] ^= 1 + (next() % 255) as u8;
+        }
+        std::fs::write(path, &damaged).expect("damage");
+        let out = output_within(
+            dir.fltrace().args(["report", "--format", "json"]),
+            Duration::from_secs(60),
+        );
+        std::fs::write(path, &original).expect("restore");
+        let err = stderr(&out);
+        let what = format!("case {case}: {name} at {positions:?}");
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(
+            err.contains(&format!("{name} is corrupt: ")) && !err.contains("incomplete"),
+            "{what}: {err}"
+        );
+    }
+    let again = dir.run(&["report", "--format", "json"]);
+    assert_eq!(again.stdout, baseline.stdout);
+
+    // --salvage reads what still reads, the corrupt file named in a warning: the procmaps
+    // file, which the report does not read, leaves the report as it was.
+    let procmaps = names
+        .iter()
+        .find(|p| p.to_string_lossy().contains("-procmaps-"))
+        .expect("procmaps");
+    let original = std::fs::read(procmaps).expect("procmaps");
+    let mut damaged = original.clone();
+    damaged[0] ^= 0x20;
+    std::fs::write(procmaps, &damaged).expect("damage");
+    let salvaged = dir.run(&["report", "--format", "json", "--salvage"]);
+    let err = stderr(&salvaged);
+    assert!(salvaged.status.success(), "{err}");
+    assert_eq!(salvaged.stdout, baseline.stdout);
+    let name = procmaps.file_name().expect("name").to_string_lossy();
+    assert!(
+        err.contains(&format!("fltrace: warning: ./{name} is corrupt: "))
+            && err.contains("(--salvage: what still reads follows)"),
+        "{err}"
+    );
+    std::fs::write(procmaps, &original).expect("restore");
 }
