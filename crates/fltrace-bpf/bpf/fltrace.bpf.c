@@ -37,6 +37,7 @@ static long (*bpf_get_stackid)(void *ctx, void *map, u64 flags) = (void *)27;
 static u64 (*bpf_get_current_cgroup_id)(void) = (void *)80;
 static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
+static u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 
 #define MAX_STACK_DEPTH 127
 #define SLOTS 8
@@ -49,6 +50,10 @@ static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags
 #define KEY_KSTACK (1 << 4)
 #define KEY_FIELD (1 << 5)
 #define KEY_FIELD2 (1 << 6)
+// The attachment's cookie (the index of the tracepoint among those counted) in `field2`: the
+// kernel overwrites the first 8 bytes of the record it hands BPF (common_type among them), so
+// the record cannot say which tracepoint of a wildcard fired.
+#define KEY_PROBE (1 << 7)
 
 // Which events are kept (config.filter_flags).
 #define FILTER_TGIDS (1 << 0)
@@ -303,6 +308,8 @@ static __always_inline int count_event(void *ctx, u32 slot, int fields)
 		if (read_int(ctx, c->field2_off, c->field2_size, 0, &k.field2))
 			return 0;
 	}
+	if (c->key_flags & KEY_PROBE)
+		k.field2 = bpf_get_attach_cookie(ctx);
 	add_total(TOTAL_EVENTS);
 	u64 *count = bpf_map_lookup_elem(&counts, &k);
 	if (count) {

@@ -13,6 +13,7 @@ pub(crate) const KEY_USTACK: u32 = 1 << 3;
 pub(crate) const KEY_KSTACK: u32 = 1 << 4;
 pub(crate) const KEY_FIELD: u32 = 1 << 5;
 pub(crate) const KEY_FIELD2: u32 = 1 << 6;
+pub(crate) const KEY_PROBE: u32 = 1 << 7;
 
 pub(crate) const FILTER_TGIDS: u32 = 1 << 0;
 pub(crate) const FILTER_CGROUP: u32 = 1 << 1;

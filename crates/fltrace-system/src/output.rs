@@ -174,6 +174,21 @@ impl<W: Write> Printer<W> {
         line.trim_end().to_owned()
     }
 
+    /// Ends the output with what was lost, when anything was: a table's last line, a JSON
+    /// object of its own (`{"seen":..,"lost":..,"why":..}`); CSV has no place for it, so the
+    /// caller says it on stderr (and in the exit status).
+    pub fn loss(&mut self, seen: u64, lost: u64, why: &str) -> Result<(), Error> {
+        if lost == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Table => self.line(&format!("{seen} events seen, {lost} lost: {why}")),
+            Format::Json => self
+                .line(&serde_json::json!({ "seen": seen, "lost": lost, "why": why }).to_string()),
+            Format::Csv => Ok(()),
+        }
+    }
+
     /// Prints a line as it is (tables' free-form lines).
     pub fn line(&mut self, line: &str) -> Result<(), Error> {
         writeln!(self.out, "{line}").map_err(Error::Output)?;

@@ -30,6 +30,9 @@ use crate::Error;
 use crate::format::TracepointFormat;
 use crate::procfs;
 
+/// Records handled between two readings of the rings during a long batch.
+const DRAIN_EVERY: usize = 64;
+
 /// What to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -324,6 +327,8 @@ impl Context {
 pub struct Session {
     _events: Vec<PerfEvent>,
     rings: Vec<RingBuffer>,
+    /// The file of each ring's event, which poll(2) waits on.
+    ring_fds: Vec<std::os::fd::RawFd>,
     /// The id of each event to its source and parse layout.
     by_id: HashMap<u64, usize>,
     parse_infos: Vec<RecordParseInfo>,
@@ -339,6 +344,17 @@ pub struct Session {
     /// What the session cannot see, one line each, for the user (a cgroup filtered in user
     /// space...).
     pub notes: Vec<String>,
+    tally: std::sync::Arc<Tally>,
+}
+
+/// Samples a session handed on and records the kernel could not write, readable after the
+/// session is consumed by a tool's run.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Samples handed to the tool.
+    pub seen: std::sync::atomic::AtomicU64,
+    /// Records lost because a ring was full.
+    pub lost: std::sync::atomic::AtomicU64,
 }
 
 fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -> perf_event_attr {
@@ -533,7 +549,7 @@ impl Session {
         };
         let inherit = matches!(scope.target, Target::Pids(_) | Target::Command(_));
         let opened = open_events(sources, &attrs, &tasks, inherit, options.ring_pages);
-        let (events, rings, by_id) = match opened {
+        let (events, rings, by_id, ring_fds) = match opened {
             Ok(opened) => opened,
             Err(e) => {
                 // The command never runs when its tracing cannot be set up.
@@ -552,6 +568,7 @@ impl Session {
         Ok(Session {
             _events: events,
             rings,
+            ring_fds,
             by_id,
             parse_infos,
             formats,
@@ -569,7 +586,13 @@ impl Session {
                 lost: 0,
             },
             notes,
+            tally: Default::default(),
         })
+    }
+
+    /// Its counts of samples seen and lost, which outlive it.
+    pub fn tally(&self) -> std::sync::Arc<Tally> {
+        self.tally.clone()
     }
 
     /// The format of source `index` (a tracepoint).
@@ -615,6 +638,7 @@ impl Session {
             });
         }
         self.context.lost += lost;
+        self.tally.lost.fetch_add(lost, Ordering::Relaxed);
         records.sort_by_key(Record::time_ns);
         records
     }
@@ -631,6 +655,31 @@ impl Session {
             return false;
         }
         true
+    }
+
+    /// Waits until a ring reaches its wake-up mark or `timeout` passes.
+    fn wait_for_records(&self, timeout: Duration) {
+        let mut fds: Vec<libc::pollfd> = self
+            .ring_fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures for the call.
+        let ready = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout.as_millis() as libc::c_int,
+            )
+        };
+        // A ring whose event has ended (the command exited) polls as hung up at once.
+        if ready > 0 && fds.iter().all(|f| f.revents & libc::POLLIN == 0) {
+            std::thread::sleep(timeout);
+        }
     }
 
     /// Hands every record to `each` until Ctrl-C or SIGTERM raise `stop`, `duration` passes or
@@ -653,12 +702,24 @@ impl Session {
                 || duration.is_some_and(|d| started.elapsed() >= d)
                 || status.is_some()
                 || self.all_named_exited();
-            for record in self.drain() {
+            let mut pending: std::collections::VecDeque<Record> = self.drain().into();
+            let mut handled = 0usize;
+            while let Some(record) = pending.pop_front() {
+                handled += 1;
+                // Handling a sample (unwinding its stack) is slower than the kernel writes
+                // them: the rings are emptied between handlings so that a burst does not
+                // overflow them while earlier records are handled.
+                if handled.is_multiple_of(DRAIN_EVERY) {
+                    pending.extend(self.drain());
+                }
                 self.context.observe(&record);
                 if let Record::Sample(sample) = &record
                     && !self.wanted(sample)
                 {
                     continue;
+                }
+                if matches!(record, Record::Sample(_)) {
+                    self.tally.seen.fetch_add(1, Ordering::Relaxed);
                 }
                 each(&self.context, record);
             }
@@ -678,7 +739,7 @@ impl Session {
                 status = Some(exit);
                 continue;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            self.wait_for_records(Duration::from_millis(10));
         }
         if status.is_none()
             && let Some(pid) = self.child
@@ -690,8 +751,14 @@ impl Session {
     }
 }
 
-/// Open events, their rings (one per CPU), and the source of each event id.
-type Opened = (Vec<PerfEvent>, Vec<RingBuffer>, HashMap<u64, usize>);
+/// Open events, their rings (one per CPU), the source of each event id, and the file of each
+/// ring's event.
+type Opened = (
+    Vec<PerfEvent>,
+    Vec<RingBuffer>,
+    HashMap<u64, usize>,
+    Vec<std::os::fd::RawFd>,
+);
 
 /// The events of every source for every task on every CPU, enabled, one ring per CPU.
 fn open_events(
@@ -705,11 +772,16 @@ fn open_events(
     let mut events = Vec::new();
     let mut rings = Vec::new();
     let mut by_id = HashMap::new();
+    let mut ring_fds = Vec::new();
     for &cpu in &cpus {
         let mut leader: Option<usize> = None;
         for (index, attr) in attrs.iter().enumerate() {
             let mut attr = *attr;
             attr.set_inherit(u64::from(inherit));
+            // The reader is woken when a quarter of the ring is used, not only at its poll
+            // interval: a burst of samples with stack copies fills a ring in milliseconds.
+            attr.set_watermark(1);
+            attr.__bindgen_anon_2.wakeup_watermark = (ring_pages * 4096 / 4) as u32;
             for &(pid, flags) in tasks {
                 let event = match PerfEvent::open_with_flags(&attr, pid, cpu, flags) {
                     Ok(event) => event,
@@ -731,6 +803,7 @@ fn open_events(
                             RingBuffer::map(&event, ring_pages)
                                 .map_err(Error::kernel("mapping a ring buffer"))?,
                         );
+                        ring_fds.push(event.fd().as_raw_fd());
                         leader = Some(events.len());
                     }
                 }
@@ -742,7 +815,7 @@ fn open_events(
     for event in &events {
         event.enable().map_err(Error::kernel("enabling events"))?;
     }
-    Ok((events, rings, by_id))
+    Ok((events, rings, by_id, ring_fds))
 }
 
 /// Parses one ring record. Samples carry their event id first (`PERF_SAMPLE_IDENTIFIER`),

@@ -22,10 +22,10 @@ use crate::unwound::Processes;
 
 /// Bytes of user stack copied per event: enough for deep stacks, small enough for the ring
 /// to hold a burst of faults.
-const STACK_BYTES: u32 = 16 * 1024;
+pub(crate) const STACK_BYTES: u32 = 16 * 1024;
 
 /// Ring buffer pages per CPU (16 MiB): a thousand samples with their stacks.
-const RING_PAGES: usize = 4096;
+pub(crate) const RING_PAGES: usize = 4096;
 
 /// What a user-space count is given.
 pub struct StackCountSpec {

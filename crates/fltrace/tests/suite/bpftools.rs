@@ -834,3 +834,84 @@ fn system_wide_stacks_of_an_exited_program_are_named() {
         deep[0]
     );
 }
+
+/// A burst of 1,000 brk calls at one line: `brkstack` counts every one at that line, and the
+/// 3 at the other line, as `count syscalls:sys_enter_brk --by ustack` does (it kept 63 of a
+/// burst when its ring held 63 stack copies), and says nothing was lost.
+#[test]
+fn brkstack_counts_every_call_of_a_burst() {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let out = output_within(
+        dir.fltrace()
+            .args(["brkstack", "--format", "json", "--", &tools, "brk", "1000"]),
+        LIMIT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let at = |site_name: &str| -> u64 {
+        rows.iter()
+            .filter(|r| {
+                r["stack"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("main@") && s.contains(&at_line(site_name)))
+            })
+            .map(|r| r["count"].as_u64().expect("a count"))
+            .sum()
+    };
+    assert_eq!(at("brk"), 1000, "{text}\n{stderr}");
+    assert_eq!(at("brk_other"), 3, "{text}");
+    assert!(!text.contains("\"lost\""), "{text}");
+}
+
+/// Every tracepoint of a wildcard on a row of its own name, with its own count: entries and
+/// exits of brk are the 1,000 calls of the burst more than the calls of a run with none
+/// (the C library's and the 3 decoys), each exactly.
+#[test]
+fn count_by_probe_names_each_tracepoint_of_a_wildcard() {
+    let base = count(BRK, &["--by", "none"], &["brk", "0"]);
+    let base = base[0]["count"].as_u64().expect("a count");
+    let rows = count("syscalls:sys_*_brk", &["--by", "probe"], &["brk", "1000"]);
+    let mut named: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["probe"].as_str().expect("a probe").to_owned(),
+                r["count"].as_u64().expect("a count"),
+            )
+        })
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            ("tracepoint:syscalls:sys_enter_brk".to_owned(), base + 1000),
+            ("tracepoint:syscalls:sys_exit_brk".to_owned(), base + 1000),
+        ],
+        "{rows:?}"
+    );
+
+    // Tracepoints of another group, which share no field that tells them apart: a kernel
+    // event of each provoked here (a page allocation and its freeing).
+    let rows = count(
+        "kmem:mm_page_*",
+        &["--by", "probe", "--comm", "memtools"],
+        &["touch", "64"],
+    );
+    assert!(
+        rows.iter().all(|r| r["probe"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("tracepoint:kmem:mm_page_"))),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r["probe"] == "tracepoint:kmem:mm_page_alloc"),
+        "{rows:?}"
+    );
+}
