@@ -38,6 +38,7 @@ static u64 (*bpf_get_current_cgroup_id)(void) = (void *)80;
 static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
 static u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
+static long (*bpf_get_stack)(void *ctx, void *buf, u32 size, u64 flags) = (void *)67;
 
 #define MAX_STACK_DEPTH 127
 #define SLOTS 8
@@ -70,7 +71,7 @@ enum { OP_EQ = 1, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND };
 enum { SIZE_FIELD = 0, SIZE_PAGES_ORDER = 1 };
 
 // Totals kept per CPU (index into `totals`).
-enum { TOTAL_EVENTS = 0, TOTAL_DROPPED = 1, TOTAL_STACK_ERRORS = 2, TOTAL_ALLOCS = 3, TOTAL_FREES = 4 };
+enum { TOTAL_EVENTS = 0, TOTAL_DROPPED = 1, TOTAL_STACK_ERRORS = 2, TOTAL_ALLOCS = 3, TOTAL_FREES = 4, TOTAL_USTACKS_LOST = 5 };
 
 struct config {
 	u32 key_flags;
@@ -139,6 +140,42 @@ struct {
 	__uint(key_size, sizeof(u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(u64));
 } stacks SEC(".maps");
+
+// The counts' user stacks, by their frames: a stack trace map keeps one stack per hash
+// bucket and refuses (-EEXIST) every later stack whose hash falls in a taken bucket, which
+// left the busiest stacks of a machine blank after about a thousand distinct ones. Here a
+// stack gets a number of its own until the table is full, and the stacks refused then are
+// counted (TOTAL_USTACKS_LOST). Allocated as used (BPF_F_NO_PREALLOC).
+#define MAX_USTACKS 65536
+#define BPF_F_NO_PREALLOC (1U << 0)
+
+struct ustack {
+	u64 ip[MAX_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_USTACKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ustack);
+	__type(value, u32);
+} ustack_ids SEC(".maps");
+
+// The frames being looked up, per CPU (too large for the BPF stack).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ustack);
+} ustack_scratch SEC(".maps");
+
+// The next user stack number.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} ustack_next SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -264,6 +301,37 @@ static __always_inline void announce(struct config *c, u32 tgid)
 		bpf_ringbuf_output(&announcements, &tgid, sizeof(tgid), 0);
 }
 
+// The number of the current user stack in `ustack_ids`, or a negative error: -7 (E2BIG)
+// when the table is full.
+static __always_inline s32 user_stack_id(void *ctx)
+{
+	u32 zero = 0;
+	struct ustack *s = bpf_map_lookup_elem(&ustack_scratch, &zero);
+	if (!s)
+		return -1;
+	for (int i = 0; i < MAX_STACK_DEPTH; i++)
+		s->ip[i] = 0;
+	long n = bpf_get_stack(ctx, s->ip, sizeof(s->ip), BPF_F_USER_STACK);
+	if (n <= 0)
+		return n < 0 ? n : -14;
+	u32 *id = bpf_map_lookup_elem(&ustack_ids, s);
+	if (id)
+		return *id;
+	u64 *next = bpf_map_lookup_elem(&ustack_next, &zero);
+	if (!next)
+		return -1;
+	u64 fresh = __sync_fetch_and_add(next, 1);
+	if (fresh >= MAX_USTACKS)
+		return -7;
+	u32 fresh32 = fresh;
+	if (bpf_map_update_elem(&ustack_ids, s, &fresh32, BPF_NOEXIST)) {
+		// Another CPU numbered it first (or the table is full).
+		id = bpf_map_lookup_elem(&ustack_ids, s);
+		return id ? *id : -7;
+	}
+	return fresh32;
+}
+
 // Counts one event of slot `slot`; `fields` says whether ctx holds readable raw fields.
 static __always_inline int count_event(void *ctx, u32 slot, int fields)
 {
@@ -290,8 +358,10 @@ static __always_inline int count_event(void *ctx, u32 slot, int fields)
 	k.ustack = -1;
 	k.kstack = -1;
 	if (c->key_flags & KEY_USTACK) {
-		k.ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-		if (k.ustack < 0)
+		k.ustack = user_stack_id(ctx);
+		if (k.ustack == -7)
+			add_total(TOTAL_USTACKS_LOST);
+		else if (k.ustack < 0)
 			add_total(TOTAL_STACK_ERRORS);
 		announce(c, tgid);
 	}

@@ -192,6 +192,9 @@ pub struct Snapshot {
     pub dropped: u64,
     /// Stacks the kernel could not take.
     pub stack_errors: u64,
+    /// Events counted without their user stack because the stack table was full
+    /// (`[no stack]` rows hold them).
+    pub ustacks_lost: u64,
     /// Since the counter started.
     pub elapsed: Duration,
 }
@@ -274,6 +277,22 @@ pub(crate) fn totals(ebpf: &Ebpf, which: u32) -> u64 {
         .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
         .and_then(|a| a.get(&which, 0).ok())
         .map_or(0, |values| values.iter().sum())
+}
+
+/// The numbered user stacks of the counts (`ustack_ids`), by number.
+fn user_stacks(ebpf: &Ebpf) -> Result<HashMap<u32, Vec<u64>>, Error> {
+    let map = ebpf
+        .map("ustack_ids")
+        .ok_or_else(|| Error::Unsupported("the BPF object has no ustack_ids map".into()))?;
+    let ids: BpfHashMap<_, object::UStack, u32> =
+        BpfHashMap::try_from(map).map_err(Error::map("ustack_ids"))?;
+    let mut stacks = HashMap::new();
+    for entry in ids.iter() {
+        let (stack, id) = entry.map_err(Error::map("ustack_ids"))?;
+        let frames = stack.ip.iter().copied().take_while(|&ip| ip != 0).collect();
+        stacks.insert(id, frames);
+    }
+    Ok(stacks)
 }
 
 pub(crate) fn stack_frames(ebpf: &Ebpf, id: i32) -> Option<Vec<u64>> {
@@ -390,8 +409,13 @@ impl Counter {
         // Names of the user stacks, per process.
         let mut ustacks: HashMap<u32, Vec<(u32, Vec<u64>)>> = HashMap::new();
         if wants(&By::UStack) {
+            let numbered = user_stacks(&self.ebpf)?;
             for (key, _) in &entries {
-                if let Some(frames) = stack_frames(&self.ebpf, key.ustack) {
+                if let Some(frames) = u32::try_from(key.ustack)
+                    .ok()
+                    .and_then(|id| numbered.get(&id))
+                    .cloned()
+                {
                     let list = ustacks.entry(key.tgid).or_default();
                     if !list.iter().any(|(id, _)| *id == key.ustack as u32) {
                         list.push((key.ustack as u32, frames));
@@ -465,6 +489,7 @@ impl Counter {
             events: object_total(&self.ebpf, object::TOTAL_EVENTS),
             dropped: object_total(&self.ebpf, object::TOTAL_DROPPED),
             stack_errors: object_total(&self.ebpf, object::TOTAL_STACK_ERRORS),
+            ustacks_lost: object_total(&self.ebpf, object::TOTAL_USTACKS_LOST),
             elapsed: self.started.elapsed(),
         })
     }

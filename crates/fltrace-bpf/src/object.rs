@@ -26,6 +26,7 @@ pub(crate) const SIZE_PAGES_ORDER: u32 = 1;
 pub(crate) const TOTAL_EVENTS: u32 = 0;
 pub(crate) const TOTAL_DROPPED: u32 = 1;
 pub(crate) const TOTAL_STACK_ERRORS: u32 = 2;
+pub(crate) const TOTAL_USTACKS_LOST: u32 = 5;
 
 /// The slot of the user allocator probes' configuration.
 pub(crate) const USER_ALLOC_SLOT: u32 = 7;
@@ -68,6 +69,13 @@ pub(crate) struct Key {
     pub comm: [u8; 16],
 }
 
+/// `struct ustack`: a user stack's frames, innermost first, zeros after the last.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UStack {
+    pub ip: [u64; 127],
+}
+
 /// `struct alloc`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -85,6 +93,8 @@ unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for Key {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Alloc {}
+// SAFETY: as above.
+unsafe impl aya::Pod for UStack {}
 
 /// Loads the object (its maps are created; programs are loaded when attached).
 pub(crate) fn load() -> Result<Ebpf, Error> {

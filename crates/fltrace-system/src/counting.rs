@@ -67,12 +67,20 @@ pub struct Counted {
     pub lost: u64,
     /// Events not counted because the kernel's table was full (in-kernel counts).
     pub dropped: u64,
+    /// Events counted without their user stack because the kernel's stack table was full
+    /// (in-kernel counts).
+    pub stacks_lost: u64,
 }
 
 impl Counted {
     /// Events per second.
     pub fn rate(&self) -> f64 {
         self.events as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether anything was lost: samples, events or user stacks.
+    pub fn lost_any(&self) -> bool {
+        self.lost + self.dropped + self.stacks_lost > 0
     }
 
     /// The `top` most counted groups (all of them when there are fewer).
@@ -134,11 +142,12 @@ impl Remarks {
             String::new()
         };
         Some(format!(
-            "{} {what} in {:.1} s{rate}{}{}",
+            "{} {what} in {:.1} s{rate}{}{}{}",
             counted.events,
             counted.elapsed.as_secs_f64(),
             fltrace_bpf::output::table_full_note(counted.dropped),
-            fltrace_bpf::output::ring_full_note(counted.lost)
+            fltrace_bpf::output::ring_full_note(counted.lost),
+            fltrace_bpf::output::stack_table_full_note(counted.stacks_lost)
         ))
     }
 }
@@ -240,6 +249,7 @@ impl Count {
                     elapsed: counts.elapsed,
                     lost: counts.lost,
                     dropped: 0,
+                    stacks_lost: 0,
                 })
             }
             Count::InKernel(counter, watch) => {
@@ -259,6 +269,7 @@ impl Count {
                     elapsed: snapshot.elapsed,
                     lost: 0,
                     dropped: snapshot.dropped,
+                    stacks_lost: snapshot.ustacks_lost,
                 })
             }
         }
@@ -328,6 +339,7 @@ mod tests {
             elapsed: Duration::from_millis(millis),
             lost,
             dropped,
+            stacks_lost: 0,
         }
     }
 

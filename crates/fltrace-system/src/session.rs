@@ -345,6 +345,8 @@ pub struct Session {
     /// space...).
     pub notes: Vec<String>,
     tally: std::sync::Arc<Tally>,
+    /// Samples read from the rings, wanted or not.
+    received: u64,
 }
 
 /// Samples a session handed on and records the kernel could not write, readable after the
@@ -587,6 +589,7 @@ impl Session {
             },
             notes,
             tally: Default::default(),
+            received: 0,
         })
     }
 
@@ -618,6 +621,7 @@ impl Session {
     fn drain(&mut self) -> Vec<Record> {
         let mut records = Vec::new();
         let mut lost = 0;
+        let mut received = 0;
         for ring in &mut self.rings {
             ring.drain(|raw| {
                 const PERF_RECORD_LOST: u32 = 2;
@@ -629,6 +633,9 @@ impl Session {
                         .map_or(0, u64::from_ne_bytes);
                     return;
                 }
+                if raw.kind == linux_perf_event_reader::constants::PERF_RECORD_SAMPLE {
+                    received += 1;
+                }
                 let data = raw.data.as_slice();
                 if let Some(record) =
                     parse_record(raw.kind, raw.misc, &data, &self.by_id, &self.parse_infos)
@@ -638,6 +645,7 @@ impl Session {
             });
         }
         self.context.lost += lost;
+        self.received += received;
         self.tally.lost.fetch_add(lost, Ordering::Relaxed);
         records.sort_by_key(Record::time_ns);
         records
@@ -655,6 +663,33 @@ impl Session {
             return false;
         }
         true
+    }
+
+    /// Adds to the losses the samples the kernel dropped without a record saying so: it writes
+    /// its `LOST` record only at the next sample that fits, so the losses of a ring that
+    /// filled at the end are never written. The events' own counters (one per sample, lost
+    /// or not) give the samples there were.
+    fn count_unreported_losses(&mut self) {
+        let mut occurred = 0u64;
+        for event in &self._events {
+            let mut value = 0u64;
+            // SAFETY: reads 8 bytes into `value` from an open perf event (read_format 0:
+            // the counter's value alone).
+            let n = unsafe {
+                libc::read(
+                    event.fd().as_raw_fd(),
+                    (&mut value as *mut u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+            if n != 8 {
+                return;
+            }
+            occurred += value;
+        }
+        let unreported = occurred.saturating_sub(self.received + self.context.lost);
+        self.context.lost += unreported;
+        self.tally.lost.fetch_add(unreported, Ordering::Relaxed);
     }
 
     /// Waits until a ring reaches its wake-up mark or `timeout` passes.
@@ -702,6 +737,14 @@ impl Session {
                 || duration.is_some_and(|d| started.elapsed() >= d)
                 || status.is_some()
                 || self.all_named_exited();
+            if last {
+                // Nothing more is written, so that the final reading and the events'
+                // counters agree (see count_unreported_losses).
+                for event in &self._events {
+                    // SAFETY: an ioctl without arguments on an open perf event.
+                    unsafe { perf_event_open_sys::ioctls::DISABLE(event.fd().as_raw_fd(), 0) };
+                }
+            }
             let mut pending: std::collections::VecDeque<Record> = self.drain().into();
             let mut handled = 0usize;
             while let Some(record) = pending.pop_front() {
@@ -747,6 +790,7 @@ impl Session {
             // Stopped early: the command is left to finish, as `fltrace wss` does.
             status = wait(pid, 0);
         }
+        self.count_unreported_losses();
         Ok(status)
     }
 }

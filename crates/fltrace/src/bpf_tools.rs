@@ -202,10 +202,22 @@ fn report(
         common.format.into(),
         common.folded,
     )?;
-    if let Some(line) = remarks.summary(&counted) {
-        eprintln!("fltrace: {line}");
+    match remarks.summary(&counted) {
+        Some(line) => eprintln!("fltrace: {line}"),
+        // CSV, JSON and folded stacks keep stdout clean: what was lost is said here.
+        None if counted.lost_any() => eprintln!(
+            "fltrace: {} events{}{}{}",
+            counted.events,
+            output::table_full_note(counted.dropped),
+            output::ring_full_note(counted.lost),
+            output::stack_table_full_note(counted.stacks_lost)
+        ),
+        None => {}
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(fltrace_system::exit_status(
+        0,
+        u64::from(counted.lost_any()),
+    )))
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {

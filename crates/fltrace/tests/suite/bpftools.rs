@@ -915,3 +915,126 @@ fn count_by_probe_names_each_tracepoint_of_a_wildcard() {
         "{rows:?}"
     );
 }
+
+/// 5,000 faults, each under a call stack of its own, counted system-wide (in the kernel, by
+/// frame-pointer stacks): every fault is on a row of its own stack, or the loss line counts
+/// those that are not. A stack trace map refused every stack whose hash fell in a taken
+/// bucket (hundreds of these), silently.
+#[test]
+fn system_wide_faults_keep_five_thousand_distinct_stacks() {
+    let dir = Dir::new();
+    let mut fltrace = dir
+        .fltrace()
+        .args([
+            "faults", "--comm", "memtools", "--format", "json", "--top", "1000000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    while !said.contains("counting") {
+        said.clear();
+        assert!(
+            stderr.read_line(&mut said).expect("read") > 0,
+            "ended early"
+        );
+    }
+    let status = Command::new(memtools())
+        .args(["stacks", "5000"])
+        .status()
+        .expect("runs");
+    assert!(status.success());
+    let killed = Command::new("kill")
+        .args(["-INT", &fltrace.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let mut out = String::new();
+    std::io::Read::read_to_string(fltrace.stdout.as_mut().expect("stdout"), &mut out)
+        .expect("read");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read");
+    let exit = fltrace.wait().expect("wait");
+    let rows: Value = serde_json::from_str(&out).expect("JSON");
+    let leaf_rows: Vec<u64> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("stacks")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .collect();
+    // "N user stacks not kept: the stack table was full", when any was not.
+    let not_kept: u64 = rest
+        .split(" user stacks not kept")
+        .next()
+        .filter(|_| rest.contains(" user stacks not kept"))
+        .and_then(|head| head.rsplit(['(', ' ']).next())
+        .map_or(0, |n| n.parse().expect("a number"));
+    assert!(leaf_rows.iter().all(|&c| c == 1), "{leaf_rows:?}");
+    assert_eq!(leaf_rows.len() as u64 + not_kept, 5000, "{rest}");
+    assert_eq!(
+        exit.code(),
+        Some(if not_kept > 0 { 3 } else { 0 }),
+        "{rest}"
+    );
+}
+
+/// 524,288 faults of a command, counted with DWARF stacks: the rows at the touching line hold
+/// them all, or what the ring lost is said (the loss line) and makes up the difference, and the
+/// exit status is 3 (it said nothing of the 40-80% it lost).
+#[test]
+fn faults_of_a_command_are_all_counted_or_their_loss_said() {
+    const PAGES: u64 = 512 * 1024;
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let pages = PAGES.to_string();
+    let out = output_within(
+        dir.fltrace().args([
+            "faults", "--format", "json", "--top", "100000", "--", &tools, "touch", &pages,
+        ]),
+        LIMIT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let at_touch: u64 = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("touch")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .sum();
+    let lost: u64 = stderr
+        .split(" samples lost")
+        .next()
+        .filter(|_| stderr.contains(" samples lost"))
+        .and_then(|head| head.rsplit(['(', ' ']).next())
+        .map_or(0, |n| n.parse().expect("a number"));
+    let others: u64 = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["count"].as_u64())
+        .sum::<u64>()
+        - at_touch;
+    assert!(at_touch <= PAGES, "{at_touch}");
+    // What was lost is the touches missing, and at most the few faults of its start besides.
+    assert!(
+        at_touch + lost >= PAGES && at_touch + lost <= PAGES + others + 100,
+        "{at_touch} at the line, {lost} lost: {stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(if lost > 0 { 3 } else { 0 }),
+        "{stderr}"
+    );
+}
