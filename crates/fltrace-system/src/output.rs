@@ -189,6 +189,21 @@ impl<W: Write> Printer<W> {
         }
     }
 
+    /// Ends the output with events read but not judged (`what`, `why`), when there were: a
+    /// table's line, a JSON object `{"unseen":..,"why":..}`; CSV leaves it to stderr.
+    pub fn unseen(&mut self, unseen: u64, what: &str, why: &str) -> Result<(), Error> {
+        if unseen == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Table => self.line(&format!("{unseen} {what}: {why}")),
+            Format::Json => {
+                self.line(&serde_json::json!({ "unseen": unseen, "why": why }).to_string())
+            }
+            Format::Csv => Ok(()),
+        }
+    }
+
     /// Prints a line as it is (tables' free-form lines).
     pub fn line(&mut self, line: &str) -> Result<(), Error> {
         writeln!(self.out, "{line}").map_err(Error::Output)?;

@@ -357,6 +357,8 @@ pub struct Tally {
     pub seen: std::sync::atomic::AtomicU64,
     /// Records lost because a ring was full.
     pub lost: std::sync::atomic::AtomicU64,
+    /// Events read but which the tool could not judge (a hfaults fault whose process ended).
+    pub unseen: std::sync::atomic::AtomicU64,
 }
 
 fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -> perf_event_attr {
@@ -591,6 +593,11 @@ impl Session {
             tally: Default::default(),
             received: 0,
         })
+    }
+
+    /// Counts `n` events the tool could not judge, for the exit status.
+    pub fn add_unseen(&self, n: u64) {
+        self.tally.unseen.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Its counts of samples seen and lost, which outlive it.

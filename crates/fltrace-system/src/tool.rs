@@ -167,6 +167,7 @@ impl OpenTool {
             status,
             seen: tally.seen.load(Ordering::Relaxed),
             lost: tally.lost.load(Ordering::Relaxed),
+            unseen: tally.unseen.load(Ordering::Relaxed),
         };
         printer.loss(finished.seen, finished.lost, RING_FULL)?;
         Ok(finished)
@@ -199,6 +200,8 @@ pub struct Finished {
     pub seen: u64,
     /// Samples the kernel could not write (the ring was full).
     pub lost: u64,
+    /// Events the tool read but could not judge (hfaults: the process had ended).
+    pub unseen: u64,
 }
 
 #[cfg(test)]

@@ -148,8 +148,15 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
             fltrace_system::RING_FULL
         );
     }
+    if finished.unseen > 0 && format == Format::Csv {
+        eprintln!(
+            "fltrace: {} events not judged: {}",
+            finished.unseen,
+            fltrace_system::hfaults::UNCLASSIFIED
+        );
+    }
     Ok(ExitCode::from(fltrace_system::exit_status(
         fltrace_capture::shell_status(finished.status),
-        finished.lost,
+        finished.lost + finished.unseen,
     )))
 }
