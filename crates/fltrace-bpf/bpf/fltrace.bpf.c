@@ -141,15 +141,16 @@ struct {
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(u64));
 } stacks SEC(".maps");
 
-// The counts' user stacks, by their frames: a stack trace map keeps one stack per hash
-// bucket and refuses (-EEXIST) every later stack whose hash falls in a taken bucket, which
-// left the busiest stacks of a machine blank after about a thousand distinct ones. Here a
-// stack gets a number of its own until the table is full, and the stacks refused then are
-// counted (TOTAL_USTACKS_LOST). Allocated as used (BPF_F_NO_PREALLOC).
+// The counts' user stacks: a stack trace map keeps one stack per hash bucket and refuses
+// (-EEXIST) every later stack whose hash falls in a taken bucket, which left the busiest stacks
+// of a machine blank after about a thousand distinct ones. Here a stack is known by a 64-bit
+// hash of its frames and gets a number of its own until the table is full; the stacks refused
+// then are counted (TOTAL_USTACKS_LOST). Allocated as used (BPF_F_NO_PREALLOC).
 #define MAX_USTACKS 65536
 #define BPF_F_NO_PREALLOC (1U << 0)
 
 struct ustack {
+	u64 len;
 	u64 ip[MAX_STACK_DEPTH];
 };
 
@@ -157,9 +158,17 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_USTACKS);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct ustack);
+	__type(key, u64);
 	__type(value, u32);
 } ustack_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_USTACKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u32);
+	__type(value, struct ustack);
+} ustack_frames SEC(".maps");
 
 // The frames being looked up, per CPU (too large for the BPF stack).
 struct {
@@ -301,20 +310,29 @@ static __always_inline void announce(struct config *c, u32 tgid)
 		bpf_ringbuf_output(&announcements, &tgid, sizeof(tgid), 0);
 }
 
-// The number of the current user stack in `ustack_ids`, or a negative error: -7 (E2BIG)
-// when the table is full.
+// The number of the current user stack, or a negative error: -7 (E2BIG) when the table is
+// full.
 static __always_inline s32 user_stack_id(void *ctx)
 {
 	u32 zero = 0;
 	struct ustack *s = bpf_map_lookup_elem(&ustack_scratch, &zero);
 	if (!s)
 		return -1;
-	for (int i = 0; i < MAX_STACK_DEPTH; i++)
-		s->ip[i] = 0;
 	long n = bpf_get_stack(ctx, s->ip, sizeof(s->ip), BPF_F_USER_STACK);
 	if (n <= 0)
 		return n < 0 ? n : -14;
-	u32 *id = bpf_map_lookup_elem(&ustack_ids, s);
+	u64 depth = (u64)n / 8;
+	s->len = depth;
+	// FNV-1a over the frames, with a final mix: 64 bits make a collision among 65,536
+	// stacks a chance of about 1 in 10^10.
+	u64 h = 14695981039346656037ULL ^ depth;
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= depth)
+			break;
+		h = (h ^ s->ip[i]) * 1099511628211ULL;
+		h ^= h >> 29;
+	}
+	u32 *id = bpf_map_lookup_elem(&ustack_ids, &h);
 	if (id)
 		return *id;
 	u64 *next = bpf_map_lookup_elem(&ustack_next, &zero);
@@ -324,9 +342,12 @@ static __always_inline s32 user_stack_id(void *ctx)
 	if (fresh >= MAX_USTACKS)
 		return -7;
 	u32 fresh32 = fresh;
-	if (bpf_map_update_elem(&ustack_ids, s, &fresh32, BPF_NOEXIST)) {
-		// Another CPU numbered it first (or the table is full).
-		id = bpf_map_lookup_elem(&ustack_ids, s);
+	if (bpf_map_update_elem(&ustack_frames, &fresh32, s, 0))
+		return -7;
+	if (bpf_map_update_elem(&ustack_ids, &h, &fresh32, BPF_NOEXIST)) {
+		// Another CPU numbered it first (its frames are under that number).
+		bpf_map_delete_elem(&ustack_frames, &fresh32);
+		id = bpf_map_lookup_elem(&ustack_ids, &h);
 		return id ? *id : -7;
 	}
 	return fresh32;

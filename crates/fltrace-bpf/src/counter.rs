@@ -279,18 +279,21 @@ pub(crate) fn totals(ebpf: &Ebpf, which: u32) -> u64 {
         .map_or(0, |values| values.iter().sum())
 }
 
-/// The numbered user stacks of the counts (`ustack_ids`), by number.
+/// The numbered user stacks of the counts (`ustack_frames`), by number.
 fn user_stacks(ebpf: &Ebpf) -> Result<HashMap<u32, Vec<u64>>, Error> {
     let map = ebpf
-        .map("ustack_ids")
-        .ok_or_else(|| Error::Unsupported("the BPF object has no ustack_ids map".into()))?;
-    let ids: BpfHashMap<_, object::UStack, u32> =
-        BpfHashMap::try_from(map).map_err(Error::map("ustack_ids"))?;
+        .map("ustack_frames")
+        .ok_or_else(|| Error::Unsupported("the BPF object has no ustack_frames map".into()))?;
+    let numbered: BpfHashMap<_, u32, object::UStack> =
+        BpfHashMap::try_from(map).map_err(Error::map("ustack_frames"))?;
     let mut stacks = HashMap::new();
-    for entry in ids.iter() {
-        let (stack, id) = entry.map_err(Error::map("ustack_ids"))?;
-        let frames = stack.ip.iter().copied().take_while(|&ip| ip != 0).collect();
-        stacks.insert(id, frames);
+    for entry in numbered.iter() {
+        let Ok((id, stack)) = entry else {
+            // Removed while read (a number another CPU gave first).
+            continue;
+        };
+        let len = (stack.len as usize).min(stack.ip.len());
+        stacks.insert(id, stack.ip[..len].to_vec());
     }
     Ok(stacks)
 }

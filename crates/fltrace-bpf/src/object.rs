@@ -69,10 +69,11 @@ pub(crate) struct Key {
     pub comm: [u8; 16],
 }
 
-/// `struct ustack`: a user stack's frames, innermost first, zeros after the last.
+/// `struct ustack`: a user stack's `len` frames, innermost first.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct UStack {
+    pub len: u64,
     pub ip: [u64; 127],
 }
 
