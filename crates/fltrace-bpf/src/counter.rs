@@ -255,6 +255,7 @@ pub(crate) fn set_config(ebpf: &mut Ebpf, slot: u32, config: Config) -> Result<(
 pub(crate) fn start_announcements(
     ebpf: &mut Ebpf,
     maps: &ProcessMaps,
+    data: bool,
 ) -> Result<Announcements, Error> {
     let map = ebpf
         .take_map("announcements")
@@ -269,7 +270,7 @@ pub(crate) fn start_announcements(
     program
         .attach("sched", "sched_process_exec")
         .map_err(Error::program("exec_forget"))?;
-    Ok(Announcements::start(ring, maps.clone()))
+    Ok(Announcements::start(ring, maps.clone(), data))
 }
 
 pub(crate) fn totals(ebpf: &Ebpf, which: u32) -> u64 {
@@ -367,7 +368,12 @@ impl Counter {
         fill_tgids(&mut ebpf, &spec.processes.tgids)?;
         let maps = ProcessMaps::default();
         let announcements = if keep_maps {
-            Some(start_announcements(&mut ebpf, &maps)?)
+            // Faults on files are named from the kernel's records of data mappings too.
+            let files = spec.events.iter().any(|e| {
+                matches!(e, Event::Tracepoint { category, name }
+                    if (category.as_str(), name.as_str()) == crate::files::FILEMAP_FAULT)
+            });
+            Some(start_announcements(&mut ebpf, &maps, files)?)
         } else {
             None
         };

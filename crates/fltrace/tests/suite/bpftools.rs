@@ -1038,3 +1038,36 @@ fn faults_of_a_command_are_all_counted_or_their_loss_said() {
         "{stderr}"
     );
 }
+
+/// System-wide, a file mapped by a program that has exited, and deleted, before the output:
+/// still named by its path (the kernel's record of the mapping), with its exact faults. It
+/// showed as `dev MAJ:MIN inode N`.
+#[test]
+fn ffaults_names_the_file_of_a_program_that_has_exited() {
+    let dir = Dir::new();
+    let file = dir.path().join("gone.bin");
+    std::fs::write(&file, vec![7u8; 24 * 4096]).expect("write the file");
+    let path = file.to_string_lossy().into_owned();
+    let fltrace = Background::start(
+        &dir,
+        &[
+            "ffaults", "--format", "json", "--comm", "memtools", "--top", "1000",
+        ],
+    );
+    let status = Command::new(memtools())
+        .args(["file", &path, "13"])
+        .status()
+        .expect("runs");
+    assert!(status.success());
+    std::fs::remove_file(&file).expect("removes the file");
+    std::thread::sleep(Duration::from_millis(200));
+    let rows = fltrace.interrupt();
+    let of_file: Vec<&Value> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["file"] == path.as_str())
+        .collect();
+    assert_eq!(of_file.len(), 1, "{rows:#?}");
+    assert_eq!(of_file[0]["count"], 13, "{rows:#?}");
+}
