@@ -249,6 +249,32 @@ fn csv_line<T: AsRef<[u8]>>(cells: impl IntoIterator<Item = T>) -> Result<String
 mod tests {
     use super::*;
 
+    /// What was lost or not judged ends a table and JSON, byte for byte; CSV and a run that
+    /// lost nothing print nothing more.
+    #[test]
+    fn losses_end_tables_and_json_lines() {
+        let ended = |format: Format, lost: u64, unseen: u64| {
+            let mut out = Vec::new();
+            let mut p = Printer::new(format, COLUMNS, &mut out);
+            p.loss(100, lost, "the ring was full").expect("prints");
+            p.unseen(unseen, "faults not classified", "gone")
+                .expect("prints");
+            String::from_utf8(out).expect("UTF-8")
+        };
+        assert_eq!(
+            ended(Format::Table, 7, 2),
+            "100 events seen, 7 lost: the ring was full\n2 faults not classified: gone\n"
+        );
+        assert_eq!(
+            ended(Format::Json, 7, 2),
+            "{\"lost\":7,\"seen\":100,\"why\":\"the ring was full\"}\n\
+             {\"unseen\":2,\"why\":\"gone\"}\n"
+        );
+        assert_eq!(ended(Format::Csv, 7, 2), "");
+        assert_eq!(ended(Format::Table, 0, 0), "");
+        assert_eq!(ended(Format::Json, 0, 0), "");
+    }
+
     const COLUMNS: &[Column] = &[
         Column::new("PID", "pid", -6),
         Column::new("LAT(ms)", "lat_ms", 8),

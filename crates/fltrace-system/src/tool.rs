@@ -208,6 +208,15 @@ pub struct Finished {
 mod tests {
     use super::*;
 
+    /// A loss makes a run that succeeded exit 3; a command's failing status is kept.
+    #[test]
+    fn losses_make_status_three_unless_the_command_failed() {
+        assert_eq!(exit_status(0, 0), 0);
+        assert_eq!(exit_status(0, 5), LOST_STATUS);
+        assert_eq!(exit_status(1, 5), 1);
+        assert_eq!(exit_status(137, 0), 137);
+    }
+
     /// The name (for errors) and the phrase of the "Tracing ...." line, tool by tool.
     #[test]
     fn each_tool_says_what_it_traces() {
