@@ -41,6 +41,12 @@ pub enum Tool {
 }
 
 impl Tool {
+    /// Whether it prints folded stacks (brkstack --folded), which have no room for a loss
+    /// line.
+    pub fn folded(self) -> bool {
+        matches!(self, Tool::Brkstack { folded: true })
+    }
+
     /// Its command name (`mmapsnoop`).
     pub fn name(self) -> &'static str {
         match self {
@@ -151,6 +157,7 @@ impl OpenTool {
         out: W,
     ) -> Result<Finished, Error> {
         let tally = self.session().tally();
+        let folded = self.tool.folded();
         let mut printer = Printer::new(format, self.tool.columns(), out);
         let p = &mut printer;
         let status = match self.opened {
@@ -169,7 +176,11 @@ impl OpenTool {
             lost: tally.lost.load(Ordering::Relaxed),
             unseen: tally.unseen.load(Ordering::Relaxed),
         };
-        printer.loss(finished.seen, finished.lost, RING_FULL)?;
+        // Folded stacks stay lines of `stack count` for flamegraph tools: the caller says the
+        // loss on stderr, as beside CSV.
+        if !folded {
+            printer.loss(finished.seen, finished.lost, RING_FULL)?;
+        }
         Ok(finished)
     }
 }

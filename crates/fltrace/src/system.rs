@@ -140,7 +140,9 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
     drop(err);
     let format: Format = args.format.into();
     let finished = open.run(&stop, args.duration, format, std::io::stdout().lock())?;
-    if finished.lost > 0 && format == Format::Csv {
+    // CSV and folded stacks have no room for it on stdout.
+    let on_stderr = format == Format::Csv || tool.folded();
+    if finished.lost > 0 && on_stderr {
         eprintln!(
             "fltrace: {} events seen, {} lost: {}",
             finished.seen,
@@ -148,7 +150,7 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
             fltrace_system::RING_FULL
         );
     }
-    if finished.unseen > 0 && format == Format::Csv {
+    if finished.unseen > 0 && on_stderr {
         eprintln!(
             "fltrace: {} events not judged: {}",
             finished.unseen,
