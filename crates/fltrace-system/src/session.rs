@@ -31,7 +31,7 @@ use crate::format::TracepointFormat;
 use crate::procfs;
 
 /// Records handled between two readings of the rings during a long batch.
-const DRAIN_EVERY: usize = 64;
+const DRAIN_EVERY: usize = 8;
 
 /// What to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
