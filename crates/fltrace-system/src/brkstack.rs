@@ -75,6 +75,7 @@ pub fn open(scope: &Scope) -> Result<BrkStack, Error> {
         },
         mappings: true,
         ring_pages: RING_PAGES,
+        sample_period: 1,
     };
     let mut session = Session::open(SOURCES, scope, options)?;
     if !dwarf {

@@ -168,6 +168,8 @@ pub struct Options {
     pub mappings: bool,
     /// Ring buffer pages per CPU (a power of two).
     pub ring_pages: usize,
+    /// One sample every this many events (1: every event).
+    pub sample_period: u64,
 }
 
 impl Default for Options {
@@ -176,6 +178,7 @@ impl Default for Options {
             stack: StackMode::None,
             mappings: false,
             ring_pages: 64,
+            sample_period: 1,
         }
     }
 }
@@ -347,6 +350,7 @@ pub struct Session {
     tally: std::sync::Arc<Tally>,
     /// Samples read from the rings, wanted or not.
     received: u64,
+    sample_period: u64,
 }
 
 /// Samples a session handed on and records the kernel could not write, readable after the
@@ -476,6 +480,7 @@ impl Session {
                 paths.push(None);
             }
             let mut attr = attr_of(source, id, paths[index].as_ref(), options.stack);
+            attr.sample_period = options.sample_period.max(1);
             if index == 0 {
                 // Side-band records come once, with the first source's events.
                 attr.set_comm(1);
@@ -592,6 +597,7 @@ impl Session {
             notes,
             tally: Default::default(),
             received: 0,
+            sample_period: options.sample_period.max(1),
         })
     }
 
@@ -692,7 +698,8 @@ impl Session {
             if n != 8 {
                 return;
             }
-            occurred += value;
+            // One sample every `sample_period` events of each event's own counter.
+            occurred += value / self.sample_period;
         }
         let unreported = occurred.saturating_sub(self.received + self.context.lost);
         self.context.lost += unreported;

@@ -1071,3 +1071,57 @@ fn ffaults_names_the_file_of_a_program_that_has_exited() {
     assert_eq!(of_file.len(), 1, "{rows:#?}");
     assert_eq!(of_file[0]["count"], 13, "{rows:#?}");
 }
+
+/// Sampling as a choice: 1 fault in 16 of a command's 524,288, counts scaled by 16 and said to
+/// be estimates; the ring keeps up, so the line's count is within a few samples of the truth.
+/// System-wide counts count every event: `--sample` there is refused in one line.
+#[test]
+fn faults_sampled_are_scaled_and_said_so() {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let out = output_within(
+        dir.fltrace().args([
+            "faults", "--sample", "16", "--format", "json", "--", &tools, "touch", "524288",
+        ]),
+        LIMIT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(sampled 1 in 16: every count is 16 x its samples, an estimate)"),
+        "{stderr}"
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let counts: Vec<u64> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("touch")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .collect();
+    assert!(counts.iter().all(|c| c % 16 == 0), "{counts:?}");
+    let at_touch: u64 = counts.iter().sum();
+    if out.status.code() == Some(0) {
+        // The first sample falls where the period's count does: a few faults of the start.
+        assert!(at_touch.abs_diff(524_288) <= 16 * 4, "{at_touch}: {stderr}");
+    } else {
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(stderr.contains("samples lost"), "{stderr}");
+    }
+
+    let refused = output_within(
+        dir.fltrace()
+            .args(["faults", "--sample", "16", "--duration", "1s"]),
+        LIMIT,
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim(),
+        "fltrace: --sample 16: sampling applies to counts with the user stacks of named \
+         processes (-p or a command, by ustack), with a period of 1 or more; the others count \
+         every event in the kernel"
+    );
+}
