@@ -5,7 +5,9 @@
 # `software:page-faults:1 { @[ustack, comm] = count(); }`, alternating, ROUNDS times each.
 # Each tracer is started first and the workload timed alone while it counts. Prints the
 # slowdown of each (ratio of medians), the faults each counted for the workload, and how
-# many of those faults have a user stack reaching main.
+# many of those faults have a user stack reaching main, and what each said it lost (fltrace:
+# the loss line on stderr; bpftrace: its "Lost N events"). `dwarf` is the command mode,
+# `fltrace faults -- touch ...` (DWARF stacks in user space), timed as a whole run.
 # usage: bench/system.sh [MiB=512] [rounds-of-touch=4] [ROUNDS=3]
 # FLTRACE=path/to/fltrace uses that binary instead of building the release one.
 set -euo pipefail
@@ -37,7 +39,15 @@ stop() { kill -INT "$tracer"; wait "$tracer" || true; }
 
 declare -A times
 for ((r = 0; r < rounds; r++)); do
-    for tool in untraced faults count bpftrace; do
+    for tool in untraced faults count bpftrace dwarf; do
+        if [[ $tool == dwarf ]]; then
+            t0=$(now)
+            "$fltrace" faults --format json --top 100000 -- "$work/touch" "$mib" "$passes" \
+                >"$work/dwarf.out" 2>"$work/dwarf.err" || true
+            t1=$(now)
+            times[$tool]+="$(echo "$t1 - $t0" | bc) "
+            continue
+        fi
         case $tool in
             untraced) tracer= ;;
             faults) start faults counting "$fltrace" faults --format json --top 100000 ;;
@@ -54,17 +64,25 @@ done
 
 base=$(echo ${times[untraced]} | tr ' ' '\n' | median)
 expected=$((mib * 256 * passes))
-printf '%-10s %10s %9s %14s %22s\n' tool median_s slowdown touch_faults faults_with_main
-for tool in untraced faults count bpftrace; do
+printf '%-10s %10s %9s %14s %22s %10s\n' tool median_s slowdown touch_faults faults_with_main lost
+# The losses a run said (the last round's): fltrace's loss line, bpftrace's "Lost N events".
+lost_of() {
+    python3 -c 'import re,sys
+text=open(sys.argv[1]).read()
+n=sum(int(x) for x in re.findall(r"(\d+) (?:samples lost|not counted|user stacks not kept)", text))
+n+=sum(int(x) for x in re.findall(r"Lost (\d+) events", text))
+print(n)' "$1"
+}
+for tool in untraced faults count bpftrace dwarf; do
     m=$(echo ${times[$tool]} | tr ' ' '\n' | median)
     case $tool in
         untraced) counted=$expected; complete=- ;;
-        faults)
+        faults | dwarf)
             read -r counted complete < <(python3 -c 'import json,sys
 rows=[r for r in json.load(open(sys.argv[1])) if r["comm"]=="touch"]
 n=sum(r["count"] for r in rows)
 m=sum(r["count"] for r in rows if any(f.startswith("main ") for f in r["ustack"] or []))
-print(n, m)' "$work/faults.out") ;;
+print(n, m)' "$work/$tool.out") ;;
         count)
             counted=$(python3 -c 'import json,sys
 print(sum(r["count"] for r in json.load(open(sys.argv[1])) if r["comm"]=="touch"))' "$work/count.out")
@@ -77,6 +95,9 @@ for key, count in re.findall(r"@\[(.*?)\]: (\d+)", text, re.S):
     n+=int(count); m+=int(count) if re.search(r"\bmain\+", key) else 0
 print(n, m)' "$work/bpftrace.out") ;;
     esac
-    printf '%-10s %10.3f %8.2fx %14s %22s\n' "$tool" "$m" "$(echo "$m / $base" | bc -l)" "$counted" "$complete"
+    lost=-
+    [[ $tool != untraced ]] && lost=$(lost_of "$work/$tool.err")
+    [[ $tool == bpftrace ]] && lost=$(( $(lost_of "$work/bpftrace.err") + $(lost_of "$work/bpftrace.out") ))
+    printf '%-10s %10.3f %8.2fx %14s %22s %10s\n' "$tool" "$m" "$(echo "$m / $base" | bc -l)" "$counted" "$complete" "$lost"
 done
 echo "expected faults of touch: $expected"

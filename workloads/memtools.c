@@ -6,6 +6,8 @@
 // `wait` (touch) prints "ready" and ends at EOF on stdin.
 //   memtools leak M SIZE [wait] M blocks of SIZE bytes kept at the line marked leak, 100 freed ones;
 //                               with `wait`, starts on a line on stdin and ends at its EOF
+//   memtools stacks N           N first-touch faults at the line marked stacks, each under a call
+//                               stack of its own (a path of step_zero/step_one calls)
 //   memtools sockets N          N sockets kept open until stdin reaches EOF
 //   memtools spin MIB           maps, touches and unmaps MIB MiB until stdin reaches EOF
 // Modes that wait print "ready" once their events are done; the others print nothing.
@@ -32,6 +34,36 @@ static void wait_eof(void) {
 
 static void *volatile sink;
 
+// `stacks`: each fault under its own call path, from the bits of its number.
+static volatile char *stack_pages;
+static volatile long stack_touched, zeros, ones;
+
+static void __attribute__((noinline)) stack_leaf(void) {
+    stack_pages[stack_touched++ * 4096] = 1; /* SITE:stacks */
+}
+
+static void step(int depth, unsigned long bits);
+
+static void __attribute__((noinline)) step_zero(int depth, unsigned long bits) {
+    step(depth, bits);
+    zeros++;
+}
+
+static void __attribute__((noinline)) step_one(int depth, unsigned long bits) {
+    step(depth, bits);
+    ones++;
+}
+
+static void __attribute__((noinline)) step(int depth, unsigned long bits) {
+    if (depth == 0)
+        stack_leaf();
+    else if (bits & 1)
+        step_one(depth - 1, bits >> 1);
+    else
+        step_zero(depth - 1, bits >> 1);
+    __asm__ volatile("" ::: "memory");
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -42,6 +74,15 @@ int main(int argc, char **argv) {
             raw_brk(12345); /* SITE:brk */
         for (int i = 0; i < 3; i++)
             raw_brk(54321); /* SITE:brk_other */
+    } else if (!strcmp(mode, "stacks")) {
+        stack_pages = mmap(0, n * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (stack_pages == MAP_FAILED)
+            return 1;
+        int depth = 0;
+        while ((1L << depth) < n)
+            depth++;
+        for (long i = 0; i < n; i++)
+            step(depth, (unsigned long)i);
     } else if (!strcmp(mode, "touch")) {
         volatile char *p = mmap(0, n * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)

@@ -37,6 +37,8 @@ static long (*bpf_get_stackid)(void *ctx, void *map, u64 flags) = (void *)27;
 static u64 (*bpf_get_current_cgroup_id)(void) = (void *)80;
 static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
+static u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
+static long (*bpf_get_stack)(void *ctx, void *buf, u32 size, u64 flags) = (void *)67;
 
 #define MAX_STACK_DEPTH 127
 #define SLOTS 8
@@ -49,6 +51,10 @@ static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags
 #define KEY_KSTACK (1 << 4)
 #define KEY_FIELD (1 << 5)
 #define KEY_FIELD2 (1 << 6)
+// The attachment's cookie (the index of the tracepoint among those counted) in `field2`: the
+// kernel overwrites the first 8 bytes of the record it hands BPF (common_type among them), so
+// the record cannot say which tracepoint of a wildcard fired.
+#define KEY_PROBE (1 << 7)
 
 // Which events are kept (config.filter_flags).
 #define FILTER_TGIDS (1 << 0)
@@ -65,7 +71,7 @@ enum { OP_EQ = 1, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND };
 enum { SIZE_FIELD = 0, SIZE_PAGES_ORDER = 1 };
 
 // Totals kept per CPU (index into `totals`).
-enum { TOTAL_EVENTS = 0, TOTAL_DROPPED = 1, TOTAL_STACK_ERRORS = 2, TOTAL_ALLOCS = 3, TOTAL_FREES = 4 };
+enum { TOTAL_EVENTS = 0, TOTAL_DROPPED = 1, TOTAL_STACK_ERRORS = 2, TOTAL_ALLOCS = 3, TOTAL_FREES = 4, TOTAL_USTACKS_LOST = 5 };
 
 struct config {
 	u32 key_flags;
@@ -134,6 +140,51 @@ struct {
 	__uint(key_size, sizeof(u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(u64));
 } stacks SEC(".maps");
+
+// The counts' user stacks: a stack trace map keeps one stack per hash bucket and refuses
+// (-EEXIST) every later stack whose hash falls in a taken bucket, which left the busiest stacks
+// of a machine blank after about a thousand distinct ones. Here a stack is known by a 64-bit
+// hash of its frames and gets a number of its own until the table is full; the stacks refused
+// then are counted (TOTAL_USTACKS_LOST). Allocated as used (BPF_F_NO_PREALLOC).
+#define MAX_USTACKS 65536
+#define BPF_F_NO_PREALLOC (1U << 0)
+
+struct ustack {
+	u64 len;
+	u64 ip[MAX_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_USTACKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u64);
+	__type(value, u32);
+} ustack_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_USTACKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u32);
+	__type(value, struct ustack);
+} ustack_frames SEC(".maps");
+
+// The frames being looked up, per CPU (too large for the BPF stack).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ustack);
+} ustack_scratch SEC(".maps");
+
+// The next user stack number.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} ustack_next SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -259,6 +310,49 @@ static __always_inline void announce(struct config *c, u32 tgid)
 		bpf_ringbuf_output(&announcements, &tgid, sizeof(tgid), 0);
 }
 
+// The number of the current user stack, or a negative error: -7 (E2BIG) when the table is
+// full.
+static __always_inline s32 user_stack_id(void *ctx)
+{
+	u32 zero = 0;
+	struct ustack *s = bpf_map_lookup_elem(&ustack_scratch, &zero);
+	if (!s)
+		return -1;
+	long n = bpf_get_stack(ctx, s->ip, sizeof(s->ip), BPF_F_USER_STACK);
+	if (n <= 0)
+		return n < 0 ? n : -14;
+	u64 depth = (u64)n / 8;
+	s->len = depth;
+	// FNV-1a over the frames, with a final mix: 64 bits make a collision among 65,536
+	// stacks a chance of about 1 in 10^10.
+	u64 h = 14695981039346656037ULL ^ depth;
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= depth)
+			break;
+		h = (h ^ s->ip[i]) * 1099511628211ULL;
+		h ^= h >> 29;
+	}
+	u32 *id = bpf_map_lookup_elem(&ustack_ids, &h);
+	if (id)
+		return *id;
+	u64 *next = bpf_map_lookup_elem(&ustack_next, &zero);
+	if (!next)
+		return -1;
+	u64 fresh = __sync_fetch_and_add(next, 1);
+	if (fresh >= MAX_USTACKS)
+		return -7;
+	u32 fresh32 = fresh;
+	if (bpf_map_update_elem(&ustack_frames, &fresh32, s, 0))
+		return -7;
+	if (bpf_map_update_elem(&ustack_ids, &h, &fresh32, BPF_NOEXIST)) {
+		// Another CPU numbered it first (its frames are under that number).
+		bpf_map_delete_elem(&ustack_frames, &fresh32);
+		id = bpf_map_lookup_elem(&ustack_ids, &h);
+		return id ? *id : -7;
+	}
+	return fresh32;
+}
+
 // Counts one event of slot `slot`; `fields` says whether ctx holds readable raw fields.
 static __always_inline int count_event(void *ctx, u32 slot, int fields)
 {
@@ -285,8 +379,10 @@ static __always_inline int count_event(void *ctx, u32 slot, int fields)
 	k.ustack = -1;
 	k.kstack = -1;
 	if (c->key_flags & KEY_USTACK) {
-		k.ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-		if (k.ustack < 0)
+		k.ustack = user_stack_id(ctx);
+		if (k.ustack == -7)
+			add_total(TOTAL_USTACKS_LOST);
+		else if (k.ustack < 0)
 			add_total(TOTAL_STACK_ERRORS);
 		announce(c, tgid);
 	}
@@ -303,6 +399,8 @@ static __always_inline int count_event(void *ctx, u32 slot, int fields)
 		if (read_int(ctx, c->field2_off, c->field2_size, 0, &k.field2))
 			return 0;
 	}
+	if (c->key_flags & KEY_PROBE)
+		k.field2 = bpf_get_attach_cookie(ctx);
 	add_total(TOTAL_EVENTS);
 	u64 *count = bpf_map_lookup_elem(&counts, &k);
 	if (count) {

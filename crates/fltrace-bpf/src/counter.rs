@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -191,6 +192,9 @@ pub struct Snapshot {
     pub dropped: u64,
     /// Stacks the kernel could not take.
     pub stack_errors: u64,
+    /// Events counted without their user stack because the stack table was full
+    /// (`[no stack]` rows hold them).
+    pub ustacks_lost: u64,
     /// Since the counter started.
     pub elapsed: Duration,
 }
@@ -203,6 +207,8 @@ pub struct Counter {
     maps: ProcessMaps,
     probe_names: HashMap<u64, String>,
     _announcements: Option<Announcements>,
+    /// The tracepoints' attachments (closing one detaches the program from it).
+    _links: Vec<CookieLink>,
 }
 
 /// The cgroup v2 id of a cgroup directory (its inode number).
@@ -249,6 +255,7 @@ pub(crate) fn set_config(ebpf: &mut Ebpf, slot: u32, config: Config) -> Result<(
 pub(crate) fn start_announcements(
     ebpf: &mut Ebpf,
     maps: &ProcessMaps,
+    data: bool,
 ) -> Result<Announcements, Error> {
     let map = ebpf
         .take_map("announcements")
@@ -263,7 +270,7 @@ pub(crate) fn start_announcements(
     program
         .attach("sched", "sched_process_exec")
         .map_err(Error::program("exec_forget"))?;
-    Ok(Announcements::start(ring, maps.clone()))
+    Ok(Announcements::start(ring, maps.clone(), data))
 }
 
 pub(crate) fn totals(ebpf: &Ebpf, which: u32) -> u64 {
@@ -271,6 +278,25 @@ pub(crate) fn totals(ebpf: &Ebpf, which: u32) -> u64 {
         .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
         .and_then(|a| a.get(&which, 0).ok())
         .map_or(0, |values| values.iter().sum())
+}
+
+/// The numbered user stacks of the counts (`ustack_frames`), by number.
+fn user_stacks(ebpf: &Ebpf) -> Result<HashMap<u32, Vec<u64>>, Error> {
+    let map = ebpf
+        .map("ustack_frames")
+        .ok_or_else(|| Error::Unsupported("the BPF object has no ustack_frames map".into()))?;
+    let numbered: BpfHashMap<_, u32, object::UStack> =
+        BpfHashMap::try_from(map).map_err(Error::map("ustack_frames"))?;
+    let mut stacks = HashMap::new();
+    for entry in numbered.iter() {
+        let Ok((id, stack)) = entry else {
+            // Removed while read (a number another CPU gave first).
+            continue;
+        };
+        let len = (stack.len as usize).min(stack.ip.len());
+        stacks.insert(id, stack.ip[..len].to_vec());
+    }
+    Ok(stacks)
 }
 
 pub(crate) fn stack_frames(ebpf: &Ebpf, id: i32) -> Option<Vec<u64>> {
@@ -290,7 +316,6 @@ impl Counter {
             .clone();
         let mut config = Config::default();
         let mut probe_names = HashMap::new();
-        let all_syscalls = all_syscall_events(&spec.events);
         for by in &spec.by {
             config.key_flags |= match by {
                 By::Comm => object::KEY_COMM,
@@ -299,35 +324,23 @@ impl Counter {
                 // Symbolizing needs the process.
                 By::UStack => object::KEY_USTACK | object::KEY_TGID,
                 By::KStack => object::KEY_KSTACK,
-                By::Probe | By::Field(_) => object::KEY_FIELD,
+                // Each tracepoint is attached with its index as cookie.
+                By::Probe => object::KEY_PROBE,
+                By::Field(_) => object::KEY_FIELD,
             };
-            let field_name = match by {
-                // The kernel hands BPF a syscall tracepoint's record with its first eight
-                // bytes (common_type among them) overwritten by the registers' address
-                // (perf_call_bpf_enter/exit): the syscall's number tells them apart instead.
-                By::Probe if all_syscalls => "__syscall_nr",
-                By::Probe => "common_type",
-                By::Field(name) => name.as_str(),
-                _ => continue,
+            if *by == By::Probe {
+                for (index, event) in spec.events.iter().enumerate() {
+                    probe_names.insert(index as u64, event.to_string());
+                }
+                continue;
+            }
+            let By::Field(field_name) = by else {
+                continue;
             };
             let field = same_field(&spec.events, field_name)?;
             config.field_off = field.offset;
             config.field_size = field.size;
             config.field_signed = field.signed.into();
-            if *by == By::Probe {
-                for event in &spec.events {
-                    if let Event::Tracepoint { category, name } = event {
-                        let key = if all_syscalls {
-                            syscall_number(name)
-                        } else {
-                            Some(tracefs::id(category, name)?)
-                        };
-                        if let Some(key) = key {
-                            probe_names.insert(key, format!("tracepoint:{category}:{name}"));
-                        }
-                    }
-                }
-            }
         }
         if let Some(name) = &spec.second_field {
             let field = same_field(&spec.events, name)?;
@@ -355,12 +368,18 @@ impl Counter {
         fill_tgids(&mut ebpf, &spec.processes.tgids)?;
         let maps = ProcessMaps::default();
         let announcements = if keep_maps {
-            Some(start_announcements(&mut ebpf, &maps)?)
+            // Faults on files are named from the kernel's records of data mappings too.
+            let files = spec.events.iter().any(|e| {
+                matches!(e, Event::Tracepoint { category, name }
+                    if (category.as_str(), name.as_str()) == crate::files::FILEMAP_FAULT)
+            });
+            Some(start_announcements(&mut ebpf, &maps, files)?)
         } else {
             None
         };
-        attach(&mut ebpf, &spec.events, &spec.processes.tgids, &first)?;
+        let links = attach(&mut ebpf, &spec.events, &spec.processes.tgids, &first)?;
         Ok(Counter {
+            _links: links,
             ebpf,
             spec,
             started: Instant::now(),
@@ -399,8 +418,13 @@ impl Counter {
         // Names of the user stacks, per process.
         let mut ustacks: HashMap<u32, Vec<(u32, Vec<u64>)>> = HashMap::new();
         if wants(&By::UStack) {
+            let numbered = user_stacks(&self.ebpf)?;
             for (key, _) in &entries {
-                if let Some(frames) = stack_frames(&self.ebpf, key.ustack) {
+                if let Some(frames) = u32::try_from(key.ustack)
+                    .ok()
+                    .and_then(|id| numbered.get(&id))
+                    .cloned()
+                {
                     let list = ustacks.entry(key.tgid).or_default();
                     if !list.iter().any(|(id, _)| *id == key.ustack as u32) {
                         list.push((key.ustack as u32, frames));
@@ -449,15 +473,9 @@ impl Counter {
                 comm: wants(&By::Comm).then(|| object::comm_string(&key.comm)),
                 probe: wants(&By::Probe).then(|| {
                     self.probe_names
-                        .get(&key.field)
+                        .get(&key.field2)
                         .cloned()
-                        .unwrap_or_else(|| {
-                            if all_syscall_events(&self.spec.events) {
-                                format!("syscall {}", key.field)
-                            } else {
-                                format!("tracepoint id {}", key.field)
-                            }
-                        })
+                        .unwrap_or_else(|| format!("probe {}", key.field2))
                 }),
                 field: by_field.then_some(key.field),
                 field2: self.spec.second_field.is_some().then_some(key.field2),
@@ -480,6 +498,7 @@ impl Counter {
             events: object_total(&self.ebpf, object::TOTAL_EVENTS),
             dropped: object_total(&self.ebpf, object::TOTAL_DROPPED),
             stack_errors: object_total(&self.ebpf, object::TOTAL_STACK_ERRORS),
+            ustacks_lost: object_total(&self.ebpf, object::TOTAL_USTACKS_LOST),
             elapsed: self.started.elapsed(),
         })
     }
@@ -512,60 +531,6 @@ impl RowKey {
             frames(&row.kstack)
         ))
     }
-}
-
-/// Whether every event is a system call tracepoint (whose records reach BPF altered).
-fn all_syscall_events(events: &[Event]) -> bool {
-    events
-        .iter()
-        .all(|e| matches!(e, Event::Tracepoint { category, .. } if category == "syscalls"))
-}
-
-/// The number of the system call a `sys_enter_NAME`/`sys_exit_NAME` tracepoint traces, for
-/// the calls of the memory chapter and the common ones (tracefs does not say it); others are
-/// shown by number.
-fn syscall_number(event: &str) -> Option<u64> {
-    let name = event
-        .strip_prefix("sys_enter_")
-        .or_else(|| event.strip_prefix("sys_exit_"))?;
-    let number = match name {
-        "brk" => libc::SYS_brk,
-        "mmap" => libc::SYS_mmap,
-        "munmap" => libc::SYS_munmap,
-        "mremap" => libc::SYS_mremap,
-        "mprotect" => libc::SYS_mprotect,
-        "madvise" => libc::SYS_madvise,
-        "process_madvise" => libc::SYS_process_madvise,
-        "mlock" => libc::SYS_mlock,
-        "mlock2" => libc::SYS_mlock2,
-        "munlock" => libc::SYS_munlock,
-        "mlockall" => libc::SYS_mlockall,
-        "munlockall" => libc::SYS_munlockall,
-        "mincore" => libc::SYS_mincore,
-        "msync" => libc::SYS_msync,
-        "mbind" => libc::SYS_mbind,
-        "set_mempolicy" => libc::SYS_set_mempolicy,
-        "get_mempolicy" => libc::SYS_get_mempolicy,
-        "migrate_pages" => libc::SYS_migrate_pages,
-        "move_pages" => libc::SYS_move_pages,
-        "remap_file_pages" => libc::SYS_remap_file_pages,
-        "memfd_create" => libc::SYS_memfd_create,
-        "userfaultfd" => libc::SYS_userfaultfd,
-        "shmget" => libc::SYS_shmget,
-        "shmat" => libc::SYS_shmat,
-        "shmdt" => libc::SYS_shmdt,
-        "shmctl" => libc::SYS_shmctl,
-        "read" => libc::SYS_read,
-        "write" => libc::SYS_write,
-        "openat" => libc::SYS_openat,
-        "close" => libc::SYS_close,
-        "execve" => libc::SYS_execve,
-        "exit_group" => libc::SYS_exit_group,
-        "clone" => libc::SYS_clone,
-        "clone3" => libc::SYS_clone3,
-        _ => return None,
-    };
-    u64::try_from(number).ok()
 }
 
 /// The field `name`, at the same place in every event.
@@ -604,7 +569,13 @@ pub(crate) fn online_cpus() -> Result<Vec<u32>, Error> {
     Ok(cpus)
 }
 
-fn attach(ebpf: &mut Ebpf, events: &[Event], tgids: &[u32], first: &Event) -> Result<(), Error> {
+fn attach(
+    ebpf: &mut Ebpf,
+    events: &[Event],
+    tgids: &[u32],
+    first: &Event,
+) -> Result<Vec<CookieLink>, Error> {
+    let mut links = Vec::new();
     match first {
         Event::Tracepoint { .. } => {
             let program: &mut TracePoint = ebpf
@@ -613,11 +584,18 @@ fn attach(ebpf: &mut Ebpf, events: &[Event], tgids: &[u32], first: &Event) -> Re
                 .try_into()
                 .map_err(Error::program("count_tracepoint"))?;
             program.load().map_err(Error::program("count_tracepoint"))?;
-            for event in events {
+            let program_fd = program
+                .fd()
+                .map_err(Error::program("count_tracepoint"))?
+                .as_fd();
+            for (index, event) in events.iter().enumerate() {
                 if let Event::Tracepoint { category, name } = event {
-                    program
-                        .attach(category, name)
-                        .map_err(Error::program("count_tracepoint"))?;
+                    links.push(attach_with_cookie(
+                        program_fd,
+                        category,
+                        name,
+                        index as u64,
+                    )?);
                 }
             }
         }
@@ -655,7 +633,80 @@ fn attach(ebpf: &mut Ebpf, events: &[Event], tgids: &[u32], first: &Event) -> Re
             attach_uprobe(program, path, symbol, tgids)?;
         }
     }
-    Ok(())
+    Ok(links)
+}
+
+/// A tracepoint's perf event and the BPF link on it that carries a cookie; both close when
+/// dropped, which detaches the program from that tracepoint.
+pub(crate) struct CookieLink {
+    _event: fltrace_capture::sys::PerfEvent,
+    _link: std::os::fd::OwnedFd,
+}
+
+/// Attaches `program` to tracepoint `category:name` with `cookie`, which the program reads
+/// with bpf_get_attach_cookie (aya's tracepoint attach takes no cookie).
+fn attach_with_cookie(
+    program: std::os::fd::BorrowedFd<'_>,
+    category: &str,
+    name: &str,
+    cookie: u64,
+) -> Result<CookieLink, Error> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let failed = |what: &str, e: std::io::Error| {
+        Error::Unsupported(format!(
+            "attaching to tracepoint {category}:{name}: {what}: {e}"
+        ))
+    };
+    let mut attr = perf_event_open_sys::bindings::perf_event_attr {
+        type_: perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT,
+        size: std::mem::size_of::<perf_event_open_sys::bindings::perf_event_attr>() as u32,
+        config: tracefs::id(category, name)?,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.__bindgen_anon_2.wakeup_events = 1;
+    // One event on CPU 0 for every task: a tracepoint program runs on every CPU.
+    let event = fltrace_capture::sys::PerfEvent::open_with_flags(&attr, -1, 0, 0)
+        .map_err(|e| failed("perf_event_open", e))?;
+    /// `union bpf_attr`'s `link_create` for a perf event.
+    #[repr(C)]
+    struct LinkCreate {
+        prog_fd: u32,
+        target_fd: u32,
+        attach_type: u32,
+        flags: u32,
+        bpf_cookie: u64,
+        rest: [u64; 8],
+    }
+    const BPF_LINK_CREATE: libc::c_long = 28;
+    const BPF_PERF_EVENT: u32 = 41;
+    let create = LinkCreate {
+        prog_fd: program.as_raw_fd() as u32,
+        target_fd: event.fd().as_raw_fd() as u32,
+        attach_type: BPF_PERF_EVENT,
+        flags: 0,
+        bpf_cookie: cookie,
+        rest: [0; 8],
+    };
+    // SAFETY: `create` is a zero-padded bpf_attr of the size given; the kernel only reads it.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            &create as *const LinkCreate,
+            std::mem::size_of::<LinkCreate>(),
+        )
+    };
+    if fd < 0 {
+        return Err(failed("BPF link", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    let link = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    event.enable().map_err(|e| failed("enabling", e))?;
+    Ok(CookieLink {
+        _event: event,
+        _link: link,
+    })
 }
 
 /// Attaches a uprobe on `symbol` of `path`, in each of `tgids` or in every process.

@@ -194,7 +194,7 @@ impl LeakTracer {
                 let mut config = base;
                 config.filter_flags |= object::ANNOUNCE_TGIDS;
                 set_config(&mut ebpf, object::USER_ALLOC_SLOT, config)?;
-                let announcements = start_announcements(&mut ebpf, &maps)?;
+                let announcements = start_announcements(&mut ebpf, &maps, false)?;
                 attach_user(&mut ebpf, libc, &processes.tgids)?;
                 Some(announcements)
             }

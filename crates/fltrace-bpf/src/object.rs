@@ -13,6 +13,7 @@ pub(crate) const KEY_USTACK: u32 = 1 << 3;
 pub(crate) const KEY_KSTACK: u32 = 1 << 4;
 pub(crate) const KEY_FIELD: u32 = 1 << 5;
 pub(crate) const KEY_FIELD2: u32 = 1 << 6;
+pub(crate) const KEY_PROBE: u32 = 1 << 7;
 
 pub(crate) const FILTER_TGIDS: u32 = 1 << 0;
 pub(crate) const FILTER_CGROUP: u32 = 1 << 1;
@@ -25,6 +26,7 @@ pub(crate) const SIZE_PAGES_ORDER: u32 = 1;
 pub(crate) const TOTAL_EVENTS: u32 = 0;
 pub(crate) const TOTAL_DROPPED: u32 = 1;
 pub(crate) const TOTAL_STACK_ERRORS: u32 = 2;
+pub(crate) const TOTAL_USTACKS_LOST: u32 = 5;
 
 /// The slot of the user allocator probes' configuration.
 pub(crate) const USER_ALLOC_SLOT: u32 = 7;
@@ -67,6 +69,14 @@ pub(crate) struct Key {
     pub comm: [u8; 16],
 }
 
+/// `struct ustack`: a user stack's `len` frames, innermost first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UStack {
+    pub len: u64,
+    pub ip: [u64; 127],
+}
+
 /// `struct alloc`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,6 +94,8 @@ unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for Key {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Alloc {}
+// SAFETY: as above.
+unsafe impl aya::Pod for UStack {}
 
 /// Loads the object (its maps are created; programs are loaded when attached).
 pub(crate) fn load() -> Result<Ebpf, Error> {

@@ -149,6 +149,15 @@ pub fn table_full_note(dropped: u64) -> String {
     }
 }
 
+/// The end of a summary line when user stacks found their table full (empty when none did).
+pub fn stack_table_full_note(lost: u64) -> String {
+    if lost > 0 {
+        format!(" ({lost} user stacks not kept: the stack table was full; counted as [no stack])")
+    } else {
+        String::new()
+    }
+}
+
 /// The end of a summary line when the sample ring overflowed (empty when it did not).
 pub fn ring_full_note(lost: u64) -> String {
     if lost > 0 {

@@ -27,7 +27,13 @@ pub struct ProcessMaps {
     followed: Arc<Mutex<HashMap<u32, String>>>,
     /// Each process's name when its maps were last read (a command's changes at its exec).
     comms: Arc<Mutex<HashMap<u32, String>>>,
+    /// File paths by (major, minor, inode) as the kernel named them in its mapping records
+    /// when they were mapped: they outlive the process and the file.
+    recorded_files: Arc<Mutex<FilesByInode>>,
 }
+
+/// File paths by (major, minor, inode).
+type FilesByInode = HashMap<(u32, u32, u64), String>;
 
 impl ProcessMaps {
     fn lock(&self) -> MutexGuard<'_, HashMap<u32, Arc<str>>> {
@@ -55,6 +61,18 @@ impl ProcessMaps {
                 } else {
                     'p'
                 };
+                let path = String::from_utf8_lossy(&m.path.as_slice()).into_owned();
+                if inode != 0 && path.starts_with('/') {
+                    self.recorded_files
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry((major, minor, inode))
+                        .or_insert_with(|| path.clone());
+                }
+                if m.protection & libc::PROT_EXEC as u32 == 0 {
+                    // Data mappings (followed for ffaults) name files, not code.
+                    return;
+                }
                 let line = format!(
                     "{:x}-{:x} {}{}{}{shared} {:08x} {major:02x}:{minor:02x} {inode} {}\n",
                     m.address,
@@ -63,7 +81,7 @@ impl ProcessMaps {
                     prot(libc::PROT_WRITE as u32, 'w'),
                     prot(libc::PROT_EXEC as u32, 'x'),
                     m.page_offset,
-                    String::from_utf8_lossy(&m.path.as_slice()),
+                    path,
                 );
                 self.followed()
                     .entry(m.pid as u32)
@@ -136,6 +154,14 @@ impl ProcessMaps {
                 }
             }
         }
+        // Files of processes gone before they were read: as the kernel named them.
+        let recorded = self
+            .recorded_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (key, path) in recorded.iter() {
+            files.entry(*key).or_insert_with(|| path.clone());
+        }
         files
     }
 }
@@ -169,7 +195,7 @@ struct MappingRecords {
 
 impl MappingRecords {
     /// Opens them; None where the kernel refuses (the /proc reads remain).
-    fn open() -> Option<MappingRecords> {
+    fn open(data: bool) -> Option<MappingRecords> {
         let mut attr = perf_event_attr {
             size: std::mem::size_of::<perf_event_attr>() as u32,
             type_: perf_event_open_sys::bindings::PERF_TYPE_SOFTWARE,
@@ -181,6 +207,9 @@ impl MappingRecords {
         attr.set_comm(1);
         attr.set_comm_exec(1);
         attr.set_exclude_kernel(1);
+        if data {
+            attr.set_mmap_data(1);
+        }
         let mut events = Vec::new();
         let mut rings = Vec::new();
         for cpu in fltrace_capture::sys::online_cpus().ok()? {
@@ -216,11 +245,16 @@ pub(crate) struct Announcements {
 }
 
 impl Announcements {
-    pub(crate) fn start(mut ring: RingBuf<MapData>, maps: ProcessMaps) -> Announcements {
+    /// `data`: also follow data mappings (of files mapped without exec), to name files.
+    pub(crate) fn start(
+        mut ring: RingBuf<MapData>,
+        maps: ProcessMaps,
+        data: bool,
+    ) -> Announcements {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         // Opened here, before any event is counted, so that no mapping is missed.
-        let mut records = MappingRecords::open();
+        let mut records = MappingRecords::open(data);
         let thread = std::thread::Builder::new()
             .name("fltrace-bpf-maps".into())
             .spawn(move || {

@@ -30,8 +30,9 @@ pub const COLUMNS: &[Column] = &[
 
 const SOURCES: &[Source] = &[Source::tracepoint("syscalls", "sys_enter_brk")];
 
-/// Bytes of user stack copied per call: brk is rare, so the whole of most stacks.
-const STACK_BYTES: u32 = 32 * 1024;
+// The stack copy and ring of `count syscalls:sys_enter_brk --by ustack`, which counts every
+// call of a burst: 32 KiB copies in a 2 MiB ring held 63 calls of a burst.
+use crate::stackcount::{RING_PAGES, STACK_BYTES};
 
 /// One counted stack, symbolized.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +74,8 @@ pub fn open(scope: &Scope) -> Result<BrkStack, Error> {
             StackMode::Callchain
         },
         mappings: true,
-        ring_pages: 512,
+        ring_pages: RING_PAGES,
+        sample_period: 1,
     };
     let mut session = Session::open(SOURCES, scope, options)?;
     if !dwarf {
@@ -154,8 +156,25 @@ impl Model {
                 });
             }
         }
-        out.sort_by(|a, b| a.count.cmp(&b.count).then(a.pid.cmp(&b.pid)));
-        out
+        // Calls at different addresses of one line (an unrolled loop) show as one stack.
+        let mut merged: Vec<Counted> = Vec::new();
+        let mut index: HashMap<(u32, String, Vec<String>), usize> = HashMap::new();
+        for c in out {
+            let shown = (
+                c.pid,
+                c.comm.clone(),
+                c.frames.iter().map(frame_text).collect(),
+            );
+            match index.get(&shown) {
+                Some(&i) => merged[i].count += c.count,
+                None => {
+                    index.insert(shown, merged.len());
+                    merged.push(c);
+                }
+            }
+        }
+        merged.sort_by(|a, b| a.count.cmp(&b.count).then(a.pid.cmp(&b.pid)));
+        merged
     }
 }
 

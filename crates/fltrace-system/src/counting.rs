@@ -28,6 +28,9 @@ pub struct CountRequest {
     pub targets: Targets,
     /// Ending after this long (else at an interrupt or the processes' end).
     pub duration: Option<Duration>,
+    /// One sample every this many events, counts scaled (DWARF counts only; None: every
+    /// event).
+    pub sample: Option<u64>,
 }
 
 /// `--by`'s keys: `none` for one total, `comm` when none is given.
@@ -67,12 +70,23 @@ pub struct Counted {
     pub lost: u64,
     /// Events not counted because the kernel's table was full (in-kernel counts).
     pub dropped: u64,
+    /// Events counted without their user stack because the kernel's stack table was full
+    /// (in-kernel counts).
+    pub stacks_lost: u64,
+    /// One sample every this many events (1: every event counted): counts are estimates
+    /// when above 1.
+    pub sample_period: u64,
 }
 
 impl Counted {
     /// Events per second.
     pub fn rate(&self) -> f64 {
         self.events as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether anything was lost: samples, events or user stacks.
+    pub fn lost_any(&self) -> bool {
+        self.lost + self.dropped + self.stacks_lost > 0
     }
 
     /// The `top` most counted groups (all of them when there are fewer).
@@ -134,12 +148,23 @@ impl Remarks {
             String::new()
         };
         Some(format!(
-            "{} {what} in {:.1} s{rate}{}{}",
+            "{} {what} in {:.1} s{rate}{}{}{}{}",
             counted.events,
             counted.elapsed.as_secs_f64(),
+            sampled_note(counted.sample_period),
             fltrace_bpf::output::table_full_note(counted.dropped),
-            fltrace_bpf::output::ring_full_note(counted.lost)
+            fltrace_bpf::output::ring_full_note(counted.lost),
+            fltrace_bpf::output::stack_table_full_note(counted.stacks_lost)
         ))
+    }
+}
+
+/// The note of a sampled count (empty when every event was counted).
+pub fn sampled_note(period: u64) -> String {
+    if period > 1 {
+        format!(" (sampled 1 in {period}: every count is {period} x its samples, an estimate)")
+    } else {
+        String::new()
     }
 }
 
@@ -160,7 +185,13 @@ impl Count {
         keep_maps: bool,
         stop: Arc<AtomicUsize>,
     ) -> Result<Count, Error> {
-        if request.by.contains(&By::UStack) && request.targets.names_processes() {
+        let dwarf = request.by.contains(&By::UStack) && request.targets.names_processes();
+        if let Some(period) = request.sample
+            && (!dwarf || period == 0)
+        {
+            return Err(Error::Sampling(period));
+        }
+        if dwarf {
             let counter = StackCounter::open(StackCountSpec {
                 events: request.events,
                 by: request.by,
@@ -168,6 +199,7 @@ impl Count {
                 pids: request.targets.pids.clone(),
                 command: request.targets.command.clone(),
                 comm: request.targets.comm.clone(),
+                sample_period: request.sample.unwrap_or(1),
             })?;
             return Ok(Count::Unwound(Some(counter), request.duration, stop));
         }
@@ -240,6 +272,8 @@ impl Count {
                     elapsed: counts.elapsed,
                     lost: counts.lost,
                     dropped: 0,
+                    stacks_lost: 0,
+                    sample_period: counts.sample_period,
                 })
             }
             Count::InKernel(counter, watch) => {
@@ -259,6 +293,8 @@ impl Count {
                     elapsed: snapshot.elapsed,
                     lost: 0,
                     dropped: snapshot.dropped,
+                    stacks_lost: snapshot.ustacks_lost,
+                    sample_period: 1,
                 })
             }
         }
@@ -328,6 +364,8 @@ mod tests {
             elapsed: Duration::from_millis(millis),
             lost,
             dropped,
+            stacks_lost: 0,
+            sample_period: 1,
         }
     }
 

@@ -66,6 +66,13 @@ pub enum Error {
     /// A `--by` key that is not one.
     #[error("--by {0}: expected comm, pid, tid, ustack, kstack, probe, field:NAME or none")]
     Grouping(String),
+    /// `--sample` where every event is counted, or a period of 0.
+    #[error(
+        "--sample {0}: sampling applies to counts with the user stacks of named processes \
+         (-p or a command, by ustack), with a period of 1 or more; the others count every \
+         event in the kernel"
+    )]
+    Sampling(u64),
 }
 
 impl Error {

@@ -70,15 +70,42 @@ const PRESENT: u64 = 1;
 /// Whether the page a fault at `addr` filled is a transparent huge page. The sample can be
 /// read while the kernel is still handling the fault (a huge page may need compaction
 /// first): a page not yet present is looked at again for up to 100 ms.
-fn thp_after_fault(pid: u32, addr: u64) -> bool {
+/// None when the page cannot be read (the process ended).
+fn thp_after_fault(pid: u32, addr: u64) -> Option<bool> {
     for _ in 0..50 {
         match procfs::page_state(pid, addr) {
-            Some(procfs::PageState::Present { thp }) => return thp,
+            Some(procfs::PageState::Present { thp }) => return Some(thp),
             Some(procfs::PageState::Missing) => std::thread::sleep(Duration::from_millis(2)),
-            None => return false,
+            None => return None,
         }
     }
-    false
+    Some(false)
+}
+
+/// Why faults were not classified.
+pub const UNCLASSIFIED: &str = "their process ended before its mappings or pages could be read (name processes: -p, a command)";
+
+/// The hugetlb mappings the kernel's mapping records announced, by process: they classify
+/// the faults of a process that ended before its smaps was read.
+#[derive(Default)]
+struct HugetlbMappings(std::collections::HashMap<u32, Vec<(u64, u64)>>);
+
+impl HugetlbMappings {
+    fn observe(&mut self, pid: u32, mapping: &fltrace_trace::Mapping) {
+        // MAP_HUGETLB memory is a file of the kernel's internal hugetlbfs, `/anon_hugepage`.
+        if mapping.path.contains("anon_hugepage") {
+            self.0
+                .entry(pid)
+                .or_default()
+                .push((mapping.start.get(), mapping.end.get()));
+        }
+    }
+
+    fn contains(&self, pid: u32, addr: u64) -> bool {
+        self.0
+            .get(&pid)
+            .is_some_and(|ranges| ranges.iter().any(|&(s, e)| s <= addr && addr < e))
+    }
 }
 
 impl HFaults {
@@ -93,6 +120,8 @@ impl HFaults {
             return Ok(None);
         };
         let mut maps = MapsCache::default();
+        let mut hugetlb = HugetlbMappings::default();
+        let mut unclassified = 0u64;
         let mut counts: BTreeMap<(u32, String, Kind), u64> = BTreeMap::new();
         let status = self.session.run(
             stop,
@@ -108,22 +137,38 @@ impl HFaults {
                         Some(MapKind::Hugetlb) => Kind::Hugetlb,
                         // madvise(MADV_HUGEPAGE) makes memory eligible without a mapping
                         // record, so any anonymous memory may hold a THP.
-                        Some(MapKind::ThpEligible | MapKind::Anon)
-                            if error & PRESENT == 0 && thp_after_fault(s.pid, addr) =>
-                        {
-                            Kind::Thp
+                        Some(MapKind::ThpEligible | MapKind::Anon) if error & PRESENT == 0 => {
+                            match thp_after_fault(s.pid, addr) {
+                                Some(true) => Kind::Thp,
+                                Some(false) => return,
+                                None => {
+                                    unclassified += 1;
+                                    return;
+                                }
+                            }
                         }
-                        _ => return,
+                        Some(_) => return,
+                        None if hugetlb.contains(s.pid, addr) => Kind::Hugetlb,
+                        None if !std::path::Path::new(&format!("/proc/{}", s.pid)).exists() => {
+                            unclassified += 1;
+                            return;
+                        }
+                        None => return,
                     };
                     *counts.entry((s.pid, ctx.comm(s.tid), kind)).or_default() += 1;
                 }
                 Record::Comm {
                     pid, exec: true, ..
-                } => maps.forget(pid),
+                } => {
+                    maps.forget(pid);
+                    hugetlb.0.remove(&pid);
+                }
+                Record::Mmap { pid, mapping, .. } => hugetlb.observe(pid, &mapping),
                 _ => {}
             },
             |_, _| {},
         )?;
+        self.session.add_unseen(unclassified);
         printer.header()?;
         for ((pid, comm, kind), faults) in counts {
             printer.row(&[
@@ -133,6 +178,7 @@ impl HFaults {
                 Value::from(faults),
             ])?;
         }
+        printer.unseen(unclassified, "user faults not classified", UNCLASSIFIED)?;
         Ok(status)
     }
 }

@@ -31,4 +31,4 @@ pub mod vmscan;
 pub use error::Error;
 pub use output::{Column, Format, Printer, Value};
 pub use session::{Options, Record, Sample, Scope, Session, Source, StackMode, Target};
-pub use tool::{OpenTool, Tool};
+pub use tool::{Finished, LOST_STATUS, OpenTool, RING_FULL, Tool, exit_status};

@@ -174,6 +174,36 @@ impl<W: Write> Printer<W> {
         line.trim_end().to_owned()
     }
 
+    /// Ends the output with what was lost, when anything was: a table's last line, a JSON
+    /// object of its own (`{"seen":..,"lost":..,"why":..}`); CSV has no place for it, so the
+    /// caller says it on stderr (and in the exit status).
+    pub fn loss(&mut self, seen: u64, lost: u64, why: &str) -> Result<(), Error> {
+        if lost == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Table => self.line(&format!("{seen} events seen, {lost} lost: {why}")),
+            Format::Json => self
+                .line(&serde_json::json!({ "seen": seen, "lost": lost, "why": why }).to_string()),
+            Format::Csv => Ok(()),
+        }
+    }
+
+    /// Ends the output with events read but not judged (`what`, `why`), when there were: a
+    /// table's line, a JSON object `{"unseen":..,"why":..}`; CSV leaves it to stderr.
+    pub fn unseen(&mut self, unseen: u64, what: &str, why: &str) -> Result<(), Error> {
+        if unseen == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Table => self.line(&format!("{unseen} {what}: {why}")),
+            Format::Json => {
+                self.line(&serde_json::json!({ "unseen": unseen, "why": why }).to_string())
+            }
+            Format::Csv => Ok(()),
+        }
+    }
+
     /// Prints a line as it is (tables' free-form lines).
     pub fn line(&mut self, line: &str) -> Result<(), Error> {
         writeln!(self.out, "{line}").map_err(Error::Output)?;
@@ -218,6 +248,32 @@ fn csv_line<T: AsRef<[u8]>>(cells: impl IntoIterator<Item = T>) -> Result<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What was lost or not judged ends a table and JSON, byte for byte; CSV and a run that
+    /// lost nothing print nothing more.
+    #[test]
+    fn losses_end_tables_and_json_lines() {
+        let ended = |format: Format, lost: u64, unseen: u64| {
+            let mut out = Vec::new();
+            let mut p = Printer::new(format, COLUMNS, &mut out);
+            p.loss(100, lost, "the ring was full").expect("prints");
+            p.unseen(unseen, "faults not classified", "gone")
+                .expect("prints");
+            String::from_utf8(out).expect("UTF-8")
+        };
+        assert_eq!(
+            ended(Format::Table, 7, 2),
+            "100 events seen, 7 lost: the ring was full\n2 faults not classified: gone\n"
+        );
+        assert_eq!(
+            ended(Format::Json, 7, 2),
+            "{\"lost\":7,\"seen\":100,\"why\":\"the ring was full\"}\n\
+             {\"unseen\":2,\"why\":\"gone\"}\n"
+        );
+        assert_eq!(ended(Format::Csv, 7, 2), "");
+        assert_eq!(ended(Format::Table, 0, 0), "");
+        assert_eq!(ended(Format::Json, 0, 0), "");
+    }
 
     const COLUMNS: &[Column] = &[
         Column::new("PID", "pid", -6),

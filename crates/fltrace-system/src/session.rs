@@ -30,6 +30,9 @@ use crate::Error;
 use crate::format::TracepointFormat;
 use crate::procfs;
 
+/// Records handled between two readings of the rings during a long batch.
+const DRAIN_EVERY: usize = 8;
+
 /// What to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -165,6 +168,8 @@ pub struct Options {
     pub mappings: bool,
     /// Ring buffer pages per CPU (a power of two).
     pub ring_pages: usize,
+    /// One sample every this many events (1: every event).
+    pub sample_period: u64,
 }
 
 impl Default for Options {
@@ -173,6 +178,7 @@ impl Default for Options {
             stack: StackMode::None,
             mappings: false,
             ring_pages: 64,
+            sample_period: 1,
         }
     }
 }
@@ -324,6 +330,8 @@ impl Context {
 pub struct Session {
     _events: Vec<PerfEvent>,
     rings: Vec<RingBuffer>,
+    /// The file of each ring's event, which poll(2) waits on.
+    ring_fds: Vec<std::os::fd::RawFd>,
     /// The id of each event to its source and parse layout.
     by_id: HashMap<u64, usize>,
     parse_infos: Vec<RecordParseInfo>,
@@ -339,6 +347,22 @@ pub struct Session {
     /// What the session cannot see, one line each, for the user (a cgroup filtered in user
     /// space...).
     pub notes: Vec<String>,
+    tally: std::sync::Arc<Tally>,
+    /// Samples read from the rings, wanted or not.
+    received: u64,
+    sample_period: u64,
+}
+
+/// Samples a session handed on and records the kernel could not write, readable after the
+/// session is consumed by a tool's run.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Samples handed to the tool.
+    pub seen: std::sync::atomic::AtomicU64,
+    /// Records lost because a ring was full.
+    pub lost: std::sync::atomic::AtomicU64,
+    /// Events read but which the tool could not judge (a hfaults fault whose process ended).
+    pub unseen: std::sync::atomic::AtomicU64,
 }
 
 fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -> perf_event_attr {
@@ -456,6 +480,7 @@ impl Session {
                 paths.push(None);
             }
             let mut attr = attr_of(source, id, paths[index].as_ref(), options.stack);
+            attr.sample_period = options.sample_period.max(1);
             if index == 0 {
                 // Side-band records come once, with the first source's events.
                 attr.set_comm(1);
@@ -533,7 +558,7 @@ impl Session {
         };
         let inherit = matches!(scope.target, Target::Pids(_) | Target::Command(_));
         let opened = open_events(sources, &attrs, &tasks, inherit, options.ring_pages);
-        let (events, rings, by_id) = match opened {
+        let (events, rings, by_id, ring_fds) = match opened {
             Ok(opened) => opened,
             Err(e) => {
                 // The command never runs when its tracing cannot be set up.
@@ -552,6 +577,7 @@ impl Session {
         Ok(Session {
             _events: events,
             rings,
+            ring_fds,
             by_id,
             parse_infos,
             formats,
@@ -569,7 +595,20 @@ impl Session {
                 lost: 0,
             },
             notes,
+            tally: Default::default(),
+            received: 0,
+            sample_period: options.sample_period.max(1),
         })
+    }
+
+    /// Counts `n` events the tool could not judge, for the exit status.
+    pub fn add_unseen(&self, n: u64) {
+        self.tally.unseen.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Its counts of samples seen and lost, which outlive it.
+    pub fn tally(&self) -> std::sync::Arc<Tally> {
+        self.tally.clone()
     }
 
     /// The format of source `index` (a tracepoint).
@@ -595,6 +634,7 @@ impl Session {
     fn drain(&mut self) -> Vec<Record> {
         let mut records = Vec::new();
         let mut lost = 0;
+        let mut received = 0;
         for ring in &mut self.rings {
             ring.drain(|raw| {
                 const PERF_RECORD_LOST: u32 = 2;
@@ -606,6 +646,9 @@ impl Session {
                         .map_or(0, u64::from_ne_bytes);
                     return;
                 }
+                if raw.kind == linux_perf_event_reader::constants::PERF_RECORD_SAMPLE {
+                    received += 1;
+                }
                 let data = raw.data.as_slice();
                 if let Some(record) =
                     parse_record(raw.kind, raw.misc, &data, &self.by_id, &self.parse_infos)
@@ -615,6 +658,8 @@ impl Session {
             });
         }
         self.context.lost += lost;
+        self.received += received;
+        self.tally.lost.fetch_add(lost, Ordering::Relaxed);
         records.sort_by_key(Record::time_ns);
         records
     }
@@ -631,6 +676,59 @@ impl Session {
             return false;
         }
         true
+    }
+
+    /// Adds to the losses the samples the kernel dropped without a record saying so: it writes
+    /// its `LOST` record only at the next sample that fits, so the losses of a ring that
+    /// filled at the end are never written. The events' own counters (one per sample, lost
+    /// or not) give the samples there were.
+    fn count_unreported_losses(&mut self) {
+        let mut occurred = 0u64;
+        for event in &self._events {
+            let mut value = 0u64;
+            // SAFETY: reads 8 bytes into `value` from an open perf event (read_format 0:
+            // the counter's value alone).
+            let n = unsafe {
+                libc::read(
+                    event.fd().as_raw_fd(),
+                    (&mut value as *mut u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+            if n != 8 {
+                return;
+            }
+            // One sample every `sample_period` events of each event's own counter.
+            occurred += value / self.sample_period;
+        }
+        let unreported = occurred.saturating_sub(self.received + self.context.lost);
+        self.context.lost += unreported;
+        self.tally.lost.fetch_add(unreported, Ordering::Relaxed);
+    }
+
+    /// Waits until a ring reaches its wake-up mark or `timeout` passes.
+    fn wait_for_records(&self, timeout: Duration) {
+        let mut fds: Vec<libc::pollfd> = self
+            .ring_fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures for the call.
+        let ready = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout.as_millis() as libc::c_int,
+            )
+        };
+        // A ring whose event has ended (the command exited) polls as hung up at once.
+        if ready > 0 && fds.iter().all(|f| f.revents & libc::POLLIN == 0) {
+            std::thread::sleep(timeout);
+        }
     }
 
     /// Hands every record to `each` until Ctrl-C or SIGTERM raise `stop`, `duration` passes or
@@ -653,12 +751,32 @@ impl Session {
                 || duration.is_some_and(|d| started.elapsed() >= d)
                 || status.is_some()
                 || self.all_named_exited();
-            for record in self.drain() {
+            if last {
+                // Nothing more is written, so that the final reading and the events'
+                // counters agree (see count_unreported_losses).
+                for event in &self._events {
+                    // SAFETY: an ioctl without arguments on an open perf event.
+                    unsafe { perf_event_open_sys::ioctls::DISABLE(event.fd().as_raw_fd(), 0) };
+                }
+            }
+            let mut pending: std::collections::VecDeque<Record> = self.drain().into();
+            let mut handled = 0usize;
+            while let Some(record) = pending.pop_front() {
+                handled += 1;
+                // Handling a sample (unwinding its stack) is slower than the kernel writes
+                // them: the rings are emptied between handlings so that a burst does not
+                // overflow them while earlier records are handled.
+                if handled.is_multiple_of(DRAIN_EVERY) {
+                    pending.extend(self.drain());
+                }
                 self.context.observe(&record);
                 if let Record::Sample(sample) = &record
                     && !self.wanted(sample)
                 {
                     continue;
+                }
+                if matches!(record, Record::Sample(_)) {
+                    self.tally.seen.fetch_add(1, Ordering::Relaxed);
                 }
                 each(&self.context, record);
             }
@@ -678,7 +796,7 @@ impl Session {
                 status = Some(exit);
                 continue;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            self.wait_for_records(Duration::from_millis(10));
         }
         if status.is_none()
             && let Some(pid) = self.child
@@ -686,12 +804,19 @@ impl Session {
             // Stopped early: the command is left to finish, as `fltrace wss` does.
             status = wait(pid, 0);
         }
+        self.count_unreported_losses();
         Ok(status)
     }
 }
 
-/// Open events, their rings (one per CPU), and the source of each event id.
-type Opened = (Vec<PerfEvent>, Vec<RingBuffer>, HashMap<u64, usize>);
+/// Open events, their rings (one per CPU), the source of each event id, and the file of each
+/// ring's event.
+type Opened = (
+    Vec<PerfEvent>,
+    Vec<RingBuffer>,
+    HashMap<u64, usize>,
+    Vec<std::os::fd::RawFd>,
+);
 
 /// The events of every source for every task on every CPU, enabled, one ring per CPU.
 fn open_events(
@@ -705,11 +830,16 @@ fn open_events(
     let mut events = Vec::new();
     let mut rings = Vec::new();
     let mut by_id = HashMap::new();
+    let mut ring_fds = Vec::new();
     for &cpu in &cpus {
         let mut leader: Option<usize> = None;
         for (index, attr) in attrs.iter().enumerate() {
             let mut attr = *attr;
             attr.set_inherit(u64::from(inherit));
+            // The reader is woken when a quarter of the ring is used, not only at its poll
+            // interval: a burst of samples with stack copies fills a ring in milliseconds.
+            attr.set_watermark(1);
+            attr.__bindgen_anon_2.wakeup_watermark = (ring_pages * 4096 / 4) as u32;
             for &(pid, flags) in tasks {
                 let event = match PerfEvent::open_with_flags(&attr, pid, cpu, flags) {
                     Ok(event) => event,
@@ -731,6 +861,7 @@ fn open_events(
                             RingBuffer::map(&event, ring_pages)
                                 .map_err(Error::kernel("mapping a ring buffer"))?,
                         );
+                        ring_fds.push(event.fd().as_raw_fd());
                         leader = Some(events.len());
                     }
                 }
@@ -742,7 +873,7 @@ fn open_events(
     for event in &events {
         event.enable().map_err(Error::kernel("enabling events"))?;
     }
-    Ok((events, rings, by_id))
+    Ok((events, rings, by_id, ring_fds))
 }
 
 /// Parses one ring record. Samples carry their event id first (`PERF_SAMPLE_IDENTIFIER`),

@@ -22,10 +22,10 @@ use crate::unwound::Processes;
 
 /// Bytes of user stack copied per event: enough for deep stacks, small enough for the ring
 /// to hold a burst of faults.
-const STACK_BYTES: u32 = 16 * 1024;
+pub(crate) const STACK_BYTES: u32 = 16 * 1024;
 
 /// Ring buffer pages per CPU (16 MiB): a thousand samples with their stacks.
-const RING_PAGES: usize = 4096;
+pub(crate) const RING_PAGES: usize = 4096;
 
 /// What a user-space count is given.
 pub struct StackCountSpec {
@@ -41,6 +41,8 @@ pub struct StackCountSpec {
     pub command: Vec<OsString>,
     /// Only threads of this name.
     pub comm: Option<String>,
+    /// One sample every this many events (1: every event); counts are scaled by it.
+    pub sample_period: u64,
 }
 
 /// How many events each group had.
@@ -54,6 +56,8 @@ pub struct StackCounts {
     pub lost: u64,
     /// Since counting started.
     pub elapsed: Duration,
+    /// One sample every this many events: `rows`, `events` and `lost` are samples times it.
+    pub sample_period: u64,
 }
 
 /// Where a field of an event is.
@@ -193,6 +197,7 @@ impl StackCounter {
             stack,
             mappings: true,
             ring_pages: RING_PAGES,
+            sample_period: spec.sample_period.max(1),
         };
         let session = Session::open(&sources, &scope, options)?;
         let all_returns = spec.events.iter().all(|e| match e {
@@ -319,12 +324,17 @@ impl StackCounter {
                 },
             )?;
         }
-        let rows = self.name(counts, &processes, names);
+        let period = self.spec.sample_period.max(1);
+        let mut rows = self.name(counts, &processes, names);
+        for row in &mut rows {
+            row.count *= period;
+        }
         Ok(StackCounts {
             rows,
-            events: events.get(),
-            lost: self.session.context.lost,
+            events: events.get() * period,
+            lost: self.session.context.lost * period,
             elapsed: started.elapsed(),
+            sample_period: period,
         })
     }
 

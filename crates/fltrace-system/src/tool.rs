@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::process::ExitStatus;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::output::{Column, Format, Printer};
@@ -41,6 +41,12 @@ pub enum Tool {
 }
 
 impl Tool {
+    /// Whether it prints folded stacks (brkstack --folded), which have no room for a loss
+    /// line.
+    pub fn folded(self) -> bool {
+        matches!(self, Tool::Brkstack { folded: true })
+    }
+
     /// Its command name (`mmapsnoop`).
     pub fn name(self) -> &'static str {
         match self {
@@ -149,10 +155,12 @@ impl OpenTool {
         duration: Option<Duration>,
         format: Format,
         out: W,
-    ) -> Result<Option<ExitStatus>, Error> {
+    ) -> Result<Finished, Error> {
+        let tally = self.session().tally();
+        let folded = self.tool.folded();
         let mut printer = Printer::new(format, self.tool.columns(), out);
         let p = &mut printer;
-        match self.opened {
+        let status = match self.opened {
             Opened::Oomkill(t) => t.run(stop, duration, p),
             Opened::Mmapsnoop(t) => t.run(stop, duration, p),
             Opened::Brkstack(t, folded) => t.run(stop, duration, folded, p),
@@ -161,13 +169,64 @@ impl OpenTool {
             Opened::Drsnoop(t) => t.run(stop, duration, p),
             Opened::Swapin(t, interval) => t.run(stop, duration, interval, p),
             Opened::Hfaults(t) => t.run(stop, duration, p),
+        }?;
+        let finished = Finished {
+            status,
+            seen: tally.seen.load(Ordering::Relaxed),
+            lost: tally.lost.load(Ordering::Relaxed),
+            unseen: tally.unseen.load(Ordering::Relaxed),
+        };
+        // Folded stacks stay lines of `stack count` for flamegraph tools: the caller says the
+        // loss on stderr, as beside CSV.
+        if !folded {
+            printer.loss(finished.seen, finished.lost, RING_FULL)?;
         }
+        Ok(finished)
     }
+}
+
+/// Why samples are lost: the kernel found the ring full.
+pub const RING_FULL: &str = "the ring was full (the kernel wrote faster than it was read)";
+
+/// The exit status of a run that lost events: fltrace's own when the command (if any)
+/// succeeded; a command's failing status is kept, the loss still said in the output.
+pub const LOST_STATUS: u8 = 3;
+
+/// The exit status of a run: the command's (as a shell gives it), else [`LOST_STATUS`] when
+/// anything was lost, else 0.
+pub fn exit_status(command: u8, lost: u64) -> u8 {
+    if command == 0 && lost > 0 {
+        LOST_STATUS
+    } else {
+        command
+    }
+}
+
+/// How a tool's run ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    /// The command's exit status, when one was started.
+    pub status: Option<ExitStatus>,
+    /// Samples seen.
+    pub seen: u64,
+    /// Samples the kernel could not write (the ring was full).
+    pub lost: u64,
+    /// Events the tool read but could not judge (hfaults: the process had ended).
+    pub unseen: u64,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loss makes a run that succeeded exit 3; a command's failing status is kept.
+    #[test]
+    fn losses_make_status_three_unless_the_command_failed() {
+        assert_eq!(exit_status(0, 0), 0);
+        assert_eq!(exit_status(0, 5), LOST_STATUS);
+        assert_eq!(exit_status(1, 5), 1);
+        assert_eq!(exit_status(137, 0), 137);
+    }
 
     /// The name (for errors) and the phrase of the "Tracing ...." line, tool by tool.
     #[test]

@@ -44,13 +44,13 @@ fn run_over(tool: Tool, command: &[OsString], format: Format) -> Ran {
     let open = tool.open(&scope).expect("the tool opens");
     let notes = open.notes().to_vec();
     let mut out = Vec::new();
-    let status = open
+    let finished = open
         .run(&AtomicUsize::new(0), None, format, &mut out)
         .expect("the tool runs to the command's end");
     Ran {
         out: String::from_utf8(out).expect("UTF-8 output"),
         notes,
-        exit_code: shell_status(status),
+        exit_code: shell_status(finished.status),
     }
 }
 
@@ -153,10 +153,10 @@ fn brkstack_system_wide_notes_its_frame_pointer_stacks() {
     );
     let mut out = Vec::new();
     let stopped = AtomicUsize::new(1);
-    let status = open
+    let finished = open
         .run(&stopped, Some(Duration::ZERO), Format::Csv, &mut out)
         .expect("stops at once");
-    assert_eq!(shell_status(status), 0);
+    assert_eq!(shell_status(finished.status), 0);
 }
 
 /// The command's exit code comes through any tool: `sysmem` without a mode exits 1 with its

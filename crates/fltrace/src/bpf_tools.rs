@@ -67,6 +67,10 @@ pub struct CountArgs {
     /// Rows printed at most.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub top: usize,
+    /// One sample every N events, counts scaled by N and said to be estimates (user stacks
+    /// of -p or a command only; the others count every event).
+    #[arg(long, value_name = "N")]
+    pub sample: Option<u64>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -76,6 +80,10 @@ pub struct FaultsArgs {
     /// Stacks printed at most.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// One fault sampled every N with -p or a command (DWARF stacks), counts scaled by N and
+    /// said to be estimates.
+    #[arg(long, value_name = "N")]
+    pub sample: Option<u64>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -133,6 +141,7 @@ fn count_request(common: &Common, events: Vec<Event>, by: Vec<By>) -> CountReque
         filter: None,
         targets: targets(common),
         duration: common.duration,
+        sample: None,
     }
 }
 
@@ -152,6 +161,7 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
     };
     let request = CountRequest {
         filter: args.filter.as_deref().map(FieldFilter::parse).transpose()?,
+        sample: args.sample,
         ..count_request(&args.common, events, by)
     };
     let count = Count::start(request, false, interrupt_counter()?)?;
@@ -202,15 +212,31 @@ fn report(
         common.format.into(),
         common.folded,
     )?;
-    if let Some(line) = remarks.summary(&counted) {
-        eprintln!("fltrace: {line}");
+    match remarks.summary(&counted) {
+        Some(line) => eprintln!("fltrace: {line}"),
+        // CSV, JSON and folded stacks keep stdout clean: what was lost is said here.
+        None if counted.lost_any() || counted.sample_period > 1 => eprintln!(
+            "fltrace: {} events{}{}{}{}",
+            counted.events,
+            counting::sampled_note(counted.sample_period),
+            output::table_full_note(counted.dropped),
+            output::ring_full_note(counted.lost),
+            output::stack_table_full_note(counted.stacks_lost)
+        ),
+        None => {}
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(fltrace_system::exit_status(
+        0,
+        u64::from(counted.lost_any()),
+    )))
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
     let events = fltrace_bpf::fault_events_for(&targets(&args.common));
-    let request = count_request(&args.common, events, counting::fault_grouping());
+    let request = CountRequest {
+        sample: args.sample,
+        ..count_request(&args.common, events, counting::fault_grouping())
+    };
     let count = Count::start(request, true, interrupt_counter()?)?;
     report(
         count,

@@ -138,11 +138,27 @@ pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
     }
     let _ = writeln!(err, "Tracing {}... Hit Ctrl-C to end.", tool.traces());
     drop(err);
-    let status = open.run(
-        &stop,
-        args.duration,
-        args.format.into(),
-        std::io::stdout().lock(),
-    )?;
-    Ok(ExitCode::from(fltrace_capture::shell_status(status)))
+    let format: Format = args.format.into();
+    let finished = open.run(&stop, args.duration, format, std::io::stdout().lock())?;
+    // CSV and folded stacks have no room for it on stdout.
+    let on_stderr = format == Format::Csv || tool.folded();
+    if finished.lost > 0 && on_stderr {
+        eprintln!(
+            "fltrace: {} events seen, {} lost: {}",
+            finished.seen,
+            finished.lost,
+            fltrace_system::RING_FULL
+        );
+    }
+    if finished.unseen > 0 && on_stderr {
+        eprintln!(
+            "fltrace: {} events not judged: {}",
+            finished.unseen,
+            fltrace_system::hfaults::UNCLASSIFIED
+        );
+    }
+    Ok(ExitCode::from(fltrace_system::exit_status(
+        fltrace_capture::shell_status(finished.status),
+        finished.lost + finished.unseen,
+    )))
 }

@@ -834,3 +834,294 @@ fn system_wide_stacks_of_an_exited_program_are_named() {
         deep[0]
     );
 }
+
+/// A burst of 1,000 brk calls at one line: `brkstack` counts every one at that line, and the
+/// 3 at the other line, as `count syscalls:sys_enter_brk --by ustack` does (it kept 63 of a
+/// burst when its ring held 63 stack copies), and says nothing was lost.
+#[test]
+fn brkstack_counts_every_call_of_a_burst() {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let out = output_within(
+        dir.fltrace()
+            .args(["brkstack", "--format", "json", "--", &tools, "brk", "1000"]),
+        LIMIT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let at = |site_name: &str| -> u64 {
+        rows.iter()
+            .filter(|r| {
+                r["stack"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("main@") && s.contains(&at_line(site_name)))
+            })
+            .map(|r| r["count"].as_u64().expect("a count"))
+            .sum()
+    };
+    assert_eq!(at("brk"), 1000, "{text}\n{stderr}");
+    assert_eq!(at("brk_other"), 3, "{text}");
+    assert!(!text.contains("\"lost\""), "{text}");
+}
+
+/// Every tracepoint of a wildcard on a row of its own name, with its own count: entries and
+/// exits of brk are the 1,000 calls of the burst more than the calls of a run with none
+/// (the C library's and the 3 decoys), each exactly.
+#[test]
+fn count_by_probe_names_each_tracepoint_of_a_wildcard() {
+    let base = count(BRK, &["--by", "none"], &["brk", "0"]);
+    let base = base[0]["count"].as_u64().expect("a count");
+    let rows = count("syscalls:sys_*_brk", &["--by", "probe"], &["brk", "1000"]);
+    let mut named: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["probe"].as_str().expect("a probe").to_owned(),
+                r["count"].as_u64().expect("a count"),
+            )
+        })
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            ("tracepoint:syscalls:sys_enter_brk".to_owned(), base + 1000),
+            ("tracepoint:syscalls:sys_exit_brk".to_owned(), base + 1000),
+        ],
+        "{rows:?}"
+    );
+
+    // Tracepoints of another group, which share no field that tells them apart: a kernel
+    // event of each provoked here (a page allocation and its freeing).
+    let rows = count(
+        "kmem:mm_page_*",
+        &["--by", "probe", "--comm", "memtools"],
+        &["touch", "64"],
+    );
+    assert!(
+        rows.iter().all(|r| r["probe"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("tracepoint:kmem:mm_page_"))),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r["probe"] == "tracepoint:kmem:mm_page_alloc"),
+        "{rows:?}"
+    );
+}
+
+/// 5,000 faults, each under a call stack of its own, counted system-wide (in the kernel, by
+/// frame-pointer stacks): every fault is on a row of its own stack, or the loss line counts
+/// those that are not. A stack trace map refused every stack whose hash fell in a taken
+/// bucket (hundreds of these), silently.
+#[test]
+fn system_wide_faults_keep_five_thousand_distinct_stacks() {
+    let dir = Dir::new();
+    let mut fltrace = dir
+        .fltrace()
+        .args([
+            "faults", "--comm", "memtools", "--format", "json", "--top", "1000000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    while !said.contains("counting") {
+        said.clear();
+        assert!(
+            stderr.read_line(&mut said).expect("read") > 0,
+            "ended early"
+        );
+    }
+    let status = Command::new(memtools())
+        .args(["stacks", "5000"])
+        .status()
+        .expect("runs");
+    assert!(status.success());
+    let killed = Command::new("kill")
+        .args(["-INT", &fltrace.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let mut out = String::new();
+    std::io::Read::read_to_string(fltrace.stdout.as_mut().expect("stdout"), &mut out)
+        .expect("read");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read");
+    let exit = fltrace.wait().expect("wait");
+    let rows: Value = serde_json::from_str(&out).expect("JSON");
+    let leaf_rows: Vec<u64> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("stacks")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .collect();
+    // "N user stacks not kept: the stack table was full", when any was not.
+    let not_kept: u64 = rest
+        .split(" user stacks not kept")
+        .next()
+        .filter(|_| rest.contains(" user stacks not kept"))
+        .and_then(|head| head.rsplit(['(', ' ']).next())
+        .map_or(0, |n| n.parse().expect("a number"));
+    assert!(leaf_rows.iter().all(|&c| c == 1), "{leaf_rows:?}");
+    assert_eq!(leaf_rows.len() as u64 + not_kept, 5000, "{rest}");
+    assert_eq!(
+        exit.code(),
+        Some(if not_kept > 0 { 3 } else { 0 }),
+        "{rest}"
+    );
+}
+
+/// 524,288 faults of a command, counted with DWARF stacks: the rows at the touching line hold
+/// them all, or what the ring lost is said (the loss line) and makes up the difference, and the
+/// exit status is 3 (it said nothing of the 40-80% it lost).
+#[test]
+fn faults_of_a_command_are_all_counted_or_their_loss_said() {
+    const PAGES: u64 = 512 * 1024;
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let pages = PAGES.to_string();
+    let out = output_within(
+        dir.fltrace().args([
+            "faults", "--format", "json", "--top", "100000", "--", &tools, "touch", &pages,
+        ]),
+        LIMIT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let at_touch: u64 = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("touch")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .sum();
+    let lost: u64 = stderr
+        .split(" samples lost")
+        .next()
+        .filter(|_| stderr.contains(" samples lost"))
+        .and_then(|head| head.rsplit(['(', ' ']).next())
+        .map_or(0, |n| n.parse().expect("a number"));
+    let others: u64 = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["count"].as_u64())
+        .sum::<u64>()
+        - at_touch;
+    assert!(at_touch <= PAGES, "{at_touch}");
+    // What was lost is the touches missing, and at most the few faults of its start besides.
+    assert!(
+        at_touch + lost >= PAGES && at_touch + lost <= PAGES + others + 100,
+        "{at_touch} at the line, {lost} lost: {stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(if lost > 0 { 3 } else { 0 }),
+        "{stderr}"
+    );
+}
+
+/// System-wide, a file mapped by a program that has exited, and deleted, before the output:
+/// still named by its path (the kernel's record of the mapping), with its exact faults. It
+/// showed as `dev MAJ:MIN inode N`.
+#[test]
+fn ffaults_names_the_file_of_a_program_that_has_exited() {
+    let dir = Dir::new();
+    let file = dir.path().join("gone.bin");
+    std::fs::write(&file, vec![7u8; 24 * 4096]).expect("write the file");
+    let path = file.to_string_lossy().into_owned();
+    let fltrace = Background::start(
+        &dir,
+        &[
+            "ffaults", "--format", "json", "--comm", "memtools", "--top", "1000",
+        ],
+    );
+    let status = Command::new(memtools())
+        .args(["file", &path, "13"])
+        .status()
+        .expect("runs");
+    assert!(status.success());
+    std::fs::remove_file(&file).expect("removes the file");
+    std::thread::sleep(Duration::from_millis(200));
+    let rows = fltrace.interrupt();
+    let of_file: Vec<&Value> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["file"] == path.as_str())
+        .collect();
+    assert_eq!(of_file.len(), 1, "{rows:#?}");
+    assert_eq!(of_file[0]["count"], 13, "{rows:#?}");
+}
+
+/// Sampling as a choice: 1 fault in 16 of a command's 524,288, counts scaled by 16 and said to
+/// be estimates; the ring keeps up, so the line's count is within a few samples of the truth.
+/// System-wide counts count every event: `--sample` there is refused in one line.
+#[test]
+fn faults_sampled_are_scaled_and_said_so() {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let out = output_within(
+        dir.fltrace().args([
+            "faults", "--sample", "16", "--format", "json", "--", &tools, "touch", "524288",
+        ]),
+        LIMIT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(sampled 1 in 16: every count is 16 x its samples, an estimate)"),
+        "{stderr}"
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let counts: Vec<u64> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&at_line("touch")))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .collect();
+    assert!(counts.iter().all(|c| c % 16 == 0), "{counts:?}");
+    let at_touch: u64 = counts.iter().sum();
+    if out.status.code() == Some(0) {
+        // The first sample falls where the period's count does: a few faults of the start.
+        assert!(at_touch.abs_diff(524_288) <= 16 * 4, "{at_touch}: {stderr}");
+    } else {
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(stderr.contains("samples lost"), "{stderr}");
+    }
+
+    let refused = output_within(
+        dir.fltrace()
+            .args(["faults", "--sample", "16", "--duration", "1s"]),
+        LIMIT,
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim(),
+        "fltrace: --sample 16: sampling applies to counts with the user stacks of named \
+         processes (-p or a command, by ustack), with a period of 1 or more; the others count \
+         every event in the kernel"
+    );
+}
