@@ -138,6 +138,7 @@ impl AllocLogs {
             out_dir,
             mono_offset,
             recording,
+            FullLogs::Remove,
         )
     }
 
@@ -159,6 +160,16 @@ impl AllocLogs {
     }
 }
 
+/// What converting does with a log that stopped because its file system filled.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FullLogs {
+    /// The recorder that wrote it removes it once read, so that the tables have room.
+    Remove,
+    /// A command that only reads the recording (recovering a killed recorder's spool)
+    /// deletes nothing in it.
+    Keep,
+}
+
 /// Converts the logs of `pid` in spool directory `spool`: see [`AllocLogs::convert`].
 fn convert_spooled(
     spool: &Path,
@@ -167,6 +178,7 @@ fn convert_spooled(
     out_dir: &Path,
     mono_offset: u64,
     recording: &str,
+    full_logs: FullLogs,
 ) -> Result<Option<Converted>, Error> {
     let mut logs = Vec::new();
     for image in 0.. {
@@ -188,9 +200,11 @@ fn convert_spooled(
     }
     // A log that stopped because its file system filled is in memory now: its file goes, so
     // that the tables have room (on the same file system, they would not be written at all).
-    for (path, bytes) in &logs {
-        if log_stopped_ns(bytes).is_some() {
-            let _ = std::fs::remove_file(path);
+    if full_logs == FullLogs::Remove {
+        for (path, bytes) in &logs {
+            if log_stopped_ns(bytes).is_some() {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
     // An image's calls come after its exec, but the millisecond clock can put the first
@@ -632,6 +646,7 @@ fn recover_spool(
             out_dir,
             metadata.mono_offset,
             &metadata.recording,
+            FullLogs::Keep,
         ) {
             Ok(Some(converted)) => {
                 log::warn!(
@@ -716,10 +731,15 @@ type ThreadChunks<'a> = (u32, Vec<&'a [u8]>);
 
 /// When the tracer writing `log` stopped because the log could not grow (its clock).
 fn log_stopped_ns(log: &[u8]) -> Option<u64> {
-    log.get(32..40)
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_ne_bytes)
-        .filter(|&t| t != 0 && log.len() >= HEADER_SIZE)
+    let word = |offset: usize| {
+        log.get(offset..offset + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_ne_bytes)
+    };
+    if log.len() < HEADER_SIZE || word(0) != Some(MAGIC) {
+        return None;
+    }
+    word(32).filter(|&t| t != 0)
 }
 
 /// The published bytes of each thread's chunks, in file order, by thread; and when the

@@ -948,8 +948,12 @@ fn interrupts_end_the_whole_command_and_keep_the_recording() {
             if started.elapsed() > Duration::from_secs(30) {
                 let _ = fltrace.kill();
                 let _ = fltrace.wait();
+                let mut err = String::new();
+                if let Some(mut stderr) = fltrace.stderr.take() {
+                    let _ = stderr.read_to_string(&mut err);
+                }
                 assert_group_ends(sh, Duration::ZERO, name);
-                panic!("{name}: fltrace still running after 30 s");
+                panic!("{name}: fltrace still running after 30 s; it said: {err}");
             }
             std::thread::sleep(Duration::from_millis(50));
         };
