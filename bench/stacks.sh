@@ -7,7 +7,8 @@
 # `clone`/`clone3`; in a stripped executable, the frame that calls `__libc_start_main`), under
 # fltrace's defaults, the pre-#21 defaults (`--stack-size 2048`), `--stack-size 32768
 # --exact-stacks`, and `perf record --call-graph dwarf` (its samples and lost records).
-# usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build)
+# usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
+# PROGRAMS="python3 sqlite3" for some of the three)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-3}
@@ -105,7 +106,7 @@ run() { # program tool dir
 }
 tools=(untraced defaults old-2048 exact-32k perf-dwarf)
 printf "%-8s %-11s %9s %22s %s\n" program tool time complete lost
-for program in cc1plus python3 sqlite3; do
+for program in ${PROGRAMS:-cc1plus python3 sqlite3}; do
     declare -A times=()
     for ((r = 0; r < rounds; r++)); do
         for tool in "${tools[@]}"; do
