@@ -455,9 +455,20 @@ impl Symbolizer {
                 results
             }
         };
+        let signal_returns = binary
+            .as_deref()
+            .map(|binary| returns_to_sigreturn(binary, offsets))
+            .unwrap_or_default();
         for (i, &offset) in offsets.iter().enumerate() {
             let mut exact = None;
             let (locations, symbol_offset): (Vec<Location>, Option<u64>) = match results.get(i) {
+                _ if signal_returns.get(i) == Some(&true) => (
+                    vec![Location {
+                        function: "[signal]".into(),
+                        ..Location::unknown(lib.clone(), system_lib)
+                    }],
+                    None,
+                ),
                 Some(Symbolized::Sym(sym)) => {
                     let mut locations = Vec::with_capacity(1 + sym.inlined.len());
                     // blazesym lists inlined calls outermost first, each with the location
@@ -514,6 +525,28 @@ impl Symbolizer {
             );
         }
     }
+}
+
+/// Whether each of `offsets`, looked up one byte before a return address, is the frame a signal
+/// handler returns to: the return address is the x86-64 `rt_sigreturn` trampoline (libc's
+/// `__restore_rt`, `mov $15,%rax; syscall`), through which the recorder's unwinder stepped
+/// into the interrupted code.
+fn returns_to_sigreturn(binary: &Path, offsets: &[FileOffset]) -> Vec<bool> {
+    const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+    let Ok(file) = std::fs::File::open(binary) else {
+        return Vec::new();
+    };
+    // SAFETY: mapped read-only, as blazesym maps the same files.
+    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
+        return Vec::new();
+    };
+    offsets
+        .iter()
+        .map(|o| {
+            let start = o.get() as usize + 1;
+            map.get(start..start + SIGRETURN.len()) == Some(&SIGRETURN[..])
+        })
+        .collect()
 }
 
 /// The address in the file's own terms (as `nm` gives them) of file offset `offset` in the

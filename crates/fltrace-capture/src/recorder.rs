@@ -66,12 +66,13 @@ pub struct Options {
 }
 
 impl Options {
-    /// Defaults: 2 KiB of stack per fault completed from the live process, 64 MiB of ring
-    /// buffer per CPU.
+    /// Defaults: 16 KiB of stack per fault (deep enough for compilers, interpreters and
+    /// databases: reading the live process later gives stale outer frames), completed from the
+    /// live process beyond that, 64 MiB of ring buffer per CPU.
     pub fn new(dir: PathBuf) -> Options {
         Options {
             dir,
-            stack_bytes: 2048,
+            stack_bytes: 16384,
             buffer_mb: 64,
             credentials: None,
             read_live_stacks: true,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
@@ -236,10 +236,42 @@ pub enum UnwindEnd {
 #[derive(Clone, Default)]
 pub struct AddressSpaceUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
+    /// The executable mappings' bytes, by address range, to recognise signal trampolines.
+    code: Vec<MappedCode>,
 }
 
-/// Frames beyond this are dropped (a runaway recursion or a corrupt stack).
-pub const MAX_FRAMES: usize = 512;
+/// The file bytes behind one executable mapping.
+#[derive(Clone)]
+struct MappedCode {
+    range: Range<u64>,
+    file: Arc<Mmap>,
+    /// The file offset of `range.start`.
+    offset: u64,
+}
+
+impl MappedCode {
+    fn bytes_at(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(addr.checked_sub(self.range.start)? + self.offset).ok()?;
+        self.file.get(start..start.checked_add(len)?)
+    }
+}
+
+/// x86-64 `rt_sigreturn` trampoline, `mov $15,%rax; syscall`: the return address of every signal
+/// handler (glibc's `__restore_rt`, musl's `__restore_rt`), recognised by its bytes as libgcc
+/// does, since its CFI is DWARF expressions framehop does not evaluate.
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+/// Where the interrupted registers are once a handler has returned to the trampoline: the
+/// stack pointer is at the `struct ucontext` of the kernel's `rt_sigframe`, whose
+/// `uc_mcontext.gregs` start 40 bytes in (after `uc_flags`, `uc_link`, `uc_stack`).
+const UCONTEXT_GREGS: u64 = 40;
+const REG_RBP: u64 = 10;
+const REG_RSP: u64 = 15;
+const REG_RIP: u64 = 16;
+
+/// Frames beyond this are dropped (a runaway corrupt stack). Deep enough for recursive
+/// programs (compilers instantiating templates, a 2,000-deep recursion).
+pub const MAX_FRAMES: usize = 4096;
 
 impl AddressSpaceUnwinder {
     /// Adds an executable mapping; `file` is where its bytes can be read (the mapping's
@@ -258,6 +290,26 @@ impl AddressSpaceUnwinder {
             elf.section_info(),
         );
         self.unwinder.add_module(module);
+        let range = mapping.start.get()..mapping.end.get();
+        self.code
+            .retain(|c| c.range.end <= range.start || range.end <= c.range.start);
+        let at = self.code.partition_point(|c| c.range.start < range.start);
+        self.code.insert(
+            at,
+            MappedCode {
+                range,
+                file: elf.file.clone(),
+                offset: mapping.pgoff.get(),
+            },
+        );
+    }
+
+    /// Whether `addr` is the start of a signal return trampoline.
+    fn is_sigreturn(&self, addr: u64) -> bool {
+        let at = self.code.partition_point(|c| c.range.start <= addr);
+        at > 0
+            && self.code[at - 1].range.contains(&addr)
+            && self.code[at - 1].bytes_at(addr, SIGRETURN.len()) == Some(&SIGRETURN[..])
     }
 
     /// Unwinds from the sampled registers over the sampled stack bytes (which start at `sp`),
@@ -282,15 +334,47 @@ impl AddressSpaceUnwinder {
                 None => beyond.read(addr).ok_or(()),
             }
         };
-        let regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let finished = {
-            let mut iter = self.unwinder.iter_frames(ip, regs, cache, &mut read_stack);
-            loop {
-                match iter.next() {
-                    Ok(Some(frame)) if frames.len() < MAX_FRAMES => frames.push(frame.address()),
-                    Ok(None) => break true,
-                    Ok(Some(_)) | Err(_) => break false,
-                }
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut address = FrameAddress::InstructionPointer(ip);
+        frames.push(ip);
+        let finished = loop {
+            if frames.len() >= MAX_FRAMES {
+                break false;
+            }
+            if let FrameAddress::ReturnAddress(ra) = address
+                && self.is_sigreturn(ra.get())
+            {
+                // A handler returned here: go on in the interrupted code, whose registers the
+                // kernel saved in the signal frame. Its address is where it was interrupted,
+                // not a return address.
+                let gregs = regs.sp().wrapping_add(UCONTEXT_GREGS);
+                let reg =
+                    |read: &mut dyn FnMut(u64) -> Result<u64, ()>, n: u64| read(gregs + n * 8);
+                let (Ok(rip), Ok(rsp), Ok(rbp)) = (
+                    reg(&mut read_stack, REG_RIP),
+                    reg(&mut read_stack, REG_RSP),
+                    reg(&mut read_stack, REG_RBP),
+                ) else {
+                    break false;
+                };
+                regs = UnwindRegsX86_64::new(rip, rsp, rbp);
+                address = FrameAddress::InstructionPointer(rip);
+                frames.push(rip);
+                continue;
+            }
+            match self
+                .unwinder
+                .unwind_frame(address, &mut regs, cache, &mut read_stack)
+            {
+                Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                    Some(next) => {
+                        address = next;
+                        frames.push(ra);
+                    }
+                    None => break false,
+                },
+                Ok(None) => break true,
+                Err(_) => break false,
             }
         };
         match (finished, beyond.failed) {

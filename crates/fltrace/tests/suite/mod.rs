@@ -11,6 +11,8 @@ mod fuzz;
 mod hardening;
 mod heatmap;
 mod processes;
+mod quickexit;
+mod signals;
 mod stacks;
 mod streaming;
 mod survival;

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Complete stacks on programs people run (issue #21): cc1plus (Debian's g++ on a generated,
+# template-heavy C++ file), python3 (Debian's, a short JSON/regex/decimal script that exits at
+# once) and sqlite3 (an in-memory table of 200,000 rows, an index, a sort). For each: wall time
+# against the untraced run (median of ROUNDS alternating runs) and the share of fault stacks
+# whose outermost frame is a thread entry (`_start`, `_dl_start_user`, `start_thread`,
+# `clone`/`clone3`; in a stripped executable, the frame that calls `__libc_start_main`), under
+# fltrace's defaults, the pre-#21 defaults (`--stack-size 2048`), `--stack-size 32768
+# --exact-stacks`, and `perf record --call-graph dwarf` (its samples and lost records).
+# usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
+# PROGRAMS="python3 sqlite3" for some of the three)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+rounds=${1:-3}
+work=$(mktemp -d /tmp/fltrace-stacks.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fltrace=${FLTRACE:-$root/target/release/fltrace}
+[[ -n ${FLTRACE:-} ]] || (cd "$root" && cargo build --release --locked -q -p fltrace -p fltrace-preload)
+command -v perf >/dev/null || { apt-get install -y -qq linux-perf >/dev/null; }
+
+python3 - "$work/big.cpp" <<'PY'
+import sys
+n = 60
+with open(sys.argv[1], "w") as out:
+    w = lambda s: out.write(s + "\n")
+    w("#include <map>\n#include <vector>\n#include <string>\n#include <tuple>\n#include <functional>\n#include <algorithm>")
+    w("template<int N> struct Depth { static constexpr long v = Depth<N-1>::v * 3 % 1000003 + N; };")
+    w("template<> struct Depth<0> { static constexpr long v = 1; };")
+    for i in range(n):
+        w(f"""template<typename T> struct Box{i} {{ std::vector<T> items; std::map<std::string, T> named;
+  T sum() const {{ T s{{}}; for (auto& x : items) s += x; for (auto& [k, v] : named) s += v; return s; }} }};
+inline long f{i}(int k) {{
+  Box{i}<long> b; for (int j = 0; j < k; ++j) b.items.push_back(j * {i});
+  auto t = std::make_tuple(b.sum(), std::to_string(k), Depth<{200 + i % 200}>::v);
+  std::vector<std::function<long(long)>> fs{{[](long x) {{ return x + {i}; }}, [k](long x) {{ return x * k; }}}};
+  long r = std::get<0>(t) + std::get<2>(t); for (auto& f : fs) r = f(r);
+  std::sort(b.items.begin(), b.items.end(), [](long a, long c) {{ return a > c; }});
+  return r + (long)std::get<1>(t).size();
+}}""")
+    w("int main() { long r = 0;")
+    for i in range(n):
+        w(f"  r += f{i}({i % 7});")
+    w("  return (int)(r & 1); }")
+PY
+cat >"$work/script.py" <<'PY'
+import json, decimal, re, collections
+d = {str(i): [i, str(i) * 3, {"k": i}] for i in range(20000)}
+s = json.dumps(d); back = json.loads(s)
+c = collections.Counter(re.findall(r"\d\d", s))
+print(len(back), sum(decimal.Decimal(i) / 7 for i in range(2000)) > 0, len(c))
+PY
+cat >"$work/rows.sql" <<'SQL'
+create table t(a integer primary key, b text, c real);
+with recursive n(x) as (select 1 union all select x+1 from n where x < 200000)
+  insert into t select x, hex(randomblob(16)), x*1.5 from n;
+create index tb on t(b);
+select count(*), sum(c) from t where b like 'A%';
+select b from t order by b desc limit 3;
+SQL
+
+# Reads `perf script`/`fltrace script` output; counts, per process whose frames name the
+# program's binary ($1), the stacks that end at a thread entry.
+cat >"$work/complete.py" <<'PY'
+import sys
+binary = sys.argv[1]
+ENTRIES = {"_start", "_dl_start_user", "start_thread", "clone", "clone3", "__clone3", "__GI___clone3", "__clone", "__GI___clone"}
+STARTERS = {"__libc_start_main_impl", "__libc_start_main", "__libc_start_main_alias_2"}
+tot = {}; ok = {}; of_binary = set(); names = []; pid = None
+def name(line):
+    f = line.strip().split(None, 1)
+    return f[1].rsplit(" (", 1)[0].rsplit("+0x", 1)[0] if len(f) > 1 else "?"
+def flush():
+    if pid is None: return
+    tot[pid] = tot.get(pid, 0) + 1
+    if names and (names[-1] in ENTRIES or (len(names) > 1 and names[-2] in STARTERS)):
+        ok[pid] = ok.get(pid, 0) + 1
+for line in sys.stdin:
+    if not line.strip(): continue
+    if line[0] not in " \t":
+        flush(); names = []
+        pid = next(w for w in line.split() if w[0].isdigit()).split("/")[0]
+        continue
+    if binary in line: of_binary.add(pid)
+    names.append(name(line))
+flush()
+t = sum(tot[p] for p in of_binary); o = sum(ok.get(p, 0) for p in of_binary)
+print(f"{100 * o / t:.2f}% of {t}" if t else "no stacks")
+PY
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+run() { # program tool dir
+    local cmd
+    case $1 in
+        cc1plus) cmd=(g++ -O0 -S "$work/big.cpp" -o "$3/big.s") ;;
+        python3) cmd=(/usr/bin/python3 "$work/script.py") ;;
+        sqlite3) cmd=(sqlite3 :memory: -init "$work/rows.sql" .quit) ;;
+    esac
+    case $2 in
+        untraced) "${cmd[@]}" ;;
+        defaults) "$fltrace" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
+        old-2048) "$fltrace" record -o "$3" --stack-size 2048 -- "${cmd[@]}" 2>"$3/err" ;;
+        exact-32k) "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
+        perf-dwarf) perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${cmd[@]}" 2>"$3/err" ;;
+    esac >/dev/null
+}
+tools=(untraced defaults old-2048 exact-32k perf-dwarf)
+printf "%-8s %-11s %9s %22s %s\n" program tool time complete lost
+for program in ${PROGRAMS:-cc1plus python3 sqlite3}; do
+    declare -A times=()
+    for ((r = 0; r < rounds; r++)); do
+        for tool in "${tools[@]}"; do
+            dir="$work/$program-$tool"; rm -rf "$dir"; mkdir -p "$dir"
+            t0=$(now); run "$program" "$tool" "$dir"; t1=$(now)
+            times[$tool]+="$(echo "$t1 - $t0" | bc) "
+        done
+    done
+    base=$(echo ${times[untraced]} | tr ' ' '\n' | median)
+    for tool in "${tools[@]}"; do
+        dir="$work/$program-$tool"
+        med=$(echo ${times[$tool]} | tr ' ' '\n' | median)
+        ratio="$(echo "scale=3; $med / $base" | bc)x"
+        case $tool in
+            untraced) share=-; lost=- ;;
+            perf-dwarf)
+                share=$(perf script -i "$dir/perf.data" -F comm,pid,tid,ip,sym,dso 2>/dev/null | python3 "$work/complete.py" "$program")
+                lost=$(perf report -i "$dir/perf.data" --stats 2>/dev/null | awk '/LOST events:/ {print $3; exit}') ;;
+            *)
+                share=$(cd "$dir" && "$fltrace" script | python3 "$work/complete.py" "$program")
+                lost=$(grep -o '[0-9]* lost' "$dir/err" | head -1) ;;
+        esac
+        printf "%-8s %-11s %9s %22s %s\n" "$program" "$tool" "$ratio" "$share" "${lost:-0}"
+    done
+    echo "($program untraced median ${base}s)"
+done
+echo "(bench/stacks.sh $rounds)"

@@ -1,0 +1,52 @@
+//! Stacks that pass through a signal handler's frame.
+
+use std::process::Command;
+
+use super::util::*;
+
+/// Faults inside a signal handler, in code without frame pointers: the stack goes through the
+/// handler, the kernel's signal frame (libc's `__restore_rt`, named `[signal]`) and the
+/// interrupted code, out to `main` and `_start`.
+#[test]
+fn handler_stacks_go_through_the_signal_frame_to_main() {
+    let dir = Dir::new();
+    let workload = dir.path().join("signal");
+    let built = Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&workload)
+        .arg(workloads_dir().join("signal.c"))
+        .output()
+        .expect("gcc runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    dir.record(&[&workload], &["40"]);
+    let line = site("signal.c", "touch_in_handler");
+    let by_line = dir.report_json(&["--by", "line"]);
+    assert_eq!(count_at(&by_line, "signal.c", line), 40);
+
+    let by_stack = dir.report_json(&["--by", "stack"]);
+    let stack = stack_at(&by_stack, "signal.c", line);
+    let names: Vec<&str> = stack.iter().map(|(f, _, _)| f.as_str()).collect();
+    let ours: Vec<&str> = stack
+        .iter()
+        .filter(|(_, file, _)| file == "signal.c")
+        .map(|(f, _, _)| f.as_str())
+        .collect();
+    assert_eq!(
+        ours,
+        ["touch_pages", "on_signal", "send_signal", "main"],
+        "{names:?}"
+    );
+    // Between the handler and the code it interrupted: the signal frame, named so.
+    let handler = names.iter().position(|&f| f == "on_signal");
+    let sender = names.iter().position(|&f| f == "send_signal");
+    let signal = names.iter().position(|&f| f == "[signal]");
+    assert!(
+        matches!((handler, signal, sender), (Some(h), Some(s), Some(r)) if s == h + 1 && r > s),
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"_start"), "{names:?}");
+}
