@@ -31,6 +31,9 @@ pub enum Error {
         /// Why.
         source: io::Error,
     },
+    /// The kernel refused the BPF object for lack of privilege: what is missing.
+    #[error("{0}")]
+    NotPermitted(String),
     /// The kernel refused the BPF object.
     #[error("loading the BPF object: {0}")]
     Load(#[from] Box<aya::EbpfError>),

@@ -117,6 +117,8 @@ impl Event {
             .or_else(|| text.strip_prefix("t:"))
             .unwrap_or(text);
         let (category, name) = tp.split_once(':').ok_or_else(unknown)?;
+        // A tracefs this user cannot read is said as such, not as an unknown event.
+        tracefs::events_dir()?;
         if !tracefs::exists(category, name) {
             return Err(unknown());
         }

@@ -100,9 +100,40 @@ unsafe impl aya::Pod for UStack {}
 /// Loads the object (its maps are created; programs are loaded when attached).
 pub(crate) fn load() -> Result<Ebpf, Error> {
     raise_memlock();
-    EbpfLoader::new()
-        .load(OBJECT)
-        .map_err(|e| Error::Load(Box::new(e)))
+    EbpfLoader::new().load(OBJECT).map_err(|e| {
+        if refused_for_privilege(&e) {
+            Error::NotPermitted(bpf_privilege_hint())
+        } else {
+            Error::Load(Box::new(e))
+        }
+    })
+}
+
+/// Whether the kernel refused the object for lack of privilege (EPERM anywhere in the
+/// error's chain: map creation or program load).
+fn refused_for_privilege(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            == Some(libc::EPERM)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// What a user without the privilege to load BPF needs, with the setting that decides it.
+fn bpf_privilege_hint() -> String {
+    let unprivileged = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
+        .map_or_else(|_| "unknown".to_owned(), |v| v.trim().to_owned());
+    format!(
+        "the kernel refused to load BPF (Operation not permitted): the BPF tools need \
+         CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); run as root, or give the binary them with \
+         `setcap cap_bpf,cap_perfmon+ep` (kernel.unprivileged_bpf_disabled is {unprivileged})"
+    )
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.

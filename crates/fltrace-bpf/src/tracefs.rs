@@ -25,12 +25,18 @@ pub fn root() -> Option<PathBuf> {
         .find(|p| p.join("events").is_dir())
 }
 
-fn events_dir() -> Result<PathBuf, Error> {
-    root().map(|r| r.join("events")).ok_or_else(|| {
-        Error::Unsupported(
+/// The `events` directory of tracefs; when tracefs is closed to this user, the error says
+/// what opens it (an unreadable tracefs must not make every event "unknown").
+pub(crate) fn events_dir() -> Result<PathBuf, Error> {
+    match fltrace_capture::sys::tracefs() {
+        Ok(root) => Ok(root.join("events")),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(Error::Unsupported(format!("tracefs: {e}")))
+        }
+        Err(_) => Err(Error::Unsupported(
             "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)".into(),
-        )
-    })
+        )),
+    }
 }
 
 /// Every tracepoint as `category:name`, sorted.

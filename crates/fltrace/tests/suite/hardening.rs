@@ -277,6 +277,54 @@ fn stale_allocation_spools_are_removed() {
     assert!(spools.is_empty(), "{spools:?}");
 }
 
+/// The BPF tools run unprivileged name what they lack: `count` of a tracepoint says tracefs
+/// is closed (never "unknown event"), and a tool that loads BPF names CAP_BPF/CAP_PERFMON
+/// with the kernel setting, instead of a bare "Operation not permitted".
+#[test]
+fn bpf_tools_name_the_missing_privilege() {
+    let dir = Dir::new();
+    std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).expect("chown");
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_fltrace"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .output()
+            .expect("setpriv runs")
+    };
+    let out = as_nobody(&["count", "kmem:mm_page_alloc", "--", "true"]);
+    let err = stderr_of(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(!err.contains("unknown event"), "{err}");
+    let mode = std::fs::metadata("/sys/kernel/tracing")
+        .expect("tracefs")
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o005 != 0o005 {
+        assert!(
+            err.contains(&format!("/sys/kernel/tracing is mode {mode:04o}")),
+            "{err}"
+        );
+    }
+    let out = as_nobody(&["triage", "--duration", "1s"]);
+    let err = stderr_of(&out);
+    assert!(!out.status.success(), "{err}");
+    let setting = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
+        .expect("unprivileged_bpf_disabled");
+    assert!(
+        err.contains("CAP_BPF and CAP_PERFMON")
+            && err.contains(&format!(
+                "kernel.unprivileged_bpf_disabled is {}",
+                setting.trim()
+            )),
+        "{err}"
+    );
+}
+
 /// A user without privileges is told what stops them: tracefs's mode when it is closed to
 /// them, else the perf_event_paranoid level, with the value and the setting that opens it.
 #[test]
