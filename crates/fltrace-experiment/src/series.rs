@@ -453,14 +453,23 @@ fn lock(dir: &Path) -> Result<File, Error> {
         .open(&path)
         .map_err(Error::io(&path))?;
     use std::os::fd::AsRawFd;
-    // SAFETY: flock on an open descriptor.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(Error::Invalid(format!(
-            "another `fltrace runs` is running in {}",
-            dir.display()
-        )));
+    // A series killed while it started a run leaves the lock with that run's forked child
+    // until it execs (the descriptor is close-on-exec) or dies: a moment, which a resume
+    // started right after the kill waits out rather than calling it another series.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        // SAFETY: flock on an open descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::Invalid(format!(
+                "another `fltrace runs` is running in {}",
+                dir.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Ok(file)
 }
 
 /// Creates a new file, refusing to follow a link or to clobber what is there.
