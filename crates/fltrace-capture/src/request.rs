@@ -12,8 +12,10 @@ use crate::{AllocTracing, Credentials, Error, FarMemory, HeapBacking, Options, T
 pub struct Request {
     /// Where the trace files go (`-o`).
     pub dir: PathBuf,
-    /// A running process to attach to (`-p`), instead of a command.
-    pub pid: Option<i32>,
+    /// Running processes to attach to (`-p PID,PID`), instead of a command.
+    pub pids: Vec<i32>,
+    /// With `pids`: attach to their existing descendants too (off: `--no-children`).
+    pub children: bool,
     /// The command to start and its arguments.
     pub command: Vec<OsString>,
     /// Far memory: local memory in MiB (`-L`).
@@ -171,10 +173,13 @@ impl Request {
             )?),
             (None, None) => None,
         };
-        let target = match (self.pid, self.command.is_empty()) {
-            (Some(pid), _) => Target::Pid(pid),
-            (None, false) => Target::Command(self.command.clone()),
-            (None, true) => return Err(RequestError::NoCommand),
+        let target = match (self.pids.is_empty(), self.command.is_empty()) {
+            (false, _) => Target::Pids {
+                pids: self.pids.clone(),
+                children: self.children,
+            },
+            (true, false) => Target::Command(self.command.clone()),
+            (true, true) => return Err(RequestError::NoCommand),
         };
         if !self.dir.is_dir() {
             return Err(RequestError::NoOutputDir(self.dir.clone()));
@@ -183,7 +188,7 @@ impl Request {
         options.stack_bytes = self.stack_bytes & !7;
         options.buffer_mb = self.buffer_mb;
         options.read_live_stacks = !self.exact_stacks;
-        if far_memory.is_some() && self.pid.is_some() {
+        if far_memory.is_some() && !self.pids.is_empty() {
             return Err(RequestError::FarMemoryAttached);
         }
         options.far_memory = far_memory;
@@ -196,7 +201,7 @@ impl Request {
         }
         options.access_samples = self.access_samples;
         if self.allocs {
-            options.allocs = Some(if self.pid.is_some() {
+            options.allocs = Some(if !self.pids.is_empty() {
                 if !machine.uprobes() {
                     return Err(RequestError::NoUprobes);
                 }
@@ -209,7 +214,7 @@ impl Request {
             if options.far_memory.is_some() {
                 return Err(RequestError::BackingWithFarMemory);
             }
-            if self.pid.is_some() {
+            if !self.pids.is_empty() {
                 return Err(RequestError::BackingAttached);
             }
             if !dir.is_dir() {
@@ -278,7 +283,8 @@ mod tests {
     fn request(dir: &Path) -> Request {
         Request {
             dir: dir.to_path_buf(),
-            pid: None,
+            pids: Vec::new(),
+            children: true,
             command: vec!["true".into()],
             local_mb: None,
             max_mb: None,
@@ -342,7 +348,7 @@ mod tests {
     fn far_memory_and_backing_dir_need_a_started_command() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = request(dir.path());
-        (r.pid, r.command) = (Some(1), Vec::new());
+        (r.pids, r.command) = (vec![1], Vec::new());
         (r.local_mb, r.max_mb) = (Some(10), Some(20));
         assert_eq!(
             refusal(&r, &FULL),
@@ -383,7 +389,7 @@ mod tests {
     fn allocs_of_a_running_process_need_uprobes() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = request(dir.path());
-        (r.pid, r.command, r.allocs) = (Some(1), Vec::new(), true);
+        (r.pids, r.command, r.allocs) = (vec![1], Vec::new(), true);
         let no_uprobes = Machine {
             uprobes: false,
             ..FULL
@@ -393,10 +399,13 @@ mod tests {
             "--allocs with -p needs uprobes on the running process's allocator, and this kernel has none (CONFIG_UPROBE_EVENTS); start the program under `fltrace record --allocs -- <command>` instead"
         );
         let (target, options) = r.resolve(&FULL).unwrap();
-        assert!(matches!(target, Target::Pid(1)));
+        assert!(matches!(
+            target,
+            Target::Pids { ref pids, children: true } if pids == &[1]
+        ));
         assert!(matches!(options.allocs, Some(AllocTracing::Uprobes)));
         // A started command is traced by the preloaded library, uprobes or not.
-        (r.pid, r.command) = (None, vec!["true".into()]);
+        (r.pids, r.command) = (Vec::new(), vec!["true".into()]);
         let (_, options) = r.resolve(&no_uprobes).unwrap();
         assert!(matches!(options.allocs, Some(AllocTracing::Preload(_))));
     }
