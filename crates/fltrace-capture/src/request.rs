@@ -59,6 +59,9 @@ pub trait Facilities {
     fn mem_available_mb(&self) -> Option<u64>;
     /// The preloaded library (far memory, allocation tracing, heap backing).
     fn preload_library(&self) -> Result<PathBuf, Error>;
+    /// Whether unprivileged processes may handle kernel-mode faults with userfaultfd
+    /// (`vm.unprivileged_userfaultfd`), if the kernel says.
+    fn unprivileged_userfaultfd(&self) -> Option<bool>;
 }
 
 /// The machine fltrace runs on.
@@ -80,6 +83,10 @@ impl Facilities for ThisMachine {
     }
     fn preload_library(&self) -> Result<PathBuf, Error> {
         crate::find_preload_library()
+    }
+    fn unprivileged_userfaultfd(&self) -> Option<bool> {
+        let value = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").ok()?;
+        Some(value.trim() != "0")
     }
 }
 
@@ -144,6 +151,15 @@ pub enum RequestError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// Far memory for a command run unprivileged where the kernel lets such a process catch
+    /// only user-mode faults: its system calls on evicted memory would fail with EFAULT.
+    #[error(
+        "-L/-M with the command run as uid {uid}: vm.unprivileged_userfaultfd=0 lets an unprivileged program's runtime catch only user-mode faults, so its system calls on evicted memory would fail (EFAULT); run `sysctl vm.unprivileged_userfaultfd=1` first, or leave out --user/--drop-privileges"
+    )]
+    UnprivilegedUserfaultfd {
+        /// The user the command would run as.
+        uid: u32,
     },
     /// A setting the recorder refused (the preloaded library, far memory, the user).
     #[error(transparent)]
@@ -235,6 +251,17 @@ impl Request {
             (None, true) => Some(Credentials::of_sudo_user()?),
             (None, false) => None,
         };
+        // The runtime falls back to user-mode faults only (UFFD_USER_MODE_ONLY) where it may
+        // not have more, and then a read(2) into an evicted page fails: refuse before the
+        // program starts, rather than let it fail later for no reason it can tell.
+        if let (Some(_), Some(credentials)) = (&options.far_memory, options.credentials)
+            && credentials.uid != 0
+            && machine.unprivileged_userfaultfd() == Some(false)
+        {
+            return Err(RequestError::UnprivilegedUserfaultfd {
+                uid: credentials.uid,
+            });
+        }
         Ok((target, options))
     }
 }
@@ -251,6 +278,7 @@ mod tests {
         uprobes: bool,
         max_sample_rate: Option<u64>,
         mem_available_mb: Option<u64>,
+        unprivileged_userfaultfd: Option<bool>,
     }
 
     impl Facilities for Machine {
@@ -269,6 +297,9 @@ mod tests {
         fn preload_library(&self) -> Result<PathBuf, Error> {
             Ok(PathBuf::from("/lib/fltrace/libfltrace_preload.so"))
         }
+        fn unprivileged_userfaultfd(&self) -> Option<bool> {
+            self.unprivileged_userfaultfd
+        }
     }
 
     /// Everything there: PMU, uprobes, a limit of 10,000 samples/s, 4 GiB available.
@@ -277,6 +308,7 @@ mod tests {
         uprobes: true,
         max_sample_rate: Some(10_000),
         mem_available_mb: Some(4096),
+        unprivileged_userfaultfd: Some(false),
     };
 
     /// `fltrace record -o DIR -- true` with the flags' defaults.
@@ -488,5 +520,26 @@ mod tests {
         assert!(!options.read_live_stacks);
         assert!(options.far_memory.is_none() && options.allocs.is_none());
         assert!(options.heap_backing.is_none() && options.credentials.is_none());
+    }
+
+    #[test]
+    fn far_memory_as_another_user_needs_unprivileged_userfaultfd() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = request(dir.path());
+        (r.local_mb, r.max_mb, r.user) = (Some(10), Some(20), Some("65534".to_owned()));
+        assert_eq!(
+            refusal(&r, &FULL),
+            "-L/-M with the command run as uid 65534: vm.unprivileged_userfaultfd=0 lets an unprivileged program's runtime catch only user-mode faults, so its system calls on evicted memory would fail (EFAULT); run `sysctl vm.unprivileged_userfaultfd=1` first, or leave out --user/--drop-privileges"
+        );
+        let allowed = Machine {
+            unprivileged_userfaultfd: Some(true),
+            ..FULL
+        };
+        assert!(r.resolve(&allowed).is_ok());
+        // Root keeps every fault; without far memory nothing needs userfaultfd.
+        r.user = Some("0".to_owned());
+        assert!(r.resolve(&FULL).is_ok());
+        (r.local_mb, r.max_mb, r.user) = (None, None, Some("65534".to_owned()));
+        assert!(r.resolve(&FULL).is_ok());
     }
 }
