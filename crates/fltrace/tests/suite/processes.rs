@@ -232,6 +232,48 @@ fn attach_follows_existing_children() {
     }
 }
 
+/// `-p PARENT,CHILD1 --no-children` attaches to the listed processes alone, as perf's `-p`:
+/// the parent's and the first child's faults, none of the second child's.
+#[test]
+fn attach_to_a_list_of_processes() {
+    let w = workloads();
+    let dir = Dir::new();
+    let mut target = std::process::Command::new(&w.faults)
+        .args(["tree", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("workload runs");
+    let mut ready = String::new();
+    BufReader::new(target.stdout.take().expect("piped stdout"))
+        .read_line(&mut ready)
+        .expect("workload prints");
+    let children: Vec<u32> = ready
+        .strip_prefix("ready ")
+        .expect("ready line")
+        .split_whitespace()
+        .map(|c| c.parse().expect("child pid"))
+        .collect();
+    let parent = target.id();
+    let list = format!("{parent},{}", children[0]);
+    let mut record = dir.fltrace();
+    record.args(["record", "--no-children", "-p", &list]);
+    let recorder = std::thread::spawn(move || output_within(&mut record, Duration::from_secs(60)));
+    assert!(target.wait().expect("workload exits").success());
+    let out = recorder.join().expect("recorder thread");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "fltrace: attached to 2 processes: {parent} (faults), {} (faults)",
+            children[0]
+        )),
+        "{stderr}"
+    );
+    let mut expected = vec![parent, children[0]];
+    expected.sort_unstable();
+    assert_eq!(dir.pids("faults", "parquet"), expected);
+}
+
 /// `--user` runs the command as another user while fltrace keeps its privileges.
 #[test]
 fn command_runs_as_the_given_user() {
