@@ -13,10 +13,6 @@
 //   crash N         N faults in fill(), then a write through a null pointer
 //   wait N          N faults in fill(), print "ready", then sleep until killed
 //   loop N          print "ready", then every 50 ms N faults in fill() on a fresh mapping
-//   tree N          fork two children, print "ready CHILD1 CHILD2", then for 100 rounds of 50 ms
-//                   each process takes N faults on a fresh mapping: the parent in fill(), the
-//                   first child in child_fill(), the second in second_child_fill(); the parent
-//                   then waits for both
 //   remap N         mremap a fresh page to N pages where it must move, print the new range
 //                   ("remapped START END", hex), then N faults in fill() over it
 //   phases MS       write over 64 MiB for MS ms, then over 8 MiB of it for MS ms, then idle
@@ -92,21 +88,6 @@ static void *worker(void *arg) {
 __attribute__((noinline)) void child_fill(volatile char *p, size_t pages) {
     for (size_t i = 0; i < pages; i++)
         p[i * PAGE] = 2; /* SITE:child */
-}
-
-__attribute__((noinline)) void second_child_fill(volatile char *p, size_t pages) {
-    for (size_t i = 0; i < pages; i++)
-        p[i * PAGE] = 3; /* SITE:second_child */
-}
-
-/// 100 rounds, 50 ms apart, of `pages` faults by `fill_fn` on a fresh mapping.
-static void rounds(void (*fill_fn)(volatile char *, size_t), size_t pages) {
-    for (int round = 0; round < 100; round++) {
-        char *p = fresh(pages);
-        fill_fn(p, pages);
-        munmap(p, pages * PAGE);
-        usleep(50000);
-    }
 }
 
 int main(int argc, char **argv) {
@@ -216,24 +197,9 @@ int main(int argc, char **argv) {
         }
         usleep(n * 1000);
     } else if (!strcmp(mode, "tree")) {
-        void (*fills[2])(volatile char *, size_t) = {child_fill, second_child_fill};
-        pid_t children[2];
-        for (int c = 0; c < 2; c++) {
-            children[c] = fork();
-            if (children[c] < 0) {
-                perror("fork");
-                return 2;
-            }
-            if (children[c] == 0) {
-                rounds(fills[c], n);
-                _exit(0);
-            }
-        }
-        printf("ready %d %d\n", children[0], children[1]);
-        fflush(stdout);
-        rounds(fill, n);
-        for (int c = 0; c < 2; c++)
-            waitpid(children[c], 0, 0);
+        // Defined after main, so that no line above moves (tests find sites by line).
+        int tree(size_t pages);
+        return tree(n);
     } else if (!strcmp(mode, "loop")) {
         printf("ready\n");
         fflush(stdout);
@@ -247,5 +213,46 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
+    return 0;
+}
+
+// Mode `tree N` (kept below main: see there): fork two children, print "ready CHILD1 CHILD2",
+// then for 100 rounds of 50 ms each process takes N faults on a fresh mapping (the parent in
+// fill(), the first child in child_fill(), the second in second_child_fill()); the parent then
+// waits for both.
+__attribute__((noinline)) void second_child_fill(volatile char *p, size_t pages) {
+    for (size_t i = 0; i < pages; i++)
+        p[i * PAGE] = 3; /* SITE:second_child */
+}
+
+/// 100 rounds, 50 ms apart, of `pages` faults by `fill_fn` on a fresh mapping.
+static void rounds(void (*fill_fn)(volatile char *, size_t), size_t pages) {
+    for (int round = 0; round < 100; round++) {
+        char *p = fresh(pages);
+        fill_fn(p, pages);
+        munmap(p, pages * PAGE);
+        usleep(50000);
+    }
+}
+
+int tree(size_t pages) {
+    void (*fills[2])(volatile char *, size_t) = {child_fill, second_child_fill};
+    pid_t children[2];
+    for (int c = 0; c < 2; c++) {
+        children[c] = fork();
+        if (children[c] < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (children[c] == 0) {
+            rounds(fills[c], pages);
+            _exit(0);
+        }
+    }
+    printf("ready %d %d\n", children[0], children[1]);
+    fflush(stdout);
+    rounds(fill, pages);
+    for (int c = 0; c < 2; c++)
+        waitpid(children[c], 0, 0);
     return 0;
 }
