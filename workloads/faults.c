@@ -196,6 +196,10 @@ int main(int argc, char **argv) {
             } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < phase_ns);
         }
         usleep(n * 1000);
+    } else if (!strcmp(mode, "tree")) {
+        // Defined after main, so that no line above moves (tests find sites by line).
+        int tree(size_t pages);
+        return tree(n);
     } else if (!strcmp(mode, "loop")) {
         printf("ready\n");
         fflush(stdout);
@@ -209,5 +213,46 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
+    return 0;
+}
+
+// Mode `tree N` (kept below main: see there): fork two children, print "ready CHILD1 CHILD2",
+// then for 100 rounds of 50 ms each process takes N faults on a fresh mapping (the parent in
+// fill(), the first child in child_fill(), the second in second_child_fill()); the parent then
+// waits for both.
+__attribute__((noinline)) void second_child_fill(volatile char *p, size_t pages) {
+    for (size_t i = 0; i < pages; i++)
+        p[i * PAGE] = 3; /* SITE:second_child */
+}
+
+/// 100 rounds, 50 ms apart, of `pages` faults by `fill_fn` on a fresh mapping.
+static void rounds(void (*fill_fn)(volatile char *, size_t), size_t pages) {
+    for (int round = 0; round < 100; round++) {
+        char *p = fresh(pages);
+        fill_fn(p, pages);
+        munmap(p, pages * PAGE);
+        usleep(50000);
+    }
+}
+
+int tree(size_t pages) {
+    void (*fills[2])(volatile char *, size_t) = {child_fill, second_child_fill};
+    pid_t children[2];
+    for (int c = 0; c < 2; c++) {
+        children[c] = fork();
+        if (children[c] < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (children[c] == 0) {
+            rounds(fills[c], pages);
+            _exit(0);
+        }
+    }
+    printf("ready %d %d\n", children[0], children[1]);
+    fflush(stdout);
+    rounds(fill, pages);
+    for (int c = 0; c < 2; c++)
+        waitpid(children[c], 0, 0);
     return 0;
 }

@@ -28,8 +28,15 @@ use crate::unwind::ElfCache;
 pub enum Target {
     /// Start this command (program and arguments; the program is searched in `PATH`).
     Command(Vec<OsString>),
-    /// Attach to this running process and all its threads until it exits or recording stops.
-    Pid(i32),
+    /// Attach to these running processes and all their threads (with `children`, also the
+    /// descendants they have now) until they exit or recording stops. Children forked later
+    /// are traced either way.
+    Pids {
+        /// The processes asked for (`-p PID,PID`).
+        pids: Vec<i32>,
+        /// Whether their existing descendants are attached too.
+        children: bool,
+    },
 }
 
 /// How allocations are traced.
@@ -110,6 +117,9 @@ pub struct Summary {
     pub root_pid: u32,
     /// Every process that left a trace.
     pub pids: Vec<u32>,
+    /// The running processes fltrace attached to (`-p`), with their names (`comm`), in the
+    /// order attached: those asked for, each followed by its descendants.
+    pub attached: Vec<(u32, String)>,
     /// The command's exit code, if it exited normally.
     pub exit_code: Option<i32>,
     /// The signal that killed the command, if one did.
@@ -264,6 +274,8 @@ struct Session {
     child: ChildGuard,
     /// The command's process group, when fltrace started the command.
     group: Option<crate::CommandGroup>,
+    /// The processes attached to (`-p`), with their names.
+    attached: Vec<(u32, String)>,
     events: Vec<PerfEvent>,
     rings: Vec<CpuRings>,
     state: State,
@@ -352,6 +364,8 @@ impl Session {
             }
             far_env.push(backing.environment());
         }
+        let mut attached: Vec<(i32, Vec<i32>)> = Vec::new();
+        let mut attached_names = Vec::new();
         // From here on, any error return drops `child`, which kills and reaps it.
         let (mut child, group, tasks, enable_on_exec) = match target {
             Target::Command(argv) => {
@@ -360,7 +374,18 @@ impl Session {
                 let pid = child.pid();
                 (ChildGuard::pending(child), group, vec![pid], true)
             }
-            Target::Pid(pid) => (ChildGuard::none(), None, attach_tasks(*pid)?, false),
+            Target::Pids { pids, children } => {
+                attached = attach_processes(pids, *children)?;
+                attached_names = attached
+                    .iter()
+                    .map(|(pid, _)| (*pid as u32, process_name(*pid)))
+                    .collect();
+                let tasks = attached
+                    .iter()
+                    .flat_map(|(_, t)| t.iter().copied())
+                    .collect();
+                (ChildGuard::none(), None, tasks, false)
+            }
         };
         let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
 
@@ -436,11 +461,11 @@ impl Session {
             (&fault_attr, &major_attr),
             mono_offset,
         );
-        if let Target::Pid(pid) = target {
+        for (pid, _) in &attached {
             state.attach_existing(*pid as u32)?;
         }
-        let attached_allocs = match (target, &options.allocs) {
-            (Target::Pid(pid), Some(crate::AllocTracing::Uprobes)) => {
+        let attached_allocs = match (attached.first(), &options.allocs) {
+            (Some((pid, _)), Some(crate::AllocTracing::Uprobes)) => {
                 Some(crate::uprobes::AttachedAllocs::start(
                     *pid,
                     &tasks,
@@ -471,6 +496,7 @@ impl Session {
             started_command: enable_on_exec,
             child,
             group,
+            attached: attached_names,
             events,
             rings,
             state,
@@ -537,7 +563,12 @@ impl Session {
                     exit_status = Some(status);
                     rusage_hwm = hwm;
                 }
-            } else if !process_alive(root_pid as i32) {
+            } else if !self
+                .attached
+                .iter()
+                .any(|&(pid, _)| process_alive(pid as i32))
+            {
+                // Attached: the recording ends when every process asked for is gone.
                 exit_status = Some(0);
             }
             if exit_status.is_some() {
@@ -649,6 +680,7 @@ impl Session {
             started_command,
             child,
             group,
+            attached,
             events,
             rings,
             mut state,
@@ -740,6 +772,7 @@ impl Session {
         Summary {
             root_pid,
             pids,
+            attached,
             exit_code,
             signal,
             faults: state.faults,
@@ -762,15 +795,24 @@ fn command_line(target: &Target) -> String {
             .map(|a| a.to_string_lossy())
             .collect::<Vec<Cow<'_, str>>>()
             .join(" "),
-        Target::Pid(pid) => std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|c| {
-                String::from_utf8_lossy(&c)
-                    .replace('\0', " ")
-                    .trim_end()
-                    .to_owned()
-            })
-            .unwrap_or_default(),
+        Target::Pids { pids, .. } => pids
+            .iter()
+            .map(|pid| process_command_line(*pid))
+            .collect::<Vec<String>>()
+            .join("; "),
     }
+}
+
+/// A running process's command line, from `/proc/<pid>/cmdline`.
+fn process_command_line(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .trim_end()
+                .to_owned()
+        })
+        .unwrap_or_default()
 }
 
 /// Waits up to `timeout_ms` for the program to end (its pidfd readable), or just sleeps.
@@ -941,6 +983,62 @@ fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_ms: i32) {
         .collect();
     // SAFETY: `fds` is a valid array of pollfd for its length.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+}
+
+/// The processes to attach to, each with its threads: `pids` and, with `children`, each
+/// one's descendants as they are now (found through `/proc/<pid>/task/<tid>/children`),
+/// breadth first, each process once. A descendant that exits meanwhile is left out; a pid
+/// asked for that does not exist is an error.
+pub fn attach_processes(pids: &[i32], children: bool) -> Result<Vec<(i32, Vec<i32>)>, Error> {
+    let mut attached = Vec::new();
+    let mut seen = FxHashSet::default();
+    for &pid in pids {
+        if !seen.insert(pid) {
+            continue;
+        }
+        let tasks = attach_tasks(pid)?;
+        let mut queue = std::collections::VecDeque::new();
+        if children {
+            queue.extend(children_of(&tasks));
+        }
+        attached.push((pid, tasks));
+        while let Some(child) = queue.pop_front() {
+            if !seen.insert(child) {
+                continue;
+            }
+            // Gone since its parent's list was read: nothing to attach to.
+            let Ok(tasks) = attach_tasks(child) else {
+                continue;
+            };
+            queue.extend(children_of(&tasks));
+            attached.push((child, tasks));
+        }
+    }
+    Ok(attached)
+}
+
+/// The children of a process's threads, in pid order.
+fn children_of(tasks: &[i32]) -> Vec<i32> {
+    let pid = tasks.first().copied().unwrap_or(0);
+    let mut children: Vec<i32> = tasks
+        .iter()
+        .filter_map(|tid| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
+/// A process's name (`comm`), empty when it cannot be read.
+fn process_name(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|name| name.trim_end().to_owned())
+        .unwrap_or_default()
 }
 
 /// The threads of a running process, its main thread first.
@@ -1552,6 +1650,7 @@ mod tests {
         Summary {
             root_pid: 10,
             pids,
+            attached: Vec::new(),
             exit_code: Some(0),
             signal: None,
             faults: 0,

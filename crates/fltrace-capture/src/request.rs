@@ -12,8 +12,10 @@ use crate::{AllocTracing, Credentials, Error, FarMemory, HeapBacking, Options, T
 pub struct Request {
     /// Where the trace files go (`-o`).
     pub dir: PathBuf,
-    /// A running process to attach to (`-p`), instead of a command.
-    pub pid: Option<i32>,
+    /// Running processes to attach to (`-p PID,PID`), instead of a command.
+    pub pids: Vec<i32>,
+    /// With `pids`: attach to their existing descendants too (off: `--no-children`).
+    pub children: bool,
     /// The command to start and its arguments.
     pub command: Vec<OsString>,
     /// Far memory: local memory in MiB (`-L`).
@@ -57,6 +59,9 @@ pub trait Facilities {
     fn mem_available_mb(&self) -> Option<u64>;
     /// The preloaded library (far memory, allocation tracing, heap backing).
     fn preload_library(&self) -> Result<PathBuf, Error>;
+    /// Whether unprivileged processes may handle kernel-mode faults with userfaultfd
+    /// (`vm.unprivileged_userfaultfd`), if the kernel says.
+    fn unprivileged_userfaultfd(&self) -> Option<bool>;
 }
 
 /// The machine fltrace runs on.
@@ -78,6 +83,10 @@ impl Facilities for ThisMachine {
     }
     fn preload_library(&self) -> Result<PathBuf, Error> {
         crate::find_preload_library()
+    }
+    fn unprivileged_userfaultfd(&self) -> Option<bool> {
+        let value = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").ok()?;
+        Some(value.trim() != "0")
     }
 }
 
@@ -143,6 +152,15 @@ pub enum RequestError {
         #[source]
         source: std::io::Error,
     },
+    /// Far memory for a command run unprivileged where the kernel lets such a process catch
+    /// only user-mode faults: its system calls on evicted memory would fail with EFAULT.
+    #[error(
+        "-L/-M with the command run as uid {uid}: vm.unprivileged_userfaultfd=0 lets an unprivileged program's runtime catch only user-mode faults, so its system calls on evicted memory would fail (EFAULT); run `sysctl vm.unprivileged_userfaultfd=1` first, or leave out --user/--drop-privileges"
+    )]
+    UnprivilegedUserfaultfd {
+        /// The user the command would run as.
+        uid: u32,
+    },
     /// A setting the recorder refused (the preloaded library, far memory, the user).
     #[error(transparent)]
     Capture(#[from] Error),
@@ -171,10 +189,13 @@ impl Request {
             )?),
             (None, None) => None,
         };
-        let target = match (self.pid, self.command.is_empty()) {
-            (Some(pid), _) => Target::Pid(pid),
-            (None, false) => Target::Command(self.command.clone()),
-            (None, true) => return Err(RequestError::NoCommand),
+        let target = match (self.pids.is_empty(), self.command.is_empty()) {
+            (false, _) => Target::Pids {
+                pids: self.pids.clone(),
+                children: self.children,
+            },
+            (true, false) => Target::Command(self.command.clone()),
+            (true, true) => return Err(RequestError::NoCommand),
         };
         if !self.dir.is_dir() {
             return Err(RequestError::NoOutputDir(self.dir.clone()));
@@ -183,7 +204,7 @@ impl Request {
         options.stack_bytes = self.stack_bytes & !7;
         options.buffer_mb = self.buffer_mb;
         options.read_live_stacks = !self.exact_stacks;
-        if far_memory.is_some() && self.pid.is_some() {
+        if far_memory.is_some() && !self.pids.is_empty() {
             return Err(RequestError::FarMemoryAttached);
         }
         options.far_memory = far_memory;
@@ -196,7 +217,7 @@ impl Request {
         }
         options.access_samples = self.access_samples;
         if self.allocs {
-            options.allocs = Some(if self.pid.is_some() {
+            options.allocs = Some(if !self.pids.is_empty() {
                 if !machine.uprobes() {
                     return Err(RequestError::NoUprobes);
                 }
@@ -209,7 +230,7 @@ impl Request {
             if options.far_memory.is_some() {
                 return Err(RequestError::BackingWithFarMemory);
             }
-            if self.pid.is_some() {
+            if !self.pids.is_empty() {
                 return Err(RequestError::BackingAttached);
             }
             if !dir.is_dir() {
@@ -230,6 +251,17 @@ impl Request {
             (None, true) => Some(Credentials::of_sudo_user()?),
             (None, false) => None,
         };
+        // The runtime falls back to user-mode faults only (UFFD_USER_MODE_ONLY) where it may
+        // not have more, and then a read(2) into an evicted page fails: refuse before the
+        // program starts, rather than let it fail later for no reason it can tell.
+        if let (Some(_), Some(credentials)) = (&options.far_memory, options.credentials)
+            && credentials.uid != 0
+            && machine.unprivileged_userfaultfd() == Some(false)
+        {
+            return Err(RequestError::UnprivilegedUserfaultfd {
+                uid: credentials.uid,
+            });
+        }
         Ok((target, options))
     }
 }
@@ -246,6 +278,7 @@ mod tests {
         uprobes: bool,
         max_sample_rate: Option<u64>,
         mem_available_mb: Option<u64>,
+        unprivileged_userfaultfd: Option<bool>,
     }
 
     impl Facilities for Machine {
@@ -264,6 +297,9 @@ mod tests {
         fn preload_library(&self) -> Result<PathBuf, Error> {
             Ok(PathBuf::from("/lib/fltrace/libfltrace_preload.so"))
         }
+        fn unprivileged_userfaultfd(&self) -> Option<bool> {
+            self.unprivileged_userfaultfd
+        }
     }
 
     /// Everything there: PMU, uprobes, a limit of 10,000 samples/s, 4 GiB available.
@@ -272,13 +308,15 @@ mod tests {
         uprobes: true,
         max_sample_rate: Some(10_000),
         mem_available_mb: Some(4096),
+        unprivileged_userfaultfd: Some(false),
     };
 
     /// `fltrace record -o DIR -- true` with the flags' defaults.
     fn request(dir: &Path) -> Request {
         Request {
             dir: dir.to_path_buf(),
-            pid: None,
+            pids: Vec::new(),
+            children: true,
             command: vec!["true".into()],
             local_mb: None,
             max_mb: None,
@@ -342,7 +380,7 @@ mod tests {
     fn far_memory_and_backing_dir_need_a_started_command() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = request(dir.path());
-        (r.pid, r.command) = (Some(1), Vec::new());
+        (r.pids, r.command) = (vec![1], Vec::new());
         (r.local_mb, r.max_mb) = (Some(10), Some(20));
         assert_eq!(
             refusal(&r, &FULL),
@@ -383,7 +421,7 @@ mod tests {
     fn allocs_of_a_running_process_need_uprobes() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = request(dir.path());
-        (r.pid, r.command, r.allocs) = (Some(1), Vec::new(), true);
+        (r.pids, r.command, r.allocs) = (vec![1], Vec::new(), true);
         let no_uprobes = Machine {
             uprobes: false,
             ..FULL
@@ -393,10 +431,13 @@ mod tests {
             "--allocs with -p needs uprobes on the running process's allocator, and this kernel has none (CONFIG_UPROBE_EVENTS); start the program under `fltrace record --allocs -- <command>` instead"
         );
         let (target, options) = r.resolve(&FULL).unwrap();
-        assert!(matches!(target, Target::Pid(1)));
+        assert!(matches!(
+            target,
+            Target::Pids { ref pids, children: true } if pids == &[1]
+        ));
         assert!(matches!(options.allocs, Some(AllocTracing::Uprobes)));
         // A started command is traced by the preloaded library, uprobes or not.
-        (r.pid, r.command) = (None, vec!["true".into()]);
+        (r.pids, r.command) = (Vec::new(), vec!["true".into()]);
         let (_, options) = r.resolve(&no_uprobes).unwrap();
         assert!(matches!(options.allocs, Some(AllocTracing::Preload(_))));
     }
@@ -479,5 +520,26 @@ mod tests {
         assert!(!options.read_live_stacks);
         assert!(options.far_memory.is_none() && options.allocs.is_none());
         assert!(options.heap_backing.is_none() && options.credentials.is_none());
+    }
+
+    #[test]
+    fn far_memory_as_another_user_needs_unprivileged_userfaultfd() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = request(dir.path());
+        (r.local_mb, r.max_mb, r.user) = (Some(10), Some(20), Some("65534".to_owned()));
+        assert_eq!(
+            refusal(&r, &FULL),
+            "-L/-M with the command run as uid 65534: vm.unprivileged_userfaultfd=0 lets an unprivileged program's runtime catch only user-mode faults, so its system calls on evicted memory would fail (EFAULT); run `sysctl vm.unprivileged_userfaultfd=1` first, or leave out --user/--drop-privileges"
+        );
+        let allowed = Machine {
+            unprivileged_userfaultfd: Some(true),
+            ..FULL
+        };
+        assert!(r.resolve(&allowed).is_ok());
+        // Root keeps every fault; without far memory nothing needs userfaultfd.
+        r.user = Some("0".to_owned());
+        assert!(r.resolve(&FULL).is_ok());
+        (r.local_mb, r.max_mb, r.user) = (None, None, Some("65534".to_owned()));
+        assert!(r.resolve(&FULL).is_ok());
     }
 }

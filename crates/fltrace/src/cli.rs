@@ -306,14 +306,22 @@ pub struct RecordArgs {
     /// Directory for the trace files.
     #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
-    /// Attach to a running process instead of starting a command; stop with Ctrl-C.
+    /// Attach to running processes instead of starting a command (`-p PID,PID`, as perf),
+    /// with their threads and the children they have now (see --no-children); children they
+    /// fork later are traced too. Stop with Ctrl-C; the recording also ends when all are gone.
     #[arg(
         short = 'p',
         long = "pid",
-        value_name = "PID",
+        value_name = "PID,...",
+        value_delimiter = ',',
+        num_args = 1,
         conflicts_with = "command"
     )]
-    pub pid: Option<i32>,
+    pub pid: Vec<i32>,
+    /// With -p: attach only to the processes named, not to the children they have now (as
+    /// perf's -p does); children forked later are still traced.
+    #[arg(long, requires = "pid")]
+    pub no_children: bool,
     /// Bytes of user stack copied with each fault for unwinding; deeper frames are read from
     /// the live process unless --exact-stacks.
     #[arg(long, value_name = "BYTES", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(64..=65528))]

@@ -12,7 +12,8 @@ use crate::cli::RecordArgs;
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let request = Request {
         dir: args.dir.clone(),
-        pid: args.pid,
+        pids: args.pid.clone(),
+        children: !args.no_children,
         command: args.command.clone(),
         local_mb: args.local_mb,
         max_mb: args.max_mb,
@@ -52,6 +53,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         let _ = write!(std::io::stderr(), "\r\x1b[K");
     }
     let mut err = std::io::stderr().lock();
+    if !summary.attached.is_empty() && !args.quiet {
+        let _ = writeln!(err, "fltrace: {}", attached_line(&summary.attached));
+    }
     if !args.quiet {
         let _ = writeln!(
             err,
@@ -67,11 +71,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     if stop.load(Ordering::Relaxed) > 0 {
         // Interrupted: say how the command ended, the exit status being fltrace's own too.
-        let ended = match (args.pid, summary.ending()) {
-            (Some(pid), _) => format!("process {pid} was left running"),
-            (None, Ending::Exited(code)) => format!("the command exited with status {code}"),
-            (None, Ending::Killed(signal)) => format!("the command was killed by signal {signal}"),
-            (None, Ending::Unknown) => "the command ended".to_owned(),
+        let ended = match (args.pid.as_slice(), summary.ending()) {
+            ([pid], _) if summary.attached.len() <= 1 => {
+                format!("process {pid} was left running")
+            }
+            ([_, ..], _) => "the attached processes were left running".to_owned(),
+            ([], Ending::Exited(code)) => format!("the command exited with status {code}"),
+            ([], Ending::Killed(signal)) => format!("the command was killed by signal {signal}"),
+            ([], Ending::Unknown) => "the command ended".to_owned(),
         };
         let _ = writeln!(
             err,
@@ -79,7 +86,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if stop.load(Ordering::Relaxed) == 0
-        && args.pid.is_none()
+        && args.pid.is_empty()
         && summary.trace_error.is_none()
         && let Ending::Killed(signal) = summary.ending()
     {
@@ -215,4 +222,18 @@ fn signal_name(signal: i32) -> String {
         _ => return format!("signal {signal}"),
     };
     name.to_owned()
+}
+
+/// Which running processes `-p` attached to: `attached to 3 processes: 12 (postgres), ...`.
+fn attached_line(attached: &[(u32, String)]) -> String {
+    let names: Vec<String> = attached
+        .iter()
+        .map(|(pid, comm)| format!("{pid} ({comm})"))
+        .collect();
+    format!(
+        "attached to {} process{}: {}",
+        attached.len(),
+        if attached.len() == 1 { "" } else { "es" },
+        names.join(", ")
+    )
 }

@@ -414,3 +414,76 @@ fn runtime_log_and_trace_agree_on_threads() {
     assert!(stat("rt_wait_ns") > 0 && stat("program_cpu_ns") > 0);
     assert!(stat("memory_used") <= 8 << 20);
 }
+
+const UNPRIVILEGED_USERFAULTFD: &str = "/proc/sys/vm/unprivileged_userfaultfd";
+
+/// Sets `vm.unprivileged_userfaultfd` for a test and puts the old value back however the test
+/// ends.
+struct UnprivilegedUserfaultfd {
+    old: String,
+}
+
+impl UnprivilegedUserfaultfd {
+    fn set(value: &str) -> UnprivilegedUserfaultfd {
+        let old = std::fs::read_to_string(UNPRIVILEGED_USERFAULTFD).expect("the sysctl");
+        let guard = UnprivilegedUserfaultfd { old };
+        if guard.old.trim() != value {
+            std::fs::write(UNPRIVILEGED_USERFAULTFD, value).expect("sets the sysctl");
+        }
+        guard
+    }
+}
+
+impl Drop for UnprivilegedUserfaultfd {
+    fn drop(&mut self) {
+        let _ = std::fs::write(UNPRIVILEGED_USERFAULTFD, self.old.trim());
+    }
+}
+
+/// `-L --user nobody` with `vm.unprivileged_userfaultfd=0`: the program's runtime could catch
+/// only user-mode faults, and its read(2) into evicted memory would fail (EFAULT). fltrace
+/// says so in one line and what to do, before the program runs, and exits non-zero.
+#[test]
+fn far_memory_as_an_unprivileged_user_is_refused_with_the_sysctl() {
+    let _sysctl = UnprivilegedUserfaultfd::set("0");
+    let dir = Dir::new();
+    // Writable by nobody, so that the command would leave its mark if it ran.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .expect("chmod");
+    let mark = dir.path().join("ran");
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=4", "-M=64", "--user", "nobody", "--"])
+            .arg("/usr/bin/touch")
+            .arg(&mark),
+        std::time::Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "fltrace: -L/-M with the command run as uid 65534: vm.unprivileged_userfaultfd=0 lets an unprivileged program's runtime catch only user-mode faults, so its system calls on evicted memory would fail (EFAULT); run `sysctl vm.unprivileged_userfaultfd=1` first, or leave out --user/--drop-privileges\n"
+    );
+    assert!(!mark.exists(), "the command ran");
+
+    // The advice works: with the sysctl at 1, the same user's read(2) into evicted pages
+    // succeeds (the workload checks every byte).
+    std::fs::write(UNPRIVILEGED_USERFAULTFD, "1").expect("sets the sysctl");
+    let farmem = dir.path().join("farmem");
+    std::fs::copy(&workloads().farmem, &farmem).expect("copy readable by nobody");
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=4", "-M=64", "--user", "nobody", "--"])
+            .arg(&farmem)
+            .args(["readinto", "16"]),
+        std::time::Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

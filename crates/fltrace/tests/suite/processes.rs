@@ -175,6 +175,105 @@ fn attach_to_running_process() {
     );
 }
 
+/// `record -p PARENT` attaches to the children the parent has already forked too: faults
+/// from three processes, each at its own site, and the summary names them.
+#[test]
+fn attach_follows_existing_children() {
+    let w = workloads();
+    let dir = Dir::new();
+    let mut target = std::process::Command::new(&w.faults)
+        .args(["tree", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("workload runs");
+    let mut ready = String::new();
+    BufReader::new(target.stdout.take().expect("piped stdout"))
+        .read_line(&mut ready)
+        .expect("workload prints");
+    let children: Vec<u32> = ready
+        .strip_prefix("ready ")
+        .expect("ready line")
+        .split_whitespace()
+        .map(|c| c.parse().expect("child pid"))
+        .collect();
+    let parent = target.id();
+    let mut record = dir.fltrace();
+    record.args(["record", "-p", &parent.to_string()]);
+    let recorder = std::thread::spawn(move || output_within(&mut record, Duration::from_secs(60)));
+    // The workload ends by itself after 100 rounds; the recording ends with it.
+    assert!(target.wait().expect("workload exits").success());
+    let out = recorder.join().expect("recorder thread");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "fltrace: attached to 3 processes: {parent} (faults), {} (faults), {} (faults)",
+            children[0], children[1]
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("from 3 processes"), "{stderr}");
+    let mut expected = vec![parent, children[0], children[1]];
+    expected.sort_unstable();
+    assert_eq!(dir.pids("faults", "parquet"), expected);
+    let sites = ["fill", "child", "second_child"];
+    for (pid, own) in [parent, children[0], children[1]].into_iter().zip(sites) {
+        let report = dir.report_json(&["--by", "line", "--pid", &pid.to_string()]);
+        // Attaching takes well under the workload's 5 s: at least 10 of its 100 rounds.
+        let at_own = count_at(&report, "faults.c", site("faults.c", own));
+        assert!(at_own >= 200, "{pid} at {own}: {at_own} faults");
+        for other in sites.iter().filter(|s| **s != own) {
+            assert_eq!(
+                count_at(&report, "faults.c", site("faults.c", other)),
+                0,
+                "{pid} at {other}"
+            );
+        }
+    }
+}
+
+/// `-p PARENT,CHILD1 --no-children` attaches to the listed processes alone, as perf's `-p`:
+/// the parent's and the first child's faults, none of the second child's.
+#[test]
+fn attach_to_a_list_of_processes() {
+    let w = workloads();
+    let dir = Dir::new();
+    let mut target = std::process::Command::new(&w.faults)
+        .args(["tree", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("workload runs");
+    let mut ready = String::new();
+    BufReader::new(target.stdout.take().expect("piped stdout"))
+        .read_line(&mut ready)
+        .expect("workload prints");
+    let children: Vec<u32> = ready
+        .strip_prefix("ready ")
+        .expect("ready line")
+        .split_whitespace()
+        .map(|c| c.parse().expect("child pid"))
+        .collect();
+    let parent = target.id();
+    let list = format!("{parent},{}", children[0]);
+    let mut record = dir.fltrace();
+    record.args(["record", "--no-children", "-p", &list]);
+    let recorder = std::thread::spawn(move || output_within(&mut record, Duration::from_secs(60)));
+    assert!(target.wait().expect("workload exits").success());
+    let out = recorder.join().expect("recorder thread");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "fltrace: attached to 2 processes: {parent} (faults), {} (faults)",
+            children[0]
+        )),
+        "{stderr}"
+    );
+    let mut expected = vec![parent, children[0]];
+    expected.sort_unstable();
+    assert_eq!(dir.pids("faults", "parquet"), expected);
+}
+
 /// `--user` runs the command as another user while fltrace keeps its privileges.
 #[test]
 fn command_runs_as_the_given_user() {
