@@ -38,6 +38,8 @@ struct Output {
     faults: FaultWriter,
     stacks: StackWriter,
     mmaps: MappingWriter,
+    /// `procmaps` rewritten from the live mappings at each stats line: a scratch buffer kept
+    /// between writes, sized by the live mappings.
     procmaps: String,
     stats_path: PathBuf,
     stats: String,
@@ -216,7 +218,7 @@ impl Process {
         child.unwinder = parent.unwinder.clone();
         child.interposers = parent.interposers.clone();
         for mapping in parent.maps.values() {
-            child.record_mapping(mapping.clone());
+            child.record_mapping(mapping.clone())?;
         }
         child.executable.clone_from(&parent.executable);
         Ok(child)
@@ -243,7 +245,7 @@ impl Process {
         }
     }
 
-    fn record_mapping(&mut self, mapping: Mapping) {
+    fn record_mapping(&mut self, mapping: Mapping) -> Result<(), fltrace_trace::Error> {
         self.image_recorded = true;
         match &mut self.executable {
             None if mapping.is_file() => {
@@ -257,9 +259,11 @@ impl Process {
             }
             _ => {}
         }
-        write_procmaps_line(&mapping, &mut self.out.procmaps);
-        self.out.mmaps.push(mapping.clone());
-        // A new mapping replaces whatever it overlaps.
+        self.out.mmaps.push(mapping.clone())?;
+        // A new mapping replaces what it overlaps, as in the kernel: the parts of an older
+        // mapping outside it stay, so the model (and `procmaps`) follow `/proc/PID/maps`. At
+        // most the mappings it overlaps are touched: constant time for a program that maps
+        // and unmaps at one address.
         let overlapped: Vec<VirtAddr> = self
             .maps
             .range(..mapping.end)
@@ -268,9 +272,27 @@ impl Process {
             .map(|(start, _)| *start)
             .collect();
         for start in overlapped {
-            self.maps.remove(&start);
+            let Some(old) = self.maps.remove(&start) else {
+                continue;
+            };
+            if old.end > mapping.end {
+                let right = Mapping {
+                    start: mapping.end,
+                    pgoff: old.file_offset(mapping.end),
+                    ..old.clone()
+                };
+                self.maps.insert(right.start, right);
+            }
+            if old.start < mapping.start {
+                let left = Mapping {
+                    end: mapping.start,
+                    ..old
+                };
+                self.maps.insert(left.start, left);
+            }
         }
         self.maps.insert(mapping.start, mapping);
+        Ok(())
     }
 
     /// Whether an anonymous mapping is the heap that `brk` grows. The kernel names it `[heap]`
@@ -288,7 +310,11 @@ impl Process {
     }
 
     /// A new mapping reported by the kernel. `root` is where the process sees `/`.
-    pub fn map(&mut self, mut mapping: Mapping, elf_cache: &mut ElfCache) {
+    pub fn map(
+        &mut self,
+        mut mapping: Mapping,
+        elf_cache: &mut ElfCache,
+    ) -> Result<(), fltrace_trace::Error> {
         mapping.generation = self.generation;
         if self.is_initial_heap(&mapping) {
             mapping.path = "[heap]".to_owned();
@@ -311,7 +337,7 @@ impl Process {
                 }
             }
         }
-        self.record_mapping(mapping);
+        self.record_mapping(mapping)
     }
 
     /// An `mremap` that returned `new_start`: perf reports no mapping for it, so the mapping
@@ -324,15 +350,15 @@ impl Process {
         new_start: u64,
         time_ns: u64,
         elf_cache: &mut ElfCache,
-    ) {
+    ) -> Result<(), fltrace_trace::Error> {
         const PAGE: u64 = 4096;
         let new_len = call.new_len.next_multiple_of(PAGE);
         let moved = new_start != call.old_start;
         if !moved && new_len <= call.old_len {
-            return;
+            return Ok(());
         }
         let Some(old) = self.mapping_at(VirtAddr::new(call.old_start)) else {
-            return;
+            return Ok(());
         };
         let offset_in_old = call.old_start - old.start.get();
         // Grown in place, the kernel extends the old mapping; moved, the part from
@@ -349,7 +375,7 @@ impl Process {
             pgoff: fltrace_trace::FileOffset::new(pgoff),
             ..old.clone()
         };
-        self.map(mapping, elf_cache);
+        self.map(mapping, elf_cache)
     }
 
     fn mapping_at(&self, addr: VirtAddr) -> Option<&Mapping> {
@@ -724,6 +750,11 @@ impl Process {
             .stats
             .push_str(&stats::format_line(unix_time_s, &counters));
         write_file(&self.out.stats_path, &self.out.stats)?;
+        // As the original: a copy of the mappings live now, not a line per event.
+        self.out.procmaps.clear();
+        for mapping in self.maps.values() {
+            write_procmaps_line(mapping, &mut self.out.procmaps);
+        }
         let procmaps = files::procmaps(
             self.out.stats_path.parent().unwrap_or(Path::new(".")),
             self.pid,
@@ -807,18 +838,55 @@ mod tests {
     }
 
     #[test]
+    fn a_mapping_over_part_of_another_keeps_the_rest_as_the_kernel_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = process(dir.path());
+        let mut elf = ElfCache::default();
+        p.map(anon(0x10_0000, 0x10_4000), &mut elf).expect("mapped");
+        // MAP_FIXED over its second and third pages: two pieces stay, the right one with the
+        // offset of its first page.
+        p.map(anon(0x10_1000, 0x10_3000), &mut elf).expect("mapped");
+        assert_eq!(
+            range(&p, 0x10_0fff),
+            Some((0x10_0000, 0x10_1000, 0x10_0000))
+        );
+        assert_eq!(
+            range(&p, 0x10_2000),
+            Some((0x10_1000, 0x10_3000, 0x10_1000))
+        );
+        assert_eq!(
+            range(&p, 0x10_3000),
+            Some((0x10_3000, 0x10_4000, 0x10_3000))
+        );
+        // The same page mapped again and again leaves one mapping, and `procmaps` lists the
+        // live mappings once each, as the original's copy of /proc/PID/maps.
+        for _ in 0..1000 {
+            p.map(anon(0x20_0000, 0x20_1000), &mut elf).expect("mapped");
+        }
+        p.write_stats(0, 0).expect("stats");
+        let procmaps = std::fs::read_to_string(files::procmaps(dir.path(), 1)).expect("procmaps");
+        assert_eq!(
+            procmaps,
+            "00100000-00101000 rw-p 00100000 00:00 0\n\
+             00101000-00103000 rw-p 00101000 00:00 0\n\
+             00103000-00104000 rw-p 00103000 00:00 0\n\
+             00200000-00201000 rw-p 00200000 00:00 0\n"
+        );
+    }
+
+    #[test]
     fn remap_grows_in_place_moves_and_ignores_shrinks() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut p = process(dir.path());
         let mut elf = ElfCache::default();
-        p.map(anon(0x10_0000, 0x10_2000), &mut elf);
+        p.map(anon(0x10_0000, 0x10_2000), &mut elf).expect("mapped");
         // Grown in place from its second page: the kernel extends the whole mapping.
         let grow = RemapCall {
             old_start: 0x10_1000,
             old_len: 0x1000,
             new_len: 0x2800,
         };
-        p.remap(&grow, 0x10_1000, 5, &mut elf);
+        p.remap(&grow, 0x10_1000, 5, &mut elf).expect("mapped");
         assert_eq!(
             range(&p, 0x10_3fff),
             Some((0x10_0000, 0x10_4000, 0x10_0000))
@@ -829,7 +897,7 @@ mod tests {
             old_len: 0x1000,
             new_len: 0x3000,
         };
-        p.remap(&moved, 0x50_0000, 6, &mut elf);
+        p.remap(&moved, 0x50_0000, 6, &mut elf).expect("mapped");
         assert_eq!(
             range(&p, 0x50_2fff),
             Some((0x50_0000, 0x50_3000, 0x10_1000))
@@ -840,12 +908,12 @@ mod tests {
             old_len: 0x3000,
             new_len: 0x1000,
         };
-        p.remap(&shrink, 0x50_0000, 7, &mut elf);
+        p.remap(&shrink, 0x50_0000, 7, &mut elf).expect("mapped");
         let unknown = RemapCall {
             old_start: 0x90_0000,
             ..moved
         };
-        p.remap(&unknown, 0xa0_0000, 8, &mut elf);
+        p.remap(&unknown, 0xa0_0000, 8, &mut elf).expect("mapped");
         assert_eq!(
             range(&p, 0x50_2fff),
             Some((0x50_0000, 0x50_3000, 0x10_1000))

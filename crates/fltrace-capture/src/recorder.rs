@@ -1069,11 +1069,12 @@ impl State {
         })?;
         let mut elf_cache = std::mem::take(&mut self.elf_cache);
         let process = self.process(pid)?;
+        let mut mapped = Ok(());
         for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
-            process.map(mapping, &mut elf_cache);
+            mapped = mapped.and_then(|()| process.map(mapping, &mut elf_cache));
         }
         self.elf_cache = elf_cache;
-        Ok(())
+        Ok(mapped?)
     }
 
     /// The time of a record (0 for records without one: they are handled first).
@@ -1157,9 +1158,11 @@ impl State {
                     },
                 };
                 let mut elf_cache = std::mem::take(&mut self.elf_cache);
-                self.process(m.pid as u32)?.map(mapping, &mut elf_cache);
+                let mapped = self
+                    .process(m.pid as u32)
+                    .and_then(|p| Ok(p.map(mapping, &mut elf_cache)?));
                 self.elf_cache = elf_cache;
-                Ok(())
+                mapped
             }
             EventRecord::Comm(c) if c.is_execve => {
                 self.process(c.pid as u32)?.exec();
@@ -1242,9 +1245,11 @@ impl State {
                 {
                     let time_ns = sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset);
                     let mut elf_cache = std::mem::take(&mut self.elf_cache);
-                    self.process(pid as u32)?
-                        .remap(&call, ret, time_ns, &mut elf_cache);
+                    let remapped = self
+                        .process(pid as u32)
+                        .and_then(|p| Ok(p.remap(&call, ret, time_ns, &mut elf_cache)?));
                     self.elf_cache = elf_cache;
+                    return remapped;
                 }
                 return Ok(());
             }
