@@ -260,39 +260,53 @@ impl Process {
             _ => {}
         }
         self.out.mmaps.push(mapping.clone())?;
-        // A new mapping replaces what it overlaps, as in the kernel: the parts of an older
-        // mapping outside it stay, so the model (and `procmaps`) follow `/proc/PID/maps`. At
-        // most the mappings it overlaps are touched: constant time for a program that maps
-        // and unmaps at one address.
+        // A new mapping replaces what it overlaps, as in the kernel.
+        self.cut(mapping.start, mapping.end);
+        self.maps.insert(mapping.start, mapping);
+        Ok(())
+    }
+
+    /// Removes `start..end` from the model: the parts of older mappings outside it stay, so
+    /// the model (and `procmaps`) follow `/proc/PID/maps`. Touches only the mappings it
+    /// overlaps: constant time for a program that maps and unmaps at one address.
+    fn cut(&mut self, start: VirtAddr, end: VirtAddr) {
         let overlapped: Vec<VirtAddr> = self
             .maps
-            .range(..mapping.end)
+            .range(..end)
             .rev()
-            .take_while(|(_, m)| m.end > mapping.start)
-            .map(|(start, _)| *start)
+            .take_while(|(_, m)| m.end > start)
+            .map(|(at, _)| *at)
             .collect();
-        for start in overlapped {
-            let Some(old) = self.maps.remove(&start) else {
+        for at in overlapped {
+            let Some(old) = self.maps.remove(&at) else {
                 continue;
             };
-            if old.end > mapping.end {
+            if old.end > end {
                 let right = Mapping {
-                    start: mapping.end,
-                    pgoff: old.file_offset(mapping.end),
+                    start: end,
+                    pgoff: old.file_offset(end),
                     ..old.clone()
                 };
                 self.maps.insert(right.start, right);
             }
-            if old.start < mapping.start {
-                let left = Mapping {
-                    end: mapping.start,
-                    ..old
-                };
+            if old.start < start {
+                let left = Mapping { end: start, ..old };
                 self.maps.insert(left.start, left);
             }
         }
-        self.maps.insert(mapping.start, mapping);
-        Ok(())
+    }
+
+    /// A `munmap(addr, len)` call: the model forgets the range, so its memory follows the
+    /// live mappings, not the mappings ever made. Read at the call's entry: the kernel fails
+    /// it only for an unaligned address or a zero length (left alone here) or when out of
+    /// memory splitting a mapping.
+    pub fn unmap(&mut self, addr: u64, len: u64) {
+        const PAGE: u64 = 4096;
+        if addr % PAGE != 0 || len == 0 {
+            return;
+        }
+        let end = addr.saturating_add(len.next_multiple_of(PAGE));
+        self.cut(VirtAddr::new(addr), VirtAddr::new(end));
     }
 
     /// Whether an anonymous mapping is the heap that `brk` grows. The kernel names it `[heap]`
@@ -838,7 +852,7 @@ mod tests {
     }
 
     #[test]
-    fn a_mapping_over_part_of_another_keeps_the_rest_as_the_kernel_does() {
+    fn mapping_over_or_unmapping_part_of_another_keeps_the_rest_as_the_kernel_does() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut p = process(dir.path());
         let mut elf = ElfCache::default();
@@ -863,12 +877,18 @@ mod tests {
         for _ in 0..1000 {
             p.map(anon(0x20_0000, 0x20_1000), &mut elf).expect("mapped");
         }
+        // Unmapping the middle piece and a page of the last leaves the rest.
+        p.unmap(0x10_1000, 0x2000);
+        p.unmap(0x20_0000, 0x1000);
+        p.unmap(0x10_4000, 0);
+        assert_eq!(range(&p, 0x10_1000), None);
+        assert_eq!(range(&p, 0x20_0000), None);
+        p.map(anon(0x20_0000, 0x20_1000), &mut elf).expect("mapped");
         p.write_stats(0, 0).expect("stats");
         let procmaps = std::fs::read_to_string(files::procmaps(dir.path(), 1)).expect("procmaps");
         assert_eq!(
             procmaps,
             "00100000-00101000 rw-p 00100000 00:00 0\n\
-             00101000-00103000 rw-p 00101000 00:00 0\n\
              00103000-00104000 rw-p 00103000 00:00 0\n\
              00200000-00201000 rw-p 00200000 00:00 0\n"
         );

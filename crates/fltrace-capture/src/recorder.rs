@@ -189,6 +189,27 @@ struct FaultFields {
     address: usize,
     error_code: usize,
     remap: Option<RemapFields>,
+    unmap: Option<UnmapFields>,
+}
+
+/// The `munmap` system call's entry tracepoint: its id and where its arguments lie.
+#[derive(Clone, Copy)]
+struct UnmapFields {
+    enter_id: u16,
+    addr: usize,
+    len: usize,
+}
+
+impl UnmapFields {
+    fn open(tracefs: &std::path::Path) -> Option<UnmapFields> {
+        let enter = Tracepoint::open(tracefs, "syscalls", "sys_enter_munmap").ok()?;
+        let word = |name| enter.field(name).filter(|f| f.1 == 8).map(|f| f.0);
+        Some(UnmapFields {
+            enter_id: u16::try_from(enter.id).ok()?,
+            addr: word("addr")?,
+            len: word("len")?,
+        })
+    }
 }
 
 /// The `mremap` system call's tracepoints: the ids their samples start with (`common_type`)
@@ -285,6 +306,8 @@ impl Session {
                 address,
                 error_code,
                 remap: RemapFields::open(&tracefs),
+                // Unmapped memory leaves the model, which then follows the live mappings.
+                unmap: UnmapFields::open(&tracefs),
             },
             _ => {
                 return Err(Error::Kernel {
@@ -355,6 +378,7 @@ impl Session {
             .remap
             .iter()
             .flat_map(|f| [f.enter_id, f.exit_id])
+            .chain(fields.unmap.map(|f| f.enter_id))
             .map(|id| sys::fault_tracepoint_attr(u64::from(id), 8, false))
             .collect();
         for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr]
@@ -842,7 +866,8 @@ fn open_events(
             events.push(event);
             for attr in &optional_attrs {
                 // Without the kernel fault event, faults in system calls go unrecorded;
-                // without mremap's, the memory it moves goes unnamed. Nothing else.
+                // without mremap's, the memory it moves goes unnamed; without munmap's,
+                // unmapped memory stays in the model. Nothing else.
                 if let Ok(event) = PerfEvent::open(attr, task, cpu)
                     && event.set_output(&events[fault_index]).is_ok()
                 {
@@ -1215,6 +1240,19 @@ impl State {
         ) else {
             return Ok(());
         };
+        if let Some(unmap) = self.fields.unmap
+            && raw
+                .get(0..2)
+                .and_then(|b| b.as_slice().as_ref().try_into().ok())
+                == Some(unmap.enter_id.to_ne_bytes())
+        {
+            if let (Some(addr), Some(len)) = (u64_at(&raw, unmap.addr), u64_at(&raw, unmap.len))
+                && let Some(process) = self.processes.get_mut(&(pid as u32))
+            {
+                process.unmap(addr, len);
+            }
+            return Ok(());
+        }
         if let Some(remap) = self.fields.remap
             && let Some(kind) = raw
                 .get(0..2)
