@@ -302,7 +302,7 @@ impl Process {
     /// memory splitting a mapping.
     pub fn unmap(&mut self, addr: u64, len: u64) {
         const PAGE: u64 = 4096;
-        if addr % PAGE != 0 || len == 0 {
+        if !addr.is_multiple_of(PAGE) || len == 0 {
             return;
         }
         let end = addr.saturating_add(len.next_multiple_of(PAGE));
