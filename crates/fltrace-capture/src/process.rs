@@ -218,7 +218,8 @@ impl Process {
         child.unwinder = parent.unwinder.clone();
         child.interposers = parent.interposers.clone();
         for mapping in parent.maps.values() {
-            child.record_mapping(mapping.clone())?;
+            child.out.mmaps.push(mapping.clone())?;
+            child.record_mapping(mapping.clone());
         }
         child.executable.clone_from(&parent.executable);
         Ok(child)
@@ -245,7 +246,7 @@ impl Process {
         }
     }
 
-    fn record_mapping(&mut self, mapping: Mapping) -> Result<(), fltrace_trace::Error> {
+    fn record_mapping(&mut self, mapping: Mapping) {
         self.image_recorded = true;
         match &mut self.executable {
             None if mapping.is_file() => {
@@ -259,11 +260,9 @@ impl Process {
             }
             _ => {}
         }
-        self.out.mmaps.push(mapping.clone())?;
         // A new mapping replaces what it overlaps, as in the kernel.
         self.cut(mapping.start, mapping.end);
         self.maps.insert(mapping.start, mapping);
-        Ok(())
     }
 
     /// Removes `start..end` from the model: the parts of older mappings outside it stay, so
@@ -351,7 +350,9 @@ impl Process {
                 }
             }
         }
-        self.record_mapping(mapping)
+        self.out.mmaps.push(mapping.clone())?;
+        self.record_mapping(mapping);
+        Ok(())
     }
 
     /// An `mremap` that returned `new_start`: perf reports no mapping for it, so the mapping
