@@ -39,6 +39,8 @@ struct Output {
     faults: FaultWriter,
     stacks: StackWriter,
     mmaps: MappingWriter,
+    /// `procmaps` rewritten from the live mappings at each stats line: a scratch buffer kept
+    /// between writes, sized by the live mappings.
     procmaps: String,
     stats_path: PathBuf,
     stats: String,
@@ -231,6 +233,7 @@ impl Process {
         child.interposers = parent.interposers.clone();
         child.entries = parent.entries.clone();
         for mapping in parent.maps.values() {
+            child.out.mmaps.push(mapping.clone())?;
             child.record_mapping(mapping.clone());
         }
         child.executable.clone_from(&parent.executable);
@@ -319,20 +322,52 @@ impl Process {
             }
             _ => {}
         }
-        write_procmaps_line(&mapping, &mut self.out.procmaps);
-        self.out.mmaps.push(mapping.clone());
-        // A new mapping replaces whatever it overlaps.
+        // A new mapping replaces what it overlaps, as in the kernel.
+        self.cut(mapping.start, mapping.end);
+        self.maps.insert(mapping.start, mapping);
+    }
+
+    /// Removes `start..end` from the model: the parts of older mappings outside it stay, so
+    /// the model (and `procmaps`) follow `/proc/PID/maps`. Touches only the mappings it
+    /// overlaps: constant time for a program that maps and unmaps at one address.
+    fn cut(&mut self, start: VirtAddr, end: VirtAddr) {
         let overlapped: Vec<VirtAddr> = self
             .maps
-            .range(..mapping.end)
+            .range(..end)
             .rev()
-            .take_while(|(_, m)| m.end > mapping.start)
-            .map(|(start, _)| *start)
+            .take_while(|(_, m)| m.end > start)
+            .map(|(at, _)| *at)
             .collect();
-        for start in overlapped {
-            self.maps.remove(&start);
+        for at in overlapped {
+            let Some(old) = self.maps.remove(&at) else {
+                continue;
+            };
+            if old.end > end {
+                let right = Mapping {
+                    start: end,
+                    pgoff: old.file_offset(end),
+                    ..old.clone()
+                };
+                self.maps.insert(right.start, right);
+            }
+            if old.start < start {
+                let left = Mapping { end: start, ..old };
+                self.maps.insert(left.start, left);
+            }
         }
-        self.maps.insert(mapping.start, mapping);
+    }
+
+    /// A `munmap(addr, len)` call: the model forgets the range, so its memory follows the
+    /// live mappings, not the mappings ever made. Read at the call's entry: the kernel fails
+    /// it only for an unaligned address or a zero length (left alone here) or when out of
+    /// memory splitting a mapping.
+    pub fn unmap(&mut self, addr: u64, len: u64) {
+        const PAGE: u64 = 4096;
+        if !addr.is_multiple_of(PAGE) || len == 0 {
+            return;
+        }
+        let end = addr.saturating_add(len.next_multiple_of(PAGE));
+        self.cut(VirtAddr::new(addr), VirtAddr::new(end));
     }
 
     /// Whether an anonymous mapping is the heap that `brk` grows. The kernel names it `[heap]`
@@ -350,7 +385,11 @@ impl Process {
     }
 
     /// A new mapping reported by the kernel. `root` is where the process sees `/`.
-    pub fn map(&mut self, mut mapping: Mapping, elf_cache: &mut ElfCache) {
+    pub fn map(
+        &mut self,
+        mut mapping: Mapping,
+        elf_cache: &mut ElfCache,
+    ) -> Result<(), fltrace_trace::Error> {
         mapping.generation = self.generation;
         if self.is_initial_heap(&mapping) {
             mapping.path = "[heap]".to_owned();
@@ -378,7 +417,9 @@ impl Process {
                 }
             }
         }
+        self.out.mmaps.push(mapping.clone())?;
         self.record_mapping(mapping);
+        Ok(())
     }
 
     /// An `mremap` that returned `new_start`: perf reports no mapping for it, so the mapping
@@ -391,15 +432,15 @@ impl Process {
         new_start: u64,
         time_ns: u64,
         elf_cache: &mut ElfCache,
-    ) {
+    ) -> Result<(), fltrace_trace::Error> {
         const PAGE: u64 = 4096;
         let new_len = call.new_len.next_multiple_of(PAGE);
         let moved = new_start != call.old_start;
         if !moved && new_len <= call.old_len {
-            return;
+            return Ok(());
         }
         let Some(old) = self.mapping_at(VirtAddr::new(call.old_start)) else {
-            return;
+            return Ok(());
         };
         let offset_in_old = call.old_start - old.start.get();
         // Grown in place, the kernel extends the old mapping; moved, the part from
@@ -416,7 +457,7 @@ impl Process {
             pgoff: fltrace_trace::FileOffset::new(pgoff),
             ..old.clone()
         };
-        self.map(mapping, elf_cache);
+        self.map(mapping, elf_cache)
     }
 
     fn mapping_at(&self, addr: VirtAddr) -> Option<&Mapping> {
@@ -803,6 +844,11 @@ impl Process {
             .stats
             .push_str(&stats::format_line(unix_time_s, &counters));
         write_file(&self.out.stats_path, &self.out.stats)?;
+        // As the original: a copy of the mappings live now, not a line per event.
+        self.out.procmaps.clear();
+        for mapping in self.maps.values() {
+            write_procmaps_line(mapping, &mut self.out.procmaps);
+        }
         let procmaps = files::procmaps(
             self.out.stats_path.parent().unwrap_or(Path::new(".")),
             self.pid,
@@ -957,18 +1003,61 @@ mod tests {
     }
 
     #[test]
+    fn mapping_over_or_unmapping_part_of_another_keeps_the_rest_as_the_kernel_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = process(dir.path());
+        let mut elf = ElfCache::default();
+        p.map(anon(0x10_0000, 0x10_4000), &mut elf).expect("mapped");
+        // MAP_FIXED over its second and third pages: two pieces stay, the right one with the
+        // offset of its first page.
+        p.map(anon(0x10_1000, 0x10_3000), &mut elf).expect("mapped");
+        assert_eq!(
+            range(&p, 0x10_0fff),
+            Some((0x10_0000, 0x10_1000, 0x10_0000))
+        );
+        assert_eq!(
+            range(&p, 0x10_2000),
+            Some((0x10_1000, 0x10_3000, 0x10_1000))
+        );
+        assert_eq!(
+            range(&p, 0x10_3000),
+            Some((0x10_3000, 0x10_4000, 0x10_3000))
+        );
+        // The same page mapped again and again leaves one mapping, and `procmaps` lists the
+        // live mappings once each, as the original's copy of /proc/PID/maps.
+        for _ in 0..1000 {
+            p.map(anon(0x20_0000, 0x20_1000), &mut elf).expect("mapped");
+        }
+        // Unmapping the middle piece and a page of the last leaves the rest.
+        p.unmap(0x10_1000, 0x2000);
+        p.unmap(0x20_0000, 0x1000);
+        p.unmap(0x10_4000, 0);
+        assert_eq!(range(&p, 0x10_1000), None);
+        assert_eq!(range(&p, 0x20_0000), None);
+        p.map(anon(0x20_0000, 0x20_1000), &mut elf).expect("mapped");
+        p.write_stats(0, 0).expect("stats");
+        let procmaps = std::fs::read_to_string(files::procmaps(dir.path(), 1)).expect("procmaps");
+        assert_eq!(
+            procmaps,
+            "00100000-00101000 rw-p 00100000 00:00 0\n\
+             00103000-00104000 rw-p 00103000 00:00 0\n\
+             00200000-00201000 rw-p 00200000 00:00 0\n"
+        );
+    }
+
+    #[test]
     fn remap_grows_in_place_moves_and_ignores_shrinks() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut p = process(dir.path());
         let mut elf = ElfCache::default();
-        p.map(anon(0x10_0000, 0x10_2000), &mut elf);
+        p.map(anon(0x10_0000, 0x10_2000), &mut elf).expect("mapped");
         // Grown in place from its second page: the kernel extends the whole mapping.
         let grow = RemapCall {
             old_start: 0x10_1000,
             old_len: 0x1000,
             new_len: 0x2800,
         };
-        p.remap(&grow, 0x10_1000, 5, &mut elf);
+        p.remap(&grow, 0x10_1000, 5, &mut elf).expect("mapped");
         assert_eq!(
             range(&p, 0x10_3fff),
             Some((0x10_0000, 0x10_4000, 0x10_0000))
@@ -979,7 +1068,7 @@ mod tests {
             old_len: 0x1000,
             new_len: 0x3000,
         };
-        p.remap(&moved, 0x50_0000, 6, &mut elf);
+        p.remap(&moved, 0x50_0000, 6, &mut elf).expect("mapped");
         assert_eq!(
             range(&p, 0x50_2fff),
             Some((0x50_0000, 0x50_3000, 0x10_1000))
@@ -990,12 +1079,12 @@ mod tests {
             old_len: 0x3000,
             new_len: 0x1000,
         };
-        p.remap(&shrink, 0x50_0000, 7, &mut elf);
+        p.remap(&shrink, 0x50_0000, 7, &mut elf).expect("mapped");
         let unknown = RemapCall {
             old_start: 0x90_0000,
             ..moved
         };
-        p.remap(&unknown, 0xa0_0000, 8, &mut elf);
+        p.remap(&unknown, 0xa0_0000, 8, &mut elf).expect("mapped");
         assert_eq!(
             range(&p, 0x50_2fff),
             Some((0x50_0000, 0x50_3000, 0x10_1000))

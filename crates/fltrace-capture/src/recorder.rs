@@ -215,6 +215,27 @@ struct FaultFields {
     address: usize,
     error_code: usize,
     remap: Option<RemapFields>,
+    unmap: Option<UnmapFields>,
+}
+
+/// The `munmap` system call's entry tracepoint: its id and where its arguments lie.
+#[derive(Clone, Copy)]
+struct UnmapFields {
+    enter_id: u16,
+    addr: usize,
+    len: usize,
+}
+
+impl UnmapFields {
+    fn open(tracefs: &std::path::Path) -> Option<UnmapFields> {
+        let enter = Tracepoint::open(tracefs, "syscalls", "sys_enter_munmap").ok()?;
+        let word = |name| enter.field(name).filter(|f| f.1 == 8).map(|f| f.0);
+        Some(UnmapFields {
+            enter_id: u16::try_from(enter.id).ok()?,
+            addr: word("addr")?,
+            len: word("len")?,
+        })
+    }
 }
 
 /// The `mremap` system call's tracepoints: the ids their samples start with (`common_type`)
@@ -317,6 +338,8 @@ impl Session {
                 address,
                 error_code,
                 remap: RemapFields::open(&tracefs),
+                // Unmapped memory leaves the model, which then follows the live mappings.
+                unmap: UnmapFields::open(&tracefs),
             },
             _ => {
                 return Err(Error::Kernel {
@@ -401,6 +424,7 @@ impl Session {
             .remap
             .iter()
             .flat_map(|f| [f.enter_id, f.exit_id])
+            .chain(fields.unmap.map(|f| f.enter_id))
             .map(|id| sys::fault_tracepoint_attr(u64::from(id), 8, false))
             .collect();
         for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr]
@@ -938,7 +962,8 @@ fn open_events(
             events.push(event);
             for attr in &optional_attrs {
                 // Without the kernel fault event, faults in system calls go unrecorded;
-                // without mremap's, the memory it moves goes unnamed. Nothing else.
+                // without mremap's, the memory it moves goes unnamed; without munmap's,
+                // unmapped memory stays in the model. Nothing else.
                 if let Ok(event) = PerfEvent::open(attr, task, cpu)
                     && event.set_output(&events[fault_index]).is_ok()
                 {
@@ -1253,11 +1278,12 @@ impl State {
         })?;
         let mut elf_cache = std::mem::take(&mut self.elf_cache);
         let process = self.process(pid)?;
+        let mut mapped = Ok(());
         for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
-            process.map(mapping, &mut elf_cache);
+            mapped = mapped.and_then(|()| process.map(mapping, &mut elf_cache));
         }
         self.elf_cache = elf_cache;
-        Ok(())
+        Ok(mapped?)
     }
 
     /// The time of a record (0 for records without one: they are handled first).
@@ -1341,9 +1367,11 @@ impl State {
                     },
                 };
                 let mut elf_cache = std::mem::take(&mut self.elf_cache);
-                self.process(m.pid as u32)?.map(mapping, &mut elf_cache);
+                let mapped = self
+                    .process(m.pid as u32)
+                    .and_then(|p| Ok(p.map(mapping, &mut elf_cache)?));
                 self.elf_cache = elf_cache;
-                Ok(())
+                mapped
             }
             EventRecord::Comm(c) => {
                 let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
@@ -1415,6 +1443,19 @@ impl State {
         ) else {
             return Ok(());
         };
+        if let Some(unmap) = self.fields.unmap
+            && raw
+                .get(0..2)
+                .and_then(|b| b.as_slice().as_ref().try_into().ok())
+                == Some(unmap.enter_id.to_ne_bytes())
+        {
+            if let (Some(addr), Some(len)) = (u64_at(&raw, unmap.addr), u64_at(&raw, unmap.len))
+                && let Some(process) = self.processes.get_mut(&(pid as u32))
+            {
+                process.unmap(addr, len);
+            }
+            return Ok(());
+        }
         if let Some(remap) = self.fields.remap
             && let Some(kind) = raw
                 .get(0..2)
@@ -1445,9 +1486,11 @@ impl State {
                 {
                     let time_ns = sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset);
                     let mut elf_cache = std::mem::take(&mut self.elf_cache);
-                    self.process(pid as u32)?
-                        .remap(&call, ret, time_ns, &mut elf_cache);
+                    let remapped = self
+                        .process(pid as u32)
+                        .and_then(|p| Ok(p.remap(&call, ret, time_ns, &mut elf_cache)?));
                     self.elf_cache = elf_cache;
+                    return remapped;
                 }
                 return Ok(());
             }

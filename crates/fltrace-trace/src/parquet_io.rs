@@ -154,6 +154,9 @@ pub type Metadata = Vec<(String, String)>;
 /// Rows buffered before a row group is written: bounds the recorder's memory, and the time a
 /// flush holds up the recorder (the kernel's ring buffer must not fill meanwhile).
 const ROW_GROUP: usize = 1 << 16;
+/// Rows of a mappings row group written before a checkpoint: mappings are larger than
+/// faults (a path each), and their table is small.
+const MAPPING_ROW_GROUP: usize = 1 << 14;
 
 /// A Parquet file being written, one row group per flushed batch, with checkpoints.
 struct TableWriter {
@@ -834,9 +837,15 @@ impl MappingWriter {
         )))
     }
 
-    /// Appends a mapping; it is written at the next checkpoint or at the end.
-    pub fn push(&mut self, mapping: Mapping) {
+    /// Appends a mapping; it is written at the next checkpoint, at the end, or as a row group
+    /// of its own once [`MAPPING_ROW_GROUP`] are buffered: a program that maps and unmaps
+    /// hundreds of thousands of times a second must not grow the writer by the second.
+    pub fn push(&mut self, mapping: Mapping) -> Result<(), Error> {
         self.0.batch.push(mapping);
+        if self.0.batch.len() >= MAPPING_ROW_GROUP {
+            self.0.flush_first(MAPPING_ROW_GROUP)?;
+        }
+        Ok(())
     }
 
     /// Writes every mapping pushed and a checkpoint: they stay readable should the writer
@@ -1680,7 +1689,7 @@ mod tests {
             path: "/lib/x.so".into(),
             build_id: "abcd".into(),
         };
-        writer.push(mapping.clone());
+        writer.push(mapping.clone()).unwrap();
         writer.finish().unwrap();
         assert_eq!(read_mappings(&maps_path).unwrap(), vec![mapping]);
     }
@@ -1770,7 +1779,7 @@ mod tests {
             .unwrap();
         stacks.finish().unwrap();
         let mut mmaps = MappingWriter::create_for(&path("mmaps"), origin.clone()).unwrap();
-        mmaps.push(Mapping::default());
+        mmaps.push(Mapping::default()).unwrap();
         mmaps.finish().unwrap();
         let mut allocs = AllocWriter::create_for(&path("allocs"), origin.clone()).unwrap();
         allocs
@@ -2084,12 +2093,14 @@ mod tests {
         let maps_path = dir.path().join("m.parquet");
         let mut writer = MappingWriter::create(&maps_path).unwrap();
         for i in 0..50 {
-            writer.push(Mapping {
-                start: VirtAddr::new(i * 0x1000),
-                end: VirtAddr::new(i * 0x1000 + 0x1000),
-                path: format!("/lib/{i}.so"),
-                ..Mapping::default()
-            });
+            writer
+                .push(Mapping {
+                    start: VirtAddr::new(i * 0x1000),
+                    end: VirtAddr::new(i * 0x1000 + 0x1000),
+                    path: format!("/lib/{i}.so"),
+                    ..Mapping::default()
+                })
+                .unwrap();
         }
         writer.finish().unwrap();
 

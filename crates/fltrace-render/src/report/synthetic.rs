@@ -66,17 +66,19 @@ pub fn record(dir: &Path, allocs: bool) {
     let mut mappings = MappingWriter::create(&files::mmaps(dir, PID)).unwrap();
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     for line in maps.lines() {
-        mappings.push(parse_procmaps_line(line).unwrap());
+        mappings.push(parse_procmaps_line(line).unwrap()).unwrap();
     }
-    mappings.push(Mapping {
-        time_ns: START + 4 * MS,
-        start: fltrace_trace::VirtAddr::new(0x2000_0000),
-        end: fltrace_trace::VirtAddr::new(0x2000_2000),
-        prot: 3,
-        flags: 0x22,
-        path: "//anon".into(),
-        ..Mapping::default()
-    });
+    mappings
+        .push(Mapping {
+            time_ns: START + 4 * MS,
+            start: fltrace_trace::VirtAddr::new(0x2000_0000),
+            end: fltrace_trace::VirtAddr::new(0x2000_2000),
+            prot: 3,
+            flags: 0x22,
+            path: "//anon".into(),
+            ..Mapping::default()
+        })
+        .unwrap();
     mappings.finish().unwrap();
     let mut stacks = StackWriter::create(&files::stacks(dir, PID)).unwrap();
     stacks

@@ -1,6 +1,7 @@
 mod allocs;
 mod attribution;
 mod bpftools;
+mod churn;
 mod cli;
 mod debuginfo;
 mod errors;
