@@ -75,12 +75,14 @@ pub struct Options {
 impl Options {
     /// Defaults: 16 KiB of stack per fault (deep enough for compilers, interpreters and
     /// databases: reading the live process later gives stale outer frames), completed from the
-    /// live process beyond that, 64 MiB of ring buffer per CPU.
+    /// live process beyond that, 128 MiB of ring buffer per CPU: the kernel reserves the whole
+    /// copy for every fault, so 64 MiB held 4,096 faults, too few to ride out a checkpoint at
+    /// 100K faults a second (the mapping-churn test lost 1,669 of 200K).
     pub fn new(dir: PathBuf) -> Options {
         Options {
             dir,
             stack_bytes: 16384,
-            buffer_mb: 64,
+            buffer_mb: 128,
             credentials: None,
             read_live_stacks: true,
             far_memory: None,
