@@ -5,7 +5,7 @@
 # against the untraced run (median of ROUNDS alternating runs) and the share of fault stacks
 # whose outermost frame is a thread entry (`_start`, `_dl_start_user`, `start_thread`,
 # `clone`/`clone3`; in a stripped executable, the frame that calls `__libc_start_main`), under
-# fltrace's defaults, the pre-#21 defaults (`--stack-size 2048`), `--stack-size 32768
+# fltrace's defaults (a 2 KiB copy), `--stack-size 16384`, `--stack-size 32768
 # --exact-stacks`, and `perf record --call-graph dwarf` (its samples and lost records).
 # usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
 # PROGRAMS="python3 sqlite3" for some of the three)
@@ -99,12 +99,12 @@ run() { # program tool dir
     case $2 in
         untraced) "${cmd[@]}" ;;
         defaults) "$fltrace" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
-        old-2048) "$fltrace" record -o "$3" --stack-size 2048 -- "${cmd[@]}" 2>"$3/err" ;;
+        copy-16k) "$fltrace" record -o "$3" --stack-size 16384 -- "${cmd[@]}" 2>"$3/err" ;;
         exact-32k) "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
         perf-dwarf) perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${cmd[@]}" 2>"$3/err" ;;
     esac >/dev/null
 }
-tools=(untraced defaults old-2048 exact-32k perf-dwarf)
+tools=(untraced defaults copy-16k exact-32k perf-dwarf)
 printf "%-8s %-11s %9s %22s %s\n" program tool time complete lost
 for program in ${PROGRAMS:-cc1plus python3 sqlite3}; do
     declare -A times=()

@@ -73,15 +73,16 @@ pub struct Options {
 }
 
 impl Options {
-    /// Defaults: 16 KiB of stack per fault (deep enough for compilers, interpreters and
-    /// databases: reading the live process later gives stale outer frames), completed from the
-    /// live process beyond that, 128 MiB of ring buffer per CPU: the kernel reserves the whole
-    /// copy for every fault, so 64 MiB held 4,096 faults, too few to ride out a checkpoint at
-    /// 100K faults a second (the mapping-churn test lost 1,669 of 200K).
+    /// Defaults: 2 KiB of stack per fault, completed from the live process beyond that, 64 MiB
+    /// of ring buffer per CPU. A 16 KiB copy makes deep stacks (compilers, interpreters,
+    /// databases) complete, but the kernel reserves the whole copy in the ring for every fault:
+    /// at the same ring size, fault-dense programs on a busy machine then lose records (the
+    /// mapping-churn and streaming tests did), and a larger ring pins more memory. Deep copies
+    /// stay a flag (`--stack-size 16384`) until they can be given per thread.
     pub fn new(dir: PathBuf) -> Options {
         Options {
             dir,
-            stack_bytes: 16384,
+            stack_bytes: 2048,
             buffer_mb: 128,
             credentials: None,
             read_live_stacks: true,

@@ -324,7 +324,7 @@ pub struct RecordArgs {
     pub no_children: bool,
     /// Bytes of user stack copied with each fault for unwinding; deeper frames are read from
     /// the live process unless --exact-stacks.
-    #[arg(long, value_name = "BYTES", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(64..=65528))]
+    #[arg(long, value_name = "BYTES", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(64..=65528))]
     pub stack_size: u32,
     /// Unwind only over the stack copied at the fault (raise --stack-size to match).
     #[arg(long)]

@@ -478,7 +478,9 @@ fn stack_rows_begin_with_the_innermost_frame() {
     let mut memset_faults = 0;
     for (i, line) in lines.iter().enumerate() {
         let fields: Vec<&str> = line.split_whitespace().collect();
+        // Its writes: a read of memset's own code page (an instruction fetch) may come too.
         if fields.get(6).is_some_and(|f| f.contains("memset"))
+            && fields.get(4) == Some(&"write")
             && fields.last().is_some_and(|l| l.starts_with("libc.so"))
         {
             memset_faults += fields[1].parse::<u64>().unwrap_or(0);

@@ -1,27 +1,50 @@
 //! A process that exits right after faulting keeps the outer frames of its stacks.
 
-use std::process::Command;
-
 use super::util::*;
 
-/// 200 faults about 10 KiB below `main`, then an immediate exit: by default all 200 stacks
-/// reach `main` and `_start` (the outer frames cannot be read from the process afterwards).
+/// 200 faults about 10 KiB below `main`, then an immediate exit, so the outer frames cannot be
+/// read from the process afterwards. At the default 2 KiB copy every fault's stack reaches
+/// `main` or is counted truncated, the summary equal to the data; with a copy that holds the
+/// stack (`--stack-size 16384`) all 200 share one stack out to `_start`.
 #[test]
 fn quick_exit_keeps_every_stack_to_main() {
     let dir = Dir::new();
-    let workload = dir.path().join("quickexit");
-    let built = Command::new("gcc")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+    let workload = build_c_workload(dir.path(), "quickexit.c");
+    let out = dir
+        .fltrace()
+        .args(["record", "--"])
         .arg(&workload)
-        .arg(workloads_dir().join("quickexit.c"))
+        .arg("200")
         .output()
-        .expect("gcc runs");
+        .expect("fltrace runs");
     assert!(
-        built.status.success(),
+        out.status.success(),
         "{}",
-        String::from_utf8_lossy(&built.stderr)
+        String::from_utf8_lossy(&out.stderr)
     );
-    dir.record(&[&workload], &["200"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let summary: u64 = stderr
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" with truncated stacks"))
+        .and_then(|part| part.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no truncated-stack figure in: {stderr}"));
+    let report = dir.report_json(&[]);
+    assert_eq!(report["truncated_stack_faults"], summary, "{stderr}");
+
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "-q", "--stack-size", "16384", "--"])
+        .arg(&workload)
+        .arg("200")
+        .output()
+        .expect("fltrace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = site("quickexit.c", "quick_touch");
     let by_stack = dir.report_json(&["--by", "stack"]);
     let at_site: Vec<&serde_json::Value> = groups(&by_stack)

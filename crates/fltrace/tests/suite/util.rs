@@ -47,6 +47,20 @@ fn build(cmd: &mut Command) {
     );
 }
 
+/// Builds one C workload of workloads/ as the suite builds them all (gcc -O2 -g, no frame
+/// pointers), into `dir`, for tests that need a program of their own.
+pub fn build_c_workload(dir: &Path, source: &str) -> PathBuf {
+    let name = source.strip_suffix(".c").unwrap_or(source);
+    let out = dir.join(name);
+    build(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&out)
+            .arg(workloads_dir().join(source)),
+    );
+    out
+}
+
 pub fn workloads() -> &'static Workloads {
     static BUILT: OnceLock<Workloads> = OnceLock::new();
     BUILT.get_or_init(|| {
