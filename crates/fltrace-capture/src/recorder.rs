@@ -83,7 +83,7 @@ impl Options {
         Options {
             dir,
             stack_bytes: 2048,
-            buffer_mb: 128,
+            buffer_mb: 64,
             credentials: None,
             read_live_stacks: true,
             far_memory: None,

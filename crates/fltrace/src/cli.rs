@@ -330,7 +330,7 @@ pub struct RecordArgs {
     #[arg(long)]
     pub exact_stacks: bool,
     /// Ring buffer per CPU, in MiB (each fault takes --stack-size bytes of it).
-    #[arg(long, value_name = "MB", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: u64,
     /// Run the command as this user (name or uid); by default the user who ran sudo, if any,
     /// when --drop-privileges is given.
