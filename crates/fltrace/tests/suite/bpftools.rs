@@ -78,6 +78,31 @@ fn at_line(site_name: &str) -> String {
     format!("memtools.c:{}", site(MEMTOOLS, site_name))
 }
 
+/// The counts of the rows whose innermost user frame is the `site_name` line of memtools.c.
+fn counts_at(rows: &Value, site_name: &str) -> Vec<u64> {
+    let line = at_line(site_name);
+    rows.as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            frames(r, "ustack")
+                .first()
+                .is_some_and(|f| f.contains(&line))
+        })
+        .filter_map(|r| r["count"].as_u64())
+        .collect()
+}
+
+/// The number stderr gives before `phrase` ("1554 samples lost..."), 0 when it does not say it.
+fn number_before(stderr: &str, phrase: &str) -> u64 {
+    stderr
+        .split(phrase)
+        .next()
+        .filter(|_| stderr.contains(phrase))
+        .and_then(|head| head.rsplit(['(', ' ']).next())
+        .map_or(0, |n| n.parse().expect("a number"))
+}
+
 const MEMTOOLS: &str = "memtools.c";
 const BRK: &str = "syscalls:sys_enter_brk";
 const ONLY_OURS: &str = "brk == 12345";
@@ -958,24 +983,9 @@ fn system_wide_faults_keep_five_thousand_distinct_stacks() {
     std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read");
     let exit = fltrace.wait().expect("wait");
     let rows: Value = serde_json::from_str(&out).expect("JSON");
-    let leaf_rows: Vec<u64> = rows
-        .as_array()
-        .expect("rows")
-        .iter()
-        .filter(|r| {
-            frames(r, "ustack")
-                .first()
-                .is_some_and(|f| f.contains(&at_line("stacks")))
-        })
-        .filter_map(|r| r["count"].as_u64())
-        .collect();
+    let leaf_rows = counts_at(&rows, "stacks");
     // "N user stacks not kept: the stack table was full", when any was not.
-    let not_kept: u64 = rest
-        .split(" user stacks not kept")
-        .next()
-        .filter(|_| rest.contains(" user stacks not kept"))
-        .and_then(|head| head.rsplit(['(', ' ']).next())
-        .map_or(0, |n| n.parse().expect("a number"));
+    let not_kept = number_before(&rest, " user stacks not kept");
     assert!(leaf_rows.iter().all(|&c| c == 1), "{leaf_rows:?}");
     assert_eq!(leaf_rows.len() as u64 + not_kept, 5000, "{rest}");
     assert_eq!(
@@ -1002,23 +1012,8 @@ fn faults_of_a_command_are_all_counted_or_their_loss_said() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let at_touch: u64 = rows
-        .as_array()
-        .expect("rows")
-        .iter()
-        .filter(|r| {
-            frames(r, "ustack")
-                .first()
-                .is_some_and(|f| f.contains(&at_line("touch")))
-        })
-        .filter_map(|r| r["count"].as_u64())
-        .sum();
-    let lost: u64 = stderr
-        .split(" samples lost")
-        .next()
-        .filter(|_| stderr.contains(" samples lost"))
-        .and_then(|head| head.rsplit(['(', ' ']).next())
-        .map_or(0, |n| n.parse().expect("a number"));
+    let at_touch: u64 = counts_at(&rows, "touch").iter().sum();
+    let lost = number_before(&stderr, " samples lost");
     let others: u64 = rows
         .as_array()
         .expect("rows")
@@ -1091,17 +1086,7 @@ fn faults_sampled_are_scaled_and_said_so() {
         "{stderr}"
     );
     let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let counts: Vec<u64> = rows
-        .as_array()
-        .expect("rows")
-        .iter()
-        .filter(|r| {
-            frames(r, "ustack")
-                .first()
-                .is_some_and(|f| f.contains(&at_line("touch")))
-        })
-        .filter_map(|r| r["count"].as_u64())
-        .collect();
+    let counts = counts_at(&rows, "touch");
     assert!(counts.iter().all(|c| c % 16 == 0), "{counts:?}");
     let at_touch: u64 = counts.iter().sum();
     if out.status.code() == Some(0) {

@@ -10,41 +10,14 @@ use super::util::*;
 fn quick_exit_keeps_every_stack_to_main() {
     let dir = Dir::new();
     let workload = build_c_workload(dir.path(), "quickexit.c");
-    let out = dir
-        .fltrace()
-        .args(["record", "--"])
-        .arg(&workload)
-        .arg("200")
-        .output()
-        .expect("fltrace runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = dir.record_with(&[], &[&workload], &["200"]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let summary: u64 = stderr
-        .split(", ")
-        .find_map(|part| part.strip_suffix(" with truncated stacks"))
-        .and_then(|part| part.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no truncated-stack figure in: {stderr}"));
+    let summary = summary_truncated(&stderr);
     let report = dir.report_json(&[]);
     assert_eq!(report["truncated_stack_faults"], summary, "{stderr}");
 
     let dir = Dir::new();
-    let out = dir
-        .fltrace()
-        .args(["record", "-q", "--stack-size", "16384", "--"])
-        .arg(&workload)
-        .arg("200")
-        .output()
-        .expect("fltrace runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    dir.record_with(&["-q", "--stack-size", "16384"], &[&workload], &["200"]);
     let line = site("quickexit.c", "quick_touch");
     let by_stack = dir.report_json(&["--by", "stack"]);
     let at_site: Vec<&serde_json::Value> = groups(&by_stack)

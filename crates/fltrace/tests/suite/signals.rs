@@ -12,18 +12,7 @@ fn handler_stacks_go_through_the_signal_frame_to_main() {
     // The kernel's signal frame holds the FPU state (about 3 KiB with AVX-512): past a 2 KiB
     // copy its registers and the frames beyond are read from the live process, which exits
     // right after its faults (nothing holds it at exit yet), so the copy must hold them.
-    let out = dir
-        .fltrace()
-        .args(["record", "-q", "--stack-size", "16384", "--"])
-        .arg(&workload)
-        .arg("40")
-        .output()
-        .expect("fltrace runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    dir.record_with(&["-q", "--stack-size", "16384"], &[&workload], &["40"]);
     let line = site("signal.c", "touch_in_handler");
     let by_line = dir.report_json(&["--by", "line"]);
     assert_eq!(count_at(&by_line, "signal.c", line), 40);

@@ -282,19 +282,6 @@ fn stripped_binary_falls_back_to_symbols() {
     assert_eq!(group["stack"][0]["line"], 0);
 }
 
-/// The figure of `record`'s summary line: the faults with truncated stacks.
-fn summary_truncated(stderr: &str) -> u64 {
-    stderr
-        .lines()
-        .find_map(|line| {
-            line.split(", ")
-                .find(|part| part.ends_with("with truncated stacks"))
-        })
-        .and_then(|part| part.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no truncated-stack figure in: {stderr}"))
-}
-
 /// A stack 2,000 calls deep, in C and in C++ without frame pointers: each fault at the touch
 /// line reaches `main` or lies under `[truncated]` right after the process's root, and the
 /// summary's count of faults with truncated stacks is exactly the data's, as are `report`'s

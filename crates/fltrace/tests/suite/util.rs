@@ -176,9 +176,16 @@ impl Dir {
 
     /// Records `command` and checks that fltrace succeeded.
     pub fn record(&self, command: &[&Path], args: &[&str]) -> Output {
+        self.record_with(&["-q"], command, args)
+    }
+
+    /// Records `command` with `record` flags `flags` and checks that fltrace succeeded.
+    pub fn record_with(&self, flags: &[&str], command: &[&Path], args: &[&str]) -> Output {
         let out = self
             .fltrace()
-            .args(["record", "-q", "--"])
+            .arg("record")
+            .args(flags)
+            .arg("--")
             .args(command)
             .args(args)
             .output()
@@ -214,6 +221,19 @@ impl Dir {
 }
 
 /// The count of the group at `file:line` in a `--by line` JSON report (0 if none).
+/// The figure of `record`'s summary line: the faults with truncated stacks.
+pub fn summary_truncated(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|line| {
+            line.split(", ")
+                .find(|part| part.ends_with("with truncated stacks"))
+        })
+        .and_then(|part| part.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no truncated-stack figure in: {stderr}"))
+}
+
 pub fn count_at(report: &Value, file: &str, line: u32) -> u64 {
     groups(report)
         .filter(|g| g["file"].as_str().is_some_and(|f| f.ends_with(file)) && g["line"] == line)
