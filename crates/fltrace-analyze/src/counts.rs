@@ -23,6 +23,8 @@ pub struct Tally {
 #[derive(Debug, Clone, Default)]
 pub struct FaultCounts {
     tallies: FxHashMap<(u32, FaultFlags), Tally>,
+    /// The same faults per (stack id, flags, thread), for profiles labelled by thread.
+    threads: FxHashMap<(u32, FaultFlags, u32), u64>,
     total: u64,
 }
 
@@ -76,6 +78,10 @@ impl FaultCounts {
                 first_ns: key.time_ns,
                 last_ns: key.time_ns,
             });
+        *self
+            .threads
+            .entry((key.stack_id, key.flags, key.tid))
+            .or_insert(0) += 1;
     }
 
     /// How many faults were counted.
@@ -96,6 +102,17 @@ impl FaultCounts {
             .map(|(&(stack_id, flags), &tally)| (stack_id, flags, tally))
             .collect();
         all.sort_unstable_by_key(|&(stack_id, flags, _)| (stack_id, flags));
+        all
+    }
+
+    /// The faults per (stack id, flags, thread id), by stack id, flags and thread.
+    pub fn per_thread(&self) -> Vec<(u32, FaultFlags, u32, u64)> {
+        let mut all: Vec<(u32, FaultFlags, u32, u64)> = self
+            .threads
+            .iter()
+            .map(|(&(stack_id, flags, tid), &count)| (stack_id, flags, tid, count))
+            .collect();
+        all.sort_unstable_by_key(|&(stack_id, flags, tid, _)| (stack_id, flags, tid));
         all
     }
 
@@ -123,6 +140,8 @@ impl FaultCounts {
         let before = self.total;
         self.tallies
             .retain(|&(stack_id, flags), _| keep(stack_id, flags));
+        self.threads
+            .retain(|&(stack_id, flags, _), _| self.tallies.contains_key(&(stack_id, flags)));
         self.total = self.tallies.values().map(|t| t.count).sum();
         before - self.total
     }
@@ -145,6 +164,7 @@ mod tests {
             time_ns,
             flags: FaultFlags(flags),
             stack_id,
+            tid: 1 + (time_ns % 2) as u32,
         }
     }
 
@@ -189,6 +209,20 @@ mod tests {
         assert_eq!(counts.retain(|stack, _| stack != 1), expected[1].1);
         assert_eq!(counts.total(), 500 - expected[1].1);
         assert_eq!(counts.entries(), 2);
+        // Per thread (tid 1 for even times, 2 for odd), the kept stacks' faults exactly.
+        let per_thread = counts.per_thread();
+        let expected_threads: Vec<(u32, FaultFlags, u32, u64)> = [0u32, 2]
+            .iter()
+            .flat_map(|&s| {
+                [1u32, 2].map(|tid| {
+                    let n = (250..750u64)
+                        .filter(|i| i % 3 == u64::from(s) && 1 + (i % 2) as u32 == tid)
+                        .count() as u64;
+                    (s, FaultFlags(0), tid, n)
+                })
+            })
+            .collect();
+        assert_eq!(per_thread, expected_threads);
     }
 
     /// A row group that fails to read fails the stream.

@@ -1,5 +1,6 @@
 //! Faults as a pprof profile (profile.proto, gzipped), for `go tool pprof` and the tools that
-//! read its format: one sample per stack and process with its fault count, locations with
+//! read its format: one sample per stack, kind and thread with its fault count (labelled
+//! `pid`, `tid`, `comm` and `kind`), locations with
 //! their (inlined) lines, functions, and the mapped files with their build IDs.
 
 use std::io::Write;
@@ -11,7 +12,7 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{CodeAddr, FaultKind, ProcessTrace};
 
-use crate::export::{CountedSource, Source, process_name, process_name_in};
+use crate::export::{CountedSource, Source, process_name, thread_name};
 use crate::{FaultCounts, ResolvedStacks, TRUNCATED_FRAME};
 
 /// The messages of profile.proto that fltrace writes (field numbers as in
@@ -166,6 +167,7 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
     profile.period_type = profile.sample_type.first().cloned();
     profile.period = 1;
     let pid_key = strings.id("pid");
+    let tid_key = strings.id("tid");
     let comm_key = strings.id("comm");
     let kind_key = strings.id("kind");
     let mut functions: FxHashMap<(String, String), u64> = FxHashMap::default();
@@ -181,22 +183,23 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
             first_ns = first_ns.min(first);
             last_ns = last_ns.max(last);
         }
-        // One sample per stack and kind of fault, labelled with the process and its name.
-        let mut per_kind: Vec<(u32, FaultKind, u64)> = Vec::new();
-        for (stack_id, flags, tally) in fault_counts.iter() {
+        // One sample per stack, kind of fault and thread, labelled with the process, the
+        // thread and its name (perf's `comm`).
+        let mut per_kind: Vec<(u32, FaultKind, u32, u64)> = Vec::new();
+        for (stack_id, flags, tid, count) in fault_counts.per_thread() {
             let kind = flags.kind();
-            // By stack id: a stack's kinds are the last entries.
+            // By stack id: a stack's kinds and threads are the last entries.
             let same = per_kind
                 .iter_mut()
                 .rev()
-                .take_while(|(s, _, _)| *s == stack_id)
-                .find(|(_, k, _)| *k == kind);
+                .take_while(|(s, _, _, _)| *s == stack_id)
+                .find(|(_, k, t, _)| *k == kind && *t == tid);
             match same {
-                Some((_, _, count)) => *count += tally.count,
-                None => per_kind.push((stack_id, kind, tally.count)),
+                Some((_, _, _, total)) => *total += count,
+                None => per_kind.push((stack_id, kind, tid, count)),
             }
         }
-        for (stack_id, kind, count) in per_kind {
+        for (stack_id, kind, tid, count) in per_kind {
             let generation = trace.stack(stack_id).map_or(0, |s| s.generation);
             let mut location_ids = Vec::new();
             for (i, frame) in stacks.frames(stack_id).iter().enumerate() {
@@ -291,8 +294,13 @@ fn profile<'a>(sources: impl IntoIterator<Item = CountedSource<'a>>) -> proto::P
                         num: i64::from(trace.pid),
                     },
                     proto::Label {
+                        key: tid_key,
+                        str: 0,
+                        num: i64::from(tid),
+                    },
+                    proto::Label {
                         key: comm_key,
-                        str: strings.id(&process_name_in(trace, generation)),
+                        str: strings.id(&thread_name(trace, generation, tid)),
                         num: 0,
                     },
                     proto::Label {
@@ -467,16 +475,23 @@ mod tests {
             .collect();
         assert_eq!(
             labels,
-            vec![("pid", "", 5), ("comm", "prog", 0), ("kind", "write", 0)]
+            vec![
+                ("pid", "", 5),
+                ("tid", "", 5),
+                ("comm", "prog", 0),
+                ("kind", "write", 0)
+            ]
         );
 
-        // A truncated stack, its thread named `worker` in generation 0: `[truncated]` is its
-        // outermost location, and the process is labelled by its recorded name.
+        // A truncated stack, its threads named `worker` and `helper` in generation 0:
+        // `[truncated]` is its outermost location, and each thread's faults are a sample of
+        // their own, labelled with its id and recorded name.
         stacks.mark_truncated(0);
         let mut named = trace.clone();
+        named.faults.push(Fault { tid: 6, ..fault(0) });
         named.metadata.push((
             keys::THREADS.to_owned(),
-            fltrace_trace::format_thread_names([(0, 5, "worker")]),
+            fltrace_trace::format_thread_names([(0, 5, "worker"), (0, 6, "helper")]),
         ));
         let mut gz = Vec::new();
         write_pprof([(&named, &stacks)], &mut gz).unwrap();
@@ -500,6 +515,20 @@ mod tests {
             s(p.function[outermost.line[0].function_id as usize - 1].name),
             "[truncated]"
         );
-        assert_eq!(s(p.sample[0].label[1].str), "worker");
+        let threads: Vec<(i64, &str, Vec<i64>)> = p
+            .sample
+            .iter()
+            .map(|sample| {
+                (
+                    sample.label[1].num,
+                    s(sample.label[2].str),
+                    sample.value.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            threads,
+            vec![(5, "worker", vec![3]), (6, "helper", vec![1])]
+        );
     }
 }

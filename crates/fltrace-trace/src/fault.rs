@@ -27,6 +27,8 @@ pub struct FaultKey {
     pub flags: FaultFlags,
     /// Index into the process's stack table.
     pub stack_id: u32,
+    /// The faulting thread, for the profiles that label samples by thread (pprof's `tid`).
+    pub tid: u32,
 }
 
 impl From<&Fault> for FaultKey {
@@ -35,6 +37,7 @@ impl From<&Fault> for FaultKey {
             time_ns: fault.time_ns,
             flags: fault.flags,
             stack_id: fault.stack_id,
+            tid: fault.tid,
         }
     }
 }

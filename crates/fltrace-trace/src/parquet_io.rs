@@ -1437,8 +1437,11 @@ fn fault_keys_in(
     let flags = table
         .column_in::<Int32Type>("flags", groups.clone())?
         .values;
-    let stack = table.column_in::<Int32Type>("stack_id", groups)?.values;
-    if flags.len() != time.len() || stack.len() != time.len() {
+    let stack = table
+        .column_in::<Int32Type>("stack_id", groups.clone())?
+        .values;
+    let tid = table.column_in::<Int32Type>("tid", groups)?.values;
+    if flags.len() != time.len() || stack.len() != time.len() || tid.len() != time.len() {
         return Err(Error::Format {
             path: table.path.clone(),
             message: "columns of different lengths".into(),
@@ -1448,10 +1451,12 @@ fn fault_keys_in(
         .iter()
         .zip(&flags)
         .zip(&stack)
-        .map(|((&time_ns, &flags), &stack_id)| FaultKey {
+        .zip(&tid)
+        .map(|(((&time_ns, &flags), &stack_id), &tid)| FaultKey {
             time_ns: time_ns as u64,
             flags: FaultFlags(flags as u8),
             stack_id: stack_id as u32,
+            tid: tid as u32,
         })
         .collect())
 }

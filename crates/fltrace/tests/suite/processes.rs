@@ -1,5 +1,6 @@
 //! Child processes, exec, crashes, interruption and attaching.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -461,7 +462,7 @@ fn each_child_is_named_by_its_own_comm() {
 
     let script = dir.run(&["script"]);
     let script = String::from_utf8_lossy(&script.stdout);
-    let mut by_comm: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut by_comm: BTreeMap<String, u64> = Default::default();
     for sample in script.split("\n\n") {
         let Some(header) = sample.lines().next() else {
             continue;
@@ -478,4 +479,97 @@ fn each_child_is_named_by_its_own_comm() {
     );
     // The shell's own faults are its own: `sh` is the root of some lines too.
     assert!(folded.lines().any(|l| l.starts_with("sh;")), "{folded}");
+}
+
+/// The pprof profile of a shell running two differently named programs, read by `go tool
+/// pprof -raw`: every sample carries `pid`, `tid`, `comm` and `kind`, and the faults per
+/// (comm, pid, tid) are exactly those `script` prints, `alpha` and `bravo` each under its own
+/// pid with its own faults at `touch`.
+#[test]
+fn pprof_samples_are_labelled_by_process_and_thread() {
+    let w = workloads();
+    let dir = Dir::new();
+    for name in ["alpha", "bravo"] {
+        std::fs::copy(&w.deep_c, dir.path().join(name)).expect("copy the workload");
+    }
+    dir.record(
+        &[std::path::Path::new("sh")],
+        &["-c", "./alpha 8 10 >/dev/null && ./bravo 16 10 >/dev/null"],
+    );
+    let profile = dir.path().join("faults.pb.gz");
+    let written = dir.run(&[
+        "report",
+        "--format",
+        "pprof",
+        "--output",
+        profile.to_str().expect("utf-8 path"),
+    ]);
+    assert!(written.status.success(), "{written:?}");
+    let home = tempfile::tempdir().expect("temp dir");
+    let raw = std::process::Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&profile)
+        .env("HOME", home.path())
+        .output()
+        .expect("go tool pprof runs (scripts/setup.sh installs golang-go)");
+    assert!(raw.status.success(), "{raw:?}");
+    let raw = String::from_utf8_lossy(&raw.stdout);
+
+    // Samples: a `count: locations` line, then lines of `key:[value]` labels.
+    type Key = (String, u32, u32);
+    let mut from_pprof: BTreeMap<Key, u64> = BTreeMap::new();
+    let mut samples: Vec<(u64, BTreeMap<String, String>)> = Vec::new();
+    for line in raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .skip(2)
+        .take_while(|l| l.starts_with(' '))
+    {
+        let line = line.trim();
+        match line.split_once(": ") {
+            Some((count, _)) if count.parse::<u64>().is_ok() => {
+                samples.push((count.parse().expect("count"), BTreeMap::new()));
+            }
+            _ => {
+                let labels = &mut samples.last_mut().expect("a sample first").1;
+                for label in line.split_whitespace() {
+                    let (key, value) = label.split_once(":[").expect("key:[value]");
+                    labels.insert(key.to_owned(), value.trim_end_matches(']').to_owned());
+                }
+            }
+        }
+    }
+    assert!(!samples.is_empty(), "{raw}");
+    for (count, labels) in &samples {
+        let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["comm", "kind", "pid", "tid"], "{raw}");
+        let number = |key: &str| labels[key].parse::<u32>().expect("a number");
+        *from_pprof
+            .entry((labels["comm"].clone(), number("pid"), number("tid")))
+            .or_default() += count;
+    }
+
+    let script = dir.run(&["script"]);
+    let script = String::from_utf8_lossy(&script.stdout);
+    let mut from_script: BTreeMap<Key, u64> = BTreeMap::new();
+    for sample in script.split("\n\n") {
+        let mut header = sample.split_whitespace();
+        let (Some(comm), Some(ids)) = (header.next(), header.next()) else {
+            continue;
+        };
+        let (pid, tid) = ids.split_once('/').expect("pid/tid");
+        *from_script
+            .entry((
+                comm.to_owned(),
+                pid.parse().expect("pid"),
+                tid.parse().expect("tid"),
+            ))
+            .or_default() += 1;
+    }
+    assert_eq!(from_pprof, from_script, "{raw}");
+    // Three processes, each single-threaded, each named by its own comm.
+    let mut names: Vec<&str> = from_pprof.keys().map(|(c, _, _)| c.as_str()).collect();
+    names.dedup();
+    assert_eq!(names, ["alpha", "bravo", "sh"], "{raw}");
+    assert!(from_pprof.keys().all(|(_, pid, tid)| pid == tid), "{raw}");
 }
