@@ -131,7 +131,7 @@ impl AllocLogs {
         mono_offset: u64,
         recording: &str,
     ) -> Result<Option<Converted>, Error> {
-        convert_spooled(
+        let converted = convert_spooled(
             &self.dir,
             pid,
             first_generation,
@@ -139,7 +139,23 @@ impl AllocLogs {
             mono_offset,
             recording,
             FullLogs::Remove,
-        )
+        );
+        if converted.is_err() {
+            // A table a full disk left unreadable (not even its header written) would make
+            // every reader of the recording fail: it goes, as the spool recovery's do. One
+            // that reads back to a checkpoint stays.
+            let (allocs, stacks) = (
+                files::allocs(out_dir, pid),
+                files::alloc_stacks(out_dir, pid),
+            );
+            let unreadable = (allocs.exists() && fltrace_trace::read_allocs(&allocs).is_err())
+                || (stacks.exists() && fltrace_trace::read_stacks(&stacks).is_err());
+            if unreadable {
+                let _ = std::fs::remove_file(&allocs);
+                let _ = std::fs::remove_file(&stacks);
+            }
+        }
+        converted
     }
 
     /// Writes what converting the logs needs besides them ([`SpoolMetadata`]) into the

@@ -143,6 +143,8 @@ pub struct Summary {
     /// The first error writing the trace (a full disk, say), with its causes. From then on
     /// the program ran to its end untraced; what was written before stays.
     pub trace_error: Option<String>,
+    /// With `trace_error`: how long after the start the trace stopped being written.
+    pub trace_stopped: Option<Duration>,
 }
 
 /// How the traced program ended, as far as the recording saw.
@@ -201,6 +203,13 @@ impl Summary {
 /// `fltrace record`'s own exit status when the recording was not kept whole, whatever the
 /// command's: 125, as `timeout`, `env` and `chroot` say that they, not the command, failed.
 pub const RECORDING_FAILED: u8 = 125;
+
+/// Notes when the trace stopped being written: the first time an error is seen.
+fn note_stop(error: &Option<String>, stopped: &mut Option<Duration>, started: Instant) {
+    if error.is_some() && stopped.is_none() {
+        *stopped = Some(started.elapsed());
+    }
+}
 
 /// Keeps the first trace-writing error; the recording goes on waiting for the program.
 fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
@@ -318,6 +327,10 @@ struct Ended {
     rusage_hwm: u64,
     /// The first error writing the trace.
     trace_error: Option<String>,
+    /// When the trace stopped being written, after the start.
+    trace_stopped: Option<Duration>,
+    /// The start of the recording.
+    started: Instant,
 }
 
 impl Session {
@@ -565,6 +578,7 @@ impl Session {
         // them; the program does not wait for fltrace) and fltrace only waits for the
         // program's end.
         let mut trace_error: Option<String> = None;
+        let mut trace_stopped: Option<Duration> = None;
         loop {
             let mut drained = 0;
             if trace_error.is_none() {
@@ -580,6 +594,7 @@ impl Session {
                 state.end_round(false);
                 keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
                 keep_first(&mut trace_error, state.finish_exited());
+                note_stop(&trace_error, &mut trace_stopped, started);
             }
 
             if let Some(pid) = root {
@@ -617,6 +632,7 @@ impl Session {
                     }
                     state.end_round(true);
                     keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
+                    note_stop(&trace_error, &mut trace_stopped, started);
                 }
                 break;
             }
@@ -674,6 +690,7 @@ impl Session {
                 if trace_error.is_none() {
                     keep_first(&mut trace_error, state.write_stats());
                 }
+                note_stop(&trace_error, &mut trace_stopped, started);
                 last_stats = Instant::now();
             }
             if last_progress.elapsed() >= Duration::from_millis(250) {
@@ -696,6 +713,8 @@ impl Session {
             exit_status,
             rusage_hwm,
             trace_error,
+            trace_stopped,
+            started,
         }
     }
 
@@ -721,6 +740,8 @@ impl Session {
             exit_status,
             rusage_hwm,
             mut trace_error,
+            mut trace_stopped,
+            started,
         } = ended;
         // Reaped by the loop, or never run (a failed exec): nothing left to kill. The group's
         // watchdog is told so.
@@ -745,6 +766,7 @@ impl Session {
         // before stays readable where the file system lets it.
         let (mut pids, finished) = state.finish_all();
         keep_first(&mut trace_error, finished);
+        note_stop(&trace_error, &mut trace_stopped, started);
         pids.sort_unstable();
         let allocs = match (&alloc_logs, attached_allocs) {
             (_, Some(attached)) => match attached.finish() {
@@ -786,6 +808,7 @@ impl Session {
                 None
             }
         };
+        note_stop(&trace_error, &mut trace_stopped, started);
         let _ = teardown.join();
         // Finished: what the recording wrote is fixed now, and its readers check it so.
         if trace_error.is_none() {
@@ -809,6 +832,7 @@ impl Session {
             allocs,
             access,
             trace_error,
+            trace_stopped,
         }
     }
 }
@@ -1706,6 +1730,7 @@ mod tests {
             allocs: None,
             access: None,
             trace_error: None,
+            trace_stopped: None,
         }
     }
 

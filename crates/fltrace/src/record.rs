@@ -173,6 +173,13 @@ fn report_partial_trace(
         err,
         "fltrace: error: the trace could not be written completely: {error}"
     );
+    if let Some(stopped) = summary.trace_stopped {
+        let _ = writeln!(
+            err,
+            "fltrace: tracing stopped {:.3} s into the run; the program ran on untraced",
+            stopped.as_secs_f64()
+        );
+    }
     let kept: Vec<String> = fltrace_trace::files::kept(dir, &summary.traced_pids())
         .iter()
         .map(ToString::to_string)

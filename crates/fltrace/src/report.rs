@@ -109,7 +109,16 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
         Mode::Faults(_) => load_counts(&args.selection)?,
         _ => load_with(&args.selection, Allocs::Required)?,
     };
-    write_original_reports(&loaded)?;
+    // The original's side files on a full disk: the report itself still prints.
+    if let Err(e) = write_original_reports(&loaded) {
+        if !no_space_left(&e) {
+            return Err(e.into());
+        }
+        eprintln!(
+            "fltrace: warning: {}: the report is printed only",
+            fltrace_trace::error_chain(&e)
+        );
+    }
     // The faults table says it in its footer; elsewhere it must not mix with the data.
     let in_table = matches!(mode, Mode::Faults(_)) && args.format == ReportFormat::Table;
     if !in_table && let Some(note) = loaded.tracer_note() {
@@ -131,6 +140,26 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
         Mode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
         _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format),
     }?)
+}
+
+/// Whether `error` or one of its causes is a full file system (ENOSPC).
+fn no_space_left(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    let full = |io: &std::io::Error| io.raw_os_error() == Some(libc::ENOSPC);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            // csv wraps its writer's errors in an io::Error of its own, with no source.
+            let in_csv = io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<csv::Error>())
+                .map(csv::Error::kind);
+            if full(io) || matches!(in_csv, Some(csv::ErrorKind::Io(inner)) if full(inner)) {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
 }
 
 #[cfg(test)]

@@ -456,6 +456,42 @@ fn full_file_system_leaves_the_program_running() {
             !err.contains("SIGBUS") && !err.contains("signal 7"),
             "{err}"
         );
+        // When it stopped is said, and the kept part reads back on the full file system:
+        // `report` counts exactly the faults kept (an allocation table the disk left
+        // unreadable is removed, not kept to fail every reader).
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("fltrace: tracing stopped ")
+                    && l.ends_with(" s into the run; the program ran on untraced")),
+            "allocs {allocs}: {err}"
+        );
+        let kept_faults: u64 = kept
+            .split(&format!("{}faults-", files::PREFIX))
+            .skip(1)
+            .map(|entry| {
+                let rows = entry
+                    .split_once(".parquet (")
+                    .and_then(|(_, rest)| rest.split_once(" rows)"))
+                    .unwrap_or_else(|| panic!("allocs {allocs}: faults unreadable: {kept}"));
+                rows.0.parse::<u64>().expect("a row count")
+            })
+            .sum();
+        let report = Command::new(env!("CARGO_BIN_EXE_fltrace"))
+            .current_dir(fs.path())
+            .args(["report", "--format", "json", "--top", "0"])
+            .output()
+            .expect("fltrace report runs");
+        assert!(
+            report.status.success(),
+            "allocs {allocs}: {}",
+            stderr_of(&report)
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&report.stdout).expect("report prints JSON");
+        // The preloaded tracer's own faults are counted apart.
+        let reported =
+            json["faults"].as_u64().unwrap_or(0) + json["tracer_faults"].as_u64().unwrap_or(0);
+        assert_eq!(reported, kept_faults, "allocs {allocs}: {kept}");
         for entry in std::fs::read_dir(fs.path()).expect("dir").flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             assert!(
