@@ -5,7 +5,8 @@ use super::util::*;
 /// 200 faults about 10 KiB below `main`, then an immediate exit, so the outer frames cannot be
 /// read from the process afterwards. At the default 2 KiB copy every fault's stack reaches
 /// `main` or is counted truncated, the summary equal to the data; with a copy that holds the
-/// stack (`--stack-size 16384`) all 200 share one stack out to `_start`.
+/// stack (`--stack-size 16384`) all 200 share one stack out to `_start`, with the preloaded
+/// library as without.
 #[test]
 fn quick_exit_keeps_every_stack_to_main() {
     let dir = Dir::new();
@@ -16,32 +17,38 @@ fn quick_exit_keeps_every_stack_to_main() {
     let report = dir.report_json(&[]);
     assert_eq!(report["truncated_stack_faults"], summary, "{stderr}");
 
-    let dir = Dir::new();
-    dir.record_with(&["-q", "--stack-size", "16384"], &[&workload], &["200"]);
-    let line = site("quickexit.c", "quick_touch");
-    let by_stack = dir.report_json(&["--by", "stack"]);
-    let at_site: Vec<&serde_json::Value> = groups(&by_stack)
-        .filter(|g| {
-            g["file"]
-                .as_str()
-                .is_some_and(|f| f.ends_with("quickexit.c"))
-                && g["line"] == line
-        })
-        .collect();
-    let total: u64 = at_site
-        .iter()
-        .map(|g| g["count"].as_u64().unwrap_or(0))
-        .sum();
-    assert_eq!(total, 200);
-    // One stack for all of them: main -> descend x 101 -> touch, out to _start.
-    assert_eq!(at_site.len(), 1);
-    let stack = stack_at(&by_stack, "quickexit.c", line);
-    let names: Vec<&str> = stack.iter().map(|(f, _, _)| f.as_str()).collect();
-    assert_eq!(
-        names.iter().filter(|&&f| f == "descend").count(),
-        101,
-        "{names:?}"
-    );
-    assert!(names.contains(&"main"), "{names:?}");
-    assert_eq!(names.last(), Some(&"_start"), "{names:?}");
+    // With the preloaded library (`--allocs`) as without: its exit hooks change nothing.
+    for flags in [
+        &["-q", "--stack-size", "16384"][..],
+        &["-q", "--stack-size", "16384", "--allocs"][..],
+    ] {
+        let dir = Dir::new();
+        dir.record_with(flags, &[&workload], &["200"]);
+        let line = site("quickexit.c", "quick_touch");
+        let by_stack = dir.report_json(&["--by", "stack"]);
+        let at_site: Vec<&serde_json::Value> = groups(&by_stack)
+            .filter(|g| {
+                g["file"]
+                    .as_str()
+                    .is_some_and(|f| f.ends_with("quickexit.c"))
+                    && g["line"] == line
+            })
+            .collect();
+        let total: u64 = at_site
+            .iter()
+            .map(|g| g["count"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(total, 200, "{flags:?}");
+        // One stack for all of them: main -> descend x 101 -> touch, out to _start.
+        assert_eq!(at_site.len(), 1, "{flags:?}");
+        let stack = stack_at(&by_stack, "quickexit.c", line);
+        let names: Vec<&str> = stack.iter().map(|(f, _, _)| f.as_str()).collect();
+        assert_eq!(
+            names.iter().filter(|&&f| f == "descend").count(),
+            101,
+            "{names:?}"
+        );
+        assert!(names.contains(&"main"), "{names:?}");
+        assert_eq!(names.last(), Some(&"_start"), "{names:?}");
+    }
 }
