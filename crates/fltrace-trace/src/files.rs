@@ -618,3 +618,41 @@ mod tests {
         assert!(!exposed(dir.path()));
     }
 }
+
+/// Whether this user can create files in `dir` now (`access(W_OK)`: a read-only mount, a
+/// directory of another user and a missing one all say no).
+pub fn writable(dir: &Path) -> bool {
+    let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::access(dir.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Where an analysis command puts the files it writes for a recording in `dir`: beside it when
+/// `dir` is writable, else in the current directory (`moved`: the caller says so), so that
+/// reading a recording never needs to write into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputPlace {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Whether it is the current directory because the recording's is not writable.
+    pub moved: bool,
+}
+
+impl OutputPlace {
+    /// Beside the recording in `dir` if it is writable, else the current directory.
+    pub fn beside(dir: &Path) -> OutputPlace {
+        if writable(dir) {
+            OutputPlace {
+                dir: dir.to_owned(),
+                moved: false,
+            }
+        } else {
+            OutputPlace {
+                dir: PathBuf::from("."),
+                moved: true,
+            }
+        }
+    }
+}
