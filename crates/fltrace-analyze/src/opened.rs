@@ -319,3 +319,127 @@ pub fn archive_file(
     pack(output, &files, &archive)?;
     Ok(summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory with a faults file and another of a recording, and an archive directory.
+    fn recording() -> (tempfile::TempDir, Vec<PathBuf>, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = dir.path().join("fltrace-data-faults-7.parquet");
+        let stats = dir.path().join("fltrace-data-stats-7.out");
+        std::fs::write(&faults, b"PAR1 not really").unwrap();
+        std::fs::write(&stats, b"lost:0\n").unwrap();
+        let archive = dir.path().join("arch");
+        std::fs::create_dir_all(archive.join("ab12")).unwrap();
+        std::fs::write(archive.join("ab12/executable"), b"ELF").unwrap();
+        (dir, vec![faults, stats], archive)
+    }
+
+    /// Packed as `.tar` and `.tar.zst`, a recording opens as a temporary directory holding the
+    /// same files, under the archive directory's name, removed when dropped.
+    #[test]
+    fn packed_recordings_open_as_they_were() {
+        let (dir, files, archive) = recording();
+        for name in ["r.tar", "r.tar.zst"] {
+            let output = dir.path().join(name);
+            pack(&output, &files, &archive).unwrap();
+            let opened = OpenedRecording::open(&output).unwrap();
+            assert!(opened.unpacked());
+            assert_eq!(opened.named, output);
+            assert_eq!(opened.outputs.dir, dir.path());
+            for file in &files {
+                let name = file.file_name().unwrap();
+                assert_eq!(
+                    std::fs::read(opened.dir.join(name)).unwrap(),
+                    std::fs::read(file).unwrap()
+                );
+            }
+            let exe = opened.dir.join(ARCHIVE_DIR).join("ab12/executable");
+            assert_eq!(std::fs::read(exe).unwrap(), b"ELF");
+            let temp = opened.dir.clone();
+            drop(opened);
+            assert!(!temp.exists(), "{name}: the temporary directory stays");
+        }
+    }
+
+    /// Anything but an archive of fltrace's is refused in one line; a name other than .tar or
+    /// .tar.zst is not written.
+    #[test]
+    fn other_files_are_refused() {
+        let (dir, files, archive) = recording();
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, b"hello").unwrap();
+        assert!(matches!(
+            OpenedRecording::open(&text),
+            Err(OpenError::NotAnArchive(_))
+        ));
+        // A tar without a faults file holds no recording.
+        let empty = dir.path().join("empty.tar");
+        pack(&empty, &files[1..], &archive).unwrap();
+        assert!(matches!(
+            OpenedRecording::open(&empty),
+            Err(OpenError::EmptyArchive(_))
+        ));
+        let zip = dir.path().join("r.zip");
+        assert!(matches!(
+            pack(&zip, &files, &archive),
+            Err(OpenError::ArchiveName(_))
+        ));
+        assert!(!zip.exists());
+    }
+
+    /// An entry naming a path outside the directory, or a link, is not unpacked.
+    #[test]
+    fn entries_never_leave_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("evil.tar");
+        let mut tar = tar::Builder::new(std::fs::File::create(&output).unwrap());
+        let mut add = |name: &str, kind: tar::EntryType, data: &[u8]| {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(kind);
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            // Set by bytes: `set_path` refuses `..` itself.
+            header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            header.set_cksum();
+            tar.append(&header, data).unwrap();
+        };
+        add(
+            "fltrace-data-faults-1.parquet",
+            tar::EntryType::Regular,
+            b"x",
+        );
+        add("../escaped", tar::EntryType::Regular, b"x");
+        add("fltrace-data-link-1.out", tar::EntryType::Symlink, b"");
+        tar.finish().unwrap();
+        drop(tar);
+        let opened = OpenedRecording::open(&output).unwrap();
+        assert!(opened.dir.join("fltrace-data-faults-1.parquet").is_file());
+        assert!(!opened.dir.join("fltrace-data-link-1.out").exists());
+        assert!(!opened.dir.parent().unwrap().join("escaped").exists());
+    }
+
+    /// A writable directory is read where it is; a spool is copied whole, links left out
+    /// (the read-only case is the integration test's: root writes anywhere but a read-only
+    /// mount).
+    #[test]
+    fn writable_directories_stay_and_spools_copy() {
+        let (dir, _, _) = recording();
+        std::fs::create_dir(dir.path().join(".spool")).unwrap();
+        std::fs::write(dir.path().join(".spool/log-7.0"), b"log").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join(".spool/link")).unwrap();
+        let mut opened = OpenedRecording::open(dir.path()).unwrap();
+        assert!(!opened.make_writable(&[".spool".into()]).unwrap());
+        assert_eq!(opened.dir, dir.path());
+        assert!(!opened.unpacked());
+        let copy = tempfile::tempdir().unwrap();
+        copy_tree(&dir.path().join(".spool"), &copy.path().join(".spool")).unwrap();
+        assert_eq!(
+            std::fs::read(copy.path().join(".spool/log-7.0")).unwrap(),
+            b"log"
+        );
+        assert!(!copy.path().join(".spool/link").exists());
+    }
+}
