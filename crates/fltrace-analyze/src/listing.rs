@@ -102,7 +102,7 @@ fn recording_bytes(dir: &Path, pids: &[u32]) -> Result<u64, fltrace_trace::Error
         if !pids.contains(&pid) {
             continue;
         }
-        if let Ok(metadata) = entry.metadata()
+        if let Ok(metadata) = std::fs::metadata(entry.path())
             && metadata.is_file()
         {
             bytes += metadata.len();

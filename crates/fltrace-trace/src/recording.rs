@@ -122,7 +122,10 @@ impl Recording {
             else {
                 continue;
             };
-            let modified = entry.metadata().and_then(|m| m.modified()).ok();
+            // Through links: a read-only recording is read through a directory of links to it.
+            let modified = std::fs::metadata(entry.path())
+                .and_then(|m| m.modified())
+                .ok();
             let table = match TableReader::open(&entry.path()) {
                 Ok(table) => table,
                 Err(error) => {
