@@ -19,8 +19,8 @@ const USTAR_OFFSET: usize = 257;
 /// Why a recording could not be opened or packed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
+    /// Reading or writing a file failed (the cause follows as the error's source).
+    #[error("{}", path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,

@@ -559,8 +559,8 @@ pub struct ReportArgs {
     /// Also write the original's fltrace-data-report-PID.out (plain `report` always does),
     /// into DIR, else beside the recording, or into the current directory when the
     /// recording's is read-only.
-    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
-    pub legacy_csv: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    pub legacy_csv: Option<Option<PathBuf>>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

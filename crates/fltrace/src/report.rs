@@ -126,8 +126,8 @@ fn write_legacy_csv(
     loaded: &fltrace_analyze::Loaded,
 ) -> anyhow::Result<()> {
     let (dir, moved) = match &args.legacy_csv {
-        Some(dir) if !dir.as_os_str().is_empty() => (dir.clone(), false),
-        Some(_) => (opened.outputs.dir.clone(), opened.outputs.moved),
+        Some(Some(dir)) => (dir.clone(), false),
+        Some(None) => (opened.outputs.dir.clone(), opened.outputs.moved),
         None if original_form(args) => (opened.outputs.dir.clone(), opened.outputs.moved),
         None => return Ok(()),
     };
@@ -195,6 +195,41 @@ mod tests {
             Ok(Command::Report(args)) => Mode::of(&args),
             _ => bail!("not a report command line"),
         }
+    }
+
+    fn args(flags: &[&str]) -> ReportArgs {
+        let argv = ["fltrace", "report"].iter().chain(flags);
+        match Cli::try_parse_from(argv).map(|cli| cli.command) {
+            Ok(Command::Report(args)) => args,
+            other => panic!("not a report command line: {other:?}"),
+        }
+    }
+
+    /// The original's CSV comes with the original's command line, or when asked for (into
+    /// the directory given, if one is).
+    #[test]
+    fn legacy_csv_when_asked() {
+        assert!(original_form(&args(&[])));
+        assert!(original_form(&args(&[
+            "-d", "x", "--pid", "3", "--top", "5"
+        ])));
+        for flags in [
+            &["--by", "line"][..],
+            &["--format", "json"],
+            &["--allocs"],
+            &["--time", "1..2"],
+        ] {
+            assert!(!original_form(&args(flags)), "{flags:?}");
+        }
+        assert_eq!(
+            args(&["--legacy-csv", "--by", "dso"]).legacy_csv,
+            Some(None)
+        );
+        assert_eq!(
+            args(&["--legacy-csv", "out"]).legacy_csv,
+            Some(Some("out".into()))
+        );
+        assert_eq!(args(&[]).legacy_csv, None);
     }
 
     /// The flags choose what the report is about; those that do not go together are refused.
