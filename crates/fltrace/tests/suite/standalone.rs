@@ -209,6 +209,26 @@ fn every_analysis_command_reads_a_read_only_recording() {
             stderr(&a)
         );
     }
+    // visualize names the recording it reads, as report does.
+    let named = run_in(cwd_rw.path(), &["visualize", "-d", rw, "-o", "."]);
+    let line = format!(
+        "fltrace: reading the recording of `{} nested 100` started ",
+        w.faults.display()
+    );
+    assert_eq!(
+        stderr(&named)
+            .lines()
+            .filter(|l| l.starts_with(&line))
+            .count(),
+        1,
+        "{}",
+        stderr(&named)
+    );
+    assert!(
+        stderr(&named).contains(&format!("(1 process) in {rw}")),
+        "{}",
+        stderr(&named)
+    );
     let pictures = files_in(cwd_ro.path());
     let names: Vec<&str> = pictures.iter().map(|(n, _)| n.as_str()).collect();
     for kind in [
