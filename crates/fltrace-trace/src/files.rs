@@ -178,8 +178,10 @@ pub fn newest(dir: &Path, kind: &str, ext: &str) -> Result<Option<(u32, PathBuf)
             continue;
         };
         let path = entry.path();
-        // Through links: a read-only recording is read through a directory of links to it.
+        // Through links (a read-only recording is read through a directory of links to it);
+        // a dangling one by its own.
         let modified = std::fs::metadata(&path)
+            .or_else(|_| entry.metadata())
             .and_then(|m| m.modified())
             .map_err(Error::io(&path))?;
         if newest.as_ref().is_none_or(|(t, _, _)| modified > *t) {
