@@ -127,8 +127,13 @@ pub fn open_recording(
                 .collect()
         })
         .unwrap_or_default();
+    if !spools.is_empty() && opened.make_writable(&spools)? {
+        eprintln!(
+            "fltrace: {} is read-only: the allocation logs of a killed recorder are converted in a temporary copy",
+            opened.named.display()
+        );
+    }
     if !spools.is_empty() {
-        opened.make_writable(&spools)?;
         fltrace_capture::recover_stale_spools(&opened.dir, fltrace_capture::SpoolLogs::Keep);
     }
     dir.clone_from(&opened.dir);

@@ -380,6 +380,11 @@ fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
         );
     }
     assert_eq!(stdout(&ro), stdout(&rw));
+    assert!(
+        stderr(&ro).contains("is read-only: the allocation logs of a killed recorder are converted in a temporary copy"),
+        "{}",
+        stderr(&ro)
+    );
     let rows = csv_rows(&stdout(&ro));
     let line = site("allocs.c", "hold").to_string();
     let row = rows
