@@ -304,17 +304,25 @@ pub enum ReportFileError {
     },
 }
 
-/// Writes each process's original report file (`fltrace-data-report-PID.out` beside the
-/// recording): its faults grouped by whole stack, as [`write_original_report`] writes them.
-pub fn write_original_reports(loaded: &crate::Loaded) -> Result<(), ReportFileError> {
+/// Writes each process's original report file (`fltrace-data-report-PID.out` in `dir`): its
+/// faults grouped by whole stack, as [`write_original_report`] writes them. Returns the files
+/// written.
+pub fn write_original_reports(
+    loaded: &crate::Loaded,
+    dir: &std::path::Path,
+) -> Result<Vec<std::path::PathBuf>, ReportFileError> {
+    let mut written = Vec::new();
     for ((trace, stacks), counts) in loaded.traces.iter().zip(&loaded.counts) {
         let groups = crate::group_fault_counts([(counts, stacks)], crate::GroupBy::Stack);
-        let path = fltrace_trace::files::path(loaded.dir(), "report", trace.pid, "out");
+        let path = fltrace_trace::files::path(dir, "report", trace.pid, "out");
         let file = std::io::BufWriter::new(fltrace_trace::files::create(&path)?);
-        write_original_report(&groups, file)
-            .map_err(|source| ReportFileError::Write { path, source })?;
+        write_original_report(&groups, file).map_err(|source| ReportFileError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
     }
-    Ok(())
+    Ok(written)
 }
 
 /// Writes the original tool's `fltrace-data-report-<pid>.out` of `groups` (by

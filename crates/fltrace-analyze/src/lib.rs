@@ -35,8 +35,10 @@ mod fault_report;
 mod fde;
 mod group;
 mod heat;
+mod listing;
 mod load;
 mod names;
+mod opened;
 mod pprof;
 mod range_map;
 mod symbolize;
@@ -71,11 +73,15 @@ pub use heat::{
     FaultSelection, HeatRange, LabelledBlock, access_samples_in, heat_ranges,
     largest_labelled_blocks, site_label,
 };
+pub use listing::{
+    RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,
+};
 pub use load::{
     AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,
     find_recording, find_recording_salvaging, load, unfinished_note, window_ns,
 };
 pub use names::demangle;
+pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};
 pub use pprof::{write_pprof, write_pprof_counts};
 pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
 pub use symbolize::{

@@ -41,7 +41,9 @@ mod uprobes;
 mod user;
 pub mod wss;
 
-pub use alloc_spool::{AllocLogs, Converted, Recovered, SpoolLogs, recover_stale_spools};
+pub use alloc_spool::{
+    AllocLogs, Converted, Recovered, SPOOL_PREFIX, SpoolLogs, recover_stale_spools,
+};
 pub use child::{ChildGuard, shell_status};
 pub use error::Error;
 pub use group::CommandGroup;

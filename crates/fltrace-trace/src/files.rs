@@ -178,8 +178,10 @@ pub fn newest(dir: &Path, kind: &str, ext: &str) -> Result<Option<(u32, PathBuf)
             continue;
         };
         let path = entry.path();
-        let modified = entry
-            .metadata()
+        // Through links (a read-only recording is read through a directory of links to it);
+        // a dangling one by its own.
+        let modified = std::fs::metadata(&path)
+            .or_else(|_| entry.metadata())
             .and_then(|m| m.modified())
             .map_err(Error::io(&path))?;
         if newest.as_ref().is_none_or(|(t, _, _)| modified > *t) {
@@ -616,5 +618,43 @@ mod tests {
         assert!(!exposed(dir.path()));
         set(0o755);
         assert!(!exposed(dir.path()));
+    }
+}
+
+/// Whether this user can create files in `dir` now (`access(W_OK)`: a read-only mount, a
+/// directory of another user and a missing one all say no).
+pub fn writable(dir: &Path) -> bool {
+    let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::access(dir.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Where an analysis command puts the files it writes for a recording in `dir`: beside it when
+/// `dir` is writable, else in the current directory (`moved`: the caller says so), so that
+/// reading a recording never needs to write into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputPlace {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Whether it is the current directory because the recording's is not writable.
+    pub moved: bool,
+}
+
+impl OutputPlace {
+    /// Beside the recording in `dir` if it is writable, else the current directory.
+    pub fn beside(dir: &Path) -> OutputPlace {
+        if writable(dir) {
+            OutputPlace {
+                dir: dir.to_owned(),
+                moved: false,
+            }
+        } else {
+            OutputPlace {
+                dir: PathBuf::from("."),
+                moved: true,
+            }
+        }
     }
 }

@@ -53,7 +53,7 @@ pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
     AccessWriter, AllocWriter, ColumnChunk, Completeness, FORMAT_VERSION, FaultRowGroups,
     FaultWriter, MappingWriter, Metadata, Origin, StackWriter, column_chunks, completeness,
-    read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks,
+    read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks, table_rows,
 };
 pub use range_trace::{
     RangeSample, RangeTraceKind, RangeTraceWriter, WSS_HEADER, WssRow, WssRows, read_range_trace,

@@ -1606,6 +1606,11 @@ pub fn read_mappings(path: &Path) -> Result<Vec<Mapping>, Error> {
         .collect())
 }
 
+/// The rows of table `path`, from its footer (the last checkpoint's of an unfinished one).
+pub fn table_rows(path: &Path) -> Result<u64, Error> {
+    TableReader::open(path).map(|table| table.rows())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,7 +122,12 @@ impl Recording {
             else {
                 continue;
             };
-            let modified = entry.metadata().and_then(|m| m.modified()).ok();
+            // Through links (a read-only recording is read through a directory of links to
+            // it); a dangling one by its own.
+            let modified = std::fs::metadata(entry.path())
+                .or_else(|_| entry.metadata())
+                .and_then(|m| m.modified())
+                .ok();
             let table = match TableReader::open(&entry.path()) {
                 Ok(table) => table,
                 Err(error) => {

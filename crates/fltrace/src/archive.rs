@@ -4,11 +4,14 @@ use std::io::Write as _;
 
 use anyhow::Context;
 
-use fltrace_analyze::{ARCHIVE_DIR, DebugConfig, DebugResolver, find_recording};
+use fltrace_analyze::{
+    ARCHIVE_DIR, DebugConfig, DebugResolver, OpenedRecording, debug_config, find_recording,
+    is_archive_file_name,
+};
 
 use crate::cli::ArchiveArgs;
 
-pub fn run(args: ArchiveArgs) -> anyhow::Result<()> {
+pub fn run(args: ArchiveArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     let recording = find_recording(&args.dir, args.pid)?;
     let pids = recording.chosen_pids(args.pid);
     let mut traces = Vec::with_capacity(pids.len());
@@ -19,12 +22,32 @@ pub fn run(args: ArchiveArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("loading the trace of process {pid}"))?,
         );
     }
-    let output = args.output.unwrap_or_else(|| args.dir.join(ARCHIVE_DIR));
-    // The files are taken from where the recording found them (or copies of the same build
-    // found by build ID), never from an older archive being written to.
-    let mut resolver = DebugResolver::new(DebugConfig::from_env());
-    let summary = fltrace_analyze::archive(&traces, &mut resolver, &output)
-        .with_context(|| format!("writing the archive {}", output.display()))?;
+    let (output, summary, mut resolver) = match args.output {
+        Some(file) if is_archive_file_name(&file) => {
+            // One file that travels: an archive beside the recording serves as a source too.
+            let mut resolver = DebugResolver::new(debug_config(&args.dir, None));
+            let summary = fltrace_analyze::archive_file(&traces, &args.dir, &mut resolver, &file)
+                .with_context(|| format!("writing the archive {}", file.display()))?;
+            (file, summary, resolver)
+        }
+        output => {
+            let output = output.unwrap_or_else(|| {
+                if opened.outputs.moved {
+                    eprintln!(
+                        "fltrace: {} is read-only: the archive goes into the current directory",
+                        opened.named.display()
+                    );
+                }
+                opened.outputs.dir.join(ARCHIVE_DIR)
+            });
+            // The files are taken from where the recording found them (or copies of the same
+            // build found by build ID), never from an older archive being written to.
+            let mut resolver = DebugResolver::new(DebugConfig::from_env());
+            let summary = fltrace_analyze::archive(&traces, &mut resolver, &output)
+                .with_context(|| format!("writing the archive {}", output.display()))?;
+            (output, summary, resolver)
+        }
+    };
     for warning in resolver.take_warnings() {
         eprintln!("fltrace: warning: {warning}");
     }

@@ -21,7 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a command (or attach to a process) and record every page fault with its stack.
     Record(RecordArgs),
-    /// Faults grouped by call site, with `file:line`; writes fltrace-data-report-PID.out.
+    /// Faults grouped by call site, with `file:line`; as the original, plain `report` also
+    /// writes fltrace-data-report-PID.out (--legacy-csv with other flags).
     /// With --allocs, --leaks or --by alloc-site: allocations and the faults in them.
     Report(ReportArgs),
     /// Flamegraphs of all faults and of first-touch faults, as SVG.
@@ -36,6 +37,9 @@ pub enum Command {
     /// Copy the binaries and debug files a recording needs into an archive directory (keyed by
     /// build ID), so that it symbolizes the same on another machine or after a rebuild.
     Archive(ArchiveArgs),
+    /// The recordings in a directory: when, command, processes, faults, lost, truncated
+    /// stacks, allocations and bytes.
+    List(ListArgs),
     /// Every fault with its stack as `perf script` prints samples, for inferno-collapse-perf,
     /// speedscope and the Firefox Profiler.
     Script(ScriptArgs),
@@ -71,9 +75,28 @@ pub struct ArchiveArgs {
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
     /// The archive directory (default: `DIR/fltrace-archive`, found there by report, visualize
-    /// and heatmap without being asked).
+    /// and heatmap without being asked; `./fltrace-archive` when DIR is read-only), or one
+    /// file, `NAME.tar.zst` or `NAME.tar`, holding the recording and that archive, which every
+    /// command reads as it is (`report -d NAME.tar.zst`).
     #[arg(short = 'o', long = "output", value_name = "ARCHIVE")]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Directory holding the recordings.
+    #[arg(value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: ListFormat,
+}
+
+/// `list --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -401,7 +424,8 @@ fn positive_mb(s: &str) -> Result<u64, String> {
 /// Which recording (and which part of it) to analyse.
 #[derive(Debug, Args)]
 pub struct Selection {
-    /// Directory holding the recordings.
+    /// Directory holding the recordings, or an archive file of `fltrace archive -o
+    /// NAME.tar.zst` (read as it is, never written to).
     #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
     /// Only this process (and the most recent recording that traced it).
@@ -426,6 +450,10 @@ pub struct Selection {
     /// with a warning naming the file, instead of the error.
     #[arg(long)]
     pub salvage: bool,
+    /// The recording as the user named it, when `dir` is a temporary directory it is read
+    /// from (an archive file unpacked, a read-only directory's copy): notes name it instead.
+    #[arg(skip)]
+    pub named: Option<PathBuf>,
 }
 
 /// `--call-site`.
@@ -528,6 +556,11 @@ pub struct ReportArgs {
     /// through a symbolic link) instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Also write the original's fltrace-data-report-PID.out (plain `report` always does),
+    /// into DIR, else beside the recording, or into the current directory when the
+    /// recording's is read-only.
+    #[arg(long, value_name = "DIR")]
+    pub legacy_csv: Option<Option<PathBuf>>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -551,6 +584,10 @@ pub struct VisualizeArgs {
     /// each fault hit rather than by the faulting stack (needs record --allocs).
     #[arg(long)]
     pub by_allocation: bool,
+    /// The directory the SVGs go into (default: beside the recording, or the current
+    /// directory when the recording's is read-only).
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub output: Option<PathBuf>,
 }
 
 impl By {

@@ -22,17 +22,24 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
     let Some(by) = args.by.group_by() else {
         bail!("diff compares faults by line, function, stack or dso");
     };
-    let side = |dir: &Path, pid: Option<u32>| {
+    let side = |named: &Path, pid: Option<u32>| -> anyhow::Result<Loaded> {
+        let mut dir = named.to_owned();
+        // Read while `_opened` lives; named as given.
+        let _opened = crate::open_recording(&mut dir)?;
         let selection = Selection {
-            dir: dir.to_owned(),
+            dir,
             pid,
             time: None,
             call_site: crate::cli::CallSiteArg::Program,
             include_tracer: false,
             archive: None,
             salvage: false,
+            named: Some(named.to_owned()),
         };
-        load_counts(&selection).with_context(|| format!("recording in {}", dir.display()))
+        let mut loaded =
+            load_counts(&selection).with_context(|| format!("recording in {}", named.display()))?;
+        loaded.recording.dir = named.to_owned();
+        Ok(loaded)
     };
     let a = side(&args.a, args.pid_a)?;
     let b = side(&args.b, args.pid_b)?;

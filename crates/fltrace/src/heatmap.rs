@@ -5,7 +5,7 @@ use std::io::Write as _;
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    FaultSelection, LabelledBlock, access_samples_in, find_recording, heat_ranges,
+    FaultSelection, LabelledBlock, OpenedRecording, access_samples_in, find_recording, heat_ranges,
     largest_labelled_blocks,
 };
 use fltrace_render::{HeatEvent, HeatLabels, Heatmap, HeatmapOptions, ImageFormat};
@@ -13,17 +13,24 @@ use fltrace_trace::{RangeTraceKind, Recording, files};
 
 use crate::cli::{HeatSource, HeatmapArgs};
 
-pub fn run(args: HeatmapArgs) -> anyhow::Result<()> {
+pub fn run(args: HeatmapArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
+    if opened.outputs.moved && args.output.is_none() && !args.terminal {
+        eprintln!(
+            "fltrace: {} is read-only: the pictures go into the current directory",
+            opened.named.display()
+        );
+    }
+    let outputs = &opened.outputs.dir;
     match args.from {
-        HeatSource::Faults => faults(args),
-        HeatSource::Wss => ranges(args, "wss"),
-        HeatSource::Damon => ranges(args, "damon"),
-        HeatSource::Access => access(args),
+        HeatSource::Faults => faults(args, outputs),
+        HeatSource::Wss => ranges(args, "wss", outputs),
+        HeatSource::Damon => ranges(args, "damon", outputs),
+        HeatSource::Access => access(args, outputs),
     }
 }
 
 /// The map of PMU access samples: loads blue, stores red.
-fn access(args: HeatmapArgs) -> anyhow::Result<()> {
+fn access(args: HeatmapArgs, outputs: &std::path::Path) -> anyhow::Result<()> {
     let dir = &args.selection.dir;
     let (pid, path) = match args.selection.pid {
         Some(pid) => (pid, files::access(dir, pid)),
@@ -52,7 +59,7 @@ fn access(args: HeatmapArgs) -> anyhow::Result<()> {
         count_name: "samples".into(),
         time_origin: "the first sample".into(),
     };
-    write_outputs(&map, &args, pid, "heatmap-access", &labels)
+    write_outputs(&map, &args, outputs, pid, "heatmap-access", &labels)
 }
 
 /// ` cc1plus`: the names process `pid` ran under (` sh then cc1plus` across an exec), as its
@@ -70,7 +77,7 @@ fn process_names(faults: &std::path::Path, pid: u32) -> String {
 }
 
 /// The map of a recording's faults.
-fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
+fn faults(args: HeatmapArgs, outputs: &std::path::Path) -> anyhow::Result<()> {
     let selection = &args.selection;
     let recording = if selection.salvage {
         let (recording, corrupt) =
@@ -109,11 +116,11 @@ fn faults(args: HeatmapArgs) -> anyhow::Result<()> {
         count_name: "faults".into(),
         time_origin: "the recording started".into(),
     };
-    write_outputs(&map, &args, pid, "heatmap", &labels)
+    write_outputs(&map, &args, outputs, pid, "heatmap", &labels)
 }
 
 /// The map of an access trace of `fltrace wss` (`kind` is `wss` or `damon`).
-fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
+fn ranges(args: HeatmapArgs, kind: &str, outputs: &std::path::Path) -> anyhow::Result<()> {
     let dir = &args.selection.dir;
     let (pid, path) = match args.selection.pid {
         Some(pid) => (pid, files::path(dir, kind, pid, "csv")),
@@ -144,7 +151,14 @@ fn ranges(args: HeatmapArgs, kind: &str) -> anyhow::Result<()> {
         },
         time_origin: "sampling began".into(),
     };
-    write_outputs(&map, &args, pid, &format!("heatmap-{kind}"), &labels)
+    write_outputs(
+        &map,
+        &args,
+        outputs,
+        pid,
+        &format!("heatmap-{kind}"),
+        &labels,
+    )
 }
 
 /// The most recently written `fltrace-data-<kind>-<pid>.<ext>` in `dir`, with its pid.
@@ -190,11 +204,11 @@ fn options(args: &HeatmapArgs) -> HeatmapOptions {
 fn write_outputs(
     map: &Heatmap,
     args: &HeatmapArgs,
+    dir: &std::path::Path,
     pid: u32,
     name: &str,
     labels: &HeatLabels,
 ) -> anyhow::Result<()> {
-    let dir = &args.selection.dir;
     if args.terminal {
         // Written, not printed: `--terminal | head` ends quietly (main treats EPIPE as done).
         let mut out = std::io::stdout().lock();

@@ -35,9 +35,21 @@ fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::
     };
     let loaded = fltrace_analyze::load(&selection.dir, &options)?;
     for note in &loaded.notes {
-        eprintln!("fltrace: {note}");
+        eprintln!("fltrace: {}", as_named(note, selection));
     }
     Ok(loaded)
+}
+
+/// `text` with the temporary directory the recording is read from named as the user named
+/// the recording.
+pub fn as_named(text: &str, selection: &Selection) -> String {
+    match &selection.named {
+        Some(named) if *named != selection.dir => text.replace(
+            &selection.dir.display().to_string(),
+            &named.display().to_string(),
+        ),
+        _ => text.to_owned(),
+    }
 }
 
 pub fn call_site(arg: CallSiteArg) -> CallSite {

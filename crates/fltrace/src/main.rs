@@ -5,6 +5,7 @@ mod bpf_tools;
 mod cli;
 mod diff;
 mod heatmap;
+mod list;
 mod load;
 mod logger;
 mod record;
@@ -55,23 +56,34 @@ fn main() -> ExitCode {
 fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         cli::Command::Record(args) => record::run(args),
-        cli::Command::Report(args) => {
-            recover_allocations(&args.selection.dir);
-            report::run(args).map(|()| ExitCode::SUCCESS)
+        cli::Command::Report(mut args) => {
+            let opened = open_recording(&mut args.selection.dir)?;
+            args.selection.named = Some(opened.named.clone());
+            report::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
-        cli::Command::Visualize(args) => {
-            recover_allocations(&args.selection.dir);
-            visualize::run(args).map(|()| ExitCode::SUCCESS)
+        cli::Command::Visualize(mut args) => {
+            let opened = open_recording(&mut args.selection.dir)?;
+            args.selection.named = Some(opened.named.clone());
+            visualize::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
-        cli::Command::Heatmap(args) => {
-            recover_allocations(&args.selection.dir);
-            heatmap::run(args).map(|()| ExitCode::SUCCESS)
+        cli::Command::Heatmap(mut args) => {
+            let opened = open_recording(&mut args.selection.dir)?;
+            args.selection.named = Some(opened.named.clone());
+            heatmap::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
         cli::Command::System(command) => system::run(command),
-        cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
-        cli::Command::Script(args) => script::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Archive(mut args) => {
+            let opened = open_recording(&mut args.dir)?;
+            archive::run(args, &opened).map(|()| ExitCode::SUCCESS)
+        }
+        cli::Command::List(args) => list::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Script(mut args) => {
+            let _opened = open_recording(&mut args.selection.dir)?;
+            args.selection.named = Some(_opened.named.clone());
+            script::run(args).map(|()| ExitCode::SUCCESS)
+        }
         cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Runs(args) => runs::run(args),
         cli::Command::Analyze(args) => runs::analyze(args).map(|()| ExitCode::SUCCESS),
@@ -92,9 +104,59 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
-/// Converts the allocation logs a killed `record --allocs` left in `dir` into its tables
-/// before they are read (it warns of each process recovered). The logs stay: a command that
-/// reads a recording deletes nothing in it (the next `record` there removes them).
-fn recover_allocations(dir: &std::path::Path) {
-    fltrace_capture::recover_stale_spools(dir, fltrace_capture::SpoolLogs::Keep);
+/// Opens the recording at `dir` (a directory, or an archive file unpacked into a temporary
+/// one) and points `dir` to where its files are read, converting the allocation logs a killed
+/// `record --allocs` left into its tables first (it warns of each process recovered). The logs
+/// stay: a command that reads a recording deletes nothing in it (the next `record` there
+/// removes them), and one it cannot write is converted in a temporary copy of its directory.
+/// The recording is read from there while the returned value lives.
+pub fn open_recording(
+    dir: &mut std::path::PathBuf,
+) -> anyhow::Result<fltrace_analyze::OpenedRecording> {
+    let mut opened = fltrace_analyze::OpenedRecording::open(dir)?;
+    let spools: Vec<std::ffi::OsString> = std::fs::read_dir(&opened.dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name())
+                .filter(|name| {
+                    name.to_str()
+                        .is_some_and(|n| n.starts_with(fltrace_capture::SPOOL_PREFIX))
+                        && unconverted(&opened.dir.join(name), &opened.dir)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !spools.is_empty() && opened.make_writable(&spools)? {
+        eprintln!(
+            "fltrace: {} is read-only: the allocation logs of a killed recorder are converted in a temporary copy",
+            opened.named.display()
+        );
+    }
+    if !spools.is_empty() {
+        fltrace_capture::recover_stale_spools(&opened.dir, fltrace_capture::SpoolLogs::Keep);
+    }
+    dir.clone_from(&opened.dir);
+    Ok(opened)
+}
+
+/// Whether the spool `spool` holds the logs of a process whose allocation table is not in
+/// `dir` yet: a spool converted before is not copied again only to be skipped.
+fn unconverted(spool: &std::path::Path, dir: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(spool) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        entry
+            .file_name()
+            .to_str()
+            .and_then(|n| {
+                n.strip_prefix("log-")?
+                    .split_once('.')?
+                    .0
+                    .parse::<u32>()
+                    .ok()
+            })
+            .is_some_and(|pid| !fltrace_trace::files::allocs(dir, pid).exists())
+    })
 }

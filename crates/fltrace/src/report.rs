@@ -5,8 +5,8 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    FaultReport, GroupBy, alloc_processes, folded_counts, leak_age_ns, write_original_reports,
-    write_pprof_counts,
+    FaultReport, GroupBy, OpenedRecording, alloc_processes, folded_counts, leak_age_ns,
+    recording_line, write_original_reports, write_pprof_counts,
 };
 use fltrace_render::report::{alloc_tables, faults};
 
@@ -51,14 +51,17 @@ impl Mode {
     }
 }
 
-pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     if matches!(args.format, ReportFormat::Folded | ReportFormat::Pprof) {
-        return export(&args);
+        if args.legacy_csv.is_some() {
+            bail!("--legacy-csv goes with the tables, not --format folded or pprof");
+        }
+        return export(&args, opened);
     }
     if args.output.is_some() {
         bail!("--output applies to --format folded and pprof; the tables go to stdout");
     }
-    let out = report(&args)?;
+    let out = report(&args, opened)?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
@@ -66,7 +69,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
 }
 
 /// `--format folded` and `--format pprof`: every fault's whole stack, for other tools.
-fn export(args: &ReportArgs) -> anyhow::Result<()> {
+fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     if args.allocs || args.leaks {
         bail!("--format folded and pprof export the faults' stacks: not with --allocs or --leaks");
     }
@@ -78,6 +81,10 @@ fn export(args: &ReportArgs) -> anyhow::Result<()> {
         bail!("a pprof profile is binary: give --output FILE or redirect stdout");
     }
     let loaded = load_counts(&args.selection)?;
+    eprintln!(
+        "fltrace: {}",
+        recording_line(&loaded.recording, &opened.named)
+    );
     let (mut out, name): (Box<dyn Write>, String) = match &args.output {
         Some(path) => (
             Box::new(BufWriter::new(fltrace_trace::files::create(path)?)),
@@ -100,8 +107,58 @@ fn export(args: &ReportArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {name}"))
 }
 
-/// Writes the original's report files and returns what goes to stdout.
-fn report(args: &ReportArgs) -> anyhow::Result<String> {
+/// Whether the command line is the original's `fltrace report` (the table of faults by line,
+/// with only the recording chosen), which wrote its CSV files without being asked.
+fn original_form(args: &ReportArgs) -> bool {
+    args.by.is_none()
+        && !args.allocs
+        && !args.leaks
+        && args.format == ReportFormat::Table
+        && args.selection.time.is_none()
+}
+
+/// Writes the original's CSV files where `--legacy-csv` (or the original's form) asks, and
+/// says where when that is not beside the recording. A file it may not replace (a planted
+/// link) is an error either way.
+fn write_legacy_csv(
+    args: &ReportArgs,
+    opened: &OpenedRecording,
+    loaded: &fltrace_analyze::Loaded,
+) -> anyhow::Result<()> {
+    let (dir, moved) = match &args.legacy_csv {
+        Some(Some(dir)) => (dir.clone(), false),
+        Some(None) => (opened.outputs.dir.clone(), opened.outputs.moved),
+        None if original_form(args) => (opened.outputs.dir.clone(), opened.outputs.moved),
+        None => return Ok(()),
+    };
+    let written = match write_original_reports(loaded, &dir) {
+        Ok(written) => written,
+        // The original's side files on a full disk: the report itself still prints.
+        Err(e) if no_space_left(&e) => {
+            eprintln!(
+                "fltrace: warning: {}: the report is printed only",
+                fltrace_trace::error_chain(&e)
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for path in written {
+        if moved {
+            eprintln!(
+                "fltrace: {} is read-only: wrote {} into the current directory",
+                opened.named.display(),
+                path.display()
+            );
+        } else if opened.unpacked() {
+            eprintln!("fltrace: wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Writes the original's report files when asked and returns what goes to stdout.
+fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String> {
     let mode = Mode::of(args)?;
     // Only the reports of faults by their own stacks stream; the others need each fault's
     // address and time to find the block it landed in.
@@ -109,16 +166,11 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
         Mode::Faults(_) => load_counts(&args.selection)?,
         _ => load_with(&args.selection, Allocs::Required)?,
     };
-    // The original's side files on a full disk: the report itself still prints.
-    if let Err(e) = write_original_reports(&loaded) {
-        if !no_space_left(&e) {
-            return Err(e.into());
-        }
-        eprintln!(
-            "fltrace: warning: {}: the report is printed only",
-            fltrace_trace::error_chain(&e)
-        );
-    }
+    eprintln!(
+        "fltrace: {}",
+        recording_line(&loaded.recording, &opened.named)
+    );
+    write_legacy_csv(args, opened, &loaded)?;
     // The faults table says it in its footer; elsewhere it must not mix with the data.
     let in_table = matches!(mode, Mode::Faults(_)) && args.format == ReportFormat::Table;
     if !in_table && let Some(note) = loaded.tracer_note() {
@@ -175,6 +227,41 @@ mod tests {
             Ok(Command::Report(args)) => Mode::of(&args),
             _ => bail!("not a report command line"),
         }
+    }
+
+    fn args(flags: &[&str]) -> ReportArgs {
+        let argv = ["fltrace", "report"].iter().chain(flags);
+        match Cli::try_parse_from(argv).map(|cli| cli.command) {
+            Ok(Command::Report(args)) => args,
+            other => panic!("not a report command line: {other:?}"),
+        }
+    }
+
+    /// The original's CSV comes with the original's command line, or when asked for (into
+    /// the directory given, if one is).
+    #[test]
+    fn legacy_csv_when_asked() {
+        assert!(original_form(&args(&[])));
+        assert!(original_form(&args(&[
+            "-d", "x", "--pid", "3", "--top", "5"
+        ])));
+        for flags in [
+            &["--by", "line"][..],
+            &["--format", "json"],
+            &["--allocs"],
+            &["--time", "1..2"],
+        ] {
+            assert!(!original_form(&args(flags)), "{flags:?}");
+        }
+        assert_eq!(
+            args(&["--legacy-csv", "--by", "dso"]).legacy_csv,
+            Some(None)
+        );
+        assert_eq!(
+            args(&["--legacy-csv", "out"]).legacy_csv,
+            Some(Some("out".into()))
+        );
+        assert_eq!(args(&[]).legacy_csv, None);
     }
 
     /// The flags choose what the report is about; those that do not go together are refused.

@@ -64,6 +64,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
             include_tracer: false,
             archive: None,
             salvage: false,
+            named: None,
         })?;
         let row = SweepRow::of_counts(*step, plan.max_mb, loaded.counted());
         eprintln!(

@@ -4,19 +4,36 @@ use std::io::Write as _;
 
 use anyhow::bail;
 
+use fltrace_analyze::{OpenedRecording, recording_line};
 use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs};
 use fltrace_trace::files;
 
 use crate::cli::{Label, VisualizeArgs};
 use crate::load::{Allocs, load_with};
 
-pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
+pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     let label = match args.label {
         Label::Line => FrameLabel::Line,
         Label::Function => FrameLabel::Function,
         Label::Both => FrameLabel::Both,
     };
     let loaded = load_with(&args.selection, Allocs::IfRecorded)?;
+    eprintln!(
+        "fltrace: {}",
+        recording_line(&loaded.recording, &opened.named)
+    );
+    let dir = match &args.output {
+        Some(dir) => dir.clone(),
+        None => {
+            if opened.outputs.moved {
+                eprintln!(
+                    "fltrace: {} is read-only: the flamegraphs go into the current directory",
+                    opened.named.display()
+                );
+            }
+            opened.outputs.dir.clone()
+        }
+    };
     if let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
@@ -26,7 +43,7 @@ pub fn run(args: VisualizeArgs) -> anyhow::Result<()> {
             bail!("--by-allocation needs allocation data: record with `fltrace record --allocs`");
         }
         for graph in process_flamegraphs(trace, stacks, alloc_stacks, label, args.by_allocation) {
-            let path = files::path(loaded.dir(), graph.kind, trace.pid, "svg");
+            let path = files::path(&dir, graph.kind, trace.pid, "svg");
             if graph.stacks.is_empty() {
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
                 continue;

@@ -15,6 +15,7 @@ mod processes;
 mod quickexit;
 mod signals;
 mod stacks;
+mod standalone;
 mod streaming;
 mod survival;
 mod system;
