@@ -460,6 +460,11 @@ impl Process {
         self.map(mapping, elf_cache)
     }
 
+    /// The live mapping that starts at `start`.
+    pub fn mapping_starting(&self, start: VirtAddr) -> Option<&Mapping> {
+        self.maps.get(&start)
+    }
+
     fn mapping_at(&self, addr: VirtAddr) -> Option<&Mapping> {
         self.maps
             .range(..=addr)

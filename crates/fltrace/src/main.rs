@@ -71,6 +71,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         }
         cli::Command::System(command) => system::run(command),
         cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Cache(command) => archive::cache(command).map(|()| ExitCode::SUCCESS),
         cli::Command::Script(args) => script::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Runs(args) => runs::run(args),
