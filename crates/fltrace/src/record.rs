@@ -153,7 +153,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(cache) = &summary.cache {
-        if !args.quiet {
+        // Said when it stored something: a cache that had every file already is the usual
+        // case and no news (`-v` says it).
+        let stored = cache.linked + cache.copied + cache.pruned > 0;
+        if !args.quiet && stored {
             let _ = writeln!(
                 err,
                 "fltrace: build-ID cache {}: {} files ({} there already, {} linked, {} copied: {} bytes), {:.1} ms opening, {:.1} ms storing{}",
@@ -170,6 +173,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
                 } else {
                     String::new()
                 }
+            );
+        } else if !stored {
+            log::info!(
+                "build-ID cache {}: all {} files there already",
+                cache.root.display(),
+                cache.files
             );
         }
         for failed in &cache.failed {
