@@ -2,8 +2,10 @@
 //!
 //! When the recorder first sees a file mapped executable with a build ID it has not kept in
 //! this recording, it opens the file through `/proc/PID/map_files/` (the very file mapped,
-//! even deleted or in another mount namespace) at once, in its loop; a thread links or copies
-//! it into the cache, so that neither the fault records nor the program wait for the copy.
+//! even deleted or in another mount namespace) at once, in its loop, and holds it open. When a
+//! stack first has a frame in it (see `Process::take_code_hits`), a thread links or copies it
+//! into the cache, so that neither the fault records nor the program wait for the copy; files
+//! without frames are closed at the end, never stored.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -19,8 +21,10 @@ use fltrace_trace::{Mapping, libraries};
 pub struct CacheSummary {
     /// The cache's directory.
     pub root: PathBuf,
-    /// Distinct files of the recording (by build ID) offered to the cache.
+    /// Distinct files of the recording (by build ID) with frames, given to the cache.
     pub files: u64,
+    /// Files mapped executable without a frame in any stack: not kept.
+    pub without_frames: u64,
     /// Files already there.
     pub present: u64,
     /// Files hard-linked.
@@ -52,10 +56,17 @@ struct Job {
 /// The recorder's side of the cache.
 pub struct CodeCache {
     cache: BuildIdCache,
+    /// Build IDs opened (or that could not be).
     seen: HashSet<String>,
+    /// Files opened, waiting for a frame in them.
+    waiting: std::collections::HashMap<String, Job>,
+    /// Build IDs given to the thread.
+    stored: HashSet<String>,
     open_time: Duration,
     sender: Option<Sender<Job>>,
     worker: Option<JoinHandle<CacheSummary>>,
+    /// Files that could not be opened, by build ID, with why: said if a frame is in them.
+    unopened: std::collections::HashMap<String, String>,
     failed_open: Vec<String>,
 }
 
@@ -92,9 +103,12 @@ impl CodeCache {
         CodeCache {
             cache,
             seen: HashSet::new(),
+            waiting: Default::default(),
+            stored: HashSet::new(),
             open_time: Duration::ZERO,
             sender: worker.as_ref().map(|_| sender),
             worker,
+            unopened: Default::default(),
             failed_open: Vec::new(),
         }
     }
@@ -110,9 +124,9 @@ impl CodeCache {
         {
             return;
         }
-        let Some(sender) = &self.sender else {
+        if self.sender.is_none() {
             return;
-        };
+        }
         self.seen.insert(mapping.build_id.clone());
         let started = Instant::now();
         let map_files = PathBuf::from(format!(
@@ -138,16 +152,37 @@ impl CodeCache {
                 }
             }
             None => {
-                self.failed_open.push(format!(
-                    "{} ({}): not readable through /proc/{pid}",
-                    mapping.path, mapping.build_id
-                ));
+                self.unopened.insert(
+                    mapping.build_id.clone(),
+                    format!(
+                        "{} ({}): not readable through /proc/{pid}",
+                        mapping.path, mapping.build_id
+                    ),
+                );
                 self.open_time += started.elapsed();
                 return;
             }
         };
         self.open_time += started.elapsed();
-        let _ = sender.send(job);
+        let id = job.build_id.clone();
+        self.waiting.insert(id.clone(), job);
+        if self.stored.contains(&id) {
+            // A stack had a frame in it before its mapping was offered (a fork's copy).
+            self.hit(&id);
+        }
+    }
+
+    /// A stack has a frame in the file of build `id`: it is stored.
+    pub fn hit(&mut self, id: &str) {
+        if let Some(job) = self.waiting.remove(id)
+            && let Some(sender) = &self.sender
+        {
+            let _ = sender.send(job);
+        }
+        if let Some(why) = self.unopened.remove(id) {
+            self.failed_open.push(why);
+        }
+        self.stored.insert(id.to_owned());
     }
 
     /// Waits for the files still being stored, prunes the cache to `limit` bytes (never the
@@ -160,10 +195,12 @@ impl CodeCache {
             .and_then(|w| w.join().ok())
             .unwrap_or_default();
         summary.root = self.cache.root().to_owned();
-        summary.files = self.seen.len() as u64;
+        summary.files = self.stored.intersection(&self.seen).count() as u64;
+        summary.without_frames = self.waiting.len() as u64;
+        drop(std::mem::take(&mut self.waiting));
         summary.open_time = self.open_time;
         summary.failed.append(&mut self.failed_open);
-        let keep: Vec<String> = self.seen.into_iter().collect();
+        let keep: Vec<String> = self.stored.into_iter().collect();
         match self.cache.prune(limit, &keep) {
             Ok(pruned) => summary.pruned = pruned.removed.len() as u64,
             Err(err) => summary

@@ -1278,6 +1278,7 @@ impl State {
             read_live_stacks: self.read_live_stacks,
             far_memory: self.far_prefix.as_deref(),
             metadata: &self.metadata,
+            collect_code_hits: self.code_cache.is_some(),
         }
     }
 
@@ -1629,6 +1630,13 @@ impl State {
     /// Ends a round of reading: replays the records deferred a round ago (all of them when
     /// `last`).
     fn end_round(&mut self, last: bool) {
+        if let Some(cache) = &mut self.code_cache {
+            for process in self.processes.values_mut() {
+                for id in process.take_code_hits() {
+                    cache.hit(&id);
+                }
+            }
+        }
         let round = self.round;
         self.round += 1;
         if self.far_prefix.is_some() {
@@ -1699,6 +1707,11 @@ impl State {
 
     /// Writes out a process that is gone: its runtime's last counters, stats and tables.
     fn finish_process(&mut self, pid: u32, mut process: Process, now: u64) -> Result<(), Error> {
+        if let Some(cache) = &mut self.code_cache {
+            for id in process.take_code_hits() {
+                cache.hit(&id);
+            }
+        }
         self.preload_generations
             .insert(pid, process.preload_generation.unwrap_or(0));
         process.poll_runtime(u64::MAX);

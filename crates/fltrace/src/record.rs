@@ -159,13 +159,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         if !args.quiet && stored {
             let _ = writeln!(
                 err,
-                "fltrace: build-ID cache {}: {} files ({} there already, {} linked, {} copied: {} bytes), {:.1} ms opening, {:.1} ms storing{}",
+                "fltrace: build-ID cache {}: {} files with frames ({} there already, {} linked, {} copied: {} bytes; {} without frames not kept), {:.1} ms opening, {:.1} ms storing{}",
                 cache.root.display(),
                 cache.files,
                 cache.present,
                 cache.linked,
                 cache.copied,
                 cache.copied_bytes,
+                cache.without_frames,
                 cache.open_time.as_secs_f64() * 1e3,
                 cache.store_time.as_secs_f64() * 1e3,
                 if cache.pruned > 0 {
