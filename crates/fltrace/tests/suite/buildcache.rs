@@ -105,6 +105,22 @@ fn rebuilt_program_keeps_its_recorded_lines() {
                     .args(["cache", "list"]),
             );
             assert!(list.contains(bin_str), "{list}");
+            // The rebuild unlinked the recorded file: its cache entry is the only copy, the
+            // first pruned; the report then has its lines no more.
+            let pruned = run_ok(dir.fltrace().env("FLTRACE_CACHE", &cache).args([
+                "cache",
+                "prune",
+                "--max-size",
+                "0",
+            ]));
+            assert!(
+                pruned
+                    .lines()
+                    .any(|l| l.starts_with("removed ") && l.ends_with(bin_str)),
+                "{pruned}"
+            );
+            let (pruned_report, _) = report_by_line(&dir, &cache);
+            assert_eq!(count_at(&pruned_report, "faults.c", fill), 0);
         } else {
             assert!(
                 groups(&after)
@@ -222,10 +238,9 @@ fn jit_code_is_named_by_its_perf_map() {
     let leaves = text
         .split("\n\n")
         .filter(|sample| {
-            sample
-                .lines()
-                .nth(1)
-                .is_some_and(|leaf| leaf.contains(" jit_touch_pages+0x0 "))
+            sample.lines().nth(1).is_some_and(|leaf| {
+                leaf.ends_with(&format!(" jit_touch_pages+0x0 (/tmp/perf-{pid}.map)"))
+            })
         })
         .count();
     assert_eq!(leaves as u64, TOUCHED, "{text}");
