@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # clang compiles the BPF object of crates/fltrace-bpf (count, faults, ffaults, memleak, triage);
 # chromium renders the page of `runs --run` headless in the tests; redis-server (Debian's links
 # jemalloc) and redis-benchmark are the real server the allocation tracer is tested on.
-packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium redis-server)
+packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium redis-server nodejs)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -34,6 +34,11 @@ pub struct DebugConfig {
     pub debuginfod_cache: Option<PathBuf>,
     /// The longest a connection to, or a read from, a debuginfod server may wait.
     pub timeout: Duration,
+    /// The build-ID cache `record` keeps the files holding code in
+    /// ([`fltrace_trace::BuildIdCache`]), searched after the archive.
+    pub build_id_cache: Option<PathBuf>,
+    /// The recording's directory, where the perf maps of JIT code were copied.
+    pub recording_dir: Option<PathBuf>,
 }
 
 impl DebugConfig {
@@ -69,6 +74,8 @@ impl DebugConfig {
             debuginfod_urls,
             debuginfod_cache,
             timeout: Duration::from_secs(timeout),
+            build_id_cache: fltrace_trace::BuildIdCache::from_env().map(|c| c.root().to_owned()),
+            recording_dir: None,
         }
     }
 }
@@ -129,6 +136,11 @@ impl DebugResolver {
     /// build differs from the recording's or that is gone.
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
+    }
+
+    /// Adds a warning for [`DebugResolver::take_warnings`].
+    pub fn warn(&mut self, warning: String) {
+        self.warnings.push(warning);
     }
 
     /// The files symbolizing `path` as mapped with build ID `build_id` (hex, empty when the
@@ -203,6 +215,9 @@ impl DebugResolver {
         if let Some(archive) = &self.config.archive {
             candidates.push(archive.join(id).join("executable"));
         }
+        if let Some(cache) = &self.config.build_id_cache {
+            candidates.push(cache.join(id).join("executable"));
+        }
         for dir in &self.config.debug_dirs {
             // Fedora's layout: the binary beside its debug file, as a link.
             candidates.push(dir.join(".build-id").join(head).join(rest));
@@ -215,6 +230,12 @@ impl DebugResolver {
                 .filter(|i| i.build_id == id)
                 .map(|i| (c, i))
         });
+        if let (Some((found, _)), Some(cache)) = (&local, &self.config.build_id_cache)
+            && found.starts_with(cache)
+        {
+            // Used: the last to be pruned.
+            fltrace_trace::BuildIdCache::at(cache).touch(id);
+        }
         local.or_else(|| {
             let fetched = self.fetch(id, "executable")?;
             ElfInfo::read(&fetched)

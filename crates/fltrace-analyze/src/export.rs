@@ -247,6 +247,10 @@ fn script_frames(trace: &ProcessTrace, stacks: &ResolvedStacks, stack_id: u32) -
             .address
             .saturating_sub(u64::from(frame.symbol_offset.is_some()));
         let dso = match trace.mapping_at(generation, lookup.into()) {
+            // JIT code named by its perf map: perf gives the map as the dso.
+            Some(m) if !m.is_file() && outer.lib.as_ref() == format!("perf-{}.map", trace.pid) => {
+                format!("/tmp/{}", outer.lib)
+            }
             Some(m) if !m.path.is_empty() => m.path.clone(),
             _ => outer.lib.to_string(),
         };

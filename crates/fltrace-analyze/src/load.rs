@@ -113,6 +113,7 @@ pub fn debug_config(dir: &Path, archive: Option<&Path>) -> DebugConfig {
         let beside = dir.join(ARCHIVE_DIR);
         beside.is_dir().then_some(beside)
     });
+    config.recording_dir = Some(dir.to_owned());
     config
 }
 

@@ -9,7 +9,7 @@ use blazesym::symbolize::{Input, Symbolized};
 use rustc_hash::FxHashMap;
 
 use fltrace_trace::libraries::is_system_library;
-use fltrace_trace::{CodeAddr, FileOffset, ProcessTrace, Stack, StackEnd};
+use fltrace_trace::{CodeAddr, FileOffset, PerfMap, ProcessTrace, Stack, StackEnd};
 
 use crate::debuginfo::{DebugConfig, DebugResolver};
 use crate::fde::FunctionRanges;
@@ -230,6 +230,8 @@ pub struct Symbolizer {
     /// Each file's loadable segments and unwind-info function ranges, to name addresses no
     /// symbol covers.
     layouts: HashMap<PathBuf, Layout>,
+    /// Each process's perf map (the names its JIT gave its code), read once.
+    perf_maps: HashMap<u32, Option<Arc<PerfMap>>>,
 }
 
 impl Default for Symbolizer {
@@ -261,7 +263,33 @@ impl Symbolizer {
             debug_files: DebugResolver::new(config),
             cache: HashMap::new(),
             layouts: HashMap::new(),
+            perf_maps: HashMap::new(),
         }
+    }
+
+    /// The perf map copied into the recording for process `pid`, if its JIT wrote one.
+    fn perf_map(&mut self, pid: u32) -> Option<Arc<PerfMap>> {
+        let dir = self.debug_files.config().recording_dir.clone();
+        let mut warning = None;
+        let map = self
+            .perf_maps
+            .entry(pid)
+            .or_insert_with(|| {
+                let path = fltrace_trace::files::perf_map(dir.as_deref()?, pid);
+                if !path.exists() {
+                    return None;
+                }
+                PerfMap::read(&path)
+                    .map_err(|e| warning = Some(fltrace_trace::error_chain(&e)))
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone();
+        if let Some(warning) = warning {
+            self.debug_files
+                .warn(format!("{warning}: JIT frames stay unnamed"));
+        }
+        map
     }
 
     /// One line for each mapped file whose build differed from the recording's or that was
@@ -293,6 +321,8 @@ impl Symbolizer {
         stacks: &[Stack],
         returns_from: usize,
     ) -> ResolvedStacks {
+        let perf_map = self.perf_map(trace.pid);
+        let jit_lib: Arc<str> = format!("perf-{}.map", trace.pid).into();
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
         let mut wanted: HashMap<(PathBuf, String), Vec<FileOffset>> = HashMap::new();
         let mut resolved = ResolvedStacks::default();
@@ -322,6 +352,12 @@ impl Symbolizer {
                                 wanted.entry(key.clone()).or_default().push(offset);
                             }
                             Frame::File(key.0, key.1, offset)
+                        }
+                        // Code a JIT wrote into anonymous memory, named by its perf map.
+                        _ if let Some((start, name)) =
+                            perf_map.as_deref().and_then(|p| p.lookup(lookup.get())) =>
+                        {
+                            Frame::Jit(name.into(), lookup.get() - start)
                         }
                         Some(m) => Frame::Unknown(lib_name(&m.path), is_system_library(&m.path)),
                         None => Frame::Unknown("[unknown]".into(), false),
@@ -360,6 +396,13 @@ impl Symbolizer {
                         }
                     }
                     Frame::Unknown(lib, system) => locations.push(Location::unknown(lib, system)),
+                    Frame::Jit(function, offset) => {
+                        locations.push(Location {
+                            function,
+                            ..Location::unknown(jit_lib.clone(), false)
+                        });
+                        symbol_offset = Some(offset + back);
+                    }
                 }
                 depths.push(((locations.len() - before) as u32, symbol_offset));
             }
@@ -619,6 +662,8 @@ impl Layout {
 enum Frame {
     File(PathBuf, String, FileOffset),
     Unknown(Arc<str>, bool),
+    /// A function of a perf map, and the offset in it.
+    Jit(Arc<str>, u64),
 }
 
 /// A frame and how far back from its address it was looked up (1 for return addresses).

@@ -24,6 +24,7 @@
 pub mod access;
 mod alloc_spool;
 mod child;
+mod code_cache;
 pub mod damon;
 mod error;
 mod group;
@@ -45,6 +46,7 @@ pub use alloc_spool::{
     AllocLogs, Converted, Recovered, SPOOL_PREFIX, SpoolLogs, recover_stale_spools,
 };
 pub use child::{ChildGuard, shell_status};
+pub use code_cache::CacheSummary;
 pub use error::Error;
 pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;

@@ -90,6 +90,10 @@ pub struct Process {
     far: Option<FarState>,
     /// The reading round in which the kernel reported its exit; finalised a round later.
     pub exited_round: Option<u64>,
+    /// The build IDs of the code files its stacks have frames in (`None`: not collected), and
+    /// those not yet taken by the recorder.
+    code_hits: Option<rustc_hash::FxHashSet<String>>,
+    new_code_hits: Vec<String>,
 }
 
 /// What a process under far-memory emulation adds: the runtime's shared page and the join of
@@ -152,6 +156,9 @@ pub struct SessionMeta<'a> {
     /// Prefix of the far-memory runtime's shared pages, when emulating far memory.
     pub far_memory: Option<&'a Path>,
     pub metadata: &'a [(String, String)],
+    /// Whether the build IDs of the files stack frames fall in are collected, for the
+    /// build-ID cache ([`Process::take_code_hits`]).
+    pub collect_code_hits: bool,
 }
 
 impl Process {
@@ -216,6 +223,8 @@ impl Process {
                 stale_inode: None,
             }),
             exited_round: None,
+            code_hits: session.collect_code_hits.then(Default::default),
+            new_code_hits: Vec::new(),
         })
     }
 
@@ -460,6 +469,11 @@ impl Process {
         self.map(mapping, elf_cache)
     }
 
+    /// The live mapping that starts at `start`.
+    pub fn mapping_starting(&self, start: VirtAddr) -> Option<&Mapping> {
+        self.maps.get(&start)
+    }
+
     fn mapping_at(&self, addr: VirtAddr) -> Option<&Mapping> {
         self.maps
             .range(..=addr)
@@ -607,6 +621,7 @@ impl Process {
         frames.push(key);
         self.out.interner.insert(frames.clone(), (id, tracer));
         frames.pop();
+        self.note_code_hits(frames);
         self.out.stacks.push(Stack {
             end,
             id,
@@ -615,6 +630,44 @@ impl Process {
             frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),
         })?;
         Ok((id, tracer))
+    }
+
+    /// Notes the code files a new stack's frames are in: only files with frames are kept in
+    /// the build-ID cache. Once per distinct stack, not per fault.
+    fn note_code_hits(&mut self, frames: &[u64]) {
+        let Some(hits) = &self.code_hits else {
+            return;
+        };
+        let mut last: Option<(VirtAddr, VirtAddr)> = None;
+        let mut new: Vec<String> = Vec::new();
+        for (i, &frame) in frames.iter().enumerate() {
+            let at = VirtAddr::new(if i == 0 { frame } else { frame.wrapping_sub(1) });
+            // Frames run in the same file: skip the look-up while they stay in one mapping.
+            if last.is_some_and(|(start, end)| start <= at && at < end) {
+                continue;
+            }
+            let Some(mapping) = self.mapping_at(at) else {
+                continue;
+            };
+            last = Some((mapping.start, mapping.end));
+            if mapping.is_file()
+                && mapping.is_exec()
+                && !mapping.build_id.is_empty()
+                && !hits.contains(&mapping.build_id)
+                && !new.contains(&mapping.build_id)
+            {
+                new.push(mapping.build_id.clone());
+            }
+        }
+        if let Some(hits) = &mut self.code_hits {
+            hits.extend(new.iter().cloned());
+        }
+        self.new_code_hits.append(&mut new);
+    }
+
+    /// The build IDs of code files with frames found since the last call.
+    pub fn take_code_hits(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.new_code_hits)
     }
 
     /// Whether a fault with this stack (innermost first) was taken by the preloaded
@@ -939,6 +992,7 @@ mod tests {
             read_live_stacks: false,
             far_memory: None,
             metadata: &[],
+            collect_code_hits: false,
         };
         Process::new(1, None, &session).expect("process files")
     }

@@ -70,6 +70,11 @@ pub struct Options {
     pub access_samples: Option<u64>,
     /// Back the command's heap with files of a directory (`--backing-dir`).
     pub heap_backing: Option<crate::HeapBacking>,
+    /// Keep every file holding code in this build-ID cache while its process lives (`None`:
+    /// `--no-cache`), pruned to `cache_limit` bytes at the end.
+    pub build_id_cache: Option<fltrace_trace::BuildIdCache>,
+    /// The most the cache may hold of its own, bytes.
+    pub cache_limit: u64,
 }
 
 impl Options {
@@ -90,6 +95,8 @@ impl Options {
             allocs: None,
             access_samples: None,
             heap_backing: None,
+            build_id_cache: None,
+            cache_limit: fltrace_trace::build_id_cache::DEFAULT_LIMIT_BYTES,
         }
     }
 }
@@ -145,6 +152,8 @@ pub struct Summary {
     pub trace_error: Option<String>,
     /// With `trace_error`: how long after the start the trace stopped being written.
     pub trace_stopped: Option<Duration>,
+    /// What keeping the code files in the build-ID cache did and cost (`None`: no cache).
+    pub cache: Option<crate::CacheSummary>,
 }
 
 /// How the traced program ended, as far as the recording saw.
@@ -767,6 +776,10 @@ impl Session {
         let (mut pids, finished) = state.finish_all();
         keep_first(&mut trace_error, finished);
         note_stop(&trace_error, &mut trace_stopped, started);
+        let cache = state
+            .code_cache
+            .take()
+            .map(|cache| cache.finish(options.cache_limit));
         pids.sort_unstable();
         let allocs = match (&alloc_logs, attached_allocs) {
             (_, Some(attached)) => match attached.finish() {
@@ -833,6 +846,7 @@ impl Session {
             access,
             trace_error,
             trace_stopped,
+            cache,
         }
     }
 }
@@ -1213,6 +1227,8 @@ struct State {
     processes: FxHashMap<u32, Process>,
     finished: Vec<u32>,
     elf_cache: ElfCache,
+    /// Where the files holding code are kept by build ID (`None`: `--no-cache`).
+    code_cache: Option<crate::code_cache::CodeCache>,
     fields: FaultFields,
     /// Each thread's `mremap` in progress, from its entry record to its return record.
     remap_calls: FxHashMap<u32, RemapCall>,
@@ -1262,6 +1278,10 @@ impl State {
             processes: FxHashMap::default(),
             finished: Vec::new(),
             elf_cache: ElfCache::default(),
+            code_cache: options
+                .build_id_cache
+                .clone()
+                .map(crate::code_cache::CodeCache::start),
             fields,
             remap_calls: FxHashMap::default(),
             parse_info: sys::parse_info(attrs.0),
@@ -1282,6 +1302,7 @@ impl State {
             read_live_stacks: self.read_live_stacks,
             far_memory: self.far_prefix.as_deref(),
             metadata: &self.metadata,
+            collect_code_hits: self.code_cache.is_some(),
         }
     }
 
@@ -1295,6 +1316,16 @@ impl State {
             .ok_or(Error::Trace(fltrace_trace::Error::NoSuchProcess(pid)))
     }
 
+    /// Keeps the file mapped at `start` in `pid` in the build-ID cache, if it holds code not
+    /// kept yet: opened now, while the process lives, stored by the cache's thread.
+    fn offer_to_cache(&mut self, pid: u32, start: VirtAddr) {
+        if let (Some(cache), Some(process)) = (&mut self.code_cache, self.processes.get(&pid))
+            && let Some(mapping) = process.mapping_starting(start)
+        {
+            cache.offer(pid, mapping);
+        }
+    }
+
     /// For an attached process: the mappings that exist already.
     fn attach_existing(&mut self, pid: u32) -> Result<(), Error> {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
@@ -1306,10 +1337,15 @@ impl State {
         let mut elf_cache = std::mem::take(&mut self.elf_cache);
         let process = self.process(pid)?;
         let mut mapped = Ok(());
+        let mut starts = Vec::new();
         for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
+            starts.push(mapping.start);
             mapped = mapped.and_then(|()| process.map(mapping, &mut elf_cache));
         }
         self.elf_cache = elf_cache;
+        for start in starts {
+            self.offer_to_cache(pid, start);
+        }
         Ok(mapped?)
     }
 
@@ -1393,11 +1429,13 @@ impl State {
                         Mmap2FileId::InodeAndVersion(_) => String::new(),
                     },
                 };
+                let start = mapping.start;
                 let mut elf_cache = std::mem::take(&mut self.elf_cache);
                 let mapped = self
                     .process(m.pid as u32)
                     .and_then(|p| Ok(p.map(mapping, &mut elf_cache)?));
                 self.elf_cache = elf_cache;
+                self.offer_to_cache(m.pid as u32, start);
                 mapped
             }
             EventRecord::Comm(c) => {
@@ -1616,6 +1654,13 @@ impl State {
     /// Ends a round of reading: replays the records deferred a round ago (all of them when
     /// `last`).
     fn end_round(&mut self, last: bool) {
+        if let Some(cache) = &mut self.code_cache {
+            for process in self.processes.values_mut() {
+                for id in process.take_code_hits() {
+                    cache.hit(&id);
+                }
+            }
+        }
         let round = self.round;
         self.round += 1;
         if self.far_prefix.is_some() {
@@ -1686,6 +1731,11 @@ impl State {
 
     /// Writes out a process that is gone: its runtime's last counters, stats and tables.
     fn finish_process(&mut self, pid: u32, mut process: Process, now: u64) -> Result<(), Error> {
+        if let Some(cache) = &mut self.code_cache {
+            for id in process.take_code_hits() {
+                cache.hit(&id);
+            }
+        }
         self.preload_generations
             .insert(pid, process.preload_generation.unwrap_or(0));
         process.poll_runtime(u64::MAX);
@@ -1694,12 +1744,36 @@ impl State {
         // their footers may still fit, or be recoverable.
         let stats = process.write_stats(now, self.lost);
         let tables = process.finish();
+        keep_perf_map(&self.session_dir, pid);
         self.finished.push(pid);
         match (stats, tables) {
             (Err(e), _) => Err(e.into()),
             (Ok(()), Err(e)) => Err(e.into()),
             (Ok(()), Ok(())) => Ok(()),
         }
+    }
+}
+
+/// Copies the perf map the process's JIT wrote (`/tmp/perf-PID.map`) into the recording,
+/// now that it has ended: the JIT or the next process of that pid deletes or overwrites it
+/// later. A map that cannot be copied costs its names, not the recording (said in the log).
+fn keep_perf_map(dir: &std::path::Path, pid: u32) {
+    let source = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let bytes =
+        match fltrace_trace::files::read_capped(&source, fltrace_trace::perf_map::PERF_MAP_CAP) {
+            Ok(bytes) => bytes,
+            Err(fltrace_trace::Error::Io { source: e, .. })
+                if e.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return;
+            }
+            Err(e) => {
+                log::warn!("{}", fltrace_trace::error_chain(&e));
+                return;
+            }
+        };
+    if let Err(e) = fltrace_trace::files::write(&fltrace_trace::files::perf_map(dir, pid), &bytes) {
+        log::warn!("{}", fltrace_trace::error_chain(&e));
     }
 }
 
@@ -1731,6 +1805,7 @@ mod tests {
             access: None,
             trace_error: None,
             trace_stopped: None,
+            cache: None,
         }
     }
 

@@ -59,6 +59,11 @@ pub fn stats(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "stats", pid, "out")
 }
 
+/// The perf map `pid`'s JIT wrote (`/tmp/perf-PID.map`), copied when it ended.
+pub fn perf_map(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "perfmap", pid, "map")
+}
+
 /// Opens input file `path` for reading, refusing anything but a regular file: a FIFO planted
 /// in a recording would block a reader forever, a device or a socket is never ours. The open
 /// does not block (`O_NONBLOCK`, which regular files ignore), and the type is that of the file

@@ -13,6 +13,7 @@
 //! | `fltrace-data-allocstacks-<pid>.parquet` | with `--allocs`: the stacks of those calls ([`Stack`]) |
 //! | `fltrace-data-access-<pid>.parquet` | with `--access-samples`: sampled loads and stores ([`AccessRecord`]) |
 //! | `fltrace-data-accessstacks-<pid>.parquet` | their stacks ([`Stack`]) |
+//! | `fltrace-data-perfmap-<pid>.map` | the perf map its JIT wrote (`/tmp/perf-PID.map`), copied at its end ([`PerfMap`]) |
 //!
 //! `docs/FORMAT.md` documents the schemas. This crate needs no privileges and no live kernel
 //! feature: it only reads and writes files, so traces can be analysed on any machine.
@@ -32,6 +33,7 @@
 mod access;
 mod address;
 mod alloc_event;
+pub mod build_id_cache;
 pub mod checksums;
 mod error;
 mod fault;
@@ -40,6 +42,7 @@ mod guard;
 pub mod libraries;
 mod mapping;
 mod parquet_io;
+pub mod perf_map;
 mod range_trace;
 mod recording;
 pub mod stats;
@@ -47,6 +50,7 @@ pub mod stats;
 pub use access::AccessRecord;
 pub use address::{CodeAddr, FileOffset, PhysAddr, VirtAddr};
 pub use alloc_event::{AllocCall, AllocEvent};
+pub use build_id_cache::BuildIdCache;
 pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
@@ -55,6 +59,7 @@ pub use parquet_io::{
     FaultWriter, MappingWriter, Metadata, Origin, StackWriter, column_chunks, completeness,
     read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks, table_rows,
 };
+pub use perf_map::PerfMap;
 pub use range_trace::{
     RangeSample, RangeTraceKind, RangeTraceWriter, WSS_HEADER, WssRow, WssRows, read_range_trace,
 };

@@ -40,6 +40,9 @@ pub enum Command {
     /// The recordings in a directory: when, command, processes, faults, lost, truncated
     /// stacks, allocations and bytes.
     List(ListArgs),
+    /// The build-ID cache `record` keeps executables and libraries in: list it, or prune it.
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// Every fault with its stack as `perf script` prints samples, for inferno-collapse-perf,
     /// speedscope and the Firefox Profiler.
     Script(ScriptArgs),
@@ -64,6 +67,20 @@ pub enum Command {
     Triage(crate::bpf_tools::TriageArgs),
     #[command(flatten)]
     System(crate::system::SystemCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum CacheCommand {
+    /// Every file kept, least recently used first: build ID, size, whether it is a hard link
+    /// to the file still on disk (costing no space), last use, the path it was mapped from.
+    List,
+    /// Removes the least recently used files until the cache holds at most --max-size MiB of
+    /// its own (by default FLTRACE_CACHE_SIZE, else 2048).
+    Prune {
+        /// The size to prune to, in MiB (0 empties the cache).
+        #[arg(long, value_name = "MB")]
+        max_size: Option<u64>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -352,6 +369,11 @@ pub struct RecordArgs {
     /// Unwind only over the stack copied at the fault (raise --stack-size to match).
     #[arg(long)]
     pub exact_stacks: bool,
+    /// Keep no copy of the executables and libraries in the build-ID cache ($FLTRACE_CACHE,
+    /// else ~/.cache/fltrace; FLTRACE_CACHE_SIZE MiB, 2048 by default): reports then name the
+    /// frames only while the files on disk are of the build recorded.
+    #[arg(long)]
+    pub no_cache: bool,
     /// Ring buffer per CPU, in MiB (each fault takes --stack-size bytes of it).
     #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: u64,

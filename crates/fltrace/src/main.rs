@@ -78,6 +78,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
             let opened = open_recording(&mut args.dir)?;
             archive::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
+        cli::Command::Cache(command) => archive::cache(command).map(|()| ExitCode::SUCCESS),
         cli::Command::List(args) => list::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Script(mut args) => {
             let _opened = open_recording(&mut args.selection.dir)?;

@@ -29,7 +29,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         access_samples: args.access_samples.then_some(args.freq),
         backing_dir: args.backing_dir.clone(),
     };
-    let (target, options) = request.resolve(&ThisMachine)?;
+    let (target, mut options) = request.resolve(&ThisMachine)?;
+    if !args.no_cache {
+        options.build_id_cache = fltrace_trace::BuildIdCache::from_env();
+        options.cache_limit = fltrace_trace::BuildIdCache::limit_from_env();
+    }
 
     let stop = interrupt_counter()?;
 
@@ -147,6 +151,43 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
                 ""
             }
         );
+    }
+    if let Some(cache) = &summary.cache {
+        // Said when it stored something: a cache that had every file already is the usual
+        // case and no news (`-v` says it).
+        let stored = cache.linked + cache.copied + cache.pruned > 0;
+        if !args.quiet && stored {
+            let _ = writeln!(
+                err,
+                "fltrace: build-ID cache {}: {} files with frames ({} there already, {} linked, {} copied: {} bytes; {} without frames not kept), {:.1} ms opening, {:.1} ms storing{}",
+                cache.root.display(),
+                cache.files,
+                cache.present,
+                cache.linked,
+                cache.copied,
+                cache.copied_bytes,
+                cache.without_frames,
+                cache.open_time.as_secs_f64() * 1e3,
+                cache.store_time.as_secs_f64() * 1e3,
+                if cache.pruned > 0 {
+                    format!(", {} older files pruned", cache.pruned)
+                } else {
+                    String::new()
+                }
+            );
+        } else if !stored {
+            log::info!(
+                "build-ID cache {}: all {} files there already",
+                cache.root.display(),
+                cache.files
+            );
+        }
+        for failed in &cache.failed {
+            let _ = writeln!(
+                err,
+                "fltrace: warning: not kept in the build-ID cache: {failed}"
+            );
+        }
     }
     if summary.lost > 0 {
         let _ = writeln!(

@@ -1,6 +1,7 @@
 mod allocs;
 mod attribution;
 mod bpftools;
+mod buildcache;
 mod churn;
 mod cli;
 mod debuginfo;

@@ -1,0 +1,335 @@
+//! Recordings that outlive their files: the build-ID cache `record` keeps the executables and
+//! libraries in, and the perf maps of JIT code copied into the recording.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::util::*;
+
+/// Pages the workloads touch at their fill line.
+const PAGES: u64 = 50;
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("tool runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `faults.c`, with `blank` empty lines put before it, built as the suite builds it into `out`.
+fn build_faults_shifted(src_dir: &Path, out: &Path, blank: usize) {
+    let source = src_dir.join("faults.c");
+    let text = std::fs::read_to_string(workloads_dir().join("faults.c")).expect("source");
+    std::fs::write(&source, format!("{}{text}", "\n".repeat(blank))).expect("write source");
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(out)
+            .arg(&source)
+            .args(["-ldl", "-lpthread"]),
+    );
+}
+
+/// `fltrace <args>` in `dir` with the build-ID cache at `cache`.
+fn fltrace_cached(dir: &Dir, cache: &Path, args: &[&str]) -> std::process::Output {
+    dir.fltrace()
+        .env("FLTRACE_CACHE", cache)
+        .args(args)
+        .output()
+        .expect("fltrace runs")
+}
+
+fn report_by_line(dir: &Dir, cache: &Path) -> (serde_json::Value, String) {
+    let out = fltrace_cached(
+        dir,
+        cache,
+        &["report", "--format", "json", "--top", "0", "--by", "line"],
+    );
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        serde_json::from_slice(&out.stdout).expect("report prints JSON"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Record, rebuild the program at the same path with every line moved: the report names the
+/// recorded build's lines, from the cache (its file of that build), with the exact count; with
+/// `--no-cache` the same rebuild leaves no line of `faults.c` (the control).
+#[test]
+fn rebuilt_program_keeps_its_recorded_lines() {
+    const SHIFT: usize = 7;
+    let fill = site("faults.c", "fill");
+    for cached in [true, false] {
+        let dir = Dir::new();
+        let cache = dir.path().join("cache");
+        let bin = dir.path().join("faults");
+        build_faults_shifted(dir.path(), &bin, 0);
+        let mut record = vec!["record", "-q"];
+        if !cached {
+            record.push("--no-cache");
+        }
+        let bin_str = bin.to_str().expect("utf-8");
+        let pages = PAGES.to_string();
+        let out = fltrace_cached(
+            &dir,
+            &cache,
+            &[&record[..], &["--", bin_str, "nested", &pages]].concat(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (before, _) = report_by_line(&dir, &cache);
+        assert_eq!(count_at(&before, "faults.c", fill), PAGES);
+
+        build_faults_shifted(dir.path(), &bin, SHIFT);
+        let (after, stderr) = report_by_line(&dir, &cache);
+        if cached {
+            assert_eq!(count_at(&after, "faults.c", fill), PAGES, "{stderr}");
+            assert_eq!(count_at(&after, "faults.c", fill + SHIFT as u32), 0);
+            assert!(
+                stderr.contains(cache.to_str().expect("utf-8")),
+                "the warning names the cached file: {stderr}"
+            );
+            let list = run_ok(
+                dir.fltrace()
+                    .env("FLTRACE_CACHE", &cache)
+                    .args(["cache", "list"]),
+            );
+            assert!(list.contains(bin_str), "{list}");
+            // The rebuild unlinked the recorded file: its cache entry is the only copy, the
+            // first pruned; the report then has its lines no more.
+            let pruned = run_ok(dir.fltrace().env("FLTRACE_CACHE", &cache).args([
+                "cache",
+                "prune",
+                "--max-size",
+                "0",
+            ]));
+            assert!(
+                pruned
+                    .lines()
+                    .any(|l| l.starts_with("removed ") && l.ends_with(bin_str)),
+                "{pruned}"
+            );
+            let (pruned_report, _) = report_by_line(&dir, &cache);
+            assert_eq!(count_at(&pruned_report, "faults.c", fill), 0);
+        } else {
+            assert!(
+                groups(&after)
+                    .all(|g| !g["file"].as_str().is_some_and(|f| f.ends_with("faults.c"))),
+                "lines from the wrong build: {after}"
+            );
+            assert!(!cache.exists(), "--no-cache wrote the cache");
+        }
+    }
+}
+
+/// A program run from a tmpfs mounted in its own mount namespace, gone with it: named from the
+/// cache, which reached the file through /proc/PID/map_files while it ran.
+#[test]
+fn program_of_another_mount_namespace_is_named_after_it_exits() {
+    let dir = Dir::new();
+    let cache = dir.path().join("cache");
+    // Empty here; only the namespace sees the tmpfs over it.
+    let hidden = dir.path().join("hidden");
+    std::fs::create_dir(&hidden).expect("mkdir");
+    let built = dir.path().join("built/faults");
+    std::fs::create_dir_all(built.parent().expect("parent")).expect("mkdir");
+    build_faults_shifted(built.parent().expect("parent"), &built, 0);
+    // `wait` fills the pages, then pauses until the timeout ends it: the process lives past
+    // the recorder's next reading, as a container's processes do.
+    let script = format!(
+        "mount -t tmpfs fltrace-test {h} && cp {b} {h}/faults && timeout 1 {h}/faults wait {PAGES}; true",
+        h = hidden.display(),
+        b = built.display()
+    );
+    let out = fltrace_cached(
+        &dir,
+        &cache,
+        &["record", "-q", "--", "unshare", "-m", "sh", "-c", &script],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inside = hidden.join("faults");
+    assert!(!inside.exists(), "the tmpfs leaked out of the namespace");
+    let recording = fltrace_trace::Recording::latest(dir.path()).expect("a recording");
+    let pid = recording
+        .pids()
+        .iter()
+        .copied()
+        .find(|&pid| {
+            recording.load(pid).is_ok_and(|t| {
+                t.mappings
+                    .iter()
+                    .any(|m| Path::new(&m.path) == inside && m.is_exec())
+            })
+        })
+        .expect("the process run from the namespace's tmpfs");
+    let pid = pid.to_string();
+    let out = fltrace_cached(
+        &dir,
+        &cache,
+        &[
+            "report", "--format", "json", "--top", "0", "--by", "line", "--pid", &pid,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        count_at(&report, "faults.c", site("faults.c", "fill")),
+        PAGES,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The pid of the recording's root process.
+fn root_pid(dir: &Dir) -> u32 {
+    fltrace_trace::Recording::latest(dir.path())
+        .expect("a recording")
+        .root_pid()
+        .expect("a process")
+}
+
+/// The perf map a process wrote, removed: its copy in the recording must do.
+fn remove_perf_map(pid: u32) -> PathBuf {
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    std::fs::remove_file(&map).expect("the workload wrote its perf map");
+    map
+}
+
+/// A program that writes its own code into an anonymous executable page and names it in a
+/// perf map: every fault of that code is the function's, in the report, the perf-script
+/// export and the folded stacks, after the map file is gone.
+#[test]
+fn jit_code_is_named_by_its_perf_map() {
+    let dir = Dir::new();
+    let jitmap = build_c_workload(dir.path(), "jitmap.c");
+    const TOUCHED: u64 = 300;
+    dir.record_with(&["-q", "--no-cache"], &[&jitmap], &[&TOUCHED.to_string()]);
+    let pid = root_pid(&dir);
+    remove_perf_map(pid);
+    let report = dir.report_json(&["--by", "function"]);
+    let named: Vec<&serde_json::Value> = groups(&report)
+        .filter(|g| g["function"] == "jit_touch_pages")
+        .collect();
+    assert_eq!(named.len(), 1, "{report}");
+    assert_eq!(named[0]["count"], TOUCHED);
+    assert_eq!(named[0]["lib"], format!("perf-{pid}.map"));
+
+    let script = dir.run(&["script"]);
+    assert!(script.status.success());
+    let text = String::from_utf8_lossy(&script.stdout);
+    let leaves = text
+        .split("\n\n")
+        .filter(|sample| {
+            sample.lines().nth(1).is_some_and(|leaf| {
+                leaf.ends_with(&format!(" jit_touch_pages+0x0 (/tmp/perf-{pid}.map)"))
+            })
+        })
+        .count();
+    assert_eq!(leaves as u64, TOUCHED, "{text}");
+}
+
+/// node --perf-basic-prof: the hot function that allocates is named in `report --by function`
+/// with the faults whose innermost frame is its code (counted here from the raw tables and
+/// the map), after node's map file is deleted.
+#[test]
+fn node_perf_basic_prof_names_the_hot_function() {
+    let dir = Dir::new();
+    let script = dir.path().join("hot.js");
+    std::fs::write(
+        &script,
+        "const kept = [];\n\
+         function hotAllocate(n) {\n\
+         \x20 const out = new Array(n);\n\
+         \x20 for (let i = 0; i < n; i++) out[i] = { index: i, values: [i, i + 1, i + 2] };\n\
+         \x20 return out;\n\
+         }\n\
+         for (let round = 0; round < 40; round++) kept.push(hotAllocate(50000));\n\
+         console.log(kept.length);\n",
+    )
+    .expect("write script");
+    let node = PathBuf::from("node");
+    dir.record_with(
+        &["-q", "--no-cache"],
+        &[&node],
+        &["--perf-basic-prof", script.to_str().expect("utf-8")],
+    );
+    let pid = root_pid(&dir);
+    let map = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).expect("node's perf map");
+    remove_perf_map(pid);
+    // node's own names: `JS:*hotAllocate /path/hot.js:2` (optimized), `JS:~...` (baseline).
+    let functions: Vec<(u64, u64, String)> = map
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let start = u64::from_str_radix(f.next()?, 16).ok()?;
+            let size = u64::from_str_radix(f.next()?, 16).ok()?;
+            Some((start, start + size, f.next()?.to_owned()))
+        })
+        .collect();
+    assert!(
+        functions
+            .iter()
+            .any(|(_, _, name)| name.contains("hotAllocate ")),
+        "no hotAllocate in node's map"
+    );
+
+    let recording = fltrace_trace::Recording::latest(dir.path()).expect("a recording");
+    let trace = recording.load(pid).expect("trace");
+    // A later line over the same code names it (the JIT reused the memory).
+    let in_hot = |addr: u64| {
+        functions
+            .iter()
+            .rev()
+            .find(|(s, e, _)| (*s..*e).contains(&addr))
+            .filter(|(_, _, name)| name.contains("hotAllocate "))
+    };
+    let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
+    for fault in &trace.faults {
+        let leaf = trace
+            .stack(fault.stack_id)
+            .and_then(|s| s.frames.first().copied());
+        if let Some((_, _, name)) = leaf.and_then(|ip| in_hot(ip.get())) {
+            *expected.entry(name.clone()).or_default() += 1;
+        }
+    }
+    let report = dir.report_json(&["--by", "function"]);
+    let named: std::collections::BTreeMap<String, u64> = groups(&report)
+        .filter(|g| {
+            g["function"]
+                .as_str()
+                .is_some_and(|f| f.contains("hotAllocate "))
+        })
+        .map(|g| {
+            (
+                g["function"].as_str().unwrap_or("").to_owned(),
+                g["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(named, expected, "{report}");
+    let total: u64 = named.values().sum();
+    // The function allocates most of what the run touches.
+    assert!(
+        total * 2 > report["faults"].as_u64().unwrap_or(0),
+        "{named:?} of {}",
+        report["faults"]
+    );
+}
