@@ -431,9 +431,13 @@ extern "C" fn before_fork() {
     }
 }
 
+/// Set in the parent after its first fork: the children forked later say nothing.
+static FORK_TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 extern "C" fn after_fork_parent() {
     if let Some(region) = region_any().filter(|r| r.managed()) {
         region.resume();
+        FORK_TOLD.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     managed_malloc::unlock_after_fork();
 }
@@ -441,6 +445,17 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     if let Some(region) = region_any().filter(|r| r.managed()) {
         region.detach_child();
+        if !FORK_TOLD.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut digits = [0; 20];
+            // SAFETY: getpid has no preconditions.
+            let pid = sys::decimal(unsafe { libc::getpid() } as u64, &mut digits);
+            sys::write_stderr(&[
+                b"fltrace: far memory: forked child ",
+                pid,
+                b" runs without a local limit (only the process that started the runtime, \
+                  or one that execs, is emulated); said once per parent\n",
+            ]);
+        }
     }
     managed_malloc::unlock_after_fork();
 }
