@@ -806,6 +806,29 @@ fn postgres_under_far_memory_serves_pgbench_and_says_its_children_run_unlimited(
         1,
         "{err}"
     );
+    // No child forked twice from a signal handler run on the runtime's thread as well.
+    assert!(!err.contains("taking over ProcSignal slot"), "{err}");
     // The postmaster's runtime reported to the recorder.
     assert!(last_stat(&dir, postmaster, "rt_faults") > 0);
+}
+
+/// A signal the program's main thread blocks is not handled on the runtime's handler thread:
+/// it waits for main, as it would untraced (the handler threads block every signal).
+#[test]
+fn signals_wait_for_the_program_not_the_runtime() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "signalthread.c");
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-q", "-L=16", "-M=64", "--"])
+            .arg(&program),
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "handler ran on main\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
 }
