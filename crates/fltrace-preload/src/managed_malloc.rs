@@ -129,6 +129,12 @@ pub fn allocate(size: usize, align: usize) -> *mut u8 {
             usable: size,
         })
     };
+    if size >= PAGE && !region.has_room(size) {
+        // Freed memory kept while there was room may since have been evicted: under the
+        // limit a block's whole pages start as fresh zero pages, not fetches of what a
+        // freed block left there.
+        region.discard(ptr as usize, size);
+    }
     region
         .shared()
         .memory_allocd

@@ -791,8 +791,8 @@ impl Region {
 
     /// Whether `len` more bytes fit in local memory with room to spare (a batch of eviction
     /// ahead). Freed blocks stay mapped while they do, as the program's own allocator would
-    /// keep them; only under the limit are their pages given back, before any live page is
-    /// evicted for them.
+    /// keep them; only under the limit are their pages given back (on free, and when a block
+    /// is allocated again over them).
     pub fn has_room(&self, len: usize) -> bool {
         if !self.managed() {
             return true;
