@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 # golang-go gives the tests `go tool pprof`, the real consumer of `report --format pprof`;
 # clang compiles the BPF object of crates/fltrace-bpf (count, faults, ffaults, memleak, triage);
 # chromium renders the page of `runs --run` headless in the tests; redis-server (Debian's links
-# jemalloc) and redis-benchmark are the real server the allocation tracer is tested on.
-packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium redis-server nodejs)
+# jemalloc) and redis-benchmark are the real server the allocation tracer is tested on;
+# postgresql-15 (a postmaster forking its backends, with pgbench) the one far memory's forks are;
+# nodejs (`--perf-basic-prof`) the JIT whose perf maps name frames.
+packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium redis-server
+    postgresql-15 nodejs)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

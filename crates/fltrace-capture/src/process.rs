@@ -32,6 +32,9 @@ pub struct Counters {
     pub hwm: u64,
     /// Resident memory at the last look, bytes.
     pub rss: u64,
+    /// Resident anonymous memory at the last look (`RssAnon`), bytes: under far memory the
+    /// local pages, the far ones held in the store, and memory outside the managed region.
+    pub rss_anon: u64,
 }
 
 /// Where one process's trace goes.
@@ -842,6 +845,8 @@ impl Process {
                 self.counters.hwm = self.counters.hwm.max(v * 1024);
             } else if let Some(v) = line.strip_prefix("VmRSS:").and_then(kb) {
                 self.counters.rss = v * 1024;
+            } else if let Some(v) = line.strip_prefix("RssAnon:").and_then(kb) {
+                self.counters.rss_anon = v * 1024;
             }
         }
     }
@@ -863,6 +868,7 @@ impl Process {
             ("stacks_extended", c.stacks_extended),
             ("memory_used", c.hwm),
             ("rss", c.rss),
+            ("rss_anon", c.rss_anon),
             ("hwm", c.hwm),
         ];
         // Under far-memory emulation the runtime's counters take the original's names

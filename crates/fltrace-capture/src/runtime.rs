@@ -247,7 +247,7 @@ impl RuntimeView {
     }
 
     /// The runtime's counters.
-    pub fn counters(&self) -> [(&'static str, u64); 14] {
+    pub fn counters(&self) -> [(&'static str, u64); 16] {
         self.shared().counters()
     }
 

@@ -381,6 +381,19 @@ fn start_handlers(region: &Region) -> bool {
     let handlers = sys::env_u64(env::HANDLERS).unwrap_or(1).clamp(1, 64);
     let mut started = 0;
     let mut failure = 0;
+    // The program's signal handlers must never run on a handler thread: a program written
+    // for one thread would run them beside itself (PostgreSQL 15's postmaster forks its
+    // children from them: a second walwriter, a backend never started), and no fault is
+    // served while a handler thread waits in one. Threads start with their creator's mask.
+    // SAFETY: sigset_t is plain data; both calls take valid pointers.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut program_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut program_mask);
+    }
     for _ in 0..handlers {
         let mut thread: libc::pthread_t = 0;
         // SAFETY: a plain function pointer and no argument; the thread runs for the process.
@@ -398,6 +411,8 @@ fn start_handlers(region: &Region) -> bool {
             failure = error;
         }
     }
+    // SAFETY: restores this thread's own mask, saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &program_mask, std::ptr::null_mut()) };
     if started < handlers {
         let (mut a, mut b, mut c) = ([0; 20], [0; 20], [0; 20]);
         sys::write_stderr(&[
@@ -431,9 +446,13 @@ extern "C" fn before_fork() {
     }
 }
 
+/// Set in the parent after its first fork: the children forked later say nothing.
+static FORK_TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 extern "C" fn after_fork_parent() {
     if let Some(region) = region_any().filter(|r| r.managed()) {
         region.resume();
+        FORK_TOLD.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     managed_malloc::unlock_after_fork();
 }
@@ -441,6 +460,17 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     if let Some(region) = region_any().filter(|r| r.managed()) {
         region.detach_child();
+        if !FORK_TOLD.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut digits = [0; 20];
+            // SAFETY: getpid has no preconditions.
+            let pid = sys::decimal(unsafe { libc::getpid() } as u64, &mut digits);
+            sys::write_stderr(&[
+                b"fltrace: far memory: forked child ",
+                pid,
+                b" runs without a local limit (only the process that started the runtime, \
+                  or one that execs, is emulated); said once per parent\n",
+            ]);
+        }
     }
     managed_malloc::unlock_after_fork();
 }

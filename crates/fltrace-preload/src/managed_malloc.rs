@@ -4,8 +4,9 @@
 //! interposed, so the runtime replaces the allocator: blocks come from talc over the region.
 //! Each block carries a 16-byte header just before the pointer handed out (its span and
 //! alignment), since C's `free` is not told the size. Blocks of 64 KiB and more are page
-//! aligned, so their pages are whole and can be discarded on free (they read as zeros and cost
-//! no local memory afterwards, as with glibc's mmap'd chunks).
+//! aligned, so their pages are whole. A freed block's pages stay mapped while local memory has
+//! room, as a program's allocator keeps freed memory (so reusing it costs no fault); under the
+//! limit they are discarded on free (they read as zeros and cost no local memory afterwards).
 //!
 //! Until the region exists (the dynamic linker and `pthread_create` allocate while the runtime
 //! starts), blocks come from a static bootstrap arena and are never freed.
@@ -22,6 +23,8 @@ use crate::{region, sys};
 /// Blocks at least this large are page aligned.
 pub const LARGE: usize = 64 * 1024;
 const HEADER: usize = 16;
+/// `calloc` blocks at least this large read as fresh zero pages (glibc's mmap threshold).
+const CALLOC_FRESH: usize = 128 * 1024;
 const MAGIC: usize = 0xf17a_0000_0000_0000;
 
 type Talc = talc::base::Talc<Manual, talc::DefaultBinning>;
@@ -126,6 +129,12 @@ pub fn allocate(size: usize, align: usize) -> *mut u8 {
             usable: size,
         })
     };
+    if size >= PAGE && !region.has_room(size) {
+        // Freed memory kept while there was room may since have been evicted: under the
+        // limit a block's whole pages start as fresh zero pages, not fetches of what a
+        // freed block left there.
+        region.discard(ptr as usize, size);
+    }
     region
         .shared()
         .memory_allocd
@@ -182,8 +191,9 @@ pub unsafe fn free(ptr: *mut u8) {
     let Some(region) = crate::region_any() else {
         return;
     };
-    if usable >= PAGE {
-        // Before the block is given back: afterwards another thread may own it.
+    if usable >= PAGE && !region.has_room(usable) {
+        // Under the limit its pages go back rather than some live page being evicted. Before
+        // the block is given back: afterwards another thread may own it.
         region.discard(ptr as usize, usable);
     }
     // SAFETY: the header clears the tag so a double free is not taken for a block.
@@ -204,15 +214,18 @@ pub unsafe fn free(ptr: *mut u8) {
         .fetch_add(usable as u64, Relaxed);
 }
 
-/// `calloc`: zeroed memory. Whole pages are discarded rather than written, so that zeroing
-/// costs no faults; only partial pages at the ends are cleared by hand.
+/// `calloc`: zeroed memory. The whole pages of a large block are discarded rather than
+/// written, so that zeroing costs no faults; only partial pages at the ends are cleared by hand.
 pub fn allocate_zeroed(size: usize) -> *mut u8 {
     let ptr = allocate(size, HEADER);
     if ptr.is_null() {
         return ptr;
     }
     match crate::region_ready() {
-        Some(region) if size >= PAGE && region.contains(ptr as usize) => {
+        // Large blocks are fresh memory to glibc (mmap'd chunks, never cleared), and smaller
+        // ones freed memory it clears by hand: discarding the latter would cost a fault per
+        // page the program then touches, which it does not pay untraced.
+        Some(region) if size >= CALLOC_FRESH && region.contains(ptr as usize) => {
             let start = ptr as usize;
             let first_page = (start + PAGE - 1) & !(PAGE - 1);
             let last_page = (start + size) & !(PAGE - 1);

@@ -66,6 +66,8 @@ struct Pages {
     evictions: u32,
     /// Resident pages whose far copy is kept (clean, `IN_STORE`).
     clean_copies: usize,
+    /// Evicted pages held in the store (`IN_STORE`, not resident).
+    far: usize,
     /// Store pages whose copy is to be released, released together (one `MADV_DONTNEED` per
     /// run, so one TLB shootdown per batch rather than per page).
     releases: [u32; RELEASE_BATCH],
@@ -231,6 +233,7 @@ impl Region {
             evicted_at: unsafe { meta.add(pages * 5 + queue_cap * 8) }.cast(),
             evictions: 0,
             clean_copies: 0,
+            far: 0,
             releases: [0; RELEASE_BATCH],
             release_len: 0,
         };
@@ -381,6 +384,7 @@ impl Region {
             }
             | if refaulted { REFERENCED } else { 0 };
         pages.clean_copies += usize::from(keep_copy);
+        pages.far -= usize::from(fetched);
         self.enqueue(&mut pages, idx);
         pages.resident += 1;
         shared.faults.fetch_add(1, Relaxed);
@@ -403,6 +407,7 @@ impl Region {
         let resident = (pages.resident * PAGE) as u64;
         shared.resident.store(resident, Relaxed);
         shared.memory_used.fetch_max(resident, Relaxed);
+        shared.far.store((pages.far * PAGE) as u64, Relaxed);
     }
 
     /// Fills the missing page `idx` at `addr` when pages move: an evicted page is moved back
@@ -639,6 +644,8 @@ impl Region {
                 let evicted = count - kept;
                 shared.evict_writes.fetch_add(evicted as u64, Relaxed);
                 pages.resident -= evicted;
+                pages.far += evicted;
+                shared.far.store((pages.far * PAGE) as u64, Relaxed);
                 shared.evict_pages_done.fetch_add(evicted as u64, Relaxed);
                 if evicted == 0 {
                     // Nothing would move: stop rather than spin on the same pages.
@@ -684,6 +691,7 @@ impl Region {
                     shared.evict_writes.fetch_add(1, Relaxed);
                 }
                 *state &= !(RESIDENT | DIRTY | REFERENCED);
+                pages.far += usize::from(*state & IN_STORE != 0);
                 // SAFETY: idx < pages.
                 unsafe { *pages.evicted_at.add(idx) = pages.evictions };
                 pages.evictions = pages.evictions.wrapping_add(1);
@@ -696,6 +704,7 @@ impl Region {
             add(&breakdown.evict_drop_ns, now_ns() - dropping);
             pages.resident -= count;
             shared.evict_pages_done.fetch_add(count as u64, Relaxed);
+            shared.far.store((pages.far * PAGE) as u64, Relaxed);
         }
         true
     }
@@ -780,6 +789,18 @@ impl Region {
         }
     }
 
+    /// Whether `len` more bytes fit in local memory with room to spare (a batch of eviction
+    /// ahead). Freed blocks stay mapped while they do, as the program's own allocator would
+    /// keep them; only under the limit are their pages given back (on free, and when a block
+    /// is allocated again over them).
+    pub fn has_room(&self, len: usize) -> bool {
+        if !self.managed() {
+            return true;
+        }
+        let resident = self.shared().resident.load(Relaxed) as usize / PAGE;
+        resident + len.div_ceil(PAGE) + self.ahead < self.limit
+    }
+
     /// Forgets the contents of the whole pages in `[addr, addr + len)`: they read as zeros
     /// afterwards, locally and in the store (free, `munmap`, `MADV_DONTNEED`).
     pub fn discard(&self, addr: usize, len: usize) {
@@ -808,7 +829,10 @@ impl Region {
                     pages.clean_copies -= 1;
                 }
                 run_start.get_or_insert(page);
-            } else if let Some(s) = run_start.take() {
+            } else {
+                pages.far -= usize::from(*state & IN_STORE != 0);
+            }
+            if !resident && let Some(s) = run_start.take() {
                 sys::madvise(s, page - s, libc::MADV_DONTNEED);
             }
             *state = 0;
@@ -825,28 +849,56 @@ impl Region {
         self.shared()
             .resident
             .store((pages.resident * PAGE) as u64, Relaxed);
+        self.shared().far.store((pages.far * PAGE) as u64, Relaxed);
     }
 
     /// Before fork: stop evicting and bring every evicted page back, so that the child, whose
-    /// memory is no longer managed, sees all of it. The limit is exceeded until the parent's
-    /// next fault.
+    /// memory is no longer managed, sees all of it. The runtime copies them in itself, so the
+    /// program takes no fault for them: they are counted as `fork_fetches`, the runtime's
+    /// work. The limit is exceeded until the parent's next fault.
     pub fn prepare_fork(&self) {
         if !self.managed() {
             return;
         }
         self.paused.store(true, Relaxed);
+        let shared = self.shared();
         for idx in 0..self.pages {
-            let in_store = {
-                let pages = self.inner.lock();
-                // SAFETY: idx < pages.
-                let state = unsafe { *pages.state.add(idx) };
-                state & IN_STORE != 0 && state & RESIDENT == 0
-            };
-            if in_store {
-                // A read fault brings it back through the handler.
-                // SAFETY: a mapped page of the region.
-                unsafe { std::ptr::read_volatile((self.base + idx * PAGE) as *const u8) };
+            let mut pages = self.inner.lock();
+            // SAFETY: idx < pages.
+            let state = unsafe { *pages.state.add(idx) };
+            if state & IN_STORE == 0 || state & RESIDENT != 0 {
+                continue;
             }
+            let addr = self.base + idx * PAGE;
+            let filled = if self.moving {
+                self.fill_moving(addr, idx, true)
+            } else {
+                let far = (self.store + idx * PAGE) as u64;
+                uffd::copy(self.uffd, addr as u64, far, PAGE as u64, false)
+            };
+            // Filled by a racing fault meanwhile (EEXIST) or not at all: the handler's state
+            // stands (a racing fault takes the lock after this and finds the page resident).
+            if filled.is_err() {
+                continue;
+            }
+            // Writable and the only copy: dirty, its store page released.
+            // SAFETY: idx < pages.
+            unsafe { *pages.state.add(idx) = RESIDENT | DIRTY };
+            if !self.moving {
+                self.queue_release(&mut pages, idx);
+            }
+            pages.far -= 1;
+            pages.resident += 1;
+            self.enqueue(&mut pages, idx);
+            shared.fork_fetches.fetch_add(1, Relaxed);
+            shared
+                .resident
+                .store((pages.resident * PAGE) as u64, Relaxed);
+            shared.far.store((pages.far * PAGE) as u64, Relaxed);
+        }
+        let mut pages = self.inner.lock();
+        if pages.release_len > 0 {
+            self.flush_releases(&mut pages);
         }
     }
 

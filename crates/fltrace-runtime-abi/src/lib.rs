@@ -237,6 +237,11 @@ pub struct Shared {
     pub m_exhausted: AtomicU64,
     /// The local limit, bytes.
     pub limit: AtomicU64,
+    /// Bytes of evicted pages now held in the backing store (far memory).
+    pub far: AtomicU64,
+    /// Evicted pages the runtime brought back itself before a fork (the child runs
+    /// unmanaged and must see them): its work, not faults of the program.
+    pub fork_fetches: AtomicU64,
     /// First address of the managed region.
     pub region_start: AtomicU64,
     /// Bytes of the managed region.
@@ -254,7 +259,7 @@ pub const SHARED_SIZE: usize = core::mem::size_of::<Shared>();
 
 impl Shared {
     /// The counters as (original name, value) pairs.
-    pub fn counters(&self) -> [(&'static str, u64); 14] {
+    pub fn counters(&self) -> [(&'static str, u64); 16] {
         use core::sync::atomic::Ordering::Relaxed;
         [
             ("rt_faults", self.faults.load(Relaxed)),
@@ -268,6 +273,8 @@ impl Shared {
             ("evict_writes", self.evict_writes.load(Relaxed)),
             ("memory_used", self.memory_used.load(Relaxed)),
             ("memory_local", self.resident.load(Relaxed)),
+            ("memory_far", self.far.load(Relaxed)),
+            ("fork_fetches", self.fork_fetches.load(Relaxed)),
             ("memory_allocd", self.memory_allocd.load(Relaxed)),
             ("memory_freed", self.memory_freed.load(Relaxed)),
             ("m_exhausted", self.m_exhausted.load(Relaxed)),
