@@ -243,21 +243,38 @@ pub fn write_leaks(
                 .stacks
                 .iter()
                 .map(|s| {
-                    json!({
+                    let mut stack = json!({
                         "pid": s.pid,
                         "comm": s.comm,
                         "bytes": s.bytes,
                         "allocations": s.allocations,
                         "stack": s.stack.iter().map(Frame::describe).collect::<Vec<_>>(),
-                    })
+                    });
+                    if !s.addresses.is_empty() {
+                        stack["blocks"] = s
+                            .addresses
+                            .iter()
+                            .map(|&(addr, size)| json!({"addr": addr, "size": size}))
+                            .collect();
+                    }
+                    stack
                 })
                 .collect();
-            let report = json!({
+            let mut report = json!({
                 "allocs": snapshot.allocs,
                 "frees": snapshot.frees,
                 "dropped": snapshot.dropped,
+                "seen": snapshot.allocs,
+                "lost": snapshot.dropped,
+                "why": if snapshot.dropped > 0 { snapshot.why } else { "" },
                 "stacks": stacks,
             });
+            if snapshot.sampled > 1 {
+                report["sampled"] = snapshot.sampled.into();
+            }
+            if snapshot.behind {
+                report["behind"] = true.into();
+            }
             serde_json::to_writer(&mut *out, &report)?;
             writeln!(out)?;
         }
@@ -276,9 +293,17 @@ pub fn write_leaks(
             csv.flush()?;
         }
         Format::Table => {
+            let sampled = if snapshot.sampled > 1 {
+                format!(
+                    " (1 allocation in {} sampled: figures scaled, estimates)",
+                    snapshot.sampled
+                )
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "[{clock}] Top {} stacks with outstanding allocations:",
+                "[{clock}] Top {} stacks with outstanding allocations{sampled}:",
                 snapshot.stacks.len()
             )?;
             for s in &snapshot.stacks {
@@ -293,6 +318,22 @@ pub fn write_leaks(
                 for f in &s.stack {
                     writeln!(out, "\t\t{}", f.describe())?;
                 }
+                for (addr, size) in &s.addresses {
+                    writeln!(out, "\t\taddr = {addr:x} size = {size}")?;
+                }
+            }
+            if snapshot.dropped > 0 {
+                writeln!(
+                    out,
+                    "{} allocations seen, {} lost: {}",
+                    snapshot.allocs, snapshot.dropped, snapshot.why
+                )?;
+            }
+            if snapshot.behind {
+                writeln!(
+                    out,
+                    "the reader had not read every call made before this report: it is behind"
+                )?;
             }
         }
     }
@@ -508,10 +549,14 @@ mod tests {
                 bytes: 4096,
                 allocations: 2,
                 stack: vec![frame("malloc", None), frame("main", Some("m.c:5"))],
+                addresses: Vec::new(),
             }],
             allocs: 3,
             frees: 1,
             dropped: 0,
+            why: "",
+            sampled: 1,
+            behind: false,
         };
         assert_eq!(
             written(|o| write_leaks(o, &snapshot, Format::Table, true, "")),
@@ -523,6 +568,30 @@ mod tests {
              \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
              \t\tmalloc (prog)\n\t\tmain (m.c:5)\n"
         );
+        // Sampled, each block listed, and calls lost: said in the header, rows and last line.
+        let mut sampled = snapshot.clone();
+        sampled.sampled = 4;
+        sampled.dropped = 7;
+        sampled.why = "the ring was full";
+        sampled.stacks[0].addresses = vec![(0x1000, 2048), (0x2000, 2048)];
+        assert_eq!(
+            written(|o| write_leaks(o, &sampled, Format::Table, false, "01:02:03")),
+            "[01:02:03] Top 1 stacks with outstanding allocations (1 allocation in 4 sampled: \
+             figures scaled, estimates):\n\
+             \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
+             \t\tmalloc (prog)\n\t\tmain (m.c:5)\n\
+             \t\taddr = 1000 size = 2048\n\t\taddr = 2000 size = 2048\n\
+             3 allocations seen, 7 lost: the ring was full\n"
+        );
+        let json: serde_json::Value = serde_json::from_str(&written(|o| {
+            write_leaks(o, &sampled, Format::Json, false, "")
+        }))
+        .expect("JSON");
+        assert_eq!(
+            (&json["seen"], &json["lost"], &json["why"], &json["sampled"]),
+            (&3.into(), &7.into(), &"the ring was full".into(), &4.into())
+        );
+        assert_eq!(json["stacks"][0]["blocks"][1]["addr"], 0x2000);
     }
 
     #[test]
