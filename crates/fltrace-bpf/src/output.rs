@@ -59,11 +59,13 @@ pub fn folded_line(row: &Row) -> String {
 }
 
 /// Writes counted rows in `format`, or as folded lines when `folded`.
+/// Writes the rows; a JSON array ends with `footer` (what was lost or sampled), if any.
 pub fn write_rows(
     out: &mut impl Write,
     rows: &[Row],
     format: Format,
     folded: bool,
+    footer: Option<serde_json::Value>,
 ) -> io::Result<()> {
     if folded {
         for row in rows {
@@ -73,7 +75,7 @@ pub fn write_rows(
     }
     match format {
         Format::Json => {
-            let rows: Vec<serde_json::Value> = rows
+            let mut rows: Vec<serde_json::Value> = rows
                 .iter()
                 .map(|r| {
                     json!({
@@ -88,6 +90,7 @@ pub fn write_rows(
                     })
                 })
                 .collect();
+            rows.extend(footer);
             serde_json::to_writer_pretty(&mut *out, &rows)?;
             writeln!(out)?;
         }
@@ -506,18 +509,19 @@ mod tests {
     fn rows_as_table_csv_and_json() {
         let rows = [row()];
         assert_eq!(
-            written(|o| write_rows(o, &rows, Format::Table, false)),
+            written(|o| write_rows(o, &rows, Format::Table, false, None)),
             "         7  prog  pid 42\n            handle_mm_fault (prog)\n            \
              inner (a.c:3)\n            outer (prog)\n"
         );
         assert_eq!(
-            written(|o| write_rows(o, &rows, Format::Csv, false)),
+            written(|o| write_rows(o, &rows, Format::Csv, false, None)),
             "count,pid,tid,comm,probe,field,ustack,kstack\n\
              7,42,,prog,,,inner (a.c:3);outer (prog),handle_mm_fault (prog)\n"
         );
-        let json: serde_json::Value =
-            serde_json::from_str(&written(|o| write_rows(o, &rows, Format::Json, false)))
-                .expect("JSON");
+        let json: serde_json::Value = serde_json::from_str(&written(|o| {
+            write_rows(o, &rows, Format::Json, false, None)
+        }))
+        .expect("JSON");
         assert_eq!(json[0]["count"], 7);
         assert_eq!(json[0]["tid"], serde_json::Value::Null);
         assert_eq!(json[0]["ustack"][1], "outer (prog)");

@@ -234,6 +234,7 @@ fn report(
         counted.top(top),
         common.format.into(),
         common.folded,
+        counted.loss_footer(),
     )?;
     match remarks.summary(&counted) {
         Some(line) => eprintln!("fltrace: {line}"),

@@ -1175,6 +1175,23 @@ fn faults_of_a_command_are_all_counted_or_their_loss_said() {
         Some(if lost > 0 { 3 } else { 0 }),
         "{stderr}"
     );
+    // The JSON array ends with the same figures when anything was lost.
+    let last = rows.as_array().and_then(|r| r.last()).expect("a row");
+    if lost > 0 {
+        assert_eq!(last["lost"], lost, "{last}");
+        assert!(
+            last["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("the ring was full")),
+            "{last}"
+        );
+        assert!(
+            last["seen"].as_u64().is_some_and(|s| s >= at_touch),
+            "{last}"
+        );
+    } else {
+        assert!(last.get("lost").is_none(), "{last}");
+    }
 }
 
 /// System-wide, a file mapped by a program that has exited, and deleted, before the output:
@@ -1229,6 +1246,10 @@ fn faults_sampled_are_scaled_and_said_so() {
         "{stderr}"
     );
     let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    // The JSON array says so too, in its last element.
+    let last = rows.as_array().and_then(|r| r.last()).expect("a row");
+    assert_eq!(last["sampled"], 16, "{last}");
+    assert!(last["seen"].as_u64().is_some(), "{last}");
     let counts = counts_at(&rows, "touch");
     assert!(counts.iter().all(|c| c % 16 == 0), "{counts:?}");
     let at_touch: u64 = counts.iter().sum();
