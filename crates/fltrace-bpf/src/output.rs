@@ -343,22 +343,25 @@ pub fn write_leaks(
     out.flush()
 }
 
-/// HH:MM:SS of `unix_secs`, UTC.
-pub fn clock_time(unix_secs: u64) -> String {
-    format!(
-        "{:02}:{:02}:{:02}",
-        unix_secs / 3600 % 24,
-        unix_secs / 60 % 60,
-        unix_secs % 60
-    )
+/// `HH:MM:SS` of a Unix time in ns, in local time as bcc's tools print it: the one clock of
+/// every tool's lines (memleak's reports, oomkill, vmscan, swapin, triage's OOM kills).
+pub fn clock_time(unix_ns: i128) -> String {
+    let secs = (unix_ns / 1_000_000_000) as libc::time_t;
+    // SAFETY: an all-zero tm is a valid value to be overwritten.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a time_t and a tm.
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return "??:??:??".to_owned();
+    }
+    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
 }
 
-/// HH:MM:SS now, UTC.
+/// `HH:MM:SS` now, in local time.
 pub fn clock_now() -> String {
     clock_time(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+            .map_or(0, |d| d.as_nanos() as i128),
     )
 }
 
@@ -603,6 +606,8 @@ mod tests {
         assert_eq!(table_full_note(0), "");
         assert_eq!(table_full_note(3), " (3 not counted: the table was full)");
         assert_eq!(ring_full_note(0), "");
-        assert_eq!(clock_time(3600 * 25 + 61), "01:01:01");
+        // Local time: the hour and minute move with the zone, the seconds do not.
+        let clock = clock_time((3600 * 25 + 61) * 1_000_000_000);
+        assert!(clock.len() == 8 && clock.ends_with(":01"), "{clock}");
     }
 }
