@@ -8,6 +8,7 @@
 # timed too. Prints the medians and the blocks each reported outstanding (KEEP expected).
 # KEEP_WORK=1 keeps the scratch directory (its outputs).
 # usage: bench/memleak.sh [PAIRS=1000000] [KEEP=1000] [ROUNDS=3]
+# TOOLS="untraced fltrace" leaves bpftrace out.
 # FLTRACE=path/to/fltrace uses that binary instead of building the release one.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -49,16 +50,16 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 
 declare -A run report kept
 for ((r = 0; r < rounds; r++)); do
-    for tool in untraced fltrace bpftrace; do
+    for tool in ${TOOLS:-untraced fltrace bpftrace}; do
         rm -f "$work/in"; mkfifo "$work/in"
         "$work/churn" "$pairs" "$keep" <"$work/in" >"$work/out" &
         prog=$!
         exec 3>"$work/in"
         tracer=
         case $tool in
-            fltrace) "$fltrace" memleak -p "$prog" -o 0 --top 5 --format json >"$work/fltrace.out" 2>"$work/fltrace.err" &
+            fltrace) "$fltrace" memleak -p "$prog" -o 0 --top 5 --format json >"$work/fltrace.out" 2>"$work/fltrace.err" 3>&- &
                 tracer=$!; ready=attached; log="$work/fltrace.err" ;;
-            bpftrace) bpftrace "$work/leak.bt" "$prog" >"$work/bpftrace.out" 2>"$work/bpftrace.err" &
+            bpftrace) bpftrace "$work/leak.bt" "$prog" >"$work/bpftrace.out" 2>"$work/bpftrace.err" 3>&- &
                 tracer=$!; ready=Attaching; log="$work/bpftrace.out" ;;
         esac
         if [[ -n $tracer ]]; then
@@ -75,14 +76,14 @@ for ((r = 0; r < rounds; r++)); do
         fi
         exec 3>&-; wait "$prog" || true
     done
-    kept[fltrace]=$(python3 -c 'import json,sys
+    [[ -s $work/fltrace.out ]] && kept[fltrace]=$(python3 -c 'import json,sys
 r=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
 print(sum(s["allocations"] for s in r["stacks"] if s["stack"] and "churn.c:11" in s["stack"][0]), r.get("lost", r.get("dropped")))' "$work/fltrace.out")
-    kept[bpftrace]=$(grep -c '^@addr\[' "$work/bpftrace.out" || true)
+    [[ -s $work/bpftrace.out ]] && kept[bpftrace]=$(grep -c '^@addr\[' "$work/bpftrace.out" || true)
 done
 printf '%-9s %10s %9s %12s %s\n' tool run_s slowdown report_s "outstanding (fltrace: at line 11, lost; bpftrace: all)"
 base=$(echo ${run[untraced]} | tr ' ' '\n' | median)
-for tool in untraced fltrace bpftrace; do
+for tool in ${TOOLS:-untraced fltrace bpftrace}; do
     m=$(echo ${run[$tool]} | tr ' ' '\n' | median)
     rep=-; [[ $tool != untraced ]] && rep=$(echo ${report[$tool]} | tr ' ' '\n' | median)
     printf '%-9s %10.3f %8.2fx %12s %s\n' "$tool" "$m" "$(echo "$m / $base" | bc -l)" "$rep" "${kept[$tool]:--}"
