@@ -79,13 +79,13 @@ for tool in untraced faults count bpftrace dwarf; do
         untraced) counted=$expected; complete=- ;;
         faults | dwarf)
             read -r counted complete < <(python3 -c 'import json,sys
-rows=[r for r in json.load(open(sys.argv[1])) if r["comm"]=="touch"]
+rows=[r for r in json.load(open(sys.argv[1])) if r.get("comm")=="touch"]
 n=sum(r["count"] for r in rows)
 m=sum(r["count"] for r in rows if any(f.startswith("main ") for f in r["ustack"] or []))
 print(n, m)' "$work/$tool.out") ;;
         count)
             counted=$(python3 -c 'import json,sys
-print(sum(r["count"] for r in json.load(open(sys.argv[1])) if r["comm"]=="touch"))' "$work/count.out")
+print(sum(r["count"] for r in json.load(open(sys.argv[1])) if r.get("comm")=="touch"))' "$work/count.out")
             complete=- ;;
         bpftrace)
             read -r counted complete < <(python3 -c 'import re,sys

@@ -23,7 +23,7 @@ use crate::object::{self, Alloc, Config};
 use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
 use crate::watch::{POLL, Prepared, Targets, Watch};
 use crate::{Error, tracefs};
-use fltrace_capture::LiveAllocs;
+use fltrace_capture::{LiveAllocs, LiveOptions};
 
 /// Kernel allocation tracepoints: program, slot, tracepoint, address field, size field.
 const KERNEL_ALLOCS: [(&str, u32, &str, &str, &str); 3] = [
@@ -81,6 +81,8 @@ pub struct Outstanding {
     pub allocations: u64,
     /// The allocation's stack, innermost first.
     pub stack: Vec<Frame>,
+    /// Each block's address and size (with `-a`), lowest address first.
+    pub addresses: Vec<(u64, u64)>,
 }
 
 /// What is outstanding at one moment.
@@ -92,9 +94,44 @@ pub struct LeakSnapshot {
     pub allocs: u64,
     /// Frees of known allocations since the start.
     pub frees: u64,
-    /// Allocations not kept because the table was full.
+    /// Allocations not kept because the table was full, or calls whose samples the kernel
+    /// dropped (the ring was full).
     pub dropped: u64,
+    /// Why `dropped` were.
+    pub why: &'static str,
+    /// One allocation in this many was sampled (bytes and allocations are scaled by it).
+    pub sampled: u64,
+    /// The reader had not caught up with the program when the report was taken.
+    pub behind: bool,
 }
+
+/// What a report holds, beside the stacks (bcc memleak's flags).
+#[derive(Debug, Clone, Copy)]
+pub struct LeakQuery {
+    /// Only allocations at least this old.
+    pub older: Duration,
+    /// Stacks at most.
+    pub top: usize,
+    /// Blocks of these sizes only.
+    pub min_size: u64,
+    /// Blocks of these sizes only.
+    pub max_size: u64,
+    /// Each block's address and size too (`-a`).
+    pub addresses: bool,
+    /// Totals kept by stack, every age (`--combined-only`).
+    pub combined: bool,
+}
+
+impl LeakQuery {
+    fn keeps(&self, size: u64) -> bool {
+        (self.min_size..=self.max_size).contains(&size)
+    }
+}
+
+/// Why the DWARF reader's calls are missing.
+const RING_FULL: &str = "the ring was full (the reader fell behind the program; -s N samples)";
+/// Why the kernel's table did not keep allocations.
+const TABLE_FULL: &str = "the table of outstanding allocations was full";
 
 /// The running tracer; detached when dropped.
 pub struct LeakTracer {
@@ -110,8 +147,12 @@ enum Engine {
         kernel: bool,
         _announcements: Option<Announcements>,
     },
-    /// Here, from uprobe samples unwound from DWARF: per process, its comm and its reader.
-    Unwound(Vec<(u32, String, LiveAllocs)>),
+    /// Here, from uprobe samples unwound from DWARF: per process, its comm and its reader;
+    /// one allocation in `period` sampled.
+    Unwound {
+        readers: Vec<(u32, String, LiveAllocs)>,
+        period: u64,
+    },
 }
 
 /// The C library `pid` has mapped.
@@ -143,9 +184,20 @@ fn field(name: &str, field: &str) -> Result<tracefs::Field, Error> {
 
 impl LeakTracer {
     /// Loads and attaches the allocation probes.
-    pub fn start(target: LeakTarget, processes: &ProcessFilter) -> Result<LeakTracer, Error> {
+    pub fn start(
+        target: LeakTarget,
+        processes: &ProcessFilter,
+        options: LiveOptions,
+    ) -> Result<LeakTracer, Error> {
         if matches!(target, LeakTarget::Attached) {
-            return Self::start_unwound(&processes.tgids);
+            return Self::start_unwound(&processes.tgids, options);
+        }
+        if options.period > 1 {
+            return Err(Error::Unsupported(
+                "-s samples the allocations of processes named by -p or a command (without \
+                 --comm or --cgroup); the kernel's table counts every one"
+                    .into(),
+            ));
         }
         let mut ebpf = object::load()?;
         let mut base = Config::default();
@@ -209,7 +261,7 @@ impl LeakTracer {
         })
     }
 
-    fn start_unwound(tgids: &[u32]) -> Result<LeakTracer, Error> {
+    fn start_unwound(tgids: &[u32], options: LiveOptions) -> Result<LeakTracer, Error> {
         let maps = ProcessMaps::default();
         let mut readers = Vec::new();
         for &tgid in tgids {
@@ -218,18 +270,21 @@ impl LeakTracer {
             maps.remember(tgid);
             let comm_path = format!("/proc/{tgid}/comm");
             let comm = std::fs::read_to_string(&comm_path).map_err(Error::io(&comm_path))?;
-            let reader = LiveAllocs::start(pid, &tasks)?;
+            let reader = LiveAllocs::start(pid, &tasks, options)?;
             readers.push((tgid, comm.trim_end().to_owned(), reader));
         }
         Ok(LeakTracer {
-            engine: Engine::Unwound(readers),
+            engine: Engine::Unwound {
+                readers,
+                period: options.period.max(1),
+            },
             maps,
         })
     }
 
     /// Stops the tracer; for the DWARF-unwound one, says whether its reader failed.
     pub fn finish(self) -> Result<(), Error> {
-        if let Engine::Unwound(readers) = self.engine {
+        if let Engine::Unwound { readers, .. } = self.engine {
             for (_, _, reader) in readers {
                 reader.finish()?;
             }
@@ -242,18 +297,37 @@ impl LeakTracer {
         &self.maps
     }
 
-    /// The outstanding allocations older than `older_than`, grouped by stack, at most `top`.
+    /// Waits until the calls made before now are read (the DWARF readers lag behind the
+    /// program; the kernel's table is current), for at most `patience`: false if they are not.
+    pub fn catch_up(&self, patience: Duration) -> bool {
+        let Engine::Unwound { readers, .. } = &self.engine else {
+            return true;
+        };
+        let now = monotonic_ns();
+        let start = Instant::now();
+        readers.iter().all(|(_, _, reader)| {
+            reader.wait_drained(now, patience.saturating_sub(start.elapsed()))
+        })
+    }
+
+    /// The outstanding allocations the query asks for, grouped by stack, most bytes first.
     pub fn snapshot(
         &self,
         names: &mut StackNames,
-        older_than: Duration,
-        top: usize,
+        query: &LeakQuery,
     ) -> Result<LeakSnapshot, Error> {
         let (ebpf, kernel) = match &self.engine {
             Engine::Bpf { ebpf, kernel, .. } => (ebpf, *kernel),
-            Engine::Unwound(readers) => {
-                return Ok(self.unwound_snapshot(readers, names, older_than, top));
+            Engine::Unwound { readers, period } => {
+                return Ok(self.unwound_snapshot(readers, *period, names, query));
             }
+        };
+        let top = query.top;
+        // The kernel's table keeps every block: its totals by stack are the blocks of every age.
+        let older_than = if query.combined {
+            Duration::ZERO
+        } else {
+            query.older
         };
         let map = ebpf
             .map("outstanding")
@@ -262,22 +336,26 @@ impl LeakTracer {
             BpfHashMap::try_from(map).map_err(Error::map("outstanding"))?;
         let now = monotonic_ns();
         let cutoff = now.saturating_sub(older_than.as_nanos() as u64);
-        // (tgid, stack id) -> (bytes, allocations, comm)
-        let mut groups: HashMap<(u32, i32), (u64, u64, [u8; 16])> = HashMap::new();
+        // (tgid, stack id) -> (bytes, allocations, comm, addresses)
+        type Group = (u64, u64, [u8; 16], Vec<(u64, u64)>);
+        let mut groups: HashMap<(u32, i32), Group> = HashMap::new();
         for entry in outstanding.iter() {
-            let Ok((_, alloc)) = entry else {
+            let Ok((addr, alloc)) = entry else {
                 // Freed while we walked the table.
                 continue;
             };
-            if alloc.time_ns > cutoff {
+            if alloc.time_ns > cutoff || !query.keeps(alloc.size) {
                 continue;
             }
             let tgid = if kernel { 0 } else { alloc.tgid };
             let group = groups
                 .entry((tgid, alloc.stack))
-                .or_insert((0, 0, alloc.comm));
+                .or_insert((0, 0, alloc.comm, Vec::new()));
             group.0 += alloc.size;
             group.1 += 1;
+            if query.addresses {
+                group.3.push((addr, alloc.size));
+            }
         }
         let mut sorted: Vec<_> = groups.into_iter().collect();
         sorted.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(b.1.1.cmp(&a.1.1)));
@@ -303,25 +381,34 @@ impl LeakTracer {
         }
         let stacks = sorted
             .into_iter()
-            .map(|((tgid, stack), (bytes, allocations, comm))| Outstanding {
-                pid: (!kernel).then_some(tgid),
-                comm: object::comm_string(&comm),
-                bytes,
-                allocations,
-                stack: if kernel {
-                    stack_frames(ebpf, stack)
-                        .map(|f| names.kernel(&f))
-                        .unwrap_or_default()
-                } else {
-                    named.remove(&(tgid, stack as u32)).unwrap_or_default()
+            .map(
+                |((tgid, stack), (bytes, allocations, comm, mut addresses))| {
+                    addresses.sort_unstable();
+                    Outstanding {
+                        pid: (!kernel).then_some(tgid),
+                        comm: object::comm_string(&comm),
+                        bytes,
+                        allocations,
+                        stack: if kernel {
+                            stack_frames(ebpf, stack)
+                                .map(|f| names.kernel(&f))
+                                .unwrap_or_default()
+                        } else {
+                            named.remove(&(tgid, stack as u32)).unwrap_or_default()
+                        },
+                        addresses,
+                    }
                 },
-            })
+            )
             .collect();
         Ok(LeakSnapshot {
             stacks,
             allocs: totals(ebpf, 3),
             frees: totals(ebpf, 4),
             dropped: totals(ebpf, object::TOTAL_DROPPED),
+            why: TABLE_FULL,
+            sampled: 1,
+            behind: false,
         })
     }
 
@@ -329,15 +416,26 @@ impl LeakTracer {
     fn unwound_snapshot(
         &self,
         readers: &[(u32, String, LiveAllocs)],
+        period: u64,
         names: &mut StackNames,
-        older_than: Duration,
-        top: usize,
+        query: &LeakQuery,
     ) -> LeakSnapshot {
+        let top = query.top;
         let now = monotonic_ns();
-        let mut snapshot = LeakSnapshot::default();
+        let mut snapshot = LeakSnapshot {
+            why: RING_FULL,
+            sampled: period,
+            ..LeakSnapshot::default()
+        };
         let mut stacks = Vec::new();
         for (tgid, comm, reader) in readers {
-            let blocks = reader.outstanding(now, older_than);
+            // The sizes were chosen as the blocks came (bcc's -z/-Z filter in the probe).
+            let blocks = match (query.combined, query.addresses) {
+                (true, false) => reader.combined(),
+                // Each block listed needs the blocks walked: of every age, as the totals.
+                (true, true) => reader.outstanding(now, Duration::ZERO, true),
+                (false, _) => reader.outstanding(now, query.older, query.addresses),
+            };
             snapshot.allocs += blocks.allocs;
             snapshot.frees += blocks.frees;
             snapshot.dropped += blocks.lost;
@@ -357,9 +455,11 @@ impl LeakTracer {
                 stacks.push(Outstanding {
                     pid: Some(*tgid),
                     comm: current_comm.clone(),
-                    bytes: group.bytes,
-                    allocations: group.blocks,
+                    // Each sampled block stands for `period` of them.
+                    bytes: group.bytes * period,
+                    allocations: group.blocks * period,
                     stack: named.remove(&(i as u32)).unwrap_or_default(),
+                    addresses: group.addresses,
                 });
             }
         }
@@ -434,10 +534,20 @@ pub struct LeakRequest {
     pub count: Option<u64>,
     /// Stacks per report.
     pub top: usize,
-    /// Only allocations at least this old.
+    /// Only allocations at least this old (until the processes end: then every block left).
     pub older: Duration,
     /// Ending after this long.
     pub duration: Option<Duration>,
+    /// One allocation sampled every this many (bcc's -s).
+    pub sample: u64,
+    /// Blocks of at least this size (bcc's -z).
+    pub min_size: u64,
+    /// Blocks of at most this size (bcc's -Z).
+    pub max_size: u64,
+    /// Each block's address and size too (bcc's -a).
+    pub addresses: bool,
+    /// Totals by stack, every age (bcc's --combined-only).
+    pub combined: bool,
 }
 
 /// How the allocations of `filter` are read: the kernel's when no process is named; uprobes
@@ -484,7 +594,12 @@ impl LeakWatch {
         let prepared = Prepared::new(&request.targets)?;
         let (tracer, prepared) = prepared.set_up(|filter| {
             let target = choose_target(&request.targets, filter, libc_of)?;
-            Ok((LeakTracer::start(target.clone(), filter)?, target))
+            let options = LiveOptions {
+                period: request.sample.max(1),
+                min_size: request.min_size,
+                max_size: request.max_size,
+            };
+            Ok((LeakTracer::start(target.clone(), filter, options)?, target))
         })?;
         let (tracer, target) = tracer;
         let tgids = prepared.filter.tgids.clone();
@@ -522,10 +637,25 @@ impl LeakWatch {
         loop {
             let over = self.watch.over();
             if over || self.next.is_some_and(|n| Instant::now() >= n) {
-                let older = self.request.older;
-                let snapshot = self
-                    .tracer
-                    .snapshot(&mut self.names, older, self.request.top)?;
+                // The report holds every call made before it: at the end, all of them.
+                let behind = !self.tracer.catch_up(CATCH_UP);
+                // Once the processes have ended nothing more is freed: every block left is a
+                // leak, however young (a command shorter than -o shows its leaks).
+                let ended = over && self.watch.processes_ended();
+                let query = LeakQuery {
+                    older: if ended {
+                        Duration::ZERO
+                    } else {
+                        self.request.older
+                    },
+                    top: self.request.top,
+                    min_size: self.request.min_size,
+                    max_size: self.request.max_size,
+                    addresses: self.request.addresses,
+                    combined: self.request.combined,
+                };
+                let mut snapshot = self.tracer.snapshot(&mut self.names, &query)?;
+                snapshot.behind = behind;
                 self.reports += 1;
                 self.done = over || self.request.count.is_some_and(|c| self.reports >= c);
                 self.next = Some(Instant::now() + self.request.interval.unwrap_or(ONE_SECOND));
@@ -542,6 +672,9 @@ impl LeakWatch {
 }
 
 const ONE_SECOND: Duration = Duration::from_secs(1);
+
+/// How long a report waits for the DWARF readers to read the calls made before it.
+const CATCH_UP: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {

@@ -59,11 +59,13 @@ pub fn folded_line(row: &Row) -> String {
 }
 
 /// Writes counted rows in `format`, or as folded lines when `folded`.
+/// Writes the rows; a JSON array ends with `footer` (what was lost or sampled), if any.
 pub fn write_rows(
     out: &mut impl Write,
     rows: &[Row],
     format: Format,
     folded: bool,
+    footer: Option<serde_json::Value>,
 ) -> io::Result<()> {
     if folded {
         for row in rows {
@@ -73,7 +75,7 @@ pub fn write_rows(
     }
     match format {
         Format::Json => {
-            let rows: Vec<serde_json::Value> = rows
+            let mut rows: Vec<serde_json::Value> = rows
                 .iter()
                 .map(|r| {
                     json!({
@@ -88,6 +90,7 @@ pub fn write_rows(
                     })
                 })
                 .collect();
+            rows.extend(footer);
             serde_json::to_writer_pretty(&mut *out, &rows)?;
             writeln!(out)?;
         }
@@ -243,21 +246,38 @@ pub fn write_leaks(
                 .stacks
                 .iter()
                 .map(|s| {
-                    json!({
+                    let mut stack = json!({
                         "pid": s.pid,
                         "comm": s.comm,
                         "bytes": s.bytes,
                         "allocations": s.allocations,
                         "stack": s.stack.iter().map(Frame::describe).collect::<Vec<_>>(),
-                    })
+                    });
+                    if !s.addresses.is_empty() {
+                        stack["blocks"] = s
+                            .addresses
+                            .iter()
+                            .map(|&(addr, size)| json!({"addr": addr, "size": size}))
+                            .collect();
+                    }
+                    stack
                 })
                 .collect();
-            let report = json!({
+            let mut report = json!({
                 "allocs": snapshot.allocs,
                 "frees": snapshot.frees,
                 "dropped": snapshot.dropped,
+                "seen": snapshot.allocs,
+                "lost": snapshot.dropped,
+                "why": if snapshot.dropped > 0 { snapshot.why } else { "" },
                 "stacks": stacks,
             });
+            if snapshot.sampled > 1 {
+                report["sampled"] = snapshot.sampled.into();
+            }
+            if snapshot.behind {
+                report["behind"] = true.into();
+            }
             serde_json::to_writer(&mut *out, &report)?;
             writeln!(out)?;
         }
@@ -276,9 +296,17 @@ pub fn write_leaks(
             csv.flush()?;
         }
         Format::Table => {
+            let sampled = if snapshot.sampled > 1 {
+                format!(
+                    " (1 allocation in {} sampled: figures scaled, estimates)",
+                    snapshot.sampled
+                )
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "[{clock}] Top {} stacks with outstanding allocations:",
+                "[{clock}] Top {} stacks with outstanding allocations{sampled}:",
                 snapshot.stacks.len()
             )?;
             for s in &snapshot.stacks {
@@ -293,28 +321,47 @@ pub fn write_leaks(
                 for f in &s.stack {
                     writeln!(out, "\t\t{}", f.describe())?;
                 }
+                for (addr, size) in &s.addresses {
+                    writeln!(out, "\t\taddr = {addr:x} size = {size}")?;
+                }
+            }
+            if snapshot.dropped > 0 {
+                writeln!(
+                    out,
+                    "{} allocations seen, {} lost: {}",
+                    snapshot.allocs, snapshot.dropped, snapshot.why
+                )?;
+            }
+            if snapshot.behind {
+                writeln!(
+                    out,
+                    "the reader had not read every call made before this report: it is behind"
+                )?;
             }
         }
     }
     out.flush()
 }
 
-/// HH:MM:SS of `unix_secs`, UTC.
-pub fn clock_time(unix_secs: u64) -> String {
-    format!(
-        "{:02}:{:02}:{:02}",
-        unix_secs / 3600 % 24,
-        unix_secs / 60 % 60,
-        unix_secs % 60
-    )
+/// `HH:MM:SS` of a Unix time in ns, in local time as bcc's tools print it: the one clock of
+/// every tool's lines (memleak's reports, oomkill, vmscan, swapin, triage's OOM kills).
+pub fn clock_time(unix_ns: i128) -> String {
+    let secs = (unix_ns / 1_000_000_000) as libc::time_t;
+    // SAFETY: an all-zero tm is a valid value to be overwritten.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a time_t and a tm.
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return "??:??:??".to_owned();
+    }
+    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
 }
 
-/// HH:MM:SS now, UTC.
+/// `HH:MM:SS` now, in local time.
 pub fn clock_now() -> String {
     clock_time(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+            .map_or(0, |d| d.as_nanos() as i128),
     )
 }
 
@@ -465,18 +512,19 @@ mod tests {
     fn rows_as_table_csv_and_json() {
         let rows = [row()];
         assert_eq!(
-            written(|o| write_rows(o, &rows, Format::Table, false)),
+            written(|o| write_rows(o, &rows, Format::Table, false, None)),
             "         7  prog  pid 42\n            handle_mm_fault (prog)\n            \
              inner (a.c:3)\n            outer (prog)\n"
         );
         assert_eq!(
-            written(|o| write_rows(o, &rows, Format::Csv, false)),
+            written(|o| write_rows(o, &rows, Format::Csv, false, None)),
             "count,pid,tid,comm,probe,field,ustack,kstack\n\
              7,42,,prog,,,inner (a.c:3);outer (prog),handle_mm_fault (prog)\n"
         );
-        let json: serde_json::Value =
-            serde_json::from_str(&written(|o| write_rows(o, &rows, Format::Json, false)))
-                .expect("JSON");
+        let json: serde_json::Value = serde_json::from_str(&written(|o| {
+            write_rows(o, &rows, Format::Json, false, None)
+        }))
+        .expect("JSON");
         assert_eq!(json[0]["count"], 7);
         assert_eq!(json[0]["tid"], serde_json::Value::Null);
         assert_eq!(json[0]["ustack"][1], "outer (prog)");
@@ -508,10 +556,14 @@ mod tests {
                 bytes: 4096,
                 allocations: 2,
                 stack: vec![frame("malloc", None), frame("main", Some("m.c:5"))],
+                addresses: Vec::new(),
             }],
             allocs: 3,
             frees: 1,
             dropped: 0,
+            why: "",
+            sampled: 1,
+            behind: false,
         };
         assert_eq!(
             written(|o| write_leaks(o, &snapshot, Format::Table, true, "")),
@@ -523,6 +575,30 @@ mod tests {
              \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
              \t\tmalloc (prog)\n\t\tmain (m.c:5)\n"
         );
+        // Sampled, each block listed, and calls lost: said in the header, rows and last line.
+        let mut sampled = snapshot.clone();
+        sampled.sampled = 4;
+        sampled.dropped = 7;
+        sampled.why = "the ring was full";
+        sampled.stacks[0].addresses = vec![(0x1000, 2048), (0x2000, 2048)];
+        assert_eq!(
+            written(|o| write_leaks(o, &sampled, Format::Table, false, "01:02:03")),
+            "[01:02:03] Top 1 stacks with outstanding allocations (1 allocation in 4 sampled: \
+             figures scaled, estimates):\n\
+             \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
+             \t\tmalloc (prog)\n\t\tmain (m.c:5)\n\
+             \t\taddr = 1000 size = 2048\n\t\taddr = 2000 size = 2048\n\
+             3 allocations seen, 7 lost: the ring was full\n"
+        );
+        let json: serde_json::Value = serde_json::from_str(&written(|o| {
+            write_leaks(o, &sampled, Format::Json, false, "")
+        }))
+        .expect("JSON");
+        assert_eq!(
+            (&json["seen"], &json["lost"], &json["why"], &json["sampled"]),
+            (&3.into(), &7.into(), &"the ring was full".into(), &4.into())
+        );
+        assert_eq!(json["stacks"][0]["blocks"][1]["addr"], 0x2000);
     }
 
     #[test]
@@ -530,6 +606,8 @@ mod tests {
         assert_eq!(table_full_note(0), "");
         assert_eq!(table_full_note(3), " (3 not counted: the table was full)");
         assert_eq!(ring_full_note(0), "");
-        assert_eq!(clock_time(3600 * 25 + 61), "01:01:01");
+        // Local time: the hour and minute move with the zone, the seconds do not.
+        let clock = clock_time((3600 * 25 + 61) * 1_000_000_000);
+        assert!(clock.len() == 8 && clock.ends_with(":01"), "{clock}");
     }
 }

@@ -171,8 +171,11 @@ pub fn top_rss(n: usize) -> Vec<ProcessRss> {
 }
 
 /// The OOM kills in the kernel log, one line each (the victim, its memory and the memory
-/// cgroup that hit its limit), read without blocking from /dev/kmsg.
+/// cgroup that hit its limit) dated `[HH:MM:SS]` as oomkill's lines, read without blocking from
+/// /dev/kmsg.
 pub fn oom_kills() -> Result<Vec<String>, String> {
+    // A record's time is µs of CLOCK_MONOTONIC: the wall clock is that plus the boot's offset.
+    let boot_offset_ns = wall_ns_now() - i128::from(monotonic_ns_now());
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -187,7 +190,19 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
             Ok(0) => break,
             Ok(n) => {
                 let record = String::from_utf8_lossy(&buf[..n]);
-                let message = record.split_once(';').map_or(&*record, |(_, m)| m);
+                let (prefix, message) = record.split_once(';').unwrap_or(("", &*record));
+                // PRI,SEQ,TS_USEC,FLAGS
+                let when = prefix
+                    .split(',')
+                    .nth(2)
+                    .and_then(|us| us.parse::<i128>().ok())
+                    .map(|us| {
+                        format!(
+                            "[{}] ",
+                            crate::output::clock_time(boot_offset_ns + us * 1000)
+                        )
+                    })
+                    .unwrap_or_default();
                 let message = message.lines().next().unwrap_or("").trim();
                 // One line per kill: the victim's line, with the cgroup from the line before.
                 if let Some(constraint) = message.strip_prefix("oom-kill:") {
@@ -197,8 +212,8 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
                         .map(str::to_owned);
                 } else if message.contains("Killed process") {
                     lines.push(match memcg.take() {
-                        Some(group) => format!("{message} (memory cgroup {group})"),
-                        None => message.to_owned(),
+                        Some(group) => format!("{when}{message} (memory cgroup {group})"),
+                        None => format!("{when}{message}"),
                     });
                 }
             }
@@ -208,6 +223,22 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
         }
     }
     Ok(lines)
+}
+
+fn wall_ns_now() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+fn monotonic_ns_now() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Whether a hardware event opens (no PMU in most virtual machines: ENOENT).

@@ -123,6 +123,7 @@ impl Prepared {
             stop,
             started: Instant::now(),
             duration,
+            ended: false,
         })
     }
 }
@@ -137,6 +138,8 @@ pub struct Watch {
     stop: std::sync::Arc<AtomicUsize>,
     started: Instant,
     duration: Option<Duration>,
+    /// The processes watched (the -p ones, or the command) have all ended.
+    ended: bool,
 }
 
 /// How often the stop conditions are looked at.
@@ -156,6 +159,7 @@ impl Watch {
                 .iter()
                 .all(|p| !Path::new(&format!("/proc/{p}")).exists())
         {
+            self.ended = true;
             return true;
         }
         if let Some(pid) = self.child {
@@ -164,6 +168,7 @@ impl Watch {
             if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) } == pid {
                 if !libc::WIFSTOPPED(status) {
                     self.child = None;
+                    self.ended = true;
                     return true;
                 }
                 let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
@@ -174,6 +179,12 @@ impl Watch {
             }
         }
         false
+    }
+
+    /// Whether the watch ended because the processes watched did (not a duration or an
+    /// interrupt).
+    pub fn processes_ended(&self) -> bool {
+        self.ended
     }
 
     /// Waits until [`Watch::over`].

@@ -60,6 +60,6 @@ pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library,
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;
 pub use uprobes::{
-    FunctionMissing, LiveAllocs, OutstandingBlocks, OutstandingStack, function_offsets, set_uprobe,
-    uprobe_pmu,
+    FunctionMissing, LiveAllocs, LiveOptions, OutstandingBlocks, OutstandingStack,
+    function_offsets, set_uprobe, uprobe_pmu,
 };

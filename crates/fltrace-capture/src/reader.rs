@@ -34,6 +34,11 @@ impl<T: Send + 'static> ReaderThread<T> {
         Ok(ReaderThread { stop, thread, what })
     }
 
+    /// Whether the reader has ended (failed, or was stopped).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
     /// Stops the reader and returns what it made.
     pub(crate) fn finish(self) -> Result<T, Error> {
         self.stop.store(true, Ordering::Relaxed);

@@ -44,6 +44,10 @@ const STACK_BYTES: u32 = 8192;
 /// Ring buffer pages per CPU: 16 MiB, two thousand entry samples.
 const RING_PAGES: usize = 4096;
 
+/// Ring buffer pages per CPU for `memleak`: 64 MiB, eight thousand entry samples, so that a
+/// burst of allocations waits in the ring while the reader unwinds rather than being lost.
+const LIVE_RING_PAGES: usize = 16384;
+
 /// The probed functions: name, call, and whether a return probe is needed for the result.
 const PROBES: [(&str, AllocCall, bool); 9] = [
     ("malloc", AllocCall::Malloc, true),
@@ -75,7 +79,7 @@ impl AttachedAllocs {
         mono_offset: u64,
         recording: &str,
     ) -> Result<AttachedAllocs, Error> {
-        let probes = Probes::open(pid, tasks)?;
+        let probes = Probes::open(pid, tasks, RING_PAGES, 1)?;
         let dir = dir.to_owned();
         let origin = Origin::new(recording, pid as u32);
         ReaderThread::spawn("fltrace-uprobes", "the uprobe reader", move |stop| {
@@ -213,13 +217,25 @@ struct Probes {
     probed: String,
 }
 
-fn uprobe_attr(pmu: u32, path: &CString, offset: u64, is_return: bool) -> perf_event_attr {
+/// The attributes of one probe: an allocator's entry samples its stack (every `period`-th
+/// call), its return and `free` only their registers (every call).
+fn uprobe_attr(
+    pmu: u32,
+    path: &CString,
+    offset: u64,
+    index: usize,
+    is_return: bool,
+    period: u64,
+) -> perf_event_attr {
     let mut attr = perf_event_attr {
         size: std::mem::size_of::<perf_event_attr>() as u32,
         ..Default::default()
     };
     set_uprobe(&mut attr, pmu, path, offset, is_return);
-    attr.sample_period = 1;
+    let is_free = PROBES[index].1 == AllocCall::Free;
+    // A return without its sampled entry is skipped; every free is seen, so that a sampled
+    // block freed is not taken for a leak.
+    attr.sample_period = if is_return || is_free { 1 } else { period };
     attr.set_disabled(1);
     attr.set_inherit(1);
     attr.set_exclude_kernel(1);
@@ -239,13 +255,14 @@ fn uprobe_attr(pmu: u32, path: &CString, offset: u64, is_return: bool) -> perf_e
         | (1 << sys::REG_BP)
         | (1 << sys::REG_SP)
         | (1 << sys::REG_IP);
-    // Both kinds share one record layout (a ring holds both); a return needs no stack.
-    attr.sample_stack_user = if is_return { 8 } else { STACK_BYTES };
+    // All kinds share one record layout (a ring holds them all); a return or a free needs no
+    // stack, and copying none halves the ring a malloc/free churn takes.
+    attr.sample_stack_user = if is_return || is_free { 8 } else { STACK_BYTES };
     attr
 }
 
 impl Probes {
-    fn open(pid: i32, tasks: &[i32]) -> Result<Probes, Error> {
+    fn open(pid: i32, tasks: &[i32], ring_pages: usize, period: u64) -> Result<Probes, Error> {
         let pmu = uprobe_pmu().map_err(kernel("uprobes (CONFIG_UPROBE_EVENTS)"))?;
         let (libc, offsets) = allocator_of(pid)?;
         let path =
@@ -277,7 +294,7 @@ impl Probes {
                     if is_return && !PROBES[index].2 {
                         continue;
                     }
-                    let attr = uprobe_attr(pmu, &path, offset, is_return);
+                    let attr = uprobe_attr(pmu, &path, offset, index, is_return, period);
                     if !is_return {
                         parse_info.get_or_insert_with(|| sys::parse_info(&attr));
                     }
@@ -290,7 +307,7 @@ impl Probes {
                                 .map_err(kernel("sharing a uprobe ring buffer"))?,
                             None => {
                                 rings.push(
-                                    RingBuffer::map(&event, RING_PAGES)
+                                    RingBuffer::map(&event, ring_pages)
                                         .map_err(kernel("mapping a uprobe ring buffer"))?,
                                 );
                                 leader = Some(events.len());
@@ -355,6 +372,9 @@ impl Probes {
         let mut lost = 0u64;
         loop {
             let stopping = stop.load(Ordering::Relaxed);
+            // Every sample taken before this instant is in the rings now: once they are read,
+            // the sink is current up to it.
+            let pass_start = monotonic_ns();
             let mut samples = Vec::new();
             for ring in &mut self.rings {
                 ring.drain(|record| {
@@ -374,11 +394,28 @@ impl Probes {
                         self.parse_info,
                     );
                     if let Ok(EventRecord::Sample(s)) = raw.parse() {
-                        samples.push(Sample::of(&s));
+                        let mut sample = Sample::of(&s);
+                        let is_entry = self
+                            .by_id
+                            .get(&sample.id)
+                            .is_some_and(|p| !p.is_return && PROBES[p.index].1 != AllocCall::Free);
+                        // Unwound here, from the ring itself: copying each 8 KiB stack out
+                        // first took most of the reader's time.
+                        if is_entry {
+                            sample.frames = unwind_entry(
+                                &mut self.space,
+                                &mut cache,
+                                &mut live,
+                                &sample,
+                                &user_stack(&s),
+                            );
+                        }
+                        samples.push(sample);
                     }
                 });
             }
             samples.sort_by_key(|s| s.time);
+            let busy = !samples.is_empty();
             for sample in samples {
                 let Some(probe) = self.by_id.get(&sample.id).copied() else {
                     continue;
@@ -402,24 +439,19 @@ impl Probes {
                     }
                     continue;
                 }
-                let regs = (sample.ip, sample.sp, sample.bp);
-                let mut frames = Vec::new();
-                let unwinder = &self.space.unwinder;
-                unwinder.unwind(&mut cache, regs, &sample.stack, &mut live, &mut frames);
-                // An address in no known mapping is code mapped since the maps were read (a
-                // library dlopen'ed, or a whole new image after an exec): read them again.
-                let outside = std::iter::once(sample.ip)
-                    .chain(frames.iter().copied())
-                    .find(|&addr| !self.space.covers(addr));
-                if let Some(addr) = outside
-                    && self.space.refresh(addr)
-                {
-                    frames.clear();
-                    // Its rules were cached by address for the old mappings.
-                    cache = framehop::x86_64::CacheX86_64::new();
-                    let unwinder = &self.space.unwinder;
-                    unwinder.unwind(&mut cache, regs, &sample.stack, &mut live, &mut frames);
+                if call == AllocCall::Free {
+                    if sample.di != 0 {
+                        let entry = Pending {
+                            index: probe.index,
+                            time_ns,
+                            args: [sample.di, 0, 0],
+                            stack_id: AllocEvent::NO_STACK,
+                        };
+                        out.push(entry.event(call, sample.di, sample.tid))?;
+                    }
+                    continue;
                 }
+                let frames = &sample.frames;
                 // The first frame is the probed function's entry; the stack starts at its caller.
                 let stack_id = out.stack(&frames[frames.len().min(1)..])?;
                 let entry = Pending {
@@ -428,21 +460,57 @@ impl Probes {
                     args: [sample.di, sample.si, sample.dx],
                     stack_id,
                 };
-                if call == AllocCall::Free {
-                    if entry.args[0] != 0 {
-                        out.push(entry.event(call, entry.args[0], sample.tid))?;
-                    }
-                } else {
-                    pending.insert(sample.tid, entry);
-                }
+                pending.insert(sample.tid, entry);
             }
+            out.lost(lost);
+            out.drained(pass_start);
             if stopping {
                 break;
             }
-            out.lost(lost);
-            std::thread::sleep(Duration::from_millis(1));
+            // A reader behind reads on at once; one that is current waits for more.
+            if !busy {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         Ok(lost)
+    }
+}
+
+/// The return addresses of an entry sample, the probed function's entry first.
+fn unwind_entry(
+    space: &mut AddressSpace,
+    cache: &mut framehop::x86_64::CacheX86_64,
+    live: &mut LiveStack,
+    sample: &Sample,
+    stack: &[u8],
+) -> Vec<u64> {
+    let regs = (sample.ip, sample.sp, sample.bp);
+    let mut frames = Vec::new();
+    space.unwinder.unwind(cache, regs, stack, live, &mut frames);
+    // An address in no known mapping is code mapped since the maps were read (a library
+    // dlopen'ed, or a whole new image after an exec): read them again.
+    let outside = std::iter::once(sample.ip)
+        .chain(frames.iter().copied())
+        .find(|&addr| !space.covers(addr));
+    if let Some(addr) = outside
+        && space.refresh(addr)
+    {
+        frames.clear();
+        // Its rules were cached by address for the old mappings.
+        *cache = framehop::x86_64::CacheX86_64::new();
+        space.unwinder.unwind(cache, regs, stack, live, &mut frames);
+    }
+    frames
+}
+
+/// The user stack bytes a sample copied (borrowed from the ring unless it wraps there).
+fn user_stack<'a>(s: &linux_perf_event_reader::SampleRecord<'a>) -> std::borrow::Cow<'a, [u8]> {
+    match &s.user_stack {
+        Some((data, dyn_size)) => {
+            let len = (*dyn_size as usize).min(data.len());
+            data.get(0..len).map(|d| d.as_slice()).unwrap_or_default()
+        }
+        None => std::borrow::Cow::Borrowed(&[]),
     }
 }
 
@@ -563,21 +631,13 @@ struct Sample {
     bp: u64,
     sp: u64,
     ip: u64,
-    stack: Vec<u8>,
+    /// An allocator entry's return addresses (unwound as it is read).
+    frames: Vec<u64>,
 }
 
 impl Sample {
     fn of(s: &linux_perf_event_reader::SampleRecord<'_>) -> Sample {
         let reg = |n| s.user_regs.as_ref().and_then(|r| r.get(n)).unwrap_or(0);
-        let stack = match &s.user_stack {
-            Some((data, dyn_size)) => {
-                let len = (*dyn_size as usize).min(data.len());
-                data.get(0..len)
-                    .map(|d| d.as_slice().into_owned())
-                    .unwrap_or_default()
-            }
-            None => Vec::new(),
-        };
         Sample {
             id: s.id.unwrap_or(0),
             tid: s.tid.unwrap_or(0) as u32,
@@ -589,7 +649,7 @@ impl Sample {
             bp: reg(sys::REG_BP),
             sp: reg(sys::REG_SP),
             ip: reg(sys::REG_IP),
-            stack,
+            frames: Vec::new(),
         }
     }
 }
@@ -640,6 +700,19 @@ trait AllocSink {
     fn push(&mut self, event: AllocEvent) -> Result<(), Error>;
     /// The samples the kernel dropped so far.
     fn lost(&mut self, _total: u64) {}
+    /// Every call made before `_time_ns` (CLOCK_MONOTONIC) has been pushed.
+    fn drained(&mut self, _time_ns: u64) {}
+}
+
+/// CLOCK_MONOTONIC now, the clock of the probes' samples.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The tables being written.
@@ -703,6 +776,28 @@ pub struct LiveAllocs {
     table: Arc<Mutex<BlockTable>>,
 }
 
+/// What [`LiveAllocs`] keeps (bcc memleak's `-s`, `-z`, `-Z`).
+#[derive(Debug, Clone, Copy)]
+pub struct LiveOptions {
+    /// One allocation sampled every `period` calls (by the kernel, so that the others cost
+    /// only the trap); 1 for every one.
+    pub period: u64,
+    /// Blocks smaller than this are not kept.
+    pub min_size: u64,
+    /// Blocks larger than this are not kept.
+    pub max_size: u64,
+}
+
+impl Default for LiveOptions {
+    fn default() -> LiveOptions {
+        LiveOptions {
+            period: 1,
+            min_size: 0,
+            max_size: u64::MAX,
+        }
+    }
+}
+
 /// Outstanding blocks of one allocation stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutstandingStack {
@@ -712,6 +807,8 @@ pub struct OutstandingStack {
     pub bytes: u64,
     /// Blocks not freed.
     pub blocks: u64,
+    /// Each block's address and size, when asked for.
+    pub addresses: Vec<(u64, u64)>,
 }
 
 /// What is outstanding at one moment.
@@ -729,9 +826,12 @@ pub struct OutstandingBlocks {
 
 impl LiveAllocs {
     /// Places the probes on `pid`'s C library for `tasks` (and the threads they start).
-    pub fn start(pid: i32, tasks: &[i32]) -> Result<LiveAllocs, Error> {
-        let probes = Probes::open(pid, tasks)?;
-        let table = Arc::new(Mutex::new(BlockTable::default()));
+    pub fn start(pid: i32, tasks: &[i32], options: LiveOptions) -> Result<LiveAllocs, Error> {
+        let probes = Probes::open(pid, tasks, LIVE_RING_PAGES, options.period.max(1))?;
+        let table = Arc::new(Mutex::new(BlockTable {
+            sizes: options.min_size..=options.max_size,
+            ..BlockTable::default()
+        }));
         let mut sink = SharedTable(table.clone());
         let reader = ReaderThread::spawn("fltrace-memleak", "the uprobe reader", move |stop| {
             probes.drain_into(stop, &mut sink, 0)
@@ -739,25 +839,82 @@ impl LiveAllocs {
         Ok(LiveAllocs { reader, table })
     }
 
+    /// Waits until every call made before `time_ns` (CLOCK_MONOTONIC) is in the table, for
+    /// at most `patience`; false if the reader is still behind (or has ended) then.
+    pub fn wait_drained(&self, time_ns: u64, patience: Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            if self
+                .table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drained_ns
+                >= time_ns
+            {
+                return true;
+            }
+            if self.reader.is_finished() || start.elapsed() >= patience {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// The blocks allocated at least `older_than` before `now_ns` (CLOCK_MONOTONIC) and not
-    /// freed, grouped by stack.
-    pub fn outstanding(&self, now_ns: u64, older_than: Duration) -> OutstandingBlocks {
+    /// freed, grouped by stack; with `addresses`, each block's address and size too.
+    pub fn outstanding(
+        &self,
+        now_ns: u64,
+        older_than: Duration,
+        addresses: bool,
+    ) -> OutstandingBlocks {
         let cutoff = now_ns.saturating_sub(older_than.as_nanos() as u64);
         // A poisoned lock only means the reader panicked mid-update: the table is still usable.
         let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let mut groups: HashMap<u32, (u64, u64)> = HashMap::new();
-        for block in table.blocks.values().filter(|b| b.time_ns <= cutoff) {
+        // Stack id -> bytes, blocks, (address, size) of each.
+        type Group = (u64, u64, Vec<(u64, u64)>);
+        let mut groups: HashMap<u32, Group> = HashMap::new();
+        for (addr, block) in table.blocks.iter().filter(|(_, b)| b.time_ns <= cutoff) {
             let group = groups.entry(block.stack_id).or_default();
             group.0 += block.size;
             group.1 += 1;
+            if addresses {
+                group.2.push((addr.get(), block.size));
+            }
         }
         OutstandingBlocks {
             stacks: groups
                 .into_iter()
-                .map(|(id, (bytes, blocks))| OutstandingStack {
+                .map(|(id, (bytes, blocks, mut addresses))| {
+                    addresses.sort_unstable();
+                    OutstandingStack {
+                        frames: table.stacks.get(id as usize).cloned().unwrap_or_default(),
+                        bytes,
+                        blocks,
+                        addresses,
+                    }
+                })
+                .collect(),
+            allocs: table.allocs,
+            frees: table.frees,
+            lost: table.lost,
+        }
+    }
+
+    /// The totals by stack kept as blocks come and go (bcc memleak's `--combined-only`):
+    /// every age, without walking the blocks.
+    pub fn combined(&self) -> OutstandingBlocks {
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        OutstandingBlocks {
+            stacks: table
+                .combined
+                .iter()
+                .filter(|(_, total)| total.1 > 0)
+                .map(|(&id, &(bytes, blocks))| OutstandingStack {
                     frames: table.stacks.get(id as usize).cloned().unwrap_or_default(),
                     bytes,
                     blocks,
+                    addresses: Vec::new(),
                 })
                 .collect(),
             allocs: table.allocs,
@@ -780,21 +937,57 @@ struct Block {
 }
 
 /// Blocks by address and the stacks they came from.
-#[derive(Default)]
 struct BlockTable {
     blocks: HashMap<VirtAddr, Block>,
     stacks: Vec<Vec<u64>>,
     ids: HashMap<Vec<u64>, u32>,
+    /// Bytes and blocks outstanding by stack id.
+    combined: HashMap<u32, (u64, u64)>,
+    /// Sizes of the blocks kept.
+    sizes: std::ops::RangeInclusive<u64>,
     allocs: u64,
     frees: u64,
     lost: u64,
+    /// Every call made before this time (CLOCK_MONOTONIC) has been applied.
+    drained_ns: u64,
+}
+
+impl Default for BlockTable {
+    fn default() -> BlockTable {
+        BlockTable {
+            blocks: HashMap::new(),
+            stacks: Vec::new(),
+            ids: HashMap::new(),
+            combined: HashMap::new(),
+            sizes: 0..=u64::MAX,
+            allocs: 0,
+            frees: 0,
+            lost: 0,
+            drained_ns: 0,
+        }
+    }
 }
 
 impl BlockTable {
     fn release(&mut self, addr: VirtAddr) {
-        if !addr.is_null() && self.blocks.remove(&addr).is_some() {
+        if addr.is_null() {
+            return;
+        }
+        if self.forget(addr) {
             self.frees += 1;
         }
+    }
+
+    /// Removes the block at `addr` from the table and its stack's totals; false if unknown.
+    fn forget(&mut self, addr: VirtAddr) -> bool {
+        let Some(block) = self.blocks.remove(&addr) else {
+            return false;
+        };
+        if let Some(total) = self.combined.get_mut(&block.stack_id) {
+            total.0 = total.0.saturating_sub(block.size);
+            total.1 = total.1.saturating_sub(1);
+        }
+        true
     }
 
     fn apply(&mut self, event: &AllocEvent) {
@@ -806,8 +999,13 @@ impl BlockTable {
                 if call == AllocCall::Realloc && (!event.addr.is_null() || event.size == 0) {
                     self.release(event.old_addr);
                 }
-                if !event.addr.is_null() {
+                if !event.addr.is_null() && self.sizes.contains(&event.size) {
                     self.allocs += 1;
+                    // An address handed out again without its free seen (a lost sample).
+                    self.forget(event.addr);
+                    let total = self.combined.entry(event.stack_id).or_default();
+                    total.0 += event.size;
+                    total.1 += 1;
                     self.blocks.insert(
                         event.addr,
                         Block {
@@ -850,6 +1048,10 @@ impl AllocSink for SharedTable {
 
     fn lost(&mut self, total: u64) {
         self.table().lost = total;
+    }
+
+    fn drained(&mut self, time_ns: u64) {
+        self.table().drained_ns = time_ns;
     }
 }
 
@@ -965,5 +1167,25 @@ mod tests {
         table.apply(&event(AllocCall::Realloc, 0, 1 << 40, 0x3000, 3));
         assert_eq!(table.blocks.len(), 1);
         assert_eq!(table.blocks[&VirtAddr::new(0x3000)].size, 64);
+    }
+
+    #[test]
+    fn totals_by_stack_follow_blocks_and_sizes_outside_the_range_are_not_kept() {
+        let mut table = BlockTable {
+            sizes: 16..=64,
+            ..BlockTable::default()
+        };
+        table.apply(&event(AllocCall::Malloc, 0x1000, 16, 0, 0));
+        table.apply(&event(AllocCall::Malloc, 0x2000, 64, 0, 0));
+        table.apply(&event(AllocCall::Malloc, 0x3000, 65, 0, 0));
+        table.apply(&event(AllocCall::Malloc, 0x4000, 15, 0, 1));
+        assert_eq!((table.allocs, table.blocks.len()), (2, 2));
+        assert_eq!(table.combined[&0], (80, 2));
+        table.apply(&event(AllocCall::Free, 0x1000, 0, 0, AllocEvent::NO_STACK));
+        // The same address again without its free seen: the old block is replaced, not freed.
+        table.apply(&event(AllocCall::Malloc, 0x2000, 32, 0, 1));
+        assert_eq!(table.frees, 1);
+        assert_eq!(table.combined[&0], (0, 0));
+        assert_eq!(table.combined[&1], (32, 1));
     }
 }

@@ -89,6 +89,39 @@ impl Counted {
         self.lost + self.dropped + self.stacks_lost > 0
     }
 
+    /// What a JSON array ends with when its counts are not all exact:
+    /// `{"seen":..,"lost":..,"why":..}` (with `"sampled": N` for a sampled count), the fields of
+    /// the system tools' loss line; None when every event was counted.
+    pub fn loss_footer(&self) -> Option<serde_json::Value> {
+        if !self.lost_any() && self.sample_period <= 1 {
+            return None;
+        }
+        let why: Vec<String> = [
+            fltrace_bpf::output::ring_full_note(self.lost),
+            fltrace_bpf::output::table_full_note(self.dropped),
+            fltrace_bpf::output::stack_table_full_note(self.stacks_lost),
+        ]
+        .into_iter()
+        .filter(|note| !note.is_empty())
+        // Each note is " (N ...: why)": the reason alone, without its parentheses.
+        .map(|note| {
+            note.trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .to_owned()
+        })
+        .collect();
+        let mut footer = serde_json::json!({
+            "seen": self.events,
+            "lost": self.lost + self.dropped + self.stacks_lost,
+            "why": why.join("; "),
+        });
+        if self.sample_period > 1 {
+            footer["sampled"] = self.sample_period.into();
+        }
+        Some(footer)
+    }
+
     /// The `top` most counted groups (all of them when there are fewer).
     pub fn top(&self, top: usize) -> &[Row] {
         &self.rows[..self.rows.len().min(top)]
@@ -367,6 +400,28 @@ mod tests {
             stacks_lost: 0,
             sample_period: 1,
         }
+    }
+
+    #[test]
+    fn json_arrays_end_with_what_was_lost_or_sampled() {
+        assert_eq!(counted(1, 10, 1, 0, 0).loss_footer(), None);
+        let mut lossy = counted(1, 2500, 2000, 3, 7);
+        assert_eq!(
+            lossy.loss_footer(),
+            Some(serde_json::json!({
+                "seen": 2500,
+                "lost": 10,
+                "why": "3 samples lost: the ring was full; fewer processes or --by without \
+                        ustack lose none; 7 not counted: the table was full",
+            }))
+        );
+        lossy.lost = 0;
+        lossy.dropped = 0;
+        lossy.sample_period = 16;
+        assert_eq!(
+            lossy.loss_footer(),
+            Some(serde_json::json!({"seen": 2500, "lost": 0, "why": "", "sampled": 16}))
+        );
     }
 
     #[test]

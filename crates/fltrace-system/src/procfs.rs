@@ -42,17 +42,8 @@ pub fn realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
-/// `HH:MM:SS` of a Unix time in ns, in local time as bcc's tools print it.
-pub fn clock_time(unix_ns: i128) -> String {
-    let secs = (unix_ns / 1_000_000_000) as libc::time_t;
-    // SAFETY: an all-zero tm is a valid value to be overwritten.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers to a time_t and a tm.
-    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
-        return "??:??:??".to_owned();
-    }
-    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
-}
+/// One wall-clock format for every tool (memleak's and triage's too).
+pub use fltrace_bpf::output::clock_time;
 
 /// /proc/loadavg without its newline (`0.52 0.58 0.59 2/755 18643`).
 pub fn loadavg() -> String {

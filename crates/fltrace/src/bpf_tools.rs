@@ -111,9 +111,32 @@ pub struct MemleakArgs {
     /// Stacks per report.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
-    /// Only allocations older than this many milliseconds.
+    /// Only allocations older than this many milliseconds (once the processes have ended,
+    /// every block they left).
     #[arg(short = 'o', long = "older", value_name = "MS", default_value_t = 500)]
     pub older: u64,
+    /// Sample one allocation in RATE (-p or a command): figures scaled by RATE and marked as
+    /// estimates.
+    #[arg(short = 's', long = "sample-rate", value_name = "RATE", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_rate: u64,
+    /// List each outstanding block (address and size) under its stack.
+    #[arg(short = 'a', long = "show-allocs")]
+    pub show_allocs: bool,
+    /// Totals by stack as they go, of every age (-o does not apply).
+    #[arg(long)]
+    pub combined_only: bool,
+    /// Only blocks of at least this many bytes.
+    #[arg(
+        short = 'z',
+        long = "min-size",
+        value_name = "BYTES",
+        default_value_t = 0
+    )]
+    pub min_size: u64,
+    /// Only blocks of at most this many bytes.
+    #[arg(short = 'Z', long = "max-size", value_name = "BYTES", default_value_t = u64::MAX)]
+    pub max_size: u64,
     #[command(flatten)]
     pub common: Common,
 }
@@ -211,6 +234,7 @@ fn report(
         counted.top(top),
         common.format.into(),
         common.folded,
+        counted.loss_footer(),
     )?;
     match remarks.summary(&counted) {
         Some(line) => eprintln!("fltrace: {line}"),
@@ -268,6 +292,13 @@ pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
+    if args.min_size > args.max_size {
+        bail!(
+            "-z {} is above -Z {}: no block could be kept",
+            args.min_size,
+            args.max_size
+        );
+    }
     let request = LeakRequest {
         targets: targets(&args.common),
         interval: args.interval.map(Duration::from_secs),
@@ -275,12 +306,18 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         top: args.top,
         older: Duration::from_millis(args.older),
         duration: args.common.duration,
+        sample: args.sample_rate,
+        min_size: args.min_size,
+        max_size: args.max_size,
+        addresses: args.show_allocs,
+        combined: args.combined_only,
     };
     let mut leaks = LeakWatch::start(request, interrupt_counter()?)?;
     eprintln!(
         "fltrace: attached to {}; Ctrl-C to end",
         output::describe_leak_target(leaks.target(), leaks.tgids())
     );
+    let mut lost = 0;
     while let Some(snapshot) = leaks.next_report()? {
         output::write_leaks(
             &mut std::io::stdout().lock(),
@@ -289,9 +326,17 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
             args.common.folded,
             &output::clock_now(),
         )?;
+        lost = snapshot.dropped;
+        // CSV and folded stacks have no place for the loss: it is said here.
+        if lost > 0 && (args.common.folded || matches!(args.common.format, Format::Csv)) {
+            eprintln!(
+                "fltrace: {} allocations seen, {lost} lost: {}",
+                snapshot.allocs, snapshot.why
+            );
+        }
     }
     leaks.finish()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(fltrace_system::exit_status(0, lost)))
 }
 
 pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {

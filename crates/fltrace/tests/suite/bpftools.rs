@@ -579,6 +579,149 @@ fn memleak_of_a_command_without_frame_pointers_reaches_main() {
     );
 }
 
+/// The stack of a memleak JSON report whose innermost frame is at memtools.c's `site_name`.
+fn leak_stack_at<'a>(report: &'a Value, site_name: &str) -> Option<&'a Value> {
+    let line = at_line(site_name);
+    report["stacks"].as_array()?.iter().find(|s| {
+        s["stack"]
+            .as_array()
+            .and_then(|f| f.first())
+            .and_then(Value::as_str)
+            .is_some_and(|f| f.contains(&line))
+    })
+}
+
+/// `fltrace memleak <args> --format json -- memtools leak <workload>`: its one report (at the
+/// command's end), with fltrace pinned to `cpus` (the command with it).
+fn memleak_of_command(args: &[&str], workload: &[&str]) -> Value {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let mut all = vec!["memleak", "--format", "json"];
+    all.extend_from_slice(args);
+    all.extend(["--", &tools, "leak"]);
+    all.extend_from_slice(workload);
+    json_of(&dir, &all)
+}
+
+/// Ctrl-C right after a burst of 100K blocks kept: the report at the interrupt waits for the
+/// reader to read every call made before it, and loses none of them.
+#[test]
+fn memleak_at_interrupt_counts_every_block_of_a_burst() {
+    let dir = Dir::new();
+    let mut workload = Waiting::start(&["leak", "100000", "64", "wait"]);
+    let pid = workload.pid().to_string();
+    let mut fltrace = dir
+        .fltrace()
+        .args(["memleak", "-p", &pid, "-o", "0", "--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
+    attached_line(&mut stderr, &mut fltrace);
+    workload.go();
+    workload.ready();
+    // SAFETY: signalling the fltrace we started.
+    unsafe { libc::kill(fltrace.id() as i32, libc::SIGINT) };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut fltrace.stdout.take().expect("stdout"), &mut out)
+        .expect("read");
+    let status = fltrace.wait().expect("wait");
+    workload.finish();
+    let report: Value = serde_json::from_str(out.trim()).expect("one JSON report");
+    assert_eq!(report["lost"], 0, "{report}");
+    assert!(status.success(), "{status}: {report}");
+    let stack = leak_stack_at(&report, "leak").expect("the burst's stack");
+    assert_eq!(stack["allocations"], 100_000, "{stack:#?}");
+    assert_eq!(stack["bytes"], 6_400_000, "{stack:#?}");
+    // The 100 blocks freed before the burst are not outstanding.
+    assert_eq!(report["frees"], 100, "{report}");
+}
+
+/// A command far shorter than -o: at its end nothing can free its blocks any more, so every
+/// block it left is judged then, whatever its age.
+#[test]
+fn memleak_of_a_short_command_shows_its_leaks_at_its_end() {
+    let report = memleak_of_command(&["-o", "5000"], &["300", "64"]);
+    let stack = leak_stack_at(&report, "leak").expect("the leak's stack");
+    assert_eq!(stack["allocations"], 300, "{report}");
+    assert_eq!(stack["bytes"], 300 * 64, "{report}");
+    assert_eq!(report["lost"], 0, "{report}");
+}
+
+/// -z/-Z keep blocks of those sizes only (as bcc's memleak), and -a lists each block.
+#[test]
+fn memleak_size_filters_keep_only_their_sizes() {
+    // 64-byte blocks at the leak line; the 100 freed ones are 65 bytes; the array is 8 bytes
+    // per block.
+    let small = memleak_of_command(&["-Z", "64", "-a"], &["5", "64"]);
+    let stacks = small["stacks"].as_array().expect("stacks");
+    assert_eq!(stacks.len(), 2, "{small}");
+    let stack = leak_stack_at(&small, "leak").expect("the leak's stack");
+    assert_eq!(
+        (&stack["allocations"], &stack["bytes"]),
+        (&5.into(), &320.into())
+    );
+    let blocks = stack["blocks"].as_array().expect("-a lists the blocks");
+    assert_eq!(blocks.len(), 5, "{stack}");
+    assert!(blocks.iter().all(|b| b["size"] == 64), "{stack}");
+    // The 65-byte blocks were not kept: their frees are of no known block.
+    assert_eq!(small["frees"], 0, "{small}");
+
+    let large = memleak_of_command(&["-z", "65"], &["5", "64"]);
+    assert!(leak_stack_at(&large, "leak").is_none(), "{large}");
+    assert_eq!(large["frees"], 100, "{large}");
+    let exact = memleak_of_command(&["-z", "64", "-Z", "64"], &["5", "64"]);
+    let stacks = exact["stacks"].as_array().expect("stacks");
+    assert_eq!(stacks.len(), 1, "{exact}");
+    assert_eq!(stacks[0]["allocations"], 5, "{exact}");
+}
+
+/// -s 10: the kernel samples one malloc in ten; the report scales its figures by ten and says
+/// so. Pinned to one CPU, the sampling counter is one: 100 of the 1,000 blocks are sampled
+/// exactly, whatever came before them.
+#[test]
+fn memleak_sampling_scales_and_marks_its_figures() {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let fltrace = env!("CARGO_BIN_EXE_fltrace");
+    let out = output_within(
+        Command::new("taskset").current_dir(dir.path()).args([
+            "-c", "0", fltrace, "memleak", "-s", "10", "--format", "json", "--", &tools, "leak",
+            "1000", "64",
+        ]),
+        LIMIT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["sampled"], 10, "{report}");
+    let stack = leak_stack_at(&report, "leak").expect("the leak's stack");
+    assert_eq!(stack["allocations"], 1000, "{report}");
+    assert_eq!(stack["bytes"], 64_000, "{report}");
+    // The table says the figures are estimates.
+    let table = output_within(
+        Command::new("taskset").current_dir(dir.path()).args([
+            "-c", "0", fltrace, "memleak", "-s", "10", "--", &tools, "leak", "1000", "64",
+        ]),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains(
+            "outstanding allocations (1 allocation in 10 sampled: figures scaled, estimates):"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\t64000 bytes in 1000 allocations from stack"),
+        "{text}"
+    );
+}
+
 /// A library dlopen'ed after `memleak -p` attached (built without frame pointers): its blocks
 /// are unwound through its own CFI, read when its code first shows in a stack.
 #[test]
@@ -1032,6 +1175,23 @@ fn faults_of_a_command_are_all_counted_or_their_loss_said() {
         Some(if lost > 0 { 3 } else { 0 }),
         "{stderr}"
     );
+    // The JSON array ends with the same figures when anything was lost.
+    let last = rows.as_array().and_then(|r| r.last()).expect("a row");
+    if lost > 0 {
+        assert_eq!(last["lost"], lost, "{last}");
+        assert!(
+            last["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("the ring was full")),
+            "{last}"
+        );
+        assert!(
+            last["seen"].as_u64().is_some_and(|s| s >= at_touch),
+            "{last}"
+        );
+    } else {
+        assert!(last.get("lost").is_none(), "{last}");
+    }
 }
 
 /// System-wide, a file mapped by a program that has exited, and deleted, before the output:
@@ -1086,6 +1246,10 @@ fn faults_sampled_are_scaled_and_said_so() {
         "{stderr}"
     );
     let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    // The JSON array says so too, in its last element.
+    let last = rows.as_array().and_then(|r| r.last()).expect("a row");
+    assert_eq!(last["sampled"], 16, "{last}");
+    assert!(last["seen"].as_u64().is_some(), "{last}");
     let counts = counts_at(&rows, "touch");
     assert!(counts.iter().all(|c| c % 16 == 0), "{counts:?}");
     let at_touch: u64 = counts.iter().sum();

@@ -236,6 +236,47 @@ fn oomkill_names_the_victim_and_its_cgroup() {
         .and_then(|p| p.parse().ok())
         .expect("rss pages");
     assert!((7000..=9500).contains(&rss), "{line}");
+
+    // triage dates the same kill from the kernel log, on oomkill's clock (one format).
+    let triage = run_fltrace(&["triage", "--duration", "1s"]);
+    let dated = triage
+        .lines()
+        .find(|l| l.contains(&format!("Killed process {victim} (sysmem)")))
+        .unwrap_or_else(|| panic!("triage has no line of {victim}:\n{triage}"));
+    let seconds = |clock: &str| -> i64 {
+        clock
+            .split(':')
+            .map(|f| f.parse::<i64>().expect("HH:MM:SS"))
+            .fold(0, |acc, f| acc * 60 + f)
+    };
+    let triage_clock = dated
+        .trim_start()
+        .strip_prefix('[')
+        .and_then(|r| r.get(..8))
+        .expect("[HH:MM:SS] first");
+    let oomkill_clock = line.get(..8).expect("oomkill's time first");
+    assert!(
+        (seconds(triage_clock) - seconds(oomkill_clock)).abs() <= 1,
+        "{dated}\n{line}"
+    );
+    assert!(
+        dated.ends_with(&format!("(memory cgroup /{})", group.name)),
+        "{dated}"
+    );
+}
+
+/// `fltrace <args>`'s stdout; it must succeed.
+fn run_fltrace(args: &[&str]) -> String {
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_fltrace")).args(args),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Clean page cache beyond a small limit is reclaimed by the group's own process: drsnoop
