@@ -352,6 +352,8 @@ impl Probes {
         let mut pending: HashMap<u32, Pending> = HashMap::new();
         let mut cache = framehop::x86_64::CacheX86_64::new();
         let mut live = LiveStack::new(0);
+        // Each thread's last stack, to complete the next one where the copy ends.
+        let mut known: rustc_hash::FxHashMap<u32, crate::unwind::KnownFrames> = Default::default();
         let mut lost = 0u64;
         loop {
             let stopping = stop.load(Ordering::Relaxed);
@@ -405,7 +407,15 @@ impl Probes {
                 let regs = (sample.ip, sample.sp, sample.bp);
                 let mut frames = Vec::new();
                 let unwinder = &self.space.unwinder;
-                unwinder.unwind(&mut cache, regs, &sample.stack, &mut live, &mut frames);
+                let thread = known.entry(sample.tid).or_default();
+                unwinder.unwind_thread(
+                    &mut cache,
+                    regs,
+                    &sample.stack,
+                    &mut live,
+                    thread,
+                    &mut frames,
+                );
                 // An address in no known mapping is code mapped since the maps were read (a
                 // library dlopen'ed, or a whole new image after an exec): read them again.
                 let outside = std::iter::once(sample.ip)
@@ -418,7 +428,16 @@ impl Probes {
                     // Its rules were cached by address for the old mappings.
                     cache = framehop::x86_64::CacheX86_64::new();
                     let unwinder = &self.space.unwinder;
-                    unwinder.unwind(&mut cache, regs, &sample.stack, &mut live, &mut frames);
+                    let thread = known.entry(sample.tid).or_default();
+                    *thread = Default::default();
+                    unwinder.unwind_thread(
+                        &mut cache,
+                        regs,
+                        &sample.stack,
+                        &mut live,
+                        thread,
+                        &mut frames,
+                    );
                 }
                 // The first frame is the probed function's entry; the stack starts at its caller.
                 let stack_id = out.stack(&frames[frames.len().min(1)..])?;
