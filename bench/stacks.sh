@@ -5,10 +5,15 @@
 # against the untraced run (median of ROUNDS alternating runs) and the share of fault stacks
 # whose outermost frame is a thread entry (`_start`, `_dl_start_user`, `start_thread`,
 # `clone`/`clone3`; in a stripped executable, the frame that calls `__libc_start_main`), under
-# fltrace's defaults (a 2 KiB copy), `--stack-size 16384`, `--stack-size 32768
-# --exact-stacks`, and `perf record --call-graph dwarf` (its samples and lost records).
+# fltrace's defaults, the previous defaults (`--stack-size 2048`, no reuse of a thread's previous
+# stack: `FLTRACE_PREVIOUS=path/to/old/fltrace`, skipped if unset), `--stack-size 16384`,
+# `--stack-size 32768 --exact-stacks`, and `perf record --call-graph dwarf` (its samples and
+# lost records). redis-server (under `redis-benchmark -n 20000 -t set,get,lpush,lrange_100`)
+# and postgres 15 (a postmaster and its children, run as user postgres, under `pgbench -t 300`
+# after `pgbench -i -s 2`) are added where installed: their time is the client's, and the
+# complete share is over all the server's processes.
 # usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
-# PROGRAMS="python3 sqlite3" for some of the three)
+# PROGRAMS="python3 sqlite3" for some of the five)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-3}
@@ -59,7 +64,7 @@ select b from t order by b desc limit 3;
 SQL
 
 # Reads `perf script`/`fltrace script` output; counts, per process whose frames name the
-# program's binary ($1), the stacks that end at a thread entry.
+# program's binary ($1) or whose comm is its name, the stacks that end at a thread entry.
 cat >"$work/complete.py" <<'PY'
 import sys
 binary = sys.argv[1]
@@ -79,6 +84,8 @@ for line in sys.stdin:
     if line[0] not in " \t":
         flush(); names = []
         pid = next(w for w in line.split() if w[0].isdigit()).split("/")[0]
+        # Debian's redis-server is a link to redis-check-rdb: its frames do not name it.
+        if line.split()[0] == binary[:15]: of_binary.add(pid)
         continue
     if binary in line: of_binary.add(pid)
     names.append(name(line))
@@ -87,10 +94,55 @@ t = sum(tot[p] for p in of_binary); o = sum(ok.get(p, 0) for p in of_binary)
 print(f"{100 * o / t:.2f}% of {t}" if t else "no stacks")
 PY
 
+pgbin=/usr/lib/postgresql/15/bin
+programs=${PROGRAMS:-cc1plus python3 sqlite3 redis-server postgres}
+if [[ " $programs " == *" postgres "* && -x $pgbin/postgres ]]; then
+    chmod 755 "$work"
+    mkdir "$work/pgdata" && chown postgres "$work/pgdata"
+    runuser -u postgres -- "$pgbin/initdb" -D "$work/pgdata" -A trust >/dev/null
+fi
+
 now() { date +%s.%N; }
+# A server under a tool ($2 in $3): started, driven by its benchmark client (the only part
+# timed, printed on fd 3), stopped.
+serve() {
+    local server=() ready load stop
+    case $1 in
+        redis-server)
+            server=(redis-server --port 6399 --save "" --appendonly no --dir "$3")
+            ready() { redis-cli -p 6399 ping >/dev/null 2>&1; }
+            load() { redis-benchmark -p 6399 -q -n 20000 -t set,get,lpush,lrange_100 >/dev/null; }
+            stop() { redis-cli -p 6399 shutdown nosave >/dev/null 2>&1 || true; } ;;
+        postgres)
+            server=(runuser -u postgres -- "$pgbin/postgres" -D "$work/pgdata" -k "$work/pgdata" -p 5499 -c listen_addresses=)
+            ready() { "$pgbin/pg_isready" -q -h "$work/pgdata" -p 5499; }
+            load() {
+                runuser -u postgres -- "$pgbin/pgbench" -q -h "$work/pgdata" -p 5499 -i -s 2 postgres >/dev/null 2>&1
+                runuser -u postgres -- "$pgbin/pgbench" -h "$work/pgdata" -p 5499 -c 4 -t 300 postgres >/dev/null 2>&1
+            }
+            stop() { runuser -u postgres -- "$pgbin/pg_ctl" -D "$work/pgdata" stop -m fast >/dev/null 2>&1 || true; } ;;
+    esac
+    chmod 777 "$3"
+    case $2 in
+        untraced) "${server[@]}" >/dev/null 2>&1 & ;;
+        defaults) "$fltrace" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        previous) "$FLTRACE_PREVIOUS" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        copy-16k) "$fltrace" record -o "$3" --stack-size 16384 -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        exact-32k) "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        perf-dwarf) perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+    esac
+    local pid=$! i
+    for ((i = 0; i < 300; i++)); do ready && break; sleep 0.1; done
+    local t0 t1
+    t0=$(now); load; t1=$(now)
+    echo "$t1 - $t0" | bc >&3
+    stop
+    wait "$pid" || true
+}
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 run() { # program tool dir
     local cmd
+    case $1 in redis-server | postgres) serve "$@"; return ;; esac
     case $1 in
         cc1plus) cmd=(g++ -O0 -S "$work/big.cpp" -o "$3/big.s") ;;
         python3) cmd=(/usr/bin/python3 "$work/script.py") ;;
@@ -99,20 +151,30 @@ run() { # program tool dir
     case $2 in
         untraced) "${cmd[@]}" ;;
         defaults) "$fltrace" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
+        previous) "$FLTRACE_PREVIOUS" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
         copy-16k) "$fltrace" record -o "$3" --stack-size 16384 -- "${cmd[@]}" 2>"$3/err" ;;
         exact-32k) "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
         perf-dwarf) perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${cmd[@]}" 2>"$3/err" ;;
     esac >/dev/null
 }
-tools=(untraced defaults copy-16k exact-32k perf-dwarf)
+tools=(untraced defaults)
+[[ -n ${FLTRACE_PREVIOUS:-} ]] && tools+=(previous)
+tools+=(copy-16k exact-32k perf-dwarf)
 printf "%-8s %-11s %9s %22s %s\n" program tool time complete lost
-for program in ${PROGRAMS:-cc1plus python3 sqlite3}; do
+for program in $programs; do
+    case $program in
+        redis-server) command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { echo "($program not installed)"; continue; } ;;
+        postgres) [[ -x $pgbin/postgres && -x $pgbin/pgbench ]] || { echo "($program not installed)"; continue; } ;;
+    esac
     declare -A times=()
     for ((r = 0; r < rounds; r++)); do
         for tool in "${tools[@]}"; do
             dir="$work/$program-$tool"; rm -rf "$dir"; mkdir -p "$dir"
-            t0=$(now); run "$program" "$tool" "$dir"; t1=$(now)
-            times[$tool]+="$(echo "$t1 - $t0" | bc) "
+            case $program in
+                redis-server | postgres) times[$tool]+="$(run "$program" "$tool" "$dir" 3>&1) " ;;
+                *) t0=$(now); run "$program" "$tool" "$dir"; t1=$(now)
+                   times[$tool]+="$(echo "$t1 - $t0" | bc) " ;;
+            esac
         done
     done
     base=$(echo ${times[untraced]} | tr ' ' '\n' | median)
@@ -126,7 +188,7 @@ for program in ${PROGRAMS:-cc1plus python3 sqlite3}; do
                 share=$(perf script -i "$dir/perf.data" -F comm,pid,tid,ip,sym,dso 2>/dev/null | python3 "$work/complete.py" "$program")
                 lost=$(perf report -i "$dir/perf.data" --stats 2>/dev/null | awk '/LOST events:/ {print $3; exit}') ;;
             *)
-                share=$(cd "$dir" && "$fltrace" script | python3 "$work/complete.py" "$program")
+                share=$(cd "$dir" && "$fltrace" script 2>/dev/null | python3 "$work/complete.py" "$program")
                 lost=$(grep -o '[0-9]* lost' "$dir/err" | head -1) ;;
         esac
         printf "%-8s %-11s %9s %22s %s\n" "$program" "$tool" "$ratio" "$share" "${lost:-0}"

@@ -52,8 +52,8 @@ pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
 pub use recorder::attach_tasks;
 pub use recorder::{
-    AllocTracing, Ending, Options, Progress, RECORDING_FAILED, Summary, Target, monotonic_now_ns,
-    record,
+    AllocTracing, DEFAULT_STACK_BYTES, Ending, Options, Progress, RECORDING_FAILED, Summary,
+    Target, monotonic_now_ns, record, ring_mb_for,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};

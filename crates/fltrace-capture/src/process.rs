@@ -12,7 +12,7 @@ use fltrace_trace::{
 };
 
 use crate::runtime::{Handled, RuntimeView, is_fill};
-use crate::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack, UnwindEnd};
+use crate::unwind::{AddressSpaceUnwinder, ElfCache, KnownFrames, LiveStack, UnwindEnd};
 
 /// Per-process counters, written to the stats file.
 #[derive(Debug, Default, Clone, Copy)]
@@ -28,6 +28,8 @@ pub struct Counters {
     pub stacks_truncated: u64,
     /// Stacks completed with words read from the live process beyond the sampled copy.
     pub stacks_extended: u64,
+    /// Stacks whose outer frames came from the thread's previous stack where the copy ended.
+    pub stacks_spliced: u64,
     /// Peak resident memory seen, bytes.
     pub hwm: u64,
     /// Resident memory at the last look, bytes.
@@ -88,6 +90,8 @@ pub struct Process {
     interposers: Vec<std::ops::Range<u64>>,
     cache: CacheX86_64,
     live: LiveStack,
+    /// Each thread's last stack, by tid, to complete its next one beyond the copy.
+    known: FxHashMap<u32, KnownFrames>,
     out: Output,
     pub counters: Counters,
     far: Option<FarState>,
@@ -195,6 +199,7 @@ impl Process {
             interposers: Vec::new(),
             cache: CacheX86_64::new(),
             live: LiveStack::new(live_pid),
+            known: FxHashMap::default(),
             out: Output {
                 faults: FaultWriter::create(&files::faults(dir, pid), &metadata)?,
                 stacks: StackWriter::create_for(&files::stacks(dir, pid), origin.clone())?,
@@ -264,6 +269,7 @@ impl Process {
         self.entries.clear();
         self.interposers.clear();
         self.cache = CacheX86_64::new();
+        self.known.clear();
         // Same addresses mean other code now: stacks are not shared across generations.
         self.out.interner.clear();
         if let Some(far) = &mut self.far {
@@ -485,6 +491,11 @@ impl Process {
             .filter(|m| m.contains(addr))
     }
 
+    /// A thread of this process ended.
+    pub fn thread_exited(&mut self, tid: u32) {
+        self.known.remove(&tid);
+    }
+
     /// Records one fault: classifies it, unwinds its stack and appends it to the trace.
     pub fn fault(
         &mut self,
@@ -549,9 +560,25 @@ impl Process {
             .mapping_at(VirtAddr::new(regs.1))
             .map_or((0, 0), |m| (m.start.get(), m.end.get()));
         self.live.reset(stack_bounds);
-        let unwound = self
-            .unwinder
-            .unwind(&mut self.cache, regs, stack, &mut self.live, frames);
+        // Exact stacks (no live reads) infer nothing beyond the copy either.
+        let mut exact = KnownFrames::default();
+        let known = if self.live.reads() {
+            self.known.entry(fault.tid).or_default()
+        } else {
+            &mut exact
+        };
+        let spliced = known.spliced;
+        let unwound = self.unwinder.unwind_thread(
+            &mut self.cache,
+            regs,
+            stack,
+            &mut self.live,
+            known,
+            frames,
+        );
+        if known.spliced != spliced {
+            self.counters.stacks_spliced += 1;
+        }
         // A return address outside executable memory is not one: past the loader's `_start`
         // the unwinder reads argc, and a stack that changed before its live read gives heap
         // or stack words. The stack ends before such a word instead of showing it as a frame.
@@ -866,6 +893,7 @@ impl Process {
             ("lost", lost),
             ("stacks_truncated", c.stacks_truncated),
             ("stacks_extended", c.stacks_extended),
+            ("stacks_spliced", c.stacks_spliced),
             ("memory_used", c.hwm),
             ("rss", c.rss),
             ("rss_anon", c.rss_anon),

@@ -78,17 +78,17 @@ pub struct Options {
 }
 
 impl Options {
-    /// Defaults: 2 KiB of stack per fault, completed from the live process beyond that, 64 MiB
-    /// of ring buffer per CPU. A 16 KiB copy makes deep stacks (compilers, interpreters,
-    /// databases) complete, but the kernel reserves the whole copy in the ring for every fault:
-    /// at the same ring size, fault-dense programs on a busy machine then lose records (the
-    /// mapping-churn and streaming tests did), and a larger ring pins more memory. Deep copies
-    /// stay a flag (`--stack-size 16384`) until they can be given per thread.
+    /// Defaults: 8 KiB of stack per fault; beyond that, a thread's outer frames come from its
+    /// previous stack where both hold the same frame at the same address, else from the live
+    /// process (`KnownFrames`, `LiveStack`). Together they complete 99.5% of the stacks of a
+    /// compiler, an interpreter and a database (docs/BENCHMARKS.md), where 2 KiB and the live
+    /// process alone gave 59-94%. The ring is sized by [`ring_mb_for`], as the kernel reserves
+    /// the whole copy in the ring for every fault.
     pub fn new(dir: PathBuf) -> Options {
         Options {
             dir,
-            stack_bytes: 2048,
-            buffer_mb: 64,
+            stack_bytes: DEFAULT_STACK_BYTES,
+            buffer_mb: ring_mb_for(DEFAULT_STACK_BYTES),
             credentials: None,
             read_live_stacks: true,
             far_memory: None,
@@ -99,6 +99,17 @@ impl Options {
             cache_limit: fltrace_trace::build_id_cache::DEFAULT_LIMIT_BYTES,
         }
     }
+}
+
+/// Bytes of user stack copied with each fault by default.
+pub const DEFAULT_STACK_BYTES: u32 = 8192;
+
+/// The default ring buffer per CPU, MiB, for a stack copy of `stack_bytes`: the kernel reserves
+/// the whole copy in the ring for every fault, so the ring grows with the copy to hold as many
+/// faults as 64 MiB did at 2 KiB (about 29,000: enough for fault-dense programs on a busy
+/// machine, where smaller rings lost records), from 64 MiB up to 512 MiB.
+pub fn ring_mb_for(stack_bytes: u32) -> usize {
+    (stack_bytes as usize * 32 / 1024).clamp(64, 512)
 }
 
 /// Reported while recording.
@@ -1482,6 +1493,13 @@ impl State {
             EventRecord::Exit(e) if e.pid == e.tid => {
                 if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
                     p.exited_round = Some(self.round);
+                }
+                Ok(())
+            }
+            EventRecord::Exit(e) => {
+                // A thread ended: its last stack will not continue (its tid may be reused).
+                if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
+                    p.thread_exited(e.tid as u32);
                 }
                 Ok(())
             }

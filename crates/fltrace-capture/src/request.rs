@@ -31,8 +31,9 @@ pub struct Request {
     /// Bytes of user stack copied with each fault (`--stack-size`), rounded down to a
     /// multiple of 8.
     pub stack_bytes: u32,
-    /// Ring buffer per CPU, MiB (`--buffer-mb`).
-    pub buffer_mb: usize,
+    /// Ring buffer per CPU, MiB (`--buffer-mb`); by default sized for the stack copy
+    /// ([`crate::recorder::ring_mb_for`]).
+    pub buffer_mb: Option<usize>,
     /// Unwind only over the copied stack (`--exact-stacks`).
     pub exact_stacks: bool,
     /// Run the command as this user (`--user`).
@@ -202,7 +203,9 @@ impl Request {
         }
         let mut options = Options::new(self.dir.clone());
         options.stack_bytes = self.stack_bytes & !7;
-        options.buffer_mb = self.buffer_mb;
+        options.buffer_mb = self
+            .buffer_mb
+            .unwrap_or_else(|| crate::recorder::ring_mb_for(options.stack_bytes));
         options.read_live_stacks = !self.exact_stacks;
         if far_memory.is_some() && !self.pids.is_empty() {
             return Err(RequestError::FarMemoryAttached);
@@ -324,7 +327,7 @@ mod tests {
             handlers: 1,
             busy_poll: false,
             stack_bytes: 2048,
-            buffer_mb: 64,
+            buffer_mb: None,
             exact_stacks: false,
             user: None,
             drop_privileges: false,
@@ -512,7 +515,7 @@ mod tests {
     fn stack_bytes_round_down_to_whole_words() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = request(dir.path());
-        (r.stack_bytes, r.buffer_mb, r.exact_stacks) = (1001, 8, true);
+        (r.stack_bytes, r.buffer_mb, r.exact_stacks) = (1001, Some(8), true);
         let (target, options) = r.resolve(&FULL).unwrap();
         assert!(matches!(target, Target::Command(c) if c == ["true"]));
         assert_eq!(options.stack_bytes, 1000);

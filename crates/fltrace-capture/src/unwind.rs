@@ -318,11 +318,33 @@ impl AddressSpaceUnwinder {
     pub fn unwind(
         &self,
         cache: &mut CacheX86_64,
-        (ip, sp, bp): (u64, u64, u64),
+        regs: (u64, u64, u64),
         stack: &[u8],
         beyond: &mut LiveStack,
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
+        let mut known = KnownFrames::default();
+        self.unwind_thread(cache, regs, stack, beyond, &mut known, frames)
+    }
+
+    /// Unwinds from the sampled registers over the sampled stack bytes (which start at `sp`),
+    /// appending frame addresses to `frames`, innermost first. Where the copy ends, the outer
+    /// frames come from the thread's previous unwind (`known`) if the stack still holds the
+    /// same frame at the same address, else from `beyond` (the live process). `known` then
+    /// holds this unwind's frames.
+    pub fn unwind_thread(
+        &self,
+        cache: &mut CacheX86_64,
+        (ip, sp, bp): (u64, u64, u64),
+        stack: &[u8],
+        beyond: &mut LiveStack,
+        known: &mut KnownFrames,
+        frames: &mut Vec<u64>,
+    ) -> UnwindEnd {
+        // Words beyond the copy are read only once `live` is set: first the previous
+        // unwind's frames are tried.
+        let live = std::cell::Cell::new(false);
+        let ran_out = std::cell::Cell::new(false);
         let mut read_stack = |addr: u64| {
             let offset = addr.checked_sub(sp).ok_or(())? as usize;
             match stack.get(offset..offset + 8) {
@@ -331,15 +353,32 @@ impl AddressSpaceUnwinder {
                     word.copy_from_slice(bytes);
                     Ok(u64::from_ne_bytes(word))
                 }
-                None => beyond.read(addr).ok_or(()),
+                None if live.get() => beyond.read(addr).ok_or(()),
+                None => {
+                    ran_out.set(true);
+                    Err(())
+                }
             }
         };
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut address = FrameAddress::InstructionPointer(ip);
         frames.push(ip);
+        known.fresh.clear();
+        // Where this unwind joined the previous one: the index in `known.frames` of the
+        // frame both share.
+        let mut joined = None;
         let finished = loop {
             if frames.len() >= MAX_FRAMES {
                 break false;
+            }
+            // Past the copy, frames read from the live process may lead back onto the
+            // previous unwind's: from there on, that one's frames are taken.
+            if live.get()
+                && let FrameAddress::ReturnAddress(ra) = address
+                && let Some(at) = known.find(ra.get(), regs.sp())
+            {
+                joined = Some(at);
+                break true;
             }
             if let FrameAddress::ReturnAddress(ra) = address
                 && self.is_sigreturn(ra.get())
@@ -348,28 +387,51 @@ impl AddressSpaceUnwinder {
                 // kernel saved in the signal frame. Its address is where it was interrupted,
                 // not a return address.
                 let gregs = regs.sp().wrapping_add(UCONTEXT_GREGS);
+                let was_live = live.replace(true);
                 let reg =
                     |read: &mut dyn FnMut(u64) -> Result<u64, ()>, n: u64| read(gregs + n * 8);
-                let (Ok(rip), Ok(rsp), Ok(rbp)) = (
+                let saved = (
                     reg(&mut read_stack, REG_RIP),
                     reg(&mut read_stack, REG_RSP),
                     reg(&mut read_stack, REG_RBP),
-                ) else {
+                );
+                live.set(was_live);
+                let (Ok(rip), Ok(rsp), Ok(rbp)) = saved else {
                     break false;
                 };
                 regs = UnwindRegsX86_64::new(rip, rsp, rbp);
                 address = FrameAddress::InstructionPointer(rip);
                 frames.push(rip);
+                known.fresh.push(KnownFrame::new(rip, &regs, false));
                 continue;
             }
-            match self
+            let before = regs;
+            let mut step = self
                 .unwinder
-                .unwind_frame(address, &mut regs, cache, &mut read_stack)
-            {
+                .unwind_frame(address, &mut regs, cache, &mut read_stack);
+            if ran_out.replace(false) && !live.get() {
+                // The copy ended inside this frame. If the previous unwind of this thread
+                // had the same return address at the same stack address, the frames outside
+                // it are the same calls (a frame is only replaced by returning from it): take
+                // them from there, as the live stack may have moved on or be gone.
+                if let FrameAddress::ReturnAddress(ra) = address
+                    && let Some(at) = known.find(ra.get(), before.sp())
+                {
+                    joined = Some(at);
+                    break true;
+                }
+                live.set(true);
+                regs = before;
+                step = self
+                    .unwinder
+                    .unwind_frame(address, &mut regs, cache, &mut read_stack);
+            }
+            match step {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                     Some(next) => {
                         address = next;
                         frames.push(ra);
+                        known.fresh.push(KnownFrame::new(ra, &regs, true));
                     }
                     None => break false,
                 },
@@ -377,11 +439,97 @@ impl AddressSpaceUnwinder {
                 Err(_) => break false,
             }
         };
-        match (finished, beyond.failed) {
+        let mut end = match (finished, beyond.failed) {
             (true, _) => UnwindEnd::Complete,
             (false, true) => UnwindEnd::Truncated,
             (false, false) => UnwindEnd::Stopped,
+        };
+        match joined {
+            Some(at) => {
+                // The shared frame and everything outside it stay; this unwind's own frames
+                // replace the previous inner ones.
+                known.frames.truncate(at + 1);
+                // The shared frame is this unwind's last.
+                known.fresh.pop();
+                let room = MAX_FRAMES.saturating_sub(frames.len());
+                frames.extend(known.frames.iter().rev().skip(1).take(room).map(|f| f.addr));
+                end = if frames.len() >= MAX_FRAMES {
+                    UnwindEnd::Truncated
+                } else {
+                    known.end
+                };
+                known.frames.extend(known.fresh.drain(..).rev());
+                known.spliced += 1;
+            }
+            None => {
+                known.frames.clear();
+                known.frames.extend(known.fresh.drain(..).rev());
+                known.end = end;
+            }
         }
+        end
+    }
+}
+
+/// A frame of a thread's last unwind: its address and the stack and frame pointers the
+/// unwinder had for it.
+#[derive(Debug, Clone, Copy)]
+struct KnownFrame {
+    addr: u64,
+    sp: u64,
+    /// Whether `addr` is a return address read from just below `sp` (not a signal frame's
+    /// interrupted address).
+    returned: bool,
+}
+
+impl KnownFrame {
+    fn new(addr: u64, regs: &UnwindRegsX86_64, returned: bool) -> KnownFrame {
+        KnownFrame {
+            addr,
+            sp: regs.sp(),
+            returned,
+        }
+    }
+}
+
+/// The frames of a thread's last unwind, to complete its next stack where the sampled copy
+/// ends: the outer frames of a deep stack (`main`, a parser's outer levels) rarely change
+/// between two faults of a thread, while the live stack the recorder reads later may have
+/// returned from them or be gone with the thread.
+#[derive(Debug, Clone)]
+pub struct KnownFrames {
+    /// Outermost first, so that the stack pointers decrease along the vector.
+    frames: Vec<KnownFrame>,
+    /// How that unwind ended.
+    end: UnwindEnd,
+    /// This unwind's frames, innermost first (scratch).
+    fresh: Vec<KnownFrame>,
+    /// Unwinds completed from the previous one.
+    pub spliced: u64,
+}
+
+impl Default for KnownFrames {
+    fn default() -> KnownFrames {
+        KnownFrames {
+            frames: Vec::new(),
+            end: UnwindEnd::Truncated,
+            fresh: Vec::new(),
+            spliced: 0,
+        }
+    }
+}
+
+impl KnownFrames {
+    /// The index of the frame whose return address `ra` was read just below stack pointer
+    /// `sp`, the caller's frame of a frame at (`ra`, `sp`) in the current unwind.
+    fn find(&self, ra: u64, sp: u64) -> Option<usize> {
+        // Stack pointers decrease along `frames`.
+        let at = self.frames.partition_point(|f| f.sp > sp);
+        self.frames
+            .get(at)
+            .filter(|f| f.sp == sp && f.addr == ra && f.returned)
+            .filter(|_| self.end != UnwindEnd::Truncated)
+            .map(|_| at)
     }
 }
 
@@ -421,6 +569,11 @@ impl LiveStack {
             used: false,
             failed: false,
         }
+    }
+
+    /// Whether this reader reads the live process at all (not for exact stacks).
+    pub fn reads(&self) -> bool {
+        self.pid > 0
     }
 
     /// Forgets what was read (the stack may have changed since) and sets the stack mapping

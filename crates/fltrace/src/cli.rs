@@ -362,9 +362,9 @@ pub struct RecordArgs {
     /// perf's -p does); children forked later are still traced.
     #[arg(long, requires = "pid")]
     pub no_children: bool,
-    /// Bytes of user stack copied with each fault for unwinding; deeper frames are read from
-    /// the live process unless --exact-stacks.
-    #[arg(long, value_name = "BYTES", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(64..=65528))]
+    /// Bytes of user stack copied with each fault for unwinding; deeper frames come from the
+    /// thread's previous stack or the live process unless --exact-stacks.
+    #[arg(long, value_name = "BYTES", default_value_t = fltrace_capture::DEFAULT_STACK_BYTES, value_parser = clap::value_parser!(u32).range(64..=65528))]
     pub stack_size: u32,
     /// Unwind only over the stack copied at the fault (raise --stack-size to match).
     #[arg(long)]
@@ -374,9 +374,10 @@ pub struct RecordArgs {
     /// frames only while the files on disk are of the build recorded.
     #[arg(long)]
     pub no_cache: bool,
-    /// Ring buffer per CPU, in MiB (each fault takes --stack-size bytes of it).
-    #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    pub buffer_mb: u64,
+    /// Ring buffer per CPU, in MiB (each fault takes --stack-size bytes of it); by default 32
+    /// MiB per KiB of --stack-size, from 64 to 512 (256 at the default 8 KiB).
+    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub buffer_mb: Option<u64>,
     /// Run the command as this user (name or uid); by default the user who ran sudo, if any,
     /// when --drop-privileges is given.
     #[arg(long, value_name = "USER")]

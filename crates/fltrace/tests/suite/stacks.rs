@@ -354,3 +354,90 @@ fn deep_stacks_reach_main_or_are_counted_truncated() {
         assert_eq!(under_truncated, in_data, "{name}: folded and the data");
     }
 }
+
+/// A thread 2,000 calls deep, far beyond the stack copy, that faults once, waits there (the
+/// recorder reads that first stack from the live thread meanwhile), faults on 63 more pages,
+/// returns and exits at once: by the time the recorder reads those 63 faults, the live stack
+/// is gone. Each of them still reaches `main` by default, its outer frames taken from the
+/// thread's previous stack (counted as spliced in the stats file); with `--exact-stacks`,
+/// none does, so the outer frames lie beyond the copy. The summary's truncated figure equals
+/// the data's either way.
+#[test]
+fn deep_stacks_of_a_thread_that_moved_on_reach_main_by_default() {
+    const PAGES: u64 = 64;
+    let w = workloads();
+    for (program, name) in [(&w.deep_c, "deep_c"), (&w.deep_cpp, "deep_cpp")] {
+        for exact in [false, true] {
+            let dir = Dir::new();
+            let mut cmd = dir.fltrace();
+            cmd.args(["record"]);
+            if exact {
+                cmd.arg("--exact-stacks");
+            }
+            let out = cmd
+                .arg("--")
+                .arg(program)
+                .args([PAGES.to_string().as_str(), "2000", "1500"])
+                .output()
+                .expect("fltrace runs");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{stderr}");
+
+            let pid = dir.pids("faults", "parquet")[0];
+            let (faults, _) =
+                fltrace_trace::read_faults(&fltrace_trace::files::faults(dir.path(), pid)).unwrap();
+            let stacks =
+                fltrace_trace::read_stacks(&fltrace_trace::files::stacks(dir.path(), pid)).unwrap();
+            let end = |id: u32| stacks.iter().find(|s| s.id == id).map(|s| s.end);
+            let in_data = faults
+                .iter()
+                .filter(|f| end(f.stack_id) == Some(fltrace_trace::StackEnd::Truncated))
+                .count() as u64;
+            assert_eq!(
+                summary_truncated(&stderr),
+                in_data,
+                "{name}: summary and data"
+            );
+
+            let folded = dir.run(&["report", "--format", "folded"]);
+            let folded = String::from_utf8_lossy(&folded.stdout);
+            let (mut touches, mut to_main) = (0, 0);
+            for line in folded.lines() {
+                let (stack, count) = line.rsplit_once(' ').expect("count");
+                let count: u64 = count.parse().expect("count");
+                let frames: Vec<&str> = stack.split(';').collect();
+                if frames.last() == Some(&"touch") {
+                    touches += count;
+                    if frames.contains(&"main") && frames[1] != "[truncated]" {
+                        to_main += count;
+                    }
+                }
+            }
+            assert_eq!(
+                touches, PAGES,
+                "{name}: one fault per page at the touch line"
+            );
+            let stats = std::fs::read_to_string(fltrace_trace::files::stats(dir.path(), pid))
+                .expect("stats file");
+            let spliced: u64 = stats
+                .lines()
+                .last()
+                .and_then(|l| {
+                    l.split([' ', ','])
+                        .find_map(|f| f.strip_prefix("stacks_spliced:"))
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no stacks_spliced in {stats}"));
+            if exact {
+                assert_eq!(to_main, 0, "{name}: main is beyond the copy:\n{folded}");
+                assert_eq!(spliced, 0, "{name}: exact stacks infer nothing");
+            } else {
+                assert_eq!(
+                    to_main, PAGES,
+                    "{name}: every touch reaches main:\n{folded}"
+                );
+                assert!(spliced >= PAGES - 1, "{name}: {spliced} spliced\n{stats}");
+            }
+        }
+    }
+}
