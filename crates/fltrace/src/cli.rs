@@ -36,6 +36,10 @@ pub enum Command {
     /// Copy the binaries and debug files a recording needs into an archive directory (keyed by
     /// build ID), so that it symbolizes the same on another machine or after a rebuild.
     Archive(ArchiveArgs),
+    /// The recordings of a directory as a symbolized dataset for SQL engines: faults and
+    /// their stacks' frames named as reports name them, in hive partitions
+    /// `host=H/recording=ID/`.
+    Export(ExportArgs),
     /// Every fault with its stack as `perf script` prints samples, for inferno-collapse-perf,
     /// speedscope and the Firefox Profiler.
     Script(ScriptArgs),
@@ -74,6 +78,20 @@ pub struct ArchiveArgs {
     /// and heatmap without being asked).
     #[arg(short = 'o', long = "output", value_name = "ARCHIVE")]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Directory holding the recordings (every one of them is exported).
+    #[arg(value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Where the dataset goes (default: `DIR/fltrace-export`); recordings already there are
+    /// written again.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// The `host=` partition (default: this machine's host name).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Args)]

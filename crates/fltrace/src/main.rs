@@ -4,6 +4,7 @@ mod archive;
 mod bpf_tools;
 mod cli;
 mod diff;
+mod export;
 mod heatmap;
 mod load;
 mod logger;
@@ -71,6 +72,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         }
         cli::Command::System(command) => system::run(command),
         cli::Command::Archive(args) => archive::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Export(args) => export::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Script(args) => script::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Runs(args) => runs::run(args),

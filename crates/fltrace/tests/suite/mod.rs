@@ -4,6 +4,7 @@ mod bpftools;
 mod churn;
 mod cli;
 mod debuginfo;
+mod engines;
 mod errors;
 mod experiments;
 mod exports;
