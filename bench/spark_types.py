@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Unsigned (UINT_64, read by Spark as decimal(20,0)) against signed INT64 address columns:
-the same 3 million faults and 2,000 mappings written both ways by DuckDB, and the time of
-the address arithmetic and range join of the top-sites query in DuckDB and Spark local mode.
+the same faults (3 million by default, of 100 processes) and 2,000 mappings (20 a process)
+written both ways by DuckDB, and the time of the top-sites query's equi-and-range join,
+address arithmetic and group-by in DuckDB and Spark local mode.
 
     target/venv/bin/python bench/spark_types.py [ROWS]
 """
@@ -14,15 +15,16 @@ rows = int(sys.argv[1]) if len(sys.argv) > 1 else 3_000_000
 tmp = tempfile.mkdtemp(prefix="spark-types-")
 con = duckdb.connect()
 for name, t64 in (("unsigned", "ubigint"), ("signed", "bigint")):
-    con.execute(f"""copy (select (i % 50)::{t64} * 4096 + 93824992231424::{t64} + (i % 4093)::{t64} as ip,
-                          (i % 7)::integer as stack_id
+    con.execute(f"""copy (select (i % 100)::integer as pid,
+                          ((i // 100) % 20 * 4096 + 93824992231424 + (i % 4093))::{t64} as ip
                    from range({rows}) t(i)) to '{tmp}/{name}-faults.parquet'""")
-    con.execute(f"""copy (select (93824992231424 + i * 4096)::{t64} as start_addr,
-                          (93824992231424 + (i + 1) * 4096)::{t64} as end_addr,
-                          (i * 4096)::{t64} as pgoff, 'lib' || (i % 10) as path, i as mapping_id
+    con.execute(f"""copy (select (i // 20)::integer as pid,
+                          (93824992231424 + (i % 20) * 4096)::{t64} as start_addr,
+                          (93824992231424 + (i % 20 + 1) * 4096)::{t64} as end_addr,
+                          (i * 4096)::{t64} as pgoff, 'lib' || (i % 10) as path
                    from range(2000) t(i)) to '{tmp}/{name}-mmaps.parquet'""")
 QUERY = """select m.path, f.ip - m.start_addr + m.pgoff as file_offset, count(*) as faults
-from faults f join mmaps m on f.ip >= m.start_addr and f.ip < m.end_addr
+from faults f join mmaps m on m.pid = f.pid and f.ip >= m.start_addr and f.ip < m.end_addr
 group by 1, 2 order by faults desc, 1, 2 limit 20"""
 spark = SparkSession.builder.master("local[2]").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
