@@ -743,6 +743,26 @@ fn unix_ns() -> u64 {
 mod tests {
     use super::*;
 
+    /// A series written before `_series.json` (pretty-printed `series.json`) still reads,
+    /// and a new one is written on one line under the new name.
+    #[test]
+    fn old_series_file_reads_and_new_one_is_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let series = SeriesFile {
+            seed: 7,
+            reps: 2,
+            workloads: workloads(&["true".to_owned()]).unwrap(),
+            configs: crate::defaults(),
+        };
+        let pretty = serde_json::to_vec_pretty(&series).unwrap();
+        std::fs::write(dir.path().join(OLD_SERIES_FILE), pretty).unwrap();
+        assert_eq!(SeriesFile::read(dir.path()).unwrap(), Some(series.clone()));
+        write_json(&dir.path().join(SERIES_FILE), &series).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(SERIES_FILE)).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert_eq!(SeriesFile::read(dir.path()).unwrap(), Some(series));
+    }
+
     #[test]
     fn plan_runs_configurations_in_order_and_shuffles_within() {
         let order = plan(2, 3, 3, 11);

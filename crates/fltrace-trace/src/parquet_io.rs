@@ -1907,7 +1907,12 @@ mod tests {
                     Some(parquet::basic::LogicalType::String) => false,
                     Some(_) => true,
                 };
-                assert!(!annotated, "{}: {:?}", column.name(), column.logical_type_ref());
+                assert!(
+                    !annotated,
+                    "{}: {:?}",
+                    column.name(),
+                    column.logical_type_ref()
+                );
             }
             assert!(table.num_row_groups() > 1, "{id}: more than one row group");
             let ids = table.column::<Int64Type>(id).unwrap().values;
