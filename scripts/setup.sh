@@ -31,10 +31,16 @@ if [[ "${1:-}" != --no-release ]]; then
     cargo build --release --locked -p fltrace -p fltrace-preload
 fi
 
-# DuckDB (Python) cross-checks the Parquet tables in the tests (crates/fltrace/tests/suite/
-# tables.rs), in a virtual environment of its own: target/venv.
+# DuckDB and Spark (PySpark, local mode) cross-check the Parquet tables in the tests
+# (crates/fltrace/tests/suite/tables.rs, engines.rs), in a virtual environment of its own:
+# target/venv. PySpark 4 runs on Java 17 or later.
+if ! java -version >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq openjdk-17-jre-headless
+fi
 venv=target/venv
-if ! "$venv/bin/python" -c 'import duckdb, pytz' >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c 'import duckdb, pytz, pyspark' >/dev/null 2>&1; then
     rm -rf "$venv"
     # Debian's python3 makes virtual environments only with python3-venv.
     if ! python3 -m venv "$venv" >/dev/null 2>&1; then
@@ -45,5 +51,6 @@ if ! "$venv/bin/python" -c 'import duckdb, pytz' >/dev/null 2>&1; then
         python3 -m venv "$venv"
     fi
     # pytz: DuckDB's Python client needs it to hand out the TIMESTAMPTZ columns.
-    "$venv/bin/pip" install -q 'duckdb==2.0.0' 'pytz==2026.6'
+    # `python -m pip`: the venv's own pip script names the python it was made with.
+    "$venv/bin/python" -m pip install -q 'duckdb==2.0.0' 'pytz==2026.6' 'pyspark==4.3.0'
 fi

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Runs SQL queries with DuckDB in a directory of fltrace tables; prints each result as JSON.
 
-Usage: sql.py DIR QUERY...
+Usage: sql.py DIR [--setup STATEMENTS] QUERY...
 
 Each query runs with DIR as the working directory, so that the globs of docs/FORMAT.md
 ('fltrace-data-faults-*.parquet') work as written. One line per query:
-{"columns": [...], "rows": [[...], ...]}. The tests use it to check the documented queries
+{"columns": [...], "rows": [[...], ...]}. `--setup` runs its `;`-separated statements first
+(the view definitions of docs/FORMAT.md) and prints nothing for them. The tests use it to check the documented queries
 and the tables' figures against fltrace's own readers.
 """
 
@@ -24,7 +25,13 @@ def main() -> None:
         sys.exit(__doc__)
     os.chdir(sys.argv[1])
     con = duckdb.connect()
-    for query in sys.argv[2:]:
+    queries = sys.argv[2:]
+    if queries[:1] == ["--setup"]:
+        for statement in queries[1].split(";"):
+            if statement.strip():
+                con.execute(statement)
+        queries = queries[2:]
+    for query in queries:
         result = con.execute(query)
         columns = [d[0] for d in result.description]
         rows = result.fetchall()

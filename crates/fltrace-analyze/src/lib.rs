@@ -28,6 +28,7 @@ mod alloc_lifetimes;
 mod allocation_report;
 mod archive;
 mod counts;
+mod dataset;
 mod debuginfo;
 mod diff;
 mod export;
@@ -56,6 +57,7 @@ pub use allocation_report::{
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use counts::{FaultCounts, Tally};
+pub use dataset::{EXPORT_FAULTS, EXPORT_FRAMES, ExportedRecording, export_dataset};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
 pub use export::{

@@ -369,7 +369,6 @@ impl Probes {
         let mut pending: HashMap<u32, Pending> = HashMap::new();
         let mut cache = framehop::x86_64::CacheX86_64::new();
         let mut live = LiveStack::new(0);
-        // Each thread's last stack, to complete the next one where the copy ends.
         let mut lost = 0u64;
         loop {
             let stopping = stop.load(Ordering::Relaxed);

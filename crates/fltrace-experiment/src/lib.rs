@@ -24,6 +24,6 @@ pub use config::{
 };
 pub use error::Error;
 pub use series::{
-    Event, Outcome, PlannedRun, RUN_FILE, RunRecord, SERIES_FILE, STDERR_FILE, STDOUT_FILE,
-    SeriesFile, SeriesOptions, Workload, plan, run_dir, run_series, workloads,
+    Event, OLD_SERIES_FILE, Outcome, PlannedRun, RUN_FILE, RunRecord, SERIES_FILE, STDERR_FILE,
+    STDOUT_FILE, SeriesFile, SeriesOptions, Workload, plan, run_dir, run_series, workloads,
 };

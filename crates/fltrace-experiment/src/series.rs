@@ -20,10 +20,16 @@ use crate::config::{Config, LocalMemory, Mode, check_name};
 use crate::numa::Binding;
 use crate::shuffle::Rng;
 
-/// The file that marks a run as done.
+/// The file that marks a run as done: one JSON object on one line, as engines' JSON readers
+/// read by default (Spark's reads no pretty-printed file), so that the runs of a series read
+/// as one table. Its name has no leading `_`: Spark skips such files even when named.
 pub const RUN_FILE: &str = "run.json";
-/// The file describing the series: workloads, configurations, repetitions and seed.
-pub const SERIES_FILE: &str = "series.json";
+/// The file describing the series: workloads, configurations, repetitions and seed. The
+/// leading `_` makes Spark and Hadoop, which read every other file under a directory they
+/// are given, pass it by.
+pub const SERIES_FILE: &str = "_series.json";
+/// [`SERIES_FILE`] as older series named it, still read.
+pub const OLD_SERIES_FILE: &str = "series.json";
 /// The workload's (or fltrace's) standard output and error, in the run's directory.
 pub const STDOUT_FILE: &str = "stdout.txt";
 /// See [`STDOUT_FILE`].
@@ -205,7 +211,7 @@ impl RunRecord {
     }
 }
 
-/// `series.json`: what the series is, so that resuming continues the same one.
+/// `_series.json`: what the series is, so that resuming continues the same one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesFile {
     /// The shuffle seed.
@@ -219,9 +225,12 @@ pub struct SeriesFile {
 }
 
 impl SeriesFile {
-    /// Reads `DIR/series.json`, if there is one.
+    /// Reads `DIR/_series.json` (or an older series' `series.json`), if there is one.
     pub fn read(dir: &Path) -> Result<Option<SeriesFile>, Error> {
-        let path = dir.join(SERIES_FILE);
+        let mut path = dir.join(SERIES_FILE);
+        if !path.exists() && dir.join(OLD_SERIES_FILE).exists() {
+            path = dir.join(OLD_SERIES_FILE);
+        }
         match std::fs::read(&path) {
             Ok(text) => serde_json::from_slice(&text)
                 .map(Some)
@@ -479,7 +488,7 @@ fn create_new(path: &Path) -> Result<File, Error> {
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
     let mut file = files::create(path)?;
-    let mut text = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+    let mut text = serde_json::to_vec(value).map_err(|source| Error::Json {
         path: path.to_owned(),
         source,
     })?;
@@ -733,6 +742,26 @@ fn unix_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A series written before `_series.json` (pretty-printed `series.json`) still reads,
+    /// and a new one is written on one line under the new name.
+    #[test]
+    fn old_series_file_reads_and_new_one_is_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let series = SeriesFile {
+            seed: 7,
+            reps: 2,
+            workloads: workloads(&["true".to_owned()]).unwrap(),
+            configs: crate::defaults(),
+        };
+        let pretty = serde_json::to_vec_pretty(&series).unwrap();
+        std::fs::write(dir.path().join(OLD_SERIES_FILE), pretty).unwrap();
+        assert_eq!(SeriesFile::read(dir.path()).unwrap(), Some(series.clone()));
+        write_json(&dir.path().join(SERIES_FILE), &series).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(SERIES_FILE)).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert_eq!(SeriesFile::read(dir.path()).unwrap(), Some(series));
+    }
 
     #[test]
     fn plan_runs_configurations_in_order_and_shuffles_within() {

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parquet::basic::{Compression, Encoding};
-use parquet::data_type::{ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
+use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
 use parquet::file::metadata::{
     FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataReader, ParquetMetaDataWriter,
     RowGroupMetaData,
@@ -44,73 +44,84 @@ use crate::{
 // Every table begins with `recording` and `pid`, constant within a file, so that a query over
 // the files of many processes and recordings (a glob) can tell their rows apart and join on
 // them. Column names avoid SQL reserved words (`end`), so that no query needs to quote them.
+// Since layout 3 the columns carry no unsigned or timestamp annotation: Spark refuses
+// TIMESTAMP(NANOS) with its default settings and reads UINT_64 as decimal(20,0), whose
+// arithmetic widens and is slower; plain INT32/INT64 read the same in every engine. The bits
+// are those of fltrace's unsigned values (user-space addresses and sizes are below 2^63), and
+// the readers below read both layouts alike, since they read physical types. `fault_id` and
+// `mapping_id` (the row's position in its file) let a query link a fault to the mapping
+// current at its address without a row number, which Spark cannot give a view.
 const FAULT_SCHEMA: &str = "message fault {
   required binary recording (STRING);
-  required int32 pid (INTEGER(32,false));
-  required int64 time_ns (TIMESTAMP(NANOS,true));
-  required int32 tid (INTEGER(32,false));
-  required int64 ip (INTEGER(64,false));
-  required int64 addr (INTEGER(64,false));
-  required int32 flags (INTEGER(8,false));
-  required int32 stack_id (INTEGER(32,false));
+  required int32 pid;
+  required int64 time_ns;
+  required int32 tid;
+  required int64 ip;
+  required int64 addr;
+  required int32 flags;
+  required int32 stack_id;
+  required int64 fault_id;
 }";
 
 const ALLOC_SCHEMA: &str = "message alloc {
   required binary recording (STRING);
-  required int32 pid (INTEGER(32,false));
-  required int64 time_ns (TIMESTAMP(NANOS,true));
-  required int32 tid (INTEGER(32,false));
-  required int32 call (INTEGER(8,false));
-  required int64 addr (INTEGER(64,false));
-  required int64 size (INTEGER(64,false));
-  required int64 old_addr (INTEGER(64,false));
-  required int64 detail (INTEGER(64,false));
-  required int32 stack_id (INTEGER(32,false));
+  required int32 pid;
+  required int64 time_ns;
+  required int32 tid;
+  required int32 call;
+  required int64 addr;
+  required int64 size;
+  required int64 old_addr;
+  required int64 detail;
+  required int32 stack_id;
 }";
 
 const ACCESS_SCHEMA: &str = "message access {
   required binary recording (STRING);
-  required int32 pid (INTEGER(32,false));
-  required int64 time_ns (TIMESTAMP(NANOS,true));
-  required int32 tid (INTEGER(32,false));
-  required int64 ip (INTEGER(64,false));
-  required int64 addr (INTEGER(64,false));
-  required int64 latency (INTEGER(64,false));
-  required int64 data_src (INTEGER(64,false));
-  required int32 stack_id (INTEGER(32,false));
+  required int32 pid;
+  required int64 time_ns;
+  required int32 tid;
+  required int64 ip;
+  required int64 addr;
+  required int64 latency;
+  required int64 data_src;
+  required int32 stack_id;
 }";
 
 const STACK_SCHEMA: &str = "message stack {
   required binary recording (STRING);
-  required int32 pid (INTEGER(32,false));
-  required int32 stack_id (INTEGER(32,false));
-  required int32 generation (INTEGER(32,false));
+  required int32 pid;
+  required int32 stack_id;
+  required int32 generation;
   required group frames (LIST) {
     repeated group list {
-      required int64 element (INTEGER(64,false));
+      required int64 element;
     }
   }
-  required int32 stack_end (INTEGER(8,false));
+  required int32 stack_end;
 }";
 
 const MAPPING_SCHEMA: &str = "message mapping {
   required binary recording (STRING);
-  required int32 pid (INTEGER(32,false));
-  required int64 time_ns (TIMESTAMP(NANOS,true));
-  required int32 generation (INTEGER(32,false));
-  required int64 start_addr (INTEGER(64,false));
-  required int64 end_addr (INTEGER(64,false));
-  required int64 pgoff (INTEGER(64,false));
+  required int32 pid;
+  required int64 time_ns;
+  required int32 generation;
+  required int64 start_addr;
+  required int64 end_addr;
+  required int64 pgoff;
   required int32 prot;
   required int32 flags;
   required binary path (STRING);
   required binary build_id (STRING);
+  required int64 mapping_id;
 }";
 
 /// The table layout written, in every footer under [`keys::FORMAT`](crate::keys::FORMAT).
 /// Files without the key are of layout 1: no `recording` column, `pid` only in the faults
-/// table, and the mappings' address range in columns `start` and `end`. The readers read both.
-pub const FORMAT_VERSION: u32 = 2;
+/// table, and the mappings' address range in columns `start` and `end`. Layout 2 annotated
+/// the integers unsigned and `time_ns` TIMESTAMP(NANOS), and had no `fault_id` or
+/// `mapping_id`. The readers read every layout.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Which recording and process the rows of a table belong to: the `recording` and `pid` columns.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -400,6 +411,11 @@ impl Columns<'_, '_> {
         self.write::<Int32Type>(&values, None, None)
     }
 
+    fn bools(&mut self, values: impl Iterator<Item = bool>) -> parquet::errors::Result<()> {
+        let values: Vec<bool> = values.collect();
+        self.write::<BoolType>(&values, None, None)
+    }
+
     fn strings<'s>(
         &mut self,
         values: impl Iterator<Item = &'s str>,
@@ -433,7 +449,8 @@ struct Batched<T> {
 }
 
 /// Fills one row group's columns in schema order.
-type WriteRows<T> = fn(&mut Columns<'_, '_>, &Origin, &[T]) -> parquet::errors::Result<()>;
+/// `first` is the position in the file of the batch's first row.
+type WriteRows<T> = fn(&mut Columns<'_, '_>, &Origin, u64, &[T]) -> parquet::errors::Result<()>;
 
 impl<T> Batched<T> {
     fn new(table: TableWriter, origin: Origin, write_rows: WriteRows<T>) -> Self {
@@ -471,7 +488,9 @@ impl<T> Batched<T> {
             return Ok(());
         }
         let (batch, origin, write_rows) = (&self.batch[..count], &self.origin, self.write_rows);
-        self.table.row_group(|c| write_rows(c, origin, batch))?;
+        let first = self.rows;
+        self.table
+            .row_group(|c| write_rows(c, origin, first, batch))?;
         self.rows += count as u64;
         self.batch.drain(..count);
         Ok(())
@@ -504,12 +523,17 @@ impl FaultWriter {
             .find(|(k, _)| k == keys::SESSION)
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
-        let table = TableWriter::create(path, FAULT_SCHEMA, &["time_ns", "addr"], metadata)?;
+        let table = TableWriter::create(
+            path,
+            FAULT_SCHEMA,
+            &["time_ns", "addr", "fault_id"],
+            metadata,
+        )?;
         let origin = Origin::new(session, 0);
         Ok(FaultWriter(Batched::new(
             table,
             origin,
-            |c, origin, batch| {
+            |c, origin, first, batch| {
                 c.recording(origin, batch.len())?;
                 c.i32(batch.iter().map(|f| f.pid))?;
                 c.i64(batch.iter().map(|f| f.time_ns))?;
@@ -517,7 +541,8 @@ impl FaultWriter {
                 c.i64(batch.iter().map(|f| f.ip.get()))?;
                 c.i64(batch.iter().map(|f| f.addr.get()))?;
                 c.i32(batch.iter().map(|f| u32::from(f.flags.0)))?;
-                c.i32(batch.iter().map(|f| f.stack_id))
+                c.i32(batch.iter().map(|f| f.stack_id))?;
+                c.i64(first..first + batch.len() as u64)
             },
         )))
     }
@@ -595,7 +620,7 @@ impl AllocWriter {
         Ok(AllocWriter(Batched::new(
             table,
             origin,
-            |c, origin, batch| {
+            |c, origin, _first, batch| {
                 c.origin(origin, batch.len())?;
                 c.i64(batch.iter().map(|e| e.time_ns))?;
                 c.i32(batch.iter().map(|e| e.tid))?;
@@ -692,7 +717,7 @@ impl AccessWriter {
         Ok(AccessWriter(Batched::new(
             table,
             origin,
-            |c, origin, batch| {
+            |c, origin, _first, batch| {
                 c.origin(origin, batch.len())?;
                 c.i64(batch.iter().map(|r| r.time_ns))?;
                 c.i32(batch.iter().map(|r| r.tid))?;
@@ -766,7 +791,7 @@ impl StackWriter {
         Ok(StackWriter(Batched::new(
             table,
             origin,
-            |c, origin, batch| {
+            |c, origin, _first, batch| {
                 c.origin(origin, batch.len())?;
                 c.i32(batch.iter().map(|s| s.id))?;
                 c.i32(batch.iter().map(|s| s.generation))?;
@@ -807,6 +832,150 @@ impl StackWriter {
     }
 }
 
+// The tables of `fltrace export`: symbolized, one file each per recording, the recording (and
+// host) given by the hive partition directories they are written in.
+const EXPORT_FAULT_SCHEMA: &str = "message fault {
+  required int32 pid;
+  required int64 fault_id;
+  required int64 time_ns;
+  required int32 tid;
+  required int64 ip;
+  required int64 addr;
+  required int32 flags;
+  required int32 stack_id;
+  required int64 call_site;
+}";
+
+const EXPORT_FRAME_SCHEMA: &str = "message frame {
+  required int32 pid;
+  required int32 stack_id;
+  required int32 frame;
+  required int32 inline_depth;
+  required int64 address;
+  required binary build_id (STRING);
+  required binary function (STRING);
+  required binary file (STRING);
+  required int32 line;
+  required binary library (STRING);
+  required boolean call_site;
+}";
+
+/// A fault as `fltrace export` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportedFault {
+    /// The fault.
+    pub fault: Fault,
+    /// Its position among its process's faults in the recording, from 0.
+    pub fault_id: u64,
+    /// The address of its stack's frame that holds the call site (0 for an empty stack).
+    pub call_site: u64,
+}
+
+/// One location of one frame of a stack, symbolized, as `fltrace export` writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymbolizedFrame {
+    /// The process.
+    pub pid: u32,
+    /// The stack.
+    pub stack_id: u32,
+    /// The frame's position in the stack, innermost first, from 0.
+    pub frame: u32,
+    /// The location's position among those the frame's address expanded to: 0 the innermost
+    /// inlined function, the last the function holding the address.
+    pub inline_depth: u32,
+    /// The frame's address.
+    pub address: u64,
+    /// The build ID of the file mapped at the address (empty when unknown).
+    pub build_id: String,
+    /// Function, source file, line (0 unknown) and library, as reports name them.
+    pub function: String,
+    /// See `function`.
+    pub file: String,
+    /// See `function`.
+    pub line: u32,
+    /// See `function`.
+    pub library: String,
+    /// Whether this location is its stack's call site under fltrace's rule.
+    pub call_site: bool,
+}
+
+/// Writes the faults table of `fltrace export`.
+pub struct ExportedFaultWriter(Batched<ExportedFault>);
+
+impl ExportedFaultWriter {
+    /// Creates the file.
+    pub fn create(path: &Path) -> Result<Self, Error> {
+        let table = TableWriter::create(
+            path,
+            EXPORT_FAULT_SCHEMA,
+            &["time_ns", "addr", "fault_id"],
+            &[],
+        )?;
+        Ok(ExportedFaultWriter(Batched::new(
+            table,
+            Origin::default(),
+            |c, _origin, _first, batch| {
+                c.i32(batch.iter().map(|f| f.fault.pid))?;
+                c.i64(batch.iter().map(|f| f.fault_id))?;
+                c.i64(batch.iter().map(|f| f.fault.time_ns))?;
+                c.i32(batch.iter().map(|f| f.fault.tid))?;
+                c.i64(batch.iter().map(|f| f.fault.ip.get()))?;
+                c.i64(batch.iter().map(|f| f.fault.addr.get()))?;
+                c.i32(batch.iter().map(|f| u32::from(f.fault.flags.0)))?;
+                c.i32(batch.iter().map(|f| f.fault.stack_id))?;
+                c.i64(batch.iter().map(|f| f.call_site))
+            },
+        )))
+    }
+
+    /// Appends a fault; writes a row group when the batch is full.
+    pub fn push(&mut self, fault: ExportedFault) -> Result<(), Error> {
+        self.0.push(fault)
+    }
+
+    /// Writes what is buffered and the footer.
+    pub fn finish(self) -> Result<(), Error> {
+        self.0.finish()
+    }
+}
+
+/// Writes the frames table of `fltrace export`.
+pub struct SymbolizedFrameWriter(Batched<SymbolizedFrame>);
+
+impl SymbolizedFrameWriter {
+    /// Creates the file.
+    pub fn create(path: &Path) -> Result<Self, Error> {
+        let table = TableWriter::create(path, EXPORT_FRAME_SCHEMA, &[], &[])?;
+        Ok(SymbolizedFrameWriter(Batched::new(
+            table,
+            Origin::default(),
+            |c, _origin, _first, batch| {
+                c.i32(batch.iter().map(|f| f.pid))?;
+                c.i32(batch.iter().map(|f| f.stack_id))?;
+                c.i32(batch.iter().map(|f| f.frame))?;
+                c.i32(batch.iter().map(|f| f.inline_depth))?;
+                c.i64(batch.iter().map(|f| f.address))?;
+                c.strings(batch.iter().map(|f| f.build_id.as_str()))?;
+                c.strings(batch.iter().map(|f| f.function.as_str()))?;
+                c.strings(batch.iter().map(|f| f.file.as_str()))?;
+                c.i32(batch.iter().map(|f| f.line))?;
+                c.strings(batch.iter().map(|f| f.library.as_str()))?;
+                c.bools(batch.iter().map(|f| f.call_site))
+            },
+        )))
+    }
+
+    /// Appends a frame's location; writes a row group when the batch is full.
+    pub fn push(&mut self, frame: SymbolizedFrame) -> Result<(), Error> {
+        self.0.push(frame)
+    }
+
+    /// Writes what is buffered and the footer.
+    pub fn finish(self) -> Result<(), Error> {
+        self.0.finish()
+    }
+}
+
 /// Writes `fltrace-data-mmaps-<pid>.parquet`.
 pub struct MappingWriter(Batched<Mapping>);
 
@@ -818,11 +987,11 @@ impl MappingWriter {
 
     /// Creates the file of the process and recording `origin`.
     pub fn create_for(path: &Path, origin: Origin) -> Result<Self, Error> {
-        let table = TableWriter::create(path, MAPPING_SCHEMA, &[], &[])?;
+        let table = TableWriter::create(path, MAPPING_SCHEMA, &["mapping_id"], &[])?;
         Ok(MappingWriter(Batched::new(
             table,
             origin,
-            |c, origin, batch| {
+            |c, origin, first, batch| {
                 c.origin(origin, batch.len())?;
                 c.i64(batch.iter().map(|m| m.time_ns))?;
                 c.i32(batch.iter().map(|m| m.generation))?;
@@ -832,7 +1001,8 @@ impl MappingWriter {
                 c.i32(batch.iter().map(|m| m.prot))?;
                 c.i32(batch.iter().map(|m| m.flags))?;
                 c.strings(batch.iter().map(|m| m.path.as_str()))?;
-                c.strings(batch.iter().map(|m| m.build_id.as_str()))
+                c.strings(batch.iter().map(|m| m.build_id.as_str()))?;
+                c.i64(first..first + batch.len() as u64)
             },
         )))
     }
@@ -1705,6 +1875,61 @@ mod tests {
     }
 
     /// Access samples come back byte for byte.
+    /// Layout 3: no column carries an unsigned or timestamp annotation (Spark refuses the
+    /// one and widens the other), and `fault_id`/`mapping_id` are each row's position in its
+    /// file, across row groups.
+    #[test]
+    fn columns_are_plain_and_rows_numbered() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults_path = dir.path().join("f.parquet");
+        let mut writer = FaultWriter::create(&faults_path, &[]).unwrap();
+        for i in 0..70_000 {
+            writer.push(fault(i)).unwrap();
+        }
+        writer.finish().unwrap();
+        let maps_path = dir.path().join("m.parquet");
+        let mut writer = MappingWriter::create(&maps_path).unwrap();
+        for i in 0..3u64 {
+            writer
+                .push(Mapping {
+                    time_ns: i,
+                    generation: 0,
+                    start: VirtAddr::new(0x1000 * (i + 1)),
+                    end: VirtAddr::new(0x1000 * (i + 2)),
+                    pgoff: FileOffset::new(0),
+                    prot: 3,
+                    flags: 2,
+                    path: "//anon".into(),
+                    build_id: String::new(),
+                })
+                .unwrap();
+            writer.checkpoint().unwrap();
+        }
+        writer.finish().unwrap();
+        for (path, id, rows) in [
+            (&faults_path, "fault_id", 70_000),
+            (&maps_path, "mapping_id", 3),
+        ] {
+            let table = TableReader::open(path).unwrap();
+            for column in table.metadata.file_metadata().schema_descr().columns() {
+                let annotated = match column.logical_type_ref() {
+                    None => false,
+                    Some(parquet::basic::LogicalType::String) => false,
+                    Some(_) => true,
+                };
+                assert!(
+                    !annotated,
+                    "{}: {:?}",
+                    column.name(),
+                    column.logical_type_ref()
+                );
+            }
+            assert!(table.num_row_groups() > 1, "{id}: more than one row group");
+            let ids = table.column::<Int64Type>(id).unwrap().values;
+            assert_eq!(ids, (0..rows).collect::<Vec<i64>>(), "{id}");
+        }
+    }
+
     #[test]
     fn access_samples_round_trip() {
         let dir = tempfile::tempdir().unwrap();
@@ -1951,9 +2176,20 @@ mod tests {
     /// was) reads as complete, unchecked, with its rows and metadata.
     #[test]
     fn tables_without_checkpoints_or_checksums_read() {
+        // Layout 2's faults table: unsigned and timestamp annotations, no `fault_id`.
+        const LAYOUT_2_FAULT_SCHEMA: &str = "message fault {
+          required binary recording (STRING);
+          required int32 pid (INTEGER(32,false));
+          required int64 time_ns (TIMESTAMP(NANOS,true));
+          required int32 tid (INTEGER(32,false));
+          required int64 ip (INTEGER(64,false));
+          required int64 addr (INTEGER(64,false));
+          required int32 flags (INTEGER(8,false));
+          required int32 stack_id (INTEGER(32,false));
+        }";
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.parquet");
-        let schema = Arc::new(parse_message_type(FAULT_SCHEMA).unwrap());
+        let schema = Arc::new(parse_message_type(LAYOUT_2_FAULT_SCHEMA).unwrap());
         let footer = vec![KeyValue::new(keys::FORMAT.to_owned(), "2".to_owned())];
         let props = WriterProperties::builder()
             .set_key_value_metadata(Some(footer))

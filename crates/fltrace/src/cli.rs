@@ -43,6 +43,10 @@ pub enum Command {
     /// The build-ID cache `record` keeps executables and libraries in: list it, or prune it.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// The recordings of a directory as a symbolized dataset for SQL engines: faults and
+    /// their stacks' frames named as reports name them, in hive partitions
+    /// `host=H/recording=ID/`.
+    Export(ExportArgs),
     /// Every fault with its stack as `perf script` prints samples, for inferno-collapse-perf,
     /// speedscope and the Firefox Profiler.
     Script(ScriptArgs),
@@ -114,6 +118,20 @@ pub struct ListArgs {
 pub enum ListFormat {
     Table,
     Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Directory holding the recordings (every one of them is exported).
+    #[arg(value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Where the dataset goes (default: `DIR/fltrace-export`); recordings already there are
+    /// written again.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// The `host=` partition (default: this machine's host name).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@ mod archive;
 mod bpf_tools;
 mod cli;
 mod diff;
+mod export;
 mod heatmap;
 mod list;
 mod load;
@@ -85,6 +86,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
             args.selection.named = Some(_opened.named.clone());
             script::run(args).map(|()| ExitCode::SUCCESS)
         }
+        cli::Command::Export(args) => export::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Runs(args) => runs::run(args),
         cli::Command::Analyze(args) => runs::analyze(args).map(|()| ExitCode::SUCCESS),

@@ -26,7 +26,7 @@ pub struct RunsArgs {
     /// TOML file of configurations (default: `dry`, untraced, and `record`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Seed of the shuffled order (default: a fresh one, recorded in DIR/series.json).
+    /// Seed of the shuffled order (default: a fresh one, recorded in DIR/_series.json).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
     /// With a catalog: list its runs.

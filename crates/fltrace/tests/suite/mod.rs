@@ -5,6 +5,7 @@ mod buildcache;
 mod churn;
 mod cli;
 mod debuginfo;
+mod engines;
 mod errors;
 mod experiments;
 mod exports;

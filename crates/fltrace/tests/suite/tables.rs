@@ -35,9 +35,15 @@ fn duckdb_python() -> PathBuf {
 
 /// The rows of each of `queries`, run by DuckDB in `dir`.
 fn sql(dir: &Path, queries: &[&str]) -> Vec<Vec<Vec<Value>>> {
+    sql_after(dir, "", queries)
+}
+
+/// The rows of each of `queries`, run by DuckDB in `dir` after the statements of `setup`.
+fn sql_after(dir: &Path, setup: &str, queries: &[&str]) -> Vec<Vec<Vec<Value>>> {
     let out = Command::new(duckdb_python())
         .arg(repo().join("scripts/sql.py"))
         .arg(dir)
+        .args(["--setup", setup])
         .args(queries)
         .output()
         .expect("python runs");
@@ -82,26 +88,35 @@ fn sql_blocks() -> Vec<String> {
         .collect()
 }
 
-/// The ```sql blocks of docs/FORMAT.md over a directory of recordings, in order.
+/// The ```sql blocks of docs/FORMAT.md over a directory of recordings, in order: the queries,
+/// not the view definitions (blocks beginning `-- <engine>: ...`).
 fn documented_queries() -> Vec<String> {
     sql_blocks()
         .into_iter()
-        .filter(|q| !is_series_query(q))
+        .filter(|q| !q.starts_with("-- ") && !is_series_query(q) && !q.contains("export_"))
         .collect()
 }
 
 /// The queries over a series of `fltrace runs` (run in its directory): they read its hive
 /// partitions.
 fn is_series_query(query: &str) -> bool {
-    query.contains("workload=*/")
+    query.contains("workload")
 }
 
-/// The documented query that begins with `start`.
-fn documented(start: &str) -> String {
+/// The view definitions of docs/FORMAT.md whose first line is `-- <title>`.
+fn setup(title: &str) -> String {
+    sql_blocks()
+        .into_iter()
+        .find(|b| b.lines().next() == Some(&format!("-- {title}")))
+        .unwrap_or_else(|| panic!("docs/FORMAT.md has no block `-- {title}`"))
+}
+
+/// The documented query that contains `part`.
+fn documented(part: &str) -> String {
     documented_queries()
         .into_iter()
-        .find(|q| q.starts_with(start))
-        .unwrap_or_else(|| panic!("docs/FORMAT.md has no query beginning {start:?}"))
+        .find(|q| q.contains(part))
+        .unwrap_or_else(|| panic!("docs/FORMAT.md has no query with {part:?}"))
 }
 
 /// The query of the README's `duckdb -c "..."` example.
@@ -319,7 +334,7 @@ fn every_table_names_its_recording_and_process() {
         let names: Vec<String> = columns.iter().map(|c| text(&c[0])).collect();
         assert_eq!(names[..2], ["recording", "pid"], "{kind}: {names:?}");
         assert_eq!(text(&columns[0][1]), "VARCHAR", "{kind}");
-        assert_eq!(text(&columns[1][1]), "UINTEGER", "{kind}");
+        assert_eq!(text(&columns[1][1]), "INTEGER", "{kind}");
     }
 }
 
@@ -333,11 +348,15 @@ fn documented_queries_run_and_agree() {
     assert!(queries.len() >= 5, "{queries:?}");
     let readme = readme_query();
     let per_thread = documented("select recording, pid, tid,");
-    let per_mapping = documented("select path,");
+    let per_mapping = documented("select m.path,");
     let allocs = documented("select recording, pid, stack_id, count(*) as calls");
     let mut all: Vec<&str> = queries.iter().map(String::as_str).collect();
     all.extend([readme.as_str(), &per_thread, &per_mapping, &allocs]);
-    let results = sql(r.dir.path(), &all);
+    let results = sql_after(
+        r.dir.path(),
+        &setup("DuckDB: a directory of recordings"),
+        &all,
+    );
     let n = queries.len();
     for (query, rows) in queries.iter().zip(&results) {
         assert!(!rows.is_empty(), "no rows from {query}");
@@ -496,7 +515,7 @@ fn series_queries_agree_with_runs_stat_and_report() {
             .unwrap();
     let queries: Vec<String> = sql_blocks()
         .into_iter()
-        .filter(|q| is_series_query(q))
+        .filter(|q| !q.starts_with("-- ") && is_series_query(q))
         .collect();
     let stat_query = queries
         .iter()
@@ -507,7 +526,11 @@ fn series_queries_agree_with_runs_stat_and_report() {
         .find(|q| q.contains("file_offset"))
         .expect("FORMAT.md shows the top sites query");
     let series = dir.path().join("s");
-    let results = sql(&series, &[stat_query, sites_query]);
+    let results = sql_after(
+        &series,
+        &setup("DuckDB: a series"),
+        &[stat_query, sites_query],
+    );
 
     let float = |v: &Value| v.as_f64();
     let close = |a: Option<f64>, b: Option<f64>, what: &str| match (a, b) {
