@@ -26,6 +26,7 @@
 
 mod alloc_lifetimes;
 mod allocation_report;
+mod allocators;
 mod archive;
 mod counts;
 mod debuginfo;
@@ -51,6 +52,10 @@ pub use alloc_lifetimes::{
 pub use allocation_report::{
     AllocProcess, AllocSummary, FaultsByAllocSite, alloc_processes, group_process_allocs,
     largest_blocks, leak_age_ns, merge_same_lines, rank_allocs, sum_totals,
+};
+pub use allocators::{
+    BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
+    default_config_path, detect_allocators,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use counts::{FaultCounts, Tally};

@@ -415,6 +415,17 @@ pub struct Selection {
     /// of all (`leaf`).
     #[arg(long, value_enum, default_value = "program")]
     pub call_site: CallSiteArg,
+    /// Functions (a regular expression) that are never a call site, as pprof's -hide: a fault
+    /// in one counts for its caller. Well-known allocators (pymalloc, ggc, sqlite3Malloc,
+    /// g_slice, operator new, __rust_alloc, ...) and those of the `[report] allocators` list of
+    /// ~/.config/fltrace/config.toml (or $FLTRACE_CONFIG) always are; `--call-site leaf`
+    /// shows them.
+    #[arg(long, value_name = "REGEX")]
+    pub hide: Option<String>,
+    /// Only the faults whose stack has a function matching this regular expression, as
+    /// pprof's -focus.
+    #[arg(long, value_name = "REGEX")]
+    pub focus: Option<String>,
     /// Also show the faults taken by fltrace's own work in the traced process (the
     /// allocation tracer's unwinding, logging and heap), left out by default.
     #[arg(long)]

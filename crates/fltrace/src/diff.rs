@@ -28,6 +28,8 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
             pid,
             time: None,
             call_site: crate::cli::CallSiteArg::Program,
+            hide: None,
+            focus: None,
             include_tracer: false,
             archive: None,
             salvage: false,

@@ -61,6 +61,8 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
             pid: None,
             time: None,
             call_site: crate::cli::CallSiteArg::Program,
+            hide: None,
+            focus: None,
             include_tracer: false,
             archive: None,
             salvage: false,
