@@ -43,6 +43,7 @@ mod range_map;
 mod symbolize;
 #[cfg(test)]
 mod test_support;
+mod threads;
 mod tracer;
 
 pub use alloc_lifetimes::{
@@ -86,4 +87,5 @@ pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
 pub use symbolize::{
     CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
 };
+pub use threads::{ThreadBy, ThreadFilter, ThreadGroup, group_faults_by_thread};
 pub use tracer::{separate_tracer, separate_tracer_counts};

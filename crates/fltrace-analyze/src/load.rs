@@ -48,6 +48,9 @@ pub struct LoadOptions {
     /// The frames that are never call sites (allocators, `--hide`) and the stacks kept
     /// (`--focus`).
     pub frame_rules: FrameRules,
+    /// Only the faults of these threads or thread names (`--tid`, `--comm`): the faults are
+    /// then read whole, as with [`FaultsHeld::All`].
+    pub threads: crate::ThreadFilter,
     /// Whether fltrace's own faults stay in.
     pub include_tracer: bool,
     /// An archive of `fltrace archive` to symbolize from (default: the one beside the
@@ -206,12 +209,19 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     for pid in pids {
         let recording = &loaded.recording;
         let process = |source| LoadError::Process { pid, source };
-        let (mut trace, mut counts) = match options.faults {
+        // Threads are told apart by each fault's tid, which streamed counts lack.
+        let held = if options.threads.is_empty() {
+            options.faults
+        } else {
+            FaultsHeld::All
+        };
+        let (mut trace, mut counts) = match held {
             FaultsHeld::All => {
                 let mut trace = recording.load(pid).map_err(process)?;
                 if let Some(window) = &window {
                     trace.faults.retain(|f| window.contains(&f.time_ns));
                 }
+                options.threads.retain(&mut trace);
                 let counts = FaultCounts::of(&trace.faults);
                 (trace, counts)
             }
@@ -252,7 +262,7 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
             }
             // Streamed faults have no addresses: read them once more for this.
             let loaded_faults;
-            let faults = match options.faults {
+            let faults = match held {
                 FaultsHeld::All => &trace.faults,
                 FaultsHeld::Counted => {
                     let mut full = recording.load(pid).map_err(process)?;

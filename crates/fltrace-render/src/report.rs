@@ -6,6 +6,7 @@ pub mod diff;
 pub mod faults;
 #[cfg(test)]
 mod synthetic;
+pub mod threads;
 
 use fltrace_analyze::{GroupBy, GroupKey, Location, stack_field};
 

@@ -410,6 +410,13 @@ pub struct Selection {
     /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`, `4..`.
     #[arg(long, value_name = "START..END", value_parser = time_range)]
     pub time: Option<(f64, f64)>,
+    /// Only the faults of these threads (comma-separated thread ids).
+    #[arg(long, value_name = "TID", value_delimiter = ',')]
+    pub tid: Vec<u32>,
+    /// Only the faults of threads or processes of these names (comma-separated `comm`s, as
+    /// perf's --comm).
+    #[arg(long, value_name = "COMM", value_delimiter = ',')]
+    pub comm: Vec<String>,
     /// Which frame a fault counts for: the innermost of the program's own code (`program`:
     /// the executable and its libraries, not libc, libstdc++ and the like) or the innermost
     /// of all (`leaf`).
@@ -479,6 +486,12 @@ pub enum By {
     Dso,
     /// Faults by where the memory they hit was allocated (needs record --allocs).
     AllocSite,
+    /// Faults by thread name (`comm`), over every process.
+    Comm,
+    /// Faults by process.
+    Pid,
+    /// Faults by thread.
+    Tid,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -573,7 +586,18 @@ impl By {
             By::Function => Some(GroupBy::Function),
             By::Line => Some(GroupBy::Line),
             By::Dso => Some(GroupBy::Dso),
-            By::AllocSite => None,
+            By::AllocSite | By::Comm | By::Pid | By::Tid => None,
+        }
+    }
+
+    /// How faults are grouped by process or thread, if this flag says so.
+    pub fn thread_by(self) -> Option<fltrace_analyze::ThreadBy> {
+        use fltrace_analyze::ThreadBy;
+        match self {
+            By::Comm => Some(ThreadBy::Comm),
+            By::Pid => Some(ThreadBy::Pid),
+            By::Tid => Some(ThreadBy::Tid),
+            _ => None,
         }
     }
 }

@@ -27,6 +27,8 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
             dir: dir.to_owned(),
             pid,
             time: None,
+            tid: Vec::new(),
+            comm: Vec::new(),
             call_site: crate::cli::CallSiteArg::Program,
             hide: None,
             focus: None,

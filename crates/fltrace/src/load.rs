@@ -31,6 +31,10 @@ fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::
             selection.hide.as_deref(),
             selection.focus.as_deref(),
         )?,
+        threads: fltrace_analyze::ThreadFilter {
+            tids: selection.tid.clone(),
+            comms: selection.comm.clone(),
+        },
         include_tracer: selection.include_tracer,
         archive: selection.archive.clone(),
         alloc_stacks: allocs,

@@ -5,10 +5,10 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    FaultReport, GroupBy, alloc_processes, folded_counts, leak_age_ns, write_original_reports,
-    write_pprof_counts,
+    FaultReport, GroupBy, ThreadBy, alloc_processes, folded_counts, group_faults_by_thread,
+    leak_age_ns, write_original_reports, write_pprof_counts,
 };
-use fltrace_render::report::{alloc_tables, faults};
+use fltrace_render::report::{alloc_tables, faults, threads};
 
 use crate::cli::{By, ReportArgs, ReportFormat};
 use crate::load::{Allocs, load_counts, load_with};
@@ -24,6 +24,8 @@ enum Mode {
     Leaks,
     /// Faults by the allocation site of the memory they hit (`--by alloc-site`).
     AllocSite,
+    /// Faults by process, thread or thread name (`--by pid|tid|comm`).
+    Threads(ThreadBy),
 }
 
 impl Mode {
@@ -34,11 +36,19 @@ impl Mode {
             (true, _, Some(By::AllocSite)) => bail!(
                 "--by alloc-site groups faults; --allocs groups allocations by stack, function, line or dso"
             ),
+            (true, _, Some(by)) if by.thread_by().is_some() => {
+                bail!(
+                    "--by comm, pid and tid group faults; --allocs groups allocations by stack, function, line or dso"
+                )
+            }
             (true, _, by) => Mode::Allocs(group_by(by)),
             (_, true, Some(_)) => bail!("--leaks lists whole stacks: --by does not apply"),
             (_, true, None) => Mode::Leaks,
             (false, false, Some(By::AllocSite)) => Mode::AllocSite,
-            (false, false, by) => Mode::Faults(group_by(by)),
+            (false, false, by) => match by.and_then(By::thread_by) {
+                Some(threads) => Mode::Threads(threads),
+                None => Mode::Faults(group_by(by)),
+            },
         };
         let whole_recording = matches!(mode, Mode::Allocs(_) | Mode::Leaks);
         if whole_recording && args.selection.time.is_some() {
@@ -107,6 +117,7 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
     // address and time to find the block it landed in.
     let loaded = match mode {
         Mode::Faults(_) => load_counts(&args.selection)?,
+        Mode::Threads(_) => load_with(&args.selection, Allocs::Skip)?,
         _ => load_with(&args.selection, Allocs::Required)?,
     };
     write_original_reports(&loaded)?;
@@ -119,6 +130,10 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
     if let Mode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
         return Ok(faults::faults(&loaded, &report, format)?);
+    }
+    if let Mode::Threads(by) = mode {
+        let groups = group_faults_by_thread(loaded.traces.iter().map(|(t, _)| t), by);
+        return Ok(threads::threads(&groups, by, args.top, format)?);
     }
     let (processes, without) = alloc_processes(&loaded, leak_age_ns(args.older_ms));
     for pid in without {

@@ -60,6 +60,8 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
             dir: dir.clone(),
             pid: None,
             time: None,
+            tid: Vec::new(),
+            comm: Vec::new(),
             call_site: crate::cli::CallSiteArg::Program,
             hide: None,
             focus: None,

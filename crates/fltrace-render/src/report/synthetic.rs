@@ -154,6 +154,7 @@ pub fn load(
         window_s: None,
         call_site: CallSite::Program,
         frame_rules: Default::default(),
+        threads: Default::default(),
         include_tracer: false,
         archive: None,
         alloc_stacks,
