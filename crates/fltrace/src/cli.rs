@@ -552,6 +552,10 @@ pub struct ReportArgs {
     /// through a symbolic link) instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Tables print every name whole, however wide (they fit the terminal's width, `COLUMNS`,
+    /// by default).
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

@@ -110,6 +110,31 @@ fn export(args: &ReportArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {name}"))
 }
 
+/// The width tables fit: `COLUMNS` if set, else the terminal's on stdout, else
+/// [`faults::DEFAULT_WIDTH`].
+fn terminal_width() -> usize {
+    if let Some(columns) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
+    {
+        return columns;
+    }
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which outlives the call.
+    let got = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
+    if got == 0 && size.ws_col > 0 {
+        usize::from(size.ws_col)
+    } else {
+        faults::DEFAULT_WIDTH
+    }
+}
+
 /// Writes the original's report files and returns what goes to stdout.
 fn report(args: &ReportArgs) -> anyhow::Result<String> {
     let mode = Mode::of(args)?;
@@ -129,7 +154,8 @@ fn report(args: &ReportArgs) -> anyhow::Result<String> {
     let format = args.format.tabular().render();
     if let Mode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
-        return Ok(faults::faults(&loaded, &report, format)?);
+        let width = (!args.wide).then(terminal_width);
+        return Ok(faults::faults_fit(&loaded, &report, format, width)?);
     }
     if let Mode::Threads(by) = mode {
         let groups = group_faults_by_thread(loaded.traces.iter().map(|(t, _)| t), by);
