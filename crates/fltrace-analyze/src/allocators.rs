@@ -349,10 +349,10 @@ impl Skipped {
 /// The program's own allocators, found from its recorded allocations: a function of the
 /// program that is the call site of faults (by `rules`), each of which landed in a block
 /// that the function allocated (malloc called from it or from the program's code it called),
-/// and that has a caller of the
-/// program's own. Such a function only touches memory it got from malloc for its callers:
-/// a pool carving chunks out of big blocks, a wrapper filling what it allocated. A function
-/// that also faults elsewhere (reading its input) has another role and stays a call site.
+/// at least one in a block it allocated while called from another place than the fault's
+/// caller: it hands out memory it got earlier for others, as a pool carving chunks from big
+/// blocks does. A function that fills what it has just allocated (`main` with its buffers)
+/// stays a call site, and so does one that also faults elsewhere (it has another role).
 /// `faults` are the process's faults (with addresses), `stacks` their resolved stacks,
 /// `alloc_stacks` the resolved allocation stacks of `lifetimes`' blocks.
 pub fn detect_allocators(
@@ -363,33 +363,49 @@ pub fn detect_allocators(
     alloc_stacks: &ResolvedStacks,
 ) -> Vec<String> {
     let blocks = crate::attribute_faults(lifetimes, faults);
-    // Per candidate: whether every one of its faults was in a block it allocated.
-    let mut candidates: BTreeMap<&str, bool> = BTreeMap::new();
+    // Per candidate: whether every one of its faults was in a block it allocated, and whether
+    // one was in a block it got while called from elsewhere.
+    let mut candidates: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
     for (fault, block) in faults.iter().zip(&blocks) {
         let stack = stacks.get(fault.stack_id);
         let Some(position) = program_call_site(rules, stack) else {
             continue;
         };
         let site = &stack[position];
-        let has_caller = stack[position + 1..]
-            .iter()
-            .any(|l| !l.system && rules.skip(l).is_none() && l.function != site.function);
-        let allocated_through = block.is_some_and(|b| {
-            let block = &lifetimes.blocks[b as usize];
-            // Through the program's own code: a block a library allocated for it (stdio's
-            // buffer under printf) is not the function's doing.
-            let alloc = alloc_stacks.get(block.stack_id);
-            alloc
+        // The callers compared are the next functions of the program's own (the unwinders
+        // of faults and of allocations may differ in the system frames and in how far they
+        // reach): unknown on either side is no difference.
+        let caller_of = |frames: &[Location]| {
+            frames
                 .iter()
-                .position(|l| l.function == site.function && l.lib == site.lib)
-                .is_some_and(|at| alloc[..at].iter().all(|l| !l.system))
+                .find(|l| !l.system && l.function != site.function)
+                .map(|l| l.function.clone())
+        };
+        let caller = caller_of(&stack[position + 1..]);
+        // The allocation's frame just outside the function, if the block was allocated
+        // through the program's own code under it: a block a library allocated for it
+        // (stdio's buffer under printf) is not the function's doing.
+        let allocated_through = block.and_then(|b| {
+            let alloc = alloc_stacks.get(lifetimes.blocks[b as usize].stack_id);
+            let at = alloc
+                .iter()
+                .position(|l| l.function == site.function && l.lib == site.lib)?;
+            alloc[..at]
+                .iter()
+                .all(|l| !l.system)
+                .then(|| caller_of(&alloc[at + 1..]))
         });
-        let entry = candidates.entry(&*site.function).or_insert(true);
-        *entry = *entry && has_caller && allocated_through;
+        let entry = candidates.entry(&*site.function).or_insert((true, false));
+        match allocated_through {
+            Some(alloc_caller) => {
+                entry.1 |= matches!((&alloc_caller, &caller), (Some(a), Some(f)) if a != f);
+            }
+            None => entry.0 = false,
+        }
     }
     candidates
         .into_iter()
-        .filter(|(_, allocator)| *allocator)
+        .filter(|(_, (only_its_blocks, handed_on))| *only_its_blocks && *handed_on)
         .map(|(function, _)| function.to_owned())
         .collect()
 }

@@ -68,7 +68,7 @@ pub struct ArchiveArgs {
     #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
     /// Only this process (and the most recent recording that traced it).
-    #[arg(long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID")]
     pub pid: Option<u32>,
     /// The archive directory (default: `DIR/fltrace-archive`, found there by report, visualize
     /// and heatmap without being asked).
@@ -405,7 +405,7 @@ pub struct Selection {
     #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
     /// Only this process (and the most recent recording that traced it).
-    #[arg(long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID")]
     pub pid: Option<u32>,
     /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`, `4..`.
     #[arg(long, value_name = "START..END", value_parser = time_range)]
@@ -540,7 +540,7 @@ pub struct ReportArgs {
     #[arg(long)]
     pub leaks: bool,
     /// Leaks: leave out what was allocated less than MS milliseconds before the end.
-    #[arg(short = 'o', long = "older", value_name = "MS")]
+    #[arg(long = "older-ms", alias = "older", value_name = "MS")]
     pub older_ms: Option<u64>,
     /// How many groups to show (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
@@ -548,9 +548,9 @@ pub struct ReportArgs {
     /// Output format; csv, json, folded and pprof go to stdout unless --output.
     #[arg(long, value_enum, default_value = "table")]
     pub format: ReportFormat,
-    /// With --format folded or pprof: write it to FILE (a new file or one to replace, never
-    /// through a symbolic link) instead of stdout.
-    #[arg(long, value_name = "FILE")]
+    /// Write the report to FILE (a new file or one to replace, never through a symbolic
+    /// link) instead of stdout, in any format.
+    #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Tables print every name whole, however wide (they fit the terminal's width, `COLUMNS`,
     /// by default).

@@ -55,7 +55,7 @@ impl Mode {
             bail!("--time selects faults; --allocs and --leaks cover the whole recording");
         }
         if !whole_recording && args.older_ms.is_some() {
-            bail!("-o/--older applies to --leaks and --allocs");
+            bail!("--older-ms applies to --leaks and --allocs");
         }
         Ok(mode)
     }
@@ -65,10 +65,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     if matches!(args.format, ReportFormat::Folded | ReportFormat::Pprof) {
         return export(&args);
     }
-    if args.output.is_some() {
-        bail!("--output applies to --format folded and pprof; the tables go to stdout");
-    }
     let out = report(&args)?;
+    if let Some(path) = &args.output {
+        let mut file = fltrace_trace::files::create(path)?;
+        return file
+            .write_all(out.as_bytes())
+            .and_then(|()| file.flush())
+            .with_context(|| format!("writing {}", path.display()));
+    }
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
@@ -198,7 +202,7 @@ mod tests {
             mode(&["--allocs", "--by", "stack"]).unwrap(),
             Mode::Allocs(GroupBy::Stack)
         );
-        assert_eq!(mode(&["--leaks", "-o", "3"]).unwrap(), Mode::Leaks);
+        assert_eq!(mode(&["--leaks", "--older-ms", "3"]).unwrap(), Mode::Leaks);
         assert_eq!(mode(&["--by", "alloc-site"]).unwrap(), Mode::AllocSite);
         for flags in [
             &["--allocs", "--by", "alloc-site"][..],

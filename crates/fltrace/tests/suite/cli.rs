@@ -257,3 +257,49 @@ fn tables_fit_the_terminal_width() {
     );
     assert!(!lines[at + 1].trim_start().contains(" <- "), "{stack}");
 }
+
+/// One grammar: `report -p PID` selects the process as `-p` does everywhere, `-o FILE` writes
+/// the report there in any format, and a program's flag read as fltrace's gets a hint about
+/// the missing `--`.
+#[test]
+fn report_takes_p_and_o_and_a_missing_separator_has_a_hint() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "20"]);
+    let report = dir.report_json(&[]);
+    let pid = report["pids"][0].as_u64().unwrap_or(0).to_string();
+    let out = dir.run(&[
+        "report",
+        "-p",
+        &pid,
+        "--format",
+        "json",
+        "-o",
+        "report.json",
+        "--top",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let written: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("report.json")).expect("report.json written"),
+    )
+    .expect("JSON");
+    assert_eq!(count_at(&written, "faults.c", site("faults.c", "fill")), 20);
+    assert_eq!(
+        written["pids"][0].as_u64().map(|p| p.to_string()),
+        Some(pid)
+    );
+
+    let out = dir.run(&["record", "ls", "-l"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hint: put `--` before the program to run"),
+        "{stderr}"
+    );
+}
