@@ -26,6 +26,7 @@
 
 mod alloc_lifetimes;
 mod allocation_report;
+mod allocators;
 mod archive;
 mod counts;
 mod dataset;
@@ -45,6 +46,7 @@ mod range_map;
 mod symbolize;
 #[cfg(test)]
 mod test_support;
+mod threads;
 mod tracer;
 
 pub use alloc_lifetimes::{
@@ -54,6 +56,10 @@ pub use alloc_lifetimes::{
 pub use allocation_report::{
     AllocProcess, AllocSummary, FaultsByAllocSite, alloc_processes, group_process_allocs,
     largest_blocks, leak_age_ns, merge_same_lines, rank_allocs, sum_totals,
+};
+pub use allocators::{
+    BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
+    default_config_path, detect_allocators,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use counts::{FaultCounts, Tally};
@@ -89,4 +95,5 @@ pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
 pub use symbolize::{
     CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
 };
+pub use threads::{ThreadBy, ThreadFilter, ThreadGroup, group_faults_by_thread};
 pub use tracer::{separate_tracer, separate_tracer_counts};

@@ -6,8 +6,8 @@ use std::path::Path;
 use fltrace_trace::{ProcessTrace, Recording, keys};
 
 use crate::{
-    ARCHIVE_DIR, CallSite, CountedSource, DebugConfig, FaultCounts, ResolvedStacks, Symbolizer,
-    separate_tracer_counts,
+    ARCHIVE_DIR, CallSite, CountedSource, DebugConfig, FaultCounts, FrameRules, ResolvedStacks,
+    Skipped, Symbolizer, apply_rules, separate_tracer_counts,
 };
 
 /// Said when a report needs allocations and the recording has none.
@@ -45,6 +45,12 @@ pub struct LoadOptions {
     pub window_s: Option<(f64, f64)>,
     /// Which frame a fault or allocation counts for.
     pub call_site: CallSite,
+    /// The frames that are never call sites (allocators, `--hide`) and the stacks kept
+    /// (`--focus`).
+    pub frame_rules: FrameRules,
+    /// Only the faults of these threads or thread names (`--tid`, `--comm`): the faults are
+    /// then read whole, as with [`FaultsHeld::All`].
+    pub threads: crate::ThreadFilter,
     /// Whether fltrace's own faults stay in.
     pub include_tracer: bool,
     /// An archive of `fltrace archive` to symbolize from (default: the one beside the
@@ -98,6 +104,8 @@ pub struct Loaded {
     pub lost: u64,
     /// Faults taken by fltrace's own work in the traced processes.
     pub tracer_faults: u64,
+    /// The frames skipped as call sites, and the faults `--focus` left out.
+    pub skipped: Skipped,
     /// Whether those are in `traces`.
     pub tracer_included: bool,
     /// What the reader should know, in order: an unfinished recording, the archive used,
@@ -194,6 +202,7 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
         alloc_stacks: Vec::new(),
         lost: 0,
         tracer_faults: 0,
+        skipped: Skipped::default(),
         tracer_included: options.include_tracer,
         notes: Vec::new(),
         recording,
@@ -201,12 +210,19 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     for pid in pids {
         let recording = &loaded.recording;
         let process = |source| LoadError::Process { pid, source };
-        let (mut trace, mut counts) = match options.faults {
+        // Threads are told apart by each fault's tid, which streamed counts lack.
+        let held = if options.threads.is_empty() {
+            options.faults
+        } else {
+            FaultsHeld::All
+        };
+        let (mut trace, mut counts) = match held {
             FaultsHeld::All => {
                 let mut trace = recording.load(pid).map_err(process)?;
                 if let Some(window) = &window {
                     trace.faults.retain(|f| window.contains(&f.time_ns));
                 }
+                options.threads.retain(&mut trace);
                 let counts = FaultCounts::of(&trace.faults);
                 (trace, counts)
             }
@@ -235,18 +251,62 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
         stacks.call_site = options.call_site;
         loaded.tracer_faults +=
             separate_tracer_counts(&mut counts, &mut stacks, options.include_tracer);
-        if !options.include_tracer {
-            trace
-                .faults
-                .retain(|f| !f.flags.has(fltrace_trace::FaultFlags::TRACER));
-        }
         let mut alloc_stacks =
             if options.alloc_stacks != AllocStacks::Skip && recording.has_allocs(pid) {
                 symbolizer.resolve_alloc_stacks(&trace)
             } else {
                 ResolvedStacks::default()
             };
+        let rules = if recording.has_allocs(pid) {
+            if options.alloc_stacks == AllocStacks::Skip {
+                alloc_stacks = symbolizer.resolve_alloc_stacks(&trace);
+            }
+            // Streamed faults have no addresses: read them once more for this.
+            let loaded_faults;
+            let faults = match held {
+                FaultsHeld::All => &trace.faults,
+                FaultsHeld::Counted => {
+                    let mut full = recording.load(pid).map_err(process)?;
+                    if let Some(window) = &window {
+                        full.faults.retain(|f| window.contains(&f.time_ns));
+                    }
+                    loaded_faults = full.faults;
+                    &loaded_faults
+                }
+            };
+            let detected = crate::detect_allocators(
+                &options.frame_rules,
+                faults,
+                &stacks,
+                &crate::Lifetimes::of_trace(&trace),
+                &alloc_stacks,
+            );
+            options.frame_rules.with_detected(detected)
+        } else {
+            options.frame_rules.clone()
+        };
+        let focused_before = loaded.skipped.unfocused;
+        apply_rules(&rules, &mut stacks, &mut counts, &mut loaded.skipped);
+        let unfocused = loaded.skipped.unfocused > focused_before;
+        if !options.include_tracer || unfocused {
+            trace.faults.retain(|f| {
+                (options.include_tracer || !f.flags.has(fltrace_trace::FaultFlags::TRACER))
+                    && (!unfocused || rules.keeps(stacks.get(f.stack_id)))
+            });
+        }
+        if options.alloc_stacks == AllocStacks::Skip {
+            alloc_stacks = ResolvedStacks::default();
+        }
         alloc_stacks.call_site = options.call_site;
+        // Allocation sites skip the same allocators, but not those found from the faults:
+        // the line that called malloc stays the allocation's site. `--focus` filters faults
+        // only.
+        apply_rules(
+            &options.frame_rules,
+            &mut alloc_stacks,
+            &mut FaultCounts::new(),
+            &mut Skipped::default(),
+        );
         loaded.counts.push(counts);
         loaded.alloc_stacks.push(alloc_stacks);
         loaded.traces.push((trace, stacks));
@@ -375,6 +435,12 @@ impl Loaded {
                 crate::truncated_share(truncated, self.total_faults())
             )
         })
+    }
+
+    /// The lines saying which frames were skipped as call sites (allocators, `--hide`) and
+    /// how many faults `--focus` left out.
+    pub fn skipped_notes(&self) -> Vec<String> {
+        self.skipped.notes()
     }
 
     /// The line saying how many faults of fltrace's own work were left out, if any were.

@@ -205,7 +205,7 @@ pub fn run_page(run_dir: &Path, title: &str) -> Result<String, Error> {
         );
     }
     let note = if stride > 1 {
-        format!("{total} {source}, every {stride}th drawn")
+        format!("{total} {source}, every {} drawn", ordinal(stride))
     } else {
         format!("{total} {source}")
     };
@@ -339,8 +339,34 @@ size();
 </script></body></html>
 "##;
 
+/// `n` as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ordinals() {
+        let got: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 102, 111]
+            .map(super::ordinal)
+            .to_vec();
+        assert_eq!(
+            got,
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd",
+                "111th"
+            ]
+        );
+    }
+
     use super::*;
 
     fn run_in(dir: &Path) -> CatalogRun {

@@ -1,10 +1,12 @@
 //! Statistics of repeated runs: mean, standard deviation, and the overhead of one
 //! configuration against another as a ratio of mean run times with a confidence interval.
 //!
-//! The interval is Welch's t interval carried to the ratio by the delta method: the ratio's
-//! relative variance is the sum of the two means' relative variances
-//! (`s1²/(n1·m1²) + s0²/(n0·m0²)`), with Welch-Satterthwaite degrees of freedom on those two
-//! terms, and the bounds are `ratio ± t(df) · ratio · sqrt(that sum)`.
+//! The interval is Welch's t interval carried to the ratio by the delta method on the log
+//! scale: the variance of the ratio's logarithm is the sum of the two means' relative
+//! variances (`s1²/(n1·m1²) + s0²/(n0·m0²)`), with Welch-Satterthwaite degrees of freedom on
+//! those two terms, and the bounds are `ratio · exp(∓ t(df) · sqrt(that sum))`: a ratio of
+//! times is never below zero, however noisy a sample (the linear interval gave
+//! `-0.232..11.764`).
 
 use serde::Serialize;
 
@@ -86,7 +88,16 @@ pub fn ratio_of_means(
     }
     let df =
         (a + b).powi(2) / (a * a / (numerator.n - 1) as f64 + b * b / (denominator.n - 1) as f64);
-    let half = t_quantile(0.5 + confidence / 2.0, df) * ratio.abs() * (a + b).sqrt();
+    let spread = t_quantile(0.5 + confidence / 2.0, df) * (a + b).sqrt();
+    if ratio > 0.0 {
+        return Some(Ratio {
+            ratio,
+            low: Some(ratio * (-spread).exp()),
+            high: Some(ratio * spread.exp()),
+        });
+    }
+    // Means of both signs have no logarithm: the linear interval.
+    let half = spread * ratio.abs();
     Some(Ratio {
         ratio,
         low: Some(ratio - half),
@@ -242,11 +253,23 @@ mod tests {
         let fast = summarize(&[1.0, 2.0, 3.0]).unwrap();
         let r = ratio_of_means(&slow, &fast, 0.95).unwrap();
         assert_eq!(r.ratio, 2.0);
-        // Relative variances 4/(3*16) and 1/(3*4), both 1/12: df = 4, and the half width is
-        // t(0.975, 4) * 2 * sqrt(1/6).
-        let half = 2.7764451051977934 * 2.0 * (1.0f64 / 6.0).sqrt();
-        assert!(close(r.low.unwrap(), 2.0 - half, 1e-9), "{r:?}");
-        assert!(close(r.high.unwrap(), 2.0 + half, 1e-9), "{r:?}");
+        // Relative variances 4/(3*16) and 1/(3*4), both 1/12: df = 4, and the log-scale
+        // spread is t(0.975, 4) * sqrt(1/6).
+        let spread = 2.7764451051977934 * (1.0f64 / 6.0).sqrt();
+        assert!(close(r.low.unwrap(), 2.0 * (-spread).exp(), 1e-9), "{r:?}");
+        assert!(close(r.high.unwrap(), 2.0 * spread.exp(), 1e-9), "{r:?}");
+    }
+
+    #[test]
+    fn a_very_noisy_configuration_stays_above_zero() {
+        // One run 20 times the others: the linear interval went below zero.
+        let noisy = summarize(&[0.1, 0.1, 2.0]).unwrap();
+        let quiet = summarize(&[0.1, 0.11, 0.1]).unwrap();
+        let r = ratio_of_means(&noisy, &quiet, 0.95).unwrap();
+        let (low, high) = (r.low.unwrap(), r.high.unwrap());
+        assert!(low > 0.0 && low < r.ratio && r.ratio < high, "{r:?}");
+        // The log-scale interval is symmetric in ratio terms: low * high = ratio².
+        assert!(close(low * high, r.ratio * r.ratio, 1e-9), "{r:?}");
     }
 
     #[test]

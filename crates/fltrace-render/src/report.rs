@@ -6,6 +6,7 @@ pub mod diff;
 pub mod faults;
 #[cfg(test)]
 mod synthetic;
+pub mod threads;
 
 use fltrace_analyze::{GroupBy, GroupKey, Location, stack_field};
 
@@ -65,6 +66,19 @@ pub(crate) fn callers(stack: &[Location]) -> Option<String> {
     (!callers.is_empty()).then(|| callers.join(" <- "))
 }
 
+/// One caller of a stack as [`callers`] names it: `function (file:line)`, or its library.
+pub(crate) fn caller_text(l: &Location) -> String {
+    format!(
+        "{} ({})",
+        l.function,
+        if l.has_line() {
+            format!("{}:{}", l.short_file(), l.line)
+        } else {
+            l.lib.to_string()
+        }
+    )
+}
+
 /// `file:line` without the file's directories, for tables.
 pub(crate) fn short_file_line(location: &Location) -> String {
     if location.has_line() {
@@ -78,7 +92,7 @@ pub(crate) fn short_file_line(location: &Location) -> String {
 
 /// `s` cut to `width` characters, the last one `…` if it was cut.
 pub(crate) fn truncate(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
+    if s.chars().count() <= width || width == 0 {
         s.to_owned()
     } else {
         let mut t: String = s.chars().take(width - 1).collect();

@@ -93,7 +93,7 @@ pub struct ArchiveArgs {
     #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
     /// Only this process (and the most recent recording that traced it).
-    #[arg(long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID")]
     pub pid: Option<u32>,
     /// The archive directory (default: `DIR/fltrace-archive`, found there by report, visualize
     /// and heatmap without being asked; `./fltrace-archive` when DIR is read-only), or one
@@ -470,16 +470,34 @@ pub struct Selection {
     #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
     /// Only this process (and the most recent recording that traced it).
-    #[arg(long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID")]
     pub pid: Option<u32>,
     /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`, `4..`.
     #[arg(long, value_name = "START..END", value_parser = time_range)]
     pub time: Option<(f64, f64)>,
+    /// Only the faults of these threads (comma-separated thread ids).
+    #[arg(long, value_name = "TID", value_delimiter = ',')]
+    pub tid: Vec<u32>,
+    /// Only the faults of threads or processes of these names (comma-separated `comm`s, as
+    /// perf's --comm).
+    #[arg(long, value_name = "COMM", value_delimiter = ',')]
+    pub comm: Vec<String>,
     /// Which frame a fault counts for: the innermost of the program's own code (`program`:
     /// the executable and its libraries, not libc, libstdc++ and the like) or the innermost
     /// of all (`leaf`).
     #[arg(long, value_enum, default_value = "program")]
     pub call_site: CallSiteArg,
+    /// Functions (a regular expression) that are never a call site, as pprof's -hide: a fault
+    /// in one counts for its caller. Well-known allocators (pymalloc, ggc, sqlite3Malloc,
+    /// g_slice, operator new, __rust_alloc, ...) and those of the `[report] allocators` list of
+    /// ~/.config/fltrace/config.toml (or $FLTRACE_CONFIG) always are; `--call-site leaf`
+    /// shows them.
+    #[arg(long, value_name = "REGEX")]
+    pub hide: Option<String>,
+    /// Only the faults whose stack has a function matching this regular expression, as
+    /// pprof's -focus.
+    #[arg(long, value_name = "REGEX")]
+    pub focus: Option<String>,
     /// Also show the faults taken by fltrace's own work in the traced process (the
     /// allocation tracer's unwinding, logging and heap), left out by default.
     #[arg(long)]
@@ -537,6 +555,12 @@ pub enum By {
     Dso,
     /// Faults by where the memory they hit was allocated (needs record --allocs).
     AllocSite,
+    /// Faults by thread name (`comm`), over every process.
+    Comm,
+    /// Faults by process.
+    Pid,
+    /// Faults by thread.
+    Tid,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -585,7 +609,7 @@ pub struct ReportArgs {
     #[arg(long)]
     pub leaks: bool,
     /// Leaks: leave out what was allocated less than MS milliseconds before the end.
-    #[arg(short = 'o', long = "older", value_name = "MS")]
+    #[arg(long = "older-ms", alias = "older", value_name = "MS")]
     pub older_ms: Option<u64>,
     /// How many groups to show (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
@@ -593,15 +617,19 @@ pub struct ReportArgs {
     /// Output format; csv, json, folded and pprof go to stdout unless --output.
     #[arg(long, value_enum, default_value = "table")]
     pub format: ReportFormat,
-    /// With --format folded or pprof: write it to FILE (a new file or one to replace, never
-    /// through a symbolic link) instead of stdout.
-    #[arg(long, value_name = "FILE")]
+    /// Write the report to FILE (a new file or one to replace, never through a symbolic
+    /// link) instead of stdout, in any format.
+    #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Also write the original's fltrace-data-report-PID.out (plain `report` always does),
     /// into DIR, else beside the recording, or into the current directory when the
     /// recording's is read-only.
     #[arg(long, value_name = "DIR")]
     pub legacy_csv: Option<Option<PathBuf>>,
+    /// Tables print every name whole, however wide (they fit the terminal's width, `COLUMNS`,
+    /// by default).
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -640,7 +668,18 @@ impl By {
             By::Function => Some(GroupBy::Function),
             By::Line => Some(GroupBy::Line),
             By::Dso => Some(GroupBy::Dso),
-            By::AllocSite => None,
+            By::AllocSite | By::Comm | By::Pid | By::Tid => None,
+        }
+    }
+
+    /// How faults are grouped by process or thread, if this flag says so.
+    pub fn thread_by(self) -> Option<fltrace_analyze::ThreadBy> {
+        use fltrace_analyze::ThreadBy;
+        match self {
+            By::Comm => Some(ThreadBy::Comm),
+            By::Pid => Some(ThreadBy::Pid),
+            By::Tid => Some(ThreadBy::Tid),
+            _ => None,
         }
     }
 }

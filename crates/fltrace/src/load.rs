@@ -1,7 +1,7 @@
 //! The recording the flags select, loaded by fltrace-analyze, its notes said on stderr.
 
 pub use fltrace_analyze::{AllocStacks as Allocs, Loaded};
-use fltrace_analyze::{CallSite, FaultsHeld, LoadOptions, Symbolizer, debug_config};
+use fltrace_analyze::{CallSite, FaultsHeld, FrameRules, LoadOptions, Symbolizer, debug_config};
 use fltrace_trace::Recording;
 
 use crate::cli::{CallSiteArg, Selection};
@@ -27,6 +27,14 @@ fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::
         pid: selection.pid,
         window_s: selection.time,
         call_site: call_site(selection.call_site),
+        frame_rules: FrameRules::with_config(
+            selection.hide.as_deref(),
+            selection.focus.as_deref(),
+        )?,
+        threads: fltrace_analyze::ThreadFilter {
+            tids: selection.tid.clone(),
+            comms: selection.comm.clone(),
+        },
         include_tracer: selection.include_tracer,
         archive: selection.archive.clone(),
         alloc_stacks: allocs,
@@ -34,7 +42,7 @@ fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::
         salvage: selection.salvage,
     };
     let loaded = fltrace_analyze::load(&selection.dir, &options)?;
-    for note in &loaded.notes {
+    for note in loaded.notes.iter().chain(&loaded.skipped_notes()) {
         eprintln!("fltrace: {}", as_named(note, selection));
     }
     Ok(loaded)

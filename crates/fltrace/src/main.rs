@@ -29,6 +29,9 @@ fn main() -> ExitCode {
         Err(e) => {
             // clap prints help and version to stdout with success, usage errors to stderr.
             let _ = e.print();
+            if let Some(hint) = missing_separator_hint(&e) {
+                eprintln!("{hint}");
+            }
             return if e.use_stderr() {
                 ExitCode::from(2)
             } else {
@@ -52,6 +55,25 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The commands that run a program after their own flags.
+const RUNS_A_COMMAND: [&str; 4] = ["record", "wss", "sweep", "runs"];
+
+/// A hint when a flag of the traced program was read as fltrace's: `fltrace record ls -l`
+/// needs `--` before the program (`fltrace record -- ls -l`).
+fn missing_separator_hint(error: &clap::Error) -> Option<String> {
+    if error.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = args.iter().find(|a| !a.starts_with('-'))?;
+    if !RUNS_A_COMMAND.contains(&command.as_str()) || args.iter().any(|a| a == "--") {
+        return None;
+    }
+    Some(format!(
+        "hint: put `--` before the program to run, so that its flags stay its own: fltrace {command} [OPTIONS] -- PROGRAM [ARGS]"
+    ))
 }
 
 fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {

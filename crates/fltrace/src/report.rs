@@ -5,10 +5,11 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    FaultReport, GroupBy, OpenedRecording, alloc_processes, folded_counts, leak_age_ns,
-    recording_line, write_original_reports, write_pprof_counts,
+    FaultReport, GroupBy, OpenedRecording, ThreadBy, alloc_processes, folded_counts,
+    group_faults_by_thread, leak_age_ns, recording_line, write_original_reports,
+    write_pprof_counts,
 };
-use fltrace_render::report::{alloc_tables, faults};
+use fltrace_render::report::{alloc_tables, faults, threads};
 
 use crate::cli::{By, ReportArgs, ReportFormat};
 use crate::load::{Allocs, load_counts, load_with};
@@ -24,6 +25,8 @@ enum Mode {
     Leaks,
     /// Faults by the allocation site of the memory they hit (`--by alloc-site`).
     AllocSite,
+    /// Faults by process, thread or thread name (`--by pid|tid|comm`).
+    Threads(ThreadBy),
 }
 
 impl Mode {
@@ -34,18 +37,26 @@ impl Mode {
             (true, _, Some(By::AllocSite)) => bail!(
                 "--by alloc-site groups faults; --allocs groups allocations by stack, function, line or dso"
             ),
+            (true, _, Some(by)) if by.thread_by().is_some() => {
+                bail!(
+                    "--by comm, pid and tid group faults; --allocs groups allocations by stack, function, line or dso"
+                )
+            }
             (true, _, by) => Mode::Allocs(group_by(by)),
             (_, true, Some(_)) => bail!("--leaks lists whole stacks: --by does not apply"),
             (_, true, None) => Mode::Leaks,
             (false, false, Some(By::AllocSite)) => Mode::AllocSite,
-            (false, false, by) => Mode::Faults(group_by(by)),
+            (false, false, by) => match by.and_then(By::thread_by) {
+                Some(threads) => Mode::Threads(threads),
+                None => Mode::Faults(group_by(by)),
+            },
         };
         let whole_recording = matches!(mode, Mode::Allocs(_) | Mode::Leaks);
         if whole_recording && args.selection.time.is_some() {
             bail!("--time selects faults; --allocs and --leaks cover the whole recording");
         }
         if !whole_recording && args.older_ms.is_some() {
-            bail!("-o/--older applies to --leaks and --allocs");
+            bail!("--older-ms applies to --leaks and --allocs");
         }
         Ok(mode)
     }
@@ -58,10 +69,14 @@ pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
         }
         return export(&args, opened);
     }
-    if args.output.is_some() {
-        bail!("--output applies to --format folded and pprof; the tables go to stdout");
-    }
     let out = report(&args, opened)?;
+    if let Some(path) = &args.output {
+        let mut file = fltrace_trace::files::create(path)?;
+        return file
+            .write_all(out.as_bytes())
+            .and_then(|()| file.flush())
+            .with_context(|| format!("writing {}", path.display()));
+    }
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
@@ -105,6 +120,31 @@ fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     written
         .and_then(|()| out.flush())
         .with_context(|| format!("writing {name}"))
+}
+
+/// The width tables fit: `COLUMNS` if set, else the terminal's on stdout, else
+/// [`faults::DEFAULT_WIDTH`].
+fn terminal_width() -> usize {
+    if let Some(columns) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
+    {
+        return columns;
+    }
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which outlives the call.
+    let got = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
+    if got == 0 && size.ws_col > 0 {
+        usize::from(size.ws_col)
+    } else {
+        faults::DEFAULT_WIDTH
+    }
 }
 
 /// Whether the command line is the original's `fltrace report` (the table of faults by line,
@@ -164,6 +204,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     // address and time to find the block it landed in.
     let loaded = match mode {
         Mode::Faults(_) => load_counts(&args.selection)?,
+        Mode::Threads(_) => load_with(&args.selection, Allocs::Skip)?,
         _ => load_with(&args.selection, Allocs::Required)?,
     };
     eprintln!(
@@ -179,7 +220,12 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     let format = args.format.tabular().render();
     if let Mode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
-        return Ok(faults::faults(&loaded, &report, format)?);
+        let width = (!args.wide).then(terminal_width);
+        return Ok(faults::faults_fit(&loaded, &report, format, width)?);
+    }
+    if let Mode::Threads(by) = mode {
+        let groups = group_faults_by_thread(loaded.traces.iter().map(|(t, _)| t), by);
+        return Ok(threads::threads(&groups, by, args.top, format)?);
     }
     let (processes, without) = alloc_processes(&loaded, leak_age_ns(args.older_ms));
     for pid in without {
@@ -273,7 +319,7 @@ mod tests {
             mode(&["--allocs", "--by", "stack"]).unwrap(),
             Mode::Allocs(GroupBy::Stack)
         );
-        assert_eq!(mode(&["--leaks", "-o", "3"]).unwrap(), Mode::Leaks);
+        assert_eq!(mode(&["--leaks", "--older-ms", "3"]).unwrap(), Mode::Leaks);
         assert_eq!(mode(&["--by", "alloc-site"]).unwrap(), Mode::AllocSite);
         for flags in [
             &["--allocs", "--by", "alloc-site"][..],

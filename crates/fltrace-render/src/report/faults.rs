@@ -4,54 +4,144 @@ use std::fmt::Write as _;
 
 use fltrace_analyze::{COVER_SHARE, FaultReport, Group, GroupBy, Loaded, percent};
 
+use fltrace_analyze::Location;
+
 use super::{
-    Format, callers, csv_text, location_columns, location_fields, pretty, short_file_line, truncate,
+    Format, caller_text, csv_text, location_columns, location_fields, pretty, short_file_line,
+    truncate,
 };
 use crate::Error;
 
-/// `report` of the faults of `loaded` as `format` writes it.
+/// `report` of the faults of `loaded` as `format` writes it, tables at most
+/// [`DEFAULT_WIDTH`] columns wide.
 pub fn faults(loaded: &Loaded, report: &FaultReport, format: Format) -> Result<String, Error> {
+    faults_fit(loaded, report, format, Some(DEFAULT_WIDTH))
+}
+
+/// The width of a table when the terminal's is not known.
+pub const DEFAULT_WIDTH: usize = 120;
+
+/// As [`faults`], the table fitting `width` columns (`None`: every name whole, `--wide`).
+pub fn faults_fit(
+    loaded: &Loaded,
+    report: &FaultReport,
+    format: Format,
+    width: Option<usize>,
+) -> Result<String, Error> {
     Ok(match format {
-        Format::Table => table(loaded, report),
+        Format::Table => table(loaded, report, width),
         Format::Csv => csv(&report.groups, report.by, report.total)?,
         Format::Json => json(loaded, report),
     })
 }
 
-fn table(loaded: &Loaded, report: &FaultReport) -> String {
+/// The widths of the function, file and library columns within `width` columns in all, the
+/// function's given up first (file:line and library keep up to 36 and 24 characters), and
+/// never below 16; each column only as wide as its longest entry.
+fn column_widths(natural: [usize; 3], prefix: usize, width: Option<usize>) -> [usize; 3] {
+    let Some(width) = width else {
+        return natural;
+    };
+    let [function, file, lib] = natural;
+    let room = width.saturating_sub(prefix + 2);
+    if function + file + lib <= room {
+        return natural;
+    }
+    let file = file.min(36);
+    let lib = lib.min(24);
+    let function = room
+        .saturating_sub(file + lib)
+        .clamp(16.min(function), function);
+    [function, file, lib]
+}
+
+fn table(loaded: &Loaded, report: &FaultReport, width: Option<usize>) -> String {
     let total = report.total;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<8} {:<32} {:<36} lib",
-        "#", "faults", "%", "cum%", "kind", "type", "function", "file:line"
+    // A whole stack is printed from its innermost frame on, as it is stored: the row is that
+    // frame (a fault in memcpy reads `memcpy`, then its caller), not the call site, which
+    // would show twice and hide the frame the fault was in.
+    let location_of = |group: &'_ Group| -> Location {
+        match (group.key.stack.as_deref(), report.by) {
+            (Some([innermost, ..]), GroupBy::Stack) => innermost.clone(),
+            _ => group.key.location.clone(),
+        }
+    };
+    // By library, the function and file say nothing: one library, many of each.
+    let named = report.by != GroupBy::Dso;
+    let file_of = |l: &Location| match report.by {
+        GroupBy::Function if l.file.is_empty() => "??".to_owned(),
+        GroupBy::Function => l.short_file().to_owned(),
+        _ => short_file_line(l),
+    };
+    let file_header = if report.by == GroupBy::Function {
+        "file"
+    } else {
+        "file:line"
+    };
+    let locations: Vec<Location> = report.groups.iter().map(location_of).collect();
+    let longest = |f: &dyn Fn(&Location) -> usize, header: &str| {
+        locations
+            .iter()
+            .map(f)
+            .chain([header.chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let natural = [
+        longest(&|l| l.function.chars().count(), "function"),
+        longest(&|l| file_of(l).chars().count(), file_header),
+        longest(&|l| l.lib.chars().count(), "lib"),
+    ];
+    const PREFIX: usize = 52;
+    let [function_w, file_w, lib_w] = if named {
+        column_widths(natural, PREFIX, width)
+    } else {
+        let lib = width.map_or(natural[2], |w| {
+            natural[2].min(w.saturating_sub(PREFIX).max(16))
+        });
+        [0, 0, lib]
+    };
+    let mut header = format!(
+        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<8} ",
+        "#", "faults", "%", "cum%", "kind", "type"
     );
+    if named {
+        let _ = write!(
+            header,
+            "{:<function_w$} {:<file_w$} ",
+            "function", file_header
+        );
+    }
+    header.push_str("lib");
+    let _ = writeln!(out, "{}", header.trim_end());
     let mut cumulative = 0;
-    for (i, group) in report.groups.iter().enumerate() {
+    for (i, (group, location)) in report.groups.iter().zip(&locations).enumerate() {
         cumulative += group.count;
-        // A whole stack is printed from its innermost frame on, as it is stored: the row is
-        // that frame (a fault in memcpy reads `memcpy`, then its caller), not the call site,
-        // which would show twice and hide the frame the fault was in.
-        let location = match (group.key.stack.as_deref(), report.by) {
-            (Some([innermost, ..]), GroupBy::Stack) => innermost,
-            _ => &group.key.location,
-        };
-        let file_line = short_file_line(location);
-        let _ = writeln!(
-            out,
-            "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} {:<32} {:<36} {}",
+        let mut row = format!(
+            "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} ",
             i + 1,
             group.count,
             percent(group.count, total),
             percent(cumulative, total),
             group.kind_name(),
             group.type_name(),
-            truncate(&location.function, 32),
-            file_line,
-            location.lib
         );
-        if let Some(callers) = group.key.stack.as_deref().and_then(callers) {
-            let _ = writeln!(out, "{:>42}<- {callers}", "");
+        if named {
+            let _ = write!(
+                row,
+                "{:<function_w$} {:<file_w$} ",
+                truncate(&location.function, function_w),
+                truncate(&file_of(location), file_w),
+            );
+        }
+        row.push_str(&truncate(&location.lib, lib_w));
+        let _ = writeln!(out, "{}", row.trim_end());
+        // One caller per line: a 700-character stack on one line reads as noise.
+        if let Some(stack) = group.key.stack.as_deref() {
+            for caller in stack.iter().skip(1) {
+                let _ = writeln!(out, "{:>6}<- {}", "", caller_text(caller));
+            }
         }
     }
     let processes = loaded.traces.len();

@@ -153,6 +153,8 @@ pub fn load(
         pid: None,
         window_s: None,
         call_site: CallSite::Program,
+        frame_rules: Default::default(),
+        threads: Default::default(),
         include_tracer: false,
         archive: None,
         alloc_stacks,

@@ -470,10 +470,8 @@ fn stack_rows_begin_with_the_innermost_frame() {
     dir.record(&[&names], &[]);
     let out = dir.run(&["report", "--by", "stack", "--top", "0"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let caller = format!(
-        "<- zero (names.c:{}) <- main (names.c:",
-        site("names.c", "zero_memset")
-    );
+    // One caller per line.
+    let caller = format!("<- zero (names.c:{})", site("names.c", "zero_memset"));
     let lines: Vec<&str> = text.lines().collect();
     let mut memset_faults = 0;
     for (i, line) in lines.iter().enumerate() {
@@ -489,6 +487,8 @@ fn stack_rows_begin_with_the_innermost_frame() {
                 callers.starts_with(&caller),
                 "{caller} after {line}:\n{text}"
             );
+            let outer = lines.get(i + 2).map_or("", |l| l.trim_start());
+            assert!(outer.starts_with("<- main (names.c:"), "{line}:\n{text}");
         }
     }
     assert_eq!(memset_faults, 40, "{text}");

@@ -179,3 +179,127 @@ fn time_window_filters() {
     let none = dir.report_json(&["--time", "1000..2000"]);
     assert_eq!(none["faults"], 0);
 }
+
+/// Tables fit the terminal: at 200 columns the longest C++ name is whole, at 80 it is cut
+/// (with `…`), the file:line and library kept whole; `--wide` prints it whole whatever `COLUMNS` says;
+/// `--by dso` has no function or file column; `--by stack` prints one caller per line.
+#[test]
+fn tables_fit_the_terminal_width() {
+    let dir = Dir::new();
+    let program = dir.path().join("longnames");
+    let built = std::process::Command::new("g++")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&program)
+        .arg(workloads_dir().join("longnames.cpp"))
+        .output()
+        .expect("g++ runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    dir.record(&[&program], &["40"]);
+    let name = "mesh::refinement_pool<mesh::subdivision_policy>::touch_pages(char volatile*, unsigned long)";
+    let table = |columns: &str, extra: &[&str]| -> String {
+        let out = dir
+            .fltrace()
+            .env("COLUMNS", columns)
+            .args([&["report", "--top", "0"][..], extra].concat())
+            .output()
+            .expect("fltrace runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let rows = |text: &str| -> Vec<String> {
+        text.lines()
+            .take_while(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let wide = table("200", &[]);
+    let touch = format!("{name} longnames.cpp:{}", site("longnames.cpp", "touch"));
+    assert!(wide.contains(&touch), "{wide}");
+    assert!(
+        rows(&wide).iter().all(|r| r.chars().count() <= 200),
+        "{wide}"
+    );
+    let narrow = table("80", &[]);
+    assert!(!narrow.contains(name), "{narrow}");
+    // The function gives way first, to 16 characters; the file:line and library stay whole.
+    assert!(
+        narrow.contains("mesh::refinemen… longnames.cpp:"),
+        "{narrow}"
+    );
+    let longest = |text: &str| rows(text).iter().map(|r| r.chars().count()).max();
+    assert!(longest(&narrow) < longest(&wide), "{narrow}");
+    assert!(table("80", &["--wide"]).contains(&touch));
+
+    let dso = table("80", &["--by", "dso"]);
+    let header = dso.lines().next().unwrap_or("");
+    assert!(header.ends_with("type     lib"), "{dso}");
+    assert!(!dso.contains("??"), "{dso}");
+
+    let stack = table("200", &["--by", "stack"]);
+    let lines: Vec<&str> = stack.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(&touch))
+        .unwrap_or_else(|| panic!("{stack}"));
+    assert!(
+        lines[at + 1]
+            .trim_start()
+            .starts_with("<- main (longnames.cpp:"),
+        "{stack}"
+    );
+    assert!(!lines[at + 1].trim_start().contains(" <- "), "{stack}");
+}
+
+/// One grammar: `report -p PID` selects the process as `-p` does everywhere, `-o FILE` writes
+/// the report there in any format, and a program's flag read as fltrace's gets a hint about
+/// the missing `--`.
+#[test]
+fn report_takes_p_and_o_and_a_missing_separator_has_a_hint() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "20"]);
+    let report = dir.report_json(&[]);
+    let pid = report["pids"][0].as_u64().unwrap_or(0).to_string();
+    let out = dir.run(&[
+        "report",
+        "-p",
+        &pid,
+        "--format",
+        "json",
+        "-o",
+        "report.json",
+        "--top",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let written: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("report.json")).expect("report.json written"),
+    )
+    .expect("JSON");
+    assert_eq!(count_at(&written, "faults.c", site("faults.c", "fill")), 20);
+    assert_eq!(
+        written["pids"][0].as_u64().map(|p| p.to_string()),
+        Some(pid)
+    );
+
+    let out = dir.run(&["record", "ls", "-l"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hint: put `--` before the program to run"),
+        "{stderr}"
+    );
+}

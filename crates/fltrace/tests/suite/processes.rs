@@ -572,4 +572,57 @@ fn pprof_samples_are_labelled_by_process_and_thread() {
     names.dedup();
     assert_eq!(names, ["alpha", "bravo", "sh"], "{raw}");
     assert!(from_pprof.keys().all(|(_, pid, tid)| pid == tid), "{raw}");
+
+/// Faults by thread: two threads named `small` and `big` touch 30 and 70 fresh pages; by tid
+/// and by comm (the fill function's faults, `--focus`) they are exactly those counts, and
+/// `--tid` and `--comm` keep one thread's faults in every report.
+#[test]
+fn faults_by_thread_are_exact() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "threads2.c");
+    dir.record(&[&program], &["30", "70"]);
+    let focus = ["--focus", "^fill_pages$"];
+    let by_tid = dir.report_json(&[&["--by", "tid"][..], &focus].concat());
+    let rows: Vec<(String, u64, u64)> = groups(&by_tid)
+        .map(|g| {
+            (
+                g["comm"].as_str().unwrap_or("").to_owned(),
+                g["count"].as_u64().unwrap_or(0),
+                g["tid"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let shape: Vec<(&str, u64)> = rows.iter().map(|(c, n, _)| (c.as_str(), *n)).collect();
+    assert_eq!(shape, [("big", 70), ("small", 30)], "{by_tid}");
+    let pid = by_tid["groups"][0]["pid"].as_u64().unwrap_or(0);
+    assert!(
+        rows.iter().all(|(_, _, tid)| *tid != pid && *tid > 0),
+        "{by_tid}"
+    );
+
+    let by_comm = dir.report_json(&[&["--by", "comm"][..], &focus].concat());
+    let comms: Vec<(&str, u64)> = groups(&by_comm)
+        .map(|g| {
+            (
+                g["comm"].as_str().unwrap_or(""),
+                g["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(comms, [("big", 70), ("small", 30)], "{by_comm}");
+
+    let fill = site("threads2.c", "fill");
+    let small_tid = rows[1].2.to_string();
+    let one = dir.report_json(&["--by", "line", "--tid", &small_tid]);
+    assert_eq!(count_at(&one, "threads2.c", fill), 30, "{one}");
+    let big = dir.report_json(&["--by", "line", "--comm", "big"]);
+    assert_eq!(count_at(&big, "threads2.c", fill), 70, "{big}");
+    assert_eq!(big["faults"], 70, "{big}");
+
+    // The table names the columns that mean something for the grouping.
+    let out = dir.run(&["report", "--by", "pid"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let header = table.lines().next().unwrap_or("");
+    assert!(header.ends_with("pid      comm"), "{table}");
+    assert!(!header.contains("tid"), "{table}");
 }

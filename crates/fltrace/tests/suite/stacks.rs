@@ -440,4 +440,114 @@ fn deep_stacks_of_a_thread_that_moved_on_reach_main_by_default() {
             }
         }
     }
+
+/// A program's own pool allocator is not the call site: `pool_alloc` takes every fault (it
+/// writes each chunk's header), yet the lines to act on are its callers'. With allocations
+/// recorded fltrace finds it (each of its faults in a block malloc'd through it); without,
+/// `--hide` or the configuration file's list name it; `--call-site leaf` shows it still.
+#[test]
+fn pool_allocator_is_not_the_call_site() {
+    let dir = Dir::new();
+    let pool = build_c_workload(dir.path(), "pool.c");
+    let (nodes, strings, header) = (
+        site("pool.c", "nodes"),
+        site("pool.c", "strings"),
+        site("pool.c", "header"),
+    );
+    dir.record_with(&["-q", "--allocs"], &[&pool], &["30", "20"]);
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(count_at(&report, "pool.c", nodes), 30, "{report}");
+    assert_eq!(count_at(&report, "pool.c", strings), 20, "{report}");
+    assert_eq!(count_at(&report, "pool.c", header), 0, "{report}");
+    let out = dir.run(&["report", "--by", "line"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("skipped as allocators (found from the allocations recorded), not call sites: pool_alloc (50); 50 faults counted for their callers"),
+        "{stderr}"
+    );
+    let leaf = dir.report_json(&["--by", "line", "--call-site", "leaf"]);
+    assert_eq!(count_at(&leaf, "pool.c", header), 50, "{leaf}");
+
+    // Without allocations: pool_alloc is the call site until hidden or listed.
+    let plain = Dir::new();
+    plain.record(&[&pool], &["30", "20"]);
+    let report = plain.report_json(&["--by", "line"]);
+    assert_eq!(count_at(&report, "pool.c", header), 50, "{report}");
+    let hidden = plain.report_json(&["--by", "line", "--hide", "^pool_alloc$"]);
+    assert_eq!(count_at(&hidden, "pool.c", nodes), 30, "{hidden}");
+    assert_eq!(count_at(&hidden, "pool.c", strings), 20, "{hidden}");
+    assert_eq!(count_at(&hidden, "pool.c", header), 0, "{hidden}");
+    let hidden_leaf = plain.report_json(&["--by", "line", "--hide", "pool", "--call-site", "leaf"]);
+    assert_eq!(
+        count_at(&hidden_leaf, "pool.c", header),
+        50,
+        "{hidden_leaf}"
+    );
+
+    // The configuration file's list: pool_alloc and make_nodes are allocators, so the
+    // nodes' faults go on to main's line.
+    let config = plain.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[report]\nallocators = [\"^pool_alloc$\", \"^make_nodes$\"]\n",
+    )
+    .expect("config written");
+    let out = plain
+        .fltrace()
+        .env("FLTRACE_CONFIG", &config)
+        .args(["report", "--format", "json", "--top", "0", "--by", "line"])
+        .output()
+        .expect("fltrace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let configured: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    // main's line also has its own reads (of argv): the nodes' faults are its writes.
+    let main_nodes = site("pool.c", "main_nodes");
+    let writes: u64 = groups(&configured)
+        .filter(|g| g["line"] == main_nodes && g["function"] == "main")
+        .map(|g| g["writes"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(writes, 30, "{configured}");
+    assert_eq!(count_at(&configured, "pool.c", nodes), 0, "{configured}");
+    assert_eq!(count_at(&configured, "pool.c", strings), 20, "{configured}");
+    assert_eq!(count_at(&configured, "pool.c", header), 0, "{configured}");
+    // The same config under ~/.config/fltrace (HOME), and --focus keeps the strings only.
+    let home = plain.path().join("home");
+    std::fs::create_dir_all(home.join(".config/fltrace")).expect("config dir");
+    std::fs::copy(&config, home.join(".config/fltrace/config.toml")).expect("config copied");
+    let out = plain
+        .fltrace()
+        .env("HOME", &home)
+        .args([
+            "report",
+            "--format",
+            "json",
+            "--top",
+            "0",
+            "--by",
+            "line",
+            "--focus",
+            "^make_strings$",
+        ])
+        .output()
+        .expect("fltrace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let focused: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(count_at(&focused, "pool.c", strings), 20, "{focused}");
+    assert_eq!(focused["faults"], 20, "{focused}");
+    // A bad pattern is one clear line.
+    let out = plain.run(&["report", "--hide", "(unclosed"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`(unclosed` is not a regular expression"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

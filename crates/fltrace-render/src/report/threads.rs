@@ -1,0 +1,136 @@
+//! `fltrace report --by comm|pid|tid`: faults per thread name, process or thread.
+
+use std::fmt::Write as _;
+
+use fltrace_analyze::{ThreadBy, ThreadGroup, percent};
+
+use super::{Format, csv_text};
+use crate::Error;
+
+/// The columns naming a group: those that mean something for the grouping.
+fn key_columns(by: ThreadBy) -> &'static [&'static str] {
+    match by {
+        ThreadBy::Comm => &["comm"],
+        ThreadBy::Pid => &["pid", "comm"],
+        ThreadBy::Tid => &["pid", "tid", "comm"],
+    }
+}
+
+fn key_fields(group: &ThreadGroup, by: ThreadBy) -> Vec<String> {
+    let id = |n: Option<u32>| n.map_or_else(String::new, |n| n.to_string());
+    match by {
+        ThreadBy::Comm => vec![group.comm.clone()],
+        ThreadBy::Pid => vec![id(group.pid), group.comm.clone()],
+        ThreadBy::Tid => vec![id(group.pid), id(group.tid), group.comm.clone()],
+    }
+}
+
+/// The `top` largest of `groups` (all with 0) as `format` writes them; percentages are of
+/// every group's faults.
+pub fn threads(
+    groups: &[ThreadGroup],
+    by: ThreadBy,
+    top: usize,
+    format: Format,
+) -> Result<String, Error> {
+    let total: u64 = groups.iter().map(|g| g.count).sum();
+    let shown = if top == 0 {
+        groups
+    } else {
+        &groups[..top.min(groups.len())]
+    };
+    let counts = |g: &ThreadGroup| [g.count, g.kinds[0], g.kinds[1], g.kinds[2], g.zero];
+    Ok(match format {
+        Format::Table => {
+            let mut out = String::new();
+            let _ = write!(
+                out,
+                "{:>4} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
+                "#", "faults", "%", "cum%", "reads", "writes", "wrprotect", "first"
+            );
+            for column in key_columns(by) {
+                let _ = write!(out, "  {column:>8}");
+            }
+            out.push('\n');
+            let mut cumulative = 0;
+            for (i, g) in shown.iter().enumerate() {
+                cumulative += g.count;
+                let [count, reads, writes, wrprotects, zero] = counts(g);
+                let _ = write!(
+                    out,
+                    "{:>4} {count:>9} {:>6.2}% {:>6.2}% {reads:>9} {writes:>9} {wrprotects:>9} {zero:>9}",
+                    i + 1,
+                    percent(count, total),
+                    percent(cumulative, total),
+                );
+                for field in key_fields(g, by) {
+                    let _ = write!(out, "  {field:>8}");
+                }
+                out.push('\n');
+            }
+            let _ = writeln!(
+                out,
+                "\n{total} faults in {} group{}",
+                groups.len(),
+                if groups.len() == 1 { "" } else { "s" }
+            );
+            out
+        }
+        Format::Csv => {
+            let header: Vec<&str> = [
+                "count",
+                "percent",
+                "reads",
+                "writes",
+                "wrprotects",
+                "first_touches",
+            ]
+            .into_iter()
+            .chain(key_columns(by).iter().copied())
+            .collect();
+            csv_text(
+                &header,
+                shown.iter().map(|g| {
+                    let [count, reads, writes, wrprotects, zero] = counts(g);
+                    let mut row = vec![
+                        count.to_string(),
+                        format!("{:.4}", percent(count, total)),
+                        reads.to_string(),
+                        writes.to_string(),
+                        wrprotects.to_string(),
+                        zero.to_string(),
+                    ];
+                    row.extend(key_fields(g, by));
+                    row
+                }),
+            )?
+        }
+        Format::Json => {
+            let rows: Vec<serde_json::Value> = shown
+                .iter()
+                .map(|g| {
+                    let mut row = serde_json::json!({
+                        "count": g.count,
+                        "percent": percent(g.count, total),
+                        "reads": g.kinds[0],
+                        "writes": g.kinds[1],
+                        "wrprotects": g.kinds[2],
+                        "first_touches": g.zero,
+                        "comm": g.comm,
+                    });
+                    if let Some(pid) = g.pid {
+                        row["pid"] = pid.into();
+                    }
+                    if let Some(tid) = g.tid {
+                        row["tid"] = tid.into();
+                    }
+                    row
+                })
+                .collect();
+            let document = serde_json::json!({ "faults": total, "groups": rows });
+            let mut text = serde_json::to_string_pretty(&document).unwrap_or_default();
+            text.push('\n');
+            text
+        }
+    })
+}
