@@ -572,6 +572,7 @@ fn pprof_samples_are_labelled_by_process_and_thread() {
     names.dedup();
     assert_eq!(names, ["alpha", "bravo", "sh"], "{raw}");
     assert!(from_pprof.keys().all(|(_, pid, tid)| pid == tid), "{raw}");
+}
 
 /// Faults by thread: two threads named `small` and `big` touch 30 and 70 fresh pages; by tid
 /// and by comm (the fill function's faults, `--focus`) they are exactly those counts, and

@@ -440,6 +440,7 @@ fn deep_stacks_of_a_thread_that_moved_on_reach_main_by_default() {
             }
         }
     }
+}
 
 /// A program's own pool allocator is not the call site: `pool_alloc` takes every fault (it
 /// writes each chunk's header), yet the lines to act on are its callers'. With allocations
