@@ -653,7 +653,9 @@ impl AllocWriter {
 /// Reads an allocations file.
 pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
     let table = TableReader::open(path)?;
-    let mut events = Vec::with_capacity(table.rows() as usize);
+    // The footer's row count is not checked by the checksums of a salvaged or foreign file:
+    // room is made for each row group's rows once they are decoded, never from the footer.
+    let mut events = Vec::new();
     // Row group by row group: whole columns of 8 million rows would double the peak memory.
     for group in 0..table.num_row_groups() {
         let groups = group..group + 1;
@@ -681,6 +683,7 @@ pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
                 message: format!("row group {group}: columns of different lengths"),
             });
         }
+        events.reserve(rows);
         for i in 0..rows {
             let call = AllocCall::from_u8(call[i] as u8).ok_or_else(|| Error::Format {
                 path: path.to_owned(),
