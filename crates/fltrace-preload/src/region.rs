@@ -34,6 +34,14 @@ const RESIDENT: u8 = 1;
 const DIRTY: u8 = 2;
 const IN_STORE: u8 = 4;
 const REFERENCED: u8 = 8;
+/// Served for a thread that has not faulted since: the kernel retries the access only once
+/// the thread runs again, without a second fault event, so evicting the page before that
+/// would take another fill for the same access (a first touch seen as a fetch, one fault
+/// counted twice, and at worst a thread that never gets past the access).
+const PINNED: u8 = 16;
+
+/// Threads whose last served page is remembered (by thread id modulo this).
+const PIN_SLOTS: usize = 256;
 
 /// How victims are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +80,9 @@ struct Pages {
     /// run, so one TLB shootdown per batch rather than per page).
     releases: [u32; RELEASE_BATCH],
     release_len: usize,
+    /// Per thread (slot `tid % PIN_SLOTS`): (thread id, the page last served for it), the
+    /// page `PINNED` until that thread's next fault.
+    pins: [(u32, u32); PIN_SLOTS],
 }
 
 /// Store copies released together.
@@ -236,6 +247,7 @@ impl Region {
             far: 0,
             releases: [0; RELEASE_BATCH],
             release_len: 0,
+            pins: [(0, 0); PIN_SLOTS],
         };
         let limit = limit.max(1);
         let region = Region {
@@ -293,6 +305,9 @@ impl Region {
         let locking = now_ns();
         let mut pages = self.inner.lock();
         add(&breakdown.lock_wait_ns, now_ns() - locking);
+        // A thread faults again only once it has run past its previous fault: that page
+        // may go now.
+        Self::unpin(&mut pages, msg.ptid);
         // SAFETY: idx < pages, within the state array.
         let state = unsafe { &mut *pages.state.add(idx) };
         if *state & RESIDENT != 0 {
@@ -317,11 +332,13 @@ impl Region {
                 add(&breakdown.fill_ns, now_ns() - filling);
                 shared.faults.fetch_add(1, Relaxed);
                 shared.faults_wp.fetch_add(1, Relaxed);
+                Self::pin(&mut pages, msg.ptid, idx);
                 self.log(msg.ptid, addr, kind::WRPROTECT, read_ns);
             } else {
                 // Another thread's fault brought it in first. Logged too: the thread's fault
                 // has its row in the trace.
                 breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
+                Self::pin(&mut pages, msg.ptid, idx);
                 let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
                 self.log(msg.ptid, addr, kind::WAKE, read_ns);
             }
@@ -385,6 +402,7 @@ impl Region {
             | if refaulted { REFERENCED } else { 0 };
         pages.clean_copies += usize::from(keep_copy);
         pages.far -= usize::from(fetched);
+        Self::pin(&mut pages, msg.ptid, idx);
         self.enqueue(&mut pages, idx);
         pages.resident += 1;
         shared.faults.fetch_add(1, Relaxed);
@@ -594,6 +612,9 @@ impl Region {
         // At most half the queue gets a second chance per call: a sweep that went all the way
         // round would evict the very pages it just spared, before they could be written again.
         let mut chances = pages.len / 2;
+        // Pinned pages are passed over at most this often per call: when every resident page
+        // is pinned (a limit of fewer pages than faulting threads), eviction goes on anyway.
+        let mut pins_spared = PIN_SLOTS;
         while pages.resident > target && pages.len > 0 {
             let mut victims = [0usize; EVICT_BATCH];
             let mut count = 0;
@@ -608,6 +629,16 @@ impl Region {
                     unsafe { (&mut *pages.state.add(idx), *pages.ticket.add(idx)) };
                 if current != ticket || *state & RESIDENT == 0 {
                     continue;
+                }
+                if *state & PINNED != 0 && pins_spared > 0 {
+                    pins_spared -= 1;
+                    if self.pinned_thread_lives(pages, idx) {
+                        // Its thread has not run since the page was served: back in the
+                        // queue, as if brought in now.
+                        self.enqueue(pages, idx);
+                        continue;
+                    }
+                    *state &= !PINNED;
                 }
                 if self.policy != Policy::Fifo && *state & REFERENCED != 0 && chances > 0 {
                     chances -= 1;
@@ -636,7 +667,7 @@ impl Region {
                 for &idx in &victims[kept..] {
                     // SAFETY: idx < pages.
                     let state = unsafe { &mut *pages.state.add(idx) };
-                    *state = (*state & !(RESIDENT | DIRTY | REFERENCED)) | IN_STORE;
+                    *state = (*state & !(RESIDENT | DIRTY | REFERENCED | PINNED)) | IN_STORE;
                     // SAFETY: idx < pages.
                     unsafe { *pages.evicted_at.add(idx) = pages.evictions };
                     pages.evictions = pages.evictions.wrapping_add(1);
@@ -690,7 +721,7 @@ impl Region {
                     *state |= IN_STORE;
                     shared.evict_writes.fetch_add(1, Relaxed);
                 }
-                *state &= !(RESIDENT | DIRTY | REFERENCED);
+                *state &= !(RESIDENT | DIRTY | REFERENCED | PINNED);
                 pages.far += usize::from(*state & IN_STORE != 0);
                 // SAFETY: idx < pages.
                 unsafe { *pages.evicted_at.add(idx) = pages.evictions };
@@ -707,6 +738,51 @@ impl Region {
             shared.far.store((pages.far * PAGE) as u64, Relaxed);
         }
         true
+    }
+
+    /// Pins page `idx`, just served for thread `tid`, until that thread faults again; the page
+    /// that last held the thread's slot, another thread's, loses its pin.
+    fn pin(pages: &mut Pages, tid: u32, idx: usize) {
+        let slot = tid as usize % PIN_SLOTS;
+        let (old_tid, old_idx) = pages.pins[slot];
+        if old_tid != 0 && old_tid != tid {
+            // SAFETY: indexes in the slots are < pages.
+            unsafe { *pages.state.add(old_idx as usize) &= !PINNED };
+        }
+        pages.pins[slot] = (tid, idx as u32);
+        // SAFETY: idx < pages.
+        unsafe { *pages.state.add(idx) |= PINNED };
+    }
+
+    /// Thread `tid` faults again: the page last served for it is no longer pinned.
+    fn unpin(pages: &mut Pages, tid: u32) {
+        let slot = tid as usize % PIN_SLOTS;
+        let (old_tid, old_idx) = pages.pins[slot];
+        if old_tid == tid {
+            pages.pins[slot] = (0, 0);
+            // SAFETY: indexes in the slots are < pages.
+            unsafe { *pages.state.add(old_idx as usize) &= !PINNED };
+        }
+    }
+
+    /// Whether the pin of page `idx` still stands: the thread it was served for has not
+    /// faulted since and still exists (one that ended will never retry). Asked only when a
+    /// pinned page reaches the head of the queue.
+    fn pinned_thread_lives(&self, pages: &mut Pages, idx: usize) -> bool {
+        let Some(slot) = pages
+            .pins
+            .iter()
+            .position(|&(t, i)| t != 0 && i as usize == idx)
+        else {
+            return false;
+        };
+        let tid = pages.pins[slot].0;
+        // SAFETY: tgkill with signal 0 only checks that the thread exists in this process.
+        let lives = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) } == 0;
+        if !lives {
+            pages.pins[slot] = (0, 0);
+        }
+        lives
     }
 
     /// What a write marks besides dirty: a reference, for clock (its recency signal).
