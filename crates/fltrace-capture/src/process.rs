@@ -126,6 +126,9 @@ struct FarState {
     orphans: u64,
     /// Log entries matched with their row.
     matched: u64,
+    /// Fetches matched with a row already written out (a recorder behind by a checkpoint):
+    /// the row stays flagged as a first touch.
+    fetches_late: u64,
     /// Sum over matched entries of the row's time to the handler's read of the message: the
     /// wait for a handler, ns.
     wait_ns: u64,
@@ -224,6 +227,7 @@ impl Process {
                 mono_offset: crate::recorder::unix_now_ns()
                     .wrapping_sub(crate::recorder::monotonic_now_ns()),
                 matched: 0,
+                fetches_late: 0,
                 wait_ns: 0,
                 wait_hist: [0; fltrace_runtime_abi::HIST_BUCKETS],
                 resolve_ns: 0,
@@ -820,7 +824,8 @@ impl Process {
                 .checked_sub(first_pending)
                 .and_then(|i| pending.get_mut(i as usize))
             else {
-                // Written out before its entry came: matched, not flagged.
+                // Written out before its entry came: matched, not flagged (counted).
+                far.fetches_late += u64::from(handled.kind == fltrace_runtime_abi::kind::FETCH);
                 return false;
             };
             if first_entry {
@@ -915,6 +920,7 @@ impl Process {
             counters.push(("rt_rows_unhandled", far.rows_unhandled));
             counters.extend(view.breakdown());
             counters.push(("rt_matched", far.matched));
+            counters.push(("rt_fetches_late", far.fetches_late));
             counters.push(("rt_wait_ns", far.wait_ns));
             counters.push((
                 "rt_wait_p50_ns",

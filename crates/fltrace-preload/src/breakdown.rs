@@ -48,6 +48,21 @@ pub fn register_handler() {
     }
 }
 
+/// In a forked child: forgets the parent's handler threads and closes the counters inherited
+/// from it (they would go on counting the parent's events), before its own are opened.
+pub fn forget_parent() {
+    for slot in &HANDLER_TIDS {
+        slot.store(0, Relaxed);
+    }
+    for fd in &FDS {
+        let fd = fd.swap(-1, Relaxed);
+        if fd >= 0 {
+            // SAFETY: closing the child's copy of a descriptor of ours.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 /// How many handler threads have started.
 pub fn handler_count() -> u64 {
     HANDLER_TIDS
@@ -59,10 +74,9 @@ pub fn handler_count() -> u64 {
 /// Opens the counters on the calling thread and every thread it (and they) will create
 /// (`inherit`). Called before the handler threads and the program's threads exist. A counter
 /// the kernel refuses (no tracefs, unprivileged) stays closed and reads as 0.
-/// The tracepoint counters only when asked for (`FLTRACE_RT_TLB_COUNT=1`): each costs the
-/// program 30-50 ms at exit.
-pub fn open_counters() {
-    let tracepoints = crate::sys::env_u64(fltrace_runtime_abi::env::TLB_COUNT) == Some(1);
+/// The tracepoint counters only when asked for (`tracepoints`, `FLTRACE_RT_TLB_COUNT=1`): each
+/// costs the program 30-50 ms at exit.
+pub fn open_counters(tracepoints: bool) {
     let (tlb, ipi) = if tracepoints {
         (
             tracepoint_id(c"/sys/kernel/tracing/events/tlb/tlb_flush/id")

@@ -13,8 +13,10 @@
 //!
 //! A program that moves the break itself (`brk`/`sbrk`) gets a break inside the region.
 //! Not covered, as in the original: thread stacks, file-backed and shared mappings,
-//! `MAP_FIXED` mappings. A process forked without exec gets all its
-//! memory back before the fork and runs unmanaged (no limit); an exec starts a fresh runtime.
+//! `MAP_FIXED` mappings. A process forked without exec is emulated under the same limit, a
+//! budget of its own: it keeps the parent's pages where they were (resident, or in its copy of
+//! the store) and starts its own userfaultfd, handler threads and shared page; an exec starts a
+//! fresh runtime.
 //!
 //! With `record --allocs` it also traces every allocator and mapping call with its stack
 //! (`tracer`); without `-L/-M` the C library's own allocator then serves the program.
@@ -70,6 +72,40 @@ pub(crate) fn far_memory() -> bool {
 }
 static mut REGION: MaybeUninit<Region> = MaybeUninit::uninit();
 
+/// The runtime's settings from the environment, read once at start-up. A forked child must not
+/// read the environment before its handlers run: a program may have moved it into the heap
+/// (redis's and PostgreSQL's process titles do), and a page of it evicted would wait for ever.
+struct Settings {
+    handlers: u64,
+    busy_poll: bool,
+    realtime: bool,
+    tlb_count: bool,
+    /// `FLTRACE_RT_SHARED`, NUL-padded; `shared_len` 0 when unset.
+    shared: [u8; 480],
+    shared_len: usize,
+}
+
+static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+
+fn settings() -> &'static Settings {
+    SETTINGS.get_or_init(|| {
+        let mut shared = [0; 480];
+        let mut shared_len = 0;
+        if let Some(prefix) = sys::env_bytes(env::SHARED) {
+            shared_len = prefix.len().min(shared.len() - 1);
+            shared[..shared_len].copy_from_slice(&prefix[..shared_len]);
+        }
+        Settings {
+            handlers: sys::env_u64(env::HANDLERS).unwrap_or(1).clamp(1, 64),
+            busy_poll: sys::env_u64(env::BUSY_POLL) == Some(1),
+            realtime: sys::env_u64(env::REALTIME) == Some(1),
+            tlb_count: sys::env_u64(env::TLB_COUNT) == Some(1),
+            shared,
+            shared_len,
+        }
+    })
+}
+
 /// The region, once the runtime is up.
 pub(crate) fn region_ready() -> Option<&'static Region> {
     if STATE.load(Ordering::Acquire) == READY {
@@ -102,6 +138,7 @@ fn start() {
     {
         return;
     }
+    settings();
     match build_region() {
         Some(region) => {
             // SAFETY: only the thread that won the STARTING exchange writes REGION, once.
@@ -110,7 +147,7 @@ fn start() {
             // Counters inherited by every thread created from here on: the handlers' and the
             // program's.
             if region.managed() {
-                breakdown::open_counters();
+                breakdown::open_counters(settings().tlb_count);
             }
             // Handlers first: claiming writes the allocator's metadata into the region, and
             // those first touches are faults the handlers must serve.
@@ -161,7 +198,10 @@ fn build_region() -> Option<Region> {
     let shared = map_shared();
     let want_move = sys::env_u64(env::MOVE) != Some(0);
     let (uffd, can_move) = match local {
-        Some(_) => open_uffd(want_move),
+        Some(_) => match open_uffd(want_move) {
+            Ok(opened) => opened,
+            Err(e) => report_unavailable(e),
+        },
         None => (-1, false),
     };
     let limit = local.unwrap_or(max_pages as u64) as usize;
@@ -175,31 +215,27 @@ fn build_region() -> Option<Region> {
 
 /// The userfaultfd, and whether it can move pages (`want_move` and the kernel has
 /// `UFFDIO_MOVE`).
-fn open_uffd(want_move: bool) -> (i32, bool) {
-    let create = || match uffd::create(false) {
-        Ok(fd) => fd,
-        // Unprivileged users may only ask for user-mode faults (vm.unprivileged_userfaultfd).
-        Err(_) => match uffd::create(true) {
-            Ok(fd) => fd,
-            Err(e) => report_unavailable(e),
-        },
-    };
+fn open_uffd(want_move: bool) -> std::io::Result<(i32, bool)> {
+    // Unprivileged users may only ask for user-mode faults (vm.unprivileged_userfaultfd).
+    let create = || uffd::create(false).or_else(|_| uffd::create(true));
     let features = uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID;
     if want_move {
-        let fd = create();
+        let fd = create()?;
         if uffd::api(fd, features | uffd::FEATURE_MOVE).is_ok() {
-            return (fd, true);
+            return Ok((fd, true));
         }
         // A kernel without the feature refuses the handshake; it cannot be repeated on the
         // same descriptor.
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
     }
-    let fd = create();
+    let fd = create()?;
     if let Err(e) = uffd::api(fd, features) {
-        report_unavailable(e);
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return Err(e);
     }
-    (fd, false)
+    Ok((fd, false))
 }
 
 /// Far memory was asked for (`-L`) and cannot start: the program ends at start-up, with one
@@ -221,7 +257,9 @@ fn report_unavailable(e: std::io::Error) -> ! {
 fn map_shared() -> *const Shared {
     let mut path = [0u8; 512];
     let mut len = 0;
-    if let Some(prefix) = sys::env_bytes(env::SHARED) {
+    let settings = settings();
+    if settings.shared_len > 0 {
+        let prefix = &settings.shared[..settings.shared_len];
         let mut digits = [0; 20];
         // SAFETY: getpid has no preconditions.
         let pid = sys::decimal(unsafe { libc::getpid() } as u64, &mut digits);
@@ -300,13 +338,13 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
     unsafe { libc::prctl(libc::PR_SET_NAME, c"fltrace-rt".as_ptr()) };
     breakdown::register_handler();
     let shared = region.shared();
-    let busy = sys::env_u64(env::BUSY_POLL) == Some(1);
+    let busy = settings().busy_poll;
     // Asked for (FLTRACE_RT_REALTIME=1): a handler woken for a fault preempts the program's
     // threads (and the recorder) instead of queueing behind them. It pays on a machine loaded
     // by other work, but on a quiet one it preempted the program's OpenMP threads for ms at a
     // time (graph 18: 20x against 10x at the default class, once 124 s against 14 s), so it
     // is not the default. Not when busy-polling, where it would own a CPU.
-    if !busy && sys::env_u64(env::REALTIME) == Some(1) {
+    if !busy && settings().realtime {
         let param = libc::sched_param { sched_priority: 1 };
         // SAFETY: setting the calling thread's policy; refused without privilege, harmless.
         unsafe {
@@ -318,7 +356,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
     loop {
         if !busy {
             let mut pfd = libc::pollfd {
-                fd: region.uffd,
+                fd: region.uffd(),
                 events: libc::POLLIN,
                 revents: 0,
             };
@@ -331,7 +369,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
         // SAFETY: reading whole messages into a buffer of the right type and size.
         let n = unsafe {
             libc::read(
-                region.uffd,
+                region.uffd(),
                 msgs.as_mut_ptr().cast(),
                 std::mem::size_of_val(&msgs),
             )
@@ -369,16 +407,16 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
 
 /// Starts the handler threads; false (after saying why on stderr) when none could start.
 fn start_handlers(region: &Region) -> bool {
-    if region.uffd >= 0 {
+    if region.uffd() >= 0 {
         // The handlers read the descriptor non-blocking after poll, so a message taken by
         // another handler does not leave this one stuck in read.
         // SAFETY: fcntl on our own descriptor.
         unsafe {
-            let flags = libc::fcntl(region.uffd, libc::F_GETFL);
-            libc::fcntl(region.uffd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            let flags = libc::fcntl(region.uffd(), libc::F_GETFL);
+            libc::fcntl(region.uffd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
     }
-    let handlers = sys::env_u64(env::HANDLERS).unwrap_or(1).clamp(1, 64);
+    let handlers = settings().handlers;
     let mut started = 0;
     let mut failure = 0;
     // The program's signal handlers must never run on a handler thread: a program written
@@ -437,42 +475,75 @@ fn start_handlers(region: &Region) -> bool {
 // region lock first would leave that thread, and so the allocator lock, stuck.
 extern "C" fn before_fork() {
     let region = region_any().filter(|r| r.managed());
-    if let Some(region) = region {
-        region.prepare_fork();
-    }
     managed_malloc::lock_for_fork();
     if let Some(region) = region {
         region.lock_for_fork();
     }
 }
 
-/// Set in the parent after its first fork: the children forked later say nothing.
+/// Set in the parent after its first fork whose child could not be emulated: later such
+/// children say nothing.
 static FORK_TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 extern "C" fn after_fork_parent() {
     if let Some(region) = region_any().filter(|r| r.managed()) {
         region.resume();
-        FORK_TOLD.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     managed_malloc::unlock_after_fork();
 }
 
 extern "C" fn after_fork_child() {
-    if let Some(region) = region_any().filter(|r| r.managed()) {
+    if let Some(region) = region_any().filter(|r| r.managed())
+        && !emulate_child(region)
+    {
         region.detach_child();
-        if !FORK_TOLD.load(std::sync::atomic::Ordering::Relaxed) {
+        if !FORK_TOLD.swap(true, Ordering::Relaxed) {
             let mut digits = [0; 20];
             // SAFETY: getpid has no preconditions.
             let pid = sys::decimal(unsafe { libc::getpid() } as u64, &mut digits);
             sys::write_stderr(&[
                 b"fltrace: far memory: forked child ",
                 pid,
-                b" runs without a local limit (only the process that started the runtime, \
-                  or one that execs, is emulated); said once per parent\n",
+                b" runs without a local limit (it could not start a userfaultfd of its own); \
+                  said once per parent\n",
             ]);
         }
     }
     managed_malloc::unlock_after_fork();
+}
+
+/// In a child forked without exec: a runtime of its own (userfaultfd, shared page, handler
+/// threads) over its copy of the region, under the same limit. False, with nothing changed
+/// (the page lock still held), when the child cannot have one.
+fn emulate_child(region: &Region) -> bool {
+    let Ok((uffd, can_move)) = open_uffd(region.moves_pages()) else {
+        return false;
+    };
+    if can_move != region.moves_pages() {
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(uffd) };
+        return false;
+    }
+    let shared = map_shared();
+    if shared.is_null() || !region.adopt_child(uffd, shared) {
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(uffd) };
+        return false;
+    }
+    // The parent's handler threads and inherited counters are not this process's.
+    breakdown::forget_parent();
+    breakdown::open_counters(settings().tlb_count);
+    // pthread_create allocates (its thread's TLS): from the bootstrap arena while the
+    // allocator's lock is held for the fork and no handler serves the region yet.
+    STATE.store(STARTING, Ordering::Release);
+    let started = start_handlers(region);
+    STATE.store(READY, Ordering::Release);
+    if !started {
+        // Every fault on the region would wait for ever.
+        // SAFETY: ending the child at once; it has run none of the program's code yet.
+        unsafe { libc::_exit(127) };
+    }
+    true
 }
 
 /// At exit, the breakdown's last figures (the counters and schedstat) go to the shared page

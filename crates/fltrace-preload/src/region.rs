@@ -18,7 +18,7 @@
 //! nothing may read a store page that is not there: the handler only moves from it, or copies
 //! from a page it knows is present.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering::Relaxed, Ordering::Release};
 
 use fltrace_runtime_abi::{LOG_LEN, Shared, kind};
 use spinning_top::Spinlock;
@@ -99,12 +99,14 @@ pub struct Region {
     /// Size in pages.
     pub pages: usize,
     store: usize,
-    /// The userfaultfd, or -1 when unmanaged (no limit).
-    pub uffd: i32,
+    /// The userfaultfd, or -1 when unmanaged (no limit); a forked child replaces it with its
+    /// own.
+    uffd: AtomicI32,
     limit: usize,
     policy: Policy,
     inner: Spinlock<Pages>,
-    shared: *const Shared,
+    /// The page shared with the recorder (a forked child maps its own).
+    shared: AtomicPtr<Shared>,
     /// Evict a batch ahead of need after serving faults (`FLTRACE_RT_EVICT_AHEAD`).
     evict_ahead: bool,
     /// Free local pages the eviction ahead of need makes.
@@ -113,8 +115,6 @@ pub struct Region {
     clean_cap: usize,
     /// Pages move between region and store (`UFFDIO_MOVE`) instead of being copied.
     moving: bool,
-    /// Set while fork prepares the child: faults are served but nothing is evicted.
-    paused: AtomicBool,
     /// Set in a child forked without exec: its copy of the region is plain memory (the
     /// kernel does not carry the userfaultfd registration over), so nothing is managed.
     detached: AtomicBool,
@@ -254,7 +254,7 @@ impl Region {
             base: base as usize,
             pages,
             store: store as usize,
-            uffd,
+            uffd: AtomicI32::new(uffd),
             limit,
             policy,
             evict_ahead: tuning.evict_ahead,
@@ -262,8 +262,7 @@ impl Region {
             clean_cap: limit.saturating_mul(tuning.clean_copies_percent.min(100)) / 100,
             moving,
             inner: Spinlock::new(inner),
-            shared,
-            paused: AtomicBool::new(false),
+            shared: AtomicPtr::new(shared.cast_mut()),
             detached: AtomicBool::new(false),
         };
         region.shared().limit.store((limit * PAGE) as u64, Relaxed);
@@ -278,7 +277,12 @@ impl Region {
     /// The shared counters.
     pub fn shared(&self) -> &Shared {
         // SAFETY: `shared` points to a live, initialised mapping (see `create`).
-        unsafe { &*self.shared }
+        unsafe { &*self.shared.load(Relaxed) }
+    }
+
+    /// The userfaultfd, or -1 when unmanaged.
+    pub fn uffd(&self) -> i32 {
+        self.uffd.load(Relaxed)
     }
 
     /// Whether `addr` lies in the region.
@@ -286,9 +290,14 @@ impl Region {
         addr >= self.base && addr < self.base + self.pages * PAGE
     }
 
+    /// Whether pages move between region and store (`UFFDIO_MOVE`).
+    pub fn moves_pages(&self) -> bool {
+        self.moving
+    }
+
     /// Whether pages are managed (a limit is enforced).
     pub fn managed(&self) -> bool {
-        self.uffd >= 0 && !self.detached.load(Relaxed)
+        self.uffd() >= 0 && !self.detached.load(Relaxed)
     }
 
     /// Resolves one page fault reported by the userfaultfd, whose message was read at
@@ -296,7 +305,7 @@ impl Region {
     pub fn handle_fault(&self, msg: &Msg, read_ns: u64) {
         let addr = (msg.address as usize) & !(PAGE - 1);
         if !self.contains(addr) {
-            let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
+            let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
             return;
         }
         let idx = (addr - self.base) / PAGE;
@@ -328,7 +337,7 @@ impl Region {
                 let state = unsafe { &mut *pages.state.add(idx) };
                 *state |= DIRTY | self.written_reference();
                 let filling = now_ns();
-                let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, false);
+                let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, false);
                 add(&breakdown.fill_ns, now_ns() - filling);
                 shared.faults.fetch_add(1, Relaxed);
                 shared.faults_wp.fetch_add(1, Relaxed);
@@ -339,7 +348,7 @@ impl Region {
                 // has its row in the trace.
                 breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
                 Self::pin(&mut pages, msg.ptid, idx);
-                let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
+                let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
                 self.log(msg.ptid, addr, kind::WAKE, read_ns);
             }
             return;
@@ -365,11 +374,11 @@ impl Region {
             } else {
                 ZERO_PAGE.as_ptr() as usize
             };
-            uffd::copy(self.uffd, addr as u64, src as u64, PAGE as u64, !write)
+            uffd::copy(self.uffd(), addr as u64, src as u64, PAGE as u64, !write)
         };
         add(&breakdown.fill_ns, now_ns() - filling);
         if copied.is_err() {
-            let _ = uffd::wake(self.uffd, addr as u64, PAGE as u64);
+            let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
             return;
         }
         // A page fetched for a write is dirty at once: its far copy is stale, and released.
@@ -434,7 +443,7 @@ impl Region {
     fn fill_moving(&self, addr: usize, idx: usize, fetched: bool) -> std::io::Result<()> {
         let zeros = || {
             uffd::copy(
-                self.uffd,
+                self.uffd(),
                 addr as u64,
                 ZERO_PAGE.as_ptr() as u64,
                 PAGE as u64,
@@ -451,7 +460,7 @@ impl Region {
         };
         match error.raw_os_error() {
             // Brought in meanwhile: the waiting threads only need waking.
-            Some(libc::EEXIST) => uffd::wake(self.uffd, addr as u64, PAGE as u64),
+            Some(libc::EEXIST) => uffd::wake(self.uffd(), addr as u64, PAGE as u64),
             // Nothing in the store: the page was a hole when evicted (given back to the
             // kernel behind the allocator's back), so it reads as zeros.
             Some(libc::ENOENT) => zeros(),
@@ -459,7 +468,7 @@ impl Region {
             // copied, and the store's copy dropped. Only then: copying from a store page that
             // is not there would fault into this very handler and hang it.
             Some(libc::EBUSY) => {
-                let copied = uffd::copy(self.uffd, addr as u64, far as u64, PAGE as u64, false);
+                let copied = uffd::copy(self.uffd(), addr as u64, far as u64, PAGE as u64, false);
                 if copied.is_ok() {
                     sys::madvise(far, PAGE, libc::MADV_DONTNEED);
                 }
@@ -484,7 +493,7 @@ impl Region {
     ) -> (u64, Option<std::io::Error>) {
         for _ in 0..MOVE_TRIES {
             let (moved, error) =
-                uffd::move_pages(self.uffd, dst as u64, src as u64, len as u64, mode);
+                uffd::move_pages(self.uffd(), dst as u64, src as u64, len as u64, mode);
             match &error {
                 Some(e) if moved == 0 && e.raw_os_error() == Some(libc::EAGAIN) => {
                     // SAFETY: sched_yield has no preconditions.
@@ -538,14 +547,14 @@ impl Region {
     /// False, and the page left resident and writable, if the copy fails.
     fn copy_out(&self, idx: usize) -> bool {
         let (addr, far) = ((self.base + idx * PAGE) as u64, self.store + idx * PAGE);
-        let _ = uffd::write_protect(self.uffd, addr, PAGE as u64, true);
+        let _ = uffd::write_protect(self.uffd(), addr, PAGE as u64, true);
         // A stale store page would make the copy a no-op (EEXIST).
         sys::madvise(far, PAGE, libc::MADV_DONTNEED);
-        if uffd::copy(self.uffd, far as u64, addr, PAGE as u64, false).is_ok() {
+        if uffd::copy(self.uffd(), far as u64, addr, PAGE as u64, false).is_ok() {
             sys::madvise(addr as usize, PAGE, libc::MADV_DONTNEED);
             true
         } else {
-            let _ = uffd::write_protect(self.uffd, addr, PAGE as u64, false);
+            let _ = uffd::write_protect(self.uffd(), addr, PAGE as u64, false);
             false
         }
     }
@@ -601,7 +610,7 @@ impl Region {
     /// [`EVICT_BATCH`] so that neighbouring pages share one write-protect and one
     /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages.
     fn evict_over_limit(&self, pages: &mut Pages, target: usize) -> bool {
-        if pages.resident <= target || self.paused.load(Relaxed) {
+        if pages.resident <= target {
             return false;
         }
         let shared = self.shared();
@@ -647,7 +656,7 @@ impl Region {
                     *state &= !REFERENCED;
                     if self.policy == Policy::Clock && *state & DIRTY != 0 {
                         let addr = self.base + idx * PAGE;
-                        let _ = uffd::write_protect(self.uffd, addr as u64, PAGE as u64, true);
+                        let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, true);
                     }
                     self.enqueue(pages, idx);
                     continue;
@@ -691,7 +700,7 @@ impl Region {
                 let dirty = |i: usize| unsafe { *pages.state.add(i) } & DIRTY != 0;
                 if (first..first + n).any(dirty) {
                     let _ = uffd::write_protect(
-                        self.uffd,
+                        self.uffd(),
                         (self.base + first * PAGE) as u64,
                         (n * PAGE) as u64,
                         true,
@@ -928,80 +937,130 @@ impl Region {
         self.shared().far.store((pages.far * PAGE) as u64, Relaxed);
     }
 
-    /// Before fork: stop evicting and bring every evicted page back, so that the child, whose
-    /// memory is no longer managed, sees all of it. The runtime copies them in itself, so the
-    /// program takes no fault for them: they are counted as `fork_fetches`, the runtime's
-    /// work. The limit is exceeded until the parent's next fault.
-    pub fn prepare_fork(&self) {
-        if !self.managed() {
-            return;
-        }
-        self.paused.store(true, Relaxed);
-        let shared = self.shared();
-        for idx in 0..self.pages {
-            let mut pages = self.inner.lock();
-            // SAFETY: idx < pages.
-            let state = unsafe { *pages.state.add(idx) };
-            if state & IN_STORE == 0 || state & RESIDENT != 0 {
-                continue;
-            }
-            let addr = self.base + idx * PAGE;
-            let filled = if self.moving {
-                self.fill_moving(addr, idx, true)
-            } else {
-                let far = (self.store + idx * PAGE) as u64;
-                uffd::copy(self.uffd, addr as u64, far, PAGE as u64, false)
-            };
-            // Filled by a racing fault meanwhile (EEXIST) or not at all: the handler's state
-            // stands (a racing fault takes the lock after this and finds the page resident).
-            if filled.is_err() {
-                continue;
-            }
-            // Writable and the only copy: dirty, its store page released.
-            // SAFETY: idx < pages.
-            unsafe { *pages.state.add(idx) = RESIDENT | DIRTY };
-            if !self.moving {
-                self.queue_release(&mut pages, idx);
-            }
-            pages.far -= 1;
-            pages.resident += 1;
-            self.enqueue(&mut pages, idx);
-            shared.fork_fetches.fetch_add(1, Relaxed);
-            shared
-                .resident
-                .store((pages.resident * PAGE) as u64, Relaxed);
-            shared.far.store((pages.far * PAGE) as u64, Relaxed);
-        }
-        let mut pages = self.inner.lock();
-        if pages.release_len > 0 {
-            self.flush_releases(&mut pages);
-        }
-    }
-
-    /// Takes the page lock across fork, after `prepare_fork`: a handler thread holding it
-    /// when the process is copied would leave the child's copy locked for ever.
+    /// Takes the page lock across fork: a handler thread holding it when the process is
+    /// copied would leave the child's copy locked for ever. Evicted pages stay in the store,
+    /// which the child inherits (a copy-on-write copy, as the region's resident pages).
     pub fn lock_for_fork(&self) {
         std::mem::forget(self.inner.lock());
     }
 
-    /// After fork, in the parent: unlock and evict again.
+    /// After fork, in the parent: unlock.
     pub fn resume(&self) {
         // SAFETY: `lock_for_fork` left the lock held by this thread, which now releases it.
         unsafe { self.inner.force_unlock() };
-        self.paused.store(false, Relaxed);
     }
 
-    /// After fork, in the child: unlock and run unmanaged, as `prepare_fork` promised (every
-    /// page is resident, and no handler thread exists here to serve a fault).
-    pub fn detach_child(&self) {
-        // SAFETY: as in `resume`; the child's copy of the lock is held by its only thread.
-        unsafe { self.inner.force_unlock() };
-        self.detached.store(true, Relaxed);
-        self.paused.store(false, Relaxed);
-        if self.uffd >= 0 {
+    /// After fork, in the child (its only thread, the page lock held since `lock_for_fork`):
+    /// manages its copy of the region under the same limit, a budget of its own, with `uffd`,
+    /// its own userfaultfd (the kernel does not carry the parent's registration over), and
+    /// `shared`, its own page for the recorder. The child starts with the parent's pages where
+    /// they were: resident ones (shared copy-on-write) count against its limit, evicted ones
+    /// are fetched from its copy of the store when touched. False if `uffd` cannot be
+    /// registered; the lock is then still held.
+    pub fn adopt_child(&self, uffd: i32, shared: *const Shared) -> bool {
+        let bytes = (self.pages * PAGE) as u64;
+        let mode = uffd::REGISTER_MODE_MISSING | uffd::REGISTER_MODE_WP;
+        if uffd::register(uffd, self.base as u64, bytes, mode).is_err()
+            || (self.moving
+                && uffd::register(uffd, self.store as u64, bytes, uffd::REGISTER_MODE_MISSING)
+                    .is_err())
+        {
+            return false;
+        }
+        let parent_uffd = self.uffd.swap(uffd, Relaxed);
+        if parent_uffd >= 0 {
             // The parent's userfaultfd: of no use here, and not to be inherited further.
             // SAFETY: closing the child's copy of the descriptor.
-            unsafe { libc::close(self.uffd) };
+            unsafe { libc::close(parent_uffd) };
+        }
+        self.shared.store(shared.cast_mut(), Relaxed);
+        // SAFETY: the lock is held by this thread since `lock_for_fork` (see `resume`); the
+        // guard taken here replaces it.
+        unsafe { self.inner.force_unlock() };
+        let mut pages = self.inner.lock();
+        // The parent's threads do not exist here.
+        for slot in 0..PIN_SLOTS {
+            let (tid, idx) = pages.pins[slot];
+            if tid != 0 {
+                // SAFETY: indexes in the slots are < pages.
+                unsafe { *pages.state.add(idx as usize) &= !PINNED };
+            }
+            pages.pins[slot] = (0, 0);
+        }
+        // Runs of pages by what the child's copy needs: a page missing here must be missing
+        // in the child too (anything the child touched before this registration was filled
+        // by the kernel, not from the store), and a clean page must be write-protected again
+        // (fork leaves the child's copy writable) so that its first write is seen.
+        let clock = self.policy == Policy::Clock;
+        let mut run: Option<(usize, bool)> = None;
+        let flush = |run: (usize, bool), end: usize| {
+            let (first, protect) = run;
+            let (addr, len) = (self.base + first * PAGE, (end - first) * PAGE);
+            if protect {
+                let _ = uffd::write_protect(uffd, addr as u64, len as u64, true);
+            } else {
+                sys::madvise(addr, len, libc::MADV_DONTNEED);
+            }
+        };
+        for idx in 0..self.pages {
+            // SAFETY: idx < pages.
+            let state = unsafe { *pages.state.add(idx) };
+            let resident = state & RESIDENT != 0;
+            let wanted = if !resident {
+                Some(false)
+            } else if !self.moving && (state & DIRTY == 0 || clock) {
+                Some(true)
+            } else {
+                None
+            };
+            if run.map(|r| r.1) != wanted {
+                if let Some(r) = run.take() {
+                    flush(r, idx);
+                }
+                run = wanted.map(|w| (idx, w));
+            }
+        }
+        if let Some(r) = run {
+            flush(r, self.pages);
+        }
+        let shared = self.shared();
+        shared.limit.store((self.limit * PAGE) as u64, Relaxed);
+        shared.region_start.store(self.base as u64, Relaxed);
+        shared.region_len.store(bytes, Relaxed);
+        let resident = (pages.resident * PAGE) as u64;
+        shared.resident.store(resident, Relaxed);
+        shared.memory_used.store(resident, Relaxed);
+        shared.far.store((pages.far * PAGE) as u64, Relaxed);
+        true
+    }
+
+    /// After fork, in a child that could not get a userfaultfd of its own: copies every
+    /// evicted page back from its copy of the store (plain memory here) and runs unmanaged.
+    pub fn detach_child(&self) {
+        // SAFETY: the child's copy of the lock is held by its only thread (`lock_for_fork`);
+        // the guard taken here replaces it.
+        unsafe { self.inner.force_unlock() };
+        let pages = self.inner.lock();
+        for idx in 0..self.pages {
+            // SAFETY: idx < pages.
+            let state = unsafe { *pages.state.add(idx) };
+            if state & IN_STORE != 0 && state & RESIDENT == 0 {
+                // SAFETY: both pages are mapped, unregistered in this process, PAGE long.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (self.store + idx * PAGE) as *const u8,
+                        (self.base + idx * PAGE) as *mut u8,
+                        PAGE,
+                    )
+                };
+            }
+        }
+        drop(pages);
+        self.detached.store(true, Relaxed);
+        let parent_uffd = self.uffd();
+        if parent_uffd >= 0 {
+            // SAFETY: closing the child's copy of the parent's descriptor.
+            unsafe { libc::close(parent_uffd) };
         }
     }
 }
