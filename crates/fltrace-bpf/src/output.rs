@@ -420,7 +420,11 @@ pub fn write_triage(out: &mut impl Write, report: &Triage) -> io::Result<()> {
     for p in &report.top_faulting {
         writeln!(out, "  {:>10}  {:<16} pid {}", p.faults, p.comm, p.pid)?;
         for (count, stack) in &p.stacks {
-            let top: Vec<String> = stack.iter().take(4).map(Frame::describe).collect();
+            let top: Vec<String> = stack
+                .iter()
+                .take(crate::triage::STACK_FRAMES_SHOWN)
+                .map(Frame::describe)
+                .collect();
             let shown = if top.is_empty() {
                 "[no user stack]".to_owned()
             } else {
