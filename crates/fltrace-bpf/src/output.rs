@@ -365,6 +365,55 @@ pub fn clock_now() -> String {
     )
 }
 
+/// Triage's reclaim section: vmstat's reclaim counters, PSI, cgroups at their limit.
+fn write_reclaim(
+    out: &mut impl Write,
+    reclaim: &crate::reclaim::Reclaim,
+    secs: f64,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "== Reclaim (/proc/vmstat, /proc/pressure/memory, memory cgroups)"
+    )?;
+    let p = &reclaim.pages;
+    writeln!(
+        out,
+        "  {} pages scanned, {} freed during {secs:.1} s; scanned by kswapd {}, in direct reclaim {}",
+        p.scanned, p.stolen, p.scanned_kswapd, p.scanned_direct
+    )?;
+    match (&reclaim.pressure, &reclaim.pressure_error) {
+        (Some(psi), _) => writeln!(
+            out,
+            "  pressure: some tasks stalled {:.1} ms, all {:.1} ms; avg10 some {:.2}%, full {:.2}%",
+            psi.some_us as f64 / 1000.0,
+            psi.full_us as f64 / 1000.0,
+            psi.some_avg10,
+            psi.full_avg10
+        )?,
+        (None, Some(e)) => writeln!(out, "  pressure: unavailable: {e}")?,
+        (None, None) => writeln!(out, "  pressure: unavailable")?,
+    }
+    if reclaim.groups.is_empty() {
+        writeln!(out, "  no memory cgroup at its limit")?;
+    }
+    for g in &reclaim.groups {
+        let high = if g.high_hits > 0 {
+            format!(", over its high mark {} times", g.high_hits)
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "  at its limit: memory cgroup {}  {} of {} KiB, met it {} times{high}",
+            g.name,
+            g.usage / 1024,
+            g.limit / 1024,
+            g.limit_hits
+        )?;
+    }
+    Ok(())
+}
+
 /// Writes the triage report: one section per question, then what to run next.
 pub fn write_triage(out: &mut impl Write, report: &Triage) -> io::Result<()> {
     let secs = report.duration.as_secs_f64().max(1e-9);
@@ -400,6 +449,7 @@ pub fn write_triage(out: &mut impl Write, report: &Triage) -> io::Result<()> {
         "  swapped in {} pages, out {} pages during {:.1} s",
         report.swap_in_pages, report.swap_out_pages, secs
     )?;
+    write_reclaim(out, &report.reclaim, secs)?;
     writeln!(out, "== Memory (/proc/meminfo)")?;
     for (key, kib) in &report.meminfo {
         writeln!(out, "  {key:<16} {kib:>12} kB")?;

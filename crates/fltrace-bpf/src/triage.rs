@@ -8,6 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use crate::files::{self, FileFaults};
+use crate::reclaim::{Reclaim, ReclaimWatch};
 use crate::{By, CountSpec, Counter, Error, Event, Frame, ProcessFilter, StackNames};
 
 /// One swap device of /proc/swaps.
@@ -60,6 +61,8 @@ pub struct Triage {
     pub swap_in_pages: u64,
     /// Pages swapped out during the duration.
     pub swap_out_pages: u64,
+    /// Reclaim, memory pressure and cgroups at their limit during the duration.
+    pub reclaim: Reclaim,
     /// /proc/meminfo values of interest, KiB.
     pub meminfo: Vec<(String, u64)>,
     /// Top processes by RSS.
@@ -275,8 +278,13 @@ pub fn pmu_available() -> Result<(), String> {
 }
 
 impl Triage {
-    /// Runs the counters for `duration` (stopping early when `stop` says so) and reads the rest.
-    pub fn run(duration: Duration, stop: &dyn Fn() -> bool) -> Result<Triage, Error> {
+    /// Runs the counters for `duration` (stopping early when `stop` says so) and reads the rest;
+    /// `on_start` is called once the counters run.
+    pub fn run(
+        duration: Duration,
+        stop: &dyn Fn() -> bool,
+        on_start: &dyn Fn(),
+    ) -> Result<Triage, Error> {
         let all = ProcessFilter::default();
         let faults = Counter::start(CountSpec {
             events: crate::fault_events(),
@@ -303,12 +311,15 @@ impl Triage {
             keep_maps: false,
         })?;
         let (swap_in0, swap_out0) = (vmstat("pswpin"), vmstat("pswpout"));
+        let reclaim = ReclaimWatch::start();
+        on_start();
         let started = std::time::Instant::now();
         while started.elapsed() < duration && !stop() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let elapsed = started.elapsed();
         let (swap_in, swap_out) = (vmstat("pswpin"), vmstat("pswpout"));
+        let reclaim = reclaim.finish();
         let mut names = StackNames::lean();
         // Only the stacks of the processes shown are named (see `snapshot_naming`).
         let shown = top_processes(&faults.counts_by_process()?, std::process::id());
@@ -325,6 +336,7 @@ impl Triage {
             swaps: swaps(),
             swap_in_pages: swap_in.saturating_sub(swap_in0),
             swap_out_pages: swap_out.saturating_sub(swap_out0),
+            reclaim,
             meminfo: meminfo(),
             top_rss: top_rss(10),
             faults: fault_snapshot.events,
@@ -370,6 +382,41 @@ impl Triage {
                     self.swap_in_pages, self.swap_out_pages
                 ),
                 "fltrace swapin".into(),
+            ));
+        }
+        let pages = &self.reclaim.pages;
+        if pages.scanned > 0 {
+            out.push((
+                format!(
+                    "reclaim: {} pages scanned, {} freed ({} scanned in direct reclaim)",
+                    pages.scanned, pages.stolen, pages.scanned_direct
+                ),
+                "fltrace vmscan".into(),
+            ));
+        }
+        if let Some(p) = &self.reclaim.pressure
+            && p.some_us > 0
+        {
+            out.push((
+                format!(
+                    "memory pressure: tasks stalled on memory {:.1} ms ({:.1} ms all at once)",
+                    p.some_us as f64 / 1000.0,
+                    p.full_us as f64 / 1000.0
+                ),
+                "fltrace drsnoop".into(),
+            ));
+        }
+        for group in &self.reclaim.groups {
+            out.push((
+                format!(
+                    "memory cgroup {} at its limit ({} times during the interval)",
+                    group.name, group.limit_hits
+                ),
+                format!(
+                    "fltrace vmscan --cgroup {}; fltrace drsnoop --cgroup {}",
+                    group.dir.display(),
+                    group.dir.display()
+                ),
             ));
         }
         let available = self.meminfo.iter().find(|(k, _)| k == "MemAvailable");

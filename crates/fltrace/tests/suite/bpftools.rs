@@ -785,6 +785,7 @@ fn triage_reports_every_section_and_the_missing_pmu() {
     for section in [
         "== OOM kills",
         "== Swap",
+        "== Reclaim",
         "== Memory",
         "== Top processes by RSS",
         "== Page faults",
@@ -859,7 +860,10 @@ fn triage_leaves_itself_out_of_the_top_faulting() {
 
 /// The peak resident set of `cmd` run to its end (the kernel's figure, from `wait4`), in KiB,
 /// and its standard output.
-#[expect(clippy::zombie_processes, reason = "reaped by wait4, for its resource usage")]
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, for its resource usage"
+)]
 fn peak_rss_kib(cmd: &mut Command) -> (u64, String) {
     let mut child = cmd
         .stdout(Stdio::piped())
