@@ -508,6 +508,29 @@ pub fn write_triage(out: &mut impl Write, report: &Triage) -> io::Result<()> {
         None => writeln!(out, "  available: hardware events open")?,
         Some(e) => writeln!(out, "  unavailable: {e}")?,
     }
+    // Like every tool's table, the counts end with what was not counted exactly, and why.
+    if report.lost() > 0 {
+        let why: Vec<String> = [
+            table_full_note(report.dropped),
+            stack_table_full_note(report.stacks_lost),
+        ]
+        .iter()
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            n.trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .to_owned()
+        })
+        .collect();
+        writeln!(
+            out,
+            "  {} events seen, {} lost: {}",
+            report.seen,
+            report.lost(),
+            why.join("; ")
+        )?;
+    }
     writeln!(out, "== Next")?;
     for (finding, command) in &report.findings {
         writeln!(out, "  {finding}\n      -> {command}")?;
@@ -518,6 +541,36 @@ pub fn write_triage(out: &mut impl Write, report: &Triage) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Triage's counts end with what was not counted exactly, and why; nothing when exact.
+    #[test]
+    fn triage_counts_end_with_their_loss() {
+        let mut report = Triage {
+            seen: 100,
+            dropped: 5,
+            stacks_lost: 2,
+            ..Triage::default()
+        };
+        let text = |report: &Triage| {
+            let mut out = Vec::new();
+            write_triage(&mut out, report).expect("writes");
+            String::from_utf8(out).expect("utf-8")
+        };
+        let lossy = text(&report);
+        let before_next = lossy
+            .lines()
+            .take_while(|l| !l.starts_with("== Next"))
+            .last()
+            .expect("a line");
+        assert_eq!(
+            before_next,
+            "  100 events seen, 7 lost: 5 not counted: the table was full; 2 user stacks not \
+             kept: the stack table was full; counted as [no stack]"
+        );
+        report.dropped = 0;
+        report.stacks_lost = 0;
+        assert!(!text(&report).contains(" lost: "));
+    }
 
     fn frame(function: &str, file_line: Option<&str>) -> Frame {
         Frame {

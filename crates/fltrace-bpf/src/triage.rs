@@ -79,6 +79,19 @@ pub struct Triage {
     pub pmu_missing: Option<String>,
     /// Findings, each with the command to run next.
     pub findings: Vec<(String, String)>,
+    /// Events its counters saw (faults, file faults, brk and mmap calls).
+    pub seen: u64,
+    /// Events not counted (the count table was full).
+    pub dropped: u64,
+    /// Faults counted without their user stack (the stack table was full).
+    pub stacks_lost: u64,
+}
+
+impl Triage {
+    /// Events not counted exactly: not counted at all, or without their stack.
+    pub fn lost(&self) -> u64 {
+        self.dropped + self.stacks_lost
+    }
 }
 
 fn read(path: &str) -> String {
@@ -331,7 +344,11 @@ impl Triage {
         let files_snapshot = file_faults.snapshot(&mut names)?;
         let heap_snapshot = heap_calls.snapshot(&mut names)?;
 
+        let snapshots = [&fault_snapshot, &files_snapshot, &heap_snapshot];
         let mut report = Triage {
+            seen: snapshots.iter().map(|s| s.events).sum(),
+            dropped: snapshots.iter().map(|s| s.dropped).sum(),
+            stacks_lost: fault_snapshot.ustacks_lost,
             duration: elapsed,
             swaps: swaps(),
             swap_in_pages: swap_in.saturating_sub(swap_in0),

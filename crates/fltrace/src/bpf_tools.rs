@@ -353,5 +353,8 @@ pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
         &started,
     )?;
     output::write_triage(&mut std::io::stdout().lock(), &report)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(fltrace_system::exit_status(
+        0,
+        report.lost(),
+    )))
 }

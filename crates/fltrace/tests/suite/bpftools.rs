@@ -771,12 +771,15 @@ fn kernel_memleak_sees_the_sockets_a_process_keeps() {
 
 fn triage(dir: &Dir) -> String {
     let out = output_within(dir.fltrace().args(["triage", "--duration", "2s"]), LIMIT);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_triage_status(out.status.code(), &text);
+    text
+}
+
+/// Triage exits 0, or 3 when its counts say what they lost (a full table on a busy machine).
+fn assert_triage_status(code: Option<i32>, text: &str) {
+    let said_loss = text.lines().any(|l| l.contains(" events seen, "));
+    assert_eq!(code, Some(if said_loss { 3 } else { 0 }), "{text}");
 }
 
 #[test]
@@ -844,12 +847,8 @@ fn triage_leaves_itself_out_of_the_top_faulting() {
         .expect("triage starts");
     let own = format!("pid {}", child.id());
     let out = child.wait_with_output().expect("triage ends");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let text = String::from_utf8_lossy(&out.stdout);
+    assert_triage_status(out.status.code(), &text);
     let faulting = top_faulting_lines(&text);
     assert!(!faulting.is_empty(), "{text}");
     assert!(
@@ -858,8 +857,8 @@ fn triage_leaves_itself_out_of_the_top_faulting() {
     );
 }
 
-/// The peak resident set of `cmd` run to its end (the kernel's figure, from `wait4`), in KiB,
-/// and its standard output.
+/// The peak resident set of triage run by `cmd` to its end (the kernel's figure, from
+/// `wait4`), in KiB, and its standard output.
 #[expect(
     clippy::zombie_processes,
     reason = "reaped by wait4, for its resource usage"
@@ -877,10 +876,8 @@ fn peak_rss_kib(cmd: &mut Command) -> (u64, String) {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     assert_eq!(pid, child.id() as i32, "wait4");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "status {status}"
-    );
+    assert!(libc::WIFEXITED(status), "status {status}");
+    assert_triage_status(Some(libc::WEXITSTATUS(status)), &out);
     (usage.ru_maxrss as u64, out)
 }
 
