@@ -232,6 +232,9 @@ pub struct Symbolizer {
     layouts: HashMap<PathBuf, Layout>,
     /// Each process's perf map (the names its JIT gave its code), read once.
     perf_maps: HashMap<u32, Option<Arc<PerfMap>>>,
+    /// For machines short of memory: symbol tables only (no lines, no inlined calls), and
+    /// each file forgotten once its addresses are named.
+    lean: bool,
 }
 
 impl Default for Symbolizer {
@@ -264,6 +267,18 @@ impl Symbolizer {
             cache: HashMap::new(),
             layouts: HashMap::new(),
             perf_maps: HashMap::new(),
+            lean: false,
+        }
+    }
+
+    /// A symbolizer whose memory is that of one file's symbol table: functions are named from
+    /// symbol tables only (no lines, no inlined calls: parsing a library's debug information
+    /// held tens of MB), and each file is forgotten once its addresses are named (slower when
+    /// many stacks share a library, as the files are read again for each batch).
+    pub fn lean() -> Symbolizer {
+        Symbolizer {
+            lean: true,
+            ..Self::new()
         }
     }
 
@@ -290,6 +305,13 @@ impl Symbolizer {
                 .warn(format!("{warning}: JIT frames stay unnamed"));
         }
         map
+    }
+
+    /// Drops what was read of every file (maps, symbol tables, unwind info), keeping the
+    /// names already found.
+    fn forget_files(&mut self) {
+        self.inner = Self::with_debug_config(self.debug_files.config().clone()).inner;
+        self.layouts.clear();
     }
 
     /// One line for each mapped file whose build differed from the recording's or that was
@@ -374,6 +396,9 @@ impl Symbolizer {
             offsets.sort_unstable();
             offsets.dedup();
             self.symbolize_file(&path, &build_id, &offsets);
+            if self.lean {
+                self.forget_files();
+            }
         }
         for (id, frames, addresses) in frames_of {
             let mut locations = Vec::with_capacity(frames.len());
@@ -436,11 +461,10 @@ impl Symbolizer {
                 let results = match &files.debug {
                     None => {
                         let raw: Vec<u64> = offsets.iter().map(|o| o.get()).collect();
+                        let mut elf = Elf::new(&files.binary);
+                        elf.debug_syms = !self.lean;
                         self.inner
-                            .symbolize(
-                                &Source::Elf(Elf::new(&files.binary)),
-                                Input::FileOffset(&raw),
-                            )
+                            .symbolize(&Source::Elf(elf), Input::FileOffset(&raw))
                             .unwrap_or_default()
                     }
                     // A separate debug file keeps the addresses but not the file layout: translate
@@ -449,9 +473,11 @@ impl Symbolizer {
                         let addresses: Vec<Option<u64>> =
                             offsets.iter().map(|&o| files.address_of(o)).collect();
                         let known: Vec<u64> = addresses.iter().flatten().copied().collect();
+                        let mut elf = Elf::new(debug);
+                        elf.debug_syms = !self.lean;
                         let mut found = self
                             .inner
-                            .symbolize(&Source::Elf(Elf::new(debug)), Input::VirtOffset(&known))
+                            .symbolize(&Source::Elf(elf), Input::VirtOffset(&known))
                             .unwrap_or_default()
                             .into_iter();
                         addresses
@@ -538,15 +564,20 @@ impl Symbolizer {
                     (locations, symbol_offset)
                 }
                 _ => {
-                    let address = virtual_address(&mut self.layouts, path, offset);
-                    // Stripped code: every address of one function gets one name, its start's.
-                    let start = address.zip(binary.as_deref()).and_then(|(a, binary)| {
-                        let layout = self
-                            .layouts
-                            .entry(binary.to_owned())
-                            .or_insert_with(|| Layout::load(binary));
-                        layout.functions.start_of(a)
-                    });
+                    let functions = !self.lean;
+                    let address = virtual_address(&mut self.layouts, path, offset, functions);
+                    // Stripped code: every address of one function gets one name, its start's
+                    // (not when lean: a large library's unwind info is MBs to read and index).
+                    let start = address
+                        .zip(binary.as_deref())
+                        .filter(|_| functions)
+                        .and_then(|(a, binary)| {
+                            let layout = self
+                                .layouts
+                                .entry(binary.to_owned())
+                                .or_insert_with(|| Layout::load(binary, true));
+                            layout.functions.start_of(a)
+                        });
                     let named = |function: Arc<str>| Location {
                         function,
                         ..Location::unknown(lib.clone(), system_lib)
@@ -576,18 +607,17 @@ impl Symbolizer {
 /// into the interrupted code.
 fn returns_to_sigreturn(binary: &Path, offsets: &[FileOffset]) -> Vec<bool> {
     const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+    use std::os::unix::fs::FileExt;
     let Ok(file) = std::fs::File::open(binary) else {
         return Vec::new();
     };
-    // SAFETY: mapped read-only, as blazesym maps the same files.
-    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
-        return Vec::new();
-    };
+    // Read, not mapped: each touched page of a mapping maps its neighbours too (the kernel's
+    // fault-around), and a few hundred return addresses in a 200 MB library held 20 MB.
     offsets
         .iter()
         .map(|o| {
-            let start = o.get() as usize + 1;
-            map.get(start..start + SIGRETURN.len()) == Some(&SIGRETURN[..])
+            let mut code = [0u8; SIGRETURN.len()];
+            file.read_exact_at(&mut code, o.get() + 1).is_ok() && code == SIGRETURN
         })
         .collect()
 }
@@ -598,11 +628,12 @@ fn virtual_address(
     cache: &mut HashMap<PathBuf, Layout>,
     path: &Path,
     offset: FileOffset,
+    functions: bool,
 ) -> Option<u64> {
     let offset = offset.get();
     let layout = cache
         .entry(path.to_owned())
-        .or_insert_with(|| Layout::load(path));
+        .or_insert_with(|| Layout::load(path, functions));
     layout
         .segments
         .iter()
@@ -627,8 +658,9 @@ struct Layout {
 }
 
 impl Layout {
-    /// The layout of the ELF file at `path`; empty when it cannot be read.
-    fn load(path: &Path) -> Layout {
+    /// The layout of the ELF file at `path`, with its functions' bounds when `functions`;
+    /// empty when it cannot be read.
+    fn load(path: &Path, functions: bool) -> Layout {
         use object::{Object, ObjectSegment};
         let Ok(file) = std::fs::File::open(path) else {
             return Layout::default();
@@ -654,7 +686,11 @@ impl Layout {
             .collect();
         Layout {
             segments,
-            functions: FunctionRanges::of_elf(&map),
+            functions: if functions {
+                FunctionRanges::of_elf(&map)
+            } else {
+                FunctionRanges::default()
+            },
         }
     }
 }

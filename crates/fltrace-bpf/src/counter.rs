@@ -280,21 +280,28 @@ pub(crate) fn totals(ebpf: &Ebpf, which: u32) -> u64 {
         .map_or(0, |values| values.iter().sum())
 }
 
-/// The numbered user stacks of the counts (`ustack_frames`), by number.
-fn user_stacks(ebpf: &Ebpf) -> Result<HashMap<u32, Vec<u64>>, Error> {
+/// The user stacks numbered `ids` in `ustack_frames`, by number: looked up one by one, so
+/// that only the stacks to be named are copied out of the kernel (a busy machine fills the
+/// table with tens of thousands, 1 KiB each).
+fn user_stacks(
+    ebpf: &Ebpf,
+    ids: impl IntoIterator<Item = u32>,
+) -> Result<HashMap<u32, Vec<u64>>, Error> {
     let map = ebpf
         .map("ustack_frames")
         .ok_or_else(|| Error::Unsupported("the BPF object has no ustack_frames map".into()))?;
     let numbered: BpfHashMap<_, u32, object::UStack> =
         BpfHashMap::try_from(map).map_err(Error::map("ustack_frames"))?;
     let mut stacks = HashMap::new();
-    for entry in numbered.iter() {
-        let Ok((id, stack)) = entry else {
-            // Removed while read (a number another CPU gave first).
+    for id in ids {
+        if stacks.contains_key(&id) {
             continue;
-        };
-        let len = (stack.len as usize).min(stack.ip.len());
-        stacks.insert(id, stack.ip[..len].to_vec());
+        }
+        // Absent: a number another CPU gave first, removed when its stack was found equal.
+        if let Ok(stack) = numbered.get(&id, 0) {
+            let len = (stack.len as usize).min(stack.ip.len());
+            stacks.insert(id, stack.ip[..len].to_vec());
+        }
     }
     Ok(stacks)
 }
@@ -399,8 +406,8 @@ impl Counter {
         object_total(&self.ebpf, object::TOTAL_EVENTS)
     }
 
-    /// Reads the table and names its stacks.
-    pub fn snapshot(&self, names: &mut StackNames) -> Result<Snapshot, Error> {
+    /// The table's entries as the kernel holds them.
+    fn entries(&self) -> Result<Vec<(Key, u64)>, Error> {
         let map = self
             .ebpf
             .map("counts")
@@ -411,6 +418,37 @@ impl Counter {
         for entry in counts.iter() {
             entries.push(entry.map_err(Error::map("counts"))?);
         }
+        Ok(entries)
+    }
+
+    /// Events counted so far by process (thread-group id), nothing named: to choose whose
+    /// stacks are worth naming. Needs the count grouped by [`By::Pid`], [`By::Tid`] or
+    /// [`By::UStack`] (all count under process 0 otherwise).
+    pub fn counts_by_process(&self) -> Result<HashMap<u32, u64>, Error> {
+        let mut by_process: HashMap<u32, u64> = HashMap::new();
+        for (key, count) in self.entries()? {
+            *by_process.entry(key.tgid).or_default() += count;
+        }
+        Ok(by_process)
+    }
+
+    /// Reads the table and names its stacks.
+    pub fn snapshot(&self, names: &mut StackNames) -> Result<Snapshot, Error> {
+        self.snapshot_naming(names, &|_| true, usize::MAX)
+    }
+
+    /// Reads the table and names the `depth` innermost frames of the user stacks of the
+    /// processes `named` accepts; the rows of the others keep their counts under an empty
+    /// stack, and rows that then show the same are merged. Naming every frame of every stack
+    /// of a busy machine read every library of every process: `triage` held 300 MB for the
+    /// four frames of the five processes it shows.
+    pub fn snapshot_naming(
+        &self,
+        names: &mut StackNames,
+        named: &dyn Fn(u32) -> bool,
+        depth: usize,
+    ) -> Result<Snapshot, Error> {
+        let entries = self.entries()?;
         let by = &self.spec.by;
         let wants = |b: &By| by.contains(b);
         let by_field = by.iter().any(|b| matches!(b, By::Field(_)));
@@ -418,17 +456,18 @@ impl Counter {
         // Names of the user stacks, per process.
         let mut ustacks: HashMap<u32, Vec<(u32, Vec<u64>)>> = HashMap::new();
         if wants(&By::UStack) {
-            let numbered = user_stacks(&self.ebpf)?;
-            for (key, _) in &entries {
-                if let Some(frames) = u32::try_from(key.ustack)
-                    .ok()
-                    .and_then(|id| numbered.get(&id))
-                    .cloned()
+            let wanted = entries
+                .iter()
+                .filter(|(key, _)| named(key.tgid))
+                .filter_map(|(key, _)| Some((key.tgid, u32::try_from(key.ustack).ok()?)));
+            let numbered = user_stacks(&self.ebpf, wanted.clone().map(|(_, id)| id))?;
+            let mut listed: std::collections::HashSet<(u32, u32)> = Default::default();
+            for (tgid, id) in wanted {
+                if let Some(frames) = numbered.get(&id)
+                    && listed.insert((tgid, id))
                 {
-                    let list = ustacks.entry(key.tgid).or_default();
-                    if !list.iter().any(|(id, _)| *id == key.ustack as u32) {
-                        list.push((key.ustack as u32, frames));
-                    }
+                    let shown = frames[..frames.len().min(depth)].to_vec();
+                    ustacks.entry(tgid).or_default().push((id, shown));
                 }
             }
         }

@@ -13,6 +13,7 @@ pub mod files;
 pub mod memleak;
 mod object;
 pub mod output;
+pub mod reclaim;
 mod symbols;
 pub mod tracefs;
 pub mod triage;

@@ -133,7 +133,20 @@ impl ProcessMaps {
 
     /// File paths by (device, inode) from every process kept and every live process.
     pub fn files_by_inode(&self) -> HashMap<(u32, u32, u64), String> {
-        let mut texts: Vec<Arc<str>> = self.lock().values().cloned().collect();
+        let mut files = HashMap::new();
+        let mut add = |text: &str| {
+            for line in text.lines() {
+                if let Some((dev, inode, path)) = file_of_maps_line(line) {
+                    files.entry((dev.0, dev.1, inode)).or_insert(path);
+                }
+            }
+        };
+        let kept: Vec<Arc<str>> = self.lock().values().cloned().collect();
+        for text in &kept {
+            add(text);
+        }
+        // Each live process's maps taken in as read: all of a busy machine's at once were
+        // tens of MB.
         if let Ok(dir) = std::fs::read_dir("/proc") {
             for entry in dir.flatten() {
                 let name = entry.file_name();
@@ -142,15 +155,7 @@ impl ProcessMaps {
                     .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
                     && let Ok(text) = std::fs::read_to_string(entry.path().join("maps"))
                 {
-                    texts.push(text.into());
-                }
-            }
-        }
-        let mut files = HashMap::new();
-        for text in texts {
-            for line in text.lines() {
-                if let Some((dev, inode, path)) = file_of_maps_line(line) {
-                    files.entry((dev.0, dev.1, inode)).or_insert(path);
+                    add(&text);
                 }
             }
         }
@@ -383,6 +388,15 @@ impl StackNames {
     pub fn new() -> StackNames {
         StackNames {
             symbolizer: Symbolizer::new(),
+            kallsyms: None,
+        }
+    }
+
+    /// A symbolizer for machines short of memory (`triage`): functions named from symbol
+    /// tables only, one file held at a time ([`Symbolizer::lean`]).
+    pub fn lean() -> StackNames {
+        StackNames {
+            symbolizer: Symbolizer::lean(),
             kallsyms: None,
         }
     }

@@ -8,6 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use crate::files::{self, FileFaults};
+use crate::reclaim::{Reclaim, ReclaimWatch};
 use crate::{By, CountSpec, Counter, Error, Event, Frame, ProcessFilter, StackNames};
 
 /// One swap device of /proc/swaps.
@@ -60,6 +61,8 @@ pub struct Triage {
     pub swap_in_pages: u64,
     /// Pages swapped out during the duration.
     pub swap_out_pages: u64,
+    /// Reclaim, memory pressure and cgroups at their limit during the duration.
+    pub reclaim: Reclaim,
     /// /proc/meminfo values of interest, KiB.
     pub meminfo: Vec<(String, u64)>,
     /// Top processes by RSS.
@@ -76,6 +79,19 @@ pub struct Triage {
     pub pmu_missing: Option<String>,
     /// Findings, each with the command to run next.
     pub findings: Vec<(String, String)>,
+    /// Events its counters saw (faults, file faults, brk and mmap calls).
+    pub seen: u64,
+    /// Events not counted (the count table was full).
+    pub dropped: u64,
+    /// Faults counted without their user stack (the stack table was full).
+    pub stacks_lost: u64,
+}
+
+impl Triage {
+    /// Events not counted exactly: not counted at all, or without their stack.
+    pub fn lost(&self) -> u64 {
+        self.dropped + self.stacks_lost
+    }
 }
 
 fn read(path: &str) -> String {
@@ -275,8 +291,13 @@ pub fn pmu_available() -> Result<(), String> {
 }
 
 impl Triage {
-    /// Runs the counters for `duration` (stopping early when `stop` says so) and reads the rest.
-    pub fn run(duration: Duration, stop: &dyn Fn() -> bool) -> Result<Triage, Error> {
+    /// Runs the counters for `duration` (stopping early when `stop` says so) and reads the rest;
+    /// `on_start` is called once the counters run.
+    pub fn run(
+        duration: Duration,
+        stop: &dyn Fn() -> bool,
+        on_start: &dyn Fn(),
+    ) -> Result<Triage, Error> {
         let all = ProcessFilter::default();
         let faults = Counter::start(CountSpec {
             events: crate::fault_events(),
@@ -303,22 +324,36 @@ impl Triage {
             keep_maps: false,
         })?;
         let (swap_in0, swap_out0) = (vmstat("pswpin"), vmstat("pswpout"));
+        let reclaim = ReclaimWatch::start();
+        on_start();
         let started = std::time::Instant::now();
         while started.elapsed() < duration && !stop() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let elapsed = started.elapsed();
         let (swap_in, swap_out) = (vmstat("pswpin"), vmstat("pswpout"));
-        let mut names = StackNames::new();
-        let fault_snapshot = faults.snapshot(&mut names)?;
+        let reclaim = reclaim.finish();
+        let mut names = StackNames::lean();
+        // Only the stacks of the processes shown are named (see `snapshot_naming`).
+        let shown = top_processes(&faults.counts_by_process()?, std::process::id());
+        let fault_snapshot = faults.snapshot_naming(
+            &mut names,
+            &|tgid| shown.contains(&tgid),
+            STACK_FRAMES_SHOWN,
+        )?;
         let files_snapshot = file_faults.snapshot(&mut names)?;
         let heap_snapshot = heap_calls.snapshot(&mut names)?;
 
+        let snapshots = [&fault_snapshot, &files_snapshot, &heap_snapshot];
         let mut report = Triage {
+            seen: snapshots.iter().map(|s| s.events).sum(),
+            dropped: snapshots.iter().map(|s| s.dropped).sum(),
+            stacks_lost: fault_snapshot.ustacks_lost,
             duration: elapsed,
             swaps: swaps(),
             swap_in_pages: swap_in.saturating_sub(swap_in0),
             swap_out_pages: swap_out.saturating_sub(swap_out0),
+            reclaim,
             meminfo: meminfo(),
             top_rss: top_rss(10),
             faults: fault_snapshot.events,
@@ -331,7 +366,13 @@ impl Triage {
             Ok(lines) => report.oom_kills = lines,
             Err(e) => report.kmsg_error = Some(e),
         }
-        report.top_faulting = top_faulting_of(&fault_snapshot.rows, std::process::id());
+        // The processes whose stacks were named (another may have overtaken one since).
+        let shown_rows: Vec<crate::Row> = fault_snapshot
+            .rows
+            .into_iter()
+            .filter(|r| r.pid.is_some_and(|pid| shown.contains(&pid)))
+            .collect();
+        report.top_faulting = top_faulting_of(&shown_rows, std::process::id());
         report.heap_calls = heap_calls_of(&heap_snapshot.rows, std::process::id());
         report.heap_calls.truncate(10);
         report.findings = report.findings();
@@ -358,6 +399,41 @@ impl Triage {
                     self.swap_in_pages, self.swap_out_pages
                 ),
                 "fltrace swapin".into(),
+            ));
+        }
+        let pages = &self.reclaim.pages;
+        if pages.scanned > 0 {
+            out.push((
+                format!(
+                    "reclaim: {} pages scanned, {} freed ({} scanned in direct reclaim)",
+                    pages.scanned, pages.stolen, pages.scanned_direct
+                ),
+                "fltrace vmscan".into(),
+            ));
+        }
+        if let Some(p) = &self.reclaim.pressure
+            && p.some_us > 0
+        {
+            out.push((
+                format!(
+                    "memory pressure: tasks stalled on memory {:.1} ms ({:.1} ms all at once)",
+                    p.some_us as f64 / 1000.0,
+                    p.full_us as f64 / 1000.0
+                ),
+                "fltrace drsnoop".into(),
+            ));
+        }
+        for group in &self.reclaim.groups {
+            out.push((
+                format!(
+                    "memory cgroup {} at its limit ({} times during the interval)",
+                    group.name, group.limit_hits
+                ),
+                format!(
+                    "fltrace vmscan --cgroup {}; fltrace drsnoop --cgroup {}",
+                    group.dir.display(),
+                    group.dir.display()
+                ),
             ));
         }
         let available = self.meminfo.iter().find(|(k, _)| k == "MemAvailable");
@@ -411,6 +487,27 @@ impl Triage {
     }
 }
 
+/// How many processes the top faulting section shows.
+const TOP_FAULTING: usize = 5;
+
+/// How many stacks it shows of each process.
+const STACKS_SHOWN: usize = 3;
+
+/// How many of a stack's innermost frames it shows (and names: stacks are merged by them).
+pub const STACK_FRAMES_SHOWN: usize = 4;
+
+/// The processes that faulted most by `counts`, as many as are shown, leaving out `own_pid`.
+fn top_processes(counts: &HashMap<u32, u64>, own_pid: u32) -> Vec<u32> {
+    let mut top: Vec<(u32, u64)> = counts
+        .iter()
+        .filter(|(pid, _)| **pid != own_pid)
+        .map(|(&pid, &n)| (pid, n))
+        .collect();
+    top.sort_by_key(|&(pid, n)| (std::cmp::Reverse(n), pid));
+    top.truncate(TOP_FAULTING);
+    top.into_iter().map(|(pid, _)| pid).collect()
+}
+
 /// The five processes that faulted most, each with its three most faulting stacks, leaving
 /// out fltrace's own process (`own_pid`): loading the BPF programs' BTF faults thousands of
 /// times and put triage itself at the top of the list it prints about the system.
@@ -425,17 +522,23 @@ fn top_faulting_of(rows: &[crate::Row], own_pid: u32) -> Vec<FaultingProcess> {
             stacks: Vec::new(),
         });
         p.faults += row.count;
-        // Stacks the kernel could not walk differ in the map but name alike: one line.
+        // Stacks that differ in the map but name alike (beyond the frames named, or where
+        // the kernel could not walk): one line.
         let stack = row.ustack.clone().unwrap_or_default();
         if let Some(same) = p.stacks.iter_mut().find(|(_, s)| *s == stack) {
             same.0 += row.count;
-        } else if p.stacks.len() < 3 {
+        } else {
             p.stacks.push((row.count, stack));
         }
     }
     let mut top: Vec<FaultingProcess> = by_pid.into_values().collect();
     top.sort_by_key(|p| std::cmp::Reverse(p.faults));
-    top.truncate(5);
+    top.truncate(TOP_FAULTING);
+    for p in &mut top {
+        // Stable: equal counts keep the counter's order.
+        p.stacks.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
+        p.stacks.truncate(STACKS_SHOWN);
+    }
     top
 }
 
@@ -493,6 +596,36 @@ mod tests {
             .collect();
         // Another fltrace is a process like any other.
         assert_eq!(top, [(20, 42), (8, 2)]);
+    }
+
+    /// A process's stacks are merged by name and shown most faulting first: a stack met late
+    /// in the counter's order but merged from several rows leads (they were shown in the order
+    /// first met, the first three only).
+    #[test]
+    fn top_faulting_stacks_merge_by_name_and_sort() {
+        let at = |function: &str, count| crate::Row {
+            ustack: Some(vec![Frame {
+                function: function.into(),
+                file_line: None,
+                lib: "app".into(),
+            }]),
+            ..row("page-faults", "app", 20, count)
+        };
+        let rows = [at("a", 9), at("b", 8), at("c", 7), at("d", 6), at("d", 6)];
+        let top = top_faulting_of(&rows, 7);
+        let stacks: Vec<(u64, &str)> = top[0]
+            .stacks
+            .iter()
+            .map(|(n, s)| (*n, s[0].function.as_str()))
+            .collect();
+        assert_eq!(stacks, [(12, "d"), (9, "a"), (8, "b")]);
+        assert_eq!(top[0].faults, 36);
+    }
+
+    #[test]
+    fn top_processes_are_the_most_faulting_but_fltrace() {
+        let counts = HashMap::from([(1, 5), (2, 50), (3, 7), (4, 1), (5, 9), (6, 8), (7, 99)]);
+        assert_eq!(top_processes(&counts, 7), [2, 5, 6, 3, 1]);
     }
 
     /// Every figure of the meminfo section is in kB in /proc/meminfo, as the table prints it.

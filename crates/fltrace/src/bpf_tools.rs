@@ -341,11 +341,20 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
 
 pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
     let stop = interrupt_counter()?;
-    eprintln!(
-        "fltrace: watching faults and brk/mmap for {:.0} s",
-        args.duration.as_secs_f64()
-    );
-    let report = Triage::run(args.duration, &|| stop.load(Ordering::Relaxed) > 0)?;
+    let started = || {
+        eprintln!(
+            "fltrace: watching faults, brk/mmap and reclaim for {:.0} s",
+            args.duration.as_secs_f64()
+        )
+    };
+    let report = Triage::run(
+        args.duration,
+        &|| stop.load(Ordering::Relaxed) > 0,
+        &started,
+    )?;
     output::write_triage(&mut std::io::stdout().lock(), &report)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(fltrace_system::exit_status(
+        0,
+        report.lost(),
+    )))
 }

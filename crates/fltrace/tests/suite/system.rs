@@ -39,6 +39,11 @@ struct Tool {
 
 impl Tool {
     fn start(args: &[&str]) -> Tool {
+        Tool::start_until(args, "Tracing ")
+    }
+
+    /// Starts fltrace and waits for the line on stderr that starts with `ready`.
+    fn start_until(args: &[&str], ready: &str) -> Tool {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fltrace"))
             .args(args)
             .stdout(Stdio::piped())
@@ -62,9 +67,9 @@ impl Tool {
         loop {
             match tool.stderr.recv_timeout(Duration::from_secs(120)) {
                 Ok(line) => {
-                    let ready = line.starts_with("Tracing ");
+                    let is_ready = line.starts_with(ready);
                     tool.seen.push(line);
-                    if ready {
+                    if is_ready {
                         break;
                     }
                 }
@@ -320,6 +325,66 @@ fn reclaim_shows_in_drsnoop_and_vmscan() {
     // drsnoop saw every reclaim of the process; vmscan saw the same ones in its group.
     assert_eq!(sum("m_reclaims"), ours.len() as u64, "{vm}\n{dr}");
     assert_eq!(sum("m_reclaimed_pages"), pages, "{vm}\n{dr}");
+}
+
+/// Clean page cache read beyond a memory cgroup's limit while triage watches: its reclaim step
+/// names the group as at its limit (met it during the interval, though empty at the end), with
+/// reclaim scanning and freeing pages, and points to vmscan and drsnoop for that group.
+#[test]
+fn triage_names_a_cgroup_at_its_limit_and_the_reclaim() {
+    let group = MemCgroup::new("triage", 16);
+    let cgroup = group.path.to_str().expect("utf-8");
+    let tool = Tool::start_until(&["triage", "--duration", "120s"], "fltrace: watching");
+    let dir = Dir::new();
+    let file = dir.path().join("pages");
+    let out = run(&["reclaim", cgroup, file.to_str().expect("utf-8"), "64"]);
+    assert!(out.status.success(), "{out:?}");
+    let (text, err) = tool.stop();
+    let section: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("== Reclaim"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("=="))
+        .collect();
+    let at_limit = format!("at its limit: memory cgroup /{}  ", group.name);
+    let line = section
+        .iter()
+        .find(|l| l.trim_start().starts_with(&at_limit))
+        .unwrap_or_else(|| {
+            panic!(
+                "/{} not at its limit:
+{text}
+{err}",
+                group.name
+            )
+        });
+    let hits: u64 = line
+        .split("met it ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("times");
+    assert!(hits > 0, "{line}");
+    assert!(line.contains(" of 16384 KiB"), "{line}");
+    let counts = section.first().expect("the counters' line");
+    let number_before = |what: &str| -> u64 {
+        counts
+            .split(what)
+            .next()
+            .and_then(|r| r.split_whitespace().last())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number before {what}: {counts}"))
+    };
+    // 64 MiB read twice through 16 MiB: reclaim scanned and freed at least 48 MiB of it.
+    let (scanned, freed) = (number_before(" pages scanned"), number_before(" freed"));
+    assert!(freed >= 48 * 256 && scanned >= freed, "{counts}");
+    assert!(section.iter().any(|l| l.contains("pressure: ")), "{text}");
+    let next = format!("-> fltrace vmscan --cgroup {cgroup}; fltrace drsnoop --cgroup {cgroup}");
+    assert!(text.lines().any(|l| l.trim() == next), "{text}");
+    assert!(
+        text.contains("pages scanned") && text.contains("-> fltrace vmscan\n"),
+        "{text}"
+    );
 }
 
 /// mmap of a known file: its path, size, offset and protection, though the program closed
