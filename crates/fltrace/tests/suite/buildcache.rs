@@ -523,3 +523,98 @@ fn jit_files_of_another_mount_and_pid_namespace_are_kept() {
     assert_eq!(count, DUMPED, "{report}");
     assert_eq!(named[0]["lib"], format!("jit-{dumped}.dump"));
 }
+
+/// node --perf-prof (Debian's nodejs) running the project's workloads/hot.js: node's jitdump
+/// is copied into the recording, and after node's own file is deleted the hot function that
+/// allocates is named in `report --by function` and `--by line` with exactly the faults whose
+/// innermost frame is its compiled code (counted here from the raw tables and the jitdump), at
+/// lines of its body in hot.js (6-8), and most of the run's faults are its.
+#[test]
+fn node_perf_prof_names_the_hot_function_and_its_lines() {
+    let dir = Dir::new();
+    let script = workloads_dir().join("hot.js");
+    dir.record_with(
+        &["-q", "--no-cache"],
+        &[Path::new("node")],
+        &["--perf-prof", script.to_str().expect("utf-8")],
+    );
+    let pid = root_pid(&dir);
+    std::fs::remove_file(dir.path().join(format!("jit-{pid}.dump")))
+        .expect("node wrote its jitdump in its working directory");
+    let dump = fltrace_trace::JitDump::read(&fltrace_trace::files::jitdump(dir.path(), pid))
+        .expect("the recording's copy reads");
+    assert!(dump.stopped.is_none(), "{:?}", dump.stopped);
+
+    let recording = fltrace_trace::Recording::latest(dir.path()).expect("a recording");
+    let trace = recording.load(pid).expect("trace");
+    let mut by_name: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut by_line: std::collections::BTreeMap<(String, u32), u64> = Default::default();
+    for fault in &trace.faults {
+        let Some(ip) = trace
+            .stack(fault.stack_id)
+            .and_then(|s| s.frames.first().copied())
+        else {
+            continue;
+        };
+        let Some(code) = dump
+            .lookup(ip.get())
+            .filter(|c| c.name.contains("hotAllocate "))
+        else {
+            continue;
+        };
+        *by_name.entry(code.name.to_string()).or_default() += 1;
+        let line = code
+            .line_at(ip.get())
+            .expect("node gives optimized code its lines");
+        *by_line
+            .entry((line.file.to_string(), line.line))
+            .or_default() += 1;
+    }
+    assert!(!by_name.is_empty(), "no fault in hotAllocate's code");
+    for (file, line) in by_line.keys() {
+        assert!(
+            file.ends_with("/hot.js") && (6..=8).contains(line),
+            "{file}:{line} is not in hotAllocate's body"
+        );
+    }
+
+    let hot = |g: &&serde_json::Value| {
+        g["function"]
+            .as_str()
+            .is_some_and(|f| f.contains("hotAllocate "))
+    };
+    let (report, stderr) = report_pid(&dir, pid, "function");
+    assert!(warnings(&stderr).is_empty(), "{stderr}");
+    let named: std::collections::BTreeMap<String, u64> = groups(&report)
+        .filter(hot)
+        .map(|g| {
+            assert_eq!(g["lib"], format!("jit-{pid}.dump"));
+            (
+                g["function"].as_str().unwrap_or("").to_owned(),
+                g["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(named, by_name, "{report}");
+    let total: u64 = named.values().sum();
+    assert!(
+        total * 2 > report["faults"].as_u64().unwrap_or(0),
+        "{named:?} of {}",
+        report["faults"]
+    );
+
+    let (report, _) = report_pid(&dir, pid, "line");
+    let lines: std::collections::BTreeMap<(String, u32), u64> = groups(&report)
+        .filter(hot)
+        .map(|g| {
+            (
+                (
+                    g["file"].as_str().unwrap_or("").to_owned(),
+                    g["line"].as_u64().unwrap_or(0) as u32,
+                ),
+                g["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(lines, by_line, "{report}");
+}
