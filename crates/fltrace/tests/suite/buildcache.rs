@@ -414,6 +414,60 @@ fn jit_code_is_named_by_its_jitdump_and_a_corrupt_one_is_said() {
         .count();
     assert_eq!(leaves as u64, TOUCHED, "{text}");
 
+    // The flamegraph's stacks, the flamegraph itself and the SQL export name it too.
+    let folded = dir.run(&["report", "--format", "folded"]);
+    assert!(folded.status.success());
+    let in_jit: u64 = String::from_utf8_lossy(&folded.stdout)
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(stack, _)| stack.ends_with(";jit_touch_pages"))
+        .filter_map(|(_, count)| count.parse::<u64>().ok())
+        .sum();
+    assert_eq!(in_jit, TOUCHED);
+    let pictures = dir.path().join("pictures");
+    std::fs::create_dir(&pictures).expect("mkdir");
+    let out = dir.run(&["visualize", "-o", pictures.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(pictures.join(format!("fltrace-data-flamegraph-{pid}.svg")))
+        .expect("the flamegraph");
+    // Its boxes are labelled library|file:line, as the original's.
+    assert!(
+        svg.contains(&format!(
+            "<title>jit-{pid}.dump|jitmap.js:11 ({TOUCHED} faults"
+        )),
+        "no box of the JIT code's {TOUCHED} faults in the flamegraph"
+    );
+    let out = dir.run(&["export", ".", "-o", "out", "--host", "h"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = &super::tables::sql(
+        dir.path(),
+        &[
+            "select fr.function, fr.file, fr.line, fr.library, count(*) \
+           from read_parquet('out/*/*/faults.parquet') f \
+           join read_parquet('out/*/*/frames.parquet') fr \
+             on fr.pid = f.pid and fr.stack_id = f.stack_id \
+           where fr.call_site and fr.library like 'jit-%' group by all",
+        ],
+    )[0];
+    assert_eq!(
+        rows,
+        &[vec![
+            serde_json::json!("jit_touch_pages"),
+            serde_json::json!("jitmap.js"),
+            serde_json::json!(11),
+            serde_json::json!(format!("jit-{pid}.dump")),
+            serde_json::json!(TOUCHED),
+        ]],
+    );
+
     // The records: header 40, debug 16+16+26+18+26 = 102, load 16+40+16+19 = 91, move 64.
     let copy = fltrace_trace::files::jitdump(dir.path(), pid);
     let mut bytes = std::fs::read(&copy).expect("the recording's jitdump");
