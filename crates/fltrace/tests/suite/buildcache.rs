@@ -132,6 +132,49 @@ fn rebuilt_program_keeps_its_recorded_lines() {
     }
 }
 
+/// Two recordings of one program with one cache: the program is kept once, under its build
+/// ID, and neither recording holds a copy of it (the cache is shared, never per recording).
+#[test]
+fn recordings_share_one_cache_entry() {
+    let dir = Dir::new();
+    let cache = dir.path().join("cache");
+    let bin = dir.path().join("faults");
+    build_faults_shifted(dir.path(), &bin, 0);
+    let bin_str = bin.to_str().expect("utf-8");
+    let pages = PAGES.to_string();
+    for run in ["one", "two"] {
+        let sub = dir.path().join(run);
+        std::fs::create_dir(&sub).expect("mkdir");
+        let out = dir
+            .fltrace()
+            .current_dir(&sub)
+            .env("FLTRACE_CACHE", &cache)
+            .args(["record", "-q", "--", bin_str, "nested", &pages])
+            .output()
+            .expect("fltrace runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for entry in std::fs::read_dir(&sub).expect("recording") {
+            let name = entry.expect("entry").file_name();
+            let name = name.to_string_lossy();
+            assert!(name.starts_with("fltrace-data-"), "{name} in the recording");
+        }
+    }
+    let list = run_ok(
+        dir.fltrace()
+            .env("FLTRACE_CACHE", &cache)
+            .args(["cache", "list"]),
+    );
+    assert_eq!(
+        list.lines().filter(|l| l.ends_with(bin_str)).count(),
+        1,
+        "{list}"
+    );
+}
+
 /// A program run from a tmpfs mounted in its own mount namespace, gone with it: named from the
 /// cache, which reached the file through /proc/PID/map_files while it ran.
 #[test]
