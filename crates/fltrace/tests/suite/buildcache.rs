@@ -511,6 +511,34 @@ fn jit_code_is_named_by_its_jitdump_and_a_corrupt_one_is_said() {
         ]],
     );
 
+    // An archive file carries the jitdump: the same names from it, elsewhere.
+    let out = dir.run(&["archive", "-o", "jit.tar.zst"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let elsewhere = Dir::new();
+    let archive = dir.path().join("jit.tar.zst");
+    let out = elsewhere.run(&[
+        "report",
+        "-d",
+        archive.to_str().expect("utf-8"),
+        "--format",
+        "json",
+        "--top",
+        "0",
+        "--by",
+        "function",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_archive: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(count_of(&from_archive, "jit_touch_pages").0, TOUCHED);
+
     // The records: header 40, debug 16+16+26+18+26 = 102, load 16+40+16+19 = 91, move 64.
     let copy = fltrace_trace::files::jitdump(dir.path(), pid);
     let mut bytes = std::fs::read(&copy).expect("the recording's jitdump");
