@@ -262,9 +262,19 @@ fn terminated<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], Recor
 }
 
 impl JitDump {
-    /// Reads the jitdump at `path`.
+    /// Reads the jitdump at `path`, refused beyond [`JITDUMP_CAP`] bytes.
     pub fn read(path: &Path) -> Result<JitDump, Error> {
         let file = crate::files::open_input(path)?;
+        let len = file
+            .metadata()
+            .map_err(|source| Error::Io {
+                path: path.to_owned(),
+                source,
+            })?
+            .len();
+        if len > JITDUMP_CAP {
+            return Err(crate::files::too_big(path, len, JITDUMP_CAP));
+        }
         JitDump::parse(std::io::BufReader::with_capacity(1 << 16, file)).map_err(|e| {
             Error::Format {
                 path: path.to_owned(),
