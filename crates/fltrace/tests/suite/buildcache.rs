@@ -587,10 +587,11 @@ fn jit_files_of_another_mount_and_pid_namespace_are_kept() {
     let jitmap = build_c_workload(dir.path(), "jitmap.c");
     const MAPPED: u64 = 50;
     const DUMPED: u64 = 60;
-    // The working directory stays the test's, under the tmpfs mounted over /tmp.
+    // The working directory stays the test's, under the tmpfs mounted over /tmp. Each program
+    // lingers a second: the recorder looks for perf maps every 100 ms while a process lives.
     let script = format!(
-        "cd {d} && mount -t tmpfs fltrace-test /tmp && ./jitmap {MAPPED} --linger 500 && \
-         ./jitmap {DUMPED} --jitdump /tmp --linger 500",
+        "cd {d} && mount -t tmpfs fltrace-test /tmp && ./jitmap {MAPPED} --linger 1000 && \
+         ./jitmap {DUMPED} --jitdump /tmp --linger 1000",
         d = dir.path().display()
     );
     let out = dir
