@@ -13,9 +13,10 @@ cd "$(dirname "$0")/.."
 # chromium renders the page of `runs --run` headless in the tests; redis-server (Debian's links
 # jemalloc) and redis-benchmark are the real server the allocation tracer is tested on;
 # postgresql-15 (a postmaster forking its backends, with pgbench) the one far memory's forks are;
-# nodejs (`--perf-basic-prof`) the JIT whose perf maps name frames.
+# nodejs (`--perf-basic-prof`, `--perf-prof`) the JIT whose perf maps and jitdumps name frames;
+# util-linux's unshare runs programs in namespaces of their own.
 packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium redis-server
-    postgresql-15 nodejs)
+    postgresql-15 nodejs util-linux)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -251,6 +251,10 @@ fn script_frames(trace: &ProcessTrace, stacks: &ResolvedStacks, stack_id: u32) -
             Some(m) if !m.is_file() && outer.lib.as_ref() == format!("perf-{}.map", trace.pid) => {
                 format!("/tmp/{}", outer.lib)
             }
+            // JIT code named by its jitdump: the recording's copy of it.
+            Some(m) if !m.is_file() && outer.lib.as_ref() == format!("jit-{}.dump", trace.pid) => {
+                outer.lib.to_string()
+            }
             Some(m) if !m.path.is_empty() => m.path.clone(),
             _ => outer.lib.to_string(),
         };

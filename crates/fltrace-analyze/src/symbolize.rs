@@ -9,7 +9,7 @@ use blazesym::symbolize::{Input, Symbolized};
 use rustc_hash::FxHashMap;
 
 use fltrace_trace::libraries::is_system_library;
-use fltrace_trace::{CodeAddr, FileOffset, PerfMap, ProcessTrace, Stack, StackEnd};
+use fltrace_trace::{CodeAddr, FileOffset, JitDump, PerfMap, ProcessTrace, Stack, StackEnd};
 
 use crate::debuginfo::{DebugConfig, DebugResolver};
 use crate::fde::FunctionRanges;
@@ -235,6 +235,8 @@ pub struct Symbolizer {
     /// For machines short of memory: symbol tables only (no lines, no inlined calls), and
     /// each file forgotten once its addresses are named.
     lean: bool,
+    /// Each process's jitdump, read once.
+    jitdumps: HashMap<u32, Option<Arc<JitDump>>>,
 }
 
 impl Default for Symbolizer {
@@ -268,6 +270,7 @@ impl Symbolizer {
             layouts: HashMap::new(),
             perf_maps: HashMap::new(),
             lean: false,
+            jitdumps: HashMap::new(),
         }
     }
 
@@ -314,6 +317,47 @@ impl Symbolizer {
         self.layouts.clear();
     }
 
+    /// The jitdump copied into the recording for process `pid`, if its JIT wrote one. One
+    /// that does not read, or stops early, is said in one line.
+    fn jitdump(&mut self, pid: u32) -> Option<Arc<JitDump>> {
+        let dir = self.debug_files.config().recording_dir.clone();
+        let mut warning = None;
+        let dump = self
+            .jitdumps
+            .entry(pid)
+            .or_insert_with(|| {
+                let path = fltrace_trace::files::jitdump(dir.as_deref()?, pid);
+                if !path.exists() {
+                    return None;
+                }
+                match JitDump::read(&path) {
+                    Err(e) => {
+                        warning = Some(format!(
+                            "{}: its JIT frames stay unnamed",
+                            fltrace_trace::error_chain(&e)
+                        ));
+                        None
+                    }
+                    Ok(dump) => {
+                        if let Some(stopped) = &dump.stopped {
+                            let named = dump.len();
+                            warning = Some(format!(
+                                "{}: {stopped}; {named} function{} named before it, none after",
+                                path.display(),
+                                if named == 1 { "" } else { "s" }
+                            ));
+                        }
+                        Some(Arc::new(dump))
+                    }
+                }
+            })
+            .clone();
+        if let Some(warning) = warning {
+            self.debug_files.warn(warning);
+        }
+        dump
+    }
+
     /// One line for each mapped file whose build differed from the recording's or that was
     /// gone, since the last call.
     pub fn take_warnings(&mut self) -> Vec<String> {
@@ -345,6 +389,8 @@ impl Symbolizer {
     ) -> ResolvedStacks {
         let perf_map = self.perf_map(trace.pid);
         let jit_lib: Arc<str> = format!("perf-{}.map", trace.pid).into();
+        let jitdump = self.jitdump(trace.pid);
+        let jitdump_lib: Arc<str> = format!("jit-{}.dump", trace.pid).into();
         // Group the distinct (file, offset) look-ups by file: blazesym works best in batches.
         let mut wanted: HashMap<(PathBuf, String), Vec<FileOffset>> = HashMap::new();
         let mut resolved = ResolvedStacks::default();
@@ -375,11 +421,32 @@ impl Symbolizer {
                             }
                             Frame::File(key.0, key.1, offset)
                         }
-                        // Code a JIT wrote into anonymous memory, named by its perf map.
+                        // Code a JIT wrote into anonymous memory, named by its jitdump (with
+                        // its source line), else by its perf map.
+                        _ if let Some(code) =
+                            jitdump.as_deref().and_then(|d| d.lookup(lookup.get())) =>
+                        {
+                            let line = code.line_at(lookup.get());
+                            Frame::Jit(
+                                Location {
+                                    function: code.name.clone(),
+                                    file: line.map_or_else(|| "".into(), |l| l.file.clone()),
+                                    line: line.map_or(0, |l| l.line),
+                                    ..Location::unknown(jitdump_lib.clone(), false)
+                                },
+                                lookup.get() - code.start,
+                            )
+                        }
                         _ if let Some((start, name)) =
                             perf_map.as_deref().and_then(|p| p.lookup(lookup.get())) =>
                         {
-                            Frame::Jit(name.into(), lookup.get() - start)
+                            Frame::Jit(
+                                Location {
+                                    function: name.into(),
+                                    ..Location::unknown(jit_lib.clone(), false)
+                                },
+                                lookup.get() - start,
+                            )
                         }
                         Some(m) => Frame::Unknown(lib_name(&m.path), is_system_library(&m.path)),
                         None => Frame::Unknown("[unknown]".into(), false),
@@ -421,11 +488,8 @@ impl Symbolizer {
                         }
                     }
                     Frame::Unknown(lib, system) => locations.push(Location::unknown(lib, system)),
-                    Frame::Jit(function, offset) => {
-                        locations.push(Location {
-                            function,
-                            ..Location::unknown(jit_lib.clone(), false)
-                        });
+                    Frame::Jit(location, offset) => {
+                        locations.push(location);
                         symbol_offset = Some(offset + back);
                     }
                 }
@@ -698,8 +762,8 @@ impl Layout {
 enum Frame {
     File(PathBuf, String, FileOffset),
     Unknown(Arc<str>, bool),
-    /// A function of a perf map, and the offset in it.
-    Jit(Arc<str>, u64),
+    /// A function of a jitdump or perf map, and the offset in it.
+    Jit(Location, u64),
 }
 
 /// A frame and how far back from its address it was looked up (1 for return addresses).

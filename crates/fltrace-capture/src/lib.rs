@@ -29,6 +29,7 @@ pub mod damon;
 mod error;
 mod group;
 mod interrupt;
+mod jit_files;
 mod process;
 mod reader;
 mod recorder;

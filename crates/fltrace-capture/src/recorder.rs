@@ -1240,6 +1240,8 @@ struct State {
     elf_cache: ElfCache,
     /// Where the files holding code are kept by build ID (`None`: `--no-cache`).
     code_cache: Option<crate::code_cache::CodeCache>,
+    /// The perf maps and jitdumps naming the processes' JIT code.
+    jit_files: crate::jit_files::JitFiles,
     fields: FaultFields,
     /// Each thread's `mremap` in progress, from its entry record to its return record.
     remap_calls: FxHashMap<u32, RemapCall>,
@@ -1293,6 +1295,7 @@ impl State {
                 .build_id_cache
                 .clone()
                 .map(crate::code_cache::CodeCache::start),
+            jit_files: Default::default(),
             fields,
             remap_calls: FxHashMap::default(),
             parse_info: sys::parse_info(attrs.0),
@@ -1355,6 +1358,13 @@ impl State {
         }
         self.elf_cache = elf_cache;
         for start in starts {
+            if let Some(mapping) = self
+                .processes
+                .get(&pid)
+                .and_then(|p| p.mapping_starting(start))
+            {
+                self.jit_files.mapped(pid, mapping);
+            }
             self.offer_to_cache(pid, start);
         }
         Ok(mapped?)
@@ -1441,6 +1451,7 @@ impl State {
                     },
                 };
                 let start = mapping.start;
+                self.jit_files.mapped(m.pid as u32, &mapping);
                 let mut elf_cache = std::mem::take(&mut self.elf_cache);
                 let mapped = self
                     .process(m.pid as u32)
@@ -1679,6 +1690,7 @@ impl State {
                 }
             }
         }
+        self.jit_files.poll();
         let round = self.round;
         self.round += 1;
         if self.far_prefix.is_some() {
@@ -1762,36 +1774,13 @@ impl State {
         // their footers may still fit, or be recoverable.
         let stats = process.write_stats(now, self.lost);
         let tables = process.finish();
-        keep_perf_map(&self.session_dir, pid);
+        self.jit_files.finish(&self.session_dir, pid);
         self.finished.push(pid);
         match (stats, tables) {
             (Err(e), _) => Err(e.into()),
             (Ok(()), Err(e)) => Err(e.into()),
             (Ok(()), Ok(())) => Ok(()),
         }
-    }
-}
-
-/// Copies the perf map the process's JIT wrote (`/tmp/perf-PID.map`) into the recording,
-/// now that it has ended: the JIT or the next process of that pid deletes or overwrites it
-/// later. A map that cannot be copied costs its names, not the recording (said in the log).
-fn keep_perf_map(dir: &std::path::Path, pid: u32) {
-    let source = PathBuf::from(format!("/tmp/perf-{pid}.map"));
-    let bytes =
-        match fltrace_trace::files::read_capped(&source, fltrace_trace::perf_map::PERF_MAP_CAP) {
-            Ok(bytes) => bytes,
-            Err(fltrace_trace::Error::Io { source: e, .. })
-                if e.kind() == std::io::ErrorKind::NotFound =>
-            {
-                return;
-            }
-            Err(e) => {
-                log::warn!("{}", fltrace_trace::error_chain(&e));
-                return;
-            }
-        };
-    if let Err(e) = fltrace_trace::files::write(&fltrace_trace::files::perf_map(dir, pid), &bytes) {
-        log::warn!("{}", fltrace_trace::error_chain(&e));
     }
 }
 

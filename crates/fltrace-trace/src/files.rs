@@ -64,6 +64,11 @@ pub fn perf_map(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "perfmap", pid, "map")
 }
 
+/// The jitdump `pid`'s JIT wrote (`jit-PID.dump`), copied when it ended.
+pub fn jitdump(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "jitdump", pid, "dump")
+}
+
 /// Opens input file `path` for reading, refusing anything but a regular file: a FIFO planted
 /// in a recording would block a reader forever, a device or a socket is never ours. The open
 /// does not block (`O_NONBLOCK`, which regular files ignore), and the type is that of the file

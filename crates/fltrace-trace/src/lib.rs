@@ -14,6 +14,7 @@
 //! | `fltrace-data-access-<pid>.parquet` | with `--access-samples`: sampled loads and stores ([`AccessRecord`]) |
 //! | `fltrace-data-accessstacks-<pid>.parquet` | their stacks ([`Stack`]) |
 //! | `fltrace-data-perfmap-<pid>.map` | the perf map its JIT wrote (`/tmp/perf-PID.map`), copied at its end ([`PerfMap`]) |
+//! | `fltrace-data-jitdump-<pid>.dump` | the jitdump its JIT wrote (`jit-PID.dump`), copied at its end ([`JitDump`]) |
 //!
 //! `docs/FORMAT.md` documents the schemas. This crate needs no privileges and no live kernel
 //! feature: it only reads and writes files, so traces can be analysed on any machine.
@@ -39,6 +40,7 @@ mod error;
 mod fault;
 pub mod files;
 mod guard;
+pub mod jitdump;
 pub mod libraries;
 mod mapping;
 mod parquet_io;
@@ -53,6 +55,7 @@ pub use alloc_event::{AllocCall, AllocEvent};
 pub use build_id_cache::BuildIdCache;
 pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
+pub use jitdump::JitDump;
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
     AccessWriter, AllocWriter, ColumnChunk, Completeness, ExportedFault, ExportedFaultWriter,

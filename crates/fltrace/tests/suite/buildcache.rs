@@ -132,6 +132,49 @@ fn rebuilt_program_keeps_its_recorded_lines() {
     }
 }
 
+/// Two recordings of one program with one cache: the program is kept once, under its build
+/// ID, and neither recording holds a copy of it (the cache is shared, never per recording).
+#[test]
+fn recordings_share_one_cache_entry() {
+    let dir = Dir::new();
+    let cache = dir.path().join("cache");
+    let bin = dir.path().join("faults");
+    build_faults_shifted(dir.path(), &bin, 0);
+    let bin_str = bin.to_str().expect("utf-8");
+    let pages = PAGES.to_string();
+    for run in ["one", "two"] {
+        let sub = dir.path().join(run);
+        std::fs::create_dir(&sub).expect("mkdir");
+        let out = dir
+            .fltrace()
+            .current_dir(&sub)
+            .env("FLTRACE_CACHE", &cache)
+            .args(["record", "-q", "--", bin_str, "nested", &pages])
+            .output()
+            .expect("fltrace runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for entry in std::fs::read_dir(&sub).expect("recording") {
+            let name = entry.expect("entry").file_name();
+            let name = name.to_string_lossy();
+            assert!(name.starts_with("fltrace-data-"), "{name} in the recording");
+        }
+    }
+    let list = run_ok(
+        dir.fltrace()
+            .env("FLTRACE_CACHE", &cache)
+            .args(["cache", "list"]),
+    );
+    assert_eq!(
+        list.lines().filter(|l| l.ends_with(bin_str)).count(),
+        1,
+        "{list}"
+    );
+}
+
 /// A program run from a tmpfs mounted in its own mount namespace, gone with it: named from the
 /// cache, which reached the file through /proc/PID/map_files while it ran.
 #[test]
@@ -214,8 +257,8 @@ fn remove_perf_map(pid: u32) -> PathBuf {
 }
 
 /// A program that writes its own code into an anonymous executable page and names it in a
-/// perf map: every fault of that code is the function's, in the report, the perf-script
-/// export and the folded stacks, after the map file is gone.
+/// perf map: every fault of that code is the function's (at its store, offset 3), in the
+/// report and the perf-script export, after the map file is gone.
 #[test]
 fn jit_code_is_named_by_its_perf_map() {
     let dir = Dir::new();
@@ -239,7 +282,7 @@ fn jit_code_is_named_by_its_perf_map() {
         .split("\n\n")
         .filter(|sample| {
             sample.lines().nth(1).is_some_and(|leaf| {
-                leaf.ends_with(&format!(" jit_touch_pages+0x0 (/tmp/perf-{pid}.map)"))
+                leaf.ends_with(&format!(" jit_touch_pages+0x3 (/tmp/perf-{pid}.map)"))
             })
         })
         .count();
@@ -332,4 +375,372 @@ fn node_perf_basic_prof_names_the_hot_function() {
         "{named:?} of {}",
         report["faults"]
     );
+}
+
+/// The faults `report --by KEY` gives `function` (every group of that name), and the groups.
+fn count_of(report: &serde_json::Value, function: &str) -> (u64, Vec<serde_json::Value>) {
+    let named: Vec<serde_json::Value> = groups(report)
+        .filter(|g| g["function"] == function)
+        .cloned()
+        .collect();
+    (
+        named.iter().filter_map(|g| g["count"].as_u64()).sum(),
+        named,
+    )
+}
+
+/// `report` of `dir` for `pid`, JSON by `key`, with its stderr.
+fn report_pid(dir: &Dir, pid: u32, key: &str) -> (serde_json::Value, String) {
+    let pid = pid.to_string();
+    let out = dir.run(&[
+        "report", "--format", "json", "--top", "0", "--by", key, "--pid", &pid,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "report failed: {stderr}");
+    (
+        serde_json::from_slice(&out.stdout).expect("report prints JSON"),
+        stderr,
+    )
+}
+
+/// The lines of `stderr` that are fltrace's warnings.
+fn warnings(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("fltrace: warning:"))
+        .collect()
+}
+
+/// A program that names its code in a jitdump, loaded at one address and moved to another
+/// where it runs, with a debug record giving its lines: every fault is the function's at the
+/// store's line (jitmap.js:11), in the report and the perf-script export, after the jitdump is
+/// deleted. Then the recording's copy corrupted: the move's record cut to 3 bytes leaves the
+/// moved code unnamed with one warning line saying where; a file that is no jitdump at all,
+/// one line too; the report runs to its end both times.
+#[test]
+fn jit_code_is_named_by_its_jitdump_and_a_corrupt_one_is_said() {
+    let dir = Dir::new();
+    let jitmap = build_c_workload(dir.path(), "jitmap.c");
+    const TOUCHED: u64 = 300;
+    let here = dir.path().to_str().expect("utf-8").to_owned();
+    dir.record_with(
+        &["-q", "--no-cache"],
+        &[&jitmap],
+        &[&TOUCHED.to_string(), "--jitdump", &here],
+    );
+    let pid = root_pid(&dir);
+    std::fs::remove_file(dir.path().join(format!("jit-{pid}.dump")))
+        .expect("the workload wrote its jitdump");
+    assert!(
+        !Path::new(&format!("/tmp/perf-{pid}.map")).exists(),
+        "a perf map would name the code too"
+    );
+
+    let (report, stderr) = report_pid(&dir, pid, "function");
+    let (count, named) = count_of(&report, "jit_touch_pages");
+    assert_eq!(count, TOUCHED, "{report}");
+    assert_eq!(named[0]["lib"], format!("jit-{pid}.dump"));
+    assert!(warnings(&stderr).is_empty(), "{stderr}");
+    let (by_line, _) = report_pid(&dir, pid, "line");
+    assert_eq!(count_at(&by_line, "jitmap.js", 11), TOUCHED, "{by_line}");
+
+    let script = dir.run(&["script"]);
+    assert!(script.status.success());
+    let text = String::from_utf8_lossy(&script.stdout);
+    let leaves = text
+        .split("\n\n")
+        .filter(|sample| {
+            sample.lines().nth(1).is_some_and(|leaf| {
+                leaf.ends_with(&format!(" jit_touch_pages+0x3 (jit-{pid}.dump)"))
+            })
+        })
+        .count();
+    assert_eq!(leaves as u64, TOUCHED, "{text}");
+
+    // The flamegraph's stacks, the flamegraph itself and the SQL export name it too.
+    let folded = dir.run(&["report", "--format", "folded"]);
+    assert!(folded.status.success());
+    let in_jit: u64 = String::from_utf8_lossy(&folded.stdout)
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(stack, _)| stack.ends_with(";jit_touch_pages"))
+        .filter_map(|(_, count)| count.parse::<u64>().ok())
+        .sum();
+    assert_eq!(in_jit, TOUCHED);
+    let pictures = dir.path().join("pictures");
+    std::fs::create_dir(&pictures).expect("mkdir");
+    let out = dir.run(&["visualize", "-o", pictures.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(pictures.join(format!("fltrace-data-flamegraph-{pid}.svg")))
+        .expect("the flamegraph");
+    // Its boxes are labelled library|file:line, as the original's.
+    assert!(
+        svg.contains(&format!(
+            "<title>jit-{pid}.dump|jitmap.js:11 ({TOUCHED} faults"
+        )),
+        "no box of the JIT code's {TOUCHED} faults in the flamegraph"
+    );
+    let out = dir.run(&["export", ".", "-o", "out", "--host", "h"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = &super::tables::sql(
+        dir.path(),
+        &[
+            "select fr.function, fr.file, fr.line, fr.library, count(*) \
+           from read_parquet('out/*/*/faults.parquet') f \
+           join read_parquet('out/*/*/frames.parquet') fr \
+             on fr.pid = f.pid and fr.stack_id = f.stack_id \
+           where fr.call_site and fr.library like 'jit-%' group by all",
+        ],
+    )[0];
+    assert_eq!(
+        rows,
+        &[vec![
+            serde_json::json!("jit_touch_pages"),
+            serde_json::json!("jitmap.js"),
+            serde_json::json!(11),
+            serde_json::json!(format!("jit-{pid}.dump")),
+            serde_json::json!(TOUCHED),
+        ]],
+    );
+
+    // An archive file carries the jitdump: the same names from it, elsewhere.
+    let out = dir.run(&["archive", "-o", "jit.tar.zst"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let elsewhere = Dir::new();
+    let archive = dir.path().join("jit.tar.zst");
+    let out = elsewhere.run(&[
+        "report",
+        "-d",
+        archive.to_str().expect("utf-8"),
+        "--format",
+        "json",
+        "--top",
+        "0",
+        "--by",
+        "function",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_archive: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(count_of(&from_archive, "jit_touch_pages").0, TOUCHED);
+
+    // The records: header 40, debug 16+16+26+18+26 = 102, load 16+40+16+19 = 91, move 64.
+    let copy = fltrace_trace::files::jitdump(dir.path(), pid);
+    let mut bytes = std::fs::read(&copy).expect("the recording's jitdump");
+    assert_eq!(bytes.len(), 40 + 102 + 91 + 64);
+    let move_at = 40 + 102 + 91;
+    bytes[move_at + 4..move_at + 8].copy_from_slice(&3u32.to_ne_bytes());
+    std::fs::write(&copy, &bytes).expect("corrupt the copy");
+    let (report, stderr) = report_pid(&dir, pid, "function");
+    assert_eq!(count_of(&report, "jit_touch_pages").0, 0, "{report}");
+    assert_eq!(
+        warnings(&stderr),
+        [format!(
+            "fltrace: warning: {}: record 2 at byte {move_at}: its size 3 is below the 16-byte \
+             record header; 1 function named before it, none after",
+            // The recording is the current directory's.
+            Path::new(".")
+                .join(copy.file_name().expect("a name"))
+                .display()
+        )],
+        "{stderr}"
+    );
+
+    std::fs::write(
+        &copy,
+        b"\x7fELF, not a jitdump at all, and long enough for a header",
+    )
+    .expect("overwrite the copy");
+    let (report, stderr) = report_pid(&dir, pid, "function");
+    assert_eq!(count_of(&report, "jit_touch_pages").0, 0, "{report}");
+    let said = warnings(&stderr);
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].contains("not a jitdump file") && said[0].ends_with("its JIT frames stay unnamed"),
+        "{stderr}"
+    );
+}
+
+/// Programs in a new mount and pid namespace, with a tmpfs of their own on /tmp: one names its
+/// code in /tmp/perf-NSPID.map (its pid in its namespace, which differs from the recording's),
+/// the other in a jitdump in that /tmp. Neither file is visible from here, and both are gone
+/// with the namespace; the recorder read them through /proc/PID/root and /proc/PID/map_files
+/// while the programs lived, so both are named after they exit.
+#[test]
+fn jit_files_of_another_mount_and_pid_namespace_are_kept() {
+    let dir = Dir::new();
+    let jitmap = build_c_workload(dir.path(), "jitmap.c");
+    const MAPPED: u64 = 50;
+    const DUMPED: u64 = 60;
+    // The working directory stays the test's, under the tmpfs mounted over /tmp. Each program
+    // lingers a second: the recorder looks for perf maps every 100 ms while a process lives.
+    let script = format!(
+        "cd {d} && mount -t tmpfs fltrace-test /tmp && ./jitmap {MAPPED} --linger 1000 && \
+         ./jitmap {DUMPED} --jitdump /tmp --linger 1000",
+        d = dir.path().display()
+    );
+    let out = dir
+        .fltrace()
+        .args(["record", "-q", "--no-cache", "--"])
+        .args(["unshare", "--mount", "--pid", "--fork", "sh", "-c", &script])
+        .output()
+        .expect("fltrace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recording = fltrace_trace::Recording::latest(dir.path()).expect("a recording");
+    let jitmaps: Vec<u32> = recording
+        .pids()
+        .iter()
+        .copied()
+        .filter(|&pid| {
+            recording.load(pid).is_ok_and(|t| {
+                t.mappings
+                    .iter()
+                    .any(|m| Path::new(&m.path) == jitmap && m.is_exec())
+            })
+        })
+        .collect();
+    assert_eq!(jitmaps.len(), 2, "{jitmaps:?}");
+    let (dumped, mapped): (Vec<u32>, Vec<u32>) = jitmaps
+        .iter()
+        .partition(|&&pid| fltrace_trace::files::jitdump(dir.path(), pid).exists());
+    let (Some(&dumped), Some(&mapped)) = (dumped.first(), mapped.first()) else {
+        panic!("one jitdump copied: {jitmaps:?}");
+    };
+    assert!(fltrace_trace::files::perf_map(dir.path(), mapped).exists());
+    for pid in [mapped, dumped] {
+        assert!(
+            !Path::new(&format!("/tmp/perf-{pid}.map")).exists(),
+            "the perf map leaked out of the namespace"
+        );
+    }
+
+    let (report, stderr) = report_pid(&dir, mapped, "function");
+    let (count, named) = count_of(&report, "jit_touch_pages");
+    assert_eq!(count, MAPPED, "{report} {stderr}");
+    assert_eq!(named[0]["lib"], format!("perf-{mapped}.map"));
+
+    let (report, stderr) = report_pid(&dir, dumped, "line");
+    assert_eq!(
+        count_at(&report, "jitmap.js", 11),
+        DUMPED,
+        "{report} {stderr}"
+    );
+    let (report, _) = report_pid(&dir, dumped, "function");
+    let (count, named) = count_of(&report, "jit_touch_pages");
+    assert_eq!(count, DUMPED, "{report}");
+    assert_eq!(named[0]["lib"], format!("jit-{dumped}.dump"));
+}
+
+/// node --perf-prof (Debian's nodejs) running the project's workloads/hot.js: node's jitdump
+/// is copied into the recording, and after node's own file is deleted the hot function that
+/// allocates is named in `report --by function` and `--by line` with exactly the faults whose
+/// innermost frame is its compiled code (counted here from the raw tables and the jitdump), at
+/// lines of its body in hot.js (6-8), and most of the run's faults are its.
+#[test]
+fn node_perf_prof_names_the_hot_function_and_its_lines() {
+    let dir = Dir::new();
+    let script = workloads_dir().join("hot.js");
+    dir.record_with(
+        &["-q", "--no-cache"],
+        &[Path::new("node")],
+        &["--perf-prof", script.to_str().expect("utf-8")],
+    );
+    let pid = root_pid(&dir);
+    std::fs::remove_file(dir.path().join(format!("jit-{pid}.dump")))
+        .expect("node wrote its jitdump in its working directory");
+    let dump = fltrace_trace::JitDump::read(&fltrace_trace::files::jitdump(dir.path(), pid))
+        .expect("the recording's copy reads");
+    assert!(dump.stopped.is_none(), "{:?}", dump.stopped);
+
+    let recording = fltrace_trace::Recording::latest(dir.path()).expect("a recording");
+    let trace = recording.load(pid).expect("trace");
+    let mut by_name: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut by_line: std::collections::BTreeMap<(String, u32), u64> = Default::default();
+    for fault in &trace.faults {
+        let Some(ip) = trace
+            .stack(fault.stack_id)
+            .and_then(|s| s.frames.first().copied())
+        else {
+            continue;
+        };
+        let Some(code) = dump
+            .lookup(ip.get())
+            .filter(|c| c.name.contains("hotAllocate "))
+        else {
+            continue;
+        };
+        *by_name.entry(code.name.to_string()).or_default() += 1;
+        let line = code
+            .line_at(ip.get())
+            .expect("node gives optimized code its lines");
+        *by_line
+            .entry((line.file.to_string(), line.line))
+            .or_default() += 1;
+    }
+    assert!(!by_name.is_empty(), "no fault in hotAllocate's code");
+    for (file, line) in by_line.keys() {
+        assert!(
+            file.ends_with("/hot.js") && (6..=8).contains(line),
+            "{file}:{line} is not in hotAllocate's body"
+        );
+    }
+
+    let hot = |g: &&serde_json::Value| {
+        g["function"]
+            .as_str()
+            .is_some_and(|f| f.contains("hotAllocate "))
+    };
+    let (report, stderr) = report_pid(&dir, pid, "function");
+    assert!(warnings(&stderr).is_empty(), "{stderr}");
+    let named: std::collections::BTreeMap<String, u64> = groups(&report)
+        .filter(hot)
+        .map(|g| {
+            assert_eq!(g["lib"], format!("jit-{pid}.dump"));
+            (
+                g["function"].as_str().unwrap_or("").to_owned(),
+                g["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(named, by_name, "{report}");
+    let total: u64 = named.values().sum();
+    assert!(
+        total * 2 > report["faults"].as_u64().unwrap_or(0),
+        "{named:?} of {}",
+        report["faults"]
+    );
+
+    let (report, _) = report_pid(&dir, pid, "line");
+    let lines: std::collections::BTreeMap<(String, u32), u64> = groups(&report)
+        .filter(hot)
+        .map(|g| {
+            (
+                (
+                    g["file"].as_str().unwrap_or("").to_owned(),
+                    g["line"].as_u64().unwrap_or(0) as u32,
+                ),
+                g["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(lines, by_line, "{report}");
 }

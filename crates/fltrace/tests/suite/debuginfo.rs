@@ -229,6 +229,53 @@ fn debug_file_by_build_id() {
     assert_eq!(lines, expected);
 }
 
+/// A stripped program recorded with the build-ID cache, then deleted: its names come from the
+/// cache's copy, and a debug file found later by its build ID still gives the lines, which the
+/// stripped copy alone does not (the control: no debug directory, no line of faults.c).
+#[test]
+fn debug_file_by_build_id_applies_over_the_cache() {
+    let s = split();
+    let dir = Dir::new();
+    let cache = dir.path().join("cache");
+    let bin = dir.path().join("bin/faults");
+    copy(&s.stripped, &bin);
+    let out = dir
+        .fltrace()
+        .env("FLTRACE_CACHE", &cache)
+        .args(["record", "-q", "--"])
+        .arg(&bin)
+        .args(["nested", PAGES])
+        .output()
+        .expect("fltrace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_file(&bin).expect("rm");
+    let (without, stderr) = report_with(&dir, &[("FLTRACE_CACHE", &cache)], &[]);
+    assert_eq!(faults_c_lines(&without), 0, "{without}");
+    assert!(
+        stderr.contains(cache.to_str().expect("utf-8")),
+        "named from the cache: {stderr}"
+    );
+    let root = dir.path().join("debug-root");
+    let (head, rest) = s.build_id.split_at(2);
+    copy(
+        &s.debug,
+        &root
+            .join(".build-id")
+            .join(head)
+            .join(format!("{rest}.debug")),
+    );
+    let (report, _) = report_with(
+        &dir,
+        &[("FLTRACE_CACHE", &cache), ("FLTRACE_DEBUG_DIRS", &root)],
+        &[],
+    );
+    assert_eq!(count_at(&report, "faults.c", fill_line()), 50, "{report}");
+}
+
 /// A debuginfod server on loopback, killed when dropped.
 struct Debuginfod {
     child: Child,

@@ -34,7 +34,7 @@ fn duckdb_python() -> PathBuf {
 }
 
 /// The rows of each of `queries`, run by DuckDB in `dir`.
-fn sql(dir: &Path, queries: &[&str]) -> Vec<Vec<Vec<Value>>> {
+pub(super) fn sql(dir: &Path, queries: &[&str]) -> Vec<Vec<Vec<Value>>> {
     sql_after(dir, "", queries)
 }
 

@@ -1,0 +1,224 @@
+//! Keeping the files in which JITs name their code: perf maps (`/tmp/perf-PID.map`) and
+//! jitdumps (`jit-PID.dump`), copied into the recording when the process ends, since the
+//! runtime or the next process of that pid deletes or overwrites them later.
+//!
+//! Both are opened while the process lives and held open, so that its end, a deletion or a
+//! container's mount namespace going away does not lose them: a jitdump through
+//! `/proc/PID/map_files` as soon as its mapping is seen (the JIT maps it as a marker for perf),
+//! a perf map through `/proc/PID/root/tmp/perf-NSPID.map` (the process's own `/tmp` and its pid
+//! in its own pid namespace, as perf reads it) once the process has mapped anonymous code, again
+//! every [`POLL_INTERVAL`] until it is there. A process gone before that has its perf map read
+//! from this namespace's `/tmp` at its end, as before.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fltrace_trace::Mapping;
+
+/// How often perf maps not found yet are looked for again.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What is known of one process's JIT files.
+#[derive(Default)]
+struct JitProcess {
+    /// It mapped anonymous executable memory: a JIT's code, which a perf map may name.
+    jit_code: bool,
+    perf_map: Option<File>,
+    jitdump: Option<File>,
+    /// The jitdump's path as the process mapped it, where it could not be opened at once.
+    jitdump_path: Option<String>,
+    /// Its effective uid, which its perf map must belong to; read with its namespace pid.
+    uid: Option<u32>,
+}
+
+/// The JIT files of the traced processes.
+#[derive(Default)]
+pub(crate) struct JitFiles {
+    processes: HashMap<u32, JitProcess>,
+    last_poll: Option<Instant>,
+}
+
+/// Whether `path` names a jitdump, `jit-<pid>.dump` (perf's rule).
+fn is_jitdump(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.strip_prefix("jit-")
+        .and_then(|rest| rest.strip_suffix(".dump"))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The pid of `pid` in its own pid namespace and its effective uid, from `/proc/PID/status`.
+fn ns_pid_and_uid(pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>())
+    };
+    // NSpid lists the pid in each namespace, outermost first; kernels before 4.1 lack it.
+    let ns_pid = field("NSpid:")
+        .and_then(|v| v.last()?.parse().ok())
+        .unwrap_or(pid);
+    let uid = field("Uid:")?.get(1)?.parse().ok()?;
+    Some((ns_pid, uid))
+}
+
+/// Opens the perf map at `path` if it is a regular file of `uid` (never through a symbolic
+/// link: the traced program could point one at any file).
+fn open_perf_map(path: &Path, uid: Option<u32>) -> Option<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let metadata = file.metadata().ok()?;
+    let owned = uid.is_none_or(|uid| metadata.uid() == uid);
+    (metadata.is_file() && owned).then_some(file)
+}
+
+impl JitFiles {
+    /// A mapping of `pid` was seen: opens the jitdump it maps, or notes the JIT code.
+    pub(crate) fn mapped(&mut self, pid: u32, mapping: &Mapping) {
+        if !mapping.is_exec() {
+            return;
+        }
+        if !mapping.is_file() {
+            let process = self.processes.entry(pid).or_default();
+            if !process.jit_code {
+                process.jit_code = true;
+                Self::look_for_perf_map(pid, process);
+            }
+            return;
+        }
+        if !is_jitdump(&mapping.path) {
+            return;
+        }
+        let process = self.processes.entry(pid).or_default();
+        let map_files = format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            mapping.start.get(),
+            mapping.end.get()
+        );
+        let through_root = format!("/proc/{pid}/root{}", mapping.path);
+        match [map_files, through_root]
+            .iter()
+            .find_map(|path| fltrace_trace::files::open_input(Path::new(path)).ok())
+        {
+            Some(file) => process.jitdump = Some(file),
+            None => process.jitdump_path = Some(mapping.path.clone()),
+        }
+    }
+
+    /// Opens `pid`'s perf map if it is there yet.
+    fn look_for_perf_map(pid: u32, process: &mut JitProcess) {
+        let Some((ns_pid, uid)) = ns_pid_and_uid(pid) else {
+            return;
+        };
+        process.uid = Some(uid);
+        let path = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map"));
+        process.perf_map = open_perf_map(&path, Some(uid));
+    }
+
+    /// Looks again for the perf maps not found yet, at most every [`POLL_INTERVAL`].
+    pub(crate) fn poll(&mut self) {
+        let now = Instant::now();
+        if self
+            .last_poll
+            .is_some_and(|last| now.duration_since(last) < POLL_INTERVAL)
+        {
+            return;
+        }
+        self.last_poll = Some(now);
+        for (&pid, process) in &mut self.processes {
+            if process.jit_code && process.perf_map.is_none() {
+                Self::look_for_perf_map(pid, process);
+            }
+        }
+    }
+
+    /// Copies the perf map and jitdump of `pid`, which has ended, into the recording in
+    /// `dir`. A file that cannot be copied costs its names, not the recording (said in the log).
+    pub(crate) fn finish(&mut self, dir: &Path, pid: u32) {
+        let process = self.processes.remove(&pid).unwrap_or_default();
+        let perf_map = process
+            .perf_map
+            .or_else(|| open_perf_map(Path::new(&format!("/tmp/perf-{pid}.map")), process.uid));
+        if let Some(file) = perf_map {
+            copy(
+                file,
+                &fltrace_trace::files::perf_map(dir, pid),
+                fltrace_trace::perf_map::PERF_MAP_CAP,
+            );
+        }
+        let jitdump = process.jitdump.or_else(|| {
+            let path = process.jitdump_path?;
+            match fltrace_trace::files::open_input(Path::new(&path)) {
+                Ok(file) => Some(file),
+                Err(e) => {
+                    log::warn!(
+                        "the jitdump of process {pid} is gone: {}",
+                        fltrace_trace::error_chain(&e)
+                    );
+                    None
+                }
+            }
+        });
+        if let Some(file) = jitdump {
+            copy(
+                file,
+                &fltrace_trace::files::jitdump(dir, pid),
+                fltrace_trace::jitdump::JITDUMP_CAP,
+            );
+        }
+    }
+}
+
+/// Copies `source` from its start into `output`, `cap` bytes at most (said when cut).
+fn copy(source: File, output: &Path, cap: u64) {
+    let result = fltrace_trace::files::create(output).and_then(|out| {
+        let mut out = std::io::BufWriter::new(out);
+        let copied = std::io::copy(&mut source.take(cap), &mut out)
+            .and_then(|n| out.flush().map(|()| n))
+            .map_err(|source| fltrace_trace::Error::Io {
+                path: output.to_owned(),
+                source,
+            })?;
+        Ok(copied)
+    });
+    match result {
+        Ok(copied) if copied == cap => log::warn!(
+            "{}: cut at {cap} bytes, the code named after that stays unnamed",
+            output.display()
+        ),
+        Ok(_) => {}
+        Err(e) => log::warn!("{}", fltrace_trace::error_chain(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitdump_names_as_perf_finds_them() {
+        assert!(is_jitdump("/app/jit-1234.dump"));
+        assert!(is_jitdump("jit-1.dump"));
+        assert!(!is_jitdump("/app/jit-.dump"));
+        assert!(!is_jitdump("/app/jit-12a.dump"));
+        assert!(!is_jitdump("/app/jit-12.dump.old"));
+        assert!(!is_jitdump("/jit-1.dump/lib.so"));
+    }
+
+    /// Our own status: the pid namespace of the tests is the machine's.
+    #[test]
+    fn reads_the_namespace_pid_and_uid() {
+        let pid = std::process::id();
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        assert_eq!(ns_pid_and_uid(pid), Some((pid, uid)));
+    }
+}
