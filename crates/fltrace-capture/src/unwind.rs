@@ -375,8 +375,8 @@ impl AddressSpaceUnwinder {
         // frame both share.
         let mut joined = None;
         // A join the live stack contradicted (another caller where the previous unwind had
-        // one): taken only if the live stack does not unwind to an entry itself, as a thread
-        // that has moved on since the fault contradicts it too.
+        // one): taken unless the live stack leads back onto the previous one further out, as
+        // a thread that has moved on since the fault contradicts it too.
         let mut contradicted: Option<Contradicted> = None;
         let join_at = |known: &KnownFrames,
                        at: usize,
@@ -466,21 +466,22 @@ impl AddressSpaceUnwinder {
                 Err(_) => break false,
             }
         };
-        if joined.is_none()
-            && let Some(fallback) = contradicted
-        {
-            let live_reached_entry = finished
-                && frames[fallback.frames..]
+        // The live stack is taken only where it leads back onto the previous stack's outer
+        // frames (the two paths meet again, at `main` if nowhere else) through code: a live
+        // stack that ends elsewhere has moved on since the fault, and its words are no longer
+        // this fault's frames.
+        if let Some(fallback) = contradicted
+            && (joined.is_none()
+                || !frames[fallback.frames..]
                     .iter()
-                    .all(|&addr| self.in_code(addr));
-            if !live_reached_entry {
-                frames.truncate(fallback.frames);
-                known.fresh.truncate(fallback.frames - 1);
-                beyond.used = fallback.used;
-                beyond.failed = fallback.failed;
-                joined = Some(fallback.at);
-                finished = true;
-            }
+                    .all(|&addr| self.in_code(addr)))
+        {
+            frames.truncate(fallback.frames);
+            known.fresh.truncate(fallback.frames - 1);
+            beyond.used = fallback.used;
+            beyond.failed = fallback.failed;
+            joined = Some(fallback.at);
+            finished = true;
         }
         let mut end = match (finished, beyond.failed) {
             (true, _) => UnwindEnd::Complete,
@@ -927,8 +928,8 @@ mod tests {
         let other = unwind(&unwinder, &stack, stack.copy_to(2), true, &mut known);
         assert_eq!(other, (whole_b.to_vec(), UnwindEnd::Complete));
         assert_eq!(known.spliced, 3);
-        // A live stack that no longer unwinds (the thread moved on: its words are no
-        // frames now) contradicts the previous stack without an alternative: spliced.
+        // A live stack that does not lead back to the previous one (the thread moved on: its
+        // words are no frames now) contradicts it without an alternative: spliced.
         stack.write(&[r1, r2, r3, 0x77, 0x88]);
         let spliced = unwind(&unwinder, &stack, stack.copy_to(2), true, &mut known);
         assert_eq!(spliced, (whole_b.to_vec(), UnwindEnd::Complete));
