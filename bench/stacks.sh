@@ -13,7 +13,8 @@
 # after `pgbench -i -s 2`) are added where installed: their time is the client's, and the
 # complete share is over all the server's processes.
 # usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
-# PROGRAMS="python3 sqlite3" for some of the five)
+# PROGRAMS="python3 sqlite3" for some of the five; TOOLS="untraced defaults previous" for some
+# of the tools)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-3}
@@ -160,6 +161,8 @@ run() { # program tool dir
 tools=(untraced defaults)
 [[ -n ${FLTRACE_PREVIOUS:-} ]] && tools+=(previous)
 tools+=(copy-16k exact-32k perf-dwarf)
+# TOOLS="untraced defaults previous" runs some of them (untraced first: the others' base).
+[[ -n ${TOOLS:-} ]] && read -ra tools <<<"$TOOLS"
 printf "%-8s %-11s %9s %22s %s\n" program tool time complete lost
 for program in $programs; do
     case $program in

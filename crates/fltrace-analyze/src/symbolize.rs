@@ -125,6 +125,9 @@ pub struct ResolvedStacks {
     stacks: FxHashMap<u32, ResolvedStack>,
     /// The ids of the stacks whose outer frames are missing ([`StackEnd::Truncated`]).
     truncated: rustc_hash::FxHashSet<u32>,
+    /// Whether a stack id absent from the table is truncated too: a fault table kept when
+    /// its stacks table was lost (a full disk) has faults with no frames at all.
+    absent_truncated: bool,
     /// How grouping picks each stack's call site.
     pub call_site: CallSite,
 }
@@ -146,7 +149,7 @@ impl ResolvedStacks {
 
     /// Whether stack `id` lacks its outer frames: exports draw it under [`TRUNCATED_FRAME`].
     pub fn truncated(&self, id: u32) -> bool {
-        self.truncated.contains(&id)
+        self.truncated.contains(&id) || (self.absent_truncated && !self.stacks.contains_key(&id))
     }
 
     /// Marks stack `id` as lacking its outer frames (for building tables by hand).
@@ -371,7 +374,11 @@ impl Symbolizer {
 
     /// Symbolizes every fault stack of `trace`.
     pub fn resolve_stacks(&mut self, trace: &ProcessTrace) -> ResolvedStacks {
-        self.resolve(trace, &trace.stacks, 1)
+        let mut resolved = self.resolve(trace, &trace.stacks, 1);
+        // Every fault row was written after its stack: a stack missing from the table was
+        // lost with it, and the fault counts as truncated rather than as `[unknown]` apart.
+        resolved.absent_truncated = true;
+        resolved
     }
 
     /// Symbolizes every allocation stack of `trace`. All their frames are return addresses
@@ -801,5 +808,40 @@ fn lib_name(path: &str) -> Arc<str> {
         path.rsplit('/').next().unwrap_or(path).into()
     } else {
         path.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fault table kept when its stacks table was lost (a full disk): the faults whose stack
+    /// is not in the table count as truncated, not as `[unknown]` stacks left out of the count.
+    #[test]
+    fn a_fault_stack_missing_from_the_table_is_truncated() {
+        let stack = |id, end| Stack {
+            end,
+            id,
+            generation: 0,
+            frames: vec![CodeAddr::new(0x1000)],
+        };
+        let trace = ProcessTrace {
+            pid: 1,
+            faults: Vec::new(),
+            stacks: vec![stack(0, StackEnd::Complete), stack(1, StackEnd::Truncated)],
+            mappings: Vec::new(),
+            metadata: Vec::new(),
+            allocs: Vec::new(),
+            alloc_stacks: Vec::new(),
+        };
+        let mut symbolizer = Symbolizer::new();
+        let stacks = symbolizer.resolve_stacks(&trace);
+        assert_eq!(
+            (0..3).map(|id| stacks.truncated(id)).collect::<Vec<_>>(),
+            [false, true, true]
+        );
+        // Allocation stacks and tables built by hand keep only what they mark.
+        assert!(!symbolizer.resolve_alloc_stacks(&trace).truncated(2));
+        assert!(!ResolvedStacks::default().truncated(2));
     }
 }

@@ -30,6 +30,11 @@ pub struct Counters {
     pub stacks_extended: u64,
     /// Stacks whose outer frames came from the thread's previous stack where the copy ended.
     pub stacks_spliced: u64,
+    /// Faults whose sample carried no stack bytes (the kernel copies none when the page at the
+    /// stack pointer is not present yet: the stack growing onto a new page), unwound from the
+    /// live stack alone; and those of them whose stack stayed truncated.
+    pub stacks_uncopied: u64,
+    pub stacks_uncopied_truncated: u64,
     /// Peak resident memory seen, bytes.
     pub hwm: u64,
     /// Resident memory at the last look, bytes.
@@ -495,9 +500,33 @@ impl Process {
             .filter(|m| m.contains(addr))
     }
 
+    /// The stack mapping `sp` lies in, which live reads are confined to. The main thread's
+    /// stack grows down without a mapping record: a stack pointer below the `[stack]` the
+    /// model knows, within [`STACK_GROWTH`], is on that stack grown.
+    fn stack_bounds(&self, sp: u64) -> (u64, u64) {
+        if let Some(m) = self.mapping_at(VirtAddr::new(sp)) {
+            return (m.start.get(), m.end.get());
+        }
+        match self.maps.range(VirtAddr::new(sp)..).next() {
+            Some((start, m)) if m.path == "[stack]" && start.get() - sp <= STACK_GROWTH => {
+                (sp & !0xfff, m.end.get())
+            }
+            _ => (0, 0),
+        }
+    }
+
     /// A thread of this process ended.
     pub fn thread_exited(&mut self, tid: u32) {
         self.known.remove(&tid);
+    }
+
+    /// This process was forked by thread `parent_tid` of `parent`, without exec: its thread
+    /// runs on a copy of that thread's stack, so its first stacks complete from that thread's
+    /// last complete one (postgres's backends fault deep in the postmaster's frames at once).
+    pub fn inherit_stack(&mut self, parent: &Process, parent_tid: u32) {
+        if let Some(known) = parent.known.get(&parent_tid) {
+            self.known.insert(self.pid, known.forked());
+        }
     }
 
     /// Records one fault: classifies it, unwinds its stack and appends it to the trace.
@@ -560,9 +589,7 @@ impl Process {
 
         self.name_unnamed_thread(fault.tid);
         frames.clear();
-        let stack_bounds = self
-            .mapping_at(VirtAddr::new(regs.1))
-            .map_or((0, 0), |m| (m.start.get(), m.end.get()));
+        let stack_bounds = self.stack_bounds(regs.1);
         self.live.reset(stack_bounds);
         // Exact stacks (no live reads) infer nothing beyond the copy either.
         let mut exact = KnownFrames::default();
@@ -598,8 +625,19 @@ impl Process {
             cut = true;
         }
         let end = classify(unwound, cut, frames, &self.entries);
+        if self.live.reads()
+            && let Some(known) = self.known.get_mut(&fault.tid)
+        {
+            known.settle(end == StackEnd::Complete);
+        }
         if end == StackEnd::Truncated {
             self.counters.stacks_truncated += 1;
+        }
+        if stack.is_empty() {
+            self.counters.stacks_uncopied += 1;
+            if end == StackEnd::Truncated {
+                self.counters.stacks_uncopied_truncated += 1;
+            }
         }
         if self.live.used {
             self.counters.stacks_extended += 1;
@@ -899,6 +937,8 @@ impl Process {
             ("stacks_truncated", c.stacks_truncated),
             ("stacks_extended", c.stacks_extended),
             ("stacks_spliced", c.stacks_spliced),
+            ("stacks_uncopied", c.stacks_uncopied),
+            ("stacks_uncopied_truncated", c.stacks_uncopied_truncated),
             ("memory_used", c.hwm),
             ("rss", c.rss),
             ("rss_anon", c.rss_anon),
@@ -972,6 +1012,10 @@ impl Process {
         self.out.mmaps.finish()
     }
 }
+
+/// How far below its lowest recorded address the main thread's stack may have grown (the
+/// kernel's default `RLIMIT_STACK` is 8 MiB; a larger limit is rare).
+const STACK_GROWTH: u64 = 64 << 20;
 
 /// The bytes of entry code after an ELF entry point that a return address of a complete stack
 /// may point into: the dynamic loader's `_start` and `_dl_start_user` (61 bytes in glibc 2.41,

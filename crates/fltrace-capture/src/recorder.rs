@@ -1476,7 +1476,11 @@ impl State {
                 let (child, parent) = (f.pid as u32, f.ppid as u32);
                 if !self.processes.contains_key(&child) {
                     let process = match self.processes.get(&parent) {
-                        Some(parent) => Process::fork_of(parent, child, &self.session())?,
+                        Some(parent) => {
+                            let mut process = Process::fork_of(parent, child, &self.session())?;
+                            process.inherit_stack(parent, f.ptid as u32);
+                            process
+                        }
                         None => Process::new(child, Some(parent), &self.session())?,
                     };
                     self.processes.insert(child, process);

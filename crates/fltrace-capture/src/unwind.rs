@@ -327,11 +327,18 @@ impl AddressSpaceUnwinder {
         self.unwind_thread(cache, regs, stack, beyond, &mut known, frames)
     }
 
+    /// Whether `addr` lies in an executable file mapping.
+    fn in_code(&self, addr: u64) -> bool {
+        let at = self.code.partition_point(|c| c.range.start <= addr);
+        at > 0 && self.code[at - 1].range.contains(&addr)
+    }
+
     /// Unwinds from the sampled registers over the sampled stack bytes (which start at `sp`),
     /// appending frame addresses to `frames`, innermost first. Where the copy ends, the outer
-    /// frames come from the thread's previous unwind (`known`) if the stack still holds the
-    /// same frame at the same address, else from `beyond` (the live process). `known` then
-    /// holds this unwind's frames.
+    /// frames come from the thread's previous complete unwind (`known`) if the stack still
+    /// holds the same frame at the same address and the live stack does not contradict the
+    /// frames outside it, else from `beyond` (the live process). `known` then holds this
+    /// unwind's frames, until [`KnownFrames::settle`] says whether they made a complete stack.
     pub fn unwind_thread(
         &self,
         cache: &mut CacheX86_64,
@@ -345,7 +352,7 @@ impl AddressSpaceUnwinder {
         // unwind's frames are tried.
         let live = std::cell::Cell::new(false);
         let ran_out = std::cell::Cell::new(false);
-        let mut read_stack = |addr: u64| {
+        let read_at = |beyond: &mut LiveStack, addr: u64| {
             let offset = addr.checked_sub(sp).ok_or(())? as usize;
             match stack.get(offset..offset + 8) {
                 Some(bytes) => {
@@ -367,7 +374,27 @@ impl AddressSpaceUnwinder {
         // Where this unwind joined the previous one: the index in `known.frames` of the
         // frame both share.
         let mut joined = None;
-        let finished = loop {
+        // A join the live stack contradicted (another caller where the previous unwind had
+        // one): taken unless the live stack leads back onto the previous one further out, as
+        // a thread that has moved on since the fault contradicts it too.
+        let mut contradicted: Option<Contradicted> = None;
+        let join_at = |known: &KnownFrames,
+                       at: usize,
+                       frames: &[u64],
+                       beyond: &mut LiveStack,
+                       contradicted: &mut Option<Contradicted>| {
+            if known.agrees(at, beyond) {
+                return true;
+            }
+            contradicted.get_or_insert(Contradicted {
+                at,
+                frames: frames.len(),
+                used: beyond.used,
+                failed: beyond.failed,
+            });
+            false
+        };
+        let mut finished = loop {
             if frames.len() >= MAX_FRAMES {
                 break false;
             }
@@ -376,6 +403,7 @@ impl AddressSpaceUnwinder {
             if live.get()
                 && let FrameAddress::ReturnAddress(ra) = address
                 && let Some(at) = known.find(ra.get(), regs.sp())
+                && join_at(known, at, frames, beyond, &mut contradicted)
             {
                 joined = Some(at);
                 break true;
@@ -388,12 +416,10 @@ impl AddressSpaceUnwinder {
                 // not a return address.
                 let gregs = regs.sp().wrapping_add(UCONTEXT_GREGS);
                 let was_live = live.replace(true);
-                let reg =
-                    |read: &mut dyn FnMut(u64) -> Result<u64, ()>, n: u64| read(gregs + n * 8);
                 let saved = (
-                    reg(&mut read_stack, REG_RIP),
-                    reg(&mut read_stack, REG_RSP),
-                    reg(&mut read_stack, REG_RBP),
+                    read_at(beyond, gregs + REG_RIP * 8),
+                    read_at(beyond, gregs + REG_RSP * 8),
+                    read_at(beyond, gregs + REG_RBP * 8),
                 );
                 live.set(was_live);
                 let (Ok(rip), Ok(rsp), Ok(rbp)) = saved else {
@@ -408,7 +434,7 @@ impl AddressSpaceUnwinder {
             let before = regs;
             let mut step = self
                 .unwinder
-                .unwind_frame(address, &mut regs, cache, &mut read_stack);
+                .unwind_frame(address, &mut regs, cache, &mut |a| read_at(beyond, a));
             if ran_out.replace(false) && !live.get() {
                 // The copy ended inside this frame. If the previous unwind of this thread
                 // had the same return address at the same stack address, the frames outside
@@ -416,6 +442,7 @@ impl AddressSpaceUnwinder {
                 // them from there, as the live stack may have moved on or be gone.
                 if let FrameAddress::ReturnAddress(ra) = address
                     && let Some(at) = known.find(ra.get(), before.sp())
+                    && join_at(known, at, frames, beyond, &mut contradicted)
                 {
                     joined = Some(at);
                     break true;
@@ -424,7 +451,7 @@ impl AddressSpaceUnwinder {
                 regs = before;
                 step = self
                     .unwinder
-                    .unwind_frame(address, &mut regs, cache, &mut read_stack);
+                    .unwind_frame(address, &mut regs, cache, &mut |a| read_at(beyond, a));
             }
             match step {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
@@ -439,6 +466,23 @@ impl AddressSpaceUnwinder {
                 Err(_) => break false,
             }
         };
+        // The live stack is taken only where it leads back onto the previous stack's outer
+        // frames (the two paths meet again, at `main` if nowhere else) through code: a live
+        // stack that ends elsewhere has moved on since the fault, and its words are no longer
+        // this fault's frames.
+        if let Some(fallback) = contradicted
+            && (joined.is_none()
+                || !frames[fallback.frames..]
+                    .iter()
+                    .all(|&addr| self.in_code(addr)))
+        {
+            frames.truncate(fallback.frames);
+            known.fresh.truncate(fallback.frames - 1);
+            beyond.used = fallback.used;
+            beyond.failed = fallback.failed;
+            joined = Some(fallback.at);
+            finished = true;
+        }
         let mut end = match (finished, beyond.failed) {
             (true, _) => UnwindEnd::Complete,
             (false, true) => UnwindEnd::Truncated,
@@ -447,8 +491,11 @@ impl AddressSpaceUnwinder {
         match joined {
             Some(at) => {
                 // The shared frame and everything outside it stay; this unwind's own frames
-                // replace the previous inner ones.
-                known.frames.truncate(at + 1);
+                // replace the previous inner ones, kept aside until the stack is settled.
+                let keep = at + 1;
+                known.replaced.clear();
+                known.replaced.extend(known.frames.drain(keep..));
+                known.undo = Undo::Rejoin { keep };
                 // The shared frame is this unwind's last.
                 known.fresh.pop();
                 let room = MAX_FRAMES.saturating_sub(frames.len());
@@ -462,14 +509,35 @@ impl AddressSpaceUnwinder {
                 known.spliced += 1;
             }
             None => {
+                std::mem::swap(&mut known.frames, &mut known.replaced);
+                known.undo = Undo::Replace {
+                    end: known.end,
+                    complete: known.complete,
+                };
                 known.frames.clear();
                 known.frames.extend(known.fresh.drain(..).rev());
                 known.end = end;
+                known.complete = end == UnwindEnd::Complete;
             }
         }
         end
     }
 }
+
+/// A join with the previous unwind that the live stack contradicted, and the state of the
+/// unwind at that point, to return to.
+#[derive(Debug, Clone, Copy)]
+struct Contradicted {
+    at: usize,
+    /// `frames.len()` then, the shared frame last.
+    frames: usize,
+    used: bool,
+    failed: bool,
+}
+
+/// How far beyond the shared frame the live stack is compared with the previous unwind's
+/// return addresses before its frames are taken: one or two reads of the live process.
+const AGREE_SPAN: u64 = 4096;
 
 /// A frame of a thread's last unwind: its address and the stack and frame pointers the
 /// unwinder had for it.
@@ -492,8 +560,8 @@ impl KnownFrame {
     }
 }
 
-/// The frames of a thread's last unwind, to complete its next stack where the sampled copy
-/// ends: the outer frames of a deep stack (`main`, a parser's outer levels) rarely change
+/// The frames of a thread's last complete unwind, to complete its next stack where the sampled
+/// copy ends: the outer frames of a deep stack (`main`, a parser's outer levels) rarely change
 /// between two faults of a thread, while the live stack the recorder reads later may have
 /// returned from them or be gone with the thread.
 #[derive(Debug, Clone)]
@@ -502,10 +570,33 @@ pub struct KnownFrames {
     frames: Vec<KnownFrame>,
     /// How that unwind ended.
     end: UnwindEnd,
+    /// Whether `frames` made a stack that reached its thread's entry, as the process
+    /// classified it ([`KnownFrames::settle`]): only such frames complete another stack.
+    complete: bool,
+    /// What the last unwind changed, undone if its stack turns out truncated: a short copy
+    /// must not replace the thread's last complete outer frames.
+    undo: Undo,
+    /// The frames the last unwind replaced (all of them, or those inside the shared frame).
+    replaced: Vec<KnownFrame>,
     /// This unwind's frames, innermost first (scratch).
     fresh: Vec<KnownFrame>,
     /// Unwinds completed from the previous one.
     pub spliced: u64,
+}
+
+/// How to return to the frames before the last unwind.
+#[derive(Debug, Clone, Copy)]
+enum Undo {
+    Nothing,
+    /// Swap `replaced` back, with how that unwind ended.
+    Replace {
+        end: UnwindEnd,
+        complete: bool,
+    },
+    /// Truncate to `keep` frames and put `replaced` back inside them.
+    Rejoin {
+        keep: usize,
+    },
 }
 
 impl Default for KnownFrames {
@@ -513,6 +604,9 @@ impl Default for KnownFrames {
         KnownFrames {
             frames: Vec::new(),
             end: UnwindEnd::Truncated,
+            complete: false,
+            undo: Undo::Nothing,
+            replaced: Vec::new(),
             fresh: Vec::new(),
             spliced: 0,
         }
@@ -523,13 +617,73 @@ impl KnownFrames {
     /// The index of the frame whose return address `ra` was read just below stack pointer
     /// `sp`, the caller's frame of a frame at (`ra`, `sp`) in the current unwind.
     fn find(&self, ra: u64, sp: u64) -> Option<usize> {
+        if !self.complete {
+            return None;
+        }
         // Stack pointers decrease along `frames`.
         let at = self.frames.partition_point(|f| f.sp > sp);
         self.frames
             .get(at)
             .filter(|f| f.sp == sp && f.addr == ra && f.returned)
-            .filter(|_| self.end != UnwindEnd::Truncated)
             .map(|_| at)
+    }
+
+    /// Whether the live stack holds the return addresses of the frames outside frame `at`
+    /// (over [`AGREE_SPAN`] bytes), or cannot be read (the thread is gone): the same return
+    /// address at the same stack address may have been reached through other callers, which
+    /// the live stack shows while the thread is still in that call.
+    fn agrees(&self, at: usize, live: &mut LiveStack) -> bool {
+        let Some(shared) = self.frames.get(at) else {
+            return true;
+        };
+        for frame in self.frames[..at].iter().rev() {
+            // A signal frame's address was not pushed by a call.
+            if !frame.returned || frame.sp.saturating_sub(shared.sp) > AGREE_SPAN {
+                break;
+            }
+            match live.peek(frame.sp.wrapping_sub(8)) {
+                Some(word) if word == frame.addr => {}
+                Some(_) => return false,
+                None => break,
+            }
+        }
+        true
+    }
+
+    /// Says whether the stack of the last unwind reached its thread's entry. If it did not
+    /// and the frames before it did, those stay the ones to complete the next stack from.
+    pub fn settle(&mut self, complete: bool) {
+        match std::mem::replace(&mut self.undo, Undo::Nothing) {
+            _ if complete => self.complete = true,
+            Undo::Nothing => {}
+            Undo::Replace {
+                end,
+                complete: true,
+            } => {
+                std::mem::swap(&mut self.frames, &mut self.replaced);
+                self.end = end;
+                self.complete = true;
+            }
+            Undo::Replace { .. } => self.complete = false,
+            Undo::Rejoin { keep } => {
+                self.frames.truncate(keep);
+                self.frames.append(&mut self.replaced);
+            }
+        }
+    }
+
+    /// The frames a child forked by this thread starts with: its stack is a copy of this
+    /// thread's, at the same addresses.
+    pub fn forked(&self) -> KnownFrames {
+        if !self.complete {
+            return KnownFrames::default();
+        }
+        KnownFrames {
+            frames: self.frames.clone(),
+            end: self.end,
+            complete: true,
+            ..KnownFrames::default()
+        }
     }
 }
 
@@ -587,8 +741,15 @@ impl LiveStack {
 
     fn read(&mut self, addr: u64) -> Option<u64> {
         let word = self.read_word(addr);
+        self.used |= word.is_some();
         self.failed |= word.is_none();
         word
+    }
+
+    /// Reads a word to check a stack against, not to unwind over: neither `used` nor
+    /// `failed` changes.
+    fn peek(&mut self, addr: u64) -> Option<u64> {
+        self.read_word(addr)
     }
 
     fn read_word(&mut self, addr: u64) -> Option<u64> {
@@ -619,7 +780,6 @@ impl LiveStack {
                 return None;
             }
         }
-        self.used = true;
         let offset = (addr - self.base) as usize;
         let mut word = [0; 8];
         word.copy_from_slice(&self.chunk[offset..offset + 8]);
@@ -643,6 +803,166 @@ mod tests {
             segments,
             build_id: String::new(),
         }
+    }
+
+    /// A stack of frame-pointer records in our own memory (the unwinder falls back to frame
+    /// pointers where it knows no module), read by the live reader through our own pid.
+    struct FakeStack {
+        mem: memmap2::MmapMut,
+    }
+
+    /// Return addresses of the fake code (all inside one mapping the unwinder knows).
+    const CODE: Range<u64> = 0x40_0000..0x50_0000;
+    const IP: u64 = 0x40_0100;
+    const MAIN: u64 = 0x40_9000;
+    /// Words between two frame records: 512-byte frames.
+    const FRAME_WORDS: usize = 64;
+
+    impl FakeStack {
+        /// Frames calling `ras` (innermost first); the outermost record ends the chain.
+        fn new(ras: &[u64]) -> FakeStack {
+            let mem = memmap2::MmapMut::map_anon(16384).expect("anonymous map");
+            let mut stack = FakeStack { mem };
+            stack.write(ras);
+            stack
+        }
+
+        /// The thread's stack now holds frames calling `ras`, at the same addresses.
+        fn write(&mut self, ras: &[u64]) {
+            let base = self.sp();
+            let word = |k: usize| 8 + FRAME_WORDS * k;
+            for (k, &ra) in ras.iter().enumerate() {
+                let next = if k + 1 < ras.len() {
+                    base + 8 * word(k + 1) as u64
+                } else {
+                    0
+                };
+                let at = 8 * word(k);
+                self.mem[at..at + 8].copy_from_slice(&next.to_ne_bytes());
+                self.mem[at + 8..at + 16].copy_from_slice(&ra.to_ne_bytes());
+            }
+        }
+
+        fn sp(&self) -> u64 {
+            self.mem.as_ptr() as u64
+        }
+
+        fn regs(&self) -> (u64, u64, u64) {
+            (IP, self.sp(), self.sp() + 64)
+        }
+
+        /// The copy up to (not including) the return address of the frame record `k`.
+        fn copy_to(&self, k: usize) -> &[u8] {
+            &self.mem[..8 * (8 + FRAME_WORDS * k) + 8]
+        }
+
+        fn live(&self, readable: bool) -> LiveStack {
+            let mut live = LiveStack::new(if readable { std::process::id() } else { 0 });
+            live.reset((self.sp(), self.sp() + self.mem.len() as u64));
+            live
+        }
+    }
+
+    fn unwinder() -> AddressSpaceUnwinder {
+        let mut unwinder = AddressSpaceUnwinder::default();
+        unwinder.code.push(MappedCode {
+            range: CODE,
+            file: Arc::new(
+                memmap2::MmapMut::map_anon(1)
+                    .expect("anonymous map")
+                    .make_read_only()
+                    .expect("read-only"),
+            ),
+            offset: 0,
+        });
+        unwinder
+    }
+
+    fn unwind(
+        unwinder: &AddressSpaceUnwinder,
+        stack: &FakeStack,
+        copy: &[u8],
+        readable: bool,
+        known: &mut KnownFrames,
+    ) -> (Vec<u64>, UnwindEnd) {
+        let mut frames = Vec::new();
+        let mut live = stack.live(readable);
+        let end = unwinder.unwind_thread(
+            &mut CacheX86_64::new(),
+            stack.regs(),
+            copy,
+            &mut live,
+            known,
+            &mut frames,
+        );
+        known.settle(end == UnwindEnd::Complete);
+        (frames, end)
+    }
+
+    /// Where the copy ends, the thread's previous complete stack gives the outer frames while
+    /// the live stack agrees with it or is gone; where the live stack holds another caller at
+    /// the same place (the same return address at the same stack address, reached through
+    /// `via_b` instead of `via_a`), the live stack's frames are taken.
+    #[test]
+    fn outer_frames_come_from_the_previous_stack_unless_the_live_stack_contradicts_it() {
+        let (r1, r2, r3, via_a, via_b) = (0x40_1005, 0x40_2005, 0x40_3005, 0x40_4005, 0x40_5005);
+        let unwinder = unwinder();
+        let mut stack = FakeStack::new(&[r1, r2, r3, via_a, MAIN]);
+        let whole_a = [IP, r1, r2, r3, via_a, MAIN];
+        let whole_b = [IP, r1, r2, r3, via_b, MAIN];
+
+        let mut known = KnownFrames::default();
+        let first = unwind(&unwinder, &stack, &stack.mem, false, &mut known);
+        assert_eq!(first, (whole_a.to_vec(), UnwindEnd::Complete));
+        // Copy short, live stack gone: the previous stack's outer frames.
+        let gone = unwind(&unwinder, &stack, stack.copy_to(2), false, &mut known);
+        assert_eq!(gone, (whole_a.to_vec(), UnwindEnd::Complete));
+        assert_eq!(known.spliced, 1);
+        // Copy short, live stack agreeing: the same, checked.
+        let agreed = unwind(&unwinder, &stack, stack.copy_to(2), true, &mut known);
+        assert_eq!(agreed, (whole_a.to_vec(), UnwindEnd::Complete));
+        assert_eq!(known.spliced, 2);
+        // Another caller in the live stack: not `via_a`. (The live unwind joins the previous
+        // stack again at `main`, where the two agree.)
+        stack.write(&[r1, r2, r3, via_b, MAIN]);
+        let other = unwind(&unwinder, &stack, stack.copy_to(2), true, &mut known);
+        assert_eq!(other, (whole_b.to_vec(), UnwindEnd::Complete));
+        assert_eq!(known.spliced, 3);
+        // A live stack that does not lead back to the previous one (the thread moved on: its
+        // words are no frames now) contradicts it without an alternative: spliced.
+        stack.write(&[r1, r2, r3, 0x77, 0x88]);
+        let spliced = unwind(&unwinder, &stack, stack.copy_to(2), true, &mut known);
+        assert_eq!(spliced, (whole_b.to_vec(), UnwindEnd::Complete));
+        assert_eq!(known.spliced, 4);
+    }
+
+    /// A truncated stack does not replace the thread's last complete frames: the next stack
+    /// still completes from those.
+    #[test]
+    fn a_truncated_stack_keeps_the_previous_complete_frames() {
+        let (r1, r2, r3, caller) = (0x40_1005, 0x40_2005, 0x40_3005, 0x40_4005);
+        let unwinder = unwinder();
+        let stack = FakeStack::new(&[r1, r2, r3, caller, MAIN]);
+        let whole = [IP, r1, r2, r3, caller, MAIN];
+        let mut known = KnownFrames::default();
+        unwind(&unwinder, &stack, &stack.mem, false, &mut known);
+        // Another thread state, whose copy ends before any frame the previous stack had and
+        // whose live stack is gone: truncated.
+        let elsewhere = FakeStack::new(&[0x40_6005, 0x40_7005, 0x40_8005, MAIN]);
+        let (_, end) = unwind(
+            &unwinder,
+            &elsewhere,
+            elsewhere.copy_to(0),
+            false,
+            &mut known,
+        );
+        assert_eq!(end, UnwindEnd::Truncated);
+        let next = unwind(&unwinder, &stack, stack.copy_to(2), false, &mut known);
+        assert_eq!(next, (whole.to_vec(), UnwindEnd::Complete));
+        // A forked child starts from them too.
+        let mut child = known.forked();
+        let forked = unwind(&unwinder, &stack, stack.copy_to(1), false, &mut child);
+        assert_eq!(forked, (whole.to_vec(), UnwindEnd::Complete));
     }
 
     /// lld layout: r-- segment at offset 0 whose file range runs into the page where the r-x

@@ -552,3 +552,124 @@ fn pool_allocator_is_not_the_call_site() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Each fault of a recording's processes with whether the stacks table says its stack is
+/// truncated; a fault whose stack is not in the table counts as truncated.
+fn fault_ends(dir: &Dir) -> Vec<(u32, bool)> {
+    let mut ends = Vec::new();
+    for pid in dir.pids("faults", "parquet") {
+        let (faults, _) =
+            fltrace_trace::read_faults(&fltrace_trace::files::faults(dir.path(), pid))
+                .expect("readable table");
+        let stacks = fltrace_trace::read_stacks(&fltrace_trace::files::stacks(dir.path(), pid))
+            .expect("readable table");
+        let end: std::collections::HashMap<u32, fltrace_trace::StackEnd> =
+            stacks.iter().map(|s| (s.id, s.end)).collect();
+        ends.extend(faults.iter().map(|f| {
+            let truncated = end.get(&f.stack_id) != Some(&fltrace_trace::StackEnd::Complete);
+            (pid, truncated)
+        }));
+    }
+    ends
+}
+
+/// The folded stacks (`report --format folded`) that end at the deep workload's `touch`:
+/// (frames, count).
+fn touch_stacks(dir: &Dir) -> Vec<(Vec<String>, u64)> {
+    let folded = dir.run(&["report", "--format", "folded"]);
+    String::from_utf8_lossy(&folded.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (stack, count) = line.rsplit_once(' ')?;
+            let frames: Vec<String> = stack.split(';').map(str::to_owned).collect();
+            (frames.last().map(String::as_str) == Some("touch"))
+                .then(|| (frames, count.parse().expect("count")))
+        })
+        .collect()
+}
+
+/// A process forked 2,000 calls deep without exec, that faults there on 63 pages and exits at
+/// once (as postgres's backends fault in the postmaster's frames): its stacks reach `main`,
+/// their outer frames taken from the forking thread's last stack, since the child's own stack
+/// is gone by the time the recorder reads it. The summary's truncated figure equals the data's.
+#[test]
+fn a_forked_child_completes_its_stacks_from_the_forking_thread() {
+    const PAGES: u64 = 64;
+    let w = workloads();
+    for (program, name) in [(&w.deep_c, "deep_c"), (&w.deep_cpp, "deep_cpp")] {
+        let dir = Dir::new();
+        let out = dir
+            .fltrace()
+            .args(["record", "--"])
+            .arg(program)
+            .args([PAGES.to_string().as_str(), "2000", "300", "fork"])
+            .output()
+            .expect("fltrace runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let ends = fault_ends(&dir);
+        let truncated = ends.iter().filter(|(_, t)| *t).count() as u64;
+        assert_eq!(summary_truncated(&stderr), truncated, "{name}: {stderr}");
+        let pids = dir.pids("faults", "parquet");
+        assert_eq!(pids.len(), 2, "{name}: the parent and its child");
+
+        let by_line = dir.report_json(&["--by", "line"]);
+        assert_eq!(
+            count_at(&by_line, "deep.c", site("deep.c", "deep_touch")),
+            PAGES,
+            "{name}: one fault per page at the touch line"
+        );
+        // Those and the copies of the stack's pages written in `touch` after the fork.
+        for (frames, count) in &touch_stacks(&dir) {
+            assert!(
+                frames[1] != "[truncated]" && frames.iter().any(|f| f == "main"),
+                "{name}: {count} touches do not reach main: {frames:?}"
+            );
+        }
+        // The child's 63 touches: from the parent's frames.
+        let child = *pids.iter().max().expect("a child");
+        let stats = std::fs::read_to_string(fltrace_trace::files::stats(dir.path(), child))
+            .expect("stats file");
+        let spliced: u64 = fltrace_trace::stats::last_value(
+            &fltrace_trace::files::stats(dir.path(), child),
+            "stacks_spliced",
+        )
+        .expect("stats")
+        .unwrap_or_else(|| panic!("no stacks_spliced in {stats}"));
+        assert!(spliced >= PAGES - 1, "{name}: {spliced} spliced\n{stats}");
+    }
+}
+
+/// Two callers with the same frame (`via_a`, then `via_b`) lead into the same recursion, so
+/// the return address where the stack copy ends sits at the same stack address on both
+/// paths: the faults under `via_b` must not take `via_a`'s outer frames from the thread's
+/// previous stack. The live stack, still in place while the program pauses, tells them apart.
+#[test]
+fn the_same_return_address_through_another_caller_is_not_spliced() {
+    const PAGES: u64 = 16;
+    let w = workloads();
+    let dir = Dir::new();
+    // 120 calls of 80 bytes: the callers lie about 1.5 KiB beyond the default 8 KiB copy.
+    let out = dir
+        .fltrace()
+        .args(["record", "--"])
+        .arg(&w.deep_c)
+        .args([PAGES.to_string().as_str(), "120", "300", "paths"])
+        .output()
+        .expect("fltrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let (mut via_a, mut via_b) = (0, 0);
+    for (frames, count) in touch_stacks(&dir) {
+        let a = frames.iter().any(|f| f == "via_a");
+        let b = frames.iter().any(|f| f == "via_b");
+        assert!(a != b, "one caller or the other: {frames:?}");
+        assert!(frames.iter().any(|f| f == "main"), "{frames:?}");
+        if a {
+            via_a += count;
+        } else {
+            via_b += count;
+        }
+    }
+    assert_eq!((via_a, via_b), (1, PAGES - 1), "{stderr}");
+}
