@@ -44,7 +44,7 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
         }
         for graph in process_flamegraphs(trace, stacks, alloc_stacks, label, args.by_allocation) {
             let path = files::path(&dir, graph.kind, trace.pid, "svg");
-            if graph.stacks.is_empty() {
+            if graph.flames.stacks.is_empty() {
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
                 continue;
             }
@@ -56,7 +56,9 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
                 trace.pid,
                 loaded.command(),
             );
-            files::write_with(&path, |out| flamegraph(&graph.stacks, &title, out))?;
+            files::write_with(&path, |out| {
+                flamegraph(&graph.flames.stacks, &graph.flames.notes, &title, out)
+            })?;
             // Written, not printed: an error (a closed pipe) ends the command quietly.
             writeln!(std::io::stdout(), "{}", path.display())?;
         }
