@@ -333,6 +333,18 @@ mod tests {
         assert_eq!(args(&[]).legacy_csv, None);
     }
 
+    /// memleak's age is `--older-ms`, and bcc's `-o` and `--older` still say the same.
+    #[test]
+    fn memleak_older_ms_and_bcc_spellings() {
+        for flags in [["--older-ms", "7"], ["--older", "7"], ["-o", "7"]] {
+            let argv = ["fltrace", "memleak"].iter().chain(&flags);
+            match Cli::try_parse_from(argv).map(|cli| cli.command) {
+                Ok(Command::Memleak(args)) => assert_eq!(args.older, 7, "{flags:?}"),
+                other => panic!("{flags:?}: {other:?}"),
+            }
+        }
+    }
+
     /// The flags choose what the report is about; those that do not go together are refused.
     #[test]
     fn modes_of_the_flags() {

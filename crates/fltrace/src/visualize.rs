@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use fltrace_analyze::{OpenedRecording, recording_line};
 use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs};
@@ -23,7 +23,10 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
         recording_line(&loaded.recording, &opened.named)
     );
     let dir = match &args.output {
-        Some(dir) => dir.clone(),
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir.clone()
+        }
         None => {
             if opened.outputs.moved {
                 eprintln!(

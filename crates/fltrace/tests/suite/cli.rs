@@ -256,6 +256,64 @@ fn report_call_graph_as_perf() {
     );
 }
 
+/// `-o` is where output goes, a directory created when missing for the commands that write
+/// several files (`record -o new/rec`, `visualize -o new/svg`, parents too), a file for
+/// `report -o`; a refused `record` leaves no directory behind.
+#[test]
+fn output_directories_are_created() {
+    let w = workloads();
+    let dir = Dir::new();
+    let faults = w.faults.to_str().expect("utf-8 path");
+    let out = dir.run(&["record", "-q", "-o", "new/rec", "--", faults, "nested", "5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec = dir.path().join("new/rec");
+    let pid = {
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir(&rec).expect("record created new/rec") {
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .into_string()
+                .expect("utf-8");
+            if let Some(pid) = name
+                .strip_prefix("fltrace-data-faults-")
+                .and_then(|n| n.strip_suffix(".parquet"))
+            {
+                pids.push(pid.to_owned());
+            }
+        }
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        pids.remove(0)
+    };
+    let out = dir.run(&["visualize", "-d", "new/rec", "-o", "svg/deep"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dir.path()
+            .join(format!("svg/deep/fltrace-data-flamegraph-{pid}.svg"))
+            .is_file()
+    );
+    let out = dir.run(&["report", "-d", "new/rec", "-p", &pid, "-o", "report.txt"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.txt")).expect("report -o FILE");
+    assert!(report.contains("fill"), "{report}");
+    // No command: refused, and the directory it would have recorded into is not left.
+    let out = dir.run(&["record", "-o", "refused"]);
+    assert!(!out.status.success());
+    assert!(!dir.path().join("refused").exists());
+}
+
 /// report acts on the newest recording; older ones stay selectable by pid; nothing is deleted.
 #[test]
 fn newest_recording_by_default_and_nothing_deleted() {
