@@ -60,7 +60,7 @@ pub use allocation_report::{
 };
 pub use allocators::{
     BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
-    default_config_path, detect_allocators,
+    default_config_path, detect_allocators, plural,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use call_tree::{CallNode, CallOrder, CallTree, call_tree};

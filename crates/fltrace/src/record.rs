@@ -76,8 +76,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if !args.quiet {
         let _ = writeln!(
             err,
-            "fltrace: {} faults from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MB; trace in {}",
-            summary.faults,
+            "fltrace: {} from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MB; trace in {}",
+            fltrace_analyze::plural(summary.faults, "fault"),
             summary.pids.len(),
             if summary.pids.len() == 1 { "" } else { "es" },
             summary.lost,

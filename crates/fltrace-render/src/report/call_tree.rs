@@ -169,9 +169,9 @@ pub fn call_tree(
     if !rest.is_empty() {
         let _ = writeln!(
             out,
-            "# {} more root{} ({rest_faults} faults): --top 0 shows all",
-            rest.len(),
-            if rest.len() == 1 { "" } else { "s" }
+            "# {} ({}): --top 0 shows all",
+            fltrace_analyze::plural(rest.len() as u64, "more root"),
+            fltrace_analyze::plural(rest_faults, "fault")
         );
     }
     Ok(out)
