@@ -11,6 +11,17 @@ use fltrace_trace::files;
 use crate::cli::{Label, VisualizeArgs};
 use crate::load::{Allocs, load_with};
 
+/// The characters of the command a flamegraph's title shows.
+const COMMAND_IN_TITLE: usize = 60;
+
+/// `command` cut to [`COMMAND_IN_TITLE`] characters, `…` where it was cut.
+fn title_command(command: &str) -> String {
+    match command.char_indices().nth(COMMAND_IN_TITLE) {
+        Some((cut, _)) => format!("{}…", &command[..cut]),
+        None => command.to_owned(),
+    }
+}
+
 pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     let label = match args.label {
         Label::Line => FrameLabel::Line,
@@ -51,13 +62,14 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
                 continue;
             }
-            // Each process under its own name (`cc1plus` under `g++`), the command after it.
+            // Each process under its own name (`cc1plus` under `g++`), the command after it,
+            // cut to what the title's line holds (a centred line overflows both edges).
+            let command = title_command(loaded.command());
             let title = format!(
-                "{} of {} (pid {}) in `{}`",
+                "{} of {} (pid {}) in `{command}`",
                 graph.title,
                 fltrace_analyze::process_names(trace).join(" then "),
                 trace.pid,
-                loaded.command(),
             );
             files::write_with(&path, |out| {
                 flamegraph(&graph.flames.stacks, &graph.flames.notes, &title, out)
@@ -67,4 +79,17 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_commands_are_cut_in_titles() {
+        assert_eq!(title_command("faults nested 100"), "faults nested 100");
+        let long = "é".repeat(70);
+        assert_eq!(title_command(&long), format!("{}…", "é".repeat(60)));
+        assert_eq!(title_command(&"x".repeat(60)), "x".repeat(60));
+    }
 }
