@@ -203,6 +203,31 @@ pub fn allocation_flames(
     }
 }
 
+/// The faults of every process of a recording in one flamegraph, each under its name (`g++`,
+/// `cc1plus`, `as`: processes of one name share their root), as perf's flamegraphs of a
+/// multi-process command are rooted by comm.
+pub fn recording_flames(sources: &[(&ProcessTrace, &ResolvedStacks)], label: FrameLabel) -> Flames {
+    let mut all = Flames::default();
+    for (trace, stacks) in sources {
+        let flames = fault_flames(trace, stacks, label, |_| true);
+        all.stacks.extend(flames.stacks);
+        for (text, note) in flames.notes {
+            match all.notes.get_mut(&text) {
+                Some(known) => {
+                    for (file, lines) in note.places {
+                        known.places.entry(file).or_default().extend(lines);
+                    }
+                }
+                None => {
+                    all.notes.insert(text, note);
+                }
+            }
+        }
+    }
+    all.stacks.sort_by(|a, b| a.frames.cmp(&b.frames));
+    all
+}
+
 /// One flamegraph of a process that `fltrace visualize` draws: the kind in its file name, what
 /// it shows and its stacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -473,6 +498,41 @@ mod tests {
             .collect();
         assert_eq!(in_block, vec![(Kind::Write, 2)]);
         assert_eq!(flames.len(), 3);
+    }
+
+    /// Two processes of one name share their root; their notes merge their lines.
+    #[test]
+    fn a_recording_rooted_by_process_name() {
+        let named = |pid: u32| ProcessTrace {
+            pid,
+            metadata: vec![(
+                fltrace_trace::keys::COMMAND.to_owned(),
+                "faults nested".to_owned(),
+            )],
+            ..trace()
+        };
+        let (first, second) = (named(1), named(2));
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(0, vec![loc("fill", "a.c", 5)], vec![CodeAddr::new(0x10)]);
+        stacks.insert(1, vec![loc("fill", "a.c", 6)], vec![CodeAddr::new(0x70)]);
+        let flames = recording_flames(
+            &[(&first, &stacks), (&second, &stacks)],
+            FrameLabel::Function,
+        );
+        let under_root: u64 = flames
+            .stacks
+            .iter()
+            .filter(|s| s.frames[0] == "faults")
+            .map(|s| s.count)
+            .sum();
+        assert_eq!(under_root, 8, "{:?}", flames.stacks);
+        assert_eq!(
+            flames.notes["fill"].places["a.c"]
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            [5, 6]
+        );
     }
 
     /// Two graphs without allocations; with them a third, and `by_allocation` draws the

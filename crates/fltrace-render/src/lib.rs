@@ -22,7 +22,7 @@ pub mod report;
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{
     BY_ALLOCATION, Flames, FrameLabel, ProcessFlamegraph, allocation_flames, fault_flames,
-    frame_label, process_flamegraphs,
+    frame_label, process_flamegraphs, recording_flames,
 };
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,

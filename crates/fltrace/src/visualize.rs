@@ -5,7 +5,7 @@ use std::io::Write as _;
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{OpenedRecording, recording_line};
-use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs};
+use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs, recording_flames};
 use fltrace_trace::files;
 
 use crate::cli::{Label, VisualizeArgs};
@@ -78,8 +78,27 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
             writeln!(std::io::stdout(), "{}", path.display())?;
         }
     }
+    // Several processes (`g++` and its `cc1plus`, `as`, `ld`): also one graph of them all,
+    // rooted by their names, named after the first process.
+    if let [(first, _), _, ..] = &loaded.traces[..] {
+        let sources: Vec<_> = loaded.traces.iter().map(|(t, s)| (t, s)).collect();
+        let flames = recording_flames(&sources, label);
+        let path = files::path(&dir, ALL_PROCESSES, first.pid, "svg");
+        let title = format!(
+            "Page faults of {} processes in `{}`",
+            sources.len(),
+            title_command(loaded.command())
+        );
+        files::write_with(&path, |out| {
+            flamegraph(&flames.stacks, &flames.notes, &title, out)
+        })?;
+        writeln!(std::io::stdout(), "{}", path.display())?;
+    }
     Ok(())
 }
+
+/// The file kind of the flamegraph of every process of a recording.
+const ALL_PROCESSES: &str = "flamegraph-processes";
 
 #[cfg(test)]
 mod tests {

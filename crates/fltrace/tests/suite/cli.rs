@@ -1,5 +1,7 @@
 //! The original tool's commands and files, and what a user sees.
 
+use std::path::Path;
+
 use super::util::*;
 
 /// The seed's option syntax, `-L=140` and `-L 140`, is accepted (not yet enforced).
@@ -182,6 +184,43 @@ fn visualize_writes_flamegraphs() {
         svg_of("flamegraph").contains(&format!("<title>fill faults.c:{line} (100 faults")),
         "--label both"
     );
+}
+
+/// A recording of several processes also gets one flamegraph of them all, rooted by their
+/// names as `report --by comm` counts them: `sh`, and the two `faults` it ran under one root
+/// holding fill's 10 faults and read_pages' 5.
+#[test]
+fn visualize_draws_every_process_rooted_by_name() {
+    let w = workloads();
+    let dir = Dir::new();
+    let faults = w.faults.to_str().expect("utf-8 path");
+    let script = format!("{faults} nested 10; {faults} read 5");
+    dir.record(&[Path::new("sh")], &["-c", &script]);
+    let out = dir.run(&["visualize"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let path = listed
+        .lines()
+        .find(|l| l.contains("fltrace-data-flamegraph-processes-"))
+        .unwrap_or_else(|| panic!("no graph of every process in {listed}"));
+    let svg = std::fs::read_to_string(dir.path().join(path)).expect("svg");
+    let by_comm = dir.report_json(&["--by", "comm"]);
+    let groups = by_comm["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 2, "{by_comm}");
+    for group in groups {
+        let root = format!(
+            "<title>{} ({} faults, ",
+            group["comm"].as_str().expect("comm"),
+            group["count"]
+        );
+        assert!(svg.contains(&root), "no {root}");
+    }
+    assert!(svg.contains("<title>fill (10 faults, "));
+    assert!(svg.contains("<title>read_pages (5 faults, "));
 }
 
 /// `report -g` prints the call tree as perf does: by caller, `main`'s branch to `level1`
