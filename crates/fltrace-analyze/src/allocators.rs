@@ -255,8 +255,8 @@ fn bare_name(name: &str) -> &str {
     }
 }
 
-/// `n thing` or `n things`.
-fn plural(n: u64, thing: &str) -> String {
+/// `n thing` or `n things`: "1 fault", "2 faults".
+pub fn plural(n: u64, thing: &str) -> String {
     if n == 1 {
         format!("{n} {thing}")
     } else {

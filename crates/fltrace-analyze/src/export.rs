@@ -91,7 +91,7 @@ pub fn frame_name(location: &Location) -> String {
 
 /// `name` cut at the `(` of its parameter list: the first one outside template brackets that
 /// is not Go's `.(` of a method receiver nor C++'s `(anonymous namespace)`.
-fn without_parameters(name: &str) -> String {
+pub fn without_parameters(name: &str) -> String {
     let mut depth = 0i32;
     let mut after_dot = false;
     for (i, c) in name.char_indices() {

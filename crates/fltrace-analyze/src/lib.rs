@@ -28,6 +28,7 @@ mod alloc_lifetimes;
 mod allocation_report;
 mod allocators;
 mod archive;
+mod call_tree;
 mod counts;
 mod dataset;
 mod debuginfo;
@@ -59,9 +60,10 @@ pub use allocation_report::{
 };
 pub use allocators::{
     BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
-    default_config_path, detect_allocators,
+    default_config_path, detect_allocators, plural,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
+pub use call_tree::{CallNode, CallOrder, CallTree, call_tree};
 pub use counts::{FaultCounts, Tally};
 pub use dataset::{EXPORT_FAULTS, EXPORT_FRAMES, ExportedRecording, export_dataset};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
@@ -69,7 +71,8 @@ pub use diff::{DiffRow, diff_groups};
 pub use export::{
     CountedSource, ReportFileError, SCRIPT_EVENT, Source, folded, folded_counts, frame_name,
     percent, process_name, process_name_in, process_names, stack_field, thread_name,
-    truncated_share, write_original_report, write_original_reports, write_script,
+    truncated_share, without_parameters, write_original_report, write_original_reports,
+    write_script,
 };
 pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{

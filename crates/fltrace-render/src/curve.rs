@@ -32,12 +32,14 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, mut out: impl Write) -> Re
         let root = SVGBackend::with_string(svg, (900, 540)).into_drawing_area();
         root.fill(&WHITE)?;
         let max_faults = points.iter().map(|p| p.faults).max().unwrap_or(1).max(1) as f64;
+        // Counts on integer axes: the locations' axis is of integers, its top a whole number.
         let max_locations = points
             .iter()
             .map(|p| p.locations_95)
             .max()
             .unwrap_or(1)
-            .max(1) as f64;
+            .max(1);
+        let locations_top = (max_locations as f64 * 1.2).ceil() as u64;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 22))
             .margin(16)
@@ -45,15 +47,19 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, mut out: impl Write) -> Re
             .y_label_area_size(70)
             .right_y_label_area_size(60)
             .build_cartesian_2d(0f64..100f64, (1f64..max_faults * 2.0).log_scale())?
-            .set_secondary_coord(0f64..100f64, 0f64..max_locations * 1.2);
+            .set_secondary_coord(0f64..100f64, 0u64..locations_top);
         chart
             .configure_mesh()
             .x_desc("local memory (% of peak)")
             .y_desc("page faults")
+            .x_label_formatter(&|v| format!("{v:.0}%"))
+            .y_label_formatter(&|v| thousands(v.round() as u64))
             .draw()?;
         chart
             .configure_secondary_axes()
             .y_desc("code locations covering 95% of faults")
+            .y_labels((locations_top as usize + 1).min(11))
+            .y_label_formatter(&|v| thousands(*v))
             .draw()?;
         let faults: Vec<(f64, f64)> = points
             .iter()
@@ -68,9 +74,9 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, mut out: impl Write) -> Re
                 .iter()
                 .map(|&(x, y)| Circle::new((x, y), 4, RED.filled())),
         )?;
-        let locations: Vec<(f64, f64)> = points
+        let locations: Vec<(f64, u64)> = points
             .iter()
-            .map(|p| (p.local_percent, p.locations_95 as f64))
+            .map(|p| (p.local_percent, p.locations_95))
             .collect();
         chart
             .draw_secondary_series(LineSeries::new(locations.clone(), BLUE.stroke_width(2)))?
@@ -81,8 +87,10 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, mut out: impl Write) -> Re
                 .iter()
                 .map(|&(x, y)| TriangleMarker::new((x, y), 5, BLUE.filled())),
         )?;
+        // Upper right: at full local memory both curves are at their lowest.
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()?;
@@ -92,6 +100,28 @@ pub fn sweep_plot(points: &[SweepPoint], title: &str, mut out: impl Write) -> Re
     draw(&mut svg).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
     out.write_all(svg.as_bytes())?;
     Ok(())
+}
+
+/// `n` with thousands separators: `1,000,000`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A tick label of an axis whose top is `top`: whole numbers from 10 up, one decimal below.
+fn axis_label(value: f64, top: f64) -> String {
+    if top >= 10.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.1}")
+    }
 }
 
 /// Draws working-set size (and resident size) over time as an SVG file.
@@ -112,12 +142,13 @@ pub fn wss_plot(samples: &[WssRow], title: &str, mut out: impl Write) -> Result<
             .map(|s| s.time_s)
             .fold(0.0, f64::max)
             .max(0.1);
+        // A third above the highest point: the legend's room, so that it covers no curve.
         let top = samples
             .iter()
             .map(|s| mb(s.wss_bytes.max(s.rss_bytes)))
             .fold(0.0, f64::max)
             .max(1.0)
-            * 1.1;
+            * 1.35;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 22))
             .margin(16)
@@ -128,6 +159,8 @@ pub fn wss_plot(samples: &[WssRow], title: &str, mut out: impl Write) -> Result<
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc("MB")
+            .x_label_formatter(&|v| axis_label(*v, end))
+            .y_label_formatter(&|v| axis_label(*v, top))
             .draw()?;
         chart
             .draw_series(LineSeries::new(
@@ -145,6 +178,7 @@ pub fn wss_plot(samples: &[WssRow], title: &str, mut out: impl Write) -> Result<
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()?;
@@ -290,6 +324,47 @@ mod tests {
         assert!(svg.contains("local memory (% of peak)"));
         assert!(svg.contains("locations covering 95%"));
         assert!(svg.contains("<polyline"), "line series drawn");
+        // Whole numbers on every axis, thousands separated: no `1000000.0`.
+        let labels = texts(&svg);
+        assert!(labels.iter().any(|l| l == "10,000"), "{labels:?}");
+        assert!(labels.iter().any(|l| l == "50%"), "{labels:?}");
+        assert!(!labels.iter().any(|l| l.contains(".0")), "{labels:?}");
+        // The locations' axis: 0 to 9 (7 and a fifth above it), each integer once.
+        for n in 0..=9 {
+            assert!(
+                labels.iter().any(|l| *l == n.to_string()),
+                "{n}: {labels:?}"
+            );
+        }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The texts of an SVG's `<text>` elements.
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let start = t.find('>')? + 1;
+                let end = t.find("</text>")?;
+                Some(t[start..end].trim().to_owned())
+            })
+            .collect()
+    }
+
+    /// Working-set plots label whole megabytes and seconds on long runs.
+    #[test]
+    fn wss_axes_whole_numbers() {
+        let samples: Vec<WssRow> = (0..20)
+            .map(|i| WssRow {
+                time_s: f64::from(i),
+                wss_bytes: ((i as u64 + 1) * 15) << 20,
+                rss_bytes: 300 << 20,
+            })
+            .collect();
+        let mut svg = Vec::new();
+        wss_plot(&samples, "wss", &mut svg).unwrap();
+        let labels = texts(&String::from_utf8(svg).unwrap());
+        assert!(labels.iter().any(|l| l == "100"), "{labels:?}");
+        assert!(!labels.iter().any(|l| l.contains('.')), "{labels:?}");
     }
 }

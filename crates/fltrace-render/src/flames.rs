@@ -1,36 +1,109 @@
 //! The stacks of the flamegraphs `fltrace visualize` draws: faults by their own call stacks,
 //! or by the allocation stack of the block each landed in, their frames labelled.
 
+use std::collections::BTreeSet;
+
 use fltrace_analyze::{
     FaultOrigin, Lifetimes, Location, ResolvedStacks, TRUNCATED_FRAME, count_faults_by_origin,
-    count_faults_by_stack, mapping_label,
+    count_faults_by_stack, mapping_label, process_name_in, without_parameters,
 };
 use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace};
 
-use crate::{FlameStack, Kind};
+use crate::{Code, FlameStack, FrameNote, FrameNotes, Kind};
 
-/// What a flamegraph frame says of its location.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a flamegraph frame says of its location; the library, the whole function name and
+/// the lines go into its tooltip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FrameLabel {
-    /// `lib|file:line`.
+    /// `file:line` (the function where no line is known).
     Line,
-    /// `lib|function`.
+    /// The function, without its parameter list.
+    #[default]
     Function,
-    /// `lib|function|file:line`.
+    /// `function file:line`.
     Both,
 }
 
-/// The frame text of `location`: the library, then the function or line or both.
+/// The frame text of `location`: the function (without a C++ parameter list) or the line or
+/// both. Code without symbols is `lib+0xADDR`, the library named once.
 pub fn frame_label(location: &Location, label: FrameLabel) -> String {
-    let line = if location.has_line() {
-        format!("{}:{}", location.short_file(), location.line)
-    } else {
-        location.function.to_string()
-    };
+    let function = without_parameters(&location.function);
+    if !location.has_line() {
+        return function;
+    }
+    let line = format!("{}:{}", location.short_file(), location.line);
     match label {
-        FrameLabel::Line => format!("{}|{}", location.lib, line),
-        FrameLabel::Function => format!("{}|{}", location.lib, location.function),
-        FrameLabel::Both => format!("{}|{}|{}", location.lib, location.function, line),
+        FrameLabel::Line => line,
+        FrameLabel::Function => function,
+        FrameLabel::Both => format!("{function} {line}"),
+    }
+}
+
+/// Labels the frames of one process's stacks and keeps what their tooltips and colours need.
+struct Labeller<'a> {
+    trace: &'a ProcessTrace,
+    label: FrameLabel,
+    /// The file names of the process's executables (one per exec).
+    programs: BTreeSet<String>,
+    notes: FrameNotes,
+}
+
+impl<'a> Labeller<'a> {
+    fn new(trace: &'a ProcessTrace, label: FrameLabel) -> Self {
+        // Each exec's executable is its lowest file mapping: the loader and libraries are
+        // mapped high (0x7f...), the program at 0x400000 or, position-independent, 0x55...
+        let mut lowest: std::collections::BTreeMap<u32, &fltrace_trace::Mapping> =
+            Default::default();
+        for mapping in trace.mappings.iter().filter(|m| m.path.starts_with('/')) {
+            let entry = lowest.entry(mapping.generation).or_insert(mapping);
+            if mapping.start < entry.start {
+                *entry = mapping;
+            }
+        }
+        let programs = lowest
+            .values()
+            .filter_map(|m| m.path.rsplit('/').next())
+            .map(str::to_owned)
+            .collect();
+        Labeller {
+            trace,
+            label,
+            programs,
+            notes: FrameNotes::new(),
+        }
+    }
+
+    fn frame(&mut self, location: &Location) -> String {
+        let text = frame_label(location, self.label);
+        // By the file alone: an allocator wrapper or inlined standard-library code keeps its
+        // library's colour though reports pass over it.
+        let code = if &*location.lib == "[unknown]" {
+            Code::Other
+        } else if self.programs.contains(&*location.lib) {
+            Code::Program
+        } else if fltrace_trace::libraries::is_system_library(&location.lib) {
+            Code::System
+        } else {
+            Code::Library
+        };
+        let note = self.notes.entry(text.clone()).or_insert_with(|| FrameNote {
+            library: location.lib.to_string(),
+            code,
+            function: location.function.to_string(),
+            ..FrameNote::default()
+        });
+        if location.has_line() {
+            note.places
+                .entry(location.short_file().to_owned())
+                .or_default()
+                .insert(location.line);
+        }
+        text
+    }
+
+    /// The root frame of a stack of exec `generation`: the process's name then.
+    fn root(&self, generation: u32) -> String {
+        process_name_in(self.trace, generation)
     }
 }
 
@@ -42,70 +115,117 @@ fn flame_kind(kind: FaultKind) -> Kind {
     }
 }
 
-/// The faults of `trace` that `keep` keeps, by their call stacks (outermost frame first),
-/// sorted by frames.
+/// A flamegraph's stacks, sorted by frames, and the notes of their frames.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Flames {
+    /// The stacks, the process's name as root.
+    pub stacks: Vec<FlameStack>,
+    /// What tooltips and colours say of each frame label.
+    pub notes: FrameNotes,
+}
+
+/// The faults of `trace` that `keep` keeps, by their call stacks (the process's name, then
+/// the outermost frame first), sorted by frames.
 pub fn fault_flames(
     trace: &ProcessTrace,
     stacks: &ResolvedStacks,
     label: FrameLabel,
     keep: impl Fn(FaultFlags) -> bool,
-) -> Vec<FlameStack> {
+) -> Flames {
+    let mut labeller = Labeller::new(trace, label);
     let mut flames: Vec<FlameStack> = count_faults_by_stack(&trace.faults, keep)
         .into_iter()
-        .map(|(stack_id, kind, count)| FlameStack {
-            frames: stacks
-                .truncated(stack_id)
-                .then(|| TRUNCATED_FRAME.to_owned())
-                .into_iter()
-                .chain(
-                    stacks
-                        .get(stack_id)
-                        .iter()
-                        .rev()
-                        .map(|l| frame_label(l, label)),
-                )
-                .collect(),
-            kind: flame_kind(kind),
-            count,
+        .map(|(stack_id, kind, count)| {
+            let generation = trace.stack(stack_id).map_or(0, |s| s.generation);
+            let mut frames = vec![labeller.root(generation)];
+            if stacks.truncated(stack_id) {
+                frames.push(TRUNCATED_FRAME.to_owned());
+            }
+            frames.extend(stacks.get(stack_id).iter().rev().map(|l| labeller.frame(l)));
+            FlameStack {
+                frames,
+                kind: flame_kind(kind),
+                count,
+            }
         })
         .collect();
     flames.sort_by(|a, b| a.frames.cmp(&b.frames));
-    flames
+    Flames {
+        stacks: flames,
+        notes: labeller.notes,
+    }
 }
 
-/// Faults drawn on the allocation stack of the block each landed in (outermost frame first),
-/// those outside every live block under one `[not allocated] <memory>` frame.
+/// Faults drawn on the allocation stack of the block each landed in (the process's name, then
+/// the outermost frame first), those outside every live block under one
+/// `[not allocated] <memory>` frame.
 pub fn allocation_flames(
     trace: &ProcessTrace,
     alloc_stacks: &ResolvedStacks,
     label: FrameLabel,
     keep: impl Fn(FaultFlags) -> bool,
-) -> Vec<FlameStack> {
+) -> Flames {
     let lifetimes = Lifetimes::of_trace(trace);
+    let mut labeller = Labeller::new(trace, label);
     let mut flames: Vec<FlameStack> = count_faults_by_origin(trace, &lifetimes, keep)
         .into_iter()
-        .map(|(origin, kind, count)| FlameStack {
-            frames: match origin {
-                FaultOrigin::Block { stack_id, .. } if alloc_stacks.get(stack_id).is_empty() => {
-                    vec!["[unknown allocation stack]".to_owned()]
+        .map(|(origin, kind, count)| {
+            let frames = match origin {
+                FaultOrigin::Block { stack_id, .. } => {
+                    let generation = trace.alloc_stack(stack_id).map_or(0, |s| s.generation);
+                    let mut frames = vec![labeller.root(generation)];
+                    let stack = alloc_stacks.get(stack_id);
+                    if stack.is_empty() {
+                        frames.push("[unknown allocation stack]".to_owned());
+                    }
+                    frames.extend(stack.iter().rev().map(|l| labeller.frame(l)));
+                    frames
                 }
-                FaultOrigin::Block { stack_id, .. } => alloc_stacks
-                    .get(stack_id)
-                    .iter()
-                    .rev()
-                    .map(|l| frame_label(l, label))
-                    .collect(),
-                FaultOrigin::Outside { mapping } => vec![format!(
-                    "[not allocated] {}",
-                    mapping_label(mapping.and_then(|i| trace.mappings.get(i)))
-                )],
-            },
-            kind: flame_kind(kind),
-            count,
+                FaultOrigin::Outside { mapping } => {
+                    let mapping = mapping.and_then(|i| trace.mappings.get(i));
+                    vec![
+                        labeller.root(mapping.map_or(0, |m| m.generation)),
+                        format!("[not allocated] {}", mapping_label(mapping)),
+                    ]
+                }
+            };
+            FlameStack {
+                frames,
+                kind: flame_kind(kind),
+                count,
+            }
         })
         .collect();
     flames.sort_by(|a, b| a.frames.cmp(&b.frames));
-    flames
+    Flames {
+        stacks: flames,
+        notes: labeller.notes,
+    }
+}
+
+/// The faults of every process of a recording in one flamegraph, each under its name (`g++`,
+/// `cc1plus`, `as`: processes of one name share their root), as perf's flamegraphs of a
+/// multi-process command are rooted by comm.
+pub fn recording_flames(sources: &[(&ProcessTrace, &ResolvedStacks)], label: FrameLabel) -> Flames {
+    let mut all = Flames::default();
+    for (trace, stacks) in sources {
+        let flames = fault_flames(trace, stacks, label, |_| true);
+        all.stacks.extend(flames.stacks);
+        for (text, note) in flames.notes {
+            match all.notes.get_mut(&text) {
+                Some(known) => {
+                    for (file, lines) in note.places {
+                        known.places.entry(file).or_default().extend(lines);
+                    }
+                }
+                None => {
+                    all.notes.insert(text, note);
+                }
+            }
+        }
+    }
+    all.stacks.sort_by(|a, b| a.frames.cmp(&b.frames));
+    all
 }
 
 /// One flamegraph of a process that `fltrace visualize` draws: the kind in its file name, what
@@ -116,8 +236,8 @@ pub struct ProcessFlamegraph {
     pub kind: &'static str,
     /// What the graph shows, the start of its title.
     pub title: &'static str,
-    /// The stacks, sorted by frames.
-    pub stacks: Vec<FlameStack>,
+    /// The stacks, sorted by frames, and their frames' notes.
+    pub flames: Flames,
 }
 
 /// The file kind of the flamegraph of faults by allocation stack. Not `flamegraph-alloc`: that
@@ -146,19 +266,19 @@ pub fn process_flamegraphs(
         ProcessFlamegraph {
             kind: "flamegraph",
             title: "Page faults",
-            stacks: fault_flames(trace, stacks, label, |_| true),
+            flames: fault_flames(trace, stacks, label, |_| true),
         },
         ProcessFlamegraph {
             kind: "flamegraph-alloc",
             title: "First-touch (allocation) faults",
-            stacks: first_touches,
+            flames: first_touches,
         },
     ];
     if let Some(alloc_stacks) = alloc_stacks {
         graphs.push(ProcessFlamegraph {
             kind: BY_ALLOCATION,
             title: "Page faults by allocation stack",
-            stacks: allocation_flames(trace, alloc_stacks, label, |_| true),
+            flames: allocation_flames(trace, alloc_stacks, label, |_| true),
         });
     }
     graphs
@@ -205,12 +325,27 @@ mod tests {
                 fault(0x6000, 0, 1),
             ],
             stacks: Vec::new(),
-            mappings: vec![Mapping {
-                start: VirtAddr::new(0),
-                end: VirtAddr::new(0x10000),
-                path: "[heap]".into(),
-                ..Mapping::default()
-            }],
+            mappings: vec![
+                Mapping {
+                    start: VirtAddr::new(0),
+                    end: VirtAddr::new(0x10000),
+                    path: "[heap]".into(),
+                    ..Mapping::default()
+                },
+                // The executable, below the library: the program's own code.
+                Mapping {
+                    start: VirtAddr::new(0x40_0000),
+                    end: VirtAddr::new(0x40_1000),
+                    path: "/usr/bin/a.out".into(),
+                    ..Mapping::default()
+                },
+                Mapping {
+                    start: VirtAddr::new(0x7f00_0000_0000),
+                    end: VirtAddr::new(0x7f00_0000_1000),
+                    path: "/usr/lib/libz.so.1".into(),
+                    ..Mapping::default()
+                },
+            ],
             metadata: Vec::new(),
             allocs: vec![AllocEvent {
                 time_ns: 10,
@@ -230,13 +365,28 @@ mod tests {
     fn labels_say_line_function_or_both() {
         let with_line = loc("fill", "/src/a.c", 12);
         let without = loc("fill", "", 0);
-        assert_eq!(frame_label(&with_line, FrameLabel::Line), "a.out|a.c:12");
-        assert_eq!(frame_label(&with_line, FrameLabel::Function), "a.out|fill");
-        assert_eq!(
-            frame_label(&with_line, FrameLabel::Both),
-            "a.out|fill|a.c:12"
+        assert_eq!(frame_label(&with_line, FrameLabel::Line), "a.c:12");
+        assert_eq!(frame_label(&with_line, FrameLabel::Function), "fill");
+        assert_eq!(frame_label(&with_line, FrameLabel::Both), "fill a.c:12");
+        assert_eq!(frame_label(&without, FrameLabel::Line), "fill");
+        // A C++ signature loses its parameters; stripped code names its library once.
+        let cxx = loc(
+            "ggc_internal_cleared_alloc(unsigned long, void (*)(void*))",
+            "",
+            0,
         );
-        assert_eq!(frame_label(&without, FrameLabel::Line), "a.out|fill");
+        assert_eq!(
+            frame_label(&cxx, FrameLabel::Function),
+            "ggc_internal_cleared_alloc"
+        );
+        let stripped = Location {
+            lib: "libsqlite3.so.0.8.6".into(),
+            ..loc("libsqlite3.so.0.8.6+0xa74f0", "", 0)
+        };
+        assert_eq!(
+            frame_label(&stripped, FrameLabel::Line),
+            "libsqlite3.so.0.8.6+0xa74f0"
+        );
     }
 
     #[test]
@@ -249,27 +399,47 @@ mod tests {
         );
         stacks.insert(
             1,
-            vec![loc("scan", "a.c", 7)],
-            [0x70].map(CodeAddr::new).to_vec(),
+            vec![
+                Location {
+                    lib: "libz.so.1".into(),
+                    ..loc("inflate", "inflate.c", 70)
+                },
+                loc("main", "a.c", 11),
+            ],
+            [0x70, 0x98].map(CodeAddr::new).to_vec(),
         );
-        let got: Vec<(Vec<String>, Kind, u64)> =
-            fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true)
-                .into_iter()
-                .map(|f| (f.frames, f.kind, f.count))
-                .collect();
+        let flames = fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true);
+        let got: Vec<(Vec<String>, Kind, u64)> = flames
+            .stacks
+            .iter()
+            .map(|f| (f.frames.clone(), f.kind, f.count))
+            .collect();
         let frames = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        // The process's name is the root ([pid] without a recorded command).
         assert_eq!(
             got,
             vec![
-                (frames(&["a.out|main", "a.out|fill"]), Kind::Write, 3),
-                (frames(&["a.out|scan"]), Kind::Read, 1),
+                (frames(&["[1]", "main", "fill"]), Kind::Write, 3),
+                (frames(&["[1]", "main", "inflate"]), Kind::Read, 1),
             ]
         );
+        // `main` stood at two lines; the executable is the program, libz a library.
+        let main = &flames.notes["main"];
+        assert_eq!(main.library, "a.out");
+        assert_eq!(main.code, Code::Program);
+        assert_eq!(
+            main.places["a.c"].iter().copied().collect::<Vec<_>>(),
+            [9, 11]
+        );
+        assert_eq!(flames.notes["inflate"].code, Code::Library);
+        assert_eq!(flames.notes["inflate"].library, "libz.so.1");
         let first_touches = fault_flames(&trace(), &stacks, FrameLabel::Function, |f| {
             f.has(FaultFlags::ZERO)
         });
-        assert_eq!(first_touches.len(), 1);
-        assert_eq!(first_touches[0].count, 3);
+        assert_eq!(first_touches.stacks.len(), 1);
+        assert_eq!(first_touches.stacks[0].count, 3);
+        // Notes are of the frames drawn only.
+        assert!(!first_touches.notes.contains_key("inflate"));
     }
 
     /// A truncated stack stands on one `[truncated]` frame, never as a root of its own.
@@ -290,6 +460,7 @@ mod tests {
         stacks.mark_truncated(1);
         let roots: Vec<(Vec<String>, u64)> =
             fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true)
+                .stacks
                 .into_iter()
                 .map(|f| (f.frames, f.count))
                 .collect();
@@ -297,8 +468,8 @@ mod tests {
         assert_eq!(
             roots,
             vec![
-                (frames(&["[truncated]", "a.out|level2", "a.out|fill"]), 3),
-                (frames(&["[truncated]", "a.out|scan"]), 1),
+                (frames(&["[1]", "[truncated]", "level2", "fill"]), 3),
+                (frames(&["[1]", "[truncated]", "scan"]), 1),
             ]
         );
     }
@@ -311,22 +482,57 @@ mod tests {
             vec![loc("alloc", "a.c", 3)],
             [0x30].map(CodeAddr::new).to_vec(),
         );
-        let flames = allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, |_| true);
+        let flames = allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, |_| true).stacks;
         // The write and the read outside the block are one frame each, of their own kind.
         let outside: Vec<(Kind, u64)> = flames
             .iter()
-            .filter(|f| f.frames == ["[not allocated] [heap]"])
+            .filter(|f| f.frames == ["[1]", "[not allocated] [heap]"])
             .map(|f| (f.kind, f.count))
             .collect();
         assert_eq!(outside.len(), 2, "{outside:?}");
         assert!(outside.contains(&(Kind::Write, 1)) && outside.contains(&(Kind::Read, 1)));
         let in_block: Vec<(Kind, u64)> = flames
             .iter()
-            .filter(|f| f.frames == ["a.out|a.c:3"])
+            .filter(|f| f.frames == ["[1]", "a.c:3"])
             .map(|f| (f.kind, f.count))
             .collect();
         assert_eq!(in_block, vec![(Kind::Write, 2)]);
         assert_eq!(flames.len(), 3);
+    }
+
+    /// Two processes of one name share their root; their notes merge their lines.
+    #[test]
+    fn a_recording_rooted_by_process_name() {
+        let named = |pid: u32| ProcessTrace {
+            pid,
+            metadata: vec![(
+                fltrace_trace::keys::COMMAND.to_owned(),
+                "faults nested".to_owned(),
+            )],
+            ..trace()
+        };
+        let (first, second) = (named(1), named(2));
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(0, vec![loc("fill", "a.c", 5)], vec![CodeAddr::new(0x10)]);
+        stacks.insert(1, vec![loc("fill", "a.c", 6)], vec![CodeAddr::new(0x70)]);
+        let flames = recording_flames(
+            &[(&first, &stacks), (&second, &stacks)],
+            FrameLabel::Function,
+        );
+        let under_root: u64 = flames
+            .stacks
+            .iter()
+            .filter(|s| s.frames[0] == "faults")
+            .map(|s| s.count)
+            .sum();
+        assert_eq!(under_root, 8, "{:?}", flames.stacks);
+        assert_eq!(
+            flames.notes["fill"].places["a.c"]
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            [5, 6]
+        );
     }
 
     /// Two graphs without allocations; with them a third, and `by_allocation` draws the
@@ -340,7 +546,7 @@ mod tests {
         alloc_stacks.insert(0, vec![loc("alloc", "a.c", 3)], vec![CodeAddr::new(0x30)]);
         let kinds =
             |graphs: &[ProcessFlamegraph]| graphs.iter().map(|g| g.kind).collect::<Vec<_>>();
-        let total = |g: &ProcessFlamegraph| g.stacks.iter().map(|s| s.count).sum::<u64>();
+        let total = |g: &ProcessFlamegraph| g.flames.stacks.iter().map(|s| s.count).sum::<u64>();
 
         let plain = process_flamegraphs(&trace(), &stacks, None, FrameLabel::Line, false);
         assert_eq!(kinds(&plain), ["flamegraph", "flamegraph-alloc"]);
@@ -364,7 +570,7 @@ mod tests {
         );
         let first_touch = |f: FaultFlags| f.has(FaultFlags::ZERO);
         assert_eq!(
-            graphs[1].stacks,
+            graphs[1].flames,
             allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, first_touch)
         );
         assert_eq!(total(&graphs[2]), 4);

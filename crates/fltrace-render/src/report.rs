@@ -2,6 +2,7 @@
 //! and `fltrace diff` print, from fltrace-analyze's groups, allocation reports and diff rows.
 
 pub mod alloc_tables;
+pub mod call_tree;
 pub mod diff;
 pub mod faults;
 #[cfg(test)]

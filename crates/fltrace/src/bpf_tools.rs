@@ -113,7 +113,13 @@ pub struct MemleakArgs {
     pub top: usize,
     /// Only allocations older than this many milliseconds (once the processes have ended,
     /// every block they left).
-    #[arg(short = 'o', long = "older", value_name = "MS", default_value_t = 500)]
+    #[arg(
+        short = 'o',
+        long = "older-ms",
+        alias = "older",
+        value_name = "MS",
+        default_value_t = 500
+    )]
     pub older: u64,
     /// Sample one allocation in RATE (-p or a command): figures scaled by RATE and marked as
     /// estimates.

@@ -593,6 +593,15 @@ impl ReportFormat {
     }
 }
 
+/// Which end of the stacks `report -g` starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CallGraphOrder {
+    /// The process, then `main`, down to the faulting function.
+    Caller,
+    /// The faulting function, up to its callers.
+    Callee,
+}
+
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     #[command(flatten)]
@@ -600,6 +609,26 @@ pub struct ReportArgs {
     /// What to group faults by (with --allocs: allocations; default line).
     #[arg(long, value_enum)]
     pub by: Option<By>,
+    /// Faults on a call tree as `perf report -g` prints it: from the process and `main` down
+    /// to the faulting function (caller, the default), or from it up to its callers (callee).
+    #[arg(
+        short = 'g',
+        long = "call-graph",
+        value_enum,
+        value_name = "ORDER",
+        num_args = 0..=1,
+        default_missing_value = "caller",
+        require_equals = false
+    )]
+    pub call_graph: Option<CallGraphOrder>,
+    /// With -g: gather the branches under PERCENT of all faults into one line (perf's 0.5).
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 0.5,
+        requires = "call_graph"
+    )]
+    pub percent_limit: f64,
     /// Allocations instead of faults: the top allocation sites by bytes and by count, the heap
     /// peak, leaks, temporary allocations and sizes (needs record --allocs).
     #[arg(long, conflicts_with = "leaks")]
@@ -634,11 +663,11 @@ pub struct ReportArgs {
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Label {
-    /// `lib|file:line`, as the original tool drew.
+    /// `file:line` (the function where no line is known); the original drew `lib|file:line`.
     Line,
-    /// `lib|function`.
+    /// The function, without its parameter list.
     Function,
-    /// `lib|function|file:line`.
+    /// `function file:line`.
     Both,
 }
 
@@ -646,8 +675,8 @@ pub enum Label {
 pub struct VisualizeArgs {
     #[command(flatten)]
     pub selection: Selection,
-    /// How frames are labelled.
-    #[arg(long, value_enum, default_value = "line")]
+    /// How frames are labelled; tooltips add the whole function name, its lines and library.
+    #[arg(long, value_enum, default_value = "function")]
     pub label: Label,
     /// Draw the first-touch flamegraph (flamegraph-alloc) by the allocation stack of the block
     /// each fault hit rather than by the faulting stack (needs record --allocs).

@@ -109,7 +109,8 @@ fn faults(args: HeatmapArgs, outputs: &std::path::Path) -> anyhow::Result<()> {
     let labels = HeatLabels {
         title: format!("page faults of process {pid} over time and address"),
         subtitle: format!(
-            "{count} faults of process {pid}{} ({})",
+            "{} of process {pid}{} ({})",
+            fltrace_analyze::plural(count as u64, "fault"),
             process_names(&path, pid),
             recording.session.command
         ),

@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 use fltrace_capture::interrupt_counter;
 use fltrace_capture::{Ending, Progress, Request, ThisMachine};
 
+use anyhow::Context as _;
+
 use crate::cli::RecordArgs;
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
@@ -29,7 +31,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         access_samples: args.access_samples.then_some(args.freq),
         backing_dir: args.backing_dir.clone(),
     };
-    let (target, mut options) = request.resolve(&ThisMachine)?;
+    // `-o DIR` is created as runs and sweep create theirs, and removed again (when still
+    // empty) if the request is refused.
+    let created = !args.dir.exists();
+    if created {
+        std::fs::create_dir_all(&args.dir)
+            .with_context(|| format!("creating {}", args.dir.display()))?;
+    }
+    let resolved = request.resolve(&ThisMachine);
+    if resolved.is_err() && created {
+        let _ = std::fs::remove_dir(&args.dir);
+    }
+    let (target, mut options) = resolved?;
     if !args.no_cache {
         options.build_id_cache = fltrace_trace::BuildIdCache::from_env();
         options.cache_limit = fltrace_trace::BuildIdCache::limit_from_env();
@@ -63,8 +76,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if !args.quiet {
         let _ = writeln!(
             err,
-            "fltrace: {} faults from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MB; trace in {}",
-            summary.faults,
+            "fltrace: {} from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MB; trace in {}",
+            fltrace_analyze::plural(summary.faults, "fault"),
             summary.pids.len(),
             if summary.pids.len() == 1 { "" } else { "es" },
             summary.lost,

@@ -5,13 +5,13 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    FaultReport, GroupBy, OpenedRecording, ThreadBy, alloc_processes, folded_counts,
-    group_faults_by_thread, leak_age_ns, recording_line, write_original_reports,
+    CallOrder, FaultReport, GroupBy, OpenedRecording, ThreadBy, alloc_processes, call_tree,
+    folded_counts, group_faults_by_thread, leak_age_ns, recording_line, write_original_reports,
     write_pprof_counts,
 };
-use fltrace_render::report::{alloc_tables, faults, threads};
+use fltrace_render::report::{alloc_tables, call_tree as tree_text, faults, threads};
 
-use crate::cli::{By, ReportArgs, ReportFormat};
+use crate::cli::{By, CallGraphOrder, ReportArgs, ReportFormat};
 use crate::load::{Allocs, load_counts, load_with};
 
 /// What a report is about.
@@ -27,12 +27,26 @@ enum Mode {
     AllocSite,
     /// Faults by process, thread or thread name (`--by pid|tid|comm`).
     Threads(ThreadBy),
+    /// Faults on a call tree (`-g`).
+    CallTree(CallOrder),
 }
 
 impl Mode {
     /// The mode the flags ask for, or why they do not go together.
     fn of(args: &ReportArgs) -> anyhow::Result<Mode> {
         let group_by = |by: Option<By>| by.unwrap_or(By::Line).group_by().unwrap_or(GroupBy::Line);
+        if let Some(order) = args.call_graph {
+            if args.allocs || args.leaks || args.by.is_some() {
+                bail!("-g draws the faults' call tree: not with --by, --allocs or --leaks");
+            }
+            if args.format == ReportFormat::Csv {
+                bail!("-g draws a tree: --format table or json, not csv");
+            }
+            return Ok(Mode::CallTree(match order {
+                CallGraphOrder::Caller => CallOrder::Caller,
+                CallGraphOrder::Callee => CallOrder::Callee,
+            }));
+        }
         let mode = match (args.allocs, args.leaks, args.by) {
             (true, _, Some(By::AllocSite)) => bail!(
                 "--by alloc-site groups faults; --allocs groups allocations by stack, function, line or dso"
@@ -203,7 +217,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     // Only the reports of faults by their own stacks stream; the others need each fault's
     // address and time to find the block it landed in.
     let loaded = match mode {
-        Mode::Faults(_) => load_counts(&args.selection)?,
+        Mode::Faults(_) | Mode::CallTree(_) => load_counts(&args.selection)?,
         Mode::Threads(_) => load_with(&args.selection, Allocs::Skip)?,
         _ => load_with(&args.selection, Allocs::Required)?,
     };
@@ -222,6 +236,15 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
         let report = FaultReport::of(loaded.counted(), by, args.top);
         let width = (!args.wide).then(terminal_width);
         return Ok(faults::faults_fit(&loaded, &report, format, width)?);
+    }
+    if let Mode::CallTree(order) = mode {
+        let tree = call_tree(loaded.counted_sources(), order);
+        return Ok(tree_text::call_tree(
+            &tree,
+            args.top,
+            args.percent_limit,
+            format,
+        )?);
     }
     if let Mode::Threads(by) = mode {
         let groups = group_faults_by_thread(loaded.traces.iter().map(|(t, _)| t), by);
@@ -310,6 +333,18 @@ mod tests {
         assert_eq!(args(&[]).legacy_csv, None);
     }
 
+    /// memleak's age is `--older-ms`, and bcc's `-o` and `--older` still say the same.
+    #[test]
+    fn memleak_older_ms_and_bcc_spellings() {
+        for flags in [["--older-ms", "7"], ["--older", "7"], ["-o", "7"]] {
+            let argv = ["fltrace", "memleak"].iter().chain(&flags);
+            match Cli::try_parse_from(argv).map(|cli| cli.command) {
+                Ok(Command::Memleak(args)) => assert_eq!(args.older, 7, "{flags:?}"),
+                other => panic!("{flags:?}: {other:?}"),
+            }
+        }
+    }
+
     /// The flags choose what the report is about; those that do not go together are refused.
     #[test]
     fn modes_of_the_flags() {
@@ -321,11 +356,23 @@ mod tests {
         );
         assert_eq!(mode(&["--leaks", "--older-ms", "3"]).unwrap(), Mode::Leaks);
         assert_eq!(mode(&["--by", "alloc-site"]).unwrap(), Mode::AllocSite);
+        assert_eq!(mode(&["-g"]).unwrap(), Mode::CallTree(CallOrder::Caller));
+        assert_eq!(
+            mode(&["-g", "callee"]).unwrap(),
+            Mode::CallTree(CallOrder::Callee)
+        );
+        assert_eq!(
+            mode(&["--call-graph", "callee", "--top", "3"]).unwrap(),
+            Mode::CallTree(CallOrder::Callee)
+        );
         for flags in [
             &["--allocs", "--by", "alloc-site"][..],
             &["--leaks", "--by", "line"],
             &["--allocs", "--time", "1..2"],
             &["--older", "5"],
+            &["-g", "--by", "line"],
+            &["-g", "--allocs"],
+            &["-g", "--format", "csv"],
         ] {
             assert!(mode(flags).is_err(), "{flags:?}");
         }

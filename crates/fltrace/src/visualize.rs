@@ -2,14 +2,25 @@
 
 use std::io::Write as _;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use fltrace_analyze::{OpenedRecording, recording_line};
-use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs};
+use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs, recording_flames};
 use fltrace_trace::files;
 
 use crate::cli::{Label, VisualizeArgs};
 use crate::load::{Allocs, load_with};
+
+/// The characters of the command a flamegraph's title shows.
+const COMMAND_IN_TITLE: usize = 60;
+
+/// `command` cut to [`COMMAND_IN_TITLE`] characters, `…` where it was cut.
+fn title_command(command: &str) -> String {
+    match command.char_indices().nth(COMMAND_IN_TITLE) {
+        Some((cut, _)) => format!("{}…", &command[..cut]),
+        None => command.to_owned(),
+    }
+}
 
 pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     let label = match args.label {
@@ -23,7 +34,10 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
         recording_line(&loaded.recording, &opened.named)
     );
     let dir = match &args.output {
-        Some(dir) => dir.clone(),
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir.clone()
+        }
         None => {
             if opened.outputs.moved {
                 eprintln!(
@@ -44,22 +58,57 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
         }
         for graph in process_flamegraphs(trace, stacks, alloc_stacks, label, args.by_allocation) {
             let path = files::path(&dir, graph.kind, trace.pid, "svg");
-            if graph.stacks.is_empty() {
+            if graph.flames.stacks.is_empty() {
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
                 continue;
             }
-            // Each process under its own name (`cc1plus` under `g++`), the command after it.
+            // Each process under its own name (`cc1plus` under `g++`), the command after it,
+            // cut to what the title's line holds (a centred line overflows both edges).
+            let command = title_command(loaded.command());
             let title = format!(
-                "{} of {} (pid {}) in `{}`",
+                "{} of {} (pid {}) in `{command}`",
                 graph.title,
                 fltrace_analyze::process_names(trace).join(" then "),
                 trace.pid,
-                loaded.command(),
             );
-            files::write_with(&path, |out| flamegraph(&graph.stacks, &title, out))?;
+            files::write_with(&path, |out| {
+                flamegraph(&graph.flames.stacks, &graph.flames.notes, &title, out)
+            })?;
             // Written, not printed: an error (a closed pipe) ends the command quietly.
             writeln!(std::io::stdout(), "{}", path.display())?;
         }
     }
+    // Several processes (`g++` and its `cc1plus`, `as`, `ld`): also one graph of them all,
+    // rooted by their names, named after the first process.
+    if let [(first, _), _, ..] = &loaded.traces[..] {
+        let sources: Vec<_> = loaded.traces.iter().map(|(t, s)| (t, s)).collect();
+        let flames = recording_flames(&sources, label);
+        let path = files::path(&dir, ALL_PROCESSES, first.pid, "svg");
+        let title = format!(
+            "Page faults of {} processes in `{}`",
+            sources.len(),
+            title_command(loaded.command())
+        );
+        files::write_with(&path, |out| {
+            flamegraph(&flames.stacks, &flames.notes, &title, out)
+        })?;
+        writeln!(std::io::stdout(), "{}", path.display())?;
+    }
     Ok(())
+}
+
+/// The file kind of the flamegraph of every process of a recording.
+const ALL_PROCESSES: &str = "flamegraph-processes";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_commands_are_cut_in_titles() {
+        assert_eq!(title_command("faults nested 100"), "faults nested 100");
+        let long = "é".repeat(70);
+        assert_eq!(title_command(&long), format!("{}…", "é".repeat(60)));
+        assert_eq!(title_command(&"x".repeat(60)), "x".repeat(60));
+    }
 }

@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 
 use fltrace_capture::ChildGuard;
 use fltrace_capture::damon::{self, ChosenMonitor, MonitorConfig};
@@ -19,6 +19,9 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Json {
         bail!("wss prints a row per interval as it goes: --format table or csv");
     }
+    // `-o DIR` is created, as record, runs and sweep create theirs.
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
     let stop = interrupt_counter()?;
     // The command is killed and reaped on the way out of --damon and --pages, and on errors.
     let (child, pid) = match (args.pid, args.command.is_empty()) {

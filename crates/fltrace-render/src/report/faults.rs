@@ -147,7 +147,8 @@ fn table(loaded: &Loaded, report: &FaultReport, width: Option<usize>) -> String 
     let processes = loaded.traces.len();
     let _ = writeln!(
         out,
-        "\n{total} faults in {processes} process{} of `{}`, {} lost; {} of {} code locations cover {:.0}% of faults",
+        "\n{} in {processes} process{} of `{}`, {} lost; {} of {} code locations cover {:.0}% of faults",
+        fltrace_analyze::plural(total, "fault"),
         if processes == 1 { "" } else { "es" },
         loaded.command(),
         loaded.lost,

@@ -70,9 +70,9 @@ pub fn threads(
             }
             let _ = writeln!(
                 out,
-                "\n{total} faults in {} group{}",
-                groups.len(),
-                if groups.len() == 1 { "" } else { "s" }
+                "\n{} in {}",
+                fltrace_analyze::plural(total, "fault"),
+                fltrace_analyze::plural(groups.len() as u64, "group")
             );
             out
         }

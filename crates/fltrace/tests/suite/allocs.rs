@@ -206,7 +206,7 @@ fn faults_are_attributed_to_their_allocation_site() {
 
 /// `visualize --by-allocation` draws the first-touch flamegraph by where the memory was
 /// allocated: the block's allocation line appears and the touching line (which the default
-/// draws) does not.
+/// draws) does not (frames labelled by line).
 #[test]
 fn first_touch_flamegraph_by_allocation_stack() {
     let dir = Dir::new();
@@ -221,10 +221,11 @@ fn first_touch_flamegraph_by_allocation_stack() {
     };
     let block = format!("allocs.c:{}", site("allocs.c", "fault_block"));
     let touch = format!("allocs.c:{}", site("allocs.c", "fault_touch"));
-    assert!(dir.run(&["visualize"]).status.success());
+    assert!(dir.run(&["visualize", "--label", "line"]).status.success());
     let by_fault = svg();
     assert!(by_fault.contains(&touch), "{by_fault}");
-    assert!(dir.run(&["visualize", "--by-allocation"]).status.success());
+    let by_allocation = ["visualize", "--by-allocation", "--label", "line"];
+    assert!(dir.run(&by_allocation).status.success());
     let by_allocation = svg();
     assert!(by_allocation.contains(&block) && !by_allocation.contains(&touch));
 }

@@ -1,5 +1,7 @@
 //! The original tool's commands and files, and what a user sees.
 
+use std::path::Path;
+
 use super::util::*;
 
 /// The seed's option syntax, `-L=140` and `-L 140`, is accepted (not yet enforced).
@@ -113,7 +115,9 @@ fn line_csv_columns() {
     assert_eq!(row[col("line")], site("faults.c", "fill").to_string());
 }
 
-/// visualize writes both flamegraphs with `lib|file:line` frames and tagged, coloured leaves.
+/// visualize writes both flamegraphs: frames named by function under the process's name,
+/// each tooltip adding the line and the library, the program's own frames green, the leaves
+/// coloured by kind; `--label line|both` draw the other forms.
 #[test]
 fn visualize_writes_flamegraphs() {
     let w = workloads();
@@ -126,19 +130,227 @@ fn visualize_writes_flamegraphs() {
         String::from_utf8_lossy(&out.stderr)
     );
     let pid = dir.pids("faults", "parquet")[0];
-    let frame = format!("faults|faults.c:{}", site("faults.c", "fill"));
+    let line = site("faults.c", "fill");
+    let svg_of = |kind: &str| {
+        std::fs::read_to_string(fltrace_trace::files::path(dir.path(), kind, pid, "svg"))
+            .expect("svg")
+    };
+    // The fill of the frame whose tooltip starts with `title`, as `rgb(r,g,b)` figures.
+    let fill_of = |svg: &str, title: &str| -> Vec<u32> {
+        let at = svg.find(title).unwrap_or_else(|| panic!("no {title}"));
+        let fill = svg[at..].find("fill=\"rgb(").expect("a fill") + at + 10;
+        let end = svg[fill..].find(')').expect("rgb(...)") + fill;
+        svg[fill..end]
+            .split(',')
+            .map(|v| v.parse().expect("a number"))
+            .collect()
+    };
     for kind in ["flamegraph", "flamegraph-alloc"] {
-        let svg = std::fs::read_to_string(fltrace_trace::files::path(dir.path(), kind, pid, "svg"))
-            .expect("svg");
-        assert!(svg.contains(&frame), "{kind} lacks {frame}");
-        let leaf = svg
-            .find("<title>[write] (100 faults")
-            .expect("write leaf with 100 faults");
+        let svg = svg_of(kind);
+        // The loader's and libc's faults are drawn too: 100 of fill's among them.
+        let title = svg
+            .find("<title>fill (100 faults, ")
+            .expect("fill's tooltip");
+        let tooltip = &svg[title..title + svg[title..].find("</title>").expect("closed")];
         assert!(
-            svg[leaf..].contains("fill=\"rgb(255,0,0)\""),
-            "write leaf is red"
+            tooltip.ends_with(&format!("%)\nfaults.c:{line} in faults")),
+            "{kind}: {tooltip}"
+        );
+        // The process's name is the root, which every fault is under.
+        let root = svg.find("<title>faults (").expect("root");
+        assert!(svg[root..].starts_with("<title>faults (") && svg[root..].contains("100.00%)"));
+        assert!(!svg.contains("(1 faults"), "{kind}: one fault is singular");
+        assert!(
+            !svg.contains("faults|"),
+            "{kind} names the library in a label"
+        );
+        let leaf = fill_of(&svg, "<title>[write] (100 faults");
+        assert_eq!(leaf, [255, 0, 0], "write leaf is red");
+        let fill = fill_of(&svg, "<title>fill (");
+        assert!(
+            fill[1] > fill[0] && fill[1] > fill[2],
+            "the program's fill is green: {fill:?}"
         );
     }
+    assert!(dir.run(&["visualize", "--label", "line"]).status.success());
+    let svg = svg_of("flamegraph");
+    assert!(
+        svg.contains(&format!("<title>faults.c:{line} (100 faults, "))
+            && svg.contains(&format!("%)\nfill\nfaults.c:{line} in faults</title>")),
+        "--label line"
+    );
+    assert!(dir.run(&["visualize", "--label", "both"]).status.success());
+    assert!(
+        svg_of("flamegraph").contains(&format!("<title>fill faults.c:{line} (100 faults")),
+        "--label both"
+    );
+}
+
+/// A recording of several processes also gets one flamegraph of them all, rooted by their
+/// names as `report --by comm` counts them: `sh`, and the two `faults` it ran under one root
+/// holding fill's 10 faults and read_pages' 5.
+#[test]
+fn visualize_draws_every_process_rooted_by_name() {
+    let w = workloads();
+    let dir = Dir::new();
+    let faults = w.faults.to_str().expect("utf-8 path");
+    let script = format!("{faults} nested 10; {faults} read 5");
+    dir.record(&[Path::new("sh")], &["-c", &script]);
+    let out = dir.run(&["visualize"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let path = listed
+        .lines()
+        .find(|l| l.contains("fltrace-data-flamegraph-processes-"))
+        .unwrap_or_else(|| panic!("no graph of every process in {listed}"));
+    let svg = std::fs::read_to_string(dir.path().join(path)).expect("svg");
+    let by_comm = dir.report_json(&["--by", "comm"]);
+    let groups = by_comm["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 2, "{by_comm}");
+    for group in groups {
+        let root = format!(
+            "<title>{} ({} faults, ",
+            group["comm"].as_str().expect("comm"),
+            group["count"]
+        );
+        assert!(svg.contains(&root), "no {root}");
+    }
+    assert!(svg.contains("<title>fill (10 faults, "));
+    assert!(svg.contains("<title>read_pages (5 faults, "));
+}
+
+/// `report -g` prints the call tree as perf does: by caller, `main`'s branch to `level1`
+/// then `level2` and `fill` aligned under it (each takes all its caller's faults); by callee,
+/// `fill` first with its 100 faults and its callers up to the process, one per line.
+#[test]
+fn report_call_graph_as_perf() {
+    let w = workloads();
+    let dir = Dir::new();
+    dir.record(&[&w.faults], &["nested", "100"]);
+    let text = |args: &[&str]| {
+        let out = dir.run(&[&["report"][..], args].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let total = dir.report_json(&[])["faults"].as_u64().expect("total");
+    let callers = text(&["-g"]);
+    let lines: Vec<&str> = callers.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "# {total} faults by caller (-g callee for the other way); percentages of all \
+             faults, branches under 0.5% gathered"
+        )
+    );
+    assert_eq!(lines[2], format!("   100.00%  {total:>9}  faults"));
+    let at = lines
+        .iter()
+        .position(|l| l.ends_with("--level1"))
+        .unwrap_or_else(|| panic!("no level1 branch in\n{callers}"));
+    let column = lines[at].len() - "level1".len();
+    let pad = &lines[at][..lines[at].rfind('|').expect("a branch") + 1];
+    assert_eq!(
+        lines[at + 1],
+        format!("{pad}{}level2", " ".repeat(column - pad.len()))
+    );
+    assert_eq!(
+        lines[at + 2],
+        format!("{pad}{}fill", " ".repeat(column - pad.len()))
+    );
+    assert!(lines[at - 2].ends_with("--main"), "{callers}");
+
+    let callees = text(&["-g", "callee", "--top", "1"]);
+    let mut lines = callees.lines().skip(2);
+    let root = lines.next().expect("root");
+    assert!(root.ends_with("%        100  fill"), "{callees}");
+    let chain: Vec<&str> = lines.take(9).collect();
+    assert_eq!(
+        chain,
+        [
+            "            |",
+            "            ---level2",
+            "               level1",
+            "               main",
+            "               __libc_start_call_main",
+            "               __libc_start_main_impl",
+            "               _start",
+            "               faults",
+            "",
+        ],
+        "{callees}"
+    );
+    // The roots `--top 1` left out are counted, not dropped.
+    let last = callees.lines().last().expect("a last line");
+    assert!(
+        last.starts_with("# ") && last.ends_with(" faults): --top 0 shows all"),
+        "{callees}"
+    );
+}
+
+/// `-o` is where output goes, a directory created when missing for the commands that write
+/// several files (`record -o new/rec`, `visualize -o new/svg`, parents too), a file for
+/// `report -o`; a refused `record` leaves no directory behind.
+#[test]
+fn output_directories_are_created() {
+    let w = workloads();
+    let dir = Dir::new();
+    let faults = w.faults.to_str().expect("utf-8 path");
+    let out = dir.run(&["record", "-q", "-o", "new/rec", "--", faults, "nested", "5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec = dir.path().join("new/rec");
+    let pid = {
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir(&rec).expect("record created new/rec") {
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .into_string()
+                .expect("utf-8");
+            if let Some(pid) = name
+                .strip_prefix("fltrace-data-faults-")
+                .and_then(|n| n.strip_suffix(".parquet"))
+            {
+                pids.push(pid.to_owned());
+            }
+        }
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        pids.remove(0)
+    };
+    let out = dir.run(&["visualize", "-d", "new/rec", "-o", "svg/deep"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dir.path()
+            .join(format!("svg/deep/fltrace-data-flamegraph-{pid}.svg"))
+            .is_file()
+    );
+    let out = dir.run(&["report", "-d", "new/rec", "-p", &pid, "-o", "report.txt"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.txt")).expect("report -o FILE");
+    assert!(report.contains("fill"), "{report}");
+    // No command: refused, and the directory it would have recorded into is not left.
+    let out = dir.run(&["record", "-o", "refused"]);
+    assert!(!out.status.success());
+    assert!(!dir.path().join("refused").exists());
 }
 
 /// report acts on the newest recording; older ones stay selectable by pid; nothing is deleted.
