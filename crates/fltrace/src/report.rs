@@ -12,7 +12,7 @@ use fltrace_analyze::{
 use fltrace_render::report::{alloc_tables, faults, threads};
 
 use crate::cli::{By, ReportArgs, ReportFormat};
-use crate::load::{Allocs, load_counts, load_with};
+use crate::load::{Allocs, load_allocs, load_counts, load_with};
 
 /// What a report is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +205,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     let loaded = match mode {
         Mode::Faults(_) => load_counts(&args.selection)?,
         Mode::Threads(_) => load_with(&args.selection, Allocs::Skip)?,
-        _ => load_with(&args.selection, Allocs::Required)?,
+        _ => load_allocs(&args.selection)?,
     };
     eprintln!(
         "fltrace: {}",

@@ -170,8 +170,37 @@ impl Dir {
         cmd
     }
 
+    /// Runs fltrace with `args`. An allocation report (`report --allocs`, `--leaks`, `--by
+    /// alloc-site`) runs twice, streamed and from the whole tables held in memory (the
+    /// oracle), and must come out the same, byte for byte.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.fltrace().args(args).output().expect("fltrace runs")
+        let out = self.fltrace().args(args).output().expect("fltrace runs");
+        let allocation_report = args.first() == Some(&"report")
+            && args
+                .iter()
+                .any(|a| matches!(*a, "--allocs" | "--leaks" | "alloc-site"));
+        if allocation_report {
+            let whole = self
+                .fltrace()
+                .env("FLTRACE_ALLOCS_WHOLE_TABLE", "1")
+                .args(args)
+                .output()
+                .expect("fltrace runs");
+            assert_eq!(
+                (
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                (
+                    whole.status.code(),
+                    String::from_utf8_lossy(&whole.stdout),
+                    String::from_utf8_lossy(&whole.stderr)
+                ),
+                "streamed and whole-table reports differ: fltrace {args:?}"
+            );
+        }
+        out
     }
 
     /// Records `command` and checks that fltrace succeeded.
