@@ -1705,6 +1705,110 @@ mod tests {
         assert_eq!(trace_end_ns(&events, &[fault(30, 0)]), 30);
     }
 
+    /// The one pass against the whole-table path, on `events` (in time order) and `faults`:
+    /// the same totals at every leak age and the same block for every fault.
+    fn assert_pass_matches(events: &[AllocEvent], faults: &[Fault], execs: &[u64]) {
+        let lifetimes = Lifetimes::new(events, execs);
+        let hits = attribute_faults(&lifetimes, faults);
+        let mut pass = AllocPass::new(execs);
+        let mut sorted: Vec<&Fault> = faults.iter().collect();
+        sorted.sort_by_key(|f| f.time_ns);
+        let mut next = sorted.into_iter().peekable();
+        let mut got: Vec<(Fault, Option<BlockHit>)> = Vec::new();
+        for event in events {
+            while let Some(f) = next.next_if(|f| f.time_ns < event.time_ns) {
+                pass.fault(f, true).unwrap();
+            }
+            pass.event(event).unwrap();
+            got.extend(pass.take_attributed());
+        }
+        for f in next {
+            pass.fault(f, false).unwrap();
+        }
+        let (totals, rest) = pass.finish();
+        got.extend(rest);
+        let end = trace_end_ns(events, faults);
+        for age in [0, 1, 5, 1000] {
+            let whole = AllocStats::new(events, &lifetimes, end, age);
+            let streamed = totals.stats(end, age);
+            assert_eq!(format!("{streamed:?}"), format!("{whole:?}"), "age {age}");
+        }
+        let mut expected: Vec<(u64, u64, Option<BlockHit>)> = faults
+            .iter()
+            .zip(&hits)
+            .map(|(f, hit)| {
+                let b = hit.map(|b| &lifetimes.blocks[b as usize]);
+                (f.time_ns, f.addr.get(), b.map(|b| (b.stack_id, b.kind)))
+            })
+            .collect();
+        let mut streamed: Vec<(u64, u64, Option<BlockHit>)> = got
+            .iter()
+            .map(|(f, hit)| (f.time_ns, f.addr.get(), *hit))
+            .collect();
+        expected.sort_unstable_by_key(|&(t, a, h)| (t, a, h.map(|(s, _)| s)));
+        streamed.sort_unstable_by_key(|&(t, a, h)| (t, a, h.map(|(s, _)| s)));
+        assert_eq!(streamed, expected);
+    }
+
+    /// The one pass gives what the whole-table path gives, on random calls of every kind
+    /// from four threads over a small address range (overlaps, unknown frees, cuts, execs)
+    /// and random faults, chunk headers of blocks born later among them.
+    #[test]
+    fn one_pass_matches_whole_table() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..40 {
+            let mut events = Vec::new();
+            let mut faults = Vec::new();
+            let mut time = 1;
+            for _ in 0..400 {
+                time += next(3);
+                let addr = 0x10000 + next(64) * 0x100;
+                let tid = next(4) as u32;
+                let stack = next(6) as u32;
+                let e = match next(10) {
+                    0..=3 => ev(time, tid, AllocCall::Malloc, addr, next(600)),
+                    4..=5 => free(time, addr),
+                    6 => realloc(time, addr, addr + 0x100 * next(2), next(400)),
+                    7 => mmap(
+                        time,
+                        0x10000 + next(16) * 4096,
+                        next(3) * 4096 + 1,
+                        MAP_PRIVATE_ANON,
+                    ),
+                    8 => ev(
+                        time,
+                        tid,
+                        AllocCall::Munmap,
+                        0x10000 + next(16) * 4096,
+                        4096,
+                    ),
+                    _ => ev(time, tid, AllocCall::Malloc, 0, 10),
+                };
+                events.push(AllocEvent {
+                    tid,
+                    stack_id: stack,
+                    ..e
+                });
+                for _ in 0..next(3) {
+                    let at = time.saturating_sub(next(4)) + next(4);
+                    faults.push(fault(at, 0x10000 + next(0x4000) - 16));
+                }
+            }
+            let execs = if round % 4 == 0 {
+                vec![time / 2]
+            } else {
+                Vec::new()
+            };
+            assert_pass_matches(&events, &faults, &execs);
+        }
+    }
+
     /// The size the sweep must handle in seconds: `cargo test --release -p fltrace-analyze
     /// -- --ignored --nocapture at_scale`.
     #[test]
