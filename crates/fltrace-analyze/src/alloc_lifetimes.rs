@@ -368,6 +368,589 @@ impl Lifetimes {
     }
 }
 
+/// A block alive in an [`AllocPass`].
+#[derive(Debug, Clone, Copy)]
+struct LiveBlock {
+    /// Its index among every block in the order they came to life (as in
+    /// [`Lifetimes::blocks`]): who allocated last, and how many blocks came after a fault.
+    serial: u64,
+    /// Index of the event of the call that allocated it (for a remnant, the original call).
+    event: u64,
+    /// That call's time.
+    allocated_ns: u64,
+    stack_id: u32,
+    kind: BlockKind,
+    addr: VirtAddr,
+    size: u64,
+    remnant: bool,
+}
+
+/// What a stack allocated, as far as the pass has come.
+#[derive(Debug, Clone, Copy, Default)]
+struct StackState {
+    /// Every total but the leaks (known at the end) and the peak's (kept below).
+    totals: AllocTotals,
+    /// Heap bytes and blocks of the stack alive now.
+    live_bytes: u64,
+    live_allocs: u64,
+    /// Whether they changed since the last peak (the stack is then in [`AllocPass::dirty`]).
+    dirty: bool,
+}
+
+/// Where a fault landed: the allocation stack and kind of the block.
+pub type BlockHit = (u32, BlockKind);
+
+/// A fault outside every live block, waiting for the blocks born after it: its chunk header
+/// may be one malloc wrote before the call's recorded time ([`header_of_unborn`]).
+#[derive(Debug, Clone, Copy)]
+struct Unborn {
+    fault: Fault,
+    /// The latest birth that may still be its block.
+    deadline_ns: u64,
+    /// How many births may still be.
+    births_left: u32,
+}
+
+/// The allocation events of one process paired into blocks in one pass in time order, with
+/// the faults attributed to the block alive at their address on the way: what
+/// [`Lifetimes::new`], [`AllocStats::new`] and [`attribute_faults`] compute, in memory
+/// bounded by the live blocks and the distinct stacks instead of the calls.
+///
+/// Events come through [`AllocPass::event`] in time order (equal times in the order
+/// recorded); faults through [`AllocPass::fault`] after every event of their time or
+/// earlier and before any later one.
+#[derive(Default)]
+pub struct AllocPass {
+    heap: RangeMap<u32>,
+    mappings: RangeMap<u32>,
+    /// Live blocks, by the slot the maps hold; `free_slots` are ended ones to reuse.
+    blocks: Vec<LiveBlock>,
+    free_slots: Vec<u32>,
+    /// Each thread's last allocation call: the serial of the block it made, if any.
+    last: FxHashMap<u32, Option<u64>>,
+    /// Addresses of heap blocks ended by an overlap, with how many frees of them to ignore.
+    pending: FxHashMap<VirtAddr, u32>,
+    heap_bytes: u64,
+    stacks: FxHashMap<u32, (BlockKind, StackState)>,
+    /// Heap bytes and blocks of each stack alive at the peak.
+    at_peak: FxHashMap<u32, (u64, u64)>,
+    /// Stacks whose live heap changed since the last peak.
+    dirty: Vec<u32>,
+    /// Failed calls per stack, with the kind of the first.
+    failed: FxHashMap<u32, (BlockKind, u64)>,
+    heap_sizes: SizeHistogram,
+    unknown_frees: u64,
+    overlaps: u64,
+    peak_ns: u64,
+    peak_bytes: u64,
+    /// Blocks born so far.
+    births: u64,
+    /// Events seen so far.
+    events: u64,
+    /// The time of the events seen last, and whether the peak was looked at after them.
+    time: Option<u64>,
+    group_open: bool,
+    execs: Vec<u64>,
+    next_exec: usize,
+    unborn: std::collections::VecDeque<Unborn>,
+    /// Faults attributed, waiting for [`AllocPass::take_attributed`].
+    attributed: Vec<(Fault, Option<BlockHit>)>,
+    last_fault_ns: u64,
+}
+
+/// Events or faults given to an [`AllocPass`] out of time order: it cannot take them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfOrder;
+
+/// What an [`AllocPass`] leaves at the end: the totals, and the blocks still alive.
+#[derive(Debug, Clone, Default)]
+pub struct PassTotals {
+    stacks: BTreeMap<u32, (BlockKind, AllocTotals)>,
+    live: Vec<LiveBlock>,
+    heap_sizes: SizeHistogram,
+    peak_ns: u64,
+    peak_bytes: u64,
+    unknown_frees: u64,
+    overlaps: u64,
+    /// The time of the last event.
+    pub last_event_ns: u64,
+    /// Blocks alive at the end.
+    pub live_blocks: usize,
+}
+
+impl AllocPass {
+    /// A pass over a process that exec'd at `execs` (ascending, see [`exec_times`]).
+    pub fn new(execs: &[u64]) -> AllocPass {
+        AllocPass {
+            execs: execs.to_vec(),
+            ..AllocPass::default()
+        }
+    }
+
+    /// Takes the next event.
+    pub fn event(&mut self, event: &AllocEvent) -> Result<(), OutOfOrder> {
+        let time = event.time_ns;
+        match self.time {
+            Some(last) if time < last => return Err(OutOfOrder),
+            Some(last) if time > last => self.close_group(),
+            _ => {}
+        }
+        // No block is born before this event: a fault waiting for one past its slack waits
+        // no more.
+        while let Some(u) = self.unborn.front().filter(|u| u.deadline_ns < time) {
+            let fault = u.fault;
+            self.unborn.pop_front();
+            self.attributed.push((fault, None));
+        }
+        self.exec_until(time);
+        self.time = Some(time);
+        self.group_open = true;
+        let index = self.events;
+        self.events += 1;
+        self.apply(index, event);
+        Ok(())
+    }
+
+    /// Takes the next fault; `more_events` says whether events of later times follow.
+    /// Its block is known once [`AllocPass::take_attributed`] hands it out (at most 64 births
+    /// or 50 ms of events later).
+    pub fn fault(&mut self, fault: &Fault, more_events: bool) -> Result<(), OutOfOrder> {
+        let time = fault.time_ns;
+        if time < self.last_fault_ns || self.time.is_some_and(|t| time < t) {
+            return Err(OutOfOrder);
+        }
+        self.last_fault_ns = time;
+        self.close_group();
+        // An exec ends the blocks only where a later event came to say so, as in
+        // [`Lifetimes::new`].
+        if more_events {
+            self.exec_until(time);
+        }
+        let addr = fault.addr;
+        let found = self
+            .heap
+            .get(addr)
+            .or_else(|| self.mappings.get(addr))
+            .map(|(_, _, slot)| slot)
+            .or_else(|| {
+                self.heap
+                    .neighbours(addr, CHUNK_HEADER)
+                    .into_iter()
+                    .flatten()
+                    .find(|&slot| live_chunk_header(&self.blocks[slot as usize], addr))
+            });
+        match found {
+            Some(slot) => {
+                let b = &self.blocks[slot as usize];
+                self.attributed.push((*fault, Some((b.stack_id, b.kind))));
+            }
+            None => self.unborn.push_back(Unborn {
+                fault: *fault,
+                deadline_ns: time.saturating_add(CALL_SLACK_NS),
+                births_left: UNBORN_BIRTHS,
+            }),
+        }
+        Ok(())
+    }
+
+    /// The faults whose block is known, with it (`None`: outside every block), in no
+    /// particular order.
+    pub fn take_attributed(&mut self) -> std::vec::Drain<'_, (Fault, Option<BlockHit>)> {
+        self.attributed.drain(..)
+    }
+
+    /// Blocks alive now.
+    pub fn live_blocks(&self) -> usize {
+        self.blocks.len() - self.free_slots.len()
+    }
+
+    /// Ends the pass: the faults still waiting are outside every block.
+    pub fn finish(mut self) -> (PassTotals, Vec<(Fault, Option<BlockHit>)>) {
+        self.close_group();
+        let waiting: Vec<Unborn> = self.unborn.drain(..).collect();
+        self.attributed
+            .extend(waiting.into_iter().map(|u| (u.fault, None)));
+        let mut stacks = BTreeMap::new();
+        for (&stack_id, &(kind, state)) in &self.stacks {
+            let mut totals = state.totals;
+            if let Some(&(bytes, allocs)) = self.at_peak.get(&stack_id) {
+                totals.peak_bytes = bytes;
+                totals.peak_allocs = allocs;
+            }
+            stacks.insert(stack_id, (kind, totals));
+        }
+        for (&stack_id, &(kind, count)) in &self.failed {
+            stacks
+                .entry(stack_id)
+                .or_insert((kind, AllocTotals::default()))
+                .1
+                .failed += count;
+        }
+        let free: FxHashSet<u32> = self.free_slots.iter().copied().collect();
+        let live: Vec<LiveBlock> = (0..self.blocks.len() as u32)
+            .filter(|slot| !free.contains(slot))
+            .map(|slot| self.blocks[slot as usize])
+            .collect();
+        let totals = PassTotals {
+            stacks,
+            live_blocks: live.len(),
+            live,
+            heap_sizes: self.heap_sizes,
+            peak_ns: self.peak_ns,
+            peak_bytes: self.peak_bytes,
+            unknown_frees: self.unknown_frees,
+            overlaps: self.overlaps,
+            last_event_ns: self.time.unwrap_or(0),
+        };
+        (totals, self.attributed)
+    }
+
+    /// Looks at the peak after the calls of one nanosecond.
+    fn close_group(&mut self) {
+        if !std::mem::take(&mut self.group_open) {
+            return;
+        }
+        if self.heap_bytes > self.peak_bytes {
+            self.peak_bytes = self.heap_bytes;
+            self.peak_ns = self.time.unwrap_or(0);
+            // Only the stacks changed since the last peak differ from what it holds.
+            for stack_id in self.dirty.drain(..) {
+                if let Some((_, state)) = self.stacks.get_mut(&stack_id) {
+                    state.dirty = false;
+                    self.at_peak
+                        .insert(stack_id, (state.live_bytes, state.live_allocs));
+                }
+            }
+        }
+    }
+
+    fn exec_until(&mut self, time: u64) {
+        while let Some(&exec) = self.execs.get(self.next_exec).filter(|&&e| e <= time) {
+            self.next_exec += 1;
+            self.end_all(exec);
+        }
+    }
+
+    fn apply(&mut self, index: u64, event: &AllocEvent) {
+        let time = event.time_ns;
+        match event.call {
+            AllocCall::Malloc
+            | AllocCall::Calloc
+            | AllocCall::Valloc
+            | AllocCall::Pvalloc
+            | AllocCall::Memalign
+            | AllocCall::AlignedAlloc
+            | AllocCall::PosixMemalign => {
+                self.last.insert(event.tid, None);
+                if event.addr.is_null() {
+                    self.fail(event);
+                } else {
+                    self.heap_block(index, event);
+                }
+            }
+            AllocCall::Realloc | AllocCall::Reallocarray => {
+                if event.addr.is_null() && event.size > 0 {
+                    self.last.insert(event.tid, None);
+                    self.fail(event);
+                    return;
+                }
+                if !event.old_addr.is_null() {
+                    self.free(event.old_addr, event.tid, time);
+                }
+                if !event.addr.is_null() {
+                    self.last.insert(event.tid, None);
+                    self.heap_block(index, event);
+                }
+            }
+            AllocCall::Free => {
+                if !event.addr.is_null() {
+                    self.free(event.addr, event.tid, time);
+                }
+            }
+            AllocCall::UsableSize => {}
+            AllocCall::Mmap => {
+                let anonymous = event.detail & 0xffff_ffff & MAP_ANONYMOUS != 0;
+                if failed_mapping(event.addr) {
+                    if anonymous {
+                        self.fail(event);
+                    }
+                    return;
+                }
+                let end = page_end(event.addr, event.size);
+                self.cut(event.addr, end, time);
+                if anonymous {
+                    self.mapping_block(index, event.stack_id, event.addr, end, time);
+                }
+            }
+            AllocCall::Munmap => {
+                self.cut(event.addr, page_end(event.addr, event.size), time);
+            }
+            AllocCall::Mremap => {
+                if failed_mapping(event.addr) {
+                    self.fail(event);
+                    return;
+                }
+                let old = self.mappings.get(event.old_addr);
+                // Read before the cut ends it.
+                let old_stack = old.map(|(_, _, slot)| self.blocks[slot as usize].stack_id);
+                if let Some((_, old_end, _)) = old {
+                    self.cut(event.old_addr, old_end, time);
+                }
+                let end = page_end(event.addr, event.size);
+                self.cut(event.addr, end, time);
+                if let Some(old_stack) = old_stack {
+                    let stack_id = if event.stack_id == AllocEvent::NO_STACK {
+                        old_stack
+                    } else {
+                        event.stack_id
+                    };
+                    self.mapping_block(index, stack_id, event.addr, end, time);
+                }
+            }
+            AllocCall::Brk | AllocCall::Sbrk => {
+                let (old, new) = (event.old_addr, event.addr);
+                if old.is_null() || failed_mapping(new) {
+                    return;
+                }
+                if new > old {
+                    self.cut(old, new, time);
+                    self.mapping_block(index, event.stack_id, old, new, time);
+                } else if new < old {
+                    self.cut(new, old, time);
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, event: &AllocEvent) {
+        let kind = if event.call.is_heap() {
+            BlockKind::Heap
+        } else {
+            BlockKind::Mapping
+        };
+        self.failed.entry(event.stack_id).or_insert((kind, 0)).1 += 1;
+    }
+
+    fn heap_block(&mut self, index: u64, event: &AllocEvent) {
+        let (addr, size, time) = (event.addr, event.size, event.time_ns);
+        let end = addr.saturating_add(size);
+        for (start, _, slot) in self.heap.take_overlapping(addr, end) {
+            self.overlaps += 1;
+            *self.pending.entry(start).or_default() += 1;
+            self.end_block(slot);
+        }
+        let block = LiveBlock {
+            serial: 0,
+            event: index,
+            allocated_ns: time,
+            stack_id: event.stack_id,
+            kind: BlockKind::Heap,
+            addr,
+            size,
+            remnant: false,
+        };
+        let (slot, serial) = self.push(block, time);
+        self.heap.insert(addr, end, slot);
+        self.last.insert(event.tid, Some(serial));
+    }
+
+    fn free(&mut self, addr: VirtAddr, tid: u32, time: u64) {
+        let _ = time;
+        if let Some(pending) = self.pending.get_mut(&addr) {
+            *pending -= 1;
+            if *pending == 0 {
+                self.pending.remove(&addr);
+            }
+            return;
+        }
+        match self.heap.starting_at(addr) {
+            Some((_, slot)) => {
+                self.heap.remove_if(addr, slot);
+                let b = self.blocks[slot as usize];
+                if self.last.get(&tid) == Some(&Some(b.serial))
+                    && let Some((_, state)) = self.stacks.get_mut(&b.stack_id)
+                {
+                    state.totals.temporary += 1;
+                }
+                self.end_block(slot);
+            }
+            None => self.unknown_frees += 1,
+        }
+    }
+
+    fn mapping_block(
+        &mut self,
+        index: u64,
+        stack_id: u32,
+        addr: VirtAddr,
+        end: VirtAddr,
+        time: u64,
+    ) {
+        let block = LiveBlock {
+            serial: 0,
+            event: index,
+            allocated_ns: time,
+            stack_id,
+            kind: BlockKind::Mapping,
+            addr,
+            size: end - addr,
+            remnant: false,
+        };
+        let (slot, _) = self.push(block, time);
+        self.mappings.insert(addr, end, slot);
+    }
+
+    fn cut(&mut self, start: VirtAddr, end: VirtAddr, time: u64) {
+        if start >= end {
+            return;
+        }
+        for (s, e, slot) in self.mappings.take_overlapping(start, end) {
+            let old = self.blocks[slot as usize];
+            self.end_block(slot);
+            for (from, to) in [(s, start), (end, e)] {
+                if from < to {
+                    let remnant = LiveBlock {
+                        addr: from,
+                        size: to - from,
+                        remnant: true,
+                        ..old
+                    };
+                    let (slot, _) = self.push(remnant, time);
+                    self.mappings.insert(from, to, slot);
+                }
+            }
+        }
+    }
+
+    fn end_all(&mut self, _time: u64) {
+        let mut ended: Vec<u32> = self.heap.drain().map(|(_, _, b)| b).collect();
+        ended.extend(self.mappings.drain().map(|(_, _, b)| b));
+        for slot in ended {
+            self.end_block(slot);
+        }
+        self.last.clear();
+        self.pending.clear();
+    }
+
+    fn end_block(&mut self, slot: u32) {
+        let b = self.blocks[slot as usize];
+        if b.kind == BlockKind::Heap {
+            self.heap_bytes -= b.size;
+            self.live_heap(b.stack_id, |state| {
+                state.live_bytes -= b.size;
+                state.live_allocs -= 1;
+            });
+        }
+        self.free_slots.push(slot);
+    }
+
+    fn live_heap(&mut self, stack_id: u32, change: impl FnOnce(&mut StackState)) {
+        if let Some((_, state)) = self.stacks.get_mut(&stack_id) {
+            change(state);
+            if !state.dirty {
+                state.dirty = true;
+                self.dirty.push(stack_id);
+            }
+        }
+    }
+
+    /// A block comes to life: its slot and serial.
+    fn push(&mut self, mut block: LiveBlock, time: u64) -> (u32, u64) {
+        block.serial = self.births;
+        self.births += 1;
+        // Faults waiting for a block born after them.
+        if !self.unborn.is_empty() {
+            let attributed = &mut self.attributed;
+            self.unborn.retain_mut(|u| {
+                if time > u.deadline_ns || u.births_left == 0 {
+                    attributed.push((u.fault, None));
+                    return false;
+                }
+                u.births_left -= 1;
+                if live_chunk_header(&block, u.fault.addr) {
+                    attributed.push((u.fault, Some((block.stack_id, block.kind))));
+                    return false;
+                }
+                true
+            });
+        }
+        let state = &mut self
+            .stacks
+            .entry(block.stack_id)
+            .or_insert((block.kind, StackState::default()))
+            .1;
+        if !block.remnant {
+            state.totals.allocs += 1;
+            state.totals.bytes = state.totals.bytes.saturating_add(block.size);
+            if block.kind == BlockKind::Heap {
+                self.heap_sizes.add(block.size);
+            }
+        }
+        if block.kind == BlockKind::Heap {
+            self.heap_bytes += block.size;
+            self.live_heap(block.stack_id, |state| {
+                state.live_bytes += block.size;
+                state.live_allocs += 1;
+            });
+        }
+        let serial = block.serial;
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.blocks[slot as usize] = block;
+                slot
+            }
+            None => {
+                self.blocks.push(block);
+                (self.blocks.len() - 1) as u32
+            }
+        };
+        (slot, serial)
+    }
+}
+
+impl PassTotals {
+    /// The totals as [`AllocStats::new`] gives them: leaks are the blocks alive at `end_ns`
+    /// allocated at least `min_leak_age_ns` before it.
+    pub fn stats(&self, end_ns: u64, min_leak_age_ns: u64) -> AllocStats {
+        let mut stats = AllocStats {
+            stacks: self.stacks.clone(),
+            heap_sizes: self.heap_sizes.clone(),
+            peak_ns: self.peak_ns,
+            peak_bytes: self.peak_bytes,
+            end_ns,
+            unknown_frees: self.unknown_frees,
+            overlaps: self.overlaps,
+        };
+        // A mapping cut in two is one leaked allocation, not two.
+        let mut leaked_remnants: FxHashSet<u64> = FxHashSet::default();
+        for block in &self.live {
+            if end_ns.saturating_sub(block.allocated_ns) < min_leak_age_ns {
+                continue;
+            }
+            let totals = &mut stats
+                .stacks
+                .entry(block.stack_id)
+                .or_insert((block.kind, AllocTotals::default()))
+                .1;
+            if !block.remnant || leaked_remnants.insert(block.event) {
+                totals.leaked_allocs += 1;
+            }
+            totals.leaked_bytes = totals.leaked_bytes.saturating_add(block.size);
+        }
+        stats
+    }
+}
+
+/// How long after a fault the call whose chunk header it wrote may be recorded.
+const CALL_SLACK_NS: u64 = 50_000_000;
+/// How many blocks born after a fault may be the one whose header it wrote.
+const UNBORN_BIRTHS: u32 = 64;
+
+/// [`is_chunk_header`] of a live block.
+fn live_chunk_header(b: &LiveBlock, addr: VirtAddr) -> bool {
+    chunk_header_at(b.kind, b.remnant, b.addr, b.size, addr)
+}
+
 fn failed_mapping(addr: VirtAddr) -> bool {
     // MAP_FAILED is -1; a recorder may also write 0.
     addr.is_null() || addr.get() == u64::MAX
@@ -667,13 +1250,24 @@ const CHUNK_HEADER: u64 = 16;
 /// just past its chunk. Either can be the first touch of a page, taken inside `malloc`; such a
 /// fault counts for the block the call returned.
 fn is_chunk_header(b: &Block, addr: VirtAddr) -> bool {
-    if b.kind != BlockKind::Heap || b.remnant {
+    chunk_header_at(b.kind, b.remnant, b.addr, b.size, addr)
+}
+
+/// [`is_chunk_header`] of a block of `kind` at `start` of `size` bytes.
+fn chunk_header_at(
+    kind: BlockKind,
+    remnant: bool,
+    start: VirtAddr,
+    size: u64,
+    addr: VirtAddr,
+) -> bool {
+    if kind != BlockKind::Heap || remnant {
         return false;
     }
     // glibc's request2size: the size plus its size field, in 16-byte units, 32 at least.
-    let chunk = (b.size.saturating_add(8 + 15) & !15).max(32);
-    let next_size = b.addr.saturating_add(chunk - 8);
-    (b.addr.saturating_sub(CHUNK_HEADER)..b.addr).contains(&addr)
+    let chunk = (size.saturating_add(8 + 15) & !15).max(32);
+    let next_size = start.saturating_add(chunk - 8);
+    (start.saturating_sub(CHUNK_HEADER)..start).contains(&addr)
         || (next_size..next_size.saturating_add(8)).contains(&addr)
 }
 
@@ -682,11 +1276,10 @@ fn is_chunk_header(b: &Block, addr: VirtAddr) -> bool {
 /// recorder's clock read when the call ends, which can be well after the fault when the
 /// thread was preempted in between (milliseconds on a busy machine).
 fn header_of_unborn(blocks: &[Block], born: usize, fault: &Fault) -> Option<u32> {
-    const CALL_SLACK_NS: u64 = 50_000_000;
     blocks
         .get(born..)?
         .iter()
-        .take(64)
+        .take(UNBORN_BIRTHS as usize)
         .take_while(|b| b.start_ns <= fault.time_ns.saturating_add(CALL_SLACK_NS))
         .position(|b| is_chunk_header(b, fault.addr))
         .map(|i| (born + i) as u32)
@@ -1110,6 +1703,110 @@ mod tests {
         assert_eq!(spans(&l), vec![(0x1000, 8, 10, Some(20), false)]);
         assert_eq!(l.blocks[0].event, 1);
         assert_eq!(trace_end_ns(&events, &[fault(30, 0)]), 30);
+    }
+
+    /// The one pass against the whole-table path, on `events` (in time order) and `faults`:
+    /// the same totals at every leak age and the same block for every fault.
+    fn assert_pass_matches(events: &[AllocEvent], faults: &[Fault], execs: &[u64]) {
+        let lifetimes = Lifetimes::new(events, execs);
+        let hits = attribute_faults(&lifetimes, faults);
+        let mut pass = AllocPass::new(execs);
+        let mut sorted: Vec<&Fault> = faults.iter().collect();
+        sorted.sort_by_key(|f| f.time_ns);
+        let mut next = sorted.into_iter().peekable();
+        let mut got: Vec<(Fault, Option<BlockHit>)> = Vec::new();
+        for event in events {
+            while let Some(f) = next.next_if(|f| f.time_ns < event.time_ns) {
+                pass.fault(f, true).unwrap();
+            }
+            pass.event(event).unwrap();
+            got.extend(pass.take_attributed());
+        }
+        for f in next {
+            pass.fault(f, false).unwrap();
+        }
+        let (totals, rest) = pass.finish();
+        got.extend(rest);
+        let end = trace_end_ns(events, faults);
+        for age in [0, 1, 5, 1000] {
+            let whole = AllocStats::new(events, &lifetimes, end, age);
+            let streamed = totals.stats(end, age);
+            assert_eq!(format!("{streamed:?}"), format!("{whole:?}"), "age {age}");
+        }
+        let mut expected: Vec<(u64, u64, Option<BlockHit>)> = faults
+            .iter()
+            .zip(&hits)
+            .map(|(f, hit)| {
+                let b = hit.map(|b| &lifetimes.blocks[b as usize]);
+                (f.time_ns, f.addr.get(), b.map(|b| (b.stack_id, b.kind)))
+            })
+            .collect();
+        let mut streamed: Vec<(u64, u64, Option<BlockHit>)> = got
+            .iter()
+            .map(|(f, hit)| (f.time_ns, f.addr.get(), *hit))
+            .collect();
+        expected.sort_unstable_by_key(|&(t, a, h)| (t, a, h.map(|(s, _)| s)));
+        streamed.sort_unstable_by_key(|&(t, a, h)| (t, a, h.map(|(s, _)| s)));
+        assert_eq!(streamed, expected);
+    }
+
+    /// The one pass gives what the whole-table path gives, on random calls of every kind
+    /// from four threads over a small address range (overlaps, unknown frees, cuts, execs)
+    /// and random faults, chunk headers of blocks born later among them.
+    #[test]
+    fn one_pass_matches_whole_table() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..40 {
+            let mut events = Vec::new();
+            let mut faults = Vec::new();
+            let mut time = 1;
+            for _ in 0..400 {
+                time += next(3);
+                let addr = 0x10000 + next(64) * 0x100;
+                let tid = next(4) as u32;
+                let stack = next(6) as u32;
+                let e = match next(10) {
+                    0..=3 => ev(time, tid, AllocCall::Malloc, addr, next(600)),
+                    4..=5 => free(time, addr),
+                    6 => realloc(time, addr, addr + 0x100 * next(2), next(400)),
+                    7 => mmap(
+                        time,
+                        0x10000 + next(16) * 4096,
+                        next(3) * 4096 + 1,
+                        MAP_PRIVATE_ANON,
+                    ),
+                    8 => ev(
+                        time,
+                        tid,
+                        AllocCall::Munmap,
+                        0x10000 + next(16) * 4096,
+                        4096,
+                    ),
+                    _ => ev(time, tid, AllocCall::Malloc, 0, 10),
+                };
+                events.push(AllocEvent {
+                    tid,
+                    stack_id: stack,
+                    ..e
+                });
+                for _ in 0..next(3) {
+                    let at = time.saturating_sub(next(4)) + next(4);
+                    faults.push(fault(at, 0x10000 + next(0x4000) - 16));
+                }
+            }
+            let execs = if round % 4 == 0 {
+                vec![time / 2]
+            } else {
+                Vec::new()
+            };
+            assert_pass_matches(&events, &faults, &execs);
+        }
     }
 
     /// The size the sweep must handle in seconds: `cargo test --release -p fltrace-analyze

@@ -2,33 +2,42 @@
 //! over one or more processes: per-process totals, their sums, sites ranked, stacks that read
 //! the same merged, and what each site allocated beside the faults in it.
 
+use std::ops::Range;
+
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::ProcessTrace;
+use fltrace_trace::{AllocEvent, Fault, FaultFlags, ProcessTrace, Recording};
 
-use crate::alloc_lifetimes::{AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram};
-use crate::group::{
-    AllocGroup, AllocSiteGroup, AllocSource, GroupBy, group_allocs, group_faults_by_alloc_site,
+use crate::alloc_lifetimes::{
+    AllocPass, AllocStats, AllocTotals, Block, BlockKind, Lifetimes, PassTotals, SizeHistogram,
+    exec_times,
 };
+use crate::group::{
+    AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, GroupBy, OriginCounts, OriginSource,
+    count_origins, group_allocs, group_origins_by_alloc_site,
+};
+use crate::range_map::MappingIndex;
 use crate::{Loaded, Location, ResolvedStacks, attribute_faults};
 
 /// One process's allocations, paired and totalled.
 pub struct AllocProcess<'a> {
-    /// The process's trace, with its allocation events.
+    /// The process's trace (its allocation events only on the whole-table path).
     pub trace: &'a ProcessTrace,
     /// Its fault stacks, resolved.
     pub stacks: &'a ResolvedStacks,
     /// Its allocation stacks, resolved.
     pub alloc_stacks: &'a ResolvedStacks,
-    /// Its blocks.
-    pub lifetimes: Lifetimes,
     /// Its totals per allocating stack.
     pub stats: AllocStats,
+    /// Its faults counted by where they landed, their stack and flags.
+    pub origins: OriginCounts,
 }
 
 impl<'a> AllocProcess<'a> {
-    /// Pairs and totals the allocations of `trace`; leaks are the blocks alive at its end
-    /// that were allocated at least `min_leak_age_ns` before it.
+    /// Pairs and totals the allocations of `trace` held whole in memory (the faults too);
+    /// leaks are the blocks alive at its end that were allocated at least `min_leak_age_ns`
+    /// before it. What [`AllocProcess::streamed`] computes in one pass: kept as its oracle and
+    /// for traces loaded whole.
     pub fn new(
         trace: &'a ProcessTrace,
         stacks: &'a ResolvedStacks,
@@ -37,12 +46,43 @@ impl<'a> AllocProcess<'a> {
     ) -> AllocProcess<'a> {
         let lifetimes = Lifetimes::of_trace(trace);
         let stats = AllocStats::new(&trace.allocs, &lifetimes, trace.end_ns(), min_leak_age_ns);
+        let hits = attribute_faults(&lifetimes, &trace.faults);
+        let origins = count_origins(&AllocSource {
+            trace,
+            stacks,
+            alloc_stacks,
+            lifetimes: &lifetimes,
+            hits: &hits,
+        });
         AllocProcess {
             trace,
             stacks,
             alloc_stacks,
-            lifetimes,
             stats,
+            origins,
+        }
+    }
+
+    /// The allocations of `trace` as [`stream_allocs`] paired them.
+    pub fn streamed(
+        trace: &'a ProcessTrace,
+        stacks: &'a ResolvedStacks,
+        alloc_stacks: &'a ResolvedStacks,
+        streamed: &StreamedAllocs,
+        min_leak_age_ns: u64,
+    ) -> AllocProcess<'a> {
+        let stats = streamed.totals.stats(streamed.end_ns(), min_leak_age_ns);
+        let origins = streamed
+            .origins
+            .iter()
+            .map(|(&(origin, stack_id, flags), &(count, _))| (origin, stack_id, flags, count))
+            .collect();
+        AllocProcess {
+            trace,
+            stacks,
+            alloc_stacks,
+            stats,
+            origins,
         }
     }
 }
@@ -58,19 +98,210 @@ pub fn leak_age_ns(older_ms: Option<u64>) -> u64 {
 pub fn alloc_processes(loaded: &Loaded, min_leak_age_ns: u64) -> (Vec<AllocProcess<'_>>, Vec<u32>) {
     let mut processes = Vec::new();
     let mut without = Vec::new();
-    for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
-        if loaded.has_allocs(trace.pid) {
-            processes.push(AllocProcess::new(
-                trace,
-                stacks,
-                alloc_stacks,
-                min_leak_age_ns,
-            ));
-        } else {
+    for (i, ((trace, stacks), alloc_stacks)) in
+        loaded.traces.iter().zip(&loaded.alloc_stacks).enumerate()
+    {
+        if !loaded.has_allocs(trace.pid) {
             without.push(trace.pid);
+            continue;
         }
+        processes.push(match loaded.streamed.get(i).and_then(Option::as_ref) {
+            Some(streamed) => {
+                AllocProcess::streamed(trace, stacks, alloc_stacks, streamed, min_leak_age_ns)
+            }
+            None => AllocProcess::new(trace, stacks, alloc_stacks, min_leak_age_ns),
+        });
     }
     (processes, without)
+}
+
+/// A fault's key in [`StreamedAllocs::origins`]: where it landed, its stack and flags.
+pub type OriginKey = (FaultOrigin, u32, FaultFlags);
+
+/// One process's allocations paired in one pass in time order, its faults attributed to
+/// blocks on the way ([`stream_allocs`]).
+#[derive(Debug, Clone, Default)]
+pub struct StreamedAllocs {
+    /// The totals, and the blocks alive at the end.
+    pub totals: PassTotals,
+    /// The faults per (where they landed, stack, flags): how many, and the time of the last.
+    pub origins: FxHashMap<OriginKey, (u64, u64)>,
+    /// The most blocks alive at once.
+    pub most_live: usize,
+}
+
+impl StreamedAllocs {
+    /// The end of the trace: its last allocation event or fault counted, whichever is later.
+    pub fn end_ns(&self) -> u64 {
+        let last_fault = self.origins.values().map(|&(_, last)| last).max();
+        last_fault.unwrap_or(0).max(self.totals.last_event_ns)
+    }
+
+    /// Keeps the faults of the (stack, flags) that `keep` keeps.
+    pub fn retain_faults(&mut self, keep: impl Fn(u32, FaultFlags) -> bool) {
+        self.origins
+            .retain(|&(_, stack_id, flags), _| keep(stack_id, flags));
+    }
+
+    /// Each distinct (fault stack, allocation stack of the block it hit), for
+    /// [`crate::detect_allocators_counted`].
+    pub fn hits(&self) -> impl Iterator<Item = (u32, Option<u32>)> + '_ {
+        self.origins.keys().map(|&(origin, stack_id, _)| {
+            let block = match origin {
+                FaultOrigin::Block { stack_id, .. } => Some(stack_id),
+                FaultOrigin::Outside { .. } => None,
+            };
+            (stack_id, block)
+        })
+    }
+}
+
+/// Pairs the allocation events of process `pid` of `recording` in one pass in time order, a
+/// row group at a time, attributing its faults (those in `window`, ns since the epoch, and
+/// kept by `keep`) to the blocks they landed in: memory follows the blocks alive at once and
+/// the distinct stacks, not the calls. `trace` is the process without its faults and events
+/// ([`Recording::load_streaming_allocs`]). Tables not in time order (none that fltrace
+/// writes) are read whole and sorted.
+pub fn stream_allocs(
+    recording: &Recording,
+    pid: u32,
+    trace: &ProcessTrace,
+    window: Option<Range<u64>>,
+    keep: &dyn Fn(&Fault) -> bool,
+) -> Result<StreamedAllocs, fltrace_trace::Error> {
+    let execs = exec_times(&trace.mappings);
+    let keep =
+        |fault: &Fault| window.as_ref().is_none_or(|w| w.contains(&fault.time_ns)) && keep(fault);
+    let events = recording.alloc_row_groups(pid)?;
+    let faults = recording.fault_rows(pid)?;
+    if let Some(streamed) = pass(events, faults, &execs, trace, &keep)? {
+        return Ok(streamed);
+    }
+    let mut events: Vec<AllocEvent> = Vec::new();
+    for group in recording.alloc_row_groups(pid)? {
+        events.extend(group?);
+    }
+    let mut faults: Vec<Fault> = Vec::new();
+    for group in recording.fault_rows(pid)? {
+        faults.extend(group?.into_iter().filter(|f| keep(f)));
+    }
+    // Stable: equal times keep their order, as the whole-table path takes them.
+    events.sort_by_key(|e| e.time_ns);
+    faults.sort_by_key(|f| f.time_ns);
+    let sorted = pass(
+        std::iter::once(Ok(events)),
+        std::iter::once(Ok(faults)),
+        &execs,
+        trace,
+        &keep,
+    )?;
+    sorted.ok_or_else(|| fltrace_trace::Error::Format {
+        path: fltrace_trace::files::allocs(&recording.dir, pid),
+        message: "events out of time order after sorting".into(),
+    })
+}
+
+/// Rows of a table a row group at a time, looked at one by one.
+struct Cursor<T, I> {
+    groups: I,
+    rows: Vec<T>,
+    at: usize,
+}
+
+impl<T: Copy, I: Iterator<Item = Result<Vec<T>, fltrace_trace::Error>>> Cursor<T, I> {
+    fn new(groups: I) -> Self {
+        Cursor {
+            groups,
+            rows: Vec::new(),
+            at: 0,
+        }
+    }
+
+    fn peek(&mut self) -> Result<Option<T>, fltrace_trace::Error> {
+        while self.at >= self.rows.len() {
+            match self.groups.next() {
+                None => return Ok(None),
+                Some(rows) => {
+                    self.rows = rows?;
+                    self.at = 0;
+                }
+            }
+        }
+        Ok(Some(self.rows[self.at]))
+    }
+}
+
+/// One pass over `events` and `faults` merged by time (a fault after the events of its
+/// nanosecond); `None` if either is out of time order.
+fn pass(
+    events: impl Iterator<Item = Result<Vec<AllocEvent>, fltrace_trace::Error>>,
+    faults: impl Iterator<Item = Result<Vec<Fault>, fltrace_trace::Error>>,
+    execs: &[u64],
+    trace: &ProcessTrace,
+    keep: &dyn Fn(&Fault) -> bool,
+) -> Result<Option<StreamedAllocs>, fltrace_trace::Error> {
+    let mappings = MappingIndex::new(&trace.mappings);
+    let mut origins: FxHashMap<OriginKey, (u64, u64)> = FxHashMap::default();
+    let mut count = |fault: &Fault, hit: Option<(u32, BlockKind)>| {
+        let origin = match hit {
+            Some((stack_id, kind)) => FaultOrigin::Block { stack_id, kind },
+            None => {
+                let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
+                FaultOrigin::Outside {
+                    mapping: mappings.get(generation, fault.addr),
+                }
+            }
+        };
+        let entry = origins
+            .entry((origin, fault.stack_id, fault.flags))
+            .or_insert((0, 0));
+        entry.0 += 1;
+        entry.1 = entry.1.max(fault.time_ns);
+    };
+    let mut pass = AllocPass::new(execs);
+    let (mut events, mut faults) = (Cursor::new(events), Cursor::new(faults));
+    let mut most_live = 0;
+    loop {
+        let event = events.peek()?;
+        let fault = match faults.peek()? {
+            Some(f) if !keep(&f) => {
+                faults.at += 1;
+                continue;
+            }
+            fault => fault,
+        };
+        let taken = match (event, fault) {
+            (Some(e), Some(f)) if f.time_ns < e.time_ns => {
+                faults.at += 1;
+                pass.fault(&f, true)
+            }
+            (Some(e), _) => {
+                events.at += 1;
+                pass.event(&e)
+            }
+            (None, Some(f)) => {
+                faults.at += 1;
+                pass.fault(&f, false)
+            }
+            (None, None) => break,
+        };
+        if taken.is_err() {
+            return Ok(None);
+        }
+        most_live = most_live.max(pass.live_blocks());
+        for (fault, hit) in pass.take_attributed() {
+            count(&fault, hit);
+        }
+    }
+    let (totals, attributed) = pass.finish();
+    for (fault, hit) in &attributed {
+        count(fault, *hit);
+    }
+    Ok(Some(StreamedAllocs {
+        totals,
+        origins,
+        most_live,
+    }))
 }
 
 /// The sums over processes.
@@ -169,23 +400,20 @@ pub struct FaultsByAllocSite {
 impl FaultsByAllocSite {
     /// The faults of `processes` by the site of the block each landed in.
     pub fn of(processes: &[AllocProcess<'_>]) -> FaultsByAllocSite {
-        let hits: Vec<Vec<Option<u32>>> = processes
-            .iter()
-            .map(|p| attribute_faults(&p.lifetimes, &p.trace.faults))
-            .collect();
-        let groups =
-            group_faults_by_alloc_site(processes.iter().zip(&hits).map(|(p, hits)| AllocSource {
-                trace: p.trace,
-                stacks: p.stacks,
-                alloc_stacks: p.alloc_stacks,
-                lifetimes: &p.lifetimes,
-                hits,
-            }));
+        let groups = group_origins_by_alloc_site(processes.iter().map(|p| OriginSource {
+            trace: p.trace,
+            stacks: p.stacks,
+            alloc_stacks: p.alloc_stacks,
+            origins: &p.origins,
+        }));
         let allocated = group_process_allocs(processes, GroupBy::Line)
             .into_iter()
             .map(|g| ((g.key.location, g.kind), g.totals))
             .collect();
-        let total = processes.iter().map(|p| p.trace.faults.len() as u64).sum();
+        let total = processes
+            .iter()
+            .flat_map(|p| p.origins.iter().map(|&(_, _, _, count)| count))
+            .sum();
         let in_blocks = groups
             .iter()
             .filter(|g| g.kind.is_some())

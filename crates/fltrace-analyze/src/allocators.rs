@@ -363,11 +363,26 @@ pub fn detect_allocators(
     alloc_stacks: &ResolvedStacks,
 ) -> Vec<String> {
     let blocks = crate::attribute_faults(lifetimes, faults);
+    let hits = faults.iter().zip(&blocks).map(|(fault, block)| {
+        let alloc_stack = block.map(|b| lifetimes.blocks[b as usize].stack_id);
+        (fault.stack_id, alloc_stack)
+    });
+    detect_allocators_counted(rules, hits, stacks, alloc_stacks)
+}
+
+/// [`detect_allocators`] from each fault's stack id and the allocation stack id of the block
+/// it landed in (`None`: outside every block); each distinct pair once is enough.
+pub fn detect_allocators_counted(
+    rules: &FrameRules,
+    hits: impl IntoIterator<Item = (u32, Option<u32>)>,
+    stacks: &ResolvedStacks,
+    alloc_stacks: &ResolvedStacks,
+) -> Vec<String> {
     // Per candidate: whether every one of its faults was in a block it allocated, and whether
     // one was in a block it got while called from elsewhere.
-    let mut candidates: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
-    for (fault, block) in faults.iter().zip(&blocks) {
-        let stack = stacks.get(fault.stack_id);
+    let mut candidates: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    for (fault_stack, block_stack) in hits {
+        let stack = stacks.get(fault_stack);
         let Some(position) = program_call_site(rules, stack) else {
             continue;
         };
@@ -385,8 +400,8 @@ pub fn detect_allocators(
         // The allocation's frame just outside the function, if the block was allocated
         // through the program's own code under it: a block a library allocated for it
         // (stdio's buffer under printf) is not the function's doing.
-        let allocated_through = block.and_then(|b| {
-            let alloc = alloc_stacks.get(lifetimes.blocks[b as usize].stack_id);
+        let allocated_through = block_stack.and_then(|alloc_stack| {
+            let alloc = alloc_stacks.get(alloc_stack);
             let at = alloc
                 .iter()
                 .position(|l| l.function == site.function && l.lib == site.lib)?;
@@ -395,7 +410,9 @@ pub fn detect_allocators(
                 .all(|l| !l.system)
                 .then(|| caller_of(&alloc[at + 1..]))
         });
-        let entry = candidates.entry(&*site.function).or_insert((true, false));
+        let entry = candidates
+            .entry(site.function.to_string())
+            .or_insert((true, false));
         match allocated_through {
             Some(alloc_caller) => {
                 entry.1 |= matches!((&alloc_caller, &caller), (Some(a), Some(f)) if a != f);
@@ -406,7 +423,7 @@ pub fn detect_allocators(
     candidates
         .into_iter()
         .filter(|(_, (only_its_blocks, handed_on))| *only_its_blocks && *handed_on)
-        .map(|(function, _)| function.to_owned())
+        .map(|(function, _)| function)
         .collect()
 }
 

@@ -161,10 +161,6 @@ impl Group {
         }
     }
 
-    fn add(&mut self, flags: FaultFlags) {
-        self.add_n(flags, 1);
-    }
-
     fn add_n(&mut self, flags: FaultFlags, n: u64) {
         self.count += n;
         self.kinds[flags.kind() as usize] += n;
@@ -388,13 +384,63 @@ pub fn count_faults_by_origin(
         .collect()
 }
 
+/// Faults counted by where they landed, their stack and their flags.
+pub type OriginCounts = Vec<(FaultOrigin, u32, FaultFlags, u64)>;
+
+/// The faults of `source` counted by where they landed ([`fault_origins`]), their stack and
+/// their flags, in no particular order.
+pub fn count_origins(source: &AllocSource<'_>) -> OriginCounts {
+    let mut counts: FxHashMap<(FaultOrigin, u32, FaultFlags), u64> = FxHashMap::default();
+    for (fault, origin) in fault_origins(source.trace, source.lifetimes, source.hits) {
+        *counts
+            .entry((origin, fault.stack_id, fault.flags))
+            .or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((origin, stack_id, flags), count)| (origin, stack_id, flags, count))
+        .collect()
+}
+
 /// Groups faults by the allocation site of the block each landed in, and within that by the
 /// line that took them; faults outside every live block are grouped by the mapping they hit.
 /// Largest first.
 pub fn group_faults_by_alloc_site<'a>(
     sources: impl IntoIterator<Item = AllocSource<'a>>,
 ) -> Vec<AllocSiteGroup> {
-    // Sites and lines get small ids, so that each fault costs integer look-ups only.
+    let counted: Vec<(AllocSource<'a>, OriginCounts)> = sources
+        .into_iter()
+        .map(|source| {
+            let counts = count_origins(&source);
+            (source, counts)
+        })
+        .collect();
+    group_origins_by_alloc_site(counted.iter().map(|(source, origins)| OriginSource {
+        trace: source.trace,
+        stacks: source.stacks,
+        alloc_stacks: source.alloc_stacks,
+        origins,
+    }))
+}
+
+/// One process's part in [`group_origins_by_alloc_site`].
+#[derive(Debug, Clone, Copy)]
+pub struct OriginSource<'a> {
+    /// The process: its stacks' generations, its mappings.
+    pub trace: &'a ProcessTrace,
+    /// Its fault stacks, resolved.
+    pub stacks: &'a ResolvedStacks,
+    /// Its allocation stacks, resolved.
+    pub alloc_stacks: &'a ResolvedStacks,
+    /// Its faults counted by where they landed, stack and flags.
+    pub origins: &'a [(FaultOrigin, u32, FaultFlags, u64)],
+}
+
+/// [`group_faults_by_alloc_site`] of faults already counted by where they landed.
+pub fn group_origins_by_alloc_site<'a>(
+    sources: impl IntoIterator<Item = OriginSource<'a>>,
+) -> Vec<AllocSiteGroup> {
+    // Sites and lines get small ids, so that each count costs integer look-ups only.
     let mut sites: FxHashMap<(Location, Option<BlockKind>), u32> = FxHashMap::default();
     let mut lines: FxHashMap<GroupKey, u32> = FxHashMap::default();
     let mut counts: FxHashMap<(u32, u32), Group> = FxHashMap::default();
@@ -402,7 +448,7 @@ pub fn group_faults_by_alloc_site<'a>(
         let trace = source.trace;
         let mut site_of: FxHashMap<FaultOrigin, u32> = FxHashMap::default();
         let mut line_of: FxHashMap<(u32, FaultFlags), (u32, GroupKey)> = FxHashMap::default();
-        for (fault, origin) in fault_origins(trace, source.lifetimes, source.hits) {
+        for &(origin, stack_id, flags, count) in source.origins {
             let site = *site_of.entry(origin).or_insert_with(|| match origin {
                 FaultOrigin::Block { stack_id, kind } => {
                     let stack = source.alloc_stacks.get(stack_id);
@@ -419,22 +465,20 @@ pub fn group_faults_by_alloc_site<'a>(
                     id_of(&mut sites, (memory_location(mapping), None))
                 }
             });
-            let (line, key) = line_of
-                .entry((fault.stack_id, fault.flags))
-                .or_insert_with(|| {
-                    let key = key_of(
-                        source.stacks.get(fault.stack_id),
-                        || None,
-                        None,
-                        GroupBy::Line,
-                        source.stacks.call_site,
-                    );
-                    (id_of(&mut lines, key.clone()), key)
-                });
+            let (line, key) = line_of.entry((stack_id, flags)).or_insert_with(|| {
+                let key = key_of(
+                    source.stacks.get(stack_id),
+                    || None,
+                    None,
+                    GroupBy::Line,
+                    source.stacks.call_site,
+                );
+                (id_of(&mut lines, key.clone()), key)
+            });
             counts
                 .entry((site, *line))
                 .or_insert_with(|| Group::new(key.clone()))
-                .add(fault.flags);
+                .add_n(flags, count);
         }
     }
     let mut groups: Vec<AllocSiteGroup> = Vec::with_capacity(sites.len());

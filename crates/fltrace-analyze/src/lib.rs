@@ -51,16 +51,17 @@ mod threads;
 mod tracer;
 
 pub use alloc_lifetimes::{
-    AllocStats, AllocTotals, Block, BlockKind, Lifetimes, SizeHistogram, attribute_faults,
-    exec_times, trace_end_ns,
+    AllocPass, AllocStats, AllocTotals, Block, BlockHit, BlockKind, Lifetimes, OutOfOrder,
+    PassTotals, SizeHistogram, attribute_faults, exec_times, trace_end_ns,
 };
 pub use allocation_report::{
-    AllocProcess, AllocSummary, FaultsByAllocSite, alloc_processes, group_process_allocs,
-    largest_blocks, leak_age_ns, merge_same_lines, rank_allocs, sum_totals,
+    AllocProcess, AllocSummary, FaultsByAllocSite, StreamedAllocs, alloc_processes,
+    group_process_allocs, largest_blocks, leak_age_ns, merge_same_lines, rank_allocs,
+    stream_allocs, sum_totals,
 };
 pub use allocators::{
     BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
-    default_config_path, detect_allocators, plural,
+    default_config_path, detect_allocators, detect_allocators_counted, plural,
 };
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use call_tree::{CallNode, CallOrder, CallTree, call_tree};
@@ -76,9 +77,10 @@ pub use export::{
 };
 pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{
-    AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, Group, GroupBy, GroupKey, call_site,
-    count_faults_by_origin, count_faults_by_stack, coverage, fault_origins, group_allocs,
-    group_fault_counts, group_faults, group_faults_by_alloc_site,
+    AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, Group, GroupBy, GroupKey, OriginCounts,
+    OriginSource, call_site, count_faults_by_origin, count_faults_by_stack, count_origins,
+    coverage, fault_origins, group_allocs, group_fault_counts, group_faults,
+    group_faults_by_alloc_site, group_origins_by_alloc_site,
 };
 pub use heat::{
     FaultSelection, HeatRange, LabelledBlock, access_samples_in, heat_ranges,

@@ -100,6 +100,10 @@ pub struct Loaded {
     pub counts: Vec<FaultCounts>,
     /// The allocation stacks of each of `traces`, resolved if asked for (else empty).
     pub alloc_stacks: Vec<ResolvedStacks>,
+    /// With [`FaultsHeld::Counted`], the allocations of each of `traces` recorded with them,
+    /// paired in one pass ([`crate::stream_allocs`]; its `allocs` are then not loaded), its
+    /// faults attributed, those `--focus` and the tracer's leave out left out.
+    pub streamed: Vec<Option<crate::StreamedAllocs>>,
     /// Records the kernel dropped, from the stats files.
     pub lost: u64,
     /// Faults taken by fltrace's own work in the traced processes.
@@ -200,6 +204,7 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
         traces: Vec::new(),
         counts: Vec::new(),
         alloc_stacks: Vec::new(),
+        streamed: Vec::new(),
         lost: 0,
         tracer_faults: 0,
         skipped: Skipped::default(),
@@ -227,7 +232,13 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
                 (trace, counts)
             }
             FaultsHeld::Counted => {
-                let (trace, row_groups) = recording.load_streaming(pid).map_err(process)?;
+                // Allocation events are paired in one pass below, never held.
+                let (trace, row_groups) = if recording.has_allocs(pid) {
+                    recording.load_streaming_allocs(pid)
+                } else {
+                    recording.load_streaming(pid)
+                }
+                .map_err(process)?;
                 let counts = FaultCounts::stream(row_groups, window.clone()).map_err(process)?;
                 (trace, counts)
             }
@@ -257,30 +268,34 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
             } else {
                 ResolvedStacks::default()
             };
+        let mut streamed = None;
         let rules = if recording.has_allocs(pid) {
             if options.alloc_stacks == AllocStacks::Skip {
                 alloc_stacks = symbolizer.resolve_alloc_stacks(&trace);
             }
-            // Streamed faults have no addresses: read them once more for this.
-            let loaded_faults;
-            let faults = match held {
-                FaultsHeld::All => &trace.faults,
+            let detected = match held {
+                FaultsHeld::All => crate::detect_allocators(
+                    &options.frame_rules,
+                    &trace.faults,
+                    &stacks,
+                    &crate::Lifetimes::of_trace(&trace),
+                    &alloc_stacks,
+                ),
                 FaultsHeld::Counted => {
-                    let mut full = recording.load(pid).map_err(process)?;
-                    if let Some(window) = &window {
-                        full.faults.retain(|f| window.contains(&f.time_ns));
-                    }
-                    loaded_faults = full.faults;
-                    &loaded_faults
+                    // Faults with their addresses, merged with the events by time.
+                    let pass =
+                        crate::stream_allocs(recording, pid, &trace, window.clone(), &|_| true)
+                            .map_err(process)?;
+                    let detected = crate::detect_allocators_counted(
+                        &options.frame_rules,
+                        pass.hits(),
+                        &stacks,
+                        &alloc_stacks,
+                    );
+                    streamed = Some(pass);
+                    detected
                 }
             };
-            let detected = crate::detect_allocators(
-                &options.frame_rules,
-                faults,
-                &stacks,
-                &crate::Lifetimes::of_trace(&trace),
-                &alloc_stacks,
-            );
             options.frame_rules.with_detected(detected)
         } else {
             options.frame_rules.clone()
@@ -294,6 +309,13 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
                     && (!unfocused || rules.keeps(stacks.get(f.stack_id)))
             });
         }
+        if let Some(streamed) = &mut streamed {
+            streamed.retain_faults(|stack_id, flags| {
+                (options.include_tracer || !flags.has(fltrace_trace::FaultFlags::TRACER))
+                    && (!unfocused || rules.keeps(stacks.get(stack_id)))
+            });
+        }
+        loaded.streamed.push(streamed);
         if options.alloc_stacks == AllocStacks::Skip {
             alloc_stacks = ResolvedStacks::default();
         }

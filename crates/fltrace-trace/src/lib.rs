@@ -58,10 +58,10 @@ pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
 pub use jitdump::JitDump;
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
 pub use parquet_io::{
-    AccessWriter, AllocWriter, ColumnChunk, Completeness, ExportedFault, ExportedFaultWriter,
-    FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter, Metadata, Origin, StackWriter,
-    SymbolizedFrame, SymbolizedFrameWriter, column_chunks, completeness, read_access, read_allocs,
-    read_faults, read_mappings, read_origin, read_stacks, table_rows,
+    AccessWriter, AllocRowGroups, AllocWriter, ColumnChunk, Completeness, ExportedFault,
+    ExportedFaultWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter, Metadata,
+    Origin, StackWriter, SymbolizedFrame, SymbolizedFrameWriter, column_chunks, completeness,
+    read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks, table_rows,
 };
 pub use perf_map::PerfMap;
 pub use range_trace::{

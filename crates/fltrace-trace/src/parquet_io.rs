@@ -658,51 +658,107 @@ pub fn read_allocs(path: &Path) -> Result<Vec<AllocEvent>, Error> {
     let mut events = Vec::new();
     // Row group by row group: whole columns of 8 million rows would double the peak memory.
     for group in 0..table.num_row_groups() {
-        let groups = group..group + 1;
-        let u64s = |name| -> Result<Vec<u64>, Error> {
-            let values = table.column_in::<Int64Type>(name, groups.clone())?.values;
-            Ok(values.into_iter().map(|v| v as u64).collect())
-        };
-        let u32s = |name| -> Result<Vec<u32>, Error> {
-            let values = table.column_in::<Int32Type>(name, groups.clone())?.values;
-            Ok(values.into_iter().map(|v| v as u32).collect())
-        };
-        let (time, tid) = (u64s("time_ns")?, u32s("tid")?);
-        let (call, addr, size) = (u32s("call")?, u64s("addr")?, u64s("size")?);
-        let (old_addr, detail) = (u64s("old_addr")?, u64s("detail")?);
-        let stack_id = u32s("stack_id")?;
-        let rows = time.len();
-        let lengths = [tid.len(), call.len(), addr.len(), size.len()];
-        if lengths
-            .into_iter()
-            .chain([old_addr.len(), detail.len(), stack_id.len()])
-            .any(|len| len != rows)
-        {
-            return Err(Error::Format {
-                path: path.to_owned(),
-                message: format!("row group {group}: columns of different lengths"),
-            });
-        }
-        events.reserve(rows);
-        for i in 0..rows {
-            let call = AllocCall::from_u8(call[i] as u8).ok_or_else(|| Error::Format {
-                path: path.to_owned(),
-                message: format!("row group {group}: unknown allocation call {}", call[i]),
-            })?;
-            events.push(AllocEvent {
-                time_ns: time[i],
-                tid: tid[i],
-                call,
-                addr: VirtAddr::new(addr[i]),
-                size: size[i],
-                old_addr: VirtAddr::new(old_addr[i]),
-                detail: detail[i],
-                stack_id: stack_id[i],
-            });
-        }
+        let rows = allocs_in(&table, group)?;
+        events.reserve(rows.len());
+        events.extend(rows);
     }
     table.check_len(events.len())?;
     Ok(events)
+}
+
+/// The events of row group `group` of an allocations file.
+fn allocs_in(table: &TableReader, group: usize) -> Result<Vec<AllocEvent>, Error> {
+    let path = &table.path;
+    let groups = group..group + 1;
+    let u64s = |name| -> Result<Vec<u64>, Error> {
+        let values = table.column_in::<Int64Type>(name, groups.clone())?.values;
+        Ok(values.into_iter().map(|v| v as u64).collect())
+    };
+    let u32s = |name| -> Result<Vec<u32>, Error> {
+        let values = table.column_in::<Int32Type>(name, groups.clone())?.values;
+        Ok(values.into_iter().map(|v| v as u32).collect())
+    };
+    let (time, tid) = (u64s("time_ns")?, u32s("tid")?);
+    let (call, addr, size) = (u32s("call")?, u64s("addr")?, u64s("size")?);
+    let (old_addr, detail) = (u64s("old_addr")?, u64s("detail")?);
+    let stack_id = u32s("stack_id")?;
+    let rows = time.len();
+    let lengths = [tid.len(), call.len(), addr.len(), size.len()];
+    if lengths
+        .into_iter()
+        .chain([old_addr.len(), detail.len(), stack_id.len()])
+        .any(|len| len != rows)
+    {
+        return Err(Error::Format {
+            path: path.to_owned(),
+            message: format!("row group {group}: columns of different lengths"),
+        });
+    }
+    let mut events = Vec::with_capacity(rows);
+    for i in 0..rows {
+        let call = AllocCall::from_u8(call[i] as u8).ok_or_else(|| Error::Format {
+            path: path.to_owned(),
+            message: format!("row group {group}: unknown allocation call {}", call[i]),
+        })?;
+        events.push(AllocEvent {
+            time_ns: time[i],
+            tid: tid[i],
+            call,
+            addr: VirtAddr::new(addr[i]),
+            size: size[i],
+            old_addr: VirtAddr::new(old_addr[i]),
+            detail: detail[i],
+            stack_id: stack_id[i],
+        });
+    }
+    Ok(events)
+}
+
+/// The events of an allocations file, one row group (64K rows) at a time, so that a reader
+/// pairing them in one pass holds the live blocks, never the whole table.
+pub struct AllocRowGroups {
+    table: TableReader,
+    next: usize,
+    read: u64,
+}
+
+impl AllocRowGroups {
+    /// Opens `path`.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        Ok(AllocRowGroups {
+            table: TableReader::open(path)?,
+            next: 0,
+            read: 0,
+        })
+    }
+
+    /// Rows in the file, from its footer.
+    pub fn rows(&self) -> u64 {
+        self.table.rows()
+    }
+}
+
+impl Iterator for AllocRowGroups {
+    type Item = Result<Vec<AllocEvent>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let group = self.next;
+        if group >= self.table.num_row_groups() {
+            return None;
+        }
+        self.next += 1;
+        let events = allocs_in(&self.table, group);
+        if let Ok(events) = &events {
+            self.read += events.len() as u64;
+            // The last group read: the rows must add up to the footer's, as whole reads check.
+            if self.next == self.table.num_row_groups()
+                && let Err(e) = self.table.check_len(self.read as usize)
+            {
+                return Some(Err(e));
+            }
+        }
+        Some(events)
+    }
 }
 
 /// Writes `fltrace-data-access-<pid>.parquet`.

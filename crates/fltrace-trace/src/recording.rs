@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use crate::parquet_io::TableReader;
 use crate::{
-    AllocEvent, Completeness, Error, Fault, FaultKey, FaultRowGroups, Mapping, Stack, completeness,
-    files, read_allocs, read_faults, read_mappings, read_stacks,
+    AllocEvent, AllocRowGroups, Completeness, Error, Fault, FaultKey, FaultRowGroups, Mapping,
+    Stack, completeness, files, read_allocs, read_faults, read_mappings, read_stacks,
 };
 
 /// Footer keys of the faults file ([`FORMAT`](keys::FORMAT) is in every table's footer).
@@ -270,6 +270,34 @@ impl Recording {
         Ok((trace, row_groups))
     }
 
+    /// As [`Recording::load_streaming`], without the allocation events either (`allocs` is
+    /// empty; their stacks are read): stream them with [`Recording::alloc_row_groups`].
+    pub fn load_streaming_allocs(
+        &self,
+        pid: u32,
+    ) -> Result<(ProcessTrace, FaultRowGroups<FaultKey>), Error> {
+        let row_groups = self.fault_keys(pid)?;
+        let mut trace = self.assemble_with(pid, Vec::new(), row_groups.metadata(), false)?;
+        if self.has_allocs(pid) {
+            let mut stacks = read_stacks(&files::alloc_stacks(&self.dir, pid))?;
+            stacks.sort_unstable_by_key(|s| s.id);
+            trace.alloc_stacks = stacks;
+        }
+        Ok((trace, row_groups))
+    }
+
+    /// The allocation events of `pid`, one row group at a time, in the order recorded.
+    pub fn alloc_row_groups(&self, pid: u32) -> Result<AllocRowGroups, Error> {
+        self.check_pid(pid)?;
+        AllocRowGroups::open(&files::allocs(&self.dir, pid))
+    }
+
+    /// Every column of each fault of `pid`, one row group at a time.
+    pub fn fault_rows(&self, pid: u32) -> Result<FaultRowGroups<Fault>, Error> {
+        self.check_pid(pid)?;
+        FaultRowGroups::open(&files::faults(&self.dir, pid))
+    }
+
     /// The time, stack and flags of each fault of `pid`, one row group at a time.
     pub fn fault_keys(&self, pid: u32) -> Result<FaultRowGroups<FaultKey>, Error> {
         self.check_pid(pid)?;
@@ -291,10 +319,25 @@ impl Recording {
         faults: Vec<Fault>,
         metadata: Vec<(String, String)>,
     ) -> Result<ProcessTrace, Error> {
+        self.assemble_with(pid, faults, metadata, true)
+    }
+
+    /// As [`Recording::assemble`], the allocations read only if `with_allocs`.
+    fn assemble_with(
+        &self,
+        pid: u32,
+        faults: Vec<Fault>,
+        metadata: Vec<(String, String)>,
+        with_allocs: bool,
+    ) -> Result<ProcessTrace, Error> {
         let mut stacks = read_stacks(&files::stacks(&self.dir, pid))?;
         stacks.sort_unstable_by_key(|s| s.id);
         let mappings = read_mappings(&files::mmaps(&self.dir, pid))?;
-        let (allocs, alloc_stacks) = self.load_allocs(pid)?;
+        let (allocs, alloc_stacks) = if with_allocs {
+            self.load_allocs(pid)?
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Ok(ProcessTrace {
             pid,
             faults,

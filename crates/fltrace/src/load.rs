@@ -22,6 +22,21 @@ pub fn load_counts(selection: &Selection) -> anyhow::Result<Loaded> {
     loaded(selection, Allocs::Skip, FaultsHeld::Counted)
 }
 
+/// Loads for the allocation reports: the faults counted and the allocation events paired
+/// in one pass, memory following the blocks alive at once, not the calls. With
+/// [`WHOLE_TABLE_ENV`] set, every event and fault is held instead: the reports' oracle.
+pub fn load_allocs(selection: &Selection) -> anyhow::Result<Loaded> {
+    let faults = if std::env::var_os(WHOLE_TABLE_ENV).is_some() {
+        FaultsHeld::All
+    } else {
+        FaultsHeld::Counted
+    };
+    loaded(selection, Allocs::Required, faults)
+}
+
+/// Set, the allocation reports hold every event and fault (the tests' oracle).
+pub const WHOLE_TABLE_ENV: &str = "FLTRACE_ALLOCS_WHOLE_TABLE";
+
 fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::Result<Loaded> {
     let options = LoadOptions {
         pid: selection.pid,

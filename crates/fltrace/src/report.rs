@@ -12,7 +12,7 @@ use fltrace_analyze::{
 use fltrace_render::report::{alloc_tables, call_tree as tree_text, faults, threads};
 
 use crate::cli::{By, CallGraphOrder, ReportArgs, ReportFormat};
-use crate::load::{Allocs, load_counts, load_with};
+use crate::load::{Allocs, load_allocs, load_counts, load_with};
 
 /// What a report is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +219,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     let loaded = match mode {
         Mode::Faults(_) | Mode::CallTree(_) => load_counts(&args.selection)?,
         Mode::Threads(_) => load_with(&args.selection, Allocs::Skip)?,
-        _ => load_with(&args.selection, Allocs::Required)?,
+        _ => load_allocs(&args.selection)?,
     };
     eprintln!(
         "fltrace: {}",

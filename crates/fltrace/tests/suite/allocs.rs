@@ -686,3 +686,69 @@ fn attached_jemalloc_program_is_probed_in_jemalloc() {
         .unwrap_or_else(|| panic!("no zmalloc site in {rows:#?}"));
     assert!(numbers(zmalloc, &["allocs"])[0] >= 500, "{zmalloc:?}");
 }
+
+/// Allocations in phases (workloads/phases.c): the peak, what is alive at it, the leaks and
+/// the temporaries, exact, from the one-pass report (and the whole-table one, which
+/// `Dir::run` compares with it).
+#[test]
+fn phases_peak_leaks_and_temporaries_are_exact() {
+    let dir = Dir::new();
+    let phases = build_c_workload(dir.path(), "phases.c");
+    let out = record_program(&dir, &[], &phases, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    let at = |name: &str| row_at(&rows, "phases.c", name);
+    let columns = [TOTALS.as_slice(), &["peak_bytes", "peak_allocs"]].concat();
+    let expect = |name: &str, totals: [u64; 7]| {
+        assert_eq!(numbers(at(name), &columns), totals, "{name}");
+    };
+    // allocs, bytes, leaked allocs and bytes, temporary, bytes and blocks at the peak.
+    expect("first", [100, 100_000, 40, 40_000, 0, 100_000, 100]);
+    // The last of them is freed before the thread allocates again: one temporary.
+    expect("second", [50, 100_000, 0, 0, 1, 100_000, 50]);
+    expect("temporary", [1000, 64_000, 0, 0, 1000, 0, 0]);
+    expect("leak", [3, 1500, 3, 1500, 0, 0, 0]);
+    let out = dir.run(&["report", "--allocs", "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["peaks"][0]["bytes"], 200_000, "{json}");
+    assert_eq!(json["heap"]["leaked_bytes"], 41_500, "{json}");
+}
+
+/// 40 million calls (20 million malloc/free pairs of malloc-4m) reported under an address
+/// space cap of 1 GiB: holding every call took about 84 bytes a call (3,375 MB for these 40M
+/// in the whole-table path); the one pass holds the 1,024 live blocks and a few stacks.
+#[test]
+fn forty_million_calls_report_under_a_memory_cap() {
+    let dir = Dir::new();
+    let out = record_allocs(&dir, &[], &["malloc4m", "20000000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new("prlimit")
+        .arg(format!("--as={}", 1u64 << 30))
+        .arg(env!("CARGO_BIN_EXE_fltrace"))
+        .args(["report", "--allocs", "--format", "csv", "--top", "0"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .expect("prlimit runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = csv_rows(&String::from_utf8_lossy(&out.stdout));
+    let row = at(&rows, "malloc4m");
+    // Every seventh of the last 1,024 ring slots is still held at the end.
+    assert_eq!(
+        numbers(row, &["allocs", "leaked_allocs"]),
+        [20_000_000, 1024]
+    );
+}

@@ -170,8 +170,46 @@ impl Dir {
         cmd
     }
 
+    /// Runs fltrace with `args`. An allocation report (`report --allocs`, `--leaks`, `--by
+    /// alloc-site`) runs twice, streamed and from the whole tables held in memory (the
+    /// oracle), and must come out the same, byte for byte.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.fltrace().args(args).output().expect("fltrace runs")
+        let out = self.fltrace().args(args).output().expect("fltrace runs");
+        let allocation_report = args.first() == Some(&"report")
+            && args
+                .iter()
+                .any(|a| matches!(*a, "--allocs" | "--leaks" | "alloc-site"));
+        if allocation_report {
+            let whole = self
+                .fltrace()
+                .env("FLTRACE_ALLOCS_WHOLE_TABLE", "1")
+                .args(args)
+                .output()
+                .expect("fltrace runs");
+            // The first run converts a killed recorder's spool and says so; the second finds
+            // it converted.
+            let stderr = |out: &Output| {
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .filter(|l| !l.contains("from the spool of a killed recorder"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            assert_eq!(
+                (
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stdout),
+                    stderr(&out)
+                ),
+                (
+                    whole.status.code(),
+                    String::from_utf8_lossy(&whole.stdout),
+                    stderr(&whole)
+                ),
+                "streamed and whole-table reports differ: fltrace {args:?}"
+            );
+        }
+        out
     }
 
     /// Records `command` and checks that fltrace succeeded.
