@@ -68,5 +68,5 @@ hreport=$( { /usr/bin/time -f "%e %M" heaptrack_print ht* >report.txt; } 2>&1 | 
 hbytes=$(cat ht* | wc -c)
 calls=$((2 * pairs))
 printf "%-10s %12s %12s %14s %14s\n" tool "report s" "report MB" "bytes on disk" "bytes a call"
-printf "%-10s %12s %12d %14d %14s\n" fltrace "${report% *}" $(( ${report#* } / 1024 )) "$fbytes" "$(ratio "$fbytes" "$calls")"
-printf "%-10s %12s %12d %14d %14s\n" heaptrack "${hreport% *}" $(( ${hreport#* } / 1024 )) "$hbytes" "$(ratio "$hbytes" "$calls")"
+printf "%-10s %12s %12d %14d %14s\n" fltrace "${report% *}" $(( ${report#* } / 1024 )) "$fbytes" "$(awk -v b="$fbytes" -v c="$calls" 'BEGIN {printf "%.4f", b / c}')"
+printf "%-10s %12s %12d %14d %14s\n" heaptrack "${hreport% *}" $(( ${hreport#* } / 1024 )) "$hbytes" "$(awk -v b="$hbytes" -v c="$calls" 'BEGIN {printf "%.4f", b / c}')"
