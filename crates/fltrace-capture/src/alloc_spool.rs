@@ -20,7 +20,8 @@ use fltrace_runtime_abi::alloclog::{
 };
 use fltrace_runtime_abi::env;
 use fltrace_trace::{
-    AllocCall, AllocEvent, AllocWriter, CodeAddr, Origin, Stack, StackWriter, VirtAddr, files,
+    AllocCall, AllocEvent, AllocTotals, AllocWriter, CodeAddr, Origin, Stack, StackWriter,
+    VirtAddr, files,
 };
 
 use crate::{Credentials, Error};
@@ -144,9 +145,10 @@ impl AllocLogs {
             // A table a full disk left unreadable (not even its header written) would make
             // every reader of the recording fail: it goes, as the spool recovery's do. One
             // that reads back to a checkpoint stays.
-            let (allocs, stacks) = (
+            let (allocs, stacks, totals) = (
                 files::allocs(out_dir, pid),
                 files::alloc_stacks(out_dir, pid),
+                files::alloc_totals(out_dir, pid),
             );
             let unreadable = (allocs.exists() && fltrace_trace::read_allocs(&allocs).is_err())
                 || (stacks.exists() && fltrace_trace::read_stacks(&stacks).is_err());
@@ -154,6 +156,8 @@ impl AllocLogs {
                 let _ = std::fs::remove_file(&allocs);
                 let _ = std::fs::remove_file(&stacks);
             }
+            // Totals of a conversion that did not end would not be the events' sums.
+            let _ = std::fs::remove_file(&totals);
         }
         converted
     }
@@ -231,8 +235,10 @@ fn convert_spooled(
         &files::allocs(out_dir, pid),
         origin.clone(),
     )?);
-    let mut stack_writer = StackWriter::create_for(&files::alloc_stacks(out_dir, pid), origin)?;
+    let mut stack_writer =
+        StackWriter::create_for(&files::alloc_stacks(out_dir, pid), origin.clone())?;
     let mut stacks = Stacks::default();
+    let mut totals = AllocTotals::default();
     let mut converted = Converted::default();
     for (image, (path, bytes)) in logs.iter().enumerate() {
         let generation = first_generation + image as u32;
@@ -255,6 +261,7 @@ fn convert_spooled(
                         event.stack_id = stacks.global(generation, event.stack_id);
                     }
                     first_ns.get_or_insert(event.time_ns);
+                    totals.add(&event);
                     allocs.push(event)?;
                     converted.events += 1;
                 }
@@ -273,6 +280,12 @@ fn convert_spooled(
     }
     allocs.finish()?;
     stack_writer.finish()?;
+    // Last: a totals file says its process's tables were written to the end.
+    fltrace_trace::write_alloc_totals(
+        &files::alloc_totals(out_dir, pid),
+        origin,
+        &totals.totals(),
+    )?;
     converted.stacks = stacks.next;
     Ok(Some(converted))
 }
@@ -680,6 +693,7 @@ fn recover_spool(
                 // Half-written tables would hide the loss.
                 let _ = std::fs::remove_file(files::allocs(out_dir, pid));
                 let _ = std::fs::remove_file(files::alloc_stacks(out_dir, pid));
+                let _ = std::fs::remove_file(files::alloc_totals(out_dir, pid));
                 return Err(format!("the logs of process {pid} do not convert ({e})"));
             }
         }

@@ -721,6 +721,9 @@ struct Output {
     stacks: StackWriter,
     ids: HashMap<Vec<u64>, u32>,
     events: u64,
+    totals: fltrace_trace::AllocTotals,
+    totals_path: std::path::PathBuf,
+    origin: Origin,
 }
 
 impl Output {
@@ -728,9 +731,12 @@ impl Output {
         let pid = origin.pid;
         Ok(Output {
             allocs: AllocWriter::create_for(&files::allocs(dir, pid), origin.clone())?,
-            stacks: StackWriter::create_for(&files::alloc_stacks(dir, pid), origin)?,
+            stacks: StackWriter::create_for(&files::alloc_stacks(dir, pid), origin.clone())?,
             ids: HashMap::new(),
             events: 0,
+            totals: fltrace_trace::AllocTotals::default(),
+            totals_path: files::alloc_totals(dir, pid),
+            origin,
         })
     }
 }
@@ -753,6 +759,7 @@ impl AllocSink for Output {
 
     fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
         self.events += 1;
+        self.totals.add(&event);
         Ok(self.allocs.push(event)?)
     }
 }
@@ -761,6 +768,7 @@ impl Output {
     fn finish(self) -> Result<Converted, Error> {
         self.allocs.finish()?;
         self.stacks.finish()?;
+        fltrace_trace::write_alloc_totals(&self.totals_path, self.origin, &self.totals.totals())?;
         Ok(Converted {
             events: self.events,
             stacks: self.ids.len() as u32,

@@ -64,12 +64,13 @@ CREATE TABLE traces (
 ";
 
 /// The trace tables a run may have, by the kind in their file names.
-const TRACE_KINDS: [&str; 7] = [
+const TRACE_KINDS: [&str; 8] = [
     "faults",
     "stacks",
     "mmaps",
     "allocs",
     "allocstacks",
+    "allocsums",
     "access",
     "accessstacks",
 ];

@@ -134,6 +134,101 @@ impl AllocEvent {
     pub const NO_STACK: u32 = u32::MAX;
 }
 
+/// The calls of one (stack, call, size): a row of `fltrace-data-allocsums-<pid>.parquet`,
+/// the totals heaptrack keeps per allocation site, which answer "which stacks allocate how
+/// much" without reading every event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AllocTotal {
+    /// The calls' stack in the allocation stack table.
+    pub stack_id: u32,
+    /// The call.
+    pub call: AllocCall,
+    /// The size asked for (see [`AllocEvent::size`]).
+    pub size: u64,
+    /// Calls made.
+    pub count: u64,
+    /// Their sizes summed (saturating at `u64::MAX`).
+    pub bytes: u64,
+}
+
+/// Sums events into [`AllocTotal`]s: every event recorded with a stack counts, failed calls
+/// included, so that the totals are exactly the sums over the event table's rows that have
+/// a stack (the frees and `munmap`s have none).
+#[derive(Debug, Default)]
+pub struct AllocTotals {
+    by_key: std::collections::HashMap<(u32, AllocCall, u64), (u64, u64), FastHash>,
+}
+
+impl AllocTotals {
+    /// Counts `event`, if it has a stack.
+    #[inline]
+    pub fn add(&mut self, event: &AllocEvent) {
+        if event.stack_id == AllocEvent::NO_STACK {
+            return;
+        }
+        let total = self
+            .by_key
+            .entry((event.stack_id, event.call, event.size))
+            .or_default();
+        total.0 += 1;
+        total.1 = total.1.saturating_add(event.size);
+    }
+
+    /// The totals, by stack, call and size.
+    pub fn totals(&self) -> Vec<AllocTotal> {
+        let mut totals: Vec<AllocTotal> = self
+            .by_key
+            .iter()
+            .map(|(&(stack_id, call, size), &(count, bytes))| AllocTotal {
+                stack_id,
+                call,
+                size,
+                count,
+                bytes,
+            })
+            .collect();
+        totals.sort_unstable();
+        totals
+    }
+}
+
+/// A multiply-rotate hash for the totals' small integer keys: counting runs once per
+/// allocation while the recorder converts, where SipHash's cost showed.
+#[derive(Debug, Default, Clone, Copy)]
+struct FastHash;
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(0)
+    }
+}
+
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +243,46 @@ mod tests {
         assert_eq!(AllocCall::from_u8(17), None);
         assert!(AllocCall::Realloc.is_heap());
         assert!(!AllocCall::Mmap.is_heap());
+    }
+
+    /// Totals count every call with a stack by (stack, call, size), and nothing else.
+    #[test]
+    fn totals_sum_calls_with_a_stack() {
+        let event = |call, size, stack_id| AllocEvent {
+            time_ns: 0,
+            tid: 1,
+            call,
+            addr: crate::VirtAddr::new(0x1000),
+            size,
+            old_addr: crate::VirtAddr::new(0),
+            detail: 0,
+            stack_id,
+        };
+        let mut totals = AllocTotals::default();
+        for e in [
+            event(AllocCall::Malloc, 16, 2),
+            event(AllocCall::Malloc, 16, 2),
+            event(AllocCall::Calloc, 16, 2),
+            event(AllocCall::Malloc, u64::MAX, 1),
+            event(AllocCall::Malloc, u64::MAX, 1),
+            event(AllocCall::Free, 0, AllocEvent::NO_STACK),
+        ] {
+            totals.add(&e);
+        }
+        let total = |stack_id, call, size, count, bytes| AllocTotal {
+            stack_id,
+            call,
+            size,
+            count,
+            bytes,
+        };
+        assert_eq!(
+            totals.totals(),
+            [
+                total(1, AllocCall::Malloc, u64::MAX, 2, u64::MAX),
+                total(2, AllocCall::Malloc, 16, 2, 32),
+                total(2, AllocCall::Calloc, 16, 1, 16),
+            ]
+        );
     }
 }

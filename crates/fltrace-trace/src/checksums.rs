@@ -182,13 +182,14 @@ fn covered_names(pid: u32) -> Vec<String> {
         .collect()
 }
 
-fn covered_kinds() -> [(&'static str, &'static str); 9] {
+fn covered_kinds() -> [(&'static str, &'static str); 10] {
     [
         ("faults", "parquet"),
         ("stacks", "parquet"),
         ("mmaps", "parquet"),
         ("allocs", "parquet"),
         ("allocstacks", "parquet"),
+        ("allocsums", "parquet"),
         ("access", "parquet"),
         ("accessstacks", "parquet"),
         ("procmaps", "out"),

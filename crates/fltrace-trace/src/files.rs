@@ -49,6 +49,11 @@ pub fn alloc_stacks(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "allocstacks", pid, "parquet")
 }
 
+/// `<dir>/fltrace-data-allocsums-<pid>.parquet`: calls and bytes per stack, call and size.
+pub fn alloc_totals(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "allocsums", pid, "parquet")
+}
+
 /// The mappings of `pid` in `/proc/PID/maps` format.
 pub fn procmaps(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "procmaps", pid, "out")
@@ -213,7 +218,7 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
             .filter(|l| !l.is_empty())
             .count())
     };
-    let tables: [(PathBuf, Count); 9] = [
+    let tables: [(PathBuf, Count); 10] = [
         (faults(dir, pid), |p| {
             crate::read_faults(p).map(|(f, _)| f.len())
         }),
@@ -224,6 +229,9 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
         (allocs(dir, pid), |p| crate::read_allocs(p).map(|a| a.len())),
         (alloc_stacks(dir, pid), |p| {
             crate::read_stacks(p).map(|s| s.len())
+        }),
+        (alloc_totals(dir, pid), |p| {
+            crate::read_alloc_totals(p).map(|t| t.len())
         }),
         (access(dir, pid), |p| crate::read_access(p).map(|a| a.len())),
         (access_stacks(dir, pid), |p| {
@@ -253,6 +261,7 @@ pub fn refused_inputs(dir: &Path, pid: u32) -> Vec<Error> {
         mmaps(dir, pid),
         allocs(dir, pid),
         alloc_stacks(dir, pid),
+        alloc_totals(dir, pid),
         access(dir, pid),
         access_stacks(dir, pid),
     ];

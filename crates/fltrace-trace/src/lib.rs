@@ -11,6 +11,7 @@
 //! | `fltrace-data-stats-<pid>.out` | `<unix time> name:value,...` counter lines ([`stats`]) |
 //! | `fltrace-data-allocs-<pid>.parquet` | with `--allocs`: every allocator and mapping call ([`AllocEvent`]) |
 //! | `fltrace-data-allocstacks-<pid>.parquet` | with `--allocs`: the stacks of those calls ([`Stack`]) |
+//! | `fltrace-data-allocsums-<pid>.parquet` | with `--allocs`: calls and bytes per stack, call and size ([`AllocTotal`]) |
 //! | `fltrace-data-access-<pid>.parquet` | with `--access-samples`: sampled loads and stores ([`AccessRecord`]) |
 //! | `fltrace-data-accessstacks-<pid>.parquet` | their stacks ([`Stack`]) |
 //! | `fltrace-data-perfmap-<pid>.map` | the perf map its JIT wrote (`/tmp/perf-PID.map`), copied at its end ([`PerfMap`]) |
@@ -51,7 +52,7 @@ pub mod stats;
 
 pub use access::AccessRecord;
 pub use address::{CodeAddr, FileOffset, PhysAddr, VirtAddr};
-pub use alloc_event::{AllocCall, AllocEvent};
+pub use alloc_event::{AllocCall, AllocEvent, AllocTotal, AllocTotals};
 pub use build_id_cache::BuildIdCache;
 pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
@@ -61,7 +62,8 @@ pub use parquet_io::{
     AccessWriter, AllocRowGroups, AllocWriter, ColumnChunk, Completeness, ExportedFault,
     ExportedFaultWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter, Metadata,
     Origin, StackWriter, SymbolizedFrame, SymbolizedFrameWriter, column_chunks, completeness,
-    read_access, read_allocs, read_faults, read_mappings, read_origin, read_stacks, table_rows,
+    read_access, read_alloc_totals, read_allocs, read_faults, read_mappings, read_origin,
+    read_stacks, table_rows, write_alloc_totals,
 };
 pub use perf_map::PerfMap;
 pub use range_trace::{

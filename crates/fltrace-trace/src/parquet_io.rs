@@ -37,8 +37,8 @@ use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 use crate::{
-    AccessRecord, AllocCall, AllocEvent, CodeAddr, Error, Fault, FaultFlags, FaultKey, FileOffset,
-    Mapping, Stack, VirtAddr, files, keys,
+    AccessRecord, AllocCall, AllocEvent, AllocTotal, CodeAddr, Error, Fault, FaultFlags, FaultKey,
+    FileOffset, Mapping, Stack, VirtAddr, files, keys,
 };
 
 // Every table begins with `recording` and `pid`, constant within a file, so that a query over
@@ -74,6 +74,16 @@ const ALLOC_SCHEMA: &str = "message alloc {
   required int64 old_addr;
   required int64 detail;
   required int32 stack_id;
+}";
+
+const ALLOC_TOTAL_SCHEMA: &str = "message alloc_total {
+  required binary recording (STRING);
+  required int32 pid;
+  required int32 stack_id;
+  required int32 call;
+  required int64 size;
+  required int64 count;
+  required int64 bytes;
 }";
 
 const ACCESS_SCHEMA: &str = "message access {
@@ -759,6 +769,69 @@ impl Iterator for AllocRowGroups {
         }
         Some(events)
     }
+}
+
+/// Writes `fltrace-data-allocsums-<pid>.parquet`: the totals of process and recording
+/// `origin`, in one go (they are known only once every event is).
+pub fn write_alloc_totals(path: &Path, origin: Origin, totals: &[AllocTotal]) -> Result<(), Error> {
+    let table = TableWriter::create(path, ALLOC_TOTAL_SCHEMA, &[], &[])?;
+    let mut writer = Batched::new(table, origin, |c, origin, _first, batch: &[AllocTotal]| {
+        c.origin(origin, batch.len())?;
+        c.i32(batch.iter().map(|t| t.stack_id))?;
+        c.i32(batch.iter().map(|t| u32::from(t.call as u8)))?;
+        c.i64(batch.iter().map(|t| t.size))?;
+        c.i64(batch.iter().map(|t| t.count))?;
+        c.i64(batch.iter().map(|t| t.bytes))
+    });
+    for &total in totals {
+        writer.push(total)?;
+    }
+    writer.finish()
+}
+
+/// Reads an allocation totals file.
+pub fn read_alloc_totals(path: &Path) -> Result<Vec<AllocTotal>, Error> {
+    let table = TableReader::open(path)?;
+    let mut totals = Vec::new();
+    for group in 0..table.num_row_groups() {
+        let groups = group..group + 1;
+        let u64s = |name| -> Result<Vec<u64>, Error> {
+            let values = table.column_in::<Int64Type>(name, groups.clone())?.values;
+            Ok(values.into_iter().map(|v| v as u64).collect())
+        };
+        let u32s = |name| -> Result<Vec<u32>, Error> {
+            let values = table.column_in::<Int32Type>(name, groups.clone())?.values;
+            Ok(values.into_iter().map(|v| v as u32).collect())
+        };
+        let (stack_id, call, size) = (u32s("stack_id")?, u32s("call")?, u64s("size")?);
+        let (count, bytes) = (u64s("count")?, u64s("bytes")?);
+        let rows = stack_id.len();
+        if [call.len(), size.len(), count.len(), bytes.len()]
+            .into_iter()
+            .any(|len| len != rows)
+        {
+            return Err(Error::Format {
+                path: path.to_owned(),
+                message: format!("row group {group}: columns of different lengths"),
+            });
+        }
+        totals.reserve(rows);
+        for i in 0..rows {
+            let call = AllocCall::from_u8(call[i] as u8).ok_or_else(|| Error::Format {
+                path: path.to_owned(),
+                message: format!("row group {group}: unknown allocation call {}", call[i]),
+            })?;
+            totals.push(AllocTotal {
+                stack_id: stack_id[i],
+                call,
+                size: size[i],
+                count: count[i],
+                bytes: bytes[i],
+            });
+        }
+    }
+    table.check_len(totals.len())?;
+    Ok(totals)
 }
 
 /// Writes `fltrace-data-access-<pid>.parquet`.

@@ -208,7 +208,14 @@ impl Recording {
     pub fn unfinished_tables(&self) -> Result<Vec<(&'static str, u32, u64)>, Error> {
         let mut unfinished = Vec::new();
         for &pid in &self.pids {
-            for kind in ["faults", "stacks", "mmaps", "allocs", "allocstacks"] {
+            for kind in [
+                "faults",
+                "stacks",
+                "mmaps",
+                "allocs",
+                "allocstacks",
+                "allocsums",
+            ] {
                 let path = files::path(&self.dir, kind, pid, "parquet");
                 if !path.is_file() {
                     continue;

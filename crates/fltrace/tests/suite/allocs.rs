@@ -113,6 +113,56 @@ fn sites_have_exact_sizes_and_counts() {
     assert_eq!(at(&rows, "leak")["memory"], "heap");
 }
 
+/// The totals table holds exactly the sums over the event table's calls with a stack, per
+/// (stack, call, size): on malloc4m's 5,120 calls, 512 sizes at its one site, 10 calls each.
+#[test]
+fn allocation_totals_are_the_sums_of_the_events() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["malloc4m", "5120"]);
+    let pids = dir.pids("allocsums", "parquet");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let events = fltrace_trace::read_allocs(&fltrace_trace::files::allocs(dir.path(), pids[0]))
+        .expect("events");
+    let totals =
+        fltrace_trace::read_alloc_totals(&fltrace_trace::files::alloc_totals(dir.path(), pids[0]))
+            .expect("totals");
+    let mut sums: std::collections::BTreeMap<(u32, u8, u64), (u64, u64)> = Default::default();
+    for event in events
+        .iter()
+        .filter(|e| e.stack_id != fltrace_trace::AllocEvent::NO_STACK)
+    {
+        let sum = sums
+            .entry((event.stack_id, event.call as u8, event.size))
+            .or_default();
+        sum.0 += 1;
+        sum.1 += event.size;
+    }
+    let from_table: std::collections::BTreeMap<(u32, u8, u64), (u64, u64)> = totals
+        .iter()
+        .map(|t| ((t.stack_id, t.call as u8, t.size), (t.count, t.bytes)))
+        .collect();
+    assert_eq!(from_table.len(), totals.len(), "one row per key");
+    assert_eq!(from_table, sums);
+    let mut by_stack: HashMap<u32, Vec<&fltrace_trace::AllocTotal>> = HashMap::new();
+    for total in &totals {
+        by_stack.entry(total.stack_id).or_default().push(total);
+    }
+    let site = by_stack
+        .values()
+        .find(|rows| rows.iter().map(|t| t.count).sum::<u64>() == 5120)
+        .unwrap_or_else(|| panic!("no stack with 5120 calls in {by_stack:#?}"));
+    assert_eq!(site.len(), 512);
+    for total in site {
+        assert_eq!(total.call, fltrace_trace::AllocCall::Malloc);
+        assert!((16..528).contains(&total.size), "{total:?}");
+        assert_eq!(
+            (total.count, total.bytes),
+            (10, 10 * total.size),
+            "{total:?}"
+        );
+    }
+}
+
 /// `--leaks` prints as bcc's memleak does, the unrolled loop's three calls as one stack, and
 /// `--older` hides allocations younger than it asks.
 #[test]

@@ -308,9 +308,16 @@ fn every_table_names_its_recording_and_process() {
             .unwrap_or_else(|| panic!("{name}: recording {} unknown", row[1]));
         assert!(recording.pids().contains(&(int(&row[2]) as u32)), "{name}");
     }
-    let expected: BTreeSet<String> = ["faults", "stacks", "mmaps", "allocs", "allocstacks"]
-        .map(String::from)
-        .into();
+    let expected: BTreeSet<String> = [
+        "faults",
+        "stacks",
+        "mmaps",
+        "allocs",
+        "allocstacks",
+        "allocsums",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(kinds, expected);
     assert_eq!(
         results[1],
