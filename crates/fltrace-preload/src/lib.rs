@@ -405,6 +405,34 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
     }
 }
 
+/// Bytes of a handler thread's stack, a guard page below them.
+const HANDLER_STACK: usize = 2 << 20;
+
+/// Thread attributes giving a handler a stack mapped here, outside the region. The C
+/// library would otherwise reuse a cached stack: in a forked child its cache holds the
+/// parent's threads' stacks, which the program's mmap put in the region, so the new
+/// handler's first touch of one whose page the parent had evicted waited for a handler that
+/// did not exist yet (`hardening forkevict`).
+fn handler_stack() -> Option<libc::pthread_attr_t> {
+    let base = sys::map_anonymous(HANDLER_STACK + PAGE, libc::MAP_STACK | libc::MAP_NORESERVE);
+    if base.is_null() {
+        return None;
+    }
+    // SAFETY: the lowest page of the mapping just made; attr is initialised before use.
+    unsafe {
+        libc::mprotect(base.cast(), PAGE, libc::PROT_NONE);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return None;
+        }
+        if libc::pthread_attr_setstack(&mut attr, base.add(PAGE).cast(), HANDLER_STACK) != 0 {
+            libc::pthread_attr_destroy(&mut attr);
+            return None;
+        }
+        Some(attr)
+    }
+}
+
 /// Starts the handler threads; false (after saying why on stderr) when none could start.
 fn start_handlers(region: &Region) -> bool {
     if region.uffd() >= 0 {
@@ -434,14 +462,21 @@ fn start_handlers(region: &Region) -> bool {
     }
     for _ in 0..handlers {
         let mut thread: libc::pthread_t = 0;
-        // SAFETY: a plain function pointer and no argument; the thread runs for the process.
-        let error = unsafe {
-            libc::pthread_create(
-                &mut thread,
-                std::ptr::null(),
-                handler_main,
-                std::ptr::null_mut(),
-            )
+        let error = match handler_stack() {
+            // SAFETY: a plain function pointer and no argument, on a stack of our own that
+            // lives as long as the process; the thread runs for the process.
+            Some(attr) => unsafe {
+                let error = libc::pthread_create(
+                    &mut thread,
+                    &attr,
+                    handler_main,
+                    std::ptr::null_mut(),
+                );
+                let mut attr = attr;
+                libc::pthread_attr_destroy(&mut attr);
+                error
+            },
+            None => libc::ENOMEM,
         };
         if error == 0 {
             started += 1;
