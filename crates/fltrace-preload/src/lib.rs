@@ -466,12 +466,8 @@ fn start_handlers(region: &Region) -> bool {
             // SAFETY: a plain function pointer and no argument, on a stack of our own that
             // lives as long as the process; the thread runs for the process.
             Some(attr) => unsafe {
-                let error = libc::pthread_create(
-                    &mut thread,
-                    &attr,
-                    handler_main,
-                    std::ptr::null_mut(),
-                );
+                let error =
+                    libc::pthread_create(&mut thread, &attr, handler_main, std::ptr::null_mut());
                 let mut attr = attr;
                 libc::pthread_attr_destroy(&mut attr);
                 error

@@ -482,7 +482,10 @@ fn jit_code_is_named_by_its_jitdump_and_a_corrupt_one_is_said() {
         svg.contains(&format!("<title>jit_touch_pages ({TOUCHED} faults"))
             && svg.contains(&format!("jitmap.js:11 in jit-{pid}.dump</title>")),
         "no box of the JIT code's {TOUCHED} faults in the flamegraph: {}",
-        svg.lines().filter(|l| l.contains("jit")).collect::<Vec<_>>().join("\n")
+        svg.lines()
+            .filter(|l| l.contains("jit"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     let out = dir.run(&["export", ".", "-o", "out", "--host", "h"]);
     assert!(
