@@ -290,6 +290,20 @@ impl Waiting {
         self.child.id()
     }
 
+    /// Waits until the program's C library is mapped: a process attached to straight after
+    /// its exec may still be in the loader, with nothing to probe.
+    fn loaded(&self) {
+        let maps = format!("/proc/{}/maps", self.pid());
+        let started = std::time::Instant::now();
+        while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libc.so")) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{maps}: no C library after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn go(&mut self) {
         let stdin = self.child.stdin.as_mut().expect("stdin");
         stdin.write_all(b"go\n").expect("write");
@@ -442,6 +456,7 @@ fn attached_line(stderr: &mut impl BufRead, fltrace: &mut Child) -> String {
 /// Runs `fltrace memleak -p` on the waiting `workload`, lets it allocate, and returns the
 /// first reported stack whose innermost frame contains `line`.
 fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Option<Value> {
+    workload.loaded();
     let pid = workload.pid().to_string();
     let mut fltrace = dir
         .fltrace()

@@ -109,7 +109,10 @@ impl Tool {
         let status = self.child.wait().expect("waits");
         self.seen.extend(self.stderr.try_iter());
         let err = self.seen.join("\n");
-        assert!(status.success(), "{status}: {err}");
+        assert!(
+            status.success() || (status.code() == Some(3) && said_loss(&out)),
+            "{status}: {err}"
+        );
         (out, err)
     }
 }
@@ -276,12 +279,19 @@ fn run_fltrace(args: &[&str]) -> String {
         Command::new(env!("CARGO_BIN_EXE_fltrace")).args(args),
         Duration::from_secs(120),
     );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        out.status.success(),
+        out.status.success() || (out.status.code() == Some(3) && said_loss(&stdout)),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout
+}
+
+/// Whether a tool's output says it lost events (it then exits with status 3): on a loaded
+/// machine the tracepoints' buffers can overflow.
+fn said_loss(stdout: &str) -> bool {
+    stdout.lines().any(|l| l.contains(" events seen, "))
 }
 
 /// Clean page cache beyond a small limit is reclaimed by the group's own process: drsnoop
