@@ -413,10 +413,15 @@ fn deep_stacks_of_a_thread_that_moved_on_reach_main_by_default() {
                     }
                 }
             }
+            // By line: `touch` itself may also take a stack-growth fault, when its frame
+            // begins a new page (the stack's start is random within a page).
+            let by_line = dir.report_json(&["--by", "line"]);
             assert_eq!(
-                touches, PAGES,
+                count_at(&by_line, "deep.c", site("deep.c", "deep_touch")),
+                PAGES,
                 "{name}: one fault per page at the touch line"
             );
+            assert!(touches >= PAGES, "{name}: {touches} faults in touch");
             let stats = std::fs::read_to_string(fltrace_trace::files::stats(dir.path(), pid))
                 .expect("stats file");
             let spliced: u64 = stats
@@ -433,7 +438,7 @@ fn deep_stacks_of_a_thread_that_moved_on_reach_main_by_default() {
                 assert_eq!(spliced, 0, "{name}: exact stacks infer nothing");
             } else {
                 assert_eq!(
-                    to_main, PAGES,
+                    to_main, touches,
                     "{name}: every touch reaches main:\n{folded}"
                 );
                 assert!(spliced >= PAGES - 1, "{name}: {spliced} spliced\n{stats}");
