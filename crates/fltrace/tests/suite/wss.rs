@@ -139,14 +139,24 @@ fn per_page_detail_needs_idle_page_tracking() {
 
 /// `--format json` prints what streams as every streaming tool does: one object per interval
 /// and line, with the CSV's names (`time_s` to the millisecond, whole bytes), each line's
-/// working set exactly the sum of that interval's mappings in the trace file.
+/// working set exactly the sum of that interval's mappings in the trace file, which `-o`
+/// puts in a directory it creates (parents too).
 #[test]
 fn json_lines_one_per_interval() {
     let w = workloads();
     let dir = Dir::new();
     let out = dir
         .fltrace()
-        .args(["wss", "--interval", "100ms", "--format", "json", "--"])
+        .args([
+            "wss",
+            "--interval",
+            "100ms",
+            "--format",
+            "json",
+            "-o",
+            "new/wss",
+            "--",
+        ])
         .arg(&w.faults)
         .args(["phases", "600"])
         .output()
@@ -157,9 +167,22 @@ fn json_lines_one_per_interval() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    let pid = dir.pids("wss", "csv")[0];
+    let written = dir.path().join("new/wss");
+    let files: Vec<String> = std::fs::read_dir(&written)
+        .expect("-o new/wss created")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let pid = files
+        .iter()
+        .find_map(|name| fltrace_trace::files::pid_of(name, "wss", "csv"))
+        .unwrap_or_else(|| panic!("no wss trace in {files:?}"));
+    assert!(
+        files.contains(&format!("fltrace-data-wss-{pid}.svg")),
+        "{files:?}"
+    );
+    assert!(dir.pids("wss", "csv").is_empty(), "written beside -o");
     let (_, ranges) =
-        fltrace_trace::read_range_trace(&fltrace_trace::files::path(dir.path(), "wss", pid, "csv"))
+        fltrace_trace::read_range_trace(&fltrace_trace::files::path(&written, "wss", pid, "csv"))
             .expect("trace reads back");
     let mut per_interval = std::collections::BTreeMap::<String, u64>::new();
     for r in &ranges {
