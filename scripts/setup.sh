@@ -14,9 +14,10 @@ cd "$(dirname "$0")/.."
 # jemalloc) and redis-benchmark are the real server the allocation tracer is tested on;
 # postgresql-15 (a postmaster forking its backends, with pgbench) the one far memory's forks are;
 # nodejs (`--perf-basic-prof`, `--perf-prof`) the JIT whose perf maps and jitdumps name frames;
-# util-linux's unshare runs programs in namespaces of their own.
+# util-linux's unshare runs programs in namespaces of their own; heaptrack counts the temporary
+# allocations fltrace's report is compared with.
 packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium redis-server
-    postgresql-15 nodejs util-linux)
+    postgresql-15 nodejs util-linux heaptrack)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -71,8 +71,7 @@ pub struct Block {
     /// Whether it is what remained of an earlier block after `munmap` or `mremap` cut it, not
     /// a new allocation.
     pub remnant: bool,
-    /// Whether it was temporary: freed by the thread that allocated it before that thread's
-    /// next allocation call (heaptrack's measure, per thread).
+    /// Whether its free was temporary by heaptrack's rule (see [`LastAlloc`]).
     pub temporary: bool,
 }
 
@@ -107,8 +106,13 @@ pub struct Lifetimes {
     pub peak_bytes: u64,
 }
 
-/// One thread's last allocation call, for temporaries: the block it made, if any.
-type LastAlloc = FxHashMap<u32, Option<u32>>;
+/// The size and stack of the process's last heap allocation, for temporaries, as heaptrack
+/// counts them: a free is temporary when the freed block's size and stack are those of the
+/// last allocation, in any thread, with no free since (any free of a live block forgets the
+/// last allocation; failed calls, whose events heaptrack never sees, change nothing). The
+/// freed block need not be the last one made: a loop that makes two same-sized blocks at one
+/// line and frees the first counts one temporary.
+type LastAlloc = Option<(u64, u32)>;
 
 /// The state of the pairing, apart from the blocks.
 #[derive(Default)]
@@ -167,7 +171,6 @@ impl Lifetimes {
             | AllocCall::Memalign
             | AllocCall::AlignedAlloc
             | AllocCall::PosixMemalign => {
-                live.last.insert(event.tid, None);
                 if event.addr.is_null() {
                     self.failed.push(index);
                 } else {
@@ -177,21 +180,19 @@ impl Lifetimes {
             AllocCall::Realloc | AllocCall::Reallocarray => {
                 if event.addr.is_null() && event.size > 0 {
                     // Failed: the old block stays.
-                    live.last.insert(event.tid, None);
                     self.failed.push(index);
                     return;
                 }
                 if !event.old_addr.is_null() {
-                    self.free(live, event.old_addr, event.tid, time);
+                    self.free(live, event.old_addr, time);
                 }
                 if !event.addr.is_null() {
-                    live.last.insert(event.tid, None);
                     self.heap_block(live, index, event);
                 }
             }
             AllocCall::Free => {
                 if !event.addr.is_null() {
-                    self.free(live, event.addr, event.tid, time);
+                    self.free(live, event.addr, time);
                 }
             }
             AllocCall::UsableSize => {}
@@ -273,10 +274,10 @@ impl Lifetimes {
         });
         live.heap.insert(addr, end, block);
         live.heap_bytes += size;
-        live.last.insert(event.tid, Some(block));
+        live.last = Some((size, event.stack_id));
     }
 
-    fn free(&mut self, live: &mut Live, addr: VirtAddr, tid: u32, time: u64) {
+    fn free(&mut self, live: &mut Live, addr: VirtAddr, time: u64) {
         if let Some(pending) = live.pending.get_mut(&addr) {
             *pending -= 1;
             if *pending == 0 {
@@ -287,8 +288,9 @@ impl Lifetimes {
         match live.heap.starting_at(addr) {
             Some((_, block)) => {
                 live.heap.remove_if(addr, block);
-                if live.last.get(&tid) == Some(&Some(block)) {
-                    self.blocks[block as usize].temporary = true;
+                let freed = &mut self.blocks[block as usize];
+                if live.last.take() == Some((freed.size, freed.stack_id)) {
+                    freed.temporary = true;
                 }
                 self.end_block(live, block, time);
             }
@@ -350,7 +352,7 @@ impl Lifetimes {
         for block in ended {
             self.end_block(live, block, time);
         }
-        live.last.clear();
+        live.last = None;
         live.pending.clear();
     }
 
@@ -372,7 +374,7 @@ impl Lifetimes {
 #[derive(Debug, Clone, Copy)]
 struct LiveBlock {
     /// Its index among every block in the order they came to life (as in
-    /// [`Lifetimes::blocks`]): who allocated last, and how many blocks came after a fault.
+    /// [`Lifetimes::blocks`]): how many blocks came after a fault.
     serial: u64,
     /// Index of the event of the call that allocated it (for a remnant, the original call).
     event: u64,
@@ -426,8 +428,8 @@ pub struct AllocPass {
     /// Live blocks, by the slot the maps hold; `free_slots` are ended ones to reuse.
     blocks: Vec<LiveBlock>,
     free_slots: Vec<u32>,
-    /// Each thread's last allocation call: the serial of the block it made, if any.
-    last: FxHashMap<u32, Option<u64>>,
+    /// The last heap allocation's size and stack, for temporaries.
+    last: LastAlloc,
     /// Addresses of heap blocks ended by an overlap, with how many frees of them to ignore.
     pending: FxHashMap<VirtAddr, u32>,
     heap_bytes: u64,
@@ -641,7 +643,6 @@ impl AllocPass {
             | AllocCall::Memalign
             | AllocCall::AlignedAlloc
             | AllocCall::PosixMemalign => {
-                self.last.insert(event.tid, None);
                 if event.addr.is_null() {
                     self.fail(event);
                 } else {
@@ -650,21 +651,19 @@ impl AllocPass {
             }
             AllocCall::Realloc | AllocCall::Reallocarray => {
                 if event.addr.is_null() && event.size > 0 {
-                    self.last.insert(event.tid, None);
                     self.fail(event);
                     return;
                 }
                 if !event.old_addr.is_null() {
-                    self.free(event.old_addr, event.tid, time);
+                    self.free(event.old_addr, time);
                 }
                 if !event.addr.is_null() {
-                    self.last.insert(event.tid, None);
                     self.heap_block(index, event);
                 }
             }
             AllocCall::Free => {
                 if !event.addr.is_null() {
-                    self.free(event.addr, event.tid, time);
+                    self.free(event.addr, time);
                 }
             }
             AllocCall::UsableSize => {}
@@ -749,12 +748,12 @@ impl AllocPass {
             size,
             remnant: false,
         };
-        let (slot, serial) = self.push(block, time);
+        let (slot, _) = self.push(block, time);
         self.heap.insert(addr, end, slot);
-        self.last.insert(event.tid, Some(serial));
+        self.last = Some((size, event.stack_id));
     }
 
-    fn free(&mut self, addr: VirtAddr, tid: u32, time: u64) {
+    fn free(&mut self, addr: VirtAddr, time: u64) {
         let _ = time;
         if let Some(pending) = self.pending.get_mut(&addr) {
             *pending -= 1;
@@ -767,7 +766,7 @@ impl AllocPass {
             Some((_, slot)) => {
                 self.heap.remove_if(addr, slot);
                 let b = self.blocks[slot as usize];
-                if self.last.get(&tid) == Some(&Some(b.serial))
+                if self.last.take() == Some((b.size, b.stack_id))
                     && let Some((_, state)) = self.stacks.get_mut(&b.stack_id)
                 {
                     state.totals.temporary += 1;
@@ -828,7 +827,7 @@ impl AllocPass {
         for slot in ended {
             self.end_block(slot);
         }
-        self.last.clear();
+        self.last = None;
         self.pending.clear();
     }
 
@@ -1064,7 +1063,7 @@ pub struct AllocTotals {
     pub leaked_allocs: u64,
     /// Their bytes still alive.
     pub leaked_bytes: u64,
-    /// Heap allocations freed by their own thread before its next allocation call.
+    /// Heap allocations whose free was temporary by heaptrack's rule (see [`LastAlloc`]).
     pub temporary: u64,
     /// Heap bytes alive at the heap peak.
     pub peak_bytes: u64,
@@ -1380,9 +1379,11 @@ mod tests {
         );
         assert_eq!(l.failed, vec![3]);
         assert_eq!((l.unknown_frees, l.overlaps), (0, 0));
-        // Each realloc freed the thread's last allocation before allocating: temporaries.
+        // Each realloc freed the last allocation before allocating: temporaries; so did
+        // realloc(p, 0) at 50, since the failed call at 40 is no allocation (heaptrack never
+        // sees it).
         let temporary: Vec<bool> = l.blocks.iter().map(|b| b.temporary).collect();
-        assert_eq!(temporary, vec![true, true, false, false]);
+        assert_eq!(temporary, vec![true, true, true, false]);
         let s = AllocStats::new(&events, &l, 100, 0);
         assert_eq!(s.stacks[&20].1.allocs, 1);
         assert_eq!(s.stacks[&40].1.failed, 1);
@@ -1526,26 +1527,43 @@ mod tests {
         assert_eq!(l.blocks[1].stack_id, 20);
     }
 
-    /// Temporaries are per thread: a block freed by its thread before that thread allocates
-    /// again, whatever other threads do meanwhile; a block freed by another thread is not.
+    /// Temporaries as heaptrack counts them: a free whose block has the last allocation's size
+    /// and stack, with no free between, in whichever thread; the freed block need not be the
+    /// last one made.
     #[test]
-    fn threads_and_temporaries() {
-        let on = |tid, e: AllocEvent| AllocEvent { tid, ..e };
+    fn temporaries_by_heaptracks_rule() {
+        let at = |tid, stack_id, e: AllocEvent| AllocEvent { tid, stack_id, ..e };
         let events = [
-            on(1, malloc(1, 0x1000, 10)), // freed by thread 1 after thread 2 allocated: temporary
-            on(2, malloc(2, 0x2000, 20)), // freed by thread 1: not temporary
-            on(1, free(3, 0x1000)),
-            on(1, free(4, 0x2000)),
-            on(2, malloc(5, 0x3000, 30)), // thread 2 allocates again before freeing it
-            on(2, malloc(6, 0x4000, 40)),
-            on(2, free(7, 0x3000)),
-            on(2, free(8, 0x4000)), // its last allocation: temporary
+            at(1, 7, malloc(1, 0x1000, 10)), // freed by thread 2 at once: temporary
+            at(2, 0, free(2, 0x1000)),
+            at(1, 7, malloc(3, 0x2000, 10)), // same size and stack as the next: temporary
+            at(1, 7, malloc(4, 0x3000, 10)), // a free came between: not temporary
+            at(1, 0, free(5, 0x2000)),
+            at(1, 0, free(6, 0x3000)),
+            at(1, 8, malloc(7, 0x4000, 10)), // another stack was last: not temporary
+            at(1, 9, malloc(8, 0x5000, 10)), // freed after an unknown free: temporary
+            at(1, 0, free(9, 0x9000)),
+            at(1, 0, free(10, 0x5000)),
+            at(1, 0, free(11, 0x4000)),
+            at(1, 9, malloc(12, 0x6000, 20)), // another size was last: not temporary
+            at(1, 9, malloc(13, 0x7000, 30)),
+            at(1, 9, malloc(14, 0, 1 << 40)), // failed: not an allocation
+            at(1, 0, free(15, 0x6000)),
+            at(1, 0, free(16, 0x7000)), // not temporary: a free came between
+            at(1, 9, malloc(17, 0x8000, 40)), // alive at the end
         ];
         let l = Lifetimes::new(&events, &[]);
         let temporary: Vec<bool> = l.blocks.iter().map(|b| b.temporary).collect();
-        assert_eq!(temporary, vec![true, false, false, true]);
-        assert!(l.blocks.iter().all(|b| b.end_ns.is_some()));
-        assert_eq!(l.unknown_frees, 0);
+        assert_eq!(
+            temporary,
+            vec![true, true, false, false, true, false, false, false]
+        );
+        assert_eq!(l.unknown_frees, 1);
+        let s = AllocStats::new(&events, &l, 100, 0);
+        assert_eq!(s.stacks[&7].1.temporary, 2);
+        assert_eq!(s.stacks[&9].1.temporary, 1);
+        assert_eq!(s.total(BlockKind::Heap).temporary, 3);
+        assert_pass_matches(&events, &[], &[]);
     }
 
     /// A free entered after a malloc in another thread that got the same memory: the new

@@ -5,6 +5,8 @@
 
 use std::ops::Range;
 
+use rustc_hash::FxHashSet;
+
 use fltrace_trace::{AccessRecord, Fault, ProcessTrace, RangeSample, RangeTraceKind, VirtAddr};
 
 use crate::{
@@ -12,12 +14,15 @@ use crate::{
 };
 
 /// The faults a map of faults draws: those within a time window (seconds since the recording
-/// started) and an address range, each start inclusive and end exclusive. Asked of one fault
-/// at a time, so that a faults file is filtered a row group at a time.
+/// started) and an address range, each start inclusive and end exclusive, and of the threads
+/// chosen. Asked of one fault at a time, so that a faults file is filtered a row group at a
+/// time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FaultSelection {
     window: Option<Range<u64>>,
     addr: Option<(u64, u64)>,
+    /// With `--tid`/`--comm`: the (time, thread, address) of every fault of those threads.
+    threads: Option<FxHashSet<(u64, u32, u64)>>,
 }
 
 impl FaultSelection {
@@ -27,7 +32,24 @@ impl FaultSelection {
         FaultSelection {
             window: window_ns(start_ns, time),
             addr,
+            threads: None,
         }
+    }
+
+    /// Only the faults of `trace` still there once `threads` kept its threads' faults (a
+    /// thread's name is known per exec, from the whole trace, not from a faults row).
+    pub fn of_threads(mut self, threads: &crate::ThreadFilter, mut trace: ProcessTrace) -> Self {
+        if !threads.is_empty() {
+            threads.retain(&mut trace);
+            self.threads = Some(
+                trace
+                    .faults
+                    .iter()
+                    .map(|f| (f.time_ns, f.tid, f.addr.get()))
+                    .collect(),
+            );
+        }
+        self
     }
 
     /// Whether `fault` is drawn.
@@ -38,6 +60,10 @@ impl FaultSelection {
             && self
                 .addr
                 .is_none_or(|(a, b)| (a..b).contains(&fault.addr.get()))
+            && self
+                .threads
+                .as_ref()
+                .is_none_or(|kept| kept.contains(&(fault.time_ns, fault.tid, fault.addr.get())))
     }
 }
 

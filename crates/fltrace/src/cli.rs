@@ -281,7 +281,8 @@ pub struct WssArgs {
     /// With --damon, own monitor: fewest and most regions, `MIN..MAX`.
     #[arg(long, value_name = "MIN..MAX", default_value = "10..1000", value_parser = region_counts)]
     pub damon_regions: (u64, u64),
-    /// table (one line per interval) or csv (`time_s,wss_bytes,rss_bytes` on stdout).
+    /// table (one line per interval), csv (`time_s,wss_bytes,rss_bytes` on stdout) or json
+    /// (one object per interval and line, with the CSV's names).
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Directory for the per-mapping trace and the plot.

@@ -96,10 +96,17 @@ fn faults(args: HeatmapArgs, outputs: &std::path::Path) -> anyhow::Result<()> {
         .or_else(|| recording.root_pid())
         .context("the recording has no process")?;
     let start = recording.session.start_ns;
-    let chosen = FaultSelection::new(start, selection.time, args.addr);
+    let mut chosen = FaultSelection::new(start, selection.time, args.addr);
+    let threads = fltrace_analyze::ThreadFilter {
+        tids: selection.tid.clone(),
+        comms: selection.comm.clone(),
+    };
+    if !threads.is_empty() {
+        chosen = chosen.of_threads(&threads, recording.load(pid)?);
+    }
     let path = files::faults(&recording.dir, pid);
     let Some((mut map, count)) = Heatmap::of_faults(&path, &chosen, options(&args))? else {
-        bail!("no faults of process {pid} in the selected time and address ranges");
+        bail!("no faults of process {pid} in the selected time and address ranges and threads");
     };
     if args.allocs > 0 && recording.has_allocs(pid) {
         map.overlay(&largest_blocks(&recording, pid, args.allocs, selection)?);

@@ -9,16 +9,12 @@ use anyhow::{Context as _, bail};
 use fltrace_capture::ChildGuard;
 use fltrace_capture::damon::{self, ChosenMonitor, MonitorConfig};
 use fltrace_capture::wss::{self, IdleBitmap, PAGE_IDLE_BITMAP};
-use fltrace_trace::{WssRows, files};
+use fltrace_trace::{WssRow, WssRows, files};
 
 use crate::cli::{Format, WssArgs};
 use fltrace_capture::interrupt_counter;
 
 pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
-    // Said before anything starts: the rows stream as they come, one per interval.
-    if args.format == Format::Json {
-        bail!("wss prints a row per interval as it goes: --format table or csv");
-    }
     // `-o DIR` is created, as record, runs and sweep create theirs.
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
@@ -35,24 +31,9 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     if args.pages {
         return pages(&args, pid, &stop);
     }
-    let mut out = std::io::stdout().lock();
-    let mut rows = match args.format {
-        Format::Csv => Some(WssRows::new(std::io::stdout().lock())?),
-        _ => None,
-    };
+    let mut rows = Rows::new(args.format)?;
     let trace = wss::trace_referenced(pid, args.interval, args.duration, &stop, |sample| {
-        let row = sample.row();
-        let written = match &mut rows {
-            Some(rows) => rows.row(&row),
-            None => writeln!(
-                out,
-                "{:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
-                row.time_s,
-                row.wss_bytes as f64 / 1048576.0,
-                row.rss_bytes as f64 / 1048576.0
-            ),
-        };
-        stop_on_error(written, &stop);
+        stop_on_error(rows.row(&sample.row()), &stop);
     })?;
     let path = files::path(&args.dir, "wss", pid as u32, "csv");
     trace.ranges.write(&path)?;
@@ -87,7 +68,7 @@ fn with_damon(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<Ex
         damon::system_ram,
     )?;
     eprintln!("fltrace: {monitor}");
-    let mut rows = WssRows::new(std::io::stdout().lock())?;
+    let mut rows = Rows::new(csv_unless_json(args.format))?;
     let trace = damon::trace_process(
         pid,
         monitor.own(),
@@ -112,13 +93,62 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
             "--pages needs idle page tracking ({PAGE_IDLE_BITMAP}: {e}; CONFIG_IDLE_PAGE_TRACKING and root); without --pages fltrace wss gives the referenced bytes of each mapping"
         ),
     };
-    let mut rows = WssRows::new(std::io::stdout().lock())?;
+    let mut rows = Rows::new(csv_unless_json(args.format))?;
     let trace = wss::trace_pages(pid, args.interval, &bitmap, args.duration, stop, |sample| {
         stop_on_error(rows.row(&sample.row()), stop)
     })?;
     let path = files::path(&args.dir, "wss", pid as u32, "csv");
     trace.write(&path)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--damon` and `--pages` print CSV for a table, as they always have.
+fn csv_unless_json(format: Format) -> Format {
+    match format {
+        Format::Json => Format::Json,
+        Format::Table | Format::Csv => Format::Csv,
+    }
+}
+
+/// The rows on stdout as they come, each flushed: a table line, CSV
+/// (`time_s,wss_bytes,rss_bytes`) or a JSON line with the same names, as every tool that
+/// prints as it goes prints JSON.
+enum Rows {
+    Table(std::io::Stdout),
+    Csv(Box<WssRows<std::io::StdoutLock<'static>>>),
+    Json(std::io::Stdout),
+}
+
+impl Rows {
+    fn new(format: Format) -> std::io::Result<Rows> {
+        Ok(match format {
+            Format::Table => Rows::Table(std::io::stdout()),
+            Format::Csv => Rows::Csv(Box::new(WssRows::new(std::io::stdout().lock())?)),
+            Format::Json => Rows::Json(std::io::stdout()),
+        })
+    }
+
+    fn row(&mut self, row: &WssRow) -> std::io::Result<()> {
+        match self {
+            Rows::Table(out) => writeln!(
+                out,
+                "{:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
+                row.time_s,
+                row.wss_bytes as f64 / 1048576.0,
+                row.rss_bytes as f64 / 1048576.0
+            ),
+            Rows::Csv(rows) => rows.row(row),
+            Rows::Json(out) => {
+                let mut out = out.lock();
+                writeln!(
+                    out,
+                    "{{\"time_s\":{:.3},\"wss_bytes\":{},\"rss_bytes\":{}}}",
+                    row.time_s, row.wss_bytes, row.rss_bytes
+                )?;
+                out.flush()
+            }
+        }
+    }
 }
 
 /// A line written to stdout, or the end of sampling as on Ctrl-C when stdout is gone

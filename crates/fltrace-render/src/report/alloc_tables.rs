@@ -199,7 +199,7 @@ fn allocs_table(
     let temporary = rank_allocs(groups, |t| t.temporary);
     let _ = writeln!(
         out,
-        "Temporary allocations (freed by their thread before it allocated again): {} of {} heap allocations ({:.1}%)",
+        "Temporary allocations (as heaptrack counts them: the first free after an allocation of the block's size and stack): {} of {} heap allocations ({:.1}%)",
         heap.temporary,
         heap.allocs,
         percent(heap.temporary, heap.allocs)

@@ -831,3 +831,82 @@ fn record_mode_pmem_runs_without_the_library_at_hand() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `runs --stat` on a series whose second configuration has one run 20 times the others (the
+/// wall times of the unit test `a_very_noisy_configuration_stays_above_zero`, written into
+/// the runs' `run.json`): the overhead interval, taken on the log scale, stays above zero
+/// (the linear one went below it), the same in JSON and in the table.
+#[test]
+fn runs_stat_interval_of_a_very_noisy_configuration_stays_above_zero() {
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("configs.toml"),
+        "[[config]]\nname = \"dry\"\nmode = \"dry\"\n\n[[config]]\nname = \"noisy\"\nmode = \"dry\"\n",
+    )
+    .unwrap();
+    ok(&dir.run(&[
+        "runs",
+        "-o",
+        "series",
+        "-n",
+        "3",
+        "--config",
+        "configs.toml",
+        "--",
+        "true",
+    ]));
+    let series = dir.path().join("series");
+    let times = [("dry", [0.1, 0.11, 0.1]), ("noisy", [0.1, 0.1, 2.0])];
+    for (config, walls) in times {
+        for (rep, wall) in (1..).zip(walls) {
+            let run = run_dir(&series, "true", config, rep);
+            let mut record = run_json(&run);
+            record["wall_s"] = wall.into();
+            std::fs::write(run.join("run.json"), record.to_string()).unwrap();
+        }
+    }
+    ok(&dir.run(&["analyze", "series", "-o", "runs.sqlite"]));
+    let stat = dir.run(&["runs", "--stat", "runs.sqlite", "--format", "json"]);
+    ok(&stat);
+    let stat: Value = serde_json::from_slice(&stat.stdout).unwrap();
+    let noisy = stat
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["config"] == "noisy")
+        .unwrap_or_else(|| panic!("no noisy row in {stat}"));
+    let summary = |walls: &[f64]| fltrace_experiment::stats::summarize(walls).unwrap();
+    let expected = fltrace_experiment::stats::ratio_of_means(
+        &summary(&times[1].1),
+        &summary(&times[0].1),
+        0.95,
+    )
+    .unwrap();
+    let overhead = &noisy["overhead"];
+    let (ratio, low, high) = (
+        overhead["ratio"].as_f64().unwrap(),
+        overhead["low"].as_f64().unwrap(),
+        overhead["high"].as_f64().unwrap(),
+    );
+    assert!((ratio - 2.2 / 0.31).abs() < 1e-9, "{noisy}");
+    assert_eq!(
+        (ratio, Some(low), Some(high)),
+        (expected.ratio, expected.low, expected.high),
+        "{noisy}"
+    );
+    assert!(low > 0.0 && low < ratio && ratio < high, "{noisy}");
+    // On the log scale the interval is symmetric in ratio terms.
+    assert!((low * high - ratio * ratio).abs() < 1e-9, "{noisy}");
+    let table = dir.run(&["runs", "--stat", "runs.sqlite"]);
+    ok(&table);
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.contains("noisy"))
+        .unwrap_or_else(|| panic!("{text}"));
+    // 7.097 (0.174..289.531), where the linear interval went below zero.
+    assert!(
+        row.contains(&format!("{ratio:.3} ({low:.3}..{high:.3})")),
+        "{text}"
+    );
+}

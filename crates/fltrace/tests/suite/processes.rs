@@ -620,6 +620,48 @@ fn faults_by_thread_are_exact() {
     assert_eq!(count_at(&big, "threads2.c", fill), 70, "{big}");
     assert_eq!(big["faults"], 70, "{big}");
 
+    // Every analysis command keeps the same faults: script, visualize and heatmap, by name
+    // and by thread, each exactly the report's count of that thread.
+    let all_by_comm = dir.report_json(&["--by", "comm"]);
+    let count_of = |comm: &str| {
+        groups(&all_by_comm)
+            .find(|g| g["comm"] == comm)
+            .and_then(|g| g["count"].as_u64())
+            .unwrap_or_else(|| panic!("no {comm} in {all_by_comm}"))
+    };
+    let (small, big) = (count_of("small"), count_of("big"));
+    let out = dir.run(&["script", "--comm", "big"]);
+    let script = String::from_utf8_lossy(&out.stdout);
+    let headers: Vec<&str> = script
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('\t'))
+        .collect();
+    assert_eq!(headers.len() as u64, big, "{script}");
+    assert!(headers.iter().all(|l| l.starts_with("big ")), "{script}");
+    let out = dir.run(&["visualize", "--comm", "small", "-o", "small"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(
+        dir.path()
+            .join(format!("small/fltrace-data-flamegraph-{pid}.svg")),
+    )
+    .expect("flamegraph");
+    assert!(
+        svg.contains(&format!("<title>all ({small} faults, 100%)</title>")),
+        "{small}"
+    );
+    for selected in [["--comm", "small"], ["--tid", small_tid.as_str()]] {
+        let out = dir.run(&[&["heatmap", "--terminal"][..], &selected].concat());
+        let map = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            map.contains(&format!("\n{small} faults of process {pid} ")),
+            "{selected:?}: {map}"
+        );
+    }
+
     // The table names the columns that mean something for the grouping.
     let out = dir.run(&["report", "--by", "pid"]);
     let table = String::from_utf8_lossy(&out.stdout);

@@ -137,26 +137,71 @@ fn per_page_detail_needs_idle_page_tracking() {
     assert!(err.contains("idle page tracking"), "{err}");
 }
 
-/// wss streams its rows, so JSON is refused in one line before the command runs.
+/// `--format json` prints what streams as every streaming tool does: one object per interval
+/// and line, with the CSV's names (`time_s` to the millisecond, whole bytes), each line's
+/// working set exactly the sum of that interval's mappings in the trace file, which `-o`
+/// puts in a directory it creates (parents too).
 #[test]
-fn json_is_refused_before_the_command_runs() {
+fn json_lines_one_per_interval() {
+    let w = workloads();
     let dir = Dir::new();
-    let marker = dir.path().join("ran");
-    let out = dir.run(&[
-        "wss",
-        "--format",
-        "json",
-        "--duration",
-        "1s",
-        "--",
-        "touch",
-        marker.to_str().expect("a UTF-8 path"),
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--format table or csv"), "{err}");
-    assert!(!marker.exists(), "the command ran");
+    let out = dir
+        .fltrace()
+        .args([
+            "wss",
+            "--interval",
+            "100ms",
+            "--format",
+            "json",
+            "-o",
+            "new/wss",
+            "--",
+        ])
+        .arg(&w.faults)
+        .args(["phases", "600"])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let written = dir.path().join("new/wss");
+    let files: Vec<String> = std::fs::read_dir(&written)
+        .expect("-o new/wss created")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let pid = files
+        .iter()
+        .find_map(|name| fltrace_trace::files::pid_of(name, "wss", "csv"))
+        .unwrap_or_else(|| panic!("no wss trace in {files:?}"));
+    assert!(
+        files.contains(&format!("fltrace-data-wss-{pid}.svg")),
+        "{files:?}"
+    );
+    assert!(dir.pids("wss", "csv").is_empty(), "written beside -o");
+    let (_, ranges) =
+        fltrace_trace::read_range_trace(&fltrace_trace::files::path(&written, "wss", pid, "csv"))
+            .expect("trace reads back");
+    let mut per_interval = std::collections::BTreeMap::<String, u64>::new();
+    for r in &ranges {
+        *per_interval.entry(format!("{:.3}", r.time_s)).or_default() += r.value;
+    }
+    let mut lines = 0;
+    for line in text.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).expect("one JSON object a line");
+        let time = format!("{:.3}", row["time_s"].as_f64().expect("seconds"));
+        let wss = per_interval.get(&time).copied().unwrap_or(0);
+        let rss = row["rss_bytes"].as_u64().expect("whole bytes");
+        assert!(rss > 0, "{line}");
+        assert_eq!(
+            line,
+            format!("{{\"time_s\":{time},\"wss_bytes\":{wss},\"rss_bytes\":{rss}}}")
+        );
+        lines += 1;
+    }
+    assert!(lines >= 3, "{text}");
 }
 
 /// A DAMON trace drawn as a heatmap: its ranges land in rows of their own, weighted by their
