@@ -238,6 +238,8 @@ pub struct AddressSpaceUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
     /// The executable mappings' bytes, by address range, to recognise signal trampolines.
     code: Vec<MappedCode>,
+    /// ELF entry points: no caller is searched for beyond their code.
+    entries: Vec<u64>,
 }
 
 /// The file bytes behind one executable mapping.
@@ -268,6 +270,40 @@ const UCONTEXT_GREGS: u64 = 40;
 const REG_RBP: u64 = 10;
 const REG_RSP: u64 = 15;
 const REG_RIP: u64 = 16;
+
+/// How far above a frame's stack pointer a caller is searched for: past the register and
+/// vector state `_dl_runtime_resolve_xsavec` saves (up to 2.7 KiB with AVX-512).
+const SCAN_SPAN: u64 = 4096;
+
+/// The bytes of entry code after an ELF entry point (the loader's `_start` and
+/// `_dl_start_user`, crt1's `_start`), as the recorder's `classify` counts them.
+const ENTRY_CODE: u64 = 64;
+
+/// Whether `bytes` end with an x86-64 call instruction: `call rel32` (`e8`), or `call` through
+/// a register or memory (`ff /2`, with its ModRM, SIB and displacement).
+fn ends_with_call(bytes: &[u8]) -> bool {
+    let n = bytes.len();
+    if n >= 5 && bytes[n - 5] == 0xe8 {
+        return true;
+    }
+    (2..=n.min(7)).any(|len| {
+        let at = n - len;
+        let modrm = bytes[at + 1];
+        if bytes[at] != 0xff || (modrm >> 3) & 7 != 2 {
+            return false;
+        }
+        let (mode, rm) = (modrm >> 6, modrm & 7);
+        let sib = mode != 3 && rm == 4;
+        let base_disp32 = sib && mode == 0 && bytes.get(at + 2).is_some_and(|s| s & 7 == 5);
+        let disp = match mode {
+            0 if rm == 5 || base_disp32 => 4,
+            1 => 1,
+            2 => 4,
+            _ => 0,
+        };
+        2 + usize::from(sib) + disp == len
+    })
+}
 
 /// Frames beyond this are dropped (a runaway corrupt stack). Deep enough for recursive
 /// programs (compilers instantiating templates, a 2,000-deep recursion).
@@ -312,6 +348,64 @@ impl AddressSpaceUnwinder {
             && self.code[at - 1].bytes_at(addr, SIGRETURN.len()) == Some(&SIGRETURN[..])
     }
 
+    /// Notes an ELF entry point: the unwinder does not search the stack for a caller of its
+    /// code (above the loader's `_start` are argc, argv and the auxiliary vector).
+    pub fn add_entry(&mut self, entry: u64) {
+        self.entries.push(entry);
+    }
+
+    /// Whether `addr` follows a call instruction in a mapped ELF file: `Some(false)` for a
+    /// word that cannot be a return address there, `None` where the bytes are unknown.
+    fn after_call(&self, addr: u64) -> Option<bool> {
+        let at = self.code.partition_point(|c| c.range.start <= addr);
+        let code = self.code.get(at.checked_sub(1)?)?;
+        if !code.range.contains(&addr) {
+            return Some(false);
+        }
+        let start = addr.checked_sub(7)?.max(code.range.start);
+        let bytes = code.bytes_at(start, (addr - start) as usize)?;
+        Some(ends_with_call(bytes))
+    }
+
+    /// A caller for a frame whose unwind rule gave no return address (code without CFI:
+    /// loader and library constructors, `__do_global_dtors_aux`, jemalloc's start-up, or a
+    /// rule on a register the unwinder does not track, as `_dl_runtime_resolve`'s on `rbx`):
+    /// the frame-pointer record at `bp` if it holds a return address, else the first word
+    /// above `sp` that follows a call instruction, as breakpad and libunwind's scanners do.
+    /// Returns the caller's registers (its `sp` just above the return address).
+    fn scan_for_caller(
+        &self,
+        regs: &UnwindRegsX86_64,
+        stack_end: u64,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<UnwindRegsX86_64> {
+        let (sp, bp) = (regs.sp(), regs.bp());
+        if sp <= bp
+            && bp < stack_end.min(sp.saturating_add(SCAN_SPAN))
+            && let (Some(ra), Some(next_bp)) = (read(bp + 8), read(bp))
+            && self.after_call(ra) == Some(true)
+        {
+            return Some(UnwindRegsX86_64::new(ra, bp + 16, next_bp));
+        }
+        let end = stack_end.min(sp.saturating_add(SCAN_SPAN));
+        let mut at = sp;
+        while at + 8 <= end {
+            let word = read(at)?;
+            if self.after_call(word) == Some(true) {
+                return Some(UnwindRegsX86_64::new(word, at + 8, bp));
+            }
+            at += 8;
+        }
+        None
+    }
+
+    /// Whether `addr` lies in the code of an ELF entry point (`_start`).
+    fn in_entry_code(&self, addr: u64) -> bool {
+        self.entries
+            .iter()
+            .any(|&entry| (entry..entry + ENTRY_CODE).contains(&addr))
+    }
+
     /// Unwinds from the sampled registers over the sampled stack bytes (which start at `sp`),
     /// appending frame addresses to `frames`, innermost first. Words beyond the copy are read
     /// from `beyond` (the live process).
@@ -324,7 +418,7 @@ impl AddressSpaceUnwinder {
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
         let mut known = KnownFrames::default();
-        self.unwind_thread(cache, regs, stack, beyond, &mut known, frames)
+        self.unwind_thread(cache, regs, stack, beyond, &|_| true, &mut known, frames)
     }
 
     /// Whether `addr` lies in an executable file mapping.
@@ -339,12 +433,16 @@ impl AddressSpaceUnwinder {
     /// holds the same frame at the same address and the live stack does not contradict the
     /// frames outside it, else from `beyond` (the live process). `known` then holds this
     /// unwind's frames, until [`KnownFrames::settle`] says whether they made a complete stack.
+    /// Where a rule gives no return address (`is_exec` says whether an address is executable,
+    /// JIT code included), the caller is searched for on the stack ([`LiveStack::scanned`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn unwind_thread(
         &self,
         cache: &mut CacheX86_64,
         (ip, sp, bp): (u64, u64, u64),
         stack: &[u8],
         beyond: &mut LiveStack,
+        is_exec: &dyn Fn(u64) -> bool,
         known: &mut KnownFrames,
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
@@ -432,6 +530,7 @@ impl AddressSpaceUnwinder {
                 continue;
             }
             let before = regs;
+            let failed_before = beyond.failed;
             let mut step = self
                 .unwinder
                 .unwind_frame(address, &mut regs, cache, &mut |a| read_at(beyond, a));
@@ -453,6 +552,45 @@ impl AddressSpaceUnwinder {
                     .unwinder
                     .unwind_frame(address, &mut regs, cache, &mut |a| read_at(beyond, a));
             }
+            // A rule that failed or gave a word that is no return address (not executable,
+            // or in an ELF file but not after a call): the caller is searched for on the
+            // stack, except past an entry's code.
+            // Not where the stack ran out: words of the copy below a caller's return address
+            // that could not be read are this frame's locals, stale return addresses among them.
+            let implausible = match step {
+                Ok(Some(ra)) => {
+                    !is_exec(ra) || (self.after_call(ra) == Some(false) && !self.is_sigreturn(ra))
+                }
+                // The frame-pointer rule (code without CFI) ends at a zero `rbp` as if at an
+                // outermost frame; an end the CFI marks does not depend on `rbp`.
+                Ok(None) if before.bp() == 0 && !self.in_entry_code(address.address()) => {
+                    let mut probe = before;
+                    probe.set_bp(before.sp());
+                    let probed = self
+                        .unwinder
+                        .unwind_frame(address, &mut probe, cache, &mut |a| read_at(beyond, a));
+                    ran_out.set(false);
+                    !matches!(probed, Ok(None))
+                }
+                Ok(None) => false,
+                Err(_) => true,
+            };
+            let stack_ended = beyond.failed && !failed_before;
+            if implausible && !stack_ended && !self.in_entry_code(address.address()) {
+                let stack_end = sp.saturating_add(stack.len() as u64).max(beyond.bounds.1);
+                let mut read = |addr: u64| -> Option<u64> {
+                    let offset = usize::try_from(addr.checked_sub(sp)?).ok()?;
+                    match stack.get(offset..offset.checked_add(8)?) {
+                        Some(bytes) => Some(u64::from_ne_bytes(bytes.try_into().ok()?)),
+                        None => beyond.peek(addr),
+                    }
+                };
+                if let Some(caller) = self.scan_for_caller(&before, stack_end, &mut read) {
+                    regs = caller;
+                    step = Ok(Some(caller.ip()));
+                    beyond.scanned = true;
+                }
+            }
             match step {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                     Some(next) => {
@@ -462,7 +600,9 @@ impl AddressSpaceUnwinder {
                     }
                     None => break false,
                 },
-                Ok(None) => break true,
+                // A zero word ends a stack found by searching without saying it is whole:
+                // only an entry's code does then.
+                Ok(None) => break !beyond.scanned,
                 Err(_) => break false,
             }
         };
@@ -707,6 +847,8 @@ pub struct LiveStack {
     pub used: bool,
     /// Whether a word was needed that neither the copy nor the live process had.
     pub failed: bool,
+    /// Whether a caller was found by searching the stack ([`AddressSpaceUnwinder::unwind_thread`]).
+    pub scanned: bool,
 }
 
 const LIVE_CHUNK: usize = 4096;
@@ -722,6 +864,7 @@ impl LiveStack {
             chunk: Box::new([0; LIVE_CHUNK]),
             used: false,
             failed: false,
+            scanned: false,
         }
     }
 
@@ -737,6 +880,7 @@ impl LiveStack {
         self.len = 0;
         self.used = false;
         self.failed = false;
+        self.scanned = false;
     }
 
     fn read(&mut self, addr: u64) -> Option<u64> {
@@ -892,6 +1036,7 @@ mod tests {
             stack.regs(),
             copy,
             &mut live,
+            &|_| true,
             known,
             &mut frames,
         );
