@@ -1110,6 +1110,39 @@ mod tests {
         assert_eq!(forked, (whole.to_vec(), UnwindEnd::Complete));
     }
 
+    /// The call instructions a return address follows, as compilers emit them (from
+    /// objdump of Debian's libc, ld.so and postgres), and words that follow none.
+    #[test]
+    fn return_addresses_follow_call_instructions() {
+        let calls: [&[u8]; 8] = [
+            &[0xe8, 0x06, 0xdb, 0xff, 0xff],             // call rel32
+            &[0xff, 0xd0],                               // call *%rax
+            &[0x41, 0xff, 0xd3],                         // call *%r11
+            &[0xff, 0x15, 0x10, 0x20, 0x30, 0x00],       // call *disp32(%rip)
+            &[0xff, 0x50, 0x18],                         // call *0x18(%rax)
+            &[0xff, 0x94, 0x24, 0x00, 0x01, 0x00, 0x00], // call *0x100(%rsp)
+            &[0xff, 0x14, 0x24],                         // call *(%rsp)
+            &[0xff, 0x14, 0x25, 0x10, 0x20, 0x30, 0x00], // call *disp32 (no base)
+        ];
+        for bytes in calls {
+            let mut code = vec![0x90; 8];
+            code.extend_from_slice(bytes);
+            assert!(ends_with_call(&code), "{bytes:x?}");
+        }
+        let others: [&[u8]; 5] = [
+            &[0x48, 0x89, 0xe5],             // mov %rsp,%rbp
+            &[0x0f, 0x05],                   // syscall
+            &[0xff, 0xe0],                   // jmp *%rax
+            &[0xc6, 0x05, 0xa5, 0xad, 0x01], // movb (cut short)
+            &[0x5d, 0xc3],                   // pop %rbp; ret
+        ];
+        for bytes in others {
+            let mut code = vec![0x90; 8];
+            code.extend_from_slice(bytes);
+            assert!(!ends_with_call(&code), "{bytes:x?}");
+        }
+    }
+
     /// lld layout: r-- segment at offset 0 whose file range runs into the page where the r-x
     /// segment (offset 0x13000, address 0x14000) starts. The bias must come from the r-x one.
     #[test]
