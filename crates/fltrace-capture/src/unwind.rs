@@ -563,7 +563,11 @@ impl AddressSpaceUnwinder {
                 }
                 // The frame-pointer rule (code without CFI) ends at a zero `rbp` as if at an
                 // outermost frame; an end the CFI marks does not depend on `rbp`.
-                Ok(None) if before.bp() == 0 && !self.in_entry_code(address.address()) => {
+                Ok(None)
+                    if before.bp() == 0
+                        && !live.get()
+                        && !self.in_entry_code(address.address()) =>
+                {
                     let mut probe = before;
                     probe.set_bp(before.sp());
                     let probed = self
@@ -575,15 +579,16 @@ impl AddressSpaceUnwinder {
                 Ok(None) => false,
                 Err(_) => true,
             };
+            // Only over the copy: past it the live stack may have moved on since the fault, and
+            // a word that is no return address there says so, not that the CFI is missing.
             let stack_ended = beyond.failed && !failed_before;
-            if implausible && !stack_ended && !self.in_entry_code(address.address()) {
-                let stack_end = sp.saturating_add(stack.len() as u64).max(beyond.bounds.1);
+            if implausible && !live.get() && !stack_ended && !self.in_entry_code(address.address())
+            {
+                let stack_end = sp.saturating_add(stack.len() as u64);
                 let mut read = |addr: u64| -> Option<u64> {
                     let offset = usize::try_from(addr.checked_sub(sp)?).ok()?;
-                    match stack.get(offset..offset.checked_add(8)?) {
-                        Some(bytes) => Some(u64::from_ne_bytes(bytes.try_into().ok()?)),
-                        None => beyond.peek(addr),
-                    }
+                    let bytes = stack.get(offset..offset.checked_add(8)?)?;
+                    Some(u64::from_ne_bytes(bytes.try_into().ok()?))
                 };
                 if let Some(caller) = self.scan_for_caller(&before, stack_end, &mut read) {
                     regs = caller;
