@@ -605,9 +605,20 @@ impl AddressSpaceUnwinder {
                     }
                     None => break false,
                 },
-                // A zero word ends a stack found by searching without saying it is whole:
-                // only an entry's code does then.
-                Ok(None) => break !beyond.scanned,
+                // An end the CFI marks (`_start`, `clone3`'s child) reads no return address:
+                // the same rule over any stack words ends again. A zero word read where a
+                // return address should be (a live stack that moved on, stale words) is no
+                // end, nor is any end of a stack found by searching: only an entry's code
+                // makes those complete.
+                Ok(None) => {
+                    let mut probe = before;
+                    let marked = matches!(
+                        self.unwinder
+                            .unwind_frame(address, &mut probe, cache, &mut |_| Ok(1)),
+                        Ok(None)
+                    );
+                    break marked && !beyond.scanned;
+                }
                 Err(_) => break false,
             }
         };
