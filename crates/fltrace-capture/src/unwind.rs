@@ -1126,6 +1126,28 @@ mod tests {
         assert_eq!(forked, (whole.to_vec(), UnwindEnd::Complete));
     }
 
+    /// A zero word where a return address should be (a live stack that moved on, a stale
+    /// word) ends the unwind without making it complete, and the thread's known frames stay
+    /// those of its last complete stack; the end of a frame chain still completes it.
+    #[test]
+    fn a_zero_return_address_is_no_end() {
+        let (r1, r2, r3) = (0x40_1005, 0x40_2005, 0x40_3005);
+        let unwinder = unwinder();
+        let whole = FakeStack::new(&[r1, r2, r3, MAIN]);
+        let mut known = KnownFrames::default();
+        let complete = unwind(&unwinder, &whole, &whole.mem, false, &mut known);
+        assert_eq!(complete, (vec![IP, r1, r2, r3, MAIN], UnwindEnd::Complete));
+        let zero = FakeStack::new(&[r1, r2, 0, MAIN]);
+        let (frames, end) = unwind(&unwinder, &zero, &zero.mem, false, &mut known);
+        assert_eq!((frames, end), (vec![IP, r1, r2], UnwindEnd::Stopped));
+        assert!(known.complete);
+        assert_eq!(
+            known.frames.len(),
+            4,
+            "the complete stack's frames, not the short one's"
+        );
+    }
+
     /// The call instructions a return address follows, as compilers emit them (from
     /// objdump of Debian's libc, ld.so and postgres), and words that follow none.
     #[test]
