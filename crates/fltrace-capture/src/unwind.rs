@@ -399,6 +399,32 @@ impl AddressSpaceUnwinder {
         None
     }
 
+    /// Whether return addresses `a` and `b`, at the same registers, lie in one frame: the same
+    /// mapping, within 64 KiB, and the same canonical frame address (the frame's size there),
+    /// its unwind rule applied over stand-in stack words.
+    fn same_frame(&self, cache: &mut CacheX86_64, regs: &UnwindRegsX86_64, a: u64, b: u64) -> bool {
+        let at = self.code.partition_point(|c| c.range.start <= a);
+        let Some(code) = at.checked_sub(1).and_then(|at| self.code.get(at)) else {
+            return false;
+        };
+        if !code.range.contains(&a) || !code.range.contains(&b) || a.abs_diff(b) > 0x10000 {
+            return false;
+        }
+        let mut cfa = |addr: u64| {
+            let mut probe = *regs;
+            let address = FrameAddress::from_return_address(addr)?;
+            match self
+                .unwinder
+                .unwind_frame(address, &mut probe, cache, &mut |_| Ok(1))
+            {
+                Ok(Some(_)) => Some(probe.sp()),
+                _ => None,
+            }
+        };
+        let (cfa_a, cfa_b) = (cfa(a), cfa(b));
+        cfa_a.is_some() && cfa_a == cfa_b
+    }
+
     /// Whether `addr` lies in the code of an ELF entry point (`_start`).
     fn in_entry_code(&self, addr: u64) -> bool {
         self.entries
@@ -541,6 +567,18 @@ impl AddressSpaceUnwinder {
                 // them from there, as the live stack may have moved on or be gone.
                 if let FrameAddress::ReturnAddress(ra) = address
                     && let Some(at) = known.find(ra.get(), before.sp())
+                    && join_at(known, at, frames, beyond, &mut contradicted)
+                {
+                    joined = Some(at);
+                    break true;
+                }
+                // The same frame at the same stack address, stopped at another call in it (a
+                // frame larger than the copy, as postgres's `heap_multi_insert`, whose every
+                // stack needs the frames outside it): the same activation if the code address
+                // gives the frame the same size, and its callers are the same.
+                if let FrameAddress::ReturnAddress(ra) = address
+                    && let Some(at) = known.at_sp(before.sp())
+                    && self.same_frame(cache, &before, ra.get(), known.frames[at].addr)
                     && join_at(known, at, frames, beyond, &mut contradicted)
                 {
                     joined = Some(at);
@@ -781,6 +819,19 @@ impl KnownFrames {
         self.frames
             .get(at)
             .filter(|f| f.sp == sp && f.addr == ra && f.returned)
+            .map(|_| at)
+    }
+
+    /// The index of the frame at stack pointer `sp` whose address is a return address, for
+    /// a frame at `sp` in the current unwind stopped at another call.
+    fn at_sp(&self, sp: u64) -> Option<usize> {
+        if !self.complete {
+            return None;
+        }
+        let at = self.frames.partition_point(|f| f.sp > sp);
+        self.frames
+            .get(at)
+            .filter(|f| f.sp == sp && f.returned)
             .map(|_| at)
     }
 
