@@ -30,6 +30,9 @@ pub struct Counters {
     pub stacks_extended: u64,
     /// Stacks whose outer frames came from the thread's previous stack where the copy ended.
     pub stacks_spliced: u64,
+    /// Stacks with a caller found by searching the stack for a return address (code without
+    /// CFI, a rule on a register the unwinder does not track): such a frame is likelier wrong.
+    pub stacks_scanned: u64,
     /// Faults whose sample carried no stack bytes (the kernel copies none when the page at the
     /// stack pointer is not present yet: the stack growing onto a new page), unwound from the
     /// live stack alone; and those of them whose stack stayed truncated.
@@ -434,6 +437,7 @@ impl Process {
                     && mapping.contains(VirtAddr::new(entry))
                 {
                     self.entries.push(entry);
+                    self.unwinder.add_entry(entry);
                 }
                 if libraries::is_preload(&mapping.path) {
                     self.interposers.extend(elf_cache.exported_functions(
@@ -599,14 +603,27 @@ impl Process {
             &mut exact
         };
         let spliced = known.spliced;
+        let maps = &self.maps;
+        let is_exec = |addr: u64| {
+            let addr = VirtAddr::new(addr);
+            maps.is_empty()
+                || maps
+                    .range(..=addr)
+                    .next_back()
+                    .is_some_and(|(_, m)| m.contains(addr) && m.is_exec())
+        };
         let unwound = self.unwinder.unwind_thread(
             &mut self.cache,
             regs,
             stack,
             &mut self.live,
+            &is_exec,
             known,
             frames,
         );
+        if self.live.scanned {
+            self.counters.stacks_scanned += 1;
+        }
         if known.spliced != spliced {
             self.counters.stacks_spliced += 1;
         }
@@ -937,6 +954,7 @@ impl Process {
             ("stacks_truncated", c.stacks_truncated),
             ("stacks_extended", c.stacks_extended),
             ("stacks_spliced", c.stacks_spliced),
+            ("stacks_scanned", c.stacks_scanned),
             ("stacks_uncopied", c.stacks_uncopied),
             ("stacks_uncopied_truncated", c.stacks_uncopied_truncated),
             ("memory_used", c.hwm),

@@ -238,6 +238,8 @@ pub struct AddressSpaceUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
     /// The executable mappings' bytes, by address range, to recognise signal trampolines.
     code: Vec<MappedCode>,
+    /// ELF entry points: no caller is searched for beyond their code.
+    entries: Vec<u64>,
 }
 
 /// The file bytes behind one executable mapping.
@@ -268,6 +270,40 @@ const UCONTEXT_GREGS: u64 = 40;
 const REG_RBP: u64 = 10;
 const REG_RSP: u64 = 15;
 const REG_RIP: u64 = 16;
+
+/// How far above a frame's stack pointer a caller is searched for: past the register and
+/// vector state `_dl_runtime_resolve_xsavec` saves (up to 2.7 KiB with AVX-512).
+const SCAN_SPAN: u64 = 4096;
+
+/// The bytes of entry code after an ELF entry point (the loader's `_start` and
+/// `_dl_start_user`, crt1's `_start`), as the recorder's `classify` counts them.
+const ENTRY_CODE: u64 = 64;
+
+/// Whether `bytes` end with an x86-64 call instruction: `call rel32` (`e8`), or `call` through
+/// a register or memory (`ff /2`, with its ModRM, SIB and displacement).
+fn ends_with_call(bytes: &[u8]) -> bool {
+    let n = bytes.len();
+    if n >= 5 && bytes[n - 5] == 0xe8 {
+        return true;
+    }
+    (2..=n.min(7)).any(|len| {
+        let at = n - len;
+        let modrm = bytes[at + 1];
+        if bytes[at] != 0xff || (modrm >> 3) & 7 != 2 {
+            return false;
+        }
+        let (mode, rm) = (modrm >> 6, modrm & 7);
+        let sib = mode != 3 && rm == 4;
+        let base_disp32 = sib && mode == 0 && bytes.get(at + 2).is_some_and(|s| s & 7 == 5);
+        let disp = match mode {
+            0 if rm == 5 || base_disp32 => 4,
+            1 => 1,
+            2 => 4,
+            _ => 0,
+        };
+        2 + usize::from(sib) + disp == len
+    })
+}
 
 /// Frames beyond this are dropped (a runaway corrupt stack). Deep enough for recursive
 /// programs (compilers instantiating templates, a 2,000-deep recursion).
@@ -312,6 +348,90 @@ impl AddressSpaceUnwinder {
             && self.code[at - 1].bytes_at(addr, SIGRETURN.len()) == Some(&SIGRETURN[..])
     }
 
+    /// Notes an ELF entry point: the unwinder does not search the stack for a caller of its
+    /// code (above the loader's `_start` are argc, argv and the auxiliary vector).
+    pub fn add_entry(&mut self, entry: u64) {
+        self.entries.push(entry);
+    }
+
+    /// Whether `addr` follows a call instruction in a mapped ELF file: `Some(false)` for a
+    /// word that cannot be a return address there, `None` where the bytes are unknown.
+    fn after_call(&self, addr: u64) -> Option<bool> {
+        let at = self.code.partition_point(|c| c.range.start <= addr);
+        let code = self.code.get(at.checked_sub(1)?)?;
+        if !code.range.contains(&addr) {
+            return Some(false);
+        }
+        let start = addr.checked_sub(7)?.max(code.range.start);
+        let bytes = code.bytes_at(start, (addr - start) as usize)?;
+        Some(ends_with_call(bytes))
+    }
+
+    /// A caller for a frame whose unwind rule gave no return address (code without CFI:
+    /// loader and library constructors, `__do_global_dtors_aux`, jemalloc's start-up, or a
+    /// rule on a register the unwinder does not track, as `_dl_runtime_resolve`'s on `rbx`):
+    /// the frame-pointer record at `bp` if it holds a return address, else the first word
+    /// above `sp` that follows a call instruction, as breakpad and libunwind's scanners do.
+    /// Returns the caller's registers (its `sp` just above the return address).
+    fn scan_for_caller(
+        &self,
+        regs: &UnwindRegsX86_64,
+        stack_end: u64,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<UnwindRegsX86_64> {
+        let (sp, bp) = (regs.sp(), regs.bp());
+        if sp <= bp
+            && bp < stack_end.min(sp.saturating_add(SCAN_SPAN))
+            && let (Some(ra), Some(next_bp)) = (read(bp + 8), read(bp))
+            && self.after_call(ra) == Some(true)
+        {
+            return Some(UnwindRegsX86_64::new(ra, bp + 16, next_bp));
+        }
+        let end = stack_end.min(sp.saturating_add(SCAN_SPAN));
+        let mut at = sp;
+        while at + 8 <= end {
+            let word = read(at)?;
+            if self.after_call(word) == Some(true) {
+                return Some(UnwindRegsX86_64::new(word, at + 8, bp));
+            }
+            at += 8;
+        }
+        None
+    }
+
+    /// Whether return addresses `a` and `b`, at the same registers, lie in one frame: the same
+    /// mapping, within 64 KiB, and the same canonical frame address (the frame's size there),
+    /// its unwind rule applied over stand-in stack words.
+    fn same_frame(&self, cache: &mut CacheX86_64, regs: &UnwindRegsX86_64, a: u64, b: u64) -> bool {
+        let at = self.code.partition_point(|c| c.range.start <= a);
+        let Some(code) = at.checked_sub(1).and_then(|at| self.code.get(at)) else {
+            return false;
+        };
+        if !code.range.contains(&a) || !code.range.contains(&b) || a.abs_diff(b) > 0x10000 {
+            return false;
+        }
+        let mut cfa = |addr: u64| {
+            let mut probe = *regs;
+            let address = FrameAddress::from_return_address(addr)?;
+            match self
+                .unwinder
+                .unwind_frame(address, &mut probe, cache, &mut |_| Ok(1))
+            {
+                Ok(Some(_)) => Some(probe.sp()),
+                _ => None,
+            }
+        };
+        let (cfa_a, cfa_b) = (cfa(a), cfa(b));
+        cfa_a.is_some() && cfa_a == cfa_b
+    }
+
+    /// Whether `addr` lies in the code of an ELF entry point (`_start`).
+    fn in_entry_code(&self, addr: u64) -> bool {
+        self.entries
+            .iter()
+            .any(|&entry| (entry..entry + ENTRY_CODE).contains(&addr))
+    }
+
     /// Unwinds from the sampled registers over the sampled stack bytes (which start at `sp`),
     /// appending frame addresses to `frames`, innermost first. Words beyond the copy are read
     /// from `beyond` (the live process).
@@ -324,7 +444,7 @@ impl AddressSpaceUnwinder {
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
         let mut known = KnownFrames::default();
-        self.unwind_thread(cache, regs, stack, beyond, &mut known, frames)
+        self.unwind_thread(cache, regs, stack, beyond, &|_| true, &mut known, frames)
     }
 
     /// Whether `addr` lies in an executable file mapping.
@@ -339,12 +459,16 @@ impl AddressSpaceUnwinder {
     /// holds the same frame at the same address and the live stack does not contradict the
     /// frames outside it, else from `beyond` (the live process). `known` then holds this
     /// unwind's frames, until [`KnownFrames::settle`] says whether they made a complete stack.
+    /// Where a rule gives no return address (`is_exec` says whether an address is executable,
+    /// JIT code included), the caller is searched for on the stack ([`LiveStack::scanned`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn unwind_thread(
         &self,
         cache: &mut CacheX86_64,
         (ip, sp, bp): (u64, u64, u64),
         stack: &[u8],
         beyond: &mut LiveStack,
+        is_exec: &dyn Fn(u64) -> bool,
         known: &mut KnownFrames,
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
@@ -432,6 +556,7 @@ impl AddressSpaceUnwinder {
                 continue;
             }
             let before = regs;
+            let failed_before = beyond.failed;
             let mut step = self
                 .unwinder
                 .unwind_frame(address, &mut regs, cache, &mut |a| read_at(beyond, a));
@@ -447,11 +572,67 @@ impl AddressSpaceUnwinder {
                     joined = Some(at);
                     break true;
                 }
+                // The same frame at the same stack address, stopped at another call in it (a
+                // frame larger than the copy, as postgres's `heap_multi_insert`, whose every
+                // stack needs the frames outside it): the same activation if the code address
+                // gives the frame the same size, and its callers are the same.
+                if let FrameAddress::ReturnAddress(ra) = address
+                    && let Some(at) = known.at_sp(before.sp())
+                    && self.same_frame(cache, &before, ra.get(), known.frames[at].addr)
+                    && join_at(known, at, frames, beyond, &mut contradicted)
+                {
+                    joined = Some(at);
+                    break true;
+                }
                 live.set(true);
                 regs = before;
                 step = self
                     .unwinder
                     .unwind_frame(address, &mut regs, cache, &mut |a| read_at(beyond, a));
+            }
+            // A rule that failed or gave a word that is no return address (not executable,
+            // or in an ELF file but not after a call): the caller is searched for on the
+            // stack, except past an entry's code.
+            // Not where the stack ran out: words of the copy below a caller's return address
+            // that could not be read are this frame's locals, stale return addresses among them.
+            let implausible = match step {
+                Ok(Some(ra)) => {
+                    !is_exec(ra) || (self.after_call(ra) == Some(false) && !self.is_sigreturn(ra))
+                }
+                // The frame-pointer rule (code without CFI) ends at a zero `rbp` as if at an
+                // outermost frame; an end the CFI marks does not depend on `rbp`.
+                Ok(None)
+                    if before.bp() == 0
+                        && !live.get()
+                        && !self.in_entry_code(address.address()) =>
+                {
+                    let mut probe = before;
+                    probe.set_bp(before.sp());
+                    let probed = self
+                        .unwinder
+                        .unwind_frame(address, &mut probe, cache, &mut |a| read_at(beyond, a));
+                    ran_out.set(false);
+                    !matches!(probed, Ok(None))
+                }
+                Ok(None) => false,
+                Err(_) => true,
+            };
+            // Only over the copy: past it the live stack may have moved on since the fault, and
+            // a word that is no return address there says so, not that the CFI is missing.
+            let stack_ended = beyond.failed && !failed_before;
+            if implausible && !live.get() && !stack_ended && !self.in_entry_code(address.address())
+            {
+                let stack_end = sp.saturating_add(stack.len() as u64);
+                let mut read = |addr: u64| -> Option<u64> {
+                    let offset = usize::try_from(addr.checked_sub(sp)?).ok()?;
+                    let bytes = stack.get(offset..offset.checked_add(8)?)?;
+                    Some(u64::from_ne_bytes(bytes.try_into().ok()?))
+                };
+                if let Some(caller) = self.scan_for_caller(&before, stack_end, &mut read) {
+                    regs = caller;
+                    step = Ok(Some(caller.ip()));
+                    beyond.scanned = true;
+                }
             }
             match step {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
@@ -462,7 +643,20 @@ impl AddressSpaceUnwinder {
                     }
                     None => break false,
                 },
-                Ok(None) => break true,
+                // An end the CFI marks (`_start`, `clone3`'s child) reads no return address:
+                // the same rule over any stack words ends again. A zero word read where a
+                // return address should be (a live stack that moved on, stale words) is no
+                // end, nor is any end of a stack found by searching: only an entry's code
+                // makes those complete.
+                Ok(None) => {
+                    let mut probe = before;
+                    let marked = matches!(
+                        self.unwinder
+                            .unwind_frame(address, &mut probe, cache, &mut |_| Ok(1)),
+                        Ok(None)
+                    );
+                    break marked && !beyond.scanned;
+                }
                 Err(_) => break false,
             }
         };
@@ -628,6 +822,19 @@ impl KnownFrames {
             .map(|_| at)
     }
 
+    /// The index of the frame at stack pointer `sp` whose address is a return address, for
+    /// a frame at `sp` in the current unwind stopped at another call.
+    fn at_sp(&self, sp: u64) -> Option<usize> {
+        if !self.complete {
+            return None;
+        }
+        let at = self.frames.partition_point(|f| f.sp > sp);
+        self.frames
+            .get(at)
+            .filter(|f| f.sp == sp && f.returned)
+            .map(|_| at)
+    }
+
     /// Whether the live stack holds the return addresses of the frames outside frame `at`
     /// (over [`AGREE_SPAN`] bytes), or cannot be read (the thread is gone): the same return
     /// address at the same stack address may have been reached through other callers, which
@@ -707,6 +914,8 @@ pub struct LiveStack {
     pub used: bool,
     /// Whether a word was needed that neither the copy nor the live process had.
     pub failed: bool,
+    /// Whether a caller was found by searching the stack ([`AddressSpaceUnwinder::unwind_thread`]).
+    pub scanned: bool,
 }
 
 const LIVE_CHUNK: usize = 4096;
@@ -722,6 +931,7 @@ impl LiveStack {
             chunk: Box::new([0; LIVE_CHUNK]),
             used: false,
             failed: false,
+            scanned: false,
         }
     }
 
@@ -737,6 +947,7 @@ impl LiveStack {
         self.len = 0;
         self.used = false;
         self.failed = false;
+        self.scanned = false;
     }
 
     fn read(&mut self, addr: u64) -> Option<u64> {
@@ -892,6 +1103,7 @@ mod tests {
             stack.regs(),
             copy,
             &mut live,
+            &|_| true,
             known,
             &mut frames,
         );
@@ -963,6 +1175,61 @@ mod tests {
         let mut child = known.forked();
         let forked = unwind(&unwinder, &stack, stack.copy_to(1), false, &mut child);
         assert_eq!(forked, (whole.to_vec(), UnwindEnd::Complete));
+    }
+
+    /// A zero word where a return address should be (a live stack that moved on, a stale
+    /// word) ends the unwind without making it complete, and the thread's known frames stay
+    /// those of its last complete stack; the end of a frame chain still completes it.
+    #[test]
+    fn a_zero_return_address_is_no_end() {
+        let (r1, r2, r3) = (0x40_1005, 0x40_2005, 0x40_3005);
+        let unwinder = unwinder();
+        let whole = FakeStack::new(&[r1, r2, r3, MAIN]);
+        let mut known = KnownFrames::default();
+        let complete = unwind(&unwinder, &whole, &whole.mem, false, &mut known);
+        assert_eq!(complete, (vec![IP, r1, r2, r3, MAIN], UnwindEnd::Complete));
+        let zero = FakeStack::new(&[r1, r2, 0, MAIN]);
+        let (frames, end) = unwind(&unwinder, &zero, &zero.mem, false, &mut known);
+        assert_eq!((frames, end), (vec![IP, r1, r2], UnwindEnd::Stopped));
+        assert!(known.complete);
+        assert_eq!(
+            known.frames.len(),
+            4,
+            "the complete stack's frames, not the short one's"
+        );
+    }
+
+    /// The call instructions a return address follows, as compilers emit them (from
+    /// objdump of Debian's libc, ld.so and postgres), and words that follow none.
+    #[test]
+    fn return_addresses_follow_call_instructions() {
+        let calls: [&[u8]; 8] = [
+            &[0xe8, 0x06, 0xdb, 0xff, 0xff],             // call rel32
+            &[0xff, 0xd0],                               // call *%rax
+            &[0x41, 0xff, 0xd3],                         // call *%r11
+            &[0xff, 0x15, 0x10, 0x20, 0x30, 0x00],       // call *disp32(%rip)
+            &[0xff, 0x50, 0x18],                         // call *0x18(%rax)
+            &[0xff, 0x94, 0x24, 0x00, 0x01, 0x00, 0x00], // call *0x100(%rsp)
+            &[0xff, 0x14, 0x24],                         // call *(%rsp)
+            &[0xff, 0x14, 0x25, 0x10, 0x20, 0x30, 0x00], // call *disp32 (no base)
+        ];
+        for bytes in calls {
+            let mut code = vec![0x90; 8];
+            code.extend_from_slice(bytes);
+            assert!(ends_with_call(&code), "{bytes:x?}");
+        }
+        let others: [&[u8]; 5] = [
+            &[0x48, 0x89, 0xe5],             // mov %rsp,%rbp
+            &[0x0f, 0x05],                   // syscall
+            &[0xff, 0xe0],                   // jmp *%rax
+            &[0xc6, 0x05, 0xa5, 0xad, 0x01], // movb (cut short)
+            &[0x5d, 0xc3],                   // pop %rbp; ret
+        ];
+        for bytes in others {
+            let mut code = vec![0x90; 8];
+            code.extend_from_slice(bytes);
+            assert!(!ends_with_call(&code), "{bytes:x?}");
+        }
     }
 
     /// lld layout: r-- segment at offset 0 whose file range runs into the page where the r-x

@@ -678,3 +678,122 @@ fn the_same_return_address_through_another_caller_is_not_spliced() {
     }
     assert_eq!((via_a, via_b), (1, PAGES - 1), "{stderr}");
 }
+
+/// A function without CFI or frame pointers in the middle of the stack (`nocfi_middle`, as
+/// loader and library start-up code, `__do_global_dtors_aux` or jemalloc's start-up): its
+/// caller is found on the stack (the first word above it that follows a call), so the 32
+/// faults below it and the one in it reach `main` and `_start`, those and no others counted in
+/// `stacks_scanned`; the summary's truncated figure equals the data's.
+#[test]
+fn a_frame_without_cfi_finds_its_caller_on_the_stack() {
+    const PAGES: u64 = 32;
+    let built = Dir::new();
+    let program = build_c_workload(built.path(), "nocfi.c");
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "--"])
+        .arg(&program)
+        .arg(PAGES.to_string())
+        .output()
+        .expect("fltrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let truncated = fault_ends(&dir).iter().filter(|(_, t)| *t).count() as u64;
+    assert_eq!(summary_truncated(&stderr), truncated, "{stderr}");
+
+    let folded = dir.run(&["report", "--format", "folded"]);
+    let outer = [
+        "_start",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "main",
+    ];
+    let (mut inner, mut middle) = (0, 0);
+    for line in String::from_utf8_lossy(&folded.stdout).lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let frames: Vec<&str> = stack.split(';').collect();
+        let count: u64 = count.parse().expect("count");
+        if !frames.contains(&"nocfi_middle") {
+            continue;
+        }
+        let ours = &frames[1..];
+        let want_inner = [&outer[..], &["fault_outer", "nocfi_middle", "fault_inner"]].concat();
+        let want_middle = [&outer[..], &["fault_outer", "nocfi_middle"]].concat();
+        if ours == want_inner.as_slice() {
+            inner += count;
+        } else if ours == want_middle.as_slice() {
+            middle += count;
+        } else {
+            panic!("{count} faults with {frames:?}");
+        }
+    }
+    assert_eq!((inner, middle), (PAGES, 1), "{stderr}");
+    let pid = dir.pids("faults", "parquet")[0];
+    let stats = fltrace_trace::files::stats(dir.path(), pid);
+    let scanned = fltrace_trace::stats::last_value(&stats, "stacks_scanned")
+        .expect("stats")
+        .expect("stacks_scanned in the stats file");
+    assert_eq!(scanned, PAGES + 1, "the faults under and in nocfi_middle");
+}
+
+/// A frame larger than the stack copy (`wide`, 12 KiB, as postgres's `heap_multi_insert`):
+/// every stack through it needs the frames outside it. The first fault's comes from the live
+/// process while the program pauses; the 63 faults under another call of the same frame
+/// (`second`), read after the process has exited, take the frames outside `wide` from that
+/// first stack (the same frame at the same stack address, the same frame size at both calls),
+/// each counted as spliced: all 64 reach `main`, and the summary's truncated figure equals
+/// the data's.
+#[test]
+fn a_frame_larger_than_the_copy_completes_from_another_call_in_it() {
+    const PAGES: u64 = 64;
+    let built = Dir::new();
+    let program = build_c_workload(built.path(), "wide.c");
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "--"])
+        .arg(&program)
+        .args([PAGES.to_string().as_str(), "300"])
+        .output()
+        .expect("fltrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let truncated = fault_ends(&dir).iter().filter(|(_, t)| *t).count() as u64;
+    assert_eq!(summary_truncated(&stderr), truncated, "{stderr}");
+
+    let folded = dir.run(&["report", "--format", "folded"]);
+    let outer = [
+        "_start",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "main",
+        "wide",
+    ];
+    let (mut first, mut second) = (0, 0);
+    for line in String::from_utf8_lossy(&folded.stdout).lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let frames: Vec<&str> = stack.split(';').collect();
+        let count: u64 = count.parse().expect("count");
+        let Some(&last) = frames.last().filter(|f| ["first", "second"].contains(*f)) else {
+            continue;
+        };
+        assert_eq!(frames[1..frames.len() - 1], outer, "{count} faults: {line}");
+        if last == "first" {
+            first += count;
+        } else {
+            second += count;
+        }
+    }
+    assert_eq!((first, second), (1, PAGES - 1), "{stderr}");
+    let pid = dir.pids("faults", "parquet")[0];
+    let stats = fltrace_trace::files::stats(dir.path(), pid);
+    let spliced = fltrace_trace::stats::last_value(&stats, "stacks_spliced")
+        .expect("stats")
+        .expect("stacks_spliced in the stats file");
+    assert!(spliced >= PAGES - 1, "{spliced} spliced");
+}
