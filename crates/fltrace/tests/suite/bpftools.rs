@@ -857,32 +857,42 @@ fn triage_leaves_itself_out_of_the_top_faulting() {
     );
 }
 
-/// The peak resident set of triage run by `cmd` to its end (the kernel's figure, from
-/// `wait4`), in KiB, and its standard output.
-fn peak_rss_kib(cmd: &mut Command) -> (u64, String) {
-    peak_rss_kib_while(cmd, || {})
+/// The peak resident set of `fltrace triage --duration <duration>` to its end, in KiB (the
+/// kernel's figure from `wait4`, through `peakrss`: a child spawned from this test process
+/// is charged the test process's own peak, 120-310 MB while the suite runs), and its
+/// standard output.
+fn triage_peak_rss_kib(duration: &str) -> (u64, String) {
+    triage_peak_rss_kib_while(duration, || {})
 }
 
-/// [`peak_rss_kib`], running `during` once triage says its counters run.
-#[expect(
-    clippy::zombie_processes,
-    reason = "reaped by wait4, for its resource usage"
-)]
-fn peak_rss_kib_while(cmd: &mut Command, during: impl FnOnce()) -> (u64, String) {
-    let mut child = cmd
+/// [`triage_peak_rss_kib`], running `during` once triage says its counters run.
+fn triage_peak_rss_kib_while(duration: &str, during: impl FnOnce()) -> (u64, String) {
+    let dir = Dir::new();
+    let mut child = Command::new(super::hardening::peakrss())
+        .arg(env!("CARGO_BIN_EXE_fltrace"))
+        .args(["triage", "--duration", duration])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("starts");
     let (started, on_start) = std::sync::mpsc::channel();
     let stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    // Drained to the end, so that triage never waits on a full pipe.
+    // Drained to the end, so that triage never waits on a full pipe; the last line is the
+    // peak.
     let drain = std::thread::spawn(move || {
+        let mut peak = None;
         for line in stderr.lines().map_while(Result::ok) {
             if line.contains("watching") {
                 let _ = started.send(());
             }
+            if let Some(kib) = line.strip_prefix("peak_rss_kb ") {
+                peak = kib.parse::<u64>().ok();
+            }
         }
+        peak
     });
     on_start
         .recv_timeout(LIMIT)
@@ -890,15 +900,14 @@ fn peak_rss_kib_while(cmd: &mut Command, during: impl FnOnce()) -> (u64, String)
     during();
     let mut out = String::new();
     std::io::Read::read_to_string(child.stdout.as_mut().expect("stdout"), &mut out).expect("read");
-    let mut status = 0;
-    // SAFETY: rusage is plain integers, filled by wait4 for this child, reaped here.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as i32, "wait4");
-    let _ = drain.join();
-    assert!(libc::WIFEXITED(status), "status {status}");
-    assert_triage_status(Some(libc::WEXITSTATUS(status)), &out);
-    (usage.ru_maxrss as u64, out)
+    let status = child.wait().expect("triage ends");
+    let kib = drain
+        .join()
+        .ok()
+        .flatten()
+        .expect("peakrss prints the peak");
+    assert_triage_status(status.code(), &out);
+    (kib, out)
 }
 
 /// Triage is run on machines short of memory: with a program faulting throughout among the
@@ -908,7 +917,7 @@ fn peak_rss_kib_while(cmd: &mut Command, during: impl FnOnce()) -> (u64, String)
 fn triage_stays_under_fifty_megabytes() {
     let mut workload = Waiting::start(&["spin", "16"]);
     workload.ready();
-    let (kib, text) = peak_rss_kib(Dir::new().fltrace().args(["triage", "--duration", "2s"]));
+    let (kib, text) = triage_peak_rss_kib("2s");
     let pid = workload.pid();
     workload.finish();
     eprintln!("triage peak RSS: {kib} KiB");
@@ -927,20 +936,20 @@ fn triage_stays_under_fifty_megabytes() {
 /// and at 120 MB beside the test suite, naming every stack of the processes shown at once.
 #[test]
 fn triage_stays_under_fifty_megabytes_with_every_stack_distinct() {
-    let (kib, text) = peak_rss_kib_while(
-        Dir::new().fltrace().args(["triage", "--duration", "4s"]),
-        || {
-            // Each run faults 65,536 times under as many stacks (a PIE: each run's addresses
-            // are its own), more than the table holds.
-            for _ in 0..2 {
-                let out = Command::new(memtools())
-                    .args(["stacks", "65536"])
-                    .output()
-                    .expect("memtools runs");
-                assert!(out.status.success(), "{out:?}");
-            }
-        },
-    );
+    // Built before triage starts: built during its count (slow on a busy machine), the
+    // runs came too late to be counted.
+    let memtools = memtools();
+    let (kib, text) = triage_peak_rss_kib_while("4s", || {
+        // Each run faults 65,536 times under as many stacks (a PIE: each run's addresses
+        // are its own), more than the table holds.
+        for _ in 0..2 {
+            let out = Command::new(memtools)
+                .args(["stacks", "65536"])
+                .output()
+                .expect("memtools runs");
+            assert!(out.status.success(), "{out:?}");
+        }
+    });
     eprintln!("triage peak RSS: {kib} KiB");
     let faulting = top_faulting_lines(&text);
     assert!(
