@@ -638,6 +638,49 @@ fn memleak_at_interrupt_counts_every_block_of_a_burst() {
     assert_eq!(report["frees"], 100, "{report}");
 }
 
+/// `fltrace memleak -p` with `args` on `memtools leak <blocks> 64 wait`, interrupted once the
+/// burst is made: its one JSON report, which must have lost nothing.
+fn memleak_of_a_burst_at_interrupt(args: &[&str], blocks: &str) -> Value {
+    let dir = Dir::new();
+    let mut workload = Waiting::start(&["leak", blocks, "64", "wait"]);
+    let pid = workload.pid().to_string();
+    let mut fltrace = dir
+        .fltrace()
+        .args(["memleak", "-p", &pid, "--format", "json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace starts");
+    let mut stderr = BufReader::new(fltrace.stderr.take().expect("stderr"));
+    attached_line(&mut stderr, &mut fltrace);
+    workload.go();
+    workload.ready();
+    // SAFETY: signalling the fltrace we started.
+    unsafe { libc::kill(fltrace.id() as i32, libc::SIGINT) };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut fltrace.stdout.take().expect("stdout"), &mut out)
+        .expect("read");
+    let status = fltrace.wait().expect("wait");
+    workload.finish();
+    let report: Value = serde_json::from_str(out.trim()).expect("one JSON report");
+    assert_eq!(report["lost"], 0, "{report}");
+    assert!(status.success(), "{status}: {report}");
+    report
+}
+
+/// --combined-only (bcc's): totals by stack of every age. With -o ten minutes, a burst made a
+/// moment ago is too young to show without it, and shows whole with it.
+#[test]
+fn memleak_combined_only_counts_blocks_of_every_age() {
+    let young = memleak_of_a_burst_at_interrupt(&["-o", "600000"], "1000");
+    assert!(leak_stack_at(&young, "leak").is_none(), "{young}");
+    let combined = memleak_of_a_burst_at_interrupt(&["-o", "600000", "--combined-only"], "1000");
+    let stack = leak_stack_at(&combined, "leak").expect("the burst's stack");
+    assert_eq!(stack["allocations"], 1000, "{combined}");
+    assert_eq!(stack["bytes"], 64_000, "{combined}");
+}
+
 /// A command far shorter than -o: at its end nothing can free its blocks any more, so every
 /// block it left is judged then, whatever its age.
 #[test]
