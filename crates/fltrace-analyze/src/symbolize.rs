@@ -514,6 +514,10 @@ impl Symbolizer {
                 stack.exact = exact_locations;
             }
         }
+        if self.lean {
+            // Its memory is that of one batch: the names found live on in `resolved`.
+            self.cache = HashMap::new();
+        }
         resolved
     }
 

@@ -408,17 +408,58 @@ impl Counter {
 
     /// The table's entries as the kernel holds them.
     fn entries(&self) -> Result<Vec<(Key, u64)>, Error> {
+        let mut entries: Vec<(Key, u64)> = Vec::new();
+        self.for_each_entry(|key, count| entries.push((key, count)))?;
+        Ok(entries)
+    }
+
+    /// Hands each of the table's entries to `each`, one at a time: the table of a busy
+    /// machine (131,072 entries) is never copied whole.
+    pub(crate) fn for_each_entry(&self, mut each: impl FnMut(Key, u64)) -> Result<(), Error> {
         let map = self
             .ebpf
             .map("counts")
             .ok_or_else(|| Error::Unsupported("the BPF object has no counts map".into()))?;
         let counts: BpfHashMap<_, Key, u64> =
             BpfHashMap::try_from(map).map_err(Error::map("counts"))?;
-        let mut entries: Vec<(Key, u64)> = Vec::new();
         for entry in counts.iter() {
-            entries.push(entry.map_err(Error::map("counts"))?);
+            let (key, count) = entry.map_err(Error::map("counts"))?;
+            each(key, count);
         }
-        Ok(entries)
+        Ok(())
+    }
+
+    /// The `depth` innermost frames of user stack `id` of the table (empty for an event
+    /// counted without its stack, or a number another CPU gave first and took back).
+    pub(crate) fn innermost_frames(&self, id: i32, depth: usize) -> Result<Vec<u64>, Error> {
+        let Ok(id) = u32::try_from(id) else {
+            return Ok(Vec::new());
+        };
+        let map = self
+            .ebpf
+            .map("ustack_frames")
+            .ok_or_else(|| Error::Unsupported("the BPF object has no ustack_frames map".into()))?;
+        let numbered: BpfHashMap<_, u32, object::UStack> =
+            BpfHashMap::try_from(map).map_err(Error::map("ustack_frames"))?;
+        Ok(match numbered.get(&id, 0) {
+            Ok(stack) => {
+                let len = (stack.len as usize).min(stack.ip.len()).min(depth);
+                stack.ip[..len].to_vec()
+            }
+            Err(_) => Vec::new(),
+        })
+    }
+
+    /// The table's totals (events, drops, stacks lost), without its rows.
+    pub fn totals(&self) -> Snapshot {
+        Snapshot {
+            rows: Vec::new(),
+            events: object_total(&self.ebpf, object::TOTAL_EVENTS),
+            dropped: object_total(&self.ebpf, object::TOTAL_DROPPED),
+            stack_errors: object_total(&self.ebpf, object::TOTAL_STACK_ERRORS),
+            ustacks_lost: object_total(&self.ebpf, object::TOTAL_USTACKS_LOST),
+            elapsed: self.started.elapsed(),
+        }
     }
 
     /// Events counted so far by process (thread-group id), nothing named: to choose whose
@@ -426,9 +467,7 @@ impl Counter {
     /// [`By::UStack`] (all count under process 0 otherwise).
     pub fn counts_by_process(&self) -> Result<HashMap<u32, u64>, Error> {
         let mut by_process: HashMap<u32, u64> = HashMap::new();
-        for (key, count) in self.entries()? {
-            *by_process.entry(key.tgid).or_default() += count;
-        }
+        self.for_each_entry(|key, count| *by_process.entry(key.tgid).or_default() += count)?;
         Ok(by_process)
     }
 

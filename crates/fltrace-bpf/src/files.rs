@@ -46,7 +46,15 @@ fn split_dev(dev: u64) -> (u32, u32) {
 
 /// Names the inodes of an ffaults snapshot and merges rows of the same file.
 pub fn by_file(snapshot: &Snapshot, maps: &ProcessMaps) -> Vec<FileFaults> {
-    let files = maps.files_by_inode();
+    let wanted: std::collections::HashSet<(u32, u32, u64)> = snapshot
+        .rows
+        .iter()
+        .map(|row| {
+            let (major, minor) = split_dev(row.field2.unwrap_or(0));
+            (major, minor, row.field.unwrap_or(0))
+        })
+        .collect();
+    let files = maps.files_by_inode(&wanted);
     let mut merged: HashMap<(String, Option<String>), u64> = HashMap::new();
     for row in &snapshot.rows {
         let inode = row.field.unwrap_or(0);

@@ -2,7 +2,7 @@
 //! seen, so that processes that exit before the output are still symbolized), user stacks
 //! through fltrace-analyze's symbolizer, kernel stacks through /proc/kallsyms.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,12 +18,18 @@ use linux_perf_event_reader::{
 };
 use perf_event_open_sys::bindings::perf_event_attr;
 
-/// The /proc/PID/maps text of each process seen, read when it was first seen, and the
-/// executable mappings the kernel announced for each process since tracing started (as
-/// /proc/PID/maps lines), for processes that exit before their maps could be read.
+/// The executable mappings of each process seen (its /proc/PID/maps lines), read when it was
+/// first seen, and those the kernel announced for each process since tracing started, for
+/// processes that exit before their maps could be read; the files each mapped.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessMaps {
+    /// Only the executable lines, all that naming a stack needs: whole maps of every process
+    /// a busy machine ran (heaps, far-memory regions, data files) grew without bound.
     inner: Arc<Mutex<HashMap<u32, Arc<str>>>>,
+    /// The distinct texts of `inner`, held once: a forked child maps as its parent.
+    texts: Arc<Mutex<HashSet<Arc<str>>>>,
+    /// File paths by (major, minor, inode) from the maps read (first read first).
+    read_files: Arc<Mutex<FilesByInode>>,
     followed: Arc<Mutex<HashMap<u32, String>>>,
     /// Each process's name when its maps were last read (a command's changes at its exec).
     comms: Arc<Mutex<HashMap<u32, String>>>,
@@ -98,10 +104,28 @@ impl ProcessMaps {
         if tgid == 0 {
             return;
         }
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps"))
-            && !text.is_empty()
-        {
-            self.lock().insert(tgid, text.into());
+        if let Some((code, files)) = read_maps(tgid) {
+            {
+                let mut kept = self.read_files.lock().unwrap_or_else(|e| e.into_inner());
+                for (key, path) in files {
+                    kept.entry(key).or_insert(path);
+                }
+            }
+            // A process with no executable mapping (exited, a kernel thread) keeps its last.
+            if !code.is_empty() {
+                let text: Arc<str> = {
+                    let mut texts = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+                    match texts.get(code.as_str()) {
+                        Some(same) => same.clone(),
+                        None => {
+                            let text: Arc<str> = code.into();
+                            texts.insert(text.clone());
+                            text
+                        }
+                    }
+                };
+                self.lock().insert(tgid, text);
+            }
         }
         if let Ok(comm) = std::fs::read_to_string(format!("/proc/{tgid}/comm")) {
             self.comms
@@ -131,32 +155,38 @@ impl ProcessMaps {
         }
     }
 
-    /// File paths by (device, inode) from every process kept and every live process.
-    pub fn files_by_inode(&self) -> HashMap<(u32, u32, u64), String> {
-        let mut files = HashMap::new();
-        let mut add = |text: &str| {
-            for line in text.lines() {
-                if let Some((dev, inode, path)) = file_of_maps_line(line) {
-                    files.entry((dev.0, dev.1, inode)).or_insert(path);
+    /// The paths of the files `wanted` (by device and inode) that a process seen or a live
+    /// process maps, or that the kernel named when they were mapped.
+    pub fn files_by_inode(
+        &self,
+        wanted: &HashSet<(u32, u32, u64)>,
+    ) -> HashMap<(u32, u32, u64), String> {
+        let mut files: HashMap<(u32, u32, u64), String> = HashMap::new();
+        {
+            let read = self.read_files.lock().unwrap_or_else(|e| e.into_inner());
+            for key in wanted {
+                if let Some(path) = read.get(key) {
+                    files.insert(*key, path.clone());
                 }
             }
-        };
-        let kept: Vec<Arc<str>> = self.lock().values().cloned().collect();
-        for text in &kept {
-            add(text);
         }
-        // Each live process's maps taken in as read: all of a busy machine's at once were
-        // tens of MB.
+        // Each live process's maps read a line at a time, until every file is named.
         if let Ok(dir) = std::fs::read_dir("/proc") {
             for entry in dir.flatten() {
-                let name = entry.file_name();
-                if name
-                    .to_str()
-                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-                    && let Ok(text) = std::fs::read_to_string(entry.path().join("maps"))
-                {
-                    add(&text);
+                if files.len() == wanted.len() {
+                    break;
                 }
+                let Some(tgid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                    continue;
+                };
+                for_each_maps_line(tgid, |line| {
+                    if let Some((dev, inode, path)) = file_of_maps_line(line) {
+                        let key = (dev.0, dev.1, inode);
+                        if wanted.contains(&key) {
+                            files.entry(key).or_insert(path);
+                        }
+                    }
+                });
             }
         }
         // Files of processes gone before they were read: as the kernel named them.
@@ -164,11 +194,47 @@ impl ProcessMaps {
             .recorded_files
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        for (key, path) in recorded.iter() {
-            files.entry(*key).or_insert_with(|| path.clone());
+        for key in wanted {
+            if let Some(path) = recorded.get(key) {
+                files.entry(*key).or_insert_with(|| path.clone());
+            }
         }
         files
     }
+}
+
+/// Hands each line of /proc/`tgid`/maps to `each` as read (a process's maps can be MBs: a
+/// far-memory program's, a database's); false when it could not be opened.
+fn for_each_maps_line(tgid: u32, mut each: impl FnMut(&str)) -> bool {
+    use std::io::BufRead;
+    let Ok(file) = std::fs::File::open(format!("/proc/{tgid}/maps")) else {
+        return false;
+    };
+    let mut reader = std::io::BufReader::new(file);
+    let mut line = String::new();
+    while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+        each(line.trim_end_matches('\n'));
+        line.clear();
+    }
+    true
+}
+
+/// The executable lines of /proc/`tgid`/maps (each ending in a newline) and the files it
+/// maps, by (major, minor, inode); None when it could not be read.
+fn read_maps(tgid: u32) -> Option<(String, FilesByInode)> {
+    let mut code = String::new();
+    let mut files = FilesByInode::new();
+    let read = for_each_maps_line(tgid, |line| {
+        if let Some((dev, inode, path)) = file_of_maps_line(line) {
+            files.entry((dev.0, dev.1, inode)).or_insert(path);
+        }
+        let perms = line.split(' ').nth(1).unwrap_or("");
+        if perms.as_bytes().get(2) == Some(&b'x') {
+            code.push_str(line);
+            code.push('\n');
+        }
+    });
+    read.then_some((code, files))
 }
 
 /// `((major, minor), inode, path)` of a file-backed line of /proc/PID/maps.
@@ -302,7 +368,7 @@ impl Drop for Announcements {
 }
 
 /// One named frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// The function, `[unknown]` when not found.
     pub function: String,

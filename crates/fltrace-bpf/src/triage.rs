@@ -334,13 +334,8 @@ impl Triage {
         let (swap_in, swap_out) = (vmstat("pswpin"), vmstat("pswpout"));
         let reclaim = reclaim.finish();
         let mut names = StackNames::lean();
-        // Only the stacks of the processes shown are named (see `snapshot_naming`).
-        let shown = top_processes(&faults.counts_by_process()?, std::process::id());
-        let fault_snapshot = faults.snapshot_naming(
-            &mut names,
-            &|tgid| shown.contains(&tgid),
-            STACK_FRAMES_SHOWN,
-        )?;
+        let top_faulting = top_faulting(&faults, &mut names, std::process::id())?;
+        let fault_snapshot = faults.totals();
         let files_snapshot = file_faults.snapshot(&mut names)?;
         let heap_snapshot = heap_calls.snapshot(&mut names)?;
 
@@ -366,13 +361,7 @@ impl Triage {
             Ok(lines) => report.oom_kills = lines,
             Err(e) => report.kmsg_error = Some(e),
         }
-        // The processes whose stacks were named (another may have overtaken one since).
-        let shown_rows: Vec<crate::Row> = fault_snapshot
-            .rows
-            .into_iter()
-            .filter(|r| r.pid.is_some_and(|pid| shown.contains(&pid)))
-            .collect();
-        report.top_faulting = top_faulting_of(&shown_rows, std::process::id());
+        report.top_faulting = top_faulting;
         report.heap_calls = heap_calls_of(&heap_snapshot.rows, std::process::id());
         report.heap_calls.truncate(10);
         report.findings = report.findings();
@@ -508,38 +497,130 @@ fn top_processes(counts: &HashMap<u32, u64>, own_pid: u32) -> Vec<u32> {
     top.into_iter().map(|(pid, _)| pid).collect()
 }
 
-/// The five processes that faulted most, each with its three most faulting stacks, leaving
-/// out fltrace's own process (`own_pid`): loading the BPF programs' BTF faults thousands of
+/// How many of a process's stacks (merged by their innermost frames) are named at a time.
+const NAMING_BATCH: usize = 1024;
+
+/// The processes that faulted most, each with its most faulting stacks, leaving out
+/// fltrace's own process (`own_pid`): loading the BPF programs' BTF faults thousands of
 /// times and put triage itself at the top of the list it prints about the system.
-fn top_faulting_of(rows: &[crate::Row], own_pid: u32) -> Vec<FaultingProcess> {
-    let mut by_pid: HashMap<u32, FaultingProcess> = HashMap::new();
-    for row in rows.iter().filter(|r| r.pid != Some(own_pid)) {
-        let pid = row.pid.unwrap_or(0);
-        let p = by_pid.entry(pid).or_insert_with(|| FaultingProcess {
+///
+/// Its memory is bounded whatever the machine does (it held 120 MB while a test suite ran
+/// beside it, naming every stack of the processes shown at once): the count table is read an
+/// entry at a time and only the entries of the processes shown are kept; their stacks are
+/// merged by the innermost frames (the only ones shown, so stacks that share them name
+/// alike), named a batch at a time, and each batch's names folded into counts by name
+/// ([`NamedStacks`]) before the next.
+fn top_faulting(
+    counter: &Counter,
+    names: &mut StackNames,
+    own_pid: u32,
+) -> Result<Vec<FaultingProcess>, Error> {
+    /// One process shown: its faults and comm (that of its largest entry), its stack ids.
+    struct Shown {
+        pid: u32,
+        faults: u64,
+        comm: ([u8; 16], u64),
+        by_stack: HashMap<i32, u64>,
+    }
+    let mut shown: Vec<Shown> = top_processes(&counter.counts_by_process()?, own_pid)
+        .into_iter()
+        .map(|pid| Shown {
             pid,
-            comm: row.comm.clone().unwrap_or_default(),
             faults: 0,
-            stacks: Vec::new(),
-        });
-        p.faults += row.count;
-        // Stacks that differ in the map but name alike (beyond the frames named, or where
-        // the kernel could not walk): one line.
-        let stack = row.ustack.clone().unwrap_or_default();
-        if let Some(same) = p.stacks.iter_mut().find(|(_, s)| *s == stack) {
-            same.0 += row.count;
-        } else {
-            p.stacks.push((row.count, stack));
+            comm: ([0; 16], 0),
+            by_stack: HashMap::new(),
+        })
+        .collect();
+    counter.for_each_entry(|key, count| {
+        if let Some(p) = shown.iter_mut().find(|p| p.pid == key.tgid) {
+            p.faults += count;
+            if count > p.comm.1 {
+                p.comm = (key.comm, count);
+            }
+            *p.by_stack.entry(key.ustack).or_default() += count;
         }
+    })?;
+    let mut top = Vec::with_capacity(shown.len());
+    for p in shown {
+        let mut by_innermost: HashMap<Vec<u64>, u64> = HashMap::new();
+        for (id, count) in p.by_stack {
+            let frames = counter.innermost_frames(id, STACK_FRAMES_SHOWN)?;
+            *by_innermost.entry(frames).or_default() += count;
+        }
+        let mut innermost: Vec<(Vec<u64>, u64)> = by_innermost.into_iter().collect();
+        // Most faulting first, so that equal counts by name keep one order from run to run.
+        innermost.sort_unstable_by(|(a, n), (b, m)| m.cmp(n).then_with(|| a.cmp(b)));
+        let maps = counter.process_maps().get(p.pid);
+        let mut named = NamedStacks::default();
+        for batch in innermost.chunks(NAMING_BATCH) {
+            let numbered: Vec<(u32, Vec<u64>)> = batch
+                .iter()
+                .enumerate()
+                .filter(|(_, (frames, _))| !frames.is_empty())
+                .map(|(i, (frames, _))| (i as u32, frames.clone()))
+                .collect();
+            let mut frames = names.user(p.pid, maps.as_deref(), &numbered, false);
+            for (i, (_, count)) in batch.iter().enumerate() {
+                named.add(frames.remove(&(i as u32)).unwrap_or_default(), *count);
+            }
+        }
+        top.push(FaultingProcess {
+            pid: p.pid,
+            comm: crate::object::comm_string(&p.comm.0),
+            faults: p.faults,
+            stacks: named.top(STACKS_SHOWN),
+        });
     }
-    let mut top: Vec<FaultingProcess> = by_pid.into_values().collect();
+    // Stable: equal counts keep the order of the first count.
     top.sort_by_key(|p| std::cmp::Reverse(p.faults));
-    top.truncate(TOP_FAULTING);
-    for p in &mut top {
-        // Stable: equal counts keep the counter's order.
-        p.stacks.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
-        p.stacks.truncate(STACKS_SHOWN);
+    Ok(top)
+}
+
+/// One process's stacks by name and their counts, each distinct frame held once: stacks
+/// that name alike (beyond the frames named, or where the kernel could not walk) are one.
+#[derive(Debug, Default)]
+struct NamedStacks {
+    /// Each distinct frame and its number, numbered as first met.
+    frames: HashMap<Frame, u32>,
+    /// Counts by the frames' numbers, innermost first, and the order each was first met.
+    counts: HashMap<Vec<u32>, (u64, usize)>,
+}
+
+impl NamedStacks {
+    fn add(&mut self, stack: Vec<Frame>, count: u64) {
+        let numbers: Vec<u32> = stack
+            .into_iter()
+            .map(|frame| {
+                let next = self.frames.len() as u32;
+                *self.frames.entry(frame).or_insert(next)
+            })
+            .collect();
+        let met = self.counts.len();
+        self.counts.entry(numbers).or_insert((0, met)).0 += count;
     }
-    top
+
+    /// The `n` stacks counted most, most first (equal counts: the first met first).
+    fn top(self, n: usize) -> Vec<(u64, Vec<Frame>)> {
+        let mut counts: Vec<(Vec<u32>, (u64, usize))> = self.counts.into_iter().collect();
+        counts.sort_by_key(|&(_, (count, met))| (std::cmp::Reverse(count), met));
+        counts.truncate(n);
+        let mut by_number: Vec<Option<Frame>> = vec![None; self.frames.len()];
+        for (frame, number) in self.frames {
+            if let Some(slot) = by_number.get_mut(number as usize) {
+                *slot = Some(frame);
+            }
+        }
+        counts
+            .into_iter()
+            .map(|(numbers, (count, _))| {
+                let frames = numbers
+                    .iter()
+                    .filter_map(|&i| by_number.get(i as usize).cloned().flatten())
+                    .collect();
+                (count, frames)
+            })
+            .collect()
+    }
 }
 
 /// brk and mmap calls by (call, comm), most first, from rows keyed by probe, comm and pid;
@@ -582,44 +663,51 @@ mod tests {
         }
     }
 
-    #[test]
-    fn top_faulting_leaves_fltrace_out() {
-        let rows = [
-            row("page-faults", "fltrace", 7, 9000),
-            row("page-faults", "cc1", 20, 30),
-            row("page-faults", "cc1", 20, 12),
-            row("page-faults", "fltrace", 8, 2),
-        ];
-        let top: Vec<(u32, u64)> = top_faulting_of(&rows, 7)
-            .iter()
-            .map(|p| (p.pid, p.faults))
-            .collect();
-        // Another fltrace is a process like any other.
-        assert_eq!(top, [(20, 42), (8, 2)]);
-    }
-
     /// A process's stacks are merged by name and shown most faulting first: a stack met late
-    /// in the counter's order but merged from several rows leads (they were shown in the order
-    /// first met, the first three only).
+    /// but merged from several batches leads (they were shown in the order first met, the
+    /// first three only).
     #[test]
-    fn top_faulting_stacks_merge_by_name_and_sort() {
-        let at = |function: &str, count| crate::Row {
-            ustack: Some(vec![Frame {
-                function: function.into(),
-                file_line: None,
-                lib: "app".into(),
-            }]),
-            ..row("page-faults", "app", 20, count)
+    fn named_stacks_merge_by_name_and_sort() {
+        let at = |functions: &[&str]| -> Vec<Frame> {
+            functions
+                .iter()
+                .map(|f| Frame {
+                    function: (*f).into(),
+                    file_line: None,
+                    lib: "app".into(),
+                })
+                .collect()
         };
-        let rows = [at("a", 9), at("b", 8), at("c", 7), at("d", 6), at("d", 6)];
-        let top = top_faulting_of(&rows, 7);
-        let stacks: Vec<(u64, &str)> = top[0]
-            .stacks
-            .iter()
-            .map(|(n, s)| (*n, s[0].function.as_str()))
+        let mut named = NamedStacks::default();
+        named.add(at(&["a", "main"]), 9);
+        named.add(at(&["b", "main"]), 8);
+        named.add(at(&["c", "main"]), 7);
+        named.add(at(&["d", "main"]), 6);
+        named.add(Vec::new(), 2);
+        named.add(at(&["d", "main"]), 6);
+        // Same innermost function, another caller: a stack of its own.
+        named.add(at(&["a", "other"]), 1);
+        let top: Vec<(u64, Vec<String>)> = named
+            .top(3)
+            .into_iter()
+            .map(|(n, s)| (n, s.iter().map(|f| f.function.clone()).collect()))
             .collect();
-        assert_eq!(stacks, [(12, "d"), (9, "a"), (8, "b")]);
-        assert_eq!(top[0].faults, 36);
+        let names = |f: &[&str]| f.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            top,
+            [
+                (12, names(&["d", "main"])),
+                (9, names(&["a", "main"])),
+                (8, names(&["b", "main"]))
+            ]
+        );
+        // Equal counts: the first met first; a stack the kernel could not walk is one too.
+        let mut named = NamedStacks::default();
+        named.add(at(&["x"]), 2);
+        named.add(Vec::new(), 2);
+        named.add(at(&["y"]), 2);
+        let firsts: Vec<usize> = named.top(3).iter().map(|(_, s)| s.len()).collect();
+        assert_eq!(firsts, [1, 0, 1]);
     }
 
     #[test]

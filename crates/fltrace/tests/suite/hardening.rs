@@ -723,7 +723,7 @@ fn report_deletes_nothing_it_did_not_write() {
 }
 
 /// `workloads/peakrss.c`, built once.
-fn peakrss() -> &'static Path {
+pub(super) fn peakrss() -> &'static Path {
     static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     &BUILT
         .get_or_init(|| {
