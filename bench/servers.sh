@@ -8,9 +8,8 @@
 #    without -L, the managed region's peak with it).
 #  - PostgreSQL 15 (a postmaster forking a backend per connection), run as the postgres user
 #    from a fresh data directory: pgbench -c 4 for SECONDS at scale 2; transactions per second.
-#    Under -L only the postmaster is emulated: its backends, forked without exec, run unlimited
-#    (the runtime says so in one line). -L as another user needs vm.unprivileged_userfaultfd=1,
-#    set here and put back on exit.
+#    Under -L the postmaster and each backend it forks are emulated, each a budget of its own.
+#    -L as another user needs vm.unprivileged_userfaultfd=1, set here and put back on exit.
 # "half" is half the local peak (memory_used) of the ample run, in MB, at least 1.
 # usage: bench/servers.sh [REQUESTS=50000] [SECONDS=10]
 # FLTRACE=path picks the binary (default: target/release/fltrace, built by setup.sh; the dev
@@ -20,6 +19,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 requests=${1:-50000}; seconds=${2:-10}
 fltrace=${FLTRACE:-$root/target/release/fltrace}
 [[ -x $fltrace ]] || "$root/scripts/setup.sh" >/dev/null
+# Absolute: each run works in a directory of its own.
+fltrace=$(realpath "$fltrace")
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 work=$(mktemp -d /tmp/fltrace-servers.XXXXXX)
 chmod 777 "$work"
 uffd_old=$(cat /proc/sys/vm/unprivileged_userfaultfd)
@@ -44,7 +46,10 @@ redis_run() {
         perf) perf record -q --call-graph dwarf -o "$dir/perf.data" -- "${cmd[@]}" >server.log 2>&1 & ;;
     esac
     local pid=$!
-    until redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; do sleep 0.1; done
+    until redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; do
+        kill -0 "$pid" 2>/dev/null || { echo "$mode: the server did not start: $(tail -1 server.log)" >&2; return 1; }
+        sleep 0.1
+    done
     redis-benchmark -p "$port" -n "$requests" -t set,get,lpush,lrange_100 -d 1000 -r 100000 \
         --csv >bench.csv 2>/dev/null
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
@@ -74,7 +79,10 @@ pg_run() {
         perf) perf record -q --call-graph dwarf -o "$dir/perf.data" -- runuser -u postgres -- "${cmd[@]}" >server.log 2>&1 & ;;
     esac
     local pid=$!
-    until runuser -u postgres -- "$pg/pg_isready" -h "$dir" -p "$port" >/dev/null 2>&1; do sleep 0.1; done
+    until runuser -u postgres -- "$pg/pg_isready" -h "$dir" -p "$port" >/dev/null 2>&1; do
+        kill -0 "$pid" 2>/dev/null || { echo "$mode: the server did not start: $(tail -1 server.log)" >&2; return 1; }
+        sleep 0.1
+    done
     runuser -u postgres -- "$pg/pgbench" -h "$dir" -p "$port" -i -s 2 postgres >init.log 2>&1
     runuser -u postgres -- "$pg/pgbench" -h "$dir" -p "$port" -c 4 -T "$seconds" postgres >bench.log 2>&1
     runuser -u postgres -- "$pg/pg_ctl" -D "$dir/data" stop -m fast >/dev/null 2>&1
@@ -101,3 +109,4 @@ for mode in untraced record allocs ample; do pg_run $mode; done | tee "$work/pg.
 pg_half=$(half_of "$(awk '$1=="ample" {print $NF}' "$work/pg.txt")")
 echo "(half: -L=$pg_half)"
 for mode in half perf; do pg_run $mode; done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

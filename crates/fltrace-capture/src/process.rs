@@ -127,8 +127,8 @@ struct FarState {
     pending_fills: FxHashMap<(u32, u64), std::collections::VecDeque<PendingRow>>,
     /// Rows in the region that no log entry matched: the kernel resolved them alone.
     rows_unhandled: u64,
-    /// The trace's times (wall clock) minus CLOCK_MONOTONIC, the runtime's clock; read as
-    /// the recorder reads its own, a few hundred ns apart, against waits of microseconds.
+    /// The trace's times (wall clock) minus CLOCK_MONOTONIC, the runtime's clock: the
+    /// recorder's own offset, so that a row's time converts back to its sample's exactly.
     mono_offset: u64,
     /// Log entries that matched no row.
     orphans: u64,
@@ -177,6 +177,8 @@ pub struct SessionMeta<'a> {
     /// Whether the build IDs of the files stack frames fall in are collected, for the
     /// build-ID cache ([`Process::take_code_hits`]).
     pub collect_code_hits: bool,
+    /// What the recorder added to the samples' CLOCK_MONOTONIC times to make the trace's.
+    pub mono_offset: u64,
 }
 
 impl Process {
@@ -232,8 +234,7 @@ impl Process {
                 pending_fills: FxHashMap::default(),
                 orphans: 0,
                 rows_unhandled: 0,
-                mono_offset: crate::recorder::unix_now_ns()
-                    .wrapping_sub(crate::recorder::monotonic_now_ns()),
+                mono_offset: session.mono_offset,
                 matched: 0,
                 fetches_late: 0,
                 wait_ns: 0,
@@ -1095,8 +1096,33 @@ mod tests {
             far_memory: None,
             metadata: &[],
             collect_code_hits: false,
+            mono_offset: 0,
         };
         Process::new(1, None, &session).expect("process files")
+    }
+
+    /// A process made later (a forked child) converts its rows' times back to the samples'
+    /// CLOCK_MONOTONIC with the recorder's offset, not with one of its own: two clock reads
+    /// a preemption apart on a busy machine put its rows after the runtime entries they
+    /// belong to (the save child's `rt_unmatched:1`).
+    #[test]
+    fn far_memory_rows_use_the_recorders_clock_offset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prefix = dir.path().join("runtime");
+        let session = SessionMeta {
+            dir: dir.path(),
+            read_live_stacks: false,
+            far_memory: Some(&prefix),
+            metadata: &[],
+            collect_code_hits: false,
+            mono_offset: 1_234_567,
+        };
+        let parent = Process::new(1, None, &session).expect("process files");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let child = Process::fork_of(&parent, 2, &session).expect("process files");
+        for p in [&parent, &child] {
+            assert_eq!(p.far.as_ref().map(|f| f.mono_offset), Some(1_234_567));
+        }
     }
 
     fn anon(start: u64, end: u64) -> Mapping {

