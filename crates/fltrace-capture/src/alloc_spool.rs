@@ -1377,8 +1377,9 @@ const DRAIN_FROM_BYTES: u64 = 1 << 20;
 const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 /// How often what was converted becomes readable, should the recorder be killed.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// The pause when there was nothing to convert.
+/// The pause when there was nothing to convert, while following a log and while not.
 const IDLE: std::time::Duration = std::time::Duration::from_millis(2);
+const IDLE_UNUSED: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The tables of one process being written in the spool while the program runs.
 struct ProcessDrain {
@@ -1390,6 +1391,8 @@ struct ProcessDrain {
     log: Option<LiveLog>,
     /// The floor each generation converted so far had.
     floors: HashMap<u32, u64>,
+    /// Events converted before the program ended.
+    live_events: u64,
     /// The tables in the spool.
     allocs_path: PathBuf,
     stacks_path: PathBuf,
@@ -1413,6 +1416,7 @@ impl ProcessDrain {
             image: 0,
             log: None,
             floors: HashMap::new(),
+            live_events: 0,
             allocs_path,
             stacks_path,
         })
@@ -1452,7 +1456,11 @@ impl ProcessDrain {
                 log.refresh()?;
             }
             let watermark = if complete { u64::MAX } else { watermark };
-            written += self.conversion.convert(log, generation, floor, watermark)?;
+            let converted = self.conversion.convert(log, generation, floor, watermark)?;
+            written += converted;
+            if !ended {
+                self.live_events += converted;
+            }
             self.floors.insert(generation, floor);
             if !complete {
                 return Ok(written);
@@ -1497,6 +1505,12 @@ impl ProcessDrain {
             self.image += 1;
         }
         let (converted, totals) = self.conversion.finish()?;
+        log::debug!(
+            "allocations of process {}: {} of {} events converted while the program ran",
+            self.pid,
+            self.live_events,
+            converted.events
+        );
         let allocs = files::allocs(out_dir, self.pid);
         let stacks = files::alloc_stacks(out_dir, self.pid);
         for (from, to) in [(&self.allocs_path, &allocs), (&self.stacks_path, &stacks)] {
@@ -1651,7 +1665,7 @@ fn drain_logs(
             break;
         }
         if written == 0 {
-            std::thread::sleep(IDLE);
+            std::thread::sleep(if drains.is_empty() { IDLE_UNUSED } else { IDLE });
         }
     }
     drains

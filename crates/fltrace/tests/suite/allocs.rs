@@ -200,7 +200,14 @@ fn record_drained(
     let mut stdout = std::io::BufReader::new(recorder.stdout.take().expect("stdout"));
     let mut line = String::new();
     stdout.read_line(&mut line).expect("workload prints");
-    assert_eq!(line.trim(), "ready");
+    if line.trim() != "ready" {
+        let _ = recorder.kill();
+        let out = recorder.wait_with_output().expect("fltrace ends");
+        panic!(
+            "the workload printed {line:?}; fltrace: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     (recorder, stdout)
 }
 
