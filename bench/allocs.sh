@@ -6,7 +6,8 @@
 # the CPU time of the whole command (user + system, children included: the figure to trust on
 # a loaded machine, where wall times stretch), the ratios of medians to untraced, the time and
 # peak memory of the report (fltrace report --allocs, heaptrack_print), and the bytes on disk,
-# in all and per call (pairs x 2).
+# in all and per call (pairs x 2). "fltrace-end" is fltrace with FLTRACE_ALLOCS_CONVERT_AT_END=1:
+# every log converted after the program ends, as before the drain that converts while it runs.
 # usage: bench/allocs.sh [pairs=4000000] [ROUNDS=5]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,13 +26,14 @@ ratio() { echo "scale=2; $1 / $2" | bc; }
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A loop wall cpu
 for ((r = 0; r < rounds; r++)); do
-    for tool in untraced fltrace heaptrack; do
+    for tool in untraced fltrace fltrace-end heaptrack; do
         dir="$work/$tool-$r"; mkdir -p "$dir"; cd "$dir"
         t0=$(now)
         # /usr/bin/time's user + system time covers the command and everything it waited for.
         case $tool in
             untraced) /usr/bin/time -f "%U %S" -o cpu.txt "$work/allocs" malloc4m "$pairs" >out.txt ;;
             fltrace) /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
+            fltrace-end) FLTRACE_ALLOCS_CONVERT_AT_END=1 /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
             heaptrack) /usr/bin/time -f "%U %S" -o cpu.txt heaptrack -o "$dir/ht" "$work/allocs" malloc4m "$pairs" >out.txt 2>/dev/null ;;
         esac
         t1=$(now)
@@ -47,18 +49,20 @@ base_loop=$(echo ${loop[untraced]} | tr ' ' '\n' | median)
 base_wall=$(echo ${wall[untraced]} | tr ' ' '\n' | median)
 printf "malloc-4m: %d malloc/free pairs, %d rounds, medians\n" "$pairs" "$rounds"
 printf "load average before: %s\n" "$load"
-printf "%-10s %10s %8s %11s %10s %11s %10s\n" tool "loop s" "loop x" "command s" "command x" "command cpu" "cpu x ht"
+printf "%-11s %10s %8s %11s %10s %11s %10s\n" tool "loop s" "loop x" "command s" "command x" "command cpu" "cpu x ht"
 ht_wall=$(echo ${wall[heaptrack]} | tr ' ' '\n' | median)
 ht_cpu=$(echo ${cpu[heaptrack]} | tr ' ' '\n' | median)
-for tool in untraced fltrace heaptrack; do
+for tool in untraced fltrace fltrace-end heaptrack; do
     l=$(echo ${loop[$tool]} | tr ' ' '\n' | median)
     w=$(echo ${wall[$tool]} | tr ' ' '\n' | median)
     c=$(echo ${cpu[$tool]} | tr ' ' '\n' | median)
-    printf "%-10s %10.4f %8s %11.3f %10s %11.2f %10s\n" "$tool" "$l" "$(ratio "$l" "$base_loop")" "$w" "$(ratio "$w" "$base_wall")" "$c" "$(ratio "$c" "$ht_cpu")"
+    printf "%-11s %10.4f %8s %11.3f %10s %11.2f %10s\n" "$tool" "$l" "$(ratio "$l" "$base_loop")" "$w" "$(ratio "$w" "$base_wall")" "$c" "$(ratio "$c" "$ht_cpu")"
 done
-printf "fltrace's whole command over heaptrack's: %s (wall), %s (cpu)\n" \
-    "$(ratio "$(echo ${wall[fltrace]} | tr ' ' '\n' | median)" "$ht_wall")" \
-    "$(ratio "$(echo ${cpu[fltrace]} | tr ' ' '\n' | median)" "$ht_cpu")"
+for tool in fltrace fltrace-end; do
+    printf "%s's whole command over heaptrack's: %s (wall), %s (cpu)\n" "$tool" \
+        "$(ratio "$(echo ${wall[$tool]} | tr ' ' '\n' | median)" "$ht_wall")" \
+        "$(ratio "$(echo ${cpu[$tool]} | tr ' ' '\n' | median)" "$ht_cpu")"
+done
 
 cd "$work/fltrace-$last"
 report=$( { /usr/bin/time -f "%e %M" "$fltrace" report --allocs >report.txt; } 2>&1 | tail -1)

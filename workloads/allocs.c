@@ -327,7 +327,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: allocs sites|threads N|fork N|faults N|crash N|dlopen LIB N|malloc4m [N]\n");
+        fprintf(stderr, "usage: allocs sites|threads N|fork N|faults N|crash N|dlopen LIB N|malloc4m [N]|drained N\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -365,6 +365,15 @@ int main(int argc, char **argv) {
         signals(n);
     } else if (!strcmp(mode, "heap")) {
         heap(n > 0 ? n : 16);
+    } else if (!strcmp(mode, "drained")) {
+        /* malloc4m's calls, then nothing until stdin closes: the recorder converts them while
+           the program still runs. */
+        malloc4m(n);
+        printf("ready\n");
+        fflush(stdout);
+        char buf[16];
+        while (read(0, buf, sizeof buf) > 0) {
+        }
     } else if (!strcmp(mode, "malloc4m")) {
         double start = now();
         malloc4m(n > 0 ? n : 4000000);

@@ -3,20 +3,21 @@
 //!
 //! The logs (`fltrace_runtime_abi::alloclog`) live in a private directory beside the output
 //! until conversion. Each thread's chunks are in time order; the threads' streams are merged
-//! by time, so conversion holds one chunk per thread in memory, not the whole log.
+//! by time, so conversion holds one record per thread in memory, not the whole log. The logs
+//! of large processes are converted while the program runs ([`Drain`]), the rest at the end.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::ffi::OsString;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use fltrace_runtime_abi::alloclog::{
-    CHUNK_HEADER_SIZE, CHUNK_SIZE, CLOCK_SIZE, Clock, Decoder, HEADER_SIZE, MAGIC, MAX_FRAMES,
-    Record,
+    CHUNK_HEADER_SIZE, CHUNK_SIZE, CLOCK_SIZE, Clock, Cursor, Decoder, HEADER_SIZE, MAGIC,
+    MAX_FRAMES, Record,
 };
 use fltrace_runtime_abi::env;
 use fltrace_trace::{
@@ -27,7 +28,6 @@ use fltrace_trace::{
 use crate::{Credentials, Error};
 
 /// Where the tracer's logs go, and the clock page it reads its times from.
-#[derive(Debug)]
 pub struct AllocLogs {
     dir: PathBuf,
     /// The directory, open and `flock`ed for as long as the recording runs: how the next
@@ -35,6 +35,15 @@ pub struct AllocLogs {
     _lock: std::fs::File,
     ticker: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
+    clock: Option<Arc<ClockPage>>,
+    /// Converting while the program runs, once started.
+    drain: Option<Drain>,
+}
+
+impl std::fmt::Debug for AllocLogs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocLogs").field("dir", &self.dir).finish()
+    }
 }
 
 /// How often the clock word moves on: the resolution of allocation times.
@@ -63,6 +72,8 @@ impl AllocLogs {
             _lock: lock,
             ticker: None,
             stop: Arc::new(AtomicBool::new(false)),
+            clock: None,
+            drain: None,
         };
         if let Some(c) = credentials {
             std::os::unix::fs::chown(&dir, Some(c.uid), Some(c.gid)).map_err(io)?;
@@ -89,7 +100,8 @@ impl AllocLogs {
         // SAFETY: a shared mapping of the file just made; only this process writes it, through
         // atomics.
         let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
-        let clock = ClockPage(map);
+        let clock = Arc::new(ClockPage(map));
+        logs.clock = Some(clock.clone());
         clock
             .get()
             .now_ns
@@ -118,20 +130,100 @@ impl AllocLogs {
         )
     }
 
+    /// Starts converting the logs of large processes while the program runs ([`Drain`]),
+    /// into tables of recording `recording`; `mono_offset` turns CLOCK_MONOTONIC into the
+    /// tables' Unix-epoch times. Without it (no thread), every log converts at the end.
+    pub fn start_drain(&mut self, recording: &str, mono_offset: u64) {
+        let Some(clock) = &self.clock else {
+            return;
+        };
+        match Drain::start(
+            self.dir.clone(),
+            clock.clone(),
+            recording.to_owned(),
+            mono_offset,
+        ) {
+            Ok(drain) => self.drain = Some(drain),
+            Err(e) => log::debug!("allocation logs convert at the end: {e}"),
+        }
+    }
+
+    /// Tells the drain what the recorder knows of process `pid`: the generation of the first
+    /// image that ran with the library, the current one, and when the current one began
+    /// (asked only the first time).
+    pub fn learn_image(
+        &self,
+        pid: u32,
+        first_generation: u32,
+        generation: u32,
+        start_ns: impl FnOnce() -> Option<u64>,
+    ) {
+        let Some(drain) = &self.drain else {
+            return;
+        };
+        let Ok(mut processes) = drain.shared.processes.lock() else {
+            return;
+        };
+        let images = processes.entry(pid).or_insert_with(|| ProcessImages {
+            first_generation,
+            starts: HashMap::new(),
+        });
+        if !images.starts.contains_key(&generation)
+            && let Some(start) = start_ns()
+        {
+            images.starts.insert(generation, start);
+        }
+    }
+
+    /// The program has ended: the drain converts what is left of the logs it follows.
+    pub fn program_ended(&self) {
+        if let Some(drain) = &self.drain {
+            drain.shared.ended.store(true, Ordering::Release);
+        }
+    }
+
     /// Converts the logs of `pid` (one per image: execs start a new one) into
     /// `fltrace-data-allocs-<pid>.parquet` and its stack table; the first log's stacks belong
     /// to address-space generation `first_generation`, the next to the one after. `mono_offset` turns
     /// CLOCK_MONOTONIC into the Unix-epoch times of the fault table. Returns the events
     /// written, or `None` if the process left no log. The tables are those of recording
-    /// `recording`.
+    /// `recording`. Call once the program has ended.
     pub fn convert(
-        &self,
+        &mut self,
         pid: u32,
         first_generation: u32,
         out_dir: &Path,
         mono_offset: u64,
         recording: &str,
     ) -> Result<Option<Converted>, Error> {
+        let drained = self.drain.as_mut().and_then(|drain| {
+            drain.join();
+            drain.drained.remove(&pid)
+        });
+        if let Some(drained) = drained {
+            // The drain's tables go on from where the thread stopped, unless the recorder's
+            // final word differs from what it was told or a log filled its file system (its
+            // file must go before the tables are written).
+            if drained.first_generation == first_generation && !any_log_stopped(&self.dir, pid) {
+                let spool_tables = (drained.allocs_path.clone(), drained.stacks_path.clone());
+                match drained.finish(
+                    &self.dir,
+                    first_generation,
+                    out_dir,
+                    mono_offset,
+                    Origin::new(recording, pid),
+                ) {
+                    Ok(converted) => return Ok(converted),
+                    Err(e) => {
+                        log::debug!("allocations of process {pid} convert again: {e}");
+                        let _ = std::fs::remove_file(spool_tables.0);
+                        let _ = std::fs::remove_file(spool_tables.1);
+                    }
+                }
+            } else {
+                drained.abandon();
+            }
+        }
         let converted = convert_spooled(
             &self.dir,
             pid,
@@ -202,17 +294,9 @@ fn convert_spooled(
 ) -> Result<Option<Converted>, Error> {
     let mut logs = Vec::new();
     for image in 0.. {
-        let path = spool.join(format!("log-{pid}.{image}"));
-        // A log is a shared mapping that only grows; the cap refuses a file planted in its
-        // place that could not be one.
-        match files::read_capped(&path, LOG_CAP) {
-            Ok(bytes) => logs.push((path, bytes)),
-            Err(fltrace_trace::Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                break;
-            }
-            Err(e) => return Err(e.into()),
+        match LiveLog::open(&spool.join(log_name(pid, image)), mono_offset, true)? {
+            Some(log) => logs.push(log),
+            None => break,
         }
     }
     if logs.is_empty() {
@@ -221,75 +305,153 @@ fn convert_spooled(
     // A log that stopped because its file system filled is in memory now: its file goes, so
     // that the tables have room (on the same file system, they would not be written at all).
     if full_logs == FullLogs::Remove {
-        for (path, bytes) in &logs {
-            if log_stopped_ns(bytes).is_some() {
-                let _ = std::fs::remove_file(path);
-            }
+        for log in &mut logs {
+            log.remove_if_stopped();
         }
     }
-    // An image's calls come after its exec, but the millisecond clock can put the first
-    // ones before it: each image's times start no earlier than its first mapping.
     let image_start = image_starts(&files::mmaps(out_dir, pid))?;
     let origin = Origin::new(recording, pid);
-    let mut allocs = BackgroundWriter::start(AllocWriter::create_for(
+    let mut conversion = Conversion::create(
         &files::allocs(out_dir, pid),
+        &files::alloc_stacks(out_dir, pid),
         origin.clone(),
-    )?);
-    let mut stack_writer =
-        StackWriter::create_for(&files::alloc_stacks(out_dir, pid), origin.clone())?;
-    let mut stacks = Stacks::default();
-    let mut totals = AllocTotals::default();
-    let mut converted = Converted::default();
-    for (image, (path, bytes)) in logs.iter().enumerate() {
+    )?;
+    for (image, mut log) in logs.into_iter().enumerate() {
         let generation = first_generation + image as u32;
-        let (streams, stopped_ns) = thread_streams(path, bytes, &mut converted)?;
-        let mut first_ns = None;
         let floor = image_start.get(&generation).copied().unwrap_or(0);
-        if stacks.local.len() <= generation as usize {
-            stacks.local.resize(generation as usize + 1, Vec::new());
+        conversion.convert_image(&mut log, generation, floor)?;
+    }
+    let (converted, totals) = conversion.finish()?;
+    // Last: a totals file says its process's tables were written to the end.
+    fltrace_trace::write_alloc_totals(&files::alloc_totals(out_dir, pid), origin, &totals)?;
+    Ok(Some(converted))
+}
+
+/// The name of the log of image `image` (execs count up from 0) of process `pid`.
+fn log_name(pid: u32, image: u32) -> String {
+    format!("log-{pid}.{image}")
+}
+
+/// One process's tables being written from its logs, image after image.
+struct Conversion {
+    allocs: BackgroundWriter,
+    stack_writer: StackWriter,
+    stacks: Stacks,
+    totals: AllocTotals,
+    converted: Converted,
+    /// The time of the last event written. A record a thread published late (it was held up
+    /// between reading the clock and publishing) after later ones were written gets that
+    /// time: the table stays in time order.
+    last_ns: u64,
+    /// The time of the current image's first event.
+    first_ns: Option<u64>,
+    frames: Box<[u64; MAX_FRAMES]>,
+}
+
+impl Conversion {
+    fn create(allocs: &Path, stacks: &Path, origin: Origin) -> Result<Conversion, Error> {
+        Ok(Conversion {
+            allocs: BackgroundWriter::start(AllocWriter::create_for(allocs, origin.clone())?),
+            stack_writer: StackWriter::create_for(stacks, origin)?,
+            stacks: Stacks::default(),
+            totals: AllocTotals::default(),
+            converted: Converted::default(),
+            last_ns: 0,
+            first_ns: None,
+            frames: Box::new([0; MAX_FRAMES]),
+        })
+    }
+
+    /// Writes the records of `log` (image of address-space generation `generation`, whose
+    /// times start no earlier than `floor`) that come before `watermark`. Returns the events
+    /// written.
+    fn convert(
+        &mut self,
+        log: &mut LiveLog,
+        generation: u32,
+        floor: u64,
+        watermark: u64,
+    ) -> Result<u64, Error> {
+        if self.stacks.local.len() <= generation as usize {
+            self.stacks
+                .local
+                .resize(generation as usize + 1, Vec::new());
         }
-        let mut merge = Merge::new(streams, mono_offset);
-        let mut frames = [0u64; MAX_FRAMES];
-        while let Some(item) = merge.next(&mut frames) {
+        let mut written = 0;
+        while let Some(item) = log.next(watermark, &mut self.frames) {
             match item {
                 Item::Stack(local_id, len) => {
-                    stacks.define(generation, local_id, &frames[..len], &mut stack_writer)?;
+                    self.stacks.define(
+                        generation,
+                        local_id,
+                        &self.frames[..len],
+                        &mut self.stack_writer,
+                    )?;
                 }
                 Item::Event(mut event) => {
-                    event.time_ns = event.time_ns.max(floor);
+                    // An image's calls come after its exec, but the millisecond clock can
+                    // put the first ones before it: each image's times start no earlier
+                    // than its first mapping.
+                    event.time_ns = event.time_ns.max(floor).max(self.last_ns);
+                    self.last_ns = event.time_ns;
                     if event.stack_id != AllocEvent::NO_STACK {
-                        event.stack_id = stacks.global(generation, event.stack_id);
+                        event.stack_id = self.stacks.global(generation, event.stack_id);
                     }
-                    first_ns.get_or_insert(event.time_ns);
-                    totals.add(&event);
-                    allocs.push(event)?;
-                    converted.events += 1;
+                    self.first_ns.get_or_insert(event.time_ns);
+                    self.totals.add(&event);
+                    self.allocs.push(event)?;
+                    written += 1;
                 }
             }
         }
-        if let Some(stopped) = stopped_ns {
+        self.converted.events += written;
+        Ok(written)
+    }
+
+    /// Writes every record of `log`, complete, and what its header says.
+    fn convert_image(
+        &mut self,
+        log: &mut LiveLog,
+        generation: u32,
+        floor: u64,
+    ) -> Result<(), Error> {
+        log.complete()?;
+        self.convert(log, generation, floor, u64::MAX)?;
+        self.end_image(log);
+        Ok(())
+    }
+
+    /// Takes in what the header of `log`, converted to its end, says: the records dropped,
+    /// when the tracer stopped, the chunks that did not decode.
+    fn end_image(&mut self, log: &LiveLog) {
+        let first_ns = self.first_ns.take();
+        self.converted.dropped += log.dropped();
+        if let Some(stopped) = log.stopped_ns() {
             let after = stopped
-                .wrapping_add(mono_offset)
+                .wrapping_add(log.mono_offset)
                 .saturating_sub(first_ns.unwrap_or(u64::MAX));
-            converted.add(&Converted {
+            self.converted.add(&Converted {
                 stopped_after_ns: Some(after),
                 ..Converted::default()
             });
         }
-        converted.corrupt_chunks += merge.corrupt;
+        self.converted.corrupt_chunks += log.corrupt;
     }
-    allocs.finish()?;
-    stack_writer.finish()?;
-    // Last: a totals file says its process's tables were written to the end.
-    fltrace_trace::write_alloc_totals(
-        &files::alloc_totals(out_dir, pid),
-        origin,
-        &totals.totals(),
-    )?;
-    converted.stacks = stacks.next;
-    Ok(Some(converted))
-}
 
+    /// Makes what was written so far readable, should the conversion never end.
+    fn checkpoint(&mut self) -> Result<(), Error> {
+        self.allocs.checkpoint()
+    }
+
+    /// Finishes both tables; returns what was converted and the totals per (stack, call,
+    /// size).
+    fn finish(mut self) -> Result<(Converted, Vec<fltrace_trace::AllocTotal>), Error> {
+        self.allocs.finish()?;
+        self.stack_writer.finish()?;
+        self.converted.stacks = self.stacks.next;
+        Ok((self.converted, self.totals.totals()))
+    }
+}
 /// The largest allocation log read: far above a long run's (about 6 bytes a call).
 const LOG_CAP: u64 = 64 << 30;
 
@@ -338,8 +500,15 @@ impl SpoolMetadata {
 /// overlap.
 struct BackgroundWriter {
     batch: Vec<AllocEvent>,
-    sender: Option<std::sync::mpsc::SyncSender<Vec<AllocEvent>>>,
+    sender: Option<std::sync::mpsc::SyncSender<ToWriter>>,
     thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+}
+
+/// What the writer thread is given.
+enum ToWriter {
+    Events(Vec<AllocEvent>),
+    /// Write what was given so far and a checkpoint.
+    Checkpoint,
 }
 
 /// Events per batch handed to the writer thread.
@@ -347,11 +516,16 @@ const BATCH: usize = 1 << 16;
 
 impl BackgroundWriter {
     fn start(mut writer: AllocWriter) -> BackgroundWriter {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<AllocEvent>>(4);
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<ToWriter>(4);
         let thread = std::thread::spawn(move || {
-            for batch in receiver {
-                for event in batch {
-                    writer.push(event)?;
+            for message in receiver {
+                match message {
+                    ToWriter::Events(batch) => {
+                        for event in batch {
+                            writer.push(event)?;
+                        }
+                    }
+                    ToWriter::Checkpoint => writer.checkpoint()?,
                 }
             }
             Ok(writer.finish()?)
@@ -366,16 +540,25 @@ impl BackgroundWriter {
     fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
         self.batch.push(event);
         if self.batch.len() == BATCH {
-            self.send()?;
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            self.send(ToWriter::Events(batch))?;
         }
         Ok(())
     }
 
-    fn send(&mut self) -> Result<(), Error> {
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+    /// Has every event pushed so far written, and a checkpoint after them.
+    fn checkpoint(&mut self) -> Result<(), Error> {
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            self.send(ToWriter::Events(batch))?;
+        }
+        self.send(ToWriter::Checkpoint)
+    }
+
+    fn send(&mut self, message: ToWriter) -> Result<(), Error> {
         match &self.sender {
             // The writer only hangs up after an error, which `finish` returns.
-            Some(sender) if sender.send(batch).is_err() => self.finish(),
+            Some(sender) if sender.send(message).is_err() => self.finish(),
             _ => Ok(()),
         }
     }
@@ -385,7 +568,7 @@ impl BackgroundWriter {
         if !self.batch.is_empty()
             && let Some(sender) = &self.sender
         {
-            let _ = sender.send(std::mem::take(&mut self.batch));
+            let _ = sender.send(ToWriter::Events(std::mem::take(&mut self.batch)));
         }
         self.sender = None;
         match self.thread.take() {
@@ -404,6 +587,10 @@ impl BackgroundWriter {
 /// The logs go when the recording ends, converted or not (an error stops the recording).
 impl Drop for AllocLogs {
     fn drop(&mut self) {
+        if let Some(drain) = &mut self.drain {
+            drain.shared.stop.store(true, Ordering::Release);
+            drain.join();
+        }
         self.stop.store(true, Ordering::Relaxed);
         if let Some(ticker) = self.ticker.take() {
             let _ = ticker.join();
@@ -607,11 +794,18 @@ fn contents_note(dir: &Path) -> String {
 }
 
 /// Whether `name` is one of the files a recorder and its tracer write in a spool: the
-/// metadata, the clock page, `log-<pid>.<image>`.
+/// metadata, the clock page, `log-<pid>.<image>`, the tables of a drain.
 fn is_spool_file(name: &str) -> bool {
     let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let drain_table = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(".parquet"))
+            .is_some_and(numbered)
+    };
     name == METADATA_FILE
         || name == "log-clock"
+        || drain_table(DRAIN_ALLOCS)
+        || drain_table(DRAIN_STACKS)
         || name
             .strip_prefix("log-")
             .and_then(|rest| rest.split_once('.'))
@@ -756,69 +950,325 @@ impl ClockPage {
     }
 }
 
-/// A thread id and the published bytes of its chunks, in file order.
-type ThreadChunks<'a> = (u32, Vec<&'a [u8]>);
-
 /// When the tracer writing `log` stopped because the log could not grow (its clock).
 fn log_stopped_ns(log: &[u8]) -> Option<u64> {
-    let word = |offset: usize| {
-        log.get(offset..offset + 8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_ne_bytes)
-    };
-    if log.len() < HEADER_SIZE || word(0) != Some(MAGIC) {
+    if log.len() < HEADER_SIZE || read_word(log, 0) != MAGIC {
         return None;
     }
-    word(32).filter(|&t| t != 0)
+    Some(read_word(log, 32)).filter(|&t| t != 0)
 }
 
-/// The published bytes of each thread's chunks, in file order, by thread; and when the
-/// tracer stopped because the log could not grow (its clock), if it did.
-fn thread_streams<'a>(
-    path: &Path,
-    log: &'a [u8],
-    converted: &mut Converted,
-) -> Result<(Vec<ThreadChunks<'a>>, Option<u64>), Error> {
-    let word = |offset: usize| -> u64 {
-        log.get(offset..offset + 8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_ne_bytes)
+/// The word at `offset` of a log that its writers may still be changing; 0 beyond its end.
+/// Acquire: the bytes a chunk's `used` publishes are visible once it is read.
+fn read_word(log: &[u8], offset: usize) -> u64 {
+    let Some(bytes) = log.get(offset..offset + 8) else {
+        return 0;
     };
-    if log.len() < HEADER_SIZE || word(0) != MAGIC {
-        return Err(fltrace_trace::Error::Format {
+    // SAFETY: 8 readable bytes; a volatile read, as the traced program may be storing to
+    // the word (an aligned store, so the read sees the old or the new value).
+    let word = unsafe { std::ptr::read_volatile(bytes.as_ptr().cast::<[u8; 8]>()) };
+    std::sync::atomic::fence(Ordering::Acquire);
+    u64::from_ne_bytes(word)
+}
+
+/// The bytes of a log: mapped, so that it can be followed as it grows, or copied (a log that
+/// stopped on a full file system, whose file goes before the tables are written).
+enum LogBytes {
+    Mapped(memmap2::Mmap),
+    Copied(Vec<u8>),
+    /// A file with nothing in it yet.
+    Empty,
+}
+
+impl LogBytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            LogBytes::Mapped(map) => map,
+            LogBytes::Copied(bytes) => bytes,
+            LogBytes::Empty => &[],
+        }
+    }
+}
+
+/// One image's log, read as its threads write it (see [`Drain`] for why the order of the
+/// events handed out is their time order) or once they are done.
+///
+/// Each thread's chunks are in time order; the threads' streams are merged by time, so this
+/// holds one record per thread, not the log.
+struct LiveLog {
+    path: PathBuf,
+    file: std::fs::File,
+    bytes: LogBytes,
+    /// CLOCK_MONOTONIC to the tables' Unix-epoch times.
+    mono_offset: u64,
+    /// The offset of the next chunk not yet given to its thread's stream.
+    scan: usize,
+    streams: Vec<Stream>,
+    by_tid: HashMap<u32, usize>,
+    /// The streams that have a record ahead, by its time.
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Chunks whose bytes did not decode (cut short at the first bad record).
+    corrupt: u64,
+    /// Whether every writer is gone: a chunk with nothing published is skipped, not waited
+    /// for, and a thread's last chunk ends where its bytes do.
+    complete: bool,
+}
+
+/// One thread's records, decoded one ahead.
+struct Stream {
+    tid: u32,
+    /// The offsets of its chunks not yet read to the end, in file order.
+    chunks: VecDeque<usize>,
+    /// Where decoding stopped in the first of them.
+    state: (usize, Cursor),
+    /// The first chunk did not decode beyond `state`.
+    cut: bool,
+    /// CLOCK_MONOTONIC time of the records being decoded.
+    time: u64,
+    /// The next record, decoded ahead so the merge knows its time.
+    ahead: Option<(u64, Item)>,
+    /// Time of the item handed out last.
+    last_time: u64,
+    frames: Box<[u64; MAX_FRAMES]>,
+}
+
+/// Bytes of a chunk available for records.
+const RECORD_SPACE: usize = CHUNK_SIZE - CHUNK_HEADER_SIZE;
+
+impl LiveLog {
+    /// Opens the log at `path`; `None` if there is none. `complete`: its writers are gone.
+    fn open(path: &Path, mono_offset: u64, complete: bool) -> Result<Option<LiveLog>, Error> {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(fltrace_trace::Error::Io {
+                    path: path.to_owned(),
+                    source,
+                }
+                .into());
+            }
+        };
+        let mut log = LiveLog {
             path: path.to_owned(),
-            message: "not an fltrace allocation log".into(),
-        }
-        .into());
+            file,
+            bytes: LogBytes::Empty,
+            mono_offset,
+            scan: HEADER_SIZE,
+            streams: Vec::new(),
+            by_tid: HashMap::new(),
+            heap: BinaryHeap::new(),
+            corrupt: 0,
+            complete,
+        };
+        log.refresh()?;
+        Ok(Some(log))
     }
-    converted.dropped += word(24);
-    let stopped_ns = log_stopped_ns(log);
-    let end = (word(16) as usize).min(log.len());
-    let mut by_tid: HashMap<u32, Vec<&[u8]>> = HashMap::new();
-    let mut order = Vec::new();
-    let mut offset = HEADER_SIZE;
-    while offset + CHUNK_HEADER_SIZE <= end {
-        let tid = word(offset) as u32;
-        let start = offset + CHUNK_HEADER_SIZE;
-        let used = (word(offset + 8) as usize)
-            .min(CHUNK_SIZE - CHUNK_HEADER_SIZE)
-            .min(log.len() - start);
-        if used > 0 {
-            let chunks = by_tid.entry(tid).or_insert_with(|| {
-                order.push(tid);
-                Vec::new()
+
+    fn io_error(&self, source: std::io::Error) -> Error {
+        fltrace_trace::Error::Io {
+            path: self.path.clone(),
+            source,
+        }
+        .into()
+    }
+
+    /// Maps what the file holds now, and hands the chunks published since the last look to
+    /// their threads' streams.
+    fn refresh(&mut self) -> Result<(), Error> {
+        if !matches!(self.bytes, LogBytes::Copied(_)) {
+            let len = self.file.metadata().map_err(|e| self.io_error(e))?.len();
+            // A log is a shared mapping that only grows; the cap refuses a file planted in
+            // its place that could not be one.
+            if len > LOG_CAP {
+                return Err(fltrace_trace::Error::Format {
+                    path: self.path.clone(),
+                    message: format!("{len} bytes, more than any allocation log"),
+                }
+                .into());
+            }
+            if len > self.bytes.get().len() as u64 {
+                // SAFETY: a read-only shared mapping of a file that only grows (the tracer
+                // allocates its blocks before writing them), read within its length.
+                let map =
+                    unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| self.io_error(e))?;
+                self.bytes = LogBytes::Mapped(map);
+            }
+        }
+        let log = self.bytes.get();
+        if log.len() < HEADER_SIZE || read_word(log, 0) != MAGIC {
+            if self.complete {
+                return Err(fltrace_trace::Error::Format {
+                    path: self.path.clone(),
+                    message: "not an fltrace allocation log".into(),
+                }
+                .into());
+            }
+            // Made a moment ago: its header comes next.
+            return Ok(());
+        }
+        let end = (read_word(log, 16) as usize).min(log.len());
+        while self.scan + CHUNK_HEADER_SIZE <= end {
+            let offset = self.scan;
+            if !self.complete && offset + CHUNK_SIZE > log.len() {
+                break;
+            }
+            // A thread publishes its first record as soon as it takes a chunk. Until the
+            // writers are gone, one with nothing yet stops the look here: its thread's
+            // earlier chunks must be seen before its later ones.
+            if read_word(log, offset + 8) == 0 {
+                if !self.complete {
+                    break;
+                }
+                self.scan += CHUNK_SIZE;
+                continue;
+            }
+            let tid = read_word(log, offset) as u32;
+            let i = *self.by_tid.entry(tid).or_insert_with(|| {
+                self.streams.push(Stream {
+                    tid,
+                    chunks: VecDeque::new(),
+                    state: (0, Cursor::default()),
+                    cut: false,
+                    time: 0,
+                    ahead: None,
+                    last_time: 0,
+                    frames: Box::new([0; MAX_FRAMES]),
+                });
+                self.streams.len() - 1
             });
-            chunks.push(&log[start..start + used]);
+            self.streams[i].chunks.push_back(offset);
+            self.scan += CHUNK_SIZE;
         }
-        offset += CHUNK_SIZE;
+        for i in 0..self.streams.len() {
+            if self.streams[i].ahead.is_none() {
+                self.advance(i);
+            }
+        }
+        Ok(())
     }
-    Ok((
-        order
-            .into_iter()
-            .map(|tid| (tid, by_tid.remove(&tid).unwrap_or_default()))
-            .collect(),
-        stopped_ns,
-    ))
+
+    /// Marks the log as complete (its writers are gone) and reads it to its end.
+    fn complete(&mut self) -> Result<(), Error> {
+        self.complete = true;
+        self.refresh()
+    }
+
+    /// A stopped log (its file system filled) is copied into memory and its file removed,
+    /// so that the tables have room.
+    fn remove_if_stopped(&mut self) {
+        let log = self.bytes.get();
+        if log_stopped_ns(log).is_none() {
+            return;
+        }
+        let copy = log.to_vec();
+        self.bytes = LogBytes::Copied(copy);
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// Records the tracer could not write (its log could not grow).
+    fn dropped(&self) -> u64 {
+        read_word(self.bytes.get(), 24)
+    }
+
+    /// When the tracer stopped because the log could not grow, if it did.
+    fn stopped_ns(&self) -> Option<u64> {
+        log_stopped_ns(self.bytes.get())
+    }
+
+    /// Decodes stream `i`'s next item into `ahead` and queues it; leaves it without one when
+    /// its published records are all read.
+    fn advance(&mut self, i: usize) {
+        let log = self.bytes.get();
+        let stream = &mut self.streams[i];
+        loop {
+            let Some(&chunk) = stream.chunks.front() else {
+                return;
+            };
+            let start = chunk + CHUNK_HEADER_SIZE;
+            let used = (read_word(log, chunk + 8) as usize)
+                .min(RECORD_SPACE)
+                .min(log.len().saturating_sub(start));
+            if stream.cut || stream.state.0 >= used {
+                // Read to the end: a chunk is done once its thread has taken another (the
+                // later chunk's `used` was read first, so this one's is final) or its
+                // writers are gone.
+                if stream.chunks.len() == 1 && !self.complete {
+                    return;
+                }
+                stream.chunks.pop_front();
+                stream.state = (0, Cursor::default());
+                stream.cut = false;
+                continue;
+            }
+            let mut decoder = Decoder::resume(&log[start..start + used], stream.state);
+            let record = decoder.next(&mut stream.frames);
+            stream.state = decoder.state();
+            match record {
+                None | Some(Err(_)) => {
+                    self.corrupt += 1;
+                    stream.cut = true;
+                }
+                Some(Ok(Record::Time(time))) => stream.time = time,
+                Some(Ok(Record::Stack { id, len })) => {
+                    // A stream has one item ahead at a time, so its definitions always come
+                    // out before its next event; the time only places it among other threads.
+                    let time = stream.last_time;
+                    stream.ahead = Some((time, Item::Stack(id, len)));
+                    self.heap.push(Reverse((time, i)));
+                    return;
+                }
+                Some(Ok(Record::Call(record))) => {
+                    let Some(call) = AllocCall::from_u8(record.call) else {
+                        self.corrupt += 1;
+                        stream.cut = true;
+                        continue;
+                    };
+                    // Times are the clock's, about a millisecond coarse; a thread's calls
+                    // never go back in time, so its order is kept.
+                    let time_ns = stream
+                        .time
+                        .wrapping_add(self.mono_offset)
+                        .max(stream.last_time);
+                    stream.ahead = Some((
+                        time_ns,
+                        Item::Event(AllocEvent {
+                            time_ns,
+                            tid: stream.tid,
+                            call,
+                            addr: VirtAddr::new(record.addr),
+                            size: record.size,
+                            old_addr: VirtAddr::new(record.old_addr),
+                            detail: record.detail,
+                            stack_id: record.stack_id,
+                        }),
+                    ));
+                    self.heap.push(Reverse((time_ns, i)));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The next item in time order if it comes before `watermark`.
+    fn next(&mut self, watermark: u64, frames: &mut [u64; MAX_FRAMES]) -> Option<Item> {
+        let &Reverse((time, i)) = self.heap.peek()?;
+        if time >= watermark {
+            return None;
+        }
+        self.heap.pop();
+        let (time, item) = self.streams[i].ahead.take()?;
+        if let Item::Stack(_, len) = item {
+            frames[..len].copy_from_slice(&self.streams[i].frames[..len]);
+        }
+        self.streams[i].last_time = time;
+        self.advance(i);
+        Some(item)
+    }
 }
 
 /// Stack ids: the log's, per image, to the table's, deduplicated by frames.
@@ -877,122 +1327,376 @@ enum Item {
     Event(AllocEvent),
 }
 
-/// One thread's records, decoded lazily.
-struct Stream<'a> {
-    tid: u32,
-    chunks: std::vec::IntoIter<&'a [u8]>,
-    decoder: Option<Decoder<'a>>,
-    /// CLOCK_MONOTONIC time of the records being decoded.
-    time: u64,
-    /// The next record, decoded ahead so the merge knows its time.
-    ahead: Option<(u64, Item)>,
-    /// Time of the item handed out last.
-    last_time: u64,
-    frames: Box<[u64; MAX_FRAMES]>,
+/// Converting the logs while the program runs: a thread follows each large log as its
+/// threads write it and writes its process's tables into the spool (renamed into place at the
+/// end), so that when the program ends only the tail is left to convert. A process it could
+/// not follow (an error, more large processes than [`MAX_DRAINS`]) is converted at the end
+/// from its logs, as without it.
+///
+/// The tables are in time order, so events are written only up to a watermark: the value
+/// `C` of the clock word read before looking at the logs, events before `C` only. A record
+/// not yet published when its chunk was looked at may have an earlier time (its thread was
+/// held up between reading the clock and publishing), but no call that depends on it (a
+/// `free` of the block it returned) can have been written: that call began after the record
+/// was published, so after the look, so it read a clock of at least `C`. Such a late record
+/// gets the time of the last event written.
+struct Drain {
+    shared: Arc<DrainShared>,
+    thread: Option<std::thread::JoinHandle<HashMap<u32, ProcessDrain>>>,
+    /// What the thread handed back once it ended.
+    drained: HashMap<u32, ProcessDrain>,
 }
 
-/// Merges the threads' streams by time.
-struct Merge<'a> {
-    streams: Vec<Stream<'a>>,
-    heap: BinaryHeap<Reverse<(u64, usize)>>,
-    mono_offset: u64,
-    corrupt: u64,
+/// What the recorder tells the drain thread.
+#[derive(Default)]
+struct DrainShared {
+    /// Per process with the library loaded: what the recorder learnt of its images.
+    processes: Mutex<HashMap<u32, ProcessImages>>,
+    /// Set once the program has ended: every log is complete.
+    ended: AtomicBool,
+    /// Set when the recording stops short: the thread ends at once.
+    stop: AtomicBool,
 }
 
-impl<'a> Merge<'a> {
-    fn new(threads: Vec<ThreadChunks<'a>>, mono_offset: u64) -> Merge<'a> {
-        let mut merge = Merge {
-            streams: threads
-                .into_iter()
-                .map(|(tid, chunks)| Stream {
-                    tid,
-                    chunks: chunks.into_iter(),
-                    decoder: None,
-                    time: 0,
-                    ahead: None,
-                    last_time: 0,
-                    frames: Box::new([0; MAX_FRAMES]),
-                })
-                .collect(),
-            heap: BinaryHeap::new(),
-            mono_offset,
-            corrupt: 0,
-        };
-        for i in 0..merge.streams.len() {
-            merge.advance(i);
-        }
-        merge
+/// A process's images, as the recorder learns them from the kernel's mapping records.
+#[derive(Debug, Clone, Default)]
+struct ProcessImages {
+    /// The generation of the first image that ran with the library (its log's image 0).
+    first_generation: u32,
+    /// When each generation began: its first mapping, the floor of its calls' times.
+    starts: HashMap<u32, u64>,
+}
+
+/// Processes whose logs are converted while the program runs, at most: each holds a writer
+/// thread and a row group of events.
+const MAX_DRAINS: usize = 4;
+/// A process's logs are followed once its first log holds this much: smaller ones convert
+/// at the end in moments.
+const DRAIN_FROM_BYTES: u64 = 1 << 20;
+/// How often new large logs are looked for.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+/// How often what was converted becomes readable, should the recorder be killed.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The pause when there was nothing to convert, while following a log and while not.
+const IDLE: std::time::Duration = std::time::Duration::from_millis(2);
+const IDLE_UNUSED: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The tables of one process being written in the spool while the program runs.
+struct ProcessDrain {
+    pid: u32,
+    first_generation: u32,
+    conversion: Conversion,
+    /// The log image being converted (0: the library's first), and its log once it exists.
+    image: u32,
+    log: Option<LiveLog>,
+    /// The floor each generation converted so far had.
+    floors: HashMap<u32, u64>,
+    /// Events converted before the program ended.
+    live_events: u64,
+    /// The tables in the spool.
+    allocs_path: PathBuf,
+    stacks_path: PathBuf,
+}
+
+impl ProcessDrain {
+    fn create(
+        spool: &Path,
+        pid: u32,
+        first_generation: u32,
+        recording: &str,
+    ) -> Result<ProcessDrain, Error> {
+        let allocs_path = spool.join(format!("{DRAIN_ALLOCS}{pid}.parquet"));
+        let stacks_path = spool.join(format!("{DRAIN_STACKS}{pid}.parquet"));
+        let conversion =
+            Conversion::create(&allocs_path, &stacks_path, Origin::new(recording, pid))?;
+        Ok(ProcessDrain {
+            pid,
+            first_generation,
+            conversion,
+            image: 0,
+            log: None,
+            floors: HashMap::new(),
+            live_events: 0,
+            allocs_path,
+            stacks_path,
+        })
     }
 
-    /// Decodes stream `i`'s next item into `ahead` and queues it.
-    fn advance(&mut self, i: usize) {
-        let stream = &mut self.streams[i];
+    /// Converts what the logs hold before `watermark`; images whose start the recorder has
+    /// not told yet wait. `ended`: the program has ended. Returns the events written.
+    fn step(
+        &mut self,
+        spool: &Path,
+        images: &ProcessImages,
+        mono_offset: u64,
+        watermark: u64,
+        ended: bool,
+    ) -> Result<u64, Error> {
+        let mut written = 0;
         loop {
-            if stream.decoder.is_none() {
-                let Some(chunk) = stream.chunks.next() else {
-                    return;
-                };
-                stream.decoder = Some(Decoder::new(chunk));
-            }
-            let Some(decoder) = stream.decoder.as_mut() else {
-                return;
+            let generation = self.first_generation + self.image;
+            let Some(&floor) = images.starts.get(&generation) else {
+                return Ok(written);
             };
-            match decoder.next(&mut stream.frames) {
-                None => stream.decoder = None,
-                Some(Err(_)) => {
-                    self.corrupt += 1;
-                    stream.decoder = None;
-                }
-                Some(Ok(Record::Time(time))) => stream.time = time,
-                Some(Ok(Record::Stack { id, len })) => {
-                    // A stream has one item ahead at a time, so its definitions always come
-                    // out before its next event; the time only places it among other threads.
-                    let time = stream.last_time;
-                    stream.ahead = Some((time, Item::Stack(id, len)));
-                    self.heap.push(Reverse((time, i)));
-                    return;
-                }
-                Some(Ok(Record::Call(record))) => {
-                    let Some(call) = AllocCall::from_u8(record.call) else {
-                        self.corrupt += 1;
-                        stream.decoder = None;
-                        continue;
-                    };
-                    // Times are the clock's, about a millisecond coarse; a thread's calls
-                    // never go back in time, so its order is kept.
-                    let time_ns = stream
-                        .time
-                        .wrapping_add(self.mono_offset)
-                        .max(stream.last_time);
-                    stream.ahead = Some((
-                        time_ns,
-                        Item::Event(AllocEvent {
-                            time_ns,
-                            tid: stream.tid,
-                            call,
-                            addr: VirtAddr::new(record.addr),
-                            size: record.size,
-                            old_addr: VirtAddr::new(record.old_addr),
-                            detail: record.detail,
-                            stack_id: record.stack_id,
-                        }),
-                    ));
-                    self.heap.push(Reverse((time_ns, i)));
-                    return;
+            if self.log.is_none() {
+                let path = spool.join(log_name(self.pid, self.image));
+                match LiveLog::open(&path, mono_offset, false)? {
+                    Some(log) => self.log = Some(log),
+                    None => return Ok(written),
                 }
             }
+            // The next image's log is made after the exec that ended this one's threads.
+            let complete = ended || spool.join(log_name(self.pid, self.image + 1)).exists();
+            let Some(log) = self.log.as_mut() else {
+                return Ok(written);
+            };
+            if complete {
+                log.complete()?;
+            } else {
+                log.refresh()?;
+            }
+            let watermark = if complete { u64::MAX } else { watermark };
+            let converted = self.conversion.convert(log, generation, floor, watermark)?;
+            written += converted;
+            if !ended {
+                self.live_events += converted;
+            }
+            self.floors.insert(generation, floor);
+            if !complete {
+                return Ok(written);
+            }
+            self.conversion.end_image(log);
+            self.log = None;
+            self.image += 1;
         }
     }
 
-    fn next(&mut self, frames: &mut [u64; MAX_FRAMES]) -> Option<Item> {
-        let Reverse((_, i)) = self.heap.pop()?;
-        let (time, item) = self.streams[i].ahead.take()?;
-        if let Item::Stack(_, len) = item {
-            frames[..len].copy_from_slice(&self.streams[i].frames[..len]);
+    /// Converts the rest of the logs, now complete, and puts the tables into `out_dir`.
+    /// `first_generation` and `image_start` are the recorder's final word.
+    fn finish(
+        mut self,
+        spool: &Path,
+        first_generation: u32,
+        out_dir: &Path,
+        mono_offset: u64,
+        origin: Origin,
+    ) -> Result<Option<Converted>, Error> {
+        let image_start = image_starts(&files::mmaps(out_dir, self.pid))?;
+        loop {
+            let generation = first_generation + self.image;
+            let log = match self.log.take() {
+                Some(log) => Some(log),
+                None => LiveLog::open(
+                    &spool.join(log_name(self.pid, self.image)),
+                    mono_offset,
+                    true,
+                )?,
+            };
+            let Some(mut log) = log else {
+                break;
+            };
+            let floor = self
+                .floors
+                .get(&generation)
+                .or(image_start.get(&generation))
+                .copied()
+                .unwrap_or(0);
+            self.conversion.convert_image(&mut log, generation, floor)?;
+            self.image += 1;
         }
-        self.streams[i].last_time = time;
-        self.advance(i);
-        Some(item)
+        let (converted, totals) = self.conversion.finish()?;
+        log::debug!(
+            "allocations of process {}: {} of {} events converted while the program ran",
+            self.pid,
+            self.live_events,
+            converted.events
+        );
+        let allocs = files::allocs(out_dir, self.pid);
+        let stacks = files::alloc_stacks(out_dir, self.pid);
+        for (from, to) in [(&self.allocs_path, &allocs), (&self.stacks_path, &stacks)] {
+            std::fs::rename(from, to).map_err(|source| fltrace_trace::Error::Io {
+                path: to.clone(),
+                source,
+            })?;
+        }
+        // Last: a totals file says its process's tables were written to the end.
+        fltrace_trace::write_alloc_totals(
+            &files::alloc_totals(out_dir, self.pid),
+            origin,
+            &totals,
+        )?;
+        Ok(Some(converted))
+    }
+
+    /// Gives up: the tables in the spool go, and the logs convert at the end.
+    fn abandon(self) {
+        let (allocs, stacks) = (self.allocs_path.clone(), self.stacks_path.clone());
+        drop(self);
+        let _ = std::fs::remove_file(allocs);
+        let _ = std::fs::remove_file(stacks);
+    }
+}
+
+/// The names of the tables a drain writes in the spool, before `<pid>.parquet`.
+const DRAIN_ALLOCS: &str = "allocs-";
+const DRAIN_STACKS: &str = "stacks-";
+
+/// Whether any log of `pid` in `spool` stopped because its file system filled.
+fn any_log_stopped(spool: &Path, pid: u32) -> bool {
+    use std::os::unix::fs::FileExt;
+    (0..)
+        .map_while(|image| std::fs::File::open(spool.join(log_name(pid, image))).ok())
+        .any(|file| {
+            let mut header = [0u8; 40];
+            file.read_exact_at(&mut header, 0).is_ok() && log_stopped_ns_of_header(&header)
+        })
+}
+
+/// [`log_stopped_ns`] of the first 40 bytes of a log.
+fn log_stopped_ns_of_header(header: &[u8; 40]) -> bool {
+    let word = |offset: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&header[offset..offset + 8]);
+        u64::from_ne_bytes(bytes)
+    };
+    word(0) == MAGIC && word(32) != 0
+}
+
+/// Bytes taken in the log at `path` (the chunks handed out), 0 without one.
+fn log_bytes_taken(path: &Path) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut header = [0u8; 24];
+    match std::fs::File::open(path) {
+        Ok(file) if file.read_exact_at(&mut header, 0).is_ok() => {
+            let mut next = [0u8; 8];
+            next.copy_from_slice(&header[16..24]);
+            u64::from_ne_bytes(next)
+        }
+        _ => 0,
+    }
+}
+
+/// The drain thread: see [`Drain`]. Returns the processes it converted so far.
+fn drain_logs(
+    spool: PathBuf,
+    clock: Arc<ClockPage>,
+    shared: Arc<DrainShared>,
+    recording: String,
+    mono_offset: u64,
+) -> HashMap<u32, ProcessDrain> {
+    let mut drains: HashMap<u32, ProcessDrain> = HashMap::new();
+    let mut given_up: std::collections::HashSet<u32> = Default::default();
+    let mut last_look: Option<std::time::Instant> = None;
+    let mut last_checkpoint = std::time::Instant::now();
+    loop {
+        if shared.stop.load(Ordering::Acquire) {
+            break;
+        }
+        let ended = shared.ended.load(Ordering::Acquire);
+        // Before any log is looked at: see [`Drain`].
+        let watermark = clock
+            .get()
+            .now_ns
+            .load(Ordering::Acquire)
+            .wrapping_add(mono_offset);
+        let known = match shared.processes.lock() {
+            Ok(processes) => processes.clone(),
+            Err(_) => break,
+        };
+        if drains.len() < MAX_DRAINS && last_look.is_none_or(|t| t.elapsed() >= LOOK_EVERY) {
+            last_look = Some(std::time::Instant::now());
+            let mut pids: Vec<u32> = known.keys().copied().collect();
+            pids.sort_unstable();
+            for pid in pids {
+                if drains.len() >= MAX_DRAINS {
+                    break;
+                }
+                if drains.contains_key(&pid)
+                    || given_up.contains(&pid)
+                    || log_bytes_taken(&spool.join(log_name(pid, 0))) < DRAIN_FROM_BYTES
+                {
+                    continue;
+                }
+                let first_generation = known[&pid].first_generation;
+                match ProcessDrain::create(&spool, pid, first_generation, &recording) {
+                    Ok(drain) => {
+                        drains.insert(pid, drain);
+                    }
+                    Err(e) => {
+                        log::debug!("allocations of process {pid} convert at the end: {e}");
+                        given_up.insert(pid);
+                    }
+                }
+            }
+        }
+        let mut written = 0;
+        let mut failed = Vec::new();
+        let checkpoint = last_checkpoint.elapsed() >= CHECKPOINT_EVERY;
+        for (&pid, drain) in &mut drains {
+            let Some(images) = known.get(&pid) else {
+                continue;
+            };
+            let result = drain
+                .step(&spool, images, mono_offset, watermark, ended)
+                .and_then(|n| {
+                    if checkpoint && !ended {
+                        drain.conversion.checkpoint()?;
+                    }
+                    Ok(n)
+                });
+            match result {
+                Ok(n) => written += n,
+                Err(e) => {
+                    log::debug!("allocations of process {pid} convert at the end: {e}");
+                    failed.push(pid);
+                }
+            }
+        }
+        if checkpoint {
+            last_checkpoint = std::time::Instant::now();
+        }
+        for pid in failed {
+            if let Some(drain) = drains.remove(&pid) {
+                drain.abandon();
+            }
+            given_up.insert(pid);
+        }
+        if ended {
+            break;
+        }
+        if written == 0 {
+            std::thread::sleep(if drains.is_empty() { IDLE_UNUSED } else { IDLE });
+        }
+    }
+    drains
+}
+
+impl Drain {
+    fn start(
+        spool: PathBuf,
+        clock: Arc<ClockPage>,
+        recording: String,
+        mono_offset: u64,
+    ) -> std::io::Result<Drain> {
+        let shared = Arc::new(DrainShared::default());
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("fltrace-drain".into())
+            .spawn(move || drain_logs(spool, clock, thread_shared, recording, mono_offset))?;
+        Ok(Drain {
+            shared,
+            thread: Some(thread),
+            drained: HashMap::new(),
+        })
+    }
+
+    /// Waits for the thread, once the program has ended, and takes what it converted.
+    fn join(&mut self) {
+        self.shared.ended.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            // A panic in the thread leaves nothing drained: the logs convert at the end.
+            self.drained = thread.join().unwrap_or_default();
+        }
     }
 }
 

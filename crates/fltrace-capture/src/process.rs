@@ -270,6 +270,18 @@ impl Process {
         Ok(child)
     }
 
+    /// For the allocation logs: the generation of the first image that ran with the
+    /// preloaded library and the current generation, once the library has run.
+    pub fn preload_images(&self) -> Option<(u32, u32)> {
+        Some((self.preload_generation?, self.generation))
+    }
+
+    /// When the current generation began: its earliest live mapping (the executable's, at
+    /// the exec), if any is known yet.
+    pub fn image_start_ns(&self) -> Option<u64> {
+        self.maps.values().map(|m| m.time_ns).min()
+    }
+
     /// exec replaced the address space.
     pub fn exec(&mut self) {
         if std::mem::take(&mut self.image_recorded) {

@@ -66,6 +66,9 @@ pub struct Options {
     pub far_memory: Option<crate::FarMemory>,
     /// Trace allocations (`--allocs`).
     pub allocs: Option<AllocTracing>,
+    /// Convert the allocation logs of large processes while the program runs (else all at
+    /// the end).
+    pub drain_allocs: bool,
     /// Sample memory accesses with the PMU (`--access-samples`), this many per second.
     pub access_samples: Option<u64>,
     /// Back the command's heap with files of a directory (`--backing-dir`).
@@ -93,6 +96,7 @@ impl Options {
             read_live_stacks: true,
             far_memory: None,
             allocs: None,
+            drain_allocs: true,
             access_samples: None,
             heap_backing: None,
             build_id_cache: None,
@@ -403,7 +407,7 @@ impl Session {
             _ => Vec::new(),
         };
         crate::alloc_spool::recover_stale_spools(&options.dir, crate::SpoolLogs::Remove);
-        let alloc_logs = match &options.allocs {
+        let mut alloc_logs = match &options.allocs {
             Some(crate::AllocTracing::Preload(library)) => {
                 let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
                 if options.far_memory.is_none() {
@@ -500,8 +504,11 @@ impl Session {
         // The recording id of every table: unique across runs and, in practice, across
         // machines.
         let recording = format!("{root_pid}-{start_ns}");
-        if let Some(logs) = &alloc_logs {
+        if let Some(logs) = &mut alloc_logs {
             logs.write_metadata(&recording, mono_offset)?;
+            if options.drain_allocs {
+                logs.start_drain(&recording, mono_offset);
+            }
         }
         let metadata = vec![
             (keys::SESSION.to_owned(), recording.clone()),
@@ -575,6 +582,7 @@ impl Session {
         let root = self.child.pid();
         let root_pid = self.root_pid;
         let (rings, state) = (&mut self.rings, &mut self.state);
+        let alloc_logs = &self.alloc_logs;
 
         // A recorder that falls behind loses records: when allowed (root), run ahead of the
         // traced program in the scheduler.
@@ -612,6 +620,7 @@ impl Session {
                     }
                 }
                 state.end_round(false);
+                learn_images(alloc_logs, state);
                 keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
                 keep_first(&mut trace_error, state.finish_exited());
                 note_stop(&trace_error, &mut trace_stopped, started);
@@ -651,6 +660,7 @@ impl Session {
                         }
                     }
                     state.end_round(true);
+                    learn_images(alloc_logs, state);
                     keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
                     note_stop(&trace_error, &mut trace_stopped, started);
                 }
@@ -750,7 +760,7 @@ impl Session {
             events,
             rings,
             mut state,
-            alloc_logs,
+            mut alloc_logs,
             attached_allocs,
             access,
             mono_offset,
@@ -782,6 +792,10 @@ impl Session {
         } else {
             (Some(libc::WEXITSTATUS(status)), None)
         };
+        // The logs are complete: their drain converts what is left while the tables close.
+        if let Some(logs) = &alloc_logs {
+            logs.program_ended();
+        }
         // After a write error each table is still closed as far as it goes: what was written
         // before stays readable where the file system lets it.
         let (mut pids, finished) = state.finish_all();
@@ -792,7 +806,7 @@ impl Session {
             .take()
             .map(|cache| cache.finish(options.cache_limit));
         pids.sort_unstable();
-        let allocs = match (&alloc_logs, attached_allocs) {
+        let allocs = match (&mut alloc_logs, attached_allocs) {
             (_, Some(attached)) => match attached.finish() {
                 Ok(done) => Some(done),
                 Err(e) => {
@@ -858,6 +872,18 @@ impl Session {
             trace_error,
             trace_stopped,
             cache,
+        }
+    }
+}
+
+/// Tells the allocation logs' drain what the recorder knows of each process's images.
+fn learn_images(alloc_logs: &Option<crate::AllocLogs>, state: &State) {
+    let Some(logs) = alloc_logs else {
+        return;
+    };
+    for process in state.processes.values() {
+        if let Some((first, generation)) = process.preload_images() {
+            logs.learn_image(process.pid, first, generation, || process.image_start_ns());
         }
     }
 }

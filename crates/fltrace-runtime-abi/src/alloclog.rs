@@ -318,6 +318,17 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    /// A decoder that goes on where one over a shorter prefix of the same chunk stopped
+    /// ([`Decoder::state`]): a chunk still being written is decoded as it grows.
+    pub fn resume(input: &'a [u8], (pos, cursor): (usize, Cursor)) -> Self {
+        Decoder { input, pos, cursor }
+    }
+
+    /// Where the decoder is: the offset of the next record and the running state.
+    pub fn state(&self) -> (usize, Cursor) {
+        (self.pos, self.cursor)
+    }
+
     /// The next record, `None` at the end, or `Some(Err(offset))` where the bytes make no
     /// sense. Stack frames go to `frames`.
     pub fn next(&mut self, frames: &mut [u64; MAX_FRAMES]) -> Option<Result<Record, usize>> {

@@ -649,6 +649,12 @@ impl AllocWriter {
         self.0.push(event)
     }
 
+    /// Writes every event pushed so far and a checkpoint: they stay readable should the
+    /// writer never finish.
+    pub fn checkpoint(&mut self) -> Result<(), Error> {
+        self.0.checkpoint(usize::MAX)
+    }
+
     /// Rows pushed so far.
     pub fn rows(&self) -> u64 {
         self.0.rows + self.0.batch.len() as u64

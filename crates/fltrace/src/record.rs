@@ -48,6 +48,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         options.cache_limit = fltrace_trace::BuildIdCache::limit_from_env();
     }
 
+    // For measuring the drain against converting everything at the end (bench/allocs.sh).
+    options.drain_allocs = std::env::var_os(CONVERT_AT_END_ENV).is_none();
+
     let stop = interrupt_counter()?;
 
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
@@ -298,3 +301,7 @@ fn attached_line(attached: &[(u32, String)]) -> String {
         names.join(", ")
     )
 }
+
+/// Set, `record --allocs` converts the allocation logs after the program ends only, as before
+/// the drain (for benchmarks).
+pub const CONVERT_AT_END_ENV: &str = "FLTRACE_ALLOCS_CONVERT_AT_END";

@@ -123,28 +123,7 @@ fn allocation_totals_are_the_sums_of_the_events() {
     record_ok(&dir, &[], &["malloc4m", "5120"]);
     let pids = dir.pids("allocsums", "parquet");
     assert_eq!(pids.len(), 1, "{pids:?}");
-    let events = fltrace_trace::read_allocs(&fltrace_trace::files::allocs(dir.path(), pids[0]))
-        .expect("events");
-    let totals =
-        fltrace_trace::read_alloc_totals(&fltrace_trace::files::alloc_totals(dir.path(), pids[0]))
-            .expect("totals");
-    let mut sums: std::collections::BTreeMap<(u32, u8, u64), (u64, u64)> = Default::default();
-    for event in events
-        .iter()
-        .filter(|e| e.stack_id != fltrace_trace::AllocEvent::NO_STACK)
-    {
-        let sum = sums
-            .entry((event.stack_id, event.call as u8, event.size))
-            .or_default();
-        sum.0 += 1;
-        sum.1 += event.size;
-    }
-    let from_table: std::collections::BTreeMap<(u32, u8, u64), (u64, u64)> = totals
-        .iter()
-        .map(|t| ((t.stack_id, t.call as u8, t.size), (t.count, t.bytes)))
-        .collect();
-    assert_eq!(from_table.len(), totals.len(), "one row per key");
-    assert_eq!(from_table, sums);
+    let totals = assert_totals_are_the_sums(&dir, pids[0]);
     let mut by_stack: HashMap<u32, Vec<&fltrace_trace::AllocTotal>> = HashMap::new();
     for total in &totals {
         by_stack.entry(total.stack_id).or_default().push(total);
@@ -163,6 +142,208 @@ fn allocation_totals_are_the_sums_of_the_events() {
             "{total:?}"
         );
     }
+}
+
+/// Checks that the totals table of process `pid` holds exactly the sums over its event
+/// table's calls with a stack, one row per (stack, call, size); returns the totals.
+fn assert_totals_are_the_sums(dir: &Dir, pid: u32) -> Vec<fltrace_trace::AllocTotal> {
+    let events =
+        fltrace_trace::read_allocs(&fltrace_trace::files::allocs(dir.path(), pid)).expect("events");
+    let totals =
+        fltrace_trace::read_alloc_totals(&fltrace_trace::files::alloc_totals(dir.path(), pid))
+            .expect("totals");
+    let mut sums: std::collections::BTreeMap<(u32, u8, u64), (u64, u64)> = Default::default();
+    for event in events
+        .iter()
+        .filter(|e| e.stack_id != fltrace_trace::AllocEvent::NO_STACK)
+    {
+        let sum = sums
+            .entry((event.stack_id, event.call as u8, event.size))
+            .or_default();
+        sum.0 += 1;
+        sum.1 += event.size;
+    }
+    let from_table: std::collections::BTreeMap<(u32, u8, u64), (u64, u64)> = totals
+        .iter()
+        .map(|t| ((t.stack_id, t.call as u8, t.size), (t.count, t.bytes)))
+        .collect();
+    assert_eq!(from_table.len(), totals.len(), "one row per key");
+    assert_eq!(from_table, sums);
+    totals
+}
+
+/// Calls of malloc4m made by `allocs drained` before it waits: enough for its log to be
+/// converted while it runs.
+const DRAINED_PAIRS: usize = 300_000;
+/// The calls the tracer logs of them: every `malloc`, every `free` but the first of each of
+/// the 1,024 ring slots (`free(NULL)`, not logged).
+const DRAINED_CALLS: usize = 2 * DRAINED_PAIRS - 1024;
+
+/// `fltrace record --allocs -- allocs drained DRAINED_PAIRS` in `dir`, once the workload
+/// has made its calls and waits for its stdin to close; with the workload's stdout.
+fn record_drained(
+    dir: &Dir,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut recorder = dir
+        .fltrace()
+        .args(["record", "--allocs", "--"])
+        .arg(&workloads().allocs)
+        .args(["drained", &DRAINED_PAIRS.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fltrace runs");
+    let mut stdout = std::io::BufReader::new(recorder.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("workload prints");
+    if line.trim() != "ready" {
+        let _ = recorder.kill();
+        let out = recorder.wait_with_output().expect("fltrace ends");
+        panic!(
+            "the workload printed {line:?}; fltrace: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (recorder, stdout)
+}
+
+/// The table the drain of the recording running in `dir` writes in its spool, once it holds
+/// at least `rows` rows (read through its checkpoints, one a second): the rows and the
+/// process. Bounded wait.
+fn drained_rows(dir: &Dir, rows: usize) -> (Vec<fltrace_trace::AllocEvent>, u32) {
+    let started = std::time::Instant::now();
+    loop {
+        let table = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".fltrace-allocs-")
+            })
+            .flat_map(|spool| {
+                std::fs::read_dir(spool.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .find_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let pid = name.strip_prefix("allocs-")?.strip_suffix(".parquet")?;
+                Some((e.path(), pid.parse::<u32>().ok()?))
+            });
+        let read = table
+            .as_ref()
+            .map(|(path, pid)| (fltrace_trace::read_allocs(path), *pid));
+        if let Some((Ok(events), pid)) = &read
+            && events.len() >= rows
+        {
+            return (events.clone(), *pid);
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the spool's table holds fewer than {rows} rows after 60 s: {:?}",
+            read.map(|(events, _)| events.map(|e| e.len()))
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A large process's logs convert while it runs (issue 28): once the program has made its
+/// calls and waits, the table in the spool holds every one of them while the program still
+/// runs; after it ends the recording's table begins with those very rows, holds every call
+/// logged, and its totals are the events' sums.
+#[test]
+fn allocations_convert_while_the_program_runs() {
+    let dir = Dir::new();
+    let (mut recorder, _stdout) = record_drained(&dir);
+    let (drained, pid) = drained_rows(&dir, DRAINED_CALLS);
+    assert!(
+        recorder.try_wait().expect("fltrace").is_none(),
+        "the recording ended before its stdin closed"
+    );
+    drop(recorder.stdin.take());
+    let out = recorder.wait_with_output().expect("fltrace ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let events =
+        fltrace_trace::read_allocs(&fltrace_trace::files::allocs(dir.path(), pid)).expect("events");
+    assert_eq!(events[..drained.len()], drained[..]);
+    assert_eq!(
+        logged_and_kept(&dir, &err),
+        (events.len() as u64, events.len() as u64)
+    );
+    assert_totals_are_the_sums(&dir, pid);
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert_eq!(
+        numbers(at(&rows, "malloc4m"), &TOTALS)[0],
+        DRAINED_PAIRS as u64
+    );
+}
+
+/// SIGKILL of the recorder while its drain converts: the next `report` recovers every call
+/// from the logs, the same rows the drain had written first, and the next `record` removes
+/// the spool, the drain's tables with it.
+#[test]
+fn sigkill_while_converting_keeps_every_allocation() {
+    let dir = Dir::new();
+    let (mut recorder, _stdout) = record_drained(&dir);
+    let (drained, pid) = drained_rows(&dir, DRAINED_CALLS);
+    // The mappings the stacks are symbolized with, checkpointed once a second.
+    let started = std::time::Instant::now();
+    while !fltrace_trace::read_mappings(&fltrace_trace::files::mmaps(dir.path(), pid))
+        .is_ok_and(|maps| maps.iter().any(|m| m.path.contains("libc")))
+    {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    recorder.kill().expect("SIGKILL");
+    recorder.wait().expect("fltrace exits");
+    // SAFETY: the workload, which the killed recorder started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let out = dir.run(&["report", "--allocs", "--format", "csv", "--top", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let recovered: usize = err
+        .lines()
+        .find_map(|l| {
+            l.split("recovered ")
+                .nth(1)?
+                .strip_suffix(&format!(
+                    " allocations of process {pid} from the spool of a killed recorder"
+                ))?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no recovery in {err}"));
+    let events =
+        fltrace_trace::read_allocs(&fltrace_trace::files::allocs(dir.path(), pid)).expect("events");
+    assert_eq!(events.len(), recovered);
+    assert_eq!(events[..drained.len()], drained[..]);
+    let rows = csv_rows(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        numbers(at(&rows, "malloc4m"), &TOTALS)[0],
+        DRAINED_PAIRS as u64
+    );
+    let again = dir.record(&[&workloads().faults], &["nested", "1"]);
+    let again_err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again_err.contains("did not write"), "{again_err}");
+    let spools = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".fltrace-allocs-")
+        })
+        .count();
+    assert_eq!(spools, 0, "the spool is left after the next record");
 }
 
 /// `--leaks` prints as bcc's memleak does, the unrolled loop's three calls as one stack, and

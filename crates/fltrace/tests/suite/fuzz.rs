@@ -297,7 +297,7 @@ fn allocation_log_readers_survive_mutations() {
 
     // Whole log files: the log of the workload run under the tracer is the seed.
     let out_dir = Dir::new();
-    let logs = fltrace_capture::AllocLogs::create(out_dir.path(), None).expect("spool");
+    let mut logs = fltrace_capture::AllocLogs::create(out_dir.path(), None).expect("spool");
     let (variable, prefix) = logs.environment();
     let status = std::process::Command::new(&workloads().allocs)
         .arg("sites")
