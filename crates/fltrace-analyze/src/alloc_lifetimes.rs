@@ -454,10 +454,74 @@ pub struct AllocPass {
     group_open: bool,
     execs: Vec<u64>,
     next_exec: usize,
+    /// The largest blocks born so far, if asked for ([`AllocPass::keep_largest`]).
+    largest: Option<Largest>,
     unborn: std::collections::VecDeque<Unborn>,
     /// Faults attributed, waiting for [`AllocPass::take_attributed`].
     attributed: Vec<(Fault, Option<BlockHit>)>,
     last_fault_ns: u64,
+}
+
+/// A block among the largest an [`AllocPass`] kept, over its lifetime (as [`Block`] has it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LargeBlock {
+    /// The stack of the call that allocated it.
+    pub stack_id: u32,
+    /// Heap or mapping.
+    pub kind: BlockKind,
+    /// First address.
+    pub addr: VirtAddr,
+    /// Bytes.
+    pub size: u64,
+    /// When it came to life (for a remnant, the time of the cut).
+    pub start_ns: u64,
+    /// When it ended, `None` if it was alive at the end.
+    pub end_ns: Option<u64>,
+    /// Whether it is what remained of a cut mapping.
+    pub remnant: bool,
+}
+
+/// The `count` largest non-empty blocks born so far, keyed by size and then birth (earlier
+/// first among equal sizes, as a stable sort of the blocks by size puts them).
+#[derive(Debug, Clone, Default)]
+struct Largest {
+    count: usize,
+    blocks: BTreeMap<(u64, std::cmp::Reverse<u64>), LargeBlock>,
+}
+
+impl Largest {
+    fn born(&mut self, serial: u64, block: &LiveBlock, time: u64) {
+        if block.size == 0 || self.count == 0 {
+            return;
+        }
+        let key = (block.size, std::cmp::Reverse(serial));
+        if self.blocks.len() >= self.count {
+            match self.blocks.first_key_value() {
+                Some((smallest, _)) if key > *smallest => {
+                    self.blocks.pop_first();
+                }
+                _ => return,
+            }
+        }
+        self.blocks.insert(
+            key,
+            LargeBlock {
+                stack_id: block.stack_id,
+                kind: block.kind,
+                addr: block.addr,
+                size: block.size,
+                start_ns: time,
+                end_ns: None,
+                remnant: block.remnant,
+            },
+        );
+    }
+
+    fn ended(&mut self, serial: u64, size: u64, time: u64) {
+        if let Some(b) = self.blocks.get_mut(&(size, std::cmp::Reverse(serial))) {
+            b.end_ns = Some(time);
+        }
+    }
 }
 
 /// Events or faults given to an [`AllocPass`] out of time order: it cannot take them.
@@ -478,6 +542,9 @@ pub struct PassTotals {
     pub last_event_ns: u64,
     /// Blocks alive at the end.
     pub live_blocks: usize,
+    /// The largest blocks, if the pass kept them ([`AllocPass::keep_largest`]): largest first,
+    /// equal sizes in the order they came to life.
+    pub largest: Vec<LargeBlock>,
 }
 
 impl AllocPass {
@@ -487,6 +554,15 @@ impl AllocPass {
             execs: execs.to_vec(),
             ..AllocPass::default()
         }
+    }
+
+    /// Keeps the `count` largest blocks over their lifetimes, for [`PassTotals::largest`]:
+    /// those [`crate::largest_blocks`] picks from [`Lifetimes`].
+    pub fn keep_largest(&mut self, count: usize) {
+        self.largest = Some(Largest {
+            count,
+            blocks: BTreeMap::new(),
+        });
     }
 
     /// Takes the next event.
@@ -603,6 +679,10 @@ impl AllocPass {
             unknown_frees: self.unknown_frees,
             overlaps: self.overlaps,
             last_event_ns: self.time.unwrap_or(0),
+            largest: self
+                .largest
+                .map(|l| l.blocks.into_values().rev().collect())
+                .unwrap_or_default(),
         };
         (totals, self.attributed)
     }
@@ -736,7 +816,7 @@ impl AllocPass {
         for (start, _, slot) in self.heap.take_overlapping(addr, end) {
             self.overlaps += 1;
             *self.pending.entry(start).or_default() += 1;
-            self.end_block(slot);
+            self.end_block(slot, time);
         }
         let block = LiveBlock {
             serial: 0,
@@ -754,7 +834,6 @@ impl AllocPass {
     }
 
     fn free(&mut self, addr: VirtAddr, time: u64) {
-        let _ = time;
         if let Some(pending) = self.pending.get_mut(&addr) {
             *pending -= 1;
             if *pending == 0 {
@@ -771,7 +850,7 @@ impl AllocPass {
                 {
                     state.totals.temporary += 1;
                 }
-                self.end_block(slot);
+                self.end_block(slot, time);
             }
             None => self.unknown_frees += 1,
         }
@@ -805,7 +884,7 @@ impl AllocPass {
         }
         for (s, e, slot) in self.mappings.take_overlapping(start, end) {
             let old = self.blocks[slot as usize];
-            self.end_block(slot);
+            self.end_block(slot, time);
             for (from, to) in [(s, start), (end, e)] {
                 if from < to {
                     let remnant = LiveBlock {
@@ -821,18 +900,21 @@ impl AllocPass {
         }
     }
 
-    fn end_all(&mut self, _time: u64) {
+    fn end_all(&mut self, time: u64) {
         let mut ended: Vec<u32> = self.heap.drain().map(|(_, _, b)| b).collect();
         ended.extend(self.mappings.drain().map(|(_, _, b)| b));
         for slot in ended {
-            self.end_block(slot);
+            self.end_block(slot, time);
         }
         self.last = None;
         self.pending.clear();
     }
 
-    fn end_block(&mut self, slot: u32) {
+    fn end_block(&mut self, slot: u32, time: u64) {
         let b = self.blocks[slot as usize];
+        if let Some(largest) = &mut self.largest {
+            largest.ended(b.serial, b.size, time);
+        }
         if b.kind == BlockKind::Heap {
             self.heap_bytes -= b.size;
             self.live_heap(b.stack_id, |state| {
@@ -857,6 +939,9 @@ impl AllocPass {
     fn push(&mut self, mut block: LiveBlock, time: u64) -> (u32, u64) {
         block.serial = self.births;
         self.births += 1;
+        if let Some(largest) = &mut self.largest {
+            largest.born(block.serial, &block, time);
+        }
         // Faults waiting for a block born after them.
         if !self.unborn.is_empty() {
             let attributed = &mut self.attributed;
@@ -1729,6 +1814,7 @@ mod tests {
         let lifetimes = Lifetimes::new(events, execs);
         let hits = attribute_faults(&lifetimes, faults);
         let mut pass = AllocPass::new(execs);
+        pass.keep_largest(7);
         let mut sorted: Vec<&Fault> = faults.iter().collect();
         sorted.sort_by_key(|f| f.time_ns);
         let mut next = sorted.into_iter().peekable();
@@ -1745,6 +1831,19 @@ mod tests {
         }
         let (totals, rest) = pass.finish();
         got.extend(rest);
+        let largest: Vec<LargeBlock> = crate::largest_blocks(&lifetimes, 7)
+            .into_iter()
+            .map(|b| LargeBlock {
+                stack_id: b.stack_id,
+                kind: b.kind,
+                addr: b.addr,
+                size: b.size,
+                start_ns: b.start_ns,
+                end_ns: b.end_ns,
+                remnant: b.remnant,
+            })
+            .collect();
+        assert_eq!(totals.largest, largest);
         let end = trace_end_ns(events, faults);
         for age in [0, 1, 5, 1000] {
             let whole = AllocStats::new(events, &lifetimes, end, age);

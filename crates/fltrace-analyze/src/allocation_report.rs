@@ -169,12 +169,96 @@ pub fn stream_allocs(
     window: Option<Range<u64>>,
     keep: &dyn Fn(&Fault) -> bool,
 ) -> Result<StreamedAllocs, fltrace_trace::Error> {
-    let execs = exec_times(&trace.mappings);
     let keep =
         |fault: &Fault| window.as_ref().is_none_or(|w| w.contains(&fault.time_ns)) && keep(fault);
+    stream(recording, pid, trace, FaultSource::Read(&keep), 0)
+}
+
+/// [`stream_allocs`] over `faults` held in memory (in any order; those a report keeps, of
+/// process `pid`) rather than read: the allocation events are still streamed.
+pub fn stream_allocs_over(
+    recording: &Recording,
+    pid: u32,
+    trace: &ProcessTrace,
+    faults: &[Fault],
+) -> Result<StreamedAllocs, fltrace_trace::Error> {
+    let sorted = if faults.is_sorted_by_key(|f| f.time_ns) {
+        std::borrow::Cow::Borrowed(faults)
+    } else {
+        let mut sorted = faults.to_vec();
+        // Stable: equal times keep their order, as the whole-table path takes them.
+        sorted.sort_by_key(|f| f.time_ns);
+        std::borrow::Cow::Owned(sorted)
+    };
+    stream(recording, pid, trace, FaultSource::Held(sorted), 0)
+}
+
+/// The `count` largest blocks of process `pid` over their lifetimes, largest first, equal
+/// sizes in the order they came to life: what [`largest_blocks`] picks from its
+/// [`Lifetimes`], its events read a row group at a time and its faults not at all, so that
+/// memory follows the blocks alive at once and `count`, not the calls. `trace` is the
+/// process without its faults and events ([`Recording::load_streaming_allocs`]). The
+/// blocks are in `largest` of the totals, the time of the last event in `last_event_ns`.
+pub fn stream_largest_blocks(
+    recording: &Recording,
+    pid: u32,
+    trace: &ProcessTrace,
+    count: usize,
+) -> Result<PassTotals, fltrace_trace::Error> {
+    Ok(stream(recording, pid, trace, FaultSource::None, count)?.totals)
+}
+
+/// The time of the last fault of process `pid` (0 for none), its faults read a row group at
+/// a time.
+pub fn last_fault_ns(recording: &Recording, pid: u32) -> Result<u64, fltrace_trace::Error> {
+    let mut last = 0;
+    for group in recording.fault_keys(pid)? {
+        last = group?.iter().map(|f| f.time_ns).fold(last, u64::max);
+    }
+    Ok(last)
+}
+
+/// The faults of a pass as it reads them, a row group at a time.
+type FaultGroups<'a> = Box<dyn Iterator<Item = Result<Vec<Fault>, fltrace_trace::Error>> + 'a>;
+
+/// How many held faults a pass takes at a time.
+const HELD_CHUNK: usize = 1 << 16;
+
+/// The faults a pass attributes.
+enum FaultSource<'a> {
+    /// None.
+    None,
+    /// Those of the faults file that this keeps.
+    Read(&'a dyn Fn(&Fault) -> bool),
+    /// These, in time order.
+    Held(std::borrow::Cow<'a, [Fault]>),
+}
+
+/// [`stream_allocs`] over the faults of `source`, the `largest` blocks kept.
+fn stream(
+    recording: &Recording,
+    pid: u32,
+    trace: &ProcessTrace,
+    source: FaultSource<'_>,
+    largest: usize,
+) -> Result<StreamedAllocs, fltrace_trace::Error> {
+    let execs = exec_times(&trace.mappings);
+    let fault_groups = || -> Result<FaultGroups<'_>, fltrace_trace::Error> {
+        Ok(match &source {
+            FaultSource::Read(_) => Box::new(recording.fault_rows(pid)?),
+            FaultSource::None => Box::new(std::iter::empty()),
+            // A row group's worth at a time, as if read.
+            FaultSource::Held(faults) => {
+                Box::new(faults.chunks(HELD_CHUNK).map(|chunk| Ok(chunk.to_vec())))
+            }
+        })
+    };
+    let keep = match &source {
+        FaultSource::Read(keep) => *keep,
+        _ => &|_: &Fault| true,
+    };
     let events = recording.alloc_row_groups(pid)?;
-    let faults = recording.fault_rows(pid)?;
-    if let Some(streamed) = pass(events, faults, &execs, trace, &keep)? {
+    if let Some(streamed) = pass(events, fault_groups()?, &execs, trace, keep, largest)? {
         return Ok(streamed);
     }
     let mut events: Vec<AllocEvent> = Vec::new();
@@ -182,7 +266,7 @@ pub fn stream_allocs(
         events.extend(group?);
     }
     let mut faults: Vec<Fault> = Vec::new();
-    for group in recording.fault_rows(pid)? {
+    for group in fault_groups()? {
         faults.extend(group?.into_iter().filter(|f| keep(f)));
     }
     // Stable: equal times keep their order, as the whole-table path takes them.
@@ -193,7 +277,8 @@ pub fn stream_allocs(
         std::iter::once(Ok(faults)),
         &execs,
         trace,
-        &keep,
+        keep,
+        largest,
     )?;
     sorted.ok_or_else(|| fltrace_trace::Error::Format {
         path: fltrace_trace::files::allocs(&recording.dir, pid),
@@ -239,6 +324,7 @@ fn pass(
     execs: &[u64],
     trace: &ProcessTrace,
     keep: &dyn Fn(&Fault) -> bool,
+    largest: usize,
 ) -> Result<Option<StreamedAllocs>, fltrace_trace::Error> {
     let mappings = MappingIndex::new(&trace.mappings);
     let mut origins: FxHashMap<OriginKey, (u64, u64)> = FxHashMap::default();
@@ -259,6 +345,9 @@ fn pass(
         entry.1 = entry.1.max(fault.time_ns);
     };
     let mut pass = AllocPass::new(execs);
+    if largest > 0 {
+        pass.keep_largest(largest);
+    }
     let (mut events, mut faults) = (Cursor::new(events), Cursor::new(faults));
     let mut most_live = 0;
     loop {

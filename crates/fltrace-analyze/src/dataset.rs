@@ -58,8 +58,9 @@ pub fn export_dataset(
         let mut frames = SymbolizedFrameWriter::create(&part.join(EXPORT_FRAMES))?;
         let mut rows = (0u64, 0u64);
         for &pid in recording.pids() {
+            // Its allocation events are not exported: not read.
             let trace = recording
-                .load(pid)
+                .load_without_alloc_events(pid)
                 .map_err(|source| LoadError::Process { pid, source })?;
             let mut stacks = symbolizer.resolve_stacks(&trace);
             stacks.call_site = CallSite::Program;

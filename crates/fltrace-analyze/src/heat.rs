@@ -10,7 +10,8 @@ use rustc_hash::FxHashSet;
 use fltrace_trace::{AccessRecord, Fault, ProcessTrace, RangeSample, RangeTraceKind, VirtAddr};
 
 use crate::{
-    Lifetimes, Location, ResolvedStacks, call_site, largest_blocks, range_heat, window_ns,
+    LargeBlock, Lifetimes, Location, ResolvedStacks, call_site, largest_blocks, range_heat,
+    window_ns,
 };
 
 /// The faults a map of faults draws: those within a time window (seconds since the recording
@@ -154,19 +155,41 @@ pub fn site_label(site: Option<&Location>) -> String {
 }
 
 /// The `count` largest blocks of `trace`, largest first, labelled with their allocation site
-/// among `stacks` (the trace's allocation stacks, resolved).
+/// among `stacks` (the trace's allocation stacks, resolved): its events held whole, the
+/// oracle of [`labelled_blocks`] over [`crate::stream_largest_blocks`].
 pub fn largest_labelled_blocks(
     trace: &ProcessTrace,
     stacks: &ResolvedStacks,
     count: usize,
 ) -> Vec<LabelledBlock> {
     let lifetimes = Lifetimes::of_trace(trace);
-    let end = trace.end_ns();
-    largest_blocks(&lifetimes, count)
+    let blocks: Vec<LargeBlock> = largest_blocks(&lifetimes, count)
         .into_iter()
+        .map(|b| LargeBlock {
+            stack_id: b.stack_id,
+            kind: b.kind,
+            addr: b.addr,
+            size: b.size,
+            start_ns: b.start_ns,
+            end_ns: b.end_ns,
+            remnant: b.remnant,
+        })
+        .collect();
+    labelled_blocks(&blocks, trace.end_ns(), stacks)
+}
+
+/// `blocks` labelled with their allocation site among `stacks` (the process's allocation
+/// stacks, resolved), those alive at the end drawn up to `end_ns` (the end of the trace).
+pub fn labelled_blocks(
+    blocks: &[LargeBlock],
+    end_ns: u64,
+    stacks: &ResolvedStacks,
+) -> Vec<LabelledBlock> {
+    blocks
+        .iter()
         .map(|b| LabelledBlock {
             start_ns: b.start_ns,
-            end_ns: b.end_ns.unwrap_or(end),
+            end_ns: b.end_ns.unwrap_or(end_ns),
             addr: b.addr,
             size: b.size,
             label: site_label(call_site(stacks.get(b.stack_id))),

@@ -51,13 +51,13 @@ mod threads;
 mod tracer;
 
 pub use alloc_lifetimes::{
-    AllocPass, AllocStats, AllocTotals, Block, BlockHit, BlockKind, Lifetimes, OutOfOrder,
-    PassTotals, SizeHistogram, attribute_faults, exec_times, trace_end_ns,
+    AllocPass, AllocStats, AllocTotals, Block, BlockHit, BlockKind, LargeBlock, Lifetimes,
+    OutOfOrder, PassTotals, SizeHistogram, attribute_faults, exec_times, trace_end_ns,
 };
 pub use allocation_report::{
     AllocProcess, AllocSummary, FaultsByAllocSite, StreamedAllocs, alloc_processes,
-    group_process_allocs, largest_blocks, leak_age_ns, merge_same_lines, rank_allocs,
-    stream_allocs, sum_totals,
+    group_process_allocs, largest_blocks, last_fault_ns, leak_age_ns, merge_same_lines,
+    rank_allocs, stream_allocs, stream_allocs_over, stream_largest_blocks, sum_totals,
 };
 pub use allocators::{
     BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
@@ -83,7 +83,7 @@ pub use group::{
     group_faults_by_alloc_site, group_origins_by_alloc_site,
 };
 pub use heat::{
-    FaultSelection, HeatRange, LabelledBlock, access_samples_in, heat_ranges,
+    FaultSelection, HeatRange, LabelledBlock, access_samples_in, heat_ranges, labelled_blocks,
     largest_labelled_blocks, site_label,
 };
 pub use listing::{

@@ -60,6 +60,9 @@ pub struct LoadOptions {
     pub alloc_stacks: AllocStacks,
     /// How the faults are held.
     pub faults: FaultsHeld,
+    /// Holds every allocation event and pairs them in memory, the faults held whole too
+    /// (the tests' oracle of the one pass, [`crate::stream_allocs`]).
+    pub allocs_whole: bool,
     /// Reads a corrupt recording anyway (`--salvage`): what still reads, with a warning
     /// naming the corrupt file, instead of the error.
     pub salvage: bool,
@@ -216,14 +219,20 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
         let recording = &loaded.recording;
         let process = |source| LoadError::Process { pid, source };
         // Threads are told apart by each fault's tid, which streamed counts lack.
-        let held = if options.threads.is_empty() {
+        let held = if options.threads.is_empty() && !options.allocs_whole {
             options.faults
         } else {
             FaultsHeld::All
         };
         let (mut trace, mut counts) = match held {
             FaultsHeld::All => {
-                let mut trace = recording.load(pid).map_err(process)?;
+                // Without the oracle, the allocation events are streamed below, not held.
+                let mut trace = if options.allocs_whole {
+                    recording.load(pid)
+                } else {
+                    recording.load_without_alloc_events(pid)
+                }
+                .map_err(process)?;
                 if let Some(window) = &window {
                     trace.faults.retain(|f| window.contains(&f.time_ns));
                 }
@@ -274,7 +283,7 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
                 alloc_stacks = symbolizer.resolve_alloc_stacks(&trace);
             }
             let detected = match held {
-                FaultsHeld::All => crate::detect_allocators(
+                FaultsHeld::All if options.allocs_whole => crate::detect_allocators(
                     &options.frame_rules,
                     &trace.faults,
                     &stacks,
@@ -286,6 +295,19 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
                     let pass =
                         crate::stream_allocs(recording, pid, &trace, window.clone(), &|_| true)
                             .map_err(process)?;
+                    let detected = crate::detect_allocators_counted(
+                        &options.frame_rules,
+                        pass.hits(),
+                        &stacks,
+                        &alloc_stacks,
+                    );
+                    streamed = Some(pass);
+                    detected
+                }
+                FaultsHeld::All => {
+                    // The faults held, as the window and threads left them.
+                    let pass = crate::stream_allocs_over(recording, pid, &trace, &trace.faults)
+                        .map_err(process)?;
                     let detected = crate::detect_allocators_counted(
                         &options.frame_rules,
                         pass.hits(),

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use fltrace_analyze::{Lifetimes, Symbolizer, call_site};
+use fltrace_analyze::{Symbolizer, call_site, stream_largest_blocks};
 use fltrace_trace::{Recording, files, read_access};
 
 use crate::Error;
@@ -72,7 +72,8 @@ pub fn run_page(run_dir: &Path, title: &str) -> Result<String, Error> {
         }
     }
     for &pid in recording.pids() {
-        let trace = recording.load(pid)?;
+        // The allocation events are streamed below: memory follows the blocks alive at once.
+        let trace = recording.load_without_alloc_events(pid)?;
         if access.is_empty() {
             points.extend(trace.faults.iter().map(|f| Point {
                 time_ns: f.time_ns,
@@ -80,21 +81,18 @@ pub fn run_page(run_dir: &Path, title: &str) -> Result<String, Error> {
                 write: f.flags.has(fltrace_trace::FaultFlags::WRITE),
             }));
         }
-        if !trace.allocs.is_empty() {
+        if recording.has_allocs(pid) {
             let stacks = symbolizer.resolve_alloc_stacks(&trace);
-            let lifetimes = Lifetimes::of_trace(&trace);
+            // Only the largest of all processes are drawn: no more of each can be.
+            let totals = stream_largest_blocks(&recording, pid, &trace, MAX_BLOCKS)?;
             let end = trace
                 .faults
                 .iter()
                 .map(|f| f.time_ns)
-                .chain(trace.allocs.iter().map(|a| a.time_ns))
                 .max()
-                .unwrap_or(start_ns);
-            for block in lifetimes
-                .blocks
-                .iter()
-                .filter(|b| !b.addr.is_null() && b.size > 0)
-            {
+                .unwrap_or(0)
+                .max(totals.last_event_ns);
+            for block in &totals.largest {
                 let label = call_site(stacks.get(block.stack_id)).map_or_else(
                     || "[unknown]".to_owned(),
                     |l| {

@@ -1,11 +1,11 @@
 //! The stacks of the flamegraphs `fltrace visualize` draws: faults by their own call stacks,
 //! or by the allocation stack of the block each landed in, their frames labelled.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fltrace_analyze::{
-    FaultOrigin, Lifetimes, Location, ResolvedStacks, TRUNCATED_FRAME, count_faults_by_origin,
-    count_faults_by_stack, mapping_label, process_name_in, without_parameters,
+    FaultCounts, FaultOrigin, Location, OriginCounts, ResolvedStacks, TRUNCATED_FRAME,
+    mapping_label, process_name_in, without_parameters,
 };
 use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace};
 
@@ -124,17 +124,26 @@ pub struct Flames {
     pub notes: FrameNotes,
 }
 
-/// The faults of `trace` that `keep` keeps, by their call stacks (the process's name, then
-/// the outermost frame first), sorted by frames.
+/// The faults of `trace` (as `counts` counts them) that `keep` keeps, by their call stacks
+/// (the process's name, then the outermost frame first), sorted by frames.
 pub fn fault_flames(
     trace: &ProcessTrace,
     stacks: &ResolvedStacks,
+    counts: &FaultCounts,
     label: FrameLabel,
     keep: impl Fn(FaultFlags) -> bool,
 ) -> Flames {
     let mut labeller = Labeller::new(trace, label);
-    let mut flames: Vec<FlameStack> = count_faults_by_stack(&trace.faults, keep)
+    // In the order of their keys: a label's note is that of the first frame given it.
+    let mut by_stack: BTreeMap<(u32, FaultKind), u64> = BTreeMap::new();
+    for (stack_id, flags, tally) in counts.iter() {
+        if keep(flags) {
+            *by_stack.entry((stack_id, flags.kind())).or_default() += tally.count;
+        }
+    }
+    let mut flames: Vec<FlameStack> = by_stack
         .into_iter()
+        .map(|((stack_id, kind), count)| (stack_id, kind, count))
         .map(|(stack_id, kind, count)| {
             let generation = trace.stack(stack_id).map_or(0, |s| s.generation);
             let mut frames = vec![labeller.root(generation)];
@@ -158,17 +167,25 @@ pub fn fault_flames(
 
 /// Faults drawn on the allocation stack of the block each landed in (the process's name, then
 /// the outermost frame first), those outside every live block under one
-/// `[not allocated] <memory>` frame.
+/// `[not allocated] <memory>` frame; `origins` counts them by where they landed
+/// ([`fltrace_analyze::AllocProcess::origins`]).
 pub fn allocation_flames(
     trace: &ProcessTrace,
     alloc_stacks: &ResolvedStacks,
+    origins: &OriginCounts,
     label: FrameLabel,
     keep: impl Fn(FaultFlags) -> bool,
 ) -> Flames {
-    let lifetimes = Lifetimes::of_trace(trace);
     let mut labeller = Labeller::new(trace, label);
-    let mut flames: Vec<FlameStack> = count_faults_by_origin(trace, &lifetimes, keep)
+    let mut by_origin: BTreeMap<(FaultOrigin, FaultKind), u64> = BTreeMap::new();
+    for &(origin, _, flags, count) in origins {
+        if keep(flags) {
+            *by_origin.entry((origin, flags.kind())).or_default() += count;
+        }
+    }
+    let mut flames: Vec<FlameStack> = by_origin
         .into_iter()
+        .map(|((origin, kind), count)| (origin, kind, count))
         .map(|(origin, kind, count)| {
             let frames = match origin {
                 FaultOrigin::Block { stack_id, .. } => {
@@ -206,10 +223,13 @@ pub fn allocation_flames(
 /// The faults of every process of a recording in one flamegraph, each under its name (`g++`,
 /// `cc1plus`, `as`: processes of one name share their root), as perf's flamegraphs of a
 /// multi-process command are rooted by comm.
-pub fn recording_flames(sources: &[(&ProcessTrace, &ResolvedStacks)], label: FrameLabel) -> Flames {
+pub fn recording_flames(
+    sources: &[(&ProcessTrace, &ResolvedStacks, &FaultCounts)],
+    label: FrameLabel,
+) -> Flames {
     let mut all = Flames::default();
-    for (trace, stacks) in sources {
-        let flames = fault_flames(trace, stacks, label, |_| true);
+    for (trace, stacks, counts) in sources {
+        let flames = fault_flames(trace, stacks, counts, label, |_| true);
         all.stacks.extend(flames.stacks);
         for (text, note) in flames.notes {
             match all.notes.get_mut(&text) {
@@ -246,27 +266,29 @@ pub const BY_ALLOCATION: &str = "flamegraph-allocstack";
 
 /// A process's flamegraphs, as the original drew them: all faults (`flamegraph`) and
 /// first-touch faults (`flamegraph-alloc`), the latter by the allocation stack of the block
-/// each hit when `by_allocation`; with allocations recorded (`alloc_stacks`), all faults by
-/// allocation stack too. `by_allocation` without `alloc_stacks` draws by the faults' stacks.
+/// each hit when `by_allocation`; with allocations recorded (`allocs`: their stacks and the
+/// faults counted by where they landed), all faults by allocation stack too.
+/// `by_allocation` without `allocs` draws by the faults' stacks. `counts` are the faults.
 pub fn process_flamegraphs(
     trace: &ProcessTrace,
     stacks: &ResolvedStacks,
-    alloc_stacks: Option<&ResolvedStacks>,
+    counts: &FaultCounts,
+    allocs: Option<(&ResolvedStacks, &OriginCounts)>,
     label: FrameLabel,
     by_allocation: bool,
 ) -> Vec<ProcessFlamegraph> {
     let first_touch = |flags: FaultFlags| flags.has(FaultFlags::ZERO);
-    let first_touches = match alloc_stacks {
-        Some(alloc_stacks) if by_allocation => {
-            allocation_flames(trace, alloc_stacks, label, first_touch)
+    let first_touches = match allocs {
+        Some((alloc_stacks, origins)) if by_allocation => {
+            allocation_flames(trace, alloc_stacks, origins, label, first_touch)
         }
-        _ => fault_flames(trace, stacks, label, first_touch),
+        _ => fault_flames(trace, stacks, counts, label, first_touch),
     };
     let mut graphs = vec![
         ProcessFlamegraph {
             kind: "flamegraph",
             title: "Page faults",
-            flames: fault_flames(trace, stacks, label, |_| true),
+            flames: fault_flames(trace, stacks, counts, label, |_| true),
         },
         ProcessFlamegraph {
             kind: "flamegraph-alloc",
@@ -274,11 +296,11 @@ pub fn process_flamegraphs(
             flames: first_touches,
         },
     ];
-    if let Some(alloc_stacks) = alloc_stacks {
+    if let Some((alloc_stacks, origins)) = allocs {
         graphs.push(ProcessFlamegraph {
             kind: BY_ALLOCATION,
             title: "Page faults by allocation stack",
-            flames: allocation_flames(trace, alloc_stacks, label, |_| true),
+            flames: allocation_flames(trace, alloc_stacks, origins, label, |_| true),
         });
     }
     graphs
@@ -361,6 +383,18 @@ mod tests {
         }
     }
 
+    /// The faults of [`trace`], counted.
+    fn counts() -> FaultCounts {
+        FaultCounts::of(&trace().faults)
+    }
+
+    /// The faults of [`trace`] by where they landed, from its events held whole.
+    fn origins(alloc_stacks: &ResolvedStacks) -> OriginCounts {
+        let trace = trace();
+        let stacks = ResolvedStacks::default();
+        fltrace_analyze::AllocProcess::new(&trace, &stacks, alloc_stacks, 0).origins
+    }
+
     #[test]
     fn labels_say_line_function_or_both() {
         let with_line = loc("fill", "/src/a.c", 12);
@@ -408,7 +442,7 @@ mod tests {
             ],
             [0x70, 0x98].map(CodeAddr::new).to_vec(),
         );
-        let flames = fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true);
+        let flames = fault_flames(&trace(), &stacks, &counts(), FrameLabel::Function, |_| true);
         let got: Vec<(Vec<String>, Kind, u64)> = flames
             .stacks
             .iter()
@@ -433,7 +467,7 @@ mod tests {
         );
         assert_eq!(flames.notes["inflate"].code, Code::Library);
         assert_eq!(flames.notes["inflate"].library, "libz.so.1");
-        let first_touches = fault_flames(&trace(), &stacks, FrameLabel::Function, |f| {
+        let first_touches = fault_flames(&trace(), &stacks, &counts(), FrameLabel::Function, |f| {
             f.has(FaultFlags::ZERO)
         });
         assert_eq!(first_touches.stacks.len(), 1);
@@ -459,7 +493,7 @@ mod tests {
         );
         stacks.mark_truncated(1);
         let roots: Vec<(Vec<String>, u64)> =
-            fault_flames(&trace(), &stacks, FrameLabel::Function, |_| true)
+            fault_flames(&trace(), &stacks, &counts(), FrameLabel::Function, |_| true)
                 .stacks
                 .into_iter()
                 .map(|f| (f.frames, f.count))
@@ -482,7 +516,11 @@ mod tests {
             vec![loc("alloc", "a.c", 3)],
             [0x30].map(CodeAddr::new).to_vec(),
         );
-        let flames = allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, |_| true).stacks;
+        let origins = origins(&alloc_stacks);
+        let flames = allocation_flames(&trace(), &alloc_stacks, &origins, FrameLabel::Line, |_| {
+            true
+        })
+        .stacks;
         // The write and the read outside the block are one frame each, of their own kind.
         let outside: Vec<(Kind, u64)> = flames
             .iter()
@@ -515,8 +553,9 @@ mod tests {
         let mut stacks = ResolvedStacks::default();
         stacks.insert(0, vec![loc("fill", "a.c", 5)], vec![CodeAddr::new(0x10)]);
         stacks.insert(1, vec![loc("fill", "a.c", 6)], vec![CodeAddr::new(0x70)]);
+        let counts = counts();
         let flames = recording_flames(
-            &[(&first, &stacks), (&second, &stacks)],
+            &[(&first, &stacks, &counts), (&second, &stacks, &counts)],
             FrameLabel::Function,
         );
         let under_root: u64 = flames
@@ -548,19 +587,22 @@ mod tests {
             |graphs: &[ProcessFlamegraph]| graphs.iter().map(|g| g.kind).collect::<Vec<_>>();
         let total = |g: &ProcessFlamegraph| g.flames.stacks.iter().map(|s| s.count).sum::<u64>();
 
-        let plain = process_flamegraphs(&trace(), &stacks, None, FrameLabel::Line, false);
+        let counts = counts();
+        let plain = process_flamegraphs(&trace(), &stacks, &counts, None, FrameLabel::Line, false);
         assert_eq!(kinds(&plain), ["flamegraph", "flamegraph-alloc"]);
         assert_eq!((total(&plain[0]), total(&plain[1])), (4, 3));
         // Asked for by allocation without allocations: by the faults' own stacks.
         assert_eq!(
-            process_flamegraphs(&trace(), &stacks, None, FrameLabel::Line, true),
+            process_flamegraphs(&trace(), &stacks, &counts, None, FrameLabel::Line, true),
             plain
         );
 
+        let origins = origins(&alloc_stacks);
         let graphs = process_flamegraphs(
             &trace(),
             &stacks,
-            Some(&alloc_stacks),
+            &counts,
+            Some((&alloc_stacks, &origins)),
             FrameLabel::Line,
             true,
         );
@@ -571,7 +613,13 @@ mod tests {
         let first_touch = |f: FaultFlags| f.has(FaultFlags::ZERO);
         assert_eq!(
             graphs[1].flames,
-            allocation_flames(&trace(), &alloc_stacks, FrameLabel::Line, first_touch)
+            allocation_flames(
+                &trace(),
+                &alloc_stacks,
+                &origins,
+                FrameLabel::Line,
+                first_touch
+            )
         );
         assert_eq!(total(&graphs[2]), 4);
     }

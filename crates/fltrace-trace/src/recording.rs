@@ -263,7 +263,7 @@ impl Recording {
     /// metadata is read): stream them with [`Recording::fault_keys`], so that memory stays
     /// proportional to the stacks, not to the faults.
     pub fn load_without_faults(&self, pid: u32) -> Result<ProcessTrace, Error> {
-        Ok(self.load_streaming(pid)?.0)
+        Ok(self.load_streaming_allocs(pid)?.0)
     }
 
     /// [`Recording::load_without_faults`] and [`Recording::fault_keys`] with the faults file
@@ -285,12 +285,28 @@ impl Recording {
     ) -> Result<(ProcessTrace, FaultRowGroups<FaultKey>), Error> {
         let row_groups = self.fault_keys(pid)?;
         let mut trace = self.assemble_with(pid, Vec::new(), row_groups.metadata(), false)?;
-        if self.has_allocs(pid) {
-            let mut stacks = read_stacks(&files::alloc_stacks(&self.dir, pid))?;
-            stacks.sort_unstable_by_key(|s| s.id);
-            trace.alloc_stacks = stacks;
-        }
+        trace.alloc_stacks = self.alloc_stacks(pid)?;
         Ok((trace, row_groups))
+    }
+
+    /// As [`Recording::load`], without the allocation events (`allocs` is empty; their stacks
+    /// are read): stream them with [`Recording::alloc_row_groups`].
+    pub fn load_without_alloc_events(&self, pid: u32) -> Result<ProcessTrace, Error> {
+        self.check_pid(pid)?;
+        let (faults, metadata) = read_faults(&files::faults(&self.dir, pid))?;
+        let mut trace = self.assemble_with(pid, faults, metadata, false)?;
+        trace.alloc_stacks = self.alloc_stacks(pid)?;
+        Ok(trace)
+    }
+
+    /// The stacks of the allocation calls of `pid`, sorted by id; none without allocations.
+    fn alloc_stacks(&self, pid: u32) -> Result<Vec<Stack>, Error> {
+        if !self.has_allocs(pid) {
+            return Ok(Vec::new());
+        }
+        let mut stacks = read_stacks(&files::alloc_stacks(&self.dir, pid))?;
+        stacks.sort_unstable_by_key(|s| s.id);
+        Ok(stacks)
     }
 
     /// The allocation events of `pid`, one row group at a time, in the order recorded.

@@ -65,7 +65,7 @@ pub fn run(args: ArchiveArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     for pid in pids {
         traces.push(
             recording
-                .load(pid)
+                .load_without_alloc_events(pid)
                 .with_context(|| format!("loading the trace of process {pid}"))?,
         );
     }

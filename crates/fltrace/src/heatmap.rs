@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 
 use fltrace_analyze::{
     FaultSelection, LabelledBlock, OpenedRecording, access_samples_in, find_recording, heat_ranges,
-    largest_labelled_blocks,
+    labelled_blocks, largest_labelled_blocks, last_fault_ns, stream_largest_blocks,
 };
 use fltrace_render::{HeatEvent, HeatLabels, Heatmap, HeatmapOptions, ImageFormat};
 use fltrace_trace::{RangeTraceKind, Recording, files};
@@ -249,16 +249,27 @@ fn write_outputs(
     Ok(())
 }
 
-/// The `count` largest blocks of `pid`'s allocations, labelled with their allocation site.
+/// The `count` largest blocks of `pid`'s allocations, labelled with their allocation site:
+/// the events read a row group at a time, memory following the blocks alive at once (with
+/// [`crate::load::WHOLE_TABLE_ENV`] set, every event held: the tests' oracle).
 fn largest_blocks(
     recording: &Recording,
     pid: u32,
     count: usize,
     selection: &crate::cli::Selection,
 ) -> anyhow::Result<Vec<LabelledBlock>> {
-    let trace = recording.load(pid)?;
     let mut symbolizer = crate::load::symbolizer(selection);
-    let stacks = symbolizer.resolve_alloc_stacks(&trace);
+    let blocks = if crate::load::whole_table() {
+        let trace = recording.load(pid)?;
+        let stacks = symbolizer.resolve_alloc_stacks(&trace);
+        largest_labelled_blocks(&trace, &stacks, count)
+    } else {
+        let (trace, _) = recording.load_streaming_allocs(pid)?;
+        let stacks = symbolizer.resolve_alloc_stacks(&trace);
+        let totals = stream_largest_blocks(recording, pid, &trace, count)?;
+        let end = totals.last_event_ns.max(last_fault_ns(recording, pid)?);
+        labelled_blocks(&totals.largest, end, &stacks)
+    };
     crate::load::print_warnings(&mut symbolizer);
-    Ok(largest_labelled_blocks(&trace, &stacks, count))
+    Ok(blocks)
 }

@@ -22,11 +22,18 @@ pub fn load_counts(selection: &Selection) -> anyhow::Result<Loaded> {
     loaded(selection, Allocs::Skip, FaultsHeld::Counted)
 }
 
+/// Loads as [`load_counts`] does, and symbolizes allocation stacks as `allocs` says, the
+/// allocation events paired in one pass (as [`load_allocs`] does): memory follows the distinct
+/// stacks and the blocks alive at once.
+pub fn load_counts_with(selection: &Selection, allocs: Allocs) -> anyhow::Result<Loaded> {
+    loaded(selection, allocs, FaultsHeld::Counted)
+}
+
 /// Loads for the allocation reports: the faults counted and the allocation events paired
 /// in one pass, memory following the blocks alive at once, not the calls. With
 /// [`WHOLE_TABLE_ENV`] set, every event and fault is held instead: the reports' oracle.
 pub fn load_allocs(selection: &Selection) -> anyhow::Result<Loaded> {
-    let faults = if std::env::var_os(WHOLE_TABLE_ENV).is_some() {
+    let faults = if whole_table() {
         FaultsHeld::All
     } else {
         FaultsHeld::Counted
@@ -34,8 +41,13 @@ pub fn load_allocs(selection: &Selection) -> anyhow::Result<Loaded> {
     loaded(selection, Allocs::Required, faults)
 }
 
-/// Set, the allocation reports hold every event and fault (the tests' oracle).
+/// Set, the allocation reports and pictures hold every event and fault (the tests' oracle).
 pub const WHOLE_TABLE_ENV: &str = "FLTRACE_ALLOCS_WHOLE_TABLE";
+
+/// Whether [`WHOLE_TABLE_ENV`] asks for every event and fault held.
+pub fn whole_table() -> bool {
+    std::env::var_os(WHOLE_TABLE_ENV).is_some()
+}
 
 fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::Result<Loaded> {
     let options = LoadOptions {
@@ -54,6 +66,7 @@ fn loaded(selection: &Selection, allocs: Allocs, faults: FaultsHeld) -> anyhow::
         archive: selection.archive.clone(),
         alloc_stacks: allocs,
         faults,
+        allocs_whole: whole_table(),
         salvage: selection.salvage,
     };
     let loaded = fltrace_analyze::load(&selection.dir, &options)?;

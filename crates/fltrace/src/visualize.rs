@@ -4,12 +4,12 @@ use std::io::Write as _;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{OpenedRecording, recording_line};
+use fltrace_analyze::{OpenedRecording, alloc_processes, recording_line};
 use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs, recording_flames};
 use fltrace_trace::files;
 
 use crate::cli::{Label, VisualizeArgs};
-use crate::load::{Allocs, load_with};
+use crate::load::{Allocs, load_counts_with};
 
 /// The characters of the command a flamegraph's title shows.
 const COMMAND_IN_TITLE: usize = 60;
@@ -28,7 +28,9 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
         Label::Function => FrameLabel::Function,
         Label::Both => FrameLabel::Both,
     };
-    let loaded = load_with(&args.selection, Allocs::IfRecorded)?;
+    // Faults counted per stack, allocations paired in one pass: memory follows the distinct
+    // stacks and the blocks alive at once, not the faults or calls.
+    let loaded = load_counts_with(&args.selection, Allocs::IfRecorded)?;
     eprintln!(
         "fltrace: {}",
         recording_line(&loaded.recording, &opened.named)
@@ -51,12 +53,22 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
     if let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
-    for ((trace, stacks), alloc_stacks) in loaded.traces.iter().zip(&loaded.alloc_stacks) {
-        let alloc_stacks = loaded.has_allocs(trace.pid).then_some(alloc_stacks);
-        if args.by_allocation && alloc_stacks.is_none() {
+    let (processes, _) = alloc_processes(&loaded, 0);
+    for (((trace, stacks), alloc_stacks), counts) in loaded
+        .traces
+        .iter()
+        .zip(&loaded.alloc_stacks)
+        .zip(&loaded.counts)
+    {
+        let allocs = processes
+            .iter()
+            .find(|p| p.trace.pid == trace.pid)
+            .map(|p| (alloc_stacks, &p.origins));
+        if args.by_allocation && allocs.is_none() {
             bail!("--by-allocation needs allocation data: record with `fltrace record --allocs`");
         }
-        for graph in process_flamegraphs(trace, stacks, alloc_stacks, label, args.by_allocation) {
+        let graphs = process_flamegraphs(trace, stacks, counts, allocs, label, args.by_allocation);
+        for graph in graphs {
             let path = files::path(&dir, graph.kind, trace.pid, "svg");
             if graph.flames.stacks.is_empty() {
                 eprintln!("fltrace: no faults for {}, skipped", path.display());
@@ -81,7 +93,12 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
     // Several processes (`g++` and its `cc1plus`, `as`, `ld`): also one graph of them all,
     // rooted by their names, named after the first process.
     if let [(first, _), _, ..] = &loaded.traces[..] {
-        let sources: Vec<_> = loaded.traces.iter().map(|(t, s)| (t, s)).collect();
+        let sources: Vec<_> = loaded
+            .traces
+            .iter()
+            .zip(&loaded.counts)
+            .map(|((t, s), c)| (t, s, c))
+            .collect();
         let flames = recording_flames(&sources, label);
         let path = files::path(&dir, ALL_PROCESSES, first.pid, "svg");
         let title = format!(

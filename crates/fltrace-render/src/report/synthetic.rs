@@ -158,6 +158,7 @@ pub fn load(
         include_tracer: false,
         archive: None,
         alloc_stacks,
+        allocs_whole: faults == FaultsHeld::All,
         faults,
         salvage: false,
     };

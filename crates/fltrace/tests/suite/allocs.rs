@@ -429,6 +429,10 @@ fn faults_are_attributed_to_their_allocation_site() {
     let rows = report_rows(&dir, &["report", "--by", "alloc-site"]);
     let block = at(&rows, "fault_block");
     assert_eq!(block["count"], "64", "{rows:#?}");
+    // With the faults held (`--tid`: the main thread's), the events still stream, over them.
+    let pid = dir.pids("allocs", "parquet")[0].to_string();
+    let rows = report_rows(&dir, &["report", "--by", "alloc-site", "--tid", &pid]);
+    assert_eq!(at(&rows, "fault_block")["count"], "64", "{rows:#?}");
     let out = dir.run(&["report", "--by", "alloc-site"]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -1081,5 +1085,58 @@ fn forty_million_calls_report_under_a_memory_cap() {
     assert_eq!(
         numbers(row, &["allocs", "leaked_allocs"]),
         [20_000_000, 1024]
+    );
+}
+
+/// The allocation pictures of a 40M-call recording (20M malloc/free pairs) draw under a
+/// 1 GiB address-space cap, as the report does: the flamegraph by allocation stack puts the
+/// faults in malloc4m's blocks on its line, and the heatmap outlines the five largest blocks:
+/// four of malloc4m's largest (527 bytes), labelled with that line, and stdout's buffer.
+#[test]
+fn forty_million_calls_visualize_under_a_memory_cap() {
+    let dir = Dir::new();
+    let out = record_allocs(&dir, &[], &["malloc4m", "20000000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let capped = |args: &[&str]| {
+        let out = std::process::Command::new("prlimit")
+            .arg(format!("--as={}", 1u64 << 30))
+            .arg(env!("CARGO_BIN_EXE_fltrace"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .output()
+            .expect("prlimit runs");
+        assert!(
+            out.status.success(),
+            "fltrace {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let line = format!("allocs.c:{}", site("allocs.c", "malloc4m"));
+    capped(&["visualize", "--by-allocation", "--label", "line"]);
+    let pid = dir.pids("allocs", "parquet")[0];
+    let svg = std::fs::read_to_string(
+        dir.path()
+            .join(format!("fltrace-data-flamegraph-allocstack-{pid}.svg")),
+    )
+    .expect("flamegraph by allocation stack written");
+    assert!(svg.contains(&line), "no {line} in the flamegraph");
+    capped(&["heatmap", "--allocs", "5", "-o", "heat.svg"]);
+    let svg = std::fs::read_to_string(dir.path().join("heat.svg")).expect("heatmap written");
+    let label = format!("<title>malloc4m {line}</title>");
+    // The largest is stdout's 4 KiB buffer, which printf allocates in main.
+    assert_eq!(
+        (
+            svg.matches(&label).count(),
+            svg.matches("<title>main allocs.c:").count()
+        ),
+        (4, 1),
+        "{label}"
     );
 }

@@ -171,15 +171,20 @@ impl Dir {
     }
 
     /// Runs fltrace with `args`. An allocation report (`report --allocs`, `--leaks`, `--by
-    /// alloc-site`) runs twice, streamed and from the whole tables held in memory (the
-    /// oracle), and must come out the same, byte for byte.
+    /// alloc-site`) or picture (`visualize`, `heatmap --allocs`) runs twice, streamed and from
+    /// the whole tables held in memory (the oracle), and must come out the same, byte for
+    /// byte, the files it names on stdout too.
     pub fn run(&self, args: &[&str]) -> Output {
         let out = self.fltrace().args(args).output().expect("fltrace runs");
         let allocation_report = args.first() == Some(&"report")
             && args
                 .iter()
                 .any(|a| matches!(*a, "--allocs" | "--leaks" | "alloc-site"));
-        if allocation_report {
+        // A map of faults outlines allocations unless `--allocs 0` says not to.
+        let allocation_picture = args.first() == Some(&"visualize")
+            || (args.first() == Some(&"heatmap") && !args.contains(&"--from"));
+        if allocation_report || allocation_picture {
+            let written = self.written(&out);
             let whole = self
                 .fltrace()
                 .env("FLTRACE_ALLOCS_WHOLE_TABLE", "1")
@@ -208,8 +213,24 @@ impl Dir {
                 ),
                 "streamed and whole-table reports differ: fltrace {args:?}"
             );
+            assert!(
+                self.written(&whole) == written,
+                "streamed and whole-table files differ: fltrace {args:?}"
+            );
         }
         out
+    }
+
+    /// The files a command named on stdout (one a line), with their bytes.
+    fn written(&self, out: &Output) -> Vec<(String, Vec<u8>)> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| {
+                let path = self.path().join(line.trim());
+                let bytes = std::fs::read(&path).ok()?;
+                Some((line.to_owned(), bytes))
+            })
+            .collect()
     }
 
     /// Records `command` and checks that fltrace succeeded.
