@@ -389,13 +389,15 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
         b.reads.fetch_add(1, Ordering::Relaxed);
         for msg in &msgs[..n as usize / std::mem::size_of::<uffd::Msg>()] {
             if msg.event == uffd::EVENT_PAGEFAULT {
+                // Counted before the fault is resolved, as it is logged (`Region::log`).
+                let msgs_before = b.msgs.fetch_add(1, Ordering::Relaxed);
                 region.handle_fault(msg, read_ns);
                 let handled = breakdown::now_ns() - read_ns;
                 b.handle_ns.fetch_add(handled, Ordering::Relaxed);
                 b.handle_hist[fltrace_runtime_abi::hist_bucket(handled)]
                     .fetch_add(1, Ordering::Relaxed);
                 // The kernel's counters and schedstat now and then, for a live view.
-                if b.msgs.fetch_add(1, Ordering::Relaxed) % (1 << 16) == (1 << 16) - 1 {
+                if msgs_before % (1 << 16) == (1 << 16) - 1 {
                     breakdown::refresh(shared);
                 }
             }

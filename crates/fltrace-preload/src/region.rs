@@ -336,20 +336,22 @@ impl Region {
                 // SAFETY: idx < pages.
                 let state = unsafe { &mut *pages.state.add(idx) };
                 *state |= DIRTY | self.written_reference();
+                Self::pin(&mut pages, msg.ptid, idx);
+                // Counted and logged before the thread runs again (see `log`).
+                shared.faults.fetch_add(1, Relaxed);
+                shared.faults_wp.fetch_add(1, Relaxed);
+                let entry = self.log(msg.ptid, addr, kind::WRPROTECT, read_ns);
                 let filling = now_ns();
                 let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, false);
                 add(&breakdown.fill_ns, now_ns() - filling);
-                shared.faults.fetch_add(1, Relaxed);
-                shared.faults_wp.fetch_add(1, Relaxed);
-                Self::pin(&mut pages, msg.ptid, idx);
-                self.log(msg.ptid, addr, kind::WRPROTECT, read_ns);
+                self.log_done(entry);
             } else {
                 // Another thread's fault brought it in first. Logged too: the thread's fault
                 // has its row in the trace.
                 breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
                 Self::pin(&mut pages, msg.ptid, idx);
-                let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
                 self.log(msg.ptid, addr, kind::WAKE, read_ns);
+                let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
             }
             return;
         }
@@ -365,6 +367,29 @@ impl Region {
         // SAFETY: idx < pages, within the state array.
         let state = unsafe { &mut *pages.state.add(idx) };
         let fetched = *state & IN_STORE != 0;
+        // Counted and logged before the fill wakes the thread (see `log`).
+        let counted = [
+            &shared.faults,
+            if write {
+                &shared.faults_w
+            } else {
+                &shared.faults_r
+            },
+            if fetched {
+                &shared.faults_fetch
+            } else {
+                &shared.faults_zp
+            },
+        ];
+        for counter in counted {
+            counter.fetch_add(1, Relaxed);
+        }
+        let entry = self.log(
+            msg.ptid,
+            addr,
+            if fetched { kind::FETCH } else { kind::ZERO },
+            read_ns,
+        );
         let filling = now_ns();
         let copied = if self.moving {
             self.fill_moving(addr, idx, fetched)
@@ -378,9 +403,18 @@ impl Region {
         };
         add(&breakdown.fill_ns, now_ns() - filling);
         if copied.is_err() {
+            // Not filled: the thread faults again. The fault logged above only woke it, and
+            // counts so; the recorder may have read the entry as a fill already, which flags
+            // the row as the retry's entry will anyway.
+            for counter in counted {
+                counter.fetch_sub(1, Relaxed);
+            }
+            breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
+            self.log_retract(entry, addr);
             let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
             return;
         }
+        self.log_done(entry);
         // A page fetched for a write is dirty at once: its far copy is stale, and released.
         // One fetched for a read keeps its copy (evicting it again costs no copy) while the
         // copies held twice stay within their bound; beyond it the copy goes, and the page
@@ -414,23 +448,6 @@ impl Region {
         Self::pin(&mut pages, msg.ptid, idx);
         self.enqueue(&mut pages, idx);
         pages.resident += 1;
-        shared.faults.fetch_add(1, Relaxed);
-        if write {
-            shared.faults_w.fetch_add(1, Relaxed);
-        } else {
-            shared.faults_r.fetch_add(1, Relaxed);
-        }
-        if fetched {
-            shared.faults_fetch.fetch_add(1, Relaxed);
-        } else {
-            shared.faults_zp.fetch_add(1, Relaxed);
-        }
-        self.log(
-            msg.ptid,
-            addr,
-            if fetched { kind::FETCH } else { kind::ZERO },
-            read_ns,
-        );
         let resident = (pages.resident * PAGE) as u64;
         shared.resident.store(resident, Relaxed);
         shared.memory_used.fetch_max(resident, Relaxed);
@@ -559,10 +576,15 @@ impl Region {
         }
     }
 
-    fn log(&self, tid: u32, addr: usize, kind: u32, read_ns: u64) {
+    /// Logs a handled fault for the recorder and returns the entry's slot. Called before the
+    /// call that lets the faulting thread run again: once it runs, the program may end (a
+    /// child's `_exit` after its last read) and take this thread with it, and the fault's row
+    /// would be left without its entry.
+    fn log(&self, tid: u32, addr: usize, kind: u32, read_ns: u64) -> usize {
         let shared = self.shared();
         let head = shared.log_head.load(Relaxed);
-        let entry = &shared.log[head as usize % LOG_LEN];
+        let slot = head as usize % LOG_LEN;
+        let entry = &shared.log[slot];
         entry.tid.store(u64::from(tid), Relaxed);
         entry
             .page_and_kind
@@ -571,6 +593,20 @@ impl Region {
         entry.done_ns.store(now_ns(), Relaxed);
         // Release: the entry is complete before the reader sees the new head.
         shared.log_head.store(head + 1, Release);
+        slot
+    }
+
+    /// The fault logged in `slot` is resolved now (the recorder reads entries rounds later).
+    fn log_done(&self, slot: usize) {
+        self.shared().log[slot].done_ns.store(now_ns(), Relaxed);
+    }
+
+    /// The fill logged in `slot` failed: the fault only woke its thread, to fault again.
+    fn log_retract(&self, slot: usize, addr: usize) {
+        self.shared().log[slot]
+            .page_and_kind
+            .store(addr as u64 | u64::from(kind::WAKE), Relaxed);
+        self.log_done(slot);
     }
 
     fn enqueue(&self, pages: &mut Pages, idx: usize) {
