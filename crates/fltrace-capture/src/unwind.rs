@@ -355,12 +355,14 @@ impl AddressSpaceUnwinder {
     }
 
     /// Whether `addr` follows a call instruction in a mapped ELF file: `Some(false)` for a
-    /// word that cannot be a return address there, `None` where the bytes are unknown.
+    /// word that cannot be a return address there, `None` where the bytes are unknown (also
+    /// outside the mappings known here: a library loaded after `memleak -p` attached is in
+    /// none of them, and its return addresses are real).
     fn after_call(&self, addr: u64) -> Option<bool> {
         let at = self.code.partition_point(|c| c.range.start <= addr);
         let code = self.code.get(at.checked_sub(1)?)?;
         if !code.range.contains(&addr) {
-            return Some(false);
+            return None;
         }
         let start = addr.checked_sub(7)?.max(code.range.start);
         let bytes = code.bytes_at(start, (addr - start) as usize)?;
