@@ -630,7 +630,7 @@ impl Process {
             regs,
             stack,
             &mut self.live,
-            &is_exec,
+            Some(&is_exec),
             known,
             frames,
         );

@@ -355,14 +355,12 @@ impl AddressSpaceUnwinder {
     }
 
     /// Whether `addr` follows a call instruction in a mapped ELF file: `Some(false)` for a
-    /// word that cannot be a return address there, `None` where the bytes are unknown (also
-    /// outside the mappings known here: a library loaded after `memleak -p` attached is in
-    /// none of them, and its return addresses are real).
+    /// word that cannot be a return address there, `None` where the bytes are unknown.
     fn after_call(&self, addr: u64) -> Option<bool> {
         let at = self.code.partition_point(|c| c.range.start <= addr);
         let code = self.code.get(at.checked_sub(1)?)?;
         if !code.range.contains(&addr) {
-            return None;
+            return Some(false);
         }
         let start = addr.checked_sub(7)?.max(code.range.start);
         let bytes = code.bytes_at(start, (addr - start) as usize)?;
@@ -446,7 +444,7 @@ impl AddressSpaceUnwinder {
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
         let mut known = KnownFrames::default();
-        self.unwind_thread(cache, regs, stack, beyond, &|_| true, &mut known, frames)
+        self.unwind_thread(cache, regs, stack, beyond, None, &mut known, frames)
     }
 
     /// Whether `addr` lies in an executable file mapping.
@@ -470,7 +468,7 @@ impl AddressSpaceUnwinder {
         (ip, sp, bp): (u64, u64, u64),
         stack: &[u8],
         beyond: &mut LiveStack,
-        is_exec: &dyn Fn(u64) -> bool,
+        is_exec: Option<&dyn Fn(u64) -> bool>,
         known: &mut KnownFrames,
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
@@ -597,7 +595,10 @@ impl AddressSpaceUnwinder {
             // stack, except past an entry's code.
             // Not where the stack ran out: words of the copy below a caller's return address
             // that could not be read are this frame's locals, stale return addresses among them.
-            let implausible = match step {
+            // No search where the mappings may be stale (`is_exec` None: memleak and the
+            // system tools know only the mappings at attach, and a library loaded later
+            // would look like no code at all).
+            let implausible = is_exec.is_some_and(|is_exec| match step {
                 Ok(Some(ra)) => {
                     !is_exec(ra) || (self.after_call(ra) == Some(false) && !self.is_sigreturn(ra))
                 }
@@ -618,7 +619,7 @@ impl AddressSpaceUnwinder {
                 }
                 Ok(None) => false,
                 Err(_) => true,
-            };
+            });
             // Only over the copy: past it the live stack may have moved on since the fault, and
             // a word that is no return address there says so, not that the CFI is missing.
             let stack_ended = beyond.failed && !failed_before;
@@ -1105,7 +1106,7 @@ mod tests {
             stack.regs(),
             copy,
             &mut live,
-            &|_| true,
+            Some(&|_| true),
             known,
             &mut frames,
         );

@@ -191,6 +191,7 @@ fn record_drained(
     use std::process::Stdio;
     let mut recorder = dir
         .fltrace()
+        .env("FLTRACE_ALLOCS_DRAIN", "1")
         .args(["record", "--allocs", "--"])
         .arg(&workloads().allocs)
         .args(["drained", &DRAINED_PAIRS.to_string()])
@@ -373,15 +374,17 @@ fn leaks_print_like_memleak() {
     );
 }
 
-/// One thread allocates, another frees: nothing leaks, nothing is temporary.
+/// One thread allocates, another frees: nothing leaks. Temporaries follow heaptrack's rule
+/// (a free of the process's last allocation, whatever thread): how many depends on how the
+/// two threads interleave, so only the first four totals are exact.
 #[test]
 fn threads_free_each_others_blocks() {
     let dir = Dir::new();
     record_ok(&dir, &[], &["threads", "500"]);
     let rows = report_rows(&dir, &["report", "--allocs"]);
     assert_eq!(
-        numbers(at(&rows, "produce"), &TOTALS),
-        [500, 24_000, 0, 0, 0]
+        numbers(at(&rows, "produce"), &TOTALS)[..4],
+        [500, 24_000, 0, 0]
     );
 }
 
