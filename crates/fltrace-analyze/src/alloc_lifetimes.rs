@@ -481,6 +481,20 @@ pub struct LargeBlock {
     pub remnant: bool,
 }
 
+impl From<&Block> for LargeBlock {
+    fn from(b: &Block) -> LargeBlock {
+        LargeBlock {
+            stack_id: b.stack_id,
+            kind: b.kind,
+            addr: b.addr,
+            size: b.size,
+            start_ns: b.start_ns,
+            end_ns: b.end_ns,
+            remnant: b.remnant,
+        }
+    }
+}
+
 /// The `count` largest non-empty blocks born so far, keyed by size and then birth (earlier
 /// first among equal sizes, as a stable sort of the blocks by size puts them).
 #[derive(Debug, Clone, Default)]
@@ -1833,15 +1847,7 @@ mod tests {
         got.extend(rest);
         let largest: Vec<LargeBlock> = crate::largest_blocks(&lifetimes, 7)
             .into_iter()
-            .map(|b| LargeBlock {
-                stack_id: b.stack_id,
-                kind: b.kind,
-                addr: b.addr,
-                size: b.size,
-                start_ns: b.start_ns,
-                end_ns: b.end_ns,
-                remnant: b.remnant,
-            })
+            .map(LargeBlock::from)
             .collect();
         assert_eq!(totals.largest, largest);
         let end = trace_end_ns(events, faults);

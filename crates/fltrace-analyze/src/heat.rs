@@ -165,15 +165,7 @@ pub fn largest_labelled_blocks(
     let lifetimes = Lifetimes::of_trace(trace);
     let blocks: Vec<LargeBlock> = largest_blocks(&lifetimes, count)
         .into_iter()
-        .map(|b| LargeBlock {
-            stack_id: b.stack_id,
-            kind: b.kind,
-            addr: b.addr,
-            size: b.size,
-            start_ns: b.start_ns,
-            end_ns: b.end_ns,
-            remnant: b.remnant,
-        })
+        .map(LargeBlock::from)
         .collect();
     labelled_blocks(&blocks, trace.end_ns(), stacks)
 }
