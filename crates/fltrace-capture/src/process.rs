@@ -14,6 +14,10 @@ use fltrace_trace::{
 use crate::runtime::{Handled, RuntimeView, is_fill};
 use crate::unwind::{AddressSpaceUnwinder, ElfCache, KnownFrames, LiveStack, UnwindEnd};
 
+mod window;
+
+use window::FaultWindow;
+
 /// Per-process counters, written to the stats file.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counters {
@@ -49,7 +53,7 @@ pub struct Counters {
 
 /// Where one process's trace goes.
 struct Output {
-    faults: FaultWriter,
+    faults: FaultWindow,
     stacks: StackWriter,
     mmaps: MappingWriter,
     /// `procmaps` rewritten from the live mappings at each stats line: a scratch buffer kept
@@ -65,9 +69,6 @@ struct Output {
     /// the faults file's footer was last given it.
     thread_names: BTreeMap<(u32, u32), String>,
     thread_names_changed: bool,
-    /// Faults pushed before the previous checkpoint: a checkpoint later, no late record
-    /// (a major fault, a far-memory fetch) can amend their flags any more.
-    settled_faults: u64,
 }
 
 /// One traced process.
@@ -134,8 +135,8 @@ struct FarState {
     orphans: u64,
     /// Log entries matched with their row.
     matched: u64,
-    /// Fetches matched with a row already written out (a recorder behind by a checkpoint):
-    /// the row stays flagged as a first touch.
+    /// Fetches matched with a row already settled (a recorder behind by a checkpoint): the
+    /// row stays flagged as a first touch.
     fetches_late: u64,
     /// Sum over matched entries of the row's time to the handler's read of the message: the
     /// wait for a handler, ns.
@@ -164,6 +165,24 @@ pub struct RemapCall {
     pub old_start: u64,
     pub old_len: u64,
     pub new_len: u64,
+}
+
+/// A page fault as the kernel sampled it: the tracepoint's fields, the registers and the stack
+/// copy its stack is unwound from.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultSample<'a> {
+    /// The trace's time of the fault (the sample's CLOCK_MONOTONIC time plus the recorder's
+    /// offset).
+    pub time_ns: u64,
+    pub tid: u32,
+    /// The address that faulted.
+    pub addr: VirtAddr,
+    /// The x86 page-fault error code.
+    pub error_code: u64,
+    /// The instruction, stack and frame pointers.
+    pub regs: (u64, u64, u64),
+    /// The copy of the user stack from the stack pointer up.
+    pub stack: &'a [u8],
 }
 
 /// What the recording as a whole passes to each process.
@@ -214,7 +233,7 @@ impl Process {
             live: LiveStack::new(live_pid),
             known: FxHashMap::default(),
             out: Output {
-                faults: FaultWriter::create(&files::faults(dir, pid), &metadata)?,
+                faults: FaultWindow::new(FaultWriter::create(&files::faults(dir, pid), &metadata)?),
                 stacks: StackWriter::create_for(&files::stacks(dir, pid), origin.clone())?,
                 mmaps: MappingWriter::create_for(&files::mmaps(dir, pid), origin)?,
                 procmaps: String::new(),
@@ -224,7 +243,6 @@ impl Process {
                 thread_names: BTreeMap::new(),
                 thread_names_changed: false,
                 next_stack_id: 0,
-                settled_faults: 0,
             },
             counters: Counters::default(),
             far: session.far_memory.map(|prefix| FarState {
@@ -546,15 +564,21 @@ impl Process {
         }
     }
 
-    /// Records one fault: classifies it, unwinds its stack and appends it to the trace.
+    /// Records one fault: classifies it, unwinds its stack and appends its row, open to the
+    /// flags later records add ([`Process::major`], [`Process::poll_runtime`]).
     pub fn fault(
         &mut self,
-        mut fault: Fault,
-        error_code: u64,
-        regs: (u64, u64, u64),
-        stack: &[u8],
+        sample: &FaultSample<'_>,
         frames: &mut Vec<u64>,
     ) -> Result<(), fltrace_trace::Error> {
+        let FaultSample {
+            time_ns,
+            tid,
+            addr,
+            error_code,
+            regs,
+            stack,
+        } = *sample;
         // x86 page fault error code bits (arch/x86/include/asm/trap_pf.h).
         const PRESENT: u64 = 1;
         const WRITE: u64 = 2;
@@ -576,9 +600,9 @@ impl Process {
             // default) without a mapping record: a fault there is a null pointer's, which
             // kills the program instead of filling a page.
             const LOWEST_MAPPABLE: u64 = 0x10000;
-            let anonymous = match self.mapping_at(fault.addr) {
+            let anonymous = match self.mapping_at(addr) {
                 Some(mapping) => !mapping.is_file(),
-                None => fault.addr.get() >= LOWEST_MAPPABLE,
+                None => addr.get() >= LOWEST_MAPPABLE,
             };
             if anonymous {
                 flags |= FaultFlags::ZERO;
@@ -587,31 +611,30 @@ impl Process {
         if error_code & USER == 0 {
             flags |= FaultFlags::KERNEL;
         }
-        fault.flags = FaultFlags(flags);
         if let Some(far) = &mut self.far
             && far
                 .view
                 .as_ref()
-                .is_none_or(|v| v.region().contains(&fault.addr.get()))
+                .is_none_or(|v| v.region().contains(&addr.get()))
         {
             far.pending_fills
-                .entry((fault.tid, fault.addr.align_down(0x1000).get()))
+                .entry((tid, addr.align_down(0x1000).get()))
                 .or_default()
                 .push_back(PendingRow {
-                    row: self.out.faults.rows(),
-                    time_ns: fault.time_ns.wrapping_sub(far.mono_offset),
+                    row: self.out.faults.next_row(),
+                    time_ns: time_ns.wrapping_sub(far.mono_offset),
                     matched: false,
                 });
         }
 
-        self.name_unnamed_thread(fault.tid);
+        self.name_unnamed_thread(tid);
         frames.clear();
         let stack_bounds = self.stack_bounds(regs.1);
         self.live.reset(stack_bounds);
         // Exact stacks (no live reads) infer nothing beyond the copy either.
         let mut exact = KnownFrames::default();
         let known = if self.live.reads() {
-            self.known.entry(fault.tid).or_default()
+            self.known.entry(tid).or_default()
         } else {
             &mut exact
         };
@@ -656,7 +679,7 @@ impl Process {
         }
         let end = classify(unwound, cut, frames, &self.entries);
         if self.live.reads()
-            && let Some(known) = self.known.get_mut(&fault.tid)
+            && let Some(known) = self.known.get_mut(&tid)
         {
             known.settle(end == StackEnd::Complete);
         }
@@ -672,19 +695,27 @@ impl Process {
         if self.live.used {
             self.counters.stacks_extended += 1;
         }
-        let tracer;
-        (fault.stack_id, tracer) = self.intern(frames, end)?;
+        let (stack_id, tracer) = self.intern(frames, end)?;
         self.image_recorded = true;
         // Far memory's own allocator serves the program: what it touches in the managed
         // region is the program's memory.
         let in_region = self.far.as_ref().is_some_and(|far| {
             far.view
                 .as_ref()
-                .is_none_or(|v| v.region().contains(&fault.addr.get()))
+                .is_none_or(|v| v.region().contains(&addr.get()))
         });
         if tracer && !in_region {
-            fault.flags.0 |= FaultFlags::TRACER;
+            flags |= FaultFlags::TRACER;
         }
+        let fault = Fault {
+            time_ns,
+            pid: self.pid,
+            tid,
+            ip: CodeAddr::new(regs.0),
+            addr,
+            flags: FaultFlags(flags),
+            stack_id,
+        };
 
         let c = &mut self.counters;
         c.faults += 1;
@@ -805,8 +836,7 @@ impl Process {
         if let Some(fault) = self
             .out
             .faults
-            .pending_mut()
-            .iter_mut()
+            .open_mut()
             .rev()
             .take(4096)
             .find(|f| f.tid == tid && f.addr.align_down(0x1000).get() == page)
@@ -838,10 +868,10 @@ impl Process {
         let mut fresh = Vec::new();
         view.read_log(&mut fresh);
         far.unmatched.extend(fresh.into_iter().map(|h| (h, round)));
-        let first_pending = self.out.faults.flushed_rows();
-        let pending = self.out.faults.pending_mut();
+        let window = &mut self.out.faults;
+        let first_pending = window.first_open();
         if far.pruned_below < first_pending {
-            // Rows already written out can no longer be amended.
+            // Rows already settled can no longer be amended.
             let rows_unhandled = &mut far.rows_unhandled;
             far.pending_fills.retain(|_, rows| {
                 rows.retain(|r| {
@@ -887,12 +917,8 @@ impl Process {
             far.matched += 1;
             let first_entry = !row.matched;
             row.matched = true;
-            let Some(fault) = row
-                .row
-                .checked_sub(first_pending)
-                .and_then(|i| pending.get_mut(i as usize))
-            else {
-                // Written out before its entry came: matched, not flagged (counted).
+            let Some(fault) = window.row_mut(row.row) else {
+                // Settled before its entry came: matched, not flagged (counted).
                 far.fetches_late += u64::from(handled.kind == fltrace_runtime_abi::kind::FETCH);
                 return false;
             };
@@ -1021,15 +1047,14 @@ impl Process {
     }
 
     /// Makes what was recorded readable should the recorder die: the mappings and stacks so
-    /// far, then the faults settled since the previous checkpoint, in that order so that every
-    /// fault readable has its stack and mappings readable too.
+    /// far, then the faults that settle now (those pushed before the previous checkpoint:
+    /// no late record can amend them any more), in that order so that every fault readable
+    /// has its stack and mappings readable too.
     pub fn checkpoint(&mut self) -> Result<(), fltrace_trace::Error> {
         self.store_thread_names();
         self.out.mmaps.checkpoint()?;
         self.out.stacks.checkpoint()?;
-        self.out.faults.checkpoint_before(self.out.settled_faults)?;
-        self.out.settled_faults = self.out.faults.rows();
-        Ok(())
+        self.out.faults.checkpoint()
     }
 
     /// Writes the footers. The process must not be used afterwards.

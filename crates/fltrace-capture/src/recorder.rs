@@ -13,11 +13,11 @@ use linux_perf_event_reader::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use fltrace_trace::{CodeAddr, Fault, FileOffset, Mapping, VirtAddr, keys};
+use fltrace_trace::{FileOffset, Mapping, VirtAddr, keys};
 
 use crate::Error;
 use crate::child::ChildGuard;
-use crate::process::{Process, RemapCall, SessionMeta};
+use crate::process::{FaultSample, Process, RemapCall, SessionMeta};
 use crate::ring::{RingBuffer, page_size};
 use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
 use crate::target::{Credentials, PendingChild};
@@ -1633,15 +1633,6 @@ impl State {
         ) else {
             return Ok(());
         };
-        let fault = Fault {
-            time_ns: sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset),
-            pid: pid as u32,
-            tid: tid as u32,
-            ip: CodeAddr::new(ip),
-            addr: VirtAddr::new(addr),
-            flags: fltrace_trace::FaultFlags(0),
-            stack_id: 0,
-        };
         let mut frames = std::mem::take(&mut self.frames);
         let mut scratch = std::mem::take(&mut self.scratch);
         let stack: &[u8] = match &sample.user_stack {
@@ -1659,9 +1650,17 @@ impl State {
             }
             None => &[],
         };
+        let fault = FaultSample {
+            time_ns: sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset),
+            tid: tid as u32,
+            addr: VirtAddr::new(addr),
+            error_code,
+            regs: (ip, sp, bp),
+            stack,
+        };
         let process = self.process(pid as u32)?;
         let before = process.counters.stacks_truncated;
-        let result = process.fault(fault, error_code, (ip, sp, bp), stack, &mut frames);
+        let result = process.fault(&fault, &mut frames);
         self.truncated_total += process.counters.stacks_truncated - before;
         self.faults += 1;
         self.frames = frames;

@@ -557,25 +557,9 @@ impl FaultWriter {
         )))
     }
 
-    /// Appends a fault; writes a row group when two are buffered, keeping the newer one open
-    /// to [`pending_mut`](Self::pending_mut): flags learnt after the fault (a far-memory
-    /// fetch, read from the runtime's log a round or two later) find their row still there.
+    /// Appends a fault; writes a row group when the batch is full.
     pub fn push(&mut self, fault: Fault) -> Result<(), Error> {
-        self.0.batch.push(fault);
-        if self.0.batch.len() >= 2 * ROW_GROUP {
-            self.0.flush_first(ROW_GROUP)?;
-        }
-        Ok(())
-    }
-
-    /// The faults not yet written, for amending flags learnt after the fault (major faults).
-    pub fn pending_mut(&mut self) -> &mut [Fault] {
-        &mut self.0.batch
-    }
-
-    /// Rows already written out: `pending_mut()[i]` is row `flushed_rows() + i`.
-    pub fn flushed_rows(&self) -> u64 {
-        self.0.rows
+        self.0.push(fault)
     }
 
     /// Rows pushed so far.
@@ -589,13 +573,10 @@ impl FaultWriter {
         self.0.table.set_footer_value(key, value);
     }
 
-    /// Writes the rows before row `before` (counted from the first row pushed) and a
-    /// checkpoint: they stay readable should the writer never finish. Later rows stay
-    /// buffered, open to [`pending_mut`](Self::pending_mut).
-    pub fn checkpoint_before(&mut self, before: u64) -> Result<(), Error> {
-        let count = before.saturating_sub(self.0.rows);
-        self.0
-            .checkpoint(usize::try_from(count).unwrap_or(usize::MAX))
+    /// Writes every fault pushed so far and a checkpoint: they stay readable should the
+    /// writer never finish.
+    pub fn checkpoint(&mut self) -> Result<(), Error> {
+        self.0.checkpoint(usize::MAX)
     }
 
     /// Writes what is buffered and the footer.
@@ -2398,11 +2379,11 @@ mod tests {
         let expected: Vec<Fault> = (0..150_000).map(fault).collect();
         for (i, f) in expected.iter().enumerate() {
             writer.push(*f).unwrap();
-            // Checkpoints that keep the newest rows buffered, one with an automatic row group
-            // (64K rows) written since the previous.
+            // Checkpoints, one with an automatic row group (64K rows) written since the
+            // previous.
             if [10_000, 20_000, 100_000].contains(&i) {
-                writer.checkpoint_before(i as u64 - 5).unwrap();
-                checkpoints.push((size(), i as u64 - 5));
+                writer.checkpoint().unwrap();
+                checkpoints.push((size(), i as u64 + 1));
             }
         }
         writer.finish().unwrap();
