@@ -1221,6 +1221,56 @@ mod tests {
         );
     }
 
+    fn sample(time_ns: u64, tid: u32, addr: u64) -> FaultSample<'static> {
+        FaultSample {
+            time_ns,
+            tid,
+            addr: VirtAddr::new(addr),
+            // A write to a missing page, from user mode.
+            error_code: 2 | 4,
+            regs: (0x40_1000, 0x7fff_0000, 0),
+            stack: &[],
+        }
+    }
+
+    /// A major-fault event marks its thread's newest row on that page, complete in the table
+    /// (a first touch no more); once that row settled (two checkpoints on), it marks nothing.
+    #[test]
+    fn a_major_fault_marks_the_open_row_of_its_thread_and_page() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = process(dir.path());
+        let mut frames = Vec::new();
+        p.fault(&sample(1, 7, 0x10_0010), &mut frames)
+            .expect("recorded");
+        p.fault(&sample(2, 7, 0x10_0020), &mut frames)
+            .expect("recorded");
+        p.fault(&sample(3, 8, 0x10_0030), &mut frames)
+            .expect("recorded");
+        p.fault(&sample(4, 7, 0x20_0000), &mut frames)
+            .expect("recorded");
+        p.major(7, 0x10_0fff);
+        p.checkpoint().expect("checkpoint");
+        p.checkpoint().expect("checkpoint");
+        // Row 3 settled with the second checkpoint: too late for it.
+        p.major(7, 0x20_0000);
+        assert_eq!(p.counters.faults_major, 1);
+        p.finish().expect("finished");
+        let (rows, _) = fltrace_trace::read_faults(&files::faults(dir.path(), 1)).expect("read");
+        let flags: Vec<u8> = rows.iter().map(|f| f.flags.0).collect();
+        let first_touch = FaultFlags::WRITE | FaultFlags::ZERO;
+        assert_eq!(
+            flags,
+            [
+                first_touch,
+                FaultFlags::WRITE | FaultFlags::MAJOR,
+                first_touch,
+                first_touch
+            ]
+        );
+        let times: Vec<(u64, u32, u32)> = rows.iter().map(|f| (f.time_ns, f.pid, f.tid)).collect();
+        assert_eq!(times, [(1, 1, 7), (2, 1, 7), (3, 1, 8), (4, 1, 7)]);
+    }
+
     #[test]
     fn mapping_over_or_unmapping_part_of_another_keeps_the_rest_as_the_kernel_does() {
         let dir = tempfile::tempdir().expect("tempdir");
