@@ -186,13 +186,15 @@ pub struct FaultSample<'a> {
 }
 
 /// What the recording as a whole passes to each process.
-pub struct SessionMeta<'a> {
-    pub dir: &'a Path,
+pub struct SessionMeta {
+    /// Where the trace files go.
+    pub dir: PathBuf,
     /// Whether unwinding may read beyond the sampled stack copy from the live process.
     pub read_live_stacks: bool,
     /// Prefix of the far-memory runtime's shared pages, when emulating far memory.
-    pub far_memory: Option<&'a Path>,
-    pub metadata: &'a [(String, String)],
+    pub far_memory: Option<PathBuf>,
+    /// The footer of every process's faults table (its `parent` added).
+    pub metadata: Vec<(String, String)>,
     /// Whether the build IDs of the files stack frames fall in are collected, for the
     /// build-ID cache ([`Process::take_code_hits`]).
     pub collect_code_hits: bool,
@@ -204,14 +206,14 @@ impl Process {
     pub fn new(
         pid: u32,
         parent: Option<u32>,
-        session: &SessionMeta<'_>,
+        session: &SessionMeta,
     ) -> Result<Process, fltrace_trace::Error> {
         let live_pid = if session.read_live_stacks { pid } else { 0 };
-        let mut metadata = session.metadata.to_vec();
+        let mut metadata = session.metadata.clone();
         if let Some(parent) = parent {
             metadata.push((keys::PARENT.to_owned(), parent.to_string()));
         }
-        let dir = session.dir;
+        let dir = session.dir.as_path();
         let recording = metadata
             .iter()
             .find(|(k, _)| k == keys::SESSION)
@@ -245,8 +247,8 @@ impl Process {
                 next_stack_id: 0,
             },
             counters: Counters::default(),
-            far: session.far_memory.map(|prefix| FarState {
-                prefix: prefix.to_owned(),
+            far: session.far_memory.as_ref().map(|prefix| FarState {
+                prefix: prefix.clone(),
                 view: None,
                 unmatched: Vec::new(),
                 pending_fills: FxHashMap::default(),
@@ -271,7 +273,7 @@ impl Process {
     pub fn fork_of(
         parent: &Process,
         pid: u32,
-        session: &SessionMeta<'_>,
+        session: &SessionMeta,
     ) -> Result<Process, fltrace_trace::Error> {
         let mut child = Process::new(pid, Some(parent.pid), session)?;
         child.generation = parent.generation;
@@ -1128,10 +1130,10 @@ mod tests {
 
     fn process(dir: &Path) -> Process {
         let session = SessionMeta {
-            dir,
+            dir: dir.to_owned(),
             read_live_stacks: false,
             far_memory: None,
-            metadata: &[],
+            metadata: Vec::new(),
             collect_code_hits: false,
             mono_offset: 0,
         };
@@ -1147,10 +1149,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let prefix = dir.path().join("runtime");
         let session = SessionMeta {
-            dir: dir.path(),
+            dir: dir.path().to_owned(),
             read_live_stacks: false,
-            far_memory: Some(&prefix),
-            metadata: &[],
+            far_memory: Some(prefix),
+            metadata: Vec::new(),
             collect_code_hits: false,
             mono_offset: 1_234_567,
         };

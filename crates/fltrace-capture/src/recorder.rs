@@ -2,6 +2,7 @@
 //! each record to the process model until the target is gone.
 
 use std::borrow::Cow;
+use std::collections::hash_map::Entry;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -1252,18 +1253,17 @@ struct State {
     replaying: bool,
     /// Processes whose files are complete: late records for them are dropped.
     finished_set: FxHashSet<u32>,
-    session_dir: PathBuf,
-    read_live_stacks: bool,
-    far_prefix: Option<PathBuf>,
+    /// What each new process is made with.
+    session: SessionMeta,
     far_exhausted: bool,
     /// Per finished process, the generation its preloaded library's first image ran in.
     preload_generations: FxHashMap<u32, u32>,
     /// Threads of the far-memory runtime, whose faults are its own, not the program's.
     runtime_threads: FxHashSet<u32>,
-    metadata: Vec<(String, String)>,
     processes: FxHashMap<u32, Process>,
+    /// What the handlers of every process use, borrowed beside it.
+    caches: Caches,
     finished: Vec<u32>,
-    elf_cache: ElfCache,
     /// Where the files holding code are kept by build ID (`None`: `--no-cache`).
     code_cache: Option<crate::code_cache::CodeCache>,
     /// The perf maps and jitdumps naming the processes' JIT code.
@@ -1273,14 +1273,22 @@ struct State {
     remap_calls: FxHashMap<u32, RemapCall>,
     parse_info: RecordParseInfo,
     major_parse_info: RecordParseInfo,
-    mono_offset: u64,
     lost: u64,
     faults: u64,
     truncated_total: u64,
-    frames: Vec<u64>,
-    scratch: Vec<u8>,
     /// The first error a handler met; handlers run inside ring-buffer callbacks.
     error: Option<Error>,
+}
+
+/// What the handlers of every process use: kept across records, so that they are read or
+/// allocated once.
+struct Caches {
+    /// The ELF files mapped, parsed once for all processes.
+    elf: ElfCache,
+    /// The frames of the stack being unwound.
+    frames: Vec<u64>,
+    /// A sample's stack copy made contiguous when it wraps around the ring buffer.
+    scratch: Vec<u8>,
 }
 
 fn u64_at(data: &RawData<'_>, offset: usize) -> Option<u64> {
@@ -1307,16 +1315,24 @@ impl State {
             deferred_pids: FxHashSet::default(),
             replaying: false,
             finished_set: FxHashSet::default(),
-            session_dir: options.dir.clone(),
-            read_live_stacks: options.read_live_stacks,
-            far_prefix,
+            session: SessionMeta {
+                dir: options.dir.clone(),
+                read_live_stacks: options.read_live_stacks,
+                far_memory: far_prefix,
+                metadata,
+                collect_code_hits: options.build_id_cache.is_some(),
+                mono_offset,
+            },
             far_exhausted: false,
             preload_generations: FxHashMap::default(),
             runtime_threads: FxHashSet::default(),
-            metadata,
             processes: FxHashMap::default(),
+            caches: Caches {
+                elf: ElfCache::default(),
+                frames: Vec::with_capacity(128),
+                scratch: Vec::new(),
+            },
             finished: Vec::new(),
-            elf_cache: ElfCache::default(),
             code_cache: options
                 .build_id_cache
                 .clone()
@@ -1326,35 +1342,25 @@ impl State {
             remap_calls: FxHashMap::default(),
             parse_info: sys::parse_info(attrs.0),
             major_parse_info: sys::parse_info(attrs.1),
-            mono_offset,
             lost: 0,
             faults: 0,
             truncated_total: 0,
-            frames: Vec::with_capacity(128),
-            scratch: Vec::new(),
             error: None,
         }
     }
 
-    fn session(&self) -> SessionMeta<'_> {
-        SessionMeta {
-            dir: &self.session_dir,
-            read_live_stacks: self.read_live_stacks,
-            far_memory: self.far_prefix.as_deref(),
-            metadata: &self.metadata,
-            collect_code_hits: self.code_cache.is_some(),
-            mono_offset: self.mono_offset,
-        }
+    /// Process `pid`, made at its first record.
+    fn process(&mut self, pid: u32) -> Result<&mut Process, Error> {
+        Ok(self.process_and_caches(pid)?.0)
     }
 
-    fn process(&mut self, pid: u32) -> Result<&mut Process, Error> {
-        if !self.processes.contains_key(&pid) {
-            let process = Process::new(pid, None, &self.session())?;
-            self.processes.insert(pid, process);
-        }
-        self.processes
-            .get_mut(&pid)
-            .ok_or(Error::Trace(fltrace_trace::Error::NoSuchProcess(pid)))
+    /// Process `pid`, made at its first record, and the caches its handlers use.
+    fn process_and_caches(&mut self, pid: u32) -> Result<(&mut Process, &mut Caches), Error> {
+        let process = match self.processes.entry(pid) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(Process::new(pid, None, &self.session)?),
+        };
+        Ok((process, &mut self.caches))
     }
 
     /// Keeps the file mapped at `start` in `pid` in the build-ID cache, if it holds code not
@@ -1375,15 +1381,13 @@ impl State {
                 source,
             }
         })?;
-        let mut elf_cache = std::mem::take(&mut self.elf_cache);
-        let process = self.process(pid)?;
+        let (process, caches) = self.process_and_caches(pid)?;
         let mut mapped = Ok(());
         let mut starts = Vec::new();
         for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
             starts.push(mapping.start);
-            mapped = mapped.and_then(|()| process.map(mapping, &mut elf_cache));
+            mapped = mapped.and_then(|()| process.map(mapping, &mut caches.elf));
         }
-        self.elf_cache = elf_cache;
         for start in starts {
             if let Some(mapping) = self
                 .processes
@@ -1462,7 +1466,7 @@ impl State {
             EventRecord::Mmap2(m) if m.pid > 0 => {
                 let time_ns = raw
                     .timestamp()
-                    .map_or(0, |t| t.wrapping_add(self.mono_offset));
+                    .map_or(0, |t| t.wrapping_add(self.session.mono_offset));
                 let mapping = Mapping {
                     time_ns,
                     generation: 0,
@@ -1479,11 +1483,9 @@ impl State {
                 };
                 let start = mapping.start;
                 self.jit_files.mapped(m.pid as u32, &mapping);
-                let mut elf_cache = std::mem::take(&mut self.elf_cache);
                 let mapped = self
-                    .process(m.pid as u32)
-                    .and_then(|p| Ok(p.map(mapping, &mut elf_cache)?));
-                self.elf_cache = elf_cache;
+                    .process_and_caches(m.pid as u32)
+                    .and_then(|(p, caches)| Ok(p.map(mapping, &mut caches.elf)?));
                 self.offer_to_cache(m.pid as u32, start);
                 mapped
             }
@@ -1504,11 +1506,11 @@ impl State {
                 if !self.processes.contains_key(&child) {
                     let process = match self.processes.get(&parent) {
                         Some(parent) => {
-                            let mut process = Process::fork_of(parent, child, &self.session())?;
+                            let mut process = Process::fork_of(parent, child, &self.session)?;
                             process.inherit_stack(parent, f.ptid as u32);
                             process
                         }
-                        None => Process::new(child, Some(parent), &self.session())?,
+                        None => Process::new(child, Some(parent), &self.session)?,
                     };
                     self.processes.insert(child, process);
                 }
@@ -1609,13 +1611,12 @@ impl State {
                     && let Some(ret) = u64_at(&raw, remap.ret)
                     && ret < MAX_ERRNO.wrapping_neg()
                 {
-                    let time_ns = sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset);
-                    let mut elf_cache = std::mem::take(&mut self.elf_cache);
-                    let remapped = self
-                        .process(pid as u32)
-                        .and_then(|p| Ok(p.remap(&call, ret, time_ns, &mut elf_cache)?));
-                    self.elf_cache = elf_cache;
-                    return remapped;
+                    let time_ns = sample
+                        .timestamp
+                        .unwrap_or(0)
+                        .wrapping_add(self.session.mono_offset);
+                    let (process, caches) = self.process_and_caches(pid as u32)?;
+                    return Ok(process.remap(&call, ret, time_ns, &mut caches.elf)?);
                 }
                 return Ok(());
             }
@@ -1633,8 +1634,12 @@ impl State {
         ) else {
             return Ok(());
         };
-        let mut frames = std::mem::take(&mut self.frames);
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let time_ns = sample
+            .timestamp
+            .unwrap_or(0)
+            .wrapping_add(self.session.mono_offset);
+        let (process, caches) = self.process_and_caches(pid as u32)?;
+        let scratch = &mut caches.scratch;
         let stack: &[u8] = match &sample.user_stack {
             Some((data, dyn_size)) => {
                 let len = (*dyn_size as usize).min(data.len());
@@ -1643,7 +1648,7 @@ impl State {
                     Some(split) => {
                         scratch.clear();
                         scratch.extend_from_slice(&split.as_slice());
-                        &scratch
+                        scratch
                     }
                     None => &[],
                 }
@@ -1651,20 +1656,17 @@ impl State {
             None => &[],
         };
         let fault = FaultSample {
-            time_ns: sample.timestamp.unwrap_or(0).wrapping_add(self.mono_offset),
+            time_ns,
             tid: tid as u32,
             addr: VirtAddr::new(addr),
             error_code,
             regs: (ip, sp, bp),
             stack,
         };
-        let process = self.process(pid as u32)?;
         let before = process.counters.stacks_truncated;
-        let result = process.fault(&fault, &mut frames);
+        let result = process.fault(&fault, &mut caches.frames);
         self.truncated_total += process.counters.stacks_truncated - before;
         self.faults += 1;
-        self.frames = frames;
-        self.scratch = scratch;
         Ok(result?)
     }
 
@@ -1723,7 +1725,7 @@ impl State {
         self.jit_files.poll();
         let round = self.round;
         self.round += 1;
-        if self.far_prefix.is_some() {
+        if self.session.far_memory.is_some() {
             for process in self.processes.values_mut() {
                 process.poll_runtime(round);
             }
@@ -1804,7 +1806,7 @@ impl State {
         // their footers may still fit, or be recoverable.
         let stats = process.write_stats(now, self.lost);
         let tables = process.finish();
-        self.jit_files.finish(&self.session_dir, pid);
+        self.jit_files.finish(&self.session.dir, pid);
         self.finished.push(pid);
         match (stats, tables) {
             (Err(e), _) => Err(e.into()),
