@@ -1030,7 +1030,7 @@ impl Process {
                 fltrace_runtime_abi::hist_percentile(&far.wait_hist, 990),
             ));
             counters.push(("rt_resolve_ns", far.resolve_ns));
-            counters.push(("recorder_cpu_ns", recorder_cpu_ns()));
+            counters.push(("recorder_cpu_ns", crate::recorder::cpu_time_ns()));
         }
         self.out
             .stats
@@ -1110,18 +1110,6 @@ fn write_file(path: &Path, text: &str) -> Result<(), fltrace_trace::Error> {
             path: path.to_owned(),
             source,
         })
-}
-
-/// CPU time (user and system) the recorder has used so far, all its threads, ns.
-fn recorder_cpu_ns() -> u64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
 }
 
 #[cfg(test)]

@@ -1,0 +1,672 @@
+//! Each record to the process it belongs to: mappings, names, forks and exits to the model,
+//! fault samples unwound and appended, records of processes not known yet deferred a round.
+
+use std::collections::hash_map::Entry;
+use std::path::PathBuf;
+
+use linux_perf_event_reader::{
+    EventRecord, Mmap2FileId, RawData, RawEventRecord, RecordParseInfo, RecordType,
+};
+use perf_event_open_sys::bindings::{PERF_RECORD_FORK, PERF_RECORD_LOST_SAMPLES};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use fltrace_trace::{FileOffset, Mapping, VirtAddr};
+
+use super::Options;
+use super::os::unix_now_ns;
+use crate::Error;
+use crate::process::{FaultSample, Process, RemapCall, SessionMeta};
+use crate::sys::{self, Tracepoint, perf_event_attr};
+use crate::unwind::ElfCache;
+
+/// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout), and
+/// how to read the `mremap` samples that share their ring.
+#[derive(Clone, Copy)]
+pub(super) struct FaultFields {
+    pub(super) address: usize,
+    pub(super) error_code: usize,
+    pub(super) remap: Option<RemapFields>,
+    pub(super) unmap: Option<UnmapFields>,
+}
+
+/// The `munmap` system call's entry tracepoint: its id and where its arguments lie.
+#[derive(Clone, Copy)]
+pub(super) struct UnmapFields {
+    pub(super) enter_id: u16,
+    pub(super) addr: usize,
+    pub(super) len: usize,
+}
+
+impl UnmapFields {
+    pub(super) fn open(tracefs: &std::path::Path) -> Option<UnmapFields> {
+        let enter = Tracepoint::open(tracefs, "syscalls", "sys_enter_munmap").ok()?;
+        let word = |name| enter.field(name).filter(|f| f.1 == 8).map(|f| f.0);
+        Some(UnmapFields {
+            enter_id: u16::try_from(enter.id).ok()?,
+            addr: word("addr")?,
+            len: word("len")?,
+        })
+    }
+}
+
+/// The `mremap` system call's tracepoints: the ids their samples start with (`common_type`)
+/// and the byte offsets of the fields that say which mapping grew or moved where.
+#[derive(Clone, Copy)]
+pub(super) struct RemapFields {
+    pub(super) enter_id: u16,
+    pub(super) exit_id: u16,
+    pub(super) addr: usize,
+    pub(super) old_len: usize,
+    pub(super) new_len: usize,
+    pub(super) ret: usize,
+}
+
+impl RemapFields {
+    pub(super) fn open(tracefs: &std::path::Path) -> Option<RemapFields> {
+        let enter = Tracepoint::open(tracefs, "syscalls", "sys_enter_mremap").ok()?;
+        let exit = Tracepoint::open(tracefs, "syscalls", "sys_exit_mremap").ok()?;
+        let word = |tp: &Tracepoint, name| tp.field(name).filter(|f| f.1 == 8).map(|f| f.0);
+        Some(RemapFields {
+            enter_id: u16::try_from(enter.id).ok()?,
+            exit_id: u16::try_from(exit.id).ok()?,
+            addr: word(&enter, "addr")?,
+            old_len: word(&enter, "old_len")?,
+            new_len: word(&enter, "new_len")?,
+            ret: word(&exit, "ret")?,
+        })
+    }
+}
+
+/// A record set aside until the process it belongs to is known.
+struct Deferred {
+    round: u64,
+    kind: u32,
+    misc: u16,
+    bytes: Vec<u8>,
+}
+
+/// Everything the record handlers update.
+///
+/// Records are read CPU by CPU, so a child's first records can be read before the fork
+/// record (on its parent's CPU) that introduces it. Such records are deferred until a whole
+/// further round of reading has passed: by then the fork record, written before the child ran,
+/// has been read. Likewise a process is finalised one round after its exit record.
+pub(super) struct State {
+    root_pid: u32,
+    /// Rounds of reading every ring buffer completed.
+    round: u64,
+    deferred: Vec<Deferred>,
+    deferred_pids: FxHashSet<u32>,
+    /// Replaying deferred records: create unknown processes instead of deferring again.
+    replaying: bool,
+    /// Processes whose files are complete: late records for them are dropped.
+    finished_set: FxHashSet<u32>,
+    /// What each new process is made with.
+    session: SessionMeta,
+    pub(super) far_exhausted: bool,
+    /// Per finished process, the generation its preloaded library's first image ran in.
+    pub(super) preload_generations: FxHashMap<u32, u32>,
+    /// Threads of the far-memory runtime, whose faults are its own, not the program's.
+    runtime_threads: FxHashSet<u32>,
+    pub(super) processes: FxHashMap<u32, Process>,
+    /// What the handlers of every process use, borrowed beside it.
+    caches: Caches,
+    finished: Vec<u32>,
+    /// Where the files holding code are kept by build ID (`None`: `--no-cache`).
+    pub(super) code_cache: Option<crate::code_cache::CodeCache>,
+    /// The perf maps and jitdumps naming the processes' JIT code.
+    jit_files: crate::jit_files::JitFiles,
+    fields: FaultFields,
+    /// Each thread's `mremap` in progress, from its entry record to its return record.
+    remap_calls: FxHashMap<u32, RemapCall>,
+    parse_info: RecordParseInfo,
+    major_parse_info: RecordParseInfo,
+    pub(super) lost: u64,
+    pub(super) faults: u64,
+    pub(super) truncated_total: u64,
+    /// The first error a handler met; handlers run inside ring-buffer callbacks.
+    pub(super) error: Option<Error>,
+}
+
+/// What the handlers of every process use: kept across records, so that they are read or
+/// allocated once.
+struct Caches {
+    /// The ELF files mapped, parsed once for all processes.
+    elf: ElfCache,
+    /// The frames of the stack being unwound.
+    frames: Vec<u64>,
+    /// A sample's stack copy made contiguous when it wraps around the ring buffer.
+    scratch: Vec<u8>,
+}
+
+fn u64_at(data: &RawData<'_>, offset: usize) -> Option<u64> {
+    let bytes = data.get(offset..offset + 8)?.as_slice();
+    Some(u64::from_ne_bytes(bytes.as_ref().try_into().ok()?))
+}
+
+impl State {
+    /// Nothing read yet; `attrs` are the fault and major-fault events' attributes, whose
+    /// sample layouts the records are parsed with.
+    pub(super) fn new(
+        root_pid: u32,
+        options: &Options,
+        far_prefix: Option<PathBuf>,
+        metadata: Vec<(String, String)>,
+        fields: FaultFields,
+        attrs: (&perf_event_attr, &perf_event_attr),
+        mono_offset: u64,
+    ) -> State {
+        State {
+            root_pid,
+            round: 0,
+            deferred: Vec::new(),
+            deferred_pids: FxHashSet::default(),
+            replaying: false,
+            finished_set: FxHashSet::default(),
+            session: SessionMeta {
+                dir: options.dir.clone(),
+                read_live_stacks: options.read_live_stacks,
+                far_memory: far_prefix,
+                metadata,
+                collect_code_hits: options.build_id_cache.is_some(),
+                mono_offset,
+            },
+            far_exhausted: false,
+            preload_generations: FxHashMap::default(),
+            runtime_threads: FxHashSet::default(),
+            processes: FxHashMap::default(),
+            caches: Caches {
+                elf: ElfCache::default(),
+                frames: Vec::with_capacity(128),
+                scratch: Vec::new(),
+            },
+            finished: Vec::new(),
+            code_cache: options
+                .build_id_cache
+                .clone()
+                .map(crate::code_cache::CodeCache::start),
+            jit_files: Default::default(),
+            fields,
+            remap_calls: FxHashMap::default(),
+            parse_info: sys::parse_info(attrs.0),
+            major_parse_info: sys::parse_info(attrs.1),
+            lost: 0,
+            faults: 0,
+            truncated_total: 0,
+            error: None,
+        }
+    }
+
+    /// Process `pid`, made at its first record.
+    fn process(&mut self, pid: u32) -> Result<&mut Process, Error> {
+        Ok(self.process_and_caches(pid)?.0)
+    }
+
+    /// Process `pid`, made at its first record, and the caches its handlers use.
+    fn process_and_caches(&mut self, pid: u32) -> Result<(&mut Process, &mut Caches), Error> {
+        let process = match self.processes.entry(pid) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(Process::new(pid, None, &self.session)?),
+        };
+        Ok((process, &mut self.caches))
+    }
+
+    /// Keeps the file mapped at `start` in `pid` in the build-ID cache, if it holds code not
+    /// kept yet: opened now, while the process lives, stored by the cache's thread.
+    fn offer_to_cache(&mut self, pid: u32, start: VirtAddr) {
+        if let (Some(cache), Some(process)) = (&mut self.code_cache, self.processes.get(&pid))
+            && let Some(mapping) = process.mapping_starting(start)
+        {
+            cache.offer(pid, mapping);
+        }
+    }
+
+    /// For an attached process: the mappings that exist already.
+    pub(super) fn attach_existing(&mut self, pid: u32) -> Result<(), Error> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
+            Error::Attach {
+                pid: pid as i32,
+                source,
+            }
+        })?;
+        let (process, caches) = self.process_and_caches(pid)?;
+        let mut mapped = Ok(());
+        let mut starts = Vec::new();
+        for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
+            starts.push(mapping.start);
+            mapped = mapped.and_then(|()| process.map(mapping, &mut caches.elf));
+        }
+        for start in starts {
+            if let Some(mapping) = self
+                .processes
+                .get(&pid)
+                .and_then(|p| p.mapping_starting(start))
+            {
+                self.jit_files.mapped(pid, mapping);
+            }
+            self.offer_to_cache(pid, start);
+        }
+        Ok(mapped?)
+    }
+
+    /// The time of a record (0 for records without one: they are handled first).
+    pub(super) fn timestamp(&self, record: &crate::ring::RawRecord<'_>) -> u64 {
+        RawEventRecord::new(
+            RecordType(record.kind),
+            record.misc,
+            record.data,
+            self.parse_info,
+        )
+        .timestamp()
+        .unwrap_or(0)
+    }
+
+    pub(super) fn handle(&mut self, record: crate::ring::RawRecord<'_>) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.handle_inner(record) {
+            self.error = Some(e);
+        }
+    }
+
+    fn handle_inner(&mut self, record: crate::ring::RawRecord<'_>) -> Result<(), Error> {
+        if record.kind == PERF_RECORD_LOST_SAMPLES {
+            self.lost += u64_at(&record.data, 0).unwrap_or(0);
+            return Ok(());
+        }
+        let raw = RawEventRecord::new(
+            RecordType(record.kind),
+            record.misc,
+            record.data,
+            self.parse_info,
+        );
+        let Ok(parsed) = raw.parse() else {
+            return Ok(());
+        };
+        let owner = match &parsed {
+            EventRecord::Sample(s) => s.pid,
+            EventRecord::Mmap2(m) => Some(m.pid),
+            EventRecord::Comm(c) => Some(c.pid),
+            EventRecord::Fork(f) if f.pid != f.ppid => Some(f.ppid),
+            EventRecord::Exit(e) => Some(e.pid),
+            _ => None,
+        };
+        if let Some(pid) = owner.filter(|p| *p > 0).map(|p| p as u32) {
+            if self.finished_set.contains(&pid) {
+                return Ok(());
+            }
+            let unknown = !self.processes.contains_key(&pid) && pid != self.root_pid;
+            if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
+                self.deferred_pids.insert(pid);
+                self.deferred.push(Deferred {
+                    round: self.round,
+                    kind: record.kind,
+                    misc: record.misc,
+                    bytes: record.data.as_slice().into_owned(),
+                });
+                return Ok(());
+            }
+        }
+        match parsed {
+            EventRecord::Sample(sample) => self.sample(&sample),
+            EventRecord::Mmap2(m) if m.pid > 0 => {
+                let time_ns = raw
+                    .timestamp()
+                    .map_or(0, |t| t.wrapping_add(self.session.mono_offset));
+                let mapping = Mapping {
+                    time_ns,
+                    generation: 0,
+                    start: VirtAddr::new(m.address),
+                    end: VirtAddr::new(m.address + m.length),
+                    pgoff: FileOffset::new(m.page_offset),
+                    prot: m.protection,
+                    flags: m.flags,
+                    path: String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
+                    build_id: match &m.file_id {
+                        Mmap2FileId::BuildId(id) => id.iter().map(|b| format!("{b:02x}")).collect(),
+                        Mmap2FileId::InodeAndVersion(_) => String::new(),
+                    },
+                };
+                let start = mapping.start;
+                self.jit_files.mapped(m.pid as u32, &mapping);
+                let mapped = self
+                    .process_and_caches(m.pid as u32)
+                    .and_then(|(p, caches)| Ok(p.map(mapping, &mut caches.elf)?));
+                self.offer_to_cache(m.pid as u32, start);
+                mapped
+            }
+            EventRecord::Comm(c) => {
+                let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
+                let process = self.process(c.pid as u32)?;
+                if c.is_execve {
+                    process.exec();
+                }
+                process.set_thread_name(c.tid as u32, &name);
+                if name == fltrace_runtime_abi::HANDLER_THREAD_NAME {
+                    self.runtime_threads.insert(c.tid as u32);
+                }
+                Ok(())
+            }
+            EventRecord::Fork(f) if f.pid != f.ppid => {
+                let (child, parent) = (f.pid as u32, f.ppid as u32);
+                if !self.processes.contains_key(&child) {
+                    let process = match self.processes.get(&parent) {
+                        Some(parent) => {
+                            let mut process = Process::fork_of(parent, child, &self.session)?;
+                            process.inherit_stack(parent, f.ptid as u32);
+                            process
+                        }
+                        None => Process::new(child, Some(parent), &self.session)?,
+                    };
+                    self.processes.insert(child, process);
+                }
+                // The child is named as the thread that forked it, until it execs.
+                let name = self
+                    .processes
+                    .get(&parent)
+                    .and_then(|p| p.thread_name(f.ptid as u32))
+                    .map(str::to_owned);
+                if let (Some(name), Some(process)) = (name, self.processes.get_mut(&child)) {
+                    process.set_thread_name(child, &name);
+                }
+                Ok(())
+            }
+            EventRecord::Fork(f) => {
+                // A new thread, named as the thread that made it.
+                if let Some(process) = self.processes.get_mut(&(f.pid as u32))
+                    && let Some(name) = process.thread_name(f.ptid as u32).map(str::to_owned)
+                {
+                    process.set_thread_name(f.tid as u32, &name);
+                }
+                Ok(())
+            }
+            EventRecord::Exit(e) if e.pid == e.tid => {
+                if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
+                    p.exited_round = Some(self.round);
+                }
+                Ok(())
+            }
+            EventRecord::Exit(e) => {
+                // A thread ended: its last stack will not continue (its tid may be reused).
+                if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
+                    p.thread_exited(e.tid as u32);
+                }
+                Ok(())
+            }
+            EventRecord::Lost(l) => {
+                self.lost += l.count;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn sample(&mut self, sample: &linux_perf_event_reader::SampleRecord<'_>) -> Result<(), Error> {
+        if sample
+            .tid
+            .is_some_and(|t| self.runtime_threads.contains(&(t as u32)))
+        {
+            return Ok(());
+        }
+        let (Some(pid), Some(tid), Some(raw), Some(regs)) = (
+            sample.pid,
+            sample.tid,
+            sample.raw,
+            sample.user_regs.as_ref(),
+        ) else {
+            return Ok(());
+        };
+        if let Some(unmap) = self.fields.unmap
+            && raw
+                .get(0..2)
+                .and_then(|b| b.as_slice().as_ref().try_into().ok())
+                == Some(unmap.enter_id.to_ne_bytes())
+        {
+            if let (Some(addr), Some(len)) = (u64_at(&raw, unmap.addr), u64_at(&raw, unmap.len))
+                && let Some(process) = self.processes.get_mut(&(pid as u32))
+            {
+                process.unmap(addr, len);
+            }
+            return Ok(());
+        }
+        if let Some(remap) = self.fields.remap
+            && let Some(kind) = raw
+                .get(0..2)
+                .and_then(|b| b.as_slice().as_ref().try_into().ok())
+        {
+            let kind = u16::from_ne_bytes(kind);
+            if kind == remap.enter_id {
+                if let (Some(old_start), Some(old_len), Some(new_len)) = (
+                    u64_at(&raw, remap.addr),
+                    u64_at(&raw, remap.old_len),
+                    u64_at(&raw, remap.new_len),
+                ) {
+                    let call = RemapCall {
+                        old_start,
+                        old_len,
+                        new_len,
+                    };
+                    self.remap_calls.insert(tid as u32, call);
+                }
+                return Ok(());
+            }
+            if kind == remap.exit_id {
+                // An error return is -errno, in the last page of the address space.
+                const MAX_ERRNO: u64 = 4095;
+                if let Some(call) = self.remap_calls.remove(&(tid as u32))
+                    && let Some(ret) = u64_at(&raw, remap.ret)
+                    && ret < MAX_ERRNO.wrapping_neg()
+                {
+                    let time_ns = sample
+                        .timestamp
+                        .unwrap_or(0)
+                        .wrapping_add(self.session.mono_offset);
+                    let (process, caches) = self.process_and_caches(pid as u32)?;
+                    return Ok(process.remap(&call, ret, time_ns, &mut caches.elf)?);
+                }
+                return Ok(());
+            }
+        }
+        let (Some(addr), Some(error_code)) = (
+            u64_at(&raw, self.fields.address),
+            u64_at(&raw, self.fields.error_code),
+        ) else {
+            return Ok(());
+        };
+        let (Some(ip), Some(sp), Some(bp)) = (
+            regs.get(sys::REG_IP),
+            regs.get(sys::REG_SP),
+            regs.get(sys::REG_BP),
+        ) else {
+            return Ok(());
+        };
+        let time_ns = sample
+            .timestamp
+            .unwrap_or(0)
+            .wrapping_add(self.session.mono_offset);
+        let (process, caches) = self.process_and_caches(pid as u32)?;
+        let scratch = &mut caches.scratch;
+        let stack: &[u8] = match &sample.user_stack {
+            Some((data, dyn_size)) => {
+                let len = (*dyn_size as usize).min(data.len());
+                match data.get(0..len) {
+                    Some(RawData::Single(bytes)) => bytes,
+                    Some(split) => {
+                        scratch.clear();
+                        scratch.extend_from_slice(&split.as_slice());
+                        scratch
+                    }
+                    None => &[],
+                }
+            }
+            None => &[],
+        };
+        let fault = FaultSample {
+            time_ns,
+            tid: tid as u32,
+            addr: VirtAddr::new(addr),
+            error_code,
+            regs: (ip, sp, bp),
+            stack,
+        };
+        let before = process.counters.stacks_truncated;
+        let result = process.fault(&fault, &mut caches.frames);
+        self.truncated_total += process.counters.stacks_truncated - before;
+        self.faults += 1;
+        Ok(result?)
+    }
+
+    pub(super) fn handle_major(&mut self, record: crate::ring::RawRecord<'_>) {
+        let raw = RawEventRecord::new(
+            RecordType(record.kind),
+            record.misc,
+            record.data,
+            self.major_parse_info,
+        );
+        if let Ok(EventRecord::Sample(s)) = raw.parse()
+            && let (Some(pid), Some(tid), Some(addr)) = (s.pid, s.tid, s.addr)
+            && let Some(p) = self.processes.get_mut(&(pid as u32))
+        {
+            p.major(tid as u32, addr);
+        }
+    }
+
+    pub(super) fn sample_memory(&mut self) {
+        for process in self
+            .processes
+            .values_mut()
+            .filter(|p| p.exited_round.is_none())
+        {
+            process.sample_memory();
+        }
+    }
+
+    /// Writes a checkpoint of every open process's tables (see [`Process::checkpoint`]).
+    pub(super) fn checkpoint(&mut self) -> Result<(), Error> {
+        for process in self.processes.values_mut() {
+            process.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn write_stats(&mut self) -> Result<(), Error> {
+        let now = unix_now_ns() / 1_000_000_000;
+        for process in self.processes.values_mut() {
+            process.write_stats(now, self.lost)?;
+        }
+        Ok(())
+    }
+
+    /// Processes whose exit was seen in an earlier pass: all their records are in by now.
+    /// Ends a round of reading: replays the records deferred a round ago (all of them when
+    /// `last`).
+    pub(super) fn end_round(&mut self, last: bool) {
+        if let Some(cache) = &mut self.code_cache {
+            for process in self.processes.values_mut() {
+                for id in process.take_code_hits() {
+                    cache.hit(&id);
+                }
+            }
+        }
+        self.jit_files.poll();
+        let round = self.round;
+        self.round += 1;
+        if self.session.far_memory.is_some() {
+            for process in self.processes.values_mut() {
+                process.poll_runtime(round);
+            }
+        }
+        let (ready, waiting): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| last || d.round < round);
+        if ready.is_empty() {
+            self.deferred = waiting;
+            return;
+        }
+        self.deferred_pids.clear();
+        self.replaying = true;
+        for d in &ready {
+            self.handle(crate::ring::RawRecord {
+                kind: d.kind,
+                misc: d.misc,
+                data: RawData::Single(&d.bytes),
+            });
+        }
+        self.replaying = false;
+        for d in &waiting {
+            if let Some(pid) = owner_of_bytes(&d.bytes, d.kind) {
+                self.deferred_pids.insert(pid);
+            }
+        }
+        self.deferred = waiting;
+    }
+
+    /// Processes whose exit was read a round ago: all their records are in by now. The root
+    /// stays open until the end: its peak memory comes from wait4 after it exits.
+    pub(super) fn finish_exited(&mut self) -> Result<(), Error> {
+        let round = self.round;
+        let exited: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(pid, p)| {
+                p.exited_round.is_some_and(|r| r + 1 < round) && **pid != self.root_pid
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        let now = unix_now_ns() / 1_000_000_000;
+        for pid in exited {
+            if let Some(process) = self.processes.remove(&pid) {
+                self.finish_process(pid, process, now)?;
+                self.finished_set.insert(pid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes every process still open, each as far as it goes; returns the processes
+    /// finished and the first error.
+    pub(super) fn finish_all(&mut self) -> (Vec<u32>, Result<(), Error>) {
+        let now = unix_now_ns() / 1_000_000_000;
+        let mut first = Ok(());
+        for (pid, process) in std::mem::take(&mut self.processes) {
+            let result = self.finish_process(pid, process, now);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        (std::mem::take(&mut self.finished), first)
+    }
+
+    /// Writes out a process that is gone: its runtime's last counters, stats and tables.
+    fn finish_process(&mut self, pid: u32, mut process: Process, now: u64) -> Result<(), Error> {
+        if let Some(cache) = &mut self.code_cache {
+            for id in process.take_code_hits() {
+                cache.hit(&id);
+            }
+        }
+        self.preload_generations
+            .insert(pid, process.preload_generation.unwrap_or(0));
+        process.poll_runtime(u64::MAX);
+        self.far_exhausted |= process.far_memory_exhausted();
+        // The tables are closed even when the stats line cannot be written (a full disk):
+        // their footers may still fit, or be recoverable.
+        let stats = process.write_stats(now, self.lost);
+        let tables = process.finish();
+        self.jit_files.finish(&self.session.dir, pid);
+        self.finished.push(pid);
+        match (stats, tables) {
+            (Err(e), _) => Err(e.into()),
+            (Ok(()), Err(e)) => Err(e.into()),
+            (Ok(()), Ok(())) => Ok(()),
+        }
+    }
+}
+
+/// The process a deferred record belongs to: every deferred record kind starts with the pid
+/// except fork, whose parent pid is its second field.
+fn owner_of_bytes(bytes: &[u8], kind: u32) -> Option<u32> {
+    let offset = if kind == PERF_RECORD_FORK { 4 } else { 0 };
+    let field = bytes.get(offset..offset + 4)?;
+    Some(u32::from_ne_bytes(field.try_into().ok()?))
+}

@@ -1,0 +1,260 @@
+//! The event loop: the rings drained in time order, the processes checkpointed every second,
+//! the command waited for and signalled, until the traced processes are gone.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::dispatch::State;
+use super::os::{
+    become_urgent, pidfd_open, poll_rings, process_alive, signal_child, try_wait, wait_for_exit,
+};
+use super::{CpuRings, Ended, Progress, Session, keep_first, note_stop};
+
+impl Session {
+    /// Reads records until the traced processes are gone (or, for
+    /// an attached process, until `stop`), checkpointing the tables every second. Never
+    /// returns early: a trace that cannot be written stops the reading, not the waiting.
+    pub(super) fn run(
+        &mut self,
+        stop: &AtomicUsize,
+        progress: &mut impl FnMut(&Progress),
+    ) -> Ended {
+        let root = self.child.pid();
+        let root_pid = self.root_pid;
+        let (rings, state) = (&mut self.rings, &mut self.state);
+        let alloc_logs = &self.alloc_logs;
+
+        become_urgent();
+        // Readable when the target exits, so that the end is noticed at once.
+        let pidfd = pidfd_open(root_pid as i32);
+        let started = Instant::now();
+        // Records are handled in time order across CPUs, up to the newest time seen in the
+        // previous round (perf's ordering rule): anything older has been written by now.
+        let mut watermark = 0u64;
+        let mut positions: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rings.len()];
+        let mut last_stats = Instant::now();
+        let mut last_memory = Instant::now();
+        let mut last_progress = Instant::now();
+        let mut exit_status: Option<i32> = None;
+        let mut rusage_hwm = 0;
+        let mut stop_seen = 0;
+        let mut stop_at: Option<Instant> = None;
+        // Once the trace cannot be written, records are no longer read (the kernel drops
+        // them; the program does not wait for fltrace) and fltrace only waits for the
+        // program's end.
+        let mut trace_error: Option<String> = None;
+        let mut trace_stopped: Option<Duration> = None;
+        loop {
+            let mut drained = 0;
+            if trace_error.is_none() {
+                let (handled, newest) =
+                    drain_in_time_order(rings, state, watermark, &mut positions);
+                drained = handled;
+                watermark = watermark.max(newest);
+                for cpu in rings.iter_mut() {
+                    if let Some(major) = &mut cpu.major {
+                        drained += major.drain(|r| state.handle_major(r));
+                    }
+                }
+                state.end_round(false);
+                learn_images(alloc_logs, state);
+                keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
+                keep_first(&mut trace_error, state.finish_exited());
+                note_stop(&trace_error, &mut trace_stopped, started);
+            }
+
+            if let Some(pid) = root {
+                if exit_status.is_none()
+                    && let Some((status, hwm)) = try_wait(pid)
+                {
+                    self.child.reaped();
+                    exit_status = Some(status);
+                    rusage_hwm = hwm;
+                }
+            } else if !self
+                .attached
+                .iter()
+                .any(|&(pid, _)| process_alive(pid as i32))
+            {
+                // Attached: the recording ends when every process asked for is gone.
+                exit_status = Some(0);
+            }
+            if exit_status.is_some() {
+                if stop_seen > 0
+                    && let Some(group) = &self.group
+                {
+                    // Interrupted: what the command started and left (a background job
+                    // ignores SIGINT and SIGQUIT) ends with it, not untraced after fltrace.
+                    group.signal(libc::SIGKILL);
+                }
+                if trace_error.is_none() {
+                    // Every record of the exited tree is already in the buffers: one more
+                    // pass.
+                    drain_in_time_order(rings, state, u64::MAX, &mut positions);
+                    for cpu in rings.iter_mut() {
+                        if let Some(major) = &mut cpu.major {
+                            major.drain(|r| state.handle_major(r));
+                        }
+                    }
+                    state.end_round(true);
+                    learn_images(alloc_logs, state);
+                    keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
+                    note_stop(&trace_error, &mut trace_stopped, started);
+                }
+                break;
+            }
+
+            let requests = stop.load(Ordering::Relaxed);
+            if requests > stop_seen {
+                stop_seen = requests;
+                match root {
+                    None => {
+                        exit_status = Some(0);
+                        continue;
+                    }
+                    // To every process of the command, at once, when it has a group of its
+                    // own, which no terminal signals. In fltrace's own terminal job, only if
+                    // the command is still there a moment later (the terminal signals the
+                    // whole job: fltrace alone was signalled).
+                    Some(_) if requests == 1 => {
+                        let wait = match self.group {
+                            Some(_) => Duration::ZERO,
+                            None => Duration::from_millis(300),
+                        };
+                        stop_at = Some(Instant::now() + wait);
+                    }
+                    Some(pid) => match &self.group {
+                        Some(group) => group.signal(libc::SIGKILL),
+                        None => signal_child(pid, libc::SIGKILL),
+                    },
+                }
+            }
+            if let (Some(at), Some(pid)) = (stop_at, root)
+                && Instant::now() >= at
+            {
+                // SIGINT whatever fltrace got: what a program ends on (SIGHUP may mean
+                // "reload", SIGQUIT "dump core").
+                match &self.group {
+                    Some(group) => group.signal(libc::SIGINT),
+                    None => signal_child(pid, libc::SIGINT),
+                }
+                stop_at = None;
+            }
+
+            if last_memory.elapsed() >= Duration::from_millis(100) {
+                state.sample_memory();
+                last_memory = Instant::now();
+            }
+            if last_stats.elapsed() >= Duration::from_secs(1) && trace_error.is_none() {
+                // Each second, what was recorded becomes readable even if fltrace is killed.
+                keep_first(&mut trace_error, state.checkpoint());
+                if trace_error.is_none() {
+                    keep_first(&mut trace_error, state.write_stats());
+                }
+                note_stop(&trace_error, &mut trace_stopped, started);
+                last_stats = Instant::now();
+            }
+            if last_progress.elapsed() >= Duration::from_millis(250) {
+                progress(&Progress {
+                    faults: state.faults,
+                    lost: state.lost,
+                    elapsed: started.elapsed(),
+                });
+                last_progress = Instant::now();
+            }
+            if trace_error.is_some() {
+                // The rings stay readable now that nobody reads them: wait on the program
+                // alone.
+                wait_for_exit(pidfd.as_ref(), 100);
+            } else if drained == 0 {
+                poll_rings(&self.events, pidfd.as_ref(), 100);
+            }
+        }
+        Ended {
+            exit_status,
+            rusage_hwm,
+            trace_error,
+            trace_stopped,
+            started,
+        }
+    }
+}
+
+/// Tells the allocation logs' drain what the recorder knows of each process's images.
+fn learn_images(alloc_logs: &Option<crate::AllocLogs>, state: &State) {
+    let Some(logs) = alloc_logs else {
+        return;
+    };
+    for process in state.processes.values() {
+        if let Some((first, generation)) = process.preload_images() {
+            logs.learn_image(process.pid, first, generation, || process.image_start_ns());
+        }
+    }
+}
+
+/// Handles the readable records of all CPUs' fault rings in time order, those not newer than
+/// `watermark`; leaves the rest for the next round. Returns how many were handled and the
+/// newest timestamp readable.
+///
+/// Records of one process spread over CPUs as its threads migrate: handled CPU by CPU, a
+/// thread's faults could be read before the exec or mmap records that explain them.
+fn drain_in_time_order(
+    rings: &mut [CpuRings],
+    state: &mut State,
+    watermark: u64,
+    positions: &mut [Vec<(u64, u64)>],
+) -> (usize, u64) {
+    // Order matters less than losing records: a filling buffer is emptied whatever the time.
+    let watermark = if rings.iter().any(|r| r.faults.half_full()) {
+        u64::MAX
+    } else {
+        watermark
+    };
+    let mut newest = 0;
+    let mut ends = Vec::with_capacity(rings.len());
+    for (ring, list) in rings.iter().zip(positions.iter_mut()) {
+        list.clear();
+        let (mut pos, head) = ring.faults.readable();
+        while pos < head {
+            let Some((record, next)) = ring.faults.record_at(pos) else {
+                log::error!("perf ring buffer: corrupt record header, skipping to head");
+                pos = head;
+                break;
+            };
+            let time = state.timestamp(&record);
+            newest = newest.max(time);
+            list.push((time, pos));
+            pos = next;
+        }
+        ends.push(pos);
+    }
+    let mut next_index = vec![0usize; rings.len()];
+    let mut handled = 0;
+    loop {
+        let mut best: Option<(u64, usize)> = None;
+        for (i, list) in positions.iter().enumerate() {
+            if let Some(&(time, _)) = list.get(next_index[i])
+                && time <= watermark
+                && best.is_none_or(|(t, _)| time < t)
+            {
+                best = Some((time, i));
+            }
+        }
+        let Some((_, i)) = best else {
+            break;
+        };
+        let (_, pos) = positions[i][next_index[i]];
+        if let Some((record, _)) = rings[i].faults.record_at(pos) {
+            state.handle(record);
+        }
+        next_index[i] += 1;
+        handled += 1;
+    }
+    for (i, ring) in rings.iter_mut().enumerate() {
+        let consumed = positions[i]
+            .get(next_index[i])
+            .map_or(ends[i], |&(_, pos)| pos);
+        ring.faults.consume(consumed);
+    }
+    (handled, newest)
+}

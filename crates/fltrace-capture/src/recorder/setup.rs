@@ -1,0 +1,440 @@
+//! Setting a recording up: the tracepoints and perf events opened with their rings, the
+//! command started or the running processes attached to, the side captures started.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+
+use rustc_hash::FxHashSet;
+
+use fltrace_trace::keys;
+
+use super::dispatch::{FaultFields, RemapFields, State, UnmapFields};
+use super::os::{monotonic_now_ns, unix_now_ns};
+use super::{CpuRings, Options, Session, Target};
+use crate::Error;
+use crate::child::ChildGuard;
+use crate::ring::{RingBuffer, page_size};
+use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
+use crate::target::PendingChild;
+
+impl Session {
+    /// Opens the tracepoints and events, forks the command (waiting before its exec) or
+    /// attaches to the process, starts the allocation and access captures, and lets the
+    /// command exec. Every error after the fork kills and reaps the child (see
+    /// [`ChildGuard`]).
+    pub(super) fn set_up(target: &Target, options: &Options) -> Result<Session, Error> {
+        // Before anything runs: a recording that could not be kept must not cost a run.
+        fltrace_trace::files::check_output_dir(&options.dir)?;
+        let tracefs =
+            sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
+        let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")
+            .map_err(Error::kernel("tracepoint exceptions:page_fault_user"))?;
+        let kernel_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_kernel").ok();
+        let fields = match (user_tp.field("address"), user_tp.field("error_code")) {
+            // perf reports no mapping for memory that `mremap` grew or moved: the system
+            // call's entry and return, in the fault ring, say which. Optional, as a kernel
+            // may lack syscall tracepoints.
+            (Some((address, 8)), Some((error_code, 8))) => FaultFields {
+                address,
+                error_code,
+                remap: RemapFields::open(&tracefs),
+                // Unmapped memory leaves the model, which then follows the live mappings.
+                unmap: UnmapFields::open(&tracefs),
+            },
+            _ => {
+                return Err(Error::Kernel {
+                    what: "tracepoint exceptions:page_fault_user",
+                    source: std::io::Error::from_raw_os_error(libc::EINVAL),
+                    hint: " (unexpected field layout)",
+                });
+            }
+        };
+        let cpus = sys::online_cpus().map_err(Error::kernel("online CPUs"))?;
+
+        // The runtime's shared pages, one per process: `<prefix>-<pid>`.
+        let far_prefix = options.far_memory.as_ref().map(|_| {
+            PathBuf::from(format!(
+                "/dev/shm/fltrace-rt-{}-{}",
+                std::process::id(),
+                unix_now_ns()
+            ))
+        });
+        let mut far_env = match (&options.far_memory, &far_prefix) {
+            (Some(far), Some(prefix)) => {
+                crate::runtime::check_userfaultfd()?;
+                far.environment(prefix)
+            }
+            _ => Vec::new(),
+        };
+        crate::alloc_spool::recover_stale_spools(&options.dir, crate::SpoolLogs::Remove);
+        let mut alloc_logs = match &options.allocs {
+            Some(crate::AllocTracing::Preload(library)) => {
+                let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
+                if options.far_memory.is_none() {
+                    far_env.push(("LD_PRELOAD".into(), crate::runtime::preload_value(library)));
+                }
+                far_env.push(logs.environment());
+                Some(logs)
+            }
+            Some(crate::AllocTracing::Uprobes) | None => None,
+        };
+        if let Some(backing) = &options.heap_backing {
+            if !far_env.iter().any(|(name, _)| name == "LD_PRELOAD") {
+                far_env.push((
+                    "LD_PRELOAD".into(),
+                    crate::runtime::preload_value(&backing.library),
+                ));
+            }
+            far_env.push(backing.environment());
+        }
+        let mut attached: Vec<(i32, Vec<i32>)> = Vec::new();
+        let mut attached_names = Vec::new();
+        // From here on, any error return drops `child`, which kills and reaps it.
+        let (mut child, group, tasks, enable_on_exec) = match target {
+            Target::Command(argv) => {
+                let (child, group) =
+                    PendingChild::spawn_in_own_group(argv, options.credentials, &far_env)?;
+                let pid = child.pid();
+                (ChildGuard::pending(child), group, vec![pid], true)
+            }
+            Target::Pids { pids, children } => {
+                attached = attach_processes(pids, *children)?;
+                attached_names = attached
+                    .iter()
+                    .map(|(pid, _)| (*pid as u32, process_name(*pid)))
+                    .collect();
+                let tasks = attached
+                    .iter()
+                    .flat_map(|(_, t)| t.iter().copied())
+                    .collect();
+                (ChildGuard::none(), None, tasks, false)
+            }
+        };
+        let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
+
+        let mut fault_attr = sys::fault_tracepoint_attr(user_tp.id, options.stack_bytes, true);
+        let mut kernel_attr = sys::fault_tracepoint_attr(
+            kernel_tp.as_ref().map_or(0, |t| t.id),
+            options.stack_bytes,
+            false,
+        );
+        let mut major_attr = sys::major_fault_attr();
+        // Laid out as the fault samples, whose ring they share; a stack copy of one word.
+        let mut remap_attrs: Vec<perf_event_attr> = fields
+            .remap
+            .iter()
+            .flat_map(|f| [f.enter_id, f.exit_id])
+            .chain(fields.unmap.map(|f| f.enter_id))
+            .map(|id| sys::fault_tracepoint_attr(u64::from(id), 8, false))
+            .collect();
+        for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr]
+            .into_iter()
+            .chain(remap_attrs.iter_mut())
+        {
+            attr.set_enable_on_exec(u64::from(enable_on_exec));
+            // Wake the recorder when an eighth of the buffer is full, not on every fault.
+            attr.set_watermark(1);
+            attr.__bindgen_anon_2.wakeup_watermark = (options.buffer_mb * 1024 * 1024 / 8) as u32;
+        }
+        major_attr.__bindgen_anon_2.wakeup_watermark = 4096;
+
+        let (events, rings) = open_events(
+            &cpus,
+            &tasks,
+            &fault_attr,
+            kernel_tp
+                .is_some()
+                .then_some(&kernel_attr)
+                .into_iter()
+                .chain(remap_attrs.iter())
+                .collect(),
+            &major_attr,
+            options.buffer_mb,
+        )?;
+        if !enable_on_exec {
+            for event in &events {
+                event
+                    .enable()
+                    .map_err(Error::kernel("enabling perf events"))?;
+            }
+        }
+
+        let start_ns = unix_now_ns();
+        let mono_offset = start_ns.wrapping_sub(monotonic_now_ns());
+        // The recording id of every table: unique across runs and, in practice, across
+        // machines.
+        let recording = format!("{root_pid}-{start_ns}");
+        if let Some(logs) = &mut alloc_logs {
+            logs.write_metadata(&recording, mono_offset)?;
+            if options.drain_allocs {
+                logs.start_drain(&recording, mono_offset);
+            }
+        }
+        let metadata = vec![
+            (keys::SESSION.to_owned(), recording.clone()),
+            (keys::START_NS.to_owned(), start_ns.to_string()),
+            (keys::COMMAND.to_owned(), command_line(target)),
+            (
+                keys::VERSION.to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            ),
+        ];
+        let mut state = State::new(
+            root_pid,
+            options,
+            far_prefix,
+            metadata,
+            fields,
+            (&fault_attr, &major_attr),
+            mono_offset,
+        );
+        for (pid, _) in &attached {
+            state.attach_existing(*pid as u32)?;
+        }
+        let attached_allocs = match (attached.first(), &options.allocs) {
+            (Some((pid, _)), Some(crate::AllocTracing::Uprobes)) => {
+                Some(crate::uprobes::AttachedAllocs::start(
+                    *pid,
+                    &tasks,
+                    &options.dir,
+                    mono_offset,
+                    &recording,
+                )?)
+            }
+            _ => None,
+        };
+        let access = match options.access_samples {
+            Some(freq) => Some(crate::access::AccessCapture::start(
+                crate::access::availability(),
+                freq,
+                &tasks,
+                enable_on_exec,
+                &options.dir,
+                mono_offset,
+                &recording,
+            )?),
+            None => None,
+        };
+        // Last: the command runs only once everything is in place. A failed exec has reaped
+        // the child already.
+        child.release()?;
+        Ok(Session {
+            root_pid,
+            started_command: enable_on_exec,
+            child,
+            group,
+            attached: attached_names,
+            events,
+            rings,
+            state,
+            alloc_logs,
+            attached_allocs,
+            access,
+            mono_offset,
+            recording,
+        })
+    }
+}
+
+/// The traced command line, for the tables' metadata: the command's arguments, or an
+/// attached process's `/proc/<pid>/cmdline`.
+fn command_line(target: &Target) -> String {
+    match target {
+        Target::Command(argv) => argv
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<Cow<'_, str>>>()
+            .join(" "),
+        Target::Pids { pids, .. } => pids
+            .iter()
+            .map(|pid| process_command_line(*pid))
+            .collect::<Vec<String>>()
+            .join("; "),
+    }
+}
+
+/// A running process's command line, from `/proc/<pid>/cmdline`.
+fn process_command_line(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .trim_end()
+                .to_owned()
+        })
+        .unwrap_or_default()
+}
+
+type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
+
+fn open_events(
+    cpus: &[i32],
+    tasks: &[i32],
+    fault_attr: &perf_event_attr,
+    // Events whose samples go to the fault ring, opened where the kernel allows.
+    optional_attrs: Vec<&perf_event_attr>,
+    major_attr: &perf_event_attr,
+    buffer_mb: usize,
+) -> Result<Opened, Error> {
+    let data_pages = (buffer_mb.max(1) * 1024 * 1024 / page_size()).next_power_of_two();
+    let mut events = Vec::new();
+    let mut rings = Vec::new();
+    for &cpu in cpus {
+        let mut leader: Option<usize> = None;
+        let mut major_leader: Option<usize> = None;
+        let mut cpu_rings: Option<CpuRings> = None;
+        for &task in tasks {
+            let event = PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
+                "perf_event_open on exceptions:page_fault_user",
+            ))?;
+            match leader {
+                None => {
+                    let ring = RingBuffer::map(&event, data_pages)
+                        .map_err(Error::kernel("mapping the perf ring buffer"))?;
+                    cpu_rings = Some(CpuRings {
+                        faults: ring,
+                        major: None,
+                    });
+                    leader = Some(events.len());
+                }
+                Some(i) => event
+                    .set_output(&events[i])
+                    .map_err(Error::kernel("redirecting perf output"))?,
+            }
+            let fault_index = leader.unwrap_or(events.len());
+            events.push(event);
+            for attr in &optional_attrs {
+                // Without the kernel fault event, faults in system calls go unrecorded;
+                // without mremap's, the memory it moves goes unnamed; without munmap's,
+                // unmapped memory stays in the model. Nothing else.
+                if let Ok(event) = PerfEvent::open(attr, task, cpu)
+                    && event.set_output(&events[fault_index]).is_ok()
+                {
+                    events.push(event);
+                }
+            }
+            if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
+                match major_leader {
+                    None => {
+                        if let (Ok(ring), Some(rings)) =
+                            (RingBuffer::map(&event, 16), cpu_rings.as_mut())
+                        {
+                            rings.major = Some(ring);
+                            major_leader = Some(events.len());
+                            events.push(event);
+                        }
+                    }
+                    Some(i) => {
+                        if event.set_output(&events[i]).is_ok() {
+                            events.push(event);
+                        }
+                    }
+                }
+            }
+        }
+        rings.extend(cpu_rings);
+    }
+    Ok((events, rings))
+}
+
+/// The processes to attach to, each with its threads: `pids` and, with `children`, each
+/// one's descendants as they are now (found through `/proc/<pid>/task/<tid>/children`),
+/// breadth first, each process once. A descendant that exits meanwhile is left out; a pid
+/// asked for that does not exist is an error.
+fn attach_processes(pids: &[i32], children: bool) -> Result<Vec<(i32, Vec<i32>)>, Error> {
+    let mut attached = Vec::new();
+    let mut seen = FxHashSet::default();
+    for &pid in pids {
+        if !seen.insert(pid) {
+            continue;
+        }
+        let tasks = attach_tasks(pid)?;
+        let mut queue = std::collections::VecDeque::new();
+        if children {
+            queue.extend(children_of(&tasks));
+        }
+        attached.push((pid, tasks));
+        while let Some(child) = queue.pop_front() {
+            if !seen.insert(child) {
+                continue;
+            }
+            // Gone since its parent's list was read: nothing to attach to.
+            let Ok(tasks) = attach_tasks(child) else {
+                continue;
+            };
+            queue.extend(children_of(&tasks));
+            attached.push((child, tasks));
+        }
+    }
+    Ok(attached)
+}
+
+/// The children of a process's threads, in pid order.
+fn children_of(tasks: &[i32]) -> Vec<i32> {
+    let pid = tasks.first().copied().unwrap_or(0);
+    let mut children: Vec<i32> = tasks
+        .iter()
+        .filter_map(|tid| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
+/// A process's name (`comm`), empty when it cannot be read.
+fn process_name(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|name| name.trim_end().to_owned())
+        .unwrap_or_default()
+}
+
+/// The threads of a running process, its main thread first.
+pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
+    refuse_untraceable(pid)?;
+    let dir = format!("/proc/{pid}/task");
+    let entries = std::fs::read_dir(&dir).map_err(|source| Error::Attach { pid, source })?;
+    let mut tasks: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tasks.sort_unstable();
+    // The main thread first: its id is the process id the trace is named after.
+    tasks.retain(|&t| t != pid);
+    tasks.insert(0, pid);
+    Ok(tasks)
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat` (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Refuses a kernel thread (no user memory, no user stack: nothing would ever be recorded,
+/// and the recording would wait for it forever) and a zombie (its memory is gone).
+fn refuse_untraceable(pid: i32) -> Result<(), Error> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|source| Error::Attach { pid, source })?;
+    // The command name in parentheses may hold spaces and parentheses: fields follow the last.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_ascii_whitespace().collect())
+        .unwrap_or_default();
+    // After the name: state (3rd field of the line), ..., flags (9th).
+    let state = fields.first().copied().unwrap_or("");
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    if flags & PF_KTHREAD != 0 {
+        return Err(Error::NotTraceable {
+            pid,
+            why: "it is a kernel thread, which has no user memory to fault on",
+        });
+    }
+    if state == "Z" || state == "X" {
+        return Err(Error::NotTraceable {
+            pid,
+            why: "it is a zombie (it has exited; its parent has not reaped it)",
+        });
+    }
+    Ok(())
+}
