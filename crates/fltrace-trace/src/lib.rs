@@ -47,6 +47,7 @@ mod mapping;
 pub mod perf_map;
 mod range_trace;
 mod recording;
+pub mod spool;
 pub mod stats;
 mod tables;
 
