@@ -445,13 +445,18 @@ fn every_reading_command_recovers_a_killed_recorders_spool() {
             copy.path().to_str().expect("path"),
         ],
     );
-    let rows = csv_rows(&stdout(&report));
+    assert_eq!(allocs_at_hold(&stdout(&report)), BLOCKS.to_string());
+}
+
+/// The `allocs` of the `hold` site of `allocs.c` in the CSV of `report --allocs`.
+fn allocs_at_hold(csv: &str) -> String {
+    let rows = csv_rows(csv);
     let line = site("allocs.c", "hold").to_string();
     let row = rows
         .iter()
         .find(|r| r["file"].ends_with("allocs.c") && r["line"] == line)
         .unwrap_or_else(|| panic!("no row at allocs.c:{line} in {rows:#?}"));
-    assert_eq!(row["allocs"], BLOCKS.to_string(), "{row:?}");
+    row["allocs"].clone()
 }
 
 /// A killed `record --allocs` leaves its allocation logs: on a read-only recording, `report`
@@ -494,13 +499,7 @@ fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
         "{}",
         stderr(&ro)
     );
-    let rows = csv_rows(&stdout(&ro));
-    let line = site("allocs.c", "hold").to_string();
-    let row = rows
-        .iter()
-        .find(|r| r["file"].ends_with("allocs.c") && r["line"] == line)
-        .unwrap_or_else(|| panic!("no row at allocs.c:{line} in {rows:#?}"));
-    assert_eq!(row["allocs"], BLOCKS.to_string(), "{row:?}");
+    assert_eq!(allocs_at_hold(&stdout(&ro)), BLOCKS.to_string());
     assert_eq!(names_in(bind.path()), before, "the recording changed");
     assert!(!fltrace_trace::files::allocs(bind.path(), pid).exists());
     assert!(fltrace_trace::files::allocs(writable.path(), pid).exists());
