@@ -172,7 +172,7 @@ pub fn read_faults(path: &Path) -> Result<(Vec<Fault>, Metadata), Error> {
 mod tests {
     use super::*;
     use crate::tables::FORMAT_VERSION;
-    use crate::tables::tests::fault;
+    use crate::tables::tests::{fault, write_faults};
     use crate::tables::writer::CheckpointedFile;
 
     /// Faults and their metadata read back exactly, whole or a row group at a time.
@@ -243,11 +243,7 @@ mod tests {
     fn faults_are_compact() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.parquet");
-        let mut writer = FaultWriter::create(&path, &[]).unwrap();
-        for i in 0..100_000 {
-            writer.push(fault(i)).unwrap();
-        }
-        writer.finish().unwrap();
+        write_faults(&path, 100_000);
         let bytes = std::fs::metadata(&path).unwrap().len();
         assert!(bytes < 100_000 * 8, "{bytes} bytes for 100000 faults");
     }

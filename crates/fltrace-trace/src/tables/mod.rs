@@ -124,6 +124,15 @@ mod tests {
         }
     }
 
+    /// Writes faults `0..count` of [`fault`] into a faults table at `path`, without metadata.
+    pub(crate) fn write_faults(path: &Path, count: u64) {
+        let mut writer = FaultWriter::create(path, &[]).unwrap();
+        for i in 0..count {
+            writer.push(fault(i)).unwrap();
+        }
+        writer.finish().unwrap();
+    }
+
     /// The `recording` and `pid` columns of every table come back byte for byte: from the
     /// origin given, or for faults from the footer's session and each row's pid.
     #[test]

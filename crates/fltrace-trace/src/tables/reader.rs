@@ -675,7 +675,7 @@ mod tests {
     use parquet::schema::parser::parse_message_type;
 
     use super::*;
-    use crate::tables::tests::fault;
+    use crate::tables::tests::{fault, write_faults};
     use crate::tables::{
         FaultWriter, MappingWriter, StackWriter, read_faults, read_mappings, read_stacks,
     };
@@ -688,11 +688,7 @@ mod tests {
     fn columns_are_plain_and_rows_numbered() {
         let dir = tempfile::tempdir().unwrap();
         let faults_path = dir.path().join("f.parquet");
-        let mut writer = FaultWriter::create(&faults_path, &[]).unwrap();
-        for i in 0..70_000 {
-            writer.push(fault(i)).unwrap();
-        }
-        writer.finish().unwrap();
+        write_faults(&faults_path, 70_000);
         let maps_path = dir.path().join("m.parquet");
         let mut writer = MappingWriter::create(&maps_path).unwrap();
         for i in 0..3u64 {
@@ -882,11 +878,7 @@ mod tests {
     fn changed_bytes_are_detected() {
         let dir = tempfile::tempdir().unwrap();
         let faults_path = dir.path().join("f.parquet");
-        let mut writer = FaultWriter::create(&faults_path, &[]).unwrap();
-        for i in 0..70_000 {
-            writer.push(fault(i)).unwrap();
-        }
-        writer.finish().unwrap();
+        write_faults(&faults_path, 70_000);
         let stacks_path = dir.path().join("s.parquet");
         let mut writer = StackWriter::create(&stacks_path).unwrap();
         for id in 0..100 {
