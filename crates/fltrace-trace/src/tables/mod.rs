@@ -30,8 +30,6 @@
 use std::path::Path;
 
 use crate::files;
-#[cfg(test)]
-use crate::keys;
 
 mod access;
 mod alloc_totals;
@@ -106,6 +104,7 @@ const ROW_GROUP: usize = 1 << 16;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys;
     use crate::{
         AccessRecord, AllocCall, AllocEvent, CodeAddr, Fault, FaultFlags, Mapping, Stack, VirtAddr,
     };
