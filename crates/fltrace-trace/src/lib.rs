@@ -44,11 +44,12 @@ mod guard;
 pub mod jitdump;
 pub mod libraries;
 mod mapping;
-mod parquet_io;
 pub mod perf_map;
 mod range_trace;
 mod recording;
+pub mod spool;
 pub mod stats;
+mod tables;
 
 pub use access::AccessRecord;
 pub use address::{CodeAddr, FileOffset, PhysAddr, VirtAddr};
@@ -58,19 +59,19 @@ pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};
 pub use jitdump::JitDump;
 pub use mapping::{Mapping, parse_procmaps_line, write_procmaps_line};
-pub use parquet_io::{
-    AccessWriter, AllocRowGroups, AllocWriter, ColumnChunk, Completeness, ExportedFault,
-    ExportedFaultWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter, Metadata,
-    Origin, StackWriter, SymbolizedFrame, SymbolizedFrameWriter, column_chunks, completeness,
-    read_access, read_alloc_totals, read_allocs, read_faults, read_mappings, read_origin,
-    read_stacks, table_rows, write_alloc_totals,
-};
 pub use perf_map::PerfMap;
 pub use range_trace::{
     RangeSample, RangeTraceKind, RangeTraceWriter, WSS_HEADER, WssRow, WssRows, read_range_trace,
 };
 pub use recording::{
     ProcessTrace, Recording, SessionInfo, Unreadable, format_thread_names, keys, main_thread_names,
+};
+pub use tables::{
+    AccessWriter, AllocRowGroups, AllocWriter, ColumnChunk, Completeness, ExportedFault,
+    ExportedFaultWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter, Metadata,
+    Origin, RowGroups, StackWriter, SymbolizedFrame, SymbolizedFrameWriter, TableWriter,
+    column_chunks, completeness, read_access, read_alloc_totals, read_allocs, read_faults,
+    read_mappings, read_origin, read_stacks, table_rows, write_alloc_totals,
 };
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)

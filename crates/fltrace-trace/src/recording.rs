@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::parquet_io::TableReader;
+use crate::tables::TableReader;
 use crate::{
     AllocEvent, AllocRowGroups, Completeness, Error, Fault, FaultKey, FaultRowGroups, Mapping,
     Stack, completeness, files, read_allocs, read_faults, read_mappings, read_stacks,
@@ -312,7 +312,7 @@ impl Recording {
     /// The allocation events of `pid`, one row group at a time, in the order recorded.
     pub fn alloc_row_groups(&self, pid: u32) -> Result<AllocRowGroups, Error> {
         self.check_pid(pid)?;
-        AllocRowGroups::open(&files::allocs(&self.dir, pid))
+        AllocRowGroups::open_table(&files::allocs(&self.dir, pid))
     }
 
     /// Every column of each fault of `pid`, one row group at a time.

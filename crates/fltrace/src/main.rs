@@ -108,7 +108,15 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
             args.selection.named = Some(_opened.named.clone());
             script::run(args).map(|()| ExitCode::SUCCESS)
         }
-        cli::Command::Export(args) => export::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Export(mut args) => {
+            // The default output goes beside the directory named, not into a copy made to
+            // recover spools in.
+            let named = args.dir.clone();
+            let _opened = open_recording(&mut args.dir)?;
+            args.output
+                .get_or_insert_with(|| named.join("fltrace-export"));
+            export::run(args).map(|()| ExitCode::SUCCESS)
+        }
         cli::Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Runs(args) => runs::run(args),
         cli::Command::Analyze(args) => runs::analyze(args).map(|()| ExitCode::SUCCESS),
@@ -139,19 +147,7 @@ pub fn open_recording(
     dir: &mut std::path::PathBuf,
 ) -> anyhow::Result<fltrace_analyze::OpenedRecording> {
     let mut opened = fltrace_analyze::OpenedRecording::open(dir)?;
-    let spools: Vec<std::ffi::OsString> = std::fs::read_dir(&opened.dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.file_name())
-                .filter(|name| {
-                    name.to_str()
-                        .is_some_and(|n| n.starts_with(fltrace_capture::SPOOL_PREFIX))
-                        && unconverted(&opened.dir.join(name), &opened.dir)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let spools = fltrace_trace::spool::unconverted_spools(&opened.dir);
     if !spools.is_empty() && opened.make_writable(&spools)? {
         eprintln!(
             "fltrace: {} is read-only: the allocation logs of a killed recorder are converted in a temporary copy",
@@ -159,29 +155,11 @@ pub fn open_recording(
         );
     }
     if !spools.is_empty() {
-        fltrace_capture::recover_stale_spools(&opened.dir, fltrace_capture::SpoolLogs::Keep);
+        fltrace_trace::spool::recover_stale_spools(
+            &opened.dir,
+            fltrace_trace::spool::SpoolLogs::Keep,
+        );
     }
     dir.clone_from(&opened.dir);
     Ok(opened)
-}
-
-/// Whether the spool `spool` holds the logs of a process whose allocation table is not in
-/// `dir` yet: a spool converted before is not copied again only to be skipped.
-fn unconverted(spool: &std::path::Path, dir: &std::path::Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(spool) else {
-        return false;
-    };
-    entries.flatten().any(|entry| {
-        entry
-            .file_name()
-            .to_str()
-            .and_then(|n| {
-                n.strip_prefix("log-")?
-                    .split_once('.')?
-                    .0
-                    .parse::<u32>()
-                    .ok()
-            })
-            .is_some_and(|pid| !fltrace_trace::files::allocs(dir, pid).exists())
-    })
 }

@@ -301,18 +301,15 @@ fn every_analysis_command_reads_a_read_only_recording() {
     assert_eq!(names_in(bind.path()), before, "the recording changed");
 }
 
-/// A killed `record --allocs` leaves its allocation logs: on a read-only recording, `report`
-/// converts them in a temporary copy and reports every allocation as on a writable copy
-/// (which converts them in place), leaving the recording as it was.
-#[test]
-fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
-    const BLOCKS: u64 = 120;
-    let dir = Dir::new();
+/// Records `allocs hold BLOCKS` into `dir` with `--allocs` and kills the recorder (and the
+/// workload) once its mappings are checkpointed: the recording it leaves has its allocations
+/// in a spool only. Returns the workload's pid.
+fn killed_allocs_recording(dir: &Dir, blocks: u64) -> u32 {
     let mut recorder = dir
         .fltrace()
         .args(["record", "-q", "--allocs", "--"])
         .arg(&workloads().allocs)
-        .args(["hold", &BLOCKS.to_string()])
+        .args(["hold", &blocks.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -323,7 +320,8 @@ fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
         .read_line(&mut line)
         .expect("workload prints");
     assert_eq!(line.trim(), "ready");
-    // A checkpoint of the mappings the allocation stacks are symbolized with: one a second.
+    // A checkpoint of the mappings the allocation stacks are symbolized with, and one of
+    // faults: one a second.
     let started = Instant::now();
     let pid = loop {
         let mapped = |pid: u32| {
@@ -332,7 +330,8 @@ fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
                     maps.iter().any(|m| m.path.ends_with("/allocs"))
                         && maps.iter().any(|m| m.path.contains("libc"))
                 },
-            )
+            ) && fltrace_trace::table_rows(&fltrace_trace::files::faults(dir.path(), pid))
+                .is_ok_and(|rows| rows > 0)
         };
         if let Some(pid) = dir
             .pids("mmaps", "parquet")
@@ -343,7 +342,7 @@ fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
         }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "no checkpoint of the mappings after 60 s"
+            "no checkpoint of the mappings and faults after 60 s"
         );
         std::thread::sleep(Duration::from_millis(200));
     };
@@ -353,6 +352,121 @@ fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
 
+    pid
+}
+
+/// Every command that reads a recording (report, visualize, heatmap, script, archive, export,
+/// diff) converts a killed `record --allocs`'s spool the same way before reading: each, on a
+/// copy of its own, says it recovered the same number of allocations and leaves an
+/// allocation table of exactly that many rows, every block of the `hold` site among them.
+#[test]
+fn every_reading_command_recovers_a_killed_recorders_spool() {
+    const BLOCKS: u64 = 120;
+    let dir = Dir::new();
+    let pid = killed_allocs_recording(&dir, BLOCKS);
+    let said = format!(" allocations of process {pid} from the spool of a killed recorder");
+    let mut recovered: Option<usize> = None;
+    for command in [
+        "report",
+        "visualize",
+        "heatmap",
+        "script",
+        "archive",
+        "export",
+        "diff",
+    ] {
+        let copy = copy_of(dir.path());
+        let out_dir = tempfile::tempdir().expect("out");
+        let (copy_path, out) = (
+            copy.path().to_str().expect("path"),
+            out_dir.path().to_str().expect("path"),
+        );
+        let heatmap = format!("{out}/h.svg");
+        let args: Vec<&str> = match command {
+            "report" => vec![
+                "report",
+                "--format",
+                "json",
+                "--include-tracer",
+                "-d",
+                copy_path,
+            ],
+            "visualize" => vec!["visualize", "-o", out, "-d", copy_path],
+            "heatmap" => vec!["heatmap", "-o", &heatmap, "-d", copy_path],
+            "script" => vec!["script", "-d", copy_path],
+            "archive" => vec!["archive", "-o", out, "-d", copy_path],
+            "export" => vec!["export", "-o", out, copy_path],
+            _ => vec!["diff", copy_path, copy_path],
+        };
+        let output = ok_in(out_dir.path(), &args);
+        let stderr = stderr(&output);
+        let count: usize = stderr
+            .lines()
+            .find_map(|l| {
+                l.split("recovered ")
+                    .nth(1)?
+                    .strip_suffix(&said)?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("{command}: no recovery said: {stderr}"));
+        let rows = fltrace_trace::read_allocs(&fltrace_trace::files::allocs(copy.path(), pid))
+            .unwrap_or_else(|e| panic!("{command}: {e}"))
+            .len();
+        assert_eq!(rows, count, "{command}: the table holds what was said");
+        assert!(count >= BLOCKS as usize, "{command}: {count} allocations");
+        assert_eq!(*recovered.get_or_insert(count), count, "{command}");
+        if command == "report" {
+            // Every fault checkpointed before the kill, exactly.
+            let faults =
+                fltrace_trace::read_faults(&fltrace_trace::files::faults(copy.path(), pid))
+                    .expect("faults")
+                    .0
+                    .len();
+            let report: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("report's JSON");
+            assert!(faults > 0);
+            assert_eq!(report["faults"].as_u64(), Some(faults as u64), "{report}");
+        }
+    }
+    // What was recovered is every block the workload held.
+    let copy = copy_of(dir.path());
+    let cwd = tempfile::tempdir().expect("cwd");
+    let report = ok_in(
+        cwd.path(),
+        &[
+            "report",
+            "--allocs",
+            "--format",
+            "csv",
+            "--top",
+            "0",
+            "-d",
+            copy.path().to_str().expect("path"),
+        ],
+    );
+    assert_eq!(allocs_at_hold(&stdout(&report)), BLOCKS.to_string());
+}
+
+/// The `allocs` of the `hold` site of `allocs.c` in the CSV of `report --allocs`.
+fn allocs_at_hold(csv: &str) -> String {
+    let rows = csv_rows(csv);
+    let line = site("allocs.c", "hold").to_string();
+    let row = rows
+        .iter()
+        .find(|r| r["file"].ends_with("allocs.c") && r["line"] == line)
+        .unwrap_or_else(|| panic!("no row at allocs.c:{line} in {rows:#?}"));
+    row["allocs"].clone()
+}
+
+/// A killed `record --allocs` leaves its allocation logs: on a read-only recording, `report`
+/// converts them in a temporary copy and reports every allocation as on a writable copy
+/// (which converts them in place), leaving the recording as it was.
+#[test]
+fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
+    const BLOCKS: u64 = 120;
+    let dir = Dir::new();
+    let pid = killed_allocs_recording(&dir, BLOCKS);
     let writable = copy_of(dir.path());
     let bind = ReadOnlyBind::of(dir.path());
     let before = names_in(bind.path());
@@ -385,13 +499,7 @@ fn a_killed_recorders_spool_reads_on_a_read_only_recording() {
         "{}",
         stderr(&ro)
     );
-    let rows = csv_rows(&stdout(&ro));
-    let line = site("allocs.c", "hold").to_string();
-    let row = rows
-        .iter()
-        .find(|r| r["file"].ends_with("allocs.c") && r["line"] == line)
-        .unwrap_or_else(|| panic!("no row at allocs.c:{line} in {rows:#?}"));
-    assert_eq!(row["allocs"], BLOCKS.to_string(), "{row:?}");
+    assert_eq!(allocs_at_hold(&stdout(&ro)), BLOCKS.to_string());
     assert_eq!(names_in(bind.path()), before, "the recording changed");
     assert!(!fltrace_trace::files::allocs(bind.path(), pid).exists());
     assert!(fltrace_trace::files::allocs(writable.path(), pid).exists());

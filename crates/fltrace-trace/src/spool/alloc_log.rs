@@ -1,0 +1,376 @@
+//! Reading an allocation log (`fltrace_runtime_abi::alloclog`) as its threads write it or
+//! once they are done: each thread's chunks are in time order, and the threads' streams are
+//! merged by time, so a reader holds one record per thread, not the log.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use fltrace_runtime_abi::alloclog::{
+    CHUNK_HEADER_SIZE, CHUNK_SIZE, Cursor, Decoder, HEADER_SIZE, MAGIC, MAX_FRAMES, Record,
+};
+
+use super::convert::log_name;
+use crate::{AllocCall, AllocEvent, Error, VirtAddr};
+
+/// The largest allocation log read: far above a long run's (about 6 bytes a call).
+const LOG_CAP: u64 = 64 << 30;
+
+/// When the tracer writing `log` stopped because the log could not grow (its clock).
+fn log_stopped_ns(log: &[u8]) -> Option<u64> {
+    if log.len() < HEADER_SIZE || read_word(log, 0) != MAGIC {
+        return None;
+    }
+    Some(read_word(log, 32)).filter(|&t| t != 0)
+}
+
+/// The word at `offset` of a log that its writers may still be changing; 0 beyond its end.
+/// Acquire: the bytes a chunk's `used` publishes are visible once it is read.
+fn read_word(log: &[u8], offset: usize) -> u64 {
+    let Some(bytes) = log.get(offset..offset + 8) else {
+        return 0;
+    };
+    // SAFETY: 8 readable bytes; a volatile read, as the traced program may be storing to
+    // the word (an aligned store, so the read sees the old or the new value).
+    let word = unsafe { std::ptr::read_volatile(bytes.as_ptr().cast::<[u8; 8]>()) };
+    std::sync::atomic::fence(Ordering::Acquire);
+    u64::from_ne_bytes(word)
+}
+
+/// The bytes of a log: mapped, so that it can be followed as it grows, or copied (a log that
+/// stopped on a full file system, whose file goes before the tables are written).
+enum LogBytes {
+    Mapped(memmap2::Mmap),
+    Copied(Vec<u8>),
+    /// A file with nothing in it yet.
+    Empty,
+}
+
+impl LogBytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            LogBytes::Mapped(map) => map,
+            LogBytes::Copied(bytes) => bytes,
+            LogBytes::Empty => &[],
+        }
+    }
+}
+
+/// One image's log, read as its threads write it (see [`Drain`] for why the order of the
+/// events handed out is their time order) or once they are done.
+///
+/// Each thread's chunks are in time order; the threads' streams are merged by time, so this
+/// holds one record per thread, not the log.
+pub struct LiveLog {
+    path: PathBuf,
+    file: std::fs::File,
+    bytes: LogBytes,
+    /// CLOCK_MONOTONIC to the tables' Unix-epoch times.
+    pub(crate) mono_offset: u64,
+    /// The offset of the next chunk not yet given to its thread's stream.
+    scan: usize,
+    streams: Vec<Stream>,
+    by_tid: HashMap<u32, usize>,
+    /// The streams that have a record ahead, by its time.
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Chunks whose bytes did not decode (cut short at the first bad record).
+    pub(crate) corrupt: u64,
+    /// Whether every writer is gone: a chunk with nothing published is skipped, not waited
+    /// for, and a thread's last chunk ends where its bytes do.
+    complete: bool,
+}
+
+/// One thread's records, decoded one ahead.
+struct Stream {
+    tid: u32,
+    /// The offsets of its chunks not yet read to the end, in file order.
+    chunks: VecDeque<usize>,
+    /// Where decoding stopped in the first of them.
+    state: (usize, Cursor),
+    /// The first chunk did not decode beyond `state`.
+    cut: bool,
+    /// CLOCK_MONOTONIC time of the records being decoded.
+    time: u64,
+    /// The next record, decoded ahead so the merge knows its time.
+    ahead: Option<(u64, Item)>,
+    /// Time of the item handed out last.
+    last_time: u64,
+    frames: Box<[u64; MAX_FRAMES]>,
+}
+
+/// Bytes of a chunk available for records.
+const RECORD_SPACE: usize = CHUNK_SIZE - CHUNK_HEADER_SIZE;
+
+impl LiveLog {
+    /// Opens the log at `path`; `None` if there is none. `complete`: its writers are gone.
+    pub fn open(path: &Path, mono_offset: u64, complete: bool) -> Result<Option<LiveLog>, Error> {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        let mut log = LiveLog {
+            path: path.to_owned(),
+            file,
+            bytes: LogBytes::Empty,
+            mono_offset,
+            scan: HEADER_SIZE,
+            streams: Vec::new(),
+            by_tid: HashMap::new(),
+            heap: BinaryHeap::new(),
+            corrupt: 0,
+            complete,
+        };
+        log.refresh()?;
+        Ok(Some(log))
+    }
+
+    fn io_error(&self, source: std::io::Error) -> Error {
+        Error::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Maps what the file holds now, and hands the chunks published since the last look to
+    /// their threads' streams.
+    pub fn refresh(&mut self) -> Result<(), Error> {
+        if !matches!(self.bytes, LogBytes::Copied(_)) {
+            let len = self.file.metadata().map_err(|e| self.io_error(e))?.len();
+            // A log is a shared mapping that only grows; the cap refuses a file planted in
+            // its place that could not be one.
+            if len > LOG_CAP {
+                return Err(Error::Format {
+                    path: self.path.clone(),
+                    message: format!("{len} bytes, more than any allocation log"),
+                });
+            }
+            if len > self.bytes.get().len() as u64 {
+                // SAFETY: a read-only shared mapping of a file that only grows (the tracer
+                // allocates its blocks before writing them), read within its length.
+                let map =
+                    unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| self.io_error(e))?;
+                self.bytes = LogBytes::Mapped(map);
+            }
+        }
+        let log = self.bytes.get();
+        if log.len() < HEADER_SIZE || read_word(log, 0) != MAGIC {
+            if self.complete {
+                return Err(Error::Format {
+                    path: self.path.clone(),
+                    message: "not an fltrace allocation log".into(),
+                });
+            }
+            // Made a moment ago: its header comes next.
+            return Ok(());
+        }
+        let end = (read_word(log, 16) as usize).min(log.len());
+        while self.scan + CHUNK_HEADER_SIZE <= end {
+            let offset = self.scan;
+            if !self.complete && offset + CHUNK_SIZE > log.len() {
+                break;
+            }
+            // A thread publishes its first record as soon as it takes a chunk. Until the
+            // writers are gone, one with nothing yet stops the look here: its thread's
+            // earlier chunks must be seen before its later ones.
+            if read_word(log, offset + 8) == 0 {
+                if !self.complete {
+                    break;
+                }
+                self.scan += CHUNK_SIZE;
+                continue;
+            }
+            let tid = read_word(log, offset) as u32;
+            let i = *self.by_tid.entry(tid).or_insert_with(|| {
+                self.streams.push(Stream {
+                    tid,
+                    chunks: VecDeque::new(),
+                    state: (0, Cursor::default()),
+                    cut: false,
+                    time: 0,
+                    ahead: None,
+                    last_time: 0,
+                    frames: Box::new([0; MAX_FRAMES]),
+                });
+                self.streams.len() - 1
+            });
+            self.streams[i].chunks.push_back(offset);
+            self.scan += CHUNK_SIZE;
+        }
+        for i in 0..self.streams.len() {
+            if self.streams[i].ahead.is_none() {
+                self.advance(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the log as complete (its writers are gone) and reads it to its end.
+    pub fn complete(&mut self) -> Result<(), Error> {
+        self.complete = true;
+        self.refresh()
+    }
+
+    /// A stopped log (its file system filled) is copied into memory and its file removed,
+    /// so that the tables have room.
+    pub(crate) fn remove_if_stopped(&mut self) {
+        let log = self.bytes.get();
+        if log_stopped_ns(log).is_none() {
+            return;
+        }
+        let copy = log.to_vec();
+        self.bytes = LogBytes::Copied(copy);
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// Records the tracer could not write (its log could not grow).
+    pub(crate) fn dropped(&self) -> u64 {
+        read_word(self.bytes.get(), 24)
+    }
+
+    /// When the tracer stopped because the log could not grow, if it did.
+    pub(crate) fn stopped_ns(&self) -> Option<u64> {
+        log_stopped_ns(self.bytes.get())
+    }
+
+    /// Decodes stream `i`'s next item into `ahead` and queues it; leaves it without one when
+    /// its published records are all read.
+    fn advance(&mut self, i: usize) {
+        let log = self.bytes.get();
+        let stream = &mut self.streams[i];
+        loop {
+            let Some(&chunk) = stream.chunks.front() else {
+                return;
+            };
+            let start = chunk + CHUNK_HEADER_SIZE;
+            let used = (read_word(log, chunk + 8) as usize)
+                .min(RECORD_SPACE)
+                .min(log.len().saturating_sub(start));
+            if stream.cut || stream.state.0 >= used {
+                // Read to the end: a chunk is done once its thread has taken another (the
+                // later chunk's `used` was read first, so this one's is final) or its
+                // writers are gone.
+                if stream.chunks.len() == 1 && !self.complete {
+                    return;
+                }
+                stream.chunks.pop_front();
+                stream.state = (0, Cursor::default());
+                stream.cut = false;
+                continue;
+            }
+            let mut decoder = Decoder::resume(&log[start..start + used], stream.state);
+            let record = decoder.next(&mut stream.frames);
+            stream.state = decoder.state();
+            match record {
+                None | Some(Err(_)) => {
+                    self.corrupt += 1;
+                    stream.cut = true;
+                }
+                Some(Ok(Record::Time(time))) => stream.time = time,
+                Some(Ok(Record::Stack { id, len })) => {
+                    // A stream has one item ahead at a time, so its definitions always come
+                    // out before its next event; the time only places it among other threads.
+                    let time = stream.last_time;
+                    stream.ahead = Some((time, Item::Stack(id, len)));
+                    self.heap.push(Reverse((time, i)));
+                    return;
+                }
+                Some(Ok(Record::Call(record))) => {
+                    let Some(call) = AllocCall::from_u8(record.call) else {
+                        self.corrupt += 1;
+                        stream.cut = true;
+                        continue;
+                    };
+                    // Times are the clock's, about a millisecond coarse; a thread's calls
+                    // never go back in time, so its order is kept.
+                    let time_ns = stream
+                        .time
+                        .wrapping_add(self.mono_offset)
+                        .max(stream.last_time);
+                    stream.ahead = Some((
+                        time_ns,
+                        Item::Event(AllocEvent {
+                            time_ns,
+                            tid: stream.tid,
+                            call,
+                            addr: VirtAddr::new(record.addr),
+                            size: record.size,
+                            old_addr: VirtAddr::new(record.old_addr),
+                            detail: record.detail,
+                            stack_id: record.stack_id,
+                        }),
+                    ));
+                    self.heap.push(Reverse((time_ns, i)));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The next item in time order if it comes before `watermark`.
+    pub(crate) fn next(&mut self, watermark: u64, frames: &mut [u64; MAX_FRAMES]) -> Option<Item> {
+        let &Reverse((time, i)) = self.heap.peek()?;
+        if time >= watermark {
+            return None;
+        }
+        self.heap.pop();
+        let (time, item) = self.streams[i].ahead.take()?;
+        if let Item::Stack(_, len) = item {
+            frames[..len].copy_from_slice(&self.streams[i].frames[..len]);
+        }
+        self.streams[i].last_time = time;
+        self.advance(i);
+        Some(item)
+    }
+}
+
+pub(crate) enum Item {
+    Stack(u32, usize),
+    Event(AllocEvent),
+}
+
+/// Whether any log of `pid` in `spool` stopped because its file system filled.
+pub fn any_log_stopped(spool: &Path, pid: u32) -> bool {
+    use std::os::unix::fs::FileExt;
+    (0..)
+        .map_while(|image| std::fs::File::open(spool.join(log_name(pid, image))).ok())
+        .any(|file| {
+            let mut header = [0u8; 40];
+            file.read_exact_at(&mut header, 0).is_ok() && log_stopped_ns_of_header(&header)
+        })
+}
+
+/// [`log_stopped_ns`] of the first 40 bytes of a log.
+fn log_stopped_ns_of_header(header: &[u8; 40]) -> bool {
+    let word = |offset: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&header[offset..offset + 8]);
+        u64::from_ne_bytes(bytes)
+    };
+    word(0) == MAGIC && word(32) != 0
+}
+
+/// Bytes taken in the log at `path` (the chunks handed out), 0 without one.
+pub fn log_bytes_taken(path: &Path) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut header = [0u8; 24];
+    match std::fs::File::open(path) {
+        Ok(file) if file.read_exact_at(&mut header, 0).is_ok() => {
+            let mut next = [0u8; 8];
+            next.copy_from_slice(&header[16..24]);
+            u64::from_ne_bytes(next)
+        }
+        _ => 0,
+    }
+}

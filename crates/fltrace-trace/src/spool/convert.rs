@@ -1,0 +1,384 @@
+//! Converting allocation logs into a process's allocation tables: the events merged by time
+//! into `fltrace-data-allocs-<pid>.parquet`, their stacks deduplicated into
+//! `fltrace-data-allocstacks-<pid>.parquet`, and last the totals.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use fltrace_runtime_abi::alloclog::MAX_FRAMES;
+
+use super::alloc_log::{Item, LiveLog};
+use crate::{
+    AllocEvent, AllocTotals, AllocWriter, CodeAddr, Error, Origin, Stack, StackWriter, files,
+};
+
+/// What converting does with a log that stopped because its file system filled.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum FullLogs {
+    /// The recorder that wrote it removes it once read, so that the tables have room.
+    Remove,
+    /// A command that only reads the recording (recovering a killed recorder's spool)
+    /// deletes nothing in it.
+    Keep,
+}
+
+/// Converts the logs of `pid` in spool directory `spool`: see [`AllocLogs::convert`].
+pub fn convert_spooled(
+    spool: &Path,
+    pid: u32,
+    first_generation: u32,
+    out_dir: &Path,
+    mono_offset: u64,
+    recording: &str,
+    full_logs: FullLogs,
+) -> Result<Option<Converted>, Error> {
+    let mut logs = Vec::new();
+    for image in 0.. {
+        match LiveLog::open(&spool.join(log_name(pid, image)), mono_offset, true)? {
+            Some(log) => logs.push(log),
+            None => break,
+        }
+    }
+    if logs.is_empty() {
+        return Ok(None);
+    }
+    // A log that stopped because its file system filled is in memory now: its file goes, so
+    // that the tables have room (on the same file system, they would not be written at all).
+    if full_logs == FullLogs::Remove {
+        for log in &mut logs {
+            log.remove_if_stopped();
+        }
+    }
+    let image_start = image_starts(&files::mmaps(out_dir, pid))?;
+    let origin = Origin::new(recording, pid);
+    let mut conversion = Conversion::create(
+        &files::allocs(out_dir, pid),
+        &files::alloc_stacks(out_dir, pid),
+        origin.clone(),
+    )?;
+    for (image, mut log) in logs.into_iter().enumerate() {
+        let generation = first_generation + image as u32;
+        let floor = image_start.get(&generation).copied().unwrap_or(0);
+        conversion.convert_image(&mut log, generation, floor)?;
+    }
+    let (converted, totals) = conversion.finish()?;
+    // Last: a totals file says its process's tables were written to the end.
+    crate::write_alloc_totals(&files::alloc_totals(out_dir, pid), origin, &totals)?;
+    Ok(Some(converted))
+}
+
+/// The name of the log of image `image` (execs count up from 0) of process `pid`.
+pub fn log_name(pid: u32, image: u32) -> String {
+    format!("log-{pid}.{image}")
+}
+
+/// One process's tables being written from its logs, image after image.
+pub struct Conversion {
+    allocs: BackgroundWriter,
+    stack_writer: StackWriter,
+    stacks: Stacks,
+    totals: AllocTotals,
+    converted: Converted,
+    /// The time of the last event written. A record a thread published late (it was held up
+    /// between reading the clock and publishing) after later ones were written gets that
+    /// time: the table stays in time order.
+    last_ns: u64,
+    /// The time of the current image's first event.
+    first_ns: Option<u64>,
+    frames: Box<[u64; MAX_FRAMES]>,
+}
+
+impl Conversion {
+    /// Creates the tables at `allocs` and `stacks`, of process and recording `origin`.
+    pub fn create(allocs: &Path, stacks: &Path, origin: Origin) -> Result<Conversion, Error> {
+        Ok(Conversion {
+            allocs: BackgroundWriter::start(
+                allocs,
+                AllocWriter::create_for(allocs, origin.clone())?,
+            ),
+            stack_writer: StackWriter::create_for(stacks, origin)?,
+            stacks: Stacks::default(),
+            totals: AllocTotals::default(),
+            converted: Converted::default(),
+            last_ns: 0,
+            first_ns: None,
+            frames: Box::new([0; MAX_FRAMES]),
+        })
+    }
+
+    /// Writes the records of `log` (image of address-space generation `generation`, whose
+    /// times start no earlier than `floor`) that come before `watermark`. Returns the events
+    /// written.
+    pub fn convert(
+        &mut self,
+        log: &mut LiveLog,
+        generation: u32,
+        floor: u64,
+        watermark: u64,
+    ) -> Result<u64, Error> {
+        if self.stacks.local.len() <= generation as usize {
+            self.stacks
+                .local
+                .resize(generation as usize + 1, Vec::new());
+        }
+        let mut written = 0;
+        while let Some(item) = log.next(watermark, &mut self.frames) {
+            match item {
+                Item::Stack(local_id, len) => {
+                    self.stacks.define(
+                        generation,
+                        local_id,
+                        &self.frames[..len],
+                        &mut self.stack_writer,
+                    )?;
+                }
+                Item::Event(mut event) => {
+                    // An image's calls come after its exec, but the millisecond clock can
+                    // put the first ones before it: each image's times start no earlier
+                    // than its first mapping.
+                    event.time_ns = event.time_ns.max(floor).max(self.last_ns);
+                    self.last_ns = event.time_ns;
+                    if event.stack_id != AllocEvent::NO_STACK {
+                        event.stack_id = self.stacks.global(generation, event.stack_id);
+                    }
+                    self.first_ns.get_or_insert(event.time_ns);
+                    self.totals.add(&event);
+                    self.allocs.push(event)?;
+                    written += 1;
+                }
+            }
+        }
+        self.converted.events += written;
+        Ok(written)
+    }
+
+    /// Writes every record of `log`, complete, and what its header says.
+    pub fn convert_image(
+        &mut self,
+        log: &mut LiveLog,
+        generation: u32,
+        floor: u64,
+    ) -> Result<(), Error> {
+        log.complete()?;
+        self.convert(log, generation, floor, u64::MAX)?;
+        self.end_image(log);
+        Ok(())
+    }
+
+    /// Takes in what the header of `log`, converted to its end, says: the records dropped,
+    /// when the tracer stopped, the chunks that did not decode.
+    pub fn end_image(&mut self, log: &LiveLog) {
+        let first_ns = self.first_ns.take();
+        self.converted.dropped += log.dropped();
+        if let Some(stopped) = log.stopped_ns() {
+            let after = stopped
+                .wrapping_add(log.mono_offset)
+                .saturating_sub(first_ns.unwrap_or(u64::MAX));
+            self.converted.add(&Converted {
+                stopped_after_ns: Some(after),
+                ..Converted::default()
+            });
+        }
+        self.converted.corrupt_chunks += log.corrupt;
+    }
+
+    /// Makes what was written so far readable, should the conversion never end.
+    pub fn checkpoint(&mut self) -> Result<(), Error> {
+        self.allocs.checkpoint()
+    }
+
+    /// Finishes both tables; returns what was converted and the totals per (stack, call,
+    /// size).
+    pub fn finish(mut self) -> Result<(Converted, Vec<crate::AllocTotal>), Error> {
+        self.allocs.finish()?;
+        self.stack_writer.finish()?;
+        self.converted.stacks = self.stacks.next;
+        Ok((self.converted, self.totals.totals()))
+    }
+}
+/// Events handed in batches to a thread that encodes them: decoding and merging the logs and
+/// encoding Parquet each take about half the time of a conversion, so on two cores they
+/// overlap.
+struct BackgroundWriter {
+    /// The table written, for the error should its writer panic.
+    path: PathBuf,
+    batch: Vec<AllocEvent>,
+    sender: Option<std::sync::mpsc::SyncSender<ToWriter>>,
+    thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+}
+
+/// What the writer thread is given.
+enum ToWriter {
+    Events(Vec<AllocEvent>),
+    /// Write what was given so far and a checkpoint.
+    Checkpoint,
+}
+
+/// Events per batch handed to the writer thread.
+const BATCH: usize = 1 << 16;
+
+impl BackgroundWriter {
+    fn start(path: &Path, mut writer: AllocWriter) -> BackgroundWriter {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<ToWriter>(4);
+        let thread = std::thread::spawn(move || {
+            for message in receiver {
+                match message {
+                    ToWriter::Events(batch) => {
+                        for event in batch {
+                            writer.push(event)?;
+                        }
+                    }
+                    ToWriter::Checkpoint => writer.checkpoint()?,
+                }
+            }
+            writer.finish()
+        });
+        BackgroundWriter {
+            path: path.to_owned(),
+            batch: Vec::with_capacity(BATCH),
+            sender: Some(sender),
+            thread: Some(thread),
+        }
+    }
+
+    fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
+        self.batch.push(event);
+        if self.batch.len() == BATCH {
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            self.send(ToWriter::Events(batch))?;
+        }
+        Ok(())
+    }
+
+    /// Has every event pushed so far written, and a checkpoint after them.
+    fn checkpoint(&mut self) -> Result<(), Error> {
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            self.send(ToWriter::Events(batch))?;
+        }
+        self.send(ToWriter::Checkpoint)
+    }
+
+    fn send(&mut self, message: ToWriter) -> Result<(), Error> {
+        match &self.sender {
+            // The writer only hangs up after an error, which `finish` returns.
+            Some(sender) if sender.send(message).is_err() => self.finish(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes what is left and waits for the writer.
+    fn finish(&mut self) -> Result<(), Error> {
+        if !self.batch.is_empty()
+            && let Some(sender) = &self.sender
+        {
+            let _ = sender.send(ToWriter::Events(std::mem::take(&mut self.batch)));
+        }
+        self.sender = None;
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(Error::Write {
+                    path: self.path.clone(),
+                    source: "the allocation table writer panicked".into(),
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The time each address-space generation of a process began: its first mapping.
+pub fn image_starts(mmaps: &Path) -> Result<HashMap<u32, u64>, Error> {
+    let mut starts: HashMap<u32, u64> = HashMap::new();
+    if !mmaps.is_file() {
+        return Ok(starts);
+    }
+    for mapping in crate::read_mappings(mmaps)? {
+        let start = starts.entry(mapping.generation).or_insert(mapping.time_ns);
+        *start = (*start).min(mapping.time_ns);
+    }
+    Ok(starts)
+}
+
+/// What one process's conversion found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Converted {
+    /// Allocation events written.
+    pub events: u64,
+    /// Distinct stacks written.
+    pub stacks: u32,
+    /// Records the tracer could not write (its log could not grow).
+    pub dropped: u64,
+    /// Chunks whose bytes did not decode (cut short at the first bad record).
+    pub corrupt_chunks: u64,
+    /// When a log could not grow and its tracer stopped for good: nanoseconds after that
+    /// log's first call (the earliest, over processes). Calls after it were not recorded.
+    pub stopped_after_ns: Option<u64>,
+    /// With `-p`: what the uprobes were placed on, `malloc, free, ... in libjemalloc.so.2`.
+    pub probed: Option<String>,
+}
+
+impl Converted {
+    /// Adds another process's figures.
+    pub fn add(&mut self, other: &Converted) {
+        self.events += other.events;
+        self.stacks += other.stacks;
+        self.dropped += other.dropped;
+        self.corrupt_chunks += other.corrupt_chunks;
+        self.stopped_after_ns = match (self.stopped_after_ns, other.stopped_after_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// Stack ids: the log's, per image, to the table's, deduplicated by frames.
+#[derive(Default)]
+struct Stacks {
+    /// By image, the table's id of each of the log's ids (ids are dense from 0).
+    local: Vec<Vec<u32>>,
+    by_frames: HashMap<(u32, Vec<u64>), u32>,
+    next: u32,
+}
+
+impl Stacks {
+    fn define(
+        &mut self,
+        generation: u32,
+        local_id: u32,
+        frames: &[u64],
+        writer: &mut StackWriter,
+    ) -> Result<(), Error> {
+        let key = (generation, frames.to_vec());
+        let id = match self.by_frames.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.next;
+                self.next += 1;
+                writer.push(Stack {
+                    end: crate::StackEnd::Unknown,
+                    id,
+                    generation,
+                    frames: key.1.iter().map(|&frame| CodeAddr::new(frame)).collect(),
+                })?;
+                self.by_frames.insert(key, id);
+                id
+            }
+        };
+        let image = &mut self.local[generation as usize];
+        let slot = local_id as usize;
+        if image.len() <= slot {
+            image.resize(slot + 1, AllocEvent::NO_STACK);
+        }
+        image[slot] = id;
+        Ok(())
+    }
+
+    fn global(&self, generation: u32, local_id: u32) -> u32 {
+        self.local
+            .get(generation as usize)
+            .and_then(|image| image.get(local_id as usize))
+            .copied()
+            .unwrap_or(AllocEvent::NO_STACK)
+    }
+}

@@ -1,0 +1,402 @@
+//! The checkpointing writer every table goes through: rows buffered and written a row group at
+//! a time, each row group followed on demand by a checkpoint footer, every column chunk
+//! checksummed.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parquet::basic::{Compression, Encoding};
+use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
+use parquet::file::metadata::{
+    FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData,
+};
+use parquet::file::properties::WriterProperties;
+use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
+use parquet::schema::parser::parse_message_type;
+use parquet::schema::types::{ColumnPath, SchemaDescriptor};
+
+use super::{FORMAT_VERSION, Origin, ROW_GROUP};
+use crate::{Error, files, keys};
+
+/// A kind of row that a table holds: its schema and how a batch of rows fills its columns.
+pub trait TableRow: Sized {
+    /// The Parquet schema of the table.
+    const SCHEMA: &'static str;
+    /// Columns written with delta encoding instead of a dictionary.
+    const DELTA_COLUMNS: &'static [&'static str];
+    /// Rows buffered before they are written as a row group.
+    const ROW_GROUP: usize = ROW_GROUP;
+
+    /// Fills one row group's columns in schema order; `first` is the position in the file of
+    /// the first of `rows`.
+    fn write_columns(
+        columns: &mut Columns<'_, '_>,
+        origin: &Origin,
+        first: u64,
+        rows: &[Self],
+    ) -> parquet::errors::Result<()>;
+}
+
+/// Writes a table of `R` rows: they are buffered and written a row group at a time, and each
+/// [`checkpoint`](Self::checkpoint) makes every row pushed so far readable should the writer
+/// never finish.
+pub struct TableWriter<R> {
+    pub(super) table: CheckpointedFile,
+    origin: Origin,
+    pub(super) batch: Vec<R>,
+    /// Rows written out.
+    pub(super) rows: u64,
+}
+
+impl<R: TableRow> TableWriter<R> {
+    /// Creates the file, with the pid of its name and no recording id (see [`Origin`]).
+    pub fn create(path: &Path) -> Result<Self, Error> {
+        Self::create_for(path, Origin::from_path(path))
+    }
+
+    /// Creates the file of the process and recording `origin`.
+    pub fn create_for(path: &Path, origin: Origin) -> Result<Self, Error> {
+        Self::with_footer(path, origin, &[])
+    }
+
+    /// Creates the file of `origin`, with `metadata` in its footer as key-value pairs.
+    pub(super) fn with_footer(
+        path: &Path,
+        origin: Origin,
+        metadata: &[(String, String)],
+    ) -> Result<Self, Error> {
+        let table = CheckpointedFile::create(path, R::SCHEMA, R::DELTA_COLUMNS, metadata)?;
+        Ok(TableWriter {
+            table,
+            origin,
+            batch: Vec::with_capacity(4096),
+            rows: 0,
+        })
+    }
+
+    /// Appends a row; writes a row group when the batch is full.
+    pub fn push(&mut self, row: R) -> Result<(), Error> {
+        self.batch.push(row);
+        if self.batch.len() >= R::ROW_GROUP {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every row pushed so far and a checkpoint: they stay readable should the writer
+    /// never finish.
+    pub fn checkpoint(&mut self) -> Result<(), Error> {
+        self.flush()?;
+        self.table.checkpoint()
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> u64 {
+        self.rows + self.batch.len() as u64
+    }
+
+    /// Writes what is buffered and the footer.
+    pub fn finish(mut self) -> Result<(), Error> {
+        self.flush()?;
+        self.table.finish()
+    }
+
+    /// Writes every buffered row, a row group of at most [`ROW_GROUP`] rows at a time.
+    fn flush(&mut self) -> Result<(), Error> {
+        while !self.batch.is_empty() {
+            self.flush_first(ROW_GROUP)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the first `count` buffered rows (at most all) as a row group.
+    fn flush_first(&mut self, count: usize) -> Result<(), Error> {
+        let count = count.min(self.batch.len());
+        if count == 0 {
+            return Ok(());
+        }
+        let (batch, origin, first) = (&self.batch[..count], &self.origin, self.rows);
+        self.table
+            .row_group(|c| R::write_columns(c, origin, first, batch))?;
+        self.rows += count as u64;
+        self.batch.drain(..count);
+        Ok(())
+    }
+}
+
+/// A Parquet file being written, one row group per flushed batch, with checkpoints.
+pub(crate) struct CheckpointedFile {
+    path: PathBuf,
+    inner: SerializedFileWriter<Sink>,
+    schema: Arc<SchemaDescriptor>,
+    /// The footer's key-value pairs, for the checkpoints.
+    footer: Vec<KeyValue>,
+    /// Keys set after the file was created ([`CheckpointedFile::set_footer_value`]): the final
+    /// footer gets their last value.
+    late_keys: Vec<String>,
+    /// CRC-32 of every column chunk written, row group by row group.
+    crcs: Vec<u32>,
+    /// Row groups described by a checkpoint.
+    checkpointed_groups: usize,
+    /// Where the last checkpoint ends (0: none yet).
+    last_checkpoint: u64,
+}
+
+/// The file, keeping a copy of the bytes written since the last row group so that the column
+/// chunks' checksums need no read back (the file is opened write-only).
+struct Sink {
+    file: File,
+    /// The bytes written since offset `pending_from`.
+    pending: Vec<u8>,
+    pending_from: u64,
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.file.write(buf)?;
+        self.pending.extend_from_slice(&buf[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Space-separated hexadecimal CRC-32s, the value of [`keys::CRC32`].
+fn format_crcs(crcs: &[u32]) -> String {
+    crcs.iter()
+        .map(|crc| format!("{crc:08x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl CheckpointedFile {
+    pub(crate) fn create(
+        path: &Path,
+        schema: &str,
+        delta_columns: &[&str],
+        metadata: &[(String, String)],
+    ) -> Result<Self, Error> {
+        let schema = Arc::new(parse_message_type(schema).map_err(Error::parquet(path))?);
+        let mut footer: Vec<KeyValue> = metadata
+            .iter()
+            .filter(|(k, _)| !keys::INTERNAL.contains(&k.as_str()))
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+            .collect();
+        footer.push(KeyValue::new(
+            keys::FORMAT.to_owned(),
+            FORMAT_VERSION.to_string(),
+        ));
+        let mut props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_key_value_metadata(Some(footer.clone()));
+        for column in delta_columns {
+            let column = ColumnPath::from(*column);
+            props = props
+                .set_column_dictionary_enabled(column.clone(), false)
+                .set_column_encoding(column, Encoding::DELTA_BINARY_PACKED);
+        }
+        let file = files::create(path)?;
+        let sink = Sink {
+            file,
+            pending: Vec::new(),
+            pending_from: 0,
+        };
+        let descriptor = Arc::new(SchemaDescriptor::new(schema.clone()));
+        let inner = SerializedFileWriter::new(sink, schema, Arc::new(props.build()))
+            .map_err(Error::parquet(path))?;
+        let mut table = CheckpointedFile {
+            path: path.to_owned(),
+            inner,
+            schema: descriptor,
+            footer,
+            late_keys: Vec::new(),
+            crcs: Vec::new(),
+            checkpointed_groups: 0,
+            last_checkpoint: 0,
+        };
+        // A first checkpoint at once: a file that exists is readable, if empty, and carries
+        // its metadata (the faults file's session) whatever happens next.
+        table.checkpoint()?;
+        Ok(table)
+    }
+
+    /// Writes one row group; `write_columns` fills its columns in schema order.
+    pub(crate) fn row_group(
+        &mut self,
+        write_columns: impl FnOnce(&mut Columns<'_, '_>) -> parquet::errors::Result<()>,
+    ) -> Result<(), Error> {
+        let result = (|| {
+            let mut group = self.inner.next_row_group()?;
+            write_columns(&mut Columns(&mut group))?;
+            group.close()?;
+            self.inner.flush()?;
+            Ok(())
+        })();
+        result.map_err(Error::parquet(&self.path))?;
+        let Some(group) = self.inner.flushed_row_groups().last() else {
+            return Ok(());
+        };
+        let sink = self.inner.inner();
+        let mut crcs = Vec::with_capacity(group.num_columns());
+        for column in group.columns() {
+            let (start, len) = column.byte_range();
+            let chunk = start
+                .checked_sub(sink.pending_from)
+                .and_then(|from| {
+                    let from = usize::try_from(from).ok()?;
+                    sink.pending
+                        .get(from..from.checked_add(usize::try_from(len).ok()?)?)
+                })
+                .ok_or_else(|| Error::Format {
+                    path: self.path.clone(),
+                    message: format!("column chunk at {start} not among the bytes just written"),
+                })?;
+            crcs.push(crc32fast::hash(chunk));
+        }
+        self.crcs.extend(crcs);
+        self.forget_written();
+        Ok(())
+    }
+
+    /// Drops the copy of the bytes written so far.
+    fn forget_written(&mut self) {
+        let position = self.inner.bytes_written() as u64;
+        let sink = self.inner.inner_mut();
+        sink.pending.clear();
+        sink.pending_from = position;
+    }
+
+    /// Appends a checkpoint footer for the row groups written since the last one, and writes
+    /// it through to the file. Nothing to do when no row group was written since.
+    fn checkpoint(&mut self) -> Result<(), Error> {
+        let groups = self.inner.flushed_row_groups();
+        if self.last_checkpoint != 0 && groups.len() == self.checkpointed_groups {
+            return Ok(());
+        }
+        let new_groups: Vec<RowGroupMetaData> = groups[self.checkpointed_groups..].to_vec();
+        let columns = self.schema.num_columns();
+        let crcs = &self.crcs[self.checkpointed_groups * columns..];
+        let mut footer = self.footer.clone();
+        footer.push(KeyValue::new(
+            keys::CHECKPOINT.to_owned(),
+            self.last_checkpoint.to_string(),
+        ));
+        footer.push(KeyValue::new(keys::CRC32.to_owned(), format_crcs(crcs)));
+        let rows = new_groups.iter().map(|g| g.num_rows()).sum();
+        let file_metadata = FileMetaData::new(
+            1,
+            rows,
+            Some(format!("fltrace {}", env!("CARGO_PKG_VERSION"))),
+            Some(footer),
+            self.schema.clone(),
+            None,
+        );
+        let metadata = ParquetMetaData::new(file_metadata, new_groups);
+        let mut bytes = Vec::new();
+        ParquetMetaDataWriter::new(&mut bytes, &metadata)
+            .finish()
+            .map_err(Error::parquet(&self.path))?;
+        let count = groups.len();
+        self.inner
+            .write_all(&bytes)
+            .and_then(|()| self.inner.flush())
+            .map_err(Error::io(&self.path))?;
+        self.forget_written();
+        self.checkpointed_groups = count;
+        self.last_checkpoint = self.inner.bytes_written() as u64;
+        Ok(())
+    }
+
+    /// Sets a footer value learnt while recording: the next checkpoint and the final footer
+    /// carry it.
+    pub(crate) fn set_footer_value(&mut self, key: &str, value: String) {
+        match self.footer.iter_mut().find(|kv| kv.key == key) {
+            Some(kv) => kv.value = Some(value),
+            None => self.footer.push(KeyValue::new(key.to_owned(), value)),
+        }
+        if !self.late_keys.iter().any(|k| k == key) {
+            self.late_keys.push(key.to_owned());
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> Result<(), Error> {
+        // A last checkpoint first: should the final footer not make it to the disk, the
+        // checkpoints still describe every row.
+        self.checkpoint()?;
+        for key in std::mem::take(&mut self.late_keys) {
+            if let Some(kv) = self.footer.iter().find(|kv| kv.key == key) {
+                self.inner.append_key_value_metadata(kv.clone());
+            }
+        }
+        self.inner.append_key_value_metadata(KeyValue::new(
+            keys::CRC32.to_owned(),
+            format_crcs(&self.crcs),
+        ));
+        self.inner.finish().map_err(Error::parquet(&self.path))?;
+        Ok(())
+    }
+}
+
+/// Gives the columns of one row group in order.
+pub struct Columns<'g, 'f>(&'g mut SerializedRowGroupWriter<'f, Sink>);
+
+impl Columns<'_, '_> {
+    pub(crate) fn write<T: DataType>(
+        &mut self,
+        values: &[T::T],
+        def: Option<&[i16]>,
+        rep: Option<&[i16]>,
+    ) -> parquet::errors::Result<()> {
+        let mut column = self.0.next_column()?.ok_or_else(|| {
+            parquet::errors::ParquetError::General("more columns than the schema".into())
+        })?;
+        column.typed::<T>().write_batch(values, def, rep)?;
+        column.close()
+    }
+
+    pub(crate) fn i64(&mut self, values: impl Iterator<Item = u64>) -> parquet::errors::Result<()> {
+        let values: Vec<i64> = values.map(|v| v as i64).collect();
+        self.write::<Int64Type>(&values, None, None)
+    }
+
+    pub(crate) fn i32(&mut self, values: impl Iterator<Item = u32>) -> parquet::errors::Result<()> {
+        let values: Vec<i32> = values.map(|v| v as i32).collect();
+        self.write::<Int32Type>(&values, None, None)
+    }
+
+    pub(crate) fn bools(
+        &mut self,
+        values: impl Iterator<Item = bool>,
+    ) -> parquet::errors::Result<()> {
+        let values: Vec<bool> = values.collect();
+        self.write::<BoolType>(&values, None, None)
+    }
+
+    pub(crate) fn strings<'s>(
+        &mut self,
+        values: impl Iterator<Item = &'s str>,
+    ) -> parquet::errors::Result<()> {
+        let values: Vec<ByteArray> = values.map(ByteArray::from).collect();
+        self.write::<ByteArrayType>(&values, None, None)
+    }
+
+    /// The `recording` and `pid` columns of `rows` rows from `origin`.
+    pub(crate) fn origin(&mut self, origin: &Origin, rows: usize) -> parquet::errors::Result<()> {
+        self.recording(origin, rows)?;
+        self.i32(std::iter::repeat_n(origin.pid, rows))
+    }
+
+    /// The `recording` column alone: one shared buffer, not a copy per row.
+    pub(crate) fn recording(
+        &mut self,
+        origin: &Origin,
+        rows: usize,
+    ) -> parquet::errors::Result<()> {
+        let value = ByteArray::from(origin.recording.as_bytes().to_vec());
+        self.write::<ByteArrayType>(&vec![value; rows], None, None)
+    }
+}
