@@ -17,8 +17,8 @@ use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
 use crate::output::{Column, Format, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source, StackMode};
-use crate::unwound::Processes;
+use crate::perf::unwound::Processes;
+use crate::perf::{Options, Record, Scope, Session, Source, StackMode};
 
 /// CSV and JSON: one row per (process, stack).
 pub const COLUMNS: &[Column] = &[
@@ -32,7 +32,7 @@ const SOURCES: &[Source] = &[Source::tracepoint("syscalls", "sys_enter_brk")];
 
 // The stack copy and ring of `count syscalls:sys_enter_brk --by ustack`, which counts every
 // call of a burst: 32 KiB copies in a 2 MiB ring held 63 calls of a burst.
-use crate::stackcount::{RING_PAGES, STACK_BYTES};
+use crate::count::dwarf::{RING_PAGES, STACK_BYTES};
 
 /// One counted stack, symbolized.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,7 +98,7 @@ struct Model {
 }
 
 impl Model {
-    fn record(&mut self, ctx: &crate::session::Context, record: Record) {
+    fn record(&mut self, ctx: &crate::perf::Context, record: Record) {
         self.processes.observe(&record);
         if let Record::Sample(s) = record {
             let comm = ctx.comm(s.tid);

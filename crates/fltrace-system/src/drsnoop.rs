@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::output::{Column, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, Record, Scope, Session, Source};
 use crate::vmscan::Spans;
 
 /// The chapter's columns, and the kind of reclaim.

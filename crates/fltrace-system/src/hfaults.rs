@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::output::{Column, Printer, Value};
+use crate::perf::{Options, Record, Scope, Session, Source};
 use crate::procfs::{self, MapKind, MapsCache};
-use crate::session::{Options, Record, Scope, Session, Source};
 
 /// The columns, printed at the end.
 pub const COLUMNS: &[Column] = &[

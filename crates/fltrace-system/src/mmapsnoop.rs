@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::output::{Column, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, Record, Scope, Session, Source};
 
 /// The chapter's columns, with a time first and the address in CSV and JSON.
 pub const COLUMNS: &[Column] = &[

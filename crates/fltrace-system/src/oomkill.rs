@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::output::{Column, Format, Printer, Value};
+use crate::perf::{Options, Record, Scope, Session, Source};
 use crate::procfs::{self, Kmsg};
-use crate::session::{Options, Record, Scope, Session, Source};
 
 /// The columns of CSV and JSON.
 pub const COLUMNS: &[Column] = &[
@@ -159,7 +159,7 @@ impl OomKill {
                     .or_else(|| procfs::cgroup_of(victim_pid, "memory"))
                     .unwrap_or_default();
                 let kill = Kill {
-                    time: procfs::clock_time(ctx.wall_ns(sample.time_ns)),
+                    time: crate::clock::local_time(ctx.wall_ns(sample.time_ns)),
                     trigger_pid: sample.pid,
                     trigger_comm: ctx.comm(sample.tid),
                     victim_pid,

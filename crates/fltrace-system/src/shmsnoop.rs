@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
-use crate::format::Decoded;
 use crate::output::{Column, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, Record, Scope, Session, Source};
+use crate::tracefs::Decoded;
 
 /// The chapter's columns, with a time first.
 pub const COLUMNS: &[Column] = &[

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::output::{Column, Printer};
+use crate::perf::{Context, Options, Record, Sample, Scope, Session, Source};
 use crate::procfs::{self, MapInfo, MapKind, MapsCache};
-use crate::session::{Context, Options, Record, Sample, Scope, Session, Source};
 
 /// The columns: the interval's time, then one row per process.
 pub const COLUMNS: &[Column] = &[
@@ -94,7 +94,7 @@ impl Swapin {
         let mut failure = None;
         printer.header()?;
         let mut print = |ctx: &Context, now: u64, failure: &mut Option<Error>| {
-            let time = procfs::clock_time(ctx.wall_ns(now));
+            let time = crate::clock::local_time(ctx.wall_ns(now));
             for ((comm, pid), count) in counter.borrow_mut().take() {
                 let row = [time.as_str().into(), comm.into(), pid.into(), count.into()];
                 if let Err(e) = printer.row(&row) {
@@ -121,7 +121,11 @@ impl Swapin {
             },
             |ctx, now| print(ctx, now, &mut tick_failure),
         )?;
-        print(&self.session.context, procfs::monotonic_ns(), &mut failure);
+        print(
+            &self.session.context,
+            crate::clock::monotonic_ns(),
+            &mut failure,
+        );
         match failure.or(tick_failure) {
             Some(e) => Err(e),
             None => Ok(status),
@@ -134,7 +138,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::session::{StackMode, parse_info_of, parse_record};
+    use crate::perf::{StackMode, parse_info_of, parse_record};
 
     /// A major-fault sample as the kernel lays it out for this tool's attributes:
     /// identifier, pid and tid, time, address, cpu and a reserved word.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::output::{Column, Format, Printer};
-use crate::session::{Scope, Session};
+use crate::perf::{Scope, Session};
 use crate::{Error, brkstack, drsnoop, hfaults, mmapsnoop, oomkill, shmsnoop, swapin, vmscan};
 
 /// An event tool with its own options.

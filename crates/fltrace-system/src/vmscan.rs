@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::output::{Column, Printer, Value};
-use crate::procfs;
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, Record, Scope, Session, Source};
 
 /// The chapter's columns; CSV and JSON add the number of each reclaim.
 pub const COLUMNS: &[Column] = &[
@@ -105,8 +104,8 @@ pub struct Vmscan {
 /// Opens the vmscan tracepoints for `scope`. The page-write tracepoint is optional (its name
 /// changed); without it the column shows `-`.
 pub fn open(scope: &Scope) -> Result<Vmscan, Error> {
-    let tracefs =
-        fltrace_capture::sys::tracefs().map_err(Error::kernel("tracefs (/sys/kernel/tracing)"))?;
+    // A tracefs that cannot be read says so here rather than as a missing event.
+    crate::tracefs::events_dir()?;
     let mut sources: Vec<Source> = REQUIRED
         .iter()
         .map(|(name, _)| Source::tracepoint("vmscan", name))
@@ -114,7 +113,7 @@ pub fn open(scope: &Scope) -> Result<Vmscan, Error> {
     let mut kinds: Vec<Kind> = REQUIRED.iter().map(|(_, k)| *k).collect();
     let write = ["mm_vmscan_write_folio", "mm_vmscan_writepage"]
         .into_iter()
-        .find(|name| crate::format::TracepointFormat::exists(&tracefs, "vmscan", name));
+        .find(|name| crate::tracefs::exists("vmscan", name));
     if let Some(name) = write {
         sources.push(Source::tracepoint("vmscan", name));
         kinds.push(Kind::Write);
@@ -147,11 +146,11 @@ impl Vmscan {
         let totals = std::cell::RefCell::new(Totals::default());
         let mut failure = None;
         printer.header()?;
-        let mut print = |ctx: &crate::session::Context, now: u64, failure: &mut Option<Error>| {
+        let mut print = |ctx: &crate::perf::Context, now: u64, failure: &mut Option<Error>| {
             let t = totals.replace(Totals::default());
             let ms = |ns: u64| Value::Float(ns as f64 / 1e6, 2);
             let row = [
-                procfs::clock_time(ctx.wall_ns(now)).into(),
+                crate::clock::local_time(ctx.wall_ns(now)).into(),
                 ms(t.slab_ns),
                 ms(t.direct_ns),
                 ms(t.memcg_ns),
@@ -215,7 +214,11 @@ impl Vmscan {
         )?;
         // The last partial interval.
         if totals.borrow().ne(&Totals::default()) {
-            print(&self.session.context, procfs::monotonic_ns(), &mut failure);
+            print(
+                &self.session.context,
+                crate::clock::monotonic_ns(),
+                &mut failure,
+            );
         }
         match failure.or(tick_failure) {
             Some(e) => Err(e),

@@ -1,5 +1,5 @@
 //! The memory chapter's in-kernel tools: `count`, `faults`, `ffaults`, `memleak`, `triage`.
-//! Flags and printing only: the counting lives in fltrace-bpf.
+//! Flags and printing only: the counting lives in fltrace-system.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -11,11 +11,10 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 
-use fltrace_bpf::memleak::{LeakRequest, LeakWatch};
-use fltrace_bpf::triage::Triage;
-use fltrace_bpf::watch::Targets;
-use fltrace_bpf::{By, Event, FieldFilter, output};
-use fltrace_system::counting::{self, Count, CountRequest, Counting, Remarks};
+use fltrace_system::count::{self, By, Count, CountRequest, Counting, Event, FieldFilter, Remarks};
+use fltrace_system::memleak::{LeakRequest, LeakWatch};
+use fltrace_system::triage::Triage;
+use fltrace_system::{Targets, output};
 
 use crate::cli::{Format, duration};
 use fltrace_capture::interrupt_counter;
@@ -181,8 +180,8 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
     let Some(event) = &args.event else {
         bail!("give an event (see fltrace count --list)");
     };
-    let events = fltrace_bpf::expand_events(event)?;
-    let by = counting::grouping(&events, counting::parse_by(&args.by)?);
+    let events = count::expand_events(event)?;
+    let by = count::grouping(&events, count::parse_by(&args.by)?);
     let frame_pointers = if by.contains(&By::UStack) {
         ": user stacks follow frame pointers (name processes with -p or a command for DWARF stacks)"
     } else {
@@ -200,7 +199,7 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
 
 fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    for name in fltrace_bpf::event::list(pattern)? {
+    for name in count::list(pattern)? {
         writeln!(out, "{name}")?;
     }
     Ok(ExitCode::SUCCESS)
@@ -235,7 +234,7 @@ fn report(
         }
     })?;
     let mut out = std::io::stdout().lock();
-    output::write_rows(
+    count::write_rows(
         &mut out,
         counted.top(top),
         common.format.into(),
@@ -248,7 +247,7 @@ fn report(
         None if counted.lost_any() || counted.sample_period > 1 => eprintln!(
             "fltrace: {} events{}{}{}{}",
             counted.events,
-            counting::sampled_note(counted.sample_period),
+            count::sampled_note(counted.sample_period),
             output::table_full_note(counted.dropped),
             output::ring_full_note(counted.lost),
             output::stack_table_full_note(counted.stacks_lost)
@@ -262,10 +261,10 @@ fn report(
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
-    let events = fltrace_bpf::fault_events_for(&targets(&args.common));
+    let events = count::fault_events_for(&targets(&args.common));
     let request = CountRequest {
         sample: args.sample,
-        ..count_request(&args.common, events, counting::fault_grouping())
+        ..count_request(&args.common, events, count::fault_grouping())
     };
     let count = Count::start(request, true, interrupt_counter()?)?;
     report(
@@ -289,7 +288,7 @@ pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
     eprintln!("fltrace: counting faults on files; Ctrl-C to end");
     let mut files = count.run_by_file()?;
     files.truncate(args.top);
-    output::write_file_faults(
+    fltrace_system::ffaults::write_file_faults(
         &mut std::io::stdout().lock(),
         &files,
         args.common.format.into(),
@@ -321,16 +320,16 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
     let mut leaks = LeakWatch::start(request, interrupt_counter()?)?;
     eprintln!(
         "fltrace: attached to {}; Ctrl-C to end",
-        output::describe_leak_target(leaks.target(), leaks.tgids())
+        fltrace_system::memleak::describe_leak_target(leaks.target(), leaks.tgids())
     );
     let mut lost = 0;
     while let Some(snapshot) = leaks.next_report()? {
-        output::write_leaks(
+        fltrace_system::memleak::write_leaks(
             &mut std::io::stdout().lock(),
             &snapshot,
             args.common.format.into(),
             args.common.folded,
-            &output::clock_now(),
+            &fltrace_system::clock::local_time_now(),
         )?;
         lost = snapshot.dropped;
         // CSV and folded stacks have no place for the loss: it is said here.
@@ -358,7 +357,7 @@ pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
         &|| stop.load(Ordering::Relaxed) > 0,
         &started,
     )?;
-    output::write_triage(&mut std::io::stdout().lock(), &report)?;
+    fltrace_system::triage::write_triage(&mut std::io::stdout().lock(), &report)?;
     Ok(ExitCode::from(fltrace_system::exit_status(
         0,
         report.lost(),

@@ -12,13 +12,13 @@ use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
+use crate::bpf::{By, Event, FieldFilter, Frame, Row, StackNames};
 use fltrace_analyze::Symbolizer;
-use fltrace_bpf::{By, Event, FieldFilter, Frame, Row, StackNames};
 use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
-use crate::session::{Context, Options, Record, Sample, Scope, Session, Source, StackMode, Target};
-use crate::unwound::Processes;
+use crate::perf::unwound::Processes;
+use crate::perf::{Context, Options, Record, Sample, Scope, Session, Source, StackMode, Target};
 
 /// Bytes of user stack copied per event: enough for deep stacks, small enough for the ring
 /// to hold a burst of faults.
@@ -129,7 +129,7 @@ fn source_of(event: &Event) -> Result<Source, Error> {
             name: name.clone().into(),
         },
         Event::Software { name } => Source::Software {
-            config: fltrace_bpf::event::software_config(name)
+            config: crate::bpf::event::software_config(name)
                 .ok_or_else(|| unsupported(format!("software event {name}")))?,
         },
         Event::Uprobe { path, symbol, ret } => Source::Uprobe {

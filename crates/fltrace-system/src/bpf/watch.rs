@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use fltrace_capture::PendingChild;
 
-use crate::{Error, ProcessFilter, ProcessMaps};
+use super::{ProcessFilter, ProcessMaps};
+use crate::Error;
 
 /// The processes a tool is asked about.
 #[derive(Debug, Clone, Default)]
@@ -61,11 +62,6 @@ impl Prepared {
             Some(child)
         };
         Ok(Prepared { filter, pending })
-    }
-
-    /// Whether a command waits to be started.
-    pub fn has_command(&self) -> bool {
-        self.pending.is_some()
     }
 
     /// Ends the held command without running it (setting up the probes failed).

@@ -15,15 +15,18 @@ use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use aya::programs::{TracePoint, UProbe};
 
-use crate::counter::{
-    ProcessFilter, attach_uprobe, fill_tgids, process_config, set_config, stack_frames,
-    start_announcements, totals,
+use crate::bpf::object::{self, Alloc, Config};
+use crate::bpf::watch::{POLL, Prepared, Targets, Watch};
+use crate::bpf::{
+    Announcements, Frame, ProcessFilter, ProcessMaps, StackNames, attach_uprobe, fill_tgids,
+    process_config, set_config, stack_frames, start_announcements, totals,
 };
-use crate::object::{self, Alloc, Config};
-use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
-use crate::watch::{POLL, Prepared, Targets, Watch};
 use crate::{Error, tracefs};
 use fltrace_capture::{LiveAllocs, LiveOptions};
+
+mod print;
+
+pub use print::{describe_leak_target, write_leaks};
 
 /// Kernel allocation tracepoints: program, slot, tracepoint, address field, size field.
 const KERNEL_ALLOCS: [(&str, u32, &str, &str, &str); 3] = [
@@ -175,7 +178,7 @@ pub fn libc_of(pid: u32) -> Result<PathBuf, Error> {
 }
 
 fn field(name: &str, field: &str) -> Result<tracefs::Field, Error> {
-    crate::Event::Tracepoint {
+    crate::bpf::Event::Tracepoint {
         category: "kmem".into(),
         name: name.into(),
     }
@@ -211,10 +214,10 @@ impl LeakTracer {
                     let ptr = field(tracepoint, ptr)?;
                     let size = field(tracepoint, size)?;
                     let mut config = base;
-                    config.ptr_off = ptr.offset;
-                    config.ptr_size = ptr.size;
-                    config.size_off = size.offset;
-                    config.size_size = size.size;
+                    config.ptr_off = ptr.offset as u32;
+                    config.ptr_size = ptr.size as u32;
+                    config.size_off = size.offset as u32;
+                    config.size_size = size.size as u32;
                     if tracepoint == "mm_page_alloc" {
                         config.size_kind = object::SIZE_PAGES_ORDER;
                     }
@@ -232,8 +235,8 @@ impl LeakTracer {
                     };
                     let ptr = field(first, ptr)?;
                     let config = Config {
-                        ptr_off: ptr.offset,
-                        ptr_size: ptr.size,
+                        ptr_off: ptr.offset as u32,
+                        ptr_size: ptr.size as u32,
                         ..Config::default()
                     };
                     set_config(&mut ebpf, slot, config)?;
@@ -303,7 +306,7 @@ impl LeakTracer {
         let Engine::Unwound { readers, .. } = &self.engine else {
             return true;
         };
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let start = Instant::now();
         readers.iter().all(|(_, _, reader)| {
             reader.wait_drained(now, patience.saturating_sub(start.elapsed()))
@@ -334,7 +337,7 @@ impl LeakTracer {
             .ok_or_else(|| Error::Unsupported("the BPF object has no outstanding map".into()))?;
         let outstanding: BpfHashMap<_, u64, Alloc> =
             BpfHashMap::try_from(map).map_err(Error::map("outstanding"))?;
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let cutoff = now.saturating_sub(older_than.as_nanos() as u64);
         // (tgid, stack id) -> (bytes, allocations, comm, addresses)
         type Group = (u64, u64, [u8; 16], Vec<(u64, u64)>);
@@ -421,7 +424,7 @@ impl LeakTracer {
         query: &LeakQuery,
     ) -> LeakSnapshot {
         let top = query.top;
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let mut snapshot = LeakSnapshot {
             why: RING_FULL,
             sampled: period,
@@ -472,16 +475,6 @@ impl LeakTracer {
         snapshot.stacks = stacks;
         snapshot
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills a valid timespec; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn attach_tracepoint(ebpf: &mut Ebpf, program: &'static str, names: &[&str]) -> Result<(), Error> {

@@ -1,19 +1,25 @@
-//! `fltrace count`, `faults` and `ffaults`: which counter counts, and for how long. Named
-//! processes grouped by user stack are counted in user space with DWARF-unwound stacks
-//! ([`crate::stackcount`]); everything else in the kernel (fltrace-bpf), with user stacks
-//! that follow frame pointers.
+//! `fltrace count` and `faults` (and the counting under `ffaults`): which counter counts, and
+//! for how long. Named processes grouped by user stack are counted in user space with
+//! DWARF-unwound stacks ([`dwarf`], on perf events); everything else in the kernel (the BPF
+//! object), with user stacks that follow frame pointers.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use fltrace_bpf::files::FileFaults;
-use fltrace_bpf::watch::{POLL, Prepared, Targets, Watch};
-use fltrace_bpf::{By, CountSpec, Counter, Event, FieldFilter, Row, StackNames};
+use crate::bpf::watch::{POLL, Prepared, Watch};
+use crate::bpf::{CountSpec, Counter, StackNames};
+use crate::ffaults::FileFaults;
+use crate::output::{Format, ring_full_note, stack_table_full_note, table_full_note};
+use crate::{Error, Targets};
+use dwarf::{StackCountSpec, StackCounter};
 
-use crate::Error;
-use crate::output::Format;
-use crate::stackcount::{StackCountSpec, StackCounter};
+pub(crate) mod dwarf;
+mod print;
+
+pub use crate::bpf::event::list;
+pub use crate::bpf::{By, Event, FieldFilter, Frame, Row, expand_events, fault_events_for};
+pub use print::{folded_line, write_rows};
 
 /// What a count is asked.
 #[derive(Debug, Clone)]
@@ -97,9 +103,9 @@ impl Counted {
             return None;
         }
         let why: Vec<String> = [
-            fltrace_bpf::output::ring_full_note(self.lost),
-            fltrace_bpf::output::table_full_note(self.dropped),
-            fltrace_bpf::output::stack_table_full_note(self.stacks_lost),
+            ring_full_note(self.lost),
+            table_full_note(self.dropped),
+            stack_table_full_note(self.stacks_lost),
         ]
         .into_iter()
         .filter(|note| !note.is_empty())
@@ -185,9 +191,9 @@ impl Remarks {
             counted.events,
             counted.elapsed.as_secs_f64(),
             sampled_note(counted.sample_period),
-            fltrace_bpf::output::table_full_note(counted.dropped),
-            fltrace_bpf::output::ring_full_note(counted.lost),
-            fltrace_bpf::output::stack_table_full_note(counted.stacks_lost)
+            table_full_note(counted.dropped),
+            ring_full_note(counted.lost),
+            stack_table_full_note(counted.stacks_lost)
         ))
     }
 }
@@ -256,7 +262,7 @@ impl Count {
         stop: Arc<AtomicUsize>,
     ) -> Result<Count, Error> {
         Self::in_kernel(targets, duration, stop, |processes| {
-            fltrace_bpf::files::spec(processes, by_comm)
+            crate::ffaults::spec(processes, by_comm)
         })
     }
 
@@ -264,7 +270,7 @@ impl Count {
         targets: &Targets,
         duration: Option<Duration>,
         stop: Arc<AtomicUsize>,
-        spec: impl FnOnce(fltrace_bpf::ProcessFilter) -> CountSpec,
+        spec: impl FnOnce(crate::bpf::ProcessFilter) -> CountSpec,
     ) -> Result<Count, Error> {
         let prepared = Prepared::new(targets)?;
         let (counter, prepared) =
@@ -339,10 +345,7 @@ impl Count {
             Count::InKernel(counter, watch) => {
                 watch.wait();
                 let snapshot = counter.snapshot(&mut StackNames::new())?;
-                Ok(fltrace_bpf::files::by_file(
-                    &snapshot,
-                    counter.process_maps(),
-                ))
+                Ok(crate::ffaults::by_file(&snapshot, counter.process_maps()))
             }
             Count::Unwound(..) => Err(Error::Missing {
                 what: "file faults counted in user space".into(),

@@ -27,8 +27,10 @@ use fltrace_capture::sys::{self, PerfEvent};
 use fltrace_trace::Mapping;
 
 use crate::Error;
-use crate::format::TracepointFormat;
 use crate::procfs;
+use crate::tracefs::TracepointFormat;
+
+pub(crate) mod unwound;
 
 /// Records handled between two readings of the rings during a long batch.
 const DRAIN_EVERY: usize = 8;
@@ -445,6 +447,7 @@ fn uprobe_pmu() -> Result<u64, Error> {
 
 /// The sample layout of `source` events opened with `stack`, for parsing records built in
 /// tests as the kernel lays them out.
+#[cfg(test)]
 pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
     sys::parse_info(&attr_of(&source, 0, None, stack))
 }
@@ -452,7 +455,6 @@ pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
 impl Session {
     /// Opens `sources` for `scope` on every CPU and enables them.
     pub fn open(sources: &[Source], scope: &Scope, options: Options) -> Result<Session, Error> {
-        let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (/sys/kernel/tracing)"))?;
         let mut formats = Vec::new();
         let mut attrs = Vec::new();
         // The uprobes' file names, which their attributes point to until they are opened.
@@ -460,7 +462,7 @@ impl Session {
         for (index, source) in sources.iter().enumerate() {
             let (format, id) = match source {
                 Source::Tracepoint { group, name } => {
-                    let format = TracepointFormat::read(&tracefs, group, name)?;
+                    let format = TracepointFormat::read(group, name)?;
                     let id = format.id;
                     (Some(format), id)
                 }
@@ -570,7 +572,7 @@ impl Session {
         };
         drop(cgroup_dir);
         let parse_infos = attrs.iter().map(sys::parse_info).collect();
-        let (mono, wall) = (procfs::monotonic_ns(), procfs::realtime_ns());
+        let (mono, wall) = (crate::clock::monotonic_ns(), crate::clock::realtime_ns());
         if let Some(pending) = release {
             pending.release()?;
         }
@@ -783,7 +785,7 @@ impl Session {
             if let (Some(at), Some(every)) = (next_tick, interval)
                 && Instant::now() >= at
             {
-                tick(&self.context, procfs::monotonic_ns());
+                tick(&self.context, crate::clock::monotonic_ns());
                 next_tick = Some(at + every);
             }
             if last {

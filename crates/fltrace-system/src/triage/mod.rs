@@ -7,9 +7,15 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
-use crate::files::{self, FileFaults};
-use crate::reclaim::{Reclaim, ReclaimWatch};
-use crate::{By, CountSpec, Counter, Error, Event, Frame, ProcessFilter, StackNames};
+use crate::Error;
+use crate::bpf::{By, CountSpec, Counter, Event, Frame, ProcessFilter, StackNames};
+use crate::ffaults::{self as files, FileFaults};
+use reclaim::{Reclaim, ReclaimWatch};
+
+mod print;
+pub mod reclaim;
+
+pub use print::write_triage;
 
 /// One swap device of /proc/swaps.
 #[derive(Debug, Clone)]
@@ -191,7 +197,7 @@ pub fn top_rss(n: usize) -> Vec<ProcessRss> {
 /// /dev/kmsg.
 pub fn oom_kills() -> Result<Vec<String>, String> {
     // A record's time is µs of CLOCK_MONOTONIC: the wall clock is that plus the boot's offset.
-    let boot_offset_ns = wall_ns_now() - i128::from(monotonic_ns_now());
+    let boot_offset_ns = crate::clock::wall_offset_ns();
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -215,7 +221,7 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
                     .map(|us| {
                         format!(
                             "[{}] ",
-                            crate::output::clock_time(boot_offset_ns + us * 1000)
+                            crate::clock::local_time(boot_offset_ns + us * 1000)
                         )
                     })
                     .unwrap_or_default();
@@ -239,22 +245,6 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
         }
     }
     Ok(lines)
-}
-
-fn wall_ns_now() -> i128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
-}
-
-fn monotonic_ns_now() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Whether a hardware event opens (no PMU in most virtual machines: ENOENT).
@@ -300,7 +290,7 @@ impl Triage {
     ) -> Result<Triage, Error> {
         let all = ProcessFilter::default();
         let faults = Counter::start(CountSpec {
-            events: crate::fault_events(),
+            events: crate::bpf::fault_events(),
             by: vec![By::Pid, By::Comm, By::UStack],
             second_field: None,
             filter: None,
@@ -566,7 +556,7 @@ fn top_faulting(
         }
         top.push(FaultingProcess {
             pid: p.pid,
-            comm: crate::object::comm_string(&p.comm.0),
+            comm: crate::bpf::object::comm_string(&p.comm.0),
             faults: p.faults,
             stacks: named.top(STACKS_SHOWN),
         });
@@ -625,7 +615,7 @@ impl NamedStacks {
 
 /// brk and mmap calls by (call, comm), most first, from rows keyed by probe, comm and pid;
 /// the calls of `own_pid` (fltrace, which allocates while it reads the counters) left out.
-fn heap_calls_of(rows: &[crate::Row], own_pid: u32) -> Vec<(String, String, u64)> {
+fn heap_calls_of(rows: &[crate::bpf::Row], own_pid: u32) -> Vec<(String, String, u64)> {
     let mut merged: Vec<(String, String, u64)> = Vec::new();
     for row in rows.iter().filter(|r| r.pid != Some(own_pid)) {
         let probe = row.probe.clone().unwrap_or_default();
@@ -649,8 +639,8 @@ fn heap_calls_of(rows: &[crate::Row], own_pid: u32) -> Vec<(String, String, u64)
 mod tests {
     use super::*;
 
-    fn row(probe: &str, comm: &str, pid: u32, count: u64) -> crate::Row {
-        crate::Row {
+    fn row(probe: &str, comm: &str, pid: u32, count: u64) -> crate::bpf::Row {
+        crate::bpf::Row {
             pid: Some(pid),
             tid: None,
             comm: Some(comm.into()),

@@ -13,9 +13,9 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy};
 use aya::programs::uprobe::UProbeScope;
 use aya::programs::{PerfEvent, TracePoint, UProbe};
 
-use crate::event::{Event, FieldFilter, software_event};
-use crate::object::{self, Config, Key};
-use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
+use super::event::{Event, FieldFilter, software_event};
+use super::object::{self, Config, Key};
+use super::symbols::{Announcements, Frame, ProcessMaps, StackNames};
 use crate::{Error, tracefs};
 
 /// Which processes are counted.
@@ -115,7 +115,7 @@ pub fn fault_tracepoints() -> Vec<Event> {
 /// The fault events to count for `targets`: named processes get the fault tracepoints (their
 /// samples carry the user registers for DWARF unwinding), the whole system or a cgroup the
 /// cheaper software event.
-pub fn fault_events_for(targets: &crate::watch::Targets) -> Vec<Event> {
+pub fn fault_events_for(targets: &super::watch::Targets) -> Vec<Event> {
     if targets.names_processes() {
         fault_tracepoints()
     } else {
@@ -345,21 +345,21 @@ impl Counter {
                 continue;
             };
             let field = same_field(&spec.events, field_name)?;
-            config.field_off = field.offset;
-            config.field_size = field.size;
+            config.field_off = field.offset as u32;
+            config.field_size = field.size as u32;
             config.field_signed = field.signed.into();
         }
         if let Some(name) = &spec.second_field {
             let field = same_field(&spec.events, name)?;
             config.key_flags |= object::KEY_FIELD2;
-            config.field2_off = field.offset;
-            config.field2_size = field.size;
+            config.field2_off = field.offset as u32;
+            config.field2_size = field.size as u32;
         }
         if let Some(filter) = &spec.filter {
             let field = same_field(&spec.events, &filter.field)?;
             config.filter_flags |= object::FILTER_FIELD;
-            config.filter_off = field.offset;
-            config.filter_size = field.size;
+            config.filter_off = field.offset as u32;
+            config.filter_size = field.size as u32;
             config.filter_signed = field.signed.into();
             config.filter_op = filter.op as u32;
             config.filter_value = filter.value;
@@ -378,7 +378,7 @@ impl Counter {
             // Faults on files are named from the kernel's records of data mappings too.
             let files = spec.events.iter().any(|e| {
                 matches!(e, Event::Tracepoint { category, name }
-                    if (category.as_str(), name.as_str()) == crate::files::FILEMAP_FAULT)
+                    if (category.as_str(), name.as_str()) == crate::ffaults::FILEMAP_FAULT)
             });
             Some(start_announcements(&mut ebpf, &maps, files)?)
         } else {
@@ -819,19 +819,19 @@ mod tests {
     /// a cgroup the software event.
     #[test]
     fn fault_events_follow_the_targets() {
-        let system = crate::watch::Targets {
+        let system = crate::Targets {
             pids: vec![],
             cgroup: None,
             comm: None,
             command: vec![],
         };
         assert_eq!(fault_events_for(&system), fault_events());
-        let named = crate::watch::Targets {
+        let named = crate::Targets {
             pids: vec![1],
             ..system.clone()
         };
         assert_eq!(fault_events_for(&named), fault_tracepoints());
-        let cgroup = crate::watch::Targets {
+        let cgroup = crate::Targets {
             cgroup: Some("/sys/fs/cgroup/unified".into()),
             ..named
         };
