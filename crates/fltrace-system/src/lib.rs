@@ -15,6 +15,7 @@
 
 mod bpf;
 pub mod brkstack;
+mod child;
 pub mod clock;
 pub mod count;
 pub mod drsnoop;

@@ -189,7 +189,7 @@ THPeligible:    0
         ] {
             let bytes = record(77, 4242, 4243, 1_000, addr, 1);
             let Some(Record::Sample(sample)) = parse_record(
-                linux_perf_event_reader::constants::PERF_RECORD_SAMPLE,
+                perf_event_open_sys::bindings::PERF_RECORD_SAMPLE,
                 0,
                 &bytes,
                 &by_id,

@@ -158,21 +158,19 @@ impl Watch {
             self.ended = true;
             return true;
         }
-        if let Some(pid) = self.child {
-            let mut status = 0;
-            // SAFETY: reaping our own child without blocking.
-            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) } == pid {
-                if !libc::WIFSTOPPED(status) {
-                    self.child = None;
-                    self.ended = true;
-                    return true;
-                }
-                let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
-                if exiting && let Some(maps) = &self.maps {
-                    maps.remember(pid as u32);
-                }
-                resume(pid, status);
+        if let Some(pid) = self.child
+            && let Some(status) = crate::child::wait(pid, libc::WNOHANG | libc::__WALL)
+        {
+            if !libc::WIFSTOPPED(status) {
+                self.child = None;
+                self.ended = true;
+                return true;
             }
+            let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
+            if exiting && let Some(maps) = &self.maps {
+                maps.remember(pid as u32);
+            }
+            resume(pid, status);
         }
         false
     }
@@ -206,14 +204,9 @@ impl Drop for Watch {
     fn drop(&mut self) {
         if let Some(pid) = self.child.take() {
             // The command runs on to its end after tracing stops; its stops are resumed.
-            loop {
-                let mut status = 0;
-                // SAFETY: waiting for our own child.
-                if unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } != pid
-                    || !libc::WIFSTOPPED(status)
-                {
-                    break;
-                }
+            while let Some(status) = crate::child::wait(pid, libc::__WALL)
+                && libc::WIFSTOPPED(status)
+            {
                 resume(pid, status);
             }
         }

@@ -17,9 +17,9 @@ use linux_perf_event_reader::{
     EventRecord, RawEventRecord, RecordParseInfo, RecordType, SampleRecord,
 };
 use perf_event_open_sys::bindings::{
-    self as b, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
-    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID,
-    PERF_SAMPLE_TIME, perf_event_attr,
+    self as b, PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN,
+    PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_USER,
+    PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME, perf_event_attr,
 };
 
 use fltrace_capture::ring::RingBuffer;
@@ -639,7 +639,6 @@ impl Session {
         let mut received = 0;
         for ring in &mut self.rings {
             ring.drain(|raw| {
-                const PERF_RECORD_LOST: u32 = 2;
                 if raw.kind == PERF_RECORD_LOST {
                     lost += raw
                         .data
@@ -648,7 +647,7 @@ impl Session {
                         .map_or(0, u64::from_ne_bytes);
                     return;
                 }
-                if raw.kind == linux_perf_event_reader::constants::PERF_RECORD_SAMPLE {
+                if raw.kind == PERF_RECORD_SAMPLE {
                     received += 1;
                 }
                 let data = raw.data.as_slice();
@@ -889,7 +888,7 @@ pub fn parse_record(
     parse_infos: &[RecordParseInfo],
 ) -> Option<Record> {
     let raw_data = linux_perf_event_reader::RawData::Single(data);
-    if kind == linux_perf_event_reader::constants::PERF_RECORD_SAMPLE {
+    if kind == PERF_RECORD_SAMPLE {
         let id = u64::from_ne_bytes(data.get(..8)?.try_into().ok()?);
         let source = by_id.get(&id).copied().unwrap_or(0);
         let info = parse_infos.get(source)?;
@@ -995,10 +994,7 @@ fn sample_of(source: usize, s: &SampleRecord<'_>) -> Sample {
 
 /// The exit status of child `pid`, once it has one (`flags` 0 waits for it).
 fn wait(pid: i32, flags: i32) -> Option<ExitStatus> {
-    let mut status = 0;
-    // SAFETY: waiting for our own child with a valid out-pointer.
-    let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
-    (ret == pid).then(|| ExitStatus::from_raw(status))
+    crate::child::wait(pid, flags).map(ExitStatus::from_raw)
 }
 
 #[cfg(test)]

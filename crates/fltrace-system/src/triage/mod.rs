@@ -249,35 +249,26 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
 
 /// Whether a hardware event opens (no PMU in most virtual machines: ENOENT).
 pub fn pmu_available() -> Result<(), String> {
-    // struct perf_event_attr up to `config` (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES),
-    // the rest zero; size is PERF_ATTR_SIZE_VER0.
-    let mut attr = [0u8; 64];
-    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
-    // disabled (bit 0 of the flags word at offset 40)
-    attr[40] = 1;
-    // SAFETY: perf_event_open reads a valid 64-byte attribute; the descriptor is closed below.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            0i32,
-            -1i32,
-            -1i32,
-            8u64, // PERF_FLAG_FD_CLOEXEC
-        )
+    use perf_event_open_sys::bindings::{
+        PERF_COUNT_HW_CPU_CYCLES, PERF_TYPE_HARDWARE, perf_event_attr,
     };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
+    let mut attr = perf_event_attr {
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        type_: PERF_TYPE_HARDWARE,
+        config: u64::from(PERF_COUNT_HW_CPU_CYCLES),
+        ..Default::default()
+    };
+    attr.set_disabled(1);
+    // This process on any CPU; the event closes when dropped.
+    match fltrace_capture::sys::PerfEvent::open(&attr, 0, -1) {
+        Ok(_cycles) => Ok(()),
+        Err(e) => Err(match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => {
                 format!("no hardware PMU ({e}): no cycle, cache-miss or PEBS/IBS sampling here")
             }
             _ => e.to_string(),
-        });
+        }),
     }
-    // SAFETY: closing the descriptor just opened.
-    unsafe { libc::close(fd as i32) };
-    Ok(())
 }
 
 impl Triage {
