@@ -16,9 +16,10 @@ use fltrace_analyze::{Location, Symbolizer};
 use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Format, Printer, Value};
 use crate::perf::unwound::Processes;
-use crate::perf::{Options, Record, Scope, Session, Source, StackMode};
+use crate::perf::{Options, Record, Session, Source, StackMode};
 
 /// CSV and JSON: one row per (process, stack).
 pub const COLUMNS: &[Column] = &[

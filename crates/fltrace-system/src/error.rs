@@ -60,9 +60,6 @@ pub enum Error {
     /// Writing the output failed.
     #[error("writing the output")]
     Output(#[source] std::io::Error),
-    /// Processes and a command both given.
-    #[error("give processes (-p, --cgroup) or a command, not both")]
-    BothTargets,
     /// A `--by` key that is not one.
     #[error("--by {0}: expected comm, pid, tid, ustack, kstack, probe, field:NAME or none")]
     Grouping(String),

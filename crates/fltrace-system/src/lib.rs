@@ -28,6 +28,7 @@ pub mod oomkill;
 pub mod output;
 mod perf;
 pub mod procfs;
+mod scope;
 pub mod shmsnoop;
 pub mod swapin;
 pub mod tool;
@@ -35,8 +36,7 @@ pub mod tracefs;
 pub mod triage;
 pub mod vmscan;
 
-pub use bpf::watch::Targets;
 pub use error::Error;
 pub use output::{Column, Format, Printer, Value};
-pub use perf::{Scope, Target};
+pub use scope::Scope;
 pub use tool::{Finished, LOST_STATUS, OpenTool, RING_FULL, Tool, exit_status};

@@ -10,8 +10,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Format, Printer, Value};
-use crate::perf::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, Record, Session, Source};
 use crate::procfs::{self, Kmsg};
 
 /// The columns of CSV and JSON.

@@ -123,6 +123,14 @@ impl CgroupFilter {
         inside
     }
 
+    /// Gives a new process its parent's membership, when the parent's is known: a child
+    /// starts in its parent's cgroup, and may have ended before its own is read.
+    pub fn inherit(&mut self, child: u32, parent: u32) {
+        if let Some(&inside) = self.known.get(&parent) {
+            self.known.entry(child).or_insert(inside);
+        }
+    }
+
     fn matches(&self, text: &str) -> bool {
         let controller = self.controllers.first().map_or("", String::as_str);
         let path = if controller.is_empty() {

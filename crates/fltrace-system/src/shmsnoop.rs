@@ -7,8 +7,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::perf::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, Record, Session, Source};
 use crate::tracefs::Decoded;
 
 /// The chapter's columns, with a time first.

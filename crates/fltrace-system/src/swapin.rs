@@ -10,8 +10,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Printer};
-use crate::perf::{Context, Options, Record, Sample, Scope, Session, Source};
+use crate::perf::{Context, Options, Record, Sample, Session, Source};
 use crate::procfs::{self, MapInfo, MapKind, MapsCache};
 
 /// The columns: the interval's time, then one row per process.

@@ -6,8 +6,9 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::Scope;
 use crate::output::{Column, Format, Printer};
-use crate::perf::{Scope, Session};
+use crate::perf::Session;
 use crate::{Error, brkstack, drsnoop, hfaults, mmapsnoop, oomkill, shmsnoop, swapin, vmscan};
 
 /// An event tool with its own options.

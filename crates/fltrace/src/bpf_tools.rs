@@ -14,25 +14,44 @@ use clap::Args;
 use fltrace_system::count::{self, By, Count, CountRequest, Counting, Event, FieldFilter, Remarks};
 use fltrace_system::memleak::{LeakRequest, LeakWatch};
 use fltrace_system::triage::Triage;
-use fltrace_system::{Targets, output};
+use fltrace_system::{Scope, output};
 
 use crate::cli::{Format, duration};
 use fltrace_capture::interrupt_counter;
 
-/// Options every in-kernel tool takes. Not system.rs's `CommonArgs`: here -p is a process
-/// without its children, it combines with --cgroup (a v2 directory) and with a command, and
-/// --folded applies to every tool; one struct would change what command lines mean.
+/// Whose events, the same for every system tool (`fltrace_system::Scope`).
 #[derive(Debug, Args)]
-pub struct Common {
-    /// Only this process (repeatable).
+pub struct ScopeArgs {
+    /// Only this process, its threads and the children it starts (repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
-    /// Only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/unified/my.slice).
+    /// Only tasks of this cgroup directory (e.g. /sys/fs/cgroup/my.slice); with -p or a
+    /// command, only theirs in it.
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
-    /// Only tasks of this name.
+    /// Only threads of this name.
     #[arg(long, value_name = "NAME")]
     pub comm: Option<String>,
+    /// A command to run and trace, with its children.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+impl ScopeArgs {
+    /// The scope these flags name.
+    pub fn scope(&self) -> Scope {
+        Scope {
+            pids: self.pids.clone(),
+            cgroup: self.cgroup.clone(),
+            comm: self.comm.clone(),
+            command: self.command.clone(),
+        }
+    }
+}
+
+/// Options every in-kernel tool takes.
+#[derive(Debug, Args)]
+pub struct Common {
     /// Stop after this long (default: at Ctrl-C, SIGTERM or the command's exit).
     #[arg(long, value_name = "TIME", value_parser = duration)]
     pub duration: Option<Duration>,
@@ -42,9 +61,8 @@ pub struct Common {
     /// Stacks as folded lines (`comm;outer;...;inner count`) for flamegraph tools.
     #[arg(long)]
     pub folded: bool,
-    /// A command to run and trace (its process only).
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -153,21 +171,12 @@ pub struct TriageArgs {
     pub duration: Duration,
 }
 
-fn targets(common: &Common) -> Targets {
-    Targets {
-        pids: common.pids.clone(),
-        cgroup: common.cgroup.clone(),
-        comm: common.comm.clone(),
-        command: common.command.clone(),
-    }
-}
-
 fn count_request(common: &Common, events: Vec<Event>, by: Vec<By>) -> CountRequest {
     CountRequest {
         events,
         by,
         filter: None,
-        targets: targets(common),
+        scope: common.scope.scope(),
         duration: common.duration,
         sample: None,
     }
@@ -219,7 +228,7 @@ fn report(
     if count.dwarf() {
         let whom = match count.child_pid() {
             Some(pid) => format!("the command (pid {pid})"),
-            None => format!("{:?}", common.pids),
+            None => format!("{:?}", common.scope.pids),
         };
         eprintln!(
             "fltrace: counting the events of {whom} with user stacks unwound from DWARF \
@@ -261,7 +270,7 @@ fn report(
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
-    let events = count::fault_events_for(&targets(&args.common));
+    let events = count::fault_events_for(&args.common.scope.scope());
     let request = CountRequest {
         sample: args.sample,
         ..count_request(&args.common, events, count::fault_grouping())
@@ -280,7 +289,7 @@ pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
 
 pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
     let mut count = Count::file_faults(
-        &targets(&args.common),
+        &args.common.scope.scope(),
         args.common.duration,
         args.by_comm,
         interrupt_counter()?,
@@ -305,7 +314,7 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let request = LeakRequest {
-        targets: targets(&args.common),
+        scope: args.common.scope.scope(),
         interval: args.interval.map(Duration::from_secs),
         count: args.count,
         top: args.top,

@@ -112,11 +112,11 @@ pub fn fault_tracepoints() -> Vec<Event> {
     }
 }
 
-/// The fault events to count for `targets`: named processes get the fault tracepoints (their
-/// samples carry the user registers for DWARF unwinding), the whole system or a cgroup the
-/// cheaper software event.
-pub fn fault_events_for(targets: &super::watch::Targets) -> Vec<Event> {
-    if targets.names_processes() {
+/// The fault events to count for `scope`: named processes get the fault tracepoints (their
+/// samples carry the user registers for DWARF unwinding), the whole system or all of a cgroup
+/// the cheaper software event.
+pub fn fault_events_for(scope: &crate::Scope) -> Vec<Event> {
+    if scope.names_processes() {
         fault_tracepoints()
     } else {
         fault_events()
@@ -233,6 +233,7 @@ pub(crate) fn process_config(filter: &ProcessFilter, config: &mut Config) -> Res
     Ok(())
 }
 
+/// Keeps the processes `tgids` and, as they fork, their children (the one meaning of -p).
 pub(crate) fn fill_tgids(ebpf: &mut Ebpf, tgids: &[u32]) -> Result<(), Error> {
     let map = ebpf
         .map_mut("tgids")
@@ -241,6 +242,29 @@ pub(crate) fn fill_tgids(ebpf: &mut Ebpf, tgids: &[u32]) -> Result<(), Error> {
     for &tgid in tgids {
         map.insert(tgid, 1, 0).map_err(Error::map("tgids"))?;
     }
+    if tgids.is_empty() {
+        return Ok(());
+    }
+    let child = tracefs::fields("sched", "sched_process_fork")?
+        .into_iter()
+        .find(|f| f.name == "child_pid")
+        .ok_or_else(|| Error::Unsupported("sched:sched_process_fork has no child_pid".into()))?;
+    let map = ebpf
+        .map_mut("fork_child")
+        .ok_or_else(|| Error::Unsupported("the BPF object has no fork_child map".into()))?;
+    let mut offset: Array<_, u32> = Array::try_from(map).map_err(Error::map("fork_child"))?;
+    offset
+        .set(0, child.offset as u32, 0)
+        .map_err(Error::map("fork_child"))?;
+    let program: &mut TracePoint = ebpf
+        .program_mut("follow_fork")
+        .ok_or_else(|| Error::Unsupported("no follow_fork program".into()))?
+        .try_into()
+        .map_err(Error::program("follow_fork"))?;
+    program.load().map_err(Error::program("follow_fork"))?;
+    program
+        .attach("sched", "sched_process_fork")
+        .map_err(Error::program("follow_fork"))?;
     Ok(())
 }
 
@@ -819,21 +843,26 @@ mod tests {
     /// a cgroup the software event.
     #[test]
     fn fault_events_follow_the_targets() {
-        let system = crate::Targets {
+        let system = crate::Scope {
             pids: vec![],
             cgroup: None,
             comm: None,
             command: vec![],
         };
         assert_eq!(fault_events_for(&system), fault_events());
-        let named = crate::Targets {
+        let named = crate::Scope {
             pids: vec![1],
             ..system.clone()
         };
         assert_eq!(fault_events_for(&named), fault_tracepoints());
-        let cgroup = crate::Targets {
+        let named_in_cgroup = crate::Scope {
             cgroup: Some("/sys/fs/cgroup/unified".into()),
             ..named
+        };
+        assert_eq!(fault_events_for(&named_in_cgroup), fault_tracepoints());
+        let cgroup = crate::Scope {
+            pids: vec![],
+            ..named_in_cgroup
         };
         assert_eq!(fault_events_for(&cgroup), fault_events());
     }

@@ -7,7 +7,6 @@
 //! costs more than counting in the kernel: this is for one program, not the whole machine.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
@@ -17,8 +16,9 @@ use fltrace_analyze::Symbolizer;
 use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
+use crate::Scope;
 use crate::perf::unwound::Processes;
-use crate::perf::{Context, Options, Record, Sample, Scope, Session, Source, StackMode, Target};
+use crate::perf::{Context, Options, Record, Sample, Session, Source, StackMode};
 
 /// Bytes of user stack copied per event: enough for deep stacks, small enough for the ring
 /// to hold a burst of faults.
@@ -35,12 +35,8 @@ pub struct StackCountSpec {
     pub by: Vec<By>,
     /// Only events whose field compares so.
     pub filter: Option<FieldFilter>,
-    /// The processes (their threads and children) given with -p.
-    pub pids: Vec<u32>,
-    /// Or a command to start and trace.
-    pub command: Vec<OsString>,
-    /// Only threads of this name.
-    pub comm: Option<String>,
+    /// The processes named (-p or a command), with their children; no cgroup.
+    pub scope: Scope,
     /// One sample every this many events (1: every event); counts are scaled by it.
     pub sample_period: u64,
 }
@@ -178,15 +174,6 @@ impl StackCounter {
             }
         }
         let kernel_stack = spec.by.contains(&By::KStack);
-        let target = if spec.command.is_empty() {
-            Target::Pids(spec.pids.iter().map(|&p| p as i32).collect())
-        } else {
-            Target::Command(spec.command.clone())
-        };
-        let scope = Scope {
-            target,
-            comm: spec.comm.clone(),
-        };
         let stack = match (spec.by.contains(&By::UStack), kernel_stack) {
             (true, true) => StackMode::DwarfAndKernel(STACK_BYTES),
             (true, false) => StackMode::Dwarf(STACK_BYTES),
@@ -199,7 +186,7 @@ impl StackCounter {
             ring_pages: RING_PAGES,
             sample_period: spec.sample_period.max(1),
         };
-        let session = Session::open(&sources, &scope, options)?;
+        let session = Session::open(&sources, &spec.scope, options)?;
         let all_returns = spec.events.iter().all(|e| match e {
             Event::Tracepoint { category, .. } => {
                 category == "syscalls" || category == "raw_syscalls"

@@ -11,7 +11,7 @@ use crate::bpf::watch::{POLL, Prepared, Watch};
 use crate::bpf::{CountSpec, Counter, StackNames};
 use crate::ffaults::FileFaults;
 use crate::output::{Format, ring_full_note, stack_table_full_note, table_full_note};
-use crate::{Error, Targets};
+use crate::{Error, Scope};
 use dwarf::{StackCountSpec, StackCounter};
 
 pub(crate) mod dwarf;
@@ -31,7 +31,7 @@ pub struct CountRequest {
     /// Only events whose field compares so.
     pub filter: Option<FieldFilter>,
     /// Whose events.
-    pub targets: Targets,
+    pub scope: Scope,
     /// Ending after this long (else at an interrupt or the processes' end).
     pub duration: Option<Duration>,
     /// One sample every this many events, counts scaled (DWARF counts only; None: every
@@ -224,7 +224,7 @@ impl Count {
         keep_maps: bool,
         stop: Arc<AtomicUsize>,
     ) -> Result<Count, Error> {
-        let dwarf = request.by.contains(&By::UStack) && request.targets.names_processes();
+        let dwarf = request.by.contains(&By::UStack) && request.scope.names_processes();
         if let Some(period) = request.sample
             && (!dwarf || period == 0)
         {
@@ -235,16 +235,14 @@ impl Count {
                 events: request.events,
                 by: request.by,
                 filter: request.filter,
-                pids: request.targets.pids.clone(),
-                command: request.targets.command.clone(),
-                comm: request.targets.comm.clone(),
+                scope: request.scope.clone(),
                 sample_period: request.sample.unwrap_or(1),
             })?;
             return Ok(Count::Unwound(Some(counter), request.duration, stop));
         }
-        let targets = request.targets.clone();
+        let scope = request.scope.clone();
         let duration = request.duration;
-        Self::in_kernel(&targets, duration, stop, |processes| CountSpec {
+        Self::in_kernel(&scope, duration, stop, |processes| CountSpec {
             events: request.events,
             by: request.by,
             second_field: None,
@@ -256,27 +254,27 @@ impl Count {
 
     /// Counts faults on files by file (ffaults), in the kernel.
     pub fn file_faults(
-        targets: &Targets,
+        scope: &Scope,
         duration: Option<Duration>,
         by_comm: bool,
         stop: Arc<AtomicUsize>,
     ) -> Result<Count, Error> {
-        Self::in_kernel(targets, duration, stop, |processes| {
+        Self::in_kernel(scope, duration, stop, |processes| {
             crate::ffaults::spec(processes, by_comm)
         })
     }
 
     fn in_kernel(
-        targets: &Targets,
+        scope: &Scope,
         duration: Option<Duration>,
         stop: Arc<AtomicUsize>,
         spec: impl FnOnce(crate::bpf::ProcessFilter) -> CountSpec,
     ) -> Result<Count, Error> {
-        let prepared = Prepared::new(targets)?;
+        let prepared = Prepared::new(scope)?;
         let (counter, prepared) =
             prepared.set_up(|processes| Counter::start(spec(processes.clone())))?;
         let maps = Some(counter.process_maps().clone());
-        let watch = prepared.start(stop, duration, maps, &targets.pids)?;
+        let watch = prepared.start(stop, duration, maps, &scope.pids)?;
         Ok(Count::InKernel(counter, watch))
     }
 

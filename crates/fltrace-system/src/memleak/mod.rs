@@ -15,8 +15,9 @@ use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use aya::programs::{TracePoint, UProbe};
 
+use crate::Scope;
 use crate::bpf::object::{self, Alloc, Config};
-use crate::bpf::watch::{POLL, Prepared, Targets, Watch};
+use crate::bpf::watch::{POLL, Prepared, Watch};
 use crate::bpf::{
     Announcements, Frame, ProcessFilter, ProcessMaps, StackNames, attach_uprobe, fill_tgids,
     process_config, set_config, stack_frames, start_announcements, totals,
@@ -520,7 +521,7 @@ fn attach_user(ebpf: &mut Ebpf, libc: &Path, tgids: &[u32]) -> Result<(), Error>
 #[derive(Debug, Clone)]
 pub struct LeakRequest {
     /// Whose allocations: none named means the kernel's.
-    pub targets: Targets,
+    pub scope: Scope,
     /// Between reports (one report at the end without).
     pub interval: Option<Duration>,
     /// Reports before ending.
@@ -547,15 +548,15 @@ pub struct LeakRequest {
 /// read here with DWARF-unwound stacks for processes named by pid or started here; else
 /// uprobes counted in the kernel by frame-pointer stacks, on the C library of `libc_pid`.
 fn choose_target(
-    targets: &Targets,
+    scope: &Scope,
     filter: &ProcessFilter,
     libc_of: impl FnOnce(u32) -> Result<PathBuf, Error>,
 ) -> Result<LeakTarget, Error> {
     Ok(if filter.tgids.is_empty() {
         LeakTarget::Kernel
-    } else if targets.only_named_processes() {
+    } else if scope.only_named_processes() {
         LeakTarget::Attached
-    } else if !targets.command.is_empty() {
+    } else if !scope.command.is_empty() {
         // The command has not exec'd yet: it will use the C library fltrace uses.
         LeakTarget::User {
             libc: libc_of(std::process::id())?,
@@ -584,9 +585,9 @@ impl LeakWatch {
     /// Places the probes (starting the command once they are in place); `stop` is raised on
     /// an interrupt.
     pub fn start(request: LeakRequest, stop: Arc<AtomicUsize>) -> Result<LeakWatch, Error> {
-        let prepared = Prepared::new(&request.targets)?;
+        let prepared = Prepared::new(&request.scope)?;
         let (tracer, prepared) = prepared.set_up(|filter| {
-            let target = choose_target(&request.targets, filter, libc_of)?;
+            let target = choose_target(&request.scope, filter, libc_of)?;
             let options = LiveOptions {
                 period: request.sample.max(1),
                 min_size: request.min_size,
@@ -597,7 +598,7 @@ impl LeakWatch {
         let (tracer, target) = tracer;
         let tgids = prepared.filter.tgids.clone();
         let maps = Some(tracer.process_maps().clone());
-        let watch = prepared.start(stop, request.duration, maps, &request.targets.pids)?;
+        let watch = prepared.start(stop, request.duration, maps, &request.scope.pids)?;
         Ok(LeakWatch {
             tracer,
             watch,
@@ -679,24 +680,24 @@ mod tests {
 
     #[test]
     fn named_processes_are_unwound_and_others_follow_frame_pointers() {
-        let pid = Targets {
+        let pid = Scope {
             pids: vec![41],
-            ..Targets::default()
+            ..Scope::default()
         };
         let filter = |tgids: Vec<u32>, comm: Option<&str>| ProcessFilter {
             tgids,
             cgroup: None,
             comm: comm.map(str::to_owned),
         };
-        let none = Targets::default();
+        let none = Scope::default();
         assert!(matches!(
             choose_target(&none, &filter(vec![], None), no_libc),
             Ok(LeakTarget::Kernel)
         ));
         // A name alone chooses tasks, not processes: the kernel's allocations.
-        let comm = Targets {
+        let comm = Scope {
             comm: Some("x".into()),
-            ..Targets::default()
+            ..Scope::default()
         };
         assert!(matches!(
             choose_target(&comm, &filter(vec![], Some("x")), no_libc),
@@ -706,16 +707,16 @@ mod tests {
             choose_target(&pid, &filter(vec![41], None), no_libc),
             Ok(LeakTarget::Attached)
         ));
-        let command = Targets {
+        let command = Scope {
             command: vec!["prog".into()],
-            ..Targets::default()
+            ..Scope::default()
         };
         assert!(matches!(
             choose_target(&command, &filter(vec![99], None), no_libc),
             Ok(LeakTarget::Attached)
         ));
         // A pid with a name: counted in the kernel, on the process's C library.
-        let pid_and_comm = Targets {
+        let pid_and_comm = Scope {
             comm: Some("x".into()),
             ..pid
         };

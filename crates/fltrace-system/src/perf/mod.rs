@@ -5,10 +5,9 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ffi::{CString, OsString};
+use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -26,9 +25,9 @@ use fltrace_capture::ring::RingBuffer;
 use fltrace_capture::sys::{self, PerfEvent};
 use fltrace_trace::Mapping;
 
-use crate::Error;
 use crate::procfs;
 use crate::tracefs::TracepointFormat;
+use crate::{Error, Scope};
 
 pub(crate) mod unwound;
 
@@ -104,61 +103,6 @@ pub enum StackMode {
     DwarfAndKernel(u32),
     /// The kernel's stack only, in `Sample::callchain`.
     KernelCallchain,
-}
-
-/// Whose events.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// Every process.
-    All,
-    /// These processes (all their threads) and the children they start.
-    Pids(Vec<i32>),
-    /// The tasks of this cgroup (a directory of a cgroup hierarchy).
-    Cgroup(PathBuf),
-    /// A command started here, and its children; the session ends when it exits.
-    Command(Vec<OsString>),
-}
-
-/// The scope of a session: a target and an optional process name filter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
-    /// Whose events.
-    pub target: Target,
-    /// Only threads of this name (`comm`), checked in user space.
-    pub comm: Option<String>,
-}
-
-impl Scope {
-    /// The processes given with -p, or a cgroup, or a command (not both); else the whole
-    /// system. `comm` narrows any of them to threads of that name.
-    pub fn of(
-        pids: &[i32],
-        cgroup: Option<&Path>,
-        command: &[OsString],
-        comm: Option<String>,
-    ) -> Result<Scope, Error> {
-        let target = match (cgroup, pids.is_empty(), command.is_empty()) {
-            (Some(_), _, false) | (None, false, false) => return Err(Error::BothTargets),
-            (Some(path), _, true) => Target::Cgroup(path.to_owned()),
-            (None, false, true) => Target::Pids(pids.to_vec()),
-            (None, true, false) => Target::Command(command.to_vec()),
-            (None, true, true) => Target::All,
-        };
-        Ok(Scope { target, comm })
-    }
-
-    /// The whole system.
-    pub fn all() -> Scope {
-        Scope {
-            target: Target::All,
-            comm: None,
-        }
-    }
-
-    /// Whether one process (or a command) is named, so that stacks can be unwound with DWARF.
-    pub fn names_processes(&self) -> bool {
-        matches!(self.target, Target::Pids(_) | Target::Command(_))
-    }
 }
 
 /// How a session is opened.
@@ -503,36 +447,37 @@ impl Session {
         let mut release = None;
         let mut cgroup_filter = None;
         let mut cgroup_dir = None;
-        // (pid argument, flags) of each event per CPU.
-        let tasks: Vec<(i32, u32)> = match &scope.target {
-            Target::All => vec![(-1, 0)],
-            Target::Pids(pids) => {
-                let mut tasks = Vec::new();
-                for &pid in pids {
-                    let tids = procfs::tasks(pid).map_err(|source| Error::Target {
-                        what: format!("cannot trace process {pid}"),
-                        source,
-                    })?;
-                    tasks.extend(tids.into_iter().map(|t| (t, 0)));
+        // (pid argument, flags) of each event per CPU: the threads of the processes named
+        // and the command, whose children inherit the events; else every task on the CPU, or
+        // the cgroup's.
+        let mut tasks: Vec<(i32, u32)> = Vec::new();
+        for &pid in &scope.pids {
+            let tids = procfs::tasks(pid as i32).map_err(|source| Error::Target {
+                what: format!("cannot trace process {pid}"),
+                source,
+            })?;
+            tasks.extend(tids.into_iter().map(|t| (t, 0)));
+        }
+        let inherit = scope.names_processes();
+        if let Some(path) = &scope.cgroup {
+            let dir = std::fs::File::open(path).map_err(|source| Error::Target {
+                what: format!("cannot open cgroup {}", path.display()),
+                source,
+            })?;
+            let filter = procfs::CgroupFilter::new(path).map_err(|source| Error::Target {
+                what: format!("{} is not a cgroup directory", path.display()),
+                source,
+            })?;
+            if inherit {
+                // Events of named processes are opened on them: their cgroup is checked here,
+                // read now while they run (a process may end before its samples are read;
+                // children take their parent's, see `run`).
+                let mut filter = filter;
+                for &pid in &scope.pids {
+                    filter.contains(pid);
                 }
-                tasks
-            }
-            Target::Command(command) => {
-                let pending = fltrace_capture::PendingChild::spawn(command, None, &[])?;
-                let pid = pending.pid();
-                child = Some(pid);
-                release = Some(pending);
-                vec![(pid, 0)]
-            }
-            Target::Cgroup(path) => {
-                let dir = std::fs::File::open(path).map_err(|source| Error::Target {
-                    what: format!("cannot open cgroup {}", path.display()),
-                    source,
-                })?;
-                let filter = procfs::CgroupFilter::new(path).map_err(|source| Error::Target {
-                    what: format!("{} is not a cgroup directory", path.display()),
-                    source,
-                })?;
+                cgroup_filter = Some(filter);
+            } else {
                 // The kernel filters by cgroup where the perf_event controller is on the
                 // hierarchy (cgroup v2, or a v1 perf_event mount); else fltrace does it.
                 let probe = PerfEvent::open_with_flags(
@@ -543,9 +488,8 @@ impl Session {
                 );
                 match probe {
                     Ok(_) => {
-                        let fd = dir.as_raw_fd();
+                        tasks.push((dir.as_raw_fd(), b::PERF_FLAG_PID_CGROUP));
                         cgroup_dir = Some(dir);
-                        vec![(fd, b::PERF_FLAG_PID_CGROUP)]
                     }
                     Err(e) => {
                         notes.push(format!(
@@ -553,12 +497,20 @@ impl Session {
                             path.display()
                         ));
                         cgroup_filter = Some(filter);
-                        vec![(-1, 0)]
                     }
                 }
             }
-        };
-        let inherit = matches!(scope.target, Target::Pids(_) | Target::Command(_));
+        }
+        if !scope.command.is_empty() {
+            let pending = fltrace_capture::PendingChild::spawn(&scope.command, None, &[])?;
+            let pid = pending.pid();
+            child = Some(pid);
+            release = Some(pending);
+            tasks.push((pid, 0));
+        }
+        if tasks.is_empty() {
+            tasks.push((-1, 0));
+        }
         let opened = open_events(sources, &attrs, &tasks, inherit, options.ring_pages);
         let (events, rings, by_id, ring_fds) = match opened {
             Ok(opened) => opened,
@@ -584,10 +536,7 @@ impl Session {
             parse_infos,
             formats,
             child,
-            pids: match &scope.target {
-                Target::Pids(pids) => pids.clone(),
-                _ => Vec::new(),
-            },
+            pids: scope.pids.iter().map(|&p| p as i32).collect(),
             cgroup_filter,
             comm_filter: scope.comm.clone(),
             context: Context {
@@ -771,6 +720,11 @@ impl Session {
                     pending.extend(self.drain());
                 }
                 self.context.observe(&record);
+                if let (Some(filter), Record::Fork { pid, ppid, .. }) =
+                    (&mut self.cgroup_filter, &record)
+                {
+                    filter.inherit(*pid, *ppid);
+                }
                 if let Record::Sample(sample) = &record
                     && !self.wanted(sample)
                 {
@@ -995,41 +949,4 @@ fn sample_of(source: usize, s: &SampleRecord<'_>) -> Sample {
 /// The exit status of child `pid`, once it has one (`flags` 0 waits for it).
 fn wait(pid: i32, flags: i32) -> Option<ExitStatus> {
     crate::child::wait(pid, flags).map(ExitStatus::from_raw)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scope_is_processes_a_cgroup_or_a_command() {
-        let command = vec![OsString::from("true")];
-        let cgroup = Path::new("/sys/fs/cgroup/memory/t");
-        let target = |pids: &[i32], cgroup, command: &[OsString]| {
-            Scope::of(pids, cgroup, command, None).map(|s| s.target)
-        };
-        assert_eq!(target(&[], None, &[]).ok(), Some(Target::All));
-        assert_eq!(
-            target(&[3, 4], None, &[]).ok(),
-            Some(Target::Pids(vec![3, 4]))
-        );
-        assert_eq!(
-            target(&[], Some(cgroup), &[]).ok(),
-            Some(Target::Cgroup(cgroup.to_owned()))
-        );
-        assert_eq!(
-            target(&[], None, &command).ok(),
-            Some(Target::Command(command.clone()))
-        );
-        assert!(matches!(
-            target(&[3], None, &command),
-            Err(Error::BothTargets)
-        ));
-        assert!(matches!(
-            target(&[], Some(cgroup), &command),
-            Err(Error::BothTargets)
-        ));
-        let named = Scope::of(&[3], None, &[], Some("cc1".into())).expect("a scope");
-        assert_eq!(named.comm.as_deref(), Some("cc1"));
-    }
 }
