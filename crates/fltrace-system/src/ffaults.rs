@@ -8,19 +8,19 @@ use std::io::{self, Write};
 
 use serde_json::json;
 
-use crate::bpf::{By, CountSpec, Event, ProcessFilter, ProcessMaps, Snapshot};
+use crate::bpf::{By, CounterSpec, Event, ProcessFilter, ProcessMaps, Snapshot};
 use crate::output::Format;
 
 /// The tracepoint giving the faulting file's device and inode.
 pub const FILEMAP_FAULT: (&str, &str) = ("filemap", "mm_filemap_fault");
 
 /// The counter spec of ffaults: keyed by inode and device (and the task name when `by_comm`).
-pub fn spec(processes: ProcessFilter, by_comm: bool) -> CountSpec {
+pub fn spec(processes: ProcessFilter, by_comm: bool) -> CounterSpec {
     let mut by = vec![By::Field("i_ino".into())];
     if by_comm {
         by.push(By::Comm);
     }
-    CountSpec {
+    CounterSpec {
         events: vec![Event::Tracepoint {
             category: FILEMAP_FAULT.0.into(),
             name: FILEMAP_FAULT.1.into(),

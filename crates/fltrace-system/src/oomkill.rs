@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Format, Printer, Value};
-use crate::perf::{Options, Record, Session, Source};
+use crate::perf::{Options, PerfEvents, Record, Source};
 use crate::procfs::{self, Kmsg};
 
 /// The columns of CSV and JSON.
@@ -92,7 +92,7 @@ impl Kill {
 /// The open tool.
 pub struct OomKill {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
     kmsg: Kmsg,
 }
 
@@ -101,8 +101,8 @@ pub struct OomKill {
 pub fn open(scope: &Scope) -> Result<OomKill, Error> {
     // The log is opened first so that a kill right after the tracepoint opens is in it.
     let kmsg = Kmsg::open();
-    let session = Session::open(SOURCES, scope, Options::default())?;
-    Ok(OomKill { session, kmsg })
+    let perf_events = PerfEvents::open(SOURCES, scope, Options::default())?;
+    Ok(OomKill { perf_events, kmsg })
 }
 
 /// Memory figures of a process from /proc/PID/status, in kB: (VmSize, VmRSS).
@@ -124,13 +124,13 @@ impl OomKill {
         duration: Option<Duration>,
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
-        let Some(format) = self.session.format(0).cloned() else {
+        let Some(format) = self.perf_events.format(0).cloned() else {
             return Ok(None);
         };
         let page_kb = fltrace_capture::ring::page_size() as u64 / 1024;
         let mut failure = None;
         let kmsg = &mut self.kmsg;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             None,

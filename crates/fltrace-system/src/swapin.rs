@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer};
-use crate::perf::{Context, Options, Record, Sample, Session, Source};
+use crate::perf::{Context, Options, PerfEvents, Record, Sample, Source};
 use crate::procfs::{self, MapInfo, MapKind, MapsCache};
 
 /// The columns: the interval's time, then one row per process.
@@ -37,11 +37,11 @@ pub fn is_swap_backed(map: &MapInfo) -> bool {
 
 /// Swap-ins counted by (comm, pid) for the current interval.
 #[derive(Default)]
-pub struct Counter {
+pub struct IntervalSwapins {
     counts: BTreeMap<(String, u32), u64>,
 }
 
-impl Counter {
+impl IntervalSwapins {
     /// Counts `sample` (a major fault) if it hit swap-backed memory of its process, with
     /// `lookup` giving the process's mapping at an address.
     pub fn add(
@@ -66,19 +66,19 @@ impl Counter {
 /// The open tool.
 pub struct Swapin {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
 }
 
 /// Opens major faults for `scope`; the notes say when no swap is active.
 pub fn open(scope: &Scope) -> Result<Swapin, Error> {
-    let mut session = Session::open(SOURCES, scope, Options::default())?;
+    let mut perf_events = PerfEvents::open(SOURCES, scope, Options::default())?;
     if !procfs::swap_active() {
-        session.notes.push(
+        perf_events.notes.push(
             "no swap is active (/proc/swaps lists none): nothing can be swapped in; tracing anyway in case swap is enabled"
                 .to_owned(),
         );
     }
-    Ok(Swapin { session })
+    Ok(Swapin { perf_events })
 }
 
 impl Swapin {
@@ -90,13 +90,13 @@ impl Swapin {
         interval: Duration,
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
-        let counter = std::cell::RefCell::new(Counter::default());
+        let swapins = std::cell::RefCell::new(IntervalSwapins::default());
         let mut maps = MapsCache::default();
         let mut failure = None;
         printer.header()?;
         let mut print = |ctx: &Context, now: u64, failure: &mut Option<Error>| {
             let time = crate::clock::local_time(ctx.wall_ns(now));
-            for ((comm, pid), count) in counter.borrow_mut().take() {
+            for ((comm, pid), count) in swapins.borrow_mut().take() {
                 let row = [time.as_str().into(), comm.into(), pid.into(), count.into()];
                 if let Err(e) = printer.row(&row) {
                     failure.get_or_insert(e);
@@ -104,13 +104,13 @@ impl Swapin {
             }
         };
         let mut tick_failure = None;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             Some(interval),
             |ctx, record| match record {
                 Record::Sample(s) => {
-                    counter.borrow_mut().add(&s, ctx.comm(s.tid), |pid, addr| {
+                    swapins.borrow_mut().add(&s, ctx.comm(s.tid), |pid, addr| {
                         maps.lookup(pid, addr).cloned()
                     });
                 }
@@ -123,7 +123,7 @@ impl Swapin {
             |ctx, now| print(ctx, now, &mut tick_failure),
         )?;
         print(
-            &self.session.context,
+            &self.perf_events.context,
             crate::clock::monotonic_ns(),
             &mut failure,
         );
@@ -180,7 +180,7 @@ THPeligible:    0
                 .map(|(_, m)| m.clone())
                 .filter(|m| addr < m.end)
         };
-        let mut counter = Counter::default();
+        let mut swapins = IntervalSwapins::default();
         for (addr, expected) in [
             (0x7f00_0000_1000u64, true),
             (0x7f00_0010_2000, true),
@@ -203,13 +203,13 @@ THPeligible:    0
                 (4242, 4243, addr, 1)
             );
             assert_eq!(
-                counter.add(&sample, "prog".into(), lookup),
+                swapins.add(&sample, "prog".into(), lookup),
                 expected,
                 "{addr:#x}"
             );
         }
-        let counts = counter.take();
+        let counts = swapins.take();
         assert_eq!(counts.get(&("prog".to_owned(), 4242)), Some(&3));
-        assert!(counter.take().is_empty());
+        assert!(swapins.take().is_empty());
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::perf::{Options, Record, Session, Source};
+use crate::perf::{Options, PerfEvents, Record, Source};
 
 /// The chapter's columns; CSV and JSON add the number of each reclaim.
 pub const COLUMNS: &[Column] = &[
@@ -96,7 +96,7 @@ impl Spans {
 /// The open tool.
 pub struct Vmscan {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
     kinds: Vec<Kind>,
     /// Whether page writes can be counted.
     pub has_writes: bool,
@@ -120,7 +120,7 @@ pub fn open(scope: &Scope) -> Result<Vmscan, Error> {
         kinds.push(Kind::Write);
     }
     Ok(Vmscan {
-        session: Session::open(&sources, scope, Options::default())?,
+        perf_events: PerfEvents::open(&sources, scope, Options::default())?,
         kinds,
         has_writes: write.is_some(),
     })
@@ -139,7 +139,7 @@ impl Vmscan {
             .kinds
             .iter()
             .position(|k| *k == Kind::MemcgEnd)
-            .and_then(|i| self.session.format(i).cloned());
+            .and_then(|i| self.perf_events.format(i).cloned());
         let kinds = self.kinds.clone();
         let has_writes = self.has_writes;
         let (mut slab, mut direct, mut memcg) =
@@ -171,7 +171,7 @@ impl Vmscan {
             }
         };
         let mut tick_failure = None;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             Some(interval),
@@ -216,7 +216,7 @@ impl Vmscan {
         // The last partial interval.
         if totals.borrow().ne(&Totals::default()) {
             print(
-                &self.session.context,
+                &self.perf_events.context,
                 crate::clock::monotonic_ns(),
                 &mut failure,
             );

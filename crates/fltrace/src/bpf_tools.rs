@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 
-use fltrace_system::count::{self, By, Count, CountRequest, Counting, Event, FieldFilter, Remarks};
+use fltrace_system::count::{self, By, Count, CountRequest, Event, FieldFilter, Kind, Remarks};
 use fltrace_system::memleak::{LeakRequest, LeakWatch};
 use fltrace_system::triage::Triage;
 use fltrace_system::{Scope, output};
@@ -52,6 +52,8 @@ impl ScopeArgs {
 /// Options every in-kernel tool takes.
 #[derive(Debug, Args)]
 pub struct Common {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// Stop after this long (default: at Ctrl-C, SIGTERM or the command's exit).
     #[arg(long, value_name = "TIME", value_parser = duration)]
     pub duration: Option<Duration>,
@@ -61,8 +63,6 @@ pub struct Common {
     /// Stacks as folded lines (`comm;outer;...;inner count`) for flamegraph tools.
     #[arg(long)]
     pub folded: bool,
-    #[command(flatten)]
-    pub scope: ScopeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -203,7 +203,7 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
     };
     let count = Count::start(request, false, interrupt_counter()?)?;
     let in_kernel = format!("counting {event}{frame_pointers}; Ctrl-C to end");
-    report(count, Counting::Events, &in_kernel, &args.common, args.top)
+    report(count, Kind::Events, &in_kernel, &args.common, args.top)
 }
 
 fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
@@ -219,12 +219,12 @@ fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
 /// it counts; one in user space names the processes whose stacks it unwinds from DWARF.
 fn report(
     mut count: Count,
-    counting: Counting,
+    kind: Kind,
     in_kernel: &str,
     common: &Common,
     top: usize,
 ) -> anyhow::Result<ExitCode> {
-    let remarks = Remarks::new(counting, count.dwarf(), common.format.into(), common.folded);
+    let remarks = Remarks::new(kind, count.dwarf(), common.format.into(), common.folded);
     if count.dwarf() {
         let whom = match count.child_pid() {
             Some(pid) => format!("the command (pid {pid})"),
@@ -278,7 +278,7 @@ pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
     let count = Count::start(request, true, interrupt_counter()?)?;
     report(
         count,
-        Counting::Faults,
+        Kind::Faults,
         "counting page faults by stack; user stacks follow frame pointers (code built without \
          them shows only its innermost frame; -p PID or a command unwinds them from DWARF); \
          Ctrl-C to end",

@@ -37,14 +37,14 @@ pub enum SystemCommand {
 /// What every tool takes.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
+    #[command(flatten)]
+    pub scope: crate::bpf_tools::ScopeArgs,
     /// Stop after this long, e.g. 10s (default: Ctrl-C, SIGTERM, or the command's end).
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub duration: Option<Duration>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::cli::Format,
-    #[command(flatten)]
-    pub scope: crate::bpf_tools::ScopeArgs,
 }
 
 /// brkstack's flags.

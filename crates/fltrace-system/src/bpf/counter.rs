@@ -65,7 +65,7 @@ impl By {
 
 /// What to count.
 #[derive(Debug, Clone)]
-pub struct CountSpec {
+pub struct CounterSpec {
     /// The events (several only for tracepoint wildcards).
     pub events: Vec<Event>,
     /// The grouping; a single total when empty.
@@ -202,7 +202,7 @@ pub struct Snapshot {
 /// A running in-kernel counter; detached when dropped.
 pub struct Counter {
     ebpf: Ebpf,
-    spec: CountSpec,
+    spec: CounterSpec,
     started: Instant,
     maps: ProcessMaps,
     probe_names: HashMap<u64, String>,
@@ -339,7 +339,7 @@ pub(crate) fn stack_frames(ebpf: &Ebpf, id: i32) -> Option<Vec<u64>> {
 
 impl Counter {
     /// Loads the counting program, configures it and attaches it to every event.
-    pub fn start(spec: CountSpec) -> Result<Counter, Error> {
+    pub fn start(spec: CounterSpec) -> Result<Counter, Error> {
         let first = spec
             .events
             .first()

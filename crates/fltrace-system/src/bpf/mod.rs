@@ -12,7 +12,7 @@ mod symbols;
 pub(crate) mod watch;
 
 pub use counter::{
-    By, CountSpec, Counter, ProcessFilter, Row, Snapshot, expand_events, fault_events_for,
+    By, Counter, CounterSpec, ProcessFilter, Row, Snapshot, expand_events, fault_events_for,
 };
 pub(crate) use counter::{
     attach_uprobe, fault_events, fill_tgids, process_config, set_config, stack_frames,

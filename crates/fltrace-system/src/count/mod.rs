@@ -8,11 +8,11 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use crate::bpf::watch::{POLL, Prepared, Watch};
-use crate::bpf::{CountSpec, Counter, StackNames};
+use crate::bpf::{Counter, CounterSpec, StackNames};
 use crate::ffaults::FileFaults;
 use crate::output::{Format, ring_full_note, stack_table_full_note, table_full_note};
 use crate::{Error, Scope};
-use dwarf::{StackCountSpec, StackCounter};
+use dwarf::{UnwoundCount, UnwoundSpec};
 
 pub(crate) mod dwarf;
 mod print;
@@ -136,7 +136,7 @@ impl Counted {
 
 /// The command a count answers, which decides what it says besides its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counting {
+pub enum Kind {
     /// `fltrace count`: events of any kind.
     Events,
     /// `fltrace faults`: page faults, with their rate each second.
@@ -147,17 +147,17 @@ pub enum Counting {
 /// end, only beside a table (CSV, JSON and folded stacks stay clean for the next program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Remarks {
-    counting: Counting,
+    kind: Kind,
     dwarf: bool,
     shown: bool,
 }
 
 impl Remarks {
-    /// The remarks of `counting` printed in `format` (or `folded`), by a count in user space
+    /// The remarks of a count of `kind` printed in `format` (or `folded`), by a count in user space
     /// with DWARF stacks (`dwarf`, [`Count::dwarf`]) or in the kernel.
-    pub fn new(counting: Counting, dwarf: bool, format: Format, folded: bool) -> Remarks {
+    pub fn new(kind: Kind, dwarf: bool, format: Format, folded: bool) -> Remarks {
         Remarks {
-            counting,
+            kind,
             dwarf,
             shown: format == Format::Table && !folded,
         }
@@ -165,8 +165,7 @@ impl Remarks {
 
     /// The line for one second's rate (`120 faults/s`): `faults` says it, `count` does not.
     pub fn each_second(&self, per_second: f64) -> Option<String> {
-        (self.shown && self.counting == Counting::Faults)
-            .then(|| format!("{per_second:.0} faults/s"))
+        (self.shown && self.kind == Kind::Faults).then(|| format!("{per_second:.0} faults/s"))
     }
 
     /// The closing line: what was counted in how long, the rate where the count is of faults
@@ -176,12 +175,12 @@ impl Remarks {
         if !self.shown {
             return None;
         }
-        let what = if self.counting == Counting::Faults && !self.dwarf {
+        let what = if self.kind == Kind::Faults && !self.dwarf {
             "faults"
         } else {
             "events"
         };
-        let rate = if self.counting == Counting::Faults || self.dwarf {
+        let rate = if self.kind == Kind::Faults || self.dwarf {
             format!(" ({:.0}/s)", counted.rate())
         } else {
             String::new()
@@ -210,7 +209,7 @@ pub fn sampled_note(period: u64) -> String {
 /// A count running. A command it started runs on to its end when it is dropped.
 pub enum Count {
     /// In user space, with DWARF-unwound user stacks (taken when it runs).
-    Unwound(Option<StackCounter>, Option<Duration>, Arc<AtomicUsize>),
+    Unwound(Option<UnwoundCount>, Option<Duration>, Arc<AtomicUsize>),
     /// In the kernel.
     InKernel(Counter, Watch),
 }
@@ -231,7 +230,7 @@ impl Count {
             return Err(Error::Sampling(period));
         }
         if dwarf {
-            let counter = StackCounter::open(StackCountSpec {
+            let counter = UnwoundCount::open(UnwoundSpec {
                 events: request.events,
                 by: request.by,
                 filter: request.filter,
@@ -242,7 +241,7 @@ impl Count {
         }
         let scope = request.scope.clone();
         let duration = request.duration;
-        Self::in_kernel(&scope, duration, stop, |processes| CountSpec {
+        Self::in_kernel(&scope, duration, stop, |processes| CounterSpec {
             events: request.events,
             by: request.by,
             second_field: None,
@@ -268,7 +267,7 @@ impl Count {
         scope: &Scope,
         duration: Option<Duration>,
         stop: Arc<AtomicUsize>,
-        spec: impl FnOnce(crate::bpf::ProcessFilter) -> CountSpec,
+        spec: impl FnOnce(crate::bpf::ProcessFilter) -> CounterSpec,
     ) -> Result<Count, Error> {
         let prepared = Prepared::new(scope)?;
         let (counter, prepared) =
@@ -437,45 +436,41 @@ mod tests {
     /// The three summaries `count` and `faults` print, and the rate lines only `faults` does.
     #[test]
     fn remarks_are_a_tables_and_say_what_each_count_is() {
-        let table = |counting, dwarf| Remarks::new(counting, dwarf, Format::Table, false);
+        let table = |kind, dwarf| Remarks::new(kind, dwarf, Format::Table, false);
         let in_kernel = counted(1, 2500, 2000, 0, 7);
         let unwound = counted(1, 2500, 2000, 3, 0);
         assert_eq!(
-            table(Counting::Events, false)
-                .summary(&in_kernel)
-                .as_deref(),
+            table(Kind::Events, false).summary(&in_kernel).as_deref(),
             Some("2500 events in 2.0 s (7 not counted: the table was full)")
         );
         assert_eq!(
-            table(Counting::Faults, false)
-                .summary(&in_kernel)
-                .as_deref(),
+            table(Kind::Faults, false).summary(&in_kernel).as_deref(),
             Some("2500 faults in 2.0 s (1250/s) (7 not counted: the table was full)")
         );
         let lost = " (3 samples lost: the ring was full; fewer processes or --by without \
                     ustack lose none)";
-        for counting in [Counting::Events, Counting::Faults] {
+        for kind in [Kind::Events, Kind::Faults] {
             assert_eq!(
-                table(counting, true).summary(&unwound),
+                table(kind, true).summary(&unwound),
                 Some(format!("2500 events in 2.0 s (1250/s){lost}"))
             );
         }
         assert_eq!(
-            table(Counting::Events, false)
+            table(Kind::Events, false)
                 .summary(&counted(0, 0, 0, 0, 0))
                 .as_deref(),
             Some("0 events in 0.0 s")
         );
         assert_eq!(
-            table(Counting::Faults, true).each_second(99.6).as_deref(),
+            table(Kind::Faults, true).each_second(99.6).as_deref(),
             Some("100 faults/s")
         );
-        assert_eq!(table(Counting::Events, true).each_second(99.6), None);
-        assert_eq!(table(Counting::Events, false).each_second(99.6), None);
+        assert_eq!(table(Kind::Events, true).each_second(99.6), None);
+        assert_eq!(table(Kind::Events, false).each_second(99.6), None);
         for quiet in [
-            Remarks::new(Counting::Faults, false, Format::Csv, false),
-            Remarks::new(Counting::Faults, true, Format::Json, false),
-            Remarks::new(Counting::Faults, false, Format::Table, true),
+            Remarks::new(Kind::Faults, false, Format::Csv, false),
+            Remarks::new(Kind::Faults, true, Format::Json, false),
+            Remarks::new(Kind::Faults, false, Format::Table, true),
         ] {
             assert_eq!(quiet.each_second(10.0), None);
             assert_eq!(quiet.summary(&in_kernel), None);

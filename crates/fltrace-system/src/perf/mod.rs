@@ -105,7 +105,7 @@ pub enum StackMode {
     KernelCallchain,
 }
 
-/// How a session is opened.
+/// How the perf events is opened.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
     /// Stacks of samples.
@@ -132,7 +132,7 @@ impl Default for Options {
 /// One sample of a source.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sample {
-    /// Index of its source in the list the session was opened with.
+    /// Index of its source in the list the events was opened with.
     pub source: usize,
     /// Process id.
     pub pid: u32,
@@ -222,7 +222,7 @@ impl Record {
     }
 }
 
-/// What the handlers of a session can ask: names of threads, times.
+/// What the handlers of the perf events can ask: names of threads, times.
 pub struct Context {
     comms: HashMap<u32, String>,
     start_mono_ns: u64,
@@ -242,7 +242,7 @@ impl Context {
             .unwrap_or_else(|| "?".to_owned())
     }
 
-    /// Seconds since the session started, of a monotonic time.
+    /// Seconds since the events started, of a monotonic time.
     pub fn seconds(&self, mono_ns: u64) -> f64 {
         mono_ns.saturating_sub(self.start_mono_ns) as f64 / 1e9
     }
@@ -273,7 +273,7 @@ impl Context {
 }
 
 /// Open events and their rings.
-pub struct Session {
+pub struct PerfEvents {
     _events: Vec<PerfEvent>,
     rings: Vec<RingBuffer>,
     /// The file of each ring's event, which poll(2) waits on.
@@ -284,25 +284,25 @@ pub struct Session {
     /// The formats of the sources (None for software events).
     pub formats: Vec<Option<TracepointFormat>>,
     child: Option<i32>,
-    /// The processes named with -p: the session ends when all have exited.
+    /// The processes named with -p: the events ends when all have exited.
     pids: Vec<i32>,
     cgroup_filter: Option<procfs::CgroupFilter>,
     comm_filter: Option<String>,
     /// Names, times and counters the handlers see.
     pub context: Context,
-    /// What the session cannot see, one line each, for the user (a cgroup filtered in user
+    /// What the events cannot see, one line each, for the user (a cgroup filtered in user
     /// space...).
     pub notes: Vec<String>,
-    tally: std::sync::Arc<Tally>,
+    totals: std::sync::Arc<RunTotals>,
     /// Samples read from the rings, wanted or not.
     received: u64,
     sample_period: u64,
 }
 
-/// Samples a session handed on and records the kernel could not write, readable after the
-/// session is consumed by a tool's run.
+/// Samples the perf events handed on and records the kernel could not write, readable after the
+/// events are consumed by a tool's run.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub struct RunTotals {
     /// Samples handed to the tool.
     pub seen: std::sync::atomic::AtomicU64,
     /// Records lost because a ring was full.
@@ -396,9 +396,9 @@ pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
     sys::parse_info(&attr_of(&source, 0, None, stack))
 }
 
-impl Session {
+impl PerfEvents {
     /// Opens `sources` for `scope` on every CPU and enables them.
-    pub fn open(sources: &[Source], scope: &Scope, options: Options) -> Result<Session, Error> {
+    pub fn open(sources: &[Source], scope: &Scope, options: Options) -> Result<PerfEvents, Error> {
         let mut formats = Vec::new();
         let mut attrs = Vec::new();
         // The uprobes' file names, which their attributes point to until they are opened.
@@ -528,7 +528,7 @@ impl Session {
         if let Some(pending) = release {
             pending.release()?;
         }
-        Ok(Session {
+        Ok(PerfEvents {
             _events: events,
             rings,
             ring_fds,
@@ -546,7 +546,7 @@ impl Session {
                 lost: 0,
             },
             notes,
-            tally: Default::default(),
+            totals: Default::default(),
             received: 0,
             sample_period: options.sample_period.max(1),
         })
@@ -554,12 +554,12 @@ impl Session {
 
     /// Counts `n` events the tool could not judge, for the exit status.
     pub fn add_unseen(&self, n: u64) {
-        self.tally.unseen.fetch_add(n, Ordering::Relaxed);
+        self.totals.unseen.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Its counts of samples seen and lost, which outlive it.
-    pub fn tally(&self) -> std::sync::Arc<Tally> {
-        self.tally.clone()
+    pub fn totals(&self) -> std::sync::Arc<RunTotals> {
+        self.totals.clone()
     }
 
     /// The format of source `index` (a tracepoint).
@@ -609,7 +609,7 @@ impl Session {
         }
         self.context.lost += lost;
         self.received += received;
-        self.tally.lost.fetch_add(lost, Ordering::Relaxed);
+        self.totals.lost.fetch_add(lost, Ordering::Relaxed);
         records.sort_by_key(Record::time_ns);
         records
     }
@@ -653,7 +653,7 @@ impl Session {
         }
         let unreported = occurred.saturating_sub(self.received + self.context.lost);
         self.context.lost += unreported;
-        self.tally.lost.fetch_add(unreported, Ordering::Relaxed);
+        self.totals.lost.fetch_add(unreported, Ordering::Relaxed);
     }
 
     /// Waits until a ring reaches its wake-up mark or `timeout` passes.
@@ -731,7 +731,7 @@ impl Session {
                     continue;
                 }
                 if matches!(record, Record::Sample(_)) {
-                    self.tally.seen.fetch_add(1, Ordering::Relaxed);
+                    self.totals.seen.fetch_add(1, Ordering::Relaxed);
                 }
                 each(&self.context, record);
             }

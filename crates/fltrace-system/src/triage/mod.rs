@@ -8,8 +8,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use crate::Error;
-use crate::bpf::{By, CountSpec, Counter, Event, Frame, ProcessFilter, StackNames};
-use crate::ffaults::{self as files, FileFaults};
+use crate::bpf::{By, Counter, CounterSpec, Event, Frame, ProcessFilter, StackNames};
+use crate::ffaults::{self, FileFaults};
 use reclaim::{Reclaim, ReclaimWatch};
 
 mod print;
@@ -280,7 +280,7 @@ impl Triage {
         on_start: &dyn Fn(),
     ) -> Result<Triage, Error> {
         let all = ProcessFilter::default();
-        let faults = Counter::start(CountSpec {
+        let faults = Counter::start(CounterSpec {
             events: crate::bpf::fault_events(),
             by: vec![By::Pid, By::Comm, By::UStack],
             second_field: None,
@@ -288,8 +288,8 @@ impl Triage {
             processes: all.clone(),
             keep_maps: true,
         })?;
-        let file_faults = Counter::start(files::spec(all.clone(), false))?;
-        let heap_calls = Counter::start(CountSpec {
+        let file_faults = Counter::start(ffaults::spec(all.clone(), false))?;
+        let heap_calls = Counter::start(CounterSpec {
             events: ["sys_enter_brk", "sys_enter_mmap"]
                 .iter()
                 .map(|n| Event::Tracepoint {
@@ -333,7 +333,7 @@ impl Triage {
             meminfo: meminfo(),
             top_rss: top_rss(10),
             faults: fault_snapshot.events,
-            file_faults: files::by_file(&files_snapshot, file_faults.process_maps()),
+            file_faults: ffaults::by_file(&files_snapshot, file_faults.process_maps()),
             pmu_missing: pmu_available().err(),
             ..Triage::default()
         };
