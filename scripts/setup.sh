@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # (start_thread, __libc_start_call_main) instead of [unknown]. The debug-info tests split
 # binaries with binutils (objcopy, strip, readelf) and serve them with a local debuginfod;
 # golang-go gives the tests `go tool pprof`, the real consumer of `report --format pprof`;
-# clang compiles the BPF object of crates/fltrace-bpf (count, faults, ffaults, memleak, triage);
+# clang compiles the BPF object of crates/fltrace-system (count, faults, ffaults, memleak, triage);
 # chromium renders the page of `runs --run` headless in the tests; redis-server (Debian's links
 # jemalloc) and redis-benchmark are the real server the allocation tracer is tested on;
 # postgresql-15 (a postmaster forking its backends, with pgbench) the one far memory's forks are;

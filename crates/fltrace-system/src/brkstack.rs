@@ -16,9 +16,10 @@ use fltrace_analyze::{Location, Symbolizer};
 use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Format, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source, StackMode};
-use crate::unwound::Processes;
+use crate::perf::unwound::Processes;
+use crate::perf::{Options, PerfEvents, Record, Source, StackMode};
 
 /// CSV and JSON: one row per (process, stack).
 pub const COLUMNS: &[Column] = &[
@@ -32,7 +33,7 @@ const SOURCES: &[Source] = &[Source::tracepoint("syscalls", "sys_enter_brk")];
 
 // The stack copy and ring of `count syscalls:sys_enter_brk --by ustack`, which counts every
 // call of a burst: 32 KiB copies in a 2 MiB ring held 63 calls of a burst.
-use crate::stackcount::{RING_PAGES, STACK_BYTES};
+use crate::count::dwarf::{RING_PAGES, STACK_BYTES};
 
 /// One counted stack, symbolized.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,7 +60,7 @@ pub fn frame_text(l: &Location) -> String {
 /// The open tool.
 pub struct BrkStack {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
     dwarf: bool,
 }
 
@@ -77,18 +78,18 @@ pub fn open(scope: &Scope) -> Result<BrkStack, Error> {
         ring_pages: RING_PAGES,
         sample_period: 1,
     };
-    let mut session = Session::open(SOURCES, scope, options)?;
+    let mut perf_events = PerfEvents::open(SOURCES, scope, options)?;
     if !dwarf {
-        session.notes.push(
+        perf_events.notes.push(
             "system-wide: stacks are the kernel's frame-pointer walk, short in code built without frame pointers; name processes (-p PID or a command) for complete DWARF stacks"
                 .to_owned(),
         );
     }
-    Ok(BrkStack { session, dwarf })
+    Ok(BrkStack { perf_events, dwarf })
 }
 
 /// (generation, comm, frames, calls) of one counted stack of a process.
-type StackCount = (u32, String, Vec<u64>, u64);
+type CountedStack = (u32, String, Vec<u64>, u64);
 
 struct Model {
     processes: Processes,
@@ -98,7 +99,7 @@ struct Model {
 }
 
 impl Model {
-    fn record(&mut self, ctx: &crate::session::Context, record: Record) {
+    fn record(&mut self, ctx: &crate::perf::Context, record: Record) {
         self.processes.observe(&record);
         if let Record::Sample(s) = record {
             let comm = ctx.comm(s.tid);
@@ -112,7 +113,7 @@ impl Model {
 
     /// Symbolizes every counted stack, per process, against the mappings it had.
     fn finish(self) -> Vec<Counted> {
-        let mut by_pid: HashMap<u32, Vec<StackCount>> = HashMap::new();
+        let mut by_pid: HashMap<u32, Vec<CountedStack>> = HashMap::new();
         for ((pid, generation, comm, frames), count) in self.counts {
             by_pid
                 .entry(pid)
@@ -193,7 +194,7 @@ impl BrkStack {
             counts: HashMap::new(),
             dwarf: self.dwarf,
         };
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             None,

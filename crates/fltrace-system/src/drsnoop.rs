@@ -8,8 +8,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, PerfEvents, Record, Source};
 use crate::vmscan::Spans;
 
 /// The chapter's columns, and the kind of reclaim.
@@ -32,13 +33,13 @@ const SOURCES: &[Source] = &[
 /// The open tool.
 pub struct DrSnoop {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
 }
 
 /// Opens the reclaim tracepoints for `scope`.
 pub fn open(scope: &Scope) -> Result<DrSnoop, Error> {
     Ok(DrSnoop {
-        session: Session::open(SOURCES, scope, Options::default())?,
+        perf_events: PerfEvents::open(SOURCES, scope, Options::default())?,
     })
 }
 
@@ -51,13 +52,13 @@ impl DrSnoop {
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
         let ends = [
-            self.session.format(1).cloned(),
-            self.session.format(3).cloned(),
+            self.perf_events.format(1).cloned(),
+            self.perf_events.format(3).cloned(),
         ];
         let mut spans = [Spans::default(), Spans::default()];
         let mut failure = None;
         printer.header()?;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             None,

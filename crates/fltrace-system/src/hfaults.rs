@@ -12,9 +12,10 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Printer, Value};
+use crate::perf::{Options, PerfEvents, Record, Source};
 use crate::procfs::{self, MapKind, MapsCache};
-use crate::session::{Options, Record, Scope, Session, Source};
 
 /// The columns, printed at the end.
 pub const COLUMNS: &[Column] = &[
@@ -47,7 +48,7 @@ impl Kind {
 /// The open tool.
 pub struct HFaults {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
 }
 
 /// Opens user page faults for `scope`. Every fault is looked at, so name processes (`-p`, a
@@ -60,7 +61,7 @@ pub fn open(scope: &Scope) -> Result<HFaults, Error> {
         ..Options::default()
     };
     Ok(HFaults {
-        session: Session::open(SOURCES, scope, options)?,
+        perf_events: PerfEvents::open(SOURCES, scope, options)?,
     })
 }
 
@@ -116,14 +117,14 @@ impl HFaults {
         duration: Option<Duration>,
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
-        let Some(format) = self.session.format(0).cloned() else {
+        let Some(format) = self.perf_events.format(0).cloned() else {
             return Ok(None);
         };
         let mut maps = MapsCache::default();
         let mut hugetlb = HugetlbMappings::default();
         let mut unclassified = 0u64;
         let mut counts: BTreeMap<(u32, String, Kind), u64> = BTreeMap::new();
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             None,
@@ -168,7 +169,7 @@ impl HFaults {
             },
             |_, _| {},
         )?;
-        self.session.add_unseen(unclassified);
+        self.perf_events.add_unseen(unclassified);
         printer.header()?;
         for ((pid, comm, kind), faults) in counts {
             printer.row(&[

@@ -1,34 +1,42 @@
-//! The memory chapter's low-rate event tools, as library functions the `fltrace` binary
-//! prints: `oomkill`, `mmapsnoop`, `brkstack`, `shmsnoop`, `vmscan`, `drsnoop`, `swapin` and
-//! `hfaults`.
+//! fltrace's system tools, one module per tool: the in-kernel counts ([`count`] for `count`
+//! and `faults`, [`ffaults`], [`memleak`], [`triage`]) and the event tools ([`oomkill`],
+//! [`mmapsnoop`], [`brkstack`], [`shmsnoop`], [`vmscan`], [`drsnoop`], [`swapin`],
+//! [`hfaults`]; [`Tool`] is any of them as one request, opened and run alike).
 //!
-//! Every tool is built on `perf_event_open` on tracepoints (or a software event), opened on
-//! every CPU system-wide, for given processes and their children, for a command started here,
-//! or for a cgroup; no BPF and no kprobes. Raw fields are decoded by name through the
-//! tracepoint's `format` file, read at run time ([`format`]). The shared machinery (opening,
-//! reading the rings in time order, side-band records for process names and mappings, stop
-//! conditions) is in [`session`]; the tables, CSV and JSON lines in [`output`].
-//! [`Tool`] is any of the tools as one request, opened and run alike.
+//! Two mechanisms lie under them, private to this crate. `perf` opens tracepoints, software
+//! events or uprobes with `perf_event_open` on every CPU, for the whole system, processes and
+//! their children, a command started here or a cgroup, and reads their rings in time order
+//! with the side-band records that name processes and their mappings; it serves the event
+//! tools and the counts of named processes with DWARF-unwound user stacks. `bpf` is one BPF
+//! object (`bpf/fltrace.bpf.c`, C compiled with clang by build.rs, loaded with aya) that counts
+//! in the kernel, keyed as configured at run time, and holds memleak's table of outstanding
+//! allocations; its user stacks follow frame pointers. Raw tracepoint fields are decoded by
+//! name through [`tracefs`]; every format is printed through [`output`]'s [`Format`].
 
+mod bpf;
 pub mod brkstack;
-pub mod counting;
+mod child;
+pub mod clock;
+pub mod count;
 pub mod drsnoop;
 mod error;
-pub mod format;
+pub mod ffaults;
 pub mod hfaults;
+pub mod memleak;
 pub mod mmapsnoop;
 pub mod oomkill;
 pub mod output;
+mod perf;
 pub mod procfs;
-pub mod session;
+mod scope;
 pub mod shmsnoop;
-pub mod stackcount;
 pub mod swapin;
 pub mod tool;
-pub mod unwound;
+pub mod tracefs;
+pub mod triage;
 pub mod vmscan;
 
 pub use error::Error;
 pub use output::{Column, Format, Printer, Value};
-pub use session::{Options, Record, Sample, Scope, Session, Source, StackMode, Target};
+pub use scope::Scope;
 pub use tool::{Finished, LOST_STATUS, OpenTool, RING_FULL, Tool, exit_status};

@@ -9,8 +9,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, PerfEvents, Record, Source};
 
 /// The chapter's columns, with a time first and the address in CSV and JSON.
 pub const COLUMNS: &[Column] = &[
@@ -73,7 +74,7 @@ pub fn map_text(flags: u64) -> String {
 /// The open tool.
 pub struct MmapSnoop {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
 }
 
 /// Opens the mmap tracepoints for `scope`.
@@ -84,7 +85,7 @@ pub fn open(scope: &Scope) -> Result<MmapSnoop, Error> {
         ..Options::default()
     };
     Ok(MmapSnoop {
-        session: Session::open(SOURCES, scope, options)?,
+        perf_events: PerfEvents::open(SOURCES, scope, options)?,
     })
 }
 
@@ -104,15 +105,15 @@ impl MmapSnoop {
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
         let (Some(enter), Some(exit)) = (
-            self.session.format(0).cloned(),
-            self.session.format(1).cloned(),
+            self.perf_events.format(0).cloned(),
+            self.perf_events.format(1).cloned(),
         ) else {
             return Ok(None);
         };
         let mut pending: HashMap<u32, Pending> = HashMap::new();
         let mut failure = None;
         printer.header()?;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             None,

@@ -10,9 +10,10 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Format, Printer, Value};
+use crate::perf::{Options, PerfEvents, Record, Source};
 use crate::procfs::{self, Kmsg};
-use crate::session::{Options, Record, Scope, Session, Source};
 
 /// The columns of CSV and JSON.
 pub const COLUMNS: &[Column] = &[
@@ -91,7 +92,7 @@ impl Kill {
 /// The open tool.
 pub struct OomKill {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
     kmsg: Kmsg,
 }
 
@@ -100,8 +101,8 @@ pub struct OomKill {
 pub fn open(scope: &Scope) -> Result<OomKill, Error> {
     // The log is opened first so that a kill right after the tracepoint opens is in it.
     let kmsg = Kmsg::open();
-    let session = Session::open(SOURCES, scope, Options::default())?;
-    Ok(OomKill { session, kmsg })
+    let perf_events = PerfEvents::open(SOURCES, scope, Options::default())?;
+    Ok(OomKill { perf_events, kmsg })
 }
 
 /// Memory figures of a process from /proc/PID/status, in kB: (VmSize, VmRSS).
@@ -123,13 +124,13 @@ impl OomKill {
         duration: Option<Duration>,
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
-        let Some(format) = self.session.format(0).cloned() else {
+        let Some(format) = self.perf_events.format(0).cloned() else {
             return Ok(None);
         };
         let page_kb = fltrace_capture::ring::page_size() as u64 / 1024;
         let mut failure = None;
         let kmsg = &mut self.kmsg;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             None,
@@ -159,7 +160,7 @@ impl OomKill {
                     .or_else(|| procfs::cgroup_of(victim_pid, "memory"))
                     .unwrap_or_default();
                 let kill = Kill {
-                    time: procfs::clock_time(ctx.wall_ns(sample.time_ns)),
+                    time: crate::clock::local_time(ctx.wall_ns(sample.time_ns)),
                     trigger_pid: sample.pid,
                     trigger_comm: ctx.comm(sample.tid),
                     victim_pid,

@@ -1,12 +1,71 @@
-//! The tools' output: a fixed-width table with the chapter's headers, CSV, or JSON lines
-//! (one object per event or interval row).
+//! The tools' output formats, and the printer of the event tools: a fixed-width table with
+//! the chapter's headers, CSV, or JSON lines (one object per event or interval row). The
+//! counting tools print whole reports through their own modules' printers (`count::print`,
+//! `ffaults`, `memleak::print`, `triage::print`) with the cells and loss notes here.
 
 use std::io::Write;
 
-use crate::Error;
+use serde_json::json;
 
-// One set of formats for every system tool, the in-kernel counters' included.
-pub use fltrace_bpf::output::Format;
+use crate::Error;
+use crate::bpf::Frame;
+
+/// How rows are printed, by every system tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Fixed-width columns under a header, as bcc's tools print.
+    Table,
+    /// A header of column keys, then comma-separated values.
+    Csv,
+    /// JSON (one object per row for the event tools, one document for the counting tools).
+    Json,
+}
+
+/// A stack in one CSV cell: its frames, innermost first, separated by `;`.
+pub(crate) fn stack_cell(frames: &[Frame]) -> String {
+    frames
+        .iter()
+        .map(Frame::describe)
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// A stack in JSON: its frames innermost first, or null when the row has no such stack.
+pub(crate) fn frames_json(frames: &Option<Vec<Frame>>) -> serde_json::Value {
+    match frames {
+        Some(f) => json!(f.iter().map(Frame::describe).collect::<Vec<_>>()),
+        None => serde_json::Value::Null,
+    }
+}
+
+/// The end of a summary line when the kernel's table overflowed (empty when it did not).
+pub fn table_full_note(dropped: u64) -> String {
+    if dropped > 0 {
+        format!(" ({dropped} not counted: the table was full)")
+    } else {
+        String::new()
+    }
+}
+
+/// The end of a summary line when user stacks found their table full (empty when none did).
+pub fn stack_table_full_note(lost: u64) -> String {
+    if lost > 0 {
+        format!(" ({lost} user stacks not kept: the stack table was full; counted as [no stack])")
+    } else {
+        String::new()
+    }
+}
+
+/// The end of a summary line when the sample ring overflowed (empty when it did not).
+pub fn ring_full_note(lost: u64) -> String {
+    if lost > 0 {
+        format!(
+            " ({lost} samples lost: the ring was full; fewer processes or --by without ustack lose none)"
+        )
+    } else {
+        String::new()
+    }
+}
 
 /// A column of a tool's output.
 #[derive(Debug, Clone, Copy)]
@@ -293,6 +352,13 @@ mod tests {
         ])
         .expect("prints");
         String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn notes_are_empty_when_nothing_was_lost() {
+        assert_eq!(table_full_note(0), "");
+        assert_eq!(table_full_note(3), " (3 not counted: the table was full)");
+        assert_eq!(ring_full_note(0), "");
     }
 
     /// Tables align and hide data-only columns; CSV quotes; JSON keys by column.

@@ -22,29 +22,6 @@ pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
     Ok(tids)
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a valid out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// CLOCK_MONOTONIC, the clock of the samples, in ns.
-pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// Unix time in ns.
-pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
-}
-
-/// One wall-clock format for every tool (memleak's and triage's too).
-pub use fltrace_bpf::output::clock_time;
-
 /// /proc/loadavg without its newline (`0.52 0.58 0.59 2/755 18643`).
 pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -144,6 +121,14 @@ impl CgroupFilter {
             .is_some_and(|text| self.matches(&text));
         self.known.insert(pid, inside);
         inside
+    }
+
+    /// Gives a new process its parent's membership, when the parent's is known: a child
+    /// starts in its parent's cgroup, and may have ended before its own is read.
+    pub fn inherit(&mut self, child: u32, parent: u32) {
+        if let Some(&inside) = self.known.get(&parent) {
+            self.known.entry(child).or_insert(inside);
+        }
     }
 
     fn matches(&self, text: &str) -> bool {

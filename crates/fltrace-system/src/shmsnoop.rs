@@ -7,9 +7,10 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
-use crate::format::Decoded;
+use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, PerfEvents, Record, Source};
+use crate::tracefs::Decoded;
 
 /// The chapter's columns, with a time first.
 pub const COLUMNS: &[Column] = &[
@@ -104,13 +105,13 @@ pub fn args_text(call: usize, d: &Decoded<'_>) -> String {
 /// The open tool.
 pub struct ShmSnoop {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
 }
 
 /// Opens the shared memory call tracepoints for `scope`.
 pub fn open(scope: &Scope) -> Result<ShmSnoop, Error> {
     Ok(ShmSnoop {
-        session: Session::open(SOURCES, scope, Options::default())?,
+        perf_events: PerfEvents::open(SOURCES, scope, Options::default())?,
     })
 }
 
@@ -123,13 +124,13 @@ impl ShmSnoop {
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
         let formats: Vec<_> = (0..SOURCES.len())
-            .map(|i| self.session.format(i).cloned())
+            .map(|i| self.perf_events.format(i).cloned())
             .collect();
         // Per thread: the call entered and its argument text.
         let mut pending: HashMap<u32, (usize, String)> = HashMap::new();
         let mut failure = None;
         printer.header()?;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             None,

@@ -10,9 +10,10 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Printer};
+use crate::perf::{Context, Options, PerfEvents, Record, Sample, Source};
 use crate::procfs::{self, MapInfo, MapKind, MapsCache};
-use crate::session::{Context, Options, Record, Sample, Scope, Session, Source};
 
 /// The columns: the interval's time, then one row per process.
 pub const COLUMNS: &[Column] = &[
@@ -36,11 +37,11 @@ pub fn is_swap_backed(map: &MapInfo) -> bool {
 
 /// Swap-ins counted by (comm, pid) for the current interval.
 #[derive(Default)]
-pub struct Counter {
+pub struct IntervalSwapins {
     counts: BTreeMap<(String, u32), u64>,
 }
 
-impl Counter {
+impl IntervalSwapins {
     /// Counts `sample` (a major fault) if it hit swap-backed memory of its process, with
     /// `lookup` giving the process's mapping at an address.
     pub fn add(
@@ -65,19 +66,19 @@ impl Counter {
 /// The open tool.
 pub struct Swapin {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
 }
 
 /// Opens major faults for `scope`; the notes say when no swap is active.
 pub fn open(scope: &Scope) -> Result<Swapin, Error> {
-    let mut session = Session::open(SOURCES, scope, Options::default())?;
+    let mut perf_events = PerfEvents::open(SOURCES, scope, Options::default())?;
     if !procfs::swap_active() {
-        session.notes.push(
+        perf_events.notes.push(
             "no swap is active (/proc/swaps lists none): nothing can be swapped in; tracing anyway in case swap is enabled"
                 .to_owned(),
         );
     }
-    Ok(Swapin { session })
+    Ok(Swapin { perf_events })
 }
 
 impl Swapin {
@@ -89,13 +90,13 @@ impl Swapin {
         interval: Duration,
         printer: &mut Printer<W>,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
-        let counter = std::cell::RefCell::new(Counter::default());
+        let swapins = std::cell::RefCell::new(IntervalSwapins::default());
         let mut maps = MapsCache::default();
         let mut failure = None;
         printer.header()?;
         let mut print = |ctx: &Context, now: u64, failure: &mut Option<Error>| {
-            let time = procfs::clock_time(ctx.wall_ns(now));
-            for ((comm, pid), count) in counter.borrow_mut().take() {
+            let time = crate::clock::local_time(ctx.wall_ns(now));
+            for ((comm, pid), count) in swapins.borrow_mut().take() {
                 let row = [time.as_str().into(), comm.into(), pid.into(), count.into()];
                 if let Err(e) = printer.row(&row) {
                     failure.get_or_insert(e);
@@ -103,13 +104,13 @@ impl Swapin {
             }
         };
         let mut tick_failure = None;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             Some(interval),
             |ctx, record| match record {
                 Record::Sample(s) => {
-                    counter.borrow_mut().add(&s, ctx.comm(s.tid), |pid, addr| {
+                    swapins.borrow_mut().add(&s, ctx.comm(s.tid), |pid, addr| {
                         maps.lookup(pid, addr).cloned()
                     });
                 }
@@ -121,7 +122,11 @@ impl Swapin {
             },
             |ctx, now| print(ctx, now, &mut tick_failure),
         )?;
-        print(&self.session.context, procfs::monotonic_ns(), &mut failure);
+        print(
+            &self.perf_events.context,
+            crate::clock::monotonic_ns(),
+            &mut failure,
+        );
         match failure.or(tick_failure) {
             Some(e) => Err(e),
             None => Ok(status),
@@ -134,7 +139,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::session::{StackMode, parse_info_of, parse_record};
+    use crate::perf::{StackMode, parse_info_of, parse_record};
 
     /// A major-fault sample as the kernel lays it out for this tool's attributes:
     /// identifier, pid and tid, time, address, cpu and a reserved word.
@@ -175,7 +180,7 @@ THPeligible:    0
                 .map(|(_, m)| m.clone())
                 .filter(|m| addr < m.end)
         };
-        let mut counter = Counter::default();
+        let mut swapins = IntervalSwapins::default();
         for (addr, expected) in [
             (0x7f00_0000_1000u64, true),
             (0x7f00_0010_2000, true),
@@ -185,7 +190,7 @@ THPeligible:    0
         ] {
             let bytes = record(77, 4242, 4243, 1_000, addr, 1);
             let Some(Record::Sample(sample)) = parse_record(
-                linux_perf_event_reader::constants::PERF_RECORD_SAMPLE,
+                perf_event_open_sys::bindings::PERF_RECORD_SAMPLE,
                 0,
                 &bytes,
                 &by_id,
@@ -198,13 +203,13 @@ THPeligible:    0
                 (4242, 4243, addr, 1)
             );
             assert_eq!(
-                counter.add(&sample, "prog".into(), lookup),
+                swapins.add(&sample, "prog".into(), lookup),
                 expected,
                 "{addr:#x}"
             );
         }
-        let counts = counter.take();
+        let counts = swapins.take();
         assert_eq!(counts.get(&("prog".to_owned(), 4242)), Some(&3));
-        assert!(counter.take().is_empty());
+        assert!(swapins.take().is_empty());
     }
 }

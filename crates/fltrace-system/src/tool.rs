@@ -6,8 +6,9 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::Scope;
 use crate::output::{Column, Format, Printer};
-use crate::session::{Scope, Session};
+use crate::perf::PerfEvents;
 use crate::{Error, brkstack, drsnoop, hfaults, mmapsnoop, oomkill, shmsnoop, swapin, vmscan};
 
 /// An event tool with its own options.
@@ -129,22 +130,22 @@ impl OpenTool {
         self.tool
     }
 
-    fn session(&self) -> &Session {
+    fn perf_events(&self) -> &PerfEvents {
         match &self.opened {
-            Opened::Oomkill(t) => &t.session,
-            Opened::Mmapsnoop(t) => &t.session,
-            Opened::Brkstack(t, _) => &t.session,
-            Opened::Shmsnoop(t) => &t.session,
-            Opened::Vmscan(t, _) => &t.session,
-            Opened::Drsnoop(t) => &t.session,
-            Opened::Swapin(t, _) => &t.session,
-            Opened::Hfaults(t) => &t.session,
+            Opened::Oomkill(t) => &t.perf_events,
+            Opened::Mmapsnoop(t) => &t.perf_events,
+            Opened::Brkstack(t, _) => &t.perf_events,
+            Opened::Shmsnoop(t) => &t.perf_events,
+            Opened::Vmscan(t, _) => &t.perf_events,
+            Opened::Drsnoop(t) => &t.perf_events,
+            Opened::Swapin(t, _) => &t.perf_events,
+            Opened::Hfaults(t) => &t.perf_events,
         }
     }
 
     /// What it cannot see, one line each, for the user.
     pub fn notes(&self) -> &[String] {
-        &self.session().notes
+        &self.perf_events().notes
     }
 
     /// Prints its rows in `format` to `out` until Ctrl-C (`stop`), `duration`, the end of the
@@ -156,7 +157,7 @@ impl OpenTool {
         format: Format,
         out: W,
     ) -> Result<Finished, Error> {
-        let tally = self.session().tally();
+        let totals = self.perf_events().totals();
         let folded = self.tool.folded();
         let mut printer = Printer::new(format, self.tool.columns(), out);
         let p = &mut printer;
@@ -172,9 +173,9 @@ impl OpenTool {
         }?;
         let finished = Finished {
             status,
-            seen: tally.seen.load(Ordering::Relaxed),
-            lost: tally.lost.load(Ordering::Relaxed),
-            unseen: tally.unseen.load(Ordering::Relaxed),
+            seen: totals.seen.load(Ordering::Relaxed),
+            lost: totals.lost.load(Ordering::Relaxed),
+            unseen: totals.unseen.load(Ordering::Relaxed),
         };
         // Folded stacks stay lines of `stack count` for flamegraph tools: the caller says the
         // loss on stderr, as beside CSV.

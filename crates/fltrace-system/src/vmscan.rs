@@ -9,9 +9,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::Error;
+use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::procfs;
-use crate::session::{Options, Record, Scope, Session, Source};
+use crate::perf::{Options, PerfEvents, Record, Source};
 
 /// The chapter's columns; CSV and JSON add the number of each reclaim.
 pub const COLUMNS: &[Column] = &[
@@ -96,7 +96,7 @@ impl Spans {
 /// The open tool.
 pub struct Vmscan {
     /// Its events.
-    pub session: Session,
+    pub perf_events: PerfEvents,
     kinds: Vec<Kind>,
     /// Whether page writes can be counted.
     pub has_writes: bool,
@@ -105,8 +105,8 @@ pub struct Vmscan {
 /// Opens the vmscan tracepoints for `scope`. The page-write tracepoint is optional (its name
 /// changed); without it the column shows `-`.
 pub fn open(scope: &Scope) -> Result<Vmscan, Error> {
-    let tracefs =
-        fltrace_capture::sys::tracefs().map_err(Error::kernel("tracefs (/sys/kernel/tracing)"))?;
+    // A tracefs that cannot be read says so here rather than as a missing event.
+    crate::tracefs::events_dir()?;
     let mut sources: Vec<Source> = REQUIRED
         .iter()
         .map(|(name, _)| Source::tracepoint("vmscan", name))
@@ -114,13 +114,13 @@ pub fn open(scope: &Scope) -> Result<Vmscan, Error> {
     let mut kinds: Vec<Kind> = REQUIRED.iter().map(|(_, k)| *k).collect();
     let write = ["mm_vmscan_write_folio", "mm_vmscan_writepage"]
         .into_iter()
-        .find(|name| crate::format::TracepointFormat::exists(&tracefs, "vmscan", name));
+        .find(|name| crate::tracefs::exists("vmscan", name));
     if let Some(name) = write {
         sources.push(Source::tracepoint("vmscan", name));
         kinds.push(Kind::Write);
     }
     Ok(Vmscan {
-        session: Session::open(&sources, scope, Options::default())?,
+        perf_events: PerfEvents::open(&sources, scope, Options::default())?,
         kinds,
         has_writes: write.is_some(),
     })
@@ -139,7 +139,7 @@ impl Vmscan {
             .kinds
             .iter()
             .position(|k| *k == Kind::MemcgEnd)
-            .and_then(|i| self.session.format(i).cloned());
+            .and_then(|i| self.perf_events.format(i).cloned());
         let kinds = self.kinds.clone();
         let has_writes = self.has_writes;
         let (mut slab, mut direct, mut memcg) =
@@ -147,11 +147,11 @@ impl Vmscan {
         let totals = std::cell::RefCell::new(Totals::default());
         let mut failure = None;
         printer.header()?;
-        let mut print = |ctx: &crate::session::Context, now: u64, failure: &mut Option<Error>| {
+        let mut print = |ctx: &crate::perf::Context, now: u64, failure: &mut Option<Error>| {
             let t = totals.replace(Totals::default());
             let ms = |ns: u64| Value::Float(ns as f64 / 1e6, 2);
             let row = [
-                procfs::clock_time(ctx.wall_ns(now)).into(),
+                crate::clock::local_time(ctx.wall_ns(now)).into(),
                 ms(t.slab_ns),
                 ms(t.direct_ns),
                 ms(t.memcg_ns),
@@ -171,7 +171,7 @@ impl Vmscan {
             }
         };
         let mut tick_failure = None;
-        let status = self.session.run(
+        let status = self.perf_events.run(
             stop,
             duration,
             Some(interval),
@@ -215,7 +215,11 @@ impl Vmscan {
         )?;
         // The last partial interval.
         if totals.borrow().ne(&Totals::default()) {
-            print(&self.session.context, procfs::monotonic_ns(), &mut failure);
+            print(
+                &self.perf_events.context,
+                crate::clock::monotonic_ns(),
+                &mut failure,
+            );
         }
         match failure.or(tick_failure) {
             Some(e) => Err(e),

@@ -40,7 +40,10 @@ struct Ran {
 }
 
 fn run_over(tool: Tool, command: &[OsString], format: Format) -> Ran {
-    let scope = Scope::of(&[], None, command, None).expect("a command alone is a scope");
+    let scope = Scope {
+        command: command.to_vec(),
+        ..Scope::all()
+    };
     let open = tool.open(&scope).expect("the tool opens");
     let notes = open.notes().to_vec();
     let mut out = Vec::new();

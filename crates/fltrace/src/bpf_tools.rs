@@ -1,5 +1,5 @@
 //! The memory chapter's in-kernel tools: `count`, `faults`, `ffaults`, `memleak`, `triage`.
-//! Flags and printing only: the counting lives in fltrace-bpf.
+//! Flags and printing only: the counting lives in fltrace-system.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -11,29 +11,49 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 
-use fltrace_bpf::memleak::{LeakRequest, LeakWatch};
-use fltrace_bpf::triage::Triage;
-use fltrace_bpf::watch::Targets;
-use fltrace_bpf::{By, Event, FieldFilter, output};
-use fltrace_system::counting::{self, Count, CountRequest, Counting, Remarks};
+use fltrace_system::count::{self, By, Count, CountRequest, Event, FieldFilter, Kind, Remarks};
+use fltrace_system::memleak::{LeakRequest, LeakWatch};
+use fltrace_system::triage::Triage;
+use fltrace_system::{Scope, output};
 
 use crate::cli::{Format, duration};
 use fltrace_capture::interrupt_counter;
 
-/// Options every in-kernel tool takes. Not system.rs's `CommonArgs`: here -p is a process
-/// without its children, it combines with --cgroup (a v2 directory) and with a command, and
-/// --folded applies to every tool; one struct would change what command lines mean.
+/// Whose events, the same for every system tool (`fltrace_system::Scope`).
 #[derive(Debug, Args)]
-pub struct Common {
-    /// Only this process (repeatable).
+pub struct ScopeArgs {
+    /// Only this process, its threads and the children it starts (repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
-    /// Only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/unified/my.slice).
+    /// Only tasks of this cgroup directory (e.g. /sys/fs/cgroup/my.slice); with -p or a
+    /// command, only theirs in it.
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
-    /// Only tasks of this name.
+    /// Only threads of this name.
     #[arg(long, value_name = "NAME")]
     pub comm: Option<String>,
+    /// A command to run and trace, with its children.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+impl ScopeArgs {
+    /// The scope these flags name.
+    pub fn scope(&self) -> Scope {
+        Scope {
+            pids: self.pids.clone(),
+            cgroup: self.cgroup.clone(),
+            comm: self.comm.clone(),
+            command: self.command.clone(),
+        }
+    }
+}
+
+/// Options every in-kernel tool takes.
+#[derive(Debug, Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// Stop after this long (default: at Ctrl-C, SIGTERM or the command's exit).
     #[arg(long, value_name = "TIME", value_parser = duration)]
     pub duration: Option<Duration>,
@@ -43,9 +63,6 @@ pub struct Common {
     /// Stacks as folded lines (`comm;outer;...;inner count`) for flamegraph tools.
     #[arg(long)]
     pub folded: bool,
-    /// A command to run and trace (its process only).
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -154,21 +171,12 @@ pub struct TriageArgs {
     pub duration: Duration,
 }
 
-fn targets(common: &Common) -> Targets {
-    Targets {
-        pids: common.pids.clone(),
-        cgroup: common.cgroup.clone(),
-        comm: common.comm.clone(),
-        command: common.command.clone(),
-    }
-}
-
 fn count_request(common: &Common, events: Vec<Event>, by: Vec<By>) -> CountRequest {
     CountRequest {
         events,
         by,
         filter: None,
-        targets: targets(common),
+        scope: common.scope.scope(),
         duration: common.duration,
         sample: None,
     }
@@ -181,8 +189,8 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
     let Some(event) = &args.event else {
         bail!("give an event (see fltrace count --list)");
     };
-    let events = fltrace_bpf::expand_events(event)?;
-    let by = counting::grouping(&events, counting::parse_by(&args.by)?);
+    let events = count::expand_events(event)?;
+    let by = count::grouping(&events, count::parse_by(&args.by)?);
     let frame_pointers = if by.contains(&By::UStack) {
         ": user stacks follow frame pointers (name processes with -p or a command for DWARF stacks)"
     } else {
@@ -195,12 +203,12 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
     };
     let count = Count::start(request, false, interrupt_counter()?)?;
     let in_kernel = format!("counting {event}{frame_pointers}; Ctrl-C to end");
-    report(count, Counting::Events, &in_kernel, &args.common, args.top)
+    report(count, Kind::Events, &in_kernel, &args.common, args.top)
 }
 
 fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    for name in fltrace_bpf::event::list(pattern)? {
+    for name in count::list(pattern)? {
         writeln!(out, "{name}")?;
     }
     Ok(ExitCode::SUCCESS)
@@ -211,16 +219,16 @@ fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
 /// it counts; one in user space names the processes whose stacks it unwinds from DWARF.
 fn report(
     mut count: Count,
-    counting: Counting,
+    kind: Kind,
     in_kernel: &str,
     common: &Common,
     top: usize,
 ) -> anyhow::Result<ExitCode> {
-    let remarks = Remarks::new(counting, count.dwarf(), common.format.into(), common.folded);
+    let remarks = Remarks::new(kind, count.dwarf(), common.format.into(), common.folded);
     if count.dwarf() {
         let whom = match count.child_pid() {
             Some(pid) => format!("the command (pid {pid})"),
-            None => format!("{:?}", common.pids),
+            None => format!("{:?}", common.scope.pids),
         };
         eprintln!(
             "fltrace: counting the events of {whom} with user stacks unwound from DWARF \
@@ -235,7 +243,7 @@ fn report(
         }
     })?;
     let mut out = std::io::stdout().lock();
-    output::write_rows(
+    count::write_rows(
         &mut out,
         counted.top(top),
         common.format.into(),
@@ -248,7 +256,7 @@ fn report(
         None if counted.lost_any() || counted.sample_period > 1 => eprintln!(
             "fltrace: {} events{}{}{}{}",
             counted.events,
-            counting::sampled_note(counted.sample_period),
+            count::sampled_note(counted.sample_period),
             output::table_full_note(counted.dropped),
             output::ring_full_note(counted.lost),
             output::stack_table_full_note(counted.stacks_lost)
@@ -262,15 +270,15 @@ fn report(
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
-    let events = fltrace_bpf::fault_events_for(&targets(&args.common));
+    let events = count::fault_events_for(&args.common.scope.scope());
     let request = CountRequest {
         sample: args.sample,
-        ..count_request(&args.common, events, counting::fault_grouping())
+        ..count_request(&args.common, events, count::fault_grouping())
     };
     let count = Count::start(request, true, interrupt_counter()?)?;
     report(
         count,
-        Counting::Faults,
+        Kind::Faults,
         "counting page faults by stack; user stacks follow frame pointers (code built without \
          them shows only its innermost frame; -p PID or a command unwinds them from DWARF); \
          Ctrl-C to end",
@@ -281,7 +289,7 @@ pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
 
 pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
     let mut count = Count::file_faults(
-        &targets(&args.common),
+        &args.common.scope.scope(),
         args.common.duration,
         args.by_comm,
         interrupt_counter()?,
@@ -289,7 +297,7 @@ pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
     eprintln!("fltrace: counting faults on files; Ctrl-C to end");
     let mut files = count.run_by_file()?;
     files.truncate(args.top);
-    output::write_file_faults(
+    fltrace_system::ffaults::write_file_faults(
         &mut std::io::stdout().lock(),
         &files,
         args.common.format.into(),
@@ -306,7 +314,7 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let request = LeakRequest {
-        targets: targets(&args.common),
+        scope: args.common.scope.scope(),
         interval: args.interval.map(Duration::from_secs),
         count: args.count,
         top: args.top,
@@ -321,16 +329,16 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
     let mut leaks = LeakWatch::start(request, interrupt_counter()?)?;
     eprintln!(
         "fltrace: attached to {}; Ctrl-C to end",
-        output::describe_leak_target(leaks.target(), leaks.tgids())
+        fltrace_system::memleak::describe_leak_target(leaks.target(), leaks.tgids())
     );
     let mut lost = 0;
     while let Some(snapshot) = leaks.next_report()? {
-        output::write_leaks(
+        fltrace_system::memleak::write_leaks(
             &mut std::io::stdout().lock(),
             &snapshot,
             args.common.format.into(),
             args.common.folded,
-            &output::clock_now(),
+            &fltrace_system::clock::local_time_now(),
         )?;
         lost = snapshot.dropped;
         // CSV and folded stacks have no place for the loss: it is said here.
@@ -358,7 +366,7 @@ pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
         &|| stop.load(Ordering::Relaxed) > 0,
         &started,
     )?;
-    output::write_triage(&mut std::io::stdout().lock(), &report)?;
+    fltrace_system::triage::write_triage(&mut std::io::stdout().lock(), &report)?;
     Ok(ExitCode::from(fltrace_system::exit_status(
         0,
         report.lost(),

@@ -1,16 +1,14 @@
 //! The memory chapter's event tools (`oomkill`, `mmapsnoop`, `brkstack`, `shmsnoop`,
 //! `vmscan`, `drsnoop`, `swapin`, `hfaults`): flags here, the work in `fltrace-system`.
 
-use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use fltrace_system::{Format, Scope, Tool};
+use fltrace_system::{Format, Tool};
 
 use crate::cli::duration;
 
@@ -39,24 +37,14 @@ pub enum SystemCommand {
 /// What every tool takes.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
-    /// Only this process and the children it starts (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pub pids: Vec<i32>,
-    /// Only tasks of this cgroup (a directory such as /sys/fs/cgroup/memory/GROUP).
-    #[arg(long, value_name = "PATH", conflicts_with = "pids")]
-    pub cgroup: Option<PathBuf>,
-    /// Only threads of this name.
-    #[arg(long, value_name = "NAME")]
-    pub comm: Option<String>,
+    #[command(flatten)]
+    pub scope: crate::bpf_tools::ScopeArgs,
     /// Stop after this long, e.g. 10s (default: Ctrl-C, SIGTERM, or the command's end).
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub duration: Option<Duration>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::cli::Format,
-    /// A command to run and trace (with its children) instead of the whole system.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
 }
 
 /// brkstack's flags.
@@ -77,15 +65,6 @@ pub struct IntervalArgs {
     pub interval: Duration,
     #[command(flatten)]
     pub common: CommonArgs,
-}
-
-fn scope(args: &CommonArgs) -> anyhow::Result<Scope> {
-    Ok(Scope::of(
-        &args.pids,
-        args.cgroup.as_deref(),
-        &args.command,
-        args.comm.clone(),
-    )?)
 }
 
 impl From<crate::cli::Format> for Format {
@@ -130,7 +109,7 @@ fn request(command: SystemCommand) -> (Tool, CommonArgs) {
 pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
     let stop = fltrace_capture::interrupt_counter()?;
     let (tool, args) = request(command);
-    let open = tool.open(&scope(&args)?).context(tool.name())?;
+    let open = tool.open(&args.scope.scope()).context(tool.name())?;
     // What the session cannot see, then that it is ready, as bcc's tools say it.
     let mut err = std::io::stderr().lock();
     for note in open.notes() {

@@ -121,6 +121,57 @@ fn count_by_comm_counts_exactly_the_calls_the_filter_keeps() {
     assert_eq!(rows[0]["count"], 3, "{rows:?}");
 }
 
+/// -p and a command name processes with the children they start, as in every system tool:
+/// the calls of a program a shell starts are counted exactly, under a command and under -p.
+#[test]
+fn count_follows_the_children_of_a_command_and_of_a_pid() {
+    let tools = memtools().to_string_lossy().into_owned();
+    let script = format!("{tools} brk 7; true");
+    let dir = Dir::new();
+    let of_command = json_of(
+        &dir,
+        &[
+            "count", BRK, "--by", "comm", "--filter", ONLY_OURS, "--format", "json", "--", "sh",
+            "-c", &script,
+        ],
+    );
+    assert_eq!(
+        of_command,
+        serde_json::json!([{"count": 7, "pid": null, "tid": null, "comm": "memtools",
+            "probe": null, "field": null, "ustack": null, "kstack": null}])
+    );
+
+    // A shell that starts the program once fltrace counts; fltrace ends when the shell does.
+    let mut shell = Command::new("sh")
+        .args(["-c", &format!("read go; {script}")])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh starts");
+    let pid = shell.id().to_string();
+    let fltrace = Background::start(
+        &dir,
+        &[
+            "count", BRK, "--by", "comm", "--filter", ONLY_OURS, "--format", "json", "-p", &pid,
+        ],
+    );
+    let mut stdin = shell.stdin.take().expect("stdin");
+    writeln!(stdin, "go").expect("starts the program");
+    drop(stdin);
+    assert!(shell.wait().expect("sh ends").success());
+    let out = fltrace
+        .child
+        .wait_with_output()
+        .expect("fltrace ends with the shell");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(rows[0]["comm"], "memtools", "{rows}");
+    assert_eq!(rows[0]["count"], 7, "{rows}");
+}
+
 /// Several system call tracepoints by probe: each row named by its tracepoint (the kernel
 /// overwrites common_type in the records it hands BPF, so the call's number tells them apart),
 /// with exactly the calls counted when the one tracepoint is counted alone.

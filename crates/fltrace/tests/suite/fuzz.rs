@@ -380,8 +380,7 @@ fn procfs_and_tracefs_parsers_survive_mutations() {
     ];
     fuzz("tracepoint-format", &format, 1000, |bytes| {
         let text = String::from_utf8_lossy(bytes);
-        drop(fltrace_system::format::parse_fields(&text));
-        drop(fltrace_bpf::tracefs::parse_format(&text));
+        drop(fltrace_system::tracefs::parse_fields(&text));
     });
     let events = vec![
         b"exceptions:page_fault_user".to_vec(),
@@ -391,7 +390,7 @@ fn procfs_and_tracefs_parsers_survive_mutations() {
     ];
     fuzz("event-spec", &events, 3000, |bytes| {
         let text = String::from_utf8_lossy(bytes);
-        drop(fltrace_bpf::event::Event::parse(&text));
-        drop(fltrace_bpf::event::FieldFilter::parse(&text));
+        drop(fltrace_system::count::Event::parse(&text));
+        drop(fltrace_system::count::FieldFilter::parse(&text));
     });
 }

@@ -499,6 +499,66 @@ fn brkstack_shows_the_line() {
     assert!(err.contains("kernel's frame-pointer walk"), "{err}");
 }
 
+/// `sysmem brk` started by a shell that moved itself into `group` and waited for brkstack
+/// `-p SHELL --cgroup filter` to trace it: brkstack's JSON lines.
+fn brk_of_a_child_in(group: &Path, filter: &Path) -> String {
+    let exe = sysmem().to_str().expect("utf-8").to_owned();
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && read go && exec {exe} brk",
+        group.display()
+    );
+    let mut shell = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh starts");
+    let pid = shell.id().to_string();
+    let name = group
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    let moved = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&name))
+    });
+    assert!(moved, "the shell never entered {}", group.display());
+    let tool = Tool::start(&[
+        "brkstack",
+        "--format",
+        "json",
+        "-p",
+        &pid,
+        "--cgroup",
+        filter.to_str().expect("utf-8"),
+    ]);
+    let mut stdin = shell.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, b"go\n").expect("starts sysmem");
+    drop(stdin);
+    assert!(shell.wait().expect("sh ends").success());
+    let (out, err, code) = tool.stop_with_code();
+    assert_eq!(code, Some(0), "{err}");
+    out
+}
+
+/// -p combines with --cgroup as in every system tool: the named process is traced inside the
+/// cgroup, and nothing of it outside (the flags conflicted for the event tools).
+#[test]
+fn pid_and_cgroup_combine() {
+    let group = MemCgroup::new("scope-in", 256);
+    let other = MemCgroup::new("scope-out", 256);
+    let line = format!("sysmem.c:{}", site("sysmem.c", "brk"));
+    let inside = brk_of_a_child_in(&group.path, &group.path);
+    assert!(
+        inside
+            .lines()
+            .any(|l| l.contains("\"comm\":\"sysmem\"") && l.contains(&line)),
+        "no brk at {line} inside the cgroup:\n{inside}"
+    );
+    let outside = brk_of_a_child_in(&group.path, &other.path);
+    assert!(!outside.contains("sysmem"), "{outside}");
+}
+
 /// shmget, shmat, shmdt and shmctl with the key and size the program used, and the id
 /// shmget returned in the later calls.
 #[test]

@@ -4,18 +4,23 @@
 
 use std::collections::HashMap;
 
-use crate::{By, CountSpec, Event, ProcessFilter, ProcessMaps, Snapshot};
+use std::io::{self, Write};
+
+use serde_json::json;
+
+use crate::bpf::{By, CounterSpec, Event, ProcessFilter, ProcessMaps, Snapshot};
+use crate::output::Format;
 
 /// The tracepoint giving the faulting file's device and inode.
 pub const FILEMAP_FAULT: (&str, &str) = ("filemap", "mm_filemap_fault");
 
 /// The counter spec of ffaults: keyed by inode and device (and the task name when `by_comm`).
-pub fn spec(processes: ProcessFilter, by_comm: bool) -> CountSpec {
+pub fn spec(processes: ProcessFilter, by_comm: bool) -> CounterSpec {
     let mut by = vec![By::Field("i_ino".into())];
     if by_comm {
         by.push(By::Comm);
     }
-    CountSpec {
+    CounterSpec {
         events: vec![Event::Tracepoint {
             category: FILEMAP_FAULT.0.into(),
             name: FILEMAP_FAULT.1.into(),
@@ -73,6 +78,43 @@ pub fn by_file(snapshot: &Snapshot, maps: &ProcessMaps) -> Vec<FileFaults> {
     out
 }
 
+/// Writes faults by file (`ffaults`).
+pub fn write_file_faults(
+    out: &mut impl Write,
+    files: &[FileFaults],
+    format: Format,
+) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            let rows: Vec<_> = files
+                .iter()
+                .map(|f| json!({"file": f.file, "comm": f.comm, "count": f.count}))
+                .collect();
+            serde_json::to_writer_pretty(&mut *out, &rows)?;
+            writeln!(out)?;
+        }
+        Format::Csv => {
+            let mut csv = csv::Writer::from_writer(&mut *out);
+            csv.write_record(["count", "comm", "file"])?;
+            for f in files {
+                let count = f.count.to_string();
+                csv.write_record([&count, f.comm.as_deref().unwrap_or(""), &f.file])?;
+            }
+            csv.flush()?;
+        }
+        Format::Table => {
+            writeln!(out, "{:>10}  FILE", "FAULTS")?;
+            for f in files {
+                match &f.comm {
+                    Some(c) => writeln!(out, "{:>10}  {}  {c}", f.count, f.file)?,
+                    None => writeln!(out, "{:>10}  {}", f.count, f.file)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +123,28 @@ mod tests {
     fn splits_kernel_device_numbers() {
         // 254:1 as the kernel's dev_t.
         assert_eq!(split_dev((254 << 20) | 1), (254, 1));
+    }
+
+    fn written(write: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
+        let mut out = Vec::new();
+        write(&mut out).expect("writing to memory");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    #[test]
+    fn file_faults_table_has_its_header() {
+        let files = [FileFaults {
+            file: "/lib/libc.so.6".into(),
+            comm: Some("prog".into()),
+            count: 12,
+        }];
+        assert_eq!(
+            written(|o| write_file_faults(o, &files, Format::Table)),
+            "    FAULTS  FILE\n        12  /lib/libc.so.6  prog\n"
+        );
+        assert_eq!(
+            written(|o| write_file_faults(o, &files, Format::Csv)),
+            "count,comm,file\n12,prog,/lib/libc.so.6\n"
+        );
     }
 }

@@ -3,22 +3,22 @@
 //! unwound at once with the recorder's DWARF unwinder, so code built without frame pointers
 //! gives stacks reaching `main`, which the kernel's frame-pointer walk (and so the in-kernel
 //! BPF counters) cannot. `fltrace count`, `faults` and `memleak` use it where processes are
-//! named; system-wide they count in the kernel (fltrace-bpf). Copying a stack per event
+//! named; system-wide they count in the kernel (the bpf mechanism). Copying a stack per event
 //! costs more than counting in the kernel: this is for one program, not the whole machine.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
+use crate::bpf::{By, Event, FieldFilter, Frame, Row, StackNames};
 use fltrace_analyze::Symbolizer;
-use fltrace_bpf::{By, Event, FieldFilter, Frame, Row, StackNames};
 use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
-use crate::session::{Context, Options, Record, Sample, Scope, Session, Source, StackMode, Target};
-use crate::unwound::Processes;
+use crate::Scope;
+use crate::perf::unwound::Processes;
+use crate::perf::{Context, Options, PerfEvents, Record, Sample, Source, StackMode};
 
 /// Bytes of user stack copied per event: enough for deep stacks, small enough for the ring
 /// to hold a burst of faults.
@@ -28,26 +28,22 @@ pub(crate) const STACK_BYTES: u32 = 16 * 1024;
 pub(crate) const RING_PAGES: usize = 4096;
 
 /// What a user-space count is given.
-pub struct StackCountSpec {
+pub struct UnwoundSpec {
     /// The events.
     pub events: Vec<Event>,
     /// The grouping (a single total when empty).
     pub by: Vec<By>,
     /// Only events whose field compares so.
     pub filter: Option<FieldFilter>,
-    /// The processes (their threads and children) given with -p.
-    pub pids: Vec<u32>,
-    /// Or a command to start and trace.
-    pub command: Vec<OsString>,
-    /// Only threads of this name.
-    pub comm: Option<String>,
+    /// The processes named (-p or a command), with their children; no cgroup.
+    pub scope: Scope,
     /// One sample every this many events (1: every event); counts are scaled by it.
     pub sample_period: u64,
 }
 
 /// How many events each group had.
 #[derive(Debug, Clone, Default)]
-pub struct StackCounts {
+pub struct UnwoundCounted {
     /// The groups, most counted first.
     pub rows: Vec<Row>,
     /// Events counted in all.
@@ -83,9 +79,9 @@ struct Key {
 }
 
 /// An open count.
-pub struct StackCounter {
-    session: Session,
-    spec: StackCountSpec,
+pub struct UnwoundCount {
+    perf_events: PerfEvents,
+    spec: UnwoundSpec,
     probe_names: Vec<String>,
     kernel_stack: bool,
     /// Every frame of a user stack is a return address (syscall entries, function returns).
@@ -129,7 +125,7 @@ fn source_of(event: &Event) -> Result<Source, Error> {
             name: name.clone().into(),
         },
         Event::Software { name } => Source::Software {
-            config: fltrace_bpf::event::software_config(name)
+            config: crate::bpf::event::software_config(name)
                 .ok_or_else(|| unsupported(format!("software event {name}")))?,
         },
         Event::Uprobe { path, symbol, ret } => Source::Uprobe {
@@ -157,10 +153,10 @@ fn field_of(event: &Event, name: &str) -> Result<FieldAt, Error> {
     })
 }
 
-impl StackCounter {
+impl UnwoundCount {
     /// Opens the events for the processes (or starts the command) with user stack copies,
     /// and the kernel's stack when grouped by it.
-    pub fn open(spec: StackCountSpec) -> Result<StackCounter, Error> {
+    pub fn open(spec: UnwoundSpec) -> Result<UnwoundCount, Error> {
         let sources = spec
             .events
             .iter()
@@ -178,15 +174,6 @@ impl StackCounter {
             }
         }
         let kernel_stack = spec.by.contains(&By::KStack);
-        let target = if spec.command.is_empty() {
-            Target::Pids(spec.pids.iter().map(|&p| p as i32).collect())
-        } else {
-            Target::Command(spec.command.clone())
-        };
-        let scope = Scope {
-            target,
-            comm: spec.comm.clone(),
-        };
         let stack = match (spec.by.contains(&By::UStack), kernel_stack) {
             (true, true) => StackMode::DwarfAndKernel(STACK_BYTES),
             (true, false) => StackMode::Dwarf(STACK_BYTES),
@@ -199,7 +186,7 @@ impl StackCounter {
             ring_pages: RING_PAGES,
             sample_period: spec.sample_period.max(1),
         };
-        let session = Session::open(&sources, &scope, options)?;
+        let perf_events = PerfEvents::open(&sources, &spec.scope, options)?;
         let all_returns = spec.events.iter().all(|e| match e {
             Event::Tracepoint { category, .. } => {
                 category == "syscalls" || category == "raw_syscalls"
@@ -207,8 +194,8 @@ impl StackCounter {
             Event::Uprobe { ret, .. } => *ret,
             Event::Software { .. } => false,
         });
-        Ok(StackCounter {
-            session,
+        Ok(UnwoundCount {
+            perf_events,
             probe_names: spec.events.iter().map(ToString::to_string).collect(),
             spec,
             kernel_stack,
@@ -218,7 +205,7 @@ impl StackCounter {
 
     /// The pid of the command started, if one was.
     pub fn child_pid(&self) -> Option<u32> {
-        self.session.child_pid()
+        self.perf_events.child_pid()
     }
 
     /// Counts until `stop` is raised, `duration` passes or the processes end; `each_second`
@@ -229,7 +216,7 @@ impl StackCounter {
         duration: Option<Duration>,
         mut each_second: impl FnMut(u64, Duration),
         names: &mut StackNames,
-    ) -> Result<StackCounts, Error> {
+    ) -> Result<UnwoundCounted, Error> {
         let started = Instant::now();
         let fields: Vec<Option<FieldAt>> = self
             .spec
@@ -262,8 +249,8 @@ impl StackCounter {
         let wants = |b: &By| by.contains(b);
         let filter = self.spec.filter.clone();
         {
-            let session = &mut self.session;
-            let formats = session.formats.clone();
+            let perf_events = &mut self.perf_events;
+            let formats = perf_events.formats.clone();
             let value = |s: &Sample, at: &FieldAt| -> Option<(u64, bool)> {
                 match at {
                     FieldAt::Register(i) => s.args.get(*i).map(|&v| (v, false)),
@@ -276,7 +263,7 @@ impl StackCounter {
             };
             let dwarf = wants(&By::UStack);
             let kernel_stack = self.kernel_stack;
-            session.run(
+            perf_events.run(
                 stop,
                 duration,
                 Some(Duration::from_millis(200)),
@@ -329,10 +316,10 @@ impl StackCounter {
         for row in &mut rows {
             row.count *= period;
         }
-        Ok(StackCounts {
+        Ok(UnwoundCounted {
             rows,
             events: events.get() * period,
-            lost: self.session.context.lost * period,
+            lost: self.perf_events.context.lost * period,
             elapsed: started.elapsed(),
             sample_period: period,
         })

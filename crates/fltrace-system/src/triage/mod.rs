@@ -7,9 +7,15 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
-use crate::files::{self, FileFaults};
-use crate::reclaim::{Reclaim, ReclaimWatch};
-use crate::{By, CountSpec, Counter, Error, Event, Frame, ProcessFilter, StackNames};
+use crate::Error;
+use crate::bpf::{By, Counter, CounterSpec, Event, Frame, ProcessFilter, StackNames};
+use crate::ffaults::{self, FileFaults};
+use reclaim::{Reclaim, ReclaimWatch};
+
+mod print;
+pub mod reclaim;
+
+pub use print::write_triage;
 
 /// One swap device of /proc/swaps.
 #[derive(Debug, Clone)]
@@ -191,7 +197,7 @@ pub fn top_rss(n: usize) -> Vec<ProcessRss> {
 /// /dev/kmsg.
 pub fn oom_kills() -> Result<Vec<String>, String> {
     // A record's time is µs of CLOCK_MONOTONIC: the wall clock is that plus the boot's offset.
-    let boot_offset_ns = wall_ns_now() - i128::from(monotonic_ns_now());
+    let boot_offset_ns = crate::clock::wall_offset_ns();
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -215,7 +221,7 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
                     .map(|us| {
                         format!(
                             "[{}] ",
-                            crate::output::clock_time(boot_offset_ns + us * 1000)
+                            crate::clock::local_time(boot_offset_ns + us * 1000)
                         )
                     })
                     .unwrap_or_default();
@@ -241,53 +247,28 @@ pub fn oom_kills() -> Result<Vec<String>, String> {
     Ok(lines)
 }
 
-fn wall_ns_now() -> i128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
-}
-
-fn monotonic_ns_now() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Whether a hardware event opens (no PMU in most virtual machines: ENOENT).
 pub fn pmu_available() -> Result<(), String> {
-    // struct perf_event_attr up to `config` (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES),
-    // the rest zero; size is PERF_ATTR_SIZE_VER0.
-    let mut attr = [0u8; 64];
-    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
-    // disabled (bit 0 of the flags word at offset 40)
-    attr[40] = 1;
-    // SAFETY: perf_event_open reads a valid 64-byte attribute; the descriptor is closed below.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            0i32,
-            -1i32,
-            -1i32,
-            8u64, // PERF_FLAG_FD_CLOEXEC
-        )
+    use perf_event_open_sys::bindings::{
+        PERF_COUNT_HW_CPU_CYCLES, PERF_TYPE_HARDWARE, perf_event_attr,
     };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
+    let mut attr = perf_event_attr {
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        type_: PERF_TYPE_HARDWARE,
+        config: u64::from(PERF_COUNT_HW_CPU_CYCLES),
+        ..Default::default()
+    };
+    attr.set_disabled(1);
+    // This process on any CPU; the event closes when dropped.
+    match fltrace_capture::sys::PerfEvent::open(&attr, 0, -1) {
+        Ok(_cycles) => Ok(()),
+        Err(e) => Err(match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => {
                 format!("no hardware PMU ({e}): no cycle, cache-miss or PEBS/IBS sampling here")
             }
             _ => e.to_string(),
-        });
+        }),
     }
-    // SAFETY: closing the descriptor just opened.
-    unsafe { libc::close(fd as i32) };
-    Ok(())
 }
 
 impl Triage {
@@ -299,16 +280,16 @@ impl Triage {
         on_start: &dyn Fn(),
     ) -> Result<Triage, Error> {
         let all = ProcessFilter::default();
-        let faults = Counter::start(CountSpec {
-            events: crate::fault_events(),
+        let faults = Counter::start(CounterSpec {
+            events: crate::bpf::fault_events(),
             by: vec![By::Pid, By::Comm, By::UStack],
             second_field: None,
             filter: None,
             processes: all.clone(),
             keep_maps: true,
         })?;
-        let file_faults = Counter::start(files::spec(all.clone(), false))?;
-        let heap_calls = Counter::start(CountSpec {
+        let file_faults = Counter::start(ffaults::spec(all.clone(), false))?;
+        let heap_calls = Counter::start(CounterSpec {
             events: ["sys_enter_brk", "sys_enter_mmap"]
                 .iter()
                 .map(|n| Event::Tracepoint {
@@ -352,7 +333,7 @@ impl Triage {
             meminfo: meminfo(),
             top_rss: top_rss(10),
             faults: fault_snapshot.events,
-            file_faults: files::by_file(&files_snapshot, file_faults.process_maps()),
+            file_faults: ffaults::by_file(&files_snapshot, file_faults.process_maps()),
             pmu_missing: pmu_available().err(),
             ..Triage::default()
         };
@@ -566,7 +547,7 @@ fn top_faulting(
         }
         top.push(FaultingProcess {
             pid: p.pid,
-            comm: crate::object::comm_string(&p.comm.0),
+            comm: crate::bpf::object::comm_string(&p.comm.0),
             faults: p.faults,
             stacks: named.top(STACKS_SHOWN),
         });
@@ -625,7 +606,7 @@ impl NamedStacks {
 
 /// brk and mmap calls by (call, comm), most first, from rows keyed by probe, comm and pid;
 /// the calls of `own_pid` (fltrace, which allocates while it reads the counters) left out.
-fn heap_calls_of(rows: &[crate::Row], own_pid: u32) -> Vec<(String, String, u64)> {
+fn heap_calls_of(rows: &[crate::bpf::Row], own_pid: u32) -> Vec<(String, String, u64)> {
     let mut merged: Vec<(String, String, u64)> = Vec::new();
     for row in rows.iter().filter(|r| r.pid != Some(own_pid)) {
         let probe = row.probe.clone().unwrap_or_default();
@@ -649,8 +630,8 @@ fn heap_calls_of(rows: &[crate::Row], own_pid: u32) -> Vec<(String, String, u64)
 mod tests {
     use super::*;
 
-    fn row(probe: &str, comm: &str, pid: u32, count: u64) -> crate::Row {
-        crate::Row {
+    fn row(probe: &str, comm: &str, pid: u32, count: u64) -> crate::bpf::Row {
+        crate::bpf::Row {
             pid: Some(pid),
             tid: None,
             comm: Some(comm.into()),

@@ -13,9 +13,9 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy};
 use aya::programs::uprobe::UProbeScope;
 use aya::programs::{PerfEvent, TracePoint, UProbe};
 
-use crate::event::{Event, FieldFilter, software_event};
-use crate::object::{self, Config, Key};
-use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
+use super::event::{Event, FieldFilter, software_event};
+use super::object::{self, Config, Key};
+use super::symbols::{Announcements, Frame, ProcessMaps, StackNames};
 use crate::{Error, tracefs};
 
 /// Which processes are counted.
@@ -65,7 +65,7 @@ impl By {
 
 /// What to count.
 #[derive(Debug, Clone)]
-pub struct CountSpec {
+pub struct CounterSpec {
     /// The events (several only for tracepoint wildcards).
     pub events: Vec<Event>,
     /// The grouping; a single total when empty.
@@ -112,11 +112,11 @@ pub fn fault_tracepoints() -> Vec<Event> {
     }
 }
 
-/// The fault events to count for `targets`: named processes get the fault tracepoints (their
-/// samples carry the user registers for DWARF unwinding), the whole system or a cgroup the
-/// cheaper software event.
-pub fn fault_events_for(targets: &crate::watch::Targets) -> Vec<Event> {
-    if targets.names_processes() {
+/// The fault events to count for `scope`: named processes get the fault tracepoints (their
+/// samples carry the user registers for DWARF unwinding), the whole system or all of a cgroup
+/// the cheaper software event.
+pub fn fault_events_for(scope: &crate::Scope) -> Vec<Event> {
+    if scope.names_processes() {
         fault_tracepoints()
     } else {
         fault_events()
@@ -202,7 +202,7 @@ pub struct Snapshot {
 /// A running in-kernel counter; detached when dropped.
 pub struct Counter {
     ebpf: Ebpf,
-    spec: CountSpec,
+    spec: CounterSpec,
     started: Instant,
     maps: ProcessMaps,
     probe_names: HashMap<u64, String>,
@@ -233,6 +233,7 @@ pub(crate) fn process_config(filter: &ProcessFilter, config: &mut Config) -> Res
     Ok(())
 }
 
+/// Keeps the processes `tgids` and, as they fork, their children (the one meaning of -p).
 pub(crate) fn fill_tgids(ebpf: &mut Ebpf, tgids: &[u32]) -> Result<(), Error> {
     let map = ebpf
         .map_mut("tgids")
@@ -241,6 +242,29 @@ pub(crate) fn fill_tgids(ebpf: &mut Ebpf, tgids: &[u32]) -> Result<(), Error> {
     for &tgid in tgids {
         map.insert(tgid, 1, 0).map_err(Error::map("tgids"))?;
     }
+    if tgids.is_empty() {
+        return Ok(());
+    }
+    let child = tracefs::fields("sched", "sched_process_fork")?
+        .into_iter()
+        .find(|f| f.name == "child_pid")
+        .ok_or_else(|| Error::Unsupported("sched:sched_process_fork has no child_pid".into()))?;
+    let map = ebpf
+        .map_mut("fork_child")
+        .ok_or_else(|| Error::Unsupported("the BPF object has no fork_child map".into()))?;
+    let mut offset: Array<_, u32> = Array::try_from(map).map_err(Error::map("fork_child"))?;
+    offset
+        .set(0, child.offset as u32, 0)
+        .map_err(Error::map("fork_child"))?;
+    let program: &mut TracePoint = ebpf
+        .program_mut("follow_fork")
+        .ok_or_else(|| Error::Unsupported("no follow_fork program".into()))?
+        .try_into()
+        .map_err(Error::program("follow_fork"))?;
+    program.load().map_err(Error::program("follow_fork"))?;
+    program
+        .attach("sched", "sched_process_fork")
+        .map_err(Error::program("follow_fork"))?;
     Ok(())
 }
 
@@ -315,7 +339,7 @@ pub(crate) fn stack_frames(ebpf: &Ebpf, id: i32) -> Option<Vec<u64>> {
 
 impl Counter {
     /// Loads the counting program, configures it and attaches it to every event.
-    pub fn start(spec: CountSpec) -> Result<Counter, Error> {
+    pub fn start(spec: CounterSpec) -> Result<Counter, Error> {
         let first = spec
             .events
             .first()
@@ -345,21 +369,21 @@ impl Counter {
                 continue;
             };
             let field = same_field(&spec.events, field_name)?;
-            config.field_off = field.offset;
-            config.field_size = field.size;
+            config.field_off = field.offset as u32;
+            config.field_size = field.size as u32;
             config.field_signed = field.signed.into();
         }
         if let Some(name) = &spec.second_field {
             let field = same_field(&spec.events, name)?;
             config.key_flags |= object::KEY_FIELD2;
-            config.field2_off = field.offset;
-            config.field2_size = field.size;
+            config.field2_off = field.offset as u32;
+            config.field2_size = field.size as u32;
         }
         if let Some(filter) = &spec.filter {
             let field = same_field(&spec.events, &filter.field)?;
             config.filter_flags |= object::FILTER_FIELD;
-            config.filter_off = field.offset;
-            config.filter_size = field.size;
+            config.filter_off = field.offset as u32;
+            config.filter_size = field.size as u32;
             config.filter_signed = field.signed.into();
             config.filter_op = filter.op as u32;
             config.filter_value = filter.value;
@@ -378,7 +402,7 @@ impl Counter {
             // Faults on files are named from the kernel's records of data mappings too.
             let files = spec.events.iter().any(|e| {
                 matches!(e, Event::Tracepoint { category, name }
-                    if (category.as_str(), name.as_str()) == crate::files::FILEMAP_FAULT)
+                    if (category.as_str(), name.as_str()) == crate::ffaults::FILEMAP_FAULT)
             });
             Some(start_announcements(&mut ebpf, &maps, files)?)
         } else {
@@ -819,21 +843,26 @@ mod tests {
     /// a cgroup the software event.
     #[test]
     fn fault_events_follow_the_targets() {
-        let system = crate::watch::Targets {
+        let system = crate::Scope {
             pids: vec![],
             cgroup: None,
             comm: None,
             command: vec![],
         };
         assert_eq!(fault_events_for(&system), fault_events());
-        let named = crate::watch::Targets {
+        let named = crate::Scope {
             pids: vec![1],
             ..system.clone()
         };
         assert_eq!(fault_events_for(&named), fault_tracepoints());
-        let cgroup = crate::watch::Targets {
+        let named_in_cgroup = crate::Scope {
             cgroup: Some("/sys/fs/cgroup/unified".into()),
             ..named
+        };
+        assert_eq!(fault_events_for(&named_in_cgroup), fault_tracepoints());
+        let cgroup = crate::Scope {
+            pids: vec![],
+            ..named_in_cgroup
         };
         assert_eq!(fault_events_for(&cgroup), fault_events());
     }

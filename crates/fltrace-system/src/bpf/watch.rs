@@ -2,41 +2,14 @@
 //! or a task name, or a command started here (held before its exec until the probes are in
 //! place); until a duration passes, an interrupt, or the processes end.
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fltrace_capture::PendingChild;
 
-use crate::{Error, ProcessFilter, ProcessMaps};
-
-/// The processes a tool is asked about.
-#[derive(Debug, Clone, Default)]
-pub struct Targets {
-    /// Processes named with `-p`.
-    pub pids: Vec<u32>,
-    /// Only tasks in this cgroup (v2) directory.
-    pub cgroup: Option<PathBuf>,
-    /// Only tasks of this name.
-    pub comm: Option<String>,
-    /// A command to start and trace (its process only).
-    pub command: Vec<OsString>,
-}
-
-impl Targets {
-    /// Whether processes are named (-p or a command, no cgroup): their user stacks are then
-    /// DWARF-unwound in user space rather than walked by frame pointers in the kernel.
-    pub fn names_processes(&self) -> bool {
-        self.cgroup.is_none() && (!self.pids.is_empty() || !self.command.is_empty())
-    }
-
-    /// Whether only processes named by pid or started here are asked about (no cgroup, no
-    /// task name): memleak then reads their allocations with DWARF-unwound stacks.
-    pub fn only_named_processes(&self) -> bool {
-        self.names_processes() && self.comm.is_none()
-    }
-}
+use super::{ProcessFilter, ProcessMaps};
+use crate::{Error, Scope};
 
 /// The processes, with the command forked and held before its exec.
 pub struct Prepared {
@@ -47,25 +20,20 @@ pub struct Prepared {
 
 impl Prepared {
     /// Forks the command, if there is one (held until [`Prepared::start`]).
-    pub fn new(targets: &Targets) -> Result<Prepared, Error> {
+    pub fn new(scope: &Scope) -> Result<Prepared, Error> {
         let mut filter = ProcessFilter {
-            tgids: targets.pids.clone(),
-            cgroup: targets.cgroup.clone(),
-            comm: targets.comm.clone(),
+            tgids: scope.pids.clone(),
+            cgroup: scope.cgroup.clone(),
+            comm: scope.comm.clone(),
         };
-        let pending = if targets.command.is_empty() {
+        let pending = if scope.command.is_empty() {
             None
         } else {
-            let child = PendingChild::spawn(&targets.command, None, &[])?;
+            let child = PendingChild::spawn(&scope.command, None, &[])?;
             filter.tgids.push(child.pid() as u32);
             Some(child)
         };
         Ok(Prepared { filter, pending })
-    }
-
-    /// Whether a command waits to be started.
-    pub fn has_command(&self) -> bool {
-        self.pending.is_some()
     }
 
     /// Ends the held command without running it (setting up the probes failed).
@@ -162,21 +130,19 @@ impl Watch {
             self.ended = true;
             return true;
         }
-        if let Some(pid) = self.child {
-            let mut status = 0;
-            // SAFETY: reaping our own child without blocking.
-            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) } == pid {
-                if !libc::WIFSTOPPED(status) {
-                    self.child = None;
-                    self.ended = true;
-                    return true;
-                }
-                let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
-                if exiting && let Some(maps) = &self.maps {
-                    maps.remember(pid as u32);
-                }
-                resume(pid, status);
+        if let Some(pid) = self.child
+            && let Some(status) = crate::child::wait(pid, libc::WNOHANG | libc::__WALL)
+        {
+            if !libc::WIFSTOPPED(status) {
+                self.child = None;
+                self.ended = true;
+                return true;
             }
+            let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
+            if exiting && let Some(maps) = &self.maps {
+                maps.remember(pid as u32);
+            }
+            resume(pid, status);
         }
         false
     }
@@ -210,46 +176,11 @@ impl Drop for Watch {
     fn drop(&mut self) {
         if let Some(pid) = self.child.take() {
             // The command runs on to its end after tracing stops; its stops are resumed.
-            loop {
-                let mut status = 0;
-                // SAFETY: waiting for our own child.
-                if unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } != pid
-                    || !libc::WIFSTOPPED(status)
-                {
-                    break;
-                }
+            while let Some(status) = crate::child::wait(pid, libc::__WALL)
+                && libc::WIFSTOPPED(status)
+            {
                 resume(pid, status);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn processes_are_named_by_pid_or_command_without_a_cgroup() {
-        let pid = Targets {
-            pids: vec![7],
-            ..Targets::default()
-        };
-        assert!(pid.names_processes() && pid.only_named_processes());
-        let command = Targets {
-            command: vec!["true".into()],
-            ..Targets::default()
-        };
-        assert!(command.names_processes() && command.only_named_processes());
-        let named = Targets {
-            comm: Some("x".into()),
-            ..pid.clone()
-        };
-        assert!(named.names_processes() && !named.only_named_processes());
-        let cgroup = Targets {
-            cgroup: Some("/sys/fs/cgroup/x".into()),
-            ..pid
-        };
-        assert!(!cgroup.names_processes());
-        assert!(!Targets::default().names_processes());
     }
 }

@@ -1,19 +1,25 @@
-//! `fltrace count`, `faults` and `ffaults`: which counter counts, and for how long. Named
-//! processes grouped by user stack are counted in user space with DWARF-unwound stacks
-//! ([`crate::stackcount`]); everything else in the kernel (fltrace-bpf), with user stacks
-//! that follow frame pointers.
+//! `fltrace count` and `faults` (and the counting under `ffaults`): which counter counts, and
+//! for how long. Named processes grouped by user stack are counted in user space with
+//! DWARF-unwound stacks ([`dwarf`], on perf events); everything else in the kernel (the BPF
+//! object), with user stacks that follow frame pointers.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use fltrace_bpf::files::FileFaults;
-use fltrace_bpf::watch::{POLL, Prepared, Targets, Watch};
-use fltrace_bpf::{By, CountSpec, Counter, Event, FieldFilter, Row, StackNames};
+use crate::bpf::watch::{POLL, Prepared, Watch};
+use crate::bpf::{Counter, CounterSpec, StackNames};
+use crate::ffaults::FileFaults;
+use crate::output::{Format, ring_full_note, stack_table_full_note, table_full_note};
+use crate::{Error, Scope};
+use dwarf::{UnwoundCount, UnwoundSpec};
 
-use crate::Error;
-use crate::output::Format;
-use crate::stackcount::{StackCountSpec, StackCounter};
+pub(crate) mod dwarf;
+mod print;
+
+pub use crate::bpf::event::list;
+pub use crate::bpf::{By, Event, FieldFilter, Frame, Row, expand_events, fault_events_for};
+pub use print::{folded_line, write_rows};
 
 /// What a count is asked.
 #[derive(Debug, Clone)]
@@ -25,7 +31,7 @@ pub struct CountRequest {
     /// Only events whose field compares so.
     pub filter: Option<FieldFilter>,
     /// Whose events.
-    pub targets: Targets,
+    pub scope: Scope,
     /// Ending after this long (else at an interrupt or the processes' end).
     pub duration: Option<Duration>,
     /// One sample every this many events, counts scaled (DWARF counts only; None: every
@@ -97,9 +103,9 @@ impl Counted {
             return None;
         }
         let why: Vec<String> = [
-            fltrace_bpf::output::ring_full_note(self.lost),
-            fltrace_bpf::output::table_full_note(self.dropped),
-            fltrace_bpf::output::stack_table_full_note(self.stacks_lost),
+            ring_full_note(self.lost),
+            table_full_note(self.dropped),
+            stack_table_full_note(self.stacks_lost),
         ]
         .into_iter()
         .filter(|note| !note.is_empty())
@@ -130,7 +136,7 @@ impl Counted {
 
 /// The command a count answers, which decides what it says besides its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counting {
+pub enum Kind {
     /// `fltrace count`: events of any kind.
     Events,
     /// `fltrace faults`: page faults, with their rate each second.
@@ -141,17 +147,17 @@ pub enum Counting {
 /// end, only beside a table (CSV, JSON and folded stacks stay clean for the next program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Remarks {
-    counting: Counting,
+    kind: Kind,
     dwarf: bool,
     shown: bool,
 }
 
 impl Remarks {
-    /// The remarks of `counting` printed in `format` (or `folded`), by a count in user space
+    /// The remarks of a count of `kind` printed in `format` (or `folded`), by a count in user space
     /// with DWARF stacks (`dwarf`, [`Count::dwarf`]) or in the kernel.
-    pub fn new(counting: Counting, dwarf: bool, format: Format, folded: bool) -> Remarks {
+    pub fn new(kind: Kind, dwarf: bool, format: Format, folded: bool) -> Remarks {
         Remarks {
-            counting,
+            kind,
             dwarf,
             shown: format == Format::Table && !folded,
         }
@@ -159,8 +165,7 @@ impl Remarks {
 
     /// The line for one second's rate (`120 faults/s`): `faults` says it, `count` does not.
     pub fn each_second(&self, per_second: f64) -> Option<String> {
-        (self.shown && self.counting == Counting::Faults)
-            .then(|| format!("{per_second:.0} faults/s"))
+        (self.shown && self.kind == Kind::Faults).then(|| format!("{per_second:.0} faults/s"))
     }
 
     /// The closing line: what was counted in how long, the rate where the count is of faults
@@ -170,12 +175,12 @@ impl Remarks {
         if !self.shown {
             return None;
         }
-        let what = if self.counting == Counting::Faults && !self.dwarf {
+        let what = if self.kind == Kind::Faults && !self.dwarf {
             "faults"
         } else {
             "events"
         };
-        let rate = if self.counting == Counting::Faults || self.dwarf {
+        let rate = if self.kind == Kind::Faults || self.dwarf {
             format!(" ({:.0}/s)", counted.rate())
         } else {
             String::new()
@@ -185,9 +190,9 @@ impl Remarks {
             counted.events,
             counted.elapsed.as_secs_f64(),
             sampled_note(counted.sample_period),
-            fltrace_bpf::output::table_full_note(counted.dropped),
-            fltrace_bpf::output::ring_full_note(counted.lost),
-            fltrace_bpf::output::stack_table_full_note(counted.stacks_lost)
+            table_full_note(counted.dropped),
+            ring_full_note(counted.lost),
+            stack_table_full_note(counted.stacks_lost)
         ))
     }
 }
@@ -204,7 +209,7 @@ pub fn sampled_note(period: u64) -> String {
 /// A count running. A command it started runs on to its end when it is dropped.
 pub enum Count {
     /// In user space, with DWARF-unwound user stacks (taken when it runs).
-    Unwound(Option<StackCounter>, Option<Duration>, Arc<AtomicUsize>),
+    Unwound(Option<UnwoundCount>, Option<Duration>, Arc<AtomicUsize>),
     /// In the kernel.
     InKernel(Counter, Watch),
 }
@@ -218,27 +223,25 @@ impl Count {
         keep_maps: bool,
         stop: Arc<AtomicUsize>,
     ) -> Result<Count, Error> {
-        let dwarf = request.by.contains(&By::UStack) && request.targets.names_processes();
+        let dwarf = request.by.contains(&By::UStack) && request.scope.names_processes();
         if let Some(period) = request.sample
             && (!dwarf || period == 0)
         {
             return Err(Error::Sampling(period));
         }
         if dwarf {
-            let counter = StackCounter::open(StackCountSpec {
+            let counter = UnwoundCount::open(UnwoundSpec {
                 events: request.events,
                 by: request.by,
                 filter: request.filter,
-                pids: request.targets.pids.clone(),
-                command: request.targets.command.clone(),
-                comm: request.targets.comm.clone(),
+                scope: request.scope.clone(),
                 sample_period: request.sample.unwrap_or(1),
             })?;
             return Ok(Count::Unwound(Some(counter), request.duration, stop));
         }
-        let targets = request.targets.clone();
+        let scope = request.scope.clone();
         let duration = request.duration;
-        Self::in_kernel(&targets, duration, stop, |processes| CountSpec {
+        Self::in_kernel(&scope, duration, stop, |processes| CounterSpec {
             events: request.events,
             by: request.by,
             second_field: None,
@@ -250,27 +253,27 @@ impl Count {
 
     /// Counts faults on files by file (ffaults), in the kernel.
     pub fn file_faults(
-        targets: &Targets,
+        scope: &Scope,
         duration: Option<Duration>,
         by_comm: bool,
         stop: Arc<AtomicUsize>,
     ) -> Result<Count, Error> {
-        Self::in_kernel(targets, duration, stop, |processes| {
-            fltrace_bpf::files::spec(processes, by_comm)
+        Self::in_kernel(scope, duration, stop, |processes| {
+            crate::ffaults::spec(processes, by_comm)
         })
     }
 
     fn in_kernel(
-        targets: &Targets,
+        scope: &Scope,
         duration: Option<Duration>,
         stop: Arc<AtomicUsize>,
-        spec: impl FnOnce(fltrace_bpf::ProcessFilter) -> CountSpec,
+        spec: impl FnOnce(crate::bpf::ProcessFilter) -> CounterSpec,
     ) -> Result<Count, Error> {
-        let prepared = Prepared::new(targets)?;
+        let prepared = Prepared::new(scope)?;
         let (counter, prepared) =
             prepared.set_up(|processes| Counter::start(spec(processes.clone())))?;
         let maps = Some(counter.process_maps().clone());
-        let watch = prepared.start(stop, duration, maps, &targets.pids)?;
+        let watch = prepared.start(stop, duration, maps, &scope.pids)?;
         Ok(Count::InKernel(counter, watch))
     }
 
@@ -339,10 +342,7 @@ impl Count {
             Count::InKernel(counter, watch) => {
                 watch.wait();
                 let snapshot = counter.snapshot(&mut StackNames::new())?;
-                Ok(fltrace_bpf::files::by_file(
-                    &snapshot,
-                    counter.process_maps(),
-                ))
+                Ok(crate::ffaults::by_file(&snapshot, counter.process_maps()))
             }
             Count::Unwound(..) => Err(Error::Missing {
                 what: "file faults counted in user space".into(),
@@ -436,45 +436,41 @@ mod tests {
     /// The three summaries `count` and `faults` print, and the rate lines only `faults` does.
     #[test]
     fn remarks_are_a_tables_and_say_what_each_count_is() {
-        let table = |counting, dwarf| Remarks::new(counting, dwarf, Format::Table, false);
+        let table = |kind, dwarf| Remarks::new(kind, dwarf, Format::Table, false);
         let in_kernel = counted(1, 2500, 2000, 0, 7);
         let unwound = counted(1, 2500, 2000, 3, 0);
         assert_eq!(
-            table(Counting::Events, false)
-                .summary(&in_kernel)
-                .as_deref(),
+            table(Kind::Events, false).summary(&in_kernel).as_deref(),
             Some("2500 events in 2.0 s (7 not counted: the table was full)")
         );
         assert_eq!(
-            table(Counting::Faults, false)
-                .summary(&in_kernel)
-                .as_deref(),
+            table(Kind::Faults, false).summary(&in_kernel).as_deref(),
             Some("2500 faults in 2.0 s (1250/s) (7 not counted: the table was full)")
         );
         let lost = " (3 samples lost: the ring was full; fewer processes or --by without \
                     ustack lose none)";
-        for counting in [Counting::Events, Counting::Faults] {
+        for kind in [Kind::Events, Kind::Faults] {
             assert_eq!(
-                table(counting, true).summary(&unwound),
+                table(kind, true).summary(&unwound),
                 Some(format!("2500 events in 2.0 s (1250/s){lost}"))
             );
         }
         assert_eq!(
-            table(Counting::Events, false)
+            table(Kind::Events, false)
                 .summary(&counted(0, 0, 0, 0, 0))
                 .as_deref(),
             Some("0 events in 0.0 s")
         );
         assert_eq!(
-            table(Counting::Faults, true).each_second(99.6).as_deref(),
+            table(Kind::Faults, true).each_second(99.6).as_deref(),
             Some("100 faults/s")
         );
-        assert_eq!(table(Counting::Events, true).each_second(99.6), None);
-        assert_eq!(table(Counting::Events, false).each_second(99.6), None);
+        assert_eq!(table(Kind::Events, true).each_second(99.6), None);
+        assert_eq!(table(Kind::Events, false).each_second(99.6), None);
         for quiet in [
-            Remarks::new(Counting::Faults, false, Format::Csv, false),
-            Remarks::new(Counting::Faults, true, Format::Json, false),
-            Remarks::new(Counting::Faults, false, Format::Table, true),
+            Remarks::new(Kind::Faults, false, Format::Csv, false),
+            Remarks::new(Kind::Faults, true, Format::Json, false),
+            Remarks::new(Kind::Faults, false, Format::Table, true),
         ] {
             assert_eq!(quiet.each_second(10.0), None);
             assert_eq!(quiet.summary(&in_kernel), None);

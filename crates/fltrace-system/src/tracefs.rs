@@ -1,9 +1,9 @@
-//! Tracepoint formats: the id and the fields of `events/<group>/<name>/format` under tracefs,
-//! parsed at run time, and the decoding of a sample's raw bytes by field name. Offsets and
-//! sizes differ between kernels (the same tracepoint gains and loses fields), so nothing here
-//! is hard-coded.
+//! Tracepoints as tracefs describes them, for both mechanisms: where tracefs is, the list of
+//! tracepoints, and the id and fields of `events/<group>/<name>/format`, parsed at run time,
+//! with the decoding of a sample's raw bytes by field name. Offsets and sizes differ between
+//! kernels (the same tracepoint gains and loses fields), so nothing here is hard-coded.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::Error;
 
@@ -37,10 +37,10 @@ pub struct TracepointFormat {
 }
 
 impl TracepointFormat {
-    /// Reads `events/<group>/<name>/{id,format}` under `tracefs`; a missing tracepoint is
+    /// Reads `events/<group>/<name>/{id,format}` under tracefs; a missing tracepoint is
     /// [`Error::Missing`].
-    pub fn read(tracefs: &Path, group: &str, name: &str) -> Result<TracepointFormat, Error> {
-        let dir = tracefs.join("events").join(group).join(name);
+    pub fn read(group: &str, name: &str) -> Result<TracepointFormat, Error> {
+        let dir = events_dir()?.join(group).join(name);
         let full = format!("{group}:{name}");
         let missing = |_| Error::Missing {
             what: format!("tracepoint {full}"),
@@ -60,16 +60,6 @@ impl TracepointFormat {
         })
     }
 
-    /// Whether tracefs has `group:name`.
-    pub fn exists(tracefs: &Path, group: &str, name: &str) -> bool {
-        tracefs
-            .join("events")
-            .join(group)
-            .join(name)
-            .join("id")
-            .is_file()
-    }
-
     /// The field called `name`.
     pub fn field(&self, name: &str) -> Option<&Field> {
         self.fields.iter().find(|f| f.name == name)
@@ -79,6 +69,70 @@ impl TracepointFormat {
     pub fn decode<'a>(&'a self, raw: &'a [u8]) -> Decoded<'a> {
         Decoded { format: self, raw }
     }
+}
+
+/// The `events` directory of tracefs; when tracefs is closed to this user, the error says
+/// what opens it (an unreadable tracefs must not make every event "unknown").
+pub fn events_dir() -> Result<PathBuf, Error> {
+    match fltrace_capture::sys::tracefs() {
+        Ok(root) => Ok(root.join("events")),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(Error::Unsupported(format!("tracefs: {e}")))
+        }
+        Err(_) => Err(Error::Unsupported(
+            "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)".into(),
+        )),
+    }
+}
+
+/// Every tracepoint as `category:name`, sorted.
+pub fn list() -> Result<Vec<String>, Error> {
+    let events = events_dir()?;
+    let mut out = Vec::new();
+    for category in std::fs::read_dir(&events)
+        .map_err(Error::io(&events))?
+        .flatten()
+    {
+        let Ok(names) = std::fs::read_dir(category.path()) else {
+            continue;
+        };
+        for name in names.flatten() {
+            if name.path().join("format").is_file() {
+                out.push(format!(
+                    "{}:{}",
+                    category.file_name().to_string_lossy(),
+                    name.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whether the tracepoint exists.
+pub fn exists(category: &str, name: &str) -> bool {
+    events_dir().is_ok_and(|e| e.join(category).join(name).join("format").is_file())
+}
+
+/// The fields of a tracepoint (the common_* header fields included).
+pub fn fields(category: &str, name: &str) -> Result<Vec<Field>, Error> {
+    let path = events_dir()?.join(category).join(name).join("format");
+    let text = std::fs::read_to_string(&path).map_err(Error::io(&path))?;
+    Ok(parse_fields(&text))
+}
+
+/// The id of a tracepoint (for perf_event_open).
+pub fn id(category: &str, name: &str) -> Result<u64, Error> {
+    let path = events_dir()?.join(category).join(name).join("id");
+    read_u64(&path)
+}
+
+fn read_u64(path: &Path) -> Result<u64, Error> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    text.trim()
+        .parse()
+        .map_err(|_| Error::Unsupported(format!("{} does not hold a number", path.display())))
 }
 
 /// Parses the field lines of a format file, e.g.
@@ -106,11 +160,13 @@ pub fn parse_fields(format: &str) -> Vec<Field> {
         let Some(last) = decl.split_whitespace().last() else {
             continue;
         };
-        // `char comm[16]`: the name is before the brackets.
+        // `unsigned long i_ino`, `char comm[16]`, `__data_loc char[] name`, `void *ptr`: the
+        // last word, less any array suffix or pointer star.
         let (name, array) = match last.split_once('[') {
-            Some((name, _)) => (name.to_owned(), true),
-            None => (last.to_owned(), false),
+            Some((name, _)) => (name, true),
+            None => (last, false),
         };
+        let name = name.trim_start_matches('*').to_owned();
         let data_loc = decl.starts_with("__data_loc");
         fields.push(Field {
             char_array: array && !data_loc && decl.contains("char"),
@@ -233,5 +289,30 @@ mod tests {
         let mut raw = vec![0u8; 24];
         raw[8..12].copy_from_slice(b"bash");
         assert_eq!(format.decode(&raw).str("comm").as_deref(), Some("bash"));
+    }
+
+    #[test]
+    fn parses_fields_of_a_format_file() {
+        let text = "name: mm_filemap_fault\nID: 597\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:unsigned long i_ino;\toffset:8;\tsize:8;\tsigned:0;\n\
+            \tfield:dev_t s_dev;\toffset:16;\tsize:4;\tsigned:0;\n\
+            \tfield:char comm[16];\toffset:20;\tsize:16;\tsigned:1;\n\
+            \tfield:__data_loc char[] name;\toffset:36;\tsize:4;\tsigned:0;\n\nprint fmt: \"x\"\n";
+        let fields = parse_fields(text);
+        let names: Vec<_> = fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["common_type", "i_ino", "s_dev", "comm", "name"]);
+        assert_eq!(
+            fields[2],
+            Field {
+                name: "s_dev".into(),
+                offset: 16,
+                size: 4,
+                signed: false,
+                data_loc: false,
+                char_array: false,
+            }
+        );
+        assert!(fields[3].signed);
     }
 }

@@ -5,10 +5,9 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ffi::{CString, OsString};
+use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -17,18 +16,20 @@ use linux_perf_event_reader::{
     EventRecord, RawEventRecord, RecordParseInfo, RecordType, SampleRecord,
 };
 use perf_event_open_sys::bindings::{
-    self as b, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
-    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID,
-    PERF_SAMPLE_TIME, perf_event_attr,
+    self as b, PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN,
+    PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_USER,
+    PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME, perf_event_attr,
 };
 
 use fltrace_capture::ring::RingBuffer;
 use fltrace_capture::sys::{self, PerfEvent};
 use fltrace_trace::Mapping;
 
-use crate::Error;
-use crate::format::TracepointFormat;
 use crate::procfs;
+use crate::tracefs::TracepointFormat;
+use crate::{Error, Scope};
+
+pub(crate) mod unwound;
 
 /// Records handled between two readings of the rings during a long batch.
 const DRAIN_EVERY: usize = 8;
@@ -104,62 +105,7 @@ pub enum StackMode {
     KernelCallchain,
 }
 
-/// Whose events.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// Every process.
-    All,
-    /// These processes (all their threads) and the children they start.
-    Pids(Vec<i32>),
-    /// The tasks of this cgroup (a directory of a cgroup hierarchy).
-    Cgroup(PathBuf),
-    /// A command started here, and its children; the session ends when it exits.
-    Command(Vec<OsString>),
-}
-
-/// The scope of a session: a target and an optional process name filter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
-    /// Whose events.
-    pub target: Target,
-    /// Only threads of this name (`comm`), checked in user space.
-    pub comm: Option<String>,
-}
-
-impl Scope {
-    /// The processes given with -p, or a cgroup, or a command (not both); else the whole
-    /// system. `comm` narrows any of them to threads of that name.
-    pub fn of(
-        pids: &[i32],
-        cgroup: Option<&Path>,
-        command: &[OsString],
-        comm: Option<String>,
-    ) -> Result<Scope, Error> {
-        let target = match (cgroup, pids.is_empty(), command.is_empty()) {
-            (Some(_), _, false) | (None, false, false) => return Err(Error::BothTargets),
-            (Some(path), _, true) => Target::Cgroup(path.to_owned()),
-            (None, false, true) => Target::Pids(pids.to_vec()),
-            (None, true, false) => Target::Command(command.to_vec()),
-            (None, true, true) => Target::All,
-        };
-        Ok(Scope { target, comm })
-    }
-
-    /// The whole system.
-    pub fn all() -> Scope {
-        Scope {
-            target: Target::All,
-            comm: None,
-        }
-    }
-
-    /// Whether one process (or a command) is named, so that stacks can be unwound with DWARF.
-    pub fn names_processes(&self) -> bool {
-        matches!(self.target, Target::Pids(_) | Target::Command(_))
-    }
-}
-
-/// How a session is opened.
+/// How the perf events is opened.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
     /// Stacks of samples.
@@ -186,7 +132,7 @@ impl Default for Options {
 /// One sample of a source.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sample {
-    /// Index of its source in the list the session was opened with.
+    /// Index of its source in the list the events was opened with.
     pub source: usize,
     /// Process id.
     pub pid: u32,
@@ -276,7 +222,7 @@ impl Record {
     }
 }
 
-/// What the handlers of a session can ask: names of threads, times.
+/// What the handlers of the perf events can ask: names of threads, times.
 pub struct Context {
     comms: HashMap<u32, String>,
     start_mono_ns: u64,
@@ -296,7 +242,7 @@ impl Context {
             .unwrap_or_else(|| "?".to_owned())
     }
 
-    /// Seconds since the session started, of a monotonic time.
+    /// Seconds since the events started, of a monotonic time.
     pub fn seconds(&self, mono_ns: u64) -> f64 {
         mono_ns.saturating_sub(self.start_mono_ns) as f64 / 1e9
     }
@@ -327,7 +273,7 @@ impl Context {
 }
 
 /// Open events and their rings.
-pub struct Session {
+pub struct PerfEvents {
     _events: Vec<PerfEvent>,
     rings: Vec<RingBuffer>,
     /// The file of each ring's event, which poll(2) waits on.
@@ -338,25 +284,25 @@ pub struct Session {
     /// The formats of the sources (None for software events).
     pub formats: Vec<Option<TracepointFormat>>,
     child: Option<i32>,
-    /// The processes named with -p: the session ends when all have exited.
+    /// The processes named with -p: the events ends when all have exited.
     pids: Vec<i32>,
     cgroup_filter: Option<procfs::CgroupFilter>,
     comm_filter: Option<String>,
     /// Names, times and counters the handlers see.
     pub context: Context,
-    /// What the session cannot see, one line each, for the user (a cgroup filtered in user
+    /// What the events cannot see, one line each, for the user (a cgroup filtered in user
     /// space...).
     pub notes: Vec<String>,
-    tally: std::sync::Arc<Tally>,
+    totals: std::sync::Arc<RunTotals>,
     /// Samples read from the rings, wanted or not.
     received: u64,
     sample_period: u64,
 }
 
-/// Samples a session handed on and records the kernel could not write, readable after the
-/// session is consumed by a tool's run.
+/// Samples the perf events handed on and records the kernel could not write, readable after the
+/// events are consumed by a tool's run.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub struct RunTotals {
     /// Samples handed to the tool.
     pub seen: std::sync::atomic::AtomicU64,
     /// Records lost because a ring was full.
@@ -445,14 +391,14 @@ fn uprobe_pmu() -> Result<u64, Error> {
 
 /// The sample layout of `source` events opened with `stack`, for parsing records built in
 /// tests as the kernel lays them out.
+#[cfg(test)]
 pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
     sys::parse_info(&attr_of(&source, 0, None, stack))
 }
 
-impl Session {
+impl PerfEvents {
     /// Opens `sources` for `scope` on every CPU and enables them.
-    pub fn open(sources: &[Source], scope: &Scope, options: Options) -> Result<Session, Error> {
-        let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (/sys/kernel/tracing)"))?;
+    pub fn open(sources: &[Source], scope: &Scope, options: Options) -> Result<PerfEvents, Error> {
         let mut formats = Vec::new();
         let mut attrs = Vec::new();
         // The uprobes' file names, which their attributes point to until they are opened.
@@ -460,7 +406,7 @@ impl Session {
         for (index, source) in sources.iter().enumerate() {
             let (format, id) = match source {
                 Source::Tracepoint { group, name } => {
-                    let format = TracepointFormat::read(&tracefs, group, name)?;
+                    let format = TracepointFormat::read(group, name)?;
                     let id = format.id;
                     (Some(format), id)
                 }
@@ -501,36 +447,37 @@ impl Session {
         let mut release = None;
         let mut cgroup_filter = None;
         let mut cgroup_dir = None;
-        // (pid argument, flags) of each event per CPU.
-        let tasks: Vec<(i32, u32)> = match &scope.target {
-            Target::All => vec![(-1, 0)],
-            Target::Pids(pids) => {
-                let mut tasks = Vec::new();
-                for &pid in pids {
-                    let tids = procfs::tasks(pid).map_err(|source| Error::Target {
-                        what: format!("cannot trace process {pid}"),
-                        source,
-                    })?;
-                    tasks.extend(tids.into_iter().map(|t| (t, 0)));
+        // (pid argument, flags) of each event per CPU: the threads of the processes named
+        // and the command, whose children inherit the events; else every task on the CPU, or
+        // the cgroup's.
+        let mut tasks: Vec<(i32, u32)> = Vec::new();
+        for &pid in &scope.pids {
+            let tids = procfs::tasks(pid as i32).map_err(|source| Error::Target {
+                what: format!("cannot trace process {pid}"),
+                source,
+            })?;
+            tasks.extend(tids.into_iter().map(|t| (t, 0)));
+        }
+        let inherit = scope.names_processes();
+        if let Some(path) = &scope.cgroup {
+            let dir = std::fs::File::open(path).map_err(|source| Error::Target {
+                what: format!("cannot open cgroup {}", path.display()),
+                source,
+            })?;
+            let filter = procfs::CgroupFilter::new(path).map_err(|source| Error::Target {
+                what: format!("{} is not a cgroup directory", path.display()),
+                source,
+            })?;
+            if inherit {
+                // Events of named processes are opened on them: their cgroup is checked here,
+                // read now while they run (a process may end before its samples are read;
+                // children take their parent's, see `run`).
+                let mut filter = filter;
+                for &pid in &scope.pids {
+                    filter.contains(pid);
                 }
-                tasks
-            }
-            Target::Command(command) => {
-                let pending = fltrace_capture::PendingChild::spawn(command, None, &[])?;
-                let pid = pending.pid();
-                child = Some(pid);
-                release = Some(pending);
-                vec![(pid, 0)]
-            }
-            Target::Cgroup(path) => {
-                let dir = std::fs::File::open(path).map_err(|source| Error::Target {
-                    what: format!("cannot open cgroup {}", path.display()),
-                    source,
-                })?;
-                let filter = procfs::CgroupFilter::new(path).map_err(|source| Error::Target {
-                    what: format!("{} is not a cgroup directory", path.display()),
-                    source,
-                })?;
+                cgroup_filter = Some(filter);
+            } else {
                 // The kernel filters by cgroup where the perf_event controller is on the
                 // hierarchy (cgroup v2, or a v1 perf_event mount); else fltrace does it.
                 let probe = PerfEvent::open_with_flags(
@@ -541,9 +488,8 @@ impl Session {
                 );
                 match probe {
                     Ok(_) => {
-                        let fd = dir.as_raw_fd();
+                        tasks.push((dir.as_raw_fd(), b::PERF_FLAG_PID_CGROUP));
                         cgroup_dir = Some(dir);
-                        vec![(fd, b::PERF_FLAG_PID_CGROUP)]
                     }
                     Err(e) => {
                         notes.push(format!(
@@ -551,12 +497,20 @@ impl Session {
                             path.display()
                         ));
                         cgroup_filter = Some(filter);
-                        vec![(-1, 0)]
                     }
                 }
             }
-        };
-        let inherit = matches!(scope.target, Target::Pids(_) | Target::Command(_));
+        }
+        if !scope.command.is_empty() {
+            let pending = fltrace_capture::PendingChild::spawn(&scope.command, None, &[])?;
+            let pid = pending.pid();
+            child = Some(pid);
+            release = Some(pending);
+            tasks.push((pid, 0));
+        }
+        if tasks.is_empty() {
+            tasks.push((-1, 0));
+        }
         let opened = open_events(sources, &attrs, &tasks, inherit, options.ring_pages);
         let (events, rings, by_id, ring_fds) = match opened {
             Ok(opened) => opened,
@@ -570,11 +524,11 @@ impl Session {
         };
         drop(cgroup_dir);
         let parse_infos = attrs.iter().map(sys::parse_info).collect();
-        let (mono, wall) = (procfs::monotonic_ns(), procfs::realtime_ns());
+        let (mono, wall) = (crate::clock::monotonic_ns(), crate::clock::realtime_ns());
         if let Some(pending) = release {
             pending.release()?;
         }
-        Ok(Session {
+        Ok(PerfEvents {
             _events: events,
             rings,
             ring_fds,
@@ -582,10 +536,7 @@ impl Session {
             parse_infos,
             formats,
             child,
-            pids: match &scope.target {
-                Target::Pids(pids) => pids.clone(),
-                _ => Vec::new(),
-            },
+            pids: scope.pids.iter().map(|&p| p as i32).collect(),
             cgroup_filter,
             comm_filter: scope.comm.clone(),
             context: Context {
@@ -595,7 +546,7 @@ impl Session {
                 lost: 0,
             },
             notes,
-            tally: Default::default(),
+            totals: Default::default(),
             received: 0,
             sample_period: options.sample_period.max(1),
         })
@@ -603,12 +554,12 @@ impl Session {
 
     /// Counts `n` events the tool could not judge, for the exit status.
     pub fn add_unseen(&self, n: u64) {
-        self.tally.unseen.fetch_add(n, Ordering::Relaxed);
+        self.totals.unseen.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Its counts of samples seen and lost, which outlive it.
-    pub fn tally(&self) -> std::sync::Arc<Tally> {
-        self.tally.clone()
+    pub fn totals(&self) -> std::sync::Arc<RunTotals> {
+        self.totals.clone()
     }
 
     /// The format of source `index` (a tracepoint).
@@ -637,7 +588,6 @@ impl Session {
         let mut received = 0;
         for ring in &mut self.rings {
             ring.drain(|raw| {
-                const PERF_RECORD_LOST: u32 = 2;
                 if raw.kind == PERF_RECORD_LOST {
                     lost += raw
                         .data
@@ -646,7 +596,7 @@ impl Session {
                         .map_or(0, u64::from_ne_bytes);
                     return;
                 }
-                if raw.kind == linux_perf_event_reader::constants::PERF_RECORD_SAMPLE {
+                if raw.kind == PERF_RECORD_SAMPLE {
                     received += 1;
                 }
                 let data = raw.data.as_slice();
@@ -659,7 +609,7 @@ impl Session {
         }
         self.context.lost += lost;
         self.received += received;
-        self.tally.lost.fetch_add(lost, Ordering::Relaxed);
+        self.totals.lost.fetch_add(lost, Ordering::Relaxed);
         records.sort_by_key(Record::time_ns);
         records
     }
@@ -703,7 +653,7 @@ impl Session {
         }
         let unreported = occurred.saturating_sub(self.received + self.context.lost);
         self.context.lost += unreported;
-        self.tally.lost.fetch_add(unreported, Ordering::Relaxed);
+        self.totals.lost.fetch_add(unreported, Ordering::Relaxed);
     }
 
     /// Waits until a ring reaches its wake-up mark or `timeout` passes.
@@ -770,20 +720,25 @@ impl Session {
                     pending.extend(self.drain());
                 }
                 self.context.observe(&record);
+                if let (Some(filter), Record::Fork { pid, ppid, .. }) =
+                    (&mut self.cgroup_filter, &record)
+                {
+                    filter.inherit(*pid, *ppid);
+                }
                 if let Record::Sample(sample) = &record
                     && !self.wanted(sample)
                 {
                     continue;
                 }
                 if matches!(record, Record::Sample(_)) {
-                    self.tally.seen.fetch_add(1, Ordering::Relaxed);
+                    self.totals.seen.fetch_add(1, Ordering::Relaxed);
                 }
                 each(&self.context, record);
             }
             if let (Some(at), Some(every)) = (next_tick, interval)
                 && Instant::now() >= at
             {
-                tick(&self.context, procfs::monotonic_ns());
+                tick(&self.context, crate::clock::monotonic_ns());
                 next_tick = Some(at + every);
             }
             if last {
@@ -887,7 +842,7 @@ pub fn parse_record(
     parse_infos: &[RecordParseInfo],
 ) -> Option<Record> {
     let raw_data = linux_perf_event_reader::RawData::Single(data);
-    if kind == linux_perf_event_reader::constants::PERF_RECORD_SAMPLE {
+    if kind == PERF_RECORD_SAMPLE {
         let id = u64::from_ne_bytes(data.get(..8)?.try_into().ok()?);
         let source = by_id.get(&id).copied().unwrap_or(0);
         let info = parse_infos.get(source)?;
@@ -993,45 +948,5 @@ fn sample_of(source: usize, s: &SampleRecord<'_>) -> Sample {
 
 /// The exit status of child `pid`, once it has one (`flags` 0 waits for it).
 fn wait(pid: i32, flags: i32) -> Option<ExitStatus> {
-    let mut status = 0;
-    // SAFETY: waiting for our own child with a valid out-pointer.
-    let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
-    (ret == pid).then(|| ExitStatus::from_raw(status))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scope_is_processes_a_cgroup_or_a_command() {
-        let command = vec![OsString::from("true")];
-        let cgroup = Path::new("/sys/fs/cgroup/memory/t");
-        let target = |pids: &[i32], cgroup, command: &[OsString]| {
-            Scope::of(pids, cgroup, command, None).map(|s| s.target)
-        };
-        assert_eq!(target(&[], None, &[]).ok(), Some(Target::All));
-        assert_eq!(
-            target(&[3, 4], None, &[]).ok(),
-            Some(Target::Pids(vec![3, 4]))
-        );
-        assert_eq!(
-            target(&[], Some(cgroup), &[]).ok(),
-            Some(Target::Cgroup(cgroup.to_owned()))
-        );
-        assert_eq!(
-            target(&[], None, &command).ok(),
-            Some(Target::Command(command.clone()))
-        );
-        assert!(matches!(
-            target(&[3], None, &command),
-            Err(Error::BothTargets)
-        ));
-        assert!(matches!(
-            target(&[], Some(cgroup), &command),
-            Err(Error::BothTargets)
-        ));
-        let named = Scope::of(&[3], None, &[], Some("cc1".into())).expect("a scope");
-        assert_eq!(named.comm.as_deref(), Some("cc1"));
-    }
+    crate::child::wait(pid, flags).map(ExitStatus::from_raw)
 }

@@ -122,10 +122,18 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 16384);
 	__type(key, u32);
 	__type(value, u8);
 } tgids SEC(".maps");
+
+// The offset of sched_process_fork's `child_pid` (from tracefs), for follow_fork.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} fork_child SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -456,6 +464,28 @@ int exec_forget(void *ctx)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&seen, &tgid);
+	return PASS_ON;
+}
+
+// -p names processes with the children they start: a fork in a process of `tgids` adds the
+// new task's id (a process's id is its tgid; a thread's matches no tgid while it runs). A
+// full table leaves the child out, counted as dropped.
+SEC("tracepoint")
+int follow_fork(void *ctx)
+{
+	u32 parent = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&tgids, &parent))
+		return PASS_ON;
+	u32 zero = 0;
+	u32 *off = bpf_map_lookup_elem(&fork_child, &zero);
+	if (!off)
+		return PASS_ON;
+	u32 child = 0;
+	if (bpf_probe_read_kernel(&child, sizeof(child), ctx + (*off & 0xfff)))
+		return PASS_ON;
+	u8 one = 1;
+	if (bpf_map_update_elem(&tgids, &child, &one, BPF_ANY))
+		add_total(TOTAL_DROPPED);
 	return PASS_ON;
 }
 

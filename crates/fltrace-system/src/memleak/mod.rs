@@ -15,15 +15,19 @@ use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use aya::programs::{TracePoint, UProbe};
 
-use crate::counter::{
-    ProcessFilter, attach_uprobe, fill_tgids, process_config, set_config, stack_frames,
-    start_announcements, totals,
+use crate::Scope;
+use crate::bpf::object::{self, Alloc, Config};
+use crate::bpf::watch::{POLL, Prepared, Watch};
+use crate::bpf::{
+    Announcements, Frame, ProcessFilter, ProcessMaps, StackNames, attach_uprobe, fill_tgids,
+    process_config, set_config, stack_frames, start_announcements, totals,
 };
-use crate::object::{self, Alloc, Config};
-use crate::symbols::{Announcements, Frame, ProcessMaps, StackNames};
-use crate::watch::{POLL, Prepared, Targets, Watch};
 use crate::{Error, tracefs};
 use fltrace_capture::{LiveAllocs, LiveOptions};
+
+mod print;
+
+pub use print::{describe_leak_target, write_leaks};
 
 /// Kernel allocation tracepoints: program, slot, tracepoint, address field, size field.
 const KERNEL_ALLOCS: [(&str, u32, &str, &str, &str); 3] = [
@@ -175,7 +179,7 @@ pub fn libc_of(pid: u32) -> Result<PathBuf, Error> {
 }
 
 fn field(name: &str, field: &str) -> Result<tracefs::Field, Error> {
-    crate::Event::Tracepoint {
+    crate::bpf::Event::Tracepoint {
         category: "kmem".into(),
         name: name.into(),
     }
@@ -211,10 +215,10 @@ impl LeakTracer {
                     let ptr = field(tracepoint, ptr)?;
                     let size = field(tracepoint, size)?;
                     let mut config = base;
-                    config.ptr_off = ptr.offset;
-                    config.ptr_size = ptr.size;
-                    config.size_off = size.offset;
-                    config.size_size = size.size;
+                    config.ptr_off = ptr.offset as u32;
+                    config.ptr_size = ptr.size as u32;
+                    config.size_off = size.offset as u32;
+                    config.size_size = size.size as u32;
                     if tracepoint == "mm_page_alloc" {
                         config.size_kind = object::SIZE_PAGES_ORDER;
                     }
@@ -232,8 +236,8 @@ impl LeakTracer {
                     };
                     let ptr = field(first, ptr)?;
                     let config = Config {
-                        ptr_off: ptr.offset,
-                        ptr_size: ptr.size,
+                        ptr_off: ptr.offset as u32,
+                        ptr_size: ptr.size as u32,
                         ..Config::default()
                     };
                     set_config(&mut ebpf, slot, config)?;
@@ -303,7 +307,7 @@ impl LeakTracer {
         let Engine::Unwound { readers, .. } = &self.engine else {
             return true;
         };
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let start = Instant::now();
         readers.iter().all(|(_, _, reader)| {
             reader.wait_drained(now, patience.saturating_sub(start.elapsed()))
@@ -334,7 +338,7 @@ impl LeakTracer {
             .ok_or_else(|| Error::Unsupported("the BPF object has no outstanding map".into()))?;
         let outstanding: BpfHashMap<_, u64, Alloc> =
             BpfHashMap::try_from(map).map_err(Error::map("outstanding"))?;
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let cutoff = now.saturating_sub(older_than.as_nanos() as u64);
         // (tgid, stack id) -> (bytes, allocations, comm, addresses)
         type Group = (u64, u64, [u8; 16], Vec<(u64, u64)>);
@@ -421,7 +425,7 @@ impl LeakTracer {
         query: &LeakQuery,
     ) -> LeakSnapshot {
         let top = query.top;
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let mut snapshot = LeakSnapshot {
             why: RING_FULL,
             sampled: period,
@@ -474,16 +478,6 @@ impl LeakTracer {
     }
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills a valid timespec; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn attach_tracepoint(ebpf: &mut Ebpf, program: &'static str, names: &[&str]) -> Result<(), Error> {
     let tp: &mut TracePoint = ebpf
         .program_mut(program)
@@ -527,7 +521,7 @@ fn attach_user(ebpf: &mut Ebpf, libc: &Path, tgids: &[u32]) -> Result<(), Error>
 #[derive(Debug, Clone)]
 pub struct LeakRequest {
     /// Whose allocations: none named means the kernel's.
-    pub targets: Targets,
+    pub scope: Scope,
     /// Between reports (one report at the end without).
     pub interval: Option<Duration>,
     /// Reports before ending.
@@ -554,15 +548,15 @@ pub struct LeakRequest {
 /// read here with DWARF-unwound stacks for processes named by pid or started here; else
 /// uprobes counted in the kernel by frame-pointer stacks, on the C library of `libc_pid`.
 fn choose_target(
-    targets: &Targets,
+    scope: &Scope,
     filter: &ProcessFilter,
     libc_of: impl FnOnce(u32) -> Result<PathBuf, Error>,
 ) -> Result<LeakTarget, Error> {
     Ok(if filter.tgids.is_empty() {
         LeakTarget::Kernel
-    } else if targets.only_named_processes() {
+    } else if scope.only_named_processes() {
         LeakTarget::Attached
-    } else if !targets.command.is_empty() {
+    } else if !scope.command.is_empty() {
         // The command has not exec'd yet: it will use the C library fltrace uses.
         LeakTarget::User {
             libc: libc_of(std::process::id())?,
@@ -591,9 +585,9 @@ impl LeakWatch {
     /// Places the probes (starting the command once they are in place); `stop` is raised on
     /// an interrupt.
     pub fn start(request: LeakRequest, stop: Arc<AtomicUsize>) -> Result<LeakWatch, Error> {
-        let prepared = Prepared::new(&request.targets)?;
+        let prepared = Prepared::new(&request.scope)?;
         let (tracer, prepared) = prepared.set_up(|filter| {
-            let target = choose_target(&request.targets, filter, libc_of)?;
+            let target = choose_target(&request.scope, filter, libc_of)?;
             let options = LiveOptions {
                 period: request.sample.max(1),
                 min_size: request.min_size,
@@ -604,7 +598,7 @@ impl LeakWatch {
         let (tracer, target) = tracer;
         let tgids = prepared.filter.tgids.clone();
         let maps = Some(tracer.process_maps().clone());
-        let watch = prepared.start(stop, request.duration, maps, &request.targets.pids)?;
+        let watch = prepared.start(stop, request.duration, maps, &request.scope.pids)?;
         Ok(LeakWatch {
             tracer,
             watch,
@@ -686,24 +680,24 @@ mod tests {
 
     #[test]
     fn named_processes_are_unwound_and_others_follow_frame_pointers() {
-        let pid = Targets {
+        let pid = Scope {
             pids: vec![41],
-            ..Targets::default()
+            ..Scope::default()
         };
         let filter = |tgids: Vec<u32>, comm: Option<&str>| ProcessFilter {
             tgids,
             cgroup: None,
             comm: comm.map(str::to_owned),
         };
-        let none = Targets::default();
+        let none = Scope::default();
         assert!(matches!(
             choose_target(&none, &filter(vec![], None), no_libc),
             Ok(LeakTarget::Kernel)
         ));
         // A name alone chooses tasks, not processes: the kernel's allocations.
-        let comm = Targets {
+        let comm = Scope {
             comm: Some("x".into()),
-            ..Targets::default()
+            ..Scope::default()
         };
         assert!(matches!(
             choose_target(&comm, &filter(vec![], Some("x")), no_libc),
@@ -713,16 +707,16 @@ mod tests {
             choose_target(&pid, &filter(vec![41], None), no_libc),
             Ok(LeakTarget::Attached)
         ));
-        let command = Targets {
+        let command = Scope {
             command: vec!["prog".into()],
-            ..Targets::default()
+            ..Scope::default()
         };
         assert!(matches!(
             choose_target(&command, &filter(vec![99], None), no_libc),
             Ok(LeakTarget::Attached)
         ));
         // A pid with a name: counted in the kernel, on the process's C library.
-        let pid_and_comm = Targets {
+        let pid_and_comm = Scope {
             comm: Some("x".into()),
             ..pid
         };

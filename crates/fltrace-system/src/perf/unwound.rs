@@ -1,4 +1,4 @@
-//! The processes a session sees, as far as their stacks need: their mappings over their exec
+//! The processes the perf events sees, as far as their stacks need: their mappings over their exec
 //! generations (/proc/PID/maps when first seen, then the kernel's `mmap2` records, so that
 //! processes that exit before the output is printed are still symbolized) and the recorder's
 //! DWARF unwinder over them.
@@ -9,7 +9,7 @@ use fltrace_capture::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack};
 use fltrace_trace::Mapping;
 use framehop::x86_64::CacheX86_64;
 
-use crate::session::{Record, Sample};
+use crate::perf::{Record, Sample};
 
 /// The model of one process: its mappings over its exec generations and its unwinder.
 struct Proc {
@@ -65,7 +65,7 @@ impl Proc {
     }
 }
 
-/// Every process seen, followed through the session's side-band records.
+/// Every process seen, followed through the events's side-band records.
 #[derive(Default)]
 pub struct Processes {
     procs: HashMap<u32, Proc>,

@@ -24,13 +24,13 @@ pub const SOFTWARE_EVENTS: [(&str, SoftwareEvent); 10] = [
 /// The events `fltrace count` takes, as `software:NAME`, `tracepoint:GROUP:NAME` and the
 /// uprobe forms; with a pattern, those whose name contains it (the uprobe forms then left
 /// out).
-pub fn list(pattern: Option<&str>) -> Result<Vec<String>, crate::Error> {
+pub fn list(pattern: Option<&str>) -> Result<Vec<String>, Error> {
     let wanted = |name: &str| pattern.is_none_or(|p| name.contains(p));
     let software = SOFTWARE_EVENTS
         .iter()
         .filter(|(name, _)| wanted(name))
         .map(|(name, _)| format!("software:{name}"));
-    let tracepoints = crate::tracefs::list()?
+    let tracepoints = tracefs::list()?
         .into_iter()
         .filter(|name| wanted(name))
         .map(|name| format!("tracepoint:{name}"));
@@ -140,6 +140,8 @@ impl Event {
                     offset: index * 8,
                     size: 8,
                     signed: false,
+                    data_loc: false,
+                    char_array: false,
                 })
                 .collect()),
             Event::Software { .. } => Ok(Vec::new()),
@@ -170,7 +172,7 @@ impl Event {
 }
 
 /// Argument and return registers of a uprobe, by index in `struct pt_regs`.
-const UPROBE_FIELDS: [(&str, u32); 7] = [
+const UPROBE_FIELDS: [(&str, usize); 7] = [
     ("arg0", 14),
     ("arg1", 13),
     ("arg2", 12),

@@ -327,7 +327,7 @@ impl Announcements {
         // Opened here, before any event is counted, so that no mapping is missed.
         let mut records = MappingRecords::open(data);
         let thread = std::thread::Builder::new()
-            .name("fltrace-bpf-maps".into())
+            .name("fltrace-system-maps".into())
             .spawn(move || {
                 loop {
                     let mut pfd = libc::pollfd {
