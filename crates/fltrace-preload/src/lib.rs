@@ -21,8 +21,9 @@
 //! With `record --allocs` it also traces every allocator and mapping call with its stack
 //! (`tracer`); without `-L/-M` the C library's own allocator then serves the program.
 //!
-//! Rules this library lives by: the handler threads never allocate and never touch the
-//! region except to copy a resident, write-protected page; the allocator never calls the
+//! Rules this library lives by: the handler threads never touch the region except to copy a
+//! resident, write-protected page (what they allocate, the thread control block of the thread
+//! that ends the process, comes from the bootstrap arena); the allocator never calls the
 //! allocator it replaces; the raw system calls in `sys` go straight to the kernel.
 
 mod backed;
@@ -39,7 +40,7 @@ mod uffd;
 
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use fltrace_runtime_abi::{MAGIC, SHARED_SIZE, Shared, env};
 
@@ -329,7 +330,47 @@ fn map_shared() -> *const Shared {
     shared
 }
 
+/// The handler threads of this process (`pthread_self`), slots of 0 free.
+static HANDLER_THREADS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+
+/// Whether the calling thread is one of the handlers. What a handler allocates comes from
+/// outside the region it serves: a fault of its own there waits for a handler, itself
+/// (`pthread_create`'s thread control block, for the thread that ends the process, came from
+/// a pool page the limit had evicted, and the process never ended).
+pub(crate) fn on_handler_thread() -> bool {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as usize;
+    HANDLER_THREADS
+        .iter()
+        .map(|slot| slot.load(Ordering::Relaxed))
+        .take_while(|&handler| handler != 0)
+        .any(|handler| handler == me)
+}
+
+/// Registers the calling thread as a handler, before it allocates anything.
+fn register_handler_thread() {
+    // SAFETY: as above.
+    let me = unsafe { libc::pthread_self() } as usize;
+    for slot in &HANDLER_THREADS {
+        if slot
+            .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// In a forked child: the parent's handler threads do not exist here, and a thread of the
+/// child may get one of their `pthread_t`s.
+fn forget_handler_threads() {
+    for slot in &HANDLER_THREADS {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
 extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
+    register_handler_thread();
     // Started after REGION was written and before READY: the region is there to use.
     let region = region_any_unchecked();
     // The recorder recognises the runtime's own threads by this name and leaves their
@@ -565,6 +606,7 @@ fn emulate_child(region: &Region) -> bool {
     }
     // The parent's handler threads and inherited counters are not this process's.
     breakdown::forget_parent();
+    forget_handler_threads();
     breakdown::open_counters(settings().tlb_count);
     // pthread_create allocates (its thread's TLS): from the bootstrap arena while the
     // allocator's lock is held for the fork and no handler serves the region yet.
