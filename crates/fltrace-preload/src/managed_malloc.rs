@@ -59,6 +59,8 @@ struct Pool {
     /// a next chunk that starts there extends it rather than starting a heap of its own.
     heap_end: *mut u8,
     chunk_end: usize,
+    /// Chunks taken so far.
+    chunks: u32,
 }
 
 // SAFETY: the pointers refer to the pool's own static metadata and chunks of the region,
@@ -71,6 +73,7 @@ static POOLS: [spinning_top::Spinlock<Pool>; POOL_COUNT] = [const {
         meta: [0; POOL_META_WORDS],
         heap_end: null_mut(),
         chunk_end: 0,
+        chunks: 0,
     })
 }; POOL_COUNT];
 
@@ -86,11 +89,17 @@ fn pool_of(total: usize) -> Option<usize> {
     Some((usize::BITS - (total - 1).leading_zeros()) as usize - 7)
 }
 
-/// Bytes a pool takes from the region at a time: sixteen of its largest blocks, at least
-/// 128 KiB (one claim's overhead is a few words; a chunk's pages are touched only as its
-/// blocks are).
-fn chunk_bytes(pool: usize) -> usize {
-    (2048usize << pool).clamp(2 * LARGE, 16 * LARGE)
+/// Bytes of a pool's first chunk of the region, and the most it takes at a time: chunks
+/// double as the pool grows (a small program's few blocks take little of `-M`), and large ones
+/// keep a server's classes apart from its large blocks (with 128 KiB chunks between them,
+/// redis with 1000-byte values took 1.05x the faults it takes under jemalloc, 1.00x with
+/// 1 MiB ones).
+const FIRST_CHUNK: usize = 2 * LARGE;
+const MAX_CHUNK: usize = 16 * LARGE;
+
+/// The chunk a pool takes after `chunks` chunks.
+fn chunk_bytes(chunks: u32) -> usize {
+    (FIRST_CHUNK << chunks.min(16)).min(MAX_CHUNK)
 }
 
 #[repr(C, align(4096))]
@@ -238,14 +247,22 @@ fn allocate_block(layout: Layout) -> Option<*mut u8> {
         unsafe { pool.talc.claim(meta, POOL_META_WORDS * 8) }?;
     }
     // The pool's lock before the large heap's, always (and so across fork).
-    let chunk = chunk_bytes(index);
-    // SAFETY: a page-aligned layout of non-zero size.
-    let base = unsafe {
-        TALC.lock()
-            .allocate(Layout::from_size_align(chunk, PAGE).ok()?)
-    }?
-    .as_ptr();
+    // Near the end of `-M`, a smaller chunk than the pool's next may still fit.
+    let mut chunk = chunk_bytes(pool.chunks);
+    let base = loop {
+        // SAFETY: a page-aligned layout of non-zero size.
+        let block = unsafe {
+            TALC.lock()
+                .allocate(Layout::from_size_align(chunk, PAGE).ok()?)
+        };
+        match block {
+            Some(block) => break block.as_ptr(),
+            None if chunk > FIRST_CHUNK => chunk /= 2,
+            None => return None,
+        }
+    };
     let pool = &mut *pool;
+    pool.chunks += 1;
     if base as usize == pool.chunk_end && !pool.heap_end.is_null() {
         // SAFETY: the chunk right after the pool's newest heap, the pool's for good.
         let end = unsafe {
@@ -443,8 +460,8 @@ mod tests {
     }
 
     /// Each pool holds one doubling of classes (a value's 1,024 and 1,280-byte blocks go to
-    /// different pools), every class below LARGE has one, and a pool's chunk holds at least
-    /// sixteen of its largest blocks.
+    /// different pools), every class below LARGE has one, and a pool's first chunk holds two of
+    /// its largest blocks; chunks double up to MAX_CHUNK.
     #[test]
     fn pools_hold_one_doubling_each() {
         assert_eq!(pool_of(16), Some(0));
@@ -454,6 +471,11 @@ mod tests {
         assert_eq!(pool_of(1280), Some(4));
         assert_eq!(pool_of(LARGE - 4096), Some(POOL_COUNT - 1));
         assert_eq!(pool_of(LARGE), None);
+        assert_eq!(chunk_bytes(0), 128 << 10);
+        assert_eq!(chunk_bytes(1), 256 << 10);
+        assert_eq!(chunk_bytes(3), 1 << 20);
+        assert_eq!(chunk_bytes(60), 1 << 20);
+        assert_eq!(chunk_bytes(u32::MAX), 1 << 20);
         for total in 1..LARGE {
             let class = size_class(total).expect("a class");
             let Some(pool) = pool_of(class) else {
@@ -463,7 +485,8 @@ mod tests {
             assert!(pool < POOL_COUNT, "{class}");
             assert!(class <= 128 << pool, "{class}");
             assert!(pool == 0 || class > 64 << pool, "{class}");
-            assert!(chunk_bytes(pool) >= 16 * (128 << pool), "{pool}");
+            // The first chunk holds a block of the pool's largest class with room to spare.
+            assert!(chunk_bytes(0) >= 2 * (128 << pool), "{pool}");
         }
     }
 }
