@@ -567,6 +567,7 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn after_fork_child() {
+    forget_handler_threads();
     if let Some(region) = region_any().filter(|r| r.managed())
         && !emulate_child(region)
     {
@@ -606,7 +607,6 @@ fn emulate_child(region: &Region) -> bool {
     }
     // The parent's handler threads and inherited counters are not this process's.
     breakdown::forget_parent();
-    forget_handler_threads();
     breakdown::open_counters(settings().tlb_count);
     // pthread_create allocates (its thread's TLS): from the bootstrap arena while the
     // allocator's lock is held for the fork and no handler serves the region yet.
@@ -644,3 +644,33 @@ static INIT: extern "C" fn() = {
     }
     init
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registered handler is told apart from every other thread while it runs (handlers
+    /// never end, so their `pthread_t`s are never reused), and a forked child's forgetting
+    /// leaves none.
+    #[test]
+    fn handler_threads_are_known_by_their_pthread() {
+        let (registered, told) = std::sync::mpsc::channel();
+        let (checked, done) = std::sync::mpsc::channel::<()>();
+        let handler = std::thread::spawn(move || {
+            register_handler_thread();
+            let _ = registered.send(on_handler_thread());
+            let _ = done.recv();
+        });
+        assert_eq!(told.recv().ok(), Some(true));
+        assert!(!on_handler_thread());
+        assert!(!std::thread::spawn(on_handler_thread).join().unwrap_or(true));
+        drop(checked);
+        assert!(handler.join().is_ok());
+        forget_handler_threads();
+        assert!(
+            HANDLER_THREADS
+                .iter()
+                .all(|slot| slot.load(Ordering::Relaxed) == 0)
+        );
+    }
+}
