@@ -22,9 +22,9 @@
 //! (`tracer`); without `-L/-M` the C library's own allocator then serves the program.
 //!
 //! Rules this library lives by: the handler threads never touch the region except to copy a
-//! resident, write-protected page (what they allocate, the thread control block of the thread
-//! that ends the process, comes from the bootstrap arena); the allocator never calls the
-//! allocator it replaces; the raw system calls in `sys` go straight to the kernel.
+//! resident, write-protected page (what they allocate, the DTV of the thread that ends the
+//! process, comes from the bootstrap arena); the allocator never calls the allocator it
+//! replaces; the raw system calls in `sys` go straight to the kernel.
 
 mod backed;
 mod breakdown;
@@ -335,8 +335,8 @@ static HANDLER_THREADS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
 
 /// Whether the calling thread is one of the handlers. What a handler allocates comes from
 /// outside the region it serves: a fault of its own there waits for a handler, itself
-/// (`pthread_create`'s thread control block, for the thread that ends the process, came from
-/// a pool page the limit had evicted, and the process never ended).
+/// (`pthread_create`'s DTV, for the thread that ends the process, came from a pool page the
+/// limit had evicted, and the process never ended).
 pub(crate) fn on_handler_thread() -> bool {
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as usize;

@@ -13,7 +13,7 @@
 //!
 //! Blocks below 64 KiB come from pools, one per doubling of the size class, each taking chunks
 //! of the region: a freed block is reused by blocks of about its size, never split for others
-//! (as jemalloc's slabs keep classes apart).
+//! (as jemalloc's slabs keep classes apart). A pool keeps its chunks for good.
 //!
 //! Until the region exists (the dynamic linker and `pthread_create` allocate while the runtime
 //! starts), and for the handler threads (which must never fault on the region they serve),
