@@ -55,24 +55,19 @@ const POOL_META_WORDS: usize = talc::min_first_heap_size::<talc::DefaultBinning>
 struct Pool {
     talc: Talc,
     meta: [usize; POOL_META_WORDS],
-    /// The end of the pool's newest heap as talc knows it and of the chunk it was made of:
-    /// a next chunk that starts there extends it rather than starting a heap of its own.
-    heap_end: *mut u8,
-    chunk_end: usize,
     /// Chunks taken so far.
     chunks: u32,
 }
 
-// SAFETY: the pointers refer to the pool's own static metadata and chunks of the region,
-// only touched under the pool's lock.
-unsafe impl Send for Pool {}
+/// What the large blocks' heap keeps after each block (its tag, rounded to its unit): a chunk
+/// asks for this much less than its pages, so that the tag does not spill onto a page of its
+/// own and the next chunk can start on the next page.
+const CHUNK_TAIL: usize = talc::base::CHUNK_UNIT;
 
 static POOLS: [spinning_top::Spinlock<Pool>; POOL_COUNT] = [const {
     spinning_top::Spinlock::new(Pool {
         talc: Talc::new(Manual),
         meta: [0; POOL_META_WORDS],
-        heap_end: null_mut(),
-        chunk_end: 0,
         chunks: 0,
     })
 }; POOL_COUNT];
@@ -253,7 +248,7 @@ fn allocate_block(layout: Layout) -> Option<*mut u8> {
         // SAFETY: a page-aligned layout of non-zero size.
         let block = unsafe {
             TALC.lock()
-                .allocate(Layout::from_size_align(chunk, PAGE).ok()?)
+                .allocate(Layout::from_size_align(chunk - CHUNK_TAIL, PAGE).ok()?)
         };
         match block {
             Some(block) => break block.as_ptr(),
@@ -261,22 +256,9 @@ fn allocate_block(layout: Layout) -> Option<*mut u8> {
             None => return None,
         }
     };
-    let pool = &mut *pool;
     pool.chunks += 1;
-    if base as usize == pool.chunk_end && !pool.heap_end.is_null() {
-        // SAFETY: the chunk right after the pool's newest heap, the pool's for good.
-        let end = unsafe {
-            pool.talc.extend(
-                std::ptr::NonNull::new(pool.heap_end)?,
-                base.wrapping_add(chunk),
-            )
-        };
-        pool.heap_end = end.as_ptr();
-    } else {
-        // SAFETY: a block of the region, the pool's for good.
-        pool.heap_end = unsafe { pool.talc.claim(base, chunk) }?.as_ptr();
-    }
-    pool.chunk_end = base as usize + chunk;
+    // SAFETY: a block of the region, the pool's for good.
+    unsafe { pool.talc.claim(base, chunk - CHUNK_TAIL) }?;
     // SAFETY: as above.
     unsafe { pool.talc.allocate(layout) }.map(|b| b.as_ptr())
 }
