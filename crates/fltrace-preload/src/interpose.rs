@@ -593,6 +593,7 @@ fn map(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, offset: i6
     if len > 0
         && managed_mapping(addr, prot, flags)
         && let Some(region) = region_ready()
+        && !crate::on_handler_thread()
     {
         let size = len.div_ceil(PAGE) * PAGE;
         let ptr = managed_malloc::allocate(size.max(LARGE), PAGE);

@@ -21,9 +21,10 @@
 //! With `record --allocs` it also traces every allocator and mapping call with its stack
 //! (`tracer`); without `-L/-M` the C library's own allocator then serves the program.
 //!
-//! Rules this library lives by: the handler threads never allocate and never touch the
-//! region except to copy a resident, write-protected page; the allocator never calls the
-//! allocator it replaces; the raw system calls in `sys` go straight to the kernel.
+//! Rules this library lives by: the handler threads never touch the region except to copy a
+//! resident, write-protected page (what they allocate, the DTV of the thread that ends the
+//! process, comes from the bootstrap arena); the allocator never calls the allocator it
+//! replaces; the raw system calls in `sys` go straight to the kernel.
 
 mod backed;
 mod breakdown;
@@ -39,7 +40,7 @@ mod uffd;
 
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use fltrace_runtime_abi::{MAGIC, SHARED_SIZE, Shared, env};
 
@@ -329,7 +330,47 @@ fn map_shared() -> *const Shared {
     shared
 }
 
+/// The handler threads of this process (`pthread_self`), slots of 0 free.
+static HANDLER_THREADS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+
+/// Whether the calling thread is one of the handlers. What a handler allocates comes from
+/// outside the region it serves: a fault of its own there waits for a handler, itself
+/// (`pthread_create`'s DTV, for the thread that ends the process, came from a pool page the
+/// limit had evicted, and the process never ended).
+pub(crate) fn on_handler_thread() -> bool {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as usize;
+    HANDLER_THREADS
+        .iter()
+        .map(|slot| slot.load(Ordering::Relaxed))
+        .take_while(|&handler| handler != 0)
+        .any(|handler| handler == me)
+}
+
+/// Registers the calling thread as a handler, before it allocates anything.
+fn register_handler_thread() {
+    // SAFETY: as above.
+    let me = unsafe { libc::pthread_self() } as usize;
+    for slot in &HANDLER_THREADS {
+        if slot
+            .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// In a forked child: the parent's handler threads do not exist here, and a thread of the
+/// child may get one of their `pthread_t`s.
+fn forget_handler_threads() {
+    for slot in &HANDLER_THREADS {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
 extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
+    register_handler_thread();
     // Started after REGION was written and before READY: the region is there to use.
     let region = region_any_unchecked();
     // The recorder recognises the runtime's own threads by this name and leaves their
@@ -526,6 +567,7 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn after_fork_child() {
+    forget_handler_threads();
     if let Some(region) = region_any().filter(|r| r.managed())
         && !emulate_child(region)
     {
@@ -602,3 +644,33 @@ static INIT: extern "C" fn() = {
     }
     init
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registered handler is told apart from every other thread while it runs (handlers
+    /// never end, so their `pthread_t`s are never reused), and a forked child's forgetting
+    /// leaves none.
+    #[test]
+    fn handler_threads_are_known_by_their_pthread() {
+        let (registered, told) = std::sync::mpsc::channel();
+        let (checked, done) = std::sync::mpsc::channel::<()>();
+        let handler = std::thread::spawn(move || {
+            register_handler_thread();
+            let _ = registered.send(on_handler_thread());
+            let _ = done.recv();
+        });
+        assert_eq!(told.recv().ok(), Some(true));
+        assert!(!on_handler_thread());
+        assert!(!std::thread::spawn(on_handler_thread).join().unwrap_or(true));
+        drop(checked);
+        assert!(handler.join().is_ok());
+        forget_handler_threads();
+        assert!(
+            HANDLER_THREADS
+                .iter()
+                .all(|slot| slot.load(Ordering::Relaxed) == 0)
+        );
+    }
+}

@@ -710,11 +710,11 @@ const REDIS_LARGE_VALUES: &[&str] = &[
 
 /// The same with 1000-byte values on 100,000 keys under SET, GET, LPUSH and LRANGE_100: values
 /// and list nodes that live on (each node grown by reallocation from 1 KiB to 8 KiB), 16 KiB
-/// reply chunks freed after every LRANGE. Not yet the 1.2x here: the runtime's
-/// allocator (talc, blocks rounded to jemalloc's size classes) fragments more than jemalloc's
-/// slabs, 1.03x-1.25x plain `record`'s faults over five runs (1.24x-1.34x before the size
-/// classes; 1.34x-1.41x with 4 clients, docs/BENCHMARKS.md). The bound holds what works:
-/// freed memory stays mapped and is reused (every freed page touched afresh was 14x).
+/// reply chunks freed after every LRANGE. Within the 1.2x: the runtime keeps each
+/// doubling of size classes in a pool of its own, as jemalloc's slabs keep classes apart
+/// (0.99x-1.01x plain `record`'s faults over five runs, 1.03x with 4 clients; one talc heap
+/// for every size took 1.03x-1.47x, docs/BENCHMARKS.md), and freed memory stays mapped and is
+/// reused (every freed page touched afresh was 14x).
 #[test]
 fn redis_with_large_values_and_ample_local_memory_faults_as_plain_record() {
     let faults = |flags: &[&str]| {
@@ -731,7 +731,7 @@ fn redis_with_large_values_and_ample_local_memory_faults_as_plain_record() {
     assert_eq!(last_stat(&dir, pid, "evict_pages_done"), 0);
     assert_eq!(last_stat(&dir, pid, "faults_fetch"), 0);
     assert!(
-        far * 10 <= plain * 15,
+        far * 10 <= plain * 12,
         "{far} faults under -L=512 against {plain} under plain record"
     );
 }

@@ -1083,7 +1083,10 @@ fn killed_recorder_leaves_no_process_of_the_command() {
 
 /// Under -L, `main` leaving through `pthread_exit` while a worker faults 64 MiB: the process
 /// ends with its worker, status 0, every page's fault at its line (it ran on for ever: the
-/// runtime's handler threads kept it alive once the program's threads were gone).
+/// runtime's handler threads kept it alive once the program's threads were gone). The handler
+/// that starts the thread ending the process must not allocate from the region: with a pool
+/// per size class, `pthread_create`'s `calloc` read a free list on a page the limit had
+/// evicted, and the handler waited on itself.
 #[test]
 fn far_memory_program_whose_main_calls_pthread_exit_ends() {
     let dir = Dir::new();
