@@ -213,7 +213,7 @@ impl AllocLogs {
                     mono_offset,
                     Origin::new(recording, pid),
                 ) {
-                    Ok(converted) => return Ok(converted),
+                    Ok(converted) => return note_refused(out_dir, pid, converted),
                     Err(e) => {
                         log::debug!("allocations of process {pid} convert again: {e}");
                         let _ = std::fs::remove_file(spool_tables.0);
@@ -251,7 +251,7 @@ impl AllocLogs {
             // Totals of a conversion that did not end would not be the events' sums.
             let _ = std::fs::remove_file(&totals);
         }
-        converted
+        note_refused(out_dir, pid, converted?)
     }
 
     /// Writes what converting the logs needs besides them ([`SpoolMetadata`]) into the
@@ -270,6 +270,37 @@ impl AllocLogs {
             .map_err(|source| fltrace_trace::Error::Io { path, source })?;
         Ok(())
     }
+}
+
+/// Says in `pid`'s stats file how many of its stack definitions were refused, if any: a
+/// line `<unix time> alloc_stacks_refused:<n>` after the recorder's own.
+fn note_refused(
+    out_dir: &Path,
+    pid: u32,
+    converted: Option<Converted>,
+) -> Result<Option<Converted>, Error> {
+    use std::io::Write;
+    let Some(refused) = converted
+        .as_ref()
+        .map(|c| c.refused_stacks)
+        .filter(|&n| n > 0)
+    else {
+        return Ok(converted);
+    };
+    let path = files::stats(out_dir, pid);
+    let line = fltrace_trace::stats::format_line(
+        crate::recorder::unix_now_ns() / 1_000_000_000,
+        &[("alloc_stacks_refused", refused)],
+    );
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|mut file| file.write_all(line.as_bytes()))
+        .map_err(|source| fltrace_trace::Error::Io { path, source })?;
+    Ok(converted)
 }
 
 /// What converting does with a log that stopped because its file system filled.
@@ -375,7 +406,7 @@ impl Conversion {
         if self.stacks.local.len() <= generation as usize {
             self.stacks
                 .local
-                .resize(generation as usize + 1, Vec::new());
+                .resize(generation as usize + 1, LocalIds::default());
         }
         let mut written = 0;
         while let Some(item) = log.next(watermark, &mut self.frames) {
@@ -449,6 +480,7 @@ impl Conversion {
         self.allocs.finish()?;
         self.stack_writer.finish()?;
         self.converted.stacks = self.stacks.next;
+        self.converted.refused_stacks = self.stacks.refused;
         Ok((self.converted, self.totals.totals()))
     }
 }
@@ -873,9 +905,16 @@ fn recover_spool(
         ) {
             Ok(Some(converted)) => {
                 log::warn!(
-                    "recovered {} allocations of process {pid} from the spool of a killed recorder",
-                    converted.events
+                    "recovered {} allocations of process {pid} from the spool of a killed recorder{}",
+                    converted.events,
+                    refused_note(&converted)
                 );
+                // A recording its recorder finished has its stats checksummed: the warning
+                // is all that says it then.
+                let finished = fltrace_trace::checksums::path(out_dir, pid).exists();
+                if !finished && let Err(e) = note_refused(out_dir, pid, Some(converted.clone())) {
+                    log::warn!("{e}");
+                }
                 recovered.push(Recovered {
                     spool: spool.to_owned(),
                     pid,
@@ -893,6 +932,17 @@ fn recover_spool(
         }
     }
     Ok(())
+}
+
+/// `; <n> stack definitions refused ...` when a conversion refused some.
+fn refused_note(converted: &Converted) -> String {
+    if converted.refused_stacks == 0 {
+        return String::new();
+    }
+    format!(
+        "; {} stack definitions refused (more than {STACK_FRAMES_CAP} frames), their calls kept without a stack",
+        converted.refused_stacks
+    )
 }
 
 /// The time each address-space generation of a process began: its first mapping.
@@ -919,6 +969,9 @@ pub struct Converted {
     pub dropped: u64,
     /// Chunks whose bytes did not decode (cut short at the first bad record).
     pub corrupt_chunks: u64,
+    /// Stack definitions refused: the frames kept per process are capped (a traced program
+    /// could define any number); their calls are kept without a stack.
+    pub refused_stacks: u64,
     /// When a log could not grow and its tracer stopped for good: nanoseconds after that
     /// log's first call (the earliest, over processes). Calls after it were not recorded.
     pub stopped_after_ns: Option<u64>,
@@ -933,6 +986,7 @@ impl Converted {
         self.stacks += other.stacks;
         self.dropped += other.dropped;
         self.corrupt_chunks += other.corrupt_chunks;
+        self.refused_stacks += other.refused_stacks;
         self.stopped_after_ns = match (self.stopped_after_ns, other.stopped_after_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1009,6 +1063,8 @@ struct LiveLog {
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     /// Chunks whose bytes did not decode (cut short at the first bad record).
     corrupt: u64,
+    /// Where stack definitions are decoded, before their stream keeps their frames.
+    scratch: Box<[u64; MAX_FRAMES]>,
     /// Whether every writer is gone: a chunk with nothing published is skipped, not waited
     /// for, and a thread's last chunk ends where its bytes do.
     complete: bool,
@@ -1029,7 +1085,9 @@ struct Stream {
     ahead: Option<(u64, Item)>,
     /// Time of the item handed out last.
     last_time: u64,
-    frames: Box<[u64; MAX_FRAMES]>,
+    /// The frames of the stack definition ahead, if that is what is ahead: only those, so
+    /// that a log naming many threads costs little per thread.
+    frames: Vec<u64>,
 }
 
 /// Bytes of a chunk available for records.
@@ -1063,6 +1121,7 @@ impl LiveLog {
             by_tid: HashMap::new(),
             heap: BinaryHeap::new(),
             corrupt: 0,
+            scratch: Box::new([0; MAX_FRAMES]),
             complete,
         };
         log.refresh()?;
@@ -1137,7 +1196,7 @@ impl LiveLog {
                     time: 0,
                     ahead: None,
                     last_time: 0,
-                    frames: Box::new([0; MAX_FRAMES]),
+                    frames: Vec::new(),
                 });
                 self.streams.len() - 1
             });
@@ -1185,6 +1244,7 @@ impl LiveLog {
     fn advance(&mut self, i: usize) {
         let log = self.bytes.get();
         let stream = &mut self.streams[i];
+        let scratch = &mut self.scratch;
         loop {
             let Some(&chunk) = stream.chunks.front() else {
                 return;
@@ -1206,7 +1266,7 @@ impl LiveLog {
                 continue;
             }
             let mut decoder = Decoder::resume(&log[start..start + used], stream.state);
-            let record = decoder.next(&mut stream.frames);
+            let record = decoder.next(scratch);
             stream.state = decoder.state();
             match record {
                 None | Some(Err(_)) => {
@@ -1218,6 +1278,8 @@ impl LiveLog {
                     // A stream has one item ahead at a time, so its definitions always come
                     // out before its next event; the time only places it among other threads.
                     let time = stream.last_time;
+                    stream.frames.clear();
+                    stream.frames.extend_from_slice(&scratch[..len]);
                     stream.ahead = Some((time, Item::Stack(id, len)));
                     self.heap.push(Reverse((time, i)));
                     return;
@@ -1264,6 +1326,7 @@ impl LiveLog {
         let (time, item) = self.streams[i].ahead.take()?;
         if let Item::Stack(_, len) = item {
             frames[..len].copy_from_slice(&self.streams[i].frames[..len]);
+            self.streams[i].frames = Vec::new();
         }
         self.streams[i].last_time = time;
         self.advance(i);
@@ -1272,13 +1335,39 @@ impl LiveLog {
 }
 
 /// Stack ids: the log's, per image, to the table's, deduplicated by frames.
+///
+/// The log's ids come from the traced program, so neither an id's value nor the number of
+/// frames defined is trusted: the dense table of an image grows only in step with the
+/// definitions it holds (ids out of step go to a map), and the frames kept are capped
+/// ([`STACK_FRAMES_CAP`]); a definition beyond the cap is refused and counted.
 #[derive(Default)]
 struct Stacks {
     /// By image, the table's id of each of the log's ids (ids are dense from 0).
-    local: Vec<Vec<u32>>,
+    local: Vec<LocalIds>,
     by_frames: HashMap<(u32, Vec<u64>), u32>,
     next: u32,
+    /// Frames held in `by_frames`.
+    frames_kept: usize,
+    /// Definitions refused: their frames would have passed [`STACK_FRAMES_CAP`].
+    refused: u64,
 }
+
+/// One image's ids: dense while they come in order, as the tracer hands them out.
+#[derive(Default, Clone)]
+struct LocalIds {
+    dense: Vec<u32>,
+    /// Ids too far beyond the definitions seen for the dense table.
+    sparse: HashMap<u32, u32>,
+    defined: usize,
+}
+
+/// The most stack frames kept per process: far above a real program's distinct stacks
+/// (100,000 stacks of 100 frames are 10 million), and 128 MiB of frames at most.
+const STACK_FRAMES_CAP: usize = 1 << 24;
+
+/// How far beyond twice its definitions an image's dense id table may grow: the ids of
+/// threads that define their stacks out of time order stay dense.
+const DENSE_SLACK: usize = 1 << 16;
 
 impl Stacks {
     fn define(
@@ -1291,6 +1380,10 @@ impl Stacks {
         let key = (generation, frames.to_vec());
         let id = match self.by_frames.get(&key) {
             Some(&id) => id,
+            None if self.frames_kept + frames.len() > STACK_FRAMES_CAP => {
+                self.refused += 1;
+                AllocEvent::NO_STACK
+            }
             None => {
                 let id = self.next;
                 self.next += 1;
@@ -1300,25 +1393,37 @@ impl Stacks {
                     generation,
                     frames: key.1.iter().map(|&frame| CodeAddr::new(frame)).collect(),
                 })?;
+                self.frames_kept += frames.len();
                 self.by_frames.insert(key, id);
                 id
             }
         };
         let image = &mut self.local[generation as usize];
+        image.defined += 1;
         let slot = local_id as usize;
-        if image.len() <= slot {
-            image.resize(slot + 1, AllocEvent::NO_STACK);
+        if slot < image.dense.len() {
+            image.dense[slot] = id;
+        } else if slot < DENSE_SLACK + 2 * image.defined {
+            image.dense.resize(slot + 1, AllocEvent::NO_STACK);
+            image.dense[slot] = id;
+        } else {
+            image.sparse.insert(local_id, id);
         }
-        image[slot] = id;
         Ok(())
     }
 
     fn global(&self, generation: u32, local_id: u32) -> u32 {
-        self.local
-            .get(generation as usize)
-            .and_then(|image| image.get(local_id as usize))
-            .copied()
-            .unwrap_or(AllocEvent::NO_STACK)
+        let Some(image) = self.local.get(generation as usize) else {
+            return AllocEvent::NO_STACK;
+        };
+        match image.dense.get(local_id as usize) {
+            Some(&id) => id,
+            None => image
+                .sparse
+                .get(&local_id)
+                .copied()
+                .unwrap_or(AllocEvent::NO_STACK),
+        }
     }
 }
 
