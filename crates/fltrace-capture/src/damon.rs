@@ -398,8 +398,7 @@ pub fn read_aggregated(
         std::thread::sleep(Duration::from_millis(100));
         for ring in &mut rings {
             ring.drain(|record| {
-                const PERF_RECORD_SAMPLE: u32 = 9;
-                if record.kind != PERF_RECORD_SAMPLE {
+                if record.kind != perf_event_open_sys::bindings::PERF_RECORD_SAMPLE {
                     return;
                 }
                 // Sample layout for TIME | RAW: u64 time, u32 size, raw bytes.
