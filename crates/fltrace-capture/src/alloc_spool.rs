@@ -1026,10 +1026,11 @@ fn read_word(log: &[u8], offset: usize) -> u64 {
 }
 
 /// The bytes of a log: mapped, so that it can be followed as it grows, or copied (a log that
-/// stopped on a full file system, whose file goes before the tables are written).
+/// stopped on a full file system, whose file goes before the tables are written) into
+/// anonymous memory that holds only the extents with data.
 enum LogBytes {
     Mapped(memmap2::Mmap),
-    Copied(Vec<u8>),
+    Copied(memmap2::MmapMut),
     /// A file with nothing in it yet.
     Empty,
 }
@@ -1038,7 +1039,7 @@ impl LogBytes {
     fn get(&self) -> &[u8] {
         match self {
             LogBytes::Mapped(map) => map,
-            LogBytes::Copied(bytes) => bytes,
+            LogBytes::Copied(map) => map,
             LogBytes::Empty => &[],
         }
     }
@@ -1176,6 +1177,15 @@ impl LiveLog {
             if !self.complete && offset + CHUNK_SIZE > log.len() {
                 break;
             }
+            // Chunks in a hole of the file hold nothing; reading their headers would map
+            // the file's pages around them (readahead), a gigabyte for a sparse gigabyte.
+            if self.complete
+                && let Some(data) = next_data(&self.file, offset)
+                && data >= offset + CHUNK_SIZE
+            {
+                self.scan += (data.min(end) - offset).max(CHUNK_SIZE) / CHUNK_SIZE * CHUNK_SIZE;
+                continue;
+            }
             // A thread publishes its first record as soon as it takes a chunk. Until the
             // writers are gone, one with nothing yet stops the look here: its thread's
             // earlier chunks must be seen before its later ones.
@@ -1218,13 +1228,30 @@ impl LiveLog {
     }
 
     /// A stopped log (its file system filled) is copied into memory and its file removed,
-    /// so that the tables have room.
+    /// so that the tables have room. Only the chunks handed out are copied, and of them only
+    /// the extents that hold data: the file's length and the header's word come from the
+    /// traced program, which could plant a sparse file of 64 GiB. A log that cannot be
+    /// copied stays where it is.
     fn remove_if_stopped(&mut self) {
         let log = self.bytes.get();
         if log_stopped_ns(log).is_none() {
             return;
         }
-        let copy = log.to_vec();
+        let end = (read_word(log, 16) as usize).clamp(HEADER_SIZE.min(log.len()), log.len());
+        let mut copy = match memmap2::MmapOptions::new()
+            .len(end.max(1))
+            .no_reserve_swap()
+            .map_anon()
+        {
+            Ok(copy) => copy,
+            Err(e) => {
+                log::debug!("{} stays: {e}", self.path.display());
+                return;
+            }
+        };
+        for (start, stop) in data_extents(&self.file, end) {
+            copy[start..stop].copy_from_slice(&log[start..stop]);
+        }
         self.bytes = LogBytes::Copied(copy);
         let _ = std::fs::remove_file(&self.path);
     }
@@ -1332,6 +1359,54 @@ impl LiveLog {
         self.advance(i);
         Some(item)
     }
+}
+
+/// The offset of the first data in `file` at or after `from`; `usize::MAX` when there is
+/// none, `None` when the file system cannot tell.
+fn next_data(file: &std::fs::File, from: usize) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: lseek on a descriptor we own; the offset it returns is checked.
+    let at = unsafe { libc::lseek(file.as_raw_fd(), from as libc::off_t, libc::SEEK_DATA) };
+    match usize::try_from(at) {
+        Ok(at) => Some(at),
+        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => {
+            Some(usize::MAX)
+        }
+        Err(_) => None,
+    }
+}
+
+/// The extents of `file` below `end` that hold data (`SEEK_DATA`/`SEEK_HOLE`); the whole
+/// range where the file system cannot tell.
+fn data_extents(file: &std::fs::File, end: usize) -> Vec<(usize, usize)> {
+    use std::os::fd::AsRawFd;
+    let seek = |from: usize, whence| {
+        // SAFETY: lseek on a descriptor we own; the offset it returns is checked.
+        let at = unsafe { libc::lseek(file.as_raw_fd(), from as libc::off_t, whence) };
+        usize::try_from(at).ok()
+    };
+    let mut extents = Vec::new();
+    let mut at = 0;
+    while at < end {
+        let Some(data) = seek(at, libc::SEEK_DATA) else {
+            // ENXIO: no data after `at`; any other error: the file system cannot tell.
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
+                extents.push((at, end));
+            }
+            break;
+        };
+        if data >= end {
+            break;
+        }
+        let hole = seek(data, libc::SEEK_HOLE).unwrap_or(end).min(end);
+        if hole <= data {
+            extents.push((data, end));
+            break;
+        }
+        extents.push((data, hole));
+        at = hole;
+    }
+    extents
 }
 
 /// Stack ids: the log's, per image, to the table's, deduplicated by frames.

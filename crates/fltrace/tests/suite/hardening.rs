@@ -1241,3 +1241,39 @@ fn hostile_allocation_log_converts_in_bounded_memory() {
         fltrace_trace::read_stacks(&files::alloc_stacks(dir.path(), pid)).expect("stacks");
     assert_eq!(stacks_kept.len(), 131_072);
 }
+
+/// A traced program that makes its allocation log claim 1 GiB of chunks over a sparse file and
+/// says its tracer stopped (as on a full file system, where the recorder copies the log into
+/// memory to remove its file): the recorder copies only the extents with data, and its peak
+/// stays far below the gigabyte it once copied.
+#[test]
+fn planted_stopped_log_is_copied_by_its_data() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "hostilelog.c");
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "--allocs", "--"])
+            .arg(&program)
+            .arg("1"),
+        Duration::from_secs(120),
+    );
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("planted "),
+        "{err}"
+    );
+    assert!(err.contains("an allocation log could not grow"), "{err}");
+    let peak_mb: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.split_once("recorder peak ")?
+                .1
+                .split_once(" MB")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no recorder peak: {err}"));
+    assert!(peak_mb < 256, "recorder peak {peak_mb} MB: {err}");
+}
