@@ -213,7 +213,10 @@ impl AllocLogs {
                     mono_offset,
                     Origin::new(recording, pid),
                 ) {
-                    Ok(converted) => return note_refused(out_dir, pid, converted),
+                    Ok(converted) => {
+                        note_refused(out_dir, pid, converted.as_ref());
+                        return Ok(converted);
+                    }
                     Err(e) => {
                         log::debug!("allocations of process {pid} convert again: {e}");
                         let _ = std::fs::remove_file(spool_tables.0);
@@ -251,7 +254,9 @@ impl AllocLogs {
             // Totals of a conversion that did not end would not be the events' sums.
             let _ = std::fs::remove_file(&totals);
         }
-        note_refused(out_dir, pid, converted?)
+        let converted = converted?;
+        note_refused(out_dir, pid, converted.as_ref());
+        Ok(converted)
     }
 
     /// Writes what converting the logs needs besides them ([`SpoolMetadata`]) into the
@@ -273,19 +278,12 @@ impl AllocLogs {
 }
 
 /// Says in `pid`'s stats file how many of its stack definitions were refused, if any: a
-/// line `<unix time> alloc_stacks_refused:<n>` after the recorder's own.
-fn note_refused(
-    out_dir: &Path,
-    pid: u32,
-    converted: Option<Converted>,
-) -> Result<Option<Converted>, Error> {
+/// line `<unix time> alloc_stacks_refused:<n>` after the recorder's own. A line that cannot
+/// be written is a warning: the summary says the count too, and the tables are whole.
+fn note_refused(out_dir: &Path, pid: u32, converted: Option<&Converted>) {
     use std::io::Write;
-    let Some(refused) = converted
-        .as_ref()
-        .map(|c| c.refused_stacks)
-        .filter(|&n| n > 0)
-    else {
-        return Ok(converted);
+    let Some(refused) = converted.map(|c| c.refused_stacks).filter(|&n| n > 0) else {
+        return;
     };
     let path = files::stats(out_dir, pid);
     let line = fltrace_trace::stats::format_line(
@@ -299,8 +297,7 @@ fn note_refused(
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .and_then(|mut file| file.write_all(line.as_bytes()))
-        .map_err(|source| fltrace_trace::Error::Io { path, source })?;
-    Ok(converted)
+        .unwrap_or_else(|e| log::warn!("{}: {e}", path.display()));
 }
 
 /// What converting does with a log that stopped because its file system filled.
@@ -912,8 +909,8 @@ fn recover_spool(
                 // A recording its recorder finished has its stats checksummed: the warning
                 // is all that says it then.
                 let finished = fltrace_trace::checksums::path(out_dir, pid).exists();
-                if !finished && let Err(e) = note_refused(out_dir, pid, Some(converted.clone())) {
-                    log::warn!("{e}");
+                if !finished {
+                    note_refused(out_dir, pid, Some(&converted));
                 }
                 recovered.push(Recovered {
                     spool: spool.to_owned(),
