@@ -20,6 +20,13 @@ use object::{Object, ObjectSection, ObjectSegment};
 /// The name of an archive directory beside a recording, used without being asked for.
 pub const ARCHIVE_DIR: &str = "fltrace-archive";
 
+/// The largest file fetched from debuginfod unless `DEBUGINFOD_MAXSIZE` says otherwise:
+/// above the largest debug files distributions ship (a browser's are 1 to 3 GiB).
+pub const DEFAULT_MAX_SIZE: u64 = 8 << 30;
+
+/// Bytes of a response's status line and headers, at most.
+const MAX_HEADERS: u64 = 64 << 10;
+
 /// Where debug files are looked for.
 #[derive(Debug, Clone, Default)]
 pub struct DebugConfig {
@@ -34,6 +41,11 @@ pub struct DebugConfig {
     pub debuginfod_cache: Option<PathBuf>,
     /// The longest a connection to, or a read from, a debuginfod server may wait.
     pub timeout: Duration,
+    /// The longest one download may take, all told.
+    pub max_time: Duration,
+    /// The largest file downloaded, in bytes: a larger one is refused, and a body that goes
+    /// past it stopped.
+    pub max_size: u64,
     /// The build-ID cache `record` keeps the files holding code in
     /// ([`fltrace_trace::BuildIdCache`]), searched after the archive.
     pub build_id_cache: Option<PathBuf>,
@@ -45,7 +57,9 @@ impl DebugConfig {
     /// The configuration from the environment: `FLTRACE_DEBUG_DIRS` (colon-separated, searched
     /// before `/usr/lib/debug`), and as elfutils reads them `DEBUGINFOD_URLS` (space-separated),
     /// `DEBUGINFOD_CACHE_PATH` (else `$XDG_CACHE_HOME/debuginfod_client`, else
-    /// `~/.cache/debuginfod_client`) and `DEBUGINFOD_TIMEOUT` (seconds, default 90).
+    /// `~/.cache/debuginfod_client`), `DEBUGINFOD_TIMEOUT` (seconds, default 90),
+    /// `DEBUGINFOD_MAXTIME` (seconds a download may take, default ten timeouts) and
+    /// `DEBUGINFOD_MAXSIZE` (bytes, default [`DEFAULT_MAX_SIZE`]).
     pub fn from_env() -> DebugConfig {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let mut debug_dirs: Vec<PathBuf> = var("FLTRACE_DEBUG_DIRS")
@@ -68,12 +82,21 @@ impl DebugConfig {
             .and_then(|v| v.to_str()?.parse::<u64>().ok())
             .filter(|&s| s > 0)
             .unwrap_or(90);
+        let positive = |name: &str| {
+            var(name)
+                .and_then(|v| v.to_str()?.parse::<u64>().ok())
+                .filter(|&n| n > 0)
+        };
+        let max_time = positive("DEBUGINFOD_MAXTIME")
+            .map_or(Duration::from_secs(timeout) * 10, Duration::from_secs);
         DebugConfig {
             debug_dirs,
             archive: None,
             debuginfod_urls,
             debuginfod_cache,
             timeout: Duration::from_secs(timeout),
+            max_time,
+            max_size: positive("DEBUGINFOD_MAXSIZE").unwrap_or(DEFAULT_MAX_SIZE),
             build_id_cache: fltrace_trace::BuildIdCache::from_env().map(|c| c.root().to_owned()),
             recording_dir: None,
         }
@@ -316,12 +339,12 @@ impl DebugResolver {
             }
             let dir = cache.join(id);
             let target = dir.join(kind);
-            match http_get_to(
-                &format!("{url}/buildid/{id}/{kind}"),
-                &dir,
-                &target,
-                self.config.timeout,
-            ) {
+            let limits = Limits {
+                timeout: self.config.timeout,
+                max_time: self.config.max_time,
+                max_size: self.config.max_size,
+            };
+            match http_get_to(&format!("{url}/buildid/{id}/{kind}"), &dir, &target, limits) {
                 Ok(true) => return Some(target),
                 Ok(false) => {}
                 Err(err) => {
@@ -410,17 +433,102 @@ impl From<std::io::Error> for FetchError {
     }
 }
 
+/// What one download may take.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Each connect and read.
+    timeout: Duration,
+    /// The whole transfer.
+    max_time: Duration,
+    /// Bytes of the body.
+    max_size: u64,
+}
+
+/// A connection whose reads end at `deadline`: each waits at most `timeout`, and none
+/// starts after it, so a server that sends a byte at a time cannot hold a download longer.
+struct Bounded {
+    stream: TcpStream,
+    timeout: Duration,
+    deadline: Instant,
+}
+
+impl Read for Bounded {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::other(PastDeadline));
+        }
+        self.stream.set_read_timeout(Some(left.min(self.timeout)))?;
+        match self.stream.read(buf) {
+            // A read cut short by the deadline is the deadline's error.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) && Instant::now() >= self.deadline =>
+            {
+                Err(std::io::Error::other(PastDeadline))
+            }
+            result => result,
+        }
+    }
+}
+
+/// The error of a read after a download's deadline.
+#[derive(Debug)]
+struct PastDeadline;
+
+impl std::fmt::Display for PastDeadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "took too long")
+    }
+}
+
+impl std::error::Error for PastDeadline {}
+
+/// A read error, unless the download passed its deadline: that is said with the limit.
+fn read_error(url: &str, max_time: Duration) -> impl Fn(std::io::Error) -> FetchError + '_ {
+    move |err| {
+        if err.get_ref().is_some_and(|e| e.is::<PastDeadline>()) {
+            FetchError::Http(format!(
+                "{url}: took more than {} s (DEBUGINFOD_MAXTIME); not downloaded",
+                max_time.as_secs()
+            ))
+        } else {
+            FetchError::Io(err)
+        }
+    }
+}
+
+/// Reads one line of the status and headers, counting it against `left` bytes.
+fn header_line(
+    reader: &mut BufReader<Bounded>,
+    left: &mut u64,
+    url: &str,
+    max_time: Duration,
+) -> Result<String, FetchError> {
+    let mut line = Vec::new();
+    let n = reader
+        .by_ref()
+        .take(*left)
+        .read_until(b'\n', &mut line)
+        .map_err(read_error(url, max_time))?;
+    *left -= n as u64;
+    if n > 0 && line.last() != Some(&b'\n') && *left == 0 {
+        return Err(FetchError::Http(format!(
+            "{url}: headers longer than {MAX_HEADERS} bytes"
+        )));
+    }
+    Ok(String::from_utf8_lossy(&line).into_owned())
+}
+
 /// Downloads `url` (plain `http://`) into `target` through a temporary file in `dir`.
 /// `Ok(false)` when the server does not have it.
 ///
 /// HTTP/1.0 keeps the client small (no chunked bodies, the server closes the connection);
-/// every connect and read is bounded by `timeout`, and the whole transfer by ten times that.
-fn http_get_to(
-    url: &str,
-    dir: &Path,
-    target: &Path,
-    timeout: Duration,
-) -> Result<bool, FetchError> {
+/// every connect and read is bounded by the timeout, the whole transfer by `max_time`, the
+/// headers by [`MAX_HEADERS`] and the body by `max_size`.
+fn http_get_to(url: &str, dir: &Path, target: &Path, limits: Limits) -> Result<bool, FetchError> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
         FetchError::Unsupported(
             "only http:// servers are supported (fltrace has no TLS client)".into(),
@@ -439,22 +547,25 @@ fn http_get_to(
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| FetchError::Http(format!("{authority}: no address")))?;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
+    let mut stream = TcpStream::connect_timeout(&addr, limits.timeout)?;
+    stream.set_read_timeout(Some(limits.timeout))?;
+    stream.set_write_timeout(Some(limits.timeout))?;
     write!(
         stream,
         "GET {path} HTTP/1.0\r\nHost: {authority}\r\nUser-Agent: fltrace\r\nAccept: */*\r\n\r\n"
     )?;
-    let deadline = Instant::now() + timeout * 10;
-    let mut reader = BufReader::new(stream);
-    let mut status = String::new();
-    reader.read_line(&mut status)?;
+    let mut reader = BufReader::new(Bounded {
+        stream,
+        timeout: limits.timeout,
+        deadline: Instant::now() + limits.max_time,
+    });
+    let mut header_bytes = MAX_HEADERS;
+    let status = header_line(&mut reader, &mut header_bytes, url, limits.max_time)?;
     let code = status.split_whitespace().nth(1).unwrap_or("");
     let mut length: Option<u64> = None;
     loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header)? == 0 || header.trim().is_empty() {
+        let header = header_line(&mut reader, &mut header_bytes, url, limits.max_time)?;
+        if header.trim().is_empty() {
             break;
         }
         if let Some((name, value)) = header.split_once(':')
@@ -468,6 +579,15 @@ fn http_get_to(
         "404" => return Ok(false),
         _ => return Err(FetchError::Http(format!("{url}: {}", status.trim()))),
     }
+    let too_large = || {
+        FetchError::Http(format!(
+            "{url}: larger than the {} bytes allowed (DEBUGINFOD_MAXSIZE); not downloaded",
+            limits.max_size
+        ))
+    };
+    if length.is_some_and(|l| l > limits.max_size) {
+        return Err(too_large());
+    }
     std::fs::create_dir_all(dir)?;
     let temp = dir.join(format!(".fltrace-{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&temp);
@@ -475,23 +595,11 @@ fn http_get_to(
         fltrace_trace::Error::Io { source, .. } => source,
         other => std::io::Error::other(other.to_string()),
     })?;
-    let copied = (|| -> Result<u64, FetchError> {
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut total = 0u64;
-        loop {
-            if Instant::now() > deadline {
-                return Err(FetchError::Http(format!("{url}: took too long")));
-            }
-            let n = reader.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            out.write_all(&buf[..n])?;
-            total += n as u64;
-        }
-        Ok(total)
-    })();
+    // One byte past the cap tells a body that goes on from one that ends there.
+    let copied = std::io::copy(&mut reader.by_ref().take(limits.max_size + 1), &mut out)
+        .map_err(read_error(url, limits.max_time));
     let result = match copied {
+        Ok(total) if total > limits.max_size => Err(too_large()),
         Ok(total) if length.is_none_or(|l| l == total) => {
             std::fs::rename(&temp, target)?;
             return Ok(true);

@@ -177,7 +177,7 @@ pub fn find_recording_salvaging(
 /// `window_s`, seconds from `start_ns`, as a range of nanoseconds since the Unix epoch.
 pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops::Range<u64>> {
     window_s.map(|(from, to)| {
-        start_ns + (from * 1e9) as u64..start_ns.saturating_add((to * 1e9) as u64)
+        start_ns.saturating_add((from * 1e9) as u64)..start_ns.saturating_add((to * 1e9) as u64)
     })
 }
 

@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use perf_event_open_sys::bindings::{
-    PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_DATA_SRC, PERF_SAMPLE_IP, PERF_SAMPLE_TID,
-    PERF_SAMPLE_TIME, PERF_SAMPLE_WEIGHT, perf_event_attr,
+    PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PERF_RECORD_THROTTLE, PERF_SAMPLE_ADDR,
+    PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_DATA_SRC, PERF_SAMPLE_IP, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_SAMPLE_WEIGHT, perf_event_attr,
 };
 
 use fltrace_trace::{
@@ -361,9 +362,6 @@ fn drain(
     mut tables: AccessTables,
     mono_offset: u64,
 ) -> Result<AccessSummary, Error> {
-    const PERF_RECORD_LOST: u32 = 2;
-    const PERF_RECORD_THROTTLE: u32 = 5;
-    const PERF_RECORD_SAMPLE: u32 = 9;
     let mut summary = AccessSummary::default();
     let mut last_checkpoint = std::time::Instant::now();
     loop {

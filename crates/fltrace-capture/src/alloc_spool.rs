@@ -20,6 +20,7 @@ use fltrace_runtime_abi::env;
 use fltrace_trace::spool::{
     Conversion, DRAIN_ALLOCS, DRAIN_STACKS, FullLogs, LiveLog, METADATA_FILE, SpoolMetadata,
     any_log_stopped, convert_spooled, image_starts, lock_spool, log_bytes_taken, log_name,
+    note_refused,
 };
 pub use fltrace_trace::spool::{
     Converted, Recovered, SPOOL_PREFIX, SpoolLogs, recover_stale_spools,
@@ -214,7 +215,10 @@ impl AllocLogs {
                     mono_offset,
                     Origin::new(recording, pid),
                 ) {
-                    Ok(converted) => return Ok(converted),
+                    Ok(converted) => {
+                        note_refused(out_dir, pid, converted.as_ref());
+                        return Ok(converted);
+                    }
                     Err(e) => {
                         log::debug!("allocations of process {pid} convert again: {e}");
                         let _ = std::fs::remove_file(spool_tables.0);
@@ -252,7 +256,9 @@ impl AllocLogs {
             // Totals of a conversion that did not end would not be the events' sums.
             let _ = std::fs::remove_file(&totals);
         }
-        Ok(converted?)
+        let converted = converted?;
+        note_refused(out_dir, pid, converted.as_ref());
+        Ok(converted)
     }
 
     /// Writes what converting the logs needs besides them ([`SpoolMetadata`]) into the

@@ -18,8 +18,8 @@ use std::time::Duration;
 use linux_perf_event_reader::{EventRecord, RawEventRecord, RecordType};
 use object::{Object, ObjectSegment, ObjectSymbol};
 use perf_event_open_sys::bindings::{
-    PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID,
-    PERF_SAMPLE_TIME, perf_event_attr,
+    PERF_RECORD_LOST, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
+    PERF_SAMPLE_TID, PERF_SAMPLE_TIME, perf_event_attr,
 };
 
 use fltrace_trace::{
@@ -378,7 +378,6 @@ impl Probes {
             let mut samples = Vec::new();
             for ring in &mut self.rings {
                 ring.drain(|record| {
-                    const PERF_RECORD_LOST: u32 = 2;
                     if record.kind == PERF_RECORD_LOST {
                         lost += record
                             .data

@@ -309,6 +309,12 @@ pub(crate) fn duration(s: &str) -> Result<std::time::Duration, String> {
     if !(seconds > 0.0 && seconds.is_finite()) {
         return Err(format!("`{s}` must be positive"));
     }
+    // Nanoseconds that fit in a u64, as every time fltrace keeps.
+    if seconds > MAX_WINDOW_S {
+        return Err(format!(
+            "`{s}` is out of range (at most {MAX_WINDOW_S:.0} s, 584 years)"
+        ));
+    }
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
@@ -523,21 +529,30 @@ pub enum CallSiteArg {
     Leaf,
 }
 
+/// The longest time a window reaches, in seconds: its nanoseconds fit in a u64.
+const MAX_WINDOW_S: f64 = u64::MAX as f64 / 1e9;
+
 fn time_range(s: &str) -> Result<(f64, f64), String> {
     let (from, to) = s
         .split_once("..")
         .ok_or_else(|| format!("`{s}` is not a range such as 1.5..3"))?;
     let parse = |v: &str, default: f64| -> Result<f64, String> {
         if v.is_empty() {
-            Ok(default)
-        } else {
-            v.parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x >= 0.0)
-                .ok_or_else(|| format!("`{v}` is not a number of seconds"))
+            return Ok(default);
         }
+        let seconds = v
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or_else(|| format!("`{v}` is not a number of seconds"))?;
+        if seconds > MAX_WINDOW_S {
+            return Err(format!(
+                "`{v}` seconds is out of range (at most {MAX_WINDOW_S:.0}, 584 years)"
+            ));
+        }
+        Ok(seconds)
     };
-    let (from, to) = (parse(from, 0.0)?, parse(to, f64::MAX / 2e9)?);
+    let (from, to) = (parse(from, 0.0)?, parse(to, MAX_WINDOW_S)?);
     if from > to {
         return Err(format!("the range {s} ends before it starts"));
     }

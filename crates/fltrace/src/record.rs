@@ -152,6 +152,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
                 allocs.dropped, allocs.corrupt_chunks
             );
         }
+        if allocs.refused_stacks > 0 {
+            let _ = writeln!(
+                err,
+                "fltrace: warning: {} allocation stack definitions refused (the stacks kept per process are capped); their calls are kept without a stack",
+                allocs.refused_stacks
+            );
+        }
     }
     if let Some(access) = summary.access
         && !args.quiet

@@ -40,10 +40,11 @@ fn read_word(log: &[u8], offset: usize) -> u64 {
 }
 
 /// The bytes of a log: mapped, so that it can be followed as it grows, or copied (a log that
-/// stopped on a full file system, whose file goes before the tables are written).
+/// stopped on a full file system, whose file goes before the tables are written) into
+/// anonymous memory that holds only the extents with data.
 enum LogBytes {
     Mapped(memmap2::Mmap),
-    Copied(Vec<u8>),
+    Copied(memmap2::MmapMut),
     /// A file with nothing in it yet.
     Empty,
 }
@@ -52,7 +53,7 @@ impl LogBytes {
     fn get(&self) -> &[u8] {
         match self {
             LogBytes::Mapped(map) => map,
-            LogBytes::Copied(bytes) => bytes,
+            LogBytes::Copied(map) => map,
             LogBytes::Empty => &[],
         }
     }
@@ -77,6 +78,8 @@ pub struct LiveLog {
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     /// Chunks whose bytes did not decode (cut short at the first bad record).
     pub(crate) corrupt: u64,
+    /// Where stack definitions are decoded, before their stream keeps their frames.
+    scratch: Box<[u64; MAX_FRAMES]>,
     /// Whether every writer is gone: a chunk with nothing published is skipped, not waited
     /// for, and a thread's last chunk ends where its bytes do.
     complete: bool,
@@ -97,7 +100,9 @@ struct Stream {
     ahead: Option<(u64, Item)>,
     /// Time of the item handed out last.
     last_time: u64,
-    frames: Box<[u64; MAX_FRAMES]>,
+    /// The frames of the stack definition ahead, if that is what is ahead: only those, so
+    /// that a log naming many threads costs little per thread.
+    frames: Vec<u64>,
 }
 
 /// Bytes of a chunk available for records.
@@ -130,6 +135,7 @@ impl LiveLog {
             by_tid: HashMap::new(),
             heap: BinaryHeap::new(),
             corrupt: 0,
+            scratch: Box::new([0; MAX_FRAMES]),
             complete,
         };
         log.refresh()?;
@@ -181,6 +187,15 @@ impl LiveLog {
             if !self.complete && offset + CHUNK_SIZE > log.len() {
                 break;
             }
+            // Chunks in a hole of the file hold nothing; reading their headers would map
+            // the file's pages around them (readahead), a gigabyte for a sparse gigabyte.
+            if self.complete
+                && let Some(data) = next_data(&self.file, offset)
+                && data >= offset + CHUNK_SIZE
+            {
+                self.scan += (data.min(end) - offset).max(CHUNK_SIZE) / CHUNK_SIZE * CHUNK_SIZE;
+                continue;
+            }
             // A thread publishes its first record as soon as it takes a chunk. Until the
             // writers are gone, one with nothing yet stops the look here: its thread's
             // earlier chunks must be seen before its later ones.
@@ -201,7 +216,7 @@ impl LiveLog {
                     time: 0,
                     ahead: None,
                     last_time: 0,
-                    frames: Box::new([0; MAX_FRAMES]),
+                    frames: Vec::new(),
                 });
                 self.streams.len() - 1
             });
@@ -223,13 +238,30 @@ impl LiveLog {
     }
 
     /// A stopped log (its file system filled) is copied into memory and its file removed,
-    /// so that the tables have room.
+    /// so that the tables have room. Only the chunks handed out are copied, and of them only
+    /// the extents that hold data: the file's length and the header's word come from the
+    /// traced program, which could plant a sparse file of 64 GiB. A log that cannot be
+    /// copied stays where it is.
     pub(crate) fn remove_if_stopped(&mut self) {
         let log = self.bytes.get();
         if log_stopped_ns(log).is_none() {
             return;
         }
-        let copy = log.to_vec();
+        let end = (read_word(log, 16) as usize).clamp(HEADER_SIZE.min(log.len()), log.len());
+        let mut copy = match memmap2::MmapOptions::new()
+            .len(end.max(1))
+            .no_reserve_swap()
+            .map_anon()
+        {
+            Ok(copy) => copy,
+            Err(e) => {
+                log::debug!("{} stays: {e}", self.path.display());
+                return;
+            }
+        };
+        for (start, stop) in data_extents(&self.file, end) {
+            copy[start..stop].copy_from_slice(&log[start..stop]);
+        }
         self.bytes = LogBytes::Copied(copy);
         let _ = std::fs::remove_file(&self.path);
     }
@@ -249,6 +281,7 @@ impl LiveLog {
     fn advance(&mut self, i: usize) {
         let log = self.bytes.get();
         let stream = &mut self.streams[i];
+        let scratch = &mut self.scratch;
         loop {
             let Some(&chunk) = stream.chunks.front() else {
                 return;
@@ -270,7 +303,7 @@ impl LiveLog {
                 continue;
             }
             let mut decoder = Decoder::resume(&log[start..start + used], stream.state);
-            let record = decoder.next(&mut stream.frames);
+            let record = decoder.next(scratch);
             stream.state = decoder.state();
             match record {
                 None | Some(Err(_)) => {
@@ -282,6 +315,8 @@ impl LiveLog {
                     // A stream has one item ahead at a time, so its definitions always come
                     // out before its next event; the time only places it among other threads.
                     let time = stream.last_time;
+                    stream.frames.clear();
+                    stream.frames.extend_from_slice(&scratch[..len]);
                     stream.ahead = Some((time, Item::Stack(id, len)));
                     self.heap.push(Reverse((time, i)));
                     return;
@@ -328,6 +363,7 @@ impl LiveLog {
         let (time, item) = self.streams[i].ahead.take()?;
         if let Item::Stack(_, len) = item {
             frames[..len].copy_from_slice(&self.streams[i].frames[..len]);
+            self.streams[i].frames = Vec::new();
         }
         self.streams[i].last_time = time;
         self.advance(i);
@@ -338,6 +374,54 @@ impl LiveLog {
 pub(crate) enum Item {
     Stack(u32, usize),
     Event(AllocEvent),
+}
+
+/// The offset of the first data in `file` at or after `from`; `usize::MAX` when there is
+/// none, `None` when the file system cannot tell.
+fn next_data(file: &std::fs::File, from: usize) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: lseek on a descriptor we own; the offset it returns is checked.
+    let at = unsafe { libc::lseek(file.as_raw_fd(), from as libc::off_t, libc::SEEK_DATA) };
+    match usize::try_from(at) {
+        Ok(at) => Some(at),
+        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => {
+            Some(usize::MAX)
+        }
+        Err(_) => None,
+    }
+}
+
+/// The extents of `file` below `end` that hold data (`SEEK_DATA`/`SEEK_HOLE`); the whole
+/// range where the file system cannot tell.
+fn data_extents(file: &std::fs::File, end: usize) -> Vec<(usize, usize)> {
+    use std::os::fd::AsRawFd;
+    let seek = |from: usize, whence| {
+        // SAFETY: lseek on a descriptor we own; the offset it returns is checked.
+        let at = unsafe { libc::lseek(file.as_raw_fd(), from as libc::off_t, whence) };
+        usize::try_from(at).ok()
+    };
+    let mut extents = Vec::new();
+    let mut at = 0;
+    while at < end {
+        let Some(data) = seek(at, libc::SEEK_DATA) else {
+            // ENXIO: no data after `at`; any other error: the file system cannot tell.
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
+                extents.push((at, end));
+            }
+            break;
+        };
+        if data >= end {
+            break;
+        }
+        let hole = seek(data, libc::SEEK_HOLE).unwrap_or(end).min(end);
+        if hole <= data {
+            extents.push((data, end));
+            break;
+        }
+        extents.push((data, hole));
+        at = hole;
+    }
+    extents
 }
 
 /// Whether any log of `pid` in `spool` stopped because its file system filled.

@@ -12,6 +12,33 @@ use crate::{
     AllocEvent, AllocTotals, AllocWriter, CodeAddr, Error, Origin, Stack, StackWriter, files,
 };
 
+/// Says in `pid`'s stats file how many of its stack definitions were refused, if any: a
+/// line `<unix time> alloc_stacks_refused:<n>` after the recorder's own. A line that cannot
+/// be written is a warning: the summary says the count too, and the tables are whole.
+pub fn note_refused(out_dir: &Path, pid: u32, converted: Option<&Converted>) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(refused) = converted.map(|c| c.refused_stacks).filter(|&n| n > 0) else {
+        return;
+    };
+    let path = files::stats(out_dir, pid);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let line = crate::stats::format_line(
+        now,
+        &[("alloc_stacks_refused", refused)],
+    );
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|mut file| file.write_all(line.as_bytes()))
+        .unwrap_or_else(|e| log::warn!("{}: {e}", path.display()));
+}
+
 /// What converting does with a log that stopped because its file system filled.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum FullLogs {
@@ -119,7 +146,7 @@ impl Conversion {
         if self.stacks.local.len() <= generation as usize {
             self.stacks
                 .local
-                .resize(generation as usize + 1, Vec::new());
+                .resize(generation as usize + 1, LocalIds::default());
         }
         let mut written = 0;
         while let Some(item) = log.next(watermark, &mut self.frames) {
@@ -193,6 +220,7 @@ impl Conversion {
         self.allocs.finish()?;
         self.stack_writer.finish()?;
         self.converted.stacks = self.stacks.next;
+        self.converted.refused_stacks = self.stacks.refused;
         Ok((self.converted, self.totals.totals()))
     }
 }
@@ -287,6 +315,17 @@ impl BackgroundWriter {
     }
 }
 
+/// `; <n> stack definitions refused ...` when a conversion refused some.
+pub fn refused_note(converted: &Converted) -> String {
+    if converted.refused_stacks == 0 {
+        return String::new();
+    }
+    format!(
+        "; {} stack definitions refused (more than {STACK_FRAMES_CAP} frames), their calls kept without a stack",
+        converted.refused_stacks
+    )
+}
+
 /// The time each address-space generation of a process began: its first mapping.
 pub fn image_starts(mmaps: &Path) -> Result<HashMap<u32, u64>, Error> {
     let mut starts: HashMap<u32, u64> = HashMap::new();
@@ -311,6 +350,9 @@ pub struct Converted {
     pub dropped: u64,
     /// Chunks whose bytes did not decode (cut short at the first bad record).
     pub corrupt_chunks: u64,
+    /// Stack definitions refused: the frames kept per process are capped (a traced program
+    /// could define any number); their calls are kept without a stack.
+    pub refused_stacks: u64,
     /// When a log could not grow and its tracer stopped for good: nanoseconds after that
     /// log's first call (the earliest, over processes). Calls after it were not recorded.
     pub stopped_after_ns: Option<u64>,
@@ -325,6 +367,7 @@ impl Converted {
         self.stacks += other.stacks;
         self.dropped += other.dropped;
         self.corrupt_chunks += other.corrupt_chunks;
+        self.refused_stacks += other.refused_stacks;
         self.stopped_after_ns = match (self.stopped_after_ns, other.stopped_after_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -333,13 +376,39 @@ impl Converted {
 }
 
 /// Stack ids: the log's, per image, to the table's, deduplicated by frames.
+///
+/// The log's ids come from the traced program, so neither an id's value nor the number of
+/// frames defined is trusted: the dense table of an image grows only in step with the
+/// definitions it holds (ids out of step go to a map), and the frames kept are capped
+/// ([`STACK_FRAMES_CAP`]); a definition beyond the cap is refused and counted.
 #[derive(Default)]
 struct Stacks {
     /// By image, the table's id of each of the log's ids (ids are dense from 0).
-    local: Vec<Vec<u32>>,
+    local: Vec<LocalIds>,
     by_frames: HashMap<(u32, Vec<u64>), u32>,
     next: u32,
+    /// Frames held in `by_frames`.
+    frames_kept: usize,
+    /// Definitions refused: their frames would have passed [`STACK_FRAMES_CAP`].
+    refused: u64,
 }
+
+/// One image's ids: dense while they come in order, as the tracer hands them out.
+#[derive(Default, Clone)]
+struct LocalIds {
+    dense: Vec<u32>,
+    /// Ids too far beyond the definitions seen for the dense table.
+    sparse: HashMap<u32, u32>,
+    defined: usize,
+}
+
+/// The most stack frames kept per process: far above a real program's distinct stacks
+/// (100,000 stacks of 100 frames are 10 million), and 128 MiB of frames at most.
+pub const STACK_FRAMES_CAP: usize = 1 << 24;
+
+/// How far beyond twice its definitions an image's dense id table may grow: the ids of
+/// threads that define their stacks out of time order stay dense.
+const DENSE_SLACK: usize = 1 << 16;
 
 impl Stacks {
     fn define(
@@ -352,6 +421,10 @@ impl Stacks {
         let key = (generation, frames.to_vec());
         let id = match self.by_frames.get(&key) {
             Some(&id) => id,
+            None if self.frames_kept + frames.len() > STACK_FRAMES_CAP => {
+                self.refused += 1;
+                AllocEvent::NO_STACK
+            }
             None => {
                 let id = self.next;
                 self.next += 1;
@@ -361,24 +434,36 @@ impl Stacks {
                     generation,
                     frames: key.1.iter().map(|&frame| CodeAddr::new(frame)).collect(),
                 })?;
+                self.frames_kept += frames.len();
                 self.by_frames.insert(key, id);
                 id
             }
         };
         let image = &mut self.local[generation as usize];
+        image.defined += 1;
         let slot = local_id as usize;
-        if image.len() <= slot {
-            image.resize(slot + 1, AllocEvent::NO_STACK);
+        if slot < image.dense.len() {
+            image.dense[slot] = id;
+        } else if slot < DENSE_SLACK + 2 * image.defined {
+            image.dense.resize(slot + 1, AllocEvent::NO_STACK);
+            image.dense[slot] = id;
+        } else {
+            image.sparse.insert(local_id, id);
         }
-        image[slot] = id;
         Ok(())
     }
 
     fn global(&self, generation: u32, local_id: u32) -> u32 {
-        self.local
-            .get(generation as usize)
-            .and_then(|image| image.get(local_id as usize))
-            .copied()
-            .unwrap_or(AllocEvent::NO_STACK)
+        let Some(image) = self.local.get(generation as usize) else {
+            return AllocEvent::NO_STACK;
+        };
+        match image.dense.get(local_id as usize) {
+            Some(&id) => id,
+            None => image
+                .sparse
+                .get(&local_id)
+                .copied()
+                .unwrap_or(AllocEvent::NO_STACK),
+        }
     }
 }

@@ -12,7 +12,10 @@ mod alloc_log;
 mod convert;
 
 pub use alloc_log::{LiveLog, any_log_stopped, log_bytes_taken};
-pub use convert::{Conversion, Converted, FullLogs, convert_spooled, image_starts, log_name};
+pub use convert::{
+    Conversion, Converted, FullLogs, STACK_FRAMES_CAP, convert_spooled, image_starts, log_name,
+    note_refused, refused_note,
+};
 
 use crate::files;
 
@@ -329,9 +332,16 @@ fn recover_spool(
         ) {
             Ok(Some(converted)) => {
                 log::warn!(
-                    "recovered {} allocations of process {pid} from the spool of a killed recorder",
-                    converted.events
+                    "recovered {} allocations of process {pid} from the spool of a killed recorder{}",
+                    converted.events,
+                    refused_note(&converted)
                 );
+                // A recording its recorder finished has its stats checksummed: the warning
+                // is all that says it then.
+                let finished = crate::checksums::path(out_dir, pid).exists();
+                if !finished {
+                    note_refused(out_dir, pid, Some(&converted));
+                }
                 recovered.push(Recovered {
                     spool: spool.to_owned(),
                     pid,

@@ -531,3 +531,107 @@ fn unreachable_debuginfod_is_one_warning() {
         "{stderr}"
     );
 }
+
+/// How the hostile server of [`hostile_debuginfod`] sends the debug file it is asked for.
+#[derive(Clone, Copy)]
+enum Hostile {
+    /// 64 MiB of zeros at full speed, no length said: endless to a client capped lower
+    /// (and no more, should the cap fail, than the disk can take).
+    Endless,
+    /// A byte every 100 ms, without end.
+    Drip,
+}
+
+/// A server on 127.0.0.1 that answers `GET .../buildid/<build_id>/debuginfo` with a body
+/// longer than any cap of the test (as `how` says) and everything else with 404. Returns its port; its
+/// threads end with the test process.
+fn hostile_debuginfod(build_id: &str, how: Hostile) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("address").port();
+    let wanted = format!("/buildid/{build_id}/debuginfo");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let wanted = wanted.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    request.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&request).into_owned();
+                if !line.contains(&format!("GET {wanted} ")) {
+                    let _ = stream.write_all(b"HTTP/1.0 404 Not Found\r\n\r\n");
+                    return;
+                }
+                let _ = stream.write_all(b"HTTP/1.0 200 OK\r\n\r\n");
+                let zeros = [0u8; 64 << 10];
+                for _ in 0..1024 {
+                    let sent = match how {
+                        Hostile::Endless => stream.write_all(&zeros),
+                        Hostile::Drip => {
+                            std::thread::sleep(Duration::from_millis(100));
+                            stream.write_all(&zeros[..1])
+                        }
+                    };
+                    if sent.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A debuginfod server whose body never ends is stopped at `DEBUGINFOD_MAXSIZE` bytes, and
+/// one that sends a byte at a time at `DEBUGINFOD_MAXTIME` seconds: each costs one warning
+/// line naming the limit, the report goes on without the file, and nothing is left in the
+/// cache.
+#[test]
+fn endless_debuginfod_body_stops_at_the_caps() {
+    let s = split();
+    let dir = Dir::new();
+    let bin = dir.path().join("bin/faults");
+    copy(&s.stripped, &bin);
+    dir.record(&[&bin], &["nested", PAGES]);
+    let cache = dir.path().join("cache");
+    for (how, limit, needle) in [
+        (
+            Hostile::Endless,
+            ("DEBUGINFOD_MAXSIZE", "1000000"),
+            "larger than the 1000000 bytes allowed (DEBUGINFOD_MAXSIZE); not downloaded",
+        ),
+        (
+            Hostile::Drip,
+            ("DEBUGINFOD_MAXTIME", "2"),
+            "took more than 2 s (DEBUGINFOD_MAXTIME); not downloaded",
+        ),
+    ] {
+        let port = hostile_debuginfod(&s.build_id, how);
+        let url = PathBuf::from(format!("http://127.0.0.1:{port}"));
+        let env: [(&str, &Path); 3] = [
+            ("DEBUGINFOD_URLS", &url),
+            ("DEBUGINFOD_CACHE_PATH", &cache),
+            (limit.0, Path::new(limit.1)),
+        ];
+        let (report, stderr) = report_with(&dir, &env, &[]);
+        assert_eq!(faults_c_lines(&report), 0, "{report}");
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("debuginfod"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{stderr}");
+        assert!(
+            warnings[0].contains(&format!(
+                "http://127.0.0.1:{port}/buildid/{}/debuginfo: {needle}",
+                s.build_id
+            )),
+            "{stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(cache.join(&s.build_id))
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}

@@ -112,3 +112,48 @@ fn heatmap_from_without_input_names_its_recorder() {
         assert_eq!(err.matches("first").count(), 1, "{err}");
     }
 }
+
+/// Every bad `--time` window is refused on one line naming the flag, before the recording is
+/// read: beyond the nanoseconds a u64 holds (`1e20..` overflowed the window's start, a panic),
+/// negative, not finite, out of order, not a range. A `--interval` past them too.
+#[test]
+fn bad_time_windows_are_refused_naming_the_flag() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "10"]);
+    for (window, needle) in [
+        (
+            "1e300..",
+            "`1e300` seconds is out of range (at most 18446744074, 584 years)",
+        ),
+        ("1e20..", "`1e20` seconds is out of range"),
+        ("1.9e10..2e10", "`1.9e10` seconds is out of range"),
+        ("..1e300", "`1e300` seconds is out of range"),
+        ("1..1e11", "`1e11` seconds is out of range"),
+        ("-1..2", "`-1` is not a number of seconds"),
+        ("nan..1", "`nan` is not a number of seconds"),
+        ("1..inf", "`inf` is not a number of seconds"),
+        ("5..1", "the range 5..1 ends before it starts"),
+        ("1.5", "`1.5` is not a range such as 1.5..3"),
+    ] {
+        let arg = format!("--time={window}");
+        let out = dir.run(&["report", &arg]);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{window}: {err}");
+        let line = format!("error: invalid value '{window}' for '--time <START..END>': {needle}");
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error")).count(),
+            1,
+            "{window}: {err}"
+        );
+        assert!(err.starts_with(&line), "{window}: {err}");
+        assert!(!err.contains("panicked"), "{window}: {err}");
+    }
+    let out = dir.run(&["wss", "--interval", "99999999999999999999m", "--", "true"]);
+    let err = stderr_of(&out);
+    assert!(
+        err.starts_with(
+            "error: invalid value '99999999999999999999m' for '--interval <DURATION>': `99999999999999999999m` is out of range"
+        ),
+        "{err}"
+    );
+}

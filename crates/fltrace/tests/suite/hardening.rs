@@ -1108,3 +1108,175 @@ fn far_memory_program_whose_main_calls_pthread_exit_ends() {
         16384
     );
 }
+
+/// The log a hostile program could write for itself: a stack defined under id 2^32 - 16
+/// and used, then more distinct 128-frame stacks than the 2^24 frames kept (131,072 fit), the
+/// first of them used and the last one used. Returns the log's bytes.
+fn hostile_allocation_log(pid: u32, stacks: u32) -> Vec<u8> {
+    use fltrace_runtime_abi::alloclog::{
+        CHUNK_HEADER_SIZE, CHUNK_SIZE, CallRecord, Cursor, HEADER_SIZE, MAGIC, MAX_FRAMES,
+        MAX_RECORD, call,
+    };
+    let record_space = CHUNK_SIZE - CHUNK_HEADER_SIZE;
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    let mut chunk = vec![0u8; record_space + 64];
+    let mut pos = 0;
+    let mut cursor = Cursor::default();
+    let mut room = |chunk: &mut Vec<u8>, pos: &mut usize, cursor: &mut Cursor| {
+        if *pos > 0 && *pos + MAX_RECORD > record_space {
+            chunk.truncate(*pos);
+            chunks.push(std::mem::replace(chunk, vec![0u8; record_space + 64]));
+            *pos = 0;
+        }
+        if *pos == 0 {
+            *cursor = Cursor::default();
+            cursor.put_time(chunk, pos, 1_000_000);
+        }
+    };
+    let frames = |i: u64| -> Vec<u64> {
+        (0..MAX_FRAMES as u64)
+            .map(|j| 0x5555_0000_0000 + i * 4096 + j * 8)
+            .collect()
+    };
+    let malloc = |stack_id: u32, n: u64| CallRecord {
+        call: call::MALLOC,
+        addr: 0x1000_0000 + n * 64,
+        size: 64,
+        stack_id,
+        ..CallRecord::default()
+    };
+    let huge = u32::MAX - 16;
+    room(&mut chunk, &mut pos, &mut cursor);
+    cursor.put_stack(&mut chunk, &mut pos, huge, &frames(u64::from(stacks)));
+    cursor.put_call(&mut chunk, &mut pos, &malloc(huge, 0));
+    for id in 0..stacks {
+        room(&mut chunk, &mut pos, &mut cursor);
+        cursor.put_stack(&mut chunk, &mut pos, id, &frames(u64::from(id)));
+        if id == 0 || id == stacks - 1 {
+            cursor.put_call(&mut chunk, &mut pos, &malloc(id, u64::from(id) + 1));
+        }
+    }
+    chunk.truncate(pos);
+    chunks.push(chunk);
+    let mut log = vec![0u8; HEADER_SIZE + chunks.len() * CHUNK_SIZE];
+    let word = |log: &mut Vec<u8>, offset: usize, value: u64| {
+        log[offset..offset + 8].copy_from_slice(&value.to_ne_bytes());
+    };
+    word(&mut log, 0, MAGIC);
+    word(&mut log, 8, u64::from(pid));
+    let taken = log.len() as u64;
+    word(&mut log, 16, taken);
+    for (i, records) in chunks.iter().enumerate() {
+        let start = HEADER_SIZE + i * CHUNK_SIZE;
+        word(&mut log, start, u64::from(pid));
+        word(&mut log, start + 8, records.len() as u64);
+        log[start + CHUNK_HEADER_SIZE..start + CHUNK_HEADER_SIZE + records.len()]
+            .copy_from_slice(records);
+    }
+    log
+}
+
+/// A hostile allocation log in a killed recorder's spool is converted by the next recorder
+/// under a 1 GiB address-space cap (its stack id near 2^32 once sized a table of 16 GiB): the
+/// calls are kept, the stacks past the cap refused, and the count of refused definitions is
+/// said in the warning and in the process's stats.
+#[test]
+fn hostile_allocation_log_converts_in_bounded_memory() {
+    let dir = Dir::new();
+    dir.record(&[&workloads().faults], &["nested", "10"]);
+    let pid = dir.pids("faults", "parquet")[0];
+    let recording = fltrace_trace::read_origin(&files::faults(dir.path(), pid))
+        .expect("origin")
+        .expect("a recording id")
+        .recording;
+    // As a killed recorder leaves it: no checksums.
+    std::fs::remove_file(fltrace_trace::checksums::path(dir.path(), pid)).expect("checksums");
+    let dead = Command::new("true").spawn().expect("true");
+    let dead_pid = dead.id();
+    let mut dead = dead;
+    dead.wait().expect("wait");
+    let spool = dir.path().join(format!(".fltrace-allocs-{dead_pid}-1"));
+    std::fs::create_dir(&spool).expect("spool");
+    std::fs::write(
+        spool.join("recording"),
+        format!("recording {recording}\nmono_offset 0\n"),
+    )
+    .expect("metadata");
+    // 131,072 stacks of 128 frames fit in the 2^24 frames kept: 100 + 1 refused.
+    let stacks = 131_072 + 100;
+    std::fs::write(
+        spool.join(format!("log-{pid}.0")),
+        hostile_allocation_log(pid, stacks),
+    )
+    .expect("log");
+
+    let out = Command::new("prlimit")
+        .arg(format!("--as={}", 1u64 << 30))
+        .arg(env!("CARGO_BIN_EXE_fltrace"))
+        .args(["record", "--", "true"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .expect("prlimit runs");
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "recovered 3 allocations of process {pid} from the spool of a killed recorder; 101 stack definitions refused"
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        fltrace_trace::stats::last_value(&files::stats(dir.path(), pid), "alloc_stacks_refused")
+            .expect("stats"),
+        Some(101)
+    );
+    let events = fltrace_trace::read_allocs(&files::allocs(dir.path(), pid)).expect("allocs");
+    let stack_ids: Vec<u32> = events.iter().map(|e| e.stack_id).collect();
+    // The huge id's stack came first (0), local id 0's next (1); the last one was refused.
+    assert_eq!(
+        stack_ids,
+        [0, 1, fltrace_trace::AllocEvent::NO_STACK],
+        "{events:?}"
+    );
+    let stacks_kept =
+        fltrace_trace::read_stacks(&files::alloc_stacks(dir.path(), pid)).expect("stacks");
+    assert_eq!(stacks_kept.len(), 131_072);
+}
+
+/// A traced program that makes its allocation log claim 1 GiB of chunks over a sparse file and
+/// says its tracer stopped (as on a full file system, where the recorder copies the log into
+/// memory to remove its file): the recorder copies only the extents with data, and its peak
+/// stays far below the gigabyte it once copied.
+#[test]
+fn planted_stopped_log_is_copied_by_its_data() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "hostilelog.c");
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "--allocs", "--"])
+            .arg(&program)
+            .arg("1"),
+        Duration::from_secs(120),
+    );
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("planted "),
+        "{err}"
+    );
+    assert!(err.contains("an allocation log could not grow"), "{err}");
+    let peak_mb: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.split_once("recorder peak ")?
+                .1
+                .split_once(" MB")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no recorder peak: {err}"));
+    assert!(peak_mb < 256, "recorder peak {peak_mb} MB: {err}");
+}
