@@ -25,10 +25,7 @@ pub fn note_refused(out_dir: &Path, pid: u32, converted: Option<&Converted>) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let line = crate::stats::format_line(
-        now,
-        &[("alloc_stacks_refused", refused)],
-    );
+    let line = crate::stats::format_line(now, &[("alloc_stacks_refused", refused)]);
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
