@@ -57,7 +57,7 @@ impl AllocLogs {
         let dir = out_dir.join(format!(
             "{SPOOL_PREFIX}{}-{}",
             std::process::id(),
-            crate::recorder::unix_now_ns()
+            crate::os::unix_now_ns()
         ));
         let io = |source| fltrace_trace::Error::Io {
             path: dir.clone(),
@@ -107,14 +107,14 @@ impl AllocLogs {
         clock
             .get()
             .now_ns
-            .store(crate::recorder::monotonic_now_ns(), Ordering::Relaxed);
+            .store(crate::os::monotonic_now_ns(), Ordering::Relaxed);
         clock.get().magic.store(MAGIC, Ordering::Release);
         let stop = logs.stop.clone();
         let ticker = std::thread::Builder::new()
             .name("fltrace-clock".into())
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let now = crate::recorder::monotonic_now_ns();
+                    let now = crate::os::monotonic_now_ns();
                     clock.get().now_ns.store(now, Ordering::Relaxed);
                     std::thread::sleep(TICK);
                 }

@@ -22,13 +22,13 @@ impl CommandGroup {
 
     /// Starts the watchdog of group `pgid`.
     pub(crate) fn watch(pgid: i32) -> io::Result<CommandGroup> {
-        let (read_end, write_end) = crate::target::pipe_cloexec()?;
+        let (read_end, write_end) = crate::os::pipe_cloexec()?;
         // SAFETY: fork; the children below only make async-signal-safe calls.
         let middle = unsafe { libc::fork() };
         if middle < 0 {
             let error = io::Error::last_os_error();
-            crate::target::close(read_end);
-            crate::target::close(write_end);
+            crate::os::close(read_end);
+            crate::os::close(write_end);
             return Err(error);
         }
         if middle == 0 {
@@ -71,7 +71,7 @@ impl CommandGroup {
                 }
             }
         }
-        crate::target::close(read_end);
+        crate::os::close(read_end);
         let mut status = 0;
         // SAFETY: reaping our own child, which exits at once.
         unsafe { libc::waitpid(middle, &mut status, 0) };
@@ -96,7 +96,7 @@ impl Drop for CommandGroup {
         unsafe {
             libc::write(self.watchdog, (&byte as *const u8).cast(), 1);
         }
-        crate::target::close(self.watchdog);
+        crate::os::close(self.watchdog);
     }
 }
 

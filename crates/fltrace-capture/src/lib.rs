@@ -30,6 +30,8 @@ mod error;
 mod group;
 mod interrupt;
 mod jit_files;
+mod os;
+pub mod pages;
 mod process;
 mod reader;
 mod recorder;
@@ -51,10 +53,11 @@ pub use code_cache::CacheSummary;
 pub use error::Error;
 pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
+pub use os::monotonic_now_ns;
 pub use recorder::attach_tasks;
 pub use recorder::{
     AllocTracing, DEFAULT_STACK_BYTES, Ending, Options, Progress, RECORDING_FAILED, Summary,
-    Target, monotonic_now_ns, record, ring_mb_for,
+    Target, record, ring_mb_for,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};

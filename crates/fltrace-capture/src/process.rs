@@ -1030,7 +1030,7 @@ impl Process {
                 fltrace_runtime_abi::hist_percentile(&far.wait_hist, 990),
             ));
             counters.push(("rt_resolve_ns", far.resolve_ns));
-            counters.push(("recorder_cpu_ns", crate::recorder::cpu_time_ns()));
+            counters.push(("recorder_cpu_ns", crate::os::cpu_time_ns()));
         }
         self.out
             .stats

@@ -7,7 +7,6 @@
 mod dispatch;
 mod event_loop;
 mod finish;
-mod os;
 mod setup;
 
 use std::ffi::OsString;
@@ -22,8 +21,6 @@ use crate::sys::PerfEvent;
 use crate::target::Credentials;
 
 use dispatch::State;
-pub use os::monotonic_now_ns;
-pub(crate) use os::{cpu_time_ns, unix_now_ns};
 pub use setup::attach_tasks;
 
 /// What to trace.

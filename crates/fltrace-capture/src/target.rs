@@ -11,6 +11,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::Error;
 use crate::group::CommandGroup;
+use crate::os::{close, pipe_cloexec};
 
 /// Who the traced command runs as, when fltrace runs as root for a user.
 #[derive(Debug, Clone, Copy)]
@@ -28,20 +29,6 @@ pub struct PendingChild {
     go_write: i32,
     error_read: i32,
     program: String,
-}
-
-pub(crate) fn pipe_cloexec() -> io::Result<(i32, i32)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((fds[0], fds[1]))
-}
-
-pub(crate) fn close(fd: i32) {
-    // SAFETY: closing a descriptor we own; errors on close of a pipe end are irrelevant.
-    unsafe { libc::close(fd) };
 }
 
 impl PendingChild {

@@ -12,6 +12,7 @@ use fltrace_trace::{
 };
 
 use crate::Error;
+use crate::pages::{PAGE_SIZE, page_runs, process_running};
 
 /// How much of one mapping was referenced in an interval.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,40 +208,6 @@ fn words(pfns: &[u64]) -> Vec<(u64, u64)> {
     words
 }
 
-/// The size of the pages the idle bitmap and pagemap count in.
-pub const PAGE_SIZE: u64 = 4096;
-
-/// Sorted page addresses merged into runs of adjacent pages, `[start, end)`.
-pub fn page_runs(pages: &[u64]) -> Vec<(VirtAddr, VirtAddr)> {
-    let mut runs: Vec<(VirtAddr, VirtAddr)> = Vec::new();
-    for &page in pages {
-        let page = VirtAddr::new(page);
-        match runs.last_mut() {
-            Some((_, end)) if *end == page => *end += PAGE_SIZE,
-            _ => runs.push((page, page + PAGE_SIZE)),
-        }
-    }
-    runs
-}
-
-/// Whether process `pid` still runs: it exists and is not a zombie.
-pub fn process_running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-    })
-}
-
-/// The resident bytes of process `pid` now (0 if it is gone).
-pub fn rss_bytes(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/statm"))
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * PAGE_SIZE)
-}
-
 /// One interval of per-page sampling ([`sample_pages`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageSample {
@@ -296,7 +263,7 @@ pub fn sample_pages(
         }
     };
     while process_running(pid) {
-        let Ok(frames) = crate::damon::FrameMap::of_process(pid) else {
+        let Ok(frames) = crate::pages::FrameMap::of_process(pid) else {
             break;
         };
         let pfns: Vec<u64> = frames.frames().iter().map(|(pfn, _)| *pfn).collect();
@@ -320,7 +287,7 @@ pub fn sample_pages(
 }
 
 /// The virtual pages of `frames` whose `accessed` flag is set, sorted.
-fn accessed_pages(frames: &crate::damon::FrameMap, accessed: &[bool]) -> Vec<u64> {
+fn accessed_pages(frames: &crate::pages::FrameMap, accessed: &[bool]) -> Vec<u64> {
     let mut pages: Vec<u64> = frames
         .frames()
         .iter()
@@ -461,7 +428,7 @@ mod tests {
     #[test]
     fn accessed_frames_become_sorted_pages() {
         const PRESENT: u64 = 1 << 63;
-        let frames = crate::damon::FrameMap::from_entries([
+        let frames = crate::pages::FrameMap::from_entries([
             (0x5000, PRESENT | 3),
             (0x1000, PRESENT | 9),
             (0x2000, PRESENT | 1),
@@ -508,15 +475,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(trace.curve.len(), 1);
-    }
-
-    /// This process runs; a pid that cannot exist does not.
-    #[test]
-    fn running_processes_are_told_from_gone_ones() {
-        assert!(process_running(std::process::id() as i32));
-        assert!(rss_bytes(std::process::id() as i32) > 0);
-        assert!(!process_running(i32::MAX));
-        assert_eq!(rss_bytes(i32::MAX), 0);
     }
 
     /// Frames are marked idle word by word; a frame whose bit the kernel cleared reads as

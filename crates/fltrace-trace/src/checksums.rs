@@ -12,7 +12,7 @@ use crate::{Error, files};
 
 /// The checksums file of `pid`.
 pub fn path(dir: &Path, pid: u32) -> PathBuf {
-    files::path(dir, "checksums", pid, "out")
+    files::checksums(dir, pid)
 }
 
 /// The files of `pid` the checksums cover, where they exist: the tables and text files a

@@ -54,6 +54,11 @@ pub fn alloc_totals(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "allocsums", pid, "parquet")
 }
 
+/// The sizes and CRCs of a finished recording's files (`checksums`).
+pub fn checksums(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "checksums", pid, "out")
+}
+
 /// The mappings of `pid` in `/proc/PID/maps` format.
 pub fn procmaps(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "procmaps", pid, "out")
@@ -265,11 +270,7 @@ pub fn refused_inputs(dir: &Path, pid: u32) -> Vec<Error> {
         access(dir, pid),
         access_stacks(dir, pid),
     ];
-    let texts = [
-        stats(dir, pid),
-        procmaps(dir, pid),
-        crate::checksums::path(dir, pid),
-    ];
+    let texts = [stats(dir, pid), procmaps(dir, pid), checksums(dir, pid)];
     let mut refused = Vec::new();
     for (path, cap) in tables
         .into_iter()

@@ -13,8 +13,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use fltrace_trace::{FileOffset, Mapping, VirtAddr};
 
 use super::Options;
-use super::os::unix_now_ns;
 use crate::Error;
+use crate::os::unix_now_ns;
 use crate::process::{FaultSample, Process, RemapCall, SessionMeta};
 use crate::sys::{self, Tracepoint, perf_event_attr};
 use crate::unwind::ElfCache;

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::dispatch::State;
-use super::os::{
+use super::{CpuRings, Ended, Progress, Session, keep_first, note_stop};
+use crate::os::{
     become_urgent, pidfd_open, poll_rings, process_alive, signal_child, try_wait, wait_for_exit,
 };
-use super::{CpuRings, Ended, Progress, Session, keep_first, note_stop};
 
 impl Session {
     /// Reads records until the traced processes are gone (or, for

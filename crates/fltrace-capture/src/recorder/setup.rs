@@ -9,10 +9,10 @@ use rustc_hash::FxHashSet;
 use fltrace_trace::keys;
 
 use super::dispatch::{FaultFields, RemapFields, State, UnmapFields};
-use super::os::{monotonic_now_ns, unix_now_ns};
 use super::{CpuRings, Options, Session, Target};
 use crate::Error;
 use crate::child::ChildGuard;
+use crate::os::{monotonic_now_ns, unix_now_ns};
 use crate::ring::{RingBuffer, page_size};
 use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
 use crate::target::PendingChild;

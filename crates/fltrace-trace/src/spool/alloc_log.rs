@@ -12,8 +12,12 @@ use fltrace_runtime_abi::alloclog::{
     CHUNK_HEADER_SIZE, CHUNK_SIZE, Cursor, Decoder, HEADER_SIZE, MAGIC, MAX_FRAMES, Record,
 };
 
-use super::convert::log_name;
 use crate::{AllocCall, AllocEvent, Error, VirtAddr};
+
+/// The name of the log of image `image` (execs count up from 0) of process `pid`.
+pub fn log_name(pid: u32, image: u32) -> String {
+    format!("log-{pid}.{image}")
+}
 
 /// The largest allocation log read: far above a long run's (about 6 bytes a call).
 const LOG_CAP: u64 = 64 << 30;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use fltrace_runtime_abi::alloclog::MAX_FRAMES;
 
-use super::alloc_log::{Item, LiveLog};
+use super::alloc_log::{Item, LiveLog, log_name};
 use crate::{
     AllocEvent, AllocTotals, AllocWriter, CodeAddr, Error, Origin, Stack, StackWriter, files,
 };
@@ -89,11 +89,6 @@ pub fn convert_spooled(
     // Last: a totals file says its process's tables were written to the end.
     crate::write_alloc_totals(&files::alloc_totals(out_dir, pid), origin, &totals)?;
     Ok(Some(converted))
-}
-
-/// The name of the log of image `image` (execs count up from 0) of process `pid`.
-pub fn log_name(pid: u32, image: u32) -> String {
-    format!("log-{pid}.{image}")
 }
 
 /// One process's tables being written from its logs, image after image.

@@ -1,5 +1,6 @@
-//! The clocks and the system calls of the recording loop, each behind a safe function.
+//! The clocks and the system calls of capture, each behind a safe function.
 
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -105,4 +106,19 @@ pub(super) fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_
         .collect();
     // SAFETY: `fds` is a valid array of pollfd for its length.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+}
+
+/// A pipe whose ends close on exec: (read end, write end).
+pub(crate) fn pipe_cloexec() -> io::Result<(i32, i32)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+pub(crate) fn close(fd: i32) {
+    // SAFETY: closing a descriptor we own; errors on close of a pipe end are irrelevant.
+    unsafe { libc::close(fd) };
 }
