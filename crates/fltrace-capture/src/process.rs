@@ -186,7 +186,7 @@ pub struct FaultSample<'a> {
 }
 
 /// What the recording as a whole passes to each process.
-pub struct SessionMeta {
+pub struct RecordingContext {
     /// Where the trace files go.
     pub dir: PathBuf,
     /// Whether unwinding may read beyond the sampled stack copy from the live process.
@@ -206,7 +206,7 @@ impl Process {
     pub fn new(
         pid: u32,
         parent: Option<u32>,
-        session: &SessionMeta,
+        session: &RecordingContext,
     ) -> Result<Process, fltrace_trace::Error> {
         let live_pid = if session.read_live_stacks { pid } else { 0 };
         let mut metadata = session.metadata.clone();
@@ -273,7 +273,7 @@ impl Process {
     pub fn fork_of(
         parent: &Process,
         pid: u32,
-        session: &SessionMeta,
+        session: &RecordingContext,
     ) -> Result<Process, fltrace_trace::Error> {
         let mut child = Process::new(pid, Some(parent.pid), session)?;
         child.generation = parent.generation;
@@ -1117,7 +1117,7 @@ mod tests {
     use super::*;
 
     fn process(dir: &Path) -> Process {
-        let session = SessionMeta {
+        let session = RecordingContext {
             dir: dir.to_owned(),
             read_live_stacks: false,
             far_memory: None,
@@ -1136,7 +1136,7 @@ mod tests {
     fn far_memory_rows_use_the_recorders_clock_offset() {
         let dir = tempfile::tempdir().expect("tempdir");
         let prefix = dir.path().join("runtime");
-        let session = SessionMeta {
+        let session = RecordingContext {
             dir: dir.path().to_owned(),
             read_live_stacks: false,
             far_memory: Some(prefix),

@@ -259,14 +259,14 @@ pub fn record(
     stop: &AtomicUsize,
     mut progress: impl FnMut(&Progress),
 ) -> Result<Summary, Error> {
-    let mut session = Session::set_up(target, options)?;
-    let ended = session.run(stop, &mut progress);
-    Ok(session.finish(ended, options))
+    let mut recording = ActiveRecording::set_up(target, options)?;
+    let ended = recording.run(stop, &mut progress);
+    Ok(recording.finish(ended, options))
 }
 
 /// A recording once set up: the events open, the command running, the side captures
 /// running.
-struct Session {
+struct ActiveRecording {
     root_pid: u32,
     /// Whether the command was started by fltrace (not attached to).
     started_command: bool,

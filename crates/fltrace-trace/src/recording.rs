@@ -41,7 +41,7 @@ pub mod keys {
 
 /// What identifies a recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionInfo {
+pub struct RecordingId {
     /// Unique id of the run.
     pub id: String,
     /// Start, nanoseconds since the Unix epoch.
@@ -56,7 +56,7 @@ pub struct Recording {
     /// The directory holding the files.
     pub dir: PathBuf,
     /// Its identity.
-    pub session: SessionInfo,
+    pub session: RecordingId,
     pids: Vec<u32>,
     /// When its newest faults file was last written.
     modified: Option<SystemTime>,
@@ -146,7 +146,7 @@ impl Recording {
                     .map(|(_, v)| v.clone())
                     .unwrap_or_default()
             };
-            let session = SessionInfo {
+            let session = RecordingId {
                 id: get(keys::SESSION),
                 start_ns: get(keys::START_NS).parse().unwrap_or(0),
                 command: get(keys::COMMAND),
@@ -523,7 +523,7 @@ mod tests {
     fn chosen_pids_are_the_one_asked_for_or_all() {
         let recording = Recording {
             dir: PathBuf::from("/r"),
-            session: SessionInfo {
+            session: RecordingId {
                 id: "3-1".to_owned(),
                 start_ns: 1,
                 command: "scan".to_owned(),

@@ -15,7 +15,7 @@ use fltrace_trace::{FileOffset, Mapping, VirtAddr};
 use super::Options;
 use crate::Error;
 use crate::os::unix_now_ns;
-use crate::process::{FaultSample, Process, RemapCall, SessionMeta};
+use crate::process::{FaultSample, Process, RecordingContext, RemapCall};
 use crate::sys::{self, Tracepoint, perf_event_attr};
 use crate::unwind::ElfCache;
 
@@ -102,7 +102,7 @@ pub(super) struct State {
     /// Processes whose files are complete: late records for them are dropped.
     finished_set: FxHashSet<u32>,
     /// What each new process is made with.
-    session: SessionMeta,
+    session: RecordingContext,
     pub(super) far_exhausted: bool,
     /// Per finished process, the generation its preloaded library's first image ran in.
     pub(super) preload_generations: FxHashMap<u32, u32>,
@@ -163,7 +163,7 @@ impl State {
             deferred_pids: FxHashSet::default(),
             replaying: false,
             finished_set: FxHashSet::default(),
-            session: SessionMeta {
+            session: RecordingContext {
                 dir: options.dir.clone(),
                 read_live_stacks: options.read_live_stacks,
                 far_memory: far_prefix,

@@ -5,12 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::dispatch::State;
-use super::{CpuRings, Ended, Progress, Session, keep_first, note_stop};
+use super::{ActiveRecording, CpuRings, Ended, Progress, keep_first, note_stop};
 use crate::os::{
     become_urgent, pidfd_open, poll_rings, process_alive, signal_child, try_wait, wait_for_exit,
 };
 
-impl Session {
+impl ActiveRecording {
     /// Reads records until the traced processes are gone (or, for
     /// an attached process, until `stop`), checkpointing the tables every second. Never
     /// returns early: a trace that cannot be written stops the reading, not the waiting.

@@ -1,13 +1,13 @@
 //! The end of a recording: every table closed as far as it goes, the allocation logs
 //! converted, the access capture stopped, the checksums written.
 
-use super::{Ended, Options, Session, Summary, keep_first, note_stop};
+use super::{ActiveRecording, Ended, Options, Summary, keep_first, note_stop};
 
-impl Session {
+impl ActiveRecording {
     /// Closes every table as far as it goes, converts the allocation logs, stops the access
     /// capture and says how the recording ended.
     pub(super) fn finish(self, ended: Ended, options: &Options) -> Summary {
-        let Session {
+        let ActiveRecording {
             root_pid,
             started_command,
             child,

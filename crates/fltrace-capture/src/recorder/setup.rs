@@ -9,7 +9,7 @@ use rustc_hash::FxHashSet;
 use fltrace_trace::keys;
 
 use super::dispatch::{FaultFields, RemapFields, State, UnmapFields};
-use super::{CpuRings, Options, Session, Target};
+use super::{ActiveRecording, CpuRings, Options, Target};
 use crate::Error;
 use crate::child::ChildGuard;
 use crate::os::{monotonic_now_ns, unix_now_ns};
@@ -17,12 +17,12 @@ use crate::ring::{RingBuffer, page_size};
 use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
 use crate::target::PendingChild;
 
-impl Session {
+impl ActiveRecording {
     /// Opens the tracepoints and events, forks the command (waiting before its exec) or
     /// attaches to the process, starts the allocation and access captures, and lets the
     /// command exec. Every error after the fork kills and reaps the child (see
     /// [`ChildGuard`]).
-    pub(super) fn set_up(target: &Target, options: &Options) -> Result<Session, Error> {
+    pub(super) fn set_up(target: &Target, options: &Options) -> Result<ActiveRecording, Error> {
         // Before anything runs: a recording that could not be kept must not cost a run.
         fltrace_trace::files::check_output_dir(&options.dir)?;
         let tracefs =
@@ -218,7 +218,7 @@ impl Session {
         // Last: the command runs only once everything is in place. A failed exec has reaped
         // the child already.
         child.release()?;
-        Ok(Session {
+        Ok(ActiveRecording {
             root_pid,
             started_command: enable_on_exec,
             child,
