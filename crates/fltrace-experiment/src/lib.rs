@@ -4,8 +4,10 @@
 //! Spark read as one table), resumable; then a catalog of the series and statistics of its
 //! run times.
 //!
-//! Recording stays in `fltrace-capture`: a run of a traced configuration is `fltrace record`
-//! started as a child process, so that each run's fltrace is measured as a whole.
+//! Recording stays in `fltrace-capture`: a run of a series' traced configuration is
+//! `fltrace record` started as a child process, so that each run's fltrace is measured as a
+//! whole; the sweep ([`sweep`]) records its steps in process through `fltrace_capture::record`,
+//! since a step's figure is its fault count, not its time.
 
 pub mod catalog;
 mod config;
