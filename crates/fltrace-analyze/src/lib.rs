@@ -72,8 +72,8 @@ pub use diff::{DiffRow, diff_groups};
 pub use export::{
     CountedSource, ReportFileError, SCRIPT_EVENT, Source, folded, folded_counts, frame_name,
     percent, process_name, process_name_in, process_names, stack_field, thread_name,
-    truncated_share, without_parameters, write_original_report, write_original_reports,
-    write_script,
+    truncated_share, without_parameters, write_folded_counts, write_original_report,
+    write_original_reports, write_script,
 };
 pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{
@@ -83,15 +83,17 @@ pub use group::{
     group_faults_by_alloc_site, group_origins_by_alloc_site,
 };
 pub use heat::{
-    FaultSelection, HeatRange, LabelledBlock, access_samples_in, heat_ranges, labelled_blocks,
+    FaultSelection, HeatInputError, HeatRange, HeatSource, LabelledBlock, access_samples_in,
+    heat_blocks, heat_faults, heat_input, heat_process_names, heat_ranges, labelled_blocks,
     largest_labelled_blocks, site_label,
 };
 pub use listing::{
     RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,
 };
 pub use load::{
-    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,
-    find_recording, find_recording_salvaging, load, unfinished_note, window_ns,
+    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, WHOLE_TABLE_ENV,
+    archive_note, debug_config, find_recording, find_recording_salvaging, load, unfinished_note,
+    whole_table, window_ns,
 };
 pub use names::demangle;
 pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};

@@ -18,6 +18,7 @@ mod flames;
 mod heatmap;
 mod plot;
 pub mod report;
+pub mod wss;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{
@@ -26,7 +27,7 @@ pub use flames::{
 };
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
-    HeatmapOptions, ImageFormat, PlacedRect, color_of,
+    HeatmapFiles, HeatmapOptions, ImageFormat, PlacedRect, color_of,
 };
 
 use std::collections::{BTreeMap, BTreeSet};

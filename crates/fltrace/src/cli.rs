@@ -166,7 +166,7 @@ pub struct DiffArgs {
     pub top: usize,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: TableFormat,
 }
 
 #[derive(Debug, Args)]
@@ -211,6 +211,18 @@ pub enum HeatSource {
     Damon,
     /// `fltrace-data-access-<pid>.parquet`: PMU load and store samples (record --access-samples).
     Access,
+}
+
+impl HeatSource {
+    /// What fltrace-analyze reads for it.
+    pub fn source(self) -> fltrace_analyze::HeatSource {
+        match self {
+            HeatSource::Faults => fltrace_analyze::HeatSource::Faults,
+            HeatSource::Wss => fltrace_analyze::HeatSource::Wss,
+            HeatSource::Damon => fltrace_analyze::HeatSource::Damon,
+            HeatSource::Access => fltrace_analyze::HeatSource::Access,
+        }
+    }
 }
 
 fn region_counts(s: &str) -> Result<(u64, u64), String> {
@@ -284,7 +296,7 @@ pub struct WssArgs {
     /// table (one line per interval), csv (`time_s,wss_bytes,rss_bytes` on stdout) or json
     /// (one object per interval and line, with the CSV's names).
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: TableFormat,
     /// Directory for the per-mapping trace and the plot.
     #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
@@ -564,12 +576,16 @@ pub enum By {
     Tid,
 }
 
+/// The system tools' `--format` (theirs: the reading commands take fltrace-render's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Table,
     Csv,
     Json,
 }
+
+/// `--format table|csv|json` of every reading command that prints tables.
+pub use fltrace_render::report::Format as TableFormat;
 
 /// The report's formats: the tables, and the faults' stacks for other tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -585,11 +601,11 @@ pub enum ReportFormat {
 
 impl ReportFormat {
     /// The table format; the exports (folded, pprof) never reach the tables and read as table.
-    pub fn tabular(self) -> Format {
+    pub fn tabular(self) -> TableFormat {
         match self {
-            ReportFormat::Csv => Format::Csv,
-            ReportFormat::Json => Format::Json,
-            ReportFormat::Table | ReportFormat::Folded | ReportFormat::Pprof => Format::Table,
+            ReportFormat::Csv => TableFormat::Csv,
+            ReportFormat::Json => TableFormat::Json,
+            ReportFormat::Table | ReportFormat::Folded | ReportFormat::Pprof => TableFormat::Table,
         }
     }
 }
@@ -710,18 +726,6 @@ impl By {
             By::Pid => Some(ThreadBy::Pid),
             By::Tid => Some(ThreadBy::Tid),
             _ => None,
-        }
-    }
-}
-
-impl Format {
-    /// The report format of fltrace-render this flag names.
-    pub fn render(self) -> fltrace_render::report::Format {
-        use fltrace_render::report::Format as Render;
-        match self {
-            Format::Table => Render::Table,
-            Format::Csv => Render::Csv,
-            Format::Json => Render::Json,
         }
     }
 }

@@ -5,14 +5,14 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    CallOrder, FaultReport, GroupBy, OpenedRecording, ThreadBy, alloc_processes, call_tree,
-    folded_counts, group_faults_by_thread, leak_age_ns, recording_line, write_original_reports,
-    write_pprof_counts,
+    AllocStacks, CallOrder, FaultReport, FaultsHeld, GroupBy, OpenedRecording, ThreadBy,
+    alloc_processes, call_tree, group_faults_by_thread, leak_age_ns, recording_line,
+    write_folded_counts, write_original_reports, write_pprof_counts,
 };
 use fltrace_render::report::{alloc_tables, call_tree as tree_text, faults, threads};
 
 use crate::cli::{By, CallGraphOrder, ReportArgs, ReportFormat};
-use crate::load::{Allocs, load_allocs, load_counts, load_with};
+use crate::load::load;
 
 /// What a report is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,11 @@ fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     if pprof && args.output.is_none() && std::io::stdout().is_terminal() {
         bail!("a pprof profile is binary: give --output FILE or redirect stdout");
     }
-    let loaded = load_counts(&args.selection)?;
+    let options = args.selection.load_options()?;
+    let loaded = load(
+        &options.holding(FaultsHeld::Counted, AllocStacks::Skip),
+        Some(&opened.named),
+    )?;
     eprintln!(
         "fltrace: {}",
         recording_line(&loaded.recording, &opened.named)
@@ -127,9 +131,7 @@ fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     let written = if pprof {
         write_pprof_counts(loaded.counted_sources(), &mut out)
     } else {
-        folded_counts(loaded.counted_sources())
-            .iter()
-            .try_for_each(|(stack, count)| writeln!(out, "{stack} {count}"))
+        write_folded_counts(loaded.counted_sources(), &mut out)
     };
     written
         .and_then(|()| out.flush())
@@ -188,7 +190,7 @@ fn write_legacy_csv(
     let written = match write_original_reports(loaded, &dir) {
         Ok(written) => written,
         // The original's side files on a full disk: the report itself still prints.
-        Err(e) if no_space_left(&e) => {
+        Err(e) if e.no_space_left() => {
             eprintln!(
                 "fltrace: warning: {}: the report is printed only",
                 fltrace_trace::error_chain(&e)
@@ -214,13 +216,17 @@ fn write_legacy_csv(
 /// Writes the original's report files when asked and returns what goes to stdout.
 fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String> {
     let mode = Mode::of(args)?;
+    let options = args.selection.load_options()?;
     // Only the reports of faults by their own stacks stream; the others need each fault's
     // address and time to find the block it landed in.
-    let loaded = match mode {
-        Mode::Faults(_) | Mode::CallTree(_) => load_counts(&args.selection)?,
-        Mode::Threads(_) => load_with(&args.selection, Allocs::Skip)?,
-        _ => load_allocs(&args.selection)?,
+    let options = match mode {
+        Mode::Faults(_) | Mode::CallTree(_) => {
+            options.holding(FaultsHeld::Counted, AllocStacks::Skip)
+        }
+        Mode::Threads(_) => options.holding(FaultsHeld::All, AllocStacks::Skip),
+        _ => options.for_allocs(),
     };
+    let loaded = load(&options, Some(&opened.named))?;
     eprintln!(
         "fltrace: {}",
         recording_line(&loaded.recording, &opened.named)
@@ -231,7 +237,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     if !in_table && let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
-    let format = args.format.tabular().render();
+    let format = args.format.tabular();
     if let Mode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
         let width = (!args.wide).then(terminal_width);
@@ -261,26 +267,6 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
         Mode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
         _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format),
     }?)
-}
-
-/// Whether `error` or one of its causes is a full file system (ENOSPC).
-fn no_space_left(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    let full = |io: &std::io::Error| io.raw_os_error() == Some(libc::ENOSPC);
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            // csv wraps its writer's errors in an io::Error of its own, with no source.
-            let in_csv = io
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<csv::Error>())
-                .map(csv::Error::kind);
-            if full(io) || matches!(in_csv, Some(csv::ErrorKind::Io(inner)) if full(inner)) {
-                return true;
-            }
-        }
-        cause = e.source();
-    }
-    false
 }
 
 #[cfg(test)]

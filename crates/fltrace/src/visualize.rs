@@ -4,12 +4,12 @@ use std::io::Write as _;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{OpenedRecording, alloc_processes, recording_line};
+use fltrace_analyze::{AllocStacks, FaultsHeld, OpenedRecording, alloc_processes, recording_line};
 use fltrace_render::{FrameLabel, flamegraph, process_flamegraphs, recording_flames};
 use fltrace_trace::files;
 
 use crate::cli::{Label, VisualizeArgs};
-use crate::load::{Allocs, load_counts_with};
+use crate::load::load;
 
 /// The characters of the command a flamegraph's title shows.
 const COMMAND_IN_TITLE: usize = 60;
@@ -30,7 +30,11 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
     };
     // Faults counted per stack, allocations paired in one pass: memory follows the distinct
     // stacks and the blocks alive at once, not the faults or calls.
-    let loaded = load_counts_with(&args.selection, Allocs::IfRecorded)?;
+    let options = args.selection.load_options()?;
+    let loaded = load(
+        &options.holding(FaultsHeld::Counted, AllocStacks::IfRecorded),
+        Some(&opened.named),
+    )?;
     eprintln!(
         "fltrace: {}",
         recording_line(&loaded.recording, &opened.named)
