@@ -66,7 +66,9 @@ pub use allocators::{
 pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
 pub use call_tree::{CallNode, CallOrder, CallTree, call_tree};
 pub use counts::{FaultCounts, Tally};
-pub use dataset::{EXPORT_FAULTS, EXPORT_FRAMES, ExportedRecording, export_dataset};
+pub use dataset::{
+    EXPORT_FAULTS, EXPORT_FRAMES, ExportedRecording, HostError, export_dataset, export_host,
+};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
 pub use export::{

@@ -16,14 +16,16 @@
 mod curve;
 mod flames;
 mod heatmap;
+pub mod listing;
 mod plot;
 pub mod report;
 pub mod wss;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{
-    BY_ALLOCATION, Flames, FrameLabel, ProcessFlamegraph, allocation_flames, fault_flames,
-    frame_label, process_flamegraphs, recording_flames,
+    ALL_PROCESSES, BY_ALLOCATION, FlamegraphFile, Flames, FrameLabel, ProcessFlamegraph,
+    allocation_flames, fault_flames, frame_label, process_flamegraph_files, process_flamegraphs,
+    recording_flamegraph_file, recording_flames, title_command,
 };
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,

@@ -138,31 +138,6 @@ fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
         .with_context(|| format!("writing {name}"))
 }
 
-/// The width tables fit: `COLUMNS` if set, else the terminal's on stdout, else
-/// [`faults::DEFAULT_WIDTH`].
-fn terminal_width() -> usize {
-    if let Some(columns) = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.trim().parse::<usize>().ok())
-        .filter(|&c| c > 0)
-    {
-        return columns;
-    }
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which outlives the call.
-    let got = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
-    if got == 0 && size.ws_col > 0 {
-        usize::from(size.ws_col)
-    } else {
-        faults::DEFAULT_WIDTH
-    }
-}
-
 /// Whether the command line is the original's `fltrace report` (the table of faults by line,
 /// with only the recording chosen), which wrote its CSV files without being asked.
 fn original_form(args: &ReportArgs) -> bool {
@@ -240,7 +215,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     let format = args.format.tabular();
     if let Mode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
-        let width = (!args.wide).then(terminal_width);
+        let width = (!args.wide).then(faults::terminal_width);
         return Ok(faults::faults_fit(&loaded, &report, format, width)?);
     }
     if let Mode::CallTree(order) = mode {

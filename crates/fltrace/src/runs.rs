@@ -10,7 +10,7 @@ use clap::Args;
 
 use fltrace_experiment::catalog::Catalog;
 use fltrace_experiment::invocation::{RunsAction, RunsRequest};
-use fltrace_experiment::{Event, SeriesOptions, listing, page};
+use fltrace_experiment::{SeriesOptions, listing, page};
 
 use fltrace_capture::interrupt_counter;
 
@@ -137,37 +137,8 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         preload,
     };
     let stop = interrupt_counter()?;
-    let outcome = fltrace_experiment::run_series(&options, &stop, |event| match event {
-        Event::Start { seed, total, done } => {
-            if done > 0 {
-                eprintln!(
-                    "fltrace runs: {done} of {total} runs already done, resuming (seed {seed})"
-                );
-            } else {
-                eprintln!(
-                    "fltrace runs: {total} runs (seed {seed}) in {}",
-                    dir.display()
-                );
-            }
-        }
-        Event::Ran {
-            index,
-            total,
-            run,
-            left,
-        } => eprintln!(
-            "fltrace runs: [{index}/{total}] {} config={} rep={}: {:.2} s, {}{}; about {} left",
-            run.workload,
-            run.config,
-            run.rep,
-            run.wall_s,
-            run.status(),
-            run.error
-                .as_deref()
-                .map(|e| format!(" ({e})"))
-                .unwrap_or_default(),
-            listing::human_duration(left)
-        ),
+    let outcome = fltrace_experiment::run_series(&options, &stop, |event| {
+        eprintln!("fltrace runs: {}", event.line(&dir));
     })?;
     if outcome.interrupted {
         eprintln!(
