@@ -44,6 +44,7 @@ mod names;
 mod opened;
 mod pprof;
 mod range_map;
+mod report_mode;
 mod symbolize;
 #[cfg(test)]
 mod test_support;
@@ -101,6 +102,7 @@ pub use names::demangle;
 pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};
 pub use pprof::{write_pprof, write_pprof_counts};
 pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
+pub use report_mode::{ReportBy, ReportFlags, ReportFlagsError, ReportMode};
 pub use symbolize::{
     CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
 };

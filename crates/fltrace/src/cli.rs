@@ -706,25 +706,26 @@ pub struct VisualizeArgs {
 }
 
 impl By {
-    /// How faults are grouped by this flag; `alloc-site` groups by no place of their own.
-    pub fn group_by(self) -> Option<fltrace_analyze::GroupBy> {
-        use fltrace_analyze::GroupBy;
+    /// What fltrace-analyze groups by for this flag.
+    pub fn report_by(self) -> fltrace_analyze::ReportBy {
+        use fltrace_analyze::{GroupBy, ReportBy, ThreadBy};
         match self {
-            By::Stack => Some(GroupBy::Stack),
-            By::Function => Some(GroupBy::Function),
-            By::Line => Some(GroupBy::Line),
-            By::Dso => Some(GroupBy::Dso),
-            By::AllocSite | By::Comm | By::Pid | By::Tid => None,
+            By::Stack => ReportBy::Group(GroupBy::Stack),
+            By::Function => ReportBy::Group(GroupBy::Function),
+            By::Line => ReportBy::Group(GroupBy::Line),
+            By::Dso => ReportBy::Group(GroupBy::Dso),
+            By::AllocSite => ReportBy::AllocSite,
+            By::Comm => ReportBy::Thread(ThreadBy::Comm),
+            By::Pid => ReportBy::Thread(ThreadBy::Pid),
+            By::Tid => ReportBy::Thread(ThreadBy::Tid),
         }
     }
 
-    /// How faults are grouped by process or thread, if this flag says so.
-    pub fn thread_by(self) -> Option<fltrace_analyze::ThreadBy> {
-        use fltrace_analyze::ThreadBy;
-        match self {
-            By::Comm => Some(ThreadBy::Comm),
-            By::Pid => Some(ThreadBy::Pid),
-            By::Tid => Some(ThreadBy::Tid),
+    /// How faults are grouped by this flag; `alloc-site` and the threads' by no place of
+    /// their own stacks.
+    pub fn group_by(self) -> Option<fltrace_analyze::GroupBy> {
+        match self.report_by() {
+            fltrace_analyze::ReportBy::Group(by) => Some(by),
             _ => None,
         }
     }

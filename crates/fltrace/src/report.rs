@@ -5,7 +5,7 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    AllocStacks, CallOrder, FaultReport, FaultsHeld, GroupBy, OpenedRecording, ThreadBy,
+    AllocStacks, CallOrder, FaultReport, FaultsHeld, OpenedRecording, ReportFlags, ReportMode,
     alloc_processes, call_tree, group_faults_by_thread, leak_age_ns, recording_line,
     write_folded_counts, write_original_reports, write_pprof_counts,
 };
@@ -14,66 +14,20 @@ use fltrace_render::report::{alloc_tables, call_tree as tree_text, faults, threa
 use crate::cli::{By, CallGraphOrder, ReportArgs, ReportFormat};
 use crate::load::load;
 
-/// What a report is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// Faults by their own stacks.
-    Faults(GroupBy),
-    /// Allocations (`--allocs`).
-    Allocs(GroupBy),
-    /// Memory still allocated at the end (`--leaks`).
-    Leaks,
-    /// Faults by the allocation site of the memory they hit (`--by alloc-site`).
-    AllocSite,
-    /// Faults by process, thread or thread name (`--by pid|tid|comm`).
-    Threads(ThreadBy),
-    /// Faults on a call tree (`-g`).
-    CallTree(CallOrder),
-}
-
-impl Mode {
-    /// The mode the flags ask for, or why they do not go together.
-    fn of(args: &ReportArgs) -> anyhow::Result<Mode> {
-        let group_by = |by: Option<By>| by.unwrap_or(By::Line).group_by().unwrap_or(GroupBy::Line);
-        if let Some(order) = args.call_graph {
-            if args.allocs || args.leaks || args.by.is_some() {
-                bail!("-g draws the faults' call tree: not with --by, --allocs or --leaks");
-            }
-            if args.format == ReportFormat::Csv {
-                bail!("-g draws a tree: --format table or json, not csv");
-            }
-            return Ok(Mode::CallTree(match order {
-                CallGraphOrder::Caller => CallOrder::Caller,
-                CallGraphOrder::Callee => CallOrder::Callee,
-            }));
-        }
-        let mode = match (args.allocs, args.leaks, args.by) {
-            (true, _, Some(By::AllocSite)) => bail!(
-                "--by alloc-site groups faults; --allocs groups allocations by stack, function, line or dso"
-            ),
-            (true, _, Some(by)) if by.thread_by().is_some() => {
-                bail!(
-                    "--by comm, pid and tid group faults; --allocs groups allocations by stack, function, line or dso"
-                )
-            }
-            (true, _, by) => Mode::Allocs(group_by(by)),
-            (_, true, Some(_)) => bail!("--leaks lists whole stacks: --by does not apply"),
-            (_, true, None) => Mode::Leaks,
-            (false, false, Some(By::AllocSite)) => Mode::AllocSite,
-            (false, false, by) => match by.and_then(By::thread_by) {
-                Some(threads) => Mode::Threads(threads),
-                None => Mode::Faults(group_by(by)),
-            },
-        };
-        let whole_recording = matches!(mode, Mode::Allocs(_) | Mode::Leaks);
-        if whole_recording && args.selection.time.is_some() {
-            bail!("--time selects faults; --allocs and --leaks cover the whole recording");
-        }
-        if !whole_recording && args.older_ms.is_some() {
-            bail!("--older-ms applies to --leaks and --allocs");
-        }
-        Ok(mode)
-    }
+/// The report the flags ask for, or why they do not go together.
+fn mode(args: &ReportArgs) -> Result<ReportMode, fltrace_analyze::ReportFlagsError> {
+    ReportMode::of(&ReportFlags {
+        by: args.by.map(By::report_by),
+        call_graph: args.call_graph.map(|order| match order {
+            CallGraphOrder::Caller => CallOrder::Caller,
+            CallGraphOrder::Callee => CallOrder::Callee,
+        }),
+        allocs: args.allocs,
+        leaks: args.leaks,
+        csv: args.format == ReportFormat::Csv,
+        time: args.selection.time.is_some(),
+        older_ms: args.older_ms.is_some(),
+    })
 }
 
 pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
@@ -190,17 +144,8 @@ fn write_legacy_csv(
 
 /// Writes the original's report files when asked and returns what goes to stdout.
 fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String> {
-    let mode = Mode::of(args)?;
-    let options = args.selection.load_options()?;
-    // Only the reports of faults by their own stacks stream; the others need each fault's
-    // address and time to find the block it landed in.
-    let options = match mode {
-        Mode::Faults(_) | Mode::CallTree(_) => {
-            options.holding(FaultsHeld::Counted, AllocStacks::Skip)
-        }
-        Mode::Threads(_) => options.holding(FaultsHeld::All, AllocStacks::Skip),
-        _ => options.for_allocs(),
-    };
+    let mode = mode(args)?;
+    let options = mode.load_options(&args.selection.load_options()?);
     let loaded = load(&options, Some(&opened.named))?;
     eprintln!(
         "fltrace: {}",
@@ -208,17 +153,17 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     );
     write_legacy_csv(args, opened, &loaded)?;
     // The faults table says it in its footer; elsewhere it must not mix with the data.
-    let in_table = matches!(mode, Mode::Faults(_)) && args.format == ReportFormat::Table;
+    let in_table = matches!(mode, ReportMode::Faults(_)) && args.format == ReportFormat::Table;
     if !in_table && let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
     let format = args.format.tabular();
-    if let Mode::Faults(by) = mode {
+    if let ReportMode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
         let width = (!args.wide).then(faults::terminal_width);
         return Ok(faults::faults_fit(&loaded, &report, format, width)?);
     }
-    if let Mode::CallTree(order) = mode {
+    if let ReportMode::CallTree(order) = mode {
         let tree = call_tree(loaded.counted_sources(), order);
         return Ok(tree_text::call_tree(
             &tree,
@@ -227,7 +172,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
             format,
         )?);
     }
-    if let Mode::Threads(by) = mode {
+    if let ReportMode::Threads(by) = mode {
         let groups = group_faults_by_thread(loaded.traces.iter().map(|(t, _)| t), by);
         return Ok(threads::threads(&groups, by, args.top, format)?);
     }
@@ -238,8 +183,10 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     }
     let (top, older_ms) = (args.top, args.older_ms);
     Ok(match mode {
-        Mode::Allocs(by) => alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format),
-        Mode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
+        ReportMode::Allocs(by) => {
+            alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format)
+        }
+        ReportMode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
         _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format),
     }?)
 }
@@ -250,11 +197,12 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command};
+    use fltrace_analyze::GroupBy;
 
-    fn mode(flags: &[&str]) -> anyhow::Result<Mode> {
+    fn mode(flags: &[&str]) -> anyhow::Result<ReportMode> {
         let argv = ["fltrace", "report"].iter().chain(flags);
         match Cli::try_parse_from(argv).map(|cli| cli.command) {
-            Ok(Command::Report(args)) => Mode::of(&args),
+            Ok(Command::Report(args)) => Ok(super::mode(&args)?),
             _ => bail!("not a report command line"),
         }
     }
@@ -309,22 +257,34 @@ mod tests {
     /// The flags choose what the report is about; those that do not go together are refused.
     #[test]
     fn modes_of_the_flags() {
-        assert_eq!(mode(&[]).unwrap(), Mode::Faults(GroupBy::Line));
-        assert_eq!(mode(&["--by", "dso"]).unwrap(), Mode::Faults(GroupBy::Dso));
+        assert_eq!(mode(&[]).unwrap(), ReportMode::Faults(GroupBy::Line));
+        assert_eq!(
+            mode(&["--by", "dso"]).unwrap(),
+            ReportMode::Faults(GroupBy::Dso)
+        );
         assert_eq!(
             mode(&["--allocs", "--by", "stack"]).unwrap(),
-            Mode::Allocs(GroupBy::Stack)
+            ReportMode::Allocs(GroupBy::Stack)
         );
-        assert_eq!(mode(&["--leaks", "--older-ms", "3"]).unwrap(), Mode::Leaks);
-        assert_eq!(mode(&["--by", "alloc-site"]).unwrap(), Mode::AllocSite);
-        assert_eq!(mode(&["-g"]).unwrap(), Mode::CallTree(CallOrder::Caller));
+        assert_eq!(
+            mode(&["--leaks", "--older-ms", "3"]).unwrap(),
+            ReportMode::Leaks
+        );
+        assert_eq!(
+            mode(&["--by", "alloc-site"]).unwrap(),
+            ReportMode::AllocSite
+        );
+        assert_eq!(
+            mode(&["-g"]).unwrap(),
+            ReportMode::CallTree(CallOrder::Caller)
+        );
         assert_eq!(
             mode(&["-g", "callee"]).unwrap(),
-            Mode::CallTree(CallOrder::Callee)
+            ReportMode::CallTree(CallOrder::Callee)
         );
         assert_eq!(
             mode(&["--call-graph", "callee", "--top", "3"]).unwrap(),
-            Mode::CallTree(CallOrder::Callee)
+            ReportMode::CallTree(CallOrder::Callee)
         );
         for flags in [
             &["--allocs", "--by", "alloc-site"][..],
