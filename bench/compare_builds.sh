@@ -81,6 +81,9 @@ forms+=("runs runs.sqlite --list" "runs runs.sqlite --stat" "runs runs.sqlite --
 forms+=("sweep --from 100 --to 50 --step 25 -o sweep -- ./bin/farmem threads 8 1" "sweep --from 10 --to 50 -o sweep -- true")
 forms+=("export . -o exported --host h" "export plain -o exp2 --host a/b")
 forms+=("analyze series -o cat2.sqlite")
+forms+=("archive -d plain" "archive -d allocs -o arch.tar.zst" "archive -d far -o archdir" "archive -d far -p $far_pid -o a.tar"
+    "archive -d allocs -o one.tar.zst >/dev/null && \"\$1\" report -d one.tar.zst --by dso"
+    "archive -d plain -o plain/notes.txt/x")
 
 # One form with one binary in a fresh copy of the recordings: status, stdout, stderr, files.
 run_form() { # $1: binary, $2: side (a or b), $3: form
@@ -88,10 +91,12 @@ run_form() { # $1: binary, $2: side (a or b), $3: form
     rm -rf "$dir" "$out"; mkdir -p "$out" "$work/run"; cp -a "$rec" "$dir"
     (cd "$dir" && eval "\"$1\" $3" >"$out/stdout" 2>"$out/stderr"; echo $? >"$out/status")
     # SQLite files by their contents (their pages differ from one writing to the next), the
-    # copy's directory named as stdout and stderr name it.
+    # copy's directory named as stdout and stderr name it; tar files by their members' names
+    # and bytes (their headers hold the time the archive's own files were written).
     (cd "$dir" && find . -type f ! -path './bin/*' -newer "$rec/.done" | sort | while read -r f; do
         case $f in
         *.sqlite) echo "$(sqlite3 "$f" .dump | sed "s#$dir#DIR#g" | sha256sum | cut -d' ' -f1)  $f (dump)" ;;
+        *.tar | *.tar.zst) echo "$({ tar -tf "$f" && tar -xOf "$f"; } | sha256sum | cut -d' ' -f1)  $f (members)" ;;
         *) sha256sum "$f" ;;
         esac
     done) >"$out/files"

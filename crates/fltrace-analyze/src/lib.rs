@@ -64,7 +64,9 @@ pub use allocators::{
     BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
     default_config_path, detect_allocators, detect_allocators_counted, plural,
 };
-pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
+pub use archive::{
+    ArchiveError, ArchiveSummary, ArchiveWriteError, ArchivedFile, archive, archive_to,
+};
 pub use call_tree::{CallNode, CallOrder, CallTree, call_tree};
 pub use counts::{FaultCounts, Tally};
 pub use dataset::{
