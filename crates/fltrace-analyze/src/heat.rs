@@ -81,6 +81,71 @@ pub enum HeatInputError {
     /// The recording traced no process.
     #[error("the recording has no process")]
     NoProcess,
+    /// A trace file could not be read.
+    #[error("reading {} (written by `fltrace {command}`)", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What writes it.
+        command: &'static str,
+        /// Why.
+        #[source]
+        source: fltrace_trace::Error,
+    },
+    /// Nothing of the trace file lies in the time and addresses chosen.
+    #[error("no {what} in {} in the selected time and address ranges", path.display())]
+    NothingSelected {
+        /// The file.
+        path: PathBuf,
+        /// What it holds: `access samples`, `accessed ranges`.
+        what: &'static str,
+    },
+}
+
+/// The PMU samples of `path` (`record --access-samples`) within `time` (seconds from the
+/// first sample) and `addr`: the first sample's time, the map's origin, and those chosen
+/// (none is an error).
+pub fn heat_access_samples(
+    path: &Path,
+    time: Option<(f64, f64)>,
+    addr: Option<(u64, u64)>,
+) -> Result<(u64, Vec<AccessRecord>), HeatInputError> {
+    let samples = fltrace_trace::read_access(path).map_err(|source| HeatInputError::Read {
+        path: path.to_owned(),
+        command: "record --access-samples",
+        source,
+    })?;
+    let (start, selected) = access_samples_in(&samples, time, addr);
+    if selected.is_empty() {
+        return Err(HeatInputError::NothingSelected {
+            path: path.to_owned(),
+            what: "access samples",
+        });
+    }
+    Ok((start, selected.into_iter().copied().collect()))
+}
+
+/// The ranges of the range trace at `path` (`fltrace wss`, `wss --damon`) within `time`
+/// and `addr`, with the trace's kind (none is an error).
+pub fn heat_range_trace(
+    path: &Path,
+    time: Option<(f64, f64)>,
+    addr: Option<(u64, u64)>,
+) -> Result<(RangeTraceKind, Vec<HeatRange>), HeatInputError> {
+    let (kind, samples) =
+        fltrace_trace::read_range_trace(path).map_err(|source| HeatInputError::Read {
+            path: path.to_owned(),
+            command: "wss",
+            source,
+        })?;
+    let ranges = heat_ranges(kind, &samples, time, addr);
+    if ranges.is_empty() {
+        return Err(HeatInputError::NothingSelected {
+            path: path.to_owned(),
+            what: "accessed ranges",
+        });
+    }
+    Ok((kind, ranges))
 }
 
 /// The trace file of `source` a map draws, with its process: `pid`'s, else the newest in
@@ -372,6 +437,18 @@ mod tests {
         assert_eq!(
             names,
             ["heatmap", "heatmap-wss", "heatmap-damon", "heatmap-access"]
+        );
+        let gone = dir.path().join("fltrace-data-damon-3.csv");
+        let error = heat_range_trace(&gone, None, None).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("reading {} (written by `fltrace wss`)", gone.display())
+        );
+        let error = heat_access_samples(&gone, None, None).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .ends_with("(written by `fltrace record --access-samples`)")
         );
     }
 

@@ -89,8 +89,8 @@ pub use group::{
 };
 pub use heat::{
     FaultSelection, HeatInputError, HeatRange, HeatSource, LabelledBlock, access_samples_in,
-    heat_blocks, heat_faults, heat_input, heat_process_names, heat_ranges, labelled_blocks,
-    largest_labelled_blocks, site_label,
+    heat_access_samples, heat_blocks, heat_faults, heat_input, heat_process_names,
+    heat_range_trace, heat_ranges, labelled_blocks, largest_labelled_blocks, site_label,
 };
 pub use listing::{
     RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,

@@ -317,6 +317,19 @@ impl Heatmap {
         );
     }
 
+    /// [`name_mappings`](Self::name_mappings) after process `pid`'s mappings recorded in
+    /// `dir`, when there are any.
+    pub fn name_mappings_in(&mut self, dir: &Path, pid: u32) -> Result<(), Error> {
+        let path = fltrace_trace::files::mmaps(dir, pid);
+        if !path.is_file() {
+            return Ok(());
+        }
+        let mappings =
+            fltrace_trace::read_mappings(&path).map_err(|source| Error::Read { path, source })?;
+        self.name_mappings(&mappings);
+        Ok(())
+    }
+
     /// [`name_regions`](Self::name_regions) after a process's recorded mappings, named as
     /// [`named_regions`] names them (`libc.so.6`, `[heap]`, `[anon]`).
     pub fn name_mappings(&mut self, mappings: &[Mapping]) {

@@ -60,6 +60,15 @@ pub enum Error {
     /// A trace file to draw could not be read.
     #[error(transparent)]
     Trace(#[from] fltrace_trace::Error),
+    /// A trace file naming what is drawn could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: fltrace_trace::Error,
+    },
 }
 
 /// The access kind of the faults of a stack.

@@ -4,11 +4,11 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 use fltrace_analyze::{
-    HeatSource, LoadOptions, OpenedRecording, access_samples_in, heat_blocks, heat_faults,
-    heat_input, heat_process_names, heat_ranges,
+    HeatSource, LoadOptions, OpenedRecording, heat_access_samples, heat_blocks, heat_faults,
+    heat_input, heat_process_names, heat_range_trace,
 };
 use fltrace_render::{HeatEvent, HeatLabels, Heatmap, HeatmapFiles, HeatmapOptions, ImageFormat};
 use fltrace_trace::files;
@@ -37,23 +37,11 @@ pub fn run(args: HeatmapArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
 /// The map of PMU access samples: loads blue, stores red.
 fn access(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap, u32, HeatLabels)> {
     let (pid, path) = heat_input(&options.dir, HeatSource::Access, options.pid)?;
-    let samples = fltrace_trace::read_access(&path).with_context(|| {
-        format!(
-            "reading {} (written by `fltrace record --access-samples`)",
-            path.display()
-        )
-    })?;
-    let (start, selected) = access_samples_in(&samples, options.window_s, args.addr);
-    let events: Vec<HeatEvent> = selected.into_iter().map(HeatEvent::from).collect();
-    if events.is_empty() {
-        bail!(
-            "no access samples in {} in the selected time and address ranges",
-            path.display()
-        );
-    }
+    let (start, samples) = heat_access_samples(&path, options.window_s, args.addr)?;
+    let events: Vec<HeatEvent> = samples.iter().map(HeatEvent::from).collect();
     let mut map = Heatmap::build(&events, heatmap_options(args))?;
     map.set_time_origin(start);
-    name_mappings(&mut map, &options.dir, pid)?;
+    map.name_mappings_in(&options.dir, pid)?;
     Ok((map, pid, HeatLabels::access(pid, events.len())))
 }
 
@@ -84,7 +72,7 @@ fn faults(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap,
         map.overlay(&blocks);
     }
     map.set_time_origin(recording.session.start_ns);
-    name_mappings(&mut map, &recording.dir, pid)?;
+    map.name_mappings_in(&recording.dir, pid)?;
     let names = heat_process_names(&path, pid);
     let labels = HeatLabels::faults(pid, count, &names, &recording.session.command);
     Ok((map, pid, labels))
@@ -97,30 +85,10 @@ fn ranges(
     source: HeatSource,
 ) -> anyhow::Result<(Heatmap, u32, HeatLabels)> {
     let (pid, path) = heat_input(&options.dir, source, options.pid)?;
-    let (trace_kind, samples) = fltrace_trace::read_range_trace(&path)
-        .with_context(|| format!("reading {} (written by `fltrace wss`)", path.display()))?;
-    let ranges = heat_ranges(trace_kind, &samples, options.window_s, args.addr);
-    if ranges.is_empty() {
-        bail!(
-            "no accessed ranges in {} in the selected time and address ranges",
-            path.display()
-        );
-    }
+    let (kind, ranges) = heat_range_trace(&path, options.window_s, args.addr)?;
     let mut map = Heatmap::of_ranges(&ranges, heatmap_options(args))?;
     map.set_time_origin(0);
-    Ok((map, pid, HeatLabels::ranges(pid, ranges.len(), trace_kind)))
-}
-
-/// Names the map's bands after the process's recorded mappings, when there are any.
-fn name_mappings(map: &mut Heatmap, dir: &Path, pid: u32) -> anyhow::Result<()> {
-    let path = files::mmaps(dir, pid);
-    if !path.is_file() {
-        return Ok(());
-    }
-    let mappings = fltrace_trace::read_mappings(&path)
-        .with_context(|| format!("reading {}", path.display()))?;
-    map.name_mappings(&mappings);
-    Ok(())
+    Ok((map, pid, HeatLabels::ranges(pid, ranges.len(), kind)))
 }
 
 fn heatmap_options(args: &HeatmapArgs) -> HeatmapOptions {
