@@ -58,6 +58,45 @@ pub struct ArchiveSummary {
     pub skipped: Vec<(String, String)>,
 }
 
+/// Why `fltrace archive` could not write its archive.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the archive {}", path.display())]
+pub struct ArchiveWriteError {
+    /// The archive file or directory.
+    pub path: PathBuf,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// `fltrace archive`: what symbolizing `traces` (the recording in `dir`) needs, written to
+/// `output`: one file (`NAME.tar.zst`, `NAME.tar`) that also holds the recording, an archive
+/// beside it serving as a source too; else an archive directory, its files taken from where
+/// the recording found them (or copies of the same build found by build ID), never from an
+/// older archive being written to. Returns what was archived and the warnings of files of
+/// another build than recorded.
+pub fn archive_to(
+    traces: &[ProcessTrace],
+    dir: &Path,
+    output: &Path,
+) -> Result<(ArchiveSummary, Vec<String>), ArchiveWriteError> {
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| ArchiveWriteError {
+        path: output.to_owned(),
+        source,
+    };
+    let (summary, mut resolver) = if crate::is_archive_file_name(output) {
+        let mut resolver = DebugResolver::new(crate::debug_config(dir, None));
+        let summary = crate::archive_file(traces, dir, &mut resolver, output)
+            .map_err(|e| failed(e.into()))?;
+        (summary, resolver)
+    } else {
+        let mut resolver = DebugResolver::new(crate::DebugConfig::from_env());
+        let summary = archive(traces, &mut resolver, output).map_err(|e| failed(e.into()))?;
+        (summary, resolver)
+    };
+    Ok((summary, resolver.take_warnings()))
+}
+
 /// Stores in directory `out` every file that holds code of `traces`, with its debug file.
 pub fn archive<'a>(
     traces: impl IntoIterator<Item = &'a ProcessTrace>,
@@ -138,4 +177,29 @@ fn copy_new(from: &Path, to: &Path) -> Result<(), ArchiveError> {
         let _ = std::fs::remove_file(&temp);
     }
     copied
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory archive is made where none was; one that cannot be made names the archive
+    /// in its error, with the cause after it.
+    #[test]
+    fn archive_to_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("fltrace-archive");
+        let (summary, warnings) = archive_to(&[], dir.path(), &out).unwrap();
+        assert!(summary.archived.is_empty() && warnings.is_empty());
+        assert!(out.is_dir());
+        let file = dir.path().join("plain");
+        std::fs::write(&file, "").unwrap();
+        let blocked = file.join("archive");
+        let error = archive_to(&[], dir.path(), &blocked).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("writing the archive {}", blocked.display())
+        );
+        assert!(std::error::Error::source(&error).is_some());
+    }
 }

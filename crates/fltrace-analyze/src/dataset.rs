@@ -36,6 +36,33 @@ pub struct ExportedRecording {
     pub frames: u64,
 }
 
+/// Why the `host=` partition has no name.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The machine's host name could not be read.
+    #[error("reading the host name (give --host)")]
+    Read(#[source] std::io::Error),
+    /// The name given or read cannot name a partition.
+    #[error("--host {0:?}: a partition name needs no `/` or `=` and is not empty")]
+    Invalid(String),
+}
+
+/// The `host=` partition: `host` if given, else this machine's host name (from
+/// `hostname_file`, /proc/sys/kernel/hostname), refused empty or with `/` or `=`.
+pub fn export_host(host: Option<String>, hostname_file: &Path) -> Result<String, HostError> {
+    let host = match host {
+        Some(host) => host,
+        None => std::fs::read_to_string(hostname_file)
+            .map_err(HostError::Read)?
+            .trim()
+            .to_owned(),
+    };
+    if host.is_empty() || host.contains(['/', '=']) {
+        return Err(HostError::Invalid(host));
+    }
+    Ok(host)
+}
+
 /// Writes every recording in `dir` under `output/host=<host>/recording=<id>/`.
 pub fn export_dataset(
     dir: &Path,
@@ -145,4 +172,27 @@ fn stack_rows(trace: &ProcessTrace, stacks: &ResolvedStacks) -> Vec<SymbolizedFr
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host given, else the machine's, trimmed; a name no partition can have is refused.
+    #[test]
+    fn host_partition_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hostname");
+        std::fs::write(&file, "db1\n").unwrap();
+        assert_eq!(export_host(None, &file).unwrap(), "db1");
+        assert_eq!(export_host(Some("h".into()), &file).unwrap(), "h");
+        for bad in ["a/b", "x=y", ""] {
+            assert!(matches!(
+                export_host(Some(bad.into()), &file),
+                Err(HostError::Invalid(_))
+            ));
+        }
+        let missing = export_host(None, &dir.path().join("none")).unwrap_err();
+        assert_eq!(missing.to_string(), "reading the host name (give --host)");
+    }
 }

@@ -130,6 +130,17 @@ pub fn folded<'a>(sources: impl IntoIterator<Item = Source<'a>>) -> Vec<(String,
     folded_counts(counted.iter().map(|(t, s, c)| (*t, *s, c)))
 }
 
+/// Writes [`folded_counts`] as collapsed-stack text, `root;outer;...;inner count` a line,
+/// for flamegraph.pl, inferno and speedscope.
+pub fn write_folded_counts<'a>(
+    sources: impl IntoIterator<Item = CountedSource<'a>>,
+    mut out: impl Write,
+) -> std::io::Result<()> {
+    folded_counts(sources)
+        .iter()
+        .try_for_each(|(stack, count)| writeln!(out, "{stack} {count}"))
+}
+
 /// [`folded`] of faults counted per stack ([`FaultCounts`], as streamed from faults files).
 pub fn folded_counts<'a>(
     sources: impl IntoIterator<Item = CountedSource<'a>>,
@@ -312,6 +323,34 @@ pub enum ReportFileError {
     },
 }
 
+impl ReportFileError {
+    /// Whether the file system was full (ENOSPC): the original's side files then give way
+    /// and the report itself still prints.
+    pub fn no_space_left(&self) -> bool {
+        no_space_left(self)
+    }
+}
+
+/// Whether `error` or one of its causes is a full file system (ENOSPC).
+fn no_space_left(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    let full = |io: &std::io::Error| io.raw_os_error() == Some(libc::ENOSPC);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            // csv wraps its writer's errors in an io::Error of its own, with no source.
+            let in_csv = io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<csv::Error>())
+                .map(csv::Error::kind);
+            if full(io) || matches!(in_csv, Some(csv::ErrorKind::Io(inner)) if full(inner)) {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
+}
+
 /// Writes each process's original report file (`fltrace-data-report-PID.out` in `dir`): its
 /// faults grouped by whole stack, as [`write_original_report`] writes them. Returns the files
 /// written.
@@ -458,6 +497,37 @@ mod tests {
                 ("prog;main;inner".to_owned(), 2)
             ]
         );
+    }
+
+    /// `report --format folded`: one `stack count` line per folded stack, in their order.
+    #[test]
+    fn folded_text_is_a_line_per_stack() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(
+            0,
+            vec![loc("inner", "prog"), loc("main", "prog")],
+            [0x10, 0x20].map(CodeAddr::new).to_vec(),
+        );
+        let t = trace(vec![fault(1, 0), fault(2, 0), fault(3, 0)]);
+        let counts = FaultCounts::of(&t.faults);
+        let mut out = Vec::new();
+        write_folded_counts([(&t, &stacks, &counts)], &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "prog;main;inner 3\n");
+    }
+
+    /// A full disk is found however deep it lies: directly, or inside csv's own error.
+    #[test]
+    fn full_disk_is_found_in_the_chain() {
+        let full = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let write = |source| ReportFileError::Write {
+            path: "r.out".into(),
+            source,
+        };
+        assert!(write(full()).no_space_left());
+        let in_csv = std::io::Error::other(csv::Error::from(full()));
+        assert!(write(in_csv).no_space_left());
+        let denied = std::io::Error::from_raw_os_error(libc::EACCES);
+        assert!(!write(denied).no_space_left());
     }
 
     /// perf script's layout: header, tab-indented frames with inlined ones marked, a blank

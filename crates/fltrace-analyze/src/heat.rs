@@ -4,15 +4,226 @@
 //! same way).
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashSet;
 
-use fltrace_trace::{AccessRecord, Fault, ProcessTrace, RangeSample, RangeTraceKind, VirtAddr};
+use fltrace_trace::{
+    AccessRecord, Fault, ProcessTrace, RangeSample, RangeTraceKind, Recording, VirtAddr, files,
+};
 
 use crate::{
-    LargeBlock, Lifetimes, Location, ResolvedStacks, call_site, largest_blocks, range_heat,
-    window_ns,
+    LargeBlock, Lifetimes, LoadOptions, Location, ResolvedStacks, Symbolizer, call_site,
+    largest_blocks, range_heat, window_ns,
 };
+
+/// What a heatmap draws (`heatmap --from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeatSource {
+    /// A recording's page faults.
+    Faults,
+    /// `fltrace wss`'s bytes referenced per mapping and interval.
+    Wss,
+    /// `fltrace wss --damon`'s access counts per range and aggregation.
+    Damon,
+    /// `record --access-samples`'s PMU load and store samples.
+    Access,
+}
+
+impl HeatSource {
+    /// The kind and extension of the trace files it reads, `fltrace-data-<kind>-<pid>.<ext>`.
+    pub fn file_kind(self) -> (&'static str, &'static str) {
+        match self {
+            HeatSource::Faults => ("faults", "parquet"),
+            HeatSource::Wss => ("wss", "csv"),
+            HeatSource::Damon => ("damon", "csv"),
+            HeatSource::Access => ("access", "parquet"),
+        }
+    }
+
+    /// The command that writes those files.
+    pub fn written_by(self) -> &'static str {
+        match self {
+            HeatSource::Faults => "record",
+            HeatSource::Wss => "wss",
+            HeatSource::Damon => "wss --damon",
+            HeatSource::Access => "record --access-samples",
+        }
+    }
+
+    /// The file kind of its map, `fltrace-data-<name>-<pid>.png`: `heatmap`, `heatmap-wss`...
+    pub fn output_name(self) -> String {
+        match self {
+            HeatSource::Faults => "heatmap".to_owned(),
+            source => format!("heatmap-{}", source.file_kind().0),
+        }
+    }
+}
+
+/// Why a heatmap has nothing to read.
+#[derive(Debug, thiserror::Error)]
+pub enum HeatInputError {
+    /// Finding or reading the trace failed.
+    #[error(transparent)]
+    Trace(#[from] fltrace_trace::Error),
+    /// No trace file of the kind asked for.
+    #[error("no fltrace-data-{kind}-<pid>.{ext} in {}: run `fltrace {command}` first", dir.display())]
+    Missing {
+        /// The files' kind.
+        kind: &'static str,
+        /// Their extension.
+        ext: &'static str,
+        /// Where they were looked for.
+        dir: PathBuf,
+        /// What writes them.
+        command: &'static str,
+    },
+    /// The recording traced no process.
+    #[error("the recording has no process")]
+    NoProcess,
+    /// A trace file could not be read.
+    #[error("reading {} (written by `fltrace {command}`)", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What writes it.
+        command: &'static str,
+        /// Why.
+        #[source]
+        source: fltrace_trace::Error,
+    },
+    /// Nothing of the trace file lies in the time and addresses chosen.
+    #[error("no {what} in {} in the selected time and address ranges", path.display())]
+    NothingSelected {
+        /// The file.
+        path: PathBuf,
+        /// What it holds: `access samples`, `accessed ranges`.
+        what: &'static str,
+    },
+}
+
+/// The PMU samples of `path` (`record --access-samples`) within `time` (seconds from the
+/// first sample) and `addr`: the first sample's time, the map's origin, and those chosen
+/// (none is an error).
+pub fn heat_access_samples(
+    path: &Path,
+    time: Option<(f64, f64)>,
+    addr: Option<(u64, u64)>,
+) -> Result<(u64, Vec<AccessRecord>), HeatInputError> {
+    let samples = fltrace_trace::read_access(path).map_err(|source| HeatInputError::Read {
+        path: path.to_owned(),
+        command: "record --access-samples",
+        source,
+    })?;
+    let (start, selected) = access_samples_in(&samples, time, addr);
+    if selected.is_empty() {
+        return Err(HeatInputError::NothingSelected {
+            path: path.to_owned(),
+            what: "access samples",
+        });
+    }
+    Ok((start, selected.into_iter().copied().collect()))
+}
+
+/// The ranges of the range trace at `path` (`fltrace wss`, `wss --damon`) within `time`
+/// and `addr`, with the trace's kind (none is an error).
+pub fn heat_range_trace(
+    path: &Path,
+    time: Option<(f64, f64)>,
+    addr: Option<(u64, u64)>,
+) -> Result<(RangeTraceKind, Vec<HeatRange>), HeatInputError> {
+    let (kind, samples) =
+        fltrace_trace::read_range_trace(path).map_err(|source| HeatInputError::Read {
+            path: path.to_owned(),
+            command: "wss",
+            source,
+        })?;
+    let ranges = heat_ranges(kind, &samples, time, addr);
+    if ranges.is_empty() {
+        return Err(HeatInputError::NothingSelected {
+            path: path.to_owned(),
+            what: "accessed ranges",
+        });
+    }
+    Ok((kind, ranges))
+}
+
+/// The trace file of `source` a map draws, with its process: `pid`'s, else the newest in
+/// `dir` (for the range traces and access samples, which are not recordings of their own).
+pub fn heat_input(
+    dir: &Path,
+    source: HeatSource,
+    pid: Option<u32>,
+) -> Result<(u32, PathBuf), HeatInputError> {
+    let (kind, ext) = source.file_kind();
+    if let Some(pid) = pid {
+        return Ok((pid, files::path(dir, kind, pid, ext)));
+    }
+    files::newest(dir, kind, ext)?.ok_or_else(|| HeatInputError::Missing {
+        kind,
+        ext,
+        dir: dir.to_owned(),
+        command: source.written_by(),
+    })
+}
+
+/// The process a map of faults draws (one address space: the one `options` choose, else
+/// the command itself) and which of its faults: those in the window, `addr` and the threads
+/// chosen.
+pub fn heat_faults(
+    recording: &Recording,
+    options: &LoadOptions,
+    addr: Option<(u64, u64)>,
+) -> Result<(u32, FaultSelection), HeatInputError> {
+    let pid = options
+        .pid
+        .or_else(|| recording.root_pid())
+        .ok_or(HeatInputError::NoProcess)?;
+    let mut chosen = FaultSelection::new(recording.session.start_ns, options.window_s, addr);
+    if !options.threads.is_empty() {
+        chosen = chosen.of_threads(&options.threads, recording.load(pid)?);
+    }
+    Ok((pid, chosen))
+}
+
+/// ` cc1plus`: the names process `pid` ran under (` sh then cc1plus` across an exec), as its
+/// faults file's footer says; empty for recordings without names.
+pub fn heat_process_names(faults: &Path, pid: u32) -> String {
+    let metadata = fltrace_trace::FaultRowGroups::open(faults)
+        .map(|groups| groups.metadata())
+        .unwrap_or_default();
+    let names = fltrace_trace::main_thread_names(&metadata, pid);
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", names.join(" then "))
+    }
+}
+
+/// The `count` largest blocks of `pid`'s allocations, labelled with their allocation site:
+/// the events read a row group at a time, memory following the blocks alive at once (with
+/// `whole`, every event held: the tests' oracle, [`crate::WHOLE_TABLE_ENV`]).
+pub fn heat_blocks(
+    recording: &Recording,
+    pid: u32,
+    count: usize,
+    symbolizer: &mut Symbolizer,
+    whole: bool,
+) -> Result<Vec<LabelledBlock>, fltrace_trace::Error> {
+    Ok(if whole {
+        let trace = recording.load(pid)?;
+        let stacks = symbolizer.resolve_alloc_stacks(&trace);
+        largest_labelled_blocks(&trace, &stacks, count)
+    } else {
+        let (trace, _) = recording.load_streaming_allocs(pid)?;
+        let stacks = symbolizer.resolve_alloc_stacks(&trace);
+        let totals = crate::stream_largest_blocks(recording, pid, &trace, count)?;
+        let end = totals
+            .last_event_ns
+            .max(crate::last_fault_ns(recording, pid)?);
+        labelled_blocks(&totals.largest, end, &stacks)
+    })
+}
 
 /// The faults a map of faults draws: those within a time window (seconds since the recording
 /// started) and an address range, each start inclusive and end exclusive, and of the threads
@@ -192,6 +403,54 @@ pub fn labelled_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each source reads its own files and names its map after them; without a pid the
+    /// newest file is read, and none is an error naming the command that writes them.
+    #[test]
+    fn heat_inputs_and_names() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            heat_input(dir.path(), HeatSource::Damon, Some(7)).unwrap(),
+            (7, dir.path().join("fltrace-data-damon-7.csv"))
+        );
+        let missing = heat_input(dir.path(), HeatSource::Access, None).unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            format!(
+                "no fltrace-data-access-<pid>.parquet in {}: run `fltrace record --access-samples` first",
+                dir.path().display()
+            )
+        );
+        std::fs::write(dir.path().join("fltrace-data-wss-12.csv"), "").unwrap();
+        assert_eq!(
+            heat_input(dir.path(), HeatSource::Wss, None).unwrap(),
+            (12, dir.path().join("fltrace-data-wss-12.csv"))
+        );
+        let names: Vec<String> = [
+            HeatSource::Faults,
+            HeatSource::Wss,
+            HeatSource::Damon,
+            HeatSource::Access,
+        ]
+        .map(HeatSource::output_name)
+        .into();
+        assert_eq!(
+            names,
+            ["heatmap", "heatmap-wss", "heatmap-damon", "heatmap-access"]
+        );
+        let gone = dir.path().join("fltrace-data-damon-3.csv");
+        let error = heat_range_trace(&gone, None, None).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("reading {} (written by `fltrace wss`)", gone.display())
+        );
+        let error = heat_access_samples(&gone, None, None).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .ends_with("(written by `fltrace record --access-samples`)")
+        );
+    }
 
     fn location(function: &str, file: &str, line: u32) -> Location {
         Location {

@@ -44,6 +44,7 @@ mod names;
 mod opened;
 mod pprof;
 mod range_map;
+mod report_mode;
 mod symbolize;
 #[cfg(test)]
 mod test_support;
@@ -63,17 +64,21 @@ pub use allocators::{
     BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
     default_config_path, detect_allocators, detect_allocators_counted, plural,
 };
-pub use archive::{ArchiveError, ArchiveSummary, ArchivedFile, archive};
+pub use archive::{
+    ArchiveError, ArchiveSummary, ArchiveWriteError, ArchivedFile, archive, archive_to,
+};
 pub use call_tree::{CallNode, CallOrder, CallTree, call_tree};
 pub use counts::{FaultCounts, Tally};
-pub use dataset::{EXPORT_FAULTS, EXPORT_FRAMES, ExportedRecording, export_dataset};
+pub use dataset::{
+    EXPORT_FAULTS, EXPORT_FRAMES, ExportedRecording, HostError, export_dataset, export_host,
+};
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
 pub use diff::{DiffRow, diff_groups};
 pub use export::{
     CountedSource, ReportFileError, SCRIPT_EVENT, Source, folded, folded_counts, frame_name,
     percent, process_name, process_name_in, process_names, stack_field, thread_name,
-    truncated_share, without_parameters, write_original_report, write_original_reports,
-    write_script,
+    truncated_share, without_parameters, write_folded_counts, write_original_report,
+    write_original_reports, write_script,
 };
 pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{
@@ -83,20 +88,23 @@ pub use group::{
     group_faults_by_alloc_site, group_origins_by_alloc_site,
 };
 pub use heat::{
-    FaultSelection, HeatRange, LabelledBlock, access_samples_in, heat_ranges, labelled_blocks,
-    largest_labelled_blocks, site_label,
+    FaultSelection, HeatInputError, HeatRange, HeatSource, LabelledBlock, access_samples_in,
+    heat_access_samples, heat_blocks, heat_faults, heat_input, heat_process_names,
+    heat_range_trace, heat_ranges, labelled_blocks, largest_labelled_blocks, site_label,
 };
 pub use listing::{
     RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,
 };
 pub use load::{
-    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, archive_note, debug_config,
-    find_recording, find_recording_salvaging, load, unfinished_note, window_ns,
+    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, WHOLE_TABLE_ENV,
+    archive_note, debug_config, find_recording, find_recording_salvaging, load, unfinished_note,
+    whole_table, window_ns,
 };
 pub use names::demangle;
 pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};
 pub use pprof::{write_pprof, write_pprof_counts};
 pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
+pub use report_mode::{ReportBy, ReportFlags, ReportFlagsError, ReportMode};
 pub use symbolize::{
     CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
 };

@@ -35,9 +35,11 @@ pub enum FaultsHeld {
     Counted,
 }
 
-/// What to load of a recording.
+/// What to load of a recording: every reading command's flags become one of these.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
+    /// The directory holding the recordings (an archive file already unpacked into one).
+    pub dir: std::path::PathBuf,
     /// Only this process (and the newest recording that traced it); else every process of
     /// the newest recording.
     pub pid: Option<u32>,
@@ -66,6 +68,76 @@ pub struct LoadOptions {
     /// Reads a corrupt recording anyway (`--salvage`): what still reads, with a warning
     /// naming the corrupt file, instead of the error.
     pub salvage: bool,
+}
+
+/// Set, the allocation reports and pictures hold every event and fault (the tests' oracle
+/// of the one pass, [`crate::stream_allocs`]).
+pub const WHOLE_TABLE_ENV: &str = "FLTRACE_ALLOCS_WHOLE_TABLE";
+
+/// Whether [`WHOLE_TABLE_ENV`] asks for every event and fault held.
+pub fn whole_table() -> bool {
+    std::env::var_os(WHOLE_TABLE_ENV).is_some()
+}
+
+impl LoadOptions {
+    /// Every process of the newest recording in `dir`, every fault held, call sites in the
+    /// program's own code, fltrace's own faults left out, no allocation stacks; the oracle
+    /// of the allocation pass as [`WHOLE_TABLE_ENV`] says.
+    pub fn new(dir: std::path::PathBuf, frame_rules: FrameRules) -> LoadOptions {
+        LoadOptions {
+            dir,
+            pid: None,
+            window_s: None,
+            call_site: CallSite::Program,
+            frame_rules,
+            threads: crate::ThreadFilter::default(),
+            include_tracer: false,
+            archive: None,
+            alloc_stacks: AllocStacks::Skip,
+            faults: FaultsHeld::All,
+            allocs_whole: whole_table(),
+            salvage: false,
+        }
+    }
+
+    /// The same, the faults held as `faults` says and the allocation stacks as `alloc_stacks`.
+    pub fn holding(&self, faults: FaultsHeld, alloc_stacks: AllocStacks) -> LoadOptions {
+        LoadOptions {
+            faults,
+            alloc_stacks,
+            ..self.clone()
+        }
+    }
+
+    /// The same, for the allocation reports: allocations required, the faults counted and
+    /// the allocation events paired in one pass (memory following the blocks alive at once,
+    /// not the calls), or every event and fault held under [`WHOLE_TABLE_ENV`].
+    pub fn for_allocs(&self) -> LoadOptions {
+        let faults = if self.allocs_whole {
+            FaultsHeld::All
+        } else {
+            FaultsHeld::Counted
+        };
+        self.holding(faults, AllocStacks::Required)
+    }
+
+    /// The debug files these options find: the environment's, and the archive given or the
+    /// one beside the recordings.
+    pub fn debug_config(&self) -> DebugConfig {
+        debug_config(&self.dir, self.archive.as_deref())
+    }
+
+    /// The recording these options pick, its files checked (a corrupt one is an error, or
+    /// with `salvage` returned beside it to be warned of).
+    pub fn find_recording(
+        &self,
+    ) -> Result<(Recording, Vec<fltrace_trace::Error>), fltrace_trace::Error> {
+        if self.salvage {
+            find_recording_salvaging(&self.dir, self.pid)
+        } else {
+            find_recording(&self.dir, self.pid).map(|recording| (recording, Vec::new()))
+        }
+    }
 }
 
 /// Why a recording could not be loaded.
@@ -181,8 +253,9 @@ pub fn window_ns(start_ns: u64, window_s: Option<(f64, f64)>) -> Option<std::ops
     })
 }
 
-/// Loads the recording in `dir` that `options` pick.
-pub fn load(dir: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
+/// Loads the recording that `options` pick.
+pub fn load(options: &LoadOptions) -> Result<Loaded, LoadError> {
+    let dir = options.dir.as_path();
     let (recording, mut corrupt) = find_recording_salvaging(dir, options.pid)?;
     if !options.salvage && !corrupt.is_empty() {
         return Err(LoadError::Trace(corrupt.swap_remove(0)));

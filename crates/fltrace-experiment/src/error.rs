@@ -73,6 +73,24 @@ pub enum Error {
     /// A run ended without a usable recording: what happened, and where.
     #[error("{0}")]
     RunFailed(String),
+    /// A directory could not be made.
+    #[error("creating {}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A run's recording could not be loaded.
+    #[error(transparent)]
+    Load(#[from] fltrace_analyze::LoadError),
+    /// The user's allocator list (its configuration file) is not usable.
+    #[error(transparent)]
+    Rules(#[from] fltrace_analyze::RulesError),
+    /// Ctrl-C (or SIGTERM) between two runs of a sweep; the next run resumes it.
+    #[error("interrupted; run the same command again to resume")]
+    Interrupted,
 }
 
 impl Error {

@@ -4,6 +4,8 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
+use fltrace_render::report::Format;
+
 use crate::catalog::{CatalogRun, StatRow};
 use crate::stats::Summary;
 
@@ -203,6 +205,24 @@ pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<(
     )
 }
 
+/// `runs --list`: the catalog's runs in `format`.
+pub fn write_runs(out: &mut impl Write, runs: &[CatalogRun], format: Format) -> io::Result<()> {
+    match format {
+        Format::Json => write_runs_json(out, runs),
+        Format::Csv => write_runs_csv(out, runs),
+        Format::Table => write_runs_table(out, runs),
+    }
+}
+
+/// `runs --stat`: the statistics per workload and configuration in `format`.
+pub fn write_stats(out: &mut impl Write, rows: &[StatRow], format: Format) -> io::Result<()> {
+    match format {
+        Format::Json => write_stats_json(out, rows),
+        Format::Csv => write_stats_csv(out, rows),
+        Format::Table => write_stats_table(out, rows),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +255,30 @@ mod tests {
         let mut out = Vec::new();
         write(&mut out).expect("writing to memory");
         String::from_utf8(out).expect("UTF-8")
+    }
+
+    /// `--format` picks the writer: each format prints its own writer's bytes, and no two
+    /// are alike.
+    #[test]
+    fn format_picks_the_writer() {
+        let rows = [stat_row()];
+        let own = [
+            (Format::Table, written(|o| write_stats_table(o, &rows))),
+            (Format::Csv, written(|o| write_stats_csv(o, &rows))),
+            (Format::Json, written(|o| write_stats_json(o, &rows))),
+        ];
+        for (format, text) in &own {
+            assert_eq!(&written(|o| write_stats(o, &rows, *format)), text);
+            assert_eq!(
+                &written(|o| write_runs(o, &[], *format)),
+                &written(|o| match format {
+                    Format::Table => write_runs_table(o, &[]),
+                    Format::Csv => write_runs_csv(o, &[]),
+                    Format::Json => write_runs_json(o, &[]),
+                })
+            );
+        }
+        assert!(own[0].1 != own[1].1 && own[1].1 != own[2].1 && own[0].1 != own[2].1);
     }
 
     #[test]

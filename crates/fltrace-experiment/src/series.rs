@@ -285,6 +285,38 @@ pub enum Event<'a> {
     },
 }
 
+impl Event<'_> {
+    /// The line `fltrace runs` says of it, the series being in `dir`.
+    pub fn line(&self, dir: &Path) -> String {
+        match self {
+            Event::Start { seed, total, done } if *done > 0 => {
+                format!("{done} of {total} runs already done, resuming (seed {seed})")
+            }
+            Event::Start { seed, total, .. } => {
+                format!("{total} runs (seed {seed}) in {}", dir.display())
+            }
+            Event::Ran {
+                index,
+                total,
+                run,
+                left,
+            } => format!(
+                "[{index}/{total}] {} config={} rep={}: {:.2} s, {}{}; about {} left",
+                run.workload,
+                run.config,
+                run.rep,
+                run.wall_s,
+                run.status(),
+                run.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default(),
+                crate::listing::human_duration(*left)
+            ),
+        }
+    }
+}
+
 /// How a series ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
@@ -742,6 +774,58 @@ fn unix_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `fltrace runs` says where a series starts or resumes, and each run's outcome.
+    #[test]
+    fn event_lines() {
+        let dir = Path::new("out");
+        let start = |done| Event::Start {
+            seed: 7,
+            total: 6,
+            done,
+        };
+        assert_eq!(start(0).line(dir), "6 runs (seed 7) in out");
+        assert_eq!(
+            start(2).line(dir),
+            "2 of 6 runs already done, resuming (seed 7)"
+        );
+        let run = RunRecord {
+            workload: "scan".into(),
+            command: vec!["./scan".into()],
+            config: "record".into(),
+            mode: Mode::Dry,
+            rep: 2,
+            order: 3,
+            seed: 7,
+            launched: Vec::new(),
+            local_mb: None,
+            max_mb: None,
+            start_unix_ns: 0,
+            wall_s: 1.234,
+            user_s: 0.0,
+            sys_s: 0.0,
+            max_rss_kb: 0,
+            exit_code: Some(1),
+            signal: None,
+            error: Some("boom".into()),
+            backing_dir: None,
+            backing_bytes: None,
+            backing_files: None,
+        };
+        let ran = Event::Ran {
+            index: 3,
+            total: 6,
+            run: &run,
+            left: Duration::from_secs(90),
+        };
+        assert_eq!(
+            ran.line(dir),
+            format!(
+                "[3/6] scan config=record rep=2: 1.23 s, exit 1 (boom); about {} left",
+                crate::listing::human_duration(Duration::from_secs(90))
+            )
+        );
+    }
 
     /// A series written before `_series.json` (pretty-printed `series.json`) still reads,
     /// and a new one is written on one line under the new name.

@@ -4,10 +4,13 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use fltrace_analyze::{FaultCounts, GroupBy, ResolvedStacks, coverage, group_fault_counts};
-use fltrace_capture::{FarMemory, Options, Target};
+use fltrace_analyze::{
+    AllocStacks, FaultCounts, FaultsHeld, FrameRules, GroupBy, LoadOptions, ResolvedStacks,
+    coverage, group_fault_counts,
+};
+use fltrace_capture::{FarMemory, Options, Target, find_preload_library};
 use fltrace_render::{SweepPoint, sweep_plot};
 use fltrace_trace::Recording;
 
@@ -127,6 +130,131 @@ pub fn record_run(
         (Some(0), _) | (None, None) => Ok(()),
         (Some(code), _) => failed(format!("the command exited with status {code}")),
         (None, Some(signal)) => failed(format!("the command was killed by signal {signal}")),
+    }
+}
+
+/// A sweep as asked for: `fltrace sweep`'s flags.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// Where the runs, the table and the plot go; runs already there are not repeated.
+    pub dir: PathBuf,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// Largest local memory, percent of the peak.
+    pub from: u32,
+    /// Smallest local memory, percent of the peak.
+    pub to: u32,
+    /// Step between runs, percent.
+    pub step: u32,
+    /// Far memory per run, MiB (default: [`SweepPlan::new`]'s).
+    pub max_mb: Option<u64>,
+    /// The far-memory runtime's eviction policy.
+    pub policy: String,
+}
+
+/// What a sweep says as it goes.
+#[derive(Debug)]
+pub enum SweepEvent<'a> {
+    /// No peak recorded yet: the baseline run measures it.
+    MeasuringPeak,
+    /// The runs are planned.
+    Planned(&'a SweepPlan),
+    /// One run recorded (or found recorded before) and counted.
+    Ran {
+        /// Its place in the plan, from 0.
+        index: usize,
+        /// The plan.
+        plan: &'a SweepPlan,
+        /// Its figures.
+        row: &'a SweepRow,
+        /// Whether it was recorded now (else it was there already).
+        recorded: bool,
+        /// What loading its recording noted (unfinished, archive used, frames skipped).
+        notes: &'a [String],
+    },
+}
+
+/// The files a sweep wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepFiles {
+    /// The table, [`CSV_FILE`].
+    pub csv: PathBuf,
+    /// The plot, [`PLOT_FILE`].
+    pub plot: PathBuf,
+}
+
+impl Sweep {
+    /// Measures the command's peak (once: a baseline run already there is read), records
+    /// the command at each share of it (runs already there are read), counts each run's
+    /// faults and writes the table and the plot. `stop` (Ctrl-C) ends it between runs.
+    pub fn run(
+        &self,
+        stop: &AtomicUsize,
+        mut on_event: impl FnMut(SweepEvent<'_>),
+    ) -> Result<SweepFiles, Error> {
+        check_shares(self.from, self.to, self.step)?;
+        std::fs::create_dir_all(&self.dir).map_err(|source| Error::CreateDir {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let target = Target::Command(self.command.clone());
+        let baseline = self.dir.join(BASELINE_DIR);
+        let peak = match peak_of(&baseline) {
+            Some(peak) => peak,
+            None => {
+                on_event(SweepEvent::MeasuringPeak);
+                record_run(&baseline, &target, None, stop)?;
+                peak_of(&baseline).ok_or_else(|| {
+                    Error::RunFailed("the baseline run recorded no peak memory".into())
+                })?
+            }
+        };
+        let plan = SweepPlan::new(peak, self.from, self.to, self.step, self.max_mb)?;
+        on_event(SweepEvent::Planned(&plan));
+        let mut rows = Vec::new();
+        for (index, step) in plan.steps.iter().enumerate() {
+            let dir = step.dir(&self.dir);
+            let recorded = Recording::latest(&dir).is_err();
+            if recorded {
+                let far = FarMemory::checked(
+                    find_preload_library()?,
+                    step.local_mb,
+                    plan.max_mb,
+                    &self.policy,
+                    1,
+                    false,
+                )?;
+                record_run(&dir, &target, Some(far), stop)?;
+            }
+            if stop.load(Ordering::Relaxed) > 0 {
+                return Err(Error::Interrupted);
+            }
+            let options = LoadOptions::new(dir, FrameRules::with_config(None, None)?)
+                .holding(FaultsHeld::Counted, AllocStacks::Skip);
+            let loaded = fltrace_analyze::load(&options)?;
+            let row = SweepRow::of_counts(*step, plan.max_mb, loaded.counted());
+            let notes: Vec<String> = loaded
+                .notes
+                .iter()
+                .cloned()
+                .chain(loaded.skipped_notes())
+                .collect();
+            on_event(SweepEvent::Ran {
+                index,
+                plan: &plan,
+                row: &row,
+                recorded,
+                notes: &notes,
+            });
+            rows.push(row);
+        }
+        let files = SweepFiles {
+            csv: self.dir.join(CSV_FILE),
+            plot: self.dir.join(PLOT_FILE),
+        };
+        write_csv(&files.csv, &rows)?;
+        write_plot(&files.plot, &self.command, &rows)?;
+        Ok(files)
     }
 }
 

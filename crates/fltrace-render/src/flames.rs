@@ -306,8 +306,114 @@ pub fn process_flamegraphs(
     graphs
 }
 
+/// The characters of the command a flamegraph's title shows.
+const COMMAND_IN_TITLE: usize = 60;
+
+/// `command` cut to [`COMMAND_IN_TITLE`] characters, `…` where it was cut (a centred title
+/// line longer than the picture overflows both edges).
+pub fn title_command(command: &str) -> String {
+    match command.char_indices().nth(COMMAND_IN_TITLE) {
+        Some((cut, _)) => format!("{}…", &command[..cut]),
+        None => command.to_owned(),
+    }
+}
+
+/// The file kind of the flamegraph of every process of a recording.
+pub const ALL_PROCESSES: &str = "flamegraph-processes";
+
+/// A flamegraph to write: where, under which title, what.
+pub struct FlamegraphFile {
+    /// `fltrace-data-<kind>-<pid>.svg` in the directory asked for.
+    pub path: std::path::PathBuf,
+    /// The title over the graph.
+    pub title: String,
+    /// What it draws.
+    pub flames: Flames,
+}
+
+impl FlamegraphFile {
+    /// Writes the SVG (a new file, or one of the user's own).
+    pub fn write(&self) -> Result<(), fltrace_trace::Error> {
+        fltrace_trace::files::write_with(&self.path, |out| {
+            crate::flamegraph(&self.flames.stacks, &self.flames.notes, &self.title, out)
+        })
+    }
+}
+
+/// Process `trace`'s graphs ([`process_flamegraphs`]) as files in `dir`, each titled with
+/// the process's names and `command` (the recording's): `Err` with the path of one that has
+/// no faults to draw.
+pub fn process_flamegraph_files(
+    (trace, stacks, counts): (&ProcessTrace, &ResolvedStacks, &FaultCounts),
+    allocs: Option<(&ResolvedStacks, &OriginCounts)>,
+    label: FrameLabel,
+    by_allocation: bool,
+    command: &str,
+    dir: &std::path::Path,
+) -> Vec<Result<FlamegraphFile, std::path::PathBuf>> {
+    let graphs = process_flamegraphs(trace, stacks, counts, allocs, label, by_allocation);
+    graphs
+        .into_iter()
+        .map(|graph| {
+            let path = fltrace_trace::files::path(dir, graph.kind, trace.pid, "svg");
+            if graph.flames.stacks.is_empty() {
+                return Err(path);
+            }
+            // Each process under its own name (`cc1plus` under `g++`), the command after it.
+            let title = format!(
+                "{} of {} (pid {}) in `{}`",
+                graph.title,
+                fltrace_analyze::process_names(trace).join(" then "),
+                trace.pid,
+                title_command(command)
+            );
+            Ok(FlamegraphFile {
+                path,
+                title,
+                flames: graph.flames,
+            })
+        })
+        .collect()
+}
+
+/// With several processes (`g++` and its `cc1plus`, `as`, `ld`), one graph of them all,
+/// rooted by their names, named after the first process; `None` with one.
+pub fn recording_flamegraph_file(
+    loaded: &fltrace_analyze::Loaded,
+    label: FrameLabel,
+    dir: &std::path::Path,
+) -> Option<FlamegraphFile> {
+    let [(first, _), _, ..] = &loaded.traces[..] else {
+        return None;
+    };
+    let sources: Vec<_> = loaded
+        .traces
+        .iter()
+        .zip(&loaded.counts)
+        .map(|((t, s), c)| (t, s, c))
+        .collect();
+    Some(FlamegraphFile {
+        path: fltrace_trace::files::path(dir, ALL_PROCESSES, first.pid, "svg"),
+        title: format!(
+            "Page faults of {} processes in `{}`",
+            sources.len(),
+            title_command(loaded.command())
+        ),
+        flames: recording_flames(&sources, label),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    /// Titles show the command up to 60 characters, `…` where it was cut.
+    #[test]
+    fn long_commands_are_cut_in_titles() {
+        assert_eq!(title_command("faults nested 100"), "faults nested 100");
+        let long = "é".repeat(70);
+        assert_eq!(title_command(&long), format!("{}…", "é".repeat(60)));
+        assert_eq!(title_command(&"x".repeat(60)), "x".repeat(60));
+    }
+
     use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping};
 
     use super::*;

@@ -10,7 +10,9 @@ use std::path::Path;
 pub use figure::HeatLabels;
 
 use fltrace_analyze::{FaultSelection, HeatRange, LabelledBlock, named_regions};
-use fltrace_trace::{AccessRecord, Fault, FaultFlags, FaultRowGroups, Mapping, VirtAddr};
+use fltrace_trace::{
+    AccessRecord, Fault, FaultFlags, FaultRowGroups, Mapping, RangeTraceKind, VirtAddr,
+};
 
 use crate::Error;
 
@@ -315,6 +317,19 @@ impl Heatmap {
         );
     }
 
+    /// [`name_mappings`](Self::name_mappings) after process `pid`'s mappings recorded in
+    /// `dir`, when there are any.
+    pub fn name_mappings_in(&mut self, dir: &Path, pid: u32) -> Result<(), Error> {
+        let path = fltrace_trace::files::mmaps(dir, pid);
+        if !path.is_file() {
+            return Ok(());
+        }
+        let mappings =
+            fltrace_trace::read_mappings(&path).map_err(|source| Error::Read { path, source })?;
+        self.name_mappings(&mappings);
+        Ok(())
+    }
+
     /// [`name_regions`](Self::name_regions) after a process's recorded mappings, named as
     /// [`named_regions`] names them (`libc.so.6`, `[heap]`, `[anon]`).
     pub fn name_mappings(&mut self, mappings: &[Mapping]) {
@@ -573,6 +588,87 @@ pub fn color_of(reads: u32, writes: u32, max: u32) -> [u8; 3] {
     [shade(b), shade(r.max(b)), shade(r)]
 }
 
+impl HeatLabels {
+    /// The words of a map of process `pid`'s `count` faults: `names` as
+    /// [`fltrace_analyze::heat_process_names`] gives them, `command` the recording's.
+    pub fn faults(pid: u32, count: usize, names: &str, command: &str) -> HeatLabels {
+        HeatLabels {
+            title: format!("page faults of process {pid} over time and address"),
+            subtitle: format!(
+                "{} of process {pid}{names} ({command})",
+                fltrace_analyze::plural(count as u64, "fault")
+            ),
+            count_name: "faults".into(),
+            time_origin: "the recording started".into(),
+        }
+    }
+
+    /// The words of a map of process `pid`'s `count` PMU access samples.
+    pub fn access(pid: u32, count: usize) -> HeatLabels {
+        HeatLabels {
+            title: format!("sampled loads and stores of process {pid} over time and address"),
+            subtitle: format!("{count} access samples of process {pid}"),
+            count_name: "samples".into(),
+            time_origin: "the first sample".into(),
+        }
+    }
+
+    /// The words of a map of process `pid`'s `count` ranges of a range trace of `kind`.
+    pub fn ranges(pid: u32, count: usize, kind: RangeTraceKind) -> HeatLabels {
+        let (source, count_name) = match kind {
+            RangeTraceKind::ReferencedBytes => (
+                "reference bits (per cent of each mapping referenced)",
+                "per cent referenced",
+            ),
+            RangeTraceKind::DamonAccesses => ("DAMON (access counts)", "accesses"),
+        };
+        HeatLabels {
+            title: format!("accesses of process {pid} over time and address"),
+            subtitle: format!("{count} accessed ranges of process {pid} from {source}"),
+            count_name: count_name.into(),
+            time_origin: "sampling began".into(),
+        }
+    }
+}
+
+/// Where a map goes: the file given, or by default `fltrace-data-<name>-<pid>.png` and
+/// `.svg` with the memref patch's temporal and spatial plots (`memref` for `heatmap` in the
+/// name) beside them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeatmapFiles {
+    /// The memref plots, with the default files only.
+    pub memref: Option<std::path::PathBuf>,
+    /// The pictures of the map, each `.png` or `.svg`.
+    pub images: Vec<std::path::PathBuf>,
+}
+
+impl HeatmapFiles {
+    /// `output` if given, else the default files of map `name` of process `pid` in `dir`.
+    pub fn new(
+        output: Option<&std::path::Path>,
+        dir: &std::path::Path,
+        name: &str,
+        pid: u32,
+    ) -> HeatmapFiles {
+        use fltrace_trace::files::path;
+        match output {
+            Some(output) => HeatmapFiles {
+                memref: None,
+                images: vec![output.to_owned()],
+            },
+            None => HeatmapFiles {
+                memref: Some(path(
+                    dir,
+                    &name.replacen("heatmap", "memref", 1),
+                    pid,
+                    "svg",
+                )),
+                images: vec![path(dir, name, pid, "png"), path(dir, name, pid, "svg")],
+            },
+        }
+    }
+}
+
 /// The picture formats a heatmap is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageFormat {
@@ -596,6 +692,46 @@ impl ImageFormat {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// The default files sit side by side under the map's name, memref's plots named after
+    /// it; a file given is the only one.
+    #[test]
+    fn heatmap_files_are_named_after_the_map() {
+        let dir = std::path::Path::new("d");
+        assert_eq!(
+            HeatmapFiles::new(None, dir, "heatmap-wss", 9),
+            HeatmapFiles {
+                memref: Some("d/fltrace-data-memref-wss-9.svg".into()),
+                images: vec![
+                    "d/fltrace-data-heatmap-wss-9.png".into(),
+                    "d/fltrace-data-heatmap-wss-9.svg".into()
+                ],
+            }
+        );
+        let given = HeatmapFiles::new(Some(std::path::Path::new("m.svg")), dir, "heatmap", 9);
+        assert_eq!((given.memref, given.images), (None, vec!["m.svg".into()]));
+    }
+
+    /// The words of each map say what it counts, of which process, since when.
+    #[test]
+    fn heat_labels_say_what_is_drawn() {
+        let faults = HeatLabels::faults(5, 1, " sh then cc", "make");
+        assert_eq!(faults.subtitle, "1 fault of process 5 sh then cc (make)");
+        assert_eq!(
+            faults.title,
+            "page faults of process 5 over time and address"
+        );
+        let damon = HeatLabels::ranges(5, 3, RangeTraceKind::DamonAccesses);
+        assert_eq!(
+            (damon.subtitle.as_str(), damon.count_name.as_str()),
+            (
+                "3 accessed ranges of process 5 from DAMON (access counts)",
+                "accesses"
+            )
+        );
+        let access = HeatLabels::access(5, 2);
+        assert_eq!(access.time_origin, "the first sample");
+    }
 
     /// Page blocks, ten time buckets, room for every block.
     const SMALL: HeatmapOptions = HeatmapOptions {

@@ -16,17 +16,20 @@
 mod curve;
 mod flames;
 mod heatmap;
+pub mod listing;
 mod plot;
 pub mod report;
+pub mod wss;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{
-    BY_ALLOCATION, Flames, FrameLabel, ProcessFlamegraph, allocation_flames, fault_flames,
-    frame_label, process_flamegraphs, recording_flames,
+    ALL_PROCESSES, BY_ALLOCATION, FlamegraphFile, Flames, FrameLabel, ProcessFlamegraph,
+    allocation_flames, fault_flames, frame_label, process_flamegraph_files, process_flamegraphs,
+    recording_flamegraph_file, recording_flames, title_command,
 };
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
-    HeatmapOptions, ImageFormat, PlacedRect, color_of,
+    HeatmapFiles, HeatmapOptions, ImageFormat, PlacedRect, color_of,
 };
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +60,15 @@ pub enum Error {
     /// A trace file to draw could not be read.
     #[error(transparent)]
     Trace(#[from] fltrace_trace::Error),
+    /// A trace file naming what is drawn could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: fltrace_trace::Error,
+    },
 }
 
 /// The access kind of the faults of a stack.

@@ -4,10 +4,7 @@ use std::io::Write as _;
 
 use anyhow::Context;
 
-use fltrace_analyze::{
-    ARCHIVE_DIR, DebugConfig, DebugResolver, OpenedRecording, debug_config, find_recording,
-    is_archive_file_name,
-};
+use fltrace_analyze::{ARCHIVE_DIR, OpenedRecording, find_recording};
 
 use crate::cli::{ArchiveArgs, CacheCommand};
 
@@ -69,33 +66,17 @@ pub fn run(args: ArchiveArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
                 .with_context(|| format!("loading the trace of process {pid}"))?,
         );
     }
-    let (output, summary, mut resolver) = match args.output {
-        Some(file) if is_archive_file_name(&file) => {
-            // One file that travels: an archive beside the recording serves as a source too.
-            let mut resolver = DebugResolver::new(debug_config(&args.dir, None));
-            let summary = fltrace_analyze::archive_file(&traces, &args.dir, &mut resolver, &file)
-                .with_context(|| format!("writing the archive {}", file.display()))?;
-            (file, summary, resolver)
+    let output = args.output.unwrap_or_else(|| {
+        if opened.outputs.moved {
+            eprintln!(
+                "fltrace: {} is read-only: the archive goes into the current directory",
+                opened.named.display()
+            );
         }
-        output => {
-            let output = output.unwrap_or_else(|| {
-                if opened.outputs.moved {
-                    eprintln!(
-                        "fltrace: {} is read-only: the archive goes into the current directory",
-                        opened.named.display()
-                    );
-                }
-                opened.outputs.dir.join(ARCHIVE_DIR)
-            });
-            // The files are taken from where the recording found them (or copies of the same
-            // build found by build ID), never from an older archive being written to.
-            let mut resolver = DebugResolver::new(DebugConfig::from_env());
-            let summary = fltrace_analyze::archive(&traces, &mut resolver, &output)
-                .with_context(|| format!("writing the archive {}", output.display()))?;
-            (output, summary, resolver)
-        }
-    };
-    for warning in resolver.take_warnings() {
+        opened.outputs.dir.join(ARCHIVE_DIR)
+    });
+    let (summary, warnings) = fltrace_analyze::archive_to(&traces, &args.dir, &output)?;
+    for warning in warnings {
         eprintln!("fltrace: warning: {warning}");
     }
     // Written, not printed: `fltrace archive | head` ends quietly.

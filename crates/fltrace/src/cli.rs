@@ -166,7 +166,7 @@ pub struct DiffArgs {
     pub top: usize,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: TableFormat,
 }
 
 #[derive(Debug, Args)]
@@ -211,6 +211,18 @@ pub enum HeatSource {
     Damon,
     /// `fltrace-data-access-<pid>.parquet`: PMU load and store samples (record --access-samples).
     Access,
+}
+
+impl HeatSource {
+    /// What fltrace-analyze reads for it.
+    pub fn source(self) -> fltrace_analyze::HeatSource {
+        match self {
+            HeatSource::Faults => fltrace_analyze::HeatSource::Faults,
+            HeatSource::Wss => fltrace_analyze::HeatSource::Wss,
+            HeatSource::Damon => fltrace_analyze::HeatSource::Damon,
+            HeatSource::Access => fltrace_analyze::HeatSource::Access,
+        }
+    }
 }
 
 fn region_counts(s: &str) -> Result<(u64, u64), String> {
@@ -284,7 +296,7 @@ pub struct WssArgs {
     /// table (one line per interval), csv (`time_s,wss_bytes,rss_bytes` on stdout) or json
     /// (one object per interval and line, with the CSV's names).
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: TableFormat,
     /// Directory for the per-mapping trace and the plot.
     #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
@@ -579,12 +591,16 @@ pub enum By {
     Tid,
 }
 
+/// The system tools' `--format` (theirs: the reading commands take fltrace-render's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Table,
     Csv,
     Json,
 }
+
+/// `--format table|csv|json` of every reading command that prints tables.
+pub use fltrace_render::report::Format as TableFormat;
 
 /// The report's formats: the tables, and the faults' stacks for other tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -600,11 +616,11 @@ pub enum ReportFormat {
 
 impl ReportFormat {
     /// The table format; the exports (folded, pprof) never reach the tables and read as table.
-    pub fn tabular(self) -> Format {
+    pub fn tabular(self) -> TableFormat {
         match self {
-            ReportFormat::Csv => Format::Csv,
-            ReportFormat::Json => Format::Json,
-            ReportFormat::Table | ReportFormat::Folded | ReportFormat::Pprof => Format::Table,
+            ReportFormat::Csv => TableFormat::Csv,
+            ReportFormat::Json => TableFormat::Json,
+            ReportFormat::Table | ReportFormat::Folded | ReportFormat::Pprof => TableFormat::Table,
         }
     }
 }
@@ -705,38 +721,27 @@ pub struct VisualizeArgs {
 }
 
 impl By {
-    /// How faults are grouped by this flag; `alloc-site` groups by no place of their own.
+    /// What fltrace-analyze groups by for this flag.
+    pub fn report_by(self) -> fltrace_analyze::ReportBy {
+        use fltrace_analyze::{GroupBy, ReportBy, ThreadBy};
+        match self {
+            By::Stack => ReportBy::Group(GroupBy::Stack),
+            By::Function => ReportBy::Group(GroupBy::Function),
+            By::Line => ReportBy::Group(GroupBy::Line),
+            By::Dso => ReportBy::Group(GroupBy::Dso),
+            By::AllocSite => ReportBy::AllocSite,
+            By::Comm => ReportBy::Thread(ThreadBy::Comm),
+            By::Pid => ReportBy::Thread(ThreadBy::Pid),
+            By::Tid => ReportBy::Thread(ThreadBy::Tid),
+        }
+    }
+
+    /// How faults are grouped by this flag; `alloc-site` and the threads' by no place of
+    /// their own stacks.
     pub fn group_by(self) -> Option<fltrace_analyze::GroupBy> {
-        use fltrace_analyze::GroupBy;
-        match self {
-            By::Stack => Some(GroupBy::Stack),
-            By::Function => Some(GroupBy::Function),
-            By::Line => Some(GroupBy::Line),
-            By::Dso => Some(GroupBy::Dso),
-            By::AllocSite | By::Comm | By::Pid | By::Tid => None,
-        }
-    }
-
-    /// How faults are grouped by process or thread, if this flag says so.
-    pub fn thread_by(self) -> Option<fltrace_analyze::ThreadBy> {
-        use fltrace_analyze::ThreadBy;
-        match self {
-            By::Comm => Some(ThreadBy::Comm),
-            By::Pid => Some(ThreadBy::Pid),
-            By::Tid => Some(ThreadBy::Tid),
+        match self.report_by() {
+            fltrace_analyze::ReportBy::Group(by) => Some(by),
             _ => None,
-        }
-    }
-}
-
-impl Format {
-    /// The report format of fltrace-render this flag names.
-    pub fn render(self) -> fltrace_render::report::Format {
-        use fltrace_render::report::Format as Render;
-        match self {
-            Format::Table => Render::Table,
-            Format::Csv => Render::Csv,
-            Format::Json => Render::Json,
         }
     }
 }

@@ -5,10 +5,13 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use fltrace_analyze::{Loaded, diff_groups, group_fault_counts, take_top};
+use fltrace_analyze::{
+    AllocStacks, FaultsHeld, FrameRules, LoadOptions, Loaded, diff_groups, group_fault_counts,
+    take_top,
+};
 
-use crate::cli::{DiffArgs, Selection};
-use crate::load::load_counts;
+use crate::cli::DiffArgs;
+use crate::load::load;
 
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let out = diff(&args)?;
@@ -26,22 +29,17 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
         let mut dir = named.to_owned();
         // Read while `_opened` lives; named as given.
         let _opened = crate::open_recording(&mut dir)?;
-        let selection = Selection {
-            dir,
-            pid,
-            time: None,
-            tid: Vec::new(),
-            comm: Vec::new(),
-            call_site: crate::cli::CallSiteArg::Program,
-            hide: None,
-            focus: None,
-            include_tracer: false,
-            archive: None,
-            salvage: false,
-            named: Some(named.to_owned()),
+        let whole = |dir| -> anyhow::Result<Loaded> {
+            let options = LoadOptions {
+                pid,
+                ..LoadOptions::new(dir, FrameRules::with_config(None, None)?)
+            };
+            load(
+                &options.holding(FaultsHeld::Counted, AllocStacks::Skip),
+                Some(named),
+            )
         };
-        let mut loaded =
-            load_counts(&selection).with_context(|| format!("recording in {}", named.display()))?;
+        let mut loaded = whole(dir).with_context(|| format!("recording in {}", named.display()))?;
         loaded.recording.dir = named.to_owned();
         Ok(loaded)
     };
@@ -54,6 +52,6 @@ fn diff(args: &DiffArgs) -> anyhow::Result<String> {
         by,
         &a,
         &b,
-        args.format.render(),
+        args.format,
     )?)
 }

@@ -5,75 +5,29 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    CallOrder, FaultReport, GroupBy, OpenedRecording, ThreadBy, alloc_processes, call_tree,
-    folded_counts, group_faults_by_thread, leak_age_ns, recording_line, write_original_reports,
-    write_pprof_counts,
+    AllocStacks, CallOrder, FaultReport, FaultsHeld, OpenedRecording, ReportFlags, ReportMode,
+    alloc_processes, call_tree, group_faults_by_thread, leak_age_ns, recording_line,
+    write_folded_counts, write_original_reports, write_pprof_counts,
 };
 use fltrace_render::report::{alloc_tables, call_tree as tree_text, faults, threads};
 
 use crate::cli::{By, CallGraphOrder, ReportArgs, ReportFormat};
-use crate::load::{Allocs, load_allocs, load_counts, load_with};
+use crate::load::load;
 
-/// What a report is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// Faults by their own stacks.
-    Faults(GroupBy),
-    /// Allocations (`--allocs`).
-    Allocs(GroupBy),
-    /// Memory still allocated at the end (`--leaks`).
-    Leaks,
-    /// Faults by the allocation site of the memory they hit (`--by alloc-site`).
-    AllocSite,
-    /// Faults by process, thread or thread name (`--by pid|tid|comm`).
-    Threads(ThreadBy),
-    /// Faults on a call tree (`-g`).
-    CallTree(CallOrder),
-}
-
-impl Mode {
-    /// The mode the flags ask for, or why they do not go together.
-    fn of(args: &ReportArgs) -> anyhow::Result<Mode> {
-        let group_by = |by: Option<By>| by.unwrap_or(By::Line).group_by().unwrap_or(GroupBy::Line);
-        if let Some(order) = args.call_graph {
-            if args.allocs || args.leaks || args.by.is_some() {
-                bail!("-g draws the faults' call tree: not with --by, --allocs or --leaks");
-            }
-            if args.format == ReportFormat::Csv {
-                bail!("-g draws a tree: --format table or json, not csv");
-            }
-            return Ok(Mode::CallTree(match order {
-                CallGraphOrder::Caller => CallOrder::Caller,
-                CallGraphOrder::Callee => CallOrder::Callee,
-            }));
-        }
-        let mode = match (args.allocs, args.leaks, args.by) {
-            (true, _, Some(By::AllocSite)) => bail!(
-                "--by alloc-site groups faults; --allocs groups allocations by stack, function, line or dso"
-            ),
-            (true, _, Some(by)) if by.thread_by().is_some() => {
-                bail!(
-                    "--by comm, pid and tid group faults; --allocs groups allocations by stack, function, line or dso"
-                )
-            }
-            (true, _, by) => Mode::Allocs(group_by(by)),
-            (_, true, Some(_)) => bail!("--leaks lists whole stacks: --by does not apply"),
-            (_, true, None) => Mode::Leaks,
-            (false, false, Some(By::AllocSite)) => Mode::AllocSite,
-            (false, false, by) => match by.and_then(By::thread_by) {
-                Some(threads) => Mode::Threads(threads),
-                None => Mode::Faults(group_by(by)),
-            },
-        };
-        let whole_recording = matches!(mode, Mode::Allocs(_) | Mode::Leaks);
-        if whole_recording && args.selection.time.is_some() {
-            bail!("--time selects faults; --allocs and --leaks cover the whole recording");
-        }
-        if !whole_recording && args.older_ms.is_some() {
-            bail!("--older-ms applies to --leaks and --allocs");
-        }
-        Ok(mode)
-    }
+/// The report the flags ask for, or why they do not go together.
+fn mode(args: &ReportArgs) -> Result<ReportMode, fltrace_analyze::ReportFlagsError> {
+    ReportMode::of(&ReportFlags {
+        by: args.by.map(By::report_by),
+        call_graph: args.call_graph.map(|order| match order {
+            CallGraphOrder::Caller => CallOrder::Caller,
+            CallGraphOrder::Callee => CallOrder::Callee,
+        }),
+        allocs: args.allocs,
+        leaks: args.leaks,
+        csv: args.format == ReportFormat::Csv,
+        time: args.selection.time.is_some(),
+        older_ms: args.older_ms.is_some(),
+    })
 }
 
 pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
@@ -109,7 +63,11 @@ fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     if pprof && args.output.is_none() && std::io::stdout().is_terminal() {
         bail!("a pprof profile is binary: give --output FILE or redirect stdout");
     }
-    let loaded = load_counts(&args.selection)?;
+    let options = args.selection.load_options()?;
+    let loaded = load(
+        &options.holding(FaultsHeld::Counted, AllocStacks::Skip),
+        Some(&opened.named),
+    )?;
     eprintln!(
         "fltrace: {}",
         recording_line(&loaded.recording, &opened.named)
@@ -127,38 +85,11 @@ fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     let written = if pprof {
         write_pprof_counts(loaded.counted_sources(), &mut out)
     } else {
-        folded_counts(loaded.counted_sources())
-            .iter()
-            .try_for_each(|(stack, count)| writeln!(out, "{stack} {count}"))
+        write_folded_counts(loaded.counted_sources(), &mut out)
     };
     written
         .and_then(|()| out.flush())
         .with_context(|| format!("writing {name}"))
-}
-
-/// The width tables fit: `COLUMNS` if set, else the terminal's on stdout, else
-/// [`faults::DEFAULT_WIDTH`].
-fn terminal_width() -> usize {
-    if let Some(columns) = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.trim().parse::<usize>().ok())
-        .filter(|&c| c > 0)
-    {
-        return columns;
-    }
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which outlives the call.
-    let got = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
-    if got == 0 && size.ws_col > 0 {
-        usize::from(size.ws_col)
-    } else {
-        faults::DEFAULT_WIDTH
-    }
 }
 
 /// Whether the command line is the original's `fltrace report` (the table of faults by line,
@@ -188,7 +119,7 @@ fn write_legacy_csv(
     let written = match write_original_reports(loaded, &dir) {
         Ok(written) => written,
         // The original's side files on a full disk: the report itself still prints.
-        Err(e) if no_space_left(&e) => {
+        Err(e) if e.no_space_left() => {
             eprintln!(
                 "fltrace: warning: {}: the report is printed only",
                 fltrace_trace::error_chain(&e)
@@ -213,31 +144,26 @@ fn write_legacy_csv(
 
 /// Writes the original's report files when asked and returns what goes to stdout.
 fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String> {
-    let mode = Mode::of(args)?;
-    // Only the reports of faults by their own stacks stream; the others need each fault's
-    // address and time to find the block it landed in.
-    let loaded = match mode {
-        Mode::Faults(_) | Mode::CallTree(_) => load_counts(&args.selection)?,
-        Mode::Threads(_) => load_with(&args.selection, Allocs::Skip)?,
-        _ => load_allocs(&args.selection)?,
-    };
+    let mode = mode(args)?;
+    let options = mode.load_options(&args.selection.load_options()?);
+    let loaded = load(&options, Some(&opened.named))?;
     eprintln!(
         "fltrace: {}",
         recording_line(&loaded.recording, &opened.named)
     );
     write_legacy_csv(args, opened, &loaded)?;
     // The faults table says it in its footer; elsewhere it must not mix with the data.
-    let in_table = matches!(mode, Mode::Faults(_)) && args.format == ReportFormat::Table;
+    let in_table = matches!(mode, ReportMode::Faults(_)) && args.format == ReportFormat::Table;
     if !in_table && let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
-    let format = args.format.tabular().render();
-    if let Mode::Faults(by) = mode {
+    let format = args.format.tabular();
+    if let ReportMode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
-        let width = (!args.wide).then(terminal_width);
+        let width = (!args.wide).then(faults::terminal_width);
         return Ok(faults::faults_fit(&loaded, &report, format, width)?);
     }
-    if let Mode::CallTree(order) = mode {
+    if let ReportMode::CallTree(order) = mode {
         let tree = call_tree(loaded.counted_sources(), order);
         return Ok(tree_text::call_tree(
             &tree,
@@ -246,7 +172,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
             format,
         )?);
     }
-    if let Mode::Threads(by) = mode {
+    if let ReportMode::Threads(by) = mode {
         let groups = group_faults_by_thread(loaded.traces.iter().map(|(t, _)| t), by);
         return Ok(threads::threads(&groups, by, args.top, format)?);
     }
@@ -257,30 +183,12 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     }
     let (top, older_ms) = (args.top, args.older_ms);
     Ok(match mode {
-        Mode::Allocs(by) => alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format),
-        Mode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
+        ReportMode::Allocs(by) => {
+            alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format)
+        }
+        ReportMode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
         _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format),
     }?)
-}
-
-/// Whether `error` or one of its causes is a full file system (ENOSPC).
-fn no_space_left(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    let full = |io: &std::io::Error| io.raw_os_error() == Some(libc::ENOSPC);
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            // csv wraps its writer's errors in an io::Error of its own, with no source.
-            let in_csv = io
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<csv::Error>())
-                .map(csv::Error::kind);
-            if full(io) || matches!(in_csv, Some(csv::ErrorKind::Io(inner)) if full(inner)) {
-                return true;
-            }
-        }
-        cause = e.source();
-    }
-    false
 }
 
 #[cfg(test)]
@@ -289,11 +197,12 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command};
+    use fltrace_analyze::GroupBy;
 
-    fn mode(flags: &[&str]) -> anyhow::Result<Mode> {
+    fn mode(flags: &[&str]) -> anyhow::Result<ReportMode> {
         let argv = ["fltrace", "report"].iter().chain(flags);
         match Cli::try_parse_from(argv).map(|cli| cli.command) {
-            Ok(Command::Report(args)) => Mode::of(&args),
+            Ok(Command::Report(args)) => Ok(super::mode(&args)?),
             _ => bail!("not a report command line"),
         }
     }
@@ -348,22 +257,34 @@ mod tests {
     /// The flags choose what the report is about; those that do not go together are refused.
     #[test]
     fn modes_of_the_flags() {
-        assert_eq!(mode(&[]).unwrap(), Mode::Faults(GroupBy::Line));
-        assert_eq!(mode(&["--by", "dso"]).unwrap(), Mode::Faults(GroupBy::Dso));
+        assert_eq!(mode(&[]).unwrap(), ReportMode::Faults(GroupBy::Line));
+        assert_eq!(
+            mode(&["--by", "dso"]).unwrap(),
+            ReportMode::Faults(GroupBy::Dso)
+        );
         assert_eq!(
             mode(&["--allocs", "--by", "stack"]).unwrap(),
-            Mode::Allocs(GroupBy::Stack)
+            ReportMode::Allocs(GroupBy::Stack)
         );
-        assert_eq!(mode(&["--leaks", "--older-ms", "3"]).unwrap(), Mode::Leaks);
-        assert_eq!(mode(&["--by", "alloc-site"]).unwrap(), Mode::AllocSite);
-        assert_eq!(mode(&["-g"]).unwrap(), Mode::CallTree(CallOrder::Caller));
+        assert_eq!(
+            mode(&["--leaks", "--older-ms", "3"]).unwrap(),
+            ReportMode::Leaks
+        );
+        assert_eq!(
+            mode(&["--by", "alloc-site"]).unwrap(),
+            ReportMode::AllocSite
+        );
+        assert_eq!(
+            mode(&["-g"]).unwrap(),
+            ReportMode::CallTree(CallOrder::Caller)
+        );
         assert_eq!(
             mode(&["-g", "callee"]).unwrap(),
-            Mode::CallTree(CallOrder::Callee)
+            ReportMode::CallTree(CallOrder::Callee)
         );
         assert_eq!(
             mode(&["--call-graph", "callee", "--top", "3"]).unwrap(),
-            Mode::CallTree(CallOrder::Callee)
+            ReportMode::CallTree(CallOrder::Callee)
         );
         for flags in [
             &["--allocs", "--by", "alloc-site"][..],

@@ -10,9 +10,8 @@ use clap::Args;
 
 use fltrace_experiment::catalog::Catalog;
 use fltrace_experiment::invocation::{RunsAction, RunsRequest};
-use fltrace_experiment::{Event, SeriesOptions, listing, page};
+use fltrace_experiment::{SeriesOptions, listing, page};
 
-use crate::cli::Format;
 use fltrace_capture::interrupt_counter;
 
 #[derive(Debug, Args)]
@@ -42,7 +41,7 @@ pub struct RunsArgs {
     pub run: Option<i64>,
     /// Output format of --list and --stat.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: crate::cli::Format,
+    pub format: crate::cli::TableFormat,
     /// The catalog made by `fltrace analyze` (for --list and --stat).
     #[arg(value_name = "CATALOG")]
     pub catalog: Option<PathBuf>,
@@ -106,11 +105,13 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         RunsAction::List(catalog) => {
-            list(&Catalog::open(&catalog)?, args.format)?;
+            let runs = Catalog::open(&catalog)?.runs()?;
+            listing::write_runs(&mut std::io::stdout().lock(), &runs, args.format)?;
             return Ok(ExitCode::SUCCESS);
         }
         RunsAction::Stat(catalog) => {
-            stat(&Catalog::open(&catalog)?, args.format)?;
+            let rows = Catalog::open(&catalog)?.stats()?;
+            listing::write_stats(&mut std::io::stdout().lock(), &rows, args.format)?;
             return Ok(ExitCode::SUCCESS);
         }
         RunsAction::Series { dir, commands } => (dir, commands),
@@ -136,37 +137,8 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         preload,
     };
     let stop = interrupt_counter()?;
-    let outcome = fltrace_experiment::run_series(&options, &stop, |event| match event {
-        Event::Start { seed, total, done } => {
-            if done > 0 {
-                eprintln!(
-                    "fltrace runs: {done} of {total} runs already done, resuming (seed {seed})"
-                );
-            } else {
-                eprintln!(
-                    "fltrace runs: {total} runs (seed {seed}) in {}",
-                    dir.display()
-                );
-            }
-        }
-        Event::Ran {
-            index,
-            total,
-            run,
-            left,
-        } => eprintln!(
-            "fltrace runs: [{index}/{total}] {} config={} rep={}: {:.2} s, {}{}; about {} left",
-            run.workload,
-            run.config,
-            run.rep,
-            run.wall_s,
-            run.status(),
-            run.error
-                .as_deref()
-                .map(|e| format!(" ({e})"))
-                .unwrap_or_default(),
-            listing::human_duration(left)
-        ),
+    let outcome = fltrace_experiment::run_series(&options, &stop, |event| {
+        eprintln!("fltrace runs: {}", event.line(&dir));
     })?;
     if outcome.interrupted {
         eprintln!(
@@ -182,26 +154,4 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         dir.display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn list(catalog: &Catalog, format: Format) -> anyhow::Result<()> {
-    let runs = catalog.runs()?;
-    let mut out = std::io::stdout().lock();
-    match format {
-        Format::Json => listing::write_runs_json(&mut out, &runs)?,
-        Format::Csv => listing::write_runs_csv(&mut out, &runs)?,
-        Format::Table => listing::write_runs_table(&mut out, &runs)?,
-    }
-    Ok(())
-}
-
-fn stat(catalog: &Catalog, format: Format) -> anyhow::Result<()> {
-    let rows = catalog.stats()?;
-    let mut out = std::io::stdout().lock();
-    match format {
-        Format::Json => listing::write_stats_json(&mut out, &rows)?,
-        Format::Csv => listing::write_stats_csv(&mut out, &rows)?,
-        Format::Table => listing::write_stats_table(&mut out, &rows)?,
-    }
-    Ok(())
 }

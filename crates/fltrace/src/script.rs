@@ -10,7 +10,10 @@ use crate::cli::ScriptArgs;
 use crate::load::load;
 
 pub fn run(args: ScriptArgs) -> anyhow::Result<()> {
-    let loaded = load(&args.selection)?;
+    let loaded = load(
+        &args.selection.load_options()?,
+        args.selection.named.as_deref(),
+    )?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     write_script(
         loaded.traces.iter().map(|(t, s)| (t, s)),

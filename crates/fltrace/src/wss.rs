@@ -1,6 +1,5 @@
 //! `fltrace wss`: working-set size over time.
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -9,9 +8,9 @@ use anyhow::{Context as _, bail};
 use fltrace_capture::ChildGuard;
 use fltrace_capture::damon::{self, ChosenMonitor, MonitorConfig};
 use fltrace_capture::wss::{self, IdleBitmap, PAGE_IDLE_BITMAP};
-use fltrace_trace::{WssRow, WssRows, files};
+use fltrace_render::wss::{WssPrinter, csv_unless_json, write_wss_files};
 
-use crate::cli::{Format, WssArgs};
+use crate::cli::WssArgs;
 use fltrace_capture::interrupt_counter;
 
 pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
@@ -31,18 +30,12 @@ pub fn run(args: WssArgs) -> anyhow::Result<ExitCode> {
     if args.pages {
         return pages(&args, pid, &stop);
     }
-    let mut rows = Rows::new(args.format)?;
+    let mut rows = WssPrinter::new(std::io::stdout(), args.format)?;
     let trace = wss::trace_referenced(pid, args.interval, args.duration, &stop, |sample| {
         stop_on_error(rows.row(&sample.row()), &stop);
     })?;
-    let path = files::path(&args.dir, "wss", pid as u32, "csv");
-    trace.ranges.write(&path)?;
-    let plot = files::path(&args.dir, "wss", pid as u32, "svg");
-    if !trace.curve.is_empty() {
-        let title = format!("working set of process {pid}");
-        files::write_with(&plot, |out| {
-            fltrace_render::wss_plot(&trace.curve, &title, out)
-        })?;
+    let written = write_wss_files(&args.dir, "wss", pid as u32, trace.ranges, &trace.curve)?;
+    if let [path, plot] = &written[..] {
         eprintln!("fltrace: {} and {}", path.display(), plot.display());
     }
     // Sampling stopped early (duration or Ctrl-C): the command is left to finish.
@@ -68,7 +61,7 @@ fn with_damon(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<Ex
         damon::system_ram,
     )?;
     eprintln!("fltrace: {monitor}");
-    let mut rows = Rows::new(csv_unless_json(args.format))?;
+    let mut rows = WssPrinter::new(std::io::stdout(), csv_unless_json(args.format))?;
     let trace = damon::trace_process(
         pid,
         monitor.own(),
@@ -78,8 +71,7 @@ fn with_damon(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<Ex
     )?;
     // Our own monitor goes before the files are written: a failure below must not leave it.
     drop(monitor);
-    let path = files::path(&args.dir, "damon", pid as u32, "csv");
-    trace.write(&path)?;
+    write_wss_files(&args.dir, "damon", pid as u32, trace, &[])?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -93,62 +85,12 @@ fn pages(args: &WssArgs, pid: i32, stop: &AtomicUsize) -> anyhow::Result<ExitCod
             "--pages needs idle page tracking ({PAGE_IDLE_BITMAP}: {e}; CONFIG_IDLE_PAGE_TRACKING and root); without --pages fltrace wss gives the referenced bytes of each mapping"
         ),
     };
-    let mut rows = Rows::new(csv_unless_json(args.format))?;
+    let mut rows = WssPrinter::new(std::io::stdout(), csv_unless_json(args.format))?;
     let trace = wss::trace_pages(pid, args.interval, &bitmap, args.duration, stop, |sample| {
         stop_on_error(rows.row(&sample.row()), stop)
     })?;
-    let path = files::path(&args.dir, "wss", pid as u32, "csv");
-    trace.write(&path)?;
+    write_wss_files(&args.dir, "wss", pid as u32, trace, &[])?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--damon` and `--pages` print CSV for a table, as they always have.
-fn csv_unless_json(format: Format) -> Format {
-    match format {
-        Format::Json => Format::Json,
-        Format::Table | Format::Csv => Format::Csv,
-    }
-}
-
-/// The rows on stdout as they come, each flushed: a table line, CSV
-/// (`time_s,wss_bytes,rss_bytes`) or a JSON line with the same names, as every tool that
-/// prints as it goes prints JSON.
-enum Rows {
-    Table(std::io::Stdout),
-    Csv(Box<WssRows<std::io::StdoutLock<'static>>>),
-    Json(std::io::Stdout),
-}
-
-impl Rows {
-    fn new(format: Format) -> std::io::Result<Rows> {
-        Ok(match format {
-            Format::Table => Rows::Table(std::io::stdout()),
-            Format::Csv => Rows::Csv(Box::new(WssRows::new(std::io::stdout().lock())?)),
-            Format::Json => Rows::Json(std::io::stdout()),
-        })
-    }
-
-    fn row(&mut self, row: &WssRow) -> std::io::Result<()> {
-        match self {
-            Rows::Table(out) => writeln!(
-                out,
-                "{:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
-                row.time_s,
-                row.wss_bytes as f64 / 1048576.0,
-                row.rss_bytes as f64 / 1048576.0
-            ),
-            Rows::Csv(rows) => rows.row(row),
-            Rows::Json(out) => {
-                let mut out = out.lock();
-                writeln!(
-                    out,
-                    "{{\"time_s\":{:.3},\"wss_bytes\":{},\"rss_bytes\":{}}}",
-                    row.time_s, row.wss_bytes, row.rss_bytes
-                )?;
-                out.flush()
-            }
-        }
-    }
 }
 
 /// A line written to stdout, or the end of sampling as on Ctrl-C when stdout is gone

@@ -21,6 +21,33 @@ pub fn faults(loaded: &Loaded, report: &FaultReport, format: Format) -> Result<S
 /// The width of a table when the terminal's is not known.
 pub const DEFAULT_WIDTH: usize = 120;
 
+/// The width tables fit: `COLUMNS` if set, else the terminal's on stdout, else
+/// [`DEFAULT_WIDTH`].
+pub fn terminal_width() -> usize {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let stdout_columns = || {
+        // SAFETY: TIOCGWINSZ writes one winsize into `size`, which outlives the call.
+        let got = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
+        (got == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
+    };
+    width_of(std::env::var("COLUMNS").ok().as_deref(), stdout_columns)
+}
+
+/// `columns` (`COLUMNS`) if it is a positive number, else the terminal's, else
+/// [`DEFAULT_WIDTH`].
+fn width_of(columns: Option<&str>, terminal: impl FnOnce() -> Option<usize>) -> usize {
+    columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
+        .or_else(terminal)
+        .unwrap_or(DEFAULT_WIDTH)
+}
+
 /// As [`faults`], the table fitting `width` columns (`None`: every name whole, `--wide`).
 pub fn faults_fit(
     loaded: &Loaded,
@@ -242,6 +269,15 @@ fn json(loaded: &Loaded, report: &FaultReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// `COLUMNS` wins when it is a positive number; else the terminal, else 120.
+    #[test]
+    fn table_width() {
+        assert_eq!(width_of(Some(" 90 "), || Some(80)), 90);
+        assert_eq!(width_of(Some("0"), || Some(80)), 80);
+        assert_eq!(width_of(Some("wide"), || None), DEFAULT_WIDTH);
+        assert_eq!(width_of(None, || None), DEFAULT_WIDTH);
+    }
+
     use fltrace_analyze::{AllocStacks, FaultsHeld};
 
     use super::super::synthetic::{load, record, rows};

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use fltrace_analyze::{AllocStacks, CallSite, FaultsHeld, LoadError, LoadOptions, Loaded};
+use fltrace_analyze::{AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded};
 use fltrace_trace::{
     AllocCall, AllocEvent, AllocWriter, Fault, FaultFlags, FaultWriter, Mapping, MappingWriter,
     Stack, StackWriter, files, keys, parse_procmaps_line,
@@ -150,19 +150,10 @@ pub fn load(
     faults: FaultsHeld,
 ) -> Result<Loaded, LoadError> {
     let options = LoadOptions {
-        pid: None,
-        window_s: None,
-        call_site: CallSite::Program,
-        frame_rules: Default::default(),
-        threads: Default::default(),
-        include_tracer: false,
-        archive: None,
-        alloc_stacks,
         allocs_whole: faults == FaultsHeld::All,
-        faults,
-        salvage: false,
+        ..LoadOptions::new(dir.to_owned(), Default::default()).holding(faults, alloc_stacks)
     };
-    fltrace_analyze::load(dir, &options)
+    fltrace_analyze::load(&options)
 }
 
 /// CSV rows as maps from column to value.

@@ -1,0 +1,127 @@
+//! `fltrace list`: the recordings of a directory, as a table or JSON.
+
+use fltrace_analyze::{RecordingSummary, utc_time};
+
+/// `812 (postgres), 815 (postgres)`: a recording's processes with their names.
+fn processes(summary: &RecordingSummary) -> String {
+    summary
+        .processes
+        .iter()
+        .map(|(pid, names)| match names.is_empty() {
+            true => pid.to_string(),
+            false => format!("{pid} ({})", names.join(" then ")),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `fltrace list`: a line per recording under a header, then how many there are.
+pub fn table(recordings: &[RecordingSummary]) -> String {
+    let command_width = recordings
+        .iter()
+        .map(|r| r.command.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("command".len());
+    let mut out = format!(
+        "{:<23}  {:>10}  {:>6}  {:>9}  {:>11}  {:>11}  {:<command_width$}  processes\n",
+        "started", "faults", "lost", "truncated", "allocations", "bytes", "command"
+    );
+    for r in recordings {
+        let allocations = r
+            .allocations
+            .map_or_else(|| "-".to_owned(), |a| a.to_string());
+        out.push_str(&format!(
+            "{:<23}  {:>10}  {:>6}  {:>9}  {:>11}  {:>11}  {:<command_width$}  {}{}\n",
+            utc_time(r.start_ns),
+            r.faults,
+            r.lost,
+            r.truncated,
+            allocations,
+            r.bytes,
+            r.command,
+            processes(r),
+            if r.finished { "" } else { " (unfinished)" }
+        ));
+    }
+    out.push_str(&format!(
+        "{} recording{}\n",
+        recordings.len(),
+        if recordings.len() == 1 { "" } else { "s" }
+    ));
+    out
+}
+
+/// `fltrace list --format json`: an array of one object per recording.
+pub fn json(recordings: &[RecordingSummary]) -> Result<String, serde_json::Error> {
+    let rows: Vec<serde_json::Value> = recordings
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "start_ns": r.start_ns,
+                "started": utc_time(r.start_ns),
+                "command": r.command,
+                "processes": r.processes.iter().map(|(pid, names)| serde_json::json!({
+                    "pid": pid,
+                    "comm": names,
+                })).collect::<Vec<_>>(),
+                "faults": r.faults,
+                "lost": r.lost,
+                "truncated_stack_faults": r.truncated,
+                "allocations": r.allocations,
+                "bytes": r.bytes,
+                "finished": r.finished,
+            })
+        })
+        .collect();
+    let mut text = serde_json::to_string_pretty(&serde_json::Value::Array(rows))?;
+    text.push('\n');
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(finished: bool) -> RecordingSummary {
+        RecordingSummary {
+            start_ns: 0,
+            command: "make -j2".into(),
+            processes: vec![(812, vec!["sh".into(), "cc1".into()]), (815, Vec::new())],
+            faults: 1200,
+            lost: 3,
+            truncated: 4,
+            allocations: None,
+            bytes: 65536,
+            finished,
+        }
+    }
+
+    /// A line per recording under the header, processes named, an unfinished one said.
+    #[test]
+    fn table_lines() {
+        let text = table(&[summary(false)]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("started  "), "{text}");
+        assert!(
+            lines[1].ends_with("  make -j2  812 (sh then cc1), 815 (unfinished)"),
+            "{text}"
+        );
+        assert!(lines[1].contains(" 1200 "), "{text}");
+        assert_eq!(lines[2], "1 recording");
+        assert_eq!(table(&[]).lines().last(), Some("0 recordings"));
+    }
+
+    /// JSON names every field, `allocations` null without --allocs.
+    #[test]
+    fn json_fields() {
+        let value: serde_json::Value =
+            serde_json::from_str(&json(&[summary(true)]).unwrap()).unwrap();
+        let row = &value[0];
+        assert_eq!(row["processes"][0]["comm"][1], "cc1");
+        assert_eq!(row["allocations"], serde_json::Value::Null);
+        assert_eq!(row["truncated_stack_faults"], 4);
+        assert_eq!(row["finished"], true);
+    }
+}
