@@ -30,7 +30,7 @@ pub use flames::{
 };
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
-    HeatmapFiles, HeatmapOptions, ImageFormat, PlacedRect, color_of,
+    HeatmapFiles, HeatmapOptions, ImageFormat, NotAnImageName, PlacedRect, color_of,
 };
 
 use std::collections::{BTreeMap, BTreeSet};
