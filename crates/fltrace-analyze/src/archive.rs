@@ -120,6 +120,41 @@ pub fn archive_to(
     Ok((summary, resolver.take_warnings()))
 }
 
+/// Why the traces of a recording to archive could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveLoadError {
+    /// No recording, or one that does not read.
+    #[error(transparent)]
+    Find(#[from] fltrace_trace::Error),
+    /// A process's trace does not read.
+    #[error("loading the trace of process {pid}")]
+    Load {
+        /// The process.
+        pid: u32,
+        /// Why.
+        #[source]
+        source: fltrace_trace::Error,
+    },
+}
+
+/// The traces `fltrace archive` archives: of process `pid` or of every process of the most
+/// recent recording in `dir`, without their allocation events.
+pub fn traces_to_archive(
+    dir: &Path,
+    pid: Option<u32>,
+) -> Result<Vec<ProcessTrace>, ArchiveLoadError> {
+    let recording = crate::find_recording(dir, pid)?;
+    recording
+        .chosen_pids(pid)
+        .into_iter()
+        .map(|pid| {
+            recording
+                .load_without_alloc_events(pid)
+                .map_err(|source| ArchiveLoadError::Load { pid, source })
+        })
+        .collect()
+}
+
 /// Stores in directory `out` every file that holds code of `traces`, with its debug file.
 pub fn archive<'a>(
     traces: impl IntoIterator<Item = &'a ProcessTrace>,

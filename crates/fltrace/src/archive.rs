@@ -4,7 +4,7 @@ use std::io::Write as _;
 
 use anyhow::Context;
 
-use fltrace_analyze::{ARCHIVE_DIR, OpenedRecording, find_recording};
+use fltrace_analyze::{ARCHIVE_DIR, OpenedRecording};
 
 use crate::cli::{ArchiveArgs, CacheCommand};
 
@@ -34,16 +34,7 @@ pub fn cache(command: CacheCommand) -> anyhow::Result<()> {
 }
 
 pub fn run(args: ArchiveArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
-    let recording = find_recording(&args.dir, args.pid)?;
-    let pids = recording.chosen_pids(args.pid);
-    let mut traces = Vec::with_capacity(pids.len());
-    for pid in pids {
-        traces.push(
-            recording
-                .load_without_alloc_events(pid)
-                .with_context(|| format!("loading the trace of process {pid}"))?,
-        );
-    }
+    let traces = fltrace_analyze::traces_to_archive(&args.dir, args.pid)?;
     let output = args.output.unwrap_or_else(|| {
         if opened.outputs.moved {
             eprintln!(
