@@ -58,6 +58,29 @@ pub struct ArchiveSummary {
     pub skipped: Vec<(String, String)>,
 }
 
+impl ArchivedFile {
+    /// `fltrace archive`'s line of it: build ID, path, and whether its debug file came too.
+    pub fn line(&self) -> String {
+        format!(
+            "{} {}{}",
+            self.build_id,
+            self.path,
+            if self.debuginfo {
+                " (with debug file)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl ArchiveSummary {
+    /// `fltrace archive`'s last line: how many files are in `output`.
+    pub fn total_line(&self, output: &Path) -> String {
+        format!("{} files in {}", self.archived.len(), output.display())
+    }
+}
+
 /// Why `fltrace archive` could not write its archive.
 #[derive(Debug, thiserror::Error)]
 #[error("writing the archive {}", path.display())]
@@ -95,6 +118,41 @@ pub fn archive_to(
         (summary, resolver)
     };
     Ok((summary, resolver.take_warnings()))
+}
+
+/// Why the traces of a recording to archive could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveLoadError {
+    /// No recording, or one that does not read.
+    #[error(transparent)]
+    Find(#[from] fltrace_trace::Error),
+    /// A process's trace does not read.
+    #[error("loading the trace of process {pid}")]
+    Load {
+        /// The process.
+        pid: u32,
+        /// Why.
+        #[source]
+        source: fltrace_trace::Error,
+    },
+}
+
+/// The traces `fltrace archive` archives: of process `pid` or of every process of the most
+/// recent recording in `dir`, without their allocation events.
+pub fn traces_to_archive(
+    dir: &Path,
+    pid: Option<u32>,
+) -> Result<Vec<ProcessTrace>, ArchiveLoadError> {
+    let recording = crate::find_recording(dir, pid)?;
+    recording
+        .chosen_pids(pid)
+        .into_iter()
+        .map(|pid| {
+            recording
+                .load_without_alloc_events(pid)
+                .map_err(|source| ArchiveLoadError::Load { pid, source })
+        })
+        .collect()
 }
 
 /// Stores in directory `out` every file that holds code of `traces`, with its debug file.
@@ -201,5 +259,23 @@ mod tests {
             format!("writing the archive {}", blocked.display())
         );
         assert!(std::error::Error::source(&error).is_some());
+    }
+
+    /// Each archived file is a line with its build ID, and a total names the archive.
+    #[test]
+    fn archived_files_are_listed_with_a_total() {
+        let summary = ArchiveSummary {
+            archived: vec![ArchivedFile {
+                path: "/bin/ls".to_owned(),
+                build_id: "ab12".to_owned(),
+                debuginfo: true,
+            }],
+            skipped: Vec::new(),
+        };
+        assert_eq!(summary.archived[0].line(), "ab12 /bin/ls (with debug file)");
+        assert_eq!(
+            summary.total_line(Path::new("out/arch")),
+            "1 files in out/arch"
+        );
     }
 }

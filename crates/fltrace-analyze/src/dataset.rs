@@ -36,6 +36,19 @@ pub struct ExportedRecording {
     pub frames: u64,
 }
 
+impl ExportedRecording {
+    /// `fltrace export`'s line of it: `ID: N faults, M frames in DIR`.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {} faults, {} frames in {}",
+            self.recording,
+            self.faults,
+            self.frames,
+            self.dir.display()
+        )
+    }
+}
+
 /// Why the `host=` partition has no name.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -194,5 +207,20 @@ mod tests {
         }
         let missing = export_host(None, &dir.path().join("none")).unwrap_err();
         assert_eq!(missing.to_string(), "reading the host name (give --host)");
+    }
+
+    /// Each exported recording is said with its rows and partition.
+    #[test]
+    fn an_exported_recording_is_one_line() {
+        let exported = ExportedRecording {
+            recording: "r1".to_owned(),
+            dir: PathBuf::from("x/host=h/recording=r1"),
+            faults: 12,
+            frames: 40,
+        };
+        assert_eq!(
+            exported.line(),
+            "r1: 12 faults, 40 frames in x/host=h/recording=r1"
+        );
     }
 }

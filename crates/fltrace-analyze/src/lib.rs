@@ -65,7 +65,8 @@ pub use allocators::{
     default_config_path, detect_allocators, detect_allocators_counted, plural,
 };
 pub use archive::{
-    ArchiveError, ArchiveSummary, ArchiveWriteError, ArchivedFile, archive, archive_to,
+    ArchiveError, ArchiveLoadError, ArchiveSummary, ArchiveWriteError, ArchivedFile, archive,
+    archive_to, traces_to_archive,
 };
 pub use call_tree::{CallNode, CallOrder, CallTree, call_tree};
 pub use counts::{FaultCounts, Tally};

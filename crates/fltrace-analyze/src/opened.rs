@@ -95,6 +95,33 @@ impl OpenedRecording {
         })
     }
 
+    /// Opens the recording at `path` as [`Self::open`] does, converting the allocation logs
+    /// a killed `record --allocs` left into its tables first (recovery warns of each process).
+    /// The logs stay: a reading command deletes nothing in a recording (the next `record`
+    /// there removes them), and one it cannot write is converted in a temporary copy of its
+    /// directory, which `copied` is told of (a line to show the user) before recovery starts.
+    pub fn open_recovering(
+        path: &Path,
+        copied: impl FnOnce(&str),
+    ) -> Result<OpenedRecording, OpenError> {
+        let mut opened = OpenedRecording::open(path)?;
+        let spools = fltrace_trace::spool::unconverted_spools(&opened.dir);
+        if spools.is_empty() {
+            return Ok(opened);
+        }
+        if opened.make_writable(&spools)? {
+            copied(&format!(
+                "{} is read-only: the allocation logs of a killed recorder are converted in a temporary copy",
+                opened.named.display()
+            ));
+        }
+        fltrace_trace::spool::recover_stale_spools(
+            &opened.dir,
+            fltrace_trace::spool::SpoolLogs::Keep,
+        );
+        Ok(opened)
+    }
+
     /// Whether the files are read from somewhere else than what the user named.
     pub fn unpacked(&self) -> bool {
         self.temp.is_some()

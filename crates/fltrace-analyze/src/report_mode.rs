@@ -78,6 +78,31 @@ pub enum ReportFlagsError {
     /// `--older-ms` without `--allocs` or `--leaks`.
     #[error("--older-ms applies to --leaks and --allocs")]
     OlderWithoutAllocs,
+    /// `--legacy-csv` with `--format folded|pprof`.
+    #[error("--legacy-csv goes with the tables, not --format folded or pprof")]
+    LegacyCsvOfExport,
+    /// `--format folded|pprof` with `--allocs` or `--leaks`.
+    #[error("--format folded and pprof export the faults' stacks: not with --allocs or --leaks")]
+    ExportOfAllocs,
+    /// `--format folded|pprof` with `--by`.
+    #[error("--format folded and pprof export whole stacks: --by does not apply")]
+    ExportBy,
+}
+
+impl ReportFlags {
+    /// Whether the flags go with `--format folded|pprof` (every fault's whole stack, for
+    /// other tools); `legacy_csv`: whether `--legacy-csv` is given.
+    pub fn check_export(&self, legacy_csv: bool) -> Result<(), ReportFlagsError> {
+        if legacy_csv {
+            Err(ReportFlagsError::LegacyCsvOfExport)
+        } else if self.allocs || self.leaks {
+            Err(ReportFlagsError::ExportOfAllocs)
+        } else if self.by.is_some() {
+            Err(ReportFlagsError::ExportBy)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl ReportMode {
@@ -138,6 +163,35 @@ mod tests {
 
     fn mode(flags: ReportFlags) -> Result<ReportMode, ReportFlagsError> {
         ReportMode::of(&flags)
+    }
+
+    /// An export takes whole fault stacks: no --legacy-csv, --allocs, --leaks or --by, the
+    /// first refused first.
+    #[test]
+    fn exports_refuse_what_they_cannot_say() {
+        let none = ReportFlags::default();
+        assert!(none.check_export(false).is_ok());
+        let leaks_by = ReportFlags {
+            leaks: true,
+            by: Some(ReportBy::Group(GroupBy::Line)),
+            ..none
+        };
+        assert!(matches!(
+            leaks_by.check_export(true),
+            Err(ReportFlagsError::LegacyCsvOfExport)
+        ));
+        assert!(matches!(
+            leaks_by.check_export(false),
+            Err(ReportFlagsError::ExportOfAllocs)
+        ));
+        let by = ReportFlags {
+            leaks: false,
+            ..leaks_by
+        };
+        assert_eq!(
+            by.check_export(false).unwrap_err().to_string(),
+            "--format folded and pprof export whole stacks: --by does not apply"
+        );
     }
 
     /// The flags choose what the report is about; those that do not go together are refused,

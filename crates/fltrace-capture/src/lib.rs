@@ -38,6 +38,7 @@ mod recorder;
 mod request;
 pub mod ring;
 mod runtime;
+mod summary;
 pub mod sys;
 mod target;
 pub mod unwind;
@@ -61,6 +62,7 @@ pub use recorder::{
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};
+pub use summary::{SummaryContext, SummaryLine, signal_name};
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;
 pub use uprobes::{

@@ -260,6 +260,40 @@ pub struct SeriesOptions {
     pub preload: Option<PathBuf>,
 }
 
+impl SeriesOptions {
+    /// The series of `commands` (one command line each, split into words without a shell)
+    /// under the configurations of the file `config` (default: [`crate::defaults`]), with the
+    /// preloaded library found when a configuration needs it.
+    pub fn new(
+        dir: PathBuf,
+        commands: &[String],
+        config: Option<&Path>,
+        reps: u32,
+        seed: Option<u64>,
+        fltrace: PathBuf,
+    ) -> Result<SeriesOptions, Error> {
+        let configs = match config {
+            Some(path) => crate::from_file(path)?,
+            None => crate::defaults(),
+        };
+        let workloads = workloads(commands)?;
+        let preload = if crate::preload_needed(&configs) {
+            Some(fltrace_capture::find_preload_library()?)
+        } else {
+            None
+        };
+        Ok(SeriesOptions {
+            dir,
+            workloads,
+            configs,
+            reps,
+            seed,
+            fltrace,
+            preload,
+        })
+    }
+}
+
 /// Told after each run, or when runs are found done.
 #[derive(Debug)]
 pub enum Event<'a> {
@@ -326,6 +360,30 @@ pub struct Outcome {
     pub failed: usize,
     /// Whether it stopped on an interrupt before the end.
     pub interrupted: bool,
+}
+
+impl Outcome {
+    /// What `fltrace runs` says at the end of the series in `dir`.
+    pub fn line(&self, dir: &Path) -> String {
+        if self.interrupted {
+            format!(
+                "interrupted after {} of the runs; run the same command again to resume",
+                self.done
+            )
+        } else {
+            format!(
+                "{} runs done, {} failed; catalog them with `fltrace analyze {}`",
+                self.done,
+                self.failed,
+                dir.display()
+            )
+        }
+    }
+
+    /// What `fltrace runs` exits with: 130 when interrupted, as a shell after Ctrl-C.
+    pub fn status(&self) -> u8 {
+        if self.interrupted { 130 } else { 0 }
+    }
 }
 
 /// Runs (or resumes) a series. A run counts as done when its `run.json` exists; the directory
@@ -897,5 +955,29 @@ mod tests {
             run_dir(Path::new("/s"), "scan", "dry", 2),
             Path::new("/s/workload=scan/config=dry/rep=2")
         );
+    }
+
+    /// The end of a series says how far it got, and how to resume or catalog it.
+    #[test]
+    fn the_outcome_says_how_to_go_on() {
+        let done = Outcome {
+            done: 4,
+            failed: 1,
+            interrupted: false,
+        };
+        assert_eq!(
+            done.line(Path::new("s")),
+            "4 runs done, 1 failed; catalog them with `fltrace analyze s`"
+        );
+        assert_eq!(done.status(), 0);
+        let cut = Outcome {
+            interrupted: true,
+            ..done
+        };
+        assert_eq!(
+            cut.line(Path::new("s")),
+            "interrupted after 4 of the runs; run the same command again to resume"
+        );
+        assert_eq!(cut.status(), 130);
     }
 }

@@ -174,6 +174,49 @@ pub enum SweepEvent<'a> {
     },
 }
 
+impl SweepEvent<'_> {
+    /// The lines `fltrace sweep` says of it on stderr, whole (`fltrace sweep: ...`; notes of
+    /// a loaded run as `fltrace: ...`).
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            SweepEvent::MeasuringPeak => {
+                vec!["fltrace sweep: measuring the peak memory of the command".to_owned()]
+            }
+            SweepEvent::Planned(plan) => vec![format!(
+                "fltrace sweep: peak {} MB; far memory -M {} MB per run",
+                plan.peak_mb, plan.max_mb
+            )],
+            SweepEvent::Ran {
+                index,
+                plan,
+                row,
+                recorded,
+                notes,
+            } => {
+                let mut lines: Vec<String> = notes
+                    .iter()
+                    .map(|note| format!("fltrace: {note}"))
+                    .collect();
+                lines.push(format!(
+                    "fltrace sweep: [{}/{}] {:>3}% = {} MB local: {} faults, {} locations cover 95% ({})",
+                    index + 1,
+                    plan.steps.len(),
+                    row.local_percent,
+                    row.local_mb,
+                    row.faults,
+                    row.locations_95,
+                    if *recorded {
+                        "recorded"
+                    } else {
+                        "already recorded"
+                    }
+                ));
+                lines
+            }
+        }
+    }
+}
+
 /// The files a sweep wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepFiles {
@@ -474,6 +517,43 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "local_percent,local_mb,max_mb,faults,fetches,locations_95\n"
+        );
+    }
+
+    /// A run's line says its place, share, figures and whether it was recorded now, after
+    /// the notes of loading it.
+    #[test]
+    fn a_run_is_said_with_its_place_and_figures() {
+        let plan = SweepPlan::new(100 << 20, 100, 50, 25, None).unwrap();
+        let row = SweepRow {
+            local_percent: 75,
+            local_mb: 75,
+            max_mb: plan.max_mb,
+            faults: 1234,
+            fetches: 10,
+            locations_95: 3,
+        };
+        let notes = ["unfinished".to_owned()];
+        let event = SweepEvent::Ran {
+            index: 1,
+            plan: &plan,
+            row: &row,
+            recorded: false,
+            notes: &notes,
+        };
+        assert_eq!(
+            event.lines(),
+            [
+                "fltrace: unfinished",
+                "fltrace sweep: [2/3]  75% = 75 MB local: 1234 faults, 3 locations cover 95% (already recorded)",
+            ]
+        );
+        assert_eq!(
+            SweepEvent::Planned(&plan).lines(),
+            [format!(
+                "fltrace sweep: peak 100 MB; far memory -M {} MB per run",
+                plan.max_mb
+            )]
         );
     }
 }

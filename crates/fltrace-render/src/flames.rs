@@ -403,6 +403,54 @@ pub fn recording_flamegraph_file(
     })
 }
 
+/// `--by-allocation` asked of a process recorded without allocations.
+#[derive(Debug, thiserror::Error)]
+#[error("--by-allocation needs allocation data: record with `fltrace record --allocs`")]
+pub struct NoAllocations;
+
+/// Every flamegraph file of `loaded` in `dir`, given to `each` as it is made: each process's
+/// ([`process_flamegraph_files`], `Err` with the path of one with no faults to draw), then
+/// the recording's ([`recording_flamegraph_file`]). With `by_allocation`, reaching a process
+/// recorded without allocations ends it with [`NoAllocations`].
+pub fn flamegraph_files<E: From<NoAllocations>>(
+    loaded: &fltrace_analyze::Loaded,
+    label: FrameLabel,
+    by_allocation: bool,
+    dir: &std::path::Path,
+    mut each: impl FnMut(Result<FlamegraphFile, std::path::PathBuf>) -> Result<(), E>,
+) -> Result<(), E> {
+    let (processes, _) = fltrace_analyze::alloc_processes(loaded, 0);
+    for (((trace, stacks), alloc_stacks), counts) in loaded
+        .traces
+        .iter()
+        .zip(&loaded.alloc_stacks)
+        .zip(&loaded.counts)
+    {
+        let allocs = processes
+            .iter()
+            .find(|p| p.trace.pid == trace.pid)
+            .map(|p| (alloc_stacks, &p.origins));
+        if by_allocation && allocs.is_none() {
+            return Err(NoAllocations.into());
+        }
+        let files = process_flamegraph_files(
+            (trace, stacks, counts),
+            allocs,
+            label,
+            by_allocation,
+            loaded.command(),
+            dir,
+        );
+        for file in files {
+            each(file)?;
+        }
+    }
+    if let Some(file) = recording_flamegraph_file(loaded, label, dir) {
+        each(Ok(file))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     /// Titles show the command up to 60 characters, `…` where it was cut.

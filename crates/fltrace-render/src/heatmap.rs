@@ -669,6 +669,36 @@ impl HeatmapFiles {
     }
 }
 
+/// A heatmap file named neither `.png` nor `.svg`.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: the heatmap is written as .png or .svg", .0.display())]
+pub struct NotAnImageName(pub std::path::PathBuf);
+
+impl HeatmapFiles {
+    /// Writes the memref plots (if any) and then each picture of `map`, telling `each` of
+    /// every file written; a picture named neither `.png` nor `.svg` ends it.
+    pub fn write<E: From<fltrace_trace::Error> + From<NotAnImageName>>(
+        &self,
+        map: &Heatmap,
+        labels: &HeatLabels,
+        mut each: impl FnMut(&Path) -> Result<(), E>,
+    ) -> Result<(), E> {
+        use fltrace_trace::files::write_with;
+        if let Some(memref) = &self.memref {
+            write_with(memref, |out| crate::memref_plots(map, labels, out))?;
+            each(memref)?;
+        }
+        for path in &self.images {
+            let Some(format) = ImageFormat::of_path(path) else {
+                return Err(NotAnImageName(path.clone()).into());
+            };
+            write_with(path, |out| map.write_image(out, format, labels))?;
+            each(path)?;
+        }
+        Ok(())
+    }
+}
+
 /// The picture formats a heatmap is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageFormat {

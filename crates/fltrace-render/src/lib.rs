@@ -23,13 +23,14 @@ pub mod wss;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{
-    ALL_PROCESSES, BY_ALLOCATION, FlamegraphFile, Flames, FrameLabel, ProcessFlamegraph,
-    allocation_flames, fault_flames, frame_label, process_flamegraph_files, process_flamegraphs,
-    recording_flamegraph_file, recording_flames, title_command,
+    ALL_PROCESSES, BY_ALLOCATION, FlamegraphFile, Flames, FrameLabel, NoAllocations,
+    ProcessFlamegraph, allocation_flames, fault_flames, flamegraph_files, frame_label,
+    process_flamegraph_files, process_flamegraphs, recording_flamegraph_file, recording_flames,
+    title_command,
 };
 pub use heatmap::{
     ALLOC_OUTLINE, AddressRegion, Band, HeatEvent, HeatLabels, Heatmap, HeatmapBuilder,
-    HeatmapFiles, HeatmapOptions, ImageFormat, PlacedRect, color_of,
+    HeatmapFiles, HeatmapOptions, ImageFormat, NotAnImageName, PlacedRect, color_of,
 };
 
 use std::collections::{BTreeMap, BTreeSet};

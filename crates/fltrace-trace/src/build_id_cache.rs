@@ -52,6 +52,49 @@ impl CacheEntry {
     }
 }
 
+impl CacheEntry {
+    /// `fltrace cache list`'s line of it: build ID, size, how kept, last use, name.
+    pub fn line(&self) -> String {
+        let age = self.last_used.elapsed().map_or(0, |d| d.as_secs());
+        format!(
+            "{} {:>12} {} {:>8}s ago {}",
+            self.build_id,
+            self.bytes,
+            if self.shared { "linked" } else { "copied" },
+            age,
+            self.name
+        )
+    }
+}
+
+/// `fltrace cache list`'s last line: the entries and the bytes they hold on their own.
+pub fn listing_total(entries: &[CacheEntry], root: &Path) -> String {
+    let own: u64 = entries.iter().map(CacheEntry::own_bytes).sum();
+    format!(
+        "{} files, {own} bytes of their own, in {}",
+        entries.len(),
+        root.display()
+    )
+}
+
+impl Pruned {
+    /// `fltrace cache prune`'s lines: each entry removed, then what is kept.
+    pub fn lines(&self, root: &Path) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .removed
+            .iter()
+            .map(|e| format!("removed {} {}", e.build_id, e.name))
+            .collect();
+        lines.push(format!(
+            "{} files removed, {} bytes of their own kept in {}",
+            self.removed.len(),
+            self.kept_bytes,
+            root.display()
+        ));
+        lines
+    }
+}
+
 /// What pruning removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Pruned {
@@ -302,5 +345,39 @@ mod tests {
         let pruned = cache.prune(1000, &[]).expect("prune");
         assert_eq!(pruned.removed[0].build_id, "bbbbbbbb02");
         assert!(cache.list().expect("list").is_empty());
+    }
+
+    /// The lines of `fltrace cache list` and `prune`: a future last use reads as 0 s ago, a
+    /// linked entry costs no bytes of its own.
+    #[test]
+    fn listing_and_pruning_lines() {
+        let entry = |id: &str, shared| CacheEntry {
+            build_id: id.to_owned(),
+            name: "/usr/lib/libc.so.6".to_owned(),
+            bytes: 2048,
+            shared,
+            last_used: SystemTime::now() + std::time::Duration::from_secs(3600),
+        };
+        let entries = [entry("ab12", false), entry("cd34", true)];
+        assert_eq!(
+            entries[1].line(),
+            "cd34         2048 linked        0s ago /usr/lib/libc.so.6"
+        );
+        let root = Path::new("/c");
+        assert_eq!(
+            listing_total(&entries, root),
+            "2 files, 2048 bytes of their own, in /c"
+        );
+        let pruned = Pruned {
+            removed: vec![entries[0].clone()],
+            kept_bytes: 0,
+        };
+        assert_eq!(
+            pruned.lines(root),
+            [
+                "removed ab12 /usr/lib/libc.so.6",
+                "1 files removed, 0 bytes of their own kept in /c"
+            ]
+        );
     }
 }

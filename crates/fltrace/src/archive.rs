@@ -4,7 +4,7 @@ use std::io::Write as _;
 
 use anyhow::Context;
 
-use fltrace_analyze::{ARCHIVE_DIR, OpenedRecording, find_recording};
+use fltrace_analyze::{ARCHIVE_DIR, OpenedRecording};
 
 use crate::cli::{ArchiveArgs, CacheCommand};
 
@@ -16,56 +16,25 @@ pub fn cache(command: CacheCommand) -> anyhow::Result<()> {
     match command {
         CacheCommand::List => {
             let entries = cache.list()?;
-            for e in &entries {
-                let age = e.last_used.elapsed().map_or(0, |d| d.as_secs());
-                writeln!(
-                    stdout,
-                    "{} {:>12} {} {:>8}s ago {}",
-                    e.build_id,
-                    e.bytes,
-                    if e.shared { "linked" } else { "copied" },
-                    age,
-                    e.name
-                )?;
+            for entry in &entries {
+                writeln!(stdout, "{}", entry.line())?;
             }
-            let own: u64 = entries.iter().map(|e| e.own_bytes()).sum();
-            writeln!(
-                stdout,
-                "{} files, {own} bytes of their own, in {}",
-                entries.len(),
-                cache.root().display()
-            )?;
+            let total = fltrace_trace::build_id_cache::listing_total(&entries, cache.root());
+            writeln!(stdout, "{total}")?;
         }
         CacheCommand::Prune { max_size } => {
             let limit =
                 max_size.map_or_else(fltrace_trace::BuildIdCache::limit_from_env, |mb| mb << 20);
-            let pruned = cache.prune(limit, &[])?;
-            for e in &pruned.removed {
-                writeln!(stdout, "removed {} {}", e.build_id, e.name)?;
+            for line in cache.prune(limit, &[])?.lines(cache.root()) {
+                writeln!(stdout, "{line}")?;
             }
-            writeln!(
-                stdout,
-                "{} files removed, {} bytes of their own kept in {}",
-                pruned.removed.len(),
-                pruned.kept_bytes,
-                cache.root().display()
-            )?;
         }
     }
     Ok(())
 }
 
 pub fn run(args: ArchiveArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
-    let recording = find_recording(&args.dir, args.pid)?;
-    let pids = recording.chosen_pids(args.pid);
-    let mut traces = Vec::with_capacity(pids.len());
-    for pid in pids {
-        traces.push(
-            recording
-                .load_without_alloc_events(pid)
-                .with_context(|| format!("loading the trace of process {pid}"))?,
-        );
-    }
+    let traces = fltrace_analyze::traces_to_archive(&args.dir, args.pid)?;
     let output = args.output.unwrap_or_else(|| {
         if opened.outputs.moved {
             eprintln!(
@@ -82,26 +51,11 @@ pub fn run(args: ArchiveArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     // Written, not printed: `fltrace archive | head` ends quietly.
     let mut stdout = std::io::stdout().lock();
     for file in &summary.archived {
-        writeln!(
-            stdout,
-            "{} {}{}",
-            file.build_id,
-            file.path,
-            if file.debuginfo {
-                " (with debug file)"
-            } else {
-                ""
-            }
-        )?;
+        writeln!(stdout, "{}", file.line())?;
     }
     for (path, why) in &summary.skipped {
         eprintln!("fltrace: not archived: {path}: {why}");
     }
-    writeln!(
-        stdout,
-        "{} files in {}",
-        summary.archived.len(),
-        output.display()
-    )?;
+    writeln!(stdout, "{}", summary.total_line(&output))?;
     Ok(())
 }

@@ -18,15 +18,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         eprintln!("fltrace: warning: {warning}");
     }
     let mut stdout = std::io::stdout().lock();
-    for r in &exported {
-        writeln!(
-            stdout,
-            "{}: {} faults, {} frames in {}",
-            r.recording,
-            r.faults,
-            r.frames,
-            r.dir.display()
-        )?;
+    for recording in &exported {
+        writeln!(stdout, "{}", recording.line())?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use fltrace_analyze::{
     HeatSource, LoadOptions, OpenedRecording, heat_access_samples, heat_blocks, heat_faults,
     heat_input, heat_process_names, heat_range_trace,
 };
-use fltrace_render::{HeatEvent, HeatLabels, Heatmap, HeatmapFiles, HeatmapOptions, ImageFormat};
+use fltrace_render::{HeatEvent, HeatLabels, Heatmap, HeatmapFiles, HeatmapOptions};
 use fltrace_trace::files;
 
 use crate::cli::HeatmapArgs;
@@ -116,16 +116,8 @@ fn write_outputs(
         return Ok(());
     }
     let outputs = HeatmapFiles::new(args.output.as_deref(), dir, name, pid);
-    if let Some(memref) = &outputs.memref {
-        files::write_with(memref, |out| fltrace_render::memref_plots(map, labels, out))?;
-        writeln!(out, "{}", memref.display())?;
-    }
-    for path in outputs.images {
-        let Some(format) = ImageFormat::of_path(&path) else {
-            bail!("{}: the heatmap is written as .png or .svg", path.display());
-        };
-        files::write_with(&path, |out| map.write_image(out, format, labels))?;
+    outputs.write(map, labels, |path| -> anyhow::Result<()> {
         writeln!(out, "{}", path.display())?;
-    }
-    Ok(())
+        Ok(())
+    })
 }

@@ -137,29 +137,14 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
-/// Opens the recording at `dir` (a directory, or an archive file unpacked into a temporary
-/// one) and points `dir` to where its files are read, converting the allocation logs a killed
-/// `record --allocs` left into its tables first (it warns of each process recovered). The logs
-/// stay: a command that reads a recording deletes nothing in it (the next `record` there
-/// removes them), and one it cannot write is converted in a temporary copy of its directory.
-/// The recording is read from there while the returned value lives.
+/// Opens the recording at `dir` (recovering a killed recorder's allocation logs) and points
+/// `dir` to where its files are read while the returned value lives.
 pub fn open_recording(
     dir: &mut std::path::PathBuf,
 ) -> anyhow::Result<fltrace_analyze::OpenedRecording> {
-    let mut opened = fltrace_analyze::OpenedRecording::open(dir)?;
-    let spools = fltrace_trace::spool::unconverted_spools(&opened.dir);
-    if !spools.is_empty() && opened.make_writable(&spools)? {
-        eprintln!(
-            "fltrace: {} is read-only: the allocation logs of a killed recorder are converted in a temporary copy",
-            opened.named.display()
-        );
-    }
-    if !spools.is_empty() {
-        fltrace_trace::spool::recover_stale_spools(
-            &opened.dir,
-            fltrace_trace::spool::SpoolLogs::Keep,
-        );
-    }
+    let opened = fltrace_analyze::OpenedRecording::open_recovering(dir, |copied| {
+        eprintln!("fltrace: {copied}");
+    })?;
     dir.clone_from(&opened.dir);
     Ok(opened)
 }

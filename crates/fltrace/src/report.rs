@@ -16,7 +16,11 @@ use crate::load::load;
 
 /// The report the flags ask for, or why they do not go together.
 fn mode(args: &ReportArgs) -> Result<ReportMode, fltrace_analyze::ReportFlagsError> {
-    ReportMode::of(&ReportFlags {
+    ReportMode::of(&flags(args))
+}
+
+fn flags(args: &ReportArgs) -> ReportFlags {
+    ReportFlags {
         by: args.by.map(By::report_by),
         call_graph: args.call_graph.map(|order| match order {
             CallGraphOrder::Caller => CallOrder::Caller,
@@ -27,14 +31,11 @@ fn mode(args: &ReportArgs) -> Result<ReportMode, fltrace_analyze::ReportFlagsErr
         csv: args.format == ReportFormat::Csv,
         time: args.selection.time.is_some(),
         older_ms: args.older_ms.is_some(),
-    })
+    }
 }
 
 pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
     if matches!(args.format, ReportFormat::Folded | ReportFormat::Pprof) {
-        if args.legacy_csv.is_some() {
-            bail!("--legacy-csv goes with the tables, not --format folded or pprof");
-        }
         return export(&args, opened);
     }
     let out = report(&args, opened)?;
@@ -53,12 +54,7 @@ pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
 
 /// `--format folded` and `--format pprof`: every fault's whole stack, for other tools.
 fn export(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
-    if args.allocs || args.leaks {
-        bail!("--format folded and pprof export the faults' stacks: not with --allocs or --leaks");
-    }
-    if args.by.is_some() {
-        bail!("--format folded and pprof export whole stacks: --by does not apply");
-    }
+    flags(args).check_export(args.legacy_csv.is_some())?;
     let pprof = args.format == ReportFormat::Pprof;
     if pprof && args.output.is_none() && std::io::stdout().is_terminal() {
         bail!("a pprof profile is binary: give --output FILE or redirect stdout");

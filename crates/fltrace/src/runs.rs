@@ -116,42 +116,19 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         }
         RunsAction::Series { dir, commands } => (dir, commands),
     };
-    let configs = match &args.config {
-        Some(path) => fltrace_experiment::from_file(path)?,
-        None => fltrace_experiment::defaults(),
-    };
-    let workloads = fltrace_experiment::workloads(&commands)?;
     let fltrace = std::env::current_exe().context("locating the fltrace binary")?;
-    let preload = if fltrace_experiment::preload_needed(&configs) {
-        Some(fltrace_capture::find_preload_library()?)
-    } else {
-        None
-    };
-    let options = SeriesOptions {
-        dir: dir.clone(),
-        workloads,
-        configs,
-        reps: args.reps,
-        seed: args.seed,
+    let options = SeriesOptions::new(
+        dir.clone(),
+        &commands,
+        args.config.as_deref(),
+        args.reps,
+        args.seed,
         fltrace,
-        preload,
-    };
+    )?;
     let stop = interrupt_counter()?;
     let outcome = fltrace_experiment::run_series(&options, &stop, |event| {
         eprintln!("fltrace runs: {}", event.line(&dir));
     })?;
-    if outcome.interrupted {
-        eprintln!(
-            "fltrace runs: interrupted after {} of the runs; run the same command again to resume",
-            outcome.done
-        );
-        return Ok(ExitCode::from(130));
-    }
-    eprintln!(
-        "fltrace runs: {} runs done, {} failed; catalog them with `fltrace analyze {}`",
-        outcome.done,
-        outcome.failed,
-        dir.display()
-    );
-    Ok(ExitCode::SUCCESS)
+    eprintln!("fltrace runs: {}", outcome.line(&dir));
+    Ok(ExitCode::from(outcome.status()))
 }

@@ -2,12 +2,10 @@
 
 use std::io::Write as _;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
-use fltrace_analyze::{AllocStacks, FaultsHeld, OpenedRecording, alloc_processes, recording_line};
-use fltrace_render::{
-    FlamegraphFile, FrameLabel, process_flamegraph_files, recording_flamegraph_file,
-};
+use fltrace_analyze::{AllocStacks, FaultsHeld, OpenedRecording, recording_line};
+use fltrace_render::{FrameLabel, flamegraph_files};
 
 use crate::cli::{Label, VisualizeArgs};
 use crate::load::load;
@@ -47,43 +45,17 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
     if let Some(note) = loaded.tracer_note() {
         eprintln!("fltrace: {note}");
     }
-    let (processes, _) = alloc_processes(&loaded, 0);
     // Written, not printed: an error (a closed pipe) ends the command quietly.
-    let write = |file: &FlamegraphFile| -> anyhow::Result<()> {
-        file.write()?;
-        writeln!(std::io::stdout(), "{}", file.path.display())?;
-        Ok(())
-    };
-    for (((trace, stacks), alloc_stacks), counts) in loaded
-        .traces
-        .iter()
-        .zip(&loaded.alloc_stacks)
-        .zip(&loaded.counts)
-    {
-        let allocs = processes
-            .iter()
-            .find(|p| p.trace.pid == trace.pid)
-            .map(|p| (alloc_stacks, &p.origins));
-        if args.by_allocation && allocs.is_none() {
-            bail!("--by-allocation needs allocation data: record with `fltrace record --allocs`");
-        }
-        let files = process_flamegraph_files(
-            (trace, stacks, counts),
-            allocs,
-            label,
-            args.by_allocation,
-            loaded.command(),
-            &dir,
-        );
-        for file in files {
-            match file {
-                Ok(file) => write(&file)?,
-                Err(path) => eprintln!("fltrace: no faults for {}, skipped", path.display()),
+    let mut stdout = std::io::stdout();
+    flamegraph_files(&loaded, label, args.by_allocation, &dir, |file| {
+        match file {
+            Ok(file) => {
+                file.write()?;
+                writeln!(stdout, "{}", file.path.display())?;
             }
+            Err(path) => eprintln!("fltrace: no faults for {}, skipped", path.display()),
         }
-    }
-    if let Some(file) = recording_flamegraph_file(&loaded, label, &dir) {
-        write(&file)?;
-    }
+        anyhow::Ok(())
+    })?;
     Ok(())
 }

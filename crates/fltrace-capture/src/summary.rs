@@ -1,0 +1,460 @@
+//! What `fltrace record` says at its end, from a recording's [`Summary`]: the lines, in the
+//! order printed, for the binary to write after `fltrace: `.
+
+use std::path::Path;
+
+use crate::{Ending, Progress, Summary};
+
+/// What the lines depend on besides the [`Summary`]: the request and the recorder's own state.
+#[derive(Debug, Clone, Copy)]
+pub struct SummaryContext<'a> {
+    /// The recording's directory.
+    pub dir: &'a Path,
+    /// The processes `-p` asked for (none: a command was run).
+    pub asked_pids: &'a [i32],
+    /// `-q`: only warnings and errors.
+    pub quiet: bool,
+    /// Whether the user interrupted the recording.
+    pub interrupted: bool,
+    /// `-M`, for the far-memory error.
+    pub max_mb: Option<u64>,
+    /// The recorder's peak resident memory, MB.
+    pub peak_rss_mb: u64,
+}
+
+/// One line of the summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SummaryLine {
+    /// Said on stderr.
+    Said(String),
+    /// Information for `-v` only (through the `log` facade).
+    Info(String),
+}
+
+impl Progress {
+    /// The live status while recording: `12 faults, 3400/s, 0 lost`.
+    pub fn status(&self) -> String {
+        format!(
+            "{} faults, {:.0}/s, {} lost",
+            self.faults,
+            self.faults_per_second(),
+            self.lost
+        )
+    }
+}
+
+impl Summary {
+    /// The lines `fltrace record` ends with, in order.
+    pub fn lines(&self, context: &SummaryContext) -> Vec<SummaryLine> {
+        let mut said = Vec::new();
+        let quiet = context.quiet;
+        if !self.attached.is_empty() && !quiet {
+            said.push(attached_line(&self.attached));
+        }
+        if !quiet {
+            said.push(format!(
+                "{} from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MB; trace in {}",
+                plural(self.faults, "fault"),
+                self.pids.len(),
+                if self.pids.len() == 1 { "" } else { "es" },
+                self.lost,
+                truncated_share(self.stacks_truncated, self.faults),
+                context.peak_rss_mb,
+                context.dir.display()
+            ));
+        }
+        if context.interrupted {
+            // Interrupted: say how the command ended, the exit status being fltrace's own too.
+            let ended = match (context.asked_pids, self.ending()) {
+                ([pid], _) if self.attached.len() <= 1 => {
+                    format!("process {pid} was left running")
+                }
+                ([_, ..], _) => "the attached processes were left running".to_owned(),
+                ([], Ending::Exited(code)) => format!("the command exited with status {code}"),
+                ([], Ending::Killed(signal)) => {
+                    format!("the command was killed by signal {signal}")
+                }
+                ([], Ending::Unknown) => "the command ended".to_owned(),
+            };
+            said.push(format!("interrupted; {ended}; the recording is complete"));
+        }
+        if !context.interrupted
+            && context.asked_pids.is_empty()
+            && self.trace_error.is_none()
+            && let Ending::Killed(signal) = self.ending()
+        {
+            said.push(format!("the command was killed by {}", signal_name(signal)));
+        }
+        if self.far_memory_exhausted {
+            said.push(format!(
+                "error: the program ran out of far memory: it needs more than -M {} MB",
+                context.max_mb.unwrap_or(0)
+            ));
+        }
+        if let Some(allocs) = &self.allocs
+            && !quiet
+        {
+            said.push(format!(
+                "{} allocation calls with {} distinct stacks{}",
+                allocs.events,
+                allocs.stacks,
+                match &allocs.probed {
+                    Some(probed) => format!(" (uprobes on {probed})"),
+                    None => String::new(),
+                }
+            ));
+            if let Some(after) = allocs.stopped_after_ns {
+                said.push(format!(
+                    "warning: an allocation log could not grow (is its file system full?): tracing stopped {:.3} s after the process's first call; {} calls kept, later ones not recorded",
+                    after as f64 / 1e9,
+                    allocs.events
+                ));
+            }
+            if (allocs.dropped > 0 && allocs.stopped_after_ns.is_none())
+                || allocs.corrupt_chunks > 0
+            {
+                said.push(format!(
+                    "warning: {} allocation records could not be written and {} log chunks were damaged",
+                    allocs.dropped, allocs.corrupt_chunks
+                ));
+            }
+            if allocs.refused_stacks > 0 {
+                said.push(format!(
+                    "warning: {} allocation stack definitions refused (the stacks kept per process are capped); their calls are kept without a stack",
+                    allocs.refused_stacks
+                ));
+            }
+        }
+        if let Some(access) = self.access
+            && !quiet
+        {
+            said.push(format!(
+                "{} access samples (fltrace-data-access-<pid>.parquet), {} lost, sampling throttled {} times{}",
+                access.samples,
+                access.lost,
+                access.throttled,
+                if access.throttled > 0 {
+                    ": lower --freq"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let mut lines: Vec<SummaryLine> = said.drain(..).map(SummaryLine::Said).collect();
+        if let Some(cache) = &self.cache {
+            // Said when it stored something: a cache that had every file already is the usual
+            // case and no news (`-v` says it).
+            let stored = cache.linked + cache.copied + cache.pruned > 0;
+            if !quiet && stored {
+                said.push(format!(
+                    "build-ID cache {}: {} files with frames ({} there already, {} linked, {} copied: {} bytes; {} without frames not kept), {:.1} ms opening, {:.1} ms storing{}",
+                    cache.root.display(),
+                    cache.files,
+                    cache.present,
+                    cache.linked,
+                    cache.copied,
+                    cache.copied_bytes,
+                    cache.without_frames,
+                    cache.open_time.as_secs_f64() * 1e3,
+                    cache.store_time.as_secs_f64() * 1e3,
+                    if cache.pruned > 0 {
+                        format!(", {} older files pruned", cache.pruned)
+                    } else {
+                        String::new()
+                    }
+                ));
+            } else if !stored {
+                lines.push(SummaryLine::Info(format!(
+                    "build-ID cache {}: all {} files there already",
+                    cache.root.display(),
+                    cache.files
+                )));
+            }
+            for failed in &cache.failed {
+                said.push(format!("warning: not kept in the build-ID cache: {failed}"));
+            }
+        }
+        if self.lost > 0 {
+            said.push(format!(
+                "warning: the kernel dropped {} fault records; try a larger --buffer-mb",
+                self.lost
+            ));
+        }
+        if let Some(error) = &self.trace_error {
+            said.extend(self.partial_trace_lines(error, context.dir));
+        }
+        lines.extend(said.into_iter().map(SummaryLine::Said));
+        lines
+    }
+
+    /// After a write error: the error, what of the trace reads back, and how the program
+    /// ended (it ran to its end untraced).
+    fn partial_trace_lines(&self, error: &str, dir: &Path) -> Vec<String> {
+        let mut said = vec![format!(
+            "error: the trace could not be written completely: {error}"
+        )];
+        if let Some(stopped) = self.trace_stopped {
+            said.push(format!(
+                "tracing stopped {:.3} s into the run; the program ran on untraced",
+                stopped.as_secs_f64()
+            ));
+        }
+        let kept: Vec<String> = fltrace_trace::files::kept(dir, &self.traced_pids())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        said.push(format!(
+            "kept: {}",
+            if kept.is_empty() {
+                "nothing".to_owned()
+            } else {
+                kept.join(", ")
+            }
+        ));
+        match self.ending() {
+            Ending::Exited(code) => said.push(format!("the program exited with status {code}")),
+            Ending::Killed(signal) => {
+                said.push(format!("the program was killed by signal {signal}"))
+            }
+            Ending::Unknown => {}
+        }
+        said
+    }
+}
+
+/// `SIGSEGV` for 11: the name a user looks up, or the number for one without a name here.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSTKFLT => "SIGSTKFLT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_owned()
+}
+
+/// Which running processes `-p` attached to: `attached to 3 processes: 12 (postgres), ...`.
+fn attached_line(attached: &[(u32, String)]) -> String {
+    let names: Vec<String> = attached
+        .iter()
+        .map(|(pid, comm)| format!("{pid} ({comm})"))
+        .collect();
+    format!(
+        "attached to {} process{}: {}",
+        attached.len(),
+        if attached.len() == 1 { "" } else { "es" },
+        names.join(", ")
+    )
+}
+
+/// `1 fault`, `2 faults`.
+fn plural(n: u64, thing: &str) -> String {
+    if n == 1 {
+        format!("{n} {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// `3 faults (1.5%)`: truncated stacks and their share of all faults.
+fn truncated_share(truncated: u64, total: u64) -> String {
+    let percent = if total == 0 {
+        0.0
+    } else {
+        truncated as f64 * 100.0 / total as f64
+    };
+    format!(
+        "{truncated} fault{} ({percent:.1}%)",
+        if truncated == 1 { "" } else { "s" },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn summary() -> Summary {
+        Summary {
+            root_pid: 10,
+            pids: vec![10, 11],
+            attached: Vec::new(),
+            exit_code: Some(0),
+            signal: None,
+            faults: 200,
+            lost: 0,
+            stacks_truncated: 3,
+            far_memory_exhausted: false,
+            allocs: None,
+            access: None,
+            trace_error: None,
+            trace_stopped: None,
+            cache: None,
+        }
+    }
+
+    fn context(dir: &Path) -> SummaryContext<'_> {
+        SummaryContext {
+            dir,
+            asked_pids: &[],
+            quiet: false,
+            interrupted: false,
+            max_mb: None,
+            peak_rss_mb: 42,
+        }
+    }
+
+    fn said(lines: Vec<SummaryLine>) -> Vec<String> {
+        lines
+            .into_iter()
+            .map(|line| match line {
+                SummaryLine::Said(text) => text,
+                SummaryLine::Info(text) => format!("(info) {text}"),
+            })
+            .collect()
+    }
+
+    /// A plain run: one line with the counts and where the trace is.
+    #[test]
+    fn a_plain_run_says_its_counts_and_directory() {
+        let dir = Path::new("out");
+        assert_eq!(
+            said(summary().lines(&context(dir))),
+            [
+                "200 faults from 2 processes, 0 lost, 3 faults (1.5%) with truncated stacks, recorder peak 42 MB; trace in out"
+            ]
+        );
+        assert!(
+            summary()
+                .lines(&SummaryContext {
+                    quiet: true,
+                    ..context(dir)
+                })
+                .is_empty()
+        );
+    }
+
+    /// A command killed by a signal is named by its signal; losses and far memory are warned
+    /// about even with -q.
+    #[test]
+    fn kills_losses_and_far_memory_are_said_even_quiet() {
+        let dir = Path::new("out");
+        let s = Summary {
+            exit_code: None,
+            signal: Some(libc::SIGSEGV),
+            lost: 7,
+            far_memory_exhausted: true,
+            ..summary()
+        };
+        let context = SummaryContext {
+            quiet: true,
+            max_mb: Some(64),
+            ..context(dir)
+        };
+        assert_eq!(
+            said(s.lines(&context)),
+            [
+                "the command was killed by SIGSEGV",
+                "error: the program ran out of far memory: it needs more than -M 64 MB",
+                "warning: the kernel dropped 7 fault records; try a larger --buffer-mb",
+            ]
+        );
+        assert_eq!(signal_name(77), "signal 77");
+    }
+
+    /// Interrupted with -p: the attached process was left running; the attachment is named.
+    #[test]
+    fn an_interrupted_attach_leaves_the_process_running() {
+        let dir = Path::new("out");
+        let s = Summary {
+            attached: vec![(12, "postgres".to_owned())],
+            pids: vec![12],
+            faults: 1,
+            stacks_truncated: 0,
+            ..summary()
+        };
+        let context = SummaryContext {
+            asked_pids: &[12],
+            interrupted: true,
+            ..context(dir)
+        };
+        assert_eq!(
+            said(s.lines(&context)),
+            [
+                "attached to 1 process: 12 (postgres)",
+                "1 fault from 1 process, 0 lost, 0 faults (0.0%) with truncated stacks, recorder peak 42 MB; trace in out",
+                "interrupted; process 12 was left running; the recording is complete",
+            ]
+        );
+    }
+
+    /// A cache that had every file is `-v` information, before the cache's failures.
+    #[test]
+    fn a_cache_with_nothing_new_is_information() {
+        let dir = Path::new("out");
+        let s = Summary {
+            cache: Some(crate::CacheSummary {
+                root: "/c".into(),
+                files: 5,
+                failed: vec!["x: gone".to_owned()],
+                open_time: Duration::from_millis(2),
+                ..Default::default()
+            }),
+            ..summary()
+        };
+        let context = SummaryContext {
+            quiet: true,
+            ..context(dir)
+        };
+        assert_eq!(
+            said(s.lines(&context)),
+            [
+                "(info) build-ID cache /c: all 5 files there already",
+                "warning: not kept in the build-ID cache: x: gone",
+            ]
+        );
+    }
+
+    /// Allocation figures with their warnings.
+    #[test]
+    fn allocation_figures_and_their_warnings() {
+        let dir = Path::new("out");
+        let s = Summary {
+            allocs: Some(crate::Converted {
+                events: 9,
+                stacks: 2,
+                dropped: 1,
+                refused_stacks: 4,
+                ..Default::default()
+            }),
+            ..summary()
+        };
+        let lines = said(s.lines(&context(dir)));
+        assert_eq!(
+            lines[1..],
+            [
+                "9 allocation calls with 2 distinct stacks",
+                "warning: 1 allocation records could not be written and 0 log chunks were damaged",
+                "warning: 4 allocation stack definitions refused (the stacks kept per process are capped); their calls are kept without a stack",
+            ]
+        );
+    }
+}
