@@ -17,6 +17,7 @@ mod bpf;
 pub mod brkstack;
 mod child;
 pub mod clock;
+pub mod command;
 pub mod count;
 pub mod drsnoop;
 mod error;
