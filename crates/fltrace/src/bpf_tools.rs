@@ -181,7 +181,7 @@ pub struct TriageArgs {
 
 /// The exit status of a tool's run; a failed write is its error alone (no "writing the
 /// output"), as these tools always said it, and a broken pipe stays quiet.
-fn exit(status: Result<u8, fltrace_system::Error>) -> anyhow::Result<ExitCode> {
+fn exit_code(status: Result<u8, fltrace_system::Error>) -> anyhow::Result<ExitCode> {
     match status {
         Ok(status) => Ok(ExitCode::from(status)),
         Err(fltrace_system::Error::Output(write)) => Err(write.into()),
@@ -198,17 +198,17 @@ pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
         sample: args.sample,
     };
     let counting = args.common.counting(args.top);
-    exit(command::count(&asked, &counting))
+    exit_code(command::count(&asked, &counting))
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
     let counting = args.common.counting(args.top);
-    exit(command::faults(args.sample, &counting))
+    exit_code(command::faults(args.sample, &counting))
 }
 
 pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
     let counting = args.common.counting(args.top);
-    exit(command::ffaults(args.by_comm, &counting))
+    exit_code(command::ffaults(args.by_comm, &counting))
 }
 
 pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
@@ -226,9 +226,9 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         combined: args.combined_only,
     };
     let (format, folded) = (args.common.format, args.common.folded);
-    exit(command::memleak(request, format, folded))
+    exit_code(command::memleak(request, format, folded))
 }
 
 pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
-    exit(command::triage(args.duration))
+    exit_code(command::triage(args.duration))
 }
