@@ -311,4 +311,21 @@ mod tests {
             "-z 4097 is above -Z 4096: no block could be kept"
         );
     }
+
+    /// A tool that cannot open says which tool, then why, as `fltrace: brkstack: ...`.
+    #[test]
+    fn an_event_tool_that_cannot_open_is_named() {
+        let scope = Scope {
+            cgroup: Some("/nonexistent-fltrace-cgroup".into()),
+            ..Scope::default()
+        };
+        let tool = Tool::Brkstack { folded: false };
+        let error = event_tool(tool, &scope, None, Format::Table).unwrap_err();
+        assert_eq!(error.to_string(), "brkstack");
+        let cause = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(
+            cause.as_deref(),
+            Some("cannot open cgroup /nonexistent-fltrace-cgroup")
+        );
+    }
 }
