@@ -57,6 +57,18 @@ pub enum Error {
     /// Starting the command failed.
     #[error(transparent)]
     Capture(#[from] fltrace_capture::Error),
+    /// Options that contradict each other, or one missing.
+    #[error("{0}")]
+    Usage(String),
+    /// A tool could not be opened: which one.
+    #[error("{name}")]
+    Tool {
+        /// The tool's command name.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
     /// Writing the output failed.
     #[error("writing the output")]
     Output(#[source] std::io::Error),

@@ -1,7 +1,8 @@
 //! fltrace's system tools, one module per tool: the in-kernel counts ([`count`] for `count`
 //! and `faults`, [`ffaults`], [`memleak`], [`triage`]) and the event tools ([`oomkill`],
 //! [`mmapsnoop`], [`brkstack`], [`shmsnoop`], [`vmscan`], [`drsnoop`], [`swapin`],
-//! [`hfaults`]; [`Tool`] is any of them as one request, opened and run alike).
+//! [`hfaults`]; [`Tool`] is any of them as one request, opened and run alike). [`command`]
+//! runs each as its `fltrace` command, from options to exit status.
 //!
 //! Two mechanisms lie under them, private to this crate. `perf` opens tracepoints, software
 //! events or uprobes with `perf_event_open` on every CPU, for the whole system, processes and
@@ -17,6 +18,7 @@ mod bpf;
 pub mod brkstack;
 mod child;
 pub mod clock;
+pub mod command;
 pub mod count;
 pub mod drsnoop;
 mod error;

@@ -21,6 +21,22 @@ pub enum Format {
     Json,
 }
 
+/// `--format table|csv|json`, the possible values named without help, as they always were.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for Format {
+    fn value_variants<'a>() -> &'a [Format] {
+        &[Format::Table, Format::Csv, Format::Json]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            Format::Table => "table",
+            Format::Csv => "csv",
+            Format::Json => "json",
+        }))
+    }
+}
+
 /// A stack in one CSV cell: its frames, innermost first, separated by `;`.
 pub(crate) fn stack_cell(frames: &[Frame]) -> String {
     frames

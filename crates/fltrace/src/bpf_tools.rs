@@ -1,23 +1,18 @@
 //! The memory chapter's in-kernel tools: `count`, `faults`, `ffaults`, `memleak`, `triage`.
-//! Flags and printing only: the counting lives in fltrace-system.
+//! Flags only: the counting and printing live in fltrace-system's `command`.
 
 use std::ffi::OsString;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use anyhow::bail;
 use clap::Args;
 
-use fltrace_system::count::{self, By, Count, CountRequest, Event, FieldFilter, Kind, Remarks};
-use fltrace_system::memleak::{LeakRequest, LeakWatch};
-use fltrace_system::triage::Triage;
-use fltrace_system::{Scope, output};
+use fltrace_system::command::{self, Counting, EventCount};
+use fltrace_system::memleak::LeakRequest;
+use fltrace_system::{Format, Scope};
 
-use crate::cli::{Format, duration};
-use fltrace_capture::interrupt_counter;
+use crate::values::duration;
 
 /// Whose events, the same for every system tool (`fltrace_system::Scope`).
 #[derive(Debug, Args)]
@@ -63,6 +58,19 @@ pub struct Common {
     /// Stacks as folded lines (`comm;outer;...;inner count`) for flamegraph tools.
     #[arg(long)]
     pub folded: bool,
+}
+
+impl Common {
+    /// How the tool runs and prints, with at most `top` rows.
+    fn counting(&self, top: usize) -> Counting {
+        Counting {
+            scope: self.scope.scope(),
+            duration: self.duration,
+            format: self.format,
+            folded: self.folded,
+            top,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -171,148 +179,39 @@ pub struct TriageArgs {
     pub duration: Duration,
 }
 
-fn count_request(common: &Common, events: Vec<Event>, by: Vec<By>) -> CountRequest {
-    CountRequest {
-        events,
-        by,
-        filter: None,
-        scope: common.scope.scope(),
-        duration: common.duration,
-        sample: None,
+/// The exit status of a tool's run; a failed write is its error alone (no "writing the
+/// output"), as these tools always said it, and a broken pipe stays quiet.
+fn exit_code(status: Result<u8, fltrace_system::Error>) -> anyhow::Result<ExitCode> {
+    match status {
+        Ok(status) => Ok(ExitCode::from(status)),
+        Err(fltrace_system::Error::Output(write)) => Err(write.into()),
+        Err(error) => Err(error.into()),
     }
 }
 
 pub fn count(args: CountArgs) -> anyhow::Result<ExitCode> {
-    if args.list {
-        return list(args.event.as_deref());
-    }
-    let Some(event) = &args.event else {
-        bail!("give an event (see fltrace count --list)");
-    };
-    let events = count::expand_events(event)?;
-    let by = count::grouping(&events, count::parse_by(&args.by)?);
-    let frame_pointers = if by.contains(&By::UStack) {
-        ": user stacks follow frame pointers (name processes with -p or a command for DWARF stacks)"
-    } else {
-        ""
-    };
-    let request = CountRequest {
-        filter: args.filter.as_deref().map(FieldFilter::parse).transpose()?,
+    let asked = EventCount {
+        event: args.event,
+        list: args.list,
+        by: args.by,
+        filter: args.filter,
         sample: args.sample,
-        ..count_request(&args.common, events, by)
     };
-    let count = Count::start(request, false, interrupt_counter()?)?;
-    let in_kernel = format!("counting {event}{frame_pointers}; Ctrl-C to end");
-    report(count, Kind::Events, &in_kernel, &args.common, args.top)
-}
-
-fn list(pattern: Option<&str>) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
-    for name in count::list(pattern)? {
-        writeln!(out, "{name}")?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Runs a count to its end: says how it counts, then the remarks the count makes (a rate each
-/// second, a summary) around its `top` rows. `in_kernel` is what a count in the kernel says
-/// it counts; one in user space names the processes whose stacks it unwinds from DWARF.
-fn report(
-    mut count: Count,
-    kind: Kind,
-    in_kernel: &str,
-    common: &Common,
-    top: usize,
-) -> anyhow::Result<ExitCode> {
-    let remarks = Remarks::new(kind, count.dwarf(), common.format.into(), common.folded);
-    if count.dwarf() {
-        let whom = match count.child_pid() {
-            Some(pid) => format!("the command (pid {pid})"),
-            None => format!("{:?}", common.scope.pids),
-        };
-        eprintln!(
-            "fltrace: counting the events of {whom} with user stacks unwound from DWARF \
-             (complete without frame pointers); Ctrl-C to end"
-        );
-    } else {
-        eprintln!("fltrace: {in_kernel}");
-    }
-    let counted = count.run(|per_second| {
-        if let Some(line) = remarks.each_second(per_second) {
-            eprintln!("fltrace: {line}");
-        }
-    })?;
-    let mut out = std::io::stdout().lock();
-    count::write_rows(
-        &mut out,
-        counted.top(top),
-        common.format.into(),
-        common.folded,
-        counted.loss_footer(),
-    )?;
-    match remarks.summary(&counted) {
-        Some(line) => eprintln!("fltrace: {line}"),
-        // CSV, JSON and folded stacks keep stdout clean: what was lost is said here.
-        None if counted.lost_any() || counted.sample_period > 1 => eprintln!(
-            "fltrace: {} events{}{}{}{}",
-            counted.events,
-            count::sampled_note(counted.sample_period),
-            output::table_full_note(counted.dropped),
-            output::ring_full_note(counted.lost),
-            output::stack_table_full_note(counted.stacks_lost)
-        ),
-        None => {}
-    }
-    Ok(ExitCode::from(fltrace_system::exit_status(
-        0,
-        u64::from(counted.lost_any()),
-    )))
+    let counting = args.common.counting(args.top);
+    exit_code(command::count(&asked, &counting))
 }
 
 pub fn faults(args: FaultsArgs) -> anyhow::Result<ExitCode> {
-    let events = count::fault_events_for(&args.common.scope.scope());
-    let request = CountRequest {
-        sample: args.sample,
-        ..count_request(&args.common, events, count::fault_grouping())
-    };
-    let count = Count::start(request, true, interrupt_counter()?)?;
-    report(
-        count,
-        Kind::Faults,
-        "counting page faults by stack; user stacks follow frame pointers (code built without \
-         them shows only its innermost frame; -p PID or a command unwinds them from DWARF); \
-         Ctrl-C to end",
-        &args.common,
-        args.top,
-    )
+    let counting = args.common.counting(args.top);
+    exit_code(command::faults(args.sample, &counting))
 }
 
 pub fn ffaults(args: FfaultsArgs) -> anyhow::Result<ExitCode> {
-    let mut count = Count::file_faults(
-        &args.common.scope.scope(),
-        args.common.duration,
-        args.by_comm,
-        interrupt_counter()?,
-    )?;
-    eprintln!("fltrace: counting faults on files; Ctrl-C to end");
-    let mut files = count.run_by_file()?;
-    files.truncate(args.top);
-    fltrace_system::ffaults::write_file_faults(
-        &mut std::io::stdout().lock(),
-        &files,
-        args.common.format.into(),
-    )?;
-    Ok(ExitCode::SUCCESS)
+    let counting = args.common.counting(args.top);
+    exit_code(command::ffaults(args.by_comm, &counting))
 }
 
 pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
-    if args.min_size > args.max_size {
-        bail!(
-            "-z {} is above -Z {}: no block could be kept",
-            args.min_size,
-            args.max_size
-        );
-    }
     let request = LeakRequest {
         scope: args.common.scope.scope(),
         interval: args.interval.map(Duration::from_secs),
@@ -326,49 +225,10 @@ pub fn memleak(args: MemleakArgs) -> anyhow::Result<ExitCode> {
         addresses: args.show_allocs,
         combined: args.combined_only,
     };
-    let mut leaks = LeakWatch::start(request, interrupt_counter()?)?;
-    eprintln!(
-        "fltrace: attached to {}; Ctrl-C to end",
-        fltrace_system::memleak::describe_leak_target(leaks.target(), leaks.tgids())
-    );
-    let mut lost = 0;
-    while let Some(snapshot) = leaks.next_report()? {
-        fltrace_system::memleak::write_leaks(
-            &mut std::io::stdout().lock(),
-            &snapshot,
-            args.common.format.into(),
-            args.common.folded,
-            &fltrace_system::clock::local_time_now(),
-        )?;
-        lost = snapshot.dropped;
-        // CSV and folded stacks have no place for the loss: it is said here.
-        if lost > 0 && (args.common.folded || matches!(args.common.format, Format::Csv)) {
-            eprintln!(
-                "fltrace: {} allocations seen, {lost} lost: {}",
-                snapshot.allocs, snapshot.why
-            );
-        }
-    }
-    leaks.finish()?;
-    Ok(ExitCode::from(fltrace_system::exit_status(0, lost)))
+    let (format, folded) = (args.common.format, args.common.folded);
+    exit_code(command::memleak(request, format, folded))
 }
 
 pub fn triage(args: TriageArgs) -> anyhow::Result<ExitCode> {
-    let stop = interrupt_counter()?;
-    let started = || {
-        eprintln!(
-            "fltrace: watching faults, brk/mmap and reclaim for {:.0} s",
-            args.duration.as_secs_f64()
-        )
-    };
-    let report = Triage::run(
-        args.duration,
-        &|| stop.load(Ordering::Relaxed) > 0,
-        &started,
-    )?;
-    fltrace_system::triage::write_triage(&mut std::io::stdout().lock(), &report)?;
-    Ok(ExitCode::from(fltrace_system::exit_status(
-        0,
-        report.lost(),
-    )))
+    exit_code(command::triage(args.duration))
 }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::values::{addr_range, duration, positive_mb, region_counts, time_range};
+
 /// Which code touches which memory, when, and what it costs when memory is short.
 #[derive(Debug, Parser)]
 #[command(name = "fltrace", version, about)]
@@ -225,38 +227,6 @@ impl HeatSource {
     }
 }
 
-fn region_counts(s: &str) -> Result<(u64, u64), String> {
-    let (a, b) = s
-        .split_once("..")
-        .ok_or_else(|| format!("`{s}` is not a range of region counts such as 10..1000"))?;
-    let parse = |v: &str| {
-        v.parse::<u64>()
-            .map_err(|_| format!("`{v}` is not a count"))
-    };
-    let (a, b) = (parse(a)?, parse(b)?);
-    if a < 3 || a > b {
-        return Err(format!(
-            "{s}: DAMON needs at least 3 regions and MIN <= MAX"
-        ));
-    }
-    Ok((a, b))
-}
-
-fn addr_range(s: &str) -> Result<(u64, u64), String> {
-    let parse = |v: &str| {
-        u64::from_str_radix(v.trim_start_matches("0x"), 16)
-            .map_err(|_| format!("`{v}` is not a hex address"))
-    };
-    let (a, b) = s
-        .split_once("..")
-        .ok_or_else(|| format!("`{s}` is not a range such as 0x1000..0x2000"))?;
-    let (a, b) = (parse(a)?, parse(b)?);
-    if a >= b {
-        return Err(format!("the range {s} is empty"));
-    }
-    Ok((a, b))
-}
-
 #[derive(Debug, Args)]
 pub struct WssArgs {
     /// A running process to watch.
@@ -303,31 +273,6 @@ pub struct WssArgs {
     /// The command to run and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
-}
-
-pub(crate) fn duration(s: &str) -> Result<std::time::Duration, String> {
-    let (number, unit) = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .map_or((s, "s"), |i| s.split_at(i));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration such as 100ms or 2s"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" | "min" => value * 60.0,
-        _ => return Err(format!("`{s}`: the unit must be ms, s or m")),
-    };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        return Err(format!("`{s}` must be positive"));
-    }
-    // Nanoseconds that fit in a u64, as every time fltrace keeps.
-    if seconds > MAX_WINDOW_S {
-        return Err(format!(
-            "`{s}` is out of range (at most {MAX_WINDOW_S:.0} s, 584 years)"
-        ));
-    }
-    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 #[derive(Debug, Args)]
@@ -473,14 +418,6 @@ impl Policy {
     }
 }
 
-fn positive_mb(s: &str) -> Result<u64, String> {
-    match s.parse::<u64>() {
-        Ok(0) => Err("must be a positive number of MB".into()),
-        Ok(v) => Ok(v),
-        Err(_) => Err(format!("`{s}` is not a whole number of MB")),
-    }
-}
-
 /// Which recording (and which part of it) to analyse.
 #[derive(Debug, Args)]
 pub struct Selection {
@@ -541,36 +478,6 @@ pub enum CallSiteArg {
     Leaf,
 }
 
-/// The longest time a window reaches, in seconds: its nanoseconds fit in a u64.
-const MAX_WINDOW_S: f64 = u64::MAX as f64 / 1e9;
-
-fn time_range(s: &str) -> Result<(f64, f64), String> {
-    let (from, to) = s
-        .split_once("..")
-        .ok_or_else(|| format!("`{s}` is not a range such as 1.5..3"))?;
-    let parse = |v: &str, default: f64| -> Result<f64, String> {
-        if v.is_empty() {
-            return Ok(default);
-        }
-        let seconds = v
-            .parse::<f64>()
-            .ok()
-            .filter(|x| x.is_finite() && *x >= 0.0)
-            .ok_or_else(|| format!("`{v}` is not a number of seconds"))?;
-        if seconds > MAX_WINDOW_S {
-            return Err(format!(
-                "`{v}` seconds is out of range (at most {MAX_WINDOW_S:.0}, 584 years)"
-            ));
-        }
-        Ok(seconds)
-    };
-    let (from, to) = (parse(from, 0.0)?, parse(to, MAX_WINDOW_S)?);
-    if from > to {
-        return Err(format!("the range {s} ends before it starts"));
-    }
-    Ok((from, to))
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum By {
     /// The whole stack (and, for faults, their kind).
@@ -589,14 +496,6 @@ pub enum By {
     Pid,
     /// Faults by thread.
     Tid,
-}
-
-/// The system tools' `--format` (theirs: the reading commands take fltrace-render's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Csv,
-    Json,
 }
 
 /// `--format table|csv|json` of every reading command that prints tables.

@@ -15,6 +15,7 @@ mod runs;
 mod script;
 mod sweep;
 mod system;
+mod values;
 mod visualize;
 mod wss;
 

@@ -1,16 +1,14 @@
 //! The memory chapter's event tools (`oomkill`, `mmapsnoop`, `brkstack`, `shmsnoop`,
 //! `vmscan`, `drsnoop`, `swapin`, `hfaults`): flags here, the work in `fltrace-system`.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use fltrace_system::{Format, Tool};
 
-use crate::cli::duration;
+use crate::values::duration;
 
 /// The commands, flattened into `fltrace`'s own.
 #[derive(Debug, Subcommand)]
@@ -44,7 +42,7 @@ pub struct CommonArgs {
     pub duration: Option<Duration>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: crate::cli::Format,
+    pub format: Format,
 }
 
 /// brkstack's flags.
@@ -65,16 +63,6 @@ pub struct IntervalArgs {
     pub interval: Duration,
     #[command(flatten)]
     pub common: CommonArgs,
-}
-
-impl From<crate::cli::Format> for Format {
-    fn from(format: crate::cli::Format) -> Format {
-        match format {
-            crate::cli::Format::Table => Format::Table,
-            crate::cli::Format::Csv => Format::Csv,
-            crate::cli::Format::Json => Format::Json,
-        }
-    }
 }
 
 /// The tool each command asks for, with its own options, and the flags every tool takes.
@@ -107,37 +95,8 @@ fn request(command: SystemCommand) -> (Tool, CommonArgs) {
 }
 
 pub fn run(command: SystemCommand) -> anyhow::Result<ExitCode> {
-    let stop = fltrace_capture::interrupt_counter()?;
     let (tool, args) = request(command);
-    let open = tool.open(&args.scope.scope()).context(tool.name())?;
-    // What the session cannot see, then that it is ready, as bcc's tools say it.
-    let mut err = std::io::stderr().lock();
-    for note in open.notes() {
-        let _ = writeln!(err, "fltrace: {note}");
-    }
-    let _ = writeln!(err, "Tracing {}... Hit Ctrl-C to end.", tool.traces());
-    drop(err);
-    let format: Format = args.format.into();
-    let finished = open.run(&stop, args.duration, format, std::io::stdout().lock())?;
-    // CSV and folded stacks have no room for it on stdout.
-    let on_stderr = format == Format::Csv || tool.folded();
-    if finished.lost > 0 && on_stderr {
-        eprintln!(
-            "fltrace: {} events seen, {} lost: {}",
-            finished.seen,
-            finished.lost,
-            fltrace_system::RING_FULL
-        );
-    }
-    if finished.unseen > 0 && on_stderr {
-        eprintln!(
-            "fltrace: {} events not judged: {}",
-            finished.unseen,
-            fltrace_system::hfaults::UNCLASSIFIED
-        );
-    }
-    Ok(ExitCode::from(fltrace_system::exit_status(
-        fltrace_capture::shell_status(finished.status),
-        finished.lost + finished.unseen,
-    )))
+    let scope = args.scope.scope();
+    let status = fltrace_system::command::event_tool(tool, &scope, args.duration, args.format)?;
+    Ok(ExitCode::from(status))
 }
