@@ -415,6 +415,9 @@ impl State {
             sample.raw,
             sample.user_regs.as_ref(),
         ) else {
+            // A fault sample without the fields the attributes asked for: counted as lost, so
+            // that the summary never shows fewer faults than happened without saying so.
+            self.lost += 1;
             return Ok(());
         };
         if let Some(unmap) = self.fields.unmap
@@ -472,6 +475,7 @@ impl State {
             u64_at(&raw, self.fields.address),
             u64_at(&raw, self.fields.error_code),
         ) else {
+            self.lost += 1;
             return Ok(());
         };
         let (Some(ip), Some(sp), Some(bp)) = (
@@ -479,6 +483,7 @@ impl State {
             regs.get(sys::REG_SP),
             regs.get(sys::REG_BP),
         ) else {
+            self.lost += 1;
             return Ok(());
         };
         let time_ns = sample
