@@ -82,19 +82,9 @@ impl ChildGuard {
             return Ok(None);
         };
         self.release()?;
-        let mut status = 0;
-        loop {
-            // SAFETY: reaping our own child into a valid int.
-            if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
-                break;
-            }
-            let error = std::io::Error::last_os_error();
-            if error.kind() != std::io::ErrorKind::Interrupted {
-                return Err(Error::Wait(error));
-            }
-        }
+        let reaped = crate::os::reap(pid, true).map_err(Error::Wait)?;
         self.reaped();
-        Ok(Some(ExitStatus::from_raw(status)))
+        Ok(reaped.map(|reaped| reaped.status))
     }
 }
 
@@ -102,14 +92,7 @@ impl Drop for ChildGuard {
     fn drop(&mut self) {
         match self.0.take() {
             Some(Child::Pending(child)) => child.abort(),
-            Some(Child::Running(pid)) => {
-                let mut status = 0;
-                // SAFETY: killing and reaping our own child, which nobody else waits for.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, &mut status, 0);
-                }
-            }
+            Some(Child::Running(pid)) => crate::os::kill_and_reap(pid),
             None => {}
         }
     }
@@ -138,14 +121,8 @@ mod tests {
             ChildGuard::start(&["sleep".into(), "60".into()]).expect("starting sleep");
         drop(child);
         // Reaped: the pid is no longer our child (ECHILD), neither running nor a zombie.
-        let mut status = 0;
-        // SAFETY: a non-blocking wait on a pid into a valid int.
-        let waited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert_eq!(waited, -1);
-        assert_eq!(
-            std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::ECHILD)
-        );
+        let error = crate::os::reap(pid, false).expect_err("reaped already");
+        assert_eq!(error.raw_os_error(), Some(libc::ECHILD));
     }
 
     #[test]

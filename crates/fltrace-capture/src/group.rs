@@ -3,6 +3,9 @@
 //! the command's first process, not the processes it starts).
 
 use std::io;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+
+use rustix::process::Signal;
 
 /// The command's process group (its first process's pid), while the recording runs: a
 /// watchdog process kills the whole group if the recorder dies before saying it is done.
@@ -11,7 +14,7 @@ pub struct CommandGroup {
     pgid: i32,
     /// The write end of the watchdog's pipe: a byte says "done", end-of-file without one
     /// says the recorder died.
-    watchdog: i32,
+    watchdog: OwnedFd,
 }
 
 impl CommandGroup {
@@ -23,13 +26,12 @@ impl CommandGroup {
     /// Starts the watchdog of group `pgid`.
     pub(crate) fn watch(pgid: i32) -> io::Result<CommandGroup> {
         let (read_end, write_end) = crate::os::pipe_cloexec()?;
+        let read_fd = read_end.as_raw_fd();
+        // libc from fork to exit: rustix has no safe fork.
         // SAFETY: fork; the children below only make async-signal-safe calls.
         let middle = unsafe { libc::fork() };
         if middle < 0 {
-            let error = io::Error::last_os_error();
-            crate::os::close(read_end);
-            crate::os::close(write_end);
-            return Err(error);
+            return Err(io::Error::last_os_error());
         }
         if middle == 0 {
             // SAFETY: in the forked children, system calls on plain values only.
@@ -53,7 +55,7 @@ impl CommandGroup {
                 ] {
                     libc::signal(signal, libc::SIG_IGN);
                 }
-                libc::dup2(read_end, 0);
+                libc::dup2(read_fd, 0);
                 libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32);
                 libc::prctl(libc::PR_SET_NAME, c"fltrace-watch".as_ptr());
                 let mut byte = 0u8;
@@ -71,10 +73,9 @@ impl CommandGroup {
                 }
             }
         }
-        crate::os::close(read_end);
-        let mut status = 0;
-        // SAFETY: reaping our own child, which exits at once.
-        unsafe { libc::waitpid(middle, &mut status, 0) };
+        drop(read_end);
+        // The middle process exits at once; an error would mean it is reaped already.
+        let _ = crate::os::reap(middle, true);
         Ok(CommandGroup {
             pgid,
             watchdog: write_end,
@@ -82,27 +83,23 @@ impl CommandGroup {
     }
 
     /// Sends `signal` to every process of the group.
-    pub fn signal(&self, signal: i32) {
-        // SAFETY: signalling the group of our own child.
-        unsafe { libc::kill(-self.pgid, signal) };
+    pub(crate) fn signal(&self, signal: Signal) {
+        crate::os::signal_group(self.pgid, signal);
     }
 }
 
 /// The recording is done with the command: the watchdog ends without killing.
 impl Drop for CommandGroup {
     fn drop(&mut self) {
-        let byte = 1u8;
-        // SAFETY: writing one byte from a valid buffer to our own pipe.
-        unsafe {
-            libc::write(self.watchdog, (&byte as *const u8).cast(), 1);
-        }
-        crate::os::close(self.watchdog);
+        // A watchdog gone already (killed) has nothing left to be told.
+        let _ = rustix::io::write(&self.watchdog, &[1]);
     }
 }
 
 /// Whether this process's group is the foreground group of the terminal on its standard
 /// input (an interactive shell's job).
 pub(crate) fn owns_terminal() -> bool {
-    // SAFETY: plain queries on descriptor 0.
-    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+    let stdin = std::io::stdin();
+    rustix::termios::isatty(&stdin)
+        && rustix::termios::tcgetpgrp(&stdin).is_ok_and(|group| group == rustix::process::getpgrp())
 }

@@ -1,8 +1,17 @@
-//! The clocks and the system calls of capture, each behind a safe function.
+//! The clocks and the system calls of capture, each behind a safe function: through rustix
+//! where it has a wrapper, libc where it has none (said at each such call). Every wait on a
+//! child is [`reap`].
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::pipe::PipeFlags;
+use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::time::{ClockId, clock_gettime};
 
 use crate::sys::PerfEvent;
 
@@ -15,110 +24,129 @@ pub(crate) fn unix_now_ns() -> u64 {
 
 /// Now on CLOCK_MONOTONIC, the clock of perf samples and tracepoint events, in ns.
 pub fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the kernel to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = clock_gettime(ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// CPU time (user and system) the recorder has used so far, all its threads, ns.
+/// CPU time (user and system) the recorder has used so far, all its threads, ns: the
+/// process's CPU clock, the sum getrusage's user and system times are scaled to.
 pub(crate) fn cpu_time_ns() -> u64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
+    let ts = clock_gettime(ClockId::ProcessCPUTime);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Runs the recorder ahead of the traced program in the scheduler, when allowed (root): a
 /// recorder that falls behind loses records.
 pub(super) fn become_urgent() {
-    // SAFETY: setpriority on our own process; failure (not root) is harmless.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
+    // Not allowed (not root): the recorder runs at its usual priority.
+    let _ = rustix::process::setpriority_process(None, -10);
 }
 
-/// Sends `signal` to the command fltrace started (and has not reaped yet).
-pub(super) fn signal_child(pid: i32, signal: i32) {
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(pid, signal);
+/// Sends `signal` to process `pid`: a command fltrace started and has not reaped yet.
+/// Fails only when it is gone, which the caller learns by reaping it.
+pub(crate) fn signal_process(pid: i32, signal: Signal) {
+    if let Some(pid) = Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
+
+/// Sends `signal` to every process of group `pgid`; the group may be gone already.
+pub(crate) fn signal_group(pgid: i32, signal: Signal) {
+    if let Some(pgid) = Pid::from_raw(pgid) {
+        let _ = rustix::process::kill_process_group(pgid, signal);
     }
 }
 
 /// Whether process `pid` exists (a zombie does).
 pub(super) fn process_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::ESRCH }
+    // Signal 0 only checks for existence; EPERM says it exists as another user's.
+    Pid::from_raw(pid).is_some_and(|pid| {
+        !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        )
+    })
 }
 
 /// A descriptor of process `pid` that becomes readable when it exits (`None` when the
 /// kernel lacks pidfds or the process is gone).
 pub(super) fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    // SAFETY: a non-negative return is a descriptor nothing else owns.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    rustix::process::pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()
 }
 
-/// Reaps child `pid` if it ended: its wait status and its peak resident memory, bytes.
-pub(super) fn try_wait(pid: i32) -> Option<(i32, u64)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain data for the kernel to fill.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child with valid out-pointers.
-    let ret = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-    (ret == pid).then(|| (status, usage.ru_maxrss as u64 * 1024))
+/// How a child fltrace started ended, once reaped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reaped {
+    /// Its exit code, or the signal that killed it.
+    pub status: ExitStatus,
+    /// Its peak resident memory, bytes.
+    pub peak_rss: u64,
+}
+
+/// Reaps child `pid`: waits for its end (`block`), or only looks whether it ended (`None`
+/// when not yet). Every wait on a child of capture is this one, interruptions (EINTR)
+/// retried here.
+pub(crate) fn reap(pid: i32, block: bool) -> io::Result<Option<Reaped>> {
+    let flags = if block { 0 } else { libc::WNOHANG };
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data for the kernel to fill.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // libc: rustix's waitpid does not give the child's resource usage (peak memory).
+        // SAFETY: waiting for our own child with valid out-pointers.
+        let ret = unsafe { libc::wait4(pid, &mut status, flags, &mut usage) };
+        if ret == pid {
+            return Ok(Some(Reaped {
+                status: ExitStatus::from_raw(status),
+                peak_rss: usage.ru_maxrss as u64 * 1024,
+            }));
+        }
+        if ret == 0 {
+            return Ok(None);
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// Kills child `pid` (SIGKILL) and reaps it: a command abandoned on an early exit.
+pub(crate) fn kill_and_reap(pid: i32) {
+    signal_process(pid, Signal::KILL);
+    // Fails only if it was reaped already: nothing is left either way.
+    let _ = reap(pid, true);
 }
 
 /// Waits up to `timeout_ms` for the program to end (its pidfd readable), or just sleeps.
 pub(super) fn wait_for_exit(pidfd: Option<&OwnedFd>, timeout_ms: i32) {
     match pidfd {
-        Some(fd) => {
-            let mut pfd = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        }
+        Some(fd) => poll_readable(&[fd], timeout_ms),
         None => std::thread::sleep(Duration::from_millis(timeout_ms as u64)),
     }
 }
 
 /// Waits until a ring buffer has data, the target exits (`pidfd`) or the timeout passes.
 pub(super) fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_ms: i32) {
-    let mut fds: Vec<libc::pollfd> = events
+    let fds: Vec<&OwnedFd> = events.iter().map(|e| e.fd()).chain(pidfd).collect();
+    poll_readable(&fds, timeout_ms);
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes; an interruption (a signal
+/// to stop) ends the wait early, which the callers' loops expect.
+fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) {
+    let mut pollfds: Vec<PollFd<'_>> = fds
         .iter()
-        .map(|e| e.fd().as_raw_fd())
-        .chain(pidfd.map(|fd| fd.as_raw_fd()))
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
+        .map(|fd| PollFd::new(*fd, PollFlags::IN))
         .collect();
-    // SAFETY: `fds` is a valid array of pollfd for its length.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    let timeout = Timespec {
+        tv_sec: i64::from(timeout_ms / 1000),
+        tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
+    };
+    let _ = rustix::event::poll(&mut pollfds, Some(&timeout));
 }
 
 /// A pipe whose ends close on exec: (read end, write end).
-pub(crate) fn pipe_cloexec() -> io::Result<(i32, i32)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((fds[0], fds[1]))
-}
-
-pub(crate) fn close(fd: i32) {
-    // SAFETY: closing a descriptor we own; errors on close of a pipe end are irrelevant.
-    unsafe { libc::close(fd) };
+pub(crate) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::pipe::pipe_with(PipeFlags::CLOEXEC)?)
 }

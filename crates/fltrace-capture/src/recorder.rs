@@ -287,8 +287,8 @@ struct ActiveRecording {
 
 /// How the event loop ended.
 struct Ended {
-    /// The command's wait status (0 for an attached process).
-    exit_status: Option<i32>,
+    /// How the command ended (exit code 0 for an attached process).
+    exit_status: Option<std::process::ExitStatus>,
     /// The command's peak resident memory from wait4, in bytes.
     rusage_hwm: u64,
     /// The first error writing the trace.

@@ -7,11 +7,12 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::Error;
 use crate::group::CommandGroup;
-use crate::os::{close, pipe_cloexec};
+use crate::os::{kill_and_reap, pipe_cloexec, reap};
 
 /// Who the traced command runs as, when fltrace runs as root for a user.
 #[derive(Debug, Clone, Copy)]
@@ -26,8 +27,10 @@ pub struct Credentials {
 #[derive(Debug)]
 pub struct PendingChild {
     pid: i32,
-    go_write: i32,
-    error_read: i32,
+    /// A byte written here lets the child exec; closed without one, it exits.
+    go_write: OwnedFd,
+    /// The child's errno if its exec (or change of user) failed; closed by a good exec.
+    error_read: OwnedFd,
     program: String,
 }
 
@@ -115,11 +118,12 @@ impl PendingChild {
         let mut env_ptrs: Vec<*const libc::c_char> =
             environment.iter().map(|e| e.as_ptr()).collect();
         env_ptrs.push(std::ptr::null());
-        // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
+        let parent = rustix::process::getpid().as_raw_nonzero().get();
         let (go_read, go_write) = pipe_cloexec().map_err(spawn_error)?;
         let (error_read, error_write) = pipe_cloexec().map_err(spawn_error)?;
+        let (go_read_fd, error_write_fd) = (go_read.as_raw_fd(), error_write.as_raw_fd());
 
+        // libc from fork to exec: rustix has no safe fork, and no execvpe.
         // SAFETY: fork has no preconditions; the child below only calls async-signal-safe
         // functions (read, write, setgid, setuid, execvpe, _exit) on data prepared above.
         let pid = unsafe { libc::fork() };
@@ -133,7 +137,7 @@ impl PendingChild {
                     libc::setpgid(0, 0);
                 }
                 let mut byte = 0u8;
-                let released = libc::read(go_read, (&mut byte as *mut u8).cast(), 1) == 1;
+                let released = libc::read(go_read_fd, (&mut byte as *mut u8).cast(), 1) == 1;
                 if !released {
                     libc::_exit(127);
                 }
@@ -143,7 +147,7 @@ impl PendingChild {
                         || libc::setuid(c.uid) != 0)
                 {
                     let errno = *libc::__errno_location();
-                    libc::write(error_write, (&errno as *const i32).cast(), 4);
+                    libc::write(error_write_fd, (&errno as *const i32).cast(), 4);
                     libc::_exit(127);
                 }
                 // After the change of user, which clears the parent-death signal. Should
@@ -155,16 +159,16 @@ impl PendingChild {
                 }
                 libc::execvpe(arg_ptrs[0], arg_ptrs.as_ptr(), env_ptrs.as_ptr());
                 let errno = *libc::__errno_location();
-                libc::write(error_write, (&errno as *const i32).cast(), 4);
+                libc::write(error_write_fd, (&errno as *const i32).cast(), 4);
                 libc::_exit(127);
             }
         }
-        close(go_read);
-        close(error_write);
+        drop((go_read, error_write));
         if own_group {
-            // Also here, so that the group exists when this returns, whoever runs first.
-            // SAFETY: setting the group of our own child before its exec.
-            unsafe { libc::setpgid(pid, pid) };
+            // Also here, so that the group exists when this returns, whoever runs first. A
+            // failure means the child did it first (or is gone, which release reports).
+            let child = rustix::process::Pid::from_raw(pid);
+            let _ = rustix::process::setpgid(child, child);
         }
         Ok(PendingChild {
             pid,
@@ -181,37 +185,47 @@ impl PendingChild {
 
     /// Lets the child exec; returns once the exec has happened, or the reason it failed.
     pub fn release(self) -> Result<i32, Error> {
-        let byte = 1u8;
-        // SAFETY: writing one byte from a valid buffer to a pipe we own.
-        unsafe { libc::write(self.go_write, (&byte as *const u8).cast(), 1) };
-        close(self.go_write);
-        let mut errno = 0i32;
-        // SAFETY: reading at most 4 bytes into a valid i32; the pipe closes on exec.
-        let n = unsafe { libc::read(self.error_read, (&mut errno as *mut i32).cast(), 4) };
-        close(self.error_read);
+        let PendingChild {
+            pid,
+            go_write,
+            error_read,
+            program,
+        } = self;
+        // A child gone already cannot read it: the read below then finds no errno.
+        let _ = rustix::io::write(&go_write, &[1]);
+        drop(go_write);
+        let mut errno = [0u8; 4];
+        let n = read_fully(&error_read, &mut errno);
+        drop(error_read);
         if n == 4 {
-            let mut status = 0;
-            // SAFETY: reaping our own child, which exits right after reporting.
-            unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            // The child exits right after reporting; an error would mean it is reaped.
+            let _ = reap(pid, true);
             return Err(Error::Spawn {
-                program: self.program.clone(),
-                source: io::Error::from_raw_os_error(errno),
+                program,
+                source: io::Error::from_raw_os_error(i32::from_ne_bytes(errno)),
             });
         }
-        Ok(self.pid)
+        Ok(pid)
     }
 
     /// Kills the child before it runs anything (when setting up tracing failed).
     pub fn abort(self) {
-        close(self.go_write);
-        close(self.error_read);
-        let mut status = 0;
         // Killed, not left to see the go pipe close: the child holds a copy of the pipe's
-        // write end itself, so its read would never end and waitpid would wait for ever.
-        // SAFETY: killing and reaping our own child.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, &mut status, 0);
+        // write end itself, so its read would never end and the wait would wait for ever.
+        kill_and_reap(self.pid);
+    }
+}
+
+/// Reads into `buf` until it is full or the pipe ends (interruptions retried): the bytes read.
+fn read_fully(fd: &OwnedFd, buf: &mut [u8]) -> usize {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match rustix::io::read(fd, &mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => break,
         }
     }
+    filled
 }

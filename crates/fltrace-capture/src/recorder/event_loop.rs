@@ -1,13 +1,17 @@
 //! The event loop: the rings drained in time order, the processes checkpointed every second,
 //! the command waited for and signalled, until the traced processes are gone.
 
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
 
 use super::dispatch::State;
 use super::{ActiveRecording, CpuRings, Ended, Progress, keep_first, note_stop};
 use crate::os::{
-    become_urgent, pidfd_open, poll_rings, process_alive, signal_child, try_wait, wait_for_exit,
+    become_urgent, pidfd_open, poll_rings, process_alive, reap, signal_process, wait_for_exit,
 };
 
 impl ActiveRecording {
@@ -35,7 +39,7 @@ impl ActiveRecording {
         let mut last_stats = Instant::now();
         let mut last_memory = Instant::now();
         let mut last_progress = Instant::now();
-        let mut exit_status: Option<i32> = None;
+        let mut exit_status: Option<ExitStatus> = None;
         let mut rusage_hwm = 0;
         let mut stop_seen = 0;
         let mut stop_at: Option<Instant> = None;
@@ -65,11 +69,11 @@ impl ActiveRecording {
 
             if let Some(pid) = root {
                 if exit_status.is_none()
-                    && let Some((status, hwm)) = try_wait(pid)
+                    && let Ok(Some(reaped)) = reap(pid, false)
                 {
                     self.child.reaped();
-                    exit_status = Some(status);
-                    rusage_hwm = hwm;
+                    exit_status = Some(reaped.status);
+                    rusage_hwm = reaped.peak_rss;
                 }
             } else if !self
                 .attached
@@ -77,7 +81,7 @@ impl ActiveRecording {
                 .any(|&(pid, _)| process_alive(pid as i32))
             {
                 // Attached: the recording ends when every process asked for is gone.
-                exit_status = Some(0);
+                exit_status = Some(ExitStatus::from_raw(0));
             }
             if exit_status.is_some() {
                 if stop_seen > 0
@@ -85,7 +89,7 @@ impl ActiveRecording {
                 {
                     // Interrupted: what the command started and left (a background job
                     // ignores SIGINT and SIGQUIT) ends with it, not untraced after fltrace.
-                    group.signal(libc::SIGKILL);
+                    group.signal(Signal::KILL);
                 }
                 if trace_error.is_none() {
                     // Every record of the exited tree is already in the buffers: one more
@@ -109,7 +113,7 @@ impl ActiveRecording {
                 stop_seen = requests;
                 match root {
                     None => {
-                        exit_status = Some(0);
+                        exit_status = Some(ExitStatus::from_raw(0));
                         continue;
                     }
                     // To every process of the command, at once, when it has a group of its
@@ -124,8 +128,8 @@ impl ActiveRecording {
                         stop_at = Some(Instant::now() + wait);
                     }
                     Some(pid) => match &self.group {
-                        Some(group) => group.signal(libc::SIGKILL),
-                        None => signal_child(pid, libc::SIGKILL),
+                        Some(group) => group.signal(Signal::KILL),
+                        None => signal_process(pid, Signal::KILL),
                     },
                 }
             }
@@ -135,8 +139,8 @@ impl ActiveRecording {
                 // SIGINT whatever fltrace got: what a program ends on (SIGHUP may mean
                 // "reload", SIGQUIT "dump core").
                 match &self.group {
-                    Some(group) => group.signal(libc::SIGINT),
-                    None => signal_child(pid, libc::SIGINT),
+                    Some(group) => group.signal(Signal::INT),
+                    None => signal_process(pid, Signal::INT),
                 }
                 stop_at = None;
             }

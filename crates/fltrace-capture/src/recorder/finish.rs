@@ -2,6 +2,7 @@
 //! converted, the access capture stopped, the checksums written.
 
 use super::{ActiveRecording, Ended, Options, Summary, keep_first, note_stop};
+use std::os::unix::process::ExitStatusExt as _;
 
 impl ActiveRecording {
     /// Closes every table as far as it goes, converts the allocation logs, stops the access
@@ -40,13 +41,9 @@ impl ActiveRecording {
         if let Some(process) = state.processes.get_mut(&root_pid) {
             process.counters.hwm = process.counters.hwm.max(rusage_hwm);
         }
-        let status = exit_status.unwrap_or(0);
-        let (exit_code, signal) = if !started_command {
-            (Some(0), None)
-        } else if libc::WIFSIGNALED(status) {
-            (None, Some(libc::WTERMSIG(status)))
-        } else {
-            (Some(libc::WEXITSTATUS(status)), None)
+        let (exit_code, signal) = match exit_status {
+            Some(status) if started_command => (status.code(), status.signal()),
+            _ => (Some(0), None),
         };
         // The logs are complete: their drain converts what is left while the tables close.
         if let Some(logs) = &alloc_logs {
