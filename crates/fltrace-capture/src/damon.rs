@@ -293,17 +293,7 @@ impl std::fmt::Display for ChosenMonitor {
 
 /// The machine's System RAM ranges (`/proc/iomem`, needs root), for a physical-address monitor.
 pub fn system_ram() -> Vec<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/iomem").unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.starts_with(' ') && l.ends_with(": System RAM"))
-        .filter_map(|l| {
-            let (range, _) = l.split_once(" : ")?;
-            let (a, b) = range.trim().split_once('-')?;
-            let a = u64::from_str_radix(a, 16).ok()?;
-            let b = u64::from_str_radix(b, 16).ok()?;
-            (b > a).then_some((a, b + 1))
-        })
-        .collect()
+    crate::procfs::system_ram()
 }
 
 /// One region as a monitor reported it at the end of an aggregation interval.

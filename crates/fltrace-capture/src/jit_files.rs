@@ -52,19 +52,9 @@ fn is_jitdump(path: &str) -> bool {
 
 /// The pid of `pid` in its own pid namespace and its effective uid, from `/proc/PID/status`.
 fn ns_pid_and_uid(pid: u32) -> Option<(u32, u32)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.split_whitespace().collect::<Vec<_>>())
-    };
-    // NSpid lists the pid in each namespace, outermost first; kernels before 4.1 lack it.
-    let ns_pid = field("NSpid:")
-        .and_then(|v| v.last()?.parse().ok())
-        .unwrap_or(pid);
-    let uid = field("Uid:")?.get(1)?.parse().ok()?;
-    Some((ns_pid, uid))
+    let status = crate::procfs::status(pid).ok()?;
+    // Kernels before 4.1 give no NSpid: no pid namespaces to tell apart.
+    Some((status.ns_pid.unwrap_or(pid), status.euid?))
 }
 
 /// Opens the perf map at `path` if it is a regular file of `uid` (never through a symbolic

@@ -33,6 +33,7 @@ mod jit_files;
 mod os;
 pub mod pages;
 mod process;
+mod procfs;
 mod reader;
 mod recorder;
 mod request;

@@ -23,20 +23,12 @@ pub fn page_runs(pages: &[u64]) -> Vec<(VirtAddr, VirtAddr)> {
 
 /// Whether process `pid` still runs: it exists and is not a zombie.
 pub fn process_running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-    })
+    crate::procfs::stat(pid).is_ok_and(|stat| !stat.is_zombie())
 }
 
 /// The resident bytes of process `pid` now (0 if it is gone).
 pub fn rss_bytes(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/statm"))
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * PAGE_SIZE)
+    crate::procfs::resident_pages(pid).map_or(0, |pages| pages * PAGE_SIZE)
 }
 
 /// Pages of `/proc/PID/pagemap` read at a time: 512 KiB of entries.
@@ -74,11 +66,11 @@ impl FrameMap {
     pub fn of_process(pid: i32) -> Result<FrameMap, Error> {
         use std::os::unix::fs::FileExt;
         let attach = |source| Error::Attach { pid, source };
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(attach)?;
+        let mappings = crate::procfs::mappings(pid).map_err(attach)?;
         let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).map_err(attach)?;
         let mut frames = Vec::new();
         let mut window = vec![0u8; PAGEMAP_WINDOW_PAGES * 8];
-        for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
+        for mapping in mappings {
             let (first, end) = (mapping.start.get() / 4096, mapping.end.get() / 4096);
             let kept = frames.len();
             let mut page = first;

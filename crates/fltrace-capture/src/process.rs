@@ -350,9 +350,7 @@ impl Process {
         if self.thread_name(tid).is_some() || !self.name_lookups.insert((self.generation, tid)) {
             return;
         }
-        let proc_name = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
-            .ok()
-            .map(|name| name.trim_end_matches('\n').to_owned());
+        let proc_name = crate::procfs::task_comm(self.pid, tid);
         if let Some(name) = proc_name.or_else(|| self.thread_name(self.pid).map(str::to_owned)) {
             self.set_thread_name(tid, &name);
         }
@@ -958,24 +956,17 @@ impl Process {
 
     /// Reads the process's memory figures from /proc while it lives.
     pub fn sample_memory(&mut self) {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+        let Ok(status) = crate::procfs::status(self.pid) else {
             return;
         };
-        for line in status.lines() {
-            let kb = |rest: &str| {
-                rest.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            };
-            if let Some(v) = line.strip_prefix("VmHWM:").and_then(kb) {
-                self.counters.hwm = self.counters.hwm.max(v * 1024);
-            } else if let Some(v) = line.strip_prefix("VmRSS:").and_then(kb) {
-                self.counters.rss = v * 1024;
-            } else if let Some(v) = line.strip_prefix("RssAnon:").and_then(kb) {
-                self.counters.rss_anon = v * 1024;
-            }
+        if let Some(kb) = status.peak_rss_kb {
+            self.counters.hwm = self.counters.hwm.max(kb * 1024);
+        }
+        if let Some(kb) = status.rss_kb {
+            self.counters.rss = kb * 1024;
+        }
+        if let Some(kb) = status.rss_anon_kb {
+            self.counters.rss_anon = kb * 1024;
         }
     }
 

@@ -86,8 +86,8 @@ impl Facilities for ThisMachine {
         crate::find_preload_library()
     }
     fn unprivileged_userfaultfd(&self) -> Option<bool> {
-        let value = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").ok()?;
-        Some(value.trim() != "0")
+        let value: String = crate::procfs::sysctl("vm/unprivileged_userfaultfd")?;
+        Some(value != "0")
     }
 }
 

@@ -128,10 +128,7 @@ impl FarMemory {
 
 /// `MemAvailable` of /proc/meminfo, MiB.
 pub(crate) fn mem_available_mb() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024)
+    Some(crate::procfs::mem_available_kb()? / 1024)
 }
 
 /// The file name of the preloaded library (far-memory runtime, allocation tracer, heap backing).

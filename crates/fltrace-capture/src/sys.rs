@@ -155,9 +155,7 @@ pub fn tracefs_obstacle(path: &Path) -> String {
 /// The kernel's cap on sampling rates (`kernel.perf_event_max_sample_rate`), samples per
 /// second; `None` when it cannot be read.
 pub fn max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
+    crate::procfs::sysctl("kernel/perf_event_max_sample_rate")
 }
 
 /// The calling process's peak resident memory since its exec (`VmHWM`), in MB; 0 when
@@ -168,28 +166,15 @@ pub fn max_sample_rate() -> Option<u64> {
 /// under a 300 MB parent the recorder of 20K mapping cycles read "313 MB" against 8 MB of its
 /// own.
 pub fn own_peak_rss_mb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    crate::procfs::status("self")
         .ok()
-        .and_then(|status| peak_rss_kb(&status))
+        .and_then(|status| status.peak_rss_kb)
         .map_or(0, |kb| kb / 1024)
-}
-
-/// The `VmHWM` line of a `/proc/PID/status` text, in KiB.
-fn peak_rss_kb(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kb| kb.trim().parse().ok())
 }
 
 /// `/proc/sys/kernel/perf_event_paranoid`, if readable.
 pub fn perf_event_paranoid() -> Option<i32> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    crate::procfs::sysctl("kernel/perf_event_paranoid")
 }
 
 /// Why perf refused an event to this user: the paranoid level and what it needs to be.
@@ -390,8 +375,11 @@ mod tests {
     fn peak_rss_is_the_high_water_mark_line() {
         let status =
             "Name:\tfltrace\nVmPeak:\t  400000 kB\nVmHWM:\t   23688 kB\nVmRSS:\t   20000 kB\n";
-        assert_eq!(peak_rss_kb(status), Some(23688));
-        assert_eq!(peak_rss_kb("Name:\tkthreadd\nVmRSS:\t1 kB\n"), None);
+        assert_eq!(crate::procfs::parse_status(status).peak_rss_kb, Some(23688));
+        assert_eq!(
+            crate::procfs::parse_status("Name:\tkthreadd\nVmRSS:\t1 kB\n").peak_rss_kb,
+            None
+        );
     }
 
     /// A child spawned by a process holding 64 MiB reports its own peak, not the parent's
@@ -406,7 +394,9 @@ mod tests {
             .args(["-c", "grep VmHWM /proc/self/status"])
             .output()
             .expect("sh runs");
-        let child_kb = peak_rss_kb(&String::from_utf8_lossy(&out.stdout)).expect("VmHWM");
+        let child_kb = crate::procfs::parse_status(&String::from_utf8_lossy(&out.stdout))
+            .peak_rss_kb
+            .expect("VmHWM");
         assert!(child_kb < 16 << 10, "child peak {child_kb} kB");
         drop(held);
     }

@@ -103,11 +103,9 @@ fn kernel(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
 /// mimalloc), whose `malloc` the program's calls bind to, else its C library. (Probes on the C
 /// library of a jemalloc program saw no call at all.)
 fn allocator_of(pid: i32) -> Result<(PathBuf, Vec<(usize, u64)>), Error> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|source| Error::Attach { pid, source })?;
-    let paths: Vec<String> = maps
-        .lines()
-        .filter_map(fltrace_trace::parse_procmaps_line)
+    let paths: Vec<String> = crate::procfs::mappings(pid)
+        .map_err(|source| Error::Attach { pid, source })?
+        .into_iter()
         .map(|m| m.path)
         .collect();
     let named = |prefixes: &[&str]| {
@@ -556,8 +554,7 @@ const MAX_STRAYS: usize = 4096;
 
 impl AddressSpace {
     fn read(pid: i32) -> Result<AddressSpace, Error> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-            .map_err(|source| Error::Attach { pid, source })?;
+        let maps = crate::procfs::maps_text(pid).map_err(|source| Error::Attach { pid, source })?;
         Ok(AddressSpace::of(pid, &maps))
     }
 
@@ -598,7 +595,7 @@ impl AddressSpace {
             return false;
         }
         // A process that has gone keeps the mappings last read.
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+        let Ok(maps) = crate::procfs::maps_text(self.pid) else {
             return false;
         };
         // Only new code matters: heaps and thread stacks come and go all the time.

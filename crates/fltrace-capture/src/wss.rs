@@ -3,13 +3,10 @@
 //! The method of Brendan Gregg's wss.pl and of the memref patch (seed 004), which the kernel
 //! now offers without a module.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fltrace_trace::{
-    RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, WssRow, parse_procmaps_line,
-};
+use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, WssRow};
 
 use crate::Error;
 use crate::pages::{PAGE_SIZE, page_runs, process_running};
@@ -61,51 +58,10 @@ impl WssSample {
 
 /// Clears the referenced bits of all of `pid`'s pages.
 pub fn clear_refs(pid: i32) -> Result<(), Error> {
-    let path = format!("/proc/{pid}/clear_refs");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|mut f| f.write_all(b"1"))
-        .map_err(|source| Error::Attach { pid, source })
+    crate::procfs::clear_refs(pid).map_err(|source| Error::Attach { pid, source })
 }
 
-/// Parses `/proc/PID/smaps` text into per-mapping referenced and resident bytes.
-pub fn parse_smaps(text: &str) -> Vec<MappingRefs> {
-    let mut mappings: Vec<MappingRefs> = Vec::new();
-    for line in text.lines() {
-        if let Some(value) = line.strip_prefix("Referenced:") {
-            if let Some(last) = mappings.last_mut() {
-                last.referenced = kb(value);
-            }
-        } else if let Some(value) = line.strip_prefix("Rss:") {
-            if let Some(last) = mappings.last_mut() {
-                last.rss = kb(value);
-            }
-        } else if line.as_bytes().first().is_some_and(u8::is_ascii_hexdigit)
-            && line.contains('-')
-            && let Some(m) = parse_procmaps_line(line)
-        {
-            mappings.push(MappingRefs {
-                start: m.start,
-                end: m.end,
-                referenced: 0,
-                rss: 0,
-                path: m.path,
-            });
-        }
-    }
-    mappings
-}
-
-fn kb(value: &str) -> u64 {
-    value
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse::<u64>()
-        .unwrap_or(0)
-        * 1024
-}
+pub use crate::procfs::parse_smaps;
 
 /// Samples `pid` every `interval` until `keep_going` says stop or the process is gone.
 pub fn sample(
@@ -121,7 +77,7 @@ pub fn sample(
         if next > now {
             std::thread::sleep(next - now);
         }
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+        let Ok(text) = crate::procfs::smaps_text(pid) else {
             return Ok(());
         };
         // Cleared at once: the next interval starts now.

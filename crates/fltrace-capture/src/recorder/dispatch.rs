@@ -223,16 +223,14 @@ impl State {
 
     /// For an attached process: the mappings that exist already.
     pub(super) fn attach_existing(&mut self, pid: u32) -> Result<(), Error> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
-            Error::Attach {
-                pid: pid as i32,
-                source,
-            }
+        let mappings = crate::procfs::mappings(pid).map_err(|source| Error::Attach {
+            pid: pid as i32,
+            source,
         })?;
         let (process, caches) = self.process_and_caches(pid)?;
         let mut mapped = Ok(());
         let mut starts = Vec::new();
-        for mapping in maps.lines().filter_map(fltrace_trace::parse_procmaps_line) {
+        for mapping in mappings {
             starts.push(mapping.start);
             mapped = mapped.and_then(|()| process.map(mapping, &mut caches.elf));
         }

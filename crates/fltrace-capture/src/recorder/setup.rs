@@ -247,22 +247,10 @@ fn command_line(target: &Target) -> String {
             .join(" "),
         Target::Pids { pids, .. } => pids
             .iter()
-            .map(|pid| process_command_line(*pid))
+            .map(|pid| crate::procfs::command_line(*pid))
             .collect::<Vec<String>>()
             .join("; "),
     }
-}
-
-/// A running process's command line, from `/proc/<pid>/cmdline`.
-fn process_command_line(pid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| {
-            String::from_utf8_lossy(&c)
-                .replace('\0', " ")
-                .trim_end()
-                .to_owned()
-        })
-        .unwrap_or_default()
 }
 
 type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
@@ -374,12 +362,7 @@ fn children_of(tasks: &[i32]) -> Vec<i32> {
     let pid = tasks.first().copied().unwrap_or(0);
     let mut children: Vec<i32> = tasks
         .iter()
-        .filter_map(|tid| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|c| c.parse().ok())
-                .collect::<Vec<i32>>()
-        })
+        .flat_map(|&tid| crate::procfs::children(pid, tid))
         .collect();
     children.sort_unstable();
     children.dedup();
@@ -388,49 +371,31 @@ fn children_of(tasks: &[i32]) -> Vec<i32> {
 
 /// A process's name (`comm`), empty when it cannot be read.
 fn process_name(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|name| name.trim_end().to_owned())
-        .unwrap_or_default()
+    crate::procfs::comm(pid).unwrap_or_default()
 }
 
 /// The threads of a running process, its main thread first.
 pub fn attach_tasks(pid: i32) -> Result<Vec<i32>, Error> {
     refuse_untraceable(pid)?;
-    let dir = format!("/proc/{pid}/task");
-    let entries = std::fs::read_dir(&dir).map_err(|source| Error::Attach { pid, source })?;
-    let mut tasks: Vec<i32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tasks.sort_unstable();
+    let mut tasks = crate::procfs::tasks(pid).map_err(|source| Error::Attach { pid, source })?;
     // The main thread first: its id is the process id the trace is named after.
     tasks.retain(|&t| t != pid);
     tasks.insert(0, pid);
     Ok(tasks)
 }
 
-/// `PF_KTHREAD` in the flags of `/proc/PID/stat` (include/linux/sched.h).
-const PF_KTHREAD: u64 = 0x0020_0000;
-
 /// Refuses a kernel thread (no user memory, no user stack: nothing would ever be recorded,
 /// and the recording would wait for it forever) and a zombie (its memory is gone).
 fn refuse_untraceable(pid: i32) -> Result<(), Error> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).map_err(|source| Error::Attach { pid, source })?;
-    // The command name in parentheses may hold spaces and parentheses: fields follow the last.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_ascii_whitespace().collect())
-        .unwrap_or_default();
-    // After the name: state (3rd field of the line), ..., flags (9th).
-    let state = fields.first().copied().unwrap_or("");
-    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
-    if flags & PF_KTHREAD != 0 {
+    let stat = crate::procfs::stat(pid).map_err(|source| Error::Attach { pid, source })?;
+    if stat.is_kernel_thread() {
         return Err(Error::NotTraceable {
             pid,
             why: "it is a kernel thread, which has no user memory to fault on",
         });
     }
-    if state == "Z" || state == "X" {
+    // Z a zombie, X one being reaped.
+    if matches!(stat.state, 'Z' | 'X') {
         return Err(Error::NotTraceable {
             pid,
             why: "it is a zombie (it has exited; its parent has not reaped it)",
