@@ -42,17 +42,23 @@ pub(super) fn become_urgent() {
     let _ = rustix::process::setpriority_process(None, -10);
 }
 
+/// A process id for rustix: `None` for 0 and below, which name no single process (and
+/// which rustix's `Pid::from_raw` asserts against).
+pub(crate) fn as_pid(raw: i32) -> Option<Pid> {
+    if raw > 0 { Pid::from_raw(raw) } else { None }
+}
+
 /// Sends `signal` to process `pid`: a command fltrace started and has not reaped yet.
 /// Fails only when it is gone, which the caller learns by reaping it.
 pub(crate) fn signal_process(pid: i32, signal: Signal) {
-    if let Some(pid) = Pid::from_raw(pid) {
+    if let Some(pid) = as_pid(pid) {
         let _ = rustix::process::kill_process(pid, signal);
     }
 }
 
 /// Sends `signal` to every process of group `pgid`; the group may be gone already.
 pub(crate) fn signal_group(pgid: i32, signal: Signal) {
-    if let Some(pgid) = Pid::from_raw(pgid) {
+    if let Some(pgid) = as_pid(pgid) {
         let _ = rustix::process::kill_process_group(pgid, signal);
     }
 }
@@ -60,7 +66,7 @@ pub(crate) fn signal_group(pgid: i32, signal: Signal) {
 /// Whether process `pid` exists (a zombie does).
 pub(super) fn process_alive(pid: i32) -> bool {
     // Signal 0 only checks for existence; EPERM says it exists as another user's.
-    Pid::from_raw(pid).is_some_and(|pid| {
+    as_pid(pid).is_some_and(|pid| {
         !matches!(
             rustix::process::test_kill_process(pid),
             Err(rustix::io::Errno::SRCH)
@@ -71,7 +77,7 @@ pub(super) fn process_alive(pid: i32) -> bool {
 /// A descriptor of process `pid` that becomes readable when it exits (`None` when the
 /// kernel lacks pidfds or the process is gone).
 pub(super) fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    rustix::process::pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()
+    rustix::process::pidfd_open(as_pid(pid)?, PidfdFlags::empty()).ok()
 }
 
 /// How a child fltrace started ended, once reaped.
@@ -149,4 +155,54 @@ fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) {
 /// A pipe whose ends close on exec: (read end, write end).
 pub(crate) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(PipeFlags::CLOEXEC)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A running `sh -c script`, left for the test to reap.
+    fn spawn(script: &str) -> i32 {
+        crate::target::PendingChild::spawn(&["sh".into(), "-c".into(), script.into()], None, &[])
+            .and_then(crate::target::PendingChild::release)
+            .expect("starting sh")
+    }
+
+    /// The status is decoded once: an exit code, or the signal that killed the child; a
+    /// look at a child still running reaps nothing.
+    #[test]
+    fn reap_gives_the_exit_code_or_the_signal() {
+        let exited = spawn("exit 3");
+        let reaped = reap(exited, true).expect("waiting").expect("a status");
+        assert_eq!(
+            (reaped.status.code(), reaped.status.signal()),
+            (Some(3), None)
+        );
+        assert!(reaped.peak_rss > 0);
+
+        let running = spawn("sleep 60");
+        assert!(reap(running, false).expect("looking").is_none());
+        assert!(process_alive(running));
+        signal_process(running, Signal::KILL);
+        let reaped = reap(running, true).expect("waiting").expect("a status");
+        assert_eq!(
+            (reaped.status.code(), reaped.status.signal()),
+            (None, Some(libc::SIGKILL))
+        );
+        assert!(!process_alive(running));
+        assert_eq!(
+            reap(running, false)
+                .expect_err("reaped already")
+                .raw_os_error(),
+            Some(libc::ECHILD)
+        );
+    }
+
+    /// 0 and negative ids (a group, every process) never reach a call meant for one process.
+    #[test]
+    fn only_positive_ids_are_processes() {
+        assert!(as_pid(0).is_none() && as_pid(-1).is_none());
+        assert!(!process_alive(0) && !process_alive(-1));
+        assert_eq!(as_pid(1).map(Pid::as_raw_nonzero).map(|p| p.get()), Some(1));
+    }
 }

@@ -167,7 +167,7 @@ impl PendingChild {
         if own_group {
             // Also here, so that the group exists when this returns, whoever runs first. A
             // failure means the child did it first (or is gone, which release reports).
-            let child = rustix::process::Pid::from_raw(pid);
+            let child = crate::os::as_pid(pid);
             let _ = rustix::process::setpgid(child, child);
         }
         Ok(PendingChild {
