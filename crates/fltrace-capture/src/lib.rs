@@ -61,7 +61,9 @@ pub use recorder::{
     Target, record, ring_mb_for,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
-pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};
+pub use runtime::{
+    EvictionPolicy, FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value,
+};
 pub use summary::{SummaryContext, SummaryLine, signal_name};
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;
