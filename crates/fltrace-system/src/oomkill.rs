@@ -129,7 +129,7 @@ impl OomKill {
         let Some(format) = self.perf_events.format(0).cloned() else {
             return Ok(None);
         };
-        let page_kb = fltrace_capture::ring::page_size() as u64 / 1024;
+        let page_kb = fltrace_capture::page_size() as u64 / 1024;
         let mut failure = None;
         let kmsg = &mut self.kmsg;
         let status = self.perf_events.run(
