@@ -9,12 +9,21 @@ use crate::{Location, TRUNCATED_FRAME};
 
 /// Which end of the stacks the tree starts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CallOrder {
     /// The process's name at the root, then the outermost frame, down to the faulting one
     /// (perf's default, `caller`).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "The process, then `main`, down to the faulting function")
+    )]
     Caller,
     /// The faulting function at the root, then its callers, up to the process's name.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "The faulting function, up to its callers")
+    )]
     Callee,
 }
 

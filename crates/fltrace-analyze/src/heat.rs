@@ -17,16 +17,17 @@ use crate::{
     largest_blocks, range_heat, window_ns,
 };
 
-/// What a heatmap draws (`heatmap --from`).
+/// What a heatmap draws (`heatmap --from`; each variant's doc is its help there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum HeatSource {
-    /// A recording's page faults.
+    /// Page faults of a recording.
     Faults,
-    /// `fltrace wss`'s bytes referenced per mapping and interval.
+    /// `fltrace-data-wss-<pid>.csv`: bytes referenced per mapping and interval.
     Wss,
-    /// `fltrace wss --damon`'s access counts per range and aggregation.
+    /// `fltrace-data-damon-<pid>.csv`: DAMON's access counts per range and aggregation.
     Damon,
-    /// `record --access-samples`'s PMU load and store samples.
+    /// `fltrace-data-access-<pid>.parquet`: PMU load and store samples (record --access-samples).
     Access,
 }
 

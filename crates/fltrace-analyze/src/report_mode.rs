@@ -14,6 +14,58 @@ pub enum ReportBy {
     Thread(ThreadBy),
 }
 
+impl ReportBy {
+    /// How faults are grouped by a place of their own stacks; `alloc-site` and the threads'
+    /// group by no such place.
+    pub fn group_by(self) -> Option<GroupBy> {
+        match self {
+            ReportBy::Group(by) => Some(by),
+            _ => None,
+        }
+    }
+}
+
+/// `--by`: one flat list of values over the three kinds of grouping.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for ReportBy {
+    fn value_variants<'a>() -> &'a [ReportBy] {
+        &[
+            ReportBy::Group(GroupBy::Stack),
+            ReportBy::Group(GroupBy::Function),
+            ReportBy::Group(GroupBy::Line),
+            ReportBy::Group(GroupBy::Dso),
+            ReportBy::AllocSite,
+            ReportBy::Thread(ThreadBy::Comm),
+            ReportBy::Thread(ThreadBy::Pid),
+            ReportBy::Thread(ThreadBy::Tid),
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let (name, help) = match self {
+            ReportBy::Group(GroupBy::Stack) => {
+                ("stack", "The whole stack (and, for faults, their kind)")
+            }
+            ReportBy::Group(GroupBy::Function) => ("function", "The function of the call site"),
+            ReportBy::Group(GroupBy::Line) => (
+                "line",
+                "The file:line of the call site: the innermost line of the program's own code",
+            ),
+            ReportBy::Group(GroupBy::Dso) => ("dso", "The library or executable"),
+            ReportBy::AllocSite => (
+                "alloc-site",
+                "Faults by where the memory they hit was allocated (needs record --allocs)",
+            ),
+            ReportBy::Thread(ThreadBy::Comm) => {
+                ("comm", "Faults by thread name (`comm`), over every process")
+            }
+            ReportBy::Thread(ThreadBy::Pid) => ("pid", "Faults by process"),
+            ReportBy::Thread(ThreadBy::Tid) => ("tid", "Faults by thread"),
+        };
+        Some(clap::builder::PossibleValue::new(name).help(help))
+    }
+}
+
 /// The flags that choose a report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReportFlags {

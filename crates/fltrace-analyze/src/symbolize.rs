@@ -104,6 +104,21 @@ pub enum CallSite {
     Leaf,
 }
 
+/// `--call-site program|leaf`, the possible values named without help, as they always were.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for CallSite {
+    fn value_variants<'a>() -> &'a [CallSite] {
+        &[CallSite::Program, CallSite::Leaf]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            CallSite::Program => "program",
+            CallSite::Leaf => "leaf",
+        }))
+    }
+}
+
 impl CallSite {
     /// The call site of `stack` (innermost first) by this rule.
     pub fn of(self, stack: &[Location]) -> Option<&Location> {

@@ -32,6 +32,7 @@ mod interrupt;
 mod jit_files;
 mod os;
 pub mod pages;
+pub mod perf;
 mod process;
 mod procfs;
 mod reader;
@@ -62,11 +63,14 @@ pub use recorder::{
     Target, record, ring_mb_for,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
-pub use runtime::{FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value};
+/// The system page size.
+pub use ring::page_size;
+pub use runtime::{
+    EvictionPolicy, FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value,
+};
 pub use summary::{SummaryContext, SummaryLine, signal_name};
 pub use target::{Credentials, PendingChild};
 pub use uprobes::available as uprobes_available;
 pub use uprobes::{
-    FunctionMissing, LiveAllocs, LiveOptions, OutstandingBlocks, OutstandingStack,
-    function_offsets, set_uprobe, uprobe_pmu,
+    FunctionMissing, LiveAllocs, LiveOptions, OutstandingBlocks, OutstandingStack, function_offsets,
 };

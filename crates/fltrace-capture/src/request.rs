@@ -5,7 +5,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::{AllocTracing, Credentials, Error, FarMemory, HeapBacking, Options, Target};
+use crate::{
+    AllocTracing, Credentials, Error, EvictionPolicy, FarMemory, HeapBacking, Options, Target,
+};
 
 /// A recording as asked for.
 #[derive(Debug, Clone)]
@@ -23,7 +25,7 @@ pub struct Request {
     /// Far memory: local plus far memory in MiB (`-M`).
     pub max_mb: Option<u64>,
     /// Far memory: the runtime's eviction policy (`--policy`).
-    pub policy: String,
+    pub policy: EvictionPolicy,
     /// Far memory: userfaultfd handler threads (`-C`).
     pub handlers: u32,
     /// Far memory: handlers spin instead of blocking (`--busy-poll`).
@@ -183,7 +185,7 @@ impl Request {
                 machine.preload_library()?,
                 local_mb,
                 max_mb,
-                &self.policy,
+                self.policy,
                 self.handlers,
                 self.busy_poll,
                 machine.mem_available_mb(),
@@ -323,7 +325,7 @@ mod tests {
             command: vec!["true".into()],
             local_mb: None,
             max_mb: None,
-            policy: "fifo".to_owned(),
+            policy: EvictionPolicy::Fifo,
             handlers: 1,
             busy_poll: false,
             stack_bytes: 2048,

@@ -19,12 +19,35 @@ pub struct FarMemory {
     pub local_mb: u64,
     /// Far (maximum) memory, MiB.
     pub max_mb: u64,
-    /// `fifo` or `clock`.
-    pub policy: String,
+    /// Which local pages are evicted first.
+    pub policy: EvictionPolicy,
     /// Handler threads.
     pub handlers: u32,
     /// Busy-poll instead of blocking.
     pub busy_poll: bool,
+}
+
+/// The far-memory runtime's eviction policy (`--policy`; each variant's doc is its help there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum EvictionPolicy {
+    /// Evict in the order pages came in (the original's policy).
+    Fifo,
+    /// A second chance for pages written since last considered (write-protect faults).
+    Clock,
+    /// A second chance for pages fetched soon after their eviction (no extra faults).
+    Refault,
+}
+
+impl EvictionPolicy {
+    /// The runtime's name of the policy, as its environment gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvictionPolicy::Fifo => "fifo",
+            EvictionPolicy::Clock => "clock",
+            EvictionPolicy::Refault => "refault",
+        }
+    }
 }
 
 const PAGES_PER_MB: u64 = (1 << 20) / 4096;
@@ -42,7 +65,7 @@ impl FarMemory {
                 env::name(env::MAX_PAGES).into(),
                 (self.max_mb * PAGES_PER_MB).to_string().into(),
             ),
-            (env::name(env::POLICY).into(), self.policy.clone().into()),
+            (env::name(env::POLICY).into(), self.policy.name().into()),
             (
                 env::name(env::HANDLERS).into(),
                 self.handlers.to_string().into(),
@@ -83,7 +106,7 @@ impl FarMemory {
         library: PathBuf,
         local_mb: u64,
         max_mb: u64,
-        policy: &str,
+        policy: EvictionPolicy,
         handlers: u32,
         busy_poll: bool,
     ) -> Result<FarMemory, Error> {
@@ -103,7 +126,7 @@ impl FarMemory {
         library: PathBuf,
         local_mb: u64,
         max_mb: u64,
-        policy: &str,
+        policy: EvictionPolicy,
         handlers: u32,
         busy_poll: bool,
         available_mb: Option<u64>,
@@ -119,7 +142,7 @@ impl FarMemory {
             library,
             local_mb,
             max_mb,
-            policy: policy.to_owned(),
+            policy,
             handlers,
             busy_poll,
         })
@@ -337,17 +360,24 @@ mod tests {
     /// Far memory beyond what the machine has is refused, naming both figures.
     #[test]
     fn far_memory_must_fit_the_machine() {
-        let err = FarMemory::checked("x.so".into(), 1, u64::MAX / 2, "fifo", 1, false)
-            .unwrap_err()
-            .to_string();
+        let err = FarMemory::checked(
+            "x.so".into(),
+            1,
+            u64::MAX / 2,
+            EvictionPolicy::Fifo,
+            1,
+            false,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.starts_with(&format!("-M {} MB is more than the ", u64::MAX / 2)),
             "{err}"
         );
-        let ok = FarMemory::checked("x.so".into(), 1, 2, "clock", 3, true).unwrap();
+        let ok = FarMemory::checked("x.so".into(), 1, 2, EvictionPolicy::Clock, 3, true).unwrap();
         assert_eq!(
-            (ok.local_mb, ok.max_mb, ok.policy.as_str(), ok.handlers),
-            (1, 2, "clock", 3)
+            (ok.local_mb, ok.max_mb, ok.policy, ok.handlers),
+            (1, 2, EvictionPolicy::Clock, 3)
         );
     }
 }

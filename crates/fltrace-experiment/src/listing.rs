@@ -2,9 +2,8 @@
 //! (every column) or JSON (the rows as serialized).
 
 use std::io::{self, Write};
-use std::time::Duration;
 
-use fltrace_render::report::Format;
+use fltrace_render::TableFormat;
 
 use crate::catalog::{CatalogRun, StatRow};
 use crate::stats::Summary;
@@ -12,16 +11,6 @@ use crate::stats::Summary;
 /// An optional value, empty when absent.
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
-}
-
-/// A time left as `42s`, `3m05s` or `2h10m`.
-pub fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-    }
 }
 
 /// The runs as a pretty-printed JSON array.
@@ -206,20 +195,24 @@ pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<(
 }
 
 /// `runs --list`: the catalog's runs in `format`.
-pub fn write_runs(out: &mut impl Write, runs: &[CatalogRun], format: Format) -> io::Result<()> {
+pub fn write_runs(
+    out: &mut impl Write,
+    runs: &[CatalogRun],
+    format: TableFormat,
+) -> io::Result<()> {
     match format {
-        Format::Json => write_runs_json(out, runs),
-        Format::Csv => write_runs_csv(out, runs),
-        Format::Table => write_runs_table(out, runs),
+        TableFormat::Json => write_runs_json(out, runs),
+        TableFormat::Csv => write_runs_csv(out, runs),
+        TableFormat::Table => write_runs_table(out, runs),
     }
 }
 
 /// `runs --stat`: the statistics per workload and configuration in `format`.
-pub fn write_stats(out: &mut impl Write, rows: &[StatRow], format: Format) -> io::Result<()> {
+pub fn write_stats(out: &mut impl Write, rows: &[StatRow], format: TableFormat) -> io::Result<()> {
     match format {
-        Format::Json => write_stats_json(out, rows),
-        Format::Csv => write_stats_csv(out, rows),
-        Format::Table => write_stats_table(out, rows),
+        TableFormat::Json => write_stats_json(out, rows),
+        TableFormat::Csv => write_stats_csv(out, rows),
+        TableFormat::Table => write_stats_table(out, rows),
     }
 }
 
@@ -263,29 +256,22 @@ mod tests {
     fn format_picks_the_writer() {
         let rows = [stat_row()];
         let own = [
-            (Format::Table, written(|o| write_stats_table(o, &rows))),
-            (Format::Csv, written(|o| write_stats_csv(o, &rows))),
-            (Format::Json, written(|o| write_stats_json(o, &rows))),
+            (TableFormat::Table, written(|o| write_stats_table(o, &rows))),
+            (TableFormat::Csv, written(|o| write_stats_csv(o, &rows))),
+            (TableFormat::Json, written(|o| write_stats_json(o, &rows))),
         ];
         for (format, text) in &own {
             assert_eq!(&written(|o| write_stats(o, &rows, *format)), text);
             assert_eq!(
                 &written(|o| write_runs(o, &[], *format)),
                 &written(|o| match format {
-                    Format::Table => write_runs_table(o, &[]),
-                    Format::Csv => write_runs_csv(o, &[]),
-                    Format::Json => write_runs_json(o, &[]),
+                    TableFormat::Table => write_runs_table(o, &[]),
+                    TableFormat::Csv => write_runs_csv(o, &[]),
+                    TableFormat::Json => write_runs_json(o, &[]),
                 })
             );
         }
         assert!(own[0].1 != own[1].1 && own[1].1 != own[2].1 && own[0].1 != own[2].1);
-    }
-
-    #[test]
-    fn human_durations() {
-        assert_eq!(human_duration(Duration::from_secs(59)), "59s");
-        assert_eq!(human_duration(Duration::from_secs(185)), "3m05s");
-        assert_eq!(human_duration(Duration::from_secs(7800)), "2h10m");
     }
 
     #[test]

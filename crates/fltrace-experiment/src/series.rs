@@ -345,9 +345,19 @@ impl Event<'_> {
                     .as_deref()
                     .map(|e| format!(" ({e})"))
                     .unwrap_or_default(),
-                crate::listing::human_duration(*left)
+                human_duration(*left)
             ),
         }
+    }
+}
+
+/// A time left as `42s`, `3m05s` or `2h10m`.
+fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
     }
 }
 
@@ -878,11 +888,15 @@ mod tests {
         };
         assert_eq!(
             ran.line(dir),
-            format!(
-                "[3/6] scan config=record rep=2: 1.23 s, exit 1 (boom); about {} left",
-                crate::listing::human_duration(Duration::from_secs(90))
-            )
+            "[3/6] scan config=record rep=2: 1.23 s, exit 1 (boom); about 1m30s left"
         );
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human_duration(Duration::from_secs(59)), "59s");
+        assert_eq!(human_duration(Duration::from_secs(185)), "3m05s");
+        assert_eq!(human_duration(Duration::from_secs(7800)), "2h10m");
     }
 
     /// A series written before `_series.json` (pretty-printed `series.json`) still reads,

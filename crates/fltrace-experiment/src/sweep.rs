@@ -10,7 +10,7 @@ use fltrace_analyze::{
     AllocStacks, FaultCounts, FaultsHeld, FrameRules, GroupBy, LoadOptions, ResolvedStacks,
     coverage, group_fault_counts,
 };
-use fltrace_capture::{FarMemory, Options, Target, find_preload_library};
+use fltrace_capture::{EvictionPolicy, FarMemory, Options, Target, find_preload_library};
 use fltrace_render::{SweepPoint, sweep_plot};
 use fltrace_trace::Recording;
 
@@ -149,7 +149,7 @@ pub struct Sweep {
     /// Far memory per run, MiB (default: [`SweepPlan::new`]'s).
     pub max_mb: Option<u64>,
     /// The far-memory runtime's eviction policy.
-    pub policy: String,
+    pub policy: EvictionPolicy,
 }
 
 /// What a sweep says as it goes.
@@ -263,7 +263,7 @@ impl Sweep {
                     find_preload_library()?,
                     step.local_mb,
                     plan.max_mb,
-                    &self.policy,
+                    self.policy,
                     1,
                     false,
                 )?;

@@ -12,10 +12,11 @@ use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace};
 use crate::{Code, FlameStack, FrameNote, FrameNotes, Kind};
 
 /// What a flamegraph frame says of its location; the library, the whole function name and
-/// the lines go into its tooltip.
+/// the lines go into its tooltip (`visualize --label`; each variant's doc is its help there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum FrameLabel {
-    /// `file:line` (the function where no line is known).
+    /// `file:line` (the function where no line is known); the original drew `lib|file:line`.
     Line,
     /// The function, without its parameter list.
     #[default]

@@ -72,6 +72,34 @@ pub enum Error {
     },
 }
 
+/// How rows are printed, by every command that prints tables (`--format table|csv|json`):
+/// the reports, diff, wss, the series' listings and the system tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableFormat {
+    /// Aligned columns for a person.
+    Table,
+    /// One header line, then a row per group.
+    Csv,
+    /// JSON: one pretty-printed document (one object per line for the system tools' events).
+    Json,
+}
+
+/// `--format table|csv|json`, the possible values named without help, as they always were.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for TableFormat {
+    fn value_variants<'a>() -> &'a [TableFormat] {
+        &[TableFormat::Table, TableFormat::Csv, TableFormat::Json]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            TableFormat::Table => "table",
+            TableFormat::Csv => "csv",
+            TableFormat::Json => "json",
+        }))
+    }
+}
+
 /// The access kind of the faults of a stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {

@@ -15,6 +15,38 @@ fn processes(summary: &RecordingSummary) -> String {
         .join(", ")
 }
 
+/// `list --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFormat {
+    /// A line per recording under a header ([`table`]).
+    Table,
+    /// One JSON document ([`json`]).
+    Json,
+}
+
+/// `--format table|json`, the possible values named without help, as they always were.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for ListFormat {
+    fn value_variants<'a>() -> &'a [ListFormat] {
+        &[ListFormat::Table, ListFormat::Json]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            ListFormat::Table => "table",
+            ListFormat::Json => "json",
+        }))
+    }
+}
+
+/// The recordings in `format`.
+pub fn text(recordings: &[RecordingSummary], format: ListFormat) -> serde_json::Result<String> {
+    match format {
+        ListFormat::Table => Ok(table(recordings)),
+        ListFormat::Json => json(recordings),
+    }
+}
+
 /// `fltrace list`: a line per recording under a header, then how many there are.
 pub fn table(recordings: &[RecordingSummary]) -> String {
     let command_width = recordings

@@ -11,32 +11,64 @@ pub mod threads;
 
 use fltrace_analyze::{GroupBy, GroupKey, Location, stack_field};
 
-use crate::Error;
+use crate::{Error, TableFormat};
 
-/// How a report is written.
+/// `report --format`: the tables, or the faults' stacks for other tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Aligned columns for a person.
+pub enum ReportFormat {
+    /// Aligned columns.
     Table,
-    /// One header line, then a row per group.
+    /// CSV.
     Csv,
-    /// One pretty-printed document.
+    /// JSON.
     Json,
+    /// Collapsed stacks, `root;outer;...;inner count`, for flamegraph.pl, inferno, speedscope.
+    Folded,
+    /// A gzipped pprof profile (profile.proto) for `go tool pprof`.
+    Pprof,
 }
 
-/// `--format table|csv|json`, the possible values named without help, as they always were.
+impl ReportFormat {
+    /// The table format; the exports (folded, pprof) never reach the tables and read as table.
+    pub fn tabular(self) -> TableFormat {
+        match self {
+            ReportFormat::Csv => TableFormat::Csv,
+            ReportFormat::Json => TableFormat::Json,
+            ReportFormat::Table | ReportFormat::Folded | ReportFormat::Pprof => TableFormat::Table,
+        }
+    }
+
+    /// Whether it is an export of the stacks (folded, pprof) rather than a table.
+    pub fn is_export(self) -> bool {
+        matches!(self, ReportFormat::Folded | ReportFormat::Pprof)
+    }
+}
+
+/// The tables' formats named without help, the exports with theirs, as they always were.
 #[cfg(feature = "clap")]
-impl clap::ValueEnum for Format {
-    fn value_variants<'a>() -> &'a [Format] {
-        &[Format::Table, Format::Csv, Format::Json]
+impl clap::ValueEnum for ReportFormat {
+    fn value_variants<'a>() -> &'a [ReportFormat] {
+        &[
+            ReportFormat::Table,
+            ReportFormat::Csv,
+            ReportFormat::Json,
+            ReportFormat::Folded,
+            ReportFormat::Pprof,
+        ]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(match self {
-            Format::Table => "table",
-            Format::Csv => "csv",
-            Format::Json => "json",
-        }))
+        use clap::builder::PossibleValue;
+        Some(match self {
+            ReportFormat::Table => PossibleValue::new("table"),
+            ReportFormat::Csv => PossibleValue::new("csv"),
+            ReportFormat::Json => PossibleValue::new("json"),
+            ReportFormat::Folded => PossibleValue::new("folded").help(
+                "Collapsed stacks, `root;outer;...;inner count`, for flamegraph.pl, inferno, speedscope",
+            ),
+            ReportFormat::Pprof => PossibleValue::new("pprof")
+                .help("A gzipped pprof profile (profile.proto) for `go tool pprof`"),
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use fltrace_trace::{RangeTraceWriter, WssRow, WssRows, files};
 
 use crate::Error;
-use crate::report::Format;
+use crate::TableFormat;
 
 /// The rows as they come, each flushed: a table line, CSV (`time_s,wss_bytes,rss_bytes`)
 /// or a JSON line with the same names, as every tool that prints as it goes prints JSON.
@@ -22,11 +22,11 @@ pub enum WssPrinter<W: Write> {
 
 impl<W: Write> WssPrinter<W> {
     /// Prints to `out` in `format` (the CSV header at once).
-    pub fn new(out: W, format: Format) -> std::io::Result<WssPrinter<W>> {
+    pub fn new(out: W, format: TableFormat) -> std::io::Result<WssPrinter<W>> {
         Ok(match format {
-            Format::Table => WssPrinter::Table(out),
-            Format::Csv => WssPrinter::Csv(Box::new(WssRows::new(out)?)),
-            Format::Json => WssPrinter::Json(out),
+            TableFormat::Table => WssPrinter::Table(out),
+            TableFormat::Csv => WssPrinter::Csv(Box::new(WssRows::new(out)?)),
+            TableFormat::Json => WssPrinter::Json(out),
         })
     }
 
@@ -54,10 +54,10 @@ impl<W: Write> WssPrinter<W> {
 }
 
 /// `--damon` and `--pages` print CSV for a table, as they always have.
-pub fn csv_unless_json(format: Format) -> Format {
+pub fn csv_unless_json(format: TableFormat) -> TableFormat {
     match format {
-        Format::Json => Format::Json,
-        Format::Table | Format::Csv => Format::Csv,
+        TableFormat::Json => TableFormat::Json,
+        TableFormat::Table | TableFormat::Csv => TableFormat::Csv,
     }
 }
 
@@ -87,7 +87,7 @@ pub fn write_wss_files(
 mod tests {
     use super::*;
 
-    fn printed(format: Format) -> String {
+    fn printed(format: TableFormat) -> String {
         let mut out = Vec::new();
         let mut printer = WssPrinter::new(&mut out, format).unwrap();
         for (time_s, wss) in [(0.1, 1 << 20), (0.25, 3 << 19)] {
@@ -106,18 +106,18 @@ mod tests {
     #[test]
     fn rows_in_each_format() {
         assert_eq!(
-            printed(Format::Table),
+            printed(TableFormat::Table),
             "    0.10 s  wss       1.0 MB  rss       4.0 MB\n    0.25 s  wss       1.5 MB  rss       4.0 MB\n"
         );
         assert_eq!(
-            printed(Format::Csv),
+            printed(TableFormat::Csv),
             "time_s,wss_bytes,rss_bytes\n0.100,1048576,4194304\n0.250,1572864,4194304\n"
         );
         assert_eq!(
-            printed(Format::Json),
+            printed(TableFormat::Json),
             "{\"time_s\":0.100,\"wss_bytes\":1048576,\"rss_bytes\":4194304}\n{\"time_s\":0.250,\"wss_bytes\":1572864,\"rss_bytes\":4194304}\n"
         );
-        assert_eq!(csv_unless_json(Format::Table), Format::Csv);
-        assert_eq!(csv_unless_json(Format::Json), Format::Json);
+        assert_eq!(csv_unless_json(TableFormat::Table), TableFormat::Csv);
+        assert_eq!(csv_unless_json(TableFormat::Json), TableFormat::Json);
     }
 }

@@ -13,11 +13,12 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use fltrace_analyze::{Location, Symbolizer};
+use fltrace_render::TableFormat;
 use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
 use crate::Scope;
-use crate::output::{Column, Format, Printer, Value};
+use crate::output::{Column, Printer, Value};
 use crate::perf::unwound::Processes;
 use crate::perf::{Options, PerfEvents, Record, Source, StackMode};
 
@@ -213,7 +214,7 @@ impl BrkStack {
                 continue;
             }
             match printer.format() {
-                Format::Table => {
+                TableFormat::Table => {
                     for l in &c.frames {
                         printer.line(&format!("  {}", frame_text(l)))?;
                     }

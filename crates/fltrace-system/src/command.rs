@@ -6,9 +6,11 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use fltrace_render::TableFormat;
+
 use crate::count::{self, By, Count, CountRequest, FieldFilter, Kind, Remarks};
 use crate::memleak::{LeakRequest, LeakWatch};
-use crate::output::{self, Format};
+use crate::output;
 use crate::triage::Triage;
 use crate::{Error, RING_FULL, Scope, Tool, exit_status};
 use fltrace_capture::interrupt_counter;
@@ -22,7 +24,7 @@ pub struct Counting {
     /// Ending after this long (else at Ctrl-C, SIGTERM or the command's exit).
     pub duration: Option<Duration>,
     /// The format of the report.
-    pub format: Format,
+    pub format: TableFormat,
     /// Stacks as folded lines instead.
     pub folded: bool,
     /// Rows printed at most.
@@ -175,7 +177,7 @@ pub fn ffaults(by_comm: bool, counting: &Counting) -> Result<u8, Error> {
 }
 
 /// `fltrace memleak`: outstanding allocations by stack, every interval.
-pub fn memleak(request: LeakRequest, format: Format, folded: bool) -> Result<u8, Error> {
+pub fn memleak(request: LeakRequest, format: TableFormat, folded: bool) -> Result<u8, Error> {
     if request.min_size > request.max_size {
         return Err(Error::Usage(format!(
             "-z {} is above -Z {}: no block could be kept",
@@ -199,7 +201,7 @@ pub fn memleak(request: LeakRequest, format: Format, folded: bool) -> Result<u8,
         .map_err(Error::Output)?;
         lost = snapshot.dropped;
         // CSV and folded stacks have no place for the loss: it is said here.
-        if lost > 0 && (folded || format == Format::Csv) {
+        if lost > 0 && (folded || format == TableFormat::Csv) {
             eprintln!(
                 "fltrace: {} allocations seen, {lost} lost: {}",
                 snapshot.allocs, snapshot.why
@@ -231,7 +233,7 @@ pub fn event_tool(
     tool: Tool,
     scope: &Scope,
     duration: Option<Duration>,
-    format: Format,
+    format: TableFormat,
 ) -> Result<u8, Error> {
     let stop = interrupt_counter()?;
     let open = tool.open(scope).map_err(|source| Error::Tool {
@@ -245,7 +247,7 @@ pub fn event_tool(
     let _ = writeln!(err, "Tracing {}... Hit Ctrl-C to end.", tool.traces());
     drop(err);
     let finished = open.run(&stop, duration, format, std::io::stdout().lock())?;
-    let on_stderr = format == Format::Csv || tool.folded();
+    let on_stderr = format == TableFormat::Csv || tool.folded();
     if finished.lost > 0 && on_stderr {
         eprintln!(
             "fltrace: {} events seen, {} lost: {RING_FULL}",
@@ -273,7 +275,7 @@ mod tests {
         Counting {
             scope: Scope::default(),
             duration: None,
-            format: Format::Table,
+            format: TableFormat::Table,
             folded: false,
             top: 10,
         }
@@ -305,7 +307,7 @@ mod tests {
             addresses: false,
             combined: false,
         };
-        let error = memleak(request, Format::Table, false).unwrap_err();
+        let error = memleak(request, TableFormat::Table, false).unwrap_err();
         assert_eq!(
             error.to_string(),
             "-z 4097 is above -Z 4096: no block could be kept"
@@ -320,7 +322,7 @@ mod tests {
             ..Scope::default()
         };
         let tool = Tool::Brkstack { folded: false };
-        let error = event_tool(tool, &scope, None, Format::Table).unwrap_err();
+        let error = event_tool(tool, &scope, None, TableFormat::Table).unwrap_err();
         assert_eq!(error.to_string(), "brkstack");
         let cause = std::error::Error::source(&error).map(ToString::to_string);
         assert_eq!(

@@ -143,7 +143,7 @@ impl Error {
                     return Error::Permission {
                         what: what.into(),
                         source,
-                        obstacle: fltrace_capture::sys::perf_permission_obstacle(),
+                        obstacle: fltrace_capture::perf::perf_permission_obstacle(),
                     };
                 }
                 Some(libc::ENOENT) => " (this kernel lacks the event)",

@@ -8,9 +8,9 @@ use std::io::{self, Write};
 
 use serde_json::json;
 
-use crate::bpf::{By, CounterSpec, Event, ProcessFilter, ProcessMaps, Snapshot};
-use crate::output::Format;
+use fltrace_render::TableFormat;
 
+use crate::bpf::{By, CounterSpec, Event, ProcessFilter, ProcessMaps, Snapshot};
 /// The tracepoint giving the faulting file's device and inode.
 pub const FILEMAP_FAULT: (&str, &str) = ("filemap", "mm_filemap_fault");
 
@@ -82,10 +82,10 @@ pub fn by_file(snapshot: &Snapshot, maps: &ProcessMaps) -> Vec<FileFaults> {
 pub fn write_file_faults(
     out: &mut impl Write,
     files: &[FileFaults],
-    format: Format,
+    format: TableFormat,
 ) -> io::Result<()> {
     match format {
-        Format::Json => {
+        TableFormat::Json => {
             let rows: Vec<_> = files
                 .iter()
                 .map(|f| json!({"file": f.file, "comm": f.comm, "count": f.count}))
@@ -93,7 +93,7 @@ pub fn write_file_faults(
             serde_json::to_writer_pretty(&mut *out, &rows)?;
             writeln!(out)?;
         }
-        Format::Csv => {
+        TableFormat::Csv => {
             let mut csv = csv::Writer::from_writer(&mut *out);
             csv.write_record(["count", "comm", "file"])?;
             for f in files {
@@ -102,7 +102,7 @@ pub fn write_file_faults(
             }
             csv.flush()?;
         }
-        Format::Table => {
+        TableFormat::Table => {
             writeln!(out, "{:>10}  FILE", "FAULTS")?;
             for f in files {
                 match &f.comm {
@@ -139,11 +139,11 @@ mod tests {
             count: 12,
         }];
         assert_eq!(
-            written(|o| write_file_faults(o, &files, Format::Table)),
+            written(|o| write_file_faults(o, &files, TableFormat::Table)),
             "    FAULTS  FILE\n        12  /lib/libc.so.6  prog\n"
         );
         assert_eq!(
-            written(|o| write_file_faults(o, &files, Format::Csv)),
+            written(|o| write_file_faults(o, &files, TableFormat::Csv)),
             "count,comm,file\n12,prog,/lib/libc.so.6\n"
         );
     }

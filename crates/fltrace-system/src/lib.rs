@@ -12,7 +12,7 @@
 //! object (`bpf/fltrace.bpf.c`, C compiled with clang by build.rs, loaded with aya) that counts
 //! in the kernel, keyed as configured at run time, and holds memleak's table of outstanding
 //! allocations; its user stacks follow frame pointers. Raw tracepoint fields are decoded by
-//! name through [`tracefs`]; every format is printed through [`output`]'s [`Format`].
+//! name through [`tracefs`]; every format is printed through [`output`] in a `fltrace_render::TableFormat`.
 
 mod bpf;
 pub mod brkstack;
@@ -39,6 +39,6 @@ pub mod triage;
 pub mod vmscan;
 
 pub use error::Error;
-pub use output::{Column, Format, Printer, Value};
+pub use output::{Column, Printer, Value};
 pub use scope::Scope;
 pub use tool::{Finished, LOST_STATUS, OpenTool, RING_FULL, Tool, exit_status};

@@ -9,9 +9,11 @@ use std::io::Write;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use fltrace_render::TableFormat;
+
 use crate::Error;
 use crate::Scope;
-use crate::output::{Column, Format, Printer, Value};
+use crate::output::{Column, Printer, Value};
 use crate::perf::{Options, PerfEvents, Record, Source};
 use crate::procfs::{self, Kmsg};
 
@@ -127,7 +129,7 @@ impl OomKill {
         let Some(format) = self.perf_events.format(0).cloned() else {
             return Ok(None);
         };
-        let page_kb = fltrace_capture::ring::page_size() as u64 / 1024;
+        let page_kb = fltrace_capture::page_size() as u64 / 1024;
         let mut failure = None;
         let kmsg = &mut self.kmsg;
         let status = self.perf_events.run(
@@ -171,7 +173,7 @@ impl OomKill {
                     memcg,
                 };
                 let printed = match printer.format() {
-                    Format::Table => printer.line(&kill.sentence()),
+                    TableFormat::Table => printer.line(&kill.sentence()),
                     _ => printer.row(&kill.values()),
                 };
                 if let Err(e) = printed {

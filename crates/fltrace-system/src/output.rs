@@ -5,37 +5,11 @@
 
 use std::io::Write;
 
+use fltrace_render::TableFormat;
 use serde_json::json;
 
 use crate::Error;
 use crate::bpf::Frame;
-
-/// How rows are printed, by every system tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Fixed-width columns under a header, as bcc's tools print.
-    Table,
-    /// A header of column keys, then comma-separated values.
-    Csv,
-    /// JSON (one object per row for the event tools, one document for the counting tools).
-    Json,
-}
-
-/// `--format table|csv|json`, the possible values named without help, as they always were.
-#[cfg(feature = "clap")]
-impl clap::ValueEnum for Format {
-    fn value_variants<'a>() -> &'a [Format] {
-        &[Format::Table, Format::Csv, Format::Json]
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(match self {
-            Format::Table => "table",
-            Format::Csv => "csv",
-            Format::Json => "json",
-        }))
-    }
-}
 
 /// A stack in one CSV cell: its frames, innermost first, separated by `;`.
 pub(crate) fn stack_cell(frames: &[Frame]) -> String {
@@ -180,7 +154,7 @@ impl From<i64> for Value {
 
 /// Prints rows of one set of columns.
 pub struct Printer<W: Write> {
-    format: Format,
+    format: TableFormat,
     columns: &'static [Column],
     out: W,
     header_done: bool,
@@ -188,7 +162,7 @@ pub struct Printer<W: Write> {
 
 impl<W: Write> Printer<W> {
     /// A printer of `columns` to `out`.
-    pub fn new(format: Format, columns: &'static [Column], out: W) -> Printer<W> {
+    pub fn new(format: TableFormat, columns: &'static [Column], out: W) -> Printer<W> {
         Printer {
             format,
             columns,
@@ -198,7 +172,7 @@ impl<W: Write> Printer<W> {
     }
 
     /// The output format.
-    pub fn format(&self) -> Format {
+    pub fn format(&self) -> TableFormat {
         self.format
     }
 
@@ -207,19 +181,19 @@ impl<W: Write> Printer<W> {
         if self.header_done {
             return Ok(());
         }
-        if self.format == Format::Table && !self.columns.iter().any(|c| c.in_table) {
+        if self.format == TableFormat::Table && !self.columns.iter().any(|c| c.in_table) {
             // Tools printing free-form lines in tables (oomkill, brkstack).
             return Ok(());
         }
         self.header_done = true;
         let line = match self.format {
-            Format::Table => {
+            TableFormat::Table => {
                 let headers: Vec<String> =
                     self.columns.iter().map(|c| c.header.to_owned()).collect();
                 self.table_line(&headers)
             }
-            Format::Csv => csv_line(self.columns.iter().map(|c| c.key))?,
-            Format::Json => return Ok(()),
+            TableFormat::Csv => csv_line(self.columns.iter().map(|c| c.key))?,
+            TableFormat::Json => return Ok(()),
         };
         self.line(&line)
     }
@@ -257,10 +231,10 @@ impl<W: Write> Printer<W> {
             return Ok(());
         }
         match self.format {
-            Format::Table => self.line(&format!("{seen} events seen, {lost} lost: {why}")),
-            Format::Json => self
+            TableFormat::Table => self.line(&format!("{seen} events seen, {lost} lost: {why}")),
+            TableFormat::Json => self
                 .line(&serde_json::json!({ "seen": seen, "lost": lost, "why": why }).to_string()),
-            Format::Csv => Ok(()),
+            TableFormat::Csv => Ok(()),
         }
     }
 
@@ -271,11 +245,11 @@ impl<W: Write> Printer<W> {
             return Ok(());
         }
         match self.format {
-            Format::Table => self.line(&format!("{unseen} {what}: {why}")),
-            Format::Json => {
+            TableFormat::Table => self.line(&format!("{unseen} {what}: {why}")),
+            TableFormat::Json => {
                 self.line(&serde_json::json!({ "unseen": unseen, "why": why }).to_string())
             }
-            Format::Csv => Ok(()),
+            TableFormat::Csv => Ok(()),
         }
     }
 
@@ -289,12 +263,12 @@ impl<W: Write> Printer<W> {
     pub fn row(&mut self, values: &[Value]) -> Result<(), Error> {
         self.header()?;
         let line = match self.format {
-            Format::Table => {
+            TableFormat::Table => {
                 let texts: Vec<String> = values.iter().map(Value::text).collect();
                 self.table_line(&texts)
             }
-            Format::Csv => csv_line(values.iter().map(Value::text))?,
-            Format::Json => {
+            TableFormat::Csv => csv_line(values.iter().map(Value::text))?,
+            TableFormat::Json => {
                 let object: serde_json::Map<String, serde_json::Value> = self
                     .columns
                     .iter()
@@ -328,7 +302,7 @@ mod tests {
     /// lost nothing print nothing more.
     #[test]
     fn losses_end_tables_and_json_lines() {
-        let ended = |format: Format, lost: u64, unseen: u64| {
+        let ended = |format: TableFormat, lost: u64, unseen: u64| {
             let mut out = Vec::new();
             let mut p = Printer::new(format, COLUMNS, &mut out);
             p.loss(100, lost, "the ring was full").expect("prints");
@@ -337,17 +311,17 @@ mod tests {
             String::from_utf8(out).expect("UTF-8")
         };
         assert_eq!(
-            ended(Format::Table, 7, 2),
+            ended(TableFormat::Table, 7, 2),
             "100 events seen, 7 lost: the ring was full\n2 faults not classified: gone\n"
         );
         assert_eq!(
-            ended(Format::Json, 7, 2),
+            ended(TableFormat::Json, 7, 2),
             "{\"lost\":7,\"seen\":100,\"why\":\"the ring was full\"}\n\
              {\"unseen\":2,\"why\":\"gone\"}\n"
         );
-        assert_eq!(ended(Format::Csv, 7, 2), "");
-        assert_eq!(ended(Format::Table, 0, 0), "");
-        assert_eq!(ended(Format::Json, 0, 0), "");
+        assert_eq!(ended(TableFormat::Csv, 7, 2), "");
+        assert_eq!(ended(TableFormat::Table, 0, 0), "");
+        assert_eq!(ended(TableFormat::Json, 0, 0), "");
     }
 
     const COLUMNS: &[Column] = &[
@@ -357,7 +331,7 @@ mod tests {
         Column::new("FILE", "file", -4),
     ];
 
-    fn printed(format: Format) -> String {
+    fn printed(format: TableFormat) -> String {
         let mut out = Vec::new();
         let mut p = Printer::new(format, COLUMNS, &mut out);
         p.row(&[
@@ -381,15 +355,15 @@ mod tests {
     #[test]
     fn prints_every_format() {
         assert_eq!(
-            printed(Format::Table),
+            printed(TableFormat::Table),
             "PID     LAT(ms) FILE\n42         1.50 /a,b\n"
         );
         assert_eq!(
-            printed(Format::Csv),
+            printed(TableFormat::Csv),
             "pid,lat_ms,pages,file\n42,1.50,7,\"/a,b\"\n"
         );
         assert_eq!(
-            printed(Format::Json),
+            printed(TableFormat::Json),
             "{\"file\":\"/a,b\",\"lat_ms\":1.5,\"pages\":7,\"pid\":42}\n"
         );
     }

@@ -6,8 +6,10 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use fltrace_render::TableFormat;
+
 use crate::Scope;
-use crate::output::{Column, Format, Printer};
+use crate::output::{Column, Printer};
 use crate::perf::PerfEvents;
 use crate::{Error, brkstack, drsnoop, hfaults, mmapsnoop, oomkill, shmsnoop, swapin, vmscan};
 
@@ -154,7 +156,7 @@ impl OpenTool {
         self,
         stop: &AtomicUsize,
         duration: Option<Duration>,
-        format: Format,
+        format: TableFormat,
         out: W,
     ) -> Result<Finished, Error> {
         let totals = self.perf_events().totals();

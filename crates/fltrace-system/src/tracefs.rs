@@ -74,7 +74,7 @@ impl TracepointFormat {
 /// The `events` directory of tracefs; when tracefs is closed to this user, the error says
 /// what opens it (an unreadable tracefs must not make every event "unknown").
 pub fn events_dir() -> Result<PathBuf, Error> {
-    match fltrace_capture::sys::tracefs() {
+    match fltrace_capture::perf::tracefs() {
         Ok(root) => Ok(root.join("events")),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             Err(Error::Unsupported(format!("tracefs: {e}")))

@@ -11,7 +11,8 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use fltrace_capture::shell_status;
-use fltrace_system::{Format, Scope, Tool};
+use fltrace_render::TableFormat;
+use fltrace_system::{Scope, Tool};
 
 /// `workloads/sysmem.c`, built once, without frame pointers.
 fn sysmem() -> &'static Path {
@@ -39,7 +40,7 @@ struct Ran {
     exit_code: u8,
 }
 
-fn run_over(tool: Tool, command: &[OsString], format: Format) -> Ran {
+fn run_over(tool: Tool, command: &[OsString], format: TableFormat) -> Ran {
     let scope = Scope {
         command: command.to_vec(),
         ..Scope::all()
@@ -75,7 +76,7 @@ fn mmapsnoop_over_a_command_sees_its_mapping_with_exact_size() {
     let ran = run_over(
         Tool::Mmapsnoop,
         &sysmem_command(&["mmap", file_text]),
-        Format::Csv,
+        TableFormat::Csv,
     );
     assert_eq!(ran.exit_code, 0);
     assert_eq!(ran.notes, Vec::<String>::new());
@@ -121,7 +122,7 @@ fn brkstack_folded_over_a_command_folds_the_brk_stack() {
     let ran = run_over(
         Tool::Brkstack { folded: true },
         &sysmem_command(&["brk"]),
-        Format::Table,
+        TableFormat::Table,
     );
     assert_eq!(ran.exit_code, 0);
     assert_eq!(ran.notes, Vec::<String>::new());
@@ -157,7 +158,7 @@ fn brkstack_system_wide_notes_its_frame_pointer_stacks() {
     let mut out = Vec::new();
     let stopped = AtomicUsize::new(1);
     let finished = open
-        .run(&stopped, Some(Duration::ZERO), Format::Csv, &mut out)
+        .run(&stopped, Some(Duration::ZERO), TableFormat::Csv, &mut out)
         .expect("stops at once");
     assert_eq!(shell_status(finished.status), 0);
 }
@@ -167,7 +168,7 @@ fn brkstack_system_wide_notes_its_frame_pointer_stacks() {
 /// header is its own.
 #[test]
 fn the_commands_exit_code_comes_through() {
-    let ran = run_over(Tool::Hfaults, &sysmem_command(&[]), Format::Csv);
+    let ran = run_over(Tool::Hfaults, &sysmem_command(&[]), TableFormat::Csv);
     assert_eq!(ran.exit_code, 1);
     let exit_3: Vec<OsString> = ["sh", "-c", "exit 3"].map(OsString::from).into();
     let ran = run_over(
@@ -175,12 +176,15 @@ fn the_commands_exit_code_comes_through() {
             interval: Duration::from_millis(100),
         },
         &exit_3,
-        Format::Csv,
+        TableFormat::Csv,
     );
     assert_eq!(ran.exit_code, 3);
     // Killed by a signal: 128 + its number, as a shell says it (and `fltrace record` exits).
     let killed: Vec<OsString> = ["sh", "-c", "kill -9 $$"].map(OsString::from).into();
-    assert_eq!(run_over(Tool::Hfaults, &killed, Format::Csv).exit_code, 137);
+    assert_eq!(
+        run_over(Tool::Hfaults, &killed, TableFormat::Csv).exit_code,
+        137
+    );
     assert_eq!(
         ran.out.lines().next(),
         Some(

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use clap::Args;
 
+use fltrace_render::TableFormat;
+use fltrace_system::Scope;
 use fltrace_system::command::{self, Counting, EventCount};
 use fltrace_system::memleak::LeakRequest;
-use fltrace_system::{Format, Scope};
 
 use crate::values::duration;
 
@@ -54,7 +55,7 @@ pub struct Common {
     pub duration: Option<Duration>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: TableFormat,
     /// Stacks as folded lines (`comm;outer;...;inner count`) for flamegraph tools.
     #[arg(long)]
     pub folded: bool,

@@ -4,6 +4,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use fltrace_analyze::{CallOrder, CallSite, HeatSource, ReportBy};
+use fltrace_capture::EvictionPolicy;
+use fltrace_render::listing::ListFormat;
+use fltrace_render::report::ReportFormat;
+use fltrace_render::{FrameLabel, TableFormat};
 
 use crate::values::{addr_range, duration, positive_mb, region_counts, time_range};
 
@@ -115,13 +120,6 @@ pub struct ListArgs {
     pub format: ListFormat,
 }
 
-/// `list --format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ListFormat {
-    Table,
-    Json,
-}
-
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Directory holding the recordings (every one of them is exported).
@@ -162,7 +160,7 @@ pub struct DiffArgs {
     pub pid_b: Option<u32>,
     /// What to compare faults by.
     #[arg(long, value_enum, default_value = "line")]
-    pub by: By,
+    pub by: ReportBy,
     /// How many rows to show (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
@@ -201,30 +199,6 @@ pub struct HeatmapArgs {
     /// their address range, labelled with their allocation site); 0 for none.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub allocs: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum HeatSource {
-    /// Page faults of a recording.
-    Faults,
-    /// `fltrace-data-wss-<pid>.csv`: bytes referenced per mapping and interval.
-    Wss,
-    /// `fltrace-data-damon-<pid>.csv`: DAMON's access counts per range and aggregation.
-    Damon,
-    /// `fltrace-data-access-<pid>.parquet`: PMU load and store samples (record --access-samples).
-    Access,
-}
-
-impl HeatSource {
-    /// What fltrace-analyze reads for it.
-    pub fn source(self) -> fltrace_analyze::HeatSource {
-        match self {
-            HeatSource::Faults => fltrace_analyze::HeatSource::Faults,
-            HeatSource::Wss => fltrace_analyze::HeatSource::Wss,
-            HeatSource::Damon => fltrace_analyze::HeatSource::Damon,
-            HeatSource::Access => fltrace_analyze::HeatSource::Access,
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -299,7 +273,7 @@ pub struct SweepArgs {
     pub max_mb: Option<u64>,
     /// Eviction policy.
     #[arg(long, value_enum, default_value = "fifo")]
-    pub policy: Policy,
+    pub policy: EvictionPolicy,
     /// The command to run and its arguments.
     #[arg(last = true, value_name = "COMMAND", required = true)]
     pub command: Vec<OsString>,
@@ -320,7 +294,7 @@ pub struct RecordArgs {
     /// Far memory: which local pages are evicted first (fifo: oldest fault-in first, as the
     /// original; clock: fifo with a second chance for pages written since last considered).
     #[arg(long, value_enum, default_value = "fifo")]
-    pub policy: Policy,
+    pub policy: EvictionPolicy,
     /// Far memory: handlers spin on the userfaultfd instead of blocking (lower latency, a core
     /// each).
     #[arg(long)]
@@ -397,27 +371,6 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Policy {
-    /// Evict in the order pages came in (the original's policy).
-    Fifo,
-    /// A second chance for pages written since last considered (write-protect faults).
-    Clock,
-    /// A second chance for pages fetched soon after their eviction (no extra faults).
-    Refault,
-}
-
-impl Policy {
-    /// The far-memory runtime's name of the policy.
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Fifo => "fifo",
-            Policy::Clock => "clock",
-            Policy::Refault => "refault",
-        }
-    }
-}
-
 /// Which recording (and which part of it) to analyse.
 #[derive(Debug, Args)]
 pub struct Selection {
@@ -442,7 +395,7 @@ pub struct Selection {
     /// the executable and its libraries, not libc, libstdc++ and the like) or the innermost
     /// of all (`leaf`).
     #[arg(long, value_enum, default_value = "program")]
-    pub call_site: CallSiteArg,
+    pub call_site: CallSite,
     /// Functions (a regular expression) that are never a call site, as pprof's -hide: a fault
     /// in one counts for its caller. Well-known allocators (pymalloc, ggc, sqlite3Malloc,
     /// g_slice, operator new, __rust_alloc, ...) and those of the `[report] allocators` list of
@@ -471,75 +424,13 @@ pub struct Selection {
     pub named: Option<PathBuf>,
 }
 
-/// `--call-site`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CallSiteArg {
-    Program,
-    Leaf,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum By {
-    /// The whole stack (and, for faults, their kind).
-    Stack,
-    /// The function of the call site.
-    Function,
-    /// The file:line of the call site: the innermost line of the program's own code.
-    Line,
-    /// The library or executable.
-    Dso,
-    /// Faults by where the memory they hit was allocated (needs record --allocs).
-    AllocSite,
-    /// Faults by thread name (`comm`), over every process.
-    Comm,
-    /// Faults by process.
-    Pid,
-    /// Faults by thread.
-    Tid,
-}
-
-/// `--format table|csv|json` of every reading command that prints tables.
-pub use fltrace_render::report::Format as TableFormat;
-
-/// The report's formats: the tables, and the faults' stacks for other tools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReportFormat {
-    Table,
-    Csv,
-    Json,
-    /// Collapsed stacks, `root;outer;...;inner count`, for flamegraph.pl, inferno, speedscope.
-    Folded,
-    /// A gzipped pprof profile (profile.proto) for `go tool pprof`.
-    Pprof,
-}
-
-impl ReportFormat {
-    /// The table format; the exports (folded, pprof) never reach the tables and read as table.
-    pub fn tabular(self) -> TableFormat {
-        match self {
-            ReportFormat::Csv => TableFormat::Csv,
-            ReportFormat::Json => TableFormat::Json,
-            ReportFormat::Table | ReportFormat::Folded | ReportFormat::Pprof => TableFormat::Table,
-        }
-    }
-}
-
-/// Which end of the stacks `report -g` starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CallGraphOrder {
-    /// The process, then `main`, down to the faulting function.
-    Caller,
-    /// The faulting function, up to its callers.
-    Callee,
-}
-
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     #[command(flatten)]
     pub selection: Selection,
     /// What to group faults by (with --allocs: allocations; default line).
     #[arg(long, value_enum)]
-    pub by: Option<By>,
+    pub by: Option<ReportBy>,
     /// Faults on a call tree as `perf report -g` prints it: from the process and `main` down
     /// to the faulting function (caller, the default), or from it up to its callers (callee).
     #[arg(
@@ -551,7 +442,7 @@ pub struct ReportArgs {
         default_missing_value = "caller",
         require_equals = false
     )]
-    pub call_graph: Option<CallGraphOrder>,
+    pub call_graph: Option<CallOrder>,
     /// With -g: gather the branches under PERCENT of all faults into one line (perf's 0.5).
     #[arg(
         long,
@@ -592,23 +483,13 @@ pub struct ReportArgs {
     pub wide: bool,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Label {
-    /// `file:line` (the function where no line is known); the original drew `lib|file:line`.
-    Line,
-    /// The function, without its parameter list.
-    Function,
-    /// `function file:line`.
-    Both,
-}
-
 #[derive(Debug, Args)]
 pub struct VisualizeArgs {
     #[command(flatten)]
     pub selection: Selection,
     /// How frames are labelled; tooltips add the whole function name, its lines and library.
     #[arg(long, value_enum, default_value = "function")]
-    pub label: Label,
+    pub label: FrameLabel,
     /// Draw the first-touch flamegraph (flamegraph-alloc) by the allocation stack of the block
     /// each fault hit rather than by the faulting stack (needs record --allocs).
     #[arg(long)]
@@ -617,30 +498,4 @@ pub struct VisualizeArgs {
     /// directory when the recording's is read-only).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
-}
-
-impl By {
-    /// What fltrace-analyze groups by for this flag.
-    pub fn report_by(self) -> fltrace_analyze::ReportBy {
-        use fltrace_analyze::{GroupBy, ReportBy, ThreadBy};
-        match self {
-            By::Stack => ReportBy::Group(GroupBy::Stack),
-            By::Function => ReportBy::Group(GroupBy::Function),
-            By::Line => ReportBy::Group(GroupBy::Line),
-            By::Dso => ReportBy::Group(GroupBy::Dso),
-            By::AllocSite => ReportBy::AllocSite,
-            By::Comm => ReportBy::Thread(ThreadBy::Comm),
-            By::Pid => ReportBy::Thread(ThreadBy::Pid),
-            By::Tid => ReportBy::Thread(ThreadBy::Tid),
-        }
-    }
-
-    /// How faults are grouped by this flag; `alloc-site` and the threads' by no place of
-    /// their own stacks.
-    pub fn group_by(self) -> Option<fltrace_analyze::GroupBy> {
-        match self.report_by() {
-            fltrace_analyze::ReportBy::Group(by) => Some(by),
-            _ => None,
-        }
-    }
 }

@@ -23,7 +23,7 @@ pub fn run(args: HeatmapArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
         );
     }
     let outputs = &opened.outputs.dir;
-    let source = args.from.source();
+    let source = args.from;
     // A map draws every fault: no frame rules (`--hide`, `--focus`) apply.
     let options = args.selection.options_with(Default::default());
     let (map, pid, labels) = match source {

@@ -5,7 +5,7 @@ use std::io::Write as _;
 use fltrace_analyze::list_recordings;
 use fltrace_render::listing;
 
-use crate::cli::{ListArgs, ListFormat};
+use crate::cli::ListArgs;
 
 pub fn run(args: ListArgs) -> anyhow::Result<()> {
     // An archive file lists as the directory it holds.
@@ -18,10 +18,7 @@ pub fn run(args: ListArgs) -> anyhow::Result<()> {
             fltrace_trace::error_chain(&broken.error)
         );
     }
-    let text = match args.format {
-        ListFormat::Table => listing::table(&recordings),
-        ListFormat::Json => listing::json(&recordings)?,
-    };
+    let text = listing::text(&recordings, args.format)?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;

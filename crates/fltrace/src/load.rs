@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use fltrace_analyze::{CallSite, FrameRules, LoadOptions, Loaded, Symbolizer, ThreadFilter};
+use fltrace_analyze::{FrameRules, LoadOptions, Loaded, Symbolizer, ThreadFilter};
 
-use crate::cli::{CallSiteArg, Selection};
+use crate::cli::Selection;
 
 impl Selection {
     /// What every reading command loads: the one place the flags become [`LoadOptions`].
@@ -19,10 +19,7 @@ impl Selection {
         LoadOptions {
             pid: self.pid,
             window_s: self.time,
-            call_site: match self.call_site {
-                CallSiteArg::Program => CallSite::Program,
-                CallSiteArg::Leaf => CallSite::Leaf,
-            },
+            call_site: self.call_site,
             threads: ThreadFilter {
                 tids: self.tid.clone(),
                 comms: self.comm.clone(),

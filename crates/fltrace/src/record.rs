@@ -19,7 +19,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         command: args.command.clone(),
         local_mb: args.local_mb,
         max_mb: args.max_mb,
-        policy: args.policy.name().to_owned(),
+        policy: args.policy,
         handlers: args.handlers,
         busy_poll: args.busy_poll,
         stack_bytes: args.stack_size,

@@ -5,13 +5,13 @@ use std::io::{BufWriter, IsTerminal, Write};
 use anyhow::{Context, bail};
 
 use fltrace_analyze::{
-    AllocStacks, CallOrder, FaultReport, FaultsHeld, OpenedRecording, ReportFlags, ReportMode,
+    AllocStacks, FaultReport, FaultsHeld, OpenedRecording, ReportFlags, ReportMode,
     alloc_processes, call_tree, group_faults_by_thread, leak_age_ns, recording_line,
     write_folded_counts, write_original_reports, write_pprof_counts,
 };
-use fltrace_render::report::{alloc_tables, call_tree as tree_text, faults, threads};
+use fltrace_render::report::{ReportFormat, alloc_tables, call_tree as tree_text, faults, threads};
 
-use crate::cli::{By, CallGraphOrder, ReportArgs, ReportFormat};
+use crate::cli::ReportArgs;
 use crate::load::load;
 
 /// The report the flags ask for, or why they do not go together.
@@ -21,11 +21,8 @@ fn mode(args: &ReportArgs) -> Result<ReportMode, fltrace_analyze::ReportFlagsErr
 
 fn flags(args: &ReportArgs) -> ReportFlags {
     ReportFlags {
-        by: args.by.map(By::report_by),
-        call_graph: args.call_graph.map(|order| match order {
-            CallGraphOrder::Caller => CallOrder::Caller,
-            CallGraphOrder::Callee => CallOrder::Callee,
-        }),
+        by: args.by,
+        call_graph: args.call_graph,
         allocs: args.allocs,
         leaks: args.leaks,
         csv: args.format == ReportFormat::Csv,
@@ -35,7 +32,7 @@ fn flags(args: &ReportArgs) -> ReportFlags {
 }
 
 pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
-    if matches!(args.format, ReportFormat::Folded | ReportFormat::Pprof) {
+    if args.format.is_export() {
         return export(&args, opened);
     }
     let out = report(&args, opened)?;
@@ -193,7 +190,7 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command};
-    use fltrace_analyze::GroupBy;
+    use fltrace_analyze::{CallOrder, GroupBy};
 
     fn mode(flags: &[&str]) -> anyhow::Result<ReportMode> {
         let argv = ["fltrace", "report"].iter().chain(flags);

@@ -41,7 +41,7 @@ pub struct RunsArgs {
     pub run: Option<i64>,
     /// Output format of --list and --stat.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: crate::cli::TableFormat,
+    pub format: fltrace_render::TableFormat,
     /// The catalog made by `fltrace analyze` (for --list and --stat).
     #[arg(value_name = "CATALOG")]
     pub catalog: Option<PathBuf>,

@@ -17,7 +17,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
         to: args.to,
         step: args.step,
         max_mb: args.max_mb,
-        policy: args.policy.name().to_owned(),
+        policy: args.policy,
     };
     let files = sweep.run(&stop, |event| {
         for line in event.lines() {

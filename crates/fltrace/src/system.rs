@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use fltrace_system::{Format, Tool};
+use fltrace_render::TableFormat;
+use fltrace_system::Tool;
 
 use crate::values::duration;
 
@@ -42,7 +43,7 @@ pub struct CommonArgs {
     pub duration: Option<Duration>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: TableFormat,
 }
 
 /// brkstack's flags.

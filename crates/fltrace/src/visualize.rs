@@ -5,17 +5,12 @@ use std::io::Write as _;
 use anyhow::Context;
 
 use fltrace_analyze::{AllocStacks, FaultsHeld, OpenedRecording, recording_line};
-use fltrace_render::{FrameLabel, flamegraph_files};
+use fltrace_render::flamegraph_files;
 
-use crate::cli::{Label, VisualizeArgs};
+use crate::cli::VisualizeArgs;
 use crate::load::load;
 
 pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
-    let label = match args.label {
-        Label::Line => FrameLabel::Line,
-        Label::Function => FrameLabel::Function,
-        Label::Both => FrameLabel::Both,
-    };
     // Faults counted per stack, allocations paired in one pass: memory follows the distinct
     // stacks and the blocks alive at once, not the faults or calls.
     let options = args.selection.load_options()?;
@@ -47,7 +42,7 @@ pub fn run(args: VisualizeArgs, opened: &OpenedRecording) -> anyhow::Result<()> 
     }
     // Written, not printed: an error (a closed pipe) ends the command quietly.
     let mut stdout = std::io::stdout();
-    flamegraph_files(&loaded, label, args.by_allocation, &dir, |file| {
+    flamegraph_files(&loaded, args.label, args.by_allocation, &dir, |file| {
         match file {
             Ok(file) => {
                 file.write()?;

@@ -10,7 +10,7 @@ use fltrace_analyze::{
 };
 
 use super::{
-    Format, callers, csv_text, location_json, pretty, short_file_line, stack_text, truncate,
+    TableFormat, callers, csv_text, location_json, pretty, short_file_line, stack_text, truncate,
 };
 use crate::Error;
 
@@ -25,7 +25,7 @@ pub fn allocs(
     by: GroupBy,
     top: usize,
     older_ms: Option<u64>,
-    format: Format,
+    format: TableFormat,
 ) -> Result<String, Error> {
     let min_age_ns = leak_age_ns(older_ms);
     let summary = AllocSummary::of(processes);
@@ -33,9 +33,9 @@ pub fn allocs(
     let top_of = |list| take_top(top, list);
     let by_bytes = top_of(rank_allocs(&groups, |t| t.bytes));
     Ok(match format {
-        Format::Table => allocs_table(loaded, processes, &summary, &groups, top, min_age_ns),
-        Format::Csv => allocs_csv(&by_bytes, by)?,
-        Format::Json => {
+        TableFormat::Table => allocs_table(loaded, processes, &summary, &groups, top, min_age_ns),
+        TableFormat::Csv => allocs_csv(&by_bytes, by)?,
+        TableFormat::Json => {
             let (heap, mappings, sizes) = (&summary.heap, &summary.mappings, &summary.sizes);
             let doc = serde_json::json!({
                 "command": loaded.command(),
@@ -346,13 +346,13 @@ pub fn leaks(
     processes: &[AllocProcess<'_>],
     top: usize,
     older_ms: Option<u64>,
-    format: Format,
+    format: TableFormat,
 ) -> Result<String, Error> {
     let groups = merge_same_lines(group_process_allocs(processes, GroupBy::Stack));
     let leaks = rank_allocs(&groups, |t| t.leaked_bytes);
     let leaks = &leaks[..rows_shown(top, leaks.len())];
     Ok(match format {
-        Format::Table => {
+        TableFormat::Table => {
             let mut out = format!("Top {} stacks with outstanding allocations:\n", leaks.len());
             for group in leaks {
                 let t = &group.totals;
@@ -381,7 +381,7 @@ pub fn leaks(
             );
             out
         }
-        Format::Csv => csv_text(
+        TableFormat::Csv => csv_text(
             &[
                 "function",
                 "file",
@@ -406,7 +406,7 @@ pub fn leaks(
                 ]
             }),
         )?,
-        Format::Json => pretty(&serde_json::json!({
+        TableFormat::Json => pretty(&serde_json::json!({
             "command": loaded.command(),
             "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
             "min_leak_age_ms": older_ms.unwrap_or(0),
@@ -427,7 +427,7 @@ pub fn by_alloc_site(
     loaded: &Loaded,
     processes: &[AllocProcess<'_>],
     top: usize,
-    format: Format,
+    format: TableFormat,
 ) -> Result<String, Error> {
     let report = FaultsByAllocSite::of(processes);
     let (groups, total, in_blocks) = (&report.groups, report.total, report.in_blocks);
@@ -435,7 +435,7 @@ pub fn by_alloc_site(
     let rows = &groups[..rows_shown(top, groups.len())];
     let memory = |g: &AllocSiteGroup| g.kind.map_or("none", BlockKind::name);
     Ok(match format {
-        Format::Table => {
+        TableFormat::Table => {
             let mut out = String::new();
             let _ = writeln!(
                 out,
@@ -507,7 +507,7 @@ pub fn by_alloc_site(
             );
             out
         }
-        Format::Csv => csv_text(
+        TableFormat::Csv => csv_text(
             &[
                 "count", "function", "file", "line", "percent", "kind", "type", "memory", "lib",
                 "allocs", "bytes",
@@ -530,7 +530,7 @@ pub fn by_alloc_site(
                 ]
             }),
         )?,
-        Format::Json => pretty(&serde_json::json!({
+        TableFormat::Json => pretty(&serde_json::json!({
             "command": loaded.command(),
             "pids": processes.iter().map(|p| p.trace.pid).collect::<Vec<_>>(),
             "faults": total,
@@ -576,7 +576,7 @@ mod tests {
     }
 
     /// The report of the recording in `dir`, as `fltrace report` with its flags writes it.
-    fn report(dir: &Path, report: Report, format: Format) -> String {
+    fn report(dir: &Path, report: Report, format: TableFormat) -> String {
         let loaded = load(dir, AllocStacks::Required, FaultsHeld::All).unwrap();
         let older_ms = match report {
             Report::Leaks { older_ms } => older_ms,
@@ -596,7 +596,7 @@ mod tests {
     fn allocs_csv_and_table() {
         let dir = tempfile::tempdir().unwrap();
         record(dir.path(), true);
-        let csv = report(dir.path(), Report::Allocs, Format::Csv);
+        let csv = report(dir.path(), Report::Allocs, TableFormat::Csv);
         assert!(
             csv.starts_with("function,file,line,allocs,bytes,leaked_allocs,leaked_bytes,"),
             "{csv}"
@@ -628,7 +628,7 @@ mod tests {
         assert_eq!(rows[1]["peak_bytes"], "5000");
         assert_eq!(rows[2]["peak_bytes"], "100");
 
-        let table = report(dir.path(), Report::Allocs, Format::Table);
+        let table = report(dir.path(), Report::Allocs, TableFormat::Table);
         assert!(
             table.contains("Heap peak of process 4242: 5.0 KiB at 0.002 s"),
             "{table}"
@@ -639,7 +639,7 @@ mod tests {
             "{table}"
         );
         let json: serde_json::Value =
-            serde_json::from_str(&report(dir.path(), Report::Allocs, Format::Json)).unwrap();
+            serde_json::from_str(&report(dir.path(), Report::Allocs, TableFormat::Json)).unwrap();
         assert_eq!(json["heap"]["allocs"], 2);
         assert_eq!(json["mappings"]["leaked_bytes"], 4096);
         assert_eq!(json["sizes"][0]["from"], 64);
@@ -649,7 +649,11 @@ mod tests {
     fn leaks_like_memleak() {
         let dir = tempfile::tempdir().unwrap();
         record(dir.path(), true);
-        let text = report(dir.path(), Report::Leaks { older_ms: None }, Format::Table);
+        let text = report(
+            dir.path(),
+            Report::Leaks { older_ms: None },
+            TableFormat::Table,
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "Top 2 stacks with outstanding allocations:");
         assert_eq!(lines[1], "\t5000 bytes in 1 allocations from stack");
@@ -673,7 +677,7 @@ mod tests {
         let text = report(
             dir.path(),
             Report::Leaks { older_ms: Some(3) },
-            Format::Table,
+            TableFormat::Table,
         );
         assert!(text.starts_with("Top 1 stacks"), "{text}");
     }
@@ -682,7 +686,7 @@ mod tests {
     fn faults_by_alloc_site() {
         let dir = tempfile::tempdir().unwrap();
         record(dir.path(), true);
-        let csv = report(dir.path(), Report::ByAllocSite, Format::Csv);
+        let csv = report(dir.path(), Report::ByAllocSite, TableFormat::Csv);
         assert!(csv.starts_with("count,function,file,line,"), "{csv}");
         let got: Vec<(String, String, String)> = rows(&csv)
             .iter()
@@ -703,7 +707,7 @@ mod tests {
                 row("1", "mapping_site", "mapping"),
             ]
         );
-        let table = report(dir.path(), Report::ByAllocSite, Format::Table);
+        let table = report(dir.path(), Report::ByAllocSite, TableFormat::Table);
         assert!(table.contains("toucher synthetic.rs:"), "{table}");
         assert!(
             table.contains("6 faults in 1 process of `synthetic`; 4 (66.7%)"),

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use fltrace_analyze::{CallNode, CallOrder, CallTree, percent};
 use serde_json::{Value, json};
 
-use super::Format;
 use crate::Error;
+use crate::TableFormat;
 
 /// Branches holding less than this share of all faults are gathered into one line, as perf
 /// hides them (its default `--call-graph graph,0.5`).
@@ -111,12 +111,12 @@ pub fn call_tree(
     tree: &CallTree,
     top: usize,
     min_percent: f64,
-    format: Format,
+    format: TableFormat,
 ) -> Result<String, Error> {
     let shown_roots = fltrace_analyze::rows_shown(top, tree.roots.len());
     let (roots, rest) = tree.roots.split_at(shown_roots);
     let rest_faults: u64 = rest.iter().map(|r| r.count).sum();
-    if format == Format::Json {
+    if format == TableFormat::Json {
         let roots: Vec<Value> = roots
             .iter()
             .map(|r| node_json(r, tree.total, min_percent))
@@ -213,7 +213,7 @@ mod tests {
                 ],
             )],
         };
-        let text = call_tree(&tree, 0, DEFAULT_MIN_PERCENT, Format::Table).unwrap();
+        let text = call_tree(&tree, 0, DEFAULT_MIN_PERCENT, TableFormat::Table).unwrap();
         let expected = "\
 # 1000 faults by caller (-g callee for the other way); percentages of all faults, branches under 0.5% gathered
 #
@@ -240,7 +240,7 @@ mod tests {
             total: 5,
             roots: vec![node("fill", 5, vec![node("main", 5, Vec::new())])],
         };
-        let text = call_tree(&chain, 0, DEFAULT_MIN_PERCENT, Format::Table).unwrap();
+        let text = call_tree(&chain, 0, DEFAULT_MIN_PERCENT, TableFormat::Table).unwrap();
         assert!(
             text.ends_with("   100.00%          5  fill\n            |\n            ---main\n\n"),
             "{text}"
@@ -259,7 +259,7 @@ mod tests {
                 node("scan", 1, Vec::new()),
             ],
         };
-        let text = call_tree(&tree, 1, DEFAULT_MIN_PERCENT, Format::Json).unwrap();
+        let text = call_tree(&tree, 1, DEFAULT_MIN_PERCENT, TableFormat::Json).unwrap();
         let value: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(value["order"], "callee");
         assert_eq!(value["roots"][0]["children"][0]["name"], "main");

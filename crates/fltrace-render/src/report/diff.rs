@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use fltrace_analyze::{DiffRow, GroupBy, Loaded};
 
 use super::{
-    Format, csv_text, location_columns, location_fields, location_json, pretty, short_file_line,
-    truncate,
+    TableFormat, csv_text, location_columns, location_fields, location_json, pretty,
+    short_file_line, truncate,
 };
 use crate::Error;
 
@@ -16,12 +16,12 @@ pub fn diff(
     by: GroupBy,
     a: &Loaded,
     b: &Loaded,
-    format: Format,
+    format: TableFormat,
 ) -> Result<String, Error> {
     Ok(match format {
-        Format::Table => table(rows, a, b),
-        Format::Csv => csv(rows, by)?,
-        Format::Json => json(rows, by, a, b),
+        TableFormat::Table => table(rows, a, b),
+        TableFormat::Csv => csv(rows, by)?,
+        TableFormat::Json => json(rows, by, a, b),
     })
 }
 
@@ -181,7 +181,7 @@ mod tests {
             },
         ];
         let by = GroupBy::Stack;
-        let csv = diff(&rows, by, &loaded, &loaded, Format::Csv).unwrap();
+        let csv = diff(&rows, by, &loaded, &loaded, TableFormat::Csv).unwrap();
         assert_eq!(
             csv,
             "a,b,delta,ratio,function,file,line,lib,stack\n\
@@ -189,7 +189,7 @@ mod tests {
              0,4,4,,scan,/src/a.c,7,a.out,scan@/src/a.c:7\n\
              2,0,-2,0.0000,gone,/src/a.c,3,a.out,gone@/src/a.c:3\n"
         );
-        let table = diff(&rows, by, &loaded, &loaded, Format::Table).unwrap();
+        let table = diff(&rows, by, &loaded, &loaded, TableFormat::Table).unwrap();
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[1].starts_with("   1        10        25       +15    2.50x  fill"),
@@ -206,7 +206,7 @@ mod tests {
             "{table}"
         );
         let json: serde_json::Value =
-            serde_json::from_str(&diff(&rows, by, &loaded, &loaded, Format::Json).unwrap())
+            serde_json::from_str(&diff(&rows, by, &loaded, &loaded, TableFormat::Json).unwrap())
                 .unwrap();
         assert_eq!(json["by"], "stack");
         assert_eq!(json["rows"][1]["ratio"], serde_json::Value::Null);

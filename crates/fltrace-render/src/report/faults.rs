@@ -7,14 +7,14 @@ use fltrace_analyze::{COVER_SHARE, FaultReport, Group, GroupBy, Loaded, percent}
 use fltrace_analyze::Location;
 
 use super::{
-    Format, caller_text, csv_text, location_columns, location_fields, pretty, short_file_line,
+    TableFormat, caller_text, csv_text, location_columns, location_fields, pretty, short_file_line,
     truncate,
 };
 use crate::Error;
 
 /// `report` of the faults of `loaded` as `format` writes it, tables at most
 /// [`DEFAULT_WIDTH`] columns wide.
-pub fn faults(loaded: &Loaded, report: &FaultReport, format: Format) -> Result<String, Error> {
+pub fn faults(loaded: &Loaded, report: &FaultReport, format: TableFormat) -> Result<String, Error> {
     faults_fit(loaded, report, format, Some(DEFAULT_WIDTH))
 }
 
@@ -52,13 +52,13 @@ fn width_of(columns: Option<&str>, terminal: impl FnOnce() -> Option<usize>) -> 
 pub fn faults_fit(
     loaded: &Loaded,
     report: &FaultReport,
-    format: Format,
+    format: TableFormat,
     width: Option<usize>,
 ) -> Result<String, Error> {
     Ok(match format {
-        Format::Table => table(loaded, report, width),
-        Format::Csv => csv(&report.groups, report.by, report.total)?,
-        Format::Json => json(loaded, report),
+        TableFormat::Table => table(loaded, report, width),
+        TableFormat::Csv => csv(&report.groups, report.by, report.total)?,
+        TableFormat::Json => json(loaded, report),
     })
 }
 
@@ -292,7 +292,7 @@ mod tests {
         let loaded = load(dir.path(), AllocStacks::Skip, FaultsHeld::Counted).unwrap();
         let report = FaultReport::of(loaded.counted(), GroupBy::Line, 0);
 
-        let csv = faults(&loaded, &report, Format::Csv).unwrap();
+        let csv = faults(&loaded, &report, TableFormat::Csv).unwrap();
         assert!(
             csv.starts_with("count,percent,kind,function,file,line,lib\n"),
             "{csv}"
@@ -307,7 +307,7 @@ mod tests {
         assert!(row["function"].ends_with("toucher"), "{csv}");
         assert!(row["file"].ends_with("synthetic.rs"), "{csv}");
 
-        let table = faults(&loaded, &report, Format::Table).unwrap();
+        let table = faults(&loaded, &report, TableFormat::Table).unwrap();
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 5, "{table}");
         assert!(
@@ -326,7 +326,7 @@ mod tests {
         assert_eq!(lines[4], "processes: 4242 synthetic");
 
         let json: serde_json::Value =
-            serde_json::from_str(&faults(&loaded, &report, Format::Json).unwrap()).unwrap();
+            serde_json::from_str(&faults(&loaded, &report, TableFormat::Json).unwrap()).unwrap();
         assert_eq!(json["faults"], 6);
         assert_eq!(json["pids"], serde_json::json!([4242]));
         assert_eq!(

@@ -4,8 +4,9 @@ use std::fmt::Write as _;
 
 use fltrace_analyze::{ThreadBy, ThreadGroup, percent};
 
-use super::{Format, csv_text};
+use super::csv_text;
 use crate::Error;
+use crate::TableFormat;
 
 /// The columns naming a group: those that mean something for the grouping.
 fn key_columns(by: ThreadBy) -> &'static [&'static str] {
@@ -31,7 +32,7 @@ pub fn threads(
     groups: &[ThreadGroup],
     by: ThreadBy,
     top: usize,
-    format: Format,
+    format: TableFormat,
 ) -> Result<String, Error> {
     let total: u64 = groups.iter().map(|g| g.count).sum();
     let shown = if top == 0 {
@@ -41,7 +42,7 @@ pub fn threads(
     };
     let counts = |g: &ThreadGroup| [g.count, g.kinds[0], g.kinds[1], g.kinds[2], g.zero];
     Ok(match format {
-        Format::Table => {
+        TableFormat::Table => {
             let mut out = String::new();
             let _ = write!(
                 out,
@@ -76,7 +77,7 @@ pub fn threads(
             );
             out
         }
-        Format::Csv => {
+        TableFormat::Csv => {
             let header: Vec<&str> = [
                 "count",
                 "percent",
@@ -105,7 +106,7 @@ pub fn threads(
                 }),
             )?
         }
-        Format::Json => {
+        TableFormat::Json => {
             let rows: Vec<serde_json::Value> = shown
                 .iter()
                 .map(|g| {

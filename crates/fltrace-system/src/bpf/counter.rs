@@ -741,7 +741,7 @@ fn attach(
 /// A tracepoint's perf event and the BPF link on it that carries a cookie; both close when
 /// dropped, which detaches the program from that tracepoint.
 pub(crate) struct CookieLink {
-    _event: fltrace_capture::sys::PerfEvent,
+    _event: fltrace_capture::perf::PerfEvent,
     _link: std::os::fd::OwnedFd,
 }
 
@@ -768,7 +768,7 @@ fn attach_with_cookie(
     attr.__bindgen_anon_1.sample_period = 1;
     attr.__bindgen_anon_2.wakeup_events = 1;
     // One event on CPU 0 for every task: a tracepoint program runs on every CPU.
-    let event = fltrace_capture::sys::PerfEvent::open_with_flags(&attr, -1, 0, 0)
+    let event = fltrace_capture::perf::PerfEvent::open_with_flags(&attr, -1, 0, 0)
         .map_err(|e| failed("perf_event_open", e))?;
     /// `union bpf_attr`'s `link_create` for a perf event.
     #[repr(C)]

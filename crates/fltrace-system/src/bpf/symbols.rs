@@ -10,8 +10,7 @@ use std::thread::JoinHandle;
 
 use aya::maps::{MapData, RingBuf};
 use fltrace_analyze::{Location, Symbolizer};
-use fltrace_capture::ring::RingBuffer;
-use fltrace_capture::sys::PerfEvent;
+use fltrace_capture::perf::{PerfEvent, RingBuffer, online_cpus, parse_info};
 use fltrace_trace::{CodeAddr, Mapping, ProcessTrace, Stack, parse_procmaps_line};
 use linux_perf_event_reader::{
     EventRecord, Mmap2FileId, RawEventRecord, RecordParseInfo, RecordType,
@@ -283,7 +282,7 @@ impl MappingRecords {
         }
         let mut events = Vec::new();
         let mut rings = Vec::new();
-        for cpu in fltrace_capture::sys::online_cpus().ok()? {
+        for cpu in online_cpus().ok()? {
             let event = PerfEvent::open(&attr, -1, cpu).ok()?;
             event.enable().ok()?;
             rings.push(RingBuffer::map(&event, 64).ok()?);
@@ -292,7 +291,7 @@ impl MappingRecords {
         Some(MappingRecords {
             _events: events,
             rings,
-            parse_info: fltrace_capture::sys::parse_info(&attr),
+            parse_info: parse_info(&attr),
         })
     }
 

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
+use fltrace_render::TableFormat;
+
 use crate::bpf::watch::{POLL, Prepared, Watch};
 use crate::bpf::{Counter, CounterSpec, StackNames};
 use crate::ffaults::FileFaults;
-use crate::output::{Format, ring_full_note, stack_table_full_note, table_full_note};
+use crate::output::{ring_full_note, stack_table_full_note, table_full_note};
 use crate::{Error, Scope};
 use dwarf::{UnwoundCount, UnwoundSpec};
 
@@ -155,11 +157,11 @@ pub struct Remarks {
 impl Remarks {
     /// The remarks of a count of `kind` printed in `format` (or `folded`), by a count in user space
     /// with DWARF stacks (`dwarf`, [`Count::dwarf`]) or in the kernel.
-    pub fn new(kind: Kind, dwarf: bool, format: Format, folded: bool) -> Remarks {
+    pub fn new(kind: Kind, dwarf: bool, format: TableFormat, folded: bool) -> Remarks {
         Remarks {
             kind,
             dwarf,
-            shown: format == Format::Table && !folded,
+            shown: format == TableFormat::Table && !folded,
         }
     }
 
@@ -436,7 +438,7 @@ mod tests {
     /// The three summaries `count` and `faults` print, and the rate lines only `faults` does.
     #[test]
     fn remarks_are_a_tables_and_say_what_each_count_is() {
-        let table = |kind, dwarf| Remarks::new(kind, dwarf, Format::Table, false);
+        let table = |kind, dwarf| Remarks::new(kind, dwarf, TableFormat::Table, false);
         let in_kernel = counted(1, 2500, 2000, 0, 7);
         let unwound = counted(1, 2500, 2000, 3, 0);
         assert_eq!(
@@ -468,9 +470,9 @@ mod tests {
         assert_eq!(table(Kind::Events, true).each_second(99.6), None);
         assert_eq!(table(Kind::Events, false).each_second(99.6), None);
         for quiet in [
-            Remarks::new(Kind::Faults, false, Format::Csv, false),
-            Remarks::new(Kind::Faults, true, Format::Json, false),
-            Remarks::new(Kind::Faults, false, Format::Table, true),
+            Remarks::new(Kind::Faults, false, TableFormat::Csv, false),
+            Remarks::new(Kind::Faults, true, TableFormat::Json, false),
+            Remarks::new(Kind::Faults, false, TableFormat::Table, true),
         ] {
             assert_eq!(quiet.each_second(10.0), None);
             assert_eq!(quiet.summary(&in_kernel), None);

@@ -5,8 +5,10 @@ use std::io::{self, Write};
 
 use serde_json::json;
 
+use fltrace_render::TableFormat;
+
 use crate::bpf::Row;
-use crate::output::{Format, frames_json, stack_cell};
+use crate::output::{frames_json, stack_cell};
 
 /// A counted row as a folded line: `comm;outer;...;inner count`, kernel frames marked `_[k]`.
 pub fn folded_line(row: &Row) -> String {
@@ -31,7 +33,7 @@ pub fn folded_line(row: &Row) -> String {
 pub fn write_rows(
     out: &mut impl Write,
     rows: &[Row],
-    format: Format,
+    format: TableFormat,
     folded: bool,
     footer: Option<serde_json::Value>,
 ) -> io::Result<()> {
@@ -42,7 +44,7 @@ pub fn write_rows(
         return Ok(());
     }
     match format {
-        Format::Json => {
+        TableFormat::Json => {
             let mut rows: Vec<serde_json::Value> = rows
                 .iter()
                 .map(|r| {
@@ -62,7 +64,7 @@ pub fn write_rows(
             serde_json::to_writer_pretty(&mut *out, &rows)?;
             writeln!(out)?;
         }
-        Format::Csv => {
+        TableFormat::Csv => {
             let mut csv = csv::Writer::from_writer(&mut *out);
             csv.write_record([
                 "count", "pid", "tid", "comm", "probe", "field", "ustack", "kstack",
@@ -82,7 +84,7 @@ pub fn write_rows(
             }
             csv.flush()?;
         }
-        Format::Table => {
+        TableFormat::Table => {
             for r in rows {
                 let mut head = format!("{:>10}", r.count);
                 for (label, value) in [
@@ -163,17 +165,17 @@ mod tests {
     fn rows_as_table_csv_and_json() {
         let rows = [row()];
         assert_eq!(
-            written(|o| write_rows(o, &rows, Format::Table, false, None)),
+            written(|o| write_rows(o, &rows, TableFormat::Table, false, None)),
             "         7  prog  pid 42\n            handle_mm_fault (prog)\n            \
              inner (a.c:3)\n            outer (prog)\n"
         );
         assert_eq!(
-            written(|o| write_rows(o, &rows, Format::Csv, false, None)),
+            written(|o| write_rows(o, &rows, TableFormat::Csv, false, None)),
             "count,pid,tid,comm,probe,field,ustack,kstack\n\
              7,42,,prog,,,inner (a.c:3);outer (prog),handle_mm_fault (prog)\n"
         );
         let json: serde_json::Value = serde_json::from_str(&written(|o| {
-            write_rows(o, &rows, Format::Json, false, None)
+            write_rows(o, &rows, TableFormat::Json, false, None)
         }))
         .expect("JSON");
         assert_eq!(json[0]["count"], 7);

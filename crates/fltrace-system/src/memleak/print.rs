@@ -5,9 +5,11 @@ use std::io::{self, Write};
 
 use serde_json::json;
 
+use fltrace_render::TableFormat;
+
 use super::{LeakSnapshot, LeakTarget};
 use crate::bpf::Frame;
-use crate::output::{Format, stack_cell};
+use crate::output::stack_cell;
 
 /// What memleak is attached to, for its first line.
 pub fn describe_leak_target(target: &LeakTarget, tgids: &[u32]) -> String {
@@ -28,7 +30,7 @@ pub fn describe_leak_target(target: &LeakTarget, tgids: &[u32]) -> String {
 pub fn write_leaks(
     out: &mut impl Write,
     snapshot: &LeakSnapshot,
-    format: Format,
+    format: TableFormat,
     folded: bool,
     clock: &str,
 ) -> io::Result<()> {
@@ -41,7 +43,7 @@ pub fn write_leaks(
         return Ok(());
     }
     match format {
-        Format::Json => {
+        TableFormat::Json => {
             let stacks: Vec<_> = snapshot
                 .stacks
                 .iter()
@@ -81,7 +83,7 @@ pub fn write_leaks(
             serde_json::to_writer(&mut *out, &report)?;
             writeln!(out)?;
         }
-        Format::Csv => {
+        TableFormat::Csv => {
             let mut csv = csv::Writer::from_writer(&mut *out);
             csv.write_record(["bytes", "allocations", "pid", "comm", "stack"])?;
             for s in &snapshot.stacks {
@@ -95,7 +97,7 @@ pub fn write_leaks(
             }
             csv.flush()?;
         }
-        Format::Table => {
+        TableFormat::Table => {
             let sampled = if snapshot.sampled > 1 {
                 format!(
                     " (1 allocation in {} sampled: figures scaled, estimates)",
@@ -180,11 +182,11 @@ mod tests {
             behind: false,
         };
         assert_eq!(
-            written(|o| write_leaks(o, &snapshot, Format::Table, true, "")),
+            written(|o| write_leaks(o, &snapshot, TableFormat::Table, true, "")),
             "prog;main;malloc 4096\n"
         );
         assert_eq!(
-            written(|o| write_leaks(o, &snapshot, Format::Table, false, "01:02:03")),
+            written(|o| write_leaks(o, &snapshot, TableFormat::Table, false, "01:02:03")),
             "[01:02:03] Top 1 stacks with outstanding allocations:\n\
              \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
              \t\tmalloc (prog)\n\t\tmain (m.c:5)\n"
@@ -196,7 +198,7 @@ mod tests {
         sampled.why = "the ring was full";
         sampled.stacks[0].addresses = vec![(0x1000, 2048), (0x2000, 2048)];
         assert_eq!(
-            written(|o| write_leaks(o, &sampled, Format::Table, false, "01:02:03")),
+            written(|o| write_leaks(o, &sampled, TableFormat::Table, false, "01:02:03")),
             "[01:02:03] Top 1 stacks with outstanding allocations (1 allocation in 4 sampled: \
              figures scaled, estimates):\n\
              \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
@@ -205,7 +207,7 @@ mod tests {
              3 allocations seen, 7 lost: the ring was full\n"
         );
         let json: serde_json::Value = serde_json::from_str(&written(|o| {
-            write_leaks(o, &sampled, Format::Json, false, "")
+            write_leaks(o, &sampled, TableFormat::Json, false, "")
         }))
         .expect("JSON");
         assert_eq!(

@@ -21,8 +21,9 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME, perf_event_attr,
 };
 
-use fltrace_capture::ring::RingBuffer;
-use fltrace_capture::sys::{self, PerfEvent};
+use fltrace_capture::perf::{
+    PerfEvent, REG_BP, REG_IP, REG_SP, RingBuffer, online_cpus, parse_info, set_uprobe,
+};
 use fltrace_trace::Mapping;
 
 use crate::procfs;
@@ -343,7 +344,7 @@ fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -
             // `id` is the uprobe PMU's type; without a path the attributes only describe the
             // sample layout (they are never opened).
             let file = path.map_or(c"", |p| p.as_c_str());
-            fltrace_capture::set_uprobe(&mut attr, id as u32, file, *offset, *ret);
+            set_uprobe(&mut attr, id as u32, file, *offset, *ret);
             sample_type |= PERF_SAMPLE_REGS_USER;
             attr.sample_regs_user =
                 ARG_REGS.iter().fold(0, |regs, r| regs | (1 << r)) | user_stack_regs();
@@ -377,12 +378,12 @@ fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -
 
 /// The registers DWARF unwinding starts from.
 fn user_stack_regs() -> u64 {
-    (1 << sys::REG_BP) | (1 << sys::REG_SP) | (1 << sys::REG_IP)
+    (1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP)
 }
 
 /// The uprobe PMU's type number.
 fn uprobe_pmu() -> Result<u64, Error> {
-    fltrace_capture::uprobe_pmu()
+    fltrace_capture::perf::uprobe_pmu()
         .map(u64::from)
         .map_err(Error::kernel(
             "uprobes (/sys/bus/event_source/devices/uprobe)",
@@ -393,7 +394,7 @@ fn uprobe_pmu() -> Result<u64, Error> {
 /// tests as the kernel lays them out.
 #[cfg(test)]
 pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
-    sys::parse_info(&attr_of(&source, 0, None, stack))
+    parse_info(&attr_of(&source, 0, None, stack))
 }
 
 impl PerfEvents {
@@ -523,7 +524,7 @@ impl PerfEvents {
             }
         };
         drop(cgroup_dir);
-        let parse_infos = attrs.iter().map(sys::parse_info).collect();
+        let parse_infos = attrs.iter().map(parse_info).collect();
         let (mono, wall) = (crate::clock::monotonic_ns(), crate::clock::realtime_ns());
         if let Some(pending) = release {
             pending.release()?;
@@ -781,7 +782,7 @@ fn open_events(
     inherit: bool,
     ring_pages: usize,
 ) -> Result<Opened, Error> {
-    let cpus = sys::online_cpus().map_err(Error::kernel("the list of online CPUs"))?;
+    let cpus = online_cpus().map_err(Error::kernel("the list of online CPUs"))?;
     let mut events = Vec::new();
     let mut rings = Vec::new();
     let mut by_id = HashMap::new();
@@ -898,7 +899,7 @@ mod byteorder_native {
 fn sample_of(source: usize, s: &SampleRecord<'_>) -> Sample {
     let regs = s.user_regs.as_ref().map(|r| {
         let reg = |n| r.get(n).unwrap_or(0);
-        (reg(sys::REG_IP), reg(sys::REG_SP), reg(sys::REG_BP))
+        (reg(REG_IP), reg(REG_SP), reg(REG_BP))
     });
     let mut args = [0; 7];
     if let Some(r) = &s.user_regs {

@@ -260,7 +260,7 @@ pub fn pmu_available() -> Result<(), String> {
     };
     attr.set_disabled(1);
     // This process on any CPU; the event closes when dropped.
-    match fltrace_capture::sys::PerfEvent::open(&attr, 0, -1) {
+    match fltrace_capture::perf::PerfEvent::open(&attr, 0, -1) {
         Ok(_cycles) => Ok(()),
         Err(e) => Err(match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => {
