@@ -257,7 +257,7 @@ pub struct MapInfo {
 pub fn parse_smaps(text: &str) -> BTreeMap<u64, MapInfo> {
     let mut maps = BTreeMap::new();
     let mut current: Option<(u64, MapInfo)> = None;
-    let page = fltrace_capture::ring::page_size() as u64;
+    let page = fltrace_capture::page_size() as u64;
     for line in text.lines() {
         if let Some(mapping) = header(line) {
             if let Some((start, info)) = current.take() {
@@ -366,7 +366,7 @@ pub enum PageState {
 /// flags; root only); `None` when they cannot be read.
 pub fn page_state(pid: u32, addr: u64) -> Option<PageState> {
     use std::os::unix::fs::FileExt;
-    let page = fltrace_capture::ring::page_size() as u64;
+    let page = fltrace_capture::page_size() as u64;
     let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).ok()?;
     let mut entry = [0u8; 8];
     pagemap.read_exact_at(&mut entry, addr / page * 8).ok()?;
