@@ -16,6 +16,7 @@ use super::Options;
 use crate::Error;
 use crate::os::unix_now_ns;
 use crate::process::{FaultSample, Process, RecordingContext, RemapCall};
+use crate::ring::u64_at;
 use crate::sys::{self, Tracepoint, perf_event_attr};
 use crate::unwind::ElfCache;
 
@@ -137,11 +138,6 @@ struct Caches {
     frames: Vec<u64>,
     /// A sample's stack copy made contiguous when it wraps around the ring buffer.
     scratch: Vec<u8>,
-}
-
-fn u64_at(data: &RawData<'_>, offset: usize) -> Option<u64> {
-    let bytes = data.get(offset..offset + 8)?.as_slice();
-    Some(u64::from_ne_bytes(bytes.as_ref().try_into().ok()?))
 }
 
 impl State {
