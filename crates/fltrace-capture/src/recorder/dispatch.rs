@@ -334,9 +334,12 @@ impl State {
             }
             EventRecord::Comm(c) => {
                 let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
+                // Every record carries its time (`sample_id_all`): the CLOCK_MONOTONIC of
+                // the runtime's pages.
+                let time_ns = raw.timestamp().unwrap_or(0);
                 let process = self.process(c.pid as u32)?;
                 if c.is_execve {
-                    process.exec();
+                    process.exec(time_ns);
                 }
                 process.set_thread_name(c.tid as u32, &name);
                 if name == fltrace_runtime_abi::HANDLER_THREAD_NAME {
