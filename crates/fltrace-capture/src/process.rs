@@ -150,6 +150,21 @@ struct FarState {
     /// When the last exec replaced the image (CLOCK_MONOTONIC ns): a page made before it is
     /// an earlier image's.
     exec_ns: u64,
+    /// Whether the rows outside the managed region were dropped from `pending_fills`, once
+    /// the page said where the region is.
+    region_pruned: bool,
+}
+
+impl FarState {
+    /// Whether `addr` may be in the managed region: it is, or where the region lies is not
+    /// known yet.
+    fn may_be_in_region(&self, addr: u64) -> bool {
+        self.view
+            .as_ref()
+            .map(RuntimeView::region)
+            .filter(|region| !region.is_empty())
+            .is_none_or(|region| region.contains(&addr))
+    }
 }
 
 /// A fault row in the managed region, waiting for its log entries.
@@ -263,6 +278,7 @@ impl Process {
                 resolve_ns: 0,
                 pruned_below: 0,
                 exec_ns: 0,
+                region_pruned: false,
             }),
             exited_round: None,
             code_hits: session.collect_code_hits.then(Default::default),
@@ -626,10 +642,7 @@ impl Process {
             flags |= FaultFlags::KERNEL;
         }
         if let Some(far) = &mut self.far
-            && far
-                .view
-                .as_ref()
-                .is_none_or(|v| v.region().contains(&addr.get()))
+            && far.may_be_in_region(addr.get())
         {
             far.pending_fills
                 .entry((tid, addr.align_down(0x1000).get()))
@@ -713,11 +726,10 @@ impl Process {
         self.image_recorded = true;
         // Far memory's own allocator serves the program: what it touches in the managed
         // region is the program's memory.
-        let in_region = self.far.as_ref().is_some_and(|far| {
-            far.view
-                .as_ref()
-                .is_none_or(|v| v.region().contains(&addr.get()))
-        });
+        let in_region = self
+            .far
+            .as_ref()
+            .is_some_and(|far| far.may_be_in_region(addr.get()));
         if tracer && !in_region {
             flags |= FaultFlags::TRACER;
         }
@@ -869,12 +881,19 @@ impl Process {
         };
         if far.view.is_none() {
             far.view = RuntimeView::open(&far.prefix, self.pid, far.exec_ns);
-            // Faults outside the managed region never appear in the log.
-            if let Some(view) = &far.view {
-                let region = view.region();
-                far.pending_fills
-                    .retain(|(_, page), _| region.contains(page));
-            }
+            far.region_pruned = false;
+        }
+        // Faults outside the managed region never appear in the log. The page is published
+        // before the runtime writes where its region is (a forked child's after registering
+        // every page of it): until then no row is taken for outside it.
+        if let Some(view) = &far.view
+            && !far.region_pruned
+            && !view.region().is_empty()
+        {
+            let region = view.region();
+            far.pending_fills
+                .retain(|(_, page), _| region.contains(page));
+            far.region_pruned = true;
         }
         let Some(view) = &mut far.view else {
             return;
