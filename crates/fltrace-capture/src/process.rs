@@ -147,8 +147,24 @@ struct FarState {
     resolve_ns: u64,
     /// `pending_fills` holds no rows below this one.
     pruned_below: u64,
-    /// The shared page of the image before the last exec.
-    stale_inode: Option<u64>,
+    /// When the last exec replaced the image (CLOCK_MONOTONIC ns): a page made before it is
+    /// an earlier image's.
+    exec_ns: u64,
+    /// Whether the rows outside the managed region were dropped from `pending_fills`, once
+    /// the page said where the region is.
+    region_pruned: bool,
+}
+
+impl FarState {
+    /// Whether `addr` may be in the managed region: it is, or where the region lies is not
+    /// known yet.
+    fn may_be_in_region(&self, addr: u64) -> bool {
+        self.view
+            .as_ref()
+            .map(RuntimeView::region)
+            .filter(|region| !region.is_empty())
+            .is_none_or(|region| region.contains(&addr))
+    }
 }
 
 /// A fault row in the managed region, waiting for its log entries.
@@ -261,7 +277,8 @@ impl Process {
                 wait_hist: [0; fltrace_runtime_abi::HIST_BUCKETS],
                 resolve_ns: 0,
                 pruned_below: 0,
-                stale_inode: None,
+                exec_ns: 0,
+                region_pruned: false,
             }),
             exited_round: None,
             code_hits: session.collect_code_hits.then(Default::default),
@@ -302,8 +319,8 @@ impl Process {
         self.maps.values().map(|m| m.time_ns).min()
     }
 
-    /// exec replaced the address space.
-    pub fn exec(&mut self) {
+    /// exec replaced the address space at `exec_ns` (CLOCK_MONOTONIC, the record's time).
+    pub fn exec(&mut self, exec_ns: u64) {
         if std::mem::take(&mut self.image_recorded) {
             self.generation += 1;
         }
@@ -318,10 +335,21 @@ impl Process {
         // Same addresses mean other code now: stacks are not shared across generations.
         self.out.interner.clear();
         if let Some(far) = &mut self.far {
-            // The new image starts its own runtime and shared page.
-            far.stale_inode = far.view.take().map(|v| v.inode);
-            far.pending_fills.clear();
-            far.unmatched.clear();
+            // The new image starts its own runtime and shared page, renamed over the old one.
+            // The page open may be the new one already: records are read a round late, and
+            // the new image's runtime may have made its page before the exec record was read
+            // (a shell's `exec prog` under -L lost the program's statistics so, every time).
+            if far.view.as_ref().is_some_and(|v| v.made_ns() < exec_ns) {
+                far.view = None;
+            }
+            far.exec_ns = exec_ns;
+            // What the old image's runtime logged matches no row any more.
+            far.pending_fills.retain(|_, rows| {
+                rows.retain(|r| r.time_ns >= exec_ns);
+                !rows.is_empty()
+            });
+            far.unmatched
+                .retain(|(handled, _)| handled.read_ns >= exec_ns);
         }
     }
 
@@ -612,10 +640,7 @@ impl Process {
             flags |= FaultFlags::KERNEL;
         }
         if let Some(far) = &mut self.far
-            && far
-                .view
-                .as_ref()
-                .is_none_or(|v| v.region().contains(&addr.get()))
+            && far.may_be_in_region(addr.get())
         {
             far.pending_fills
                 .entry((tid, addr.align_down(0x1000).get()))
@@ -699,11 +724,10 @@ impl Process {
         self.image_recorded = true;
         // Far memory's own allocator serves the program: what it touches in the managed
         // region is the program's memory.
-        let in_region = self.far.as_ref().is_some_and(|far| {
-            far.view
-                .as_ref()
-                .is_none_or(|v| v.region().contains(&addr.get()))
-        });
+        let in_region = self
+            .far
+            .as_ref()
+            .is_some_and(|far| far.may_be_in_region(addr.get()));
         if tracer && !in_region {
             flags |= FaultFlags::TRACER;
         }
@@ -854,13 +878,20 @@ impl Process {
             return;
         };
         if far.view.is_none() {
-            far.view = RuntimeView::open(&far.prefix, self.pid, far.stale_inode);
-            // Faults outside the managed region never appear in the log.
-            if let Some(view) = &far.view {
-                let region = view.region();
-                far.pending_fills
-                    .retain(|(_, page), _| region.contains(page));
-            }
+            far.view = RuntimeView::open(&far.prefix, self.pid, far.exec_ns);
+            far.region_pruned = false;
+        }
+        // Faults outside the managed region never appear in the log. The page is published
+        // before the runtime writes where its region is (a forked child's after registering
+        // every page of it): until then no row is taken for outside it.
+        if let Some(view) = &far.view
+            && !far.region_pruned
+            && !view.region().is_empty()
+        {
+            let region = view.region();
+            far.pending_fills
+                .retain(|(_, page), _| region.contains(page));
+            far.region_pruned = true;
         }
         let Some(view) = &mut far.view else {
             return;
@@ -1053,8 +1084,15 @@ impl Process {
     /// Writes the footers. The process must not be used afterwards.
     pub fn finish(mut self) -> Result<(), fltrace_trace::Error> {
         self.store_thread_names();
-        if let Some(view) = self.far.and_then(|f| f.view) {
-            view.remove();
+        if let Some(far) = self.far {
+            // The process is gone and its counters written out: its page goes, also one never
+            // opened (an image that exec replaced without a runtime of its own).
+            match far.view {
+                Some(view) => view.remove(),
+                None => {
+                    let _ = std::fs::remove_file(crate::runtime::page_path(&far.prefix, self.pid));
+                }
+            }
         }
         self.out.faults.finish()?;
         self.out.stacks.finish()?;

@@ -228,8 +228,6 @@ pub struct Handled {
 /// A live process's shared page, mapped read-only.
 pub struct RuntimeView {
     path: PathBuf,
-    /// The file's inode: after an exec the new runtime's page replaces it under the same name.
-    pub inode: u64,
     map: Mmap,
     cursor: u64,
     /// Log entries overwritten before they were read.
@@ -237,16 +235,14 @@ pub struct RuntimeView {
 }
 
 impl RuntimeView {
-    /// Opens `<prefix>-<pid>` if the runtime has created it, unless it is still the page of
-    /// inode `stale` (an image replaced by exec).
-    pub fn open(prefix: &Path, pid: u32, stale: Option<u64>) -> Option<RuntimeView> {
-        let mut path = prefix.as_os_str().to_owned();
-        path.push(format!("-{pid}"));
-        let path = PathBuf::from(path);
+    /// Opens `<prefix>-<pid>` if the runtime has created it, unless the page was made before
+    /// `made_after` (CLOCK_MONOTONIC ns): the page of an image that exec replaced, still under
+    /// the name until the new image's runtime renames its own over it.
+    pub fn open(prefix: &Path, pid: u32, made_after: u64) -> Option<RuntimeView> {
+        let path = page_path(prefix, pid);
         let file = std::fs::File::open(&path).ok()?;
         let metadata = file.metadata().ok()?;
-        let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
-        if metadata.len() < SHARED_SIZE as u64 || stale == Some(inode) {
+        if metadata.len() < SHARED_SIZE as u64 {
             return None;
         }
         // SAFETY: a shared mapping of the runtime's page; the runtime writes it concurrently,
@@ -254,12 +250,17 @@ impl RuntimeView {
         let map = unsafe { Mmap::map(&file) }.ok()?;
         let view = RuntimeView {
             path,
-            inode,
             map,
             cursor: 0,
             missed: 0,
         };
-        (view.shared().magic.load(Ordering::Acquire) == MAGIC).then_some(view)
+        (view.shared().magic.load(Ordering::Acquire) == MAGIC && view.made_ns() >= made_after)
+            .then_some(view)
+    }
+
+    /// When the runtime made the page (CLOCK_MONOTONIC ns).
+    pub fn made_ns(&self) -> u64 {
+        self.shared().made_ns.load(Ordering::Relaxed)
     }
 
     fn shared(&self) -> &Shared {
@@ -319,6 +320,13 @@ impl RuntimeView {
     pub fn remove(self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The shared page of process `pid`: `<prefix>-<pid>`.
+pub fn page_path(prefix: &Path, pid: u32) -> PathBuf {
+    let mut path = prefix.as_os_str().to_owned();
+    path.push(format!("-{pid}"));
+    PathBuf::from(path)
 }
 
 fn shared_of(map: &Mmap) -> &Shared {

@@ -277,6 +277,11 @@ fn map_shared() -> *const Shared {
     let mut temp = path;
     let temp_len = (len + 4).min(temp.len() - 1);
     temp[len..temp_len].copy_from_slice(&b".new"[..temp_len - len]);
+    // The step that failed and its error, said on stderr: without the page the recorder
+    // has none of this process's statistics.
+    let mut failed: Option<(&[u8], i32)> = None;
+    // SAFETY: reads this thread's errno right after a failed call.
+    let errno = || unsafe { *libc::__errno_location() };
     if len > 0 {
         // Created, never opened: /dev/shm is shared, and a file planted under the temporary
         // name (by another user, or left by a crash) must not become the page. A leftover is
@@ -296,36 +301,68 @@ fn map_shared() -> *const Shared {
             }
         };
         let mut fd = create();
-        // SAFETY: reads this thread's errno right after the failed call.
-        if fd < 0 && unsafe { *libc::__errno_location() } == libc::EEXIST {
+        if fd < 0 && errno() == libc::EEXIST {
             // SAFETY: removes a directory entry by its NUL-terminated name.
             unsafe { libc::unlink(temp.as_ptr().cast()) };
             fd = create();
         }
-        // Allocated, not sparse: a full /dev/shm fails here instead of raising SIGBUS at the
-        // first counter update (the anonymous fallback below then keeps the program going).
-        // SAFETY: sizing and mapping our own new file.
-        if fd >= 0 && unsafe { libc::posix_fallocate(fd, 0, SHARED_SIZE as i64) } == 0 {
-            let prot = libc::PROT_READ | libc::PROT_WRITE;
-            // SAFETY: a shared mapping of the file just sized, at no fixed address.
-            memory = unsafe { sys::map(0, SHARED_SIZE, prot, libc::MAP_SHARED, fd, 0) };
-        }
-        if fd >= 0 {
+        if fd < 0 {
+            failed = Some((b"open", errno()));
+        } else {
+            // Allocated, not sparse: a full /dev/shm fails here instead of raising SIGBUS at
+            // the first counter update (the anonymous fallback below keeps the program going).
+            // SAFETY: sizing and mapping our own new file.
+            let error = unsafe { libc::posix_fallocate(fd, 0, SHARED_SIZE as i64) };
+            if error != 0 {
+                failed = Some((b"posix_fallocate", error));
+            } else {
+                let prot = libc::PROT_READ | libc::PROT_WRITE;
+                // SAFETY: a shared mapping of the file just sized, at no fixed address.
+                memory = unsafe { sys::map(0, SHARED_SIZE, prot, libc::MAP_SHARED, fd, 0) };
+                if memory.is_null() {
+                    failed = Some((b"mmap", errno()));
+                }
+            }
             // SAFETY: the mapping keeps the file; the descriptor is ours to close.
             unsafe { libc::close(fd) };
+            if memory.is_null() {
+                // SAFETY: removes our own unfinished file by its NUL-terminated name.
+                unsafe { libc::unlink(temp.as_ptr().cast()) };
+            }
         }
     }
+    let named = !memory.is_null();
     if memory.is_null() {
         memory = sys::map_anonymous(SHARED_SIZE, 0);
     }
     let shared = memory as *const Shared;
     if !shared.is_null() {
         // SAFETY: a fresh, zeroed mapping of SHARED_SIZE bytes: all-zero atomics are valid.
-        unsafe { (*shared).magic.store(MAGIC, Ordering::Release) };
-        if len > 0 {
-            // SAFETY: both are NUL-terminated paths in our buffers.
-            unsafe { libc::rename(temp.as_ptr().cast(), path.as_ptr().cast()) };
+        unsafe {
+            (*shared)
+                .made_ns
+                .store(breakdown::now_ns(), Ordering::Relaxed);
+            (*shared).magic.store(MAGIC, Ordering::Release);
         }
+        // SAFETY: both are NUL-terminated paths in our buffers.
+        if named && unsafe { libc::rename(temp.as_ptr().cast(), path.as_ptr().cast()) } != 0 {
+            failed = Some((b"rename", errno()));
+            // SAFETY: removes our own file by its NUL-terminated name.
+            unsafe { libc::unlink(temp.as_ptr().cast()) };
+        }
+    }
+    if let Some((step, error)) = failed {
+        let (mut digits, mut code) = ([0; 20], [0; 20]);
+        sys::write_stderr(&[
+            b"fltrace: far memory: process ",
+            // SAFETY: getpid has no preconditions.
+            sys::decimal(unsafe { libc::getpid() } as u64, &mut digits),
+            b" has no statistics page (",
+            step,
+            b": errno ",
+            sys::decimal(error as u64, &mut code),
+            b"): its far-memory statistics are not recorded\n",
+        ]);
     }
     shared
 }

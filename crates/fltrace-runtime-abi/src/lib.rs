@@ -36,7 +36,7 @@ mod tests {
 pub mod alloclog;
 
 /// Identifies the layout; bump on change.
-pub const MAGIC: u64 = 0x666c_7472_7274_0002;
+pub const MAGIC: u64 = 0x666c_7472_7274_0003;
 
 /// Entries in the fault log ring (a power of two).
 pub const LOG_LEN: usize = 1 << 16;
@@ -206,6 +206,9 @@ pub struct Breakdown {
 pub struct Shared {
     /// [`MAGIC`] once initialised.
     pub magic: AtomicU64,
+    /// When the runtime made the page (CLOCK_MONOTONIC ns, the clock of the recorder's
+    /// records): a page made before a process's exec is its previous image's.
+    pub made_ns: AtomicU64,
     /// Faults handled.
     pub faults: AtomicU64,
     /// Read faults (missing page).

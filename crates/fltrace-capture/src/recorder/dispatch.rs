@@ -16,6 +16,7 @@ use super::Options;
 use crate::Error;
 use crate::os::unix_now_ns;
 use crate::process::{FaultSample, Process, RecordingContext, RemapCall};
+use crate::ring::u64_at;
 use crate::sys::{self, Tracepoint, perf_event_attr};
 use crate::unwind::ElfCache;
 
@@ -137,11 +138,6 @@ struct Caches {
     frames: Vec<u64>,
     /// A sample's stack copy made contiguous when it wraps around the ring buffer.
     scratch: Vec<u8>,
-}
-
-fn u64_at(data: &RawData<'_>, offset: usize) -> Option<u64> {
-    let bytes = data.get(offset..offset + 8)?.as_slice();
-    Some(u64::from_ne_bytes(bytes.as_ref().try_into().ok()?))
 }
 
 impl State {
@@ -336,9 +332,12 @@ impl State {
             }
             EventRecord::Comm(c) => {
                 let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
+                // Every record carries its time (`sample_id_all`): the CLOCK_MONOTONIC of
+                // the runtime's pages.
+                let time_ns = raw.timestamp().unwrap_or(0);
                 let process = self.process(c.pid as u32)?;
                 if c.is_execve {
-                    process.exec();
+                    process.exec(time_ns);
                 }
                 process.set_thread_name(c.tid as u32, &name);
                 if name == fltrace_runtime_abi::HANDLER_THREAD_NAME {
