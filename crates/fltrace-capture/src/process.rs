@@ -79,6 +79,9 @@ pub struct Process {
     /// Whether anything of the current image was recorded: the exec that starts a command
     /// fltrace launched ends an image of fltrace's own, never recorded, and opens generation 0.
     image_recorded: bool,
+    /// Whether the current image has run: a fault in user mode was seen since its exec (or
+    /// the process was there before the exec, forked or attached).
+    image_running: bool,
     /// The executable of the current image (its first file mapping) and the end of its
     /// mappings and of the bss after them: the heap begins above.
     executable: Option<(String, VirtAddr)>,
@@ -224,6 +227,7 @@ impl Process {
             pid,
             generation: 0,
             image_recorded: false,
+            image_running: true,
             executable: None,
             preload_generation: None,
             maps: BTreeMap::new(),
@@ -308,6 +312,7 @@ impl Process {
             self.generation += 1;
         }
         self.preload_generation.get_or_insert(self.generation);
+        self.image_running = false;
         self.maps.clear();
         self.executable = None;
         self.unwinder = AddressSpaceUnwinder::default();
@@ -631,6 +636,70 @@ impl Process {
 
         self.name_unnamed_thread(tid);
         frames.clear();
+        if error_code & USER != 0 {
+            self.image_running = true;
+        }
+        // A fault the kernel takes in execve, writing the new image's first stack or bss
+        // before its first instruction: the sampled registers are still the old image's, at
+        // its execve. The new image has no frames yet; the fault is its entry's.
+        let in_exec = error_code & USER == 0
+            && !self.image_running
+            && !self
+                .mapping_at(VirtAddr::new(regs.0))
+                .is_some_and(|m| m.is_exec());
+        let end = match self.entries.last() {
+            Some(&entry) if in_exec => {
+                frames.push(entry);
+                StackEnd::Complete
+            }
+            _ => self.unwind_fault(tid, regs, stack, frames),
+        };
+        let (stack_id, tracer) = self.intern(frames, end)?;
+        self.image_recorded = true;
+        // Far memory's own allocator serves the program: what it touches in the managed
+        // region is the program's memory.
+        let in_region = self.far.as_ref().is_some_and(|far| {
+            far.view
+                .as_ref()
+                .is_none_or(|v| v.region().contains(&addr.get()))
+        });
+        if tracer && !in_region {
+            flags |= FaultFlags::TRACER;
+        }
+        let fault = Fault {
+            time_ns,
+            pid: self.pid,
+            tid,
+            ip: CodeAddr::new(regs.0),
+            addr,
+            flags: FaultFlags(flags),
+            stack_id,
+        };
+
+        let c = &mut self.counters;
+        c.faults += 1;
+        match fault.flags.kind() {
+            fltrace_trace::FaultKind::Read => c.faults_r += 1,
+            fltrace_trace::FaultKind::Write => c.faults_w += 1,
+            fltrace_trace::FaultKind::WriteProtect => c.faults_wp += 1,
+        }
+        if fault.flags.has(FaultFlags::ZERO) {
+            c.faults_zp += 1;
+        }
+        if fault.flags.has(FaultFlags::KERNEL) {
+            c.faults_kernel += 1;
+        }
+        self.out.faults.push(fault)
+    }
+
+    /// Unwinds the stack of a fault of thread `tid` into `frames` and counts how it ended.
+    fn unwind_fault(
+        &mut self,
+        tid: u32,
+        regs: (u64, u64, u64),
+        stack: &[u8],
+        frames: &mut Vec<u64>,
+    ) -> StackEnd {
         let stack_bounds = self.stack_bounds(regs.1);
         self.live.reset(stack_bounds);
         // Exact stacks (no live reads) infer nothing beyond the copy either.
@@ -697,42 +766,7 @@ impl Process {
         if self.live.used {
             self.counters.stacks_extended += 1;
         }
-        let (stack_id, tracer) = self.intern(frames, end)?;
-        self.image_recorded = true;
-        // Far memory's own allocator serves the program: what it touches in the managed
-        // region is the program's memory.
-        let in_region = self.far.as_ref().is_some_and(|far| {
-            far.view
-                .as_ref()
-                .is_none_or(|v| v.region().contains(&addr.get()))
-        });
-        if tracer && !in_region {
-            flags |= FaultFlags::TRACER;
-        }
-        let fault = Fault {
-            time_ns,
-            pid: self.pid,
-            tid,
-            ip: CodeAddr::new(regs.0),
-            addr,
-            flags: FaultFlags(flags),
-            stack_id,
-        };
-
-        let c = &mut self.counters;
-        c.faults += 1;
-        match fault.flags.kind() {
-            fltrace_trace::FaultKind::Read => c.faults_r += 1,
-            fltrace_trace::FaultKind::Write => c.faults_w += 1,
-            fltrace_trace::FaultKind::WriteProtect => c.faults_wp += 1,
-        }
-        if fault.flags.has(FaultFlags::ZERO) {
-            c.faults_zp += 1;
-        }
-        if fault.flags.has(FaultFlags::KERNEL) {
-            c.faults_kernel += 1;
-        }
-        self.out.faults.push(fault)
+        end
     }
 
     /// The id of the stack `frames` and whether it is the tracer's, writing it the first time.
@@ -1221,6 +1255,31 @@ mod tests {
             regs: (0x40_1000, 0x7fff_0000, 0),
             stack: &[],
         }
+    }
+
+    /// The kernel's faults in execve, before the new image's first instruction, carry the old
+    /// image's registers: they are the entry's, complete. Once the image ran, a kernel fault
+    /// at an address outside its code is unwound as any other.
+    #[test]
+    fn faults_in_execve_are_the_entrys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = process(dir.path());
+        p.exec();
+        let entry = 0x7f00_0001_ab70;
+        p.entries.push(entry);
+        let mut frames = Vec::new();
+        let in_kernel = FaultSample {
+            error_code: 2,
+            regs: (0x7f99_0000_0ad7, 0x7fff_0000, 0),
+            ..sample(1, 1, 0x10_0010)
+        };
+        p.fault(&in_kernel, &mut frames).expect("recorded");
+        assert_eq!(frames, [entry]);
+        assert_eq!(p.counters.stacks_truncated, 0);
+        p.fault(&sample(2, 1, 0x10_1010), &mut frames)
+            .expect("recorded");
+        p.fault(&in_kernel, &mut frames).expect("recorded");
+        assert_eq!(frames.first(), Some(&0x7f99_0000_0ad7));
     }
 
     /// A major-fault event marks its thread's newest row on that page, complete in the table
