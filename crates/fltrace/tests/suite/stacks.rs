@@ -659,12 +659,12 @@ fn the_same_return_address_through_another_caller_is_not_spliced() {
     const PAGES: u64 = 16;
     let w = workloads();
     let dir = Dir::new();
-    // 120 calls of 80 bytes: the callers lie about 1.5 KiB beyond the default 8 KiB copy.
+    // 220 calls of 80 bytes: the callers lie about 1.5 KiB beyond the default 16 KiB copy.
     let out = dir
         .fltrace()
         .args(["record", "--"])
         .arg(&w.deep_c)
-        .args([PAGES.to_string().as_str(), "120", "300", "paths"])
+        .args([PAGES.to_string().as_str(), "220", "300", "paths"])
         .output()
         .expect("fltrace runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -744,7 +744,7 @@ fn a_frame_without_cfi_finds_its_caller_on_the_stack() {
     assert_eq!(scanned, PAGES + 1, "the faults under and in nocfi_middle");
 }
 
-/// A frame larger than the stack copy (`wide`, 12 KiB, as postgres's `heap_multi_insert`):
+/// A frame larger than the stack copy (`wide`, 20 KiB, as postgres's `pg_tzset`):
 /// every stack through it needs the frames outside it. The first fault's comes from the live
 /// process while the program pauses; the 63 faults under another call of the same frame
 /// (`second`), read after the process has exited, take the frames outside `wide` from that
