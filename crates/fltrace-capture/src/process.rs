@@ -104,6 +104,11 @@ pub struct Process {
     live: LiveStack,
     /// Each thread's last stack, by tid, to complete its next one beyond the copy.
     known: FxHashMap<u32, KnownFrames>,
+    /// Per thread, its latest rows whose stack copy was empty and ended truncated (a fault
+    /// growing the stack: the page at the stack pointer is the missing one), with the frame
+    /// address their innermost frame's caller resumes at: the thread's next complete stack
+    /// gives their callers if it still runs in that frame.
+    uncopied: FxHashMap<u32, Vec<Uncopied>>,
     out: Output,
     pub counters: Counters,
     far: Option<FarState>,
@@ -152,6 +157,14 @@ struct FarState {
     pruned_below: u64,
     /// The shared page of the image before the last exec.
     stale_inode: Option<u64>,
+}
+
+/// A row whose stack stopped at its innermost frame for want of a copy.
+struct Uncopied {
+    row: u64,
+    ip: u64,
+    /// The canonical frame address of the innermost frame.
+    cfa: u64,
 }
 
 /// A fault row in the managed region, waiting for its log entries.
@@ -238,6 +251,7 @@ impl Process {
             cache: CacheX86_64::new(),
             live: LiveStack::new(live_pid),
             known: FxHashMap::default(),
+            uncopied: FxHashMap::default(),
             out: Output {
                 faults: FaultWindow::new(FaultWriter::create(&files::faults(dir, pid), &metadata)?),
                 stacks: StackWriter::create_for(&files::stacks(dir, pid), origin.clone())?,
@@ -320,6 +334,7 @@ impl Process {
         self.interposers.clear();
         self.cache = CacheX86_64::new();
         self.known.clear();
+        self.uncopied.clear();
         // Same addresses mean other code now: stacks are not shared across generations.
         self.out.interner.clear();
         if let Some(far) = &mut self.far {
@@ -560,6 +575,7 @@ impl Process {
     /// A thread of this process ended.
     pub fn thread_exited(&mut self, tid: u32) {
         self.known.remove(&tid);
+        self.uncopied.remove(&tid);
     }
 
     /// This process was forked by thread `parent_tid` of `parent`, without exec: its thread
@@ -656,6 +672,17 @@ impl Process {
         };
         let (stack_id, tracer) = self.intern(frames, end)?;
         self.image_recorded = true;
+        if end == StackEnd::Truncated && stack.is_empty() && self.live.reads() {
+            if let Some(cfa) = self.unwinder.frame_cfa(&mut self.cache, regs) {
+                self.uncopied.entry(tid).or_default().push(Uncopied {
+                    row: self.out.faults.next_row(),
+                    ip: regs.0,
+                    cfa,
+                });
+            }
+        } else if let Some(waiting) = self.uncopied.remove(&tid) {
+            self.complete_uncopied(tid, waiting, frames)?;
+        }
         // Far memory's own allocator serves the program: what it touches in the managed
         // region is the program's memory.
         let in_region = self.far.as_ref().is_some_and(|far| {
@@ -690,6 +717,40 @@ impl Process {
             c.faults_kernel += 1;
         }
         self.out.faults.push(fault)
+    }
+
+    /// Completes the rows of thread `tid` whose copy was empty (`waiting`) from the thread's
+    /// stack just unwound, where it holds their innermost frame's caller (counted as spliced),
+    /// while the rows are still open. The others stay truncated.
+    fn complete_uncopied(
+        &mut self,
+        tid: u32,
+        waiting: Vec<Uncopied>,
+        frames: &mut Vec<u64>,
+    ) -> Result<(), fltrace_trace::Error> {
+        for row in waiting {
+            frames.clear();
+            let Some(known) = self.known.get(&tid) else {
+                return Ok(());
+            };
+            let Some(callers) = known.callers_at(row.cfa, row.ip) else {
+                continue;
+            };
+            frames.push(row.ip);
+            frames.extend(callers);
+            if self.out.faults.row_mut(row.row).is_none() {
+                continue;
+            }
+            let (stack_id, _) = self.intern(frames, StackEnd::Complete)?;
+            if let Some(fault) = self.out.faults.row_mut(row.row) {
+                fault.stack_id = stack_id;
+                let c = &mut self.counters;
+                c.stacks_truncated -= 1;
+                c.stacks_uncopied_truncated -= 1;
+                c.stacks_spliced += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Unwinds the stack of a fault of thread `tid` into `frames` and counts how it ended.
