@@ -663,8 +663,11 @@ impl Process {
             && !self
                 .mapping_at(VirtAddr::new(regs.0))
                 .is_some_and(|m| m.is_exec());
+        // The row's instruction is its stack's first frame, here the entry too.
+        let mut ip = regs.0;
         let end = match self.entries.last() {
             Some(&entry) if in_exec => {
+                ip = entry;
                 frames.push(entry);
                 StackEnd::Complete
             }
@@ -697,7 +700,7 @@ impl Process {
             time_ns,
             pid: self.pid,
             tid,
-            ip: CodeAddr::new(regs.0),
+            ip: CodeAddr::new(ip),
             addr,
             flags: FaultFlags(flags),
             stack_id,
@@ -1341,6 +1344,11 @@ mod tests {
             .expect("recorded");
         p.fault(&in_kernel, &mut frames).expect("recorded");
         assert_eq!(frames.first(), Some(&0x7f99_0000_0ad7));
+        p.finish().expect("finished");
+        // Each row's instruction is its stack's first frame.
+        let (rows, _) = fltrace_trace::read_faults(&files::faults(dir.path(), 1)).expect("read");
+        let ips: Vec<u64> = rows.iter().map(|f| f.ip.get()).collect();
+        assert_eq!(ips, [entry, 0x40_1000, 0x7f99_0000_0ad7]);
     }
 
     /// A major-fault event marks its thread's newest row on that page, complete in the table
