@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# Complete stacks on programs people run (issue #21): cc1plus (Debian's g++ on a generated,
-# template-heavy C++ file), python3 (Debian's, a short JSON/regex/decimal script that exits at
-# once) and sqlite3 (an in-memory table of 200,000 rows, an index, a sort). For each: wall time
-# against the untraced run (median of ROUNDS alternating runs) and the share of fault stacks
-# whose outermost frame is a thread entry (`_start`, `_dl_start_user`, `start_thread`,
+# Complete stacks on programs people run (issues #21, #30): cc1plus (Debian's g++ on a
+# generated, template-heavy C++ file), python3 (Debian's, a short JSON/regex/decimal script that
+# exits at once) and sqlite3 (an in-memory table of 200,000 rows, an index, a sort). For each:
+# wall time and CPU time (user+sys of the recording: fltrace and the program) against the
+# untraced run (medians of ROUNDS alternating runs), and the share of fault stacks whose
+# outermost frame is a thread entry (`_start`, `_dl_start_user`, `start_thread`,
 # `clone`/`clone3`; in a stripped executable, the frame that calls `__libc_start_main`), under
-# fltrace's defaults, the previous defaults (`--stack-size 2048`, no reuse of a thread's previous
-# stack: `FLTRACE_PREVIOUS=path/to/old/fltrace`, skipped if unset), `--stack-size 16384`,
-# `--stack-size 32768 --exact-stacks`, and `perf record --call-graph dwarf` (its samples and
-# lost records). redis-server (under `redis-benchmark -n 20000 -t set,get,lpush,lrange_100`)
-# and postgres 15 (a postmaster and its children, run as user postgres, under `pgbench -t 300`
-# after `pgbench -i -s 2`) are added where installed: their time is the client's, and the
+# fltrace's defaults (a 16 KiB copy), a previous build's defaults
+# (`FLTRACE_PREVIOUS=path/to/old/fltrace`, skipped if unset), `--stack-size 8192` (the copy
+# of the previous defaults), `--stack-size 32768 --exact-stacks`, and `perf record
+# --call-graph dwarf` (its samples and lost records). redis-server (under `redis-benchmark -n
+# 20000 -t set,get,lpush,lrange_100`) and postgres 15 (a postmaster and its children, run as
+# user postgres, under `pgbench -t 300` after `pgbench -i -s 2`) are added where installed:
+# their wall time is the client's, their CPU time the server's and the recorder's, and the
 # complete share is over all the server's processes.
 # usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
-# PROGRAMS="python3 sqlite3" for some of the five; TOOLS="untraced defaults previous" for some
+# PROGRAMS="python3 sqlite3" for some of the five; TOOLS="untraced defaults copy-8k" for some
 # of the tools)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-3}
 work=$(mktemp -d /tmp/fltrace-stacks.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-fltrace=${FLTRACE:-$root/target/release/fltrace}
+fltrace=$(realpath -m "${FLTRACE:-$root/target/release/fltrace}")
 [[ -n ${FLTRACE:-} ]] || (cd "$root" && cargo build --release --locked -q -p fltrace -p fltrace-preload)
 command -v perf >/dev/null || { apt-get install -y -qq linux-perf >/dev/null; }
 
@@ -124,13 +126,14 @@ serve() {
             stop() { runuser -u postgres -- "$pgbin/pg_ctl" -D "$work/pgdata" stop -m fast >/dev/null 2>&1 || true; } ;;
     esac
     chmod 777 "$3"
+    local cpu=(/usr/bin/time -f "%U %S" -o "$3/cpu")
     case $2 in
-        untraced) "${server[@]}" >/dev/null 2>&1 & ;;
-        defaults) "$fltrace" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
-        previous) "$FLTRACE_PREVIOUS" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
-        copy-16k) "$fltrace" record -o "$3" --stack-size 16384 -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
-        exact-32k) "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
-        perf-dwarf) perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        untraced) "${cpu[@]}" "${server[@]}" >/dev/null 2>&1 & ;;
+        defaults) "${cpu[@]}" "$fltrace" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        previous) "${cpu[@]}" "$FLTRACE_PREVIOUS" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        copy-8k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 8192 -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        exact-32k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        perf-dwarf) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
     esac
     local pid=$! i
     for ((i = 0; i < 300; i++)); do ready && break; sleep 0.1; done
@@ -149,27 +152,28 @@ run() { # program tool dir
         python3) cmd=(/usr/bin/python3 "$work/script.py") ;;
         sqlite3) cmd=(sqlite3 :memory: -init "$work/rows.sql" .quit) ;;
     esac
+    local cpu=(/usr/bin/time -f "%U %S" -o "$3/cpu")
     case $2 in
-        untraced) "${cmd[@]}" ;;
-        defaults) "$fltrace" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
-        previous) "$FLTRACE_PREVIOUS" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
-        copy-16k) "$fltrace" record -o "$3" --stack-size 16384 -- "${cmd[@]}" 2>"$3/err" ;;
-        exact-32k) "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
-        perf-dwarf) perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${cmd[@]}" 2>"$3/err" ;;
+        untraced) "${cpu[@]}" "${cmd[@]}" ;;
+        defaults) "${cpu[@]}" "$fltrace" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
+        previous) "${cpu[@]}" "$FLTRACE_PREVIOUS" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
+        copy-8k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 8192 -- "${cmd[@]}" 2>"$3/err" ;;
+        exact-32k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
+        perf-dwarf) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${cmd[@]}" 2>"$3/err" ;;
     esac >/dev/null
 }
 tools=(untraced defaults)
 [[ -n ${FLTRACE_PREVIOUS:-} ]] && tools+=(previous)
-tools+=(copy-16k exact-32k perf-dwarf)
+tools+=(copy-8k exact-32k perf-dwarf)
 # TOOLS="untraced defaults previous" runs some of them (untraced first: the others' base).
 [[ -n ${TOOLS:-} ]] && read -ra tools <<<"$TOOLS"
-printf "%-8s %-11s %9s %22s %s\n" program tool time complete lost
+printf "%-8s %-11s %9s %9s %22s %s\n" program tool time cpu complete lost
 for program in $programs; do
     case $program in
         redis-server) command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { echo "($program not installed)"; continue; } ;;
         postgres) [[ -x $pgbin/postgres && -x $pgbin/pgbench ]] || { echo "($program not installed)"; continue; } ;;
     esac
-    declare -A times=()
+    declare -A times=() cpus=()
     for ((r = 0; r < rounds; r++)); do
         for tool in "${tools[@]}"; do
             dir="$work/$program-$tool"; rm -rf "$dir"; mkdir -p "$dir"
@@ -178,13 +182,17 @@ for program in $programs; do
                 *) t0=$(now); run "$program" "$tool" "$dir"; t1=$(now)
                    times[$tool]+="$(echo "$t1 - $t0" | bc) " ;;
             esac
+            cpus[$tool]+="$(awk '{print $1 + $2}' "$dir/cpu" 2>/dev/null | tail -1) "
         done
     done
     base=$(echo ${times[untraced]} | tr ' ' '\n' | median)
+    cpu_base=$(echo ${cpus[untraced]} | tr ' ' '\n' | median)
     for tool in "${tools[@]}"; do
         dir="$work/$program-$tool"
         med=$(echo ${times[$tool]} | tr ' ' '\n' | median)
         ratio="$(echo "scale=3; $med / $base" | bc)x"
+        cpu_med=$(echo ${cpus[$tool]} | tr ' ' '\n' | median)
+        cpu_ratio="$(echo "scale=3; $cpu_med / $cpu_base" | bc)x"
         case $tool in
             untraced) share=-; lost=- ;;
             perf-dwarf)
@@ -194,8 +202,8 @@ for program in $programs; do
                 share=$(cd "$dir" && "$fltrace" script 2>/dev/null | python3 "$work/complete.py" "$program")
                 lost=$(grep -o '[0-9]* lost' "$dir/err" | head -1) ;;
         esac
-        printf "%-8s %-11s %9s %22s %s\n" "$program" "$tool" "$ratio" "$share" "${lost:-0}"
+        printf "%-8s %-11s %9s %9s %22s %s\n" "$program" "$tool" "$ratio" "$cpu_ratio" "$share" "${lost:-0}"
     done
-    echo "($program untraced median ${base}s)"
+    echo "($program untraced median ${base}s wall, ${cpu_base}s CPU)"
 done
-echo "(bench/stacks.sh $rounds)"
+echo "(bench/stacks.sh $rounds; load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -1,6 +1,6 @@
-// Workload of the wide-frame test: a frame larger than the default 8 KiB stack copy (as
-// postgres's heap_multi_insert, 0x20b8 bytes), from which two different calls fault:
-//   wide PAGES PAUSE_MS   main -> wide (a 12 KiB frame) -> first writes page 0 at the line
+// Workload of the wide-frame test: a frame larger than the default 16 KiB stack copy (as
+// postgres's pg_tzset, about 26 KiB), from which two different calls fault:
+//   wide PAGES PAUSE_MS   main -> wide (a 20 KiB frame) -> first writes page 0 at the line
 //                         marked wide_first and pauses PAUSE_MS (the recorder reads that stack
 //                         from the live process meanwhile); then wide -> second writes the
 //                         other pages at the line marked wide_second, and the process exits at
@@ -22,9 +22,9 @@ __attribute__((noinline)) static void second(volatile char *p, long pages) {
 }
 
 // The empty asm after each call keeps the last from becoming a jump (a tail call leaves no
-// frame); `big` keeps the frame 12 KiB wide.
+// frame); `big` keeps the frame 20 KiB wide.
 __attribute__((noinline)) static long wide(volatile char *p, long pages) {
-    volatile char big[12288];
+    volatile char big[20480];
     big[0] = 1;
     big[sizeof big - 1] = 2;
     first(p);

@@ -79,6 +79,9 @@ pub struct Process {
     /// Whether anything of the current image was recorded: the exec that starts a command
     /// fltrace launched ends an image of fltrace's own, never recorded, and opens generation 0.
     image_recorded: bool,
+    /// Whether the current image has run: a fault in user mode was seen since its exec (or
+    /// the process was there before the exec, forked or attached).
+    image_running: bool,
     /// The executable of the current image (its first file mapping) and the end of its
     /// mappings and of the bss after them: the heap begins above.
     executable: Option<(String, VirtAddr)>,
@@ -101,6 +104,11 @@ pub struct Process {
     live: LiveStack,
     /// Each thread's last stack, by tid, to complete its next one beyond the copy.
     known: FxHashMap<u32, KnownFrames>,
+    /// Per thread, its latest rows whose stack copy was empty and ended truncated (a fault
+    /// growing the stack: the page at the stack pointer is the missing one), with the frame
+    /// address their innermost frame's caller resumes at: the thread's next complete stack
+    /// gives their callers if it still runs in that frame.
+    uncopied: FxHashMap<u32, Vec<Uncopied>>,
     out: Output,
     pub counters: Counters,
     far: Option<FarState>,
@@ -165,6 +173,14 @@ impl FarState {
             .filter(|region| !region.is_empty())
             .is_none_or(|region| region.contains(&addr))
     }
+}
+
+/// A row whose stack stopped at its innermost frame for want of a copy.
+struct Uncopied {
+    row: u64,
+    ip: u64,
+    /// The canonical frame address of the innermost frame.
+    cfa: u64,
 }
 
 /// A fault row in the managed region, waiting for its log entries.
@@ -240,6 +256,7 @@ impl Process {
             pid,
             generation: 0,
             image_recorded: false,
+            image_running: true,
             executable: None,
             preload_generation: None,
             maps: BTreeMap::new(),
@@ -250,6 +267,7 @@ impl Process {
             cache: CacheX86_64::new(),
             live: LiveStack::new(live_pid),
             known: FxHashMap::default(),
+            uncopied: FxHashMap::default(),
             out: Output {
                 faults: FaultWindow::new(FaultWriter::create(&files::faults(dir, pid), &metadata)?),
                 stacks: StackWriter::create_for(&files::stacks(dir, pid), origin.clone())?,
@@ -325,6 +343,7 @@ impl Process {
             self.generation += 1;
         }
         self.preload_generation.get_or_insert(self.generation);
+        self.image_running = false;
         self.maps.clear();
         self.executable = None;
         self.unwinder = AddressSpaceUnwinder::default();
@@ -332,6 +351,7 @@ impl Process {
         self.interposers.clear();
         self.cache = CacheX86_64::new();
         self.known.clear();
+        self.uncopied.clear();
         // Same addresses mean other code now: stacks are not shared across generations.
         self.out.interner.clear();
         if let Some(far) = &mut self.far {
@@ -581,6 +601,7 @@ impl Process {
     /// A thread of this process ended.
     pub fn thread_exited(&mut self, tid: u32) {
         self.known.remove(&tid);
+        self.uncopied.remove(&tid);
     }
 
     /// This process was forked by thread `parent_tid` of `parent`, without exec: its thread
@@ -654,6 +675,117 @@ impl Process {
 
         self.name_unnamed_thread(tid);
         frames.clear();
+        if error_code & USER != 0 {
+            self.image_running = true;
+        }
+        // A fault the kernel takes in execve, writing the new image's first stack or bss
+        // before its first instruction: the sampled registers are still the old image's, at
+        // its execve. The new image has no frames yet; the fault is its entry's.
+        let in_exec = error_code & USER == 0
+            && !self.image_running
+            && !self
+                .mapping_at(VirtAddr::new(regs.0))
+                .is_some_and(|m| m.is_exec());
+        // The row's instruction is its stack's first frame, here the entry too.
+        let mut ip = regs.0;
+        let end = match self.entries.last() {
+            Some(&entry) if in_exec => {
+                ip = entry;
+                frames.push(entry);
+                StackEnd::Complete
+            }
+            _ => self.unwind_fault(tid, regs, stack, frames),
+        };
+        let (stack_id, tracer) = self.intern(frames, end)?;
+        self.image_recorded = true;
+        if end == StackEnd::Truncated && stack.is_empty() && self.live.reads() {
+            if let Some(cfa) = self.unwinder.frame_cfa(&mut self.cache, regs) {
+                self.uncopied.entry(tid).or_default().push(Uncopied {
+                    row: self.out.faults.next_row(),
+                    ip: regs.0,
+                    cfa,
+                });
+            }
+        } else if let Some(waiting) = self.uncopied.remove(&tid) {
+            self.complete_uncopied(tid, waiting, frames)?;
+        }
+        // Far memory's own allocator serves the program: what it touches in the managed
+        // region is the program's memory.
+        let in_region = self
+            .far
+            .as_ref()
+            .is_some_and(|far| far.may_be_in_region(addr.get()));
+        if tracer && !in_region {
+            flags |= FaultFlags::TRACER;
+        }
+        let fault = Fault {
+            time_ns,
+            pid: self.pid,
+            tid,
+            ip: CodeAddr::new(ip),
+            addr,
+            flags: FaultFlags(flags),
+            stack_id,
+        };
+
+        let c = &mut self.counters;
+        c.faults += 1;
+        match fault.flags.kind() {
+            fltrace_trace::FaultKind::Read => c.faults_r += 1,
+            fltrace_trace::FaultKind::Write => c.faults_w += 1,
+            fltrace_trace::FaultKind::WriteProtect => c.faults_wp += 1,
+        }
+        if fault.flags.has(FaultFlags::ZERO) {
+            c.faults_zp += 1;
+        }
+        if fault.flags.has(FaultFlags::KERNEL) {
+            c.faults_kernel += 1;
+        }
+        self.out.faults.push(fault)
+    }
+
+    /// Completes the rows of thread `tid` whose copy was empty (`waiting`) from the thread's
+    /// stack just unwound, where it holds their innermost frame's caller (counted as spliced),
+    /// while the rows are still open. The others stay truncated.
+    fn complete_uncopied(
+        &mut self,
+        tid: u32,
+        waiting: Vec<Uncopied>,
+        frames: &mut Vec<u64>,
+    ) -> Result<(), fltrace_trace::Error> {
+        for row in waiting {
+            frames.clear();
+            let Some(known) = self.known.get(&tid) else {
+                return Ok(());
+            };
+            let Some(callers) = known.callers_at(row.cfa, row.ip) else {
+                continue;
+            };
+            frames.push(row.ip);
+            frames.extend(callers);
+            if self.out.faults.row_mut(row.row).is_none() {
+                continue;
+            }
+            let (stack_id, _) = self.intern(frames, StackEnd::Complete)?;
+            if let Some(fault) = self.out.faults.row_mut(row.row) {
+                fault.stack_id = stack_id;
+                let c = &mut self.counters;
+                c.stacks_truncated -= 1;
+                c.stacks_uncopied_truncated -= 1;
+                c.stacks_spliced += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unwinds the stack of a fault of thread `tid` into `frames` and counts how it ended.
+    fn unwind_fault(
+        &mut self,
+        tid: u32,
+        regs: (u64, u64, u64),
+        stack: &[u8],
+        frames: &mut Vec<u64>,
+    ) -> StackEnd {
         let stack_bounds = self.stack_bounds(regs.1);
         self.live.reset(stack_bounds);
         // Exact stacks (no live reads) infer nothing beyond the copy either.
@@ -720,41 +852,7 @@ impl Process {
         if self.live.used {
             self.counters.stacks_extended += 1;
         }
-        let (stack_id, tracer) = self.intern(frames, end)?;
-        self.image_recorded = true;
-        // Far memory's own allocator serves the program: what it touches in the managed
-        // region is the program's memory.
-        let in_region = self
-            .far
-            .as_ref()
-            .is_some_and(|far| far.may_be_in_region(addr.get()));
-        if tracer && !in_region {
-            flags |= FaultFlags::TRACER;
-        }
-        let fault = Fault {
-            time_ns,
-            pid: self.pid,
-            tid,
-            ip: CodeAddr::new(regs.0),
-            addr,
-            flags: FaultFlags(flags),
-            stack_id,
-        };
-
-        let c = &mut self.counters;
-        c.faults += 1;
-        match fault.flags.kind() {
-            fltrace_trace::FaultKind::Read => c.faults_r += 1,
-            fltrace_trace::FaultKind::Write => c.faults_w += 1,
-            fltrace_trace::FaultKind::WriteProtect => c.faults_wp += 1,
-        }
-        if fault.flags.has(FaultFlags::ZERO) {
-            c.faults_zp += 1;
-        }
-        if fault.flags.has(FaultFlags::KERNEL) {
-            c.faults_kernel += 1;
-        }
-        self.out.faults.push(fault)
+        end
     }
 
     /// The id of the stack `frames` and whether it is the tracer's, writing it the first time.
@@ -1250,6 +1348,36 @@ mod tests {
             regs: (0x40_1000, 0x7fff_0000, 0),
             stack: &[],
         }
+    }
+
+    /// The kernel's faults in execve, before the new image's first instruction, carry the old
+    /// image's registers: they are the entry's, complete. Once the image ran, a kernel fault
+    /// at an address outside its code is unwound as any other.
+    #[test]
+    fn faults_in_execve_are_the_entrys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = process(dir.path());
+        p.exec();
+        let entry = 0x7f00_0001_ab70;
+        p.entries.push(entry);
+        let mut frames = Vec::new();
+        let in_kernel = FaultSample {
+            error_code: 2,
+            regs: (0x7f99_0000_0ad7, 0x7fff_0000, 0),
+            ..sample(1, 1, 0x10_0010)
+        };
+        p.fault(&in_kernel, &mut frames).expect("recorded");
+        assert_eq!(frames, [entry]);
+        assert_eq!(p.counters.stacks_truncated, 0);
+        p.fault(&sample(2, 1, 0x10_1010), &mut frames)
+            .expect("recorded");
+        p.fault(&in_kernel, &mut frames).expect("recorded");
+        assert_eq!(frames.first(), Some(&0x7f99_0000_0ad7));
+        p.finish().expect("finished");
+        // Each row's instruction is its stack's first frame.
+        let (rows, _) = fltrace_trace::read_faults(&files::faults(dir.path(), 1)).expect("read");
+        let ips: Vec<u64> = rows.iter().map(|f| f.ip.get()).collect();
+        assert_eq!(ips, [entry, 0x40_1000, 0x7f99_0000_0ad7]);
     }
 
     /// A major-fault event marks its thread's newest row on that page, complete in the table

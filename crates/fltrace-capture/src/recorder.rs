@@ -81,12 +81,12 @@ pub struct Options {
 }
 
 impl Options {
-    /// Defaults: 8 KiB of stack per fault; beyond that, a thread's outer frames come from its
+    /// Defaults: 16 KiB of stack per fault; beyond that, a thread's outer frames come from its
     /// previous stack where both hold the same frame at the same address, else from the live
     /// process (`KnownFrames`, `LiveStack`). Together they complete 99.5% of the stacks of a
-    /// compiler, an interpreter and a database (docs/BENCHMARKS.md), where 2 KiB and the live
-    /// process alone gave 59-94%. The ring is sized by [`ring_mb_for`], as the kernel reserves
-    /// the whole copy in the ring for every fault.
+    /// compiler, an interpreter, a database and two servers (docs/BENCHMARKS.md), where 8 KiB
+    /// left the servers' frames larger than the copy (redis's jemalloc start-up, postgres's
+    /// `heap_multi_insert`) without callers. The ring is sized by [`ring_mb_for`].
     pub fn new(dir: PathBuf) -> Options {
         Options {
             dir,
@@ -106,14 +106,16 @@ impl Options {
 }
 
 /// Bytes of user stack copied with each fault by default.
-pub const DEFAULT_STACK_BYTES: u32 = 8192;
+pub const DEFAULT_STACK_BYTES: u32 = 16384;
 
 /// The default ring buffer per CPU, MiB, for a stack copy of `stack_bytes`: the kernel reserves
-/// the whole copy in the ring for every fault, so the ring grows with the copy to hold as many
-/// faults as 64 MiB did at 2 KiB (about 29,000: enough for fault-dense programs on a busy
-/// machine, where smaller rings lost records), from 64 MiB up to 512 MiB.
+/// the whole copy in the ring for every fault, so the ring grows with the copy, 32 MiB per KiB
+/// from 64 MiB, up to 256 MiB (about 16,000 faults of a 16 KiB copy; enough for fault-dense
+/// programs on a busy machine, where 2 KiB copies in 32 MiB lost records). Not beyond: the
+/// kernel allocates the whole ring at the start, and 512 MiB per CPU cost cc1plus 25% more
+/// CPU time and a quick sqlite3 three times the recording's system time.
 pub fn ring_mb_for(stack_bytes: u32) -> usize {
-    (stack_bytes as usize * 32 / 1024).clamp(64, 512)
+    (stack_bytes as usize * 32 / 1024).clamp(64, 256)
 }
 
 /// Reported while recording.

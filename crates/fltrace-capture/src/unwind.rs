@@ -425,6 +425,21 @@ impl AddressSpaceUnwinder {
         cfa_a.is_some() && cfa_a == cfa_b
     }
 
+    /// The canonical frame address of the innermost frame at `regs` (the stack pointer its
+    /// caller resumes with), from its unwind rule alone: no stack word is read.
+    pub fn frame_cfa(&self, cache: &mut CacheX86_64, (ip, sp, bp): (u64, u64, u64)) -> Option<u64> {
+        let mut probe = UnwindRegsX86_64::new(ip, sp, bp);
+        match self.unwinder.unwind_frame(
+            FrameAddress::InstructionPointer(ip),
+            &mut probe,
+            cache,
+            &mut |_| Ok(1),
+        ) {
+            Ok(Some(_)) => Some(probe.sp()),
+            _ => None,
+        }
+    }
+
     /// Whether `addr` lies in the code of an ELF entry point (`_start`).
     fn in_entry_code(&self, addr: u64) -> bool {
         self.entries
@@ -836,6 +851,19 @@ impl KnownFrames {
             .get(at)
             .filter(|f| f.sp == sp && f.returned)
             .map(|_| at)
+    }
+
+    /// The frames of the last unwind from the caller whose frame begins at `cfa` outward,
+    /// innermost first, if that unwind reached its thread's entry and the frame inside that
+    /// caller is at a code address within 64 KiB of `inner`: the frame of a fault whose
+    /// copy was empty, still running (or its successor at the same place in the same caller).
+    pub fn callers_at(&self, cfa: u64, inner: u64) -> Option<impl Iterator<Item = u64> + '_> {
+        let at = self.at_sp(cfa)?;
+        let inside = self.frames.get(at + 1)?;
+        if inside.addr.abs_diff(inner) > 0x10000 {
+            return None;
+        }
+        Some(self.frames[..=at].iter().rev().map(|f| f.addr))
     }
 
     /// Whether the live stack holds the return addresses of the frames outside frame `at`

@@ -331,7 +331,7 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_cache: bool,
     /// Ring buffer per CPU, in MiB (each fault takes --stack-size bytes of it); by default 32
-    /// MiB per KiB of --stack-size, from 64 to 512 (256 at the default 8 KiB).
+    /// MiB per KiB of --stack-size, from 64 to 256 (256 at the default 16 KiB).
     #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: Option<u64>,
     /// Run the command as this user (name or uid); by default the user who ran sudo, if any,

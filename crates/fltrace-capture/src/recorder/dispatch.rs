@@ -514,7 +514,9 @@ impl State {
         };
         let before = process.counters.stacks_truncated;
         let result = process.fault(&fault, &mut caches.frames);
-        self.truncated_total += process.counters.stacks_truncated - before;
+        // A fault may complete earlier rows of its thread, whose count then goes down.
+        let after = process.counters.stacks_truncated;
+        self.truncated_total = self.truncated_total + after - before;
         self.faults += 1;
         Ok(result?)
     }

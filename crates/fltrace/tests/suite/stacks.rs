@@ -659,12 +659,12 @@ fn the_same_return_address_through_another_caller_is_not_spliced() {
     const PAGES: u64 = 16;
     let w = workloads();
     let dir = Dir::new();
-    // 120 calls of 80 bytes: the callers lie about 1.5 KiB beyond the default 8 KiB copy.
+    // 220 calls of 80 bytes: the callers lie about 1.5 KiB beyond the default 16 KiB copy.
     let out = dir
         .fltrace()
         .args(["record", "--"])
         .arg(&w.deep_c)
-        .args([PAGES.to_string().as_str(), "120", "300", "paths"])
+        .args([PAGES.to_string().as_str(), "220", "300", "paths"])
         .output()
         .expect("fltrace runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -744,7 +744,7 @@ fn a_frame_without_cfi_finds_its_caller_on_the_stack() {
     assert_eq!(scanned, PAGES + 1, "the faults under and in nocfi_middle");
 }
 
-/// A frame larger than the stack copy (`wide`, 12 KiB, as postgres's `heap_multi_insert`):
+/// A frame larger than the stack copy (`wide`, 20 KiB, as postgres's `pg_tzset`):
 /// every stack through it needs the frames outside it. The first fault's comes from the live
 /// process while the program pauses; the 63 faults under another call of the same frame
 /// (`second`), read after the process has exited, take the frames outside `wide` from that
@@ -801,4 +801,66 @@ fn a_frame_larger_than_the_copy_completes_from_another_call_in_it() {
         .expect("stats")
         .expect("stacks_spliced in the stats file");
     assert!(spliced >= PAGES - 1, "{spliced} spliced");
+}
+
+/// Faults that grow a stack (workloads/growth.c: `grow` writes its 12 KiB frame from the top
+/// down, on a fresh thread stack each time) come with no stack copy at all, the page at the
+/// stack pointer being the one missing; the thread's stack is unmapped after it ends, so no
+/// live read finds it. Each such fault takes its callers from the thread's next stack that
+/// still runs in the same frame (`leaf`'s, copied whole): all 48 (16 threads, 3 pages each)
+/// reach `start_thread` and `clone3` through `grow`, counted as spliced, where before they were
+/// 48 stacks of `[truncated];grow`. The summary's truncated figure equals the data's.
+#[test]
+fn faults_growing_the_stack_take_their_callers_from_the_next_stack() {
+    const THREADS: u64 = 16;
+    const PAGES: u64 = 3;
+    let built = Dir::new();
+    let program = build_c_workload(built.path(), "growth.c");
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "--"])
+        .arg(&program)
+        .arg(THREADS.to_string())
+        .output()
+        .expect("fltrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let truncated = fault_ends(&dir).iter().filter(|(_, t)| *t).count() as u64;
+    assert_eq!(summary_truncated(&stderr), truncated, "{stderr}");
+
+    let by_line = dir.report_json(&["--by", "line"]);
+    let touch = site("growth.c", "growth_touch");
+    assert_eq!(count_at(&by_line, "growth.c", touch), THREADS * PAGES);
+    let folded = dir.run(&["report", "--format", "folded"]);
+    let (mut grow, mut leaf) = (0, 0);
+    for line in String::from_utf8_lossy(&folded.stdout).lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let frames: Vec<&str> = stack.split(';').collect();
+        let count: u64 = count.parse().expect("count");
+        match frames.last() {
+            Some(&"grow") => {
+                assert_eq!(frames[1..], ["clone3", "start_thread", "grow"], "{line}");
+                grow += count;
+            }
+            Some(&"leaf") => {
+                assert_eq!(frames[1..], ["clone3", "start_thread", "grow", "leaf"]);
+                leaf += count;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!((grow, leaf), (THREADS * PAGES, THREADS), "{stderr}");
+    let pid = dir.pids("faults", "parquet")[0];
+    let stats = fltrace_trace::files::stats(dir.path(), pid);
+    let stat = |name: &str| {
+        fltrace_trace::stats::last_value(&stats, name)
+            .expect("stats")
+            .unwrap_or_else(|| panic!("no {name} in the stats file"))
+    };
+    assert!(stat("stacks_spliced") >= THREADS * PAGES);
+    assert!(stat("stacks_uncopied") >= THREADS * PAGES);
+    assert_eq!(stat("stacks_truncated"), truncated);
 }
