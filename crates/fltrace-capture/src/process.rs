@@ -1357,7 +1357,7 @@ mod tests {
     fn faults_in_execve_are_the_entrys() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut p = process(dir.path());
-        p.exec();
+        p.exec(0);
         let entry = 0x7f00_0001_ab70;
         p.entries.push(entry);
         let mut frames = Vec::new();
