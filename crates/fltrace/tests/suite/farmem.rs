@@ -708,19 +708,6 @@ impl Redis {
     }
 }
 
-/// Waits for a spawned child with piped stderr, killing it past `limit`.
-fn wait_within(mut child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
-    let started = std::time::Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            panic!("fltrace did not end within {limit:?}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
 /// The last value of a stats counter of process `pid`.
 fn last_stat(dir: &Dir, pid: u32, name: &str) -> u64 {
     let stats = fltrace_trace::files::stats(dir.path(), pid);

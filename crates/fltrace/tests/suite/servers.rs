@@ -79,28 +79,6 @@ fn assert_complete(dir: &Dir, stderr: &str, what: &str) {
     assert_eq!(under_truncated, truncated, "{what}: under [truncated]");
 }
 
-/// A free loopback port: taken from the kernel, then let go for the server.
-fn free_port() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-        .to_string()
-}
-
-/// Waits for a spawned child with piped stderr, killing it past `limit`.
-fn wait_within(mut child: std::process::Child, limit: Duration) -> std::process::Output {
-    let started = std::time::Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            panic!("fltrace did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
 /// redis-server (Debian's: stripped, jemalloc, whose start-up runs in a 10,960-byte frame)
 /// under redis-benchmark's SET, GET, LPUSH and LRANGE_100, recorded with the default flags.
 #[test]

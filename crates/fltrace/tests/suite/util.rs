@@ -408,3 +408,25 @@ pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
         stderr: stderr.join().unwrap_or_default(),
     }
 }
+
+/// A free loopback port: taken from the kernel, then let go for a server.
+pub fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string()
+}
+
+/// Waits for a spawned child with piped output, killing it and failing the test past `limit`.
+pub fn wait_within(mut child: std::process::Child, limit: std::time::Duration) -> Output {
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("fltrace did not end within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
