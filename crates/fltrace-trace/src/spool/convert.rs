@@ -126,14 +126,15 @@ impl Conversion {
     }
 
     /// Writes the records of `log` (image of address-space generation `generation`, whose
-    /// times start no earlier than `floor`) that come before `watermark`. Returns the events
-    /// written.
+    /// times start no earlier than `floor`) that come before `watermark`, at most
+    /// `max_events` events. Returns the events written.
     pub fn convert(
         &mut self,
         log: &mut LiveLog,
         generation: u32,
         floor: u64,
         watermark: u64,
+        max_events: u64,
     ) -> Result<u64, Error> {
         if self.stacks.local.len() <= generation as usize {
             self.stacks
@@ -141,7 +142,9 @@ impl Conversion {
                 .resize(generation as usize + 1, LocalIds::default());
         }
         let mut written = 0;
-        while let Some(item) = log.next(watermark, &mut self.frames) {
+        while written < max_events
+            && let Some(item) = log.next(watermark, &mut self.frames)
+        {
             match item {
                 Item::Stack(local_id, len) => {
                     self.stacks.define(
@@ -179,7 +182,7 @@ impl Conversion {
         floor: u64,
     ) -> Result<(), Error> {
         log.complete()?;
-        self.convert(log, generation, floor, u64::MAX)?;
+        self.convert(log, generation, floor, u64::MAX, u64::MAX)?;
         self.end_image(log);
         Ok(())
     }
@@ -206,6 +209,12 @@ impl Conversion {
         self.allocs.checkpoint()
     }
 
+    /// Gives up: the event table's writer stops without writing what it was given nor its
+    /// footer, and both files are closed (the caller removes them).
+    pub fn abandon(mut self) {
+        self.allocs.abandon();
+    }
+
     /// Finishes both tables; returns what was converted and the totals per (stack, call,
     /// size).
     pub fn finish(mut self) -> Result<(Converted, Vec<crate::AllocTotal>), Error> {
@@ -225,6 +234,8 @@ struct BackgroundWriter {
     batch: Vec<AllocEvent>,
     sender: Option<std::sync::mpsc::SyncSender<ToWriter>>,
     thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+    /// Set when the table is given up: the thread drops what it holds unwritten.
+    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the writer thread is given.
@@ -240,8 +251,13 @@ const BATCH: usize = 1 << 16;
 impl BackgroundWriter {
     fn start(path: &Path, mut writer: AllocWriter) -> BackgroundWriter {
         let (sender, receiver) = std::sync::mpsc::sync_channel::<ToWriter>(4);
+        let abandoned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let given_up = abandoned.clone();
         let thread = std::thread::spawn(move || {
             for message in receiver {
+                if given_up.load(std::sync::atomic::Ordering::Acquire) {
+                    return Ok(());
+                }
                 match message {
                     ToWriter::Events(batch) => {
                         for event in batch {
@@ -251,6 +267,9 @@ impl BackgroundWriter {
                     ToWriter::Checkpoint => writer.checkpoint()?,
                 }
             }
+            if given_up.load(std::sync::atomic::Ordering::Acquire) {
+                return Ok(());
+            }
             writer.finish()
         });
         BackgroundWriter {
@@ -258,6 +277,19 @@ impl BackgroundWriter {
             batch: Vec::with_capacity(BATCH),
             sender: Some(sender),
             thread: Some(thread),
+            abandoned,
+        }
+    }
+
+    /// Stops the writer without writing what is left, and waits until it has closed the
+    /// file.
+    fn abandon(&mut self) {
+        self.abandoned
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.batch = Vec::new();
+        self.sender = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 
@@ -303,6 +335,16 @@ impl BackgroundWriter {
                 })
             }),
             None => Ok(()),
+        }
+    }
+}
+
+/// A conversion dropped before it finished (an error on the way) leaves no thread writing
+/// behind it into a file about to be removed.
+impl Drop for BackgroundWriter {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.abandon();
         }
     }
 }
