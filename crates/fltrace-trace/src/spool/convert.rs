@@ -105,6 +105,19 @@ pub struct Conversion {
     /// The time of the current image's first event.
     first_ns: Option<u64>,
     frames: Box<[u64; MAX_FRAMES]>,
+    started: std::time::Instant,
+    started_cpu: std::time::Duration,
+}
+
+/// The CPU time of the calling thread so far.
+fn thread_cpu() -> std::time::Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 impl Conversion {
@@ -122,6 +135,8 @@ impl Conversion {
             last_ns: 0,
             first_ns: None,
             frames: Box::new([0; MAX_FRAMES]),
+            started: std::time::Instant::now(),
+            started_cpu: thread_cpu(),
         })
     }
 
@@ -219,6 +234,18 @@ impl Conversion {
     /// size).
     pub fn finish(mut self) -> Result<(Converted, Vec<crate::AllocTotal>), Error> {
         self.allocs.finish()?;
+        log::debug!(
+            "{}: {} events in {:.3} s ({:.3} s of CPU), {:.3} s of them waiting for the writer, which took {:.3} s of CPU",
+            self.allocs.path.display(),
+            self.converted.events,
+            self.started.elapsed().as_secs_f64(),
+            thread_cpu().saturating_sub(self.started_cpu).as_secs_f64(),
+            self.allocs.waited.as_secs_f64(),
+            self.allocs
+                .busy
+                .lock()
+                .map_or(0.0, |busy| busy.as_secs_f64())
+        );
         self.stack_writer.finish()?;
         self.converted.stacks = self.stacks.next;
         self.converted.refused_stacks = self.stacks.refused;
@@ -234,6 +261,11 @@ struct BackgroundWriter {
     batch: Vec<AllocEvent>,
     sender: Option<std::sync::mpsc::SyncSender<ToWriter>>,
     thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+    /// Time spent waiting for the writer: with the writer's own, where a conversion's time
+    /// goes (`record -vv`).
+    waited: std::time::Duration,
+    /// The writer thread's time encoding and writing, once it has ended.
+    busy: std::sync::Arc<std::sync::Mutex<std::time::Duration>>,
     /// Set when the table is given up: the thread drops what it holds unwritten.
     abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -245,7 +277,7 @@ enum ToWriter {
     Checkpoint,
 }
 
-/// Events per batch handed to the writer thread.
+/// Events per batch handed to the writer thread: a row group, which it writes without a copy.
 const BATCH: usize = 1 << 16;
 
 impl BackgroundWriter {
@@ -253,30 +285,42 @@ impl BackgroundWriter {
         let (sender, receiver) = std::sync::mpsc::sync_channel::<ToWriter>(4);
         let abandoned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let given_up = abandoned.clone();
+        let busy = std::sync::Arc::new(std::sync::Mutex::new(std::time::Duration::ZERO));
+        let busy_total = busy.clone();
         let thread = std::thread::spawn(move || {
-            for message in receiver {
+            let mut busy = std::time::Duration::ZERO;
+            let result = (|| {
+                for message in receiver {
+                    if given_up.load(std::sync::atomic::Ordering::Acquire) {
+                        return Ok(());
+                    }
+                    let started = thread_cpu();
+                    match message {
+                        ToWriter::Events(batch) => writer.push_all(batch)?,
+                        ToWriter::Checkpoint => writer.checkpoint()?,
+                    }
+                    busy += thread_cpu().saturating_sub(started);
+                }
                 if given_up.load(std::sync::atomic::Ordering::Acquire) {
                     return Ok(());
                 }
-                match message {
-                    ToWriter::Events(batch) => {
-                        for event in batch {
-                            writer.push(event)?;
-                        }
-                    }
-                    ToWriter::Checkpoint => writer.checkpoint()?,
-                }
+                let started = thread_cpu();
+                writer.finish()?;
+                busy += thread_cpu().saturating_sub(started);
+                Ok(())
+            })();
+            if let Ok(mut total) = busy_total.lock() {
+                *total = busy;
             }
-            if given_up.load(std::sync::atomic::Ordering::Acquire) {
-                return Ok(());
-            }
-            writer.finish()
+            result
         });
         BackgroundWriter {
             path: path.to_owned(),
             batch: Vec::with_capacity(BATCH),
             sender: Some(sender),
             thread: Some(thread),
+            waited: std::time::Duration::ZERO,
+            busy,
             abandoned,
         }
     }
@@ -312,9 +356,12 @@ impl BackgroundWriter {
     }
 
     fn send(&mut self, message: ToWriter) -> Result<(), Error> {
-        match &self.sender {
+        let started = std::time::Instant::now();
+        let sent = self.sender.as_ref().map(|sender| sender.send(message));
+        self.waited += started.elapsed();
+        match sent {
             // The writer only hangs up after an error, which `finish` returns.
-            Some(sender) if sender.send(message).is_err() => self.finish(),
+            Some(Err(_)) => self.finish(),
             _ => Ok(()),
         }
     }
@@ -327,8 +374,11 @@ impl BackgroundWriter {
             let _ = sender.send(ToWriter::Events(std::mem::take(&mut self.batch)));
         }
         self.sender = None;
-        match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| {
+        let started = std::time::Instant::now();
+        let joined = self.thread.take().map(|thread| thread.join());
+        self.waited += started.elapsed();
+        match joined {
+            Some(joined) => joined.unwrap_or_else(|_| {
                 Err(Error::Write {
                     path: self.path.clone(),
                     source: "the allocation table writer panicked".into(),

@@ -85,6 +85,22 @@ impl<R: TableRow> TableWriter<R> {
         Ok(())
     }
 
+    /// Appends `rows` as [`push`](Self::push) does one by one; a whole row group, given
+    /// when none is buffered, is written without copying it.
+    pub fn push_all(&mut self, rows: Vec<R>) -> Result<(), Error> {
+        if self.batch.is_empty() && rows.len() == R::ROW_GROUP {
+            let (origin, first) = (&self.origin, self.rows);
+            self.table
+                .row_group(|c| R::write_columns(c, origin, first, &rows))?;
+            self.rows += rows.len() as u64;
+            return Ok(());
+        }
+        for row in rows {
+            self.push(row)?;
+        }
+        Ok(())
+    }
+
     /// Writes every row pushed so far and a checkpoint: they stay readable should the writer
     /// never finish.
     pub fn checkpoint(&mut self) -> Result<(), Error> {
@@ -142,6 +158,7 @@ pub(crate) struct CheckpointedFile {
     checkpointed_groups: usize,
     /// Where the last checkpoint ends (0: none yet).
     last_checkpoint: u64,
+    scratch: Scratch,
 }
 
 /// The file, keeping a copy of the bytes written since the last row group so that the column
@@ -193,6 +210,11 @@ impl CheckpointedFile {
         let mut props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_key_value_metadata(Some(footer.clone()));
+        // One value in every row: its statistics would only repeat it, at a comparison a row.
+        props = props.set_column_statistics_enabled(
+            ColumnPath::from("recording"),
+            parquet::file::properties::EnabledStatistics::None,
+        );
         for column in delta_columns {
             let column = ColumnPath::from(*column);
             props = props
@@ -217,6 +239,7 @@ impl CheckpointedFile {
             crcs: Vec::new(),
             checkpointed_groups: 0,
             last_checkpoint: 0,
+            scratch: Scratch::default(),
         };
         // A first checkpoint at once: a file that exists is readable, if empty, and carries
         // its metadata (the faults file's session) whatever happens next.
@@ -231,7 +254,10 @@ impl CheckpointedFile {
     ) -> Result<(), Error> {
         let result = (|| {
             let mut group = self.inner.next_row_group()?;
-            write_columns(&mut Columns(&mut group))?;
+            write_columns(&mut Columns {
+                group: &mut group,
+                scratch: &mut self.scratch,
+            })?;
             group.close()?;
             self.inner.flush()?;
             Ok(())
@@ -342,7 +368,36 @@ impl CheckpointedFile {
 }
 
 /// Gives the columns of one row group in order.
-pub struct Columns<'g, 'f>(&'g mut SerializedRowGroupWriter<'f, Sink>);
+pub struct Columns<'g, 'f> {
+    group: &'g mut SerializedRowGroupWriter<'f, Sink>,
+    scratch: &'g mut Scratch,
+}
+
+/// Buffers a table's row groups fill again and again: a fresh one per column and row group
+/// cost as much as encoding it (allocation, page faults, a reference count per row of the
+/// recording column).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    i64s: Vec<i64>,
+    i32s: Vec<i32>,
+    /// The `recording` column's values, all `recording_of`, as many as the largest row group.
+    recording: Vec<ByteArray>,
+    recording_of: String,
+}
+
+/// Writes the next column of `group`.
+fn write_column<T: DataType>(
+    group: &mut SerializedRowGroupWriter<'_, Sink>,
+    values: &[T::T],
+    def: Option<&[i16]>,
+    rep: Option<&[i16]>,
+) -> parquet::errors::Result<()> {
+    let mut column = group.next_column()?.ok_or_else(|| {
+        parquet::errors::ParquetError::General("more columns than the schema".into())
+    })?;
+    column.typed::<T>().write_batch(values, def, rep)?;
+    column.close()
+}
 
 impl Columns<'_, '_> {
     pub(crate) fn write<T: DataType>(
@@ -351,21 +406,21 @@ impl Columns<'_, '_> {
         def: Option<&[i16]>,
         rep: Option<&[i16]>,
     ) -> parquet::errors::Result<()> {
-        let mut column = self.0.next_column()?.ok_or_else(|| {
-            parquet::errors::ParquetError::General("more columns than the schema".into())
-        })?;
-        column.typed::<T>().write_batch(values, def, rep)?;
-        column.close()
+        write_column::<T>(self.group, values, def, rep)
     }
 
     pub(crate) fn i64(&mut self, values: impl Iterator<Item = u64>) -> parquet::errors::Result<()> {
-        let values: Vec<i64> = values.map(|v| v as i64).collect();
-        self.write::<Int64Type>(&values, None, None)
+        let buffer = &mut self.scratch.i64s;
+        buffer.clear();
+        buffer.extend(values.map(|v| v as i64));
+        write_column::<Int64Type>(self.group, buffer, None, None)
     }
 
     pub(crate) fn i32(&mut self, values: impl Iterator<Item = u32>) -> parquet::errors::Result<()> {
-        let values: Vec<i32> = values.map(|v| v as i32).collect();
-        self.write::<Int32Type>(&values, None, None)
+        let buffer = &mut self.scratch.i32s;
+        buffer.clear();
+        buffer.extend(values.map(|v| v as i32));
+        write_column::<Int32Type>(self.group, buffer, None, None)
     }
 
     pub(crate) fn bools(
@@ -390,13 +445,19 @@ impl Columns<'_, '_> {
         self.i32(std::iter::repeat_n(origin.pid, rows))
     }
 
-    /// The `recording` column alone: one shared buffer, not a copy per row.
+    /// The `recording` column alone: one shared buffer, not a copy per row, and the same
+    /// values from one row group to the next.
     pub(crate) fn recording(
         &mut self,
         origin: &Origin,
         rows: usize,
     ) -> parquet::errors::Result<()> {
-        let value = ByteArray::from(origin.recording.as_bytes().to_vec());
-        self.write::<ByteArrayType>(&vec![value; rows], None, None)
+        let scratch = &mut *self.scratch;
+        if scratch.recording.len() < rows || scratch.recording_of != origin.recording {
+            let value = ByteArray::from(origin.recording.as_bytes().to_vec());
+            scratch.recording = vec![value; rows];
+            scratch.recording_of.clone_from(&origin.recording);
+        }
+        write_column::<ByteArrayType>(self.group, &scratch.recording[..rows], None, None)
     }
 }
