@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use fltrace_runtime_abi::alloclog::MAX_FRAMES;
 
 use super::alloc_log::{Item, LiveLog, log_name};
+use crate::tables::EncodedGroup;
 use crate::{
     AllocEvent, AllocTotals, AllocWriter, CodeAddr, Error, Origin, Stack, StackWriter, files,
 };
@@ -107,6 +108,7 @@ pub struct Conversion {
     frames: Box<[u64; MAX_FRAMES]>,
     started: std::time::Instant,
     started_cpu: std::time::Duration,
+    started_thread: std::thread::ThreadId,
 }
 
 /// The CPU time of the calling thread so far.
@@ -137,6 +139,7 @@ impl Conversion {
             frames: Box::new([0; MAX_FRAMES]),
             started: std::time::Instant::now(),
             started_cpu: thread_cpu(),
+            started_thread: std::thread::current().id(),
         })
     }
 
@@ -234,12 +237,18 @@ impl Conversion {
     /// size).
     pub fn finish(mut self) -> Result<(Converted, Vec<crate::AllocTotal>), Error> {
         self.allocs.finish()?;
+        // A drain's conversion ends on another thread than it began: its CPU is not known.
+        let own_cpu = if std::thread::current().id() == self.started_thread {
+            let cpu = thread_cpu().saturating_sub(self.started_cpu);
+            format!(" ({:.3} s of CPU)", cpu.as_secs_f64())
+        } else {
+            String::new()
+        };
         log::debug!(
-            "{}: {} events in {:.3} s ({:.3} s of CPU), {:.3} s of them waiting for the writer, which took {:.3} s of CPU",
+            "{}: {} events in {:.3} s{own_cpu}, {:.3} s of them waiting for the writer, which took {:.3} s of CPU",
             self.allocs.path.display(),
             self.converted.events,
             self.started.elapsed().as_secs_f64(),
-            thread_cpu().saturating_sub(self.started_cpu).as_secs_f64(),
             self.allocs.waited.as_secs_f64(),
             self.allocs
                 .busy
@@ -252,86 +261,159 @@ impl Conversion {
         Ok((self.converted, self.totals.totals()))
     }
 }
-/// Events handed in batches to a thread that encodes them: decoding and merging the logs and
-/// encoding Parquet each take about half the time of a conversion, so on two cores they
-/// overlap.
+/// Events handed in batches to threads that encode them: decoding and merging the logs is
+/// about a third of a conversion's CPU and encoding Parquet the rest, so the batches, a row
+/// group each, are encoded by [`ENCODERS`] threads at once and appended in order by a
+/// thread that writes the file.
 struct BackgroundWriter {
     /// The table written, for the error should its writer panic.
     path: PathBuf,
     batch: Vec<AllocEvent>,
-    sender: Option<std::sync::mpsc::SyncSender<ToWriter>>,
+    /// To the encoders.
+    sender: Option<std::sync::mpsc::SyncSender<Job>>,
+    encoders: Vec<std::thread::JoinHandle<()>>,
+    /// The thread that writes the file.
     thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+    /// The next job's place in the file, and the next batch's first row.
+    next_job: u64,
+    next_row: u64,
     /// Time spent waiting for the writer: with the writer's own, where a conversion's time
     /// goes (`record -vv`).
     waited: std::time::Duration,
-    /// The writer thread's time encoding and writing, once it has ended.
+    /// The encoders' and the file thread's CPU time, once they have ended.
     busy: std::sync::Arc<std::sync::Mutex<std::time::Duration>>,
-    /// Set when the table is given up: the thread drops what it holds unwritten.
+    /// Set when the table is given up: the threads drop what they hold unwritten.
     abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// What the writer thread is given.
-enum ToWriter {
-    Events(Vec<AllocEvent>),
+/// What the encoders are given, numbered in file order.
+enum Job {
+    Events {
+        number: u64,
+        first: u64,
+        events: Vec<AllocEvent>,
+    },
     /// Write what was given so far and a checkpoint.
+    Checkpoint { number: u64 },
+}
+
+/// What the file thread is handed, numbered as its job.
+enum Encoded {
+    Group(Result<EncodedGroup, Error>),
     Checkpoint,
 }
 
-/// Events per batch handed to the writer thread: a row group, which it writes without a copy.
+/// Events per batch handed to the encoders: a row group.
 const BATCH: usize = 1 << 16;
+/// Threads encoding row groups at once.
+const ENCODERS: usize = 2;
 
 impl BackgroundWriter {
     fn start(path: &Path, mut writer: AllocWriter) -> BackgroundWriter {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<ToWriter>(4);
-        let abandoned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let given_up = abandoned.clone();
-        let busy = std::sync::Arc::new(std::sync::Mutex::new(std::time::Duration::ZERO));
-        let busy_total = busy.clone();
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex};
+        let (sender, jobs) = std::sync::mpsc::sync_channel::<Job>(ENCODERS);
+        let jobs = Arc::new(Mutex::new(jobs));
+        let (done, encoded) = std::sync::mpsc::channel::<(u64, Encoded)>();
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let busy = Arc::new(Mutex::new(std::time::Duration::ZERO));
+        let add_busy = |busy: &Arc<Mutex<std::time::Duration>>, spent| {
+            if let Ok(mut total) = busy.lock() {
+                *total += spent;
+            }
+        };
+        let encoders = (0..ENCODERS)
+            .map(|_| {
+                let (jobs, done, given_up, busy) =
+                    (jobs.clone(), done.clone(), abandoned.clone(), busy.clone());
+                let mut encoder = writer.group_encoder();
+                std::thread::spawn(move || {
+                    let started = thread_cpu();
+                    loop {
+                        let job = match jobs.lock() {
+                            Ok(jobs) => jobs.recv(),
+                            Err(_) => break,
+                        };
+                        let Ok(job) = job else {
+                            break;
+                        };
+                        if given_up.load(Ordering::Acquire) {
+                            break;
+                        }
+                        let (number, encoded) = match job {
+                            Job::Events {
+                                number,
+                                first,
+                                events,
+                            } => (number, Encoded::Group(encoder.encode(first, &events))),
+                            Job::Checkpoint { number } => (number, Encoded::Checkpoint),
+                        };
+                        if done.send((number, encoded)).is_err() {
+                            break;
+                        }
+                    }
+                    add_busy(&busy, thread_cpu().saturating_sub(started));
+                })
+            })
+            .collect();
+        drop(done);
+        let (given_up, file_busy, file) = (abandoned.clone(), busy.clone(), path.to_owned());
         let thread = std::thread::spawn(move || {
-            let mut busy = std::time::Duration::ZERO;
+            let started = thread_cpu();
             let result = (|| {
-                for message in receiver {
-                    if given_up.load(std::sync::atomic::Ordering::Acquire) {
+                // Encoded out of order by the encoders, written in order.
+                let mut waiting = std::collections::BTreeMap::new();
+                let mut next = 0;
+                for (number, encoded) in encoded {
+                    if given_up.load(Ordering::Acquire) {
                         return Ok(());
                     }
-                    let started = thread_cpu();
-                    match message {
-                        ToWriter::Events(batch) => writer.push_all(batch)?,
-                        ToWriter::Checkpoint => writer.checkpoint()?,
+                    waiting.insert(number, encoded);
+                    while let Some(encoded) = waiting.remove(&next) {
+                        match encoded {
+                            Encoded::Group(group) => writer.push_encoded(group?)?,
+                            Encoded::Checkpoint => writer.checkpoint()?,
+                        }
+                        next += 1;
                     }
-                    busy += thread_cpu().saturating_sub(started);
                 }
-                if given_up.load(std::sync::atomic::Ordering::Acquire) {
+                if given_up.load(Ordering::Acquire) {
                     return Ok(());
                 }
-                let started = thread_cpu();
-                writer.finish()?;
-                busy += thread_cpu().saturating_sub(started);
-                Ok(())
+                if !waiting.is_empty() {
+                    return Err(Error::Write {
+                        path: file,
+                        source: "an allocation table encoder ended early".into(),
+                    });
+                }
+                writer.finish()
             })();
-            if let Ok(mut total) = busy_total.lock() {
-                *total = busy;
-            }
+            add_busy(&file_busy, thread_cpu().saturating_sub(started));
             result
         });
         BackgroundWriter {
             path: path.to_owned(),
             batch: Vec::with_capacity(BATCH),
             sender: Some(sender),
+            encoders,
             thread: Some(thread),
+            next_job: 0,
+            next_row: 0,
             waited: std::time::Duration::ZERO,
             busy,
             abandoned,
         }
     }
 
-    /// Stops the writer without writing what is left, and waits until it has closed the
-    /// file.
+    /// Stops the threads without writing what is left, and waits until the file is closed.
     fn abandon(&mut self) {
         self.abandoned
             .store(true, std::sync::atomic::Ordering::Release);
         self.batch = Vec::new();
         self.sender = None;
+        for encoder in self.encoders.drain(..) {
+            let _ = encoder.join();
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -340,41 +422,64 @@ impl BackgroundWriter {
     fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
         self.batch.push(event);
         if self.batch.len() == BATCH {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            self.send(ToWriter::Events(batch))?;
+            self.send_batch()?;
         }
         Ok(())
+    }
+
+    /// Hands the batch to the encoders.
+    fn send_batch(&mut self) -> Result<(), Error> {
+        let events = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        let first = self.next_row;
+        self.next_row += events.len() as u64;
+        let number = self.next_job;
+        self.send(Job::Events {
+            number,
+            first,
+            events,
+        })
     }
 
     /// Has every event pushed so far written, and a checkpoint after them.
     fn checkpoint(&mut self) -> Result<(), Error> {
         if !self.batch.is_empty() {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            self.send(ToWriter::Events(batch))?;
+            self.send_batch()?;
         }
-        self.send(ToWriter::Checkpoint)
+        let number = self.next_job;
+        self.send(Job::Checkpoint { number })
     }
 
-    fn send(&mut self, message: ToWriter) -> Result<(), Error> {
+    fn send(&mut self, job: Job) -> Result<(), Error> {
+        self.next_job += 1;
         let started = std::time::Instant::now();
-        let sent = self.sender.as_ref().map(|sender| sender.send(message));
+        let sent = self.sender.as_ref().map(|sender| sender.send(job));
         self.waited += started.elapsed();
         match sent {
-            // The writer only hangs up after an error, which `finish` returns.
+            // The threads only hang up after an error, which `finish` returns.
             Some(Err(_)) => self.finish(),
             _ => Ok(()),
         }
     }
 
-    /// Writes what is left and waits for the writer.
+    /// Writes what is left and waits for the threads.
     fn finish(&mut self) -> Result<(), Error> {
-        if !self.batch.is_empty()
-            && let Some(sender) = &self.sender
-        {
-            let _ = sender.send(ToWriter::Events(std::mem::take(&mut self.batch)));
+        if !self.batch.is_empty() && self.sender.is_some() {
+            let events = std::mem::take(&mut self.batch);
+            let (number, first) = (self.next_job, self.next_row);
+            self.next_job += 1;
+            if let Some(sender) = &self.sender {
+                let _ = sender.send(Job::Events {
+                    number,
+                    first,
+                    events,
+                });
+            }
         }
         self.sender = None;
         let started = std::time::Instant::now();
+        for encoder in self.encoders.drain(..) {
+            let _ = encoder.join();
+        }
         let joined = self.thread.take().map(|thread| thread.join());
         self.waited += started.elapsed();
         match joined {

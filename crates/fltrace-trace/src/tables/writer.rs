@@ -8,12 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parquet::basic::{Compression, Encoding};
+use parquet::column::writer::{ColumnCloseResult, get_column_writer, get_typed_column_writer_mut};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
 use parquet::file::metadata::{
     FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData,
 };
 use parquet::file::properties::WriterProperties;
-use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
+use parquet::file::writer::{
+    SerializedFileWriter, SerializedPageWriter, SerializedRowGroupWriter, TrackedWrite,
+};
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
@@ -85,6 +88,28 @@ impl<R: TableRow> TableWriter<R> {
         Ok(())
     }
 
+    /// An encoder of this table's row groups for another thread.
+    pub fn group_encoder(&self) -> GroupEncoder<R> {
+        GroupEncoder {
+            schema: self.table.schema.clone(),
+            props: self.table.props.clone(),
+            origin: self.origin.clone(),
+            scratch: Scratch::default(),
+            path: self.table.path.clone(),
+            rows: std::marker::PhantomData,
+        }
+    }
+
+    /// Appends a row group encoded by [`group_encoder`](Self::group_encoder), after the rows
+    /// pushed so far (written first, as a row group of their own).
+    pub fn push_encoded(&mut self, group: EncodedGroup) -> Result<(), Error> {
+        self.flush()?;
+        let rows = group.rows;
+        self.table.encoded_group(group)?;
+        self.rows += rows;
+        Ok(())
+    }
+
     /// Appends `rows` as [`push`](Self::push) does one by one; a whole row group, given
     /// when none is buffered, is written without copying it.
     pub fn push_all(&mut self, rows: Vec<R>) -> Result<(), Error> {
@@ -147,6 +172,7 @@ pub(crate) struct CheckpointedFile {
     path: PathBuf,
     inner: SerializedFileWriter<Sink>,
     schema: Arc<SchemaDescriptor>,
+    props: Arc<WriterProperties>,
     /// The footer's key-value pairs, for the checkpoints.
     footer: Vec<KeyValue>,
     /// Keys set after the file was created ([`CheckpointedFile::set_footer_value`]): the final
@@ -228,12 +254,14 @@ impl CheckpointedFile {
             pending_from: 0,
         };
         let descriptor = Arc::new(SchemaDescriptor::new(schema.clone()));
-        let inner = SerializedFileWriter::new(sink, schema, Arc::new(props.build()))
-            .map_err(Error::parquet(path))?;
+        let props = Arc::new(props.build());
+        let inner =
+            SerializedFileWriter::new(sink, schema, props.clone()).map_err(Error::parquet(path))?;
         let mut table = CheckpointedFile {
             path: path.to_owned(),
             inner,
             schema: descriptor,
+            props,
             footer,
             late_keys: Vec::new(),
             crcs: Vec::new(),
@@ -252,17 +280,45 @@ impl CheckpointedFile {
         &mut self,
         write_columns: impl FnOnce(&mut Columns<'_, '_>) -> parquet::errors::Result<()>,
     ) -> Result<(), Error> {
-        let result = (|| {
-            let mut group = self.inner.next_row_group()?;
+        let scratch = &mut self.scratch;
+        Self::group_with(&mut self.inner, &self.path, |group| {
             write_columns(&mut Columns {
-                group: &mut group,
-                scratch: &mut self.scratch,
-            })?;
+                target: Target::Group(group),
+                scratch,
+            })
+        })?;
+        self.checksum_last_group()
+    }
+
+    /// Appends a row group whose columns were encoded apart ([`GroupEncoder`]).
+    fn encoded_group(&mut self, group: EncodedGroup) -> Result<(), Error> {
+        Self::group_with(&mut self.inner, &self.path, |writer| {
+            for (bytes, close) in group.columns {
+                writer.append_column(&bytes, close)?;
+            }
+            Ok(())
+        })?;
+        self.checksum_last_group()
+    }
+
+    /// Writes a row group whose columns `fill` gives.
+    fn group_with(
+        inner: &mut SerializedFileWriter<Sink>,
+        path: &Path,
+        fill: impl FnOnce(&mut SerializedRowGroupWriter<'_, Sink>) -> parquet::errors::Result<()>,
+    ) -> Result<(), Error> {
+        let result = (|| {
+            let mut group = inner.next_row_group()?;
+            fill(&mut group)?;
             group.close()?;
-            self.inner.flush()?;
+            inner.flush()?;
             Ok(())
         })();
-        result.map_err(Error::parquet(&self.path))?;
+        result.map_err(Error::parquet(path))
+    }
+
+    /// Keeps the checksums of the columns of the row group just written.
+    fn checksum_last_group(&mut self) -> Result<(), Error> {
         let Some(group) = self.inner.flushed_row_groups().last() else {
             return Ok(());
         };
@@ -369,8 +425,58 @@ impl CheckpointedFile {
 
 /// Gives the columns of one row group in order.
 pub struct Columns<'g, 'f> {
-    group: &'g mut SerializedRowGroupWriter<'f, Sink>,
+    target: Target<'g, 'f>,
     scratch: &'g mut Scratch,
+}
+
+/// Where [`Columns`] go.
+enum Target<'g, 'f> {
+    /// The row group being written.
+    Group(&'g mut SerializedRowGroupWriter<'f, Sink>),
+    /// Buffers of their own, appended to the file later (another thread encodes them).
+    Apart {
+        schema: &'g SchemaDescriptor,
+        props: &'g Arc<WriterProperties>,
+        columns: &'g mut Vec<(bytes::Bytes, ColumnCloseResult)>,
+    },
+}
+
+/// A row group's columns encoded apart from the file ([`GroupEncoder`]), to be appended in
+/// order ([`TableWriter::push_encoded`]).
+pub struct EncodedGroup {
+    rows: u64,
+    columns: Vec<(bytes::Bytes, ColumnCloseResult)>,
+}
+
+/// Encodes row groups of a table on any thread: several encode at once, the table's writer
+/// appends their bytes in order.
+pub struct GroupEncoder<R> {
+    schema: Arc<SchemaDescriptor>,
+    props: Arc<WriterProperties>,
+    origin: Origin,
+    scratch: Scratch,
+    path: PathBuf,
+    rows: std::marker::PhantomData<fn(R)>,
+}
+
+impl<R: TableRow> GroupEncoder<R> {
+    /// Encodes `rows` as a row group whose first row is the file's `first`.
+    pub fn encode(&mut self, first: u64, rows: &[R]) -> Result<EncodedGroup, Error> {
+        let mut columns = Vec::with_capacity(self.schema.num_columns());
+        let mut c = Columns {
+            target: Target::Apart {
+                schema: &self.schema,
+                props: &self.props,
+                columns: &mut columns,
+            },
+            scratch: &mut self.scratch,
+        };
+        R::write_columns(&mut c, &self.origin, first, rows).map_err(Error::parquet(&self.path))?;
+        Ok(EncodedGroup {
+            rows: rows.len() as u64,
+            columns,
+        })
+    }
 }
 
 /// Buffers a table's row groups fill again and again: a fresh one per column and row group
@@ -385,18 +491,40 @@ pub(crate) struct Scratch {
     recording_of: String,
 }
 
-/// Writes the next column of `group`.
+/// Writes the next column of `target`.
 fn write_column<T: DataType>(
-    group: &mut SerializedRowGroupWriter<'_, Sink>,
+    target: &mut Target<'_, '_>,
     values: &[T::T],
     def: Option<&[i16]>,
     rep: Option<&[i16]>,
 ) -> parquet::errors::Result<()> {
-    let mut column = group.next_column()?.ok_or_else(|| {
-        parquet::errors::ParquetError::General("more columns than the schema".into())
-    })?;
-    column.typed::<T>().write_batch(values, def, rep)?;
-    column.close()
+    let more = || parquet::errors::ParquetError::General("more columns than the schema".into());
+    match target {
+        Target::Group(group) => {
+            let mut column = group.next_column()?.ok_or_else(more)?;
+            column.typed::<T>().write_batch(values, def, rep)?;
+            column.close()
+        }
+        Target::Apart {
+            schema,
+            props,
+            columns,
+        } => {
+            if columns.len() >= schema.num_columns() {
+                return Err(more());
+            }
+            let descr = schema.column(columns.len());
+            let mut buffer = TrackedWrite::new(Vec::new());
+            let close = {
+                let pages = SerializedPageWriter::new(&mut buffer);
+                let mut writer = get_column_writer(descr, Arc::clone(props), Box::new(pages));
+                get_typed_column_writer_mut::<T>(&mut writer).write_batch(values, def, rep)?;
+                writer.close()?
+            };
+            columns.push((bytes::Bytes::from(buffer.into_inner()?), close));
+            Ok(())
+        }
+    }
 }
 
 impl Columns<'_, '_> {
@@ -406,21 +534,21 @@ impl Columns<'_, '_> {
         def: Option<&[i16]>,
         rep: Option<&[i16]>,
     ) -> parquet::errors::Result<()> {
-        write_column::<T>(self.group, values, def, rep)
+        write_column::<T>(&mut self.target, values, def, rep)
     }
 
     pub(crate) fn i64(&mut self, values: impl Iterator<Item = u64>) -> parquet::errors::Result<()> {
         let buffer = &mut self.scratch.i64s;
         buffer.clear();
         buffer.extend(values.map(|v| v as i64));
-        write_column::<Int64Type>(self.group, buffer, None, None)
+        write_column::<Int64Type>(&mut self.target, buffer, None, None)
     }
 
     pub(crate) fn i32(&mut self, values: impl Iterator<Item = u32>) -> parquet::errors::Result<()> {
         let buffer = &mut self.scratch.i32s;
         buffer.clear();
         buffer.extend(values.map(|v| v as i32));
-        write_column::<Int32Type>(self.group, buffer, None, None)
+        write_column::<Int32Type>(&mut self.target, buffer, None, None)
     }
 
     pub(crate) fn bools(
@@ -458,6 +586,6 @@ impl Columns<'_, '_> {
             scratch.recording = vec![value; rows];
             scratch.recording_of.clone_from(&origin.recording);
         }
-        write_column::<ByteArrayType>(self.group, &scratch.recording[..rows], None, None)
+        write_column::<ByteArrayType>(&mut self.target, &scratch.recording[..rows], None, None)
     }
 }
