@@ -97,7 +97,6 @@ pub struct Conversion {
     allocs: BackgroundWriter,
     stack_writer: StackWriter,
     stacks: Stacks,
-    totals: AllocTotals,
     converted: Converted,
     /// The time of the last event written. A record a thread published late (it was held up
     /// between reading the clock and publishing) after later ones were written gets that
@@ -132,7 +131,6 @@ impl Conversion {
             ),
             stack_writer: StackWriter::create_for(stacks, origin)?,
             stacks: Stacks::default(),
-            totals: AllocTotals::default(),
             converted: Converted::default(),
             last_ns: 0,
             first_ns: None,
@@ -182,7 +180,6 @@ impl Conversion {
                         event.stack_id = self.stacks.global(generation, event.stack_id);
                     }
                     self.first_ns.get_or_insert(event.time_ns);
-                    self.totals.add(&event);
                     self.allocs.push(event)?;
                     written += 1;
                 }
@@ -258,7 +255,7 @@ impl Conversion {
         self.stack_writer.finish()?;
         self.converted.stacks = self.stacks.next;
         self.converted.refused_stacks = self.stacks.refused;
-        Ok((self.converted, self.totals.totals()))
+        Ok((self.converted, self.allocs.totals.totals()))
     }
 }
 /// Events handed in batches to threads that encode them: decoding and merging the logs is
@@ -271,7 +268,10 @@ struct BackgroundWriter {
     batch: Vec<AllocEvent>,
     /// To the encoders.
     sender: Option<std::sync::mpsc::SyncSender<Job>>,
-    encoders: Vec<std::thread::JoinHandle<()>>,
+    /// Each returns the totals of the events it encoded.
+    encoders: Vec<std::thread::JoinHandle<AllocTotals>>,
+    /// The totals per (stack, call, size) of every event, once the encoders have ended.
+    totals: AllocTotals,
     /// The thread that writes the file.
     thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
     /// The next job's place in the file, and the next batch's first row.
@@ -329,6 +329,8 @@ impl BackgroundWriter {
                 let mut encoder = writer.group_encoder();
                 std::thread::spawn(move || {
                     let started = thread_cpu();
+                    // Counted here, off the thread that decodes the logs.
+                    let mut totals = AllocTotals::default();
                     loop {
                         let job = match jobs.lock() {
                             Ok(jobs) => jobs.recv(),
@@ -345,7 +347,12 @@ impl BackgroundWriter {
                                 number,
                                 first,
                                 events,
-                            } => (number, Encoded::Group(encoder.encode(first, &events))),
+                            } => {
+                                for event in &events {
+                                    totals.add(event);
+                                }
+                                (number, Encoded::Group(encoder.encode(first, &events)))
+                            }
                             Job::Checkpoint { number } => (number, Encoded::Checkpoint),
                         };
                         if done.send((number, encoded)).is_err() {
@@ -353,6 +360,7 @@ impl BackgroundWriter {
                         }
                     }
                     add_busy(&busy, thread_cpu().saturating_sub(started));
+                    totals
                 })
             })
             .collect();
@@ -396,6 +404,7 @@ impl BackgroundWriter {
             batch: Vec::with_capacity(BATCH),
             sender: Some(sender),
             encoders,
+            totals: AllocTotals::default(),
             thread: Some(thread),
             next_job: 0,
             next_row: 0,
@@ -477,13 +486,17 @@ impl BackgroundWriter {
         }
         self.sender = None;
         let started = std::time::Instant::now();
+        let mut encoders_ended = true;
         for encoder in self.encoders.drain(..) {
-            let _ = encoder.join();
+            match encoder.join() {
+                Ok(totals) => self.totals.merge(totals),
+                Err(_) => encoders_ended = false,
+            }
         }
         let joined = self.thread.take().map(|thread| thread.join());
         self.waited += started.elapsed();
         match joined {
-            Some(joined) => joined.unwrap_or_else(|_| {
+            Some(joined) => joined.ok().filter(|_| encoders_ended).unwrap_or_else(|| {
                 Err(Error::Write {
                     path: self.path.clone(),
                     source: "the allocation table writer panicked".into(),
