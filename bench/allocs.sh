@@ -6,8 +6,9 @@
 # the CPU time of the whole command (user + system, children included: the figure to trust on
 # a loaded machine, where wall times stretch), the ratios of medians to untraced, the time and
 # peak memory of the report (fltrace report --allocs, heaptrack_print), and the bytes on disk,
-# in all and per call (pairs x 2). "fltrace" drains while the program runs (FLTRACE_ALLOCS_DRAIN=1), "fltrace-end" is the default:
-# every log converted after the program ends, as before the drain that converts while it runs.
+# in all and per call (pairs x 2). "fltrace" is the default, which converts large logs while
+# the program runs (the drain); "fltrace-end" turns the drain off (FLTRACE_ALLOCS_DRAIN=0):
+# every log converted after the program ends.
 # usage: bench/allocs.sh [pairs=4000000] [ROUNDS=5]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -32,8 +33,8 @@ for ((r = 0; r < rounds; r++)); do
         # /usr/bin/time's user + system time covers the command and everything it waited for.
         case $tool in
             untraced) /usr/bin/time -f "%U %S" -o cpu.txt "$work/allocs" malloc4m "$pairs" >out.txt ;;
-            fltrace) FLTRACE_ALLOCS_DRAIN=1 /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
-            fltrace-end) /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
+            fltrace) /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
+            fltrace-end) FLTRACE_ALLOCS_DRAIN=0 /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
             heaptrack) /usr/bin/time -f "%U %S" -o cpu.txt heaptrack -o "$dir/ht" "$work/allocs" malloc4m "$pairs" >out.txt 2>/dev/null ;;
         esac
         t1=$(now)

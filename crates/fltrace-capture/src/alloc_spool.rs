@@ -19,8 +19,8 @@ use fltrace_runtime_abi::alloclog::{CLOCK_SIZE, Clock, MAGIC};
 use fltrace_runtime_abi::env;
 use fltrace_trace::spool::{
     Conversion, DRAIN_ALLOCS, DRAIN_STACKS, FullLogs, LiveLog, METADATA_FILE, SpoolMetadata,
-    any_log_stopped, convert_spooled, image_starts, lock_spool, log_bytes_taken, log_name,
-    note_refused,
+    any_log_stopped, any_spool_log_stopped, convert_spooled, image_starts, lock_spool,
+    log_bytes_taken, log_name, note_refused,
 };
 pub use fltrace_trace::spool::{
     Converted, Recovered, SPOOL_PREFIX, SpoolLogs, recover_stale_spools,
@@ -350,7 +350,13 @@ const MAX_DRAINS: usize = 4;
 /// A process's logs are followed once its first log holds this much: smaller ones convert
 /// at the end in moments.
 const DRAIN_FROM_BYTES: u64 = 1 << 20;
-/// How often new large logs are looked for.
+/// The free space below which the drain gives up, so that its tables never take the room
+/// the logs would have grown into: checked every [`LOOK_EVERY`], and a log grows far less
+/// than this in that time.
+const DRAIN_RESERVE: u64 = 32 << 20;
+/// The most events a process's step converts while the program runs.
+const STEP_EVENTS: u64 = 1 << 17;
+/// How often new large logs are looked for, and the file system's free space.
 const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 /// How often what was converted becomes readable, should the recorder be killed.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -385,7 +391,15 @@ impl ProcessDrain {
         let allocs_path = spool.join(format!("{DRAIN_ALLOCS}{pid}.parquet"));
         let stacks_path = spool.join(format!("{DRAIN_STACKS}{pid}.parquet"));
         let conversion =
-            Conversion::create(&allocs_path, &stacks_path, Origin::new(recording, pid))?;
+            match Conversion::create(&allocs_path, &stacks_path, Origin::new(recording, pid)) {
+                Ok(conversion) => conversion,
+                Err(e) => {
+                    // Half made (one table, or one without its first checkpoint).
+                    let _ = std::fs::remove_file(&allocs_path);
+                    let _ = std::fs::remove_file(&stacks_path);
+                    return Err(e.into());
+                }
+            };
         Ok(ProcessDrain {
             pid,
             first_generation,
@@ -433,13 +447,18 @@ impl ProcessDrain {
                 log.refresh()?;
             }
             let watermark = if complete { u64::MAX } else { watermark };
-            let converted = self.conversion.convert(log, generation, floor, watermark)?;
+            // While the program runs, a step at a time: between steps the thread looks at
+            // the room left for the logs.
+            let most = if ended { u64::MAX } else { STEP_EVENTS };
+            let converted = self
+                .conversion
+                .convert(log, generation, floor, watermark, most)?;
             written += converted;
             if !ended {
                 self.live_events += converted;
             }
             self.floors.insert(generation, floor);
-            if !complete {
+            if !complete || converted == most {
                 return Ok(written);
             }
             self.conversion.end_image(log);
@@ -505,16 +524,51 @@ impl ProcessDrain {
         Ok(Some(converted))
     }
 
-    /// Gives up: the tables in the spool go, and the logs convert at the end.
+    /// Gives up: the tables in the spool go (their writer stopped first, so that their
+    /// room is free once this returns), and the logs convert at the end.
     fn abandon(self) {
         let (allocs, stacks) = (self.allocs_path.clone(), self.stacks_path.clone());
-        drop(self);
+        self.conversion.abandon();
         let _ = std::fs::remove_file(allocs);
         let _ = std::fs::remove_file(stacks);
     }
 }
 
-/// The drain thread: see [`Drain`]. Returns the processes it converted so far.
+/// Why the drain gives up, if it must: a log stopped because its file system filled (the
+/// end's conversion needs every byte its tables took), or, while the program runs, less than
+/// [`DRAIN_RESERVE`] is left for the logs to grow into.
+fn reason_to_give_up(spool: &Path, ended: bool) -> Option<String> {
+    if any_spool_log_stopped(spool) {
+        return Some("an allocation log filled its file system".into());
+    }
+    if ended {
+        // The logs are complete: the tables take the same room here or at the end.
+        return None;
+    }
+    let free = free_bytes(spool)?;
+    (free < DRAIN_RESERVE).then(|| {
+        format!(
+            "{} MiB left on the file system, which the logs need more",
+            free >> 20
+        )
+    })
+}
+
+/// Bytes an unprivileged writer may still take on the file system of `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct it is given, from a NUL-terminated path.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    Some((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
+
+/// The drain thread: see [`Drain`]. Returns the processes it converted so far: none once it
+/// gave up (an error, a full file system), their tables removed, so that every log converts
+/// at the end as without it.
 fn drain_logs(
     spool: PathBuf,
     clock: Arc<ClockPage>,
@@ -523,7 +577,14 @@ fn drain_logs(
     mono_offset: u64,
 ) -> HashMap<u32, ProcessDrain> {
     let mut drains: HashMap<u32, ProcessDrain> = HashMap::new();
-    let mut given_up: std::collections::HashSet<u32> = Default::default();
+    let give_up = |drains: &mut HashMap<u32, ProcessDrain>, why: &str| {
+        if !drains.is_empty() {
+            log::info!("the allocation logs convert after the program ends: {why}");
+        }
+        for (_, drain) in drains.drain() {
+            drain.abandon();
+        }
+    };
     let mut last_look: Option<std::time::Instant> = None;
     let mut last_checkpoint = std::time::Instant::now();
     loop {
@@ -541,8 +602,15 @@ fn drain_logs(
             Ok(processes) => processes.clone(),
             Err(_) => break,
         };
-        if drains.len() < MAX_DRAINS && last_look.is_none_or(|t| t.elapsed() >= LOOK_EVERY) {
+        let look = last_look.is_none_or(|t| t.elapsed() >= LOOK_EVERY);
+        if look || ended {
             last_look = Some(std::time::Instant::now());
+            if let Some(why) = reason_to_give_up(&spool, ended) {
+                give_up(&mut drains, &why);
+                return drains;
+            }
+        }
+        if drains.len() < MAX_DRAINS && look {
             let mut pids: Vec<u32> = known.keys().copied().collect();
             pids.sort_unstable();
             for pid in pids {
@@ -550,7 +618,6 @@ fn drain_logs(
                     break;
                 }
                 if drains.contains_key(&pid)
-                    || given_up.contains(&pid)
                     || log_bytes_taken(&spool.join(log_name(pid, 0))) < DRAIN_FROM_BYTES
                 {
                     continue;
@@ -561,14 +628,13 @@ fn drain_logs(
                         drains.insert(pid, drain);
                     }
                     Err(e) => {
-                        log::debug!("allocations of process {pid} convert at the end: {e}");
-                        given_up.insert(pid);
+                        give_up(&mut drains, &e.to_string());
+                        return drains;
                     }
                 }
             }
         }
         let mut written = 0;
-        let mut failed = Vec::new();
         let checkpoint = last_checkpoint.elapsed() >= CHECKPOINT_EVERY;
         for (&pid, drain) in &mut drains {
             let Some(images) = known.get(&pid) else {
@@ -585,19 +651,15 @@ fn drain_logs(
             match result {
                 Ok(n) => written += n,
                 Err(e) => {
-                    log::debug!("allocations of process {pid} convert at the end: {e}");
-                    failed.push(pid);
+                    // Most likely the file system (a table that cannot grow), which the
+                    // other processes' tables share: every drain goes.
+                    give_up(&mut drains, &format!("process {pid}: {e}"));
+                    return drains;
                 }
             }
         }
         if checkpoint {
             last_checkpoint = std::time::Instant::now();
-        }
-        for pid in failed {
-            if let Some(drain) = drains.remove(&pid) {
-                drain.abandon();
-            }
-            given_up.insert(pid);
         }
         if ended {
             break;

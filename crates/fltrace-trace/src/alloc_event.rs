@@ -174,6 +174,16 @@ impl AllocTotals {
         total.1 = total.1.saturating_add(event.size);
     }
 
+    /// Adds the totals of other events: counted apart (on several threads), the same totals.
+    pub fn merge(&mut self, other: AllocTotals) {
+        for (key, (count, bytes)) in other.by_key {
+            let total = self.by_key.entry(key).or_default();
+            total.0 += count;
+            // Sums of sizes saturate alike in any order: at the true sum or u64::MAX.
+            total.1 = total.1.saturating_add(bytes);
+        }
+    }
+
     /// The totals, by stack, call and size.
     pub fn totals(&self) -> Vec<AllocTotal> {
         let mut totals: Vec<AllocTotal> = self

@@ -48,9 +48,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         options.cache_limit = fltrace_trace::BuildIdCache::limit_from_env();
     }
 
-    // Opt-in until it holds on a full file system (its tables in the spool took the space
-    // the end's conversion needed); bench/allocs.sh measures both.
-    options.drain_allocs = std::env::var_os(DRAIN_ENV).is_some();
+    // On unless turned off; bench/allocs.sh measures both.
+    options.drain_allocs = std::env::var_os(DRAIN_ENV).is_none_or(|v| v != "0");
 
     let stop = interrupt_counter()?;
 
@@ -87,6 +86,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(summary.record_status()))
 }
 
-/// Set, `record --allocs` converts the allocation logs of large processes while the program
-/// runs (the drain); unset, after it ends.
+/// `record --allocs` converts the allocation logs of large processes while the program runs
+/// (the drain) unless this is `0`: then every log converts after the program ends.
 pub const DRAIN_ENV: &str = "FLTRACE_ALLOCS_DRAIN";

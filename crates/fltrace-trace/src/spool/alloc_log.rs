@@ -70,7 +70,8 @@ impl LogBytes {
 /// holds one record per thread, not the log.
 pub struct LiveLog {
     path: PathBuf,
-    file: std::fs::File,
+    /// Closed once the log is copied into memory: an open file removed keeps its blocks.
+    file: Option<std::fs::File>,
     bytes: LogBytes,
     /// CLOCK_MONOTONIC to the tables' Unix-epoch times.
     pub(crate) mono_offset: u64,
@@ -131,7 +132,7 @@ impl LiveLog {
         };
         let mut log = LiveLog {
             path: path.to_owned(),
-            file,
+            file: Some(file),
             bytes: LogBytes::Empty,
             mono_offset,
             scan: HEADER_SIZE,
@@ -156,8 +157,12 @@ impl LiveLog {
     /// Maps what the file holds now, and hands the chunks published since the last look to
     /// their threads' streams.
     pub fn refresh(&mut self) -> Result<(), Error> {
-        if !matches!(self.bytes, LogBytes::Copied(_)) {
-            let len = self.file.metadata().map_err(|e| self.io_error(e))?.len();
+        if let Some(file) = self
+            .file
+            .as_ref()
+            .filter(|_| !matches!(self.bytes, LogBytes::Copied(_)))
+        {
+            let len = file.metadata().map_err(|e| self.io_error(e))?.len();
             // A log is a shared mapping that only grows; the cap refuses a file planted in
             // its place that could not be one.
             if len > LOG_CAP {
@@ -169,8 +174,7 @@ impl LiveLog {
             if len > self.bytes.get().len() as u64 {
                 // SAFETY: a read-only shared mapping of a file that only grows (the tracer
                 // allocates its blocks before writing them), read within its length.
-                let map =
-                    unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| self.io_error(e))?;
+                let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| self.io_error(e))?;
                 self.bytes = LogBytes::Mapped(map);
             }
         }
@@ -194,7 +198,7 @@ impl LiveLog {
             // Chunks in a hole of the file hold nothing; reading their headers would map
             // the file's pages around them (readahead), a gigabyte for a sparse gigabyte.
             if self.complete
-                && let Some(data) = next_data(&self.file, offset)
+                && let Some(data) = self.file.as_ref().and_then(|file| next_data(file, offset))
                 && data >= offset + CHUNK_SIZE
             {
                 self.scan += (data.min(end) - offset).max(CHUNK_SIZE) / CHUNK_SIZE * CHUNK_SIZE;
@@ -263,10 +267,14 @@ impl LiveLog {
                 return;
             }
         };
-        for (start, stop) in data_extents(&self.file, end) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        for (start, stop) in data_extents(file, end) {
             copy[start..stop].copy_from_slice(&log[start..stop]);
         }
         self.bytes = LogBytes::Copied(copy);
+        self.file = None;
         let _ = std::fs::remove_file(&self.path);
     }
 
@@ -430,13 +438,36 @@ fn data_extents(file: &std::fs::File, end: usize) -> Vec<(usize, usize)> {
 
 /// Whether any log of `pid` in `spool` stopped because its file system filled.
 pub fn any_log_stopped(spool: &Path, pid: u32) -> bool {
-    use std::os::unix::fs::FileExt;
     (0..)
-        .map_while(|image| std::fs::File::open(spool.join(log_name(pid, image))).ok())
-        .any(|file| {
-            let mut header = [0u8; 40];
-            file.read_exact_at(&mut header, 0).is_ok() && log_stopped_ns_of_header(&header)
-        })
+        .map(|image| spool.join(log_name(pid, image)))
+        .take_while(|path| path.exists())
+        .any(|path| log_file_stopped(&path))
+}
+
+/// Whether any log in `spool`, of any process, stopped because its file system filled.
+pub fn any_spool_log_stopped(spool: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(spool) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let is_log = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("log-"))
+            .and_then(|rest| rest.split_once('.'))
+            .is_some_and(|(pid, image)| {
+                pid.bytes().all(|b| b.is_ascii_digit()) && image.bytes().all(|b| b.is_ascii_digit())
+            });
+        is_log && log_file_stopped(&entry.path())
+    })
+}
+
+/// Whether the log at `path` stopped because its file system filled.
+fn log_file_stopped(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut header = [0u8; 40];
+    std::fs::File::open(path).is_ok_and(|file| file.read_exact_at(&mut header, 0).is_ok())
+        && log_stopped_ns_of_header(&header)
 }
 
 /// [`log_stopped_ns`] of the first 40 bytes of a log.

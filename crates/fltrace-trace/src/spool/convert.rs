@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use fltrace_runtime_abi::alloclog::MAX_FRAMES;
 
 use super::alloc_log::{Item, LiveLog, log_name};
+use crate::tables::EncodedGroup;
 use crate::{
     AllocEvent, AllocTotals, AllocWriter, CodeAddr, Error, Origin, Stack, StackWriter, files,
 };
@@ -96,7 +97,6 @@ pub struct Conversion {
     allocs: BackgroundWriter,
     stack_writer: StackWriter,
     stacks: Stacks,
-    totals: AllocTotals,
     converted: Converted,
     /// The time of the last event written. A record a thread published late (it was held up
     /// between reading the clock and publishing) after later ones were written gets that
@@ -105,6 +105,20 @@ pub struct Conversion {
     /// The time of the current image's first event.
     first_ns: Option<u64>,
     frames: Box<[u64; MAX_FRAMES]>,
+    started: std::time::Instant,
+    started_cpu: std::time::Duration,
+    started_thread: std::thread::ThreadId,
+}
+
+/// The CPU time of the calling thread so far.
+fn thread_cpu() -> std::time::Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 impl Conversion {
@@ -117,23 +131,26 @@ impl Conversion {
             ),
             stack_writer: StackWriter::create_for(stacks, origin)?,
             stacks: Stacks::default(),
-            totals: AllocTotals::default(),
             converted: Converted::default(),
             last_ns: 0,
             first_ns: None,
             frames: Box::new([0; MAX_FRAMES]),
+            started: std::time::Instant::now(),
+            started_cpu: thread_cpu(),
+            started_thread: std::thread::current().id(),
         })
     }
 
     /// Writes the records of `log` (image of address-space generation `generation`, whose
-    /// times start no earlier than `floor`) that come before `watermark`. Returns the events
-    /// written.
+    /// times start no earlier than `floor`) that come before `watermark`, at most
+    /// `max_events` events. Returns the events written.
     pub fn convert(
         &mut self,
         log: &mut LiveLog,
         generation: u32,
         floor: u64,
         watermark: u64,
+        max_events: u64,
     ) -> Result<u64, Error> {
         if self.stacks.local.len() <= generation as usize {
             self.stacks
@@ -141,7 +158,9 @@ impl Conversion {
                 .resize(generation as usize + 1, LocalIds::default());
         }
         let mut written = 0;
-        while let Some(item) = log.next(watermark, &mut self.frames) {
+        while written < max_events
+            && let Some(item) = log.next(watermark, &mut self.frames)
+        {
             match item {
                 Item::Stack(local_id, len) => {
                     self.stacks.define(
@@ -161,7 +180,6 @@ impl Conversion {
                         event.stack_id = self.stacks.global(generation, event.stack_id);
                     }
                     self.first_ns.get_or_insert(event.time_ns);
-                    self.totals.add(&event);
                     self.allocs.push(event)?;
                     written += 1;
                 }
@@ -179,7 +197,7 @@ impl Conversion {
         floor: u64,
     ) -> Result<(), Error> {
         log.complete()?;
-        self.convert(log, generation, floor, u64::MAX)?;
+        self.convert(log, generation, floor, u64::MAX, u64::MAX)?;
         self.end_image(log);
         Ok(())
     }
@@ -206,103 +224,295 @@ impl Conversion {
         self.allocs.checkpoint()
     }
 
+    /// Gives up: the event table's writer stops without writing what it was given nor its
+    /// footer, and both files are closed (the caller removes them).
+    pub fn abandon(mut self) {
+        self.allocs.abandon();
+    }
+
     /// Finishes both tables; returns what was converted and the totals per (stack, call,
     /// size).
     pub fn finish(mut self) -> Result<(Converted, Vec<crate::AllocTotal>), Error> {
         self.allocs.finish()?;
+        // A drain's conversion ends on another thread than it began: its CPU is not known.
+        let own_cpu = if std::thread::current().id() == self.started_thread {
+            let cpu = thread_cpu().saturating_sub(self.started_cpu);
+            format!(" ({:.3} s of CPU)", cpu.as_secs_f64())
+        } else {
+            String::new()
+        };
+        log::debug!(
+            "{}: {} events in {:.3} s{own_cpu}, {:.3} s of them waiting for the writer, which took {:.3} s of CPU",
+            self.allocs.path.display(),
+            self.converted.events,
+            self.started.elapsed().as_secs_f64(),
+            self.allocs.waited.as_secs_f64(),
+            self.allocs
+                .busy
+                .lock()
+                .map_or(0.0, |busy| busy.as_secs_f64())
+        );
         self.stack_writer.finish()?;
         self.converted.stacks = self.stacks.next;
         self.converted.refused_stacks = self.stacks.refused;
-        Ok((self.converted, self.totals.totals()))
+        Ok((self.converted, self.allocs.totals.totals()))
     }
 }
-/// Events handed in batches to a thread that encodes them: decoding and merging the logs and
-/// encoding Parquet each take about half the time of a conversion, so on two cores they
-/// overlap.
+/// Events handed in batches to threads that encode them: decoding and merging the logs is
+/// about a third of a conversion's CPU and encoding Parquet the rest, so the batches, a row
+/// group each, are encoded by [`ENCODERS`] threads at once and appended in order by a
+/// thread that writes the file.
 struct BackgroundWriter {
     /// The table written, for the error should its writer panic.
     path: PathBuf,
     batch: Vec<AllocEvent>,
-    sender: Option<std::sync::mpsc::SyncSender<ToWriter>>,
+    /// To the encoders.
+    sender: Option<std::sync::mpsc::SyncSender<Job>>,
+    /// Each returns the totals of the events it encoded.
+    encoders: Vec<std::thread::JoinHandle<AllocTotals>>,
+    /// The totals per (stack, call, size) of every event, once the encoders have ended.
+    totals: AllocTotals,
+    /// The thread that writes the file.
     thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+    /// The next job's place in the file, and the next batch's first row.
+    next_job: u64,
+    next_row: u64,
+    /// Time spent waiting for the writer: with the writer's own, where a conversion's time
+    /// goes (`record -vv`).
+    waited: std::time::Duration,
+    /// The encoders' and the file thread's CPU time, once they have ended.
+    busy: std::sync::Arc<std::sync::Mutex<std::time::Duration>>,
+    /// Set when the table is given up: the threads drop what they hold unwritten.
+    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// What the writer thread is given.
-enum ToWriter {
-    Events(Vec<AllocEvent>),
+/// What the encoders are given, numbered in file order.
+enum Job {
+    Events {
+        number: u64,
+        first: u64,
+        events: Vec<AllocEvent>,
+    },
     /// Write what was given so far and a checkpoint.
+    Checkpoint { number: u64 },
+}
+
+/// What the file thread is handed, numbered as its job.
+enum Encoded {
+    Group(Result<EncodedGroup, Error>),
     Checkpoint,
 }
 
-/// Events per batch handed to the writer thread.
+/// Events per batch handed to the encoders: a row group.
 const BATCH: usize = 1 << 16;
+/// Threads encoding row groups at once.
+const ENCODERS: usize = 2;
 
 impl BackgroundWriter {
     fn start(path: &Path, mut writer: AllocWriter) -> BackgroundWriter {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<ToWriter>(4);
-        let thread = std::thread::spawn(move || {
-            for message in receiver {
-                match message {
-                    ToWriter::Events(batch) => {
-                        for event in batch {
-                            writer.push(event)?;
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex};
+        let (sender, jobs) = std::sync::mpsc::sync_channel::<Job>(ENCODERS);
+        let jobs = Arc::new(Mutex::new(jobs));
+        let (done, encoded) = std::sync::mpsc::channel::<(u64, Encoded)>();
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let busy = Arc::new(Mutex::new(std::time::Duration::ZERO));
+        let add_busy = |busy: &Arc<Mutex<std::time::Duration>>, spent| {
+            if let Ok(mut total) = busy.lock() {
+                *total += spent;
+            }
+        };
+        let encoders = (0..ENCODERS)
+            .map(|_| {
+                let (jobs, done, given_up, busy) =
+                    (jobs.clone(), done.clone(), abandoned.clone(), busy.clone());
+                let mut encoder = writer.group_encoder();
+                std::thread::spawn(move || {
+                    let started = thread_cpu();
+                    // Counted here, off the thread that decodes the logs.
+                    let mut totals = AllocTotals::default();
+                    loop {
+                        let job = match jobs.lock() {
+                            Ok(jobs) => jobs.recv(),
+                            Err(_) => break,
+                        };
+                        let Ok(job) = job else {
+                            break;
+                        };
+                        if given_up.load(Ordering::Acquire) {
+                            break;
+                        }
+                        let (number, encoded) = match job {
+                            Job::Events {
+                                number,
+                                first,
+                                events,
+                            } => {
+                                for event in &events {
+                                    totals.add(event);
+                                }
+                                (number, Encoded::Group(encoder.encode(first, &events)))
+                            }
+                            Job::Checkpoint { number } => (number, Encoded::Checkpoint),
+                        };
+                        if done.send((number, encoded)).is_err() {
+                            break;
                         }
                     }
-                    ToWriter::Checkpoint => writer.checkpoint()?,
+                    add_busy(&busy, thread_cpu().saturating_sub(started));
+                    totals
+                })
+            })
+            .collect();
+        drop(done);
+        let (given_up, file_busy, file) = (abandoned.clone(), busy.clone(), path.to_owned());
+        let thread = std::thread::spawn(move || {
+            let started = thread_cpu();
+            let result = (|| {
+                // Encoded out of order by the encoders, written in order.
+                let mut waiting = std::collections::BTreeMap::new();
+                let mut next = 0;
+                for (number, encoded) in encoded {
+                    if given_up.load(Ordering::Acquire) {
+                        return Ok(());
+                    }
+                    waiting.insert(number, encoded);
+                    while let Some(encoded) = waiting.remove(&next) {
+                        match encoded {
+                            Encoded::Group(group) => writer.push_encoded(group?)?,
+                            Encoded::Checkpoint => writer.checkpoint()?,
+                        }
+                        next += 1;
+                    }
                 }
-            }
-            writer.finish()
+                if given_up.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                if !waiting.is_empty() {
+                    return Err(Error::Write {
+                        path: file,
+                        source: "an allocation table encoder ended early".into(),
+                    });
+                }
+                writer.finish()
+            })();
+            add_busy(&file_busy, thread_cpu().saturating_sub(started));
+            result
         });
         BackgroundWriter {
             path: path.to_owned(),
             batch: Vec::with_capacity(BATCH),
             sender: Some(sender),
+            encoders,
+            totals: AllocTotals::default(),
             thread: Some(thread),
+            next_job: 0,
+            next_row: 0,
+            waited: std::time::Duration::ZERO,
+            busy,
+            abandoned,
+        }
+    }
+
+    /// Stops the threads without writing what is left, and waits until the file is closed.
+    fn abandon(&mut self) {
+        self.abandoned
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.batch = Vec::new();
+        self.sender = None;
+        for encoder in self.encoders.drain(..) {
+            let _ = encoder.join();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 
     fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
         self.batch.push(event);
         if self.batch.len() == BATCH {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            self.send(ToWriter::Events(batch))?;
+            self.send_batch()?;
         }
         Ok(())
+    }
+
+    /// Hands the batch to the encoders.
+    fn send_batch(&mut self) -> Result<(), Error> {
+        let events = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        let first = self.next_row;
+        self.next_row += events.len() as u64;
+        let number = self.next_job;
+        self.send(Job::Events {
+            number,
+            first,
+            events,
+        })
     }
 
     /// Has every event pushed so far written, and a checkpoint after them.
     fn checkpoint(&mut self) -> Result<(), Error> {
         if !self.batch.is_empty() {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            self.send(ToWriter::Events(batch))?;
+            self.send_batch()?;
         }
-        self.send(ToWriter::Checkpoint)
+        let number = self.next_job;
+        self.send(Job::Checkpoint { number })
     }
 
-    fn send(&mut self, message: ToWriter) -> Result<(), Error> {
-        match &self.sender {
-            // The writer only hangs up after an error, which `finish` returns.
-            Some(sender) if sender.send(message).is_err() => self.finish(),
+    fn send(&mut self, job: Job) -> Result<(), Error> {
+        self.next_job += 1;
+        let started = std::time::Instant::now();
+        let sent = self.sender.as_ref().map(|sender| sender.send(job));
+        self.waited += started.elapsed();
+        match sent {
+            // The threads only hang up after an error, which `finish` returns.
+            Some(Err(_)) => self.finish(),
             _ => Ok(()),
         }
     }
 
-    /// Writes what is left and waits for the writer.
+    /// Writes what is left and waits for the threads.
     fn finish(&mut self) -> Result<(), Error> {
-        if !self.batch.is_empty()
-            && let Some(sender) = &self.sender
-        {
-            let _ = sender.send(ToWriter::Events(std::mem::take(&mut self.batch)));
+        if !self.batch.is_empty() && self.sender.is_some() {
+            let events = std::mem::take(&mut self.batch);
+            let (number, first) = (self.next_job, self.next_row);
+            self.next_job += 1;
+            if let Some(sender) = &self.sender {
+                let _ = sender.send(Job::Events {
+                    number,
+                    first,
+                    events,
+                });
+            }
         }
         self.sender = None;
-        match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| {
+        let started = std::time::Instant::now();
+        let mut encoders_ended = true;
+        for encoder in self.encoders.drain(..) {
+            match encoder.join() {
+                Ok(totals) => self.totals.merge(totals),
+                Err(_) => encoders_ended = false,
+            }
+        }
+        let joined = self.thread.take().map(|thread| thread.join());
+        self.waited += started.elapsed();
+        match joined {
+            Some(joined) => joined.ok().filter(|_| encoders_ended).unwrap_or_else(|| {
                 Err(Error::Write {
                     path: self.path.clone(),
                     source: "the allocation table writer panicked".into(),
                 })
             }),
             None => Ok(()),
+        }
+    }
+}
+
+/// A conversion dropped before it finished (an error on the way) leaves no thread writing
+/// behind it into a file about to be removed.
+impl Drop for BackgroundWriter {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.abandon();
         }
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 mod alloc_log;
 mod convert;
 
-pub use alloc_log::{LiveLog, any_log_stopped, log_bytes_taken, log_name};
+pub use alloc_log::{LiveLog, any_log_stopped, any_spool_log_stopped, log_bytes_taken, log_name};
 pub use convert::{
     Conversion, Converted, FullLogs, STACK_FRAMES_CAP, convert_spooled, image_starts, note_refused,
     refused_note,

@@ -52,7 +52,7 @@ pub use reader::{
     ColumnChunk, Completeness, RowGroups, column_chunks, completeness, read_origin, table_rows,
 };
 pub use stacks::{StackWriter, read_stacks};
-pub use writer::TableWriter;
+pub use writer::{EncodedGroup, TableWriter};
 
 /// The table layout written, in every footer under [`keys::FORMAT`](crate::keys::FORMAT).
 /// Files without the key are of layout 1: no `recording` column, `pid` only in the faults

@@ -8,12 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parquet::basic::{Compression, Encoding};
+use parquet::column::writer::{ColumnCloseResult, get_column_writer, get_typed_column_writer_mut};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
 use parquet::file::metadata::{
     FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData,
 };
 use parquet::file::properties::WriterProperties;
-use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
+use parquet::file::writer::{
+    SerializedFileWriter, SerializedPageWriter, SerializedRowGroupWriter, TrackedWrite,
+};
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
@@ -85,6 +88,44 @@ impl<R: TableRow> TableWriter<R> {
         Ok(())
     }
 
+    /// An encoder of this table's row groups for another thread.
+    pub fn group_encoder(&self) -> GroupEncoder<R> {
+        GroupEncoder {
+            schema: self.table.schema.clone(),
+            props: self.table.props.clone(),
+            origin: self.origin.clone(),
+            scratch: Scratch::default(),
+            path: self.table.path.clone(),
+            rows: std::marker::PhantomData,
+        }
+    }
+
+    /// Appends a row group encoded by [`group_encoder`](Self::group_encoder), after the rows
+    /// pushed so far (written first, as a row group of their own).
+    pub fn push_encoded(&mut self, group: EncodedGroup) -> Result<(), Error> {
+        self.flush()?;
+        let rows = group.rows;
+        self.table.encoded_group(group)?;
+        self.rows += rows;
+        Ok(())
+    }
+
+    /// Appends `rows` as [`push`](Self::push) does one by one; a whole row group, given
+    /// when none is buffered, is written without copying it.
+    pub fn push_all(&mut self, rows: Vec<R>) -> Result<(), Error> {
+        if self.batch.is_empty() && rows.len() == R::ROW_GROUP {
+            let (origin, first) = (&self.origin, self.rows);
+            self.table
+                .row_group(|c| R::write_columns(c, origin, first, &rows))?;
+            self.rows += rows.len() as u64;
+            return Ok(());
+        }
+        for row in rows {
+            self.push(row)?;
+        }
+        Ok(())
+    }
+
     /// Writes every row pushed so far and a checkpoint: they stay readable should the writer
     /// never finish.
     pub fn checkpoint(&mut self) -> Result<(), Error> {
@@ -131,6 +172,7 @@ pub(crate) struct CheckpointedFile {
     path: PathBuf,
     inner: SerializedFileWriter<Sink>,
     schema: Arc<SchemaDescriptor>,
+    props: Arc<WriterProperties>,
     /// The footer's key-value pairs, for the checkpoints.
     footer: Vec<KeyValue>,
     /// Keys set after the file was created ([`CheckpointedFile::set_footer_value`]): the final
@@ -142,6 +184,7 @@ pub(crate) struct CheckpointedFile {
     checkpointed_groups: usize,
     /// Where the last checkpoint ends (0: none yet).
     last_checkpoint: u64,
+    scratch: Scratch,
 }
 
 /// The file, keeping a copy of the bytes written since the last row group so that the column
@@ -193,6 +236,11 @@ impl CheckpointedFile {
         let mut props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_key_value_metadata(Some(footer.clone()));
+        // One value in every row: its statistics would only repeat it, at a comparison a row.
+        props = props.set_column_statistics_enabled(
+            ColumnPath::from("recording"),
+            parquet::file::properties::EnabledStatistics::None,
+        );
         for column in delta_columns {
             let column = ColumnPath::from(*column);
             props = props
@@ -206,17 +254,20 @@ impl CheckpointedFile {
             pending_from: 0,
         };
         let descriptor = Arc::new(SchemaDescriptor::new(schema.clone()));
-        let inner = SerializedFileWriter::new(sink, schema, Arc::new(props.build()))
-            .map_err(Error::parquet(path))?;
+        let props = Arc::new(props.build());
+        let inner =
+            SerializedFileWriter::new(sink, schema, props.clone()).map_err(Error::parquet(path))?;
         let mut table = CheckpointedFile {
             path: path.to_owned(),
             inner,
             schema: descriptor,
+            props,
             footer,
             late_keys: Vec::new(),
             crcs: Vec::new(),
             checkpointed_groups: 0,
             last_checkpoint: 0,
+            scratch: Scratch::default(),
         };
         // A first checkpoint at once: a file that exists is readable, if empty, and carries
         // its metadata (the faults file's session) whatever happens next.
@@ -229,14 +280,45 @@ impl CheckpointedFile {
         &mut self,
         write_columns: impl FnOnce(&mut Columns<'_, '_>) -> parquet::errors::Result<()>,
     ) -> Result<(), Error> {
+        let scratch = &mut self.scratch;
+        Self::group_with(&mut self.inner, &self.path, |group| {
+            write_columns(&mut Columns {
+                target: Target::Group(group),
+                scratch,
+            })
+        })?;
+        self.checksum_last_group()
+    }
+
+    /// Appends a row group whose columns were encoded apart ([`GroupEncoder`]).
+    fn encoded_group(&mut self, group: EncodedGroup) -> Result<(), Error> {
+        Self::group_with(&mut self.inner, &self.path, |writer| {
+            for (bytes, close) in group.columns {
+                writer.append_column(&bytes, close)?;
+            }
+            Ok(())
+        })?;
+        self.checksum_last_group()
+    }
+
+    /// Writes a row group whose columns `fill` gives.
+    fn group_with(
+        inner: &mut SerializedFileWriter<Sink>,
+        path: &Path,
+        fill: impl FnOnce(&mut SerializedRowGroupWriter<'_, Sink>) -> parquet::errors::Result<()>,
+    ) -> Result<(), Error> {
         let result = (|| {
-            let mut group = self.inner.next_row_group()?;
-            write_columns(&mut Columns(&mut group))?;
+            let mut group = inner.next_row_group()?;
+            fill(&mut group)?;
             group.close()?;
-            self.inner.flush()?;
+            inner.flush()?;
             Ok(())
         })();
-        result.map_err(Error::parquet(&self.path))?;
+        result.map_err(Error::parquet(path))
+    }
+
+    /// Keeps the checksums of the columns of the row group just written.
+    fn checksum_last_group(&mut self) -> Result<(), Error> {
         let Some(group) = self.inner.flushed_row_groups().last() else {
             return Ok(());
         };
@@ -342,7 +424,108 @@ impl CheckpointedFile {
 }
 
 /// Gives the columns of one row group in order.
-pub struct Columns<'g, 'f>(&'g mut SerializedRowGroupWriter<'f, Sink>);
+pub struct Columns<'g, 'f> {
+    target: Target<'g, 'f>,
+    scratch: &'g mut Scratch,
+}
+
+/// Where [`Columns`] go.
+enum Target<'g, 'f> {
+    /// The row group being written.
+    Group(&'g mut SerializedRowGroupWriter<'f, Sink>),
+    /// Buffers of their own, appended to the file later (another thread encodes them).
+    Apart {
+        schema: &'g SchemaDescriptor,
+        props: &'g Arc<WriterProperties>,
+        columns: &'g mut Vec<(bytes::Bytes, ColumnCloseResult)>,
+    },
+}
+
+/// A row group's columns encoded apart from the file ([`GroupEncoder`]), to be appended in
+/// order ([`TableWriter::push_encoded`]).
+pub struct EncodedGroup {
+    rows: u64,
+    columns: Vec<(bytes::Bytes, ColumnCloseResult)>,
+}
+
+/// Encodes row groups of a table on any thread: several encode at once, the table's writer
+/// appends their bytes in order.
+pub struct GroupEncoder<R> {
+    schema: Arc<SchemaDescriptor>,
+    props: Arc<WriterProperties>,
+    origin: Origin,
+    scratch: Scratch,
+    path: PathBuf,
+    rows: std::marker::PhantomData<fn(R)>,
+}
+
+impl<R: TableRow> GroupEncoder<R> {
+    /// Encodes `rows` as a row group whose first row is the file's `first`.
+    pub fn encode(&mut self, first: u64, rows: &[R]) -> Result<EncodedGroup, Error> {
+        let mut columns = Vec::with_capacity(self.schema.num_columns());
+        let mut c = Columns {
+            target: Target::Apart {
+                schema: &self.schema,
+                props: &self.props,
+                columns: &mut columns,
+            },
+            scratch: &mut self.scratch,
+        };
+        R::write_columns(&mut c, &self.origin, first, rows).map_err(Error::parquet(&self.path))?;
+        Ok(EncodedGroup {
+            rows: rows.len() as u64,
+            columns,
+        })
+    }
+}
+
+/// Buffers a table's row groups fill again and again: a fresh one per column and row group
+/// cost as much as encoding it (allocation, page faults, a reference count per row of the
+/// recording column).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    i64s: Vec<i64>,
+    i32s: Vec<i32>,
+    /// The `recording` column's values, all `recording_of`, as many as the largest row group.
+    recording: Vec<ByteArray>,
+    recording_of: String,
+}
+
+/// Writes the next column of `target`.
+fn write_column<T: DataType>(
+    target: &mut Target<'_, '_>,
+    values: &[T::T],
+    def: Option<&[i16]>,
+    rep: Option<&[i16]>,
+) -> parquet::errors::Result<()> {
+    let more = || parquet::errors::ParquetError::General("more columns than the schema".into());
+    match target {
+        Target::Group(group) => {
+            let mut column = group.next_column()?.ok_or_else(more)?;
+            column.typed::<T>().write_batch(values, def, rep)?;
+            column.close()
+        }
+        Target::Apart {
+            schema,
+            props,
+            columns,
+        } => {
+            if columns.len() >= schema.num_columns() {
+                return Err(more());
+            }
+            let descr = schema.column(columns.len());
+            let mut buffer = TrackedWrite::new(Vec::new());
+            let close = {
+                let pages = SerializedPageWriter::new(&mut buffer);
+                let mut writer = get_column_writer(descr, Arc::clone(props), Box::new(pages));
+                get_typed_column_writer_mut::<T>(&mut writer).write_batch(values, def, rep)?;
+                writer.close()?
+            };
+            columns.push((bytes::Bytes::from(buffer.into_inner()?), close));
+            Ok(())
+        }
+    }
+}
 
 impl Columns<'_, '_> {
     pub(crate) fn write<T: DataType>(
@@ -351,21 +534,21 @@ impl Columns<'_, '_> {
         def: Option<&[i16]>,
         rep: Option<&[i16]>,
     ) -> parquet::errors::Result<()> {
-        let mut column = self.0.next_column()?.ok_or_else(|| {
-            parquet::errors::ParquetError::General("more columns than the schema".into())
-        })?;
-        column.typed::<T>().write_batch(values, def, rep)?;
-        column.close()
+        write_column::<T>(&mut self.target, values, def, rep)
     }
 
     pub(crate) fn i64(&mut self, values: impl Iterator<Item = u64>) -> parquet::errors::Result<()> {
-        let values: Vec<i64> = values.map(|v| v as i64).collect();
-        self.write::<Int64Type>(&values, None, None)
+        let buffer = &mut self.scratch.i64s;
+        buffer.clear();
+        buffer.extend(values.map(|v| v as i64));
+        write_column::<Int64Type>(&mut self.target, buffer, None, None)
     }
 
     pub(crate) fn i32(&mut self, values: impl Iterator<Item = u32>) -> parquet::errors::Result<()> {
-        let values: Vec<i32> = values.map(|v| v as i32).collect();
-        self.write::<Int32Type>(&values, None, None)
+        let buffer = &mut self.scratch.i32s;
+        buffer.clear();
+        buffer.extend(values.map(|v| v as i32));
+        write_column::<Int32Type>(&mut self.target, buffer, None, None)
     }
 
     pub(crate) fn bools(
@@ -390,13 +573,19 @@ impl Columns<'_, '_> {
         self.i32(std::iter::repeat_n(origin.pid, rows))
     }
 
-    /// The `recording` column alone: one shared buffer, not a copy per row.
+    /// The `recording` column alone: one shared buffer, not a copy per row, and the same
+    /// values from one row group to the next.
     pub(crate) fn recording(
         &mut self,
         origin: &Origin,
         rows: usize,
     ) -> parquet::errors::Result<()> {
-        let value = ByteArray::from(origin.recording.as_bytes().to_vec());
-        self.write::<ByteArrayType>(&vec![value; rows], None, None)
+        let scratch = &mut *self.scratch;
+        if scratch.recording.len() < rows || scratch.recording_of != origin.recording {
+            let value = ByteArray::from(origin.recording.as_bytes().to_vec());
+            scratch.recording = vec![value; rows];
+            scratch.recording_of.clone_from(&origin.recording);
+        }
+        write_column::<ByteArrayType>(&mut self.target, &scratch.recording[..rows], None, None)
     }
 }

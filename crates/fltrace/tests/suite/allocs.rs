@@ -863,6 +863,117 @@ fn full_file_system_stops_allocation_tracing_for_good() {
     assert!(!err.contains("damaged"), "{err}");
 }
 
+/// The log of a large process fills a 96 MiB file system while the drain converts it (issue
+/// 28): the drain gives up once less than its 32 MiB reserve is left, its table leaves the
+/// spool while the program runs and the log grows on into the room it had taken, then the log
+/// stops; every call kept is in the tables, as many as the summary says.
+#[test]
+fn drain_gives_up_its_room_to_a_log_filling_its_file_system() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fs = SmallFs::mount("96m");
+    let dir = Dir::new();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    // Watches the spool: the drain's table seen, then gone while the log still grew.
+    let watch = {
+        let (done, out) = (done.clone(), fs.0.path().to_owned());
+        std::thread::spawn(move || {
+            let (mut table_seen, mut log_when_gone, mut log_after) = (false, None, 0u64);
+            while !done.load(Ordering::Acquire) {
+                let spools = std::fs::read_dir(&out).into_iter().flatten().flatten();
+                for spool in spools.filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(".fltrace-allocs-")
+                }) {
+                    let names: Vec<String> = std::fs::read_dir(spool.path())
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect();
+                    let table = names.iter().find_map(|n| {
+                        n.strip_prefix("allocs-")?
+                            .strip_suffix(".parquet")?
+                            .parse::<u32>()
+                            .ok()
+                    });
+                    let largest_log = names
+                        .iter()
+                        .filter(|n| n.starts_with("log-") && n.as_str() != "log-clock")
+                        .map(|n| log_bytes_taken(&spool.path().join(n)))
+                        .max()
+                        .unwrap_or(0);
+                    match (table, log_when_gone) {
+                        (Some(_), None) => table_seen = true,
+                        (None, None) if table_seen && largest_log > 0 => {
+                            log_when_gone = Some(largest_log);
+                        }
+                        _ => {}
+                    }
+                    log_after = log_after.max(largest_log);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            (table_seen, log_when_gone, log_after)
+        })
+    };
+    let out = output_within(
+        dir.fltrace()
+            .args(["record", "-v", "--allocs", "-o"])
+            .arg(fs.0.path())
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "{} malloc4m 40000000 && exit 3",
+                workloads().allocs.display()
+            )),
+        LIMIT,
+    );
+    done.store(true, Ordering::Release);
+    let (table_seen, log_when_gone, log_after) = watch.join().expect("watcher");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let left_mib: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fltrace: info: the allocation logs convert after the program ends: ")?
+                .strip_suffix(" MiB left on the file system, which the logs need more")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("the drain did not give up: {err}"));
+    assert!(left_mib < 32, "{left_mib}");
+    assert!(table_seen, "no drain table in the spool: {err}");
+    let log_when_gone = log_when_gone.expect("the drain's table never left the spool");
+    // The log took more than it had when the table went: the room was the log's again.
+    assert!(log_after > log_when_gone, "{log_after} {log_when_gone}");
+    let kept_said: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fltrace: warning: an allocation log could not grow")?
+                .split_once("; ")?
+                .1
+                .split_once(" calls kept, later ones not recorded")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("nothing said of the stop: {err}"));
+    let (logged, kept) = logged_and_kept_in(fs.0.path(), &err);
+    assert_eq!((kept_said, logged), (kept, kept), "{err}");
+    assert!(!err.contains("damaged"), "{err}");
+}
+
+/// Bytes taken in the allocation log at `path` (the header's next-chunk offset), 0 without one.
+fn log_bytes_taken(path: &Path) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut header = [0u8; 24];
+    std::fs::File::open(path)
+        .and_then(|file| file.read_exact_at(&mut header, 0))
+        .map_or(0, |()| {
+            u64::from_ne_bytes(header[16..24].try_into().expect("8 bytes"))
+        })
+}
+
 /// `-p` of a running redis: the uprobes go on the allocator it links (jemalloc), not on the
 /// C library's it never calls (which recorded "0 allocation calls"), and the summary says
 /// where they went.
