@@ -728,12 +728,7 @@ fn jemalloc_program_runs_traced() {
 fn redis_under_benchmark_keeps_every_call() {
     use std::process::{Command, Stdio};
     let dir = Dir::new();
-    // A free loopback port: taken from the kernel, then let go for redis.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-        .to_string();
+    let port = free_port();
     let server = dir
         .fltrace()
         .args(["record", "--allocs", "--", "redis-server", "--port", &port])
@@ -763,7 +758,7 @@ fn redis_under_benchmark_keeps_every_call() {
         .expect("redis-benchmark runs");
     // Shut down whatever happened, so that the recorder ends.
     cli(&["shutdown", "nosave"]);
-    let out = output_within_child(server, LIMIT);
+    let out = wait_within(server, LIMIT);
     assert!(bench.status.success(), "{bench:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -776,21 +771,6 @@ fn redis_under_benchmark_keeps_every_call() {
         .find(|r| r["function"] == "zmalloc")
         .unwrap_or_else(|| panic!("no zmalloc site in {rows:#?}"));
     assert!(numbers(zmalloc, &["allocs"])[0] >= 4000, "{zmalloc:?}");
-}
-
-/// Waits for a spawned child with piped stderr, killing it past `limit`.
-fn output_within_child(mut child: std::process::Child, limit: std::time::Duration) -> Output {
-    let started = std::time::Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            panic!("fltrace did not end within {limit:?}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
 }
 
 /// A small tmpfs the test mounts, unmounted whatever happens.
@@ -981,11 +961,7 @@ fn log_bytes_taken(path: &Path) -> u64 {
 fn attached_jemalloc_program_is_probed_in_jemalloc() {
     use std::process::{Command, Stdio};
     let dir = Dir::new();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-        .to_string();
+    let port = free_port();
     let mut server = Command::new("redis-server")
         .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
         .args(["--appendonly", "no"])
@@ -1021,7 +997,7 @@ fn attached_jemalloc_program_is_probed_in_jemalloc() {
         .expect("redis-benchmark runs");
     cli(&["shutdown", "nosave"]);
     let _ = server.wait();
-    let out = output_within_child(recorder, LIMIT);
+    let out = wait_within(recorder, LIMIT);
     assert!(bench.status.success(), "{bench:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
