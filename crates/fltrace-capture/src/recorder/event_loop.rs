@@ -253,12 +253,13 @@ fn drain_in_time_order(
         }
         next_index[i] += 1;
         handled += 1;
-    }
-    for (i, ring) in rings.iter_mut().enumerate() {
-        let consumed = positions[i]
+        // Each record's room goes back to the kernel as soon as it is handled: a round of a
+        // full ring takes long (every fault is unwound), and the kernel drops what finds no
+        // room meanwhile.
+        let handled_to = positions[i]
             .get(next_index[i])
             .map_or(ends[i], |&(_, pos)| pos);
-        ring.faults.consume(consumed);
+        rings[i].faults.consume(handled_to);
     }
     (handled, newest)
 }
