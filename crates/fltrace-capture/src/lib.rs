@@ -56,7 +56,7 @@ pub use code_cache::CacheSummary;
 pub use error::Error;
 pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
-pub use os::monotonic_now_ns;
+pub use os::{Reaped, monotonic_now_ns, reap};
 pub use recorder::attach_tasks;
 pub use recorder::{
     AllocTracing, DEFAULT_STACK_BYTES, Ending, Options, Progress, RECORDING_FAILED, Summary,

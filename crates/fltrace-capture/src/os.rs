@@ -82,17 +82,21 @@ pub(super) fn pidfd_open(pid: i32) -> Option<OwnedFd> {
 
 /// How a child fltrace started ended, once reaped.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Reaped {
+pub struct Reaped {
     /// Its exit code, or the signal that killed it.
     pub status: ExitStatus,
     /// Its peak resident memory, bytes.
     pub peak_rss: u64,
+    /// The CPU time it and its reaped children spent in user mode.
+    pub user_cpu: Duration,
+    /// The CPU time it and its reaped children spent in the kernel.
+    pub system_cpu: Duration,
 }
 
 /// Reaps child `pid`: waits for its end (`block`), or only looks whether it ended (`None`
-/// when not yet). Every wait on a child of capture is this one, interruptions (EINTR)
-/// retried here.
-pub(crate) fn reap(pid: i32, block: bool) -> io::Result<Option<Reaped>> {
+/// when not yet). Every wait on a child of capture (and of the experiment's runs) is this one,
+/// interruptions (EINTR) retried here.
+pub fn reap(pid: i32, block: bool) -> io::Result<Option<Reaped>> {
     let flags = if block { 0 } else { libc::WNOHANG };
     loop {
         let mut status = 0;
@@ -102,9 +106,15 @@ pub(crate) fn reap(pid: i32, block: bool) -> io::Result<Option<Reaped>> {
         // SAFETY: waiting for our own child with valid out-pointers.
         let ret = unsafe { libc::wait4(pid, &mut status, flags, &mut usage) };
         if ret == pid {
+            let time = |t: libc::timeval| {
+                Duration::from_secs(t.tv_sec.max(0) as u64)
+                    + Duration::from_micros(t.tv_usec.max(0) as u64)
+            };
             return Ok(Some(Reaped {
                 status: ExitStatus::from_raw(status),
-                peak_rss: usage.ru_maxrss as u64 * 1024,
+                peak_rss: usage.ru_maxrss.max(0) as u64 * 1024,
+                user_cpu: time(usage.ru_utime),
+                system_cpu: time(usage.ru_stime),
             }));
         }
         if ret == 0 {

@@ -4,7 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -756,12 +756,13 @@ fn execute(
             return Ok(record);
         }
     };
-    let (status, usage) = wait4(child.id() as libc::pid_t).map_err(Error::io(run_dir))?;
+    let reaped = fltrace_capture::reap(child.id() as i32, true)
+        .and_then(|reaped| reaped.ok_or_else(|| std::io::Error::other("not reaped")))
+        .map_err(Error::io(run_dir))?;
     record.wall_s = started.elapsed().as_secs_f64();
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    record.user_s = seconds(usage.ru_utime);
-    record.sys_s = seconds(usage.ru_stime);
-    record.max_rss_kb = usage.ru_maxrss.max(0) as u64;
+    record.user_s = reaped.user_cpu.as_secs_f64();
+    record.sys_s = reaped.system_cpu.as_secs_f64();
+    record.max_rss_kb = reaped.peak_rss / 1024;
     if let Some(backing) = &backing {
         let (files, bytes) = backing_sizes(backing).map_err(Error::io(backing))?;
         record.backing_files = Some(files);
@@ -770,11 +771,8 @@ fn execute(
             std::fs::remove_dir_all(backing).map_err(Error::io(backing))?;
         }
     }
-    if libc::WIFEXITED(status) {
-        record.exit_code = Some(libc::WEXITSTATUS(status));
-    } else if libc::WIFSIGNALED(status) {
-        record.signal = Some(libc::WTERMSIG(status));
-    }
+    record.exit_code = reaped.status.code();
+    record.signal = reaped.status.signal();
     Ok(record)
 }
 
@@ -813,24 +811,6 @@ pub fn backing_sizes(dir: &Path) -> std::io::Result<(u64, u64)> {
         }
     }
     Ok((files, bytes))
-}
-
-/// Waits for `pid` and returns its status and resource usage (with its waited-for children).
-fn wait4(pid: libc::pid_t) -> std::io::Result<(libc::c_int, libc::rusage)> {
-    loop {
-        let mut status = 0;
-        // SAFETY: rusage is plain data for the kernel to fill.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: valid out-pointers; pid is our own child.
-        let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if rc == pid {
-            return Ok((status, usage));
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
 }
 
 fn unix_ns() -> u64 {
