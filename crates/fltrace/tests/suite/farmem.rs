@@ -894,88 +894,13 @@ fn redis_at_half_its_peak_holds_the_limit_and_saves_in_the_background() {
 /// and pgbench's transactions all succeed; the server shuts down cleanly.
 #[test]
 fn postgres_under_far_memory_serves_pgbench_with_every_child_emulated() {
-    use std::process::{Command, Stdio};
     let _sysctl = UnprivilegedUserfaultfd::set("1");
-    let bin = Path::new("/usr/lib/postgresql/15/bin");
     let dir = Dir::new();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .expect("chmod");
-    let data = dir.path().join("data");
-    let socket = dir.path().to_str().expect("utf-8 path");
-    let as_postgres = |program: &str| {
-        let mut cmd = Command::new("runuser");
-        cmd.args(["-u", "postgres", "--"]).arg(bin.join(program));
-        cmd
-    };
-    let initdb = output_within(
-        as_postgres("initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "trust"]),
-        std::time::Duration::from_secs(120),
-    );
-    assert!(initdb.status.success(), "{initdb:?}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-        .to_string();
-    let server = dir
-        .fltrace()
-        .args([
-            "record", "-q", "-L=32", "-M=1024", "--user", "postgres", "--",
-        ])
-        .arg(bin.join("postgres"))
-        .arg("-D")
-        .arg(&data)
-        .args(["-p", &port, "-k", socket, "-c", "listen_addresses="])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fltrace runs");
-    let started = std::time::Instant::now();
-    while !output_within(
-        as_postgres("pg_isready").args(["-h", socket, "-p", &port]),
-        std::time::Duration::from_secs(30),
-    )
-    .status
-    .success()
-    {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "postgres did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let pgbench = |args: &[&str]| {
-        output_within(
-            as_postgres("pgbench")
-                .args(["-h", socket, "-p", &port])
-                .args(args)
-                .arg("postgres"),
-            std::time::Duration::from_secs(120),
-        )
-    };
-    // The postmaster's pid, from its lock file while it runs.
-    let postmaster: u32 = std::fs::read_to_string(data.join("postmaster.pid"))
-        .expect("postmaster.pid")
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("a pid");
-    let init = pgbench(&["-i", "-s", "1"]);
-    let run = pgbench(&["-c", "2", "-T", "2"]);
-    let stop = output_within(
-        as_postgres("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .args(["stop", "-m", "fast"]),
-        std::time::Duration::from_secs(60),
-    );
-    let out = wait_within(server, std::time::Duration::from_secs(120));
+    let server = Postgres::start(&dir, &["-q", "-L=32", "-M=1024"]);
+    let postmaster = server.postmaster();
+    let init = server.pgbench(&["-i", "-s", "1"]);
+    let run = server.pgbench(&["-c", "2", "-T", "2"]);
+    let out = server.stop();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(init.status.success(), "{init:?}\n{err}");
     let run_out = String::from_utf8_lossy(&run.stdout);
@@ -984,7 +909,6 @@ fn postgres_under_far_memory_serves_pgbench_with_every_child_emulated() {
         run_out.contains("number of failed transactions: 0 (0.000%)"),
         "{run_out}"
     );
-    assert!(stop.status.success(), "{stop:?}");
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("without a local limit"), "{err}");
     // No child forked twice from a signal handler run on the runtime's thread as well.

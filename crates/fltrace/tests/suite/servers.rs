@@ -2,7 +2,6 @@
 //! their fault stacks reach a thread entry, and every one that does not is counted truncated
 //! (issue 30).
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -131,77 +130,14 @@ fn redis_under_benchmark_has_complete_stacks_by_default() {
 /// transactions, recorded with the default flags: the figures hold over all its processes.
 #[test]
 fn postgres_under_pgbench_has_complete_stacks_by_default() {
-    let bin = Path::new("/usr/lib/postgresql/15/bin");
     let dir = Dir::new();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .expect("chmod");
-    let data = dir.path().join("data");
-    let socket = dir.path().to_str().expect("utf-8 path");
-    let as_postgres = |program: &str| {
-        let mut cmd = Command::new("runuser");
-        cmd.args(["-u", "postgres", "--"]).arg(bin.join(program));
-        cmd
-    };
-    let initdb = output_within(
-        as_postgres("initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "trust"]),
-        Duration::from_secs(120),
-    );
-    assert!(initdb.status.success(), "{initdb:?}");
-    let port = free_port();
-    let server = dir
-        .fltrace()
-        .args(["record", "--user", "postgres", "--"])
-        .arg(bin.join("postgres"))
-        .arg("-D")
-        .arg(&data)
-        .args(["-p", &port, "-k", socket, "-c", "listen_addresses="])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fltrace runs");
-    let started = std::time::Instant::now();
-    while !output_within(
-        as_postgres("pg_isready").args(["-h", socket, "-p", &port]),
-        Duration::from_secs(30),
-    )
-    .status
-    .success()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "postgres did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let pgbench = |args: &[&str]| {
-        output_within(
-            as_postgres("pgbench")
-                .args(["-h", socket, "-p", &port])
-                .args(args)
-                .arg("postgres"),
-            Duration::from_secs(120),
-        )
-    };
-    let init = pgbench(&["-q", "-i", "-s", "2"]);
-    let run = pgbench(&["-c", "4", "-t", "150"]);
-    let stop = output_within(
-        as_postgres("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .args(["stop", "-m", "fast"]),
-        Duration::from_secs(60),
-    );
-    let out = wait_within(server, Duration::from_secs(120));
+    let server = Postgres::start(&dir, &[]);
+    let init = server.pgbench(&["-q", "-i", "-s", "2"]);
+    let run = server.pgbench(&["-c", "4", "-t", "150"]);
+    let out = server.stop();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(init.status.success(), "{init:?}\n{stderr}");
     assert!(run.status.success(), "{run:?}\n{stderr}");
-    assert!(stop.status.success(), "{stop:?}");
     assert!(out.status.success(), "{stderr}");
     assert!(dir.pids("faults", "parquet").len() >= 5, "{stderr}");
     assert_complete(&dir, &stderr, "postgres");

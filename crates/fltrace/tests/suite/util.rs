@@ -430,3 +430,121 @@ pub fn wait_within(mut child: std::process::Child, limit: std::time::Duration) -
     }
     child.wait_with_output().expect("output")
 }
+
+/// Debian's PostgreSQL 15 run as user postgres in a fresh cluster under `dir`, its postmaster
+/// recorded by `fltrace record FLAGS --user postgres --`, on a free port and a socket in `dir`.
+pub struct Postgres {
+    pub data: PathBuf,
+    socket: String,
+    port: String,
+    /// The recorder, its stderr piped.
+    recorder: std::process::Child,
+}
+
+impl Postgres {
+    const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+    /// Makes the cluster, starts the recorded server and waits until it answers.
+    pub fn start(dir: &Dir, flags: &[&str]) -> Postgres {
+        use std::time::Duration;
+        // The server, running as postgres, writes its cluster and socket here.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .expect("chmod");
+        let data = dir.path().join("data");
+        let socket = dir.path().to_str().expect("utf-8 path").to_string();
+        let initdb = output_within(
+            Self::as_postgres("initdb")
+                .arg("-D")
+                .arg(&data)
+                .args(["-A", "trust"]),
+            Duration::from_secs(120),
+        );
+        assert!(initdb.status.success(), "{initdb:?}");
+        let port = free_port();
+        let recorder = dir
+            .fltrace()
+            .arg("record")
+            .args(flags)
+            .args(["--user", "postgres", "--"])
+            .arg(Path::new(Self::BIN).join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port, "-k", &socket, "-c", "listen_addresses="])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("fltrace runs");
+        let server = Postgres {
+            data,
+            socket,
+            port,
+            recorder,
+        };
+        let started = std::time::Instant::now();
+        while !server.client("pg_isready", &[]).status.success() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "postgres did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    /// `program` of PostgreSQL's, run as user postgres.
+    fn as_postgres(program: &str) -> Command {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"])
+            .arg(Path::new(Self::BIN).join(program));
+        cmd
+    }
+
+    /// A client program (`pg_isready`, `pgbench`) against this server, ended within 2 minutes.
+    fn client(&self, program: &str, args: &[&str]) -> Output {
+        output_within(
+            Self::as_postgres(program)
+                .args(["-h", &self.socket, "-p", &self.port])
+                .args(args),
+            std::time::Duration::from_secs(120),
+        )
+    }
+
+    /// `pgbench ARGS postgres` against this server.
+    pub fn pgbench(&self, args: &[&str]) -> Output {
+        let mut args = args.to_vec();
+        args.push("postgres");
+        self.client("pgbench", &args)
+    }
+
+    /// The postmaster's pid, from its lock file while it runs.
+    pub fn postmaster(&self) -> u32 {
+        std::fs::read_to_string(self.data.join("postmaster.pid"))
+            .expect("postmaster.pid")
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("a pid")
+    }
+
+    /// Stops the server (`pg_ctl stop -m fast`, which must succeed) and returns the
+    /// recorder's output once it ended.
+    pub fn stop(self) -> Output {
+        let stop = output_within(
+            Self::as_postgres("pg_ctl")
+                .arg("-D")
+                .arg(&self.data)
+                .args(["stop", "-m", "fast"]),
+            std::time::Duration::from_secs(60),
+        );
+        let out = wait_within(self.recorder, std::time::Duration::from_secs(120));
+        assert!(
+            stop.status.success(),
+            "{stop:?}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
