@@ -9,9 +9,22 @@
 
 use std::io::{self, Write as _};
 
-use fltrace_trace::{Mapping, parse_procmaps_line};
+use fltrace_trace::{Mapping, VirtAddr, parse_procmaps_line};
 
-use crate::wss::MappingRefs;
+/// How much of one mapping was referenced in an interval (its smaps entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingRefs {
+    /// First address.
+    pub start: VirtAddr,
+    /// One past the last address.
+    pub end: VirtAddr,
+    /// Bytes referenced during the interval.
+    pub referenced: u64,
+    /// Bytes resident at the end of the interval.
+    pub rss: u64,
+    /// The mapping's file or pseudo-name.
+    pub path: String,
+}
 
 /// `/proc/PID/FILE` as text.
 fn read(pid: impl std::fmt::Display, file: &str) -> io::Result<String> {

@@ -10,21 +10,7 @@ use fltrace_trace::{RangeSample, RangeTraceKind, RangeTraceWriter, VirtAddr, Wss
 
 use crate::Error;
 use crate::pages::{PAGE_SIZE, page_runs, process_running};
-
-/// How much of one mapping was referenced in an interval.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MappingRefs {
-    /// First address.
-    pub start: VirtAddr,
-    /// One past the last address.
-    pub end: VirtAddr,
-    /// Bytes referenced during the interval.
-    pub referenced: u64,
-    /// Bytes resident at the end of the interval.
-    pub rss: u64,
-    /// The mapping's file or pseudo-name.
-    pub path: String,
-}
+pub use crate::procfs::MappingRefs;
 
 /// One interval's reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
