@@ -16,7 +16,11 @@ fn record_churn(churn: &Path, cycles: u64) -> u64 {
     let dir = Dir::new();
     let out = dir
         .fltrace()
-        .args(["record", "--"])
+        // The ring of 8 KiB copies it had when it was written (32K faults a CPU): at the 16 KiB
+        // default a ring holds half as many, and two of three full-suite runs, where servers
+        // and compilers run beside it, lost faults (counted, and said with "try a larger
+        // --buffer-mb"). What this test checks is the recorder on mapping churn.
+        .args(["record", "--buffer-mb", "512", "--"])
         .arg(churn)
         .arg(cycles.to_string())
         .output()
