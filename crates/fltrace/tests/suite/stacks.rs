@@ -563,6 +563,25 @@ fn pool_allocator_is_not_the_call_site() {
     );
 }
 
+/// Records `program ARGS` with the default flags; checks that it succeeded and that the
+/// summary's truncated figure equals the faults whose stack the data says is truncated.
+/// Returns the recording, fltrace's stderr and that number.
+fn record_counting_truncated(program: &std::path::Path, args: &[&str]) -> (Dir, String, u64) {
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "--"])
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("fltrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let truncated = fault_ends(&dir).iter().filter(|(_, t)| *t).count() as u64;
+    assert_eq!(summary_truncated(&stderr), truncated, "{stderr}");
+    (dir, stderr, truncated)
+}
+
 /// Each fault of a recording's processes with whether the stacks table says its stack is
 /// truncated; a fault whose stack is not in the table counts as truncated.
 fn fault_ends(dir: &Dir) -> Vec<(u32, bool)> {
@@ -694,18 +713,7 @@ fn a_frame_without_cfi_finds_its_caller_on_the_stack() {
     const PAGES: u64 = 32;
     let built = Dir::new();
     let program = build_c_workload(built.path(), "nocfi.c");
-    let dir = Dir::new();
-    let out = dir
-        .fltrace()
-        .args(["record", "--"])
-        .arg(&program)
-        .arg(PAGES.to_string())
-        .output()
-        .expect("fltrace runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let truncated = fault_ends(&dir).iter().filter(|(_, t)| *t).count() as u64;
-    assert_eq!(summary_truncated(&stderr), truncated, "{stderr}");
+    let (dir, stderr, _) = record_counting_truncated(&program, &[PAGES.to_string().as_str()]);
 
     let folded = dir.run(&["report", "--format", "folded"]);
     let outer = [
@@ -756,18 +764,8 @@ fn a_frame_larger_than_the_copy_completes_from_another_call_in_it() {
     const PAGES: u64 = 64;
     let built = Dir::new();
     let program = build_c_workload(built.path(), "wide.c");
-    let dir = Dir::new();
-    let out = dir
-        .fltrace()
-        .args(["record", "--"])
-        .arg(&program)
-        .args([PAGES.to_string().as_str(), "300"])
-        .output()
-        .expect("fltrace runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let truncated = fault_ends(&dir).iter().filter(|(_, t)| *t).count() as u64;
-    assert_eq!(summary_truncated(&stderr), truncated, "{stderr}");
+    let (dir, stderr, _) =
+        record_counting_truncated(&program, &[PAGES.to_string().as_str(), "300"]);
 
     let folded = dir.run(&["report", "--format", "folded"]);
     let outer = [
@@ -816,18 +814,8 @@ fn faults_growing_the_stack_take_their_callers_from_the_next_stack() {
     const PAGES: u64 = 3;
     let built = Dir::new();
     let program = build_c_workload(built.path(), "growth.c");
-    let dir = Dir::new();
-    let out = dir
-        .fltrace()
-        .args(["record", "--"])
-        .arg(&program)
-        .arg(THREADS.to_string())
-        .output()
-        .expect("fltrace runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let truncated = fault_ends(&dir).iter().filter(|(_, t)| *t).count() as u64;
-    assert_eq!(summary_truncated(&stderr), truncated, "{stderr}");
+    let (dir, stderr, truncated) =
+        record_counting_truncated(&program, &[THREADS.to_string().as_str()]);
 
     let by_line = dir.report_json(&["--by", "line"]);
     let touch = site("growth.c", "growth_touch");
