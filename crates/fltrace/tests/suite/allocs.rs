@@ -669,6 +669,21 @@ fn logged_and_kept(dir: &Dir, stderr: &str) -> (u64, u64) {
     logged_and_kept_in(dir.path(), stderr)
 }
 
+/// The calls a stopped allocation log kept, as fltrace's warning says.
+fn calls_kept_said(err: &str) -> u64 {
+    err.lines()
+        .find_map(|l| {
+            l.strip_prefix("fltrace: warning: an allocation log could not grow")?
+                .split_once("; ")?
+                .1
+                .split_once(" calls kept, later ones not recorded")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("nothing said of the stop: {err}"))
+}
+
 /// [`logged_and_kept`] of a recording in `dir`.
 fn logged_and_kept_in(dir: &Path, stderr: &str) -> (u64, u64) {
     let logged = stderr
@@ -824,18 +839,7 @@ fn full_file_system_stops_allocation_tracing_for_good() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    let kept_said: u64 = err
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("fltrace: warning: an allocation log could not grow")?
-                .split_once("; ")?
-                .1
-                .split_once(" calls kept, later ones not recorded")?
-                .0
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("nothing said of the stop: {err}"));
+    let kept_said = calls_kept_said(&err);
     let (logged, kept) = logged_and_kept_in(fs.0.path(), &err);
     assert_eq!((kept_said, logged), (kept, kept), "{err}");
     // The log stopped well short of the 10 million pairs, and what it kept is whole.
@@ -926,18 +930,7 @@ fn drain_gives_up_its_room_to_a_log_filling_its_file_system() {
     let log_when_gone = log_when_gone.expect("the drain's table never left the spool");
     // The log took more than it had when the table went: the room was the log's again.
     assert!(log_after > log_when_gone, "{log_after} {log_when_gone}");
-    let kept_said: u64 = err
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("fltrace: warning: an allocation log could not grow")?
-                .split_once("; ")?
-                .1
-                .split_once(" calls kept, later ones not recorded")?
-                .0
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("nothing said of the stop: {err}"));
+    let kept_said = calls_kept_said(&err);
     let (logged, kept) = logged_and_kept_in(fs.0.path(), &err);
     assert_eq!((kept_said, logged), (kept, kept), "{err}");
     assert!(!err.contains("damaged"), "{err}");
