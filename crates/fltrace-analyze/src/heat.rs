@@ -201,10 +201,24 @@ pub fn heat_process_names(faults: &Path, pid: u32) -> String {
     }
 }
 
-/// The `count` largest blocks of `pid`'s allocations, labelled with their allocation site:
-/// the events read a row group at a time, memory following the blocks alive at once (with
-/// `whole`, every event held: the tests' oracle, [`crate::WHOLE_TABLE_ENV`]).
+/// The `count` largest blocks of `pid`'s allocations, labelled with their allocation site,
+/// those alive in `chosen`'s time window: the events read a row group at a time, memory
+/// following the blocks alive at once (with `whole`, every event held: the tests' oracle,
+/// [`crate::WHOLE_TABLE_ENV`]).
 pub fn heat_blocks(
+    recording: &Recording,
+    pid: u32,
+    count: usize,
+    chosen: &FaultSelection,
+    symbolizer: &mut Symbolizer,
+    whole: bool,
+) -> Result<Vec<LabelledBlock>, fltrace_trace::Error> {
+    let mut blocks = heat_blocks_of(recording, pid, count, symbolizer, whole)?;
+    blocks.retain(|b| chosen.overlaps_lifetime(b.start_ns, b.end_ns));
+    Ok(blocks)
+}
+
+fn heat_blocks_of(
     recording: &Recording,
     pid: u32,
     count: usize,
@@ -263,6 +277,17 @@ impl FaultSelection {
             );
         }
         self
+    }
+
+    /// Whether a block alive from `start_ns` to `end_ns` (allocation times, to a tick of the
+    /// allocation clock: [`fltrace_trace::ALLOC_CLOCK_TICK_NS`]) may have lived in the window.
+    /// Its recorded times may precede its real ones by a tick, so a block that seems to end
+    /// just before the window, such as one of the first blocks of a program, which the clock
+    /// can stamp before the program's first fault, is kept.
+    pub fn overlaps_lifetime(&self, start_ns: u64, end_ns: u64) -> bool {
+        self.window.as_ref().is_none_or(|w| {
+            end_ns.saturating_add(fltrace_trace::ALLOC_CLOCK_TICK_NS) >= w.start && start_ns < w.end
+        })
     }
 
     /// Whether `fault` is drawn.
@@ -512,6 +537,31 @@ mod tests {
             faults.iter().filter(|f| addresses_only.contains(f)).count(),
             6
         );
+    }
+
+    /// A block is drawn in a window it may have lived in: its allocation times are to a tick,
+    /// so one that seems to end less than a tick before the window is kept, one that ends
+    /// earlier or starts at the window's end is not; without a window every block is.
+    #[test]
+    fn blocks_in_the_window_allow_a_tick_of_the_allocation_clock() {
+        const START: u64 = 1_000_000_000_000;
+        const TICK: u64 = fltrace_trace::ALLOC_CLOCK_TICK_NS;
+        let window = FaultSelection::new(START, Some((1.0, 2.0)), None);
+        let (from, to) = (START + 1_000_000_000, START + 2_000_000_000);
+        let lifetimes = [
+            (from - 5 * TICK, from - TICK),
+            (from - 5 * TICK, from - TICK - 1),
+            (from - TICK / 2, from - TICK / 2),
+            (to - 1, to + TICK),
+            (to, to + TICK),
+        ];
+        let drawn: Vec<bool> = lifetimes
+            .iter()
+            .map(|&(start, end)| window.overlaps_lifetime(start, end))
+            .collect();
+        assert_eq!(drawn, [true, false, true, true, false]);
+        let all = FaultSelection::new(START, None, None);
+        assert!(lifetimes.iter().all(|&(s, e)| all.overlaps_lifetime(s, e)));
     }
 
     #[test]

@@ -49,7 +49,8 @@ impl std::fmt::Debug for AllocLogs {
 }
 
 /// How often the clock word moves on: the resolution of allocation times.
-const TICK: std::time::Duration = std::time::Duration::from_millis(1);
+const TICK: std::time::Duration =
+    std::time::Duration::from_nanos(fltrace_trace::ALLOC_CLOCK_TICK_NS);
 
 impl AllocLogs {
     /// Makes the private directory under `out_dir`, owned by the user the command runs as.

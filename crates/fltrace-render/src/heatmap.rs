@@ -418,7 +418,9 @@ impl Heatmap {
     /// Places allocation blocks over the map, as Heimdallr does: each one's lifetime by its
     /// address range, labelled with its allocation site. Only the touched part of a block's
     /// range has rows (unused address space is collapsed), so one that no event touched is
-    /// left out.
+    /// left out. Lifetimes are clamped to the map's time range: which blocks belong to the
+    /// map's time is the caller's choice, as allocation times are only as fine as their clock
+    /// (a block born a moment before the first fault drawn is drawn from the first column).
     pub fn overlay(&mut self, blocks: &[LabelledBlock]) {
         let (t0, t1) = self.time_range;
         let span = (t1.saturating_sub(t0)).max(1) as u128;
@@ -431,7 +433,7 @@ impl Heatmap {
             let last = (block.addr.get() + block.size.max(1) - 1) >> self.block_bits;
             let low = self.blocks.partition_point(|&b| b < first);
             let high = self.blocks.partition_point(|&b| b <= last);
-            if low == high || block.end_ns < t0 || block.start_ns > t1 {
+            if low == high {
                 continue;
             }
             let row = |rank: usize| (rank / self.blocks_per_row).min(self.height - 1);

@@ -102,6 +102,11 @@ impl AllocCall {
     }
 }
 
+/// How often the allocation clock moves on, the resolution of [`AllocEvent::time_ns`]: a call's
+/// recorded time is the last tick before it, so it may precede the call by a tick (by more when
+/// the recorder's ticking thread was kept off a CPU).
+pub const ALLOC_CLOCK_TICK_NS: u64 = 1_000_000;
+
 /// One call, as recorded when it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AllocEvent {

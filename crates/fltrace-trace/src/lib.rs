@@ -53,7 +53,7 @@ mod tables;
 
 pub use access::AccessRecord;
 pub use address::{CodeAddr, FileOffset, PhysAddr, VirtAddr};
-pub use alloc_event::{AllocCall, AllocEvent, AllocTotal, AllocTotals};
+pub use alloc_event::{ALLOC_CLOCK_TICK_NS, AllocCall, AllocEvent, AllocTotal, AllocTotals};
 pub use build_id_cache::BuildIdCache;
 pub use error::{Error, error_chain};
 pub use fault::{Fault, FaultFlags, FaultKey, FaultKind};

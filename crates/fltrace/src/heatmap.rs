@@ -65,6 +65,7 @@ fn faults(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap,
             &recording,
             pid,
             args.allocs,
+            &chosen,
             &mut symbolizer,
             options.allocs_whole,
         )?;

@@ -1220,6 +1220,10 @@ fn forty_million_calls_visualize_under_a_memory_cap() {
             svg.matches("<title>main allocs.c:").count()
         ),
         (4, 1),
-        "{label}"
+        "{label} not on four of the five outlined blocks; the blocks' titles: {:?}",
+        svg.match_indices("<title>")
+            .map(|(at, _)| svg[at..].split("</title>").next().unwrap_or_default())
+            .filter(|title| !title.contains(": 0x"))
+            .collect::<Vec<_>>()
     );
 }
