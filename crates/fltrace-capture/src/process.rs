@@ -73,7 +73,13 @@ struct Output {
 
 /// One traced process.
 pub struct Process {
+    /// The process as the recording files it: its pid, or for a later process that reused a
+    /// pid within the run, the pid plus a multiple of [`files::PID_LIMIT`] (see
+    /// [`files::reused_pid`]).
     pub pid: u32,
+    /// The pid the kernel gave it: where /proc and the far-memory runtime's page find it, and
+    /// the tid of its main thread.
+    pub os_pid: u32,
     /// The address-space generation: 0 for the first image recorded, +1 at each later exec.
     generation: u32,
     /// Whether anything of the current image was recorded: the exec that starts a command
@@ -235,15 +241,21 @@ pub struct RecordingContext {
 }
 
 impl Process {
-    pub fn new(
+    /// Process `os_pid`, filed as `pid` (which differs for a later process that reused a pid
+    /// within the run); `parent` as the recording files it.
+    pub fn filed_as(
         pid: u32,
+        os_pid: u32,
         parent: Option<u32>,
         session: &RecordingContext,
     ) -> Result<Process, fltrace_trace::Error> {
-        let live_pid = if session.read_live_stacks { pid } else { 0 };
+        let live_pid = if session.read_live_stacks { os_pid } else { 0 };
         let mut metadata = session.metadata.clone();
         if let Some(parent) = parent {
             metadata.push((keys::PARENT.to_owned(), parent.to_string()));
+        }
+        if pid != os_pid {
+            metadata.push((keys::OS_PID.to_owned(), os_pid.to_string()));
         }
         let dir = session.dir.as_path();
         let recording = metadata
@@ -254,6 +266,7 @@ impl Process {
         let origin = Origin::new(recording, pid);
         Ok(Process {
             pid,
+            os_pid,
             generation: 0,
             image_recorded: false,
             image_running: true,
@@ -304,13 +317,15 @@ impl Process {
         })
     }
 
-    /// A child made by fork: a copy of the parent's address space, its own files.
+    /// A child made by fork: a copy of the parent's address space, its own files. `os_pid`
+    /// filed as `pid` (see [`Process::filed_as`]).
     pub fn fork_of(
         parent: &Process,
         pid: u32,
+        os_pid: u32,
         session: &RecordingContext,
     ) -> Result<Process, fltrace_trace::Error> {
-        let mut child = Process::new(pid, Some(parent.pid), session)?;
+        let mut child = Process::filed_as(pid, os_pid, Some(parent.pid), session)?;
         child.generation = parent.generation;
         child.image_recorded = true;
         child.preload_generation = Some(parent.generation);
@@ -398,8 +413,8 @@ impl Process {
         if self.thread_name(tid).is_some() || !self.name_lookups.insert((self.generation, tid)) {
             return;
         }
-        let proc_name = crate::procfs::task_comm(self.pid, tid);
-        if let Some(name) = proc_name.or_else(|| self.thread_name(self.pid).map(str::to_owned)) {
+        let proc_name = crate::procfs::task_comm(self.os_pid, tid);
+        if let Some(name) = proc_name.or_else(|| self.thread_name(self.os_pid).map(str::to_owned)) {
             self.set_thread_name(tid, &name);
         }
     }
@@ -504,7 +519,7 @@ impl Process {
             mapping.path = "[heap]".to_owned();
         }
         if mapping.is_file() {
-            let file = crate::unwind::mapped_file(self.pid, &mapping.path);
+            let file = crate::unwind::mapped_file(self.os_pid, &mapping.path);
             // Every file mapping carries its build ID (the kernel's, else read here), so that a
             // recording can be symbolized and archived after the files change.
             if mapping.build_id.is_empty() {
@@ -609,7 +624,7 @@ impl Process {
     /// last complete one (postgres's backends fault deep in the postmaster's frames at once).
     pub fn inherit_stack(&mut self, parent: &Process, parent_tid: u32) {
         if let Some(known) = parent.known.get(&parent_tid) {
-            self.known.insert(self.pid, known.forked());
+            self.known.insert(self.os_pid, known.forked());
         }
     }
 
@@ -976,7 +991,7 @@ impl Process {
             return;
         };
         if far.view.is_none() {
-            far.view = RuntimeView::open(&far.prefix, self.pid, far.exec_ns);
+            far.view = RuntimeView::open(&far.prefix, self.os_pid, far.exec_ns);
             far.region_pruned = false;
         }
         // Faults outside the managed region never appear in the log. The page is published
@@ -1085,7 +1100,7 @@ impl Process {
 
     /// Reads the process's memory figures from /proc while it lives.
     pub fn sample_memory(&mut self) {
-        let Ok(status) = crate::procfs::status(self.pid) else {
+        let Ok(status) = crate::procfs::status(self.os_pid) else {
             return;
         };
         if let Some(kb) = status.peak_rss_kb {
@@ -1188,7 +1203,8 @@ impl Process {
             match far.view {
                 Some(view) => view.remove(),
                 None => {
-                    let _ = std::fs::remove_file(crate::runtime::page_path(&far.prefix, self.pid));
+                    let _ =
+                        std::fs::remove_file(crate::runtime::page_path(&far.prefix, self.os_pid));
                 }
             }
         }
@@ -1252,7 +1268,7 @@ mod tests {
             collect_code_hits: false,
             mono_offset: 0,
         };
-        Process::new(1, None, &session).expect("process files")
+        Process::filed_as(1, 1, None, &session).expect("process files")
     }
 
     /// A process made later (a forked child) converts its rows' times back to the samples'
@@ -1271,9 +1287,9 @@ mod tests {
             collect_code_hits: false,
             mono_offset: 1_234_567,
         };
-        let parent = Process::new(1, None, &session).expect("process files");
+        let parent = Process::filed_as(1, 1, None, &session).expect("process files");
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let child = Process::fork_of(&parent, 2, &session).expect("process files");
+        let child = Process::fork_of(&parent, 2, 2, &session).expect("process files");
         for p in [&parent, &child] {
             assert_eq!(p.far.as_ref().map(|f| f.mono_offset), Some(1_234_567));
         }

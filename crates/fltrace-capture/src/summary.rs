@@ -43,6 +43,28 @@ impl Progress {
     }
 }
 
+/// For each pid reused within the run: which pids its later processes are filed as.
+fn reused_lines(pids: &[u32]) -> Vec<String> {
+    let mut later: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    for &pid in pids {
+        if let (os_pid, 1..) = fltrace_trace::files::reused_pid(pid) {
+            later.entry(os_pid).or_default().push(pid);
+        }
+    }
+    later
+        .into_iter()
+        .map(|(os_pid, filed)| {
+            let filed: Vec<String> = filed.iter().map(u32::to_string).collect();
+            format!(
+                "pid {os_pid} was reused within the run: {} later process{} filed as {} (report -p)",
+                filed.len(),
+                if filed.len() == 1 { "" } else { "es" },
+                filed.join(", ")
+            )
+        })
+        .collect()
+}
+
 impl Summary {
     /// The lines `fltrace record` ends with, in order.
     pub fn lines(&self, context: &SummaryContext) -> Vec<SummaryLine> {
@@ -62,6 +84,9 @@ impl Summary {
                 context.peak_rss_mb,
                 context.dir.display()
             ));
+        }
+        if !quiet {
+            said.extend(reused_lines(&self.pids));
         }
         if context.interrupted {
             // Interrupted: say how the command ended, the exit status being fltrace's own too.

@@ -9,6 +9,35 @@ use crate::Error;
 /// The prefix every fltrace output file carries, as in the original tool.
 pub const PREFIX: &str = "fltrace-data-";
 
+/// Above every pid Linux gives (`PID_MAX_LIMIT`, 2^22 on 64-bit systems): a process that
+/// reused the pid of an earlier one of the same recording is filed as its pid plus a multiple
+/// of this, so that the two keep files of their own.
+pub const PID_LIMIT: u32 = 1 << 22;
+
+/// The pid the kernel gave the process filed as `pid`, and which process to hold that pid in
+/// the recording it was: 0 for the first, 1 for the next after it exited, and so on.
+pub fn reused_pid(pid: u32) -> (u32, u32) {
+    (pid % PID_LIMIT, pid / PID_LIMIT)
+}
+
+/// How the process filed as `pid` is named to a user: its pid, and for a later process that
+/// reused it, which one it was (`1234 (reused, 2nd)`).
+pub fn process_name(pid: u32) -> String {
+    match reused_pid(pid) {
+        (pid, 0) => pid.to_string(),
+        (os_pid, n) => {
+            let nth = n + 1;
+            let suffix = match (nth % 10, nth % 100) {
+                (1, r) if r != 11 => "st",
+                (2, r) if r != 12 => "nd",
+                (3, r) if r != 13 => "rd",
+                _ => "th",
+            };
+            format!("{pid} (pid {os_pid} reused, its {nth}{suffix} process)")
+        }
+    }
+}
+
 /// `<dir>/fltrace-data-<kind>-<pid>.<ext>`.
 pub fn path(dir: &Path, kind: &str, pid: u32, ext: &str) -> PathBuf {
     dir.join(format!("{PREFIX}{kind}-{pid}.{ext}"))
@@ -527,6 +556,13 @@ mod tests {
     fn names_round_trip() {
         let name = faults(Path::new("/d"), 1234);
         assert_eq!(name, Path::new("/d/fltrace-data-faults-1234.parquet"));
+        assert_eq!(reused_pid(1234), (1234, 0));
+        assert_eq!(reused_pid(1234 + 2 * PID_LIMIT), (1234, 2));
+        assert_eq!(process_name(1234), "1234");
+        assert_eq!(
+            process_name(1234 + PID_LIMIT),
+            "4195538 (pid 1234 reused, its 2nd process)"
+        );
         assert_eq!(
             pid_of("fltrace-data-faults-1234.parquet", "faults", "parquet"),
             Some(1234)

@@ -22,6 +22,9 @@ pub mod keys {
     pub const COMMAND: &str = "fltrace.command";
     /// The parent process id, when the process was forked during the run.
     pub const PARENT: &str = "fltrace.parent";
+    /// The pid the kernel gave the process, when its files name another: a process that
+    /// reused the pid of an earlier one of the run ([`files::reused_pid`](crate::files::reused_pid)).
+    pub const OS_PID: &str = "fltrace.os_pid";
     /// Version of fltrace that wrote the file.
     pub const VERSION: &str = "fltrace.version";
     /// The name (`comm`) of each thread, one line per thread and address-space generation:

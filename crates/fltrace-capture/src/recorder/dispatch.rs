@@ -10,7 +10,7 @@ use linux_perf_event_reader::{
 use perf_event_open_sys::bindings::{PERF_RECORD_FORK, PERF_RECORD_LOST_SAMPLES};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use fltrace_trace::{FileOffset, Mapping, VirtAddr};
+use fltrace_trace::{FileOffset, Mapping, VirtAddr, files};
 
 use super::Options;
 use crate::Error;
@@ -100,15 +100,21 @@ pub(super) struct State {
     deferred_pids: FxHashSet<u32>,
     /// Replaying deferred records: create unknown processes instead of deferring again.
     replaying: bool,
-    /// Processes whose files are complete: late records for them are dropped.
+    /// Processes whose files are complete (as filed): late fault samples for them are
+    /// counted lost.
     finished_set: FxHashSet<u32>,
+    /// Pids reused within the run: for each, the later processes that held it, oldest first,
+    /// with the time of the fork that made each and the pid it is filed as
+    /// ([`files::reused_pid`]). Records are handled in time order, so a record of such a pid
+    /// belongs to the latest of them forked before it, or to the first.
+    later_processes: FxHashMap<u32, Vec<(u64, u32)>>,
     /// What each new process is made with.
     session: RecordingContext,
     pub(super) far_exhausted: bool,
     /// Per finished process, the generation its preloaded library's first image ran in.
     pub(super) preload_generations: FxHashMap<u32, u32>,
     /// Threads of the far-memory runtime, whose faults are its own, not the program's.
-    runtime_threads: FxHashSet<u32>,
+    runtime_threads: RuntimeThreads,
     pub(super) processes: FxHashMap<u32, Process>,
     /// What the handlers of every process use, borrowed beside it.
     caches: Caches,
@@ -159,6 +165,7 @@ impl State {
             deferred_pids: FxHashSet::default(),
             replaying: false,
             finished_set: FxHashSet::default(),
+            later_processes: FxHashMap::default(),
             session: RecordingContext {
                 dir: options.dir.clone(),
                 read_live_stacks: options.read_live_stacks,
@@ -169,7 +176,7 @@ impl State {
             },
             far_exhausted: false,
             preload_generations: FxHashMap::default(),
-            runtime_threads: FxHashSet::default(),
+            runtime_threads: RuntimeThreads::default(),
             processes: FxHashMap::default(),
             caches: Caches {
                 elf: ElfCache::default(),
@@ -193,27 +200,72 @@ impl State {
         }
     }
 
+    /// The pid the recording files the process `pid` that a record of time `time` comes from
+    /// as: `pid` itself unless a later process reused it by then.
+    fn filed_pid(&self, pid: u32, time: u64) -> u32 {
+        if self.later_processes.is_empty() {
+            return pid;
+        }
+        self.later_processes
+            .get(&pid)
+            .and_then(|later| later.iter().rev().find(|(forked, _)| *forked <= time))
+            .map_or(pid, |&(_, filed)| filed)
+    }
+
+    /// The pid to file the process `pid` forked at `time` as: a pid of its own when an earlier
+    /// process of the run held `pid` and exited (its files, open or finished, stay its own).
+    fn file_new_process(&mut self, pid: u32, time: u64) -> u32 {
+        let earlier = self.filed_pid(pid, time);
+        let reused = self.finished_set.contains(&earlier)
+            || self
+                .processes
+                .get(&earlier)
+                .is_some_and(|p| p.exited_round.is_some());
+        if !reused {
+            return earlier;
+        }
+        let later = self.later_processes.entry(pid).or_default();
+        let nth = later.len() as u32 + 1;
+        match nth
+            .checked_mul(files::PID_LIMIT)
+            .and_then(|offset| offset.checked_add(pid))
+        {
+            Some(filed) => {
+                later.push((time, filed));
+                filed
+            }
+            None => {
+                // Beyond a thousand processes on one pid: the rest share the last one's files.
+                log::warn!("pid {pid} reused more than {nth} times: later processes merged");
+                earlier
+            }
+        }
+    }
+
     /// Process `pid`, made at its first record.
     fn process(&mut self, pid: u32) -> Result<&mut Process, Error> {
         Ok(self.process_and_caches(pid)?.0)
     }
 
-    /// Process `pid`, made at its first record, and the caches its handlers use.
+    /// Process `pid` (as filed), made at its first record, and the caches its handlers use.
     fn process_and_caches(&mut self, pid: u32) -> Result<(&mut Process, &mut Caches), Error> {
         let process = match self.processes.entry(pid) {
             Entry::Occupied(entry) => entry.into_mut(),
-            Entry::Vacant(entry) => entry.insert(Process::new(pid, None, &self.session)?),
+            Entry::Vacant(entry) => {
+                let (os_pid, _) = files::reused_pid(pid);
+                entry.insert(Process::filed_as(pid, os_pid, None, &self.session)?)
+            }
         };
         Ok((process, &mut self.caches))
     }
 
-    /// Keeps the file mapped at `start` in `pid` in the build-ID cache, if it holds code not
-    /// kept yet: opened now, while the process lives, stored by the cache's thread.
+    /// Keeps the file mapped at `start` in `pid` (as filed) in the build-ID cache, if it holds
+    /// code not kept yet: opened now, while the process lives, stored by the cache's thread.
     fn offer_to_cache(&mut self, pid: u32, start: VirtAddr) {
         if let (Some(cache), Some(process)) = (&mut self.code_cache, self.processes.get(&pid))
             && let Some(mapping) = process.mapping_starting(start)
         {
-            cache.offer(pid, mapping);
+            cache.offer(process.os_pid, mapping);
         }
     }
 
@@ -278,6 +330,13 @@ impl State {
         let Ok(parsed) = raw.parse() else {
             return Ok(());
         };
+        let time = raw.timestamp().unwrap_or(0);
+        match &parsed {
+            // A thread ended, or a new one has its tid: the runtime's threads it was are gone.
+            EventRecord::Exit(e) => self.runtime_threads.gone(e.tid as u32),
+            EventRecord::Fork(f) => self.runtime_threads.gone(f.tid as u32),
+            _ => {}
+        }
         let owner = match &parsed {
             EventRecord::Sample(s) => s.pid,
             EventRecord::Mmap2(m) => Some(m.pid),
@@ -287,10 +346,17 @@ impl State {
             _ => None,
         };
         if let Some(pid) = owner.filter(|p| *p > 0).map(|p| p as u32) {
-            if self.finished_set.contains(&pid) {
+            let filed = self.filed_pid(pid, time);
+            if self.finished_set.contains(&filed) {
+                // Its files are closed: a fault that comes this late is not in them.
+                if let EventRecord::Sample(sample) = &parsed
+                    && self.is_fault(sample)
+                {
+                    self.lost += 1;
+                }
                 return Ok(());
             }
-            let unknown = !self.processes.contains_key(&pid) && pid != self.root_pid;
+            let unknown = !self.processes.contains_key(&filed) && pid != self.root_pid;
             if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
                 self.deferred_pids.insert(pid);
                 self.deferred.push(Deferred {
@@ -305,6 +371,7 @@ impl State {
         match parsed {
             EventRecord::Sample(sample) => self.sample(&sample),
             EventRecord::Mmap2(m) if m.pid > 0 => {
+                let pid = self.filed_pid(m.pid as u32, time);
                 let time_ns = raw
                     .timestamp()
                     .map_or(0, |t| t.wrapping_add(self.session.mono_offset));
@@ -323,38 +390,42 @@ impl State {
                     },
                 };
                 let start = mapping.start;
-                self.jit_files.mapped(m.pid as u32, &mapping);
+                if pid == m.pid as u32 {
+                    // The JIT files are named by pid: a later process's would be the first's.
+                    self.jit_files.mapped(pid, &mapping);
+                }
                 let mapped = self
-                    .process_and_caches(m.pid as u32)
+                    .process_and_caches(pid)
                     .and_then(|(p, caches)| Ok(p.map(mapping, &mut caches.elf)?));
-                self.offer_to_cache(m.pid as u32, start);
+                self.offer_to_cache(pid, start);
                 mapped
             }
             EventRecord::Comm(c) => {
                 let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
                 // Every record carries its time (`sample_id_all`): the CLOCK_MONOTONIC of
                 // the runtime's pages.
-                let time_ns = raw.timestamp().unwrap_or(0);
-                let process = self.process(c.pid as u32)?;
+                let pid = self.filed_pid(c.pid as u32, time);
+                let process = self.process(pid)?;
                 if c.is_execve {
-                    process.exec(time_ns);
+                    process.exec(time);
                 }
                 process.set_thread_name(c.tid as u32, &name);
-                if name == fltrace_runtime_abi::HANDLER_THREAD_NAME {
-                    self.runtime_threads.insert(c.tid as u32);
-                }
+                self.runtime_threads.named(c.tid as u32, &name);
                 Ok(())
             }
             EventRecord::Fork(f) if f.pid != f.ppid => {
-                let (child, parent) = (f.pid as u32, f.ppid as u32);
+                let parent = self.filed_pid(f.ppid as u32, time);
+                let child = self.file_new_process(f.pid as u32, time);
                 if !self.processes.contains_key(&child) {
+                    let os_pid = f.pid as u32;
                     let process = match self.processes.get(&parent) {
                         Some(parent) => {
-                            let mut process = Process::fork_of(parent, child, &self.session)?;
+                            let mut process =
+                                Process::fork_of(parent, child, os_pid, &self.session)?;
                             process.inherit_stack(parent, f.ptid as u32);
                             process
                         }
-                        None => Process::new(child, Some(parent), &self.session)?,
+                        None => Process::filed_as(child, os_pid, Some(parent), &self.session)?,
                     };
                     self.processes.insert(child, process);
                 }
@@ -365,13 +436,14 @@ impl State {
                     .and_then(|p| p.thread_name(f.ptid as u32))
                     .map(str::to_owned);
                 if let (Some(name), Some(process)) = (name, self.processes.get_mut(&child)) {
-                    process.set_thread_name(child, &name);
+                    process.set_thread_name(f.pid as u32, &name);
                 }
                 Ok(())
             }
             EventRecord::Fork(f) => {
                 // A new thread, named as the thread that made it.
-                if let Some(process) = self.processes.get_mut(&(f.pid as u32))
+                let pid = self.filed_pid(f.pid as u32, time);
+                if let Some(process) = self.processes.get_mut(&pid)
                     && let Some(name) = process.thread_name(f.ptid as u32).map(str::to_owned)
                 {
                     process.set_thread_name(f.tid as u32, &name);
@@ -379,14 +451,16 @@ impl State {
                 Ok(())
             }
             EventRecord::Exit(e) if e.pid == e.tid => {
-                if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
+                let pid = self.filed_pid(e.pid as u32, time);
+                if let Some(p) = self.processes.get_mut(&pid) {
                     p.exited_round = Some(self.round);
                 }
                 Ok(())
             }
             EventRecord::Exit(e) => {
                 // A thread ended: its last stack will not continue (its tid may be reused).
-                if let Some(p) = self.processes.get_mut(&(e.pid as u32)) {
+                let pid = self.filed_pid(e.pid as u32, time);
+                if let Some(p) = self.processes.get_mut(&pid) {
                     p.thread_exited(e.tid as u32);
                 }
                 Ok(())
@@ -399,10 +473,29 @@ impl State {
         }
     }
 
+    /// Whether `sample` is a fault's (not one of the `munmap` or `mremap` calls sharing the
+    /// ring).
+    fn is_fault(&self, sample: &linux_perf_event_reader::SampleRecord<'_>) -> bool {
+        let Some(kind) = sample
+            .raw
+            .and_then(|raw| raw.get(0..2))
+            .and_then(|b| b.as_slice().as_ref().try_into().ok())
+            .map(u16::from_ne_bytes)
+        else {
+            return true;
+        };
+        let unmap = self.fields.unmap.is_some_and(|u| u.enter_id == kind);
+        let remap = self
+            .fields
+            .remap
+            .is_some_and(|r| r.enter_id == kind || r.exit_id == kind);
+        !unmap && !remap
+    }
+
     fn sample(&mut self, sample: &linux_perf_event_reader::SampleRecord<'_>) -> Result<(), Error> {
         if sample
             .tid
-            .is_some_and(|t| self.runtime_threads.contains(&(t as u32)))
+            .is_some_and(|t| self.runtime_threads.contains(t as u32))
         {
             return Ok(());
         }
@@ -417,6 +510,7 @@ impl State {
             self.lost += 1;
             return Ok(());
         };
+        let pid = self.filed_pid(pid as u32, sample.timestamp.unwrap_or(0));
         if let Some(unmap) = self.fields.unmap
             && raw
                 .get(0..2)
@@ -424,7 +518,7 @@ impl State {
                 == Some(unmap.enter_id.to_ne_bytes())
         {
             if let (Some(addr), Some(len)) = (u64_at(&raw, unmap.addr), u64_at(&raw, unmap.len))
-                && let Some(process) = self.processes.get_mut(&(pid as u32))
+                && let Some(process) = self.processes.get_mut(&pid)
             {
                 process.unmap(addr, len);
             }
@@ -462,7 +556,7 @@ impl State {
                         .timestamp
                         .unwrap_or(0)
                         .wrapping_add(self.session.mono_offset);
-                    let (process, caches) = self.process_and_caches(pid as u32)?;
+                    let (process, caches) = self.process_and_caches(pid)?;
                     return Ok(process.remap(&call, ret, time_ns, &mut caches.elf)?);
                 }
                 return Ok(());
@@ -487,7 +581,7 @@ impl State {
             .timestamp
             .unwrap_or(0)
             .wrapping_add(self.session.mono_offset);
-        let (process, caches) = self.process_and_caches(pid as u32)?;
+        let (process, caches) = self.process_and_caches(pid)?;
         let scratch = &mut caches.scratch;
         let stack: &[u8] = match &sample.user_stack {
             Some((data, dyn_size)) => {
@@ -530,7 +624,9 @@ impl State {
         );
         if let Ok(EventRecord::Sample(s)) = raw.parse()
             && let (Some(pid), Some(tid), Some(addr)) = (s.pid, s.tid, s.addr)
-            && let Some(p) = self.processes.get_mut(&(pid as u32))
+            && let Some(p) = self
+                .processes
+                .get_mut(&self.filed_pid(pid as u32, s.timestamp.unwrap_or(0)))
         {
             p.major(tid as u32, addr);
         }
@@ -653,11 +749,14 @@ impl State {
             .insert(pid, process.preload_generation.unwrap_or(0));
         process.poll_runtime(u64::MAX);
         self.far_exhausted |= process.far_memory_exhausted();
+        let os_pid = process.os_pid;
         // The tables are closed even when the stats line cannot be written (a full disk):
         // their footers may still fit, or be recoverable.
         let stats = process.write_stats(now, self.lost);
         let tables = process.finish();
-        self.jit_files.finish(&self.session.dir, pid);
+        if os_pid == pid {
+            self.jit_files.finish(&self.session.dir, pid);
+        }
         self.finished.push(pid);
         match (stats, tables) {
             (Err(e), _) => Err(e.into()),
@@ -667,10 +766,60 @@ impl State {
     }
 }
 
+/// The threads of the far-memory runtime, named by the runtime when it starts them, while
+/// they live: a tid is given again once its thread ended, maybe to a thread of the program.
+#[derive(Debug, Default)]
+struct RuntimeThreads(FxHashSet<u32>);
+
+impl RuntimeThreads {
+    /// The kernel named thread `tid` `name`.
+    fn named(&mut self, tid: u32, name: &str) {
+        if name == fltrace_runtime_abi::HANDLER_THREAD_NAME {
+            self.0.insert(tid);
+        } else {
+            // Renamed: the runtime never renames its threads, so `tid` is another thread now.
+            self.0.remove(&tid);
+        }
+    }
+
+    /// Thread `tid` ended, or a new thread was given its tid.
+    fn gone(&mut self, tid: u32) {
+        self.0.remove(&tid);
+    }
+
+    fn contains(&self, tid: u32) -> bool {
+        self.0.contains(&tid)
+    }
+}
+
 /// The process a deferred record belongs to: every deferred record kind starts with the pid
 /// except fork, whose parent pid is its second field.
 fn owner_of_bytes(bytes: &[u8], kind: u32) -> Option<u32> {
     let offset = if kind == PERF_RECORD_FORK { 4 } else { 0 };
     let field = bytes.get(offset..offset + 4)?;
     Some(u32::from_ne_bytes(field.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime thread's tid counts as the runtime's only while that thread lives: given
+    /// again to a program thread after it ended, that thread's faults are the program's.
+    #[test]
+    fn runtime_tid_is_forgotten_when_its_thread_ends() {
+        let mut threads = RuntimeThreads::default();
+        threads.named(41, "worker");
+        threads.named(42, fltrace_runtime_abi::HANDLER_THREAD_NAME);
+        assert!(threads.contains(42));
+        assert!(!threads.contains(41));
+        threads.gone(41);
+        assert!(threads.contains(42), "another thread's end");
+        threads.gone(42);
+        assert!(!threads.contains(42));
+        // Renamed (a new thread whose fork and exit records were lost).
+        threads.named(43, fltrace_runtime_abi::HANDLER_THREAD_NAME);
+        threads.named(43, "worker");
+        assert!(!threads.contains(43));
+    }
 }

@@ -189,7 +189,9 @@ fn learn_images(alloc_logs: &Option<crate::AllocLogs>, state: &State) {
     let Some(logs) = alloc_logs else {
         return;
     };
-    for process in state.processes.values() {
+    // The library's logs are named by the pid the kernel gave: a later process that reused
+    // one is not told apart from the first there.
+    for process in state.processes.values().filter(|p| p.pid == p.os_pid) {
         if let Some((first, generation)) = process.preload_images() {
             logs.learn_image(process.pid, first, generation, || process.image_start_ns());
         }

@@ -15,6 +15,7 @@ mod hardening;
 mod heatmap;
 mod processes;
 mod quickexit;
+mod reuse;
 mod servers;
 mod signals;
 mod stacks;

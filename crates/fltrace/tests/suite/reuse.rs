@@ -1,0 +1,94 @@
+//! A pid reused within one recording (`pidreuse.c`): the process that held it first and the
+//! one that got it after its exit each keep their own files and their own exact faults.
+//!
+//! fltrace runs in a pid namespace of its own (`unshare --pid`), where the workload can make
+//! its second child get its first child's pid (`ns_last_pid`) with nothing else taking it.
+
+use std::process::{Command, Output};
+
+use fltrace_trace::files::PID_LIMIT;
+
+use super::util::*;
+
+/// `fltrace record <flags> -- pidreuse <args>` in a pid namespace of its own.
+fn record_in_own_namespace(dir: &Dir, flags: &[&str], args: &[&str]) -> Output {
+    let program = build_c_workload(dir.path(), "pidreuse.c");
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_fltrace"))
+        .arg("record")
+        .args(flags)
+        .arg("--")
+        .arg(&program)
+        .args(args)
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .expect("unshare runs");
+    assert!(
+        out.status.success(),
+        "record failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Records the workload's two children (`first` pages, then `second` after `wait_ms`) and
+/// checks each one's exact faults at its own line, and nowhere else; returns the summary.
+fn check_both_kept(first: u64, second: u64, wait_ms: u64) -> String {
+    let dir = Dir::new();
+    let args = [first.to_string(), second.to_string(), wait_ms.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = record_in_own_namespace(&dir, &[], &args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let children: Vec<u32> = stdout
+        .split_whitespace()
+        .map(|p| p.parse().expect("the workload prints its children's pids"))
+        .collect();
+    let pid = children[0];
+    assert_eq!(children, [pid, pid], "the pid was reused");
+    let later = pid + PID_LIMIT;
+    let pids = dir.pids("faults", "parquet");
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert!(pids.contains(&pid) && pids.contains(&later), "{pids:?}");
+    let (first_line, second_line) = (
+        site("pidreuse.c", "pidreuse_first"),
+        site("pidreuse.c", "pidreuse_second"),
+    );
+    let at = |filed: u32, line: u32| {
+        let report = dir.report_json(&["--by", "line", "--pid", &filed.to_string()]);
+        count_at(&report, "pidreuse.c", line)
+    };
+    assert_eq!((at(pid, first_line), at(pid, second_line)), (first, 0));
+    assert_eq!((at(later, first_line), at(later, second_line)), (0, second));
+    // The parent's trace has neither.
+    let parent = pids[0];
+    assert_eq!((at(parent, first_line), at(parent, second_line)), (0, 0));
+    assert!(
+        stderr.contains(&format!(
+            "pid {pid} was reused within the run: 1 later process filed as {later} (report -p)"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("from 3 processes, 0 lost"), "{stderr}");
+    stderr
+}
+
+/// The pid comes back at once: the first process's records are still being read (its files
+/// open) when the second's fork is. Before, the second's 300 faults went into the first's
+/// files, one process of two.
+#[test]
+fn pid_reused_at_once_keeps_both_processes() {
+    check_both_kept(100, 300, 0);
+}
+
+/// The pid comes back after the first process's files were finished. Before, the second
+/// process's files replaced the first's (its 100 faults gone) and its own records were
+/// dropped, none counted lost, and the checksums could not be written.
+#[test]
+fn pid_reused_after_the_first_was_finished_keeps_both_processes() {
+    check_both_kept(120, 250, 400);
+}
