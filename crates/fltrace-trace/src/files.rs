@@ -20,24 +20,6 @@ pub fn reused_pid(pid: u32) -> (u32, u32) {
     (pid % PID_LIMIT, pid / PID_LIMIT)
 }
 
-/// How the process filed as `pid` is named to a user: its pid, and for a later process that
-/// reused it, which one it was (`1234 (reused, 2nd)`).
-pub fn process_name(pid: u32) -> String {
-    match reused_pid(pid) {
-        (pid, 0) => pid.to_string(),
-        (os_pid, n) => {
-            let nth = n + 1;
-            let suffix = match (nth % 10, nth % 100) {
-                (1, r) if r != 11 => "st",
-                (2, r) if r != 12 => "nd",
-                (3, r) if r != 13 => "rd",
-                _ => "th",
-            };
-            format!("{pid} (pid {os_pid} reused, its {nth}{suffix} process)")
-        }
-    }
-}
-
 /// `<dir>/fltrace-data-<kind>-<pid>.<ext>`.
 pub fn path(dir: &Path, kind: &str, pid: u32, ext: &str) -> PathBuf {
     dir.join(format!("{PREFIX}{kind}-{pid}.{ext}"))
@@ -558,11 +540,6 @@ mod tests {
         assert_eq!(name, Path::new("/d/fltrace-data-faults-1234.parquet"));
         assert_eq!(reused_pid(1234), (1234, 0));
         assert_eq!(reused_pid(1234 + 2 * PID_LIMIT), (1234, 2));
-        assert_eq!(process_name(1234), "1234");
-        assert_eq!(
-            process_name(1234 + PID_LIMIT),
-            "4195538 (pid 1234 reused, its 2nd process)"
-        );
         assert_eq!(
             pid_of("fltrace-data-faults-1234.parquet", "faults", "parquet"),
             Some(1234)

@@ -456,7 +456,10 @@ impl ProcessTrace {
     /// The name of the process in generation `generation`: its main thread's, else that of
     /// its first thread named.
     pub fn process_name_in(&self, generation: u32) -> Option<&str> {
-        self.thread_name(generation, self.pid).or_else(|| {
+        // The main thread's tid is the pid the kernel gave, which a reused pid's files do not
+        // name.
+        let main_tid = crate::files::reused_pid(self.pid).0;
+        self.thread_name(generation, main_tid).or_else(|| {
             self.thread_names()
                 .find(|&(g, _, _)| g == generation)
                 .map(|(_, _, name)| name)
@@ -489,7 +492,7 @@ pub fn main_thread_names(metadata: &[(String, String)], pid: u32) -> Vec<String>
         .find(|(k, _)| k == keys::THREADS)
         .map_or("", |(_, v)| v.as_str());
     for (_, tid, name) in threads.lines().filter_map(parse_thread_line) {
-        if tid == pid && !names.iter().any(|n| n == name) {
+        if tid == crate::files::reused_pid(pid).0 && !names.iter().any(|n| n == name) {
             names.push(name.to_owned());
         }
     }

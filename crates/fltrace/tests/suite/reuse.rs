@@ -7,6 +7,7 @@
 use std::process::{Command, Output};
 
 use fltrace_trace::files::PID_LIMIT;
+use fltrace_trace::keys;
 
 use super::util::*;
 
@@ -67,6 +68,38 @@ fn check_both_kept(first: u64, second: u64, wait_ms: u64) -> String {
     // The parent's trace has neither.
     let parent = pids[0];
     assert_eq!((at(parent, first_line), at(parent, second_line)), (0, 0));
+    // The later process's footer says which pid it had and who forked it; `list` names it.
+    let (_, footer) = fltrace_trace::read_faults(&fltrace_trace::files::faults(dir.path(), later))
+        .expect("the later process's faults read");
+    let meta = |key: &str| {
+        footer
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(meta(keys::OS_PID), Some(pid.to_string()));
+    assert_eq!(meta(keys::PARENT), Some(parent.to_string()));
+    let (_, first_footer) =
+        fltrace_trace::read_faults(&fltrace_trace::files::faults(dir.path(), pid))
+            .expect("the first process's faults read");
+    assert!(!first_footer.iter().any(|(k, _)| k == keys::OS_PID));
+    let list = dir.run(&["list", "--format", "json"]);
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).expect("list prints JSON");
+    let named: Vec<(u64, String)> = list[0]["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| (p["pid"].as_u64().unwrap_or(0), p["comm"].to_string()))
+        .collect();
+    let comm = r#"["pidreuse"]"#.to_owned();
+    assert_eq!(
+        named,
+        [
+            (parent as u64, comm.clone()),
+            (pid as u64, comm.clone()),
+            (later as u64, comm)
+        ]
+    );
     assert!(
         stderr.contains(&format!(
             "pid {pid} was reused within the run: 1 later process filed as {later} (report -p)"
