@@ -103,11 +103,8 @@ pub(super) struct State {
     /// Processes whose files are complete (as filed): late fault samples for them are
     /// counted lost.
     finished_set: FxHashSet<u32>,
-    /// Pids reused within the run: for each, the later processes that held it, oldest first,
-    /// with the time of the fork that made each and the pid it is filed as
-    /// ([`files::reused_pid`]). Records are handled in time order, so a record of such a pid
-    /// belongs to the latest of them forked before it, or to the first.
-    later_processes: FxHashMap<u32, Vec<(u64, u32)>>,
+    /// Pids reused within the run, and what each later process holding one is filed as.
+    reused: ReusedPids,
     /// What each new process is made with.
     session: RecordingContext,
     pub(super) far_exhausted: bool,
@@ -165,7 +162,7 @@ impl State {
             deferred_pids: FxHashSet::default(),
             replaying: false,
             finished_set: FxHashSet::default(),
-            later_processes: FxHashMap::default(),
+            reused: ReusedPids::default(),
             session: RecordingContext {
                 dir: options.dir.clone(),
                 read_live_stacks: options.read_live_stacks,
@@ -203,13 +200,7 @@ impl State {
     /// The pid the recording files the process `pid` that a record of time `time` comes from
     /// as: `pid` itself unless a later process reused it by then.
     fn filed_pid(&self, pid: u32, time: u64) -> u32 {
-        if self.later_processes.is_empty() {
-            return pid;
-        }
-        self.later_processes
-            .get(&pid)
-            .and_then(|later| later.iter().rev().find(|(forked, _)| *forked <= time))
-            .map_or(pid, |&(_, filed)| filed)
+        self.reused.filed(pid, time)
     }
 
     /// The pid to file the process `pid` forked at `time` as: a pid of its own when an earlier
@@ -224,22 +215,11 @@ impl State {
         if !reused {
             return earlier;
         }
-        let later = self.later_processes.entry(pid).or_default();
-        let nth = later.len() as u32 + 1;
-        match nth
-            .checked_mul(files::PID_LIMIT)
-            .and_then(|offset| offset.checked_add(pid))
-        {
-            Some(filed) => {
-                later.push((time, filed));
-                filed
-            }
-            None => {
-                // Beyond a thousand processes on one pid: the rest share the last one's files.
-                log::warn!("pid {pid} reused more than {nth} times: later processes merged");
-                earlier
-            }
-        }
+        self.reused.reuse(pid, time).unwrap_or_else(|| {
+            // Beyond a thousand processes on one pid: the rest share the last one's files.
+            log::warn!("pid {pid} reused over a thousand times: its later processes merged");
+            earlier
+        })
     }
 
     /// Process `pid`, made at its first record.
@@ -766,6 +746,37 @@ impl State {
     }
 }
 
+/// Pids reused within the run: for each, the later processes that held it, oldest first,
+/// with the time of the fork that made each and the pid it is filed as
+/// ([`files::reused_pid`]). Records are handled in time order, so a record of such a pid
+/// belongs to the latest of them forked before it, or to the first.
+#[derive(Debug, Default)]
+struct ReusedPids(FxHashMap<u32, Vec<(u64, u32)>>);
+
+impl ReusedPids {
+    /// The pid the process `pid` that a record of time `time` comes from is filed as.
+    fn filed(&self, pid: u32, time: u64) -> u32 {
+        if self.0.is_empty() {
+            return pid;
+        }
+        self.0
+            .get(&pid)
+            .and_then(|later| later.iter().rev().find(|(forked, _)| *forked <= time))
+            .map_or(pid, |&(_, filed)| filed)
+    }
+
+    /// A process forked at `time` got `pid` after the one holding it exited: the pid it is
+    /// filed as, `None` when there is none left (`pid` reused over a thousand times).
+    fn reuse(&mut self, pid: u32, time: u64) -> Option<u32> {
+        let later = self.0.entry(pid).or_default();
+        let filed = (later.len() as u32 + 1)
+            .checked_mul(files::PID_LIMIT)?
+            .checked_add(pid)?;
+        later.push((time, filed));
+        Some(filed)
+    }
+}
+
 /// The threads of the far-memory runtime, named by the runtime when it starts them, while
 /// they live: a tid is given again once its thread ended, maybe to a thread of the program.
 #[derive(Debug, Default)]
@@ -803,6 +814,30 @@ fn owner_of_bytes(bytes: &[u8], kind: u32) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each process that held a pid has its own filed pid, and a record goes to the one
+    /// that held the pid at its time.
+    #[test]
+    fn records_of_a_reused_pid_go_to_the_process_that_held_it_then() {
+        const L: u32 = files::PID_LIMIT;
+        let mut reused = ReusedPids::default();
+        assert_eq!(reused.filed(6, 50), 6);
+        assert_eq!(reused.reuse(6, 100), Some(6 + L));
+        assert_eq!(reused.reuse(6, 200), Some(6 + 2 * L));
+        let filed: Vec<u32> = [99, 100, 199, 200, 300]
+            .into_iter()
+            .map(|time| reused.filed(6, time))
+            .collect();
+        assert_eq!(filed, [6, 6 + L, 6 + L, 6 + 2 * L, 6 + 2 * L]);
+        assert_eq!(reused.filed(7, 300), 7, "another pid");
+        assert_eq!(files::reused_pid(6 + 2 * L), (6, 2));
+        // The highest pid Linux gives, reused until no u32 is left to file it as.
+        let max = L - 1;
+        let last = (1..).map_while(|n| reused.reuse(max, n)).last();
+        assert_eq!(last, Some(max + 1023 * L));
+        assert_eq!(last, Some(u32::MAX));
+        assert_eq!(files::reused_pid(u32::MAX), (max, 1023));
+    }
 
     /// A runtime thread's tid counts as the runtime's only while that thread lives: given
     /// again to a program thread after it ended, that thread's faults are the program's.
