@@ -120,6 +120,14 @@ pub struct Process {
     far: Option<FarState>,
     /// The reading round in which the kernel reported its exit; finalised a round later.
     pub exited_round: Option<u64>,
+    /// The time of the first record seen of it (0: there before the recording): a fork of its
+    /// pid at a later time made another process.
+    pub first_ns: u64,
+    /// Its threads that started and have not ended, as far as the records say: its main thread
+    /// can end before them (`pthread_exit` in `main`), and the process lives on.
+    live_threads: rustc_hash::FxHashSet<u32>,
+    /// Whether its main thread ended.
+    main_exited: bool,
     /// The build IDs of the code files its stacks have frames in (`None`: not collected), and
     /// those not yet taken by the recorder.
     code_hits: Option<rustc_hash::FxHashSet<String>>,
@@ -312,6 +320,9 @@ impl Process {
                 region_pruned: false,
             }),
             exited_round: None,
+            first_ns: 0,
+            live_threads: std::iter::once(os_pid).collect(),
+            main_exited: false,
             code_hits: session.collect_code_hits.then(Default::default),
             new_code_hits: Vec::new(),
         })
@@ -354,6 +365,11 @@ impl Process {
 
     /// exec replaced the address space at `exec_ns` (CLOCK_MONOTONIC, the record's time).
     pub fn exec(&mut self, exec_ns: u64) {
+        // One thread is left, with the pid as its tid: the main thread when another thread
+        // exec'd (the old main thread's end was reported).
+        self.live_threads.clear();
+        self.live_threads.insert(self.os_pid);
+        self.main_exited = false;
         if std::mem::take(&mut self.image_recorded) {
             self.generation += 1;
         }
@@ -613,10 +629,20 @@ impl Process {
         }
     }
 
-    /// A thread of this process ended.
-    pub fn thread_exited(&mut self, tid: u32) {
+    /// A thread of this process started (its fork record), or was there when fltrace
+    /// attached.
+    pub fn thread_started(&mut self, tid: u32) {
+        self.live_threads.insert(tid);
+    }
+
+    /// A thread of this process ended; returns whether the process is gone: its main thread
+    /// ended and no other thread it knows of is left.
+    pub fn thread_exited(&mut self, tid: u32) -> bool {
         self.known.remove(&tid);
         self.uncopied.remove(&tid);
+        self.live_threads.remove(&tid);
+        self.main_exited |= tid == self.os_pid;
+        self.main_exited && self.live_threads.is_empty()
     }
 
     /// This process was forked by thread `parent_tid` of `parent`, without exec: its thread

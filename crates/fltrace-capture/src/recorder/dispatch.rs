@@ -207,11 +207,18 @@ impl State {
     /// process of the run held `pid` and exited (its files, open or finished, stay its own).
     fn file_new_process(&mut self, pid: u32, time: u64) -> u32 {
         let earlier = self.filed_pid(pid, time);
+        // Its fork comes before all its records, and after every record of an earlier
+        // process with its pid (whose exit record may have been lost): a process seen first
+        // after the fork is this one, made by records read before the fork's.
+        let round = self.round;
         let reused = self.finished_set.contains(&earlier)
-            || self
-                .processes
-                .get(&earlier)
-                .is_some_and(|p| p.exited_round.is_some());
+            || self.processes.get_mut(&earlier).is_some_and(|p| {
+                let earlier_process = p.exited_round.is_some() || p.first_ns < time;
+                if earlier_process {
+                    p.exited_round.get_or_insert(round);
+                }
+                earlier_process
+            });
         if !reused {
             return earlier;
         }
@@ -222,18 +229,25 @@ impl State {
         })
     }
 
-    /// Process `pid`, made at its first record.
-    fn process(&mut self, pid: u32) -> Result<&mut Process, Error> {
-        Ok(self.process_and_caches(pid)?.0)
+    /// Process `pid`, made at its first record, of time `time`.
+    fn process(&mut self, pid: u32, time: u64) -> Result<&mut Process, Error> {
+        Ok(self.process_and_caches(pid, time)?.0)
     }
 
-    /// Process `pid` (as filed), made at its first record, and the caches its handlers use.
-    fn process_and_caches(&mut self, pid: u32) -> Result<(&mut Process, &mut Caches), Error> {
+    /// Process `pid` (as filed), made at its first record, of time `time` (0: there before
+    /// the recording), and the caches its handlers use.
+    fn process_and_caches(
+        &mut self,
+        pid: u32,
+        time: u64,
+    ) -> Result<(&mut Process, &mut Caches), Error> {
         let process = match self.processes.entry(pid) {
             Entry::Occupied(entry) => entry.into_mut(),
             Entry::Vacant(entry) => {
                 let (os_pid, _) = files::reused_pid(pid);
-                entry.insert(Process::filed_as(pid, os_pid, None, &self.session)?)
+                let mut process = Process::filed_as(pid, os_pid, None, &self.session)?;
+                process.first_ns = time;
+                entry.insert(process)
             }
         };
         Ok((process, &mut self.caches))
@@ -255,7 +269,11 @@ impl State {
             pid: pid as i32,
             source,
         })?;
-        let (process, caches) = self.process_and_caches(pid)?;
+        let (process, caches) = self.process_and_caches(pid, 0)?;
+        // Its threads: one may outlive the main thread.
+        for tid in crate::procfs::tasks(pid as i32).unwrap_or_default() {
+            process.thread_started(tid as u32);
+        }
         let mut mapped = Ok(());
         let mut starts = Vec::new();
         for mapping in mappings {
@@ -375,7 +393,7 @@ impl State {
                     self.jit_files.mapped(pid, &mapping);
                 }
                 let mapped = self
-                    .process_and_caches(pid)
+                    .process_and_caches(pid, time)
                     .and_then(|(p, caches)| Ok(p.map(mapping, &mut caches.elf)?));
                 self.offer_to_cache(pid, start);
                 mapped
@@ -385,7 +403,7 @@ impl State {
                 // Every record carries its time (`sample_id_all`): the CLOCK_MONOTONIC of
                 // the runtime's pages.
                 let pid = self.filed_pid(c.pid as u32, time);
-                let process = self.process(pid)?;
+                let process = self.process(pid, time)?;
                 if c.is_execve {
                     process.exec(time);
                 }
@@ -398,7 +416,7 @@ impl State {
                 let child = self.file_new_process(f.pid as u32, time);
                 if !self.processes.contains_key(&child) {
                     let os_pid = f.pid as u32;
-                    let process = match self.processes.get(&parent) {
+                    let mut process = match self.processes.get(&parent) {
                         Some(parent) => {
                             let mut process =
                                 Process::fork_of(parent, child, os_pid, &self.session)?;
@@ -407,6 +425,7 @@ impl State {
                         }
                         None => Process::filed_as(child, os_pid, Some(parent), &self.session)?,
                     };
+                    process.first_ns = time;
                     self.processes.insert(child, process);
                 }
                 // The child is named as the thread that forked it, until it execs.
@@ -423,25 +442,22 @@ impl State {
             EventRecord::Fork(f) => {
                 // A new thread, named as the thread that made it.
                 let pid = self.filed_pid(f.pid as u32, time);
-                if let Some(process) = self.processes.get_mut(&pid)
-                    && let Some(name) = process.thread_name(f.ptid as u32).map(str::to_owned)
-                {
-                    process.set_thread_name(f.tid as u32, &name);
-                }
-                Ok(())
-            }
-            EventRecord::Exit(e) if e.pid == e.tid => {
-                let pid = self.filed_pid(e.pid as u32, time);
-                if let Some(p) = self.processes.get_mut(&pid) {
-                    p.exited_round = Some(self.round);
+                if let Some(process) = self.processes.get_mut(&pid) {
+                    process.thread_started(f.tid as u32);
+                    if let Some(name) = process.thread_name(f.ptid as u32).map(str::to_owned) {
+                        process.set_thread_name(f.tid as u32, &name);
+                    }
                 }
                 Ok(())
             }
             EventRecord::Exit(e) => {
                 // A thread ended: its last stack will not continue (its tid may be reused).
+                // The process is gone with its last thread, which may not be the main one.
                 let pid = self.filed_pid(e.pid as u32, time);
-                if let Some(p) = self.processes.get_mut(&pid) {
-                    p.thread_exited(e.tid as u32);
+                if let Some(p) = self.processes.get_mut(&pid)
+                    && p.thread_exited(e.tid as u32)
+                {
+                    p.exited_round = Some(self.round);
                 }
                 Ok(())
             }
@@ -490,7 +506,8 @@ impl State {
             self.lost += 1;
             return Ok(());
         };
-        let pid = self.filed_pid(pid as u32, sample.timestamp.unwrap_or(0));
+        let sample_ns = sample.timestamp.unwrap_or(0);
+        let pid = self.filed_pid(pid as u32, sample_ns);
         if let Some(unmap) = self.fields.unmap
             && raw
                 .get(0..2)
@@ -536,7 +553,7 @@ impl State {
                         .timestamp
                         .unwrap_or(0)
                         .wrapping_add(self.session.mono_offset);
-                    let (process, caches) = self.process_and_caches(pid)?;
+                    let (process, caches) = self.process_and_caches(pid, sample_ns)?;
                     return Ok(process.remap(&call, ret, time_ns, &mut caches.elf)?);
                 }
                 return Ok(());
@@ -561,7 +578,7 @@ impl State {
             .timestamp
             .unwrap_or(0)
             .wrapping_add(self.session.mono_offset);
-        let (process, caches) = self.process_and_caches(pid)?;
+        let (process, caches) = self.process_and_caches(pid, sample_ns)?;
         let scratch = &mut caches.scratch;
         let stack: &[u8] = match &sample.user_stack {
             Some((data, dyn_size)) => {

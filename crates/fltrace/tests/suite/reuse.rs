@@ -125,3 +125,27 @@ fn pid_reused_at_once_keeps_both_processes() {
 fn pid_reused_after_the_first_was_finished_keeps_both_processes() {
     check_both_kept(120, 250, 400);
 }
+
+/// A process lives until its last thread ends, not its main thread (`leaderexit.c`: a
+/// forked child's main thread calls `pthread_exit`, another thread faults 300 ms later).
+/// Before, the process was finished when its main thread's end was read and the other
+/// thread's 150 faults dropped, said as records the kernel dropped.
+#[test]
+fn process_outlives_its_main_thread() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "leaderexit.c");
+    let out = dir.record_with(&[], &[&program], &["150", "300"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("from 2 processes, 0 lost"), "{stderr}");
+    let pids = dir.pids("faults", "parquet");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    let line = site("leaderexit.c", "leaderexit_late");
+    let at = |pid: u32| {
+        let report = dir.report_json(&["--by", "line", "--pid", &pid.to_string()]);
+        count_at(&report, "leaderexit.c", line)
+    };
+    // By count, not by pid order: pids wrap around (pid_max) between parent and child.
+    let mut counts = [at(pids[0]), at(pids[1])];
+    counts.sort_unstable();
+    assert_eq!(counts, [0, 150]);
+}
