@@ -153,8 +153,11 @@ pub struct Summary {
     pub signal: Option<i32>,
     /// Faults recorded.
     pub faults: u64,
-    /// Fault records the kernel dropped because fltrace fell behind.
+    /// Fault records the kernel dropped because fltrace fell behind, and `lost_late`.
     pub lost: u64,
+    /// Of `lost`, faults read after their process's files were closed (its end was read
+    /// before them: a thread whose start the recording missed).
+    pub lost_late: u64,
     /// Faults whose stack lacks its outer frames (`fltrace_trace::StackEnd::Truncated`).
     pub stacks_truncated: u64,
     /// Whether a process ran out of the far memory `-M` allowed.
@@ -314,6 +317,7 @@ mod tests {
             signal: None,
             faults: 0,
             lost: 0,
+            lost_late: 0,
             stacks_truncated: 0,
             far_memory_exhausted: false,
             allocs: None,

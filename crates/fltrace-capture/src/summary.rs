@@ -199,10 +199,16 @@ impl Summary {
                 said.push(format!("warning: not kept in the build-ID cache: {failed}"));
             }
         }
-        if self.lost > 0 {
+        let dropped = self.lost.saturating_sub(self.lost_late);
+        if dropped > 0 {
             said.push(format!(
-                "warning: the kernel dropped {} fault records; try a larger --buffer-mb",
-                self.lost
+                "warning: the kernel dropped {dropped} fault records; try a larger --buffer-mb"
+            ));
+        }
+        if self.lost_late > 0 {
+            said.push(format!(
+                "warning: {} faults were read after their process's trace was closed and are not in it",
+                self.lost_late
             ));
         }
         if let Some(error) = &self.trace_error {
@@ -326,6 +332,7 @@ mod tests {
             signal: None,
             faults: 200,
             lost: 0,
+            lost_late: 0,
             stacks_truncated: 3,
             far_memory_exhausted: false,
             allocs: None,
@@ -403,6 +410,49 @@ mod tests {
             ]
         );
         assert_eq!(signal_name(77), "signal 77");
+    }
+
+    /// Faults read after their process's files were closed are lost and said apart from
+    /// those the kernel dropped, even with -q.
+    #[test]
+    fn faults_too_late_for_their_process_are_said_apart() {
+        let dir = Path::new("out");
+        let s = Summary {
+            lost: 7,
+            lost_late: 2,
+            ..summary()
+        };
+        let quiet = SummaryContext {
+            quiet: true,
+            ..context(dir)
+        };
+        assert_eq!(
+            said(s.lines(&quiet)),
+            [
+                "warning: the kernel dropped 5 fault records; try a larger --buffer-mb",
+                "warning: 2 faults were read after their process's trace was closed and are not in it",
+            ]
+        );
+    }
+
+    /// A pid reused within the run: the summary names the pids its later processes are
+    /// filed as.
+    #[test]
+    fn reused_pids_are_named_with_their_later_processes() {
+        let dir = Path::new("out");
+        let limit = fltrace_trace::files::PID_LIMIT;
+        let s = Summary {
+            pids: vec![10, 11, 12, 11 + limit, 12 + limit, 12 + 2 * limit],
+            ..summary()
+        };
+        let lines = said(s.lines(&context(dir)));
+        assert_eq!(
+            lines[1..3],
+            [
+                "pid 11 was reused within the run: 1 later process filed as 4194315 (report -p)",
+                "pid 12 was reused within the run: 2 later processes filed as 4194316, 8388620 (report -p)",
+            ]
+        );
     }
 
     /// Interrupted with -p: the attached process was left running; the attachment is named.

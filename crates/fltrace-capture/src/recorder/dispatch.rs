@@ -126,6 +126,8 @@ pub(super) struct State {
     parse_info: RecordParseInfo,
     major_parse_info: RecordParseInfo,
     pub(super) lost: u64,
+    /// Of `lost`, fault samples of processes whose files were closed.
+    pub(super) lost_late: u64,
     pub(super) faults: u64,
     pub(super) truncated_total: u64,
     /// The first error a handler met; handlers run inside ring-buffer callbacks.
@@ -191,6 +193,7 @@ impl State {
             parse_info: sys::parse_info(attrs.0),
             major_parse_info: sys::parse_info(attrs.1),
             lost: 0,
+            lost_late: 0,
             faults: 0,
             truncated_total: 0,
             error: None,
@@ -351,6 +354,7 @@ impl State {
                     && self.is_fault(sample)
                 {
                     self.lost += 1;
+                    self.lost_late += 1;
                 }
                 return Ok(());
             }

@@ -118,6 +118,7 @@ impl ActiveRecording {
             signal,
             faults: state.faults,
             lost: state.lost,
+            lost_late: state.lost_late,
             stacks_truncated: state.truncated_total,
             far_memory_exhausted: state.far_exhausted,
             allocs,
