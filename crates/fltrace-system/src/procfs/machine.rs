@@ -29,14 +29,18 @@ pub fn vmstat() -> Result<Vmstat, ProcError> {
 
 /// Parses `key value` lines (/proc/vmstat).
 pub fn parse_vmstat(text: &str) -> Vmstat {
-    Vmstat(
-        text.lines()
-            .filter_map(|l| {
-                let (key, value) = l.split_once(' ')?;
-                Some((key.to_owned(), value.trim().parse().ok()?))
-            })
-            .collect(),
-    )
+    Vmstat(numbers_by_key(text, ' ').collect())
+}
+
+/// The lines `KEY<separator> NUMBER ...` of `text` as (KEY, NUMBER).
+fn numbers_by_key(text: &str, separator: char) -> impl Iterator<Item = (String, u64)> + '_ {
+    text.lines().filter_map(move |l| {
+        let (key, rest) = l.split_once(separator)?;
+        Some((
+            key.to_owned(),
+            rest.split_whitespace().next()?.parse().ok()?,
+        ))
+    })
 }
 
 /// The figures of /proc/meminfo, in its order.
@@ -62,17 +66,7 @@ pub fn meminfo() -> Result<Meminfo, ProcError> {
 
 /// Parses `Key:   value kB` lines (/proc/meminfo).
 pub fn parse_meminfo(text: &str) -> Meminfo {
-    Meminfo(
-        text.lines()
-            .filter_map(|l| {
-                let (key, rest) = l.split_once(':')?;
-                Some((
-                    key.to_owned(),
-                    rest.split_whitespace().next()?.parse().ok()?,
-                ))
-            })
-            .collect(),
-    )
+    Meminfo(numbers_by_key(text, ':').collect())
 }
 
 /// Memory pressure (PSI) of /proc/pressure/memory.

@@ -243,6 +243,35 @@ impl CgroupFilter {
     }
 }
 
+/// The kernel log (/dev/kmsg) from its oldest record kept, opened to read without blocking.
+pub fn open_kmsg() -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open("/dev/kmsg")
+}
+
+/// Hands each record of the kernel log `kmsg` ([`open_kmsg`]) to `each` as its prefix
+/// (`PRI,SEQ,TS_USEC,FLAGS`) and message, until none is left; records overwritten before
+/// they were read are skipped.
+pub fn read_kmsg(kmsg: &mut std::fs::File, mut each: impl FnMut(&str, &str)) -> io::Result<()> {
+    let mut buf = vec![0u8; 8192];
+    loop {
+        // Each read returns one record; EAGAIN at the end, EPIPE when records were overwritten.
+        match kmsg.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                let record = String::from_utf8_lossy(&buf[..n]);
+                let (prefix, message) = record.split_once(';').unwrap_or(("", &*record));
+                each(prefix, message);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// The kernel log from now on, read without blocking (/dev/kmsg).
 pub struct Kmsg {
     file: Option<std::fs::File>,
@@ -252,11 +281,7 @@ pub struct Kmsg {
 impl Kmsg {
     /// Opens /dev/kmsg at its end; without it (no CAP_SYSLOG), lookups find nothing.
     pub fn open() -> Kmsg {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open("/dev/kmsg")
-            .ok();
+        let file = open_kmsg().ok();
         if let Some(f) = &file {
             use std::os::fd::AsRawFd;
             // SAFETY: seeking an open descriptor; SEEK_END on /dev/kmsg skips old messages.
@@ -272,22 +297,11 @@ impl Kmsg {
         let Some(file) = &mut self.file else {
             return;
         };
-        // Each read returns one message.
-        let mut buf = vec![0u8; 8192];
-        loop {
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    // `prio,seq,time,flags;message`
-                    let message = text.split_once(';').map_or(&*text, |(_, m)| m);
-                    self.lines.push(message.trim_end().to_owned());
-                }
-                // EPIPE: messages were overwritten before we read them; go on.
-                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
-                Err(_) => break,
-            }
-        }
+        // A log that fails to read now has nothing more to give: the kill's line just lacks
+        // its cgroup.
+        let _ = read_kmsg(file, |_, message| {
+            self.lines.push(message.trim_end().to_owned());
+        });
         if self.lines.len() > 4096 {
             self.lines.drain(..2048);
         }
@@ -513,6 +527,28 @@ mod tests {
             Err(format!(
                 "/proc/{gone}/comm: No such file or directory (os error 2)"
             ))
+        );
+    }
+
+    /// A kernel log record splits into its prefix and message (a read of /dev/kmsg returns
+    /// one record; here the file holds one).
+    #[test]
+    fn kmsg_records_split_at_the_first_semicolon() {
+        let mut file = tempfile::tempfile().expect("a temporary file");
+        std::io::Write::write_all(&mut file, b"6,1042,5000123,-;oom-kill:constraint=x;y\n")
+            .expect("writing it");
+        std::io::Seek::rewind(&mut file).expect("rewinding it");
+        let mut records = Vec::new();
+        read_kmsg(&mut file, |prefix, message| {
+            records.push((prefix.to_owned(), message.to_owned()));
+        })
+        .expect("reading it");
+        assert_eq!(
+            records,
+            [(
+                "6,1042,5000123,-".to_owned(),
+                "oom-kill:constraint=x;y\n".to_owned()
+            )]
         );
     }
 

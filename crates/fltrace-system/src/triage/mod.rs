@@ -3,8 +3,6 @@
 //! the fltrace command to run next.
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use crate::Error;
@@ -143,52 +141,37 @@ pub fn top_rss(n: usize) -> Result<Vec<ProcessRss>, ProcError> {
 pub fn oom_kills() -> Result<Vec<String>, String> {
     // A record's time is µs of CLOCK_MONOTONIC: the wall clock is that plus the boot's offset.
     let boot_offset_ns = crate::clock::wall_offset_ns();
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open("/dev/kmsg")
-        .map_err(|e| format!("/dev/kmsg: {e}"))?;
+    let mut kmsg = procfs::open_kmsg().map_err(|e| format!("/dev/kmsg: {e}"))?;
     let mut lines = Vec::new();
     let mut memcg: Option<String> = None;
-    let mut buf = vec![0u8; 8192];
-    loop {
-        // Each read returns one record; EAGAIN at the end, EPIPE when records were overwritten.
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let record = String::from_utf8_lossy(&buf[..n]);
-                let (prefix, message) = record.split_once(';').unwrap_or(("", &*record));
-                // PRI,SEQ,TS_USEC,FLAGS
-                let when = prefix
-                    .split(',')
-                    .nth(2)
-                    .and_then(|us| us.parse::<i128>().ok())
-                    .map(|us| {
-                        format!(
-                            "[{}] ",
-                            crate::clock::local_time(boot_offset_ns + us * 1000)
-                        )
-                    })
-                    .unwrap_or_default();
-                let message = message.lines().next().unwrap_or("").trim();
-                // One line per kill: the victim's line, with the cgroup from the line before.
-                if let Some(constraint) = message.strip_prefix("oom-kill:") {
-                    memcg = constraint
-                        .split(',')
-                        .find_map(|kv| kv.strip_prefix("oom_memcg="))
-                        .map(str::to_owned);
-                } else if message.contains("Killed process") {
-                    lines.push(match memcg.take() {
-                        Some(group) => format!("{when}{message} (memory cgroup {group})"),
-                        None => format!("{when}{message}"),
-                    });
-                }
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) => return Err(format!("/dev/kmsg: {e}")),
+    procfs::read_kmsg(&mut kmsg, |prefix, message| {
+        // PRI,SEQ,TS_USEC,FLAGS
+        let when = prefix
+            .split(',')
+            .nth(2)
+            .and_then(|us| us.parse::<i128>().ok())
+            .map(|us| {
+                format!(
+                    "[{}] ",
+                    crate::clock::local_time(boot_offset_ns + us * 1000)
+                )
+            })
+            .unwrap_or_default();
+        let message = message.lines().next().unwrap_or("").trim();
+        // One line per kill: the victim's line, with the cgroup from the line before.
+        if let Some(constraint) = message.strip_prefix("oom-kill:") {
+            memcg = constraint
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("oom_memcg="))
+                .map(str::to_owned);
+        } else if message.contains("Killed process") {
+            lines.push(match memcg.take() {
+                Some(group) => format!("{when}{message} (memory cgroup {group})"),
+                None => format!("{when}{message}"),
+            });
         }
-    }
+    })
+    .map_err(|e| format!("/dev/kmsg: {e}"))?;
     Ok(lines)
 }
 
