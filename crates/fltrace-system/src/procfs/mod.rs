@@ -1,7 +1,8 @@
 //! What the tools read from /proc and /dev/kmsg, read here only: a process's name, threads,
 //! maps, status, descriptors, cgroup, smaps and pages; the machine's counters, memory,
-//! pressure, swap, mounts and kernel symbols ([`machine`]); the kernel log's OOM lines.
-//! The readers capture already has (threads, maps, status, settings) are capture's.
+//! pressure, swap, mounts and kernel symbols ([`machine`]); the kernel log's records and
+//! OOM lines. The readers capture already has (threads, maps, status, settings) are
+//! capture's.
 //!
 //! A process can exit between any two reads: its readers answer an error or `None`, which
 //! callers treat as the normal end of a process; a machine-wide file that cannot be read is
