@@ -103,6 +103,61 @@ pub enum HeatInputError {
     },
 }
 
+/// The PMU samples a map of `--from access` draws: whose, the first sample's time (the map's
+/// time origin) and those chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessHeat {
+    /// The process sampled.
+    pub pid: u32,
+    /// The first sample's time, ns.
+    pub start_ns: u64,
+    /// The samples in the time window and addresses chosen.
+    pub samples: Vec<AccessRecord>,
+}
+
+impl AccessHeat {
+    /// The samples of the process `options` choose (else of the newest samples file in
+    /// `options.dir`) in its time window and `addr` (none is an error).
+    pub fn load(
+        options: &LoadOptions,
+        addr: Option<(u64, u64)>,
+    ) -> Result<AccessHeat, HeatInputError> {
+        let (pid, path) = heat_input(&options.dir, HeatSource::Access, options.pid)?;
+        let (start_ns, samples) = heat_access_samples(&path, options.window_s, addr)?;
+        Ok(AccessHeat {
+            pid,
+            start_ns,
+            samples,
+        })
+    }
+}
+
+/// The ranges a map of `--from wss` or `--from damon` draws: whose, the trace's kind and the
+/// ranges chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeHeat {
+    /// The process traced.
+    pub pid: u32,
+    /// What the trace measured.
+    pub kind: RangeTraceKind,
+    /// The ranges in the time window and addresses chosen.
+    pub ranges: Vec<HeatRange>,
+}
+
+impl RangeHeat {
+    /// The ranges of the `source` trace of the process `options` choose (else of the newest
+    /// such trace in `options.dir`) in its time window and `addr` (none is an error).
+    pub fn load(
+        options: &LoadOptions,
+        source: HeatSource,
+        addr: Option<(u64, u64)>,
+    ) -> Result<RangeHeat, HeatInputError> {
+        let (pid, path) = heat_input(&options.dir, source, options.pid)?;
+        let (kind, ranges) = heat_range_trace(&path, options.window_s, addr)?;
+        Ok(RangeHeat { pid, kind, ranges })
+    }
+}
+
 /// The PMU samples of `path` (`record --access-samples`) within `time` (seconds from the
 /// first sample) and `addr`: the first sample's time, the map's origin, and those chosen
 /// (none is an error).
@@ -475,6 +530,47 @@ mod tests {
             error
                 .to_string()
                 .ends_with("(written by `fltrace record --access-samples`)")
+        );
+    }
+
+    /// A map of a range trace draws the newest trace's process, or the one `-p` names,
+    /// within the window; access samples name the file they miss.
+    #[test]
+    fn heat_loads_choose_the_trace_of_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("fltrace-data-damon-9.csv"),
+            "time_s,start,end,nr_accesses\n0.5,0x7f0000,0x7f2000,7\n2.5,0x7f0000,0x7f1000,3\n",
+        )
+        .unwrap();
+        let mut options = LoadOptions::new(dir.path().to_owned(), Default::default());
+        options.window_s = Some((0.0, 1.0));
+        let heat = RangeHeat::load(&options, HeatSource::Damon, None).unwrap();
+        assert_eq!((heat.pid, heat.kind), (9, RangeTraceKind::DamonAccesses));
+        assert_eq!(
+            heat.ranges,
+            [HeatRange {
+                time_ns: 500_000_000,
+                start: VirtAddr::new(0x7f_0000),
+                end: VirtAddr::new(0x7f_2000),
+                weight: 7,
+            }]
+        );
+        options.pid = Some(4);
+        let missing = RangeHeat::load(&options, HeatSource::Damon, None).unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            format!(
+                "reading {} (written by `fltrace wss`)",
+                dir.path().join("fltrace-data-damon-4.csv").display()
+            )
+        );
+        options.pid = None;
+        let none = AccessHeat::load(&options, None).unwrap_err();
+        assert!(
+            none.to_string()
+                .starts_with("no fltrace-data-access-<pid>.parquet in "),
+            "{none}"
         );
     }
 

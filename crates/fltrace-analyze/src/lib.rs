@@ -89,9 +89,10 @@ pub use group::{
     group_faults_by_alloc_site, group_origins_by_alloc_site,
 };
 pub use heat::{
-    FaultSelection, HeatInputError, HeatRange, HeatSource, LabelledBlock, access_samples_in,
-    heat_access_samples, heat_blocks, heat_faults, heat_input, heat_process_names,
-    heat_range_trace, heat_ranges, labelled_blocks, largest_labelled_blocks, site_label,
+    AccessHeat, FaultSelection, HeatInputError, HeatRange, HeatSource, LabelledBlock, RangeHeat,
+    access_samples_in, heat_access_samples, heat_blocks, heat_faults, heat_input,
+    heat_process_names, heat_range_trace, heat_ranges, labelled_blocks, largest_labelled_blocks,
+    site_label,
 };
 pub use listing::{
     RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,

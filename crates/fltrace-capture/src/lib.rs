@@ -34,7 +34,7 @@ mod os;
 pub mod pages;
 pub mod perf;
 mod process;
-mod procfs;
+pub mod procfs;
 mod reader;
 mod recorder;
 mod request;

@@ -1,7 +1,8 @@
 //! Everything capture reads from /proc, read and parsed here only: a process's maps, status,
 //! stat, statm, threads, children, names and command line, smaps and its referenced bits, and
 //! the machine's settings and memory. (Pagemap, a binary table read in bounded windows, is
-//! read by [`crate::pages::FrameMap`].)
+//! read by [`crate::pages::FrameMap`].) fltrace-system's own /proc module reuses the public
+//! readers: threads, maps, status and settings.
 //!
 //! A process can exit between any two reads, or during one: each reader says so as an error
 //! or `None`, never as a panic, and the parsers take any text (a command name may hold
@@ -32,7 +33,7 @@ fn read(pid: impl std::fmt::Display, file: &str) -> io::Result<String> {
 }
 
 /// A setting under /proc/sys (`kernel/perf_event_paranoid`), if readable and well formed.
-pub(crate) fn sysctl<T: std::str::FromStr>(name: &str) -> Option<T> {
+pub fn sysctl<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::fs::read_to_string(format!("/proc/sys/{name}"))
         .ok()?
         .trim()
@@ -41,12 +42,12 @@ pub(crate) fn sysctl<T: std::str::FromStr>(name: &str) -> Option<T> {
 }
 
 /// `/proc/PID/maps` as the kernel wrote it.
-pub(crate) fn maps_text(pid: impl std::fmt::Display) -> io::Result<String> {
+pub fn maps_text(pid: impl std::fmt::Display) -> io::Result<String> {
     read(pid, "maps")
 }
 
 /// The mappings of `/proc/PID/maps`, in address order.
-pub(crate) fn mappings(pid: impl std::fmt::Display) -> io::Result<Vec<Mapping>> {
+pub fn mappings(pid: impl std::fmt::Display) -> io::Result<Vec<Mapping>> {
     Ok(maps_text(pid)?
         .lines()
         .filter_map(parse_procmaps_line)
@@ -99,9 +100,13 @@ pub(crate) fn stat(pid: i32) -> io::Result<Stat> {
     Ok(parse_stat(&read(pid, "stat")?))
 }
 
-/// What capture uses of `/proc/PID/status`; a field the kernel did not give is `None`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Status {
+/// What fltrace uses of `/proc/PID/status`; a field the kernel did not give is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The name (`Name`, with the kernel's escapes of tabs, newlines and backslashes).
+    pub name: Option<String>,
+    /// Virtual memory (`VmSize`), KiB.
+    pub vm_size_kb: Option<u64>,
     /// Peak resident memory since the exec (`VmHWM`), KiB.
     pub peak_rss_kb: Option<u64>,
     /// Resident memory (`VmRSS`), KiB.
@@ -116,7 +121,7 @@ pub(crate) struct Status {
 }
 
 /// Parses a `/proc/PID/status` text.
-pub(crate) fn parse_status(text: &str) -> Status {
+pub fn parse_status(text: &str) -> Status {
     let kb = |rest: &str| rest.trim().trim_end_matches("kB").trim().parse().ok();
     let mut status = Status::default();
     for line in text.lines() {
@@ -124,6 +129,8 @@ pub(crate) fn parse_status(text: &str) -> Status {
             continue;
         };
         match key {
+            "Name" => status.name = Some(value.trim().to_owned()),
+            "VmSize" => status.vm_size_kb = kb(value),
             "VmHWM" => status.peak_rss_kb = kb(value),
             "VmRSS" => status.rss_kb = kb(value),
             "RssAnon" => status.rss_anon_kb = kb(value),
@@ -137,7 +144,7 @@ pub(crate) fn parse_status(text: &str) -> Status {
 }
 
 /// `/proc/PID/status` (`self` for fltrace's own), parsed.
-pub(crate) fn status(pid: impl std::fmt::Display) -> io::Result<Status> {
+pub fn status(pid: impl std::fmt::Display) -> io::Result<Status> {
     Ok(parse_status(&read(pid, "status")?))
 }
 
@@ -175,7 +182,7 @@ pub(crate) fn command_line(pid: i32) -> String {
 }
 
 /// The threads of process `pid`, in id order.
-pub(crate) fn tasks(pid: i32) -> io::Result<Vec<i32>> {
+pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
     let mut tasks: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
@@ -305,10 +312,13 @@ mod tests {
     #[test]
     fn status_gives_memory_namespace_pid_and_effective_uid() {
         let text = "Name:\tjava\nNSpid:\t4242\t7\nUid:\t1000\t1001\t1000\t1000\n\
-                    VmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nRssAnon:\t   51200 kB\n";
+                    VmSize:\t 4194304 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n\
+                    RssAnon:\t   51200 kB\n";
         assert_eq!(
             parse_status(text),
             Status {
+                name: Some("java".into()),
+                vm_size_kb: Some(4_194_304),
                 peak_rss_kb: Some(204_800),
                 rss_kb: Some(102_400),
                 rss_anon_kb: Some(51_200),
@@ -316,7 +326,13 @@ mod tests {
                 euid: Some(1001),
             }
         );
-        assert_eq!(parse_status("Name:\tkworker\n"), Status::default());
+        assert_eq!(
+            parse_status("Name:\tkworker\n"),
+            Status {
+                name: Some("kworker".into()),
+                ..Status::default()
+            }
+        );
     }
 
     /// Read from this very process: every reader finds what the kernel knows of it.

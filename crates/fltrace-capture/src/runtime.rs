@@ -40,7 +40,20 @@ pub enum EvictionPolicy {
 }
 
 impl EvictionPolicy {
-    /// The runtime's name of the policy, as its environment gives it.
+    /// Every policy, in the order `--policy` lists them.
+    pub const ALL: [EvictionPolicy; 3] = [
+        EvictionPolicy::Fifo,
+        EvictionPolicy::Clock,
+        EvictionPolicy::Refault,
+    ];
+
+    /// The policy of that name (`clock`), as [`EvictionPolicy::name`] gives it.
+    pub fn from_name(name: &str) -> Option<EvictionPolicy> {
+        EvictionPolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The runtime's name of the policy, as its environment gives it; also its value of
+    /// `--policy`.
     pub fn name(self) -> &'static str {
         match self {
             EvictionPolicy::Fifo => "fifo",

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use fltrace_capture::EvictionPolicy;
 use serde::Deserialize;
 
 use crate::Error;
@@ -43,7 +44,8 @@ pub struct Config {
     /// at least 256 MB more than it.
     pub max_mb: Option<u64>,
     /// `record --policy`.
-    pub policy: Option<String>,
+    #[serde(default, with = "policy_name")]
+    pub policy: Option<EvictionPolicy>,
     /// `record --access-samples --freq HZ`.
     pub access_samples: Option<u64>,
     /// The NUMA node serving the memory of the workload (and of fltrace), `MPOL_BIND`.
@@ -69,13 +71,42 @@ struct RawConfig {
     allocs: bool,
     local: Option<RawLocal>,
     max_mb: Option<u64>,
-    policy: Option<String>,
+    #[serde(default, with = "policy_name")]
+    policy: Option<EvictionPolicy>,
     access_samples: Option<u64>,
     mem_node: Option<u32>,
     cpu_node: Option<u32>,
     pmem_dir: Option<PathBuf>,
     #[serde(default)]
     keep_backing: bool,
+}
+
+/// A policy in files by its name (`policy = "clock"`), the value of `record --policy`.
+mod policy_name {
+    use fltrace_capture::EvictionPolicy;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(
+        policy: &Option<EvictionPolicy>,
+        to: S,
+    ) -> Result<S::Ok, S::Error> {
+        policy.map(EvictionPolicy::name).serialize(to)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        from: D,
+    ) -> Result<Option<EvictionPolicy>, D::Error> {
+        let Some(name) = Option::<String>::deserialize(from)? else {
+            return Ok(None);
+        };
+        EvictionPolicy::from_name(&name).map(Some).ok_or_else(|| {
+            let names: Vec<&str> = EvictionPolicy::ALL.map(EvictionPolicy::name).into();
+            D::Error::custom(format!(
+                "policy `{name}` is not one of {}",
+                names.join(", ")
+            ))
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,8 +169,8 @@ impl Config {
         if self.allocs {
             flags.push("--allocs".to_owned());
         }
-        if let Some(policy) = &self.policy {
-            flags.extend(["--policy".to_owned(), policy.clone()]);
+        if let Some(policy) = self.policy {
+            flags.extend(["--policy".to_owned(), policy.name().to_owned()]);
         }
         if let Some(hz) = self.access_samples {
             flags.extend([
@@ -230,13 +261,6 @@ pub fn parse(text: &str) -> Result<Vec<Config>, ParseError> {
                 ))
             }
         };
-        if let Some(policy) = &raw.policy
-            && !["fifo", "clock", "refault"].contains(&policy.as_str())
-        {
-            return Err(invalid(format!(
-                "policy `{policy}` is not one of fifo, clock, refault"
-            )));
-        }
         if raw.access_samples == Some(0) {
             return Err(invalid(
                 "access_samples is a frequency in Hz: positive".into(),
@@ -402,6 +426,8 @@ mod tests {
         );
         assert_eq!(configs[1].mode, Mode::Record);
         assert_eq!(configs[1].local, Some(LocalMemory::OfDryPeak(0.5)));
+        assert_eq!(configs[1].policy, Some(EvictionPolicy::Clock));
+        assert_eq!(configs[2].policy, None);
         assert_eq!(
             configs[1].record_flags(),
             [
@@ -450,10 +476,30 @@ mod tests {
             refusal("[[config]]\nname = \"a\"\nmode = \"dry\"\nallocs = true")
                 .contains("options of mode")
         );
-        assert!(refusal("[[config]]\nname = \"a\"\npolicy = \"lru\"").contains("not one of"));
+        assert!(
+            refusal("[[config]]\nname = \"a\"\npolicy = \"lru\"")
+                .contains("policy `lru` is not one of fifo, clock, refault")
+        );
         assert!(refusal("[[config]]\nname = \"a\"\nlocal = 100\nmax_mb = 50").contains("exceeds"));
         assert!(refusal("[[config]]\nname = \"a\"\nallcs = true").starts_with("syntax"));
         assert!(refusal("").contains("no configuration"));
+    }
+
+    /// A series file keeps the policy by its name, and reads it back.
+    #[test]
+    fn policy_is_written_and_read_by_its_name() {
+        let mut config = Config::new("c", Mode::Record);
+        config.policy = Some(EvictionPolicy::Refault);
+        let json = serde_json::to_string(&config).unwrap();
+        assert!(json.contains(r#""policy":"refault""#), "{json}");
+        assert_eq!(serde_json::from_str::<Config>(&json).unwrap(), config);
+        let dry = serde_json::to_string(&Config::new("d", Mode::Dry)).unwrap();
+        assert!(dry.contains(r#""policy":null"#), "{dry}");
+        let without = dry.replace(r#""policy":null,"#, "");
+        assert_eq!(
+            serde_json::from_str::<Config>(&without).unwrap(),
+            Config::new("d", Mode::Dry)
+        );
     }
 
     #[test]

@@ -13,8 +13,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The configuration file is not valid TOML of the expected shape.
-    #[error("{path}: {source}")]
+    /// The configuration file is not valid TOML of the expected shape (the parser's words
+    /// follow as the source, said once).
+    #[error("{path}")]
     ConfigSyntax {
         /// The configuration file.
         path: PathBuf,

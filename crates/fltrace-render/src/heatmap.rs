@@ -9,9 +9,12 @@ use std::path::Path;
 
 pub use figure::HeatLabels;
 
-use fltrace_analyze::{FaultSelection, HeatRange, LabelledBlock, named_regions};
+use fltrace_analyze::{
+    AccessHeat, FaultSelection, HeatRange, LabelledBlock, RangeHeat, heat_process_names,
+    named_regions,
+};
 use fltrace_trace::{
-    AccessRecord, Fault, FaultFlags, FaultRowGroups, Mapping, RangeTraceKind, VirtAddr,
+    AccessRecord, Fault, FaultFlags, FaultRowGroups, Mapping, RangeTraceKind, Recording, VirtAddr,
 };
 
 use crate::Error;
@@ -282,6 +285,52 @@ impl Heatmap {
         let mut map = builder.layout()?;
         map.add(events);
         Ok(map)
+    }
+
+    /// The map of PMU access samples (loads blue, stores red) timed from the first sample,
+    /// its bands named after the process's mappings recorded in `dir`, with its words.
+    pub fn of_access(
+        heat: &AccessHeat,
+        dir: &Path,
+        options: HeatmapOptions,
+    ) -> Result<(Heatmap, HeatLabels), Error> {
+        let events: Vec<HeatEvent> = heat.samples.iter().map(HeatEvent::from).collect();
+        let mut map = Heatmap::build(&events, options)?;
+        map.set_time_origin(heat.start_ns);
+        map.name_mappings_in(dir, heat.pid)?;
+        Ok((map, HeatLabels::access(heat.pid, events.len())))
+    }
+
+    /// The map of a range trace (`fltrace wss`, `wss --damon`) timed from the start of
+    /// sampling, with its words.
+    pub fn of_range_trace(
+        heat: &RangeHeat,
+        options: HeatmapOptions,
+    ) -> Result<(Heatmap, HeatLabels), Error> {
+        let mut map = Heatmap::of_ranges(&heat.ranges, options)?;
+        map.set_time_origin(0);
+        let labels = HeatLabels::ranges(heat.pid, heat.ranges.len(), heat.kind);
+        Ok((map, labels))
+    }
+
+    /// Finishes the map of `count` faults of process `pid` of `recording`: timed from the
+    /// recording's start, its bands named after the process's mappings; gives its words (the
+    /// names the process ran under, the command).
+    pub fn finish_faults(
+        &mut self,
+        recording: &Recording,
+        pid: u32,
+        count: usize,
+    ) -> Result<HeatLabels, Error> {
+        self.set_time_origin(recording.session.start_ns);
+        self.name_mappings_in(&recording.dir, pid)?;
+        let names = heat_process_names(&fltrace_trace::files::faults(&recording.dir, pid), pid);
+        Ok(HeatLabels::faults(
+            pid,
+            count,
+            &names,
+            &recording.session.command,
+        ))
     }
 
     /// Sets the time shown as 0 on the time axis (by default the first event's).
@@ -742,6 +791,33 @@ pub(crate) mod tests {
         );
         let given = HeatmapFiles::new(Some(std::path::Path::new("m.svg")), dir, "heatmap", 9);
         assert_eq!((given.memref, given.images), (None, vec!["m.svg".into()]));
+    }
+
+    /// An access map is timed from the first sample, loads and stores each counted once,
+    /// and says how many samples of which process it draws.
+    #[test]
+    fn access_map_is_timed_from_the_first_sample() {
+        let sample = |time_ns, addr, data_src| AccessRecord {
+            time_ns,
+            tid: 7,
+            ip: fltrace_trace::CodeAddr::new(0x40_1000),
+            addr: VirtAddr::new(addr),
+            latency: 0,
+            data_src,
+            stack_id: 0,
+        };
+        let heat = AccessHeat {
+            pid: 7,
+            start_ns: 1_000,
+            samples: vec![sample(5_000, 0x7f00_0000, 0), sample(9_000, 0x7f00_1000, 4)],
+        };
+        let (map, labels) =
+            Heatmap::of_access(&heat, Path::new("/nonexistent"), HeatmapOptions::default())
+                .unwrap();
+        assert_eq!(map.time_origin(), 1_000);
+        assert_eq!(map.max_count(), 1);
+        assert_eq!(labels.subtitle, "2 access samples of process 7");
+        assert_eq!(labels.time_origin, "the first sample");
     }
 
     /// The words of each map say what it counts, of which process, since when.

@@ -150,7 +150,7 @@ impl HFaults {
                         }
                         Some(_) => return,
                         None if hugetlb.contains(s.pid, addr) => Kind::Hugetlb,
-                        None if !std::path::Path::new(&format!("/proc/{}", s.pid)).exists() => {
+                        None if !procfs::alive(s.pid) => {
                             unclassified += 1;
                             return;
                         }

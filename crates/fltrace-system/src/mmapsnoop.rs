@@ -193,7 +193,7 @@ fn file_of(pid: u32, p: &Pending, ret: i64) -> String {
         };
     }
     if p.args.fd >= 0 && p.args.flags & libc::MAP_ANONYMOUS as u64 == 0 {
-        return std::fs::read_link(format!("/proc/{pid}/fd/{}", p.args.fd))
+        return crate::procfs::fd_target(pid, p.args.fd)
             .map(|t| t.display().to_string())
             .unwrap_or_else(|_| format!("[fd {}]", p.args.fd));
     }

@@ -107,15 +107,11 @@ pub fn open(scope: &Scope) -> Result<OomKill, Error> {
     Ok(OomKill { perf_events, kmsg })
 }
 
-/// Memory figures of a process from /proc/PID/status, in kB: (VmSize, VmRSS).
+/// Memory figures of a process from /proc/PID/status, in kB: (VmSize, VmRSS); none once it
+/// is gone.
 fn status_kb(pid: u32) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    };
-    Some((field("VmSize:")?, field("VmRSS:").unwrap_or(0)))
+    let status = procfs::status(pid).ok()?;
+    Some((status.vm_size_kb?, status.rss_kb.unwrap_or(0)))
 }
 
 impl OomKill {

@@ -499,3 +499,21 @@ pub struct VisualizeArgs {
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::*;
+
+    /// `fltrace runs` hands a configuration's policy to `record --policy` by its name: that
+    /// name must be the flag's value.
+    #[test]
+    fn policy_names_are_the_flag_values() {
+        assert_eq!(EvictionPolicy::value_variants(), EvictionPolicy::ALL);
+        for policy in EvictionPolicy::ALL {
+            let value = policy.to_possible_value().expect("a value");
+            assert_eq!(value.get_name(), policy.name());
+        }
+    }
+}

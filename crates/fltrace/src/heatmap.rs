@@ -7,10 +7,9 @@ use std::path::Path;
 use anyhow::bail;
 
 use fltrace_analyze::{
-    HeatSource, LoadOptions, OpenedRecording, heat_access_samples, heat_blocks, heat_faults,
-    heat_input, heat_process_names, heat_range_trace,
+    AccessHeat, HeatSource, LoadOptions, OpenedRecording, RangeHeat, heat_blocks, heat_faults,
 };
-use fltrace_render::{HeatEvent, HeatLabels, Heatmap, HeatmapFiles, HeatmapOptions};
+use fltrace_render::{HeatLabels, Heatmap, HeatmapFiles, HeatmapOptions};
 use fltrace_trace::files;
 
 use crate::cli::HeatmapArgs;
@@ -36,13 +35,9 @@ pub fn run(args: HeatmapArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
 
 /// The map of PMU access samples: loads blue, stores red.
 fn access(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap, u32, HeatLabels)> {
-    let (pid, path) = heat_input(&options.dir, HeatSource::Access, options.pid)?;
-    let (start, samples) = heat_access_samples(&path, options.window_s, args.addr)?;
-    let events: Vec<HeatEvent> = samples.iter().map(HeatEvent::from).collect();
-    let mut map = Heatmap::build(&events, heatmap_options(args))?;
-    map.set_time_origin(start);
-    map.name_mappings_in(&options.dir, pid)?;
-    Ok((map, pid, HeatLabels::access(pid, events.len())))
+    let heat = AccessHeat::load(options, args.addr)?;
+    let (map, labels) = Heatmap::of_access(&heat, &options.dir, heatmap_options(args))?;
+    Ok((map, heat.pid, labels))
 }
 
 /// The map of a recording's faults.
@@ -72,10 +67,7 @@ fn faults(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap,
         crate::load::print_warnings(&mut symbolizer);
         map.overlay(&blocks);
     }
-    map.set_time_origin(recording.session.start_ns);
-    map.name_mappings_in(&recording.dir, pid)?;
-    let names = heat_process_names(&path, pid);
-    let labels = HeatLabels::faults(pid, count, &names, &recording.session.command);
+    let labels = map.finish_faults(&recording, pid, count)?;
     Ok((map, pid, labels))
 }
 
@@ -85,11 +77,9 @@ fn ranges(
     options: &LoadOptions,
     source: HeatSource,
 ) -> anyhow::Result<(Heatmap, u32, HeatLabels)> {
-    let (pid, path) = heat_input(&options.dir, source, options.pid)?;
-    let (kind, ranges) = heat_range_trace(&path, options.window_s, args.addr)?;
-    let mut map = Heatmap::of_ranges(&ranges, heatmap_options(args))?;
-    map.set_time_origin(0);
-    Ok((map, pid, HeatLabels::ranges(pid, ranges.len(), kind)))
+    let heat = RangeHeat::load(options, source, args.addr)?;
+    let (map, labels) = Heatmap::of_range_trace(&heat, heatmap_options(args))?;
+    Ok((map, heat.pid, labels))
 }
 
 fn heatmap_options(args: &HeatmapArgs) -> HeatmapOptions {

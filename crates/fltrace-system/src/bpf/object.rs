@@ -127,8 +127,8 @@ fn refused_for_privilege(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// What a user without the privilege to load BPF needs, with the setting that decides it.
 fn bpf_privilege_hint() -> String {
-    let unprivileged = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
-        .map_or_else(|_| "unknown".to_owned(), |v| v.trim().to_owned());
+    let unprivileged = crate::procfs::sysctl::<String>("kernel/unprivileged_bpf_disabled")
+        .unwrap_or_else(|| "unknown".to_owned());
     format!(
         "the kernel refused to load BPF (Operation not permitted): the BPF tools need \
          CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); run as root, or give the binary them with \

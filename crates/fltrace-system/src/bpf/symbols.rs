@@ -17,6 +17,8 @@ use linux_perf_event_reader::{
 };
 use perf_event_open_sys::bindings::perf_event_attr;
 
+use crate::procfs;
+
 /// The executable mappings of each process seen (its /proc/PID/maps lines), read when it was
 /// first seen, and those the kernel announced for each process since tracing started, for
 /// processes that exit before their maps could be read; the files each mapped.
@@ -126,11 +128,11 @@ impl ProcessMaps {
                 self.lock().insert(tgid, text);
             }
         }
-        if let Ok(comm) = std::fs::read_to_string(format!("/proc/{tgid}/comm")) {
+        if let Ok(comm) = procfs::comm(tgid) {
             self.comms
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(tgid, comm.trim_end().to_owned());
+                .insert(tgid, comm);
         }
     }
 
@@ -170,23 +172,20 @@ impl ProcessMaps {
             }
         }
         // Each live process's maps read a line at a time, until every file is named.
-        if let Ok(dir) = std::fs::read_dir("/proc") {
-            for entry in dir.flatten() {
-                if files.len() == wanted.len() {
-                    break;
-                }
-                let Some(tgid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
-                    continue;
-                };
-                for_each_maps_line(tgid, |line| {
-                    if let Some((dev, inode, path)) = file_of_maps_line(line) {
-                        let key = (dev.0, dev.1, inode);
-                        if wanted.contains(&key) {
-                            files.entry(key).or_insert(path);
-                        }
-                    }
-                });
+        // Without a listing of /proc, the names recorded below are all there is.
+        for tgid in procfs::processes().unwrap_or_default() {
+            if files.len() == wanted.len() {
+                break;
             }
+            // A process gone since the listing names nothing.
+            let _ = procfs::for_each_maps_line(tgid, |line| {
+                if let Some((dev, inode, path)) = file_of_maps_line(line) {
+                    let key = (dev.0, dev.1, inode);
+                    if wanted.contains(&key) {
+                        files.entry(key).or_insert(path);
+                    }
+                }
+            });
         }
         // Files of processes gone before they were read: as the kernel named them.
         let recorded = self
@@ -202,28 +201,12 @@ impl ProcessMaps {
     }
 }
 
-/// Hands each line of /proc/`tgid`/maps to `each` as read (a process's maps can be MBs: a
-/// far-memory program's, a database's); false when it could not be opened.
-fn for_each_maps_line(tgid: u32, mut each: impl FnMut(&str)) -> bool {
-    use std::io::BufRead;
-    let Ok(file) = std::fs::File::open(format!("/proc/{tgid}/maps")) else {
-        return false;
-    };
-    let mut reader = std::io::BufReader::new(file);
-    let mut line = String::new();
-    while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
-        each(line.trim_end_matches('\n'));
-        line.clear();
-    }
-    true
-}
-
 /// The executable lines of /proc/`tgid`/maps (each ending in a newline) and the files it
 /// maps, by (major, minor, inode); None when it could not be read.
 fn read_maps(tgid: u32) -> Option<(String, FilesByInode)> {
     let mut code = String::new();
     let mut files = FilesByInode::new();
-    let read = for_each_maps_line(tgid, |line| {
+    let read = procfs::for_each_maps_line(tgid, |line| {
         if let Some((dev, inode, path)) = file_of_maps_line(line) {
             files.entry((dev.0, dev.1, inode)).or_insert(path);
         }
@@ -233,7 +216,7 @@ fn read_maps(tgid: u32) -> Option<(String, FilesByInode)> {
             code.push('\n');
         }
     });
-    read.then_some((code, files))
+    read.ok().map(|()| (code, files))
 }
 
 /// `((major, minor), inode, path)` of a file-backed line of /proc/PID/maps.
@@ -403,21 +386,13 @@ pub struct Kallsyms {
 }
 
 impl Kallsyms {
-    /// Reads /proc/kallsyms (addresses are zero unless root).
+    /// Reads /proc/kallsyms (addresses are zero unless root); without it, kernel frames
+    /// stay addresses, and a warning says why.
     pub fn load() -> Kallsyms {
-        let mut symbols: Vec<(u64, String)> = std::fs::read_to_string("/proc/kallsyms")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| {
-                let mut parts = line.split_whitespace();
-                let addr = u64::from_str_radix(parts.next()?, 16).ok()?;
-                let kind = parts.next()?;
-                let name = parts.next()?;
-                (addr != 0 && matches!(kind, "t" | "T" | "w" | "W"))
-                    .then(|| (addr, name.to_owned()))
-            })
-            .collect();
-        symbols.sort_unstable();
+        let symbols = procfs::kernel_functions().unwrap_or_else(|e| {
+            log::warn!("{e}: kernel frames are shown as addresses");
+            Vec::new()
+        });
         Kallsyms { symbols }
     }
 

@@ -2,14 +2,13 @@
 //! or a task name, or a command started here (held before its exec until the probes are in
 //! place); until a duration passes, an interrupt, or the processes end.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fltrace_capture::PendingChild;
 
 use super::{ProcessFilter, ProcessMaps};
-use crate::{Error, Scope};
+use crate::{Error, Scope, procfs};
 
 /// The processes, with the command forked and held before its exec.
 pub struct Prepared {
@@ -121,12 +120,7 @@ impl Watch {
         {
             return true;
         }
-        if !self.pids.is_empty()
-            && self
-                .pids
-                .iter()
-                .all(|p| !Path::new(&format!("/proc/{p}")).exists())
-        {
+        if !self.pids.is_empty() && self.pids.iter().all(|&p| !procfs::alive(p)) {
             self.ended = true;
             return true;
         }

@@ -161,10 +161,8 @@ enum Engine {
 
 /// The C library `pid` has mapped.
 pub fn libc_of(pid: u32) -> Result<PathBuf, Error> {
-    let path = format!("/proc/{pid}/maps");
-    let maps = std::fs::read_to_string(&path).map_err(Error::io(&path))?;
-    maps.lines()
-        .filter_map(fltrace_trace::parse_procmaps_line)
+    crate::procfs::mappings(pid)?
+        .into_iter()
         .map(|m| PathBuf::from(m.path))
         .find(|p| {
             p.file_name()
@@ -272,10 +270,9 @@ impl LeakTracer {
             let pid = tgid as i32;
             let tasks = fltrace_capture::attach_tasks(pid)?;
             maps.remember(tgid);
-            let comm_path = format!("/proc/{tgid}/comm");
-            let comm = std::fs::read_to_string(&comm_path).map_err(Error::io(&comm_path))?;
+            let comm = crate::procfs::comm(tgid)?;
             let reader = LiveAllocs::start(pid, &tasks, options)?;
-            readers.push((tgid, comm.trim_end().to_owned(), reader));
+            readers.push((tgid, comm, reader));
         }
         Ok(LeakTracer {
             engine: Engine::Unwound {

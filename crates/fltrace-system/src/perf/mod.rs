@@ -239,7 +239,7 @@ impl Context {
         self.comms
             .get(&tid)
             .cloned()
-            .or_else(|| procfs::comm(tid))
+            .or_else(|| procfs::comm(tid).ok())
             .unwrap_or_else(|| "?".to_owned())
     }
 
@@ -263,7 +263,7 @@ impl Context {
                     .comms
                     .get(ptid)
                     .cloned()
-                    .or_else(|| procfs::comm(*ptid))
+                    .or_else(|| procfs::comm(*ptid).ok())
                 {
                     self.comms.insert(*tid, name);
                 }
@@ -575,11 +575,7 @@ impl PerfEvents {
 
     /// Whether processes were named with -p and none of them lives any more.
     fn all_named_exited(&self) -> bool {
-        !self.pids.is_empty()
-            && self
-                .pids
-                .iter()
-                .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        !self.pids.is_empty() && self.pids.iter().all(|&p| !procfs::alive(p as u32))
     }
 
     /// Reads every ring and returns the records in time order.

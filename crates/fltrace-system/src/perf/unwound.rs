@@ -31,8 +31,9 @@ impl Proc {
 
     fn from_proc(pid: u32, elf: &mut ElfCache) -> Proc {
         let mut p = Proc::new();
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            for m in text.lines().filter_map(fltrace_trace::parse_procmaps_line) {
+        // A process gone before it was read has no mappings to unwind through.
+        if let Ok(mappings) = crate::procfs::mappings(pid) {
+            for m in mappings {
                 p.map(pid, m, elf);
             }
         }

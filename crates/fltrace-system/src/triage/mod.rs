@@ -3,13 +3,12 @@
 //! the fltrace command to run next.
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use crate::Error;
 use crate::bpf::{By, Counter, CounterSpec, Event, Frame, ProcessFilter, StackNames};
 use crate::ffaults::{self, FileFaults};
+use crate::procfs::{self, ProcError};
 use reclaim::{Reclaim, ReclaimWatch};
 
 mod print;
@@ -17,16 +16,7 @@ pub mod reclaim;
 
 pub use print::write_triage;
 
-/// One swap device of /proc/swaps.
-#[derive(Debug, Clone)]
-pub struct SwapDevice {
-    /// Its path.
-    pub name: String,
-    /// Size, KiB.
-    pub size_kib: u64,
-    /// Used, KiB.
-    pub used_kib: u64,
-}
+pub use crate::procfs::SwapDevice;
 
 /// A process by resident memory.
 #[derive(Debug, Clone)]
@@ -100,18 +90,7 @@ impl Triage {
     }
 }
 
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn vmstat(key: &str) -> u64 {
-    read("/proc/vmstat")
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-const MEMINFO_KEYS: [&str; 12] = [
+pub(crate) const MEMINFO_KEYS: [&str; 12] = [
     "MemTotal",
     "MemFree",
     "MemAvailable",
@@ -128,68 +107,32 @@ const MEMINFO_KEYS: [&str; 12] = [
     "Hugetlb",
 ];
 
-fn meminfo() -> Vec<(String, u64)> {
-    let text = read("/proc/meminfo");
-    MEMINFO_KEYS
+/// The figures of the meminfo section, KiB.
+fn meminfo() -> Result<Vec<(String, u64)>, ProcError> {
+    let info = procfs::meminfo()?;
+    Ok(MEMINFO_KEYS
         .iter()
-        .filter_map(|key| {
-            let value = text.lines().find_map(|l| {
-                let rest = l.strip_prefix(key)?.strip_prefix(':')?;
-                rest.split_whitespace().next()?.parse().ok()
-            })?;
-            Some(((*key).to_owned(), value))
-        })
-        .collect()
-}
-
-fn swaps() -> Vec<SwapDevice> {
-    read("/proc/swaps")
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some(SwapDevice {
-                name: (*f.first()?).to_owned(),
-                size_kib: f.get(2)?.parse().ok()?,
-                used_kib: f.get(3)?.parse().ok()?,
-            })
-        })
-        .collect()
+        .filter_map(|key| Some(((*key).to_owned(), info.get(key)?)))
+        .collect())
 }
 
 /// Processes by resident memory, largest first.
-pub fn top_rss(n: usize) -> Vec<ProcessRss> {
-    let mut out = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
-            let field = |key: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_owned()))
-            };
-            let rss_kib = field("VmRSS:")
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .unwrap_or(0);
-            if rss_kib > 0 {
-                out.push(ProcessRss {
-                    pid,
-                    comm: field("Name:").unwrap_or_default(),
-                    rss_kib,
-                });
-            }
-        }
-    }
+pub fn top_rss(n: usize) -> Result<Vec<ProcessRss>, ProcError> {
+    let mut out: Vec<ProcessRss> = procfs::processes()?
+        .into_iter()
+        // A process that exited since the listing holds no memory.
+        .filter_map(|pid| {
+            let status = procfs::status(pid).ok()?;
+            Some(ProcessRss {
+                pid,
+                comm: status.name.unwrap_or_default(),
+                rss_kib: status.rss_kb.filter(|&kb| kb > 0)?,
+            })
+        })
+        .collect();
     out.sort_by_key(|p| std::cmp::Reverse(p.rss_kib));
     out.truncate(n);
-    out
+    Ok(out)
 }
 
 /// The OOM kills in the kernel log, one line each (the victim, its memory and the memory
@@ -198,52 +141,37 @@ pub fn top_rss(n: usize) -> Vec<ProcessRss> {
 pub fn oom_kills() -> Result<Vec<String>, String> {
     // A record's time is µs of CLOCK_MONOTONIC: the wall clock is that plus the boot's offset.
     let boot_offset_ns = crate::clock::wall_offset_ns();
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open("/dev/kmsg")
-        .map_err(|e| format!("/dev/kmsg: {e}"))?;
+    let mut kmsg = procfs::open_kmsg().map_err(|e| format!("/dev/kmsg: {e}"))?;
     let mut lines = Vec::new();
     let mut memcg: Option<String> = None;
-    let mut buf = vec![0u8; 8192];
-    loop {
-        // Each read returns one record; EAGAIN at the end, EPIPE when records were overwritten.
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let record = String::from_utf8_lossy(&buf[..n]);
-                let (prefix, message) = record.split_once(';').unwrap_or(("", &*record));
-                // PRI,SEQ,TS_USEC,FLAGS
-                let when = prefix
-                    .split(',')
-                    .nth(2)
-                    .and_then(|us| us.parse::<i128>().ok())
-                    .map(|us| {
-                        format!(
-                            "[{}] ",
-                            crate::clock::local_time(boot_offset_ns + us * 1000)
-                        )
-                    })
-                    .unwrap_or_default();
-                let message = message.lines().next().unwrap_or("").trim();
-                // One line per kill: the victim's line, with the cgroup from the line before.
-                if let Some(constraint) = message.strip_prefix("oom-kill:") {
-                    memcg = constraint
-                        .split(',')
-                        .find_map(|kv| kv.strip_prefix("oom_memcg="))
-                        .map(str::to_owned);
-                } else if message.contains("Killed process") {
-                    lines.push(match memcg.take() {
-                        Some(group) => format!("{when}{message} (memory cgroup {group})"),
-                        None => format!("{when}{message}"),
-                    });
-                }
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) => return Err(format!("/dev/kmsg: {e}")),
+    procfs::read_kmsg(&mut kmsg, |prefix, message| {
+        // PRI,SEQ,TS_USEC,FLAGS
+        let when = prefix
+            .split(',')
+            .nth(2)
+            .and_then(|us| us.parse::<i128>().ok())
+            .map(|us| {
+                format!(
+                    "[{}] ",
+                    crate::clock::local_time(boot_offset_ns + us * 1000)
+                )
+            })
+            .unwrap_or_default();
+        let message = message.lines().next().unwrap_or("").trim();
+        // One line per kill: the victim's line, with the cgroup from the line before.
+        if let Some(constraint) = message.strip_prefix("oom-kill:") {
+            memcg = constraint
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("oom_memcg="))
+                .map(str::to_owned);
+        } else if message.contains("Killed process") {
+            lines.push(match memcg.take() {
+                Some(group) => format!("{when}{message} (memory cgroup {group})"),
+                None => format!("{when}{message}"),
+            });
         }
-    }
+    })
+    .map_err(|e| format!("/dev/kmsg: {e}"))?;
     Ok(lines)
 }
 
@@ -304,16 +232,16 @@ impl Triage {
             processes: all,
             keep_maps: false,
         })?;
-        let (swap_in0, swap_out0) = (vmstat("pswpin"), vmstat("pswpout"));
-        let reclaim = ReclaimWatch::start();
+        let swapped = procfs::vmstat()?;
+        let reclaim = ReclaimWatch::start()?;
         on_start();
         let started = std::time::Instant::now();
         while started.elapsed() < duration && !stop() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let elapsed = started.elapsed();
-        let (swap_in, swap_out) = (vmstat("pswpin"), vmstat("pswpout"));
-        let reclaim = reclaim.finish();
+        let swapped_after = procfs::vmstat()?;
+        let reclaim = reclaim.finish()?;
         let mut names = StackNames::lean();
         let top_faulting = top_faulting(&faults, &mut names, std::process::id())?;
         let fault_snapshot = faults.totals();
@@ -326,12 +254,16 @@ impl Triage {
             dropped: snapshots.iter().map(|s| s.dropped).sum(),
             stacks_lost: fault_snapshot.ustacks_lost,
             duration: elapsed,
-            swaps: swaps(),
-            swap_in_pages: swap_in.saturating_sub(swap_in0),
-            swap_out_pages: swap_out.saturating_sub(swap_out0),
+            swaps: procfs::swaps()?,
+            swap_in_pages: swapped_after
+                .get("pswpin")
+                .saturating_sub(swapped.get("pswpin")),
+            swap_out_pages: swapped_after
+                .get("pswpout")
+                .saturating_sub(swapped.get("pswpout")),
             reclaim,
-            meminfo: meminfo(),
-            top_rss: top_rss(10),
+            meminfo: meminfo()?,
+            top_rss: top_rss(10)?,
             faults: fault_snapshot.events,
             file_faults: ffaults::by_file(&files_snapshot, file_faults.process_maps()),
             pmu_missing: pmu_available().err(),
@@ -695,20 +627,6 @@ mod tests {
     fn top_processes_are_the_most_faulting_but_fltrace() {
         let counts = HashMap::from([(1, 5), (2, 50), (3, 7), (4, 1), (5, 9), (6, 8), (7, 99)]);
         assert_eq!(top_processes(&counts, 7), [2, 5, 6, 3, 1]);
-    }
-
-    /// Every figure of the meminfo section is in kB in /proc/meminfo, as the table prints it.
-    #[test]
-    fn meminfo_figures_are_kilobytes() {
-        let text = read("/proc/meminfo");
-        for key in MEMINFO_KEYS {
-            let line = text
-                .lines()
-                .find(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(':')))
-                .unwrap_or_else(|| panic!("{key} in /proc/meminfo"));
-            assert!(line.ends_with(" kB"), "{line}");
-        }
-        assert_eq!(meminfo().len(), MEMINFO_KEYS.len());
     }
 
     #[test]

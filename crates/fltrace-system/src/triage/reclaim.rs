@@ -4,6 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+pub use crate::procfs::Pressure;
+use crate::procfs::{self, ProcError};
+
 /// Reclaim counters of /proc/vmstat, pages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReclaimPages {
@@ -18,19 +21,14 @@ pub struct ReclaimPages {
 }
 
 impl ReclaimPages {
-    fn read() -> ReclaimPages {
-        let text = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
-        let value = |key: &str| -> u64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        ReclaimPages {
-            scanned: value("pgscan_anon") + value("pgscan_file"),
-            stolen: value("pgsteal_anon") + value("pgsteal_file"),
-            scanned_kswapd: value("pgscan_kswapd"),
-            scanned_direct: value("pgscan_direct"),
-        }
+    fn read() -> Result<ReclaimPages, ProcError> {
+        let vm = procfs::vmstat()?;
+        Ok(ReclaimPages {
+            scanned: vm.get("pgscan_anon") + vm.get("pgscan_file"),
+            stolen: vm.get("pgsteal_anon") + vm.get("pgsteal_file"),
+            scanned_kswapd: vm.get("pgscan_kswapd"),
+            scanned_direct: vm.get("pgscan_direct"),
+        })
     }
 
     fn since(self, before: ReclaimPages) -> ReclaimPages {
@@ -40,47 +38,6 @@ impl ReclaimPages {
             scanned_kswapd: self.scanned_kswapd.saturating_sub(before.scanned_kswapd),
             scanned_direct: self.scanned_direct.saturating_sub(before.scanned_direct),
         }
-    }
-}
-
-/// Memory pressure (PSI) of /proc/pressure/memory.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Pressure {
-    /// µs during which some task stalled on memory.
-    pub some_us: u64,
-    /// µs during which every non-idle task stalled on memory.
-    pub full_us: u64,
-    /// The kernel's 10 s average of `some`, percent.
-    pub some_avg10: f64,
-    /// The kernel's 10 s average of `full`, percent.
-    pub full_avg10: f64,
-}
-
-impl Pressure {
-    fn read() -> Result<Pressure, String> {
-        let text = std::fs::read_to_string("/proc/pressure/memory")
-            .map_err(|e| format!("/proc/pressure/memory: {e}"))?;
-        Pressure::parse(&text).ok_or_else(|| "/proc/pressure/memory: not as expected".into())
-    }
-
-    /// `some avg10=0.31 avg60=0.59 avg300=0.33 total=53533753` and its `full` line.
-    fn parse(text: &str) -> Option<Pressure> {
-        let line = |kind: &str| -> Option<(f64, u64)> {
-            let rest = text.lines().find_map(|l| l.strip_prefix(kind))?;
-            let field = |name: &str| {
-                rest.split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            };
-            Some((field("avg10")?.parse().ok()?, field("total")?.parse().ok()?))
-        };
-        let (some_avg10, some_us) = line("some ")?;
-        let (full_avg10, full_us) = line("full ")?;
-        Some(Pressure {
-            some_us,
-            full_us,
-            some_avg10,
-            full_avg10,
-        })
     }
 }
 
@@ -121,22 +78,15 @@ const NO_LIMIT: u64 = 1 << 62;
 
 /// The mount points of the memory controller: v1 hierarchies mounted with `memory`, and cgroup2
 /// mounts (whose groups have `memory.max` where the controller is enabled).
-fn memory_hierarchies() -> Vec<(PathBuf, bool)> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    mounts
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (dir, kind, options) = (f.get(1)?, f.get(2)?, f.get(3)?);
-            match *kind {
-                "cgroup2" => Some((PathBuf::from(dir), true)),
-                "cgroup" if options.split(',').any(|o| o == "memory") => {
-                    Some((PathBuf::from(dir), false))
-                }
-                _ => None,
-            }
+fn memory_hierarchies() -> Result<Vec<(PathBuf, bool)>, ProcError> {
+    Ok(procfs::mounts()?
+        .into_iter()
+        .filter_map(|m| match m.fstype.as_str() {
+            "cgroup2" => Some((m.dir, true)),
+            "cgroup" if m.options.iter().any(|o| o == "memory") => Some((m.dir, false)),
+            _ => None,
         })
-        .collect()
+        .collect())
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -186,9 +136,9 @@ fn read_group(root: &Path, dir: &Path, v2: bool) -> Option<GroupReading> {
 
 /// Every memory cgroup with a limit (`memory.max` of v2 reads as text "max" when none, and
 /// fails to parse: left out).
-fn groups_with_limits() -> Vec<GroupReading> {
+fn groups_with_limits() -> Result<Vec<GroupReading>, ProcError> {
     let mut out = Vec::new();
-    for (root, v2) in memory_hierarchies() {
+    for (root, v2) in memory_hierarchies()? {
         let mut pending = vec![root.clone()];
         while let Some(dir) = pending.pop() {
             if dir != root
@@ -206,7 +156,7 @@ fn groups_with_limits() -> Vec<GroupReading> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Usage at or above this share of the limit counts as at the limit (percent).
@@ -259,19 +209,24 @@ pub struct ReclaimWatch {
     groups: Vec<GroupReading>,
 }
 
+/// The pressure now, or why there is none (the kernel has no PSI, or its file reads oddly).
+fn pressure() -> Result<Pressure, String> {
+    procfs::pressure().map_err(|e| e.to_string())
+}
+
 impl ReclaimWatch {
     /// Reads the counters now.
-    pub fn start() -> ReclaimWatch {
-        ReclaimWatch {
-            pages: ReclaimPages::read(),
-            pressure: Pressure::read(),
-            groups: groups_with_limits(),
-        }
+    pub fn start() -> Result<ReclaimWatch, ProcError> {
+        Ok(ReclaimWatch {
+            pages: ReclaimPages::read()?,
+            pressure: pressure(),
+            groups: groups_with_limits()?,
+        })
     }
 
     /// What changed since the start.
-    pub fn finish(self) -> Reclaim {
-        let pressure = match (Pressure::read(), self.pressure) {
+    pub fn finish(self) -> Result<Reclaim, ProcError> {
+        let pressure = match (pressure(), self.pressure) {
             (Ok(now), Ok(then)) => Ok(Pressure {
                 some_us: now.some_us.saturating_sub(then.some_us),
                 full_us: now.full_us.saturating_sub(then.full_us),
@@ -279,34 +234,18 @@ impl ReclaimWatch {
             }),
             (Err(e), _) | (_, Err(e)) => Err(e),
         };
-        Reclaim {
-            pages: ReclaimPages::read().since(self.pages),
+        Ok(Reclaim {
+            pages: ReclaimPages::read()?.since(self.pages),
             pressure_error: pressure.as_ref().err().cloned(),
             pressure: pressure.ok(),
-            groups: at_limit(&self.groups, groups_with_limits()),
-        }
+            groups: at_limit(&self.groups, groups_with_limits()?),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_pressure_lines() {
-        let text = "some avg10=0.31 avg60=0.59 avg300=0.33 total=53533753\n\
-                    full avg10=0.01 avg60=0.05 avg300=0.00 total=11510126\n";
-        assert_eq!(
-            Pressure::parse(text),
-            Some(Pressure {
-                some_us: 53533753,
-                full_us: 11510126,
-                some_avg10: 0.31,
-                full_avg10: 0.01,
-            })
-        );
-        assert_eq!(Pressure::parse("nothing"), None);
-    }
 
     fn reading(name: &str, usage: u64, limit: u64, hits: u64) -> GroupReading {
         GroupReading {

@@ -1,32 +1,129 @@
-//! What the tools read from /proc and /dev/kmsg: thread names, load averages, cgroups, the
-//! kernel log's OOM lines, mappings with their page sizes, active swap.
+//! What the tools read from /proc and /dev/kmsg, read here only: a process's name, threads,
+//! maps, status, descriptors, cgroup, smaps and pages; the machine's counters, memory,
+//! pressure, swap, mounts and kernel symbols ([`machine`]); the kernel log's records and
+//! OOM lines. The readers capture already has (threads, maps, status, settings) are
+//! capture's.
+//!
+//! A process can exit between any two reads: its readers answer an error or `None`, which
+//! callers treat as the normal end of a process; a machine-wide file that cannot be read is
+//! a [`ProcError`] the user hears about.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// The name of thread `tid`, while it lives.
-pub fn comm(tid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{tid}/comm"))
-        .ok()
-        .map(|s| s.trim_end_matches('\n').to_owned())
+pub use fltrace_capture::procfs::{Status, parse_status, sysctl, tasks};
+use fltrace_trace::Mapping;
+
+mod machine;
+
+pub use machine::{
+    Meminfo, Mount, Pressure, SwapDevice, Vmstat, kernel_functions, loadavg, meminfo, mounts,
+    parse_kernel_functions, parse_meminfo, parse_mounts, parse_swaps, parse_vmstat, pressure,
+    swap_active, swaps, vmstat,
+};
+
+/// A file of /proc that could not be read, or not understood.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    /// Reading failed.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The text is not in the kernel's format.
+    #[error("{}: not as expected", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
-/// The threads of process `pid`.
-pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
-    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
+impl ProcError {
+    fn reading(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> ProcError {
+        let path = path.into();
+        move |source| ProcError::Read { path, source }
+    }
+
+    /// Whether the file is not there (a process that exited, a kernel without the feature).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ProcError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
 }
 
-/// /proc/loadavg without its newline (`0.52 0.58 0.59 2/755 18643`).
-pub fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
+impl From<ProcError> for crate::Error {
+    fn from(error: ProcError) -> crate::Error {
+        match error {
+            ProcError::Read { path, source } => crate::Error::Io { path, source },
+            malformed @ ProcError::Malformed { .. } => {
+                crate::Error::Unsupported(malformed.to_string())
+            }
+        }
+    }
+}
+
+/// `/proc/PID/FILE`.
+fn path_of(pid: impl std::fmt::Display, file: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{file}"))
+}
+
+/// Whether process (or thread) `pid` still exists, a zombie included.
+pub fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The name of process or thread `tid` (`/proc/TID/comm` without its newline).
+pub fn comm(tid: u32) -> Result<String, ProcError> {
+    let path = path_of(tid, "comm");
+    let name = std::fs::read_to_string(&path).map_err(ProcError::reading(path))?;
+    Ok(name.trim_end_matches('\n').to_owned())
+}
+
+/// `/proc/PID/status`, parsed (see [`Status`]).
+pub fn status(pid: u32) -> Result<Status, ProcError> {
+    fltrace_capture::procfs::status(pid).map_err(ProcError::reading(path_of(pid, "status")))
+}
+
+/// The mappings of `/proc/PID/maps`, in address order.
+pub fn mappings(pid: u32) -> Result<Vec<Mapping>, ProcError> {
+    fltrace_capture::procfs::mappings(pid).map_err(ProcError::reading(path_of(pid, "maps")))
+}
+
+/// Hands each line of `/proc/PID/maps` to `each` as read, without its newline (a process's
+/// maps can be MBs: a far-memory program's, a database's).
+pub fn for_each_maps_line(pid: u32, mut each: impl FnMut(&str)) -> Result<(), ProcError> {
+    use std::io::BufRead;
+    let path = path_of(pid, "maps");
+    let file = std::fs::File::open(&path).map_err(ProcError::reading(&path))?;
+    let mut reader = io::BufReader::new(file);
+    let mut line = String::new();
+    while reader
+        .read_line(&mut line)
+        .map_err(ProcError::reading(&path))?
+        > 0
+    {
+        each(line.trim_end_matches('\n'));
+        line.clear();
+    }
+    Ok(())
+}
+
+/// What descriptor `fd` of process `pid` names (`/proc/PID/fd/FD`).
+pub fn fd_target(pid: u32, fd: i64) -> io::Result<PathBuf> {
+    std::fs::read_link(path_of(pid, &format!("fd/{fd}")))
+}
+
+/// The processes now, by id (the numeric entries of /proc).
+pub fn processes() -> Result<Vec<u32>, ProcError> {
+    let entries = std::fs::read_dir("/proc").map_err(ProcError::reading("/proc"))?;
+    Ok(entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect())
 }
 
 /// The path of process `pid` in the hierarchy of `controller` (`memory`), from
@@ -65,28 +162,27 @@ impl CgroupFilter {
     /// The filter of the cgroup directory `path` (e.g. /sys/fs/cgroup/memory/test).
     pub fn new(path: &Path) -> io::Result<CgroupFilter> {
         let path = path.canonicalize()?;
-        let mounts = std::fs::read_to_string("/proc/self/mounts")?;
-        let mut best: Option<(String, Vec<String>)> = None;
-        for line in mounts.lines() {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let [_, mount_point, fstype, options, ..] = fields[..] else {
-                continue;
-            };
-            if fstype != "cgroup" && fstype != "cgroup2" {
+        let mut best: Option<(PathBuf, Vec<String>)> = None;
+        for mount in mounts().map_err(io::Error::other)? {
+            if mount.fstype != "cgroup" && mount.fstype != "cgroup2" {
                 continue;
             }
-            if path.starts_with(mount_point)
+            if path.starts_with(&mount.dir)
                 && best
                     .as_ref()
-                    .is_none_or(|(m, _)| mount_point.len() > m.len())
+                    .is_none_or(|(m, _)| mount.dir.as_os_str().len() > m.as_os_str().len())
             {
-                let controllers = if fstype == "cgroup2" {
+                let controllers = if mount.fstype == "cgroup2" {
                     Vec::new()
                 } else {
-                    options
-                        .split(',')
+                    mount
+                        .options
+                        .iter()
                         .filter(|o| {
-                            !matches!(*o, "rw" | "ro" | "relatime" | "nosuid" | "nodev" | "noexec")
+                            !matches!(
+                                o.as_str(),
+                                "rw" | "ro" | "relatime" | "nosuid" | "nodev" | "noexec"
+                            )
                         })
                         .map(|o| {
                             o.strip_prefix("name=")
@@ -94,7 +190,7 @@ impl CgroupFilter {
                         })
                         .collect()
                 };
-                best = Some((mount_point.to_owned(), controllers));
+                best = Some((mount.dir, controllers));
             }
         }
         let (mount_point, controllers) = best.ok_or_else(|| {
@@ -148,6 +244,35 @@ impl CgroupFilter {
     }
 }
 
+/// The kernel log (/dev/kmsg) from its oldest record kept, opened to read without blocking.
+pub fn open_kmsg() -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open("/dev/kmsg")
+}
+
+/// Hands each record of the kernel log `kmsg` ([`open_kmsg`]) to `each` as its prefix
+/// (`PRI,SEQ,TS_USEC,FLAGS`) and message, until none is left; records overwritten before
+/// they were read are skipped.
+pub fn read_kmsg(kmsg: &mut std::fs::File, mut each: impl FnMut(&str, &str)) -> io::Result<()> {
+    let mut buf = vec![0u8; 8192];
+    loop {
+        // Each read returns one record; EAGAIN at the end, EPIPE when records were overwritten.
+        match kmsg.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                let record = String::from_utf8_lossy(&buf[..n]);
+                let (prefix, message) = record.split_once(';').unwrap_or(("", &*record));
+                each(prefix, message);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// The kernel log from now on, read without blocking (/dev/kmsg).
 pub struct Kmsg {
     file: Option<std::fs::File>,
@@ -157,11 +282,7 @@ pub struct Kmsg {
 impl Kmsg {
     /// Opens /dev/kmsg at its end; without it (no CAP_SYSLOG), lookups find nothing.
     pub fn open() -> Kmsg {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open("/dev/kmsg")
-            .ok();
+        let file = open_kmsg().ok();
         if let Some(f) = &file {
             use std::os::fd::AsRawFd;
             // SAFETY: seeking an open descriptor; SEEK_END on /dev/kmsg skips old messages.
@@ -177,22 +298,11 @@ impl Kmsg {
         let Some(file) = &mut self.file else {
             return;
         };
-        // Each read returns one message.
-        let mut buf = vec![0u8; 8192];
-        loop {
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    // `prio,seq,time,flags;message`
-                    let message = text.split_once(';').map_or(&*text, |(_, m)| m);
-                    self.lines.push(message.trim_end().to_owned());
-                }
-                // EPIPE: messages were overwritten before we read them; go on.
-                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
-                Err(_) => break,
-            }
-        }
+        // A log that fails to read now has nothing more to give: the kill's line just lacks
+        // its cgroup.
+        let _ = read_kmsg(file, |_, message| {
+            self.lines.push(message.trim_end().to_owned());
+        });
         if self.lines.len() > 4096 {
             self.lines.drain(..2048);
         }
@@ -222,11 +332,6 @@ pub fn parse_oom_line(line: &str, victim: u32) -> Option<String> {
         }
     }
     (pid == Some(victim)).then(|| memcg.unwrap_or_else(|| "/".to_owned()))
-}
-
-/// Whether any swap area is active (/proc/swaps lists one).
-pub fn swap_active() -> bool {
-    std::fs::read_to_string("/proc/swaps").is_ok_and(|t| t.lines().skip(1).any(|l| !l.is_empty()))
 }
 
 /// What kind of memory a mapping holds, for the fault tools.
@@ -391,6 +496,62 @@ pub fn page_state(pid: u32, addr: u64) -> Option<PageState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process read through each reader: the name without its newline, the same as
+    /// status gives, its maps, its threads; a process that is gone reads as missing.
+    #[test]
+    fn reads_this_process_and_a_gone_one() {
+        let pid = std::process::id();
+        assert!(alive(pid));
+        let name = comm(pid).expect("own comm");
+        assert!(!name.is_empty() && !name.ends_with('\n'), "{name:?}");
+        let own = status(pid).expect("own status");
+        assert_eq!(own.name.as_deref(), Some(name.as_str()));
+        assert!(own.vm_size_kb.is_some_and(|kb| kb > 0));
+        let mut lines = 0;
+        for_each_maps_line(pid, |_| lines += 1).expect("own maps");
+        assert_eq!(lines, mappings(pid).expect("own maps").len());
+        assert!(processes().expect("/proc").contains(&pid));
+
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("starting true");
+        let gone = child.id();
+        child.wait().expect("waiting for true");
+        assert!(!alive(gone));
+        assert!(comm(gone).is_err_and(|e| e.is_missing()));
+        assert!(status(gone).is_err_and(|e| e.is_missing()));
+        assert!(mappings(gone).is_err_and(|e| e.is_missing()));
+        assert!(for_each_maps_line(gone, |_| {}).is_err_and(|e| e.is_missing()));
+        assert_eq!(
+            comm(gone).map_err(|e| e.to_string()),
+            Err(format!(
+                "/proc/{gone}/comm: No such file or directory (os error 2)"
+            ))
+        );
+    }
+
+    /// A kernel log record splits into its prefix and message (a read of /dev/kmsg returns
+    /// one record; here the file holds one).
+    #[test]
+    fn kmsg_records_split_at_the_first_semicolon() {
+        let mut file = tempfile::tempfile().expect("a temporary file");
+        std::io::Write::write_all(&mut file, b"6,1042,5000123,-;oom-kill:constraint=x;y\n")
+            .expect("writing it");
+        std::io::Seek::rewind(&mut file).expect("rewinding it");
+        let mut records = Vec::new();
+        read_kmsg(&mut file, |prefix, message| {
+            records.push((prefix.to_owned(), message.to_owned()));
+        })
+        .expect("reading it");
+        assert_eq!(
+            records,
+            [(
+                "6,1042,5000123,-".to_owned(),
+                "oom-kill:constraint=x;y\n".to_owned()
+            )]
+        );
+    }
 
     /// The kernel's OOM line names the memory cgroup that hit its limit and the victim.
     #[test]
