@@ -945,6 +945,43 @@ fn group_members(pgid: u32) -> Vec<u32> {
     members
 }
 
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_owned()
+}
+
+/// Each process of group `pgid` and each thread of `pid` with its state and where it waits,
+/// for a test that found them still running.
+fn where_they_wait(pgid: u32, pid: u32) -> String {
+    let mut tasks: Vec<String> = group_members(pgid)
+        .into_iter()
+        .map(|member| format!("/proc/{member}"))
+        .collect();
+    if let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        tasks.extend(threads.flatten().map(|t| t.path().display().to_string()));
+    }
+    tasks
+        .iter()
+        .map(|task| {
+            let read =
+                |file: &str| std::fs::read_to_string(format!("{task}/{file}")).unwrap_or_default();
+            let state = read("stat");
+            let state = state
+                .rsplit_once(')')
+                .map_or("", |(_, rest)| rest.trim_start());
+            format!(
+                "{task} {} {} wchan {}\n{}",
+                read("comm").trim_end(),
+                state.split(' ').next().unwrap_or_default(),
+                read("wchan"),
+                read("stack")
+            )
+        })
+        .collect()
+}
+
 /// The one child of `parent`, once it has one.
 fn child_of(parent: u32) -> Option<u32> {
     let children =
@@ -978,8 +1015,12 @@ fn record_a_shell_with_jobs(dir: &Dir) -> (std::process::Child, u32) {
         .expect("fltrace starts");
     let started = std::time::Instant::now();
     loop {
+        // Both jobs already `sleep`: a shell's child signalled between its fork and its exec
+        // still has the shell's handler, and sleeps on after the signal it took.
         if let Some(sh) = child_of(fltrace.id())
-            && group_members(sh).len() == 3
+            && let members = group_members(sh)
+            && members.len() == 3
+            && members.iter().filter(|&&pid| comm(pid) == "sleep").count() == 2
         {
             return (fltrace, sh);
         }
@@ -1030,6 +1071,7 @@ fn interrupts_end_the_whole_command_and_keep_the_recording() {
                 break status;
             }
             if started.elapsed() > Duration::from_secs(30) {
+                let waits = where_they_wait(sh, fltrace.id());
                 let _ = fltrace.kill();
                 let _ = fltrace.wait();
                 let mut err = String::new();
@@ -1037,7 +1079,7 @@ fn interrupts_end_the_whole_command_and_keep_the_recording() {
                     let _ = stderr.read_to_string(&mut err);
                 }
                 assert_group_ends(sh, Duration::ZERO, name);
-                panic!("{name}: fltrace still running after 30 s; it said: {err}");
+                panic!("{name}: fltrace still running after 30 s; it said: {err}\n{waits}");
             }
             std::thread::sleep(Duration::from_millis(50));
         };
