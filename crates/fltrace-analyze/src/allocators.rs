@@ -66,22 +66,20 @@ pub struct FrameRules {
 #[derive(Debug, thiserror::Error)]
 pub enum RulesError {
     /// A pattern that is not a regular expression.
-    #[error("`{pattern}` is not a regular expression ({source})")]
+    #[error("`{pattern}` is not a regular expression ({reason})")]
     Pattern {
         /// The pattern.
         pattern: String,
-        /// Why.
-        #[source]
-        source: regex::Error,
+        /// Why, said in the message (not a `source`, which would say it twice).
+        reason: regex::Error,
     },
     /// The configuration file could not be read.
-    #[error("reading {}: {source}", path.display())]
+    #[error("reading {}: {reason}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why, said in the message (not a `source`, which would say it twice).
+        reason: std::io::Error,
     },
     /// The configuration file is not what fltrace reads.
     #[error("{}: {message}", path.display())]
@@ -112,7 +110,7 @@ struct ReportConfig {
 fn regex(pattern: &str) -> Result<Regex, RulesError> {
     Regex::new(pattern).map_err(|source| RulesError::Pattern {
         pattern: pattern.to_owned(),
-        source,
+        reason: source,
     })
 }
 
@@ -132,7 +130,7 @@ impl FrameRules {
             .chain(extra.iter().cloned());
         let allocators = RegexSet::new(patterns).map_err(|source| RulesError::Pattern {
             pattern: extra.join(" "),
-            source,
+            reason: source,
         })?;
         Ok(FrameRules {
             allocators,
@@ -277,7 +275,7 @@ pub fn default_config_path() -> Option<PathBuf> {
 fn read_config(path: &Path) -> Result<Vec<String>, RulesError> {
     let text = std::fs::read_to_string(path).map_err(|source| RulesError::Read {
         path: path.to_owned(),
-        source,
+        reason: source,
     })?;
     let config: Config = toml::from_str(&text).map_err(|e| RulesError::Config {
         path: path.to_owned(),

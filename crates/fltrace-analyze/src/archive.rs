@@ -19,12 +19,12 @@ use crate::debuginfo::DebugResolver;
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
     /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {reason}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: io::Error,
+        /// The cause, said in the message (not a `source`, which would say it twice).
+        reason: io::Error,
     },
     /// The output exists and is something other than a directory.
     #[error("{} exists and is not a directory", .0.display())]
@@ -32,9 +32,9 @@ pub enum ArchiveError {
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
-    move |source| ArchiveError::Io {
+    move |reason| ArchiveError::Io {
         path: path.to_owned(),
-        source,
+        reason,
     }
 }
 

@@ -26,12 +26,12 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
     /// A run record or series file is malformed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {reason}")]
     Json {
         /// The file concerned.
         path: PathBuf,
-        /// What the parser said.
-        source: serde_json::Error,
+        /// What the parser said, in the message (not a `source`, which would say it twice).
+        reason: serde_json::Error,
     },
     /// The catalog could not be written or read.
     #[error("catalog: {0}")]
@@ -99,5 +99,23 @@ impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { path, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A parser's reason is in the message once, not again as the error's source.
+    #[test]
+    fn json_reasons_are_said_once() {
+        let reason = serde_json::from_str::<u32>("x").unwrap_err();
+        let said = reason.to_string();
+        let error = super::Error::Json {
+            path: "run.json".into(),
+            reason,
+        };
+        assert_eq!(
+            fltrace_trace::error_chain(&error),
+            format!("run.json: {said}")
+        );
     }
 }

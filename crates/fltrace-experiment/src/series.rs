@@ -207,7 +207,7 @@ impl RunRecord {
     pub fn read(run_dir: &Path) -> Result<RunRecord, Error> {
         let path = run_dir.join(RUN_FILE);
         let text = std::fs::read(&path).map_err(Error::io(&path))?;
-        serde_json::from_slice(&text).map_err(|source| Error::Json { path, source })
+        serde_json::from_slice(&text).map_err(|reason| Error::Json { path, reason })
     }
 }
 
@@ -234,7 +234,7 @@ impl SeriesFile {
         match std::fs::read(&path) {
             Ok(text) => serde_json::from_slice(&text)
                 .map(Some)
-                .map_err(|source| Error::Json { path, source }),
+                .map_err(|reason| Error::Json { path, reason }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io(path)(e)),
         }
@@ -590,7 +590,7 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
     let mut file = files::create(path)?;
     let mut text = serde_json::to_vec(value).map_err(|source| Error::Json {
         path: path.to_owned(),
-        source,
+        reason: source,
     })?;
     text.push(b'\n');
     file.write_all(&text).map_err(Error::io(path))?;

@@ -103,34 +103,35 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(String),
     /// A file of /proc or tracefs could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {reason}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: io::Error,
+        /// Why, said in the message (not a `source`, which would say it twice).
+        reason: io::Error,
     },
     /// The kernel refused the BPF object for lack of privilege: what is missing.
     #[error("{0}")]
     NotPermitted(String),
-    /// The kernel refused the BPF object.
+    /// The kernel refused the BPF object (its reason in the message, not a `source`, which
+    /// would say it twice).
     #[error("loading the BPF object: {0}")]
-    Load(#[from] Box<aya::EbpfError>),
+    Load(Box<aya::EbpfError>),
     /// A program could not be loaded or attached.
-    #[error("BPF program {name}: {source}")]
+    #[error("BPF program {name}: {reason}")]
     Program {
         /// The program.
         name: &'static str,
-        /// Why.
-        source: Box<aya::programs::ProgramError>,
+        /// Why, said in the message (not a `source`, which would say it twice).
+        reason: Box<aya::programs::ProgramError>,
     },
     /// A map could not be read or written.
-    #[error("BPF map {name}: {source}")]
+    #[error("BPF map {name}: {reason}")]
     Map {
         /// The map.
         name: &'static str,
-        /// Why.
-        source: Box<aya::maps::MapError>,
+        /// Why, said in the message (not a `source`, which would say it twice).
+        reason: Box<aya::maps::MapError>,
     },
 }
 
@@ -159,20 +160,50 @@ impl Error {
 
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
         let path = path.into();
-        move |source| Error::Io { path, source }
+        move |reason| Error::Io { path, reason }
     }
 
     pub(crate) fn map(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
-        move |source| Error::Map {
+        move |reason| Error::Map {
             name,
-            source: Box::new(source),
+            reason: Box::new(reason),
         }
     }
 
     pub(crate) fn program(name: &'static str) -> impl FnOnce(aya::programs::ProgramError) -> Error {
-        move |source| Error::Program {
+        move |reason| Error::Program {
             name,
-            source: Box::new(source),
+            reason: Box::new(reason),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The binary prints an error and then its chain of sources: a reason the message already
+    /// says must not come again as a source ("reading /proc/vmstat: No such file or directory
+    /// (os error 2): No such file or directory (os error 2)").
+    #[test]
+    fn reasons_are_said_once() {
+        let missing = || io::Error::from(io::ErrorKind::NotFound);
+        let errors = [
+            Error::io("/proc/vmstat")(missing()),
+            crate::procfs::ProcError::Read {
+                path: "/proc/1/maps".into(),
+                reason: missing(),
+            }
+            .into(),
+        ];
+        for error in errors {
+            assert_eq!(
+                fltrace_trace::error_chain(&error)
+                    .matches("entity not found")
+                    .count(),
+                1,
+                "{error}"
+            );
         }
     }
 }

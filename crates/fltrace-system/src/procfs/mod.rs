@@ -28,12 +28,12 @@ pub use machine::{
 #[derive(Debug, thiserror::Error)]
 pub enum ProcError {
     /// Reading failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {reason}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: io::Error,
+        /// Why, said in the message (not a `source`, which would say it twice).
+        reason: io::Error,
     },
     /// The text is not in the kernel's format.
     #[error("{}: not as expected", path.display())]
@@ -46,19 +46,19 @@ pub enum ProcError {
 impl ProcError {
     fn reading(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> ProcError {
         let path = path.into();
-        move |source| ProcError::Read { path, source }
+        move |reason| ProcError::Read { path, reason }
     }
 
     /// Whether the file is not there (a process that exited, a kernel without the feature).
     pub fn is_missing(&self) -> bool {
-        matches!(self, ProcError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
+        matches!(self, ProcError::Read { reason, .. } if reason.kind() == io::ErrorKind::NotFound)
     }
 }
 
 impl From<ProcError> for crate::Error {
     fn from(error: ProcError) -> crate::Error {
         match error {
-            ProcError::Read { path, source } => crate::Error::Io { path, source },
+            ProcError::Read { path, reason } => crate::Error::Io { path, reason },
             malformed @ ProcError::Malformed { .. } => {
                 crate::Error::Unsupported(malformed.to_string())
             }
