@@ -36,7 +36,11 @@ impl ActiveRecording {
         drop(group);
         // Closing the events makes the kernel unregister the tracepoints and free the ring
         // buffers: tens of milliseconds that can pass while the trace files are finished.
-        let teardown = std::thread::spawn(move || drop((events, rings)));
+        let teardown = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            drop((events, rings));
+            started.elapsed()
+        });
 
         if let Some(process) = state.processes.get_mut(&root_pid) {
             process.counters.hwm = process.counters.hwm.max(rusage_hwm);
@@ -100,7 +104,14 @@ impl ActiveRecording {
             }
         };
         note_stop(&trace_error, &mut trace_stopped, started);
-        let _ = teardown.join();
+        let waited = std::time::Instant::now();
+        if let Ok(took) = teardown.join() {
+            log::debug!(
+                "closing the perf events took {:.3} s, {:.3} s of it after the rest was done",
+                took.as_secs_f64(),
+                waited.elapsed().as_secs_f64()
+            );
+        }
         // Finished: what the recording wrote is fixed now, and its readers check it so.
         if trace_error.is_none() {
             for &pid in &pids {

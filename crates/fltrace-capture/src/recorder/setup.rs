@@ -138,6 +138,7 @@ impl ActiveRecording {
         }
         major_attr.__bindgen_anon_2.wakeup_watermark = 4096;
 
+        let opening = std::time::Instant::now();
         let (events, rings) = open_events(
             &cpus,
             &tasks,
@@ -151,6 +152,13 @@ impl ActiveRecording {
             &major_attr,
             options.buffer_mb,
         )?;
+        log::debug!(
+            "{} perf events opened and {} rings of {} MiB mapped in {:.3} s",
+            events.len(),
+            rings.len(),
+            options.buffer_mb,
+            opening.elapsed().as_secs_f64()
+        );
         if !enable_on_exec {
             for event in &events {
                 event
@@ -254,6 +262,8 @@ fn command_line(target: &Target) -> String {
 }
 
 type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
+/// One CPU's events and rings.
+type CpuOpened = (Vec<PerfEvent>, Option<CpuRings>);
 
 fn open_events(
     cpus: &[i32],
@@ -265,64 +275,112 @@ fn open_events(
     buffer_mb: usize,
 ) -> Result<Opened, Error> {
     let data_pages = (buffer_mb.max(1) * 1024 * 1024 / page_size()).next_power_of_two();
+    // One thread per CPU: mapping a ring makes the kernel allocate and zero all of it (tens
+    // of milliseconds for 256 MiB), before the command may start; the CPUs' rings at once,
+    // not one after the other.
+    let per_cpu: Vec<Result<CpuOpened, Error>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                let optional_attrs = &optional_attrs;
+                scope.spawn(move || {
+                    open_cpu_events(
+                        cpu,
+                        tasks,
+                        fault_attr,
+                        optional_attrs,
+                        major_attr,
+                        data_pages,
+                    )
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| {
+                thread.join().unwrap_or_else(|_| {
+                    Err(Error::Kernel {
+                        what: "opening the perf events",
+                        source: std::io::Error::other("the thread opening them panicked"),
+                        hint: "",
+                    })
+                })
+            })
+            .collect()
+    });
     let mut events = Vec::new();
     let mut rings = Vec::new();
-    for &cpu in cpus {
-        let mut leader: Option<usize> = None;
-        let mut major_leader: Option<usize> = None;
-        let mut cpu_rings: Option<CpuRings> = None;
-        for &task in tasks {
-            let event = PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
-                "perf_event_open on exceptions:page_fault_user",
-            ))?;
-            match leader {
+    for opened in per_cpu {
+        let (cpu_events, cpu_rings) = opened?;
+        events.extend(cpu_events);
+        rings.extend(cpu_rings);
+    }
+    Ok((events, rings))
+}
+
+/// The events of `cpu` for every task and that CPU's rings ([`open_events`]).
+fn open_cpu_events(
+    cpu: i32,
+    tasks: &[i32],
+    fault_attr: &perf_event_attr,
+    optional_attrs: &[&perf_event_attr],
+    major_attr: &perf_event_attr,
+    data_pages: usize,
+) -> Result<CpuOpened, Error> {
+    let mut events = Vec::new();
+    let mut leader: Option<usize> = None;
+    let mut major_leader: Option<usize> = None;
+    let mut cpu_rings: Option<CpuRings> = None;
+    for &task in tasks {
+        let event = PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
+            "perf_event_open on exceptions:page_fault_user",
+        ))?;
+        match leader {
+            None => {
+                let ring = RingBuffer::map(&event, data_pages)
+                    .map_err(Error::kernel("mapping the perf ring buffer"))?;
+                cpu_rings = Some(CpuRings {
+                    faults: ring,
+                    major: None,
+                });
+                leader = Some(events.len());
+            }
+            Some(i) => event
+                .set_output(&events[i])
+                .map_err(Error::kernel("redirecting perf output"))?,
+        }
+        let fault_index = leader.unwrap_or(events.len());
+        events.push(event);
+        for attr in optional_attrs {
+            // Without the kernel fault event, faults in system calls go unrecorded;
+            // without mremap's, the memory it moves goes unnamed; without munmap's,
+            // unmapped memory stays in the model. Nothing else.
+            if let Ok(event) = PerfEvent::open(attr, task, cpu)
+                && event.set_output(&events[fault_index]).is_ok()
+            {
+                events.push(event);
+            }
+        }
+        if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
+            match major_leader {
                 None => {
-                    let ring = RingBuffer::map(&event, data_pages)
-                        .map_err(Error::kernel("mapping the perf ring buffer"))?;
-                    cpu_rings = Some(CpuRings {
-                        faults: ring,
-                        major: None,
-                    });
-                    leader = Some(events.len());
-                }
-                Some(i) => event
-                    .set_output(&events[i])
-                    .map_err(Error::kernel("redirecting perf output"))?,
-            }
-            let fault_index = leader.unwrap_or(events.len());
-            events.push(event);
-            for attr in &optional_attrs {
-                // Without the kernel fault event, faults in system calls go unrecorded;
-                // without mremap's, the memory it moves goes unnamed; without munmap's,
-                // unmapped memory stays in the model. Nothing else.
-                if let Ok(event) = PerfEvent::open(attr, task, cpu)
-                    && event.set_output(&events[fault_index]).is_ok()
-                {
-                    events.push(event);
-                }
-            }
-            if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
-                match major_leader {
-                    None => {
-                        if let (Ok(ring), Some(rings)) =
-                            (RingBuffer::map(&event, 16), cpu_rings.as_mut())
-                        {
-                            rings.major = Some(ring);
-                            major_leader = Some(events.len());
-                            events.push(event);
-                        }
+                    if let (Ok(ring), Some(rings)) =
+                        (RingBuffer::map(&event, 16), cpu_rings.as_mut())
+                    {
+                        rings.major = Some(ring);
+                        major_leader = Some(events.len());
+                        events.push(event);
                     }
-                    Some(i) => {
-                        if event.set_output(&events[i]).is_ok() {
-                            events.push(event);
-                        }
+                }
+                Some(i) => {
+                    if event.set_output(&events[i]).is_ok() {
+                        events.push(event);
                     }
                 }
             }
         }
-        rings.extend(cpu_rings);
     }
-    Ok((events, rings))
+    Ok((events, cpu_rings))
 }
 
 /// The processes to attach to, each with its threads: `pids` and, with `children`, each
