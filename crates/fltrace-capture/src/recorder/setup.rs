@@ -2,6 +2,7 @@
 //! command started or the running processes attached to, the side captures started.
 
 use std::borrow::Cow;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use rustc_hash::FxHashSet;
@@ -262,6 +263,9 @@ fn command_line(target: &Target) -> String {
 }
 
 type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
+/// Data pages of a CPU's major-fault ring.
+const MAJOR_PAGES: usize = 16;
+
 /// One CPU's events and rings.
 type CpuOpened = (Vec<PerfEvent>, Option<CpuRings>);
 
@@ -342,6 +346,7 @@ fn open_cpu_events(
                 cpu_rings = Some(CpuRings {
                     faults: ring,
                     major: None,
+                    mapped: vec![(event.fd().as_raw_fd(), (data_pages + 1) * page_size())],
                 });
                 leader = Some(events.len());
             }
@@ -365,9 +370,12 @@ fn open_cpu_events(
             match major_leader {
                 None => {
                     if let (Ok(ring), Some(rings)) =
-                        (RingBuffer::map(&event, 16), cpu_rings.as_mut())
+                        (RingBuffer::map(&event, MAJOR_PAGES), cpu_rings.as_mut())
                     {
                         rings.major = Some(ring);
+                        rings
+                            .mapped
+                            .push((event.fd().as_raw_fd(), (MAJOR_PAGES + 1) * page_size()));
                         major_leader = Some(events.len());
                         events.push(event);
                     }
