@@ -40,7 +40,15 @@ impl ActiveRecording {
         // that fail, done while the trace files are finished.
         let teardown = std::thread::spawn(move || {
             let started = std::time::Instant::now();
-            let mapped: Vec<_> = rings.iter().flat_map(|r| r.mapped.clone()).collect();
+            // The kernel charges a ring to the process that mapped it first and debits the
+            // one that unmaps it last: mapped again in the grandchild, this process stays
+            // charged. That only matters to a process the kernel checks, one without
+            // CAP_IPC_LOCK (a sweep recording step after step in process).
+            let mapped: Vec<_> = if may_lock_memory() {
+                rings.iter().flat_map(|r| r.mapped.clone()).collect()
+            } else {
+                Vec::new()
+            };
             let events = close_after_exit(events, &mapped);
             // The CPUs' rings freed at once.
             let unmapping: Vec<_> = rings
@@ -150,6 +158,18 @@ impl ActiveRecording {
             cache,
         }
     }
+}
+
+/// Whether this process has CAP_IPC_LOCK (its locked memory is not limited).
+pub(super) fn may_lock_memory() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+    })
 }
 
 /// Hands the events' last references to a process of their own, which closes them once this

@@ -279,52 +279,154 @@ fn open_events(
     buffer_mb: usize,
 ) -> Result<Opened, Error> {
     let data_pages = (buffer_mb.max(1) * 1024 * 1024 / page_size()).next_power_of_two();
-    // One thread per CPU: mapping a ring makes the kernel allocate and zero all of it (tens
-    // of milliseconds for 256 MiB), before the command may start; the CPUs' rings at once,
-    // not one after the other.
-    let per_cpu: Vec<Result<CpuOpened, Error>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = cpus
-            .iter()
-            .map(|&cpu| {
-                let optional_attrs = &optional_attrs;
-                scope.spawn(move || {
-                    open_cpu_events(
-                        cpu,
-                        tasks,
-                        fault_attr,
-                        optional_attrs,
-                        major_attr,
-                        data_pages,
-                    )
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|thread| {
-                thread.join().unwrap_or_else(|_| {
-                    Err(Error::Kernel {
-                        what: "opening the perf events",
-                        source: std::io::Error::other("the thread opening them panicked"),
-                        hint: "",
-                    })
-                })
-            })
-            .collect()
-    });
+    let fault_error = || Error::kernel("perf_event_open on exceptions:page_fault_user");
+    // Each CPU's first fault event, whose mapping makes its ring: mapping one makes the
+    // kernel allocate and zero all of it (tens of milliseconds for 256 MiB), under the
+    // mapping process's mmap lock, so threads of this process would do it one after the
+    // other; processes of their own map all but the first CPU's meanwhile ([`MappedElsewhere`]).
+    let mut leaders = Vec::with_capacity(cpus.len());
+    for &cpu in cpus {
+        leaders.push(PerfEvent::open(fault_attr, tasks[0], cpu).map_err(fault_error())?);
+    }
+    let ring_len = (data_pages + 1) * page_size();
+    let elsewhere = if cpus.len() > 1 && super::finish::may_lock_memory() {
+        MappedElsewhere::start(&leaders[1..], ring_len)
+    } else {
+        MappedElsewhere::default()
+    };
     let mut events = Vec::new();
     let mut rings = Vec::new();
-    for opened in per_cpu {
-        let (cpu_events, cpu_rings) = opened?;
+    for (i, (&cpu, leader)) in cpus.iter().zip(leaders).enumerate() {
+        if i > 0 {
+            // Mapped by then, this process's mapping shares that ring.
+            elsewhere.wait_mapped(i - 1);
+        }
+        let (cpu_events, cpu_rings) = open_cpu_events(
+            cpu,
+            leader,
+            tasks,
+            fault_attr,
+            &optional_attrs,
+            major_attr,
+            data_pages,
+        )?;
         events.extend(cpu_events);
         rings.extend(cpu_rings);
     }
+    drop(elsewhere);
     Ok((events, rings))
+}
+
+/// Children that each map one CPU's ring, so that the rings are made at once ([`open_events`]),
+/// and stay until this process has mapped it too: the ring lives while one mapping does.
+/// Anything failing leaves this process to make the ring itself, as without them. The
+/// kernel charges a ring's memory to the process that mapped it first and debits the one
+/// that unmaps it last, so only a process that may lock memory (CAP_IPC_LOCK) uses them.
+#[derive(Default)]
+struct MappedElsewhere {
+    /// Per ring: the child and the read end of the pipe it closes once its ring is mapped.
+    children: Vec<Option<(i32, i32)>>,
+    /// The write end of the pipe whose closing lets the children go.
+    release: Option<i32>,
+}
+
+impl MappedElsewhere {
+    fn start(leaders: &[PerfEvent], ring_len: usize) -> MappedElsewhere {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two descriptors it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return MappedElsewhere::default();
+        }
+        let (release_read, release_write) = (fds[0], fds[1]);
+        let mut children = Vec::with_capacity(leaders.len());
+        for leader in leaders {
+            children.push(map_in_child(
+                leader.fd().as_raw_fd(),
+                ring_len,
+                release_read,
+                release_write,
+            ));
+        }
+        // SAFETY: our descriptor, closed once.
+        unsafe { libc::close(release_read) };
+        MappedElsewhere {
+            children,
+            release: Some(release_write),
+        }
+    }
+
+    /// Waits until the child mapping ring `i` has mapped it, or is gone.
+    fn wait_mapped(&self, i: usize) {
+        if let Some(Some((_, ready))) = self.children.get(i) {
+            let mut byte = 0u8;
+            // SAFETY: reading one byte from our own pipe; end of file once the child closed
+            // its end (mapped, or gone).
+            while unsafe { libc::read(*ready, (&raw mut byte).cast(), 1) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+        }
+    }
+}
+
+impl Drop for MappedElsewhere {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            // SAFETY: our descriptor, closed once: the children see end of file and exit.
+            unsafe { libc::close(release) };
+        }
+        for (child, ready) in self.children.drain(..).flatten() {
+            // SAFETY: our descriptor, closed once.
+            unsafe { libc::close(ready) };
+            let _ = crate::os::reap(child, true);
+        }
+    }
+}
+
+/// Forks a child that maps `len` bytes of event `fd`, closes the write end of the pipe it
+/// returns the read end of, and exits once `release_read` reads end of file. `None` if the
+/// child could not be made.
+fn map_in_child(fd: i32, len: usize, release_read: i32, release_write: i32) -> Option<(i32, i32)> {
+    let mut ready = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors it is given.
+    if unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    let (ready_read, ready_write) = (ready[0], ready[1]);
+    // SAFETY: the child only makes async-signal-safe system calls (close, mmap, read, _exit).
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        unsafe {
+            libc::close(release_write);
+            libc::close(ready_read);
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(ready_write);
+            let mut byte = 0u8;
+            while libc::read(release_read, (&raw mut byte).cast(), 1) < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: our descriptors, closed once each.
+    unsafe { libc::close(ready_write) };
+    if child < 0 {
+        unsafe { libc::close(ready_read) };
+        return None;
+    }
+    Some((child, ready_read))
 }
 
 /// The events of `cpu` for every task and that CPU's rings ([`open_events`]).
 fn open_cpu_events(
     cpu: i32,
+    leader_event: PerfEvent,
     tasks: &[i32],
     fault_attr: &perf_event_attr,
     optional_attrs: &[&perf_event_attr],
@@ -335,10 +437,14 @@ fn open_cpu_events(
     let mut leader: Option<usize> = None;
     let mut major_leader: Option<usize> = None;
     let mut cpu_rings: Option<CpuRings> = None;
+    let mut leader_event = Some(leader_event);
     for &task in tasks {
-        let event = PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
-            "perf_event_open on exceptions:page_fault_user",
-        ))?;
+        let event = match leader_event.take() {
+            Some(event) => event,
+            None => PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
+                "perf_event_open on exceptions:page_fault_user",
+            ))?,
+        };
         match leader {
             None => {
                 let ring = RingBuffer::map(&event, data_pages)
