@@ -575,3 +575,39 @@ fn refuse_untraceable(pid: i32) -> Result<(), Error> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring made by a child is the one this process then maps: the child holds a perf
+    /// mapping of the ring's length once it says so, this process maps the same event and
+    /// reads its header, and dropping lets the child go, reaped.
+    #[test]
+    fn a_child_makes_the_ring_this_process_maps() {
+        let attr = sys::major_fault_attr();
+        // On one CPU: the kernel maps no inherited event of a task on every CPU.
+        let event = PerfEvent::open(&attr, 0, 0).expect("a software event on this process");
+        let pages = 64;
+        let len = (pages + 1) * page_size();
+        let elsewhere = MappedElsewhere::start(std::slice::from_ref(&event), len);
+        let Some(Some((child, _))) = elsewhere.children.first().copied() else {
+            panic!("no child made");
+        };
+        elsewhere.wait_mapped(0);
+        let maps = std::fs::read_to_string(format!("/proc/{child}/maps")).expect("its maps");
+        let perf: Vec<&str> = maps.lines().filter(|l| l.contains("perf_event")).collect();
+        assert_eq!(perf.len(), 1, "{maps}");
+        let range = perf[0].split_whitespace().next().unwrap_or_default();
+        let (start, end) = range.split_once('-').expect("a range");
+        let size = u64::from_str_radix(end, 16).unwrap() - u64::from_str_radix(start, 16).unwrap();
+        assert_eq!(size, len as u64);
+        let ring = RingBuffer::map(&event, pages).expect("the ring made by the child");
+        assert_eq!(ring.readable(), (0, 0), "an empty ring");
+        drop(elsewhere);
+        assert!(
+            !std::path::Path::new(&format!("/proc/{child}")).exists(),
+            "child {child} left behind"
+        );
+    }
+}
