@@ -253,6 +253,9 @@ fn keep_first(first: &mut Option<String>, result: Result<(), Error>) {
 struct CpuRings {
     faults: RingBuffer,
     major: Option<RingBuffer>,
+    /// The descriptor of each ring's event and the length of its mapping, so that the
+    /// rings can be mapped again elsewhere (`finish::close_after_exit`).
+    mapped: Vec<(std::os::fd::RawFd, usize)>,
 }
 
 /// Records `target` until it ends (or, for an attached process, until `stop` becomes

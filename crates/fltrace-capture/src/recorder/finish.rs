@@ -2,6 +2,7 @@
 //! converted, the access capture stopped, the checksums written.
 
 use super::{ActiveRecording, Ended, Options, Summary, keep_first, note_stop};
+use crate::sys;
 use std::os::unix::process::ExitStatusExt as _;
 
 impl ActiveRecording {
@@ -35,8 +36,31 @@ impl ActiveRecording {
         drop(child);
         drop(group);
         // Closing the events makes the kernel unregister the tracepoints and free the ring
-        // buffers: tens of milliseconds that can pass while the trace files are finished.
-        let teardown = std::thread::spawn(move || drop((events, rings)));
+        // buffers: 0.2 s, left to a process of their own ([`close_after_exit`]) and, should
+        // that fail, done while the trace files are finished.
+        let teardown = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            // The kernel charges a ring to the process that mapped it first and debits the
+            // one that unmaps it last: mapped again in the grandchild, this process stays
+            // charged. That only matters to a process the kernel checks, one without
+            // CAP_IPC_LOCK (a sweep recording step after step in process).
+            let mapped: Vec<_> = if may_lock_memory() {
+                rings.iter().flat_map(|r| r.mapped.clone()).collect()
+            } else {
+                Vec::new()
+            };
+            let events = close_after_exit(events, &mapped);
+            // The CPUs' rings freed at once.
+            let unmapping: Vec<_> = rings
+                .into_iter()
+                .map(|ring| std::thread::spawn(move || drop(ring)))
+                .collect();
+            drop(events);
+            for thread in unmapping {
+                let _ = thread.join();
+            }
+            started.elapsed()
+        });
 
         if let Some(process) = state.processes.get_mut(&root_pid) {
             process.counters.hwm = process.counters.hwm.max(rusage_hwm);
@@ -100,7 +124,14 @@ impl ActiveRecording {
             }
         };
         note_stop(&trace_error, &mut trace_stopped, started);
-        let _ = teardown.join();
+        let waited = std::time::Instant::now();
+        if let Ok(took) = teardown.join() {
+            log::debug!(
+                "closing the perf events took {:.3} s, {:.3} s of it after the rest was done",
+                took.as_secs_f64(),
+                waited.elapsed().as_secs_f64()
+            );
+        }
         // Finished: what the recording wrote is fixed now, and its readers check it so.
         if trace_error.is_none() {
             for &pid in &pids {
@@ -126,6 +157,190 @@ impl ActiveRecording {
             trace_error,
             trace_stopped,
             cache,
+        }
+    }
+}
+
+/// Whether this process has CAP_IPC_LOCK (its locked memory is not limited).
+pub(super) fn may_lock_memory() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+    })
+}
+
+/// Hands the events' last references to a process of their own, which closes them once this
+/// one has let them go, and returns the events (whose closing is then quick here), or, if
+/// no such process could be made, the events as they were.
+///
+/// Closing the last reference of an event makes the kernel unregister its tracepoint and
+/// wait for every CPU to be past it, one tracepoint at a time under a global lock: about
+/// 40 ms a tracepoint, 0.16-0.20 s at the end of every recording, on the path of the
+/// command's exit (an exiting process closes its files before its parent hears of it). The
+/// events' descriptors stay open in a grandchild (a double fork: nothing is left to reap)
+/// that waits until the recorder has dropped its own, then exits: its exit does the
+/// unregistering, after the recorder's, which no one waits for. The grandchild keeps no
+/// other descriptor (not the output files, not the allocation logs whose room a removal
+/// frees) and no memory of the recorder's beyond its exit (an exit frees memory before it
+/// closes files); the rings are not inherited (perf maps them VM_DONTCOPY).
+fn close_after_exit(
+    events: Vec<sys::PerfEvent>,
+    rings: &[(std::os::fd::RawFd, usize)],
+) -> Vec<sys::PerfEvent> {
+    use std::os::fd::AsRawFd;
+    if events.is_empty() {
+        return events;
+    }
+    let mut fds = [0; 2];
+    let mut ready = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return events;
+    }
+    if unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        return events;
+    }
+    let (read_end, write_end) = (fds[0], fds[1]);
+    let (ready_read, ready_write) = (ready[0], ready[1]);
+    // The descriptors the grandchild keeps, in order, and the ranges between them it closes:
+    // worked out before the fork, as the child of a threaded process may not allocate.
+    let mut keep: Vec<u32> = events
+        .iter()
+        .map(|event| event.fd().as_raw_fd() as u32)
+        .chain([read_end as u32, ready_write as u32])
+        .collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut close: Vec<(u32, u32)> = Vec::with_capacity(keep.len() + 1);
+    let mut from = 0u32;
+    for &fd in &keep {
+        if fd > from {
+            close.push((from, fd - 1));
+        }
+        from = fd + 1;
+    }
+    close.push((from, u32::MAX));
+    // SAFETY: the child only makes async-signal-safe system calls (close_range, fork, read,
+    // _exit) on memory prepared before the fork.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        unsafe {
+            for &(first, last) in &close {
+                libc::syscall(libc::SYS_close_range, first, last, 0);
+            }
+            if libc::fork() != 0 {
+                // The child ends at once (its parent reaps it); the grandchild goes on.
+                libc::_exit(0);
+            }
+            // The rings mapped here too: unmapping the last mapping of a ring frees it (tens
+            // of milliseconds each), which is then this process's to do. Failures are
+            // harmless: the recorder's unmapping frees that ring, as without this.
+            for &(fd, len) in rings {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                );
+            }
+            libc::close(ready_write);
+            // Until every writer end is closed: the recorder's, once it dropped the events.
+            let mut byte = 0u8;
+            while libc::read(read_end, (&raw mut byte).cast(), 1) < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: our own descriptors, closed once each.
+    unsafe {
+        libc::close(read_end);
+        libc::close(ready_write);
+    }
+    if child < 0 {
+        unsafe {
+            libc::close(write_end);
+            libc::close(ready_read);
+        }
+        return events;
+    }
+    let _ = crate::os::reap(child, true);
+    // Until the grandchild has mapped the rings (or is gone): end of file either way.
+    let mut byte = 0u8;
+    while unsafe { libc::read(ready_read, (&raw mut byte).cast(), 1) } < 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
+    unsafe { libc::close(ready_read) };
+    // The events go first (the grandchild holds them), then the pipe tells it so.
+    drop(events);
+    unsafe { libc::close(write_end) };
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The processes running this test's executable, other than this one.
+    fn others_running_this() -> Vec<i32> {
+        let me = std::process::id() as i32;
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| pid != me)
+            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe))
+            .collect()
+    }
+
+    /// The events are handed to a process of their own and none is left here; that process
+    /// ends once they are dropped here, leaving nothing running nor to reap.
+    #[test]
+    fn events_close_in_a_process_of_their_own() {
+        let before = others_running_this();
+        let attr = sys::major_fault_attr();
+        let events: Vec<sys::PerfEvent> = (0..3)
+            .map(|_| sys::PerfEvent::open(&attr, 0, -1).expect("a software event on this process"))
+            .collect();
+        let fds: Vec<i32> = events
+            .iter()
+            .map(|e| std::os::fd::AsRawFd::as_raw_fd(e.fd()))
+            .collect();
+        let kept = close_after_exit(events, &[]);
+        assert!(kept.is_empty(), "{} events kept", kept.len());
+        for fd in fds {
+            let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+            assert!(
+                link.as_ref()
+                    .map_or(true, |l| !l.to_string_lossy().contains("perf_event")),
+                "fd {fd} still an event here: {link:?}"
+            );
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let left: Vec<i32> = others_running_this()
+                .into_iter()
+                .filter(|pid| !before.contains(pid))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running after 10 s: {left:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 }

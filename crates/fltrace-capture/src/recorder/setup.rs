@@ -2,6 +2,7 @@
 //! command started or the running processes attached to, the side captures started.
 
 use std::borrow::Cow;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use rustc_hash::FxHashSet;
@@ -138,6 +139,7 @@ impl ActiveRecording {
         }
         major_attr.__bindgen_anon_2.wakeup_watermark = 4096;
 
+        let opening = std::time::Instant::now();
         let (events, rings) = open_events(
             &cpus,
             &tasks,
@@ -151,6 +153,13 @@ impl ActiveRecording {
             &major_attr,
             options.buffer_mb,
         )?;
+        log::debug!(
+            "{} perf events opened and {} rings of {} MiB mapped in {:.3} s",
+            events.len(),
+            rings.len(),
+            options.buffer_mb,
+            opening.elapsed().as_secs_f64()
+        );
         if !enable_on_exec {
             for event in &events {
                 event
@@ -254,6 +263,11 @@ fn command_line(target: &Target) -> String {
 }
 
 type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
+/// Data pages of a CPU's major-fault ring.
+const MAJOR_PAGES: usize = 16;
+
+/// One CPU's events and rings.
+type CpuOpened = (Vec<PerfEvent>, Option<CpuRings>);
 
 fn open_events(
     cpus: &[i32],
@@ -265,64 +279,222 @@ fn open_events(
     buffer_mb: usize,
 ) -> Result<Opened, Error> {
     let data_pages = (buffer_mb.max(1) * 1024 * 1024 / page_size()).next_power_of_two();
+    let fault_error = || Error::kernel("perf_event_open on exceptions:page_fault_user");
+    // Each CPU's first fault event, whose mapping makes its ring: mapping one makes the
+    // kernel allocate and zero all of it (tens of milliseconds for 256 MiB), under the
+    // mapping process's mmap lock, so threads of this process would do it one after the
+    // other; processes of their own map all but the first CPU's meanwhile ([`MappedElsewhere`]).
+    let mut leaders = Vec::with_capacity(cpus.len());
+    for &cpu in cpus {
+        leaders.push(PerfEvent::open(fault_attr, tasks[0], cpu).map_err(fault_error())?);
+    }
+    let ring_len = (data_pages + 1) * page_size();
+    let elsewhere = if cpus.len() > 1 && super::finish::may_lock_memory() {
+        MappedElsewhere::start(&leaders[1..], ring_len)
+    } else {
+        MappedElsewhere::default()
+    };
     let mut events = Vec::new();
     let mut rings = Vec::new();
-    for &cpu in cpus {
-        let mut leader: Option<usize> = None;
-        let mut major_leader: Option<usize> = None;
-        let mut cpu_rings: Option<CpuRings> = None;
-        for &task in tasks {
-            let event = PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
+    for (i, (&cpu, leader)) in cpus.iter().zip(leaders).enumerate() {
+        if i > 0 {
+            // Mapped by then, this process's mapping shares that ring.
+            elsewhere.wait_mapped(i - 1);
+        }
+        let (cpu_events, cpu_rings) = open_cpu_events(
+            cpu,
+            leader,
+            tasks,
+            fault_attr,
+            &optional_attrs,
+            major_attr,
+            data_pages,
+        )?;
+        events.extend(cpu_events);
+        rings.extend(cpu_rings);
+    }
+    drop(elsewhere);
+    Ok((events, rings))
+}
+
+/// Children that each map one CPU's ring, so that the rings are made at once ([`open_events`]),
+/// and stay until this process has mapped it too: the ring lives while one mapping does.
+/// Anything failing leaves this process to make the ring itself, as without them. The
+/// kernel charges a ring's memory to the process that mapped it first and debits the one
+/// that unmaps it last, so only a process that may lock memory (CAP_IPC_LOCK) uses them.
+#[derive(Default)]
+struct MappedElsewhere {
+    /// Per ring: the child and the read end of the pipe it closes once its ring is mapped.
+    children: Vec<Option<(i32, i32)>>,
+    /// The write end of the pipe whose closing lets the children go.
+    release: Option<i32>,
+}
+
+impl MappedElsewhere {
+    fn start(leaders: &[PerfEvent], ring_len: usize) -> MappedElsewhere {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two descriptors it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return MappedElsewhere::default();
+        }
+        let (release_read, release_write) = (fds[0], fds[1]);
+        let mut children = Vec::with_capacity(leaders.len());
+        for leader in leaders {
+            children.push(map_in_child(
+                leader.fd().as_raw_fd(),
+                ring_len,
+                release_read,
+                release_write,
+            ));
+        }
+        // SAFETY: our descriptor, closed once.
+        unsafe { libc::close(release_read) };
+        MappedElsewhere {
+            children,
+            release: Some(release_write),
+        }
+    }
+
+    /// Waits until the child mapping ring `i` has mapped it, or is gone.
+    fn wait_mapped(&self, i: usize) {
+        if let Some(Some((_, ready))) = self.children.get(i) {
+            let mut byte = 0u8;
+            // SAFETY: reading one byte from our own pipe; end of file once the child closed
+            // its end (mapped, or gone).
+            while unsafe { libc::read(*ready, (&raw mut byte).cast(), 1) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+        }
+    }
+}
+
+impl Drop for MappedElsewhere {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            // SAFETY: our descriptor, closed once: the children see end of file and exit.
+            unsafe { libc::close(release) };
+        }
+        for (child, ready) in self.children.drain(..).flatten() {
+            // SAFETY: our descriptor, closed once.
+            unsafe { libc::close(ready) };
+            let _ = crate::os::reap(child, true);
+        }
+    }
+}
+
+/// Forks a child that maps `len` bytes of event `fd`, closes the write end of the pipe it
+/// returns the read end of, and exits once `release_read` reads end of file. `None` if the
+/// child could not be made.
+fn map_in_child(fd: i32, len: usize, release_read: i32, release_write: i32) -> Option<(i32, i32)> {
+    let mut ready = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors it is given.
+    if unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    let (ready_read, ready_write) = (ready[0], ready[1]);
+    // SAFETY: the child only makes async-signal-safe system calls (close, mmap, read, _exit).
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        unsafe {
+            libc::close(release_write);
+            libc::close(ready_read);
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(ready_write);
+            let mut byte = 0u8;
+            while libc::read(release_read, (&raw mut byte).cast(), 1) < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: our descriptors, closed once each.
+    unsafe { libc::close(ready_write) };
+    if child < 0 {
+        unsafe { libc::close(ready_read) };
+        return None;
+    }
+    Some((child, ready_read))
+}
+
+/// The events of `cpu` for every task and that CPU's rings ([`open_events`]).
+fn open_cpu_events(
+    cpu: i32,
+    leader_event: PerfEvent,
+    tasks: &[i32],
+    fault_attr: &perf_event_attr,
+    optional_attrs: &[&perf_event_attr],
+    major_attr: &perf_event_attr,
+    data_pages: usize,
+) -> Result<CpuOpened, Error> {
+    let mut events = Vec::new();
+    let mut leader: Option<usize> = None;
+    let mut major_leader: Option<usize> = None;
+    let mut cpu_rings: Option<CpuRings> = None;
+    let mut leader_event = Some(leader_event);
+    for &task in tasks {
+        let event = match leader_event.take() {
+            Some(event) => event,
+            None => PerfEvent::open(fault_attr, task, cpu).map_err(Error::kernel(
                 "perf_event_open on exceptions:page_fault_user",
-            ))?;
-            match leader {
+            ))?,
+        };
+        match leader {
+            None => {
+                let ring = RingBuffer::map(&event, data_pages)
+                    .map_err(Error::kernel("mapping the perf ring buffer"))?;
+                cpu_rings = Some(CpuRings {
+                    faults: ring,
+                    major: None,
+                    mapped: vec![(event.fd().as_raw_fd(), (data_pages + 1) * page_size())],
+                });
+                leader = Some(events.len());
+            }
+            Some(i) => event
+                .set_output(&events[i])
+                .map_err(Error::kernel("redirecting perf output"))?,
+        }
+        let fault_index = leader.unwrap_or(events.len());
+        events.push(event);
+        for attr in optional_attrs {
+            // Without the kernel fault event, faults in system calls go unrecorded;
+            // without mremap's, the memory it moves goes unnamed; without munmap's,
+            // unmapped memory stays in the model. Nothing else.
+            if let Ok(event) = PerfEvent::open(attr, task, cpu)
+                && event.set_output(&events[fault_index]).is_ok()
+            {
+                events.push(event);
+            }
+        }
+        if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
+            match major_leader {
                 None => {
-                    let ring = RingBuffer::map(&event, data_pages)
-                        .map_err(Error::kernel("mapping the perf ring buffer"))?;
-                    cpu_rings = Some(CpuRings {
-                        faults: ring,
-                        major: None,
-                    });
-                    leader = Some(events.len());
-                }
-                Some(i) => event
-                    .set_output(&events[i])
-                    .map_err(Error::kernel("redirecting perf output"))?,
-            }
-            let fault_index = leader.unwrap_or(events.len());
-            events.push(event);
-            for attr in &optional_attrs {
-                // Without the kernel fault event, faults in system calls go unrecorded;
-                // without mremap's, the memory it moves goes unnamed; without munmap's,
-                // unmapped memory stays in the model. Nothing else.
-                if let Ok(event) = PerfEvent::open(attr, task, cpu)
-                    && event.set_output(&events[fault_index]).is_ok()
-                {
-                    events.push(event);
-                }
-            }
-            if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
-                match major_leader {
-                    None => {
-                        if let (Ok(ring), Some(rings)) =
-                            (RingBuffer::map(&event, 16), cpu_rings.as_mut())
-                        {
-                            rings.major = Some(ring);
-                            major_leader = Some(events.len());
-                            events.push(event);
-                        }
+                    if let (Ok(ring), Some(rings)) =
+                        (RingBuffer::map(&event, MAJOR_PAGES), cpu_rings.as_mut())
+                    {
+                        rings.major = Some(ring);
+                        rings
+                            .mapped
+                            .push((event.fd().as_raw_fd(), (MAJOR_PAGES + 1) * page_size()));
+                        major_leader = Some(events.len());
+                        events.push(event);
                     }
-                    Some(i) => {
-                        if event.set_output(&events[i]).is_ok() {
-                            events.push(event);
-                        }
+                }
+                Some(i) => {
+                    if event.set_output(&events[i]).is_ok() {
+                        events.push(event);
                     }
                 }
             }
         }
-        rings.extend(cpu_rings);
     }
-    Ok((events, rings))
+    Ok((events, cpu_rings))
 }
 
 /// The processes to attach to, each with its threads: `pids` and, with `children`, each
@@ -402,4 +574,40 @@ fn refuse_untraceable(pid: i32) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring made by a child is the one this process then maps: the child holds a perf
+    /// mapping of the ring's length once it says so, this process maps the same event and
+    /// reads its header, and dropping lets the child go, reaped.
+    #[test]
+    fn a_child_makes_the_ring_this_process_maps() {
+        let attr = sys::major_fault_attr();
+        // On one CPU: the kernel maps no inherited event of a task on every CPU.
+        let event = PerfEvent::open(&attr, 0, 0).expect("a software event on this process");
+        let pages = 64;
+        let len = (pages + 1) * page_size();
+        let elsewhere = MappedElsewhere::start(std::slice::from_ref(&event), len);
+        let Some(Some((child, _))) = elsewhere.children.first().copied() else {
+            panic!("no child made");
+        };
+        elsewhere.wait_mapped(0);
+        let maps = std::fs::read_to_string(format!("/proc/{child}/maps")).expect("its maps");
+        let perf: Vec<&str> = maps.lines().filter(|l| l.contains("perf_event")).collect();
+        assert_eq!(perf.len(), 1, "{maps}");
+        let range = perf[0].split_whitespace().next().unwrap_or_default();
+        let (start, end) = range.split_once('-').expect("a range");
+        let size = u64::from_str_radix(end, 16).unwrap() - u64::from_str_radix(start, 16).unwrap();
+        assert_eq!(size, len as u64);
+        let ring = RingBuffer::map(&event, pages).expect("the ring made by the child");
+        assert_eq!(ring.readable(), (0, 0), "an empty ring");
+        drop(elsewhere);
+        assert!(
+            !std::path::Path::new(&format!("/proc/{child}")).exists(),
+            "child {child} left behind"
+        );
+    }
 }

@@ -90,7 +90,7 @@ pub struct LiveLog {
     complete: bool,
 }
 
-/// One thread's records, decoded one ahead.
+/// One thread's records, decoded up to [`AHEAD`] ahead.
 struct Stream {
     tid: u32,
     /// The offsets of its chunks not yet read to the end, in file order.
@@ -101,14 +101,20 @@ struct Stream {
     cut: bool,
     /// CLOCK_MONOTONIC time of the records being decoded.
     time: u64,
-    /// The next record, decoded ahead so the merge knows its time.
-    ahead: Option<(u64, Item)>,
+    /// The next records, decoded ahead so the merge knows the first one's time: several at
+    /// a time, as a chunk's published length and the decoder's place are looked up once for
+    /// them, not once a record. A stack definition is always the last (its frames are in
+    /// `frames`).
+    ahead: VecDeque<(u64, Item)>,
     /// Time of the item handed out last.
     last_time: u64,
-    /// The frames of the stack definition ahead, if that is what is ahead: only those, so
+    /// The frames of the stack definition ahead, if one is: only those, so
     /// that a log naming many threads costs little per thread.
     frames: Vec<u64>,
 }
+
+/// Records a stream decodes ahead at most.
+const AHEAD: usize = 32;
 
 /// Bytes of a chunk available for records.
 const RECORD_SPACE: usize = CHUNK_SIZE - CHUNK_HEADER_SIZE;
@@ -222,7 +228,7 @@ impl LiveLog {
                     state: (0, Cursor::default()),
                     cut: false,
                     time: 0,
-                    ahead: None,
+                    ahead: VecDeque::new(),
                     last_time: 0,
                     frames: Vec::new(),
                 });
@@ -232,7 +238,7 @@ impl LiveLog {
             self.scan += CHUNK_SIZE;
         }
         for i in 0..self.streams.len() {
-            if self.streams[i].ahead.is_none() {
+            if self.streams[i].ahead.is_empty() {
                 self.advance(i);
             }
         }
@@ -288,16 +294,15 @@ impl LiveLog {
         log_stopped_ns(self.bytes.get())
     }
 
-    /// Decodes stream `i`'s next item into `ahead` and queues it; leaves it without one when
-    /// its published records are all read.
+    /// Decodes stream `i`'s next items into `ahead`, which is empty, and queues the stream
+    /// if it has any; leaves it without when its published records are all read.
     fn advance(&mut self, i: usize) {
         let log = self.bytes.get();
         let stream = &mut self.streams[i];
         let scratch = &mut self.scratch;
-        loop {
-            let Some(&chunk) = stream.chunks.front() else {
-                return;
-            };
+        // The time of the item before the next: handed out, or decoded ahead.
+        let mut previous = stream.last_time;
+        'chunks: while let Some(&chunk) = stream.chunks.front() {
             let start = chunk + CHUNK_HEADER_SIZE;
             let used = (read_word(log, chunk + 8) as usize)
                 .min(RECORD_SPACE)
@@ -307,7 +312,7 @@ impl LiveLog {
                 // later chunk's `used` was read first, so this one's is final) or its
                 // writers are gone.
                 if stream.chunks.len() == 1 && !self.complete {
-                    return;
+                    break;
                 }
                 stream.chunks.pop_front();
                 stream.state = (0, Cursor::default());
@@ -315,53 +320,58 @@ impl LiveLog {
                 continue;
             }
             let mut decoder = Decoder::resume(&log[start..start + used], stream.state);
-            let record = decoder.next(scratch);
-            stream.state = decoder.state();
-            match record {
-                None | Some(Err(_)) => {
-                    self.corrupt += 1;
-                    stream.cut = true;
-                }
-                Some(Ok(Record::Time(time))) => stream.time = time,
-                Some(Ok(Record::Stack { id, len })) => {
-                    // A stream has one item ahead at a time, so its definitions always come
-                    // out before its next event; the time only places it among other threads.
-                    let time = stream.last_time;
-                    stream.frames.clear();
-                    stream.frames.extend_from_slice(&scratch[..len]);
-                    stream.ahead = Some((time, Item::Stack(id, len)));
-                    self.heap.push(Reverse((time, i)));
-                    return;
-                }
-                Some(Ok(Record::Call(record))) => {
-                    let Some(call) = AllocCall::from_u8(record.call) else {
+            while stream.ahead.len() < AHEAD {
+                let record = decoder.next(scratch);
+                match record {
+                    None => break,
+                    Some(Err(_)) => {
                         self.corrupt += 1;
                         stream.cut = true;
-                        continue;
-                    };
-                    // Times are the clock's, about a millisecond coarse; a thread's calls
-                    // never go back in time, so its order is kept.
-                    let time_ns = stream
-                        .time
-                        .wrapping_add(self.mono_offset)
-                        .max(stream.last_time);
-                    stream.ahead = Some((
-                        time_ns,
-                        Item::Event(AllocEvent {
+                        break;
+                    }
+                    Some(Ok(Record::Time(time))) => stream.time = time,
+                    Some(Ok(Record::Stack { id, len })) => {
+                        // Its definitions come out before the stream's next event; the time
+                        // only places it among other threads.
+                        stream.frames.clear();
+                        stream.frames.extend_from_slice(&scratch[..len]);
+                        stream.ahead.push_back((previous, Item::Stack(id, len)));
+                        stream.state = decoder.state();
+                        break 'chunks;
+                    }
+                    Some(Ok(Record::Call(record))) => {
+                        let Some(call) = AllocCall::from_u8(record.call) else {
+                            self.corrupt += 1;
+                            stream.cut = true;
+                            break;
+                        };
+                        // Times are the clock's, about a millisecond coarse; a thread's calls
+                        // never go back in time, so its order is kept.
+                        let time_ns = stream.time.wrapping_add(self.mono_offset).max(previous);
+                        previous = time_ns;
+                        stream.ahead.push_back((
                             time_ns,
-                            tid: stream.tid,
-                            call,
-                            addr: VirtAddr::new(record.addr),
-                            size: record.size,
-                            old_addr: VirtAddr::new(record.old_addr),
-                            detail: record.detail,
-                            stack_id: record.stack_id,
-                        }),
-                    ));
-                    self.heap.push(Reverse((time_ns, i)));
-                    return;
+                            Item::Event(AllocEvent {
+                                time_ns,
+                                tid: stream.tid,
+                                call,
+                                addr: VirtAddr::new(record.addr),
+                                size: record.size,
+                                old_addr: VirtAddr::new(record.old_addr),
+                                detail: record.detail,
+                                stack_id: record.stack_id,
+                            }),
+                        ));
+                    }
                 }
             }
+            stream.state = decoder.state();
+            if stream.ahead.len() >= AHEAD {
+                break;
+            }
+        }
+        if let Some(&(time, _)) = stream.ahead.front() {
+            self.heap.push(Reverse((time, i)));
         }
     }
 
@@ -372,13 +382,17 @@ impl LiveLog {
             return None;
         }
         self.heap.pop();
-        let (time, item) = self.streams[i].ahead.take()?;
+        let stream = &mut self.streams[i];
+        let (time, item) = stream.ahead.pop_front()?;
         if let Item::Stack(_, len) = item {
-            frames[..len].copy_from_slice(&self.streams[i].frames[..len]);
-            self.streams[i].frames = Vec::new();
+            frames[..len].copy_from_slice(&stream.frames[..len]);
+            stream.frames = Vec::new();
         }
-        self.streams[i].last_time = time;
-        self.advance(i);
+        stream.last_time = time;
+        match stream.ahead.front() {
+            Some(&(next, _)) => self.heap.push(Reverse((next, i))),
+            None => self.advance(i),
+        }
         Some(item)
     }
 }

@@ -669,3 +669,51 @@ impl Stacks {
         }
     }
 }
+
+/// Where the time of converting an allocation log goes: `FLTRACE_BENCH_LOG=<a log-PID.0 of
+/// a spool> cargo test --release -p fltrace-trace log_convert_time -- --ignored --nocapture`
+/// decodes and merges the log alone, then converts it into tables, and prints the CPU time
+/// per event of the thread that decodes. A measurement, not a test: nothing is asserted.
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn log_convert_time() {
+        let Some(path) = std::env::var_os("FLTRACE_BENCH_LOG") else {
+            eprintln!("FLTRACE_BENCH_LOG names no log");
+            return;
+        };
+        let path = PathBuf::from(path);
+        let mut frames = Box::new([0u64; MAX_FRAMES]);
+        for round in 0..3 {
+            let started = thread_cpu();
+            let mut log = LiveLog::open(&path, 0, true).unwrap().unwrap();
+            let mut events = 0u64;
+            while let Some(item) = log.next(u64::MAX, &mut frames) {
+                events += u64::from(matches!(item, Item::Event(_)));
+            }
+            let decoded = thread_cpu() - started;
+            let dir = tempfile::tempdir().unwrap();
+            let started = thread_cpu();
+            let mut log = LiveLog::open(&path, 0, true).unwrap().unwrap();
+            let mut conversion = Conversion::create(
+                &dir.path().join("a.parquet"),
+                &dir.path().join("s.parquet"),
+                Origin::new("1-2", 1),
+            )
+            .unwrap();
+            conversion.convert_image(&mut log, 0, 0).unwrap();
+            let converting = thread_cpu() - started;
+            let waited = conversion.allocs.waited;
+            conversion.finish().unwrap();
+            eprintln!(
+                "round {round}: {events} events, decoding and merging {:.1} ns an event, converting {:.1} ns an event on the decoding thread ({:.3} s of it waiting for the encoders)",
+                decoded.as_nanos() as f64 / events as f64,
+                converting.as_nanos() as f64 / events as f64,
+                waited.as_secs_f64()
+            );
+        }
+    }
+}

@@ -202,7 +202,8 @@ mod tests {
         }";
         let dir = tempfile::tempdir().unwrap();
         let faults_path = dir.path().join("f.parquet");
-        let mut table = CheckpointedFile::create(&faults_path, OLD_FAULT_SCHEMA, &[], &[]).unwrap();
+        let mut table =
+            CheckpointedFile::create(&faults_path, OLD_FAULT_SCHEMA, &[], &[], &[]).unwrap();
         let expected = fault(9);
         table
             .row_group(|c| {

@@ -131,7 +131,8 @@ mod tests {
         }";
         let dir = tempfile::tempdir().unwrap();
         let maps_path = dir.path().join("m.parquet");
-        let mut table = CheckpointedFile::create(&maps_path, OLD_MAPPING_SCHEMA, &[], &[]).unwrap();
+        let mut table =
+            CheckpointedFile::create(&maps_path, OLD_MAPPING_SCHEMA, &[], &[], &[]).unwrap();
         let expected = Mapping {
             time_ns: 7,
             ..mapping()

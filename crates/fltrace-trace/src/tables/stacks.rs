@@ -159,7 +159,8 @@ mod tests {
         }";
         let dir = tempfile::tempdir().unwrap();
         let stacks_path = dir.path().join("s.parquet");
-        let mut table = CheckpointedFile::create(&stacks_path, OLD_STACK_SCHEMA, &[], &[]).unwrap();
+        let mut table =
+            CheckpointedFile::create(&stacks_path, OLD_STACK_SCHEMA, &[], &[], &[]).unwrap();
         table
             .row_group(|c| {
                 c.i32([3].into_iter())?;

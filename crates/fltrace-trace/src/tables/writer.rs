@@ -29,6 +29,9 @@ pub trait TableRow: Sized {
     const SCHEMA: &'static str;
     /// Columns written with delta encoding instead of a dictionary.
     const DELTA_COLUMNS: &'static [&'static str];
+    /// Columns written without statistics (their minimum and maximum, per page and per
+    /// chunk): those no query narrows by, whose statistics would only cost their writing.
+    const UNSUMMARIZED_COLUMNS: &'static [&'static str] = &[];
     /// Rows buffered before they are written as a row group.
     const ROW_GROUP: usize = ROW_GROUP;
 
@@ -70,7 +73,13 @@ impl<R: TableRow> TableWriter<R> {
         origin: Origin,
         metadata: &[(String, String)],
     ) -> Result<Self, Error> {
-        let table = CheckpointedFile::create(path, R::SCHEMA, R::DELTA_COLUMNS, metadata)?;
+        let table = CheckpointedFile::create(
+            path,
+            R::SCHEMA,
+            R::DELTA_COLUMNS,
+            R::UNSUMMARIZED_COLUMNS,
+            metadata,
+        )?;
         Ok(TableWriter {
             table,
             origin,
@@ -221,6 +230,7 @@ impl CheckpointedFile {
         path: &Path,
         schema: &str,
         delta_columns: &[&str],
+        unsummarized_columns: &[&str],
         metadata: &[(String, String)],
     ) -> Result<Self, Error> {
         let schema = Arc::new(parse_message_type(schema).map_err(Error::parquet(path))?);
@@ -241,6 +251,12 @@ impl CheckpointedFile {
             ColumnPath::from("recording"),
             parquet::file::properties::EnabledStatistics::None,
         );
+        for column in unsummarized_columns {
+            props = props.set_column_statistics_enabled(
+                ColumnPath::from(*column),
+                parquet::file::properties::EnabledStatistics::None,
+            );
+        }
         for column in delta_columns {
             let column = ColumnPath::from(*column);
             props = props
@@ -437,7 +453,7 @@ enum Target<'g, 'f> {
     Apart {
         schema: &'g SchemaDescriptor,
         props: &'g Arc<WriterProperties>,
-        columns: &'g mut Vec<(bytes::Bytes, ColumnCloseResult)>,
+        columns: &'g mut Vec<EncodedColumn>,
     },
 }
 
@@ -445,7 +461,7 @@ enum Target<'g, 'f> {
 /// order ([`TableWriter::push_encoded`]).
 pub struct EncodedGroup {
     rows: u64,
-    columns: Vec<(bytes::Bytes, ColumnCloseResult)>,
+    columns: Vec<EncodedColumn>,
 }
 
 /// Encodes row groups of a table on any thread: several encode at once, the table's writer
@@ -486,9 +502,25 @@ impl<R: TableRow> GroupEncoder<R> {
 pub(crate) struct Scratch {
     i64s: Vec<i64>,
     i32s: Vec<i32>,
+    /// Buffers of several columns at once ([`Columns::take_buffers`]).
+    wide: Vec<Vec<i64>>,
+    narrow: Vec<Vec<i32>>,
     /// The `recording` column's values, all `recording_of`, as many as the largest row group.
     recording: Vec<ByteArray>,
     recording_of: String,
+    /// The `recording` and `pid` columns of a row group of `.1` rows of `.0` as encoded apart
+    /// from the file: the same bytes in every row group of that size (the file's offsets
+    /// are set when a chunk is appended), so encoded once, not once a row group.
+    constant: Option<(Origin, usize, Vec<EncodedColumn>)>,
+}
+
+/// A column chunk encoded apart from the file, and what appending it needs.
+type EncodedColumn = (bytes::Bytes, ColumnCloseResult);
+
+/// Column buffers filled together ([`Columns::take_buffers`]).
+pub(crate) struct Buffers {
+    pub(crate) wide: Vec<Vec<i64>>,
+    pub(crate) narrow: Vec<Vec<i32>>,
 }
 
 /// Writes the next column of `target`.
@@ -551,6 +583,43 @@ impl Columns<'_, '_> {
         write_column::<Int32Type>(&mut self.target, buffer, None, None)
     }
 
+    /// `wide` 64-bit and `narrow` 32-bit column buffers, empty, to fill in one pass over a
+    /// batch of rows (reading the rows once, not once a column); written with
+    /// [`i64s`](Self::i64s) and [`i32s`](Self::i32s), then handed back
+    /// ([`put_buffers`](Self::put_buffers)) for the next row group.
+    pub(crate) fn take_buffers(&mut self, wide: usize, narrow: usize) -> Buffers {
+        let mut i64s = std::mem::take(&mut self.scratch.wide);
+        let mut i32s = std::mem::take(&mut self.scratch.narrow);
+        i64s.resize_with(wide, Vec::new);
+        i32s.resize_with(narrow, Vec::new);
+        for buffer in &mut i64s {
+            buffer.clear();
+        }
+        for buffer in &mut i32s {
+            buffer.clear();
+        }
+        Buffers {
+            wide: i64s,
+            narrow: i32s,
+        }
+    }
+
+    /// Gives the buffers of [`take_buffers`](Self::take_buffers) back for the next row group.
+    pub(crate) fn put_buffers(&mut self, buffers: Buffers) {
+        self.scratch.wide = buffers.wide;
+        self.scratch.narrow = buffers.narrow;
+    }
+
+    /// The next column, 64-bit, from a filled buffer.
+    pub(crate) fn i64s(&mut self, values: &[i64]) -> parquet::errors::Result<()> {
+        write_column::<Int64Type>(&mut self.target, values, None, None)
+    }
+
+    /// The next column, 32-bit, from a filled buffer.
+    pub(crate) fn i32s(&mut self, values: &[i32]) -> parquet::errors::Result<()> {
+        write_column::<Int32Type>(&mut self.target, values, None, None)
+    }
+
     pub(crate) fn bools(
         &mut self,
         values: impl Iterator<Item = bool>,
@@ -567,10 +636,24 @@ impl Columns<'_, '_> {
         self.write::<ByteArrayType>(&values, None, None)
     }
 
-    /// The `recording` and `pid` columns of `rows` rows from `origin`.
+    /// The `recording` and `pid` columns of `rows` rows from `origin`: the first two.
     pub(crate) fn origin(&mut self, origin: &Origin, rows: usize) -> parquet::errors::Result<()> {
+        if let Target::Apart { columns, .. } = &mut self.target
+            && columns.is_empty()
+            && let Some((of, n, encoded)) = &self.scratch.constant
+            && (of, *n) == (origin, rows)
+        {
+            columns.extend(encoded.iter().cloned());
+            return Ok(());
+        }
         self.recording(origin, rows)?;
-        self.i32(std::iter::repeat_n(origin.pid, rows))
+        self.i32(std::iter::repeat_n(origin.pid, rows))?;
+        if let Target::Apart { columns, .. } = &self.target
+            && columns.len() == 2
+        {
+            self.scratch.constant = Some((origin.clone(), rows, columns.to_vec()));
+        }
+        Ok(())
     }
 
     /// The `recording` column alone: one shared buffer, not a copy per row, and the same
