@@ -767,6 +767,67 @@ impl State {
     }
 }
 
+impl State {
+    /// The kernel pids that later processes of the run held again.
+    pub(super) fn reused_os_pids(&self) -> Vec<u32> {
+        self.reused.0.keys().copied().collect()
+    }
+
+    /// Files each allocation log in `spool` of a pid reused within the run under the process
+    /// that made it: the library names its logs by the kernel's pid, so a later process's
+    /// logs follow the earlier's images there; each header says when it was made, and a log
+    /// made after a later process's fork is that process's (renamed to its filed pid's
+    /// name, its images numbered from 0). Logs of a library that does not say stay where
+    /// they were.
+    pub(super) fn place_reused_logs(&self, spool: &std::path::Path) -> Result<(), Error> {
+        let io = |path: &std::path::Path| {
+            let path = path.to_owned();
+            move |source| Error::Trace(fltrace_trace::Error::Io { path, source })
+        };
+        for &os_pid in self.reused.0.keys() {
+            let mut images: FxHashMap<u32, u32> = FxHashMap::default();
+            for image in 0.. {
+                let path = spool.join(fltrace_trace::spool::log_name(os_pid, image));
+                let made_ns = match log_made_ns(&path) {
+                    Ok(made_ns) => made_ns,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) => return Err(io(&path)(e)),
+                };
+                let filed = self.reused.filed(os_pid, made_ns);
+                let next = images.entry(filed).or_default();
+                let filed_image = *next;
+                *next += 1;
+                if (filed, filed_image) != (os_pid, image) {
+                    let to = spool.join(fltrace_trace::spool::log_name(filed, filed_image));
+                    std::fs::rename(&path, to).map_err(io(&path))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// When the allocation log at `path` was made (CLOCK_MONOTONIC ns, the records' clock); 0
+/// when its header does not say (a library from before the field, a log not initialised).
+fn log_made_ns(path: &std::path::Path) -> std::io::Result<u64> {
+    use fltrace_runtime_abi::alloclog::{LogHeader, MAGIC};
+    use std::io::Read as _;
+    let mut header = [0u8; std::mem::size_of::<LogHeader>()];
+    let mut file = std::fs::File::open(path)?;
+    if file.read_exact(&mut header).is_err() {
+        return Ok(0);
+    }
+    let word = |offset: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&header[offset..offset + 8]);
+        u64::from_ne_bytes(bytes)
+    };
+    if word(std::mem::offset_of!(LogHeader, magic)) != MAGIC {
+        return Ok(0);
+    }
+    Ok(word(std::mem::offset_of!(LogHeader, made_ns)))
+}
+
 /// Pids reused within the run: for each, the later processes that held it, oldest first,
 /// with the time of the fork that made each and the pid it is filed as
 /// ([`files::reused_pid`]). Records are handled in time order, so a record of such a pid

@@ -102,6 +102,9 @@ impl Log {
         let header = log.header();
         header.pid.store(pid, Ordering::Relaxed);
         header
+            .made_ns
+            .store(crate::breakdown::now_ns(), Ordering::Relaxed);
+        header
             .next_chunk
             .store(HEADER_SIZE as u64, Ordering::Relaxed);
         header.magic.store(MAGIC, Ordering::Release);
