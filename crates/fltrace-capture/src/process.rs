@@ -172,6 +172,9 @@ struct FarState {
     /// When the last exec replaced the image (CLOCK_MONOTONIC ns): a page made before it is
     /// an earlier image's.
     exec_ns: u64,
+    /// When the process ended or its pid went to a later process (CLOCK_MONOTONIC ns;
+    /// `u64::MAX` while neither is known): a page made from then on is that process's.
+    made_before: u64,
     /// Whether the rows outside the managed region were dropped from `pending_fills`, once
     /// the page said where the region is.
     region_pruned: bool,
@@ -317,6 +320,7 @@ impl Process {
                 resolve_ns: 0,
                 pruned_below: 0,
                 exec_ns: 0,
+                made_before: u64::MAX,
                 region_pruned: false,
             }),
             exited_round: None,
@@ -402,6 +406,27 @@ impl Process {
             far.unmatched
                 .retain(|(handled, _)| handled.read_ns >= exec_ns);
         }
+    }
+
+    /// The process ended, or a later process was given its pid, at `time_ns` (CLOCK_MONOTONIC,
+    /// the record's time): the far-memory page under its pid from then on is not its own.
+    pub fn pid_gone_at(&mut self, time_ns: u64) {
+        if let Some(far) = &mut self.far {
+            far.made_before = far.made_before.min(time_ns);
+            if far.view.as_ref().is_some_and(|v| v.made_ns() >= time_ns) {
+                far.view = None;
+            }
+        }
+    }
+
+    /// Whether this process's far-memory page was never read and a later process given its
+    /// pid has put its own page under the name: this one's runtime statistics are lost.
+    pub fn runtime_page_taken(&self) -> bool {
+        self.far.as_ref().is_some_and(|far| {
+            far.view.is_none()
+                && far.made_before != u64::MAX
+                && RuntimeView::open(&far.prefix, self.os_pid, far.made_before, u64::MAX).is_some()
+        })
     }
 
     /// The kernel named thread `tid` `name` (at exec, by `prctl`, or as the thread that
@@ -1017,7 +1042,7 @@ impl Process {
             return;
         };
         if far.view.is_none() {
-            far.view = RuntimeView::open(&far.prefix, self.os_pid, far.exec_ns);
+            far.view = RuntimeView::open(&far.prefix, self.os_pid, far.exec_ns, far.made_before);
             far.region_pruned = false;
         }
         // Faults outside the managed region never appear in the log. The page is published
@@ -1228,9 +1253,13 @@ impl Process {
             // opened (an image that exec replaced without a runtime of its own).
             match far.view {
                 Some(view) => view.remove(),
+                // Unless the page there is a later process's that got the pid.
                 None => {
-                    let _ =
-                        std::fs::remove_file(crate::runtime::page_path(&far.prefix, self.os_pid));
+                    if let Some(view) =
+                        RuntimeView::open(&far.prefix, self.os_pid, 0, far.made_before)
+                    {
+                        view.remove();
+                    }
                 }
             }
         }

@@ -219,6 +219,7 @@ impl State {
                 let earlier_process = p.exited_round.is_some() || p.first_ns < time;
                 if earlier_process {
                     p.exited_round.get_or_insert(round);
+                    p.pid_gone_at(time);
                 }
                 earlier_process
             });
@@ -462,6 +463,7 @@ impl State {
                     && p.thread_exited(e.tid as u32)
                 {
                     p.exited_round = Some(self.round);
+                    p.pid_gone_at(time);
                 }
                 Ok(())
             }
@@ -707,7 +709,7 @@ impl State {
     /// stays open until the end: its peak memory comes from wait4 after it exits.
     pub(super) fn finish_exited(&mut self) -> Result<(), Error> {
         let round = self.round;
-        let exited: Vec<u32> = self
+        let mut exited: Vec<u32> = self
             .processes
             .iter()
             .filter(|(pid, p)| {
@@ -715,6 +717,9 @@ impl State {
             })
             .map(|(pid, _)| *pid)
             .collect();
+        // Earlier processes of a reused pid first (filed lower): a later one's finish deletes
+        // the far-memory page the earlier one is told apart from.
+        exited.sort_unstable();
         let now = unix_now_ns() / 1_000_000_000;
         for pid in exited {
             if let Some(process) = self.processes.remove(&pid) {
@@ -730,7 +735,10 @@ impl State {
     pub(super) fn finish_all(&mut self) -> (Vec<u32>, Result<(), Error>) {
         let now = unix_now_ns() / 1_000_000_000;
         let mut first = Ok(());
-        for (pid, process) in std::mem::take(&mut self.processes) {
+        let mut processes: Vec<_> = std::mem::take(&mut self.processes).into_iter().collect();
+        // Earlier processes of a reused pid first, as in `finish_exited`.
+        processes.sort_unstable_by_key(|(pid, _)| *pid);
+        for (pid, process) in processes {
             let result = self.finish_process(pid, process, now);
             if first.is_ok() {
                 first = result;
@@ -749,6 +757,12 @@ impl State {
         self.preload_generations
             .insert(pid, process.preload_generation.unwrap_or(0));
         process.poll_runtime(u64::MAX);
+        if process.runtime_page_taken() {
+            log::warn!(
+                "far memory: the runtime statistics of process {pid} are lost: a later process \
+                 given its pid replaced its page before it was read"
+            );
+        }
         self.far_exhausted |= process.far_memory_exhausted();
         let os_pid = process.os_pid;
         // The tables are closed even when the stats line cannot be written (a full disk):
