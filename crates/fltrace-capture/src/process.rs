@@ -670,6 +670,28 @@ impl Process {
         self.main_exited && self.live_threads.is_empty()
     }
 
+    /// Whether it is gone though the records said nothing. After its main thread's end, the
+    /// threads it waits for are those `/proc/<pid>/task/` lists besides the zombie main
+    /// thread (which holds the pid while any lives, so no other process's are listed): one
+    /// whose exit record was lost, or that ended in the attach race, is dropped; one whose
+    /// fork record is not read yet is kept. It is gone when none is left. With the main
+    /// thread's end never read (a lost record), it is gone only when `/proc/<pid>` is: a
+    /// later process holding the pid would have shown its fork.
+    pub fn vanished(&mut self, proc_root: &Path) -> bool {
+        let dir = proc_root.join(self.os_pid.to_string());
+        if !self.main_exited {
+            return !dir.exists();
+        }
+        self.live_threads = other_threads(&dir.join("task"), self.os_pid);
+        self.live_threads.is_empty()
+    }
+
+    /// Whether its main thread ended: its pid's /proc entry is a zombie's, no longer its
+    /// memory's.
+    pub fn main_exited(&self) -> bool {
+        self.main_exited
+    }
+
     /// This process was forked by thread `parent_tid` of `parent`, without exec: its thread
     /// runs on a copy of that thread's stack, so its first stacks complete from that thread's
     /// last complete one (postgres's backends fault deep in the postmaster's frames at once).
@@ -1310,6 +1332,17 @@ fn write_file(path: &Path, text: &str) -> Result<(), fltrace_trace::Error> {
         })
 }
 
+/// The threads `task_dir` (`/proc/<pid>/task`) lists besides `leader`; none when it is gone.
+fn other_threads(task_dir: &Path, leader: u32) -> rustc_hash::FxHashSet<u32> {
+    let Ok(entries) = std::fs::read_dir(task_dir) else {
+        return Default::default();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&tid| tid != leader)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1324,6 +1357,43 @@ mod tests {
             mono_offset: 0,
         };
         Process::filed_as(1, 1, None, &session).expect("process files")
+    }
+
+    /// A process whose end the records never said: once its main thread ended, it waits for
+    /// the threads /proc lists (a lost exit record's thread dropped, a thread whose fork was
+    /// not read kept) and is gone when none is; before that, only when its pid is gone.
+    /// Before, a lost thread-exit record kept it open to the end of the recording.
+    #[test]
+    fn process_whose_thread_exits_were_lost_ends_when_proc_lists_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let proc_root = dir.path().join("proc");
+        let task = proc_root.join("1/task");
+        for tid in ["1", "6", "9"] {
+            std::fs::create_dir_all(task.join(tid)).expect("task dir");
+        }
+        let mut waiting = process(dir.path());
+        waiting.thread_started(5);
+        waiting.thread_started(6);
+        assert!(!waiting.vanished(&proc_root), "its pid is there");
+        // The main thread's end read; thread 5's lost; thread 9's fork not read yet.
+        assert!(!waiting.thread_exited(1));
+        assert!(!waiting.vanished(&proc_root));
+        let mut waits: Vec<u32> = waiting.live_threads.iter().copied().collect();
+        waits.sort_unstable();
+        assert_eq!(waits, [6, 9]);
+        for tid in ["6", "9"] {
+            std::fs::remove_dir(task.join(tid)).expect("task dir goes");
+        }
+        assert!(
+            waiting.vanished(&proc_root),
+            "only the zombie main thread is left"
+        );
+        // Its main thread's end lost too: gone once its pid is.
+        let mut other = process(dir.path());
+        std::fs::create_dir_all(proc_root.join("1")).expect("pid dir");
+        assert!(!other.vanished(&proc_root));
+        std::fs::remove_dir_all(proc_root.join("1")).expect("pid dir goes");
+        assert!(other.vanished(&proc_root));
     }
 
     /// A process made later (a forked child) converts its rows' times back to the samples'

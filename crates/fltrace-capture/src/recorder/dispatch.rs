@@ -105,6 +105,8 @@ pub(super) struct State {
     finished_set: FxHashSet<u32>,
     /// Pids reused within the run, and what each later process holding one is filed as.
     reused: ReusedPids,
+    /// [`State::lost`] when `sample_memory` last looked for processes whose end was lost.
+    lost_checked: u64,
     /// What each new process is made with.
     session: RecordingContext,
     pub(super) far_exhausted: bool,
@@ -165,6 +167,7 @@ impl State {
             replaying: false,
             finished_set: FxHashSet::default(),
             reused: ReusedPids::default(),
+            lost_checked: 0,
             session: RecordingContext {
                 dir: options.dir.clone(),
                 read_live_stacks: options.read_live_stacks,
@@ -344,6 +347,8 @@ impl State {
             EventRecord::Mmap2(m) => Some(m.pid),
             EventRecord::Comm(c) => Some(c.pid),
             EventRecord::Fork(f) if f.pid != f.ppid => Some(f.ppid),
+            // A new thread: its process, which may be known only from records not read yet.
+            EventRecord::Fork(f) => Some(f.pid),
             EventRecord::Exit(e) => Some(e.pid),
             _ => None,
         };
@@ -635,13 +640,28 @@ impl State {
         }
     }
 
+    /// Samples the memory of every open process whose main thread lives (a zombie's /proc
+    /// says nothing of its memory; a later process given its pid would be read as it). Ends
+    /// a process whose end the records did not say (see [`Process::vanished`]): after its
+    /// main thread's end, or after records were lost.
     pub(super) fn sample_memory(&mut self) {
-        for process in self
+        let lost_since = std::mem::replace(&mut self.lost_checked, self.lost) != self.lost;
+        let round = self.round;
+        let proc_root = std::path::Path::new("/proc");
+        for (&pid, process) in self
             .processes
-            .values_mut()
-            .filter(|p| p.exited_round.is_none())
+            .iter_mut()
+            .filter(|(_, p)| p.exited_round.is_none())
         {
-            process.sample_memory();
+            if (process.main_exited() || lost_since)
+                && pid != self.root_pid
+                && process.vanished(proc_root)
+            {
+                process.exited_round = Some(round);
+                process.pid_gone_at(crate::os::monotonic_now_ns());
+            } else if !process.main_exited() {
+                process.sample_memory();
+            }
         }
     }
 
