@@ -130,6 +130,9 @@ pub(super) struct State {
     pub(super) lost: u64,
     /// Of `lost`, fault samples of processes whose files were closed.
     pub(super) lost_late: u64,
+    /// Of `lost`, faults of processes not filed: a pid reused more often than
+    /// [`MAX_REUSES`].
+    pub(super) lost_unfiled: u64,
     pub(super) faults: u64,
     pub(super) truncated_total: u64,
     /// The first error a handler met; handlers run inside ring-buffer callbacks.
@@ -197,6 +200,7 @@ impl State {
             major_parse_info: sys::parse_info(attrs.1),
             lost: 0,
             lost_late: 0,
+            lost_unfiled: 0,
             faults: 0,
             truncated_total: 0,
             error: None,
@@ -229,11 +233,7 @@ impl State {
         if !reused {
             return earlier;
         }
-        self.reused.reuse(pid, time).unwrap_or_else(|| {
-            // Beyond a thousand processes on one pid: the rest share the last one's files.
-            log::warn!("pid {pid} reused over a thousand times: its later processes merged");
-            earlier
-        })
+        self.reused.reuse(pid, time).unwrap_or(UNFILED)
     }
 
     /// Process `pid`, made at its first record, of time `time`.
@@ -354,6 +354,16 @@ impl State {
         };
         if let Some(pid) = owner.filter(|p| *p > 0).map(|p| p as u32) {
             let filed = self.filed_pid(pid, time);
+            if filed == UNFILED {
+                // A process beyond the last reuse of its pid that a table can file.
+                if let EventRecord::Sample(sample) = &parsed
+                    && self.is_fault(sample)
+                {
+                    self.lost += 1;
+                    self.lost_unfiled += 1;
+                }
+                return Ok(());
+            }
             if self.finished_set.contains(&filed) {
                 // Its files are closed: a fault that comes this late is not in them.
                 if let EventRecord::Sample(sample) = &parsed
@@ -424,6 +434,9 @@ impl State {
             EventRecord::Fork(f) if f.pid != f.ppid => {
                 let parent = self.filed_pid(f.ppid as u32, time);
                 let child = self.file_new_process(f.pid as u32, time);
+                if child == UNFILED {
+                    return Ok(());
+                }
                 if !self.processes.contains_key(&child) {
                     let os_pid = f.pid as u32;
                     let mut process = match self.processes.get(&parent) {
@@ -862,6 +875,14 @@ fn log_made_ns(path: &std::path::Path) -> std::io::Result<u64> {
     Ok(word(std::mem::offset_of!(LogHeader, made_ns)))
 }
 
+/// The most processes after the first one a pid can be filed for: the tables write pids as
+/// INT32, and 511 reuses of the highest pid (2^22 - 1) reach `i32::MAX` exactly.
+const MAX_REUSES: u32 = (i32::MAX as u32 + 1) / files::PID_LIMIT - 1;
+
+/// What a process beyond [`MAX_REUSES`] of its pid is filed as: nothing, its records are
+/// dropped and its faults counted lost (`lost_unfiled`).
+const UNFILED: u32 = u32::MAX;
+
 /// Pids reused within the run: for each, the later processes that held it, oldest first,
 /// with the time of the fork that made each and the pid it is filed as
 /// ([`files::reused_pid`]). Records are handled in time order, so a record of such a pid
@@ -882,14 +903,14 @@ impl ReusedPids {
     }
 
     /// A process forked at `time` got `pid` after the one holding it exited: the pid it is
-    /// filed as, `None` when there is none left (`pid` reused over a thousand times).
+    /// filed as, `None` when there is none left (`pid` reused over [`MAX_REUSES`] times);
+    /// its records and those of every later holder are then [`UNFILED`].
     fn reuse(&mut self, pid: u32, time: u64) -> Option<u32> {
         let later = self.0.entry(pid).or_default();
-        let filed = (later.len() as u32 + 1)
-            .checked_mul(files::PID_LIMIT)?
-            .checked_add(pid)?;
-        later.push((time, filed));
-        Some(filed)
+        let reuse = later.len() as u32 + 1;
+        let filed = (reuse <= MAX_REUSES).then(|| reuse * files::PID_LIMIT + pid);
+        later.push((time, filed.unwrap_or(UNFILED)));
+        filed
     }
 }
 
@@ -947,12 +968,19 @@ mod tests {
         assert_eq!(filed, [6, 6 + L, 6 + L, 6 + 2 * L, 6 + 2 * L]);
         assert_eq!(reused.filed(7, 300), 7, "another pid");
         assert_eq!(files::reused_pid(6 + 2 * L), (6, 2));
-        // The highest pid Linux gives, reused until no u32 is left to file it as.
+        // The highest pid Linux gives, reused until no INT32 is left to file it as. Before,
+        // it went on to u32::MAX (negative in the tables), then merged the rest into the
+        // last one's files.
         let max = L - 1;
         let last = (1..).map_while(|n| reused.reuse(max, n)).last();
-        assert_eq!(last, Some(max + 1023 * L));
-        assert_eq!(last, Some(u32::MAX));
-        assert_eq!(files::reused_pid(u32::MAX), (max, 1023));
+        assert_eq!(last, Some(max + 511 * L));
+        assert_eq!(last, Some(i32::MAX as u32));
+        assert_eq!(files::reused_pid(i32::MAX as u32), (max, 511));
+        // The 512th later process and the ones after it are not filed, nor their records.
+        assert_eq!(reused.filed(max, 512), UNFILED);
+        assert_eq!(reused.reuse(max, 1000), None);
+        assert_eq!(reused.filed(max, 1000), UNFILED);
+        assert_eq!(reused.filed(max, 511), i32::MAX as u32);
     }
 
     /// A runtime thread's tid counts as the runtime's only while that thread lives: given

@@ -126,6 +126,7 @@ impl ActiveRecording {
             faults: state.faults,
             lost: state.lost,
             lost_late: state.lost_late,
+            lost_unfiled: state.lost_unfiled,
             stacks_truncated: state.truncated_total,
             far_memory_exhausted: state.far_exhausted,
             allocs,
