@@ -233,6 +233,7 @@ impl State {
         if !reused {
             return earlier;
         }
+        self.jit_files.pid_reused(pid);
         self.reused.reuse(pid, time).unwrap_or(UNFILED)
     }
 
