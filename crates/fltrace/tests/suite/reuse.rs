@@ -159,8 +159,15 @@ fn process_outlives_its_main_thread() {
 /// process (filed as pid + 2^22) had no allocation data and its 300 blocks were the first's.
 #[test]
 fn pid_reused_with_allocs_keeps_each_processes_allocations() {
+    // The pid back at once, and after the first process's files were finished.
+    for wait_ms in ["0", "400"] {
+        check_allocs_kept(wait_ms);
+    }
+}
+
+fn check_allocs_kept(wait_ms: &str) {
     let dir = Dir::new();
-    let out = record_in_own_namespace(&dir, &["--allocs"], &["100", "300", "0"]);
+    let out = record_in_own_namespace(&dir, &["--allocs"], &["100", "300", wait_ms]);
     let children: Vec<u32> = String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .map(|p| p.parse().expect("the workload prints its children's pids"))
