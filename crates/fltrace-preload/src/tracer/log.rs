@@ -101,9 +101,7 @@ impl Log {
         }
         let header = log.header();
         header.pid.store(pid, Ordering::Relaxed);
-        header
-            .made_ns
-            .store(crate::breakdown::now_ns(), Ordering::Relaxed);
+        header.made_ns.store(sys::monotonic_ns(), Ordering::Relaxed);
         header
             .next_chunk
             .store(HEADER_SIZE as u64, Ordering::Relaxed);
