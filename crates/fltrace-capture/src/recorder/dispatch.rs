@@ -105,6 +105,8 @@ pub(super) struct State {
     finished_set: FxHashSet<u32>,
     /// Pids reused within the run, and what each later process holding one is filed as.
     reused: ReusedPids,
+    /// The reuses, shared with the access-sample reader.
+    pub(super) pid_filing: crate::pid_filing::PidFiling,
     /// [`State::lost`] when `sample_memory` last looked for processes whose end was lost.
     lost_checked: u64,
     /// What each new process is made with.
@@ -171,6 +173,7 @@ impl State {
             finished_set: FxHashSet::default(),
             reused: ReusedPids::default(),
             lost_checked: 0,
+            pid_filing: Default::default(),
             session: RecordingContext {
                 dir: options.dir.clone(),
                 read_live_stacks: options.read_live_stacks,
@@ -234,7 +237,9 @@ impl State {
             return earlier;
         }
         self.jit_files.pid_reused(pid);
-        self.reused.reuse(pid, time).unwrap_or(UNFILED)
+        let filed = self.reused.reuse(pid, time).unwrap_or(UNFILED);
+        self.pid_filing.reused(pid, time, filed);
+        filed
     }
 
     /// Process `pid`, made at its first record, of time `time`.
