@@ -197,7 +197,8 @@ fn learn_images(alloc_logs: &Option<crate::AllocLogs>, state: &State) {
         return;
     };
     // The library's logs are named by the pid the kernel gave: a later process that reused
-    // one is not told apart from the first there.
+    // one is told apart only at the end (`State::place_reused_logs`), which drops what the
+    // drain converted of that pid.
     for process in state.processes.values().filter(|p| p.pid == p.os_pid) {
         if let Some((first, generation)) = process.preload_images() {
             logs.learn_image(process.pid, first, generation, || process.image_start_ns());
