@@ -3,6 +3,7 @@
 // read, then touches <pages> pages. The process lives until that thread ends.
 // usage: leaderexit <pages> <ms>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -43,5 +44,6 @@ int main(int argc, char **argv) {
     int status = 0;
     if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return 3;
+    printf("%d\n", (int)child);
     return 0;
 }

@@ -280,22 +280,23 @@ pub struct AccessSummary {
     pub samples: u64,
     /// Times the kernel throttled sampling (too high a rate for its interrupt budget).
     pub throttled: u64,
-    /// Samples the kernel dropped.
+    /// Samples the kernel dropped, and those of processes not filed (a pid reused more than
+    /// 511 times).
     pub lost: u64,
 }
 
 impl AccessCapture {
     /// Opens the machine's access events for `tasks` on every CPU (`enable_on_exec` for a
-    /// command fltrace starts) and drains them into `dir` until [`Self::finish`], into tables
-    /// of recording `recording`.
-    pub fn start(
+    /// command fltrace starts) and drains them into `tables` until [`Self::finish`], each
+    /// sample filed by `filing`.
+    pub(crate) fn start(
         availability: Availability,
         freq: u64,
         tasks: &[i32],
         enable_on_exec: bool,
-        dir: &Path,
+        tables: AccessTables,
         mono_offset: u64,
-        recording: &str,
+        filing: crate::pid_filing::PidFiling,
     ) -> Result<AccessCapture, Error> {
         let (events, precise): (Vec<PmuEvent>, bool) = match availability {
             Availability::Pebs(loads, stores) => {
@@ -342,10 +343,9 @@ impl AccessCapture {
                     .map_err(Error::kernel("enabling access sampling"))?;
             }
         }
-        let tables = AccessTables::new(dir.to_owned(), recording.to_owned());
         ReaderThread::spawn("fltrace-access", "the access-sample reader", move |stop| {
             let _events = opened;
-            drain(rings, stop, tables, mono_offset)
+            drain(rings, stop, tables, mono_offset, filing)
         })
         .map(AccessCapture)
     }
@@ -361,12 +361,13 @@ fn drain(
     stop: &AtomicBool,
     mut tables: AccessTables,
     mono_offset: u64,
+    filing: crate::pid_filing::PidFiling,
 ) -> Result<AccessSummary, Error> {
     let mut summary = AccessSummary::default();
     let mut last_checkpoint = std::time::Instant::now();
+    let mut samples = Vec::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
-        let mut samples = Vec::new();
         for ring in &mut rings {
             ring.drain(|record| match record.kind {
                 PERF_RECORD_SAMPLE => {
@@ -385,8 +386,12 @@ fn drain(
                 _ => {}
             });
         }
-        samples.sort_by_key(|s| s.time_ns);
-        for sample in samples {
+        // The records' reader stops after the program ended and before this thread does.
+        for sample in file_read(&mut samples, &filing, stopping) {
+            if sample.pid == UNFILED {
+                summary.lost += 1;
+                continue;
+            }
             tables.push(sample, mono_offset)?;
             summary.samples += 1;
         }
@@ -402,6 +407,31 @@ fn drain(
     }
     tables.finish()?;
     Ok(summary)
+}
+
+/// The pid of a process beyond the last reuse of its pid the tables can file.
+const UNFILED: u32 = u32::MAX;
+
+/// Takes from `samples` those the records' reader has read up to (all when `stopping`), in
+/// time order, each with the pid its process is filed as (a later process that reused a pid
+/// has one of its own); the newer wait, since their process's fork may not be read yet.
+fn file_read(
+    samples: &mut Vec<AccessSample>,
+    filing: &crate::pid_filing::PidFiling,
+    stopping: bool,
+) -> Vec<AccessSample> {
+    samples.sort_by_key(|s| s.time_ns);
+    let read_ns = filing.read_ns();
+    let ready = if stopping {
+        samples.len()
+    } else {
+        samples.partition_point(|s| s.time_ns <= read_ns)
+    };
+    let mut ready: Vec<AccessSample> = samples.drain(..ready).collect();
+    for sample in &mut ready {
+        sample.pid = filing.filed(sample.pid, sample.time_ns);
+    }
+    ready
 }
 
 /// One process's access table, its stack table and the ids of the stacks written.
@@ -601,6 +631,52 @@ mod tests {
         );
         assert_eq!(resolve_event(&dir, "mem-stores"), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Samples of a reused pid go to the process that held it at their time, and wait while
+    /// the records' reader is behind them (the later process's fork may not be read yet).
+    /// Before, every sample was filed by the kernel's pid: the later process's in the first
+    /// one's table.
+    #[test]
+    fn samples_of_a_reused_pid_are_filed_under_the_process_that_held_it() {
+        const L: u32 = files::PID_LIMIT;
+        let sample = |pid: u32, time_ns: u64| AccessSample {
+            ip: CodeAddr::new(0x40_1000),
+            pid,
+            tid: pid,
+            time_ns,
+            addr: VirtAddr::new(0x7f00_0000_0000),
+            latency: 0,
+            source: DataSource::from_bits(2),
+            data_src: 2,
+            stack: Vec::new(),
+        };
+        let filing = crate::pid_filing::PidFiling::default();
+        let mut samples = vec![
+            sample(6, 300),
+            sample(6, 50),
+            sample(6, 120),
+            sample(9, 120),
+        ];
+        let filed = |ready: Vec<AccessSample>| -> Vec<(u64, u32)> {
+            ready.iter().map(|s| (s.time_ns, s.pid)).collect()
+        };
+        // Nothing read yet: every sample waits.
+        assert_eq!(filed(file_read(&mut samples, &filing, false)), []);
+        filing.reused(6, 100, 6 + L);
+        filing.read_until(150);
+        assert_eq!(
+            filed(file_read(&mut samples, &filing, false)),
+            [(50, 6), (120, 6 + L), (120, 9)]
+        );
+        // The next process on pid 6 is beyond what the tables can file.
+        filing.reused(6, 200, UNFILED);
+        assert_eq!(samples.len(), 1);
+        assert_eq!(
+            filed(file_read(&mut samples, &filing, true)),
+            [(300, UNFILED)]
+        );
+        assert!(samples.is_empty());
     }
 
     /// A recorder killed after a checkpoint leaves the samples up to it readable, each with

@@ -178,6 +178,22 @@ impl AllocLogs {
         }
     }
 
+    /// The spool directory the library writes its logs into.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Drops what the drain converted of `pid`'s logs (they convert again at the end): the
+    /// recorder learnt they were not all that process's.
+    pub(crate) fn forget_drained(&mut self, pid: u32) {
+        if let Some(drain) = &mut self.drain {
+            drain.join();
+            if let Some(drained) = drain.drained.remove(&pid) {
+                drained.abandon();
+            }
+        }
+    }
+
     /// The program has ended: the drain converts what is left of the logs it follows.
     pub fn program_ended(&self) {
         if let Some(drain) = &self.drain {

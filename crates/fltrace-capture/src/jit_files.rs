@@ -33,6 +33,9 @@ struct JitProcess {
     jitdump_path: Option<String>,
     /// Its effective uid, which its perf map must belong to; read with its namespace pid.
     uid: Option<u32>,
+    /// Another process was given its pid: the files named by the pid from then on are that
+    /// one's, so what was not opened by then is not looked for again.
+    pid_reused: bool,
 }
 
 /// The JIT files of the traced processes.
@@ -124,19 +127,33 @@ impl JitFiles {
         }
         self.last_poll = Some(now);
         for (&pid, process) in &mut self.processes {
-            if process.jit_code && process.perf_map.is_none() {
+            if process.jit_code && process.perf_map.is_none() && !process.pid_reused {
                 Self::look_for_perf_map(pid, process);
             }
+        }
+    }
+
+    /// Another process was given `pid`, of a process that ended: see
+    /// [`JitProcess::pid_reused`].
+    pub(crate) fn pid_reused(&mut self, pid: u32) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.pid_reused = true;
         }
     }
 
     /// Copies the perf map and jitdump of `pid`, which has ended, into the recording in
     /// `dir`. A file that cannot be copied costs its names, not the recording (said in the log).
     pub(crate) fn finish(&mut self, dir: &Path, pid: u32) {
-        let process = self.processes.remove(&pid).unwrap_or_default();
-        let perf_map = process
-            .perf_map
-            .or_else(|| open_perf_map(Path::new(&format!("/tmp/perf-{pid}.map")), process.uid));
+        let mut process = self.processes.remove(&pid).unwrap_or_default();
+        if process.pid_reused {
+            // The files under its pid's names are the later process's now.
+            process.jitdump_path = None;
+        }
+        let perf_map = process.perf_map.or_else(|| {
+            (!process.pid_reused)
+                .then(|| open_perf_map(Path::new(&format!("/tmp/perf-{pid}.map")), process.uid))
+                .flatten()
+        });
         if let Some(file) = perf_map {
             copy(
                 file,
@@ -201,6 +218,36 @@ mod tests {
         assert!(!is_jitdump("/app/jit-12a.dump"));
         assert!(!is_jitdump("/app/jit-12.dump.old"));
         assert!(!is_jitdump("/jit-1.dump/lib.so"));
+    }
+
+    /// A process whose pid went to another before its perf map was found: the map now under
+    /// its pid's name is the later process's and is not copied as its own. Before, its end
+    /// copied whatever `/tmp/perf-<pid>.map` held then.
+    #[test]
+    fn perf_map_of_a_reused_pid_is_not_taken() {
+        // Above every pid: no process of the machine writes this map.
+        let pid = fltrace_trace::files::PID_LIMIT + std::process::id();
+        let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(&map, "1000 10 later_function\n").expect("perf map written");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let copied = |reused: bool| {
+            let mut files = JitFiles::default();
+            let process = JitProcess {
+                jit_code: true,
+                ..JitProcess::default()
+            };
+            files.processes.insert(pid, process);
+            if reused {
+                files.pid_reused(pid);
+            }
+            let copy = fltrace_trace::files::perf_map(dir.path(), pid);
+            let _ = std::fs::remove_file(&copy);
+            files.finish(dir.path(), pid);
+            copy.exists()
+        };
+        let (kept, reused) = (copied(false), copied(true));
+        let _ = std::fs::remove_file(&map);
+        assert_eq!((kept, reused), (true, false));
     }
 
     /// Our own status: the pid namespace of the tests is the machine's.

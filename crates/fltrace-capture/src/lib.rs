@@ -33,6 +33,7 @@ mod jit_files;
 mod os;
 pub mod pages;
 pub mod perf;
+mod pid_filing;
 mod process;
 pub mod procfs;
 mod reader;

@@ -172,6 +172,9 @@ struct FarState {
     /// When the last exec replaced the image (CLOCK_MONOTONIC ns): a page made before it is
     /// an earlier image's.
     exec_ns: u64,
+    /// When the process ended or its pid went to a later process (CLOCK_MONOTONIC ns;
+    /// `u64::MAX` while neither is known): a page made from then on is that process's.
+    made_before: u64,
     /// Whether the rows outside the managed region were dropped from `pending_fills`, once
     /// the page said where the region is.
     region_pruned: bool,
@@ -317,6 +320,7 @@ impl Process {
                 resolve_ns: 0,
                 pruned_below: 0,
                 exec_ns: 0,
+                made_before: u64::MAX,
                 region_pruned: false,
             }),
             exited_round: None,
@@ -402,6 +406,27 @@ impl Process {
             far.unmatched
                 .retain(|(handled, _)| handled.read_ns >= exec_ns);
         }
+    }
+
+    /// The process ended, or a later process was given its pid, at `time_ns` (CLOCK_MONOTONIC,
+    /// the record's time): the far-memory page under its pid from then on is not its own.
+    pub fn pid_gone_at(&mut self, time_ns: u64) {
+        if let Some(far) = &mut self.far {
+            far.made_before = far.made_before.min(time_ns);
+            if far.view.as_ref().is_some_and(|v| v.made_ns() >= time_ns) {
+                far.view = None;
+            }
+        }
+    }
+
+    /// Whether this process's far-memory page was never read and a later process given its
+    /// pid has put its own page under the name: this one's runtime statistics are lost.
+    pub fn runtime_page_taken(&self) -> bool {
+        self.far.as_ref().is_some_and(|far| {
+            far.view.is_none()
+                && far.made_before != u64::MAX
+                && RuntimeView::open(&far.prefix, self.os_pid, far.made_before, u64::MAX).is_some()
+        })
     }
 
     /// The kernel named thread `tid` `name` (at exec, by `prctl`, or as the thread that
@@ -643,6 +668,28 @@ impl Process {
         self.live_threads.remove(&tid);
         self.main_exited |= tid == self.os_pid;
         self.main_exited && self.live_threads.is_empty()
+    }
+
+    /// Whether it is gone though the records said nothing. After its main thread's end, the
+    /// threads it waits for are those `/proc/<pid>/task/` lists besides the zombie main
+    /// thread (which holds the pid while any lives, so no other process's are listed): one
+    /// whose exit record was lost, or that ended in the attach race, is dropped; one whose
+    /// fork record is not read yet is kept. It is gone when none is left. With the main
+    /// thread's end never read (a lost record), it is gone only when `/proc/<pid>` is: a
+    /// later process holding the pid would have shown its fork.
+    pub fn vanished(&mut self, proc_root: &Path) -> bool {
+        let dir = proc_root.join(self.os_pid.to_string());
+        if !self.main_exited {
+            return !dir.exists();
+        }
+        self.live_threads = other_threads(&dir.join("task"), self.os_pid);
+        self.live_threads.is_empty()
+    }
+
+    /// Whether its main thread ended: its pid's /proc entry is a zombie's, no longer its
+    /// memory's.
+    pub fn main_exited(&self) -> bool {
+        self.main_exited
     }
 
     /// This process was forked by thread `parent_tid` of `parent`, without exec: its thread
@@ -1017,7 +1064,7 @@ impl Process {
             return;
         };
         if far.view.is_none() {
-            far.view = RuntimeView::open(&far.prefix, self.os_pid, far.exec_ns);
+            far.view = RuntimeView::open(&far.prefix, self.os_pid, far.exec_ns, far.made_before);
             far.region_pruned = false;
         }
         // Faults outside the managed region never appear in the log. The page is published
@@ -1228,9 +1275,13 @@ impl Process {
             // opened (an image that exec replaced without a runtime of its own).
             match far.view {
                 Some(view) => view.remove(),
+                // Unless the page there is a later process's that got the pid.
                 None => {
-                    let _ =
-                        std::fs::remove_file(crate::runtime::page_path(&far.prefix, self.os_pid));
+                    if let Some(view) =
+                        RuntimeView::open(&far.prefix, self.os_pid, 0, far.made_before)
+                    {
+                        view.remove();
+                    }
                 }
             }
         }
@@ -1281,6 +1332,17 @@ fn write_file(path: &Path, text: &str) -> Result<(), fltrace_trace::Error> {
         })
 }
 
+/// The threads `task_dir` (`/proc/<pid>/task`) lists besides `leader`; none when it is gone.
+fn other_threads(task_dir: &Path, leader: u32) -> rustc_hash::FxHashSet<u32> {
+    let Ok(entries) = std::fs::read_dir(task_dir) else {
+        return Default::default();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&tid| tid != leader)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1295,6 +1357,43 @@ mod tests {
             mono_offset: 0,
         };
         Process::filed_as(1, 1, None, &session).expect("process files")
+    }
+
+    /// A process whose end the records never said: once its main thread ended, it waits for
+    /// the threads /proc lists (a lost exit record's thread dropped, a thread whose fork was
+    /// not read kept) and is gone when none is; before that, only when its pid is gone.
+    /// Before, a lost thread-exit record kept it open to the end of the recording.
+    #[test]
+    fn process_whose_thread_exits_were_lost_ends_when_proc_lists_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let proc_root = dir.path().join("proc");
+        let task = proc_root.join("1/task");
+        for tid in ["1", "6", "9"] {
+            std::fs::create_dir_all(task.join(tid)).expect("task dir");
+        }
+        let mut waiting = process(dir.path());
+        waiting.thread_started(5);
+        waiting.thread_started(6);
+        assert!(!waiting.vanished(&proc_root), "its pid is there");
+        // The main thread's end read; thread 5's lost; thread 9's fork not read yet.
+        assert!(!waiting.thread_exited(1));
+        assert!(!waiting.vanished(&proc_root));
+        let mut waits: Vec<u32> = waiting.live_threads.iter().copied().collect();
+        waits.sort_unstable();
+        assert_eq!(waits, [6, 9]);
+        for tid in ["6", "9"] {
+            std::fs::remove_dir(task.join(tid)).expect("task dir goes");
+        }
+        assert!(
+            waiting.vanished(&proc_root),
+            "only the zombie main thread is left"
+        );
+        // Its main thread's end lost too: gone once its pid is.
+        let mut other = process(dir.path());
+        std::fs::create_dir_all(proc_root.join("1")).expect("pid dir");
+        assert!(!other.vanished(&proc_root));
+        std::fs::remove_dir_all(proc_root.join("1")).expect("pid dir goes");
+        assert!(other.vanished(&proc_root));
     }
 
     /// A process made later (a forked child) converts its rows' times back to the samples'

@@ -158,6 +158,9 @@ pub struct Summary {
     /// Of `lost`, faults read after their process's files were closed (its end was read
     /// before them: a thread whose start the recording missed).
     pub lost_late: u64,
+    /// Of `lost`, faults of processes not filed: a pid reused within the run more than 511
+    /// times (the tables write pids as INT32).
+    pub lost_unfiled: u64,
     /// Faults whose stack lacks its outer frames (`fltrace_trace::StackEnd::Truncated`).
     pub stacks_truncated: u64,
     /// Whether a process ran out of the far memory `-M` allowed.
@@ -321,6 +324,7 @@ mod tests {
             faults: 0,
             lost: 0,
             lost_late: 0,
+            lost_unfiled: 0,
             stacks_truncated: 0,
             far_memory_exhausted: false,
             allocs: None,

@@ -241,6 +241,9 @@ pub struct Handled {
 /// A live process's shared page, mapped read-only.
 pub struct RuntimeView {
     path: PathBuf,
+    /// The page file's device and inode: whose file the name holds may change (an exec's new
+    /// image, a later process given the pid, each renames its own page onto it).
+    file_id: (u64, u64),
     map: Mmap,
     cursor: u64,
     /// Log entries overwritten before they were read.
@@ -250,8 +253,10 @@ pub struct RuntimeView {
 impl RuntimeView {
     /// Opens `<prefix>-<pid>` if the runtime has created it, unless the page was made before
     /// `made_after` (CLOCK_MONOTONIC ns): the page of an image that exec replaced, still under
-    /// the name until the new image's runtime renames its own over it.
-    pub fn open(prefix: &Path, pid: u32, made_after: u64) -> Option<RuntimeView> {
+    /// the name until the new image's runtime renames its own over it; or at or after
+    /// `made_before`: the page of a later process that got the pid once this one ended.
+    pub fn open(prefix: &Path, pid: u32, made_after: u64, made_before: u64) -> Option<RuntimeView> {
+        use std::os::unix::fs::MetadataExt as _;
         let path = page_path(prefix, pid);
         let file = std::fs::File::open(&path).ok()?;
         let metadata = file.metadata().ok()?;
@@ -263,12 +268,14 @@ impl RuntimeView {
         let map = unsafe { Mmap::map(&file) }.ok()?;
         let view = RuntimeView {
             path,
+            file_id: (metadata.dev(), metadata.ino()),
             map,
             cursor: 0,
             missed: 0,
         };
-        (view.shared().magic.load(Ordering::Acquire) == MAGIC && view.made_ns() >= made_after)
-            .then_some(view)
+        (view.shared().magic.load(Ordering::Acquire) == MAGIC
+            && (made_after..made_before).contains(&view.made_ns()))
+        .then_some(view)
     }
 
     /// When the runtime made the page (CLOCK_MONOTONIC ns).
@@ -331,7 +338,13 @@ impl RuntimeView {
 
     /// Removes the shared file (the process is gone; the counters were written out).
     pub fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+        use std::os::unix::fs::MetadataExt as _;
+        // Only the page viewed: another process's, renamed onto the name since, stays.
+        let still_viewed =
+            std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file_id);
+        if still_viewed {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

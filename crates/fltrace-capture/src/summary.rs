@@ -199,7 +199,10 @@ impl Summary {
                 said.push(format!("warning: not kept in the build-ID cache: {failed}"));
             }
         }
-        let dropped = self.lost.saturating_sub(self.lost_late);
+        let dropped = self
+            .lost
+            .saturating_sub(self.lost_late)
+            .saturating_sub(self.lost_unfiled);
         if dropped > 0 {
             said.push(format!(
                 "warning: the kernel dropped {dropped} fault records; try a larger --buffer-mb"
@@ -209,6 +212,12 @@ impl Summary {
             said.push(format!(
                 "warning: {} faults were read after their process's trace was closed and are not in it",
                 self.lost_late
+            ));
+        }
+        if self.lost_unfiled > 0 {
+            said.push(format!(
+                "warning: {} faults are not recorded: their processes got a pid reused more than 511 times within the run",
+                self.lost_unfiled
             ));
         }
         if let Some(error) = &self.trace_error {
@@ -333,6 +342,7 @@ mod tests {
             faults: 200,
             lost: 0,
             lost_late: 0,
+            lost_unfiled: 0,
             stacks_truncated: 3,
             far_memory_exhausted: false,
             allocs: None,
@@ -418,8 +428,9 @@ mod tests {
     fn faults_too_late_for_their_process_are_said_apart() {
         let dir = Path::new("out");
         let s = Summary {
-            lost: 7,
+            lost: 10,
             lost_late: 2,
+            lost_unfiled: 3,
             ..summary()
         };
         let quiet = SummaryContext {
@@ -431,6 +442,7 @@ mod tests {
             [
                 "warning: the kernel dropped 5 fault records; try a larger --buffer-mb",
                 "warning: 2 faults were read after their process's trace was closed and are not in it",
+                "warning: 3 faults are not recorded: their processes got a pid reused more than 511 times within the run",
             ]
         );
     }

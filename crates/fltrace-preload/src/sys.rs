@@ -30,6 +30,18 @@ pub fn map_anonymous(len: usize, extra_flags: i32) -> *mut u8 {
     unsafe { map(0, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
 }
 
+/// CLOCK_MONOTONIC in ns through the system call, not the vDSO: the vDSO's first read faults
+/// its data page in, a fault the trace would show at the program's call that got here.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer on our stack.
+    unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The raw `madvise` system call.
 pub fn madvise(addr: usize, len: usize, advice: i32) -> i64 {
     // SAFETY: madvise validates the range; callers pass ranges of the runtime's region.

@@ -57,6 +57,10 @@ pub struct LogHeader {
     /// CLOCK_MONOTONIC nanoseconds at which the log could not grow and the tracer stopped
     /// for good (0: it never did). Calls from then on are neither written nor counted.
     pub stopped_ns: AtomicU64,
+    /// CLOCK_MONOTONIC nanoseconds at which the process made the log (0: a library from
+    /// before this field, whose header page is zero here). The name carries the kernel's
+    /// pid, which a later process of the run may hold again: this tells whose log it is.
+    pub made_ns: AtomicU64,
 }
 
 /// The start of every chunk.

@@ -105,6 +105,10 @@ pub(super) struct State {
     finished_set: FxHashSet<u32>,
     /// Pids reused within the run, and what each later process holding one is filed as.
     reused: ReusedPids,
+    /// The reuses, shared with the access-sample reader.
+    pub(super) pid_filing: crate::pid_filing::PidFiling,
+    /// [`State::lost`] when `sample_memory` last looked for processes whose end was lost.
+    lost_checked: u64,
     /// What each new process is made with.
     session: RecordingContext,
     pub(super) far_exhausted: bool,
@@ -128,6 +132,9 @@ pub(super) struct State {
     pub(super) lost: u64,
     /// Of `lost`, fault samples of processes whose files were closed.
     pub(super) lost_late: u64,
+    /// Of `lost`, faults of processes not filed: a pid reused more often than
+    /// [`MAX_REUSES`].
+    pub(super) lost_unfiled: u64,
     pub(super) faults: u64,
     pub(super) truncated_total: u64,
     /// The first error a handler met; handlers run inside ring-buffer callbacks.
@@ -165,6 +172,8 @@ impl State {
             replaying: false,
             finished_set: FxHashSet::default(),
             reused: ReusedPids::default(),
+            lost_checked: 0,
+            pid_filing: Default::default(),
             session: RecordingContext {
                 dir: options.dir.clone(),
                 read_live_stacks: options.read_live_stacks,
@@ -194,6 +203,7 @@ impl State {
             major_parse_info: sys::parse_info(attrs.1),
             lost: 0,
             lost_late: 0,
+            lost_unfiled: 0,
             faults: 0,
             truncated_total: 0,
             error: None,
@@ -219,17 +229,17 @@ impl State {
                 let earlier_process = p.exited_round.is_some() || p.first_ns < time;
                 if earlier_process {
                     p.exited_round.get_or_insert(round);
+                    p.pid_gone_at(time);
                 }
                 earlier_process
             });
         if !reused {
             return earlier;
         }
-        self.reused.reuse(pid, time).unwrap_or_else(|| {
-            // Beyond a thousand processes on one pid: the rest share the last one's files.
-            log::warn!("pid {pid} reused over a thousand times: its later processes merged");
-            earlier
-        })
+        self.jit_files.pid_reused(pid);
+        let filed = self.reused.reuse(pid, time).unwrap_or(UNFILED);
+        self.pid_filing.reused(pid, time, filed);
+        filed
     }
 
     /// Process `pid`, made at its first record, of time `time`.
@@ -343,11 +353,23 @@ impl State {
             EventRecord::Mmap2(m) => Some(m.pid),
             EventRecord::Comm(c) => Some(c.pid),
             EventRecord::Fork(f) if f.pid != f.ppid => Some(f.ppid),
+            // A new thread: its process, which may be known only from records not read yet.
+            EventRecord::Fork(f) => Some(f.pid),
             EventRecord::Exit(e) => Some(e.pid),
             _ => None,
         };
         if let Some(pid) = owner.filter(|p| *p > 0).map(|p| p as u32) {
             let filed = self.filed_pid(pid, time);
+            if filed == UNFILED {
+                // A process beyond the last reuse of its pid that a table can file.
+                if let EventRecord::Sample(sample) = &parsed
+                    && self.is_fault(sample)
+                {
+                    self.lost += 1;
+                    self.lost_unfiled += 1;
+                }
+                return Ok(());
+            }
             if self.finished_set.contains(&filed) {
                 // Its files are closed: a fault that comes this late is not in them.
                 if let EventRecord::Sample(sample) = &parsed
@@ -418,6 +440,9 @@ impl State {
             EventRecord::Fork(f) if f.pid != f.ppid => {
                 let parent = self.filed_pid(f.ppid as u32, time);
                 let child = self.file_new_process(f.pid as u32, time);
+                if child == UNFILED {
+                    return Ok(());
+                }
                 if !self.processes.contains_key(&child) {
                     let os_pid = f.pid as u32;
                     let mut process = match self.processes.get(&parent) {
@@ -462,6 +487,7 @@ impl State {
                     && p.thread_exited(e.tid as u32)
                 {
                     p.exited_round = Some(self.round);
+                    p.pid_gone_at(time);
                 }
                 Ok(())
             }
@@ -633,13 +659,28 @@ impl State {
         }
     }
 
+    /// Samples the memory of every open process whose main thread lives (a zombie's /proc
+    /// says nothing of its memory; a later process given its pid would be read as it). Ends
+    /// a process whose end the records did not say (see [`Process::vanished`]): after its
+    /// main thread's end, or after records were lost.
     pub(super) fn sample_memory(&mut self) {
-        for process in self
+        let lost_since = std::mem::replace(&mut self.lost_checked, self.lost) != self.lost;
+        let round = self.round;
+        let proc_root = std::path::Path::new("/proc");
+        for (&pid, process) in self
             .processes
-            .values_mut()
-            .filter(|p| p.exited_round.is_none())
+            .iter_mut()
+            .filter(|(_, p)| p.exited_round.is_none())
         {
-            process.sample_memory();
+            if (process.main_exited() || lost_since)
+                && pid != self.root_pid
+                && process.vanished(proc_root)
+            {
+                process.exited_round = Some(round);
+                process.pid_gone_at(crate::os::monotonic_now_ns());
+            } else if !process.main_exited() {
+                process.sample_memory();
+            }
         }
     }
 
@@ -707,7 +748,7 @@ impl State {
     /// stays open until the end: its peak memory comes from wait4 after it exits.
     pub(super) fn finish_exited(&mut self) -> Result<(), Error> {
         let round = self.round;
-        let exited: Vec<u32> = self
+        let mut exited: Vec<u32> = self
             .processes
             .iter()
             .filter(|(pid, p)| {
@@ -715,6 +756,9 @@ impl State {
             })
             .map(|(pid, _)| *pid)
             .collect();
+        // Earlier processes of a reused pid first (filed lower): a later one's finish deletes
+        // the far-memory page the earlier one is told apart from.
+        exited.sort_unstable();
         let now = unix_now_ns() / 1_000_000_000;
         for pid in exited {
             if let Some(process) = self.processes.remove(&pid) {
@@ -730,7 +774,10 @@ impl State {
     pub(super) fn finish_all(&mut self) -> (Vec<u32>, Result<(), Error>) {
         let now = unix_now_ns() / 1_000_000_000;
         let mut first = Ok(());
-        for (pid, process) in std::mem::take(&mut self.processes) {
+        let mut processes: Vec<_> = std::mem::take(&mut self.processes).into_iter().collect();
+        // Earlier processes of a reused pid first, as in `finish_exited`.
+        processes.sort_unstable_by_key(|(pid, _)| *pid);
+        for (pid, process) in processes {
             let result = self.finish_process(pid, process, now);
             if first.is_ok() {
                 first = result;
@@ -749,6 +796,12 @@ impl State {
         self.preload_generations
             .insert(pid, process.preload_generation.unwrap_or(0));
         process.poll_runtime(u64::MAX);
+        if process.runtime_page_taken() {
+            log::warn!(
+                "far memory: the runtime statistics of process {pid} are lost: a later process \
+                 given its pid replaced its page before it was read"
+            );
+        }
         self.far_exhausted |= process.far_memory_exhausted();
         let os_pid = process.os_pid;
         // The tables are closed even when the stats line cannot be written (a full disk):
@@ -766,6 +819,75 @@ impl State {
         }
     }
 }
+
+impl State {
+    /// The kernel pids that later processes of the run held again.
+    pub(super) fn reused_os_pids(&self) -> Vec<u32> {
+        self.reused.0.keys().copied().collect()
+    }
+
+    /// Files each allocation log in `spool` of a pid reused within the run under the process
+    /// that made it: the library names its logs by the kernel's pid, so a later process's
+    /// logs follow the earlier's images there; each header says when it was made, and a log
+    /// made after a later process's fork is that process's (renamed to its filed pid's
+    /// name, its images numbered from 0). Logs of a library that does not say stay where
+    /// they were.
+    pub(super) fn place_reused_logs(&self, spool: &std::path::Path) -> Result<(), Error> {
+        let io = |path: &std::path::Path| {
+            let path = path.to_owned();
+            move |source| Error::Trace(fltrace_trace::Error::Io { path, source })
+        };
+        for &os_pid in self.reused.0.keys() {
+            let mut images: FxHashMap<u32, u32> = FxHashMap::default();
+            for image in 0.. {
+                let path = spool.join(fltrace_trace::spool::log_name(os_pid, image));
+                let made_ns = match log_made_ns(&path) {
+                    Ok(made_ns) => made_ns,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) => return Err(io(&path)(e)),
+                };
+                let filed = self.reused.filed(os_pid, made_ns);
+                let next = images.entry(filed).or_default();
+                let filed_image = *next;
+                *next += 1;
+                if (filed, filed_image) != (os_pid, image) {
+                    let to = spool.join(fltrace_trace::spool::log_name(filed, filed_image));
+                    std::fs::rename(&path, to).map_err(io(&path))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// When the allocation log at `path` was made (CLOCK_MONOTONIC ns, the records' clock); 0
+/// when its header does not say (a library from before the field, a log not initialised).
+fn log_made_ns(path: &std::path::Path) -> std::io::Result<u64> {
+    use fltrace_runtime_abi::alloclog::{LogHeader, MAGIC};
+    use std::io::Read as _;
+    let mut header = [0u8; std::mem::size_of::<LogHeader>()];
+    let mut file = std::fs::File::open(path)?;
+    if file.read_exact(&mut header).is_err() {
+        return Ok(0);
+    }
+    let word = |offset: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&header[offset..offset + 8]);
+        u64::from_ne_bytes(bytes)
+    };
+    if word(std::mem::offset_of!(LogHeader, magic)) != MAGIC {
+        return Ok(0);
+    }
+    Ok(word(std::mem::offset_of!(LogHeader, made_ns)))
+}
+
+/// The most processes after the first one a pid can be filed for: the tables write pids as
+/// INT32, and 511 reuses of the highest pid (2^22 - 1) reach `i32::MAX` exactly.
+const MAX_REUSES: u32 = (i32::MAX as u32 + 1) / files::PID_LIMIT - 1;
+
+/// What a process beyond [`MAX_REUSES`] of its pid is filed as: nothing, its records are
+/// dropped and its faults counted lost (`lost_unfiled`).
+const UNFILED: u32 = u32::MAX;
 
 /// Pids reused within the run: for each, the later processes that held it, oldest first,
 /// with the time of the fork that made each and the pid it is filed as
@@ -787,14 +909,14 @@ impl ReusedPids {
     }
 
     /// A process forked at `time` got `pid` after the one holding it exited: the pid it is
-    /// filed as, `None` when there is none left (`pid` reused over a thousand times).
+    /// filed as, `None` when there is none left (`pid` reused over [`MAX_REUSES`] times);
+    /// its records and those of every later holder are then [`UNFILED`].
     fn reuse(&mut self, pid: u32, time: u64) -> Option<u32> {
         let later = self.0.entry(pid).or_default();
-        let filed = (later.len() as u32 + 1)
-            .checked_mul(files::PID_LIMIT)?
-            .checked_add(pid)?;
-        later.push((time, filed));
-        Some(filed)
+        let reuse = later.len() as u32 + 1;
+        let filed = (reuse <= MAX_REUSES).then(|| reuse * files::PID_LIMIT + pid);
+        later.push((time, filed.unwrap_or(UNFILED)));
+        filed
     }
 }
 
@@ -852,12 +974,19 @@ mod tests {
         assert_eq!(filed, [6, 6 + L, 6 + L, 6 + 2 * L, 6 + 2 * L]);
         assert_eq!(reused.filed(7, 300), 7, "another pid");
         assert_eq!(files::reused_pid(6 + 2 * L), (6, 2));
-        // The highest pid Linux gives, reused until no u32 is left to file it as.
+        // The highest pid Linux gives, reused until no INT32 is left to file it as. Before,
+        // it went on to u32::MAX (negative in the tables), then merged the rest into the
+        // last one's files.
         let max = L - 1;
         let last = (1..).map_while(|n| reused.reuse(max, n)).last();
-        assert_eq!(last, Some(max + 1023 * L));
-        assert_eq!(last, Some(u32::MAX));
-        assert_eq!(files::reused_pid(u32::MAX), (max, 1023));
+        assert_eq!(last, Some(max + 511 * L));
+        assert_eq!(last, Some(i32::MAX as u32));
+        assert_eq!(files::reused_pid(i32::MAX as u32), (max, 511));
+        // The 512th later process and the ones after it are not filed, nor their records.
+        assert_eq!(reused.filed(max, 512), UNFILED);
+        assert_eq!(reused.reuse(max, 1000), None);
+        assert_eq!(reused.filed(max, 1000), UNFILED);
+        assert_eq!(reused.filed(max, 511), i32::MAX as u32);
     }
 
     /// A runtime thread's tid counts as the runtime's only while that thread lives: given

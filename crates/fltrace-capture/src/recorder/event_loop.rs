@@ -43,6 +43,8 @@ impl ActiveRecording {
         let mut rusage_hwm = 0;
         let mut stop_seen = 0;
         let mut stop_at: Option<Instant> = None;
+        // The watermark of the last round: see `PidFiling::read_until`.
+        let mut read_until = 0;
         // Once the trace cannot be written, records are no longer read (the kernel drops
         // them; the program does not wait for fltrace) and fltrace only waits for the
         // program's end.
@@ -51,6 +53,7 @@ impl ActiveRecording {
         loop {
             let mut drained = 0;
             if trace_error.is_none() {
+                let used = watermark;
                 let (handled, newest) =
                     drain_in_time_order(rings, state, watermark, &mut positions);
                 drained = handled;
@@ -61,6 +64,10 @@ impl ActiveRecording {
                     }
                 }
                 state.end_round(false);
+                // The records deferred a round ago replayed now: every record up to the
+                // last round's watermark is read, forks of later processes among them.
+                state.pid_filing.read_until(read_until);
+                read_until = used;
                 learn_images(alloc_logs, state);
                 keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
                 keep_first(&mut trace_error, state.finish_exited());
@@ -190,7 +197,8 @@ fn learn_images(alloc_logs: &Option<crate::AllocLogs>, state: &State) {
         return;
     };
     // The library's logs are named by the pid the kernel gave: a later process that reused
-    // one is not told apart from the first there.
+    // one is told apart only at the end (`State::place_reused_logs`), which drops what the
+    // drain converted of that pid.
     for process in state.processes.values().filter(|p| p.pid == p.os_pid) {
         if let Some((first, generation)) = process.preload_images() {
             logs.learn_image(process.pid, first, generation, || process.image_start_ns());

@@ -92,6 +92,13 @@ impl ActiveRecording {
                 }
             },
             (Some(logs), None) => {
+                // A pid reused within the run names the logs of every process that held it.
+                for os_pid in state.reused_os_pids() {
+                    logs.forget_drained(os_pid);
+                }
+                if let Err(e) = state.place_reused_logs(logs.dir()) {
+                    keep_first(&mut trace_error, Err(e));
+                }
                 let mut total = crate::Converted::default();
                 for &pid in &pids {
                     let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
@@ -150,6 +157,7 @@ impl ActiveRecording {
             faults: state.faults,
             lost: state.lost,
             lost_late: state.lost_late,
+            lost_unfiled: state.lost_unfiled,
             stacks_truncated: state.truncated_total,
             far_memory_exhausted: state.far_exhausted,
             allocs,

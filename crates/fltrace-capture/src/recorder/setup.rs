@@ -218,9 +218,9 @@ impl ActiveRecording {
                 freq,
                 &tasks,
                 enable_on_exec,
-                &options.dir,
+                crate::access::AccessTables::new(options.dir.clone(), recording.clone()),
                 mono_offset,
-                &recording,
+                state.pid_filing.clone(),
             )?),
             None => None,
         };

@@ -101,6 +101,7 @@ impl Log {
         }
         let header = log.header();
         header.pid.store(pid, Ordering::Relaxed);
+        header.made_ns.store(sys::monotonic_ns(), Ordering::Relaxed);
         header
             .next_chunk
             .store(HEADER_SIZE as u64, Ordering::Relaxed);

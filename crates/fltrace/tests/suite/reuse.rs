@@ -144,8 +144,105 @@ fn process_outlives_its_main_thread() {
         let report = dir.report_json(&["--by", "line", "--pid", &pid.to_string()]);
         count_at(&report, "leaderexit.c", line)
     };
-    // By count, not by pid order: pids wrap around (pid_max) between parent and child.
-    let mut counts = [at(pids[0]), at(pids[1])];
-    counts.sort_unstable();
-    assert_eq!(counts, [0, 150]);
+    // By the pid the workload prints: pids wrap around (pid_max) between parent and child.
+    let child: u32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the workload prints its child's pid");
+    let parent = pids.iter().copied().find(|&p| p != child);
+    assert!(pids.contains(&child), "{pids:?} {child}");
+    assert_eq!((at(child), parent.map(at)), (150, Some(0)));
+}
+
+/// `record --allocs` with a pid reused: the library names its logs by the kernel's pid, so
+/// the later process's log followed the first's as another image of it. Before, the later
+/// process (filed as pid + 2^22) had no allocation data and its 300 blocks were the first's.
+#[test]
+fn pid_reused_with_allocs_keeps_each_processes_allocations() {
+    // The pid back at once, and after the first process's files were finished.
+    for wait_ms in ["0", "400"] {
+        check_allocs_kept(wait_ms);
+    }
+}
+
+fn check_allocs_kept(wait_ms: &str) {
+    let dir = Dir::new();
+    let out = record_in_own_namespace(&dir, &["--allocs"], &["100", "300", wait_ms]);
+    let children: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|p| p.parse().expect("the workload prints its children's pids"))
+        .collect();
+    let pid = children[0];
+    assert_eq!(children, [pid, pid], "the pid was reused");
+    let later = pid + PID_LIMIT;
+    let sites = |filed: u32| {
+        let out = dir.run(&[
+            "report",
+            "--allocs",
+            "--pid",
+            &filed.to_string(),
+            "--format",
+            "csv",
+            "--top",
+            "0",
+        ]);
+        assert!(
+            out.status.success(),
+            "report failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = csv_rows(&String::from_utf8_lossy(&out.stdout));
+        ["pidreuse_first_alloc", "pidreuse_second_alloc"].map(|name| {
+            let line = site("pidreuse.c", name).to_string();
+            rows.iter()
+                .find(|r| r["file"].ends_with("pidreuse.c") && r["line"] == line)
+                .map(|r| {
+                    ["allocs", "bytes", "leaked_allocs", "leaked_bytes"]
+                        .map(|c| r[c].parse::<u64>().unwrap_or(u64::MAX))
+                })
+        })
+    };
+    assert_eq!(sites(pid), [Some([100, 2400, 100, 2400]), None]);
+    assert_eq!(sites(later), [None, Some([300, 14_400, 300, 14_400])]);
+}
+
+/// `record -L -M` with a pid reused: each process's runtime statistics are its own. The
+/// runtime's page is named by the kernel's pid and the later process's runtime renames its
+/// page onto the name. Before, the first process, finished after that, read the later one's
+/// page as its own (its `rt_faults` the later one's) and deleted it.
+#[test]
+fn pid_reused_under_far_memory_keeps_each_processes_runtime_statistics() {
+    for wait_ms in ["400", "0"] {
+        let dir = Dir::new();
+        let out = record_in_own_namespace(&dir, &["-L", "1", "-M", "64"], &["100", "300", wait_ms]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let children: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(|p| p.parse().expect("the workload prints its children's pids"))
+            .collect();
+        let pid = children[0];
+        assert_eq!(children, [pid, pid], "the pid was reused");
+        let later = pid + PID_LIMIT;
+        let stat = |filed: u32, name: &str| {
+            let stats = fltrace_trace::files::stats(dir.path(), filed);
+            fltrace_trace::stats::last_value(&stats, name).expect("stats")
+        };
+        // Each touched page is a runtime fault, with the allocator's and the libraries' few.
+        let later_faults = stat(later, "rt_faults").expect("the later process's rt_faults");
+        assert!((300..332).contains(&later_faults), "{later_faults}");
+        assert_eq!(
+            stat(later, "rt_matched"),
+            Some(later_faults + stat(later, "rt_resolved_elsewhere").unwrap_or(u64::MAX))
+        );
+        let lost = format!("the runtime statistics of process {pid} are lost");
+        match stat(pid, "rt_faults") {
+            Some(faults) => {
+                assert!((100..132).contains(&faults), "{wait_ms}: {faults}");
+                assert!(!stderr.contains(&lost), "{stderr}");
+            }
+            // The later process replaced the first one's page before any round read it: only
+            // when it came back at once, and then said.
+            None => assert!(wait_ms == "0" && stderr.contains(&lost), "{stderr}"),
+        }
+    }
 }
