@@ -922,6 +922,15 @@ impl Process {
             frames.truncate(bad + 1);
             cut = true;
         }
+        // A fault with no stack copy (it grew the stack) unwound from the live stack alone
+        // read a stack that has moved on since the fault: its callers and where they end are
+        // stale (a zero word read as the end of the chain made postgres's `opendir_tail`
+        // "complete" under a `__closedir` it was never called from). Only its own frame is
+        // known; `complete_uncopied` may give it its callers later.
+        if stack.is_empty() && self.live.used && frames.len() > 1 {
+            frames.truncate(1);
+            cut = true;
+        }
         let end = classify(unwound, cut, frames, &self.entries);
         if self.live.reads()
             && let Some(known) = self.known.get_mut(&tid)
