@@ -2,7 +2,7 @@
 //! small safe function returning `io::Result`.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 pub use perf_event_open_sys::bindings::perf_event_attr;
@@ -17,6 +17,34 @@ pub const REG_BP: u64 = 6;
 pub const REG_SP: u64 = 7;
 /// Instruction pointer.
 pub const REG_IP: u64 = 8;
+
+/// Blocks until pipe `fd` gives a byte or its end of file, retrying interrupted reads. Only
+/// the read system call: usable in a child forked from the threaded recorder.
+pub(crate) fn wait_on_pipe(fd: RawFd) {
+    let mut byte = 0u8;
+    // SAFETY: one byte into a local; a bad descriptor fails the read, which ends the wait.
+    while unsafe { libc::read(fd, (&raw mut byte).cast(), 1) } < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
+}
+
+/// Maps the `len` bytes of perf event `fd`'s ring once more, shared, and leaves the mapping
+/// to this process's exit: a ring lives while one mapping of it does, and its last unmapping
+/// frees it. A failure leaves that to the other mappings. Only the mmap system call: usable
+/// in a child forked from the threaded recorder.
+pub(crate) fn map_ring_again(fd: RawFd, len: usize) {
+    // SAFETY: a new shared mapping where the kernel chooses; nothing here refers to it.
+    unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+}
 
 /// An open perf event.
 #[derive(Debug)]

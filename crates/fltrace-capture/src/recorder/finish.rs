@@ -252,21 +252,11 @@ fn close_after_exit(
             // of milliseconds each), which is then this process's to do. Failures are
             // harmless: the recorder's unmapping frees that ring, as without this.
             for &(fd, len) in rings {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd,
-                    0,
-                );
+                sys::map_ring_again(fd, len);
             }
             libc::close(ready_write);
             // Until every writer end is closed: the recorder's, once it dropped the events.
-            let mut byte = 0u8;
-            while libc::read(read_end, (&raw mut byte).cast(), 1) < 0
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-            {}
+            sys::wait_on_pipe(read_end);
             libc::_exit(0);
         }
     }
@@ -284,10 +274,7 @@ fn close_after_exit(
     }
     let _ = crate::os::reap(child, true);
     // Until the grandchild has mapped the rings (or is gone): end of file either way.
-    let mut byte = 0u8;
-    while unsafe { libc::read(ready_read, (&raw mut byte).cast(), 1) } < 0
-        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-    {}
+    sys::wait_on_pipe(ready_read);
     unsafe { libc::close(ready_read) };
     // The events go first (the grandchild holds them), then the pipe tells it so.
     drop(events);

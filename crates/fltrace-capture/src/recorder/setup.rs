@@ -358,12 +358,8 @@ impl MappedElsewhere {
     /// Waits until the child mapping ring `i` has mapped it, or is gone.
     fn wait_mapped(&self, i: usize) {
         if let Some(Some((_, ready))) = self.children.get(i) {
-            let mut byte = 0u8;
-            // SAFETY: reading one byte from our own pipe; end of file once the child closed
-            // its end (mapped, or gone).
-            while unsafe { libc::read(*ready, (&raw mut byte).cast(), 1) } < 0
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-            {}
+            // End of file once the child closed its end (mapped, or gone).
+            sys::wait_on_pipe(*ready);
         }
     }
 }
@@ -398,19 +394,9 @@ fn map_in_child(fd: i32, len: usize, release_read: i32, release_write: i32) -> O
         unsafe {
             libc::close(release_write);
             libc::close(ready_read);
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            );
+            sys::map_ring_again(fd, len);
             libc::close(ready_write);
-            let mut byte = 0u8;
-            while libc::read(release_read, (&raw mut byte).cast(), 1) < 0
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-            {}
+            sys::wait_on_pipe(release_read);
             libc::_exit(0);
         }
     }
