@@ -24,6 +24,7 @@ use fltrace_trace::{
 };
 
 use crate::Error;
+use crate::pid_filing::UNFILED;
 use crate::reader::ReaderThread;
 use crate::ring::RingBuffer;
 use crate::sys::{self, PerfEvent};
@@ -408,9 +409,6 @@ fn drain(
     tables.finish()?;
     Ok(summary)
 }
-
-/// The pid of a process beyond the last reuse of its pid the tables can file.
-const UNFILED: u32 = u32::MAX;
 
 /// Takes from `samples` those the records' reader has read up to (all when `stopping`), in
 /// time order, each with the pid its process is filed as (a later process that reused a pid

@@ -14,9 +14,8 @@ pub(crate) struct PidFiling(Arc<Shared>);
 
 #[derive(Debug, Default)]
 struct Shared {
-    /// For each reused pid, the later processes that held it, oldest first: the time of
-    /// the fork that made each and the pid it is filed as (`u32::MAX`: not filed).
-    later: RwLock<FxHashMap<u32, Vec<(u64, u32)>>>,
+    /// The record reader's reuses, copied: that reader looks them up without a lock.
+    later: RwLock<ReusedPids>,
     /// The records are read up to this time (CLOCK_MONOTONIC ns).
     read_ns: AtomicU64,
 }
@@ -25,19 +24,16 @@ impl PidFiling {
     /// The process forked at `time` with `pid` is filed as `filed`.
     pub(crate) fn reused(&self, pid: u32, time: u64, filed: u32) {
         if let Ok(mut later) = self.0.later.write() {
-            later.entry(pid).or_default().push((time, filed));
+            later.record(pid, time, filed);
         }
     }
 
     /// What the process `pid` at `time` is filed as.
     pub(crate) fn filed(&self, pid: u32, time: u64) -> u32 {
-        let Ok(later) = self.0.later.read() else {
-            return pid;
-        };
-        later
-            .get(&pid)
-            .and_then(|later| later.iter().rev().find(|(forked, _)| *forked <= time))
-            .map_or(pid, |&(_, filed)| filed)
+        self.0
+            .later
+            .read()
+            .map_or(pid, |later| later.filed(pid, time))
     }
 
     /// Every record up to `time` has been read.
@@ -48,5 +44,55 @@ impl PidFiling {
     /// The time up to which every record has been read.
     pub(crate) fn read_ns(&self) -> u64 {
         self.0.read_ns.load(Ordering::Acquire)
+    }
+}
+
+/// The most processes after the first one a pid can be filed for: the tables write pids as
+/// INT32, and 511 reuses of the highest pid (2^22 - 1) reach `i32::MAX` exactly.
+pub(crate) const MAX_REUSES: u32 = (i32::MAX as u32 + 1) / fltrace_trace::files::PID_LIMIT - 1;
+
+/// What a process beyond [`MAX_REUSES`] of its pid is filed as: nothing, its records are
+/// dropped and its faults counted lost (`lost_unfiled`).
+pub(crate) const UNFILED: u32 = u32::MAX;
+
+/// Pids reused within the run: for each, the later processes that held it, oldest first,
+/// with the time of the fork that made each and the pid it is filed as
+/// ([`fltrace_trace::files::reused_pid`]). Records are handled in time order, so a record of such a pid
+/// belongs to the latest of them forked before it, or to the first.
+#[derive(Debug, Default)]
+pub(crate) struct ReusedPids(FxHashMap<u32, Vec<(u64, u32)>>);
+
+impl ReusedPids {
+    /// The pid the process `pid` that a record of time `time` comes from is filed as.
+    pub(crate) fn filed(&self, pid: u32, time: u64) -> u32 {
+        if self.0.is_empty() {
+            return pid;
+        }
+        self.0
+            .get(&pid)
+            .and_then(|later| later.iter().rev().find(|(forked, _)| *forked <= time))
+            .map_or(pid, |&(_, filed)| filed)
+    }
+
+    /// A process forked at `time` got `pid` after the one holding it exited: the pid it is
+    /// filed as, `None` when there is none left (`pid` reused over [`MAX_REUSES`] times);
+    /// its records and those of every later holder are then [`UNFILED`].
+    pub(crate) fn reuse(&mut self, pid: u32, time: u64) -> Option<u32> {
+        let later = self.0.entry(pid).or_default();
+        let reuse = later.len() as u32 + 1;
+        let filed = (reuse <= MAX_REUSES).then(|| reuse * fltrace_trace::files::PID_LIMIT + pid);
+        later.push((time, filed.unwrap_or(UNFILED)));
+        filed
+    }
+
+    /// The kernel pids held again within the run.
+    pub(crate) fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.keys().copied()
+    }
+
+    /// The process forked at `time` with `pid` is filed as `filed` (as [`ReusedPids::reuse`]
+    /// of another copy said).
+    fn record(&mut self, pid: u32, time: u64, filed: u32) {
+        self.0.entry(pid).or_default().push((time, filed));
     }
 }

@@ -15,6 +15,7 @@ use fltrace_trace::{FileOffset, Mapping, VirtAddr, files};
 use super::Options;
 use crate::Error;
 use crate::os::unix_now_ns;
+use crate::pid_filing::{ReusedPids, UNFILED};
 use crate::process::{FaultSample, Process, RecordingContext, RemapCall};
 use crate::ring::u64_at;
 use crate::sys::{self, Tracepoint, perf_event_attr};
@@ -133,7 +134,7 @@ pub(super) struct State {
     /// Of `lost`, fault samples of processes whose files were closed.
     pub(super) lost_late: u64,
     /// Of `lost`, faults of processes not filed: a pid reused more often than
-    /// [`MAX_REUSES`].
+    /// [`crate::pid_filing::MAX_REUSES`].
     pub(super) lost_unfiled: u64,
     pub(super) faults: u64,
     pub(super) truncated_total: u64,
@@ -823,7 +824,7 @@ impl State {
 impl State {
     /// The kernel pids that later processes of the run held again.
     pub(super) fn reused_os_pids(&self) -> Vec<u32> {
-        self.reused.0.keys().copied().collect()
+        self.reused.pids().collect()
     }
 
     /// Files each allocation log in `spool` of a pid reused within the run under the process
@@ -837,7 +838,7 @@ impl State {
             let path = path.to_owned();
             move |source| Error::Trace(fltrace_trace::Error::Io { path, source })
         };
-        for &os_pid in self.reused.0.keys() {
+        for os_pid in self.reused.pids() {
             let mut images: FxHashMap<u32, u32> = FxHashMap::default();
             for image in 0.. {
                 let path = spool.join(fltrace_trace::spool::log_name(os_pid, image));
@@ -879,45 +880,6 @@ fn log_made_ns(path: &std::path::Path) -> std::io::Result<u64> {
         return Ok(0);
     }
     Ok(word(std::mem::offset_of!(LogHeader, made_ns)))
-}
-
-/// The most processes after the first one a pid can be filed for: the tables write pids as
-/// INT32, and 511 reuses of the highest pid (2^22 - 1) reach `i32::MAX` exactly.
-const MAX_REUSES: u32 = (i32::MAX as u32 + 1) / files::PID_LIMIT - 1;
-
-/// What a process beyond [`MAX_REUSES`] of its pid is filed as: nothing, its records are
-/// dropped and its faults counted lost (`lost_unfiled`).
-const UNFILED: u32 = u32::MAX;
-
-/// Pids reused within the run: for each, the later processes that held it, oldest first,
-/// with the time of the fork that made each and the pid it is filed as
-/// ([`files::reused_pid`]). Records are handled in time order, so a record of such a pid
-/// belongs to the latest of them forked before it, or to the first.
-#[derive(Debug, Default)]
-struct ReusedPids(FxHashMap<u32, Vec<(u64, u32)>>);
-
-impl ReusedPids {
-    /// The pid the process `pid` that a record of time `time` comes from is filed as.
-    fn filed(&self, pid: u32, time: u64) -> u32 {
-        if self.0.is_empty() {
-            return pid;
-        }
-        self.0
-            .get(&pid)
-            .and_then(|later| later.iter().rev().find(|(forked, _)| *forked <= time))
-            .map_or(pid, |&(_, filed)| filed)
-    }
-
-    /// A process forked at `time` got `pid` after the one holding it exited: the pid it is
-    /// filed as, `None` when there is none left (`pid` reused over [`MAX_REUSES`] times);
-    /// its records and those of every later holder are then [`UNFILED`].
-    fn reuse(&mut self, pid: u32, time: u64) -> Option<u32> {
-        let later = self.0.entry(pid).or_default();
-        let reuse = later.len() as u32 + 1;
-        let filed = (reuse <= MAX_REUSES).then(|| reuse * files::PID_LIMIT + pid);
-        later.push((time, filed.unwrap_or(UNFILED)));
-        filed
-    }
 }
 
 /// The threads of the far-memory runtime, named by the runtime when it starts them, while
