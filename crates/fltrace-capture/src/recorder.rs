@@ -78,6 +78,8 @@ pub struct Options {
     pub build_id_cache: Option<fltrace_trace::BuildIdCache>,
     /// The most the cache may hold of its own, bytes.
     pub cache_limit: u64,
+    /// A live view to tell what is recorded as it is ([`crate::live`]; `fltrace top`).
+    pub live: Option<crate::live::LiveFeed>,
 }
 
 impl Options {
@@ -101,6 +103,7 @@ impl Options {
             heap_backing: None,
             build_id_cache: None,
             cache_limit: fltrace_trace::build_id_cache::DEFAULT_LIMIT_BYTES,
+            live: None,
         }
     }
 }
