@@ -80,6 +80,10 @@ pub struct Options {
     pub cache_limit: u64,
     /// A live view to tell what is recorded as it is ([`crate::live`]; `fltrace top`).
     pub live: Option<crate::live::LiveFeed>,
+    /// Run the command away from the terminal, which a full-screen view holds: reading
+    /// `/dev/null`, its output and errors appended to this file, in a process group of its
+    /// own (see [`crate::PendingChild::spawn_in_own_group`]).
+    pub detached_output: Option<PathBuf>,
 }
 
 impl Options {
@@ -104,6 +108,7 @@ impl Options {
             build_id_cache: None,
             cache_limit: fltrace_trace::build_id_cache::DEFAULT_LIMIT_BYTES,
             live: None,
+            detached_output: None,
         }
     }
 }
