@@ -121,7 +121,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if !batch && started_command {
-        show_output_tail(&dir.join(OUTPUT_FILE));
+        show_output_tail(&dir.join(OUTPUT_FILE), temporary.is_none());
     }
     crate::record::say_summary(
         &summary,
@@ -313,8 +313,8 @@ fn batch_view(
     })
 }
 
-/// The last lines the command wrote while the screen was the view's.
-fn show_output_tail(path: &Path) {
+/// The last lines the command wrote while the screen was the view's; `kept`: the file stays.
+fn show_output_tail(path: &Path, kept: bool) {
     const LINES: usize = 20;
     let Ok(text) = fltrace_trace::files::read_tail(path, 64 * 1024) else {
         return;
@@ -325,10 +325,14 @@ fn show_output_tail(path: &Path) {
         return;
     }
     let shown = &lines[lines.len().saturating_sub(LINES)..];
+    let all = if kept {
+        format!("; all of it in {}", path.display())
+    } else {
+        String::new()
+    };
     eprintln!(
-        "fltrace: the command's output (its last {} lines; all of it in {}):",
-        shown.len(),
-        path.display()
+        "fltrace: the command's output (its last {} lines{all}):",
+        shown.len()
     );
     let mut err = std::io::stderr().lock();
     for line in shown {

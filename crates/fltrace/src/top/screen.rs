@@ -233,11 +233,11 @@ fn screen(
     });
     let first = choices.scroll.min(rows.len().saturating_sub(1));
     let headings = columns(choices.view);
+    let numbers = |texts: [String; 3]| texts.map(|t| Cell::from(Line::from(t).right_aligned()));
     let header = Row::new(
-        ["#", "faults/s", "total"]
-            .iter()
-            .chain(headings)
-            .map(|h| Cell::from(*h)),
+        numbers(["#".into(), "faults/s".into(), "total".into()])
+            .into_iter()
+            .chain(headings.iter().map(|h| Cell::from(*h))),
     )
     .style(Style::new().add_modifier(Modifier::REVERSED));
     let body_rows = rows
@@ -246,13 +246,16 @@ fn screen(
         .skip(first)
         .take(usize::from(body.height.saturating_sub(1)))
         .map(|(i, row)| {
-            let mut line = vec![
+            let figures = numbers([
                 (i + 1).to_string(),
                 rate(row.rate),
                 row.counts.count.to_string(),
-            ];
-            line.extend(cells(row, choices.view));
-            Row::new(line)
+            ]);
+            Row::new(
+                figures
+                    .into_iter()
+                    .chain(cells(row, choices.view).into_iter().map(Cell::from)),
+            )
         });
     let mut widths = vec![
         Constraint::Length(4),
