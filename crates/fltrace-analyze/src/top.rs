@@ -483,7 +483,7 @@ impl LiveTop {
                 process.os_pid = os_pid;
                 process.names.insert(tid, name);
             }
-            LiveEvent::Stats { pid, counters } => {
+            LiveEvent::Stats { pid, counters } | LiveEvent::Runtime { pid, counters } => {
                 if let Some(far) = FarFigures::of(&counters) {
                     self.process(pid).far = Some(far);
                 }
@@ -741,5 +741,247 @@ fn unknown_site() -> Location {
         line: 0,
         lib: "[unknown]".into(),
         system: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fltrace_trace::{CodeAddr, Stack, StackEnd};
+
+    fn top() -> LiveTop {
+        LiveTop::new(TopOptions {
+            call_site: CallSite::Program,
+            frame_rules: FrameRules::default(),
+            include_tracer: false,
+            debug: DebugConfig::default(),
+        })
+    }
+
+    fn stack(pid: u32, id: u32) -> LiveEvent {
+        LiveEvent::Stack {
+            pid,
+            stack: Stack {
+                id,
+                generation: 0,
+                frames: vec![CodeAddr::new(0x1000 + u64::from(id))],
+                end: StackEnd::Complete,
+            },
+        }
+    }
+
+    fn fault(pid: u32, tid: u32, stack_id: u32, flags: u8, undo: bool) -> LiveFault {
+        LiveFault {
+            pid,
+            tid,
+            stack_id,
+            flags: FaultFlags(flags),
+            undo,
+        }
+    }
+
+    const W: u8 = FaultFlags::WRITE;
+    const Z: u8 = FaultFlags::WRITE | FaultFlags::ZERO;
+
+    /// Rows count on their stack, thread and process; a change takes the old row back and
+    /// adds the new one; fltrace's own faults stay apart; each interval's rate is its own
+    /// faults over its length, and totals run on.
+    #[test]
+    fn rows_and_their_changes_count_exactly() {
+        let mut top = top();
+        let t0 = Instant::now();
+        let mut batch = LiveBatch {
+            events: vec![
+                stack(7, 0),
+                stack(7, 1),
+                LiveEvent::ThreadNamed {
+                    pid: 7,
+                    os_pid: 7,
+                    tid: 7,
+                    name: "prog".into(),
+                },
+            ],
+            ..LiveBatch::default()
+        };
+        batch.faults = vec![
+            fault(7, 7, 0, Z, false),
+            fault(7, 7, 0, Z, false),
+            fault(7, 8, 1, W, false),
+            fault(7, 7, 1, FaultFlags::TRACER, false),
+            // Row 1 turned out to be a fetch.
+            fault(7, 7, 0, Z, true),
+            fault(7, 7, 0, W | FaultFlags::FETCH, false),
+        ];
+        top.apply(batch, t0);
+        let first = top.tick(t0 + Duration::from_secs(2), false);
+        assert_eq!((first.faults, first.tracer_faults), (3, 1));
+        assert_eq!(first.faults_per_s, 1.5);
+        // Both stacks name no code (no mappings): one `[unknown]` site holds both.
+        assert_eq!(first.sites.len(), 1);
+        let site = &first.sites[0];
+        assert_eq!(&*site.name, "[unknown]");
+        assert_eq!(
+            site.counts,
+            Counts {
+                count: 3,
+                kinds: [0, 3, 0],
+                zero: 1,
+                fetch: 1
+            }
+        );
+        assert_eq!(site.counts.type_name(), "mixed");
+        assert_eq!(site.counts.kind_name(), "write");
+        let threads: Vec<(String, u64)> = first
+            .rows(TopView::Threads, TopSort::Name, "")
+            .iter()
+            .map(|r| (r.place.clone(), r.counts.count))
+            .collect();
+        assert_eq!(threads, [("7 (7)".to_owned(), 2), ("8 (7)".to_owned(), 1)]);
+        let processes = first.rows(TopView::Processes, TopSort::Rate, "");
+        assert_eq!((&*processes[0].name, processes[0].rate), ("prog", 1.5));
+
+        top.apply(
+            LiveBatch {
+                faults: vec![fault(7, 8, 1, W, false)],
+                ..LiveBatch::default()
+            },
+            t0 + Duration::from_secs(3),
+        );
+        let second = top.tick(t0 + Duration::from_secs(4), false);
+        assert_eq!((second.faults, second.faults_per_s), (4, 0.5));
+        assert_eq!(second.sites[0].counts.count, 4);
+        assert_eq!(second.number, 2);
+    }
+
+    /// The last interval ends when the traced processes did, not when every batch was in.
+    #[test]
+    fn the_last_interval_ends_with_the_program() {
+        let mut top = top();
+        let t0 = Instant::now();
+        top.apply(
+            LiveBatch {
+                events: vec![stack(3, 0)],
+                faults: vec![fault(3, 3, 0, W, false); 10],
+                ..LiveBatch::default()
+            },
+            t0,
+        );
+        top.apply(
+            LiveBatch {
+                ended: true,
+                ..LiveBatch::default()
+            },
+            t0 + Duration::from_secs(2),
+        );
+        assert!(top.ended());
+        let last = top.tick(t0 + Duration::from_secs(9), true);
+        assert!(last.finished);
+        assert_eq!(last.interval, Duration::from_secs(2));
+        assert_eq!(last.faults_per_s, 5.0);
+    }
+
+    /// Far memory: the running processes' last figures are summed, evictions and fetches per
+    /// second are the interval's growth; a process ended before the interval counts no more.
+    #[test]
+    fn far_memory_follows_the_last_lines() {
+        let figures = |local: u64, far: u64, evicted: u64, fetched: u64| {
+            vec![
+                ("memory_local", local),
+                ("memory_far", far),
+                ("evict_pages_done", evicted),
+                ("faults_fetch", fetched),
+            ]
+        };
+        let mut top = top();
+        let t0 = Instant::now();
+        top.apply(
+            LiveBatch {
+                events: vec![
+                    LiveEvent::Stats {
+                        pid: 1,
+                        counters: figures(10, 20, 100, 50),
+                    },
+                    LiveEvent::Runtime {
+                        pid: 2,
+                        counters: figures(1, 2, 0, 0),
+                    },
+                ],
+                ..LiveBatch::default()
+            },
+            t0,
+        );
+        let first = top.tick(t0 + Duration::from_secs(1), false);
+        assert_eq!(
+            first.far,
+            Some(FarFigures {
+                local_bytes: 11,
+                far_bytes: 22,
+                evictions: 100,
+                fetches: 50
+            })
+        );
+        top.apply(
+            LiveBatch {
+                events: vec![
+                    LiveEvent::Runtime {
+                        pid: 1,
+                        counters: figures(12, 30, 300, 90),
+                    },
+                    LiveEvent::Ended { pid: 2 },
+                ],
+                ..LiveBatch::default()
+            },
+            t0 + Duration::from_secs(1),
+        );
+        let second = top.tick(t0 + Duration::from_secs(3), false);
+        assert_eq!(second.far.map(|f| f.local_bytes), Some(13), "2 ended in it");
+        assert_eq!(
+            (second.evictions_per_s, second.fetches_per_s),
+            (100.0, 20.0)
+        );
+        let third = top.tick(t0 + Duration::from_secs(4), false);
+        assert_eq!(
+            third.far.map(|f| f.local_bytes),
+            Some(12),
+            "2 ended before it"
+        );
+        assert_eq!((third.running, third.processes), (1, 2));
+    }
+
+    /// Rows sort by rate, total or name, and the filter keeps names containing it, in any
+    /// case.
+    #[test]
+    fn rows_sort_and_filter() {
+        let row = |name: &str, rate: f64, count: u64| TopRow {
+            rate,
+            counts: Counts {
+                count,
+                ..Counts::default()
+            },
+            name: name.into(),
+            place: String::new(),
+            lib: "".into(),
+        };
+        let snapshot = TopSnapshot {
+            sites: vec![
+                row("beta", 5.0, 10),
+                row("alpha", 1.0, 50),
+                row("Gamma", 9.0, 1),
+            ],
+            ..TopSnapshot::default()
+        };
+        let names = |sort, filter| -> Vec<String> {
+            snapshot
+                .rows(TopView::Sites, sort, filter)
+                .iter()
+                .map(|r| r.name.to_string())
+                .collect()
+        };
+        assert_eq!(names(TopSort::Rate, ""), ["Gamma", "beta", "alpha"]);
+        assert_eq!(names(TopSort::Total, ""), ["alpha", "beta", "Gamma"]);
+        assert_eq!(names(TopSort::Name, ""), ["Gamma", "alpha", "beta"]);
+        assert_eq!(names(TopSort::Rate, "GAM"), ["Gamma"]);
+        assert_eq!(TopSort::Name.next(), TopSort::Rate);
+        assert_eq!(TopView::Libraries.next(), TopView::Sites);
     }
 }

@@ -1221,6 +1221,12 @@ impl Process {
         }
     }
 
+    /// The far-memory runtime's counters as its page says them now, once it is open.
+    pub fn runtime_counters(&self) -> Option<Vec<(&'static str, u64)>> {
+        let view = self.far.as_ref()?.view.as_ref()?;
+        Some(view.counters().to_vec())
+    }
+
     /// Whether the far-memory runtime reported running out of `-M`.
     pub fn far_memory_exhausted(&self) -> bool {
         self.far

@@ -59,6 +59,14 @@ pub enum LiveEvent {
         /// The counters, by name.
         counters: Vec<(&'static str, u64)>,
     },
+    /// The far-memory runtime's counters as its shared page says them now (between the
+    /// statistics lines, which come once a second), by the stats file's names.
+    Runtime {
+        /// The process as filed.
+        pid: u32,
+        /// The counters, by name.
+        counters: Vec<(&'static str, u64)>,
+    },
     /// The process's files are finished: it is gone.
     Ended {
         /// The process as filed.

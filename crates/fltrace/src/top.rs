@@ -91,6 +91,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         std::thread::Builder::new()
             .name("fltrace-top".into())
             .spawn(move || {
+                let started = Instant::now();
                 let shown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     if batch {
                         batch_view(&batches, &stop, &view)
@@ -104,6 +105,12 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
                     // Whatever is left is read, so the recorder's batches go somewhere.
                     while batches.recv().is_ok() {}
                 }
+                // What the view cost, for bench/top.sh.
+                log::info!(
+                    "the view used {:.3} s of CPU in {:.3} s",
+                    thread_cpu_seconds(),
+                    started.elapsed().as_secs_f64()
+                );
                 shown
             })
             .context("starting the view's thread")?
@@ -338,4 +345,18 @@ fn show_output_tail(path: &Path, kept: bool) {
     for line in shown {
         let _ = writeln!(err, "{line}");
     }
+}
+
+/// The CPU time of the calling thread, in seconds.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
+    let got = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if got != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }

@@ -222,8 +222,13 @@ impl State {
             return;
         };
         let mut batch = std::mem::take(left);
-        for process in self.processes.values_mut() {
+        for (&pid, process) in &mut self.processes {
             process.drain_live(&mut batch);
+            if let Some(counters) = process.runtime_counters() {
+                batch
+                    .events
+                    .push(crate::live::LiveEvent::Runtime { pid, counters });
+            }
         }
         batch.totals = crate::live::LiveTotals {
             faults: self.faults,
