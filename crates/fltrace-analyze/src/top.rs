@@ -404,7 +404,7 @@ pub struct LiveTop {
     processes: FxHashMap<u32, LiveProcess>,
     sites: Vec<SiteTally>,
     site_ids: FxHashMap<Location, u32>,
-    /// The process the last fault was of, to spare a look-up per fault.
+    /// The recorder's totals, as the last batch said them.
     recorded: LiveTotals,
     tracer_faults: u64,
     faults: u64,

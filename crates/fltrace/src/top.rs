@@ -6,7 +6,7 @@
 //! does (`q`, `-n`), and ends once the recording is finished and every batch is in.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -39,19 +39,15 @@ enum Ended {
 pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     let batch = args.batch || !std::io::stdout().is_terminal();
     // Without -o, a directory of its own, removed at the end.
-    let temporary = match &args.dir {
-        Some(_) => None,
-        None => Some(
-            tempfile::Builder::new()
+    let (dir, temporary) = match &args.dir {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let temp = tempfile::Builder::new()
                 .prefix("fltrace-top-")
                 .tempdir()
-                .context("making a temporary directory for the recording")?,
-        ),
-    };
-    let dir: PathBuf = match (&args.dir, &temporary) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(temp)) => temp.path().to_owned(),
-        (None, None) => unreachable!("a directory is made when none is given"),
+                .context("making a temporary directory for the recording")?;
+            (temp.path().to_owned(), Some(temp))
+        }
     };
     let (target, mut options) = crate::record::prepare(&args.recorder, &dir, &args.command)?;
     let (feed, batches) = live_feed();
@@ -249,9 +245,7 @@ impl<'a> Intervals<'a> {
         if self.finished {
             return Some(self.top.tick(Instant::now(), true));
         }
-        let Some(next) = self.next.as_mut() else {
-            return None;
-        };
+        let next = self.next.as_mut()?;
         if self.stopping || Instant::now() < *next {
             return None;
         }
