@@ -7,13 +7,13 @@
 # of its run and the fault rate it kept up with (from `top -v`: "the view used X s of CPU in
 # Y s"), with its CPU per fault: at 1M faults/s the view needs that many ms of CPU a second.
 # top runs with --batch (stdout to /dev/null) and -d 1, as a log would.
-# usage: bench/top.sh [ROUNDS=5] [SCALE=18]
+# usage: [FLTRACE=path/to/fltrace] bench/top.sh [ROUNDS=5] [SCALE=18]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-5}; scale=${2:-18}
 work=$(mktemp -d /tmp/fltrace-bench-top.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-fltrace="$root/target/release/fltrace"
+fltrace="${FLTRACE:-$root/target/release/fltrace}"
 [ -x "$fltrace" ] || (cd "$root" && cargo build --release -q)
 gcc -O2 -g -fomit-frame-pointer -o "$work/touch" "$root/workloads/touch.c"
 gcc -O2 -g -fomit-frame-pointer -o "$work/graph" "$root/workloads/graph.c"
