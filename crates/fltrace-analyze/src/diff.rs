@@ -38,7 +38,9 @@ impl clap::ValueEnum for DiffBy {
             DiffBy::Group(GroupBy::Stack) => ("stack", "The whole stack"),
             DiffBy::Group(GroupBy::Dso) => ("dso", "The library or executable"),
             DiffBy::Thread(ThreadBy::Comm) => ("comm", "The thread name (`comm`)"),
-            DiffBy::Thread(ThreadBy::Pid) => ("pid", "The process (by number: the same pid in both)"),
+            DiffBy::Thread(ThreadBy::Pid) => {
+                ("pid", "The process (by number: the same pid in both)")
+            }
             DiffBy::Thread(ThreadBy::Tid) => ("tid", "The thread (by number)"),
         };
         Some(clap::builder::PossibleValue::new(name).help(help))
@@ -110,7 +112,11 @@ impl ThreadDiffRow {
 /// Matches the groups of A and B (from [`crate::group_faults_by_thread`] with the same
 /// [`ThreadBy`]) by name, and by pid or tid where grouped by them (a process is one row
 /// whatever names it ran under). Largest absolute change first.
-pub fn diff_thread_groups(a: &[ThreadGroup], b: &[ThreadGroup], by: ThreadBy) -> Vec<ThreadDiffRow> {
+pub fn diff_thread_groups(
+    a: &[ThreadGroup],
+    b: &[ThreadGroup],
+    by: ThreadBy,
+) -> Vec<ThreadDiffRow> {
     type Key = (Option<u32>, Option<u32>, String);
     let key = |g: &ThreadGroup| -> Key {
         match by {

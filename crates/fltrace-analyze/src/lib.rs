@@ -98,9 +98,10 @@ pub use listing::{
     RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,
 };
 pub use load::{
-    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, WHOLE_TABLE_ENV,
-    OutsideRecording, archive_note, debug_config, fault_span_s, find_recording, find_recording_salvaging, load, outside_window, salvage_warning, unfinished_notes,
-    whole_table, window_ns,
+    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, OutsideRecording,
+    WHOLE_TABLE_ENV, archive_note, debug_config, fault_span_s, find_recording,
+    find_recording_salvaging, load, outside_window, salvage_warning, unfinished_notes, whole_table,
+    window_ns,
 };
 pub use names::demangle;
 pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};

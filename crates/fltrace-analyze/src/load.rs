@@ -171,7 +171,9 @@ fn window_text((from, to): (f64, f64)) -> String {
 pub fn fault_span_s(recording: &Recording, pids: &[u32]) -> Result<f64, fltrace_trace::Error> {
     let mut last = recording.session.start_ns;
     for &pid in pids {
-        if let Some((_, end)) = fltrace_trace::time_range(&fltrace_trace::files::faults(&recording.dir, pid))? {
+        if let Some((_, end)) =
+            fltrace_trace::time_range(&fltrace_trace::files::faults(&recording.dir, pid))?
+        {
             last = last.max(end);
         }
     }

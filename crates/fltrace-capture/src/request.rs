@@ -362,7 +362,10 @@ mod tests {
             "-L and -M go together: give both or neither"
         );
         r.local_mb = Some(20);
-        assert_eq!(refusal(&r, &FULL), "-L (20 MiB) must not exceed -M (10 MiB)");
+        assert_eq!(
+            refusal(&r, &FULL),
+            "-L (20 MiB) must not exceed -M (10 MiB)"
+        );
         r.local_mb = Some(10);
         let (_, options) = r.resolve(&FULL).unwrap();
         let far = options.far_memory.unwrap();

@@ -264,7 +264,10 @@ mod tests {
     fn format_picks_the_writer() {
         let rows = [stat_row()];
         let own = [
-            (TableFormat::Table, written(|o| write_stats_table(o, &rows, None))),
+            (
+                TableFormat::Table,
+                written(|o| write_stats_table(o, &rows, None)),
+            ),
             (TableFormat::Csv, written(|o| write_stats_csv(o, &rows))),
             (TableFormat::Json, written(|o| write_stats_json(o, &rows))),
         ];
@@ -352,6 +355,9 @@ mod tests {
         let table = written(|o| write_stats_table(o, &[both], Some(80)));
         assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
         assert!(table.contains("147.855 (0.086..254528.263)"), "{table}");
-        assert!(table.contains("mean s") && !table.contains("min s"), "{table}");
+        assert!(
+            table.contains("mean s") && !table.contains("min s"),
+            "{table}"
+        );
     }
 }

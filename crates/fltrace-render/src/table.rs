@@ -66,7 +66,11 @@ fn kept_suffix(chars: &[char]) -> usize {
     {
         return text[at..].chars().count();
     }
-    let digits = chars.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    let digits = chars
+        .iter()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
     if digits > 0 && chars.len() > digits && chars[chars.len() - digits - 1] == ':' {
         return digits + 1;
     }
@@ -411,7 +415,10 @@ impl Table {
         out.push('\n');
         for (r, (_, under)) in self.rows.iter().enumerate() {
             out.push_str(&line(
-                &mut cells.iter().enumerate().map(|(c, column)| (c, column[r].as_str())),
+                &mut cells
+                    .iter()
+                    .enumerate()
+                    .map(|(c, column)| (c, column[r].as_str())),
             ));
             out.push('\n');
             for text in under {
@@ -443,7 +450,10 @@ pub fn fit_line(line: &str, width: Option<usize>) -> String {
     let indent_text = &line[..indent];
     format!(
         "{indent_text}{}",
-        middle(text, width.saturating_sub(indent_text.chars().count()).max(1))
+        middle(
+            text,
+            width.saturating_sub(indent_text.chars().count()).max(1)
+        )
     )
 }
 
@@ -488,7 +498,10 @@ mod tests {
         assert_eq!(shown[0], shown[2]);
         assert_eq!(shown[3], "short");
         assert!(shown.iter().all(|s| s.chars().count() <= 20), "{shown:?}");
-        assert!(shown[0].contains("one") && shown[1].contains("two"), "{shown:?}");
+        assert!(
+            shown[0].contains("one") && shown[1].contains("two"),
+            "{shown:?}"
+        );
         // Stripped frames of one library keep their addresses.
         let frames = [
             "libstripped-with-a-long-name.so.0.8.6+0x1139",
@@ -526,7 +539,10 @@ mod tests {
         ]);
         table.under("    <- a caller with a long name that goes on and on".into());
         let wide = table.render(None);
-        assert!(wide.contains("a_very_long_function_name a_long_file.c:12"), "{wide}");
+        assert!(
+            wide.contains("a_very_long_function_name a_long_file.c:12"),
+            "{wide}"
+        );
         let fit = table.render(Some(30));
         assert!(fit.lines().all(|l| l.chars().count() <= 30), "{fit}");
         assert!(fit.contains("extra"), "{fit}");

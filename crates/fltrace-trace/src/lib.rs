@@ -64,7 +64,8 @@ pub use range_trace::{
     RangeSample, RangeTraceKind, RangeTraceWriter, WSS_HEADER, WssRow, WssRows, read_range_trace,
 };
 pub use recording::{
-    ProcessTrace, Recording, RecordingId, UnfinishedTable, Unreadable, format_thread_names, keys, main_thread_names,
+    ProcessTrace, Recording, RecordingId, UnfinishedTable, Unreadable, format_thread_names, keys,
+    main_thread_names,
 };
 pub use tables::{
     AccessWriter, AllocRowGroups, AllocWriter, ColumnChunk, Completeness, ExportedFault,

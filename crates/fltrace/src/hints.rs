@@ -90,7 +90,10 @@ mod tests {
     #[test]
     fn mistakes_get_the_right_form() {
         let hint = hint_of(&["record", "ls", "-l"]).expect("a hint");
-        assert!(hint.contains("fltrace record [OPTIONS] -- PROGRAM"), "{hint}");
+        assert!(
+            hint.contains("fltrace record [OPTIONS] -- PROGRAM"),
+            "{hint}"
+        );
         let hint = hint_of(&["report", "r1", "r2"]).expect("a hint");
         assert!(hint.contains("fltrace diff A B"), "{hint}");
         let hint = hint_of(&["report", "r1", "-d", "r2"]).expect("a hint");

@@ -197,9 +197,7 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
         ReportMode::Allocs(by) => {
             alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format, width)
         }
-        ReportMode::Leaks => {
-            alloc_tables::leaks(&loaded, &processes, top, older_ms, format, width)
-        }
+        ReportMode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format, width),
         _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format, width),
     }?)
 }

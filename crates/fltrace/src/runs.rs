@@ -115,12 +115,22 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         }
         RunsAction::List(catalog) => {
             let runs = Catalog::open(&catalog)?.runs()?;
-            listing::write_runs(&mut std::io::stdout().lock(), &runs, args.format, width(args.wide))?;
+            listing::write_runs(
+                &mut std::io::stdout().lock(),
+                &runs,
+                args.format,
+                width(args.wide),
+            )?;
             return Ok(ExitCode::SUCCESS);
         }
         RunsAction::Stat(catalog) => {
             let rows = Catalog::open(&catalog)?.stats()?;
-            listing::write_stats(&mut std::io::stdout().lock(), &rows, args.format, width(args.wide))?;
+            listing::write_stats(
+                &mut std::io::stdout().lock(),
+                &rows,
+                args.format,
+                width(args.wide),
+            )?;
             return Ok(ExitCode::SUCCESS);
         }
         RunsAction::Series { dir, commands } => (dir, commands),

@@ -364,7 +364,10 @@ pub fn leaks(
     let groups = merge_same_lines(group_process_allocs(processes, GroupBy::Stack));
     // A frame's line after two tabs (16 columns on a terminal), cut to the rest.
     let frame = |text: String| match width {
-        Some(w) => format!("\t\t{}", crate::table::middle(&text, w.saturating_sub(16).max(8))),
+        Some(w) => format!(
+            "\t\t{}",
+            crate::table::middle(&text, w.saturating_sub(16).max(8))
+        ),
         None => format!("\t\t{text}"),
     };
     let leaks = rank_allocs(&groups, |t| t.leaked_bytes);
@@ -615,8 +618,18 @@ mod tests {
         let (processes, without) = alloc_processes(&loaded, leak_age_ns(older_ms));
         assert!(without.is_empty());
         match report {
-            Report::Allocs => allocs(&loaded, &processes, GroupBy::Line, 20, None, format, Some(120)),
-            Report::Leaks { older_ms } => leaks(&loaded, &processes, 20, older_ms, format, Some(120)),
+            Report::Allocs => allocs(
+                &loaded,
+                &processes,
+                GroupBy::Line,
+                20,
+                None,
+                format,
+                Some(120),
+            ),
+            Report::Leaks { older_ms } => {
+                leaks(&loaded, &processes, 20, older_ms, format, Some(120))
+            }
             Report::ByAllocSite => by_alloc_site(&loaded, &processes, 20, format, Some(120)),
         }
         .unwrap()
@@ -664,9 +677,30 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("Leaks: 8.9 KiB in 2 allocations"), "{table}");
+        // The sentence wraps at the width: read it whole.
         assert!(
-            table.contains(": 1 of 2 heap allocations (50.0%)"),
+            table
+                .replace('\n', " ")
+                .contains(": 1 of 2 heap allocations (50.0%)"),
             "{table}"
+        );
+        // At 80 columns every line fits; the names are cut, the figures stay.
+        let loaded = load(dir.path(), AllocStacks::Required, FaultsHeld::All).unwrap();
+        let (processes, _) = alloc_processes(&loaded, 0);
+        let narrow = allocs(
+            &loaded,
+            &processes,
+            GroupBy::Line,
+            20,
+            None,
+            TableFormat::Table,
+            Some(80),
+        )
+        .unwrap();
+        assert!(narrow.lines().all(|l| l.chars().count() <= 80), "{narrow}");
+        assert!(
+            narrow.contains("8.0 KiB") && narrow.contains(":30"),
+            "{narrow}"
         );
         let json: serde_json::Value =
             serde_json::from_str(&report(dir.path(), Report::Allocs, TableFormat::Json)).unwrap();

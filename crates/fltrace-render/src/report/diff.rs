@@ -310,23 +310,21 @@ mod tests {
         );
         let table = diff(&rows, by, &loaded, &loaded, TableFormat::Table, Some(120)).unwrap();
         let lines: Vec<&str> = table.lines().collect();
-        assert!(
-            lines[1].starts_with("   1        10        25       +15    2.50x  fill"),
-            "{table}"
-        );
+        assert!(lines[1].starts_with("1 10 25   +15 2.50x fill"), "{table}");
         assert!(
             lines[2].trim_start().starts_with("<- main (a.c:9)"),
             "{table}"
         );
         assert!(lines[3].contains("new"), "{table}");
-        assert!(lines[4].contains("-2    0.00x"), "{table}");
+        assert!(lines[4].contains("-2 0.00x"), "{table}");
         assert!(
             table.contains("\nA: 6 faults of `synthetic` in "),
             "{table}"
         );
-        let json: serde_json::Value =
-            serde_json::from_str(&diff(&rows, by, &loaded, &loaded, TableFormat::Json, None).unwrap())
-                .unwrap();
+        let json: serde_json::Value = serde_json::from_str(
+            &diff(&rows, by, &loaded, &loaded, TableFormat::Json, None).unwrap(),
+        )
+        .unwrap();
         assert_eq!(json["by"], "stack");
         assert_eq!(json["rows"][1]["ratio"], serde_json::Value::Null);
         assert_eq!(json["rows"][0]["stack"][1]["function"], "main");

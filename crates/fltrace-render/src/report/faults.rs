@@ -239,11 +239,11 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 5, "{table}");
         assert!(
-            lines[0].starts_with("   #    faults       %    cum%  kind"),
+            lines[0].starts_with("# faults       %    cum%  kind"),
             "{table}"
         );
         assert!(
-            lines[1].starts_with("   1         6 100.00% 100.00%  write"),
+            lines[1].starts_with("1      6 100.00% 100.00%  write"),
             "{table}"
         );
         assert_eq!(

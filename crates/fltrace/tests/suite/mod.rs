@@ -5,6 +5,7 @@ mod buildcache;
 mod churn;
 mod cli;
 mod debuginfo;
+mod docs;
 mod engines;
 mod errors;
 mod experiments;
