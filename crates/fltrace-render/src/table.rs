@@ -77,8 +77,49 @@ fn kept_suffix(chars: &[char]) -> usize {
     0
 }
 
+/// Where the parameter list that ends a C++ function name opens (`f(int, long)`), if the
+/// name ends with one.
+fn parameters_start(chars: &[char]) -> Option<usize> {
+    if chars.last() != Some(&')') {
+        return None;
+    }
+    let mut depth = 0i32;
+    for (i, c) in chars.iter().enumerate().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return (i > 0).then_some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Where the function's own name begins in `chars[..end]`: after the last `::` outside
+/// template arguments.
+fn own_name_start(chars: &[char], end: usize) -> usize {
+    let mut depth = 0i32;
+    let mut i = end;
+    while i > 0 {
+        i -= 1;
+        match chars[i] {
+            '>' => depth += 1,
+            '<' => depth -= 1,
+            ':' if depth == 0 && i > 0 && chars[i - 1] == ':' => return i + 1,
+            _ => {}
+        }
+    }
+    0
+}
+
 /// `s` in at most `width` characters, cut in the middle where it is longer
-/// (`libsqlite3.so…+0xa74f0`): a stripped frame's address or a line number is kept whole.
+/// (`libsqlite3.so…+0xa74f0`): a stripped frame's address or a line number is kept whole,
+/// and a C++ function loses its parameter list first, then what comes before its own name
+/// (`mesh::re…touch_pages(…)`).
 pub fn middle(s: &str, width: usize) -> String {
     let chars: Vec<char> = s.chars().collect();
     if chars.len() <= width {
@@ -88,6 +129,22 @@ pub fn middle(s: &str, width: usize) -> String {
         0 => return String::new(),
         1 => return "…".to_owned(),
         _ => {}
+    }
+    if let Some(open) = parameters_start(&chars) {
+        let mut short: Vec<char> = chars[..open].to_vec();
+        short.extend(['(', '…', ')']);
+        if short.len() <= width {
+            return short.into_iter().collect();
+        }
+        let own = own_name_start(&chars, open);
+        let tail = short.len() - own;
+        if tail + 2 <= width {
+            let mut out: String = short[..width - 1 - tail].iter().collect();
+            out.push('…');
+            out.extend(&short[own..]);
+            return out;
+        }
+        return middle(&short.into_iter().collect::<String>(), width);
     }
     let kept = kept_suffix(&chars);
     let tail = if kept > 0 && kept + 2 <= width {
@@ -481,6 +538,22 @@ mod tests {
         assert_eq!(middle("dl-reloc.c:301", 12), "dl-relo…:301");
         assert_eq!(middle("a_long_function", 7), "a_l…ion");
         assert_eq!(middle("abc", 1), "…");
+        // A C++ function: its parameters go first, then its scope.
+        let cxx = "mesh::refinement_pool<mesh::subdivision_policy>::touch_pages(char volatile*, unsigned long)";
+        assert_eq!(
+            middle(cxx, 63),
+            "mesh::refinement_pool<mesh::subdivision_policy>::touch_pages(…)"
+        );
+        assert_eq!(
+            middle(cxx, 62),
+            "mesh::refinement_pool<mesh::subdivision_policy>…touch_pages(…)"
+        );
+        assert_eq!(middle(cxx, 16), "m…touch_pages(…)");
+        assert_eq!(middle(cxx, 24), "mesh::ref…touch_pages(…)");
+        // Overloads that the cut would make one read apart by their parameters.
+        let overloads = ["ns::function(int)", "ns::function(long)"];
+        let shown = distinct(&overloads, 14);
+        assert_ne!(shown[0], shown[1], "{shown:?}");
     }
 
     /// Two names that the middle cut would make one read apart, at the first character they

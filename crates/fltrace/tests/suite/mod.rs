@@ -12,6 +12,7 @@ mod experiments;
 mod exports;
 mod farmem;
 mod fuzz;
+mod grammar;
 mod hardening;
 mod heatmap;
 mod processes;
