@@ -102,7 +102,8 @@ fn write_outputs(
     // Written, not printed: `--terminal | head` ends quietly (main treats EPIPE as done).
     let mut out = std::io::stdout().lock();
     if args.terminal {
-        write!(out, "{}", map.terminal_view(labels))?;
+        let width = fltrace_render::table::terminal_width();
+        write!(out, "{}", map.terminal_view_within(labels, Some(width)))?;
         out.flush()?;
         return Ok(());
     }
