@@ -1087,12 +1087,21 @@ impl Process {
             far.pending_fills
                 .retain(|(_, page), _| region.contains(page));
             far.region_pruned = true;
+            let (path, reason) = view.fault_path();
+            let why = fltrace_runtime_abi::path_reason::name(reason);
+            log::info!(
+                "process {}: far-memory faults served {}{}{}",
+                self.os_pid,
+                fltrace_runtime_abi::path::name(path),
+                if why.is_empty() { "" } else { ": " },
+                why
+            );
         }
         let Some(view) = &mut far.view else {
             return;
         };
         let mut fresh = Vec::new();
-        view.read_log(&mut fresh);
+        view.read_log(&mut fresh, round == u64::MAX);
         far.unmatched.extend(fresh.into_iter().map(|h| (h, round)));
         let window = &mut self.out.faults;
         let first_pending = window.first_open();

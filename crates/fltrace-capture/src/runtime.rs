@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use fltrace_runtime_abi::{LOG_LEN, MAGIC, SHARED_SIZE, Shared, env, kind};
+use fltrace_runtime_abi::{BREAKDOWN_LEN, LOG_LEN, MAGIC, SHARED_SIZE, Shared, env, kind};
 use memmap2::Mmap;
 
 use crate::Error;
@@ -293,7 +293,7 @@ impl RuntimeView {
     }
 
     /// Where the handled faults' time went, as the runtime measured it.
-    pub fn breakdown(&self) -> [(&'static str, u64); 21] {
+    pub fn breakdown(&self) -> [(&'static str, u64); BREAKDOWN_LEN] {
         self.shared().breakdown()
     }
 
@@ -309,8 +309,21 @@ impl RuntimeView {
         self.shared().m_exhausted.load(Ordering::Relaxed) != 0
     }
 
-    /// Appends the log entries written since the last call.
-    pub fn read_log(&mut self, out: &mut Vec<Handled>) {
+    /// How the runtime serves faults ([`fltrace_runtime_abi::path`]) and, on the
+    /// handler-thread path, why ([`fltrace_runtime_abi::path_reason`]); 0 until chosen.
+    pub fn fault_path(&self) -> (u64, u64) {
+        let shared = self.shared();
+        (
+            shared.fault_path.load(Ordering::Relaxed),
+            shared.fault_path_reason.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Appends the log entries written since the last call. Entries are written by several
+    /// threads at once (each serves its own faults): one whose slot is taken but not yet
+    /// written stops the reading until the next call, unless `last` (the process is gone:
+    /// an entry left unwritten, its writer killed mid-way, is counted missed).
+    pub fn read_log(&mut self, out: &mut Vec<Handled>, last: bool) {
         let shared = shared_of(&self.map);
         let head = shared.log_head.load(Ordering::Acquire);
         if head < self.cursor {
@@ -323,14 +336,39 @@ impl RuntimeView {
         }
         while self.cursor < head {
             let entry = &shared.log[self.cursor as usize % LOG_LEN];
+            // Acquire: the fields below were written before the sequence number.
+            let seq = entry.seq.load(Ordering::Acquire);
+            if seq != self.cursor + 1 {
+                if seq > self.cursor + 1 {
+                    // Overwritten by a later round of the ring meanwhile.
+                    self.missed += 1;
+                    self.cursor += 1;
+                    continue;
+                }
+                if !last {
+                    break;
+                }
+                self.missed += 1;
+                self.cursor += 1;
+                continue;
+            }
             let tid = entry.tid.load(Ordering::Relaxed) as u32;
             let page_and_kind = entry.page_and_kind.load(Ordering::Relaxed);
+            let read_ns = entry.read_ns.load(Ordering::Relaxed);
+            let done_ns = entry.done_ns.load(Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::Acquire);
+            if entry.seq.load(Ordering::Relaxed) != seq {
+                // Rewritten while read: the ring went round.
+                self.missed += 1;
+                self.cursor += 1;
+                continue;
+            }
             out.push(Handled {
                 tid,
                 page: page_and_kind & !0xfff,
                 kind: (page_and_kind & 0xfff) as u32,
-                read_ns: entry.read_ns.load(Ordering::Relaxed),
-                done_ns: entry.done_ns.load(Ordering::Relaxed),
+                read_ns,
+                done_ns,
             });
             self.cursor += 1;
         }
