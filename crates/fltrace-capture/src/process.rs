@@ -28,6 +28,10 @@ pub struct Counters {
     pub faults_zp: u64,
     pub faults_major: u64,
     pub faults_kernel: u64,
+    /// Faults the preloaded library took for its own work in the program's threads (flagged
+    /// [`FaultFlags::TRACER`]; reports leave them out): the allocation tracer's, and on the
+    /// far-memory runtime's in-thread path its `SIGBUS` handler's (its page states, its code).
+    pub faults_tracer: u64,
     /// Faults whose stack is truncated ([`StackEnd::Truncated`]).
     pub stacks_truncated: u64,
     /// Stacks completed with words read from the live process beyond the sampled copy.
@@ -178,17 +182,26 @@ struct FarState {
     /// Whether the rows outside the managed region were dropped from `pending_fills`, once
     /// the page said where the region is.
     region_pruned: bool,
+    /// Where the parent's region lies, for a child forked without exec (its copy lies there
+    /// too) until its own runtime's page says so.
+    inherited_region: Option<std::ops::Range<u64>>,
 }
 
 impl FarState {
-    /// Whether `addr` may be in the managed region: it is, or where the region lies is not
-    /// known yet.
-    fn may_be_in_region(&self, addr: u64) -> bool {
+    /// Where the managed region lies, if known (from the runtime's page, or a forked child's
+    /// parent).
+    fn region(&self) -> Option<std::ops::Range<u64>> {
         self.view
             .as_ref()
             .map(RuntimeView::region)
             .filter(|region| !region.is_empty())
-            .is_none_or(|region| region.contains(&addr))
+            .or_else(|| self.inherited_region.clone())
+    }
+
+    /// Whether `addr` may be in the managed region: it is, or where the region lies is not
+    /// known yet.
+    fn may_be_in_region(&self, addr: u64) -> bool {
+        self.region().is_none_or(|region| region.contains(&addr))
     }
 }
 
@@ -322,6 +335,7 @@ impl Process {
                 exec_ns: 0,
                 made_before: u64::MAX,
                 region_pruned: false,
+                inherited_region: None,
             }),
             exited_round: None,
             first_ns: 0,
@@ -347,6 +361,9 @@ impl Process {
         child.unwinder = parent.unwinder.clone();
         child.interposers = parent.interposers.clone();
         child.entries = parent.entries.clone();
+        if let (Some(far), Some(parent_far)) = (&mut child.far, &parent.far) {
+            far.inherited_region = parent_far.region();
+        }
         for mapping in parent.maps.values() {
             child.out.mmaps.push(mapping.clone())?;
             child.record_mapping(mapping.clone());
@@ -798,11 +815,14 @@ impl Process {
             self.complete_uncopied(tid, waiting, frames)?;
         }
         // Far memory's own allocator serves the program: what it touches in the managed
-        // region is the program's memory.
+        // region is the program's memory. The region is anonymous: a file's pages are not in
+        // it (the runtime's log, which its handler writes in the program's faulting thread,
+        // before the recorder may know where the region lies).
         let in_region = self
             .far
             .as_ref()
-            .is_some_and(|far| far.may_be_in_region(addr.get()));
+            .is_some_and(|far| far.may_be_in_region(addr.get()))
+            && !self.mapping_at(addr).is_some_and(|m| m.is_file());
         if tracer && !in_region {
             flags |= FaultFlags::TRACER;
         }
@@ -828,6 +848,9 @@ impl Process {
         }
         if fault.flags.has(FaultFlags::KERNEL) {
             c.faults_kernel += 1;
+        }
+        if fault.flags.has(FaultFlags::TRACER) {
+            c.faults_tracer += 1;
         }
         self.out.faults.push(fault)
     }
@@ -1217,6 +1240,7 @@ impl Process {
             ("faults_zp", c.faults_zp),
             ("faults_major", c.faults_major),
             ("faults_kernel", c.faults_kernel),
+            ("faults_tracer", c.faults_tracer),
             ("lost", lost),
             ("stacks_truncated", c.stacks_truncated),
             ("stacks_extended", c.stacks_extended),

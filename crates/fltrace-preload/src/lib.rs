@@ -28,6 +28,7 @@
 
 mod backed;
 mod breakdown;
+mod callers;
 mod exit_watch;
 mod heap;
 mod interpose;
@@ -36,8 +37,9 @@ mod next_alloc;
 mod pins;
 pub mod region;
 mod sigbus;
-mod syscalls;
 mod sys;
+mod syscall_args;
+mod syscalls;
 mod tracer;
 mod uffd;
 
@@ -146,6 +148,7 @@ fn start() {
         return;
     }
     settings();
+    callers::init();
     match build_region() {
         Some(region) => {
             // SAFETY: only the thread that won the STARTING exchange writes REGION, once.
@@ -364,8 +367,12 @@ fn map_shared() -> *const Shared {
                 failed = Some((b"posix_fallocate", error));
             } else {
                 let prot = libc::PROT_READ | libc::PROT_WRITE;
+                // Populated: its pages are written as faults are served, in the program's own
+                // threads when they serve their faults; faults there would be the runtime's,
+                // taken at the program's call sites.
+                let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
                 // SAFETY: a shared mapping of the file just sized, at no fixed address.
-                memory = unsafe { sys::map(0, SHARED_SIZE, prot, libc::MAP_SHARED, fd, 0) };
+                memory = unsafe { sys::map(0, SHARED_SIZE, prot, flags, fd, 0) };
                 if memory.is_null() {
                     failed = Some((b"mmap", errno()));
                 }
@@ -380,7 +387,7 @@ fn map_shared() -> *const Shared {
     }
     let named = !memory.is_null();
     if memory.is_null() {
-        memory = sys::map_anonymous(SHARED_SIZE, 0);
+        memory = sys::map_anonymous(SHARED_SIZE, libc::MAP_POPULATE);
     }
     let shared = memory as *const Shared;
     if !shared.is_null() {
@@ -486,8 +493,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
                 revents: 0,
             };
             // SAFETY: one valid pollfd (straight to the kernel: the runtime interposes poll).
-            if unsafe { libc::syscall(libc::SYS_poll, &mut pfd, 1, exit_watch::IDLE_CHECK_MS) }
-                == 0
+            if unsafe { libc::syscall(libc::SYS_poll, &mut pfd, 1, exit_watch::IDLE_CHECK_MS) } == 0
             {
                 exit_watch::end_if_only_handlers_left();
                 continue;
@@ -632,7 +638,8 @@ fn start_handlers(region: &Region) -> bool {
 /// blocks every signal while it holds the runtime's locks across the fork (a handler of the
 /// program run meanwhile could fault on the region, and the SIGBUS handler would wait for
 /// the page lock this thread holds). Written once the locks are held, so one fork at a time.
-static FORK_MASK: spinning_top::Spinlock<Option<libc::sigset_t>> = spinning_top::Spinlock::new(None);
+static FORK_MASK: spinning_top::Spinlock<Option<libc::sigset_t>> =
+    spinning_top::Spinlock::new(None);
 
 // Lock order: the allocator before the region. A thread inside malloc may be waiting for a
 // fault on the allocator's metadata, which a handler serves under the region lock; taking the

@@ -61,9 +61,7 @@ pub fn set_budget(pages: usize) {
 /// How many of `want` pages a call may pin now: what the budget has left, at least
 /// [`MIN_PIECE`].
 pub fn grant(want: usize) -> usize {
-    let left = BUDGET
-        .load(Relaxed)
-        .saturating_sub(PINNED.load(Relaxed));
+    let left = BUDGET.load(Relaxed).saturating_sub(PINNED.load(Relaxed));
     want.min(left.max(MIN_PIECE))
 }
 

@@ -140,6 +140,10 @@ pub struct Region {
     detached: AtomicBool,
     /// Each page's state bits, in the metadata mapping.
     states: *const AtomicU8,
+    /// Per page, set when it is kept local for good (`make_local`): never evicted.
+    local: *const AtomicU8,
+    /// Pages kept local.
+    local_pages: std::sync::atomic::AtomicUsize,
     /// Faults are served in the faulting thread (`SIGBUS`), not by handler threads.
     in_thread: bool,
     /// Why not, when not (`fltrace_runtime_abi::path_reason`).
@@ -169,7 +173,6 @@ unsafe impl Sync for Region {}
 unsafe impl Send for Region {}
 
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
-
 
 /// Most pages evicted in one batch: one write-protect and one `MADV_DONTNEED` (one TLB
 /// shootdown) per run of contiguous pages in it.
@@ -255,7 +258,9 @@ impl Region {
             base
         };
         let queue_cap = pages * 2;
-        let meta_bytes = pages + pages * 4 + queue_cap * 8 + pages * 4;
+        // States, tickets, the queue, eviction counts, and a byte per page for memory kept
+        // local (`make_local`).
+        let meta_bytes = pages + pages * 4 + queue_cap * 8 + pages * 4 + pages;
         let meta = sys::map_anonymous(meta_bytes, libc::MAP_NORESERVE);
         if store.is_null() || meta.is_null() {
             return None;
@@ -313,6 +318,9 @@ impl Region {
             shared: AtomicPtr::new(shared.cast_mut()),
             detached: AtomicBool::new(false),
             states: meta.cast(),
+            // SAFETY: after the eviction counts, within the metadata mapping.
+            local: unsafe { meta.add(pages * 9 + queue_cap * 8) }.cast(),
+            local_pages: std::sync::atomic::AtomicUsize::new(0),
             in_thread: uffd >= 0 && tuning.in_thread,
             thread_reason: tuning.thread_reason,
         };
@@ -406,7 +414,12 @@ impl Region {
     /// unmapping it, forking): with faults served in the thread, its signals are blocked while
     /// it holds the lock, since a signal handler of the program run meanwhile could fault on
     /// the region, and the `SIGBUS` handler would then wait for a lock its own thread holds.
-    fn lock_outside_handler(&self) -> (Option<sys::SignalsBlocked>, spinning_top::guard::SpinlockGuard<'_, Pages>) {
+    fn lock_outside_handler(
+        &self,
+    ) -> (
+        Option<sys::SignalsBlocked>,
+        spinning_top::guard::SpinlockGuard<'_, Pages>,
+    ) {
         let blocked = self.in_thread.then(sys::SignalsBlocked::all);
         (blocked, self.lock())
     }
@@ -437,6 +450,58 @@ impl Region {
     /// The index of the page at `addr`, which lies in the region.
     pub fn page_index(&self, addr: usize) -> usize {
         (addr - self.base) / PAGE
+    }
+
+    /// Whether page `idx` is kept local for good.
+    fn is_local(&self, idx: usize) -> bool {
+        // SAFETY: idx < pages, within the metadata mapping; AtomicU8 has u8's layout.
+        unsafe { &*self.local.add(idx) }.load(SeqCst) != 0
+    }
+
+    /// Whether the page at `addr` is in the region and kept local for good.
+    pub fn is_local_addr(&self, addr: usize) -> bool {
+        self.contains(addr) && self.is_local((addr - self.base) / PAGE)
+    }
+
+    /// Keeps the whole pages of `[addr, addr + len)` local for good, brought in now and
+    /// writable, if that keeps all such pages within an eighth of the limit; false if not.
+    /// For memory that the C library hands to the kernel itself (its stdio buffers, its
+    /// directory streams): on the in-thread path the kernel's own access to a missing page
+    /// fails (`EFAULT`), and no wrapper reaches those calls.
+    pub fn make_local(&self, addr: usize, len: usize) -> bool {
+        let start = addr & !(PAGE - 1);
+        let end = (addr + len).next_multiple_of(PAGE);
+        if !self.managed() || !self.contains(start) || end > self.base + self.pages * PAGE {
+            return false;
+        }
+        let count = (end - start) / PAGE;
+        let most = (self.limit / 8).max(16);
+        let mut now = self.local_pages.load(Relaxed);
+        loop {
+            if now + count > most {
+                return false;
+            }
+            match self
+                .local_pages
+                .compare_exchange(now, now + count, Relaxed, Relaxed)
+            {
+                Ok(_) => break,
+                Err(seen) => now = seen,
+            }
+        }
+        // Marked before the states are read, which eviction does the other way round (as a
+        // system call's pin, `crate::pins`); then each page is brought in and made writable
+        // by a write of this thread, a fault served like the program's.
+        for idx in (start - self.base) / PAGE..(end - self.base) / PAGE {
+            // SAFETY: as in `is_local`.
+            unsafe { &*self.local.add(idx) }.store(1, SeqCst);
+        }
+        std::sync::atomic::fence(SeqCst);
+        for page in (start..end).step_by(PAGE) {
+            self.settle((page - self.base) / PAGE);
+            crate::syscalls::touch(page, true);
+        }
+        true
     }
 
     /// For a system call's pin of page `idx`, published before: waits for an eviction of the
@@ -596,14 +661,8 @@ impl Region {
             }
             pages.resident -= 1;
             let discarded = state & DISCARDED != 0;
-            self.state(idx).store(
-                if discarded {
-                    0
-                } else {
-                    state & !FILLING
-                },
-                SeqCst,
-            );
+            self.state(idx)
+                .store(if discarded { 0 } else { state & !FILLING }, SeqCst);
             if discarded {
                 pages.far -= usize::from(fetched);
             }
@@ -803,10 +862,7 @@ impl Region {
         if !ok {
             return 0;
         }
-        present[..count]
-            .iter()
-            .take_while(|&&p| p & 1 == 0)
-            .count()
+        present[..count].iter().take_while(|&&p| p & 1 == 0).count()
     }
 
     /// Evicts the resident page `idx` by copying it to the store: write-protected first so
@@ -947,6 +1003,11 @@ impl Region {
                 // and waits for the eviction to end before it brings the page back.
                 state.fetch_or(EVICTING, SeqCst);
                 std::sync::atomic::fence(SeqCst);
+                if self.is_local(idx) {
+                    // Kept local for good: out of the queue.
+                    state.fetch_and(!EVICTING, SeqCst);
+                    continue;
+                }
                 if held_spared > 0 && crate::pins::holds(idx) {
                     held_spared -= 1;
                     state.fetch_and(!EVICTING, SeqCst);
@@ -1220,6 +1281,14 @@ impl Region {
             let idx = (page - self.base) / PAGE;
             let state = self.state(idx);
             let old = state.load(Relaxed);
+            if self.is_local(idx) {
+                // Kept local: the C library may hand it to the kernel again; it is not given
+                // back (its contents stay, as a freed block's do under ample memory).
+                if let Some(s) = run_start.take() {
+                    sys::madvise(s, page - s, libc::MADV_DONTNEED);
+                }
+                continue;
+            }
             had_store |= old & IN_STORE != 0;
             if old & FILLING != 0 {
                 // Its filler counts it, and drops it once filled.
@@ -1357,7 +1426,7 @@ impl Region {
             let resident = state & RESIDENT != 0;
             let wanted = if !resident {
                 Some(false)
-            } else if !self.moving && (state & DIRTY == 0 || clock) {
+            } else if !self.moving && (state & DIRTY == 0 || clock) && !self.is_local(idx) {
                 Some(true)
             } else {
                 None

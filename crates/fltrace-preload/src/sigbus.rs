@@ -47,6 +47,17 @@ static PROGRAM: ProgramAction = ProgramAction {
     mask: AtomicU64::new(0),
 };
 
+/// Faults served per thread (by thread id modulo the length): a wrapper that touches a page
+/// learns whether the touch was a fault (`crate::syscalls`). Two threads sharing a slot may
+/// take one's fault for the other's, which costs at most a call made once more or a short
+/// count returned.
+static SERVED: [AtomicU32; 1024] = [const { AtomicU32::new(0) }; 1024];
+
+/// Faults served for thread `tid` so far (see [`SERVED`]).
+pub fn served(tid: u32) -> u32 {
+    SERVED[tid as usize % SERVED.len()].load(Ordering::Relaxed)
+}
+
 /// Serializes writers of [`PROGRAM`].
 static PROGRAM_WRITER: spinning_top::Spinlock<()> = spinning_top::Spinlock::new(());
 
@@ -165,13 +176,15 @@ unsafe fn serve(info: *mut libc::siginfo_t, context: *mut c_void, start: u64) ->
     }
     // SAFETY: a valid ucontext.
     let error = unsafe { fault_error_code(context) };
+    let tid = sys::gettid();
     region.serve(&Fault {
         addr,
-        tid: sys::gettid(),
+        tid,
         write: error & 2 != 0,
         wp: error & 1 != 0,
         start_ns: start,
     });
+    SERVED[tid as usize % SERVED.len()].fetch_add(1, Ordering::Relaxed);
     let shared = region.shared();
     let breakdown = &shared.breakdown;
     let served = breakdown.signals.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +207,9 @@ unsafe fn serve(info: *mut libc::siginfo_t, context: *mut c_void, start: u64) ->
 #[cfg(target_arch = "x86_64")]
 unsafe fn fault_error_code(context: *mut c_void) -> u64 {
     // SAFETY: guaranteed by the caller.
-    unsafe { (*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_ERR as usize] as u64 }
+    unsafe {
+        (*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_ERR as usize] as u64
+    }
 }
 
 /// Elsewhere the access is taken for a read: a write then faults once more, write-protected.
@@ -233,7 +248,12 @@ unsafe fn pass_on(sig: i32, info: *mut libc::siginfo_t, context: *mut c_void) {
             if sent {
                 // SAFETY: signals this very thread.
                 unsafe {
-                    libc::syscall(libc::SYS_tgkill, libc::getpid(), sys::gettid(), libc::SIGBUS)
+                    libc::syscall(
+                        libc::SYS_tgkill,
+                        libc::getpid(),
+                        sys::gettid(),
+                        libc::SIGBUS,
+                    )
                 };
             }
         }
@@ -246,9 +266,13 @@ unsafe fn pass_on(sig: i32, info: *mut libc::siginfo_t, context: *mut c_void) {
             // set it, but never with SIGBUS blocked (a fault on the region in it must reach
             // this handler again).
             // SAFETY: a valid ucontext.
-            let interrupted = unsafe { low_bits(&(*context.cast::<libc::ucontext_t>()).uc_sigmask) };
+            let interrupted =
+                unsafe { low_bits(&(*context.cast::<libc::ucontext_t>()).uc_sigmask) };
             let mut mask: libc::sigset_t = action.sa_mask;
-            set_low_bits(&mut mask, (interrupted | low_bits(&action.sa_mask)) & !BUS_BIT);
+            set_low_bits(
+                &mut mask,
+                (interrupted | low_bits(&action.sa_mask)) & !BUS_BIT,
+            );
             sys::sigprocmask(libc::SIG_SETMASK, Some(&mask), None);
             if action.sa_flags & libc::SA_SIGINFO != 0 {
                 // SAFETY: the program registered this address as an SA_SIGINFO handler.

@@ -34,7 +34,7 @@ use crate::region::{PAGE, Region};
 use crate::{sigbus, sys};
 
 /// The next definition of `name` after this library (the C library's), found once.
-fn next_fn(name: &CStr, cache: &AtomicUsize) -> usize {
+pub(crate) fn next_fn(name: &CStr, cache: &AtomicUsize) -> usize {
     let mut f = cache.load(Relaxed);
     if f == 0 {
         // SAFETY: dlsym with a valid name; it may allocate, which goes to our allocator.
@@ -47,35 +47,32 @@ fn next_fn(name: &CStr, cache: &AtomicUsize) -> usize {
 /// The C library's function `$name` of type `$ty`, or `None` where it has none.
 macro_rules! real {
     ($name:literal, $ty:ty) => {{
-        static CACHE: AtomicUsize = AtomicUsize::new(0);
-        let f = next_fn($name, &CACHE);
+        static CACHE: ::std::sync::atomic::AtomicUsize = ::std::sync::atomic::AtomicUsize::new(0);
+        let f = $crate::syscalls::next_fn($name, &CACHE);
         // SAFETY: the C library's function of that name has this type (C's declaration).
-        (f != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(f) })
+        (f != 0).then(|| unsafe { ::std::mem::transmute::<usize, $ty>(f) })
     }};
 }
+pub(crate) use real;
 
 /// `ENOSYS` and -1 for a function the C library lacks.
-fn missing() -> c_int {
+pub(crate) fn missing() -> c_int {
     set_errno(libc::ENOSYS);
     -1
 }
 
-fn set_errno(code: c_int) {
+pub(crate) fn set_errno(code: c_int) {
     // SAFETY: the thread's errno location is always valid.
     unsafe { *libc::__errno_location() = code };
 }
 
-fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     // SAFETY: as above.
     unsafe { *libc::__errno_location() }
 }
 
 /// The C library's `sigaction`.
-pub fn real_sigaction(
-    sig: c_int,
-    act: *const libc::sigaction,
-    old: *mut libc::sigaction,
-) -> c_int {
+pub fn real_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
     match real!(
         c"sigaction",
         unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int
@@ -103,24 +100,19 @@ fn pages_of(region: &Region, addr: usize, len: usize) -> Option<(usize, usize)> 
     let region_end = region.base + region.pages * PAGE;
     let start = addr.max(region.base);
     let end = addr.saturating_add(len).min(region_end);
-    (len > 0 && start < end).then(|| {
-        (
-            region.page_index(start),
-            region.page_index(end - 1) + 1,
-        )
-    })
+    (len > 0 && start < end).then(|| (region.page_index(start), region.page_index(end - 1) + 1))
 }
 
 /// A buffer of a call: the kernel reads it, or (`writes`) writes it.
 #[derive(Clone, Copy)]
-struct Buf {
+pub(crate) struct Buf {
     addr: usize,
     len: usize,
     writes: bool,
 }
 
 impl Buf {
-    fn read(addr: *const c_void, len: usize) -> Buf {
+    pub(crate) fn read(addr: *const c_void, len: usize) -> Buf {
         Buf {
             addr: addr as usize,
             len,
@@ -128,7 +120,7 @@ impl Buf {
         }
     }
 
-    fn written(addr: *mut c_void, len: usize) -> Buf {
+    pub(crate) fn written(addr: *mut c_void, len: usize) -> Buf {
         Buf {
             addr: addr as usize,
             len,
@@ -171,7 +163,11 @@ impl Ranges {
             let nearest = (0..RANGES)
                 .min_by_key(|&i| {
                     let (a, b) = self.ranges[i];
-                    if end <= a { a - end } else { first.saturating_sub(b) }
+                    if end <= a {
+                        a - end
+                    } else {
+                        first.saturating_sub(b)
+                    }
                 })
                 .unwrap_or(0);
             let range = &mut self.ranges[nearest];
@@ -220,7 +216,7 @@ fn hold(region: &Region, bufs: &[Buf]) -> Held {
 
 /// One access to the byte at `addr` from user mode: a fault if its page is missing (or, for
 /// a write, write-protected), served in this thread.
-fn touch(addr: usize, write: bool) {
+pub(crate) fn touch(addr: usize, write: bool) {
     if write {
         // A locked add of zero: a write to the hardware (it faults on a write-protected
         // page) that changes nothing, even beside another thread's writes. In assembly: the
@@ -243,19 +239,6 @@ fn touch(addr: usize, write: bool) {
     }
 }
 
-/// Bytes from `addr` (at most `len`) whose pages may be held at once now.
-fn piece(region: &Region, addr: usize, len: usize) -> usize {
-    let Some((first, end)) = pages_of(region, addr, len) else {
-        return len;
-    };
-    let granted = pins::grant(end - first);
-    if granted >= end - first {
-        return len;
-    }
-    let piece_end = region.base + (first + granted) * PAGE;
-    (piece_end - addr).min(len).max(1)
-}
-
 /// Whether a call that read a whole piece goes on with the next.
 #[derive(Clone, Copy)]
 enum More {
@@ -276,31 +259,278 @@ fn is_file(fd: c_int) -> bool {
         && matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFBLK)
 }
 
-/// A call on one buffer, in pieces when it is larger than may be held at once: `call(done,
-/// addr, len)` makes the call for the piece at `addr` (`done` bytes in).
-fn in_pieces(
+/// Whether a read of `fd` that stopped `done` bytes in (a call at file offset `at`, or at the
+/// descriptor's own offset) had more to give: the kernel stopped short of data it had, so a
+/// missing page of the buffer stopped it. A regular file has more while its size is beyond
+/// the offset; anything else while it is readable now.
+fn more_to_read(fd: c_int, at: Option<i64>, done: usize) -> bool {
+    // SAFETY: stat is plain data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer; a bad descriptor fails.
+    if unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st) } != 0 {
+        return false;
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {
+            let position = match at {
+                Some(offset) => offset.saturating_add(done as i64),
+                // SAFETY: lseek with SEEK_CUR only reads the offset.
+                None => unsafe { libc::syscall(libc::SYS_lseek, fd, 0, libc::SEEK_CUR) },
+            };
+            position >= 0 && position < st.st_size
+        }
+        libc::S_IFBLK => true,
+        _ => readable_now(fd),
+    }
+}
+
+/// Whether `fd` has data to read now (a read would not block).
+fn readable_now(fd: c_int) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; straight to the kernel (this library wraps poll).
+    (unsafe { libc::syscall(libc::SYS_poll, &mut pfd, 1, 0) } > 0)
+        && pfd.revents & libc::POLLIN != 0
+}
+
+/// Most pieces of a vector passed at once.
+const PIECE_IOVS: usize = 64;
+
+/// Most pages looked at after a call stopped short: a chunk the kernel copies at once (a
+/// socket buffer's, a file page's) fails whole when any page of it is missing.
+const TOUCH_AHEAD: usize = 16;
+
+/// The data of a call: one buffer, or a vector's buffers, as one run of bytes.
+#[derive(Clone, Copy)]
+enum Data<'a> {
+    One(usize, usize),
+    Vector(&'a [libc::iovec]),
+}
+
+impl Data<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Data::One(_, len) => *len,
+            Data::Vector(iovs) => iovs.iter().map(|v| v.iov_len).sum(),
+        }
+    }
+
+    /// The buffers of bytes `[from, to)`: at most [`PIECE_IOVS`], with where they end
+    /// (short of `to` when more would be needed).
+    fn segments(
+        &self,
+        from: usize,
+        to: usize,
+        out: &mut [libc::iovec; PIECE_IOVS],
+    ) -> (usize, usize) {
+        match *self {
+            Data::One(addr, _) => {
+                out[0] = libc::iovec {
+                    iov_base: (addr + from) as *mut c_void,
+                    iov_len: to - from,
+                };
+                (1, to)
+            }
+            Data::Vector(iovs) => {
+                let (mut n, mut at) = (0, 0usize);
+                for v in iovs {
+                    let (start, end) = (at, at + v.iov_len);
+                    at = end;
+                    if end <= from || v.iov_len == 0 {
+                        continue;
+                    }
+                    if start >= to || n == PIECE_IOVS {
+                        return (n, start.min(to));
+                    }
+                    let skip = from.saturating_sub(start);
+                    out[n] = libc::iovec {
+                        iov_base: (v.iov_base as usize + skip) as *mut c_void,
+                        iov_len: end.min(to) - start - skip,
+                    };
+                    n += 1;
+                }
+                (n, to)
+            }
+        }
+    }
+
+    /// The address of byte `offset` and how many bytes follow it in its buffer.
+    fn at(&self, offset: usize) -> Option<(usize, usize)> {
+        match *self {
+            Data::One(addr, len) => (offset < len).then(|| (addr + offset, len - offset)),
+            Data::Vector(iovs) => {
+                let mut at = 0;
+                for v in iovs {
+                    if offset < at + v.iov_len {
+                        return Some((v.iov_base as usize + offset - at, at + v.iov_len - offset));
+                    }
+                    at += v.iov_len;
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Where the piece from byte `from` ends: its pages of the region within what may be held
+/// now, its buffers within [`PIECE_IOVS`].
+fn piece_end(region: &Region, data: &Data, from: usize, total: usize) -> usize {
+    let mut segs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; PIECE_IOVS];
+    let (n, end) = data.segments(from, total, &mut segs);
+    let pages = |v: &libc::iovec| {
+        pages_of(region, v.iov_base as usize, v.iov_len).map_or(0, |(a, b)| b - a)
+    };
+    let wanted: usize = segs[..n].iter().map(pages).sum();
+    let mut budget = pins::grant(wanted);
+    if budget >= wanted {
+        return end;
+    }
+    let mut at = from;
+    for v in &segs[..n] {
+        let (addr, len) = (v.iov_base as usize, v.iov_len);
+        let Some((first, last)) = pages_of(region, addr, len) else {
+            at += len;
+            continue;
+        };
+        if last - first <= budget {
+            budget -= last - first;
+            at += len;
+            continue;
+        }
+        let cut = (region.base + (first + budget) * PAGE)
+            .saturating_sub(addr)
+            .min(len);
+        return (at + cut).max(from + 1);
+    }
+    at.max(from + 1)
+}
+
+/// Holds (pins, without touching) the region's pages of bytes `[from, to)`.
+fn pin_data(region: &Region, data: &Data, from: usize, to: usize, tid: u32) -> Held {
+    let mut segs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; PIECE_IOVS];
+    let (n, _) = data.segments(from, to, &mut segs);
+    let mut ranges = Ranges::new();
+    for v in &segs[..n] {
+        if let Some(pages) = pages_of(region, v.iov_base as usize, v.iov_len) {
+            ranges.add(pages);
+        }
+    }
+    let mut held = Held {
+        pins: [const { None }; RANGES],
+    };
+    for (slot, &(first, end)) in ranges.ranges[..ranges.len].iter().enumerate() {
+        held.pins[slot] = Some(pins::pin(tid, first, end));
+        for idx in first..end {
+            region.settle(idx);
+        }
+    }
+    held
+}
+
+/// After a call stopped short at byte `from` (or failed with `EFAULT`): touches the pages
+/// from there on, at most [`TOUCH_AHEAD`], until one is a fault, served in this thread.
+/// Whether one was: then a missing (or write-protected) page stopped the kernel, and the call
+/// goes on; else the call's result is the kernel's own.
+fn touch_ahead(
     region: &Region,
-    addr: usize,
-    len: usize,
+    data: &Data,
+    from: usize,
+    to: usize,
+    writes: bool,
+    tid: u32,
+) -> bool {
+    let before = sigbus::served(tid);
+    let (mut offset, mut looked) = (from, 0);
+    while offset < to && looked < TOUCH_AHEAD {
+        let Some((addr, contiguous)) = data.at(offset) else {
+            break;
+        };
+        if region.contains(addr) {
+            touch(addr, writes);
+            looked += 1;
+            if sigbus::served(tid) != before {
+                region
+                    .shared()
+                    .breakdown
+                    .syscall_faults
+                    .fetch_add(1, Relaxed);
+                return true;
+            }
+        }
+        offset += contiguous.min(PAGE - addr % PAGE);
+    }
+    false
+}
+
+/// A call on `data` (the kernel writes it when `writes`: a read) in pieces that may be held
+/// at once, each held (no eviction takes its pages) while the call runs. Pages are not
+/// touched ahead: the kernel stops short (or fails with `EFAULT`) at one that is missing,
+/// which is then brought in by a touch of this thread, and the call goes on from there. So
+/// the program's thread faults on exactly the pages the kernel touches, as the kernel itself
+/// would on the handler-thread path. `call(done, buffers)` makes the call for the buffers of
+/// bytes from `done` on; a read goes on after a short piece only while data is there.
+fn lazy_call(
+    region: &Region,
+    data: Data,
     writes: bool,
     more: More,
-    mut call: impl FnMut(usize, usize, usize) -> isize,
+    (fd, at): (c_int, Option<i64>),
+    mut call: impl FnMut(usize, &[libc::iovec]) -> isize,
 ) -> isize {
-    let mut done = 0usize;
-    let mut more = more;
+    let tid = sys::gettid();
+    let total = data.len();
+    let (mut done, mut more) = (0usize, more);
+    region
+        .shared()
+        .breakdown
+        .syscalls_prepared
+        .fetch_add(1, Relaxed);
     loop {
-        let at = addr + done;
-        let n = piece(region, at, len - done);
-        let held = hold(region, &[Buf { addr: at, len: n, writes }]);
-        let got = call(done, at, n);
-        let saved = errno();
-        drop(held);
-        set_errno(saved);
-        if got < 0 {
-            return if done > 0 { done as isize } else { got };
+        let end = piece_end(region, &data, done, total);
+        let held = pin_data(region, &data, done, end, tid);
+        loop {
+            let mut segs = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; PIECE_IOVS];
+            let (n, covered) = data.segments(done, end, &mut segs);
+            let got = call(done, &segs[..n]);
+            let error = errno();
+            if got > 0 {
+                done += got as usize;
+            }
+            if got >= 0 && done == covered {
+                if covered == end {
+                    break;
+                }
+                continue;
+            }
+            let result = if done > 0 { done as isize } else { got };
+            // A short read with nothing more to give is the kernel's own result: a missing
+            // page of the buffer after it is none of its business. (A short write's rest is
+            // written anyway; a failure with EFAULT is a copy that met a missing page.)
+            let stopped_by_a_page = match got {
+                0 => false,
+                g if g < 0 => error == libc::EFAULT,
+                _ => !writes || more_to_read(fd, at, done),
+            };
+            if !stopped_by_a_page || !touch_ahead(region, &data, done, covered, writes, tid) {
+                drop(held);
+                set_errno(error);
+                return result;
+            }
         }
-        done += got as usize;
-        if got as usize != n || done >= len {
+        drop(held);
+        if done >= total {
             return done as isize;
         }
         if let More::IfFile(fd) = more {
@@ -317,7 +547,7 @@ fn in_pieces(
 }
 
 /// A call whose buffers are all held at once (small ones, or those that cannot be split).
-fn held_call<R>(region: Option<&Region>, bufs: &[Buf], call: impl FnOnce() -> R) -> R {
+pub(crate) fn held_call<R>(region: Option<&Region>, bufs: &[Buf], call: impl FnOnce() -> R) -> R {
     let held = region.map(|region| hold(region, bufs));
     let result = call();
     let saved = errno();
@@ -327,7 +557,7 @@ fn held_call<R>(region: Option<&Region>, bufs: &[Buf], call: impl FnOnce() -> R)
 }
 
 /// The region if any of `bufs` has pages in it.
-fn region_of(bufs: &[Buf]) -> Option<&'static Region> {
+pub(crate) fn region_of(bufs: &[Buf]) -> Option<&'static Region> {
     bufs.iter().find_map(|b| region_for(b.addr, b.len))
 }
 
@@ -347,10 +577,17 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isiz
     match region_for(buf as usize, count) {
         // SAFETY: C's contract, passed on.
         None => unsafe { f(fd, buf, count) },
-        Some(region) => in_pieces(region, buf as usize, count, true, More::IfFile(fd), |_, at, n| {
-            // SAFETY: a piece of the caller's buffer.
-            unsafe { f(fd, at as *mut c_void, n) }
-        }),
+        Some(region) => lazy_call(
+            region,
+            Data::One(buf as usize, count),
+            true,
+            More::IfFile(fd),
+            (fd, None),
+            |_, v| {
+                // SAFETY: a piece of the caller's buffer.
+                unsafe { f(fd, v[0].iov_base, v[0].iov_len) }
+            },
+        ),
     }
 }
 
@@ -364,10 +601,17 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> i
     match region_for(buf as usize, count) {
         // SAFETY: C's contract, passed on.
         None => unsafe { f(fd, buf, count) },
-        Some(region) => in_pieces(region, buf as usize, count, false, More::WhileWhole, |_, at, n| {
-            // SAFETY: a piece of the caller's buffer.
-            unsafe { f(fd, at as *const c_void, n) }
-        }),
+        Some(region) => lazy_call(
+            region,
+            Data::One(buf as usize, count),
+            false,
+            More::WhileWhole,
+            (fd, None),
+            |_, v| {
+                // SAFETY: a piece of the caller's buffer.
+                unsafe { f(fd, v[0].iov_base, v[0].iov_len) }
+            },
+        ),
     }
 }
 
@@ -378,10 +622,17 @@ fn pread_with(f: PreadFn, fd: c_int, buf: *mut c_void, count: usize, offset: i64
     match region_for(buf as usize, count) {
         // SAFETY: C's contract, passed on.
         None => unsafe { f(fd, buf, count, offset) },
-        Some(region) => in_pieces(region, buf as usize, count, true, More::IfFile(fd), |done, at, n| {
-            // SAFETY: a piece of the caller's buffer, at its offset in the file.
-            unsafe { f(fd, at as *mut c_void, n, offset + done as i64) }
-        }),
+        Some(region) => lazy_call(
+            region,
+            Data::One(buf as usize, count),
+            true,
+            More::IfFile(fd),
+            (fd, Some(offset)),
+            |done, v| {
+                // SAFETY: a piece of the caller's buffer, at its offset in the file.
+                unsafe { f(fd, v[0].iov_base, v[0].iov_len, offset + done as i64) }
+            },
+        ),
     }
 }
 
@@ -389,10 +640,17 @@ fn pwrite_with(f: PwriteFn, fd: c_int, buf: *const c_void, count: usize, offset:
     match region_for(buf as usize, count) {
         // SAFETY: C's contract, passed on.
         None => unsafe { f(fd, buf, count, offset) },
-        Some(region) => in_pieces(region, buf as usize, count, false, More::WhileWhole, |done, at, n| {
-            // SAFETY: as above.
-            unsafe { f(fd, at as *const c_void, n, offset + done as i64) }
-        }),
+        Some(region) => lazy_call(
+            region,
+            Data::One(buf as usize, count),
+            false,
+            More::WhileWhole,
+            (fd, Some(offset)),
+            |done, v| {
+                // SAFETY: as above.
+                unsafe { f(fd, v[0].iov_base, v[0].iov_len, offset + done as i64) }
+            },
+        ),
     }
 }
 
@@ -444,12 +702,10 @@ pub unsafe extern "C" fn pwrite64(
 // ---------------------------------------------------------------------------------------
 // Vectors
 
-/// Most pieces of a vector passed at once when a call is split.
-const PIECE_IOVS: usize = 64;
-
-/// A vector call (`readv` and the rest): the array and every buffer held, at once when they
-/// fit, else in pieces of whole and split buffers, `call(done, iov, count)` for each.
+/// A vector call (`readv` and the rest): the array held at once, the buffers as one run of
+/// bytes (`lazy_call`), `call(done, iov, count)` for the buffers from byte `done` on.
 fn vector_call(
+    (fd, at): (c_int, Option<i64>),
     iov: *const libc::iovec,
     count: c_int,
     writes: bool,
@@ -469,96 +725,26 @@ fn vector_call(
     }) else {
         return call(0, iov, count);
     };
-    let page_count = |v: &libc::iovec| {
-        pages_of(region, v.iov_base as usize, v.iov_len).map_or(0, |(a, b)| b - a)
-    };
-    let total: usize = iovs.iter().map(page_count).sum();
-    if pins::grant(total) >= total && iovs.len() <= RANGES * 4 {
-        let mut bufs = [array; RANGES * 4 + 1];
-        for (slot, v) in bufs[1..].iter_mut().zip(iovs) {
-            *slot = Buf {
-                addr: v.iov_base as usize,
-                len: v.iov_len,
-                writes,
-            };
-        }
-        return held_call(Some(region), &bufs[..iovs.len() + 1], || call(0, iov, count));
-    }
-    // In pieces, each its own array of up to PIECE_IOVS parts within what may be held.
-    let mut done = 0usize;
-    let mut more = more;
-    let (mut index, mut offset) = (0usize, 0usize);
-    loop {
-        let mut parts = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; PIECE_IOVS];
-        let mut bufs = [array; PIECE_IOVS];
-        let mut n = 0;
-        let mut budget = pins::grant(total);
-        let mut wanted = 0usize;
-        let (mut i, mut off) = (index, offset);
-        while i < iovs.len() && n < PIECE_IOVS && budget > 0 {
-            let base = iovs[i].iov_base as usize + off;
-            let left = iovs[i].iov_len - off;
-            let len = piece_within(region, base, left, &mut budget);
-            parts[n] = libc::iovec {
-                iov_base: base as *mut c_void,
-                iov_len: len,
-            };
-            bufs[n] = Buf {
-                addr: base,
-                len,
-                writes,
-            };
-            n += 1;
-            wanted += len;
-            off += len;
-            if off == iovs[i].iov_len {
-                i += 1;
-                off = 0;
-            }
-        }
-        if n == 0 {
-            return done as isize;
-        }
-        let got = held_call(Some(region), &bufs[..n], || {
-            call(done, parts.as_ptr(), n as c_int)
-        });
-        if got < 0 {
-            return if done > 0 { done as isize } else { got };
-        }
-        done += got as usize;
-        if got as usize != wanted || i >= iovs.len() {
-            return done as isize;
-        }
-        (index, offset) = (i, off);
-        if let More::IfFile(fd) = more {
-            more = if is_file(fd) {
-                More::WhileWhole
+    // The array is read where it is (the pieces' arrays are copies on this stack).
+    let held_array = region_for(array.addr, array.len).map(|region| hold(region, &[array]));
+    let result = lazy_call(
+        region,
+        Data::Vector(iovs),
+        writes,
+        more,
+        (fd, at),
+        |done, segs| {
+            if done == 0 && segs.len() == iovs.len() {
+                call(0, iov, count)
             } else {
-                More::Never
-            };
-        }
-        if matches!(more, More::Never) {
-            return done as isize;
-        }
-    }
-}
-
-/// Bytes of `[addr, addr + len)` within `budget` pages of the region (taken from it); all of
-/// it when it has no pages there.
-fn piece_within(region: &Region, addr: usize, len: usize, budget: &mut usize) -> usize {
-    let Some((first, end)) = pages_of(region, addr, len) else {
-        return len;
-    };
-    if end - first <= *budget {
-        *budget -= end - first;
-        return len;
-    }
-    let cut = (region.base + (first + *budget) * PAGE).saturating_sub(addr).min(len);
-    *budget = 0;
-    cut
+                call(done, segs.as_ptr(), segs.len() as c_int)
+            }
+        },
+    );
+    let saved = errno();
+    drop(held_array);
+    set_errno(saved);
+    result
 }
 
 type VecFn = unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> isize;
@@ -573,7 +759,14 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, count: c_int)
         return missing() as isize;
     };
     // SAFETY: C's contract, passed on piece by piece.
-    vector_call(iov, count, true, More::IfFile(fd), |_, v, n| unsafe { f(fd, v, n) })
+    vector_call(
+        (fd, None),
+        iov,
+        count,
+        true,
+        More::IfFile(fd),
+        |_, v, n| unsafe { f(fd, v, n) },
+    )
 }
 
 /// # Safety
@@ -584,7 +777,14 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, count: c_int
         return missing() as isize;
     };
     // SAFETY: as above.
-    vector_call(iov, count, false, More::WhileWhole, |_, v, n| unsafe { f(fd, v, n) })
+    vector_call(
+        (fd, None),
+        iov,
+        count,
+        false,
+        More::WhileWhole,
+        |_, v, n| unsafe { f(fd, v, n) },
+    )
 }
 
 macro_rules! vector_at {
@@ -602,9 +802,14 @@ macro_rules! vector_at {
                 return missing() as isize;
             };
             // SAFETY: C's contract, passed on piece by piece at each piece's offset.
-            vector_call(iov, count, $writes, $more(fd), |done, v, n| unsafe {
-                f(fd, v, n, offset + done as i64)
-            })
+            vector_call(
+                (fd, Some(offset)),
+                iov,
+                count,
+                $writes,
+                $more(fd),
+                |done, v, n| unsafe { f(fd, v, n, offset + done as i64) },
+            )
         }
     };
 }
@@ -631,9 +836,27 @@ macro_rules! vector_at2 {
             };
             // An offset of -1 means the file's own: pieces then follow on from it.
             // SAFETY: as above.
-            vector_call(iov, count, $writes, $more(fd), |done, v, n| unsafe {
-                f(fd, v, n, if offset < 0 { offset } else { offset + done as i64 }, flags)
-            })
+            let at = (offset >= 0).then_some(offset);
+            vector_call(
+                (fd, at),
+                iov,
+                count,
+                $writes,
+                $more(fd),
+                |done, v, n| unsafe {
+                    f(
+                        fd,
+                        v,
+                        n,
+                        if offset < 0 {
+                            offset
+                        } else {
+                            offset + done as i64
+                        },
+                        flags,
+                    )
+                },
+            )
         }
     };
 }
@@ -696,16 +919,20 @@ fn receive(
     let Some(region) = region_of(&bufs) else {
         return f(buf, len);
     };
-    let whole = pages_of(region, buf as usize, len).is_none_or(|(a, b)| pins::grant(b - a) >= b - a);
-    if whole || is_datagram(fd) {
-        // A datagram beyond the buffer is cut: it is taken whole, whatever it holds.
+    if is_datagram(fd) {
+        // A datagram the kernel fails to copy is dropped: the buffer is made present whole
+        // first.
         return held_call(Some(region), &bufs, || f(buf, len));
     }
-    // A stream's read may be short: one piece.
     let held_names = hold(region, &names);
-    let got = in_pieces(region, buf as usize, len, true, More::Never, |_, at, n| {
-        f(at as *mut c_void, n)
-    });
+    let got = lazy_call(
+        region,
+        Data::One(buf as usize, len),
+        true,
+        More::Never,
+        (fd, None),
+        |_, v| f(v[0].iov_base, v[0].iov_len),
+    );
     let saved = errno();
     drop(held_names);
     set_errno(saved);
@@ -743,20 +970,39 @@ pub unsafe extern "C" fn recvfrom(
     };
     let names = name_bufs(addr, addrlen);
     // SAFETY: as above.
-    receive(fd, |b, n| unsafe { f(fd, b, n, flags, addr, addrlen) }, buf, len, names)
+    receive(
+        fd,
+        |b, n| unsafe { f(fd, b, n, flags, addr, addrlen) },
+        buf,
+        len,
+        names,
+    )
 }
 
-fn send_with(fd: c_int, buf: *const c_void, len: usize, name: Buf, f: impl Fn(usize, usize) -> isize) -> isize {
+fn send_with(
+    fd: c_int,
+    buf: *const c_void,
+    len: usize,
+    name: Buf,
+    f: impl Fn(usize, usize) -> isize,
+) -> isize {
     let bufs = [Buf::read(buf, len), name];
     let Some(region) = region_of(&bufs) else {
         return f(buf as usize, len);
     };
-    let whole = pages_of(region, buf as usize, len).is_none_or(|(a, b)| pins::grant(b - a) >= b - a);
-    if whole || is_datagram(fd) {
+    if is_datagram(fd) {
+        // A datagram goes whole or not at all.
         return held_call(Some(region), &bufs, || f(buf as usize, len));
     }
     let held_name = hold(region, &[name]);
-    let sent = in_pieces(region, buf as usize, len, false, More::WhileWhole, |_, at, n| f(at, n));
+    let sent = lazy_call(
+        region,
+        Data::One(buf as usize, len),
+        false,
+        More::WhileWhole,
+        (fd, None),
+        |_, v| f(v[0].iov_base as usize, v[0].iov_len),
+    );
     let saved = errno();
     drop(held_name);
     set_errno(saved);
@@ -774,9 +1020,13 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: usize, flags: 
         return missing() as isize;
     };
     // SAFETY: C's contract, passed on piece by piece.
-    send_with(fd, buf, len, Buf::read(std::ptr::null(), 0), |at, n| unsafe {
-        f(fd, at as *const c_void, n, flags)
-    })
+    send_with(
+        fd,
+        buf,
+        len,
+        Buf::read(std::ptr::null(), 0),
+        |at, n| unsafe { f(fd, at as *const c_void, n, flags) },
+    )
 }
 
 /// # Safety
@@ -803,7 +1053,10 @@ pub unsafe extern "C" fn sendto(
     ) else {
         return missing() as isize;
     };
-    let name = Buf::read(addr.cast(), if addr.is_null() { 0 } else { addrlen as usize });
+    let name = Buf::read(
+        addr.cast(),
+        if addr.is_null() { 0 } else { addrlen as usize },
+    );
     // SAFETY: as above.
     send_with(fd, buf, len, name, |at, n| unsafe {
         f(fd, at as *const c_void, n, flags, addr, addrlen)
@@ -872,7 +1125,9 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     let mut bufs = [Buf::read(std::ptr::null(), 0); RANGES * 4];
     let n = message_bufs(msg, true, &mut bufs);
     // SAFETY: C's contract, passed on.
-    held_call(region_of(&bufs[..n]), &bufs[..n], || unsafe { f(fd, msg, flags) })
+    held_call(region_of(&bufs[..n]), &bufs[..n], || unsafe {
+        f(fd, msg, flags)
+    })
 }
 
 /// # Safety
@@ -888,7 +1143,9 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     let mut bufs = [Buf::read(std::ptr::null(), 0); RANGES * 4];
     let n = message_bufs(msg, false, &mut bufs);
     // SAFETY: as above.
-    held_call(region_of(&bufs[..n]), &bufs[..n], || unsafe { f(fd, msg, flags) })
+    held_call(region_of(&bufs[..n]), &bufs[..n], || unsafe {
+        f(fd, msg, flags)
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -912,7 +1169,9 @@ pub unsafe extern "C" fn epoll_wait(
     let len = usize::try_from(max).unwrap_or(0) * std::mem::size_of::<libc::epoll_event>();
     let bufs = [Buf::written(events.cast(), len)];
     // SAFETY: C's contract, passed on.
-    held_call(region_of(&bufs), &bufs, || unsafe { f(epfd, events, max, timeout) })
+    held_call(region_of(&bufs), &bufs, || unsafe {
+        f(epfd, events, max, timeout)
+    })
 }
 
 /// # Safety
@@ -938,7 +1197,9 @@ pub unsafe extern "C" fn epoll_pwait(
         return missing();
     };
     let stripped = sigbus::without_bus(sigmask);
-    let sigmask = stripped.as_ref().map_or(sigmask, |s| s as *const libc::sigset_t);
+    let sigmask = stripped
+        .as_ref()
+        .map_or(sigmask, |s| s as *const libc::sigset_t);
     let len = usize::try_from(max).unwrap_or(0) * std::mem::size_of::<libc::epoll_event>();
     let bufs = [Buf::written(events.cast(), len)];
     // SAFETY: as above.
@@ -986,18 +1247,39 @@ pub unsafe extern "C" fn ppoll(
         return missing();
     };
     let stripped = sigbus::without_bus(sigmask);
-    let sigmask = stripped.as_ref().map_or(sigmask, |s| s as *const libc::sigset_t);
+    let sigmask = stripped
+        .as_ref()
+        .map_or(sigmask, |s| s as *const libc::sigset_t);
     let bufs = [
-        Buf::written(fds.cast(), nfds as usize * std::mem::size_of::<libc::pollfd>()),
-        Buf::read(timeout.cast(), if timeout.is_null() { 0 } else { std::mem::size_of::<libc::timespec>() }),
+        Buf::written(
+            fds.cast(),
+            nfds as usize * std::mem::size_of::<libc::pollfd>(),
+        ),
+        Buf::read(
+            timeout.cast(),
+            if timeout.is_null() {
+                0
+            } else {
+                std::mem::size_of::<libc::timespec>()
+            },
+        ),
     ];
     // SAFETY: as above.
-    held_call(region_of(&bufs), &bufs, || unsafe { f(fds, nfds, timeout, sigmask) })
+    held_call(region_of(&bufs), &bufs, || unsafe {
+        f(fds, nfds, timeout, sigmask)
+    })
 }
 
 fn fd_set_bufs(sets: [*mut libc::fd_set; 3], timeout: Buf) -> [Buf; 4] {
     let set = |p: *mut libc::fd_set| {
-        Buf::written(p.cast(), if p.is_null() { 0 } else { std::mem::size_of::<libc::fd_set>() })
+        Buf::written(
+            p.cast(),
+            if p.is_null() {
+                0
+            } else {
+                std::mem::size_of::<libc::fd_set>()
+            },
+        )
     };
     [set(sets[0]), set(sets[1]), set(sets[2]), timeout]
 }
@@ -1026,10 +1308,19 @@ pub unsafe extern "C" fn select(
     };
     let bufs = fd_set_bufs(
         [r, w, e],
-        Buf::written(timeout.cast(), if timeout.is_null() { 0 } else { std::mem::size_of::<libc::timeval>() }),
+        Buf::written(
+            timeout.cast(),
+            if timeout.is_null() {
+                0
+            } else {
+                std::mem::size_of::<libc::timeval>()
+            },
+        ),
     );
     // SAFETY: as above.
-    held_call(region_of(&bufs), &bufs, || unsafe { f(nfds, r, w, e, timeout) })
+    held_call(region_of(&bufs), &bufs, || unsafe {
+        f(nfds, r, w, e, timeout)
+    })
 }
 
 /// # Safety
@@ -1057,13 +1348,24 @@ pub unsafe extern "C" fn pselect(
         return missing();
     };
     let stripped = sigbus::without_bus(sigmask);
-    let sigmask = stripped.as_ref().map_or(sigmask, |s| s as *const libc::sigset_t);
+    let sigmask = stripped
+        .as_ref()
+        .map_or(sigmask, |s| s as *const libc::sigset_t);
     let bufs = fd_set_bufs(
         [r, w, e],
-        Buf::read(timeout.cast(), if timeout.is_null() { 0 } else { std::mem::size_of::<libc::timespec>() }),
+        Buf::read(
+            timeout.cast(),
+            if timeout.is_null() {
+                0
+            } else {
+                std::mem::size_of::<libc::timespec>()
+            },
+        ),
     );
     // SAFETY: as above.
-    held_call(region_of(&bufs), &bufs, || unsafe { f(nfds, r, w, e, timeout, sigmask) })
+    held_call(region_of(&bufs), &bufs, || unsafe {
+        f(nfds, r, w, e, timeout, sigmask)
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1072,7 +1374,15 @@ pub unsafe extern "C" fn pselect(
 
 type StdioFn = unsafe extern "C" fn(*mut c_void, usize, usize, *mut libc::FILE) -> usize;
 
-fn stdio_call(f: StdioFn, ptr: *mut c_void, size: usize, n: usize, stream: *mut libc::FILE, writes: bool, locked: bool) -> usize {
+fn stdio_call(
+    f: StdioFn,
+    ptr: *mut c_void,
+    size: usize,
+    n: usize,
+    stream: *mut libc::FILE,
+    writes: bool,
+    locked: bool,
+) -> usize {
     let Some(total) = size.checked_mul(n) else {
         // SAFETY: C's contract, passed on.
         return unsafe { f(ptr, size, n, stream) };
@@ -1086,21 +1396,43 @@ fn stdio_call(f: StdioFn, ptr: *mut c_void, size: usize, n: usize, stream: *mut 
         // SAFETY: a valid stream (C's contract).
         unsafe { flockfile(stream) };
     }
-    let done = in_pieces(region, ptr as usize, total, writes, More::WhileWhole, |_, at, len| {
+    // The C library reads and writes between the buffer and the kernel itself: each piece
+    // is made present whole first.
+    let mut done = 0usize;
+    while done < total {
+        let end = piece_end(region, &Data::One(ptr as usize, total), done, total);
+        let at = ptr as usize + done;
+        let bufs = [Buf {
+            addr: at,
+            len: end - done,
+            writes,
+        }];
+        let wanted = end - done;
         // SAFETY: a piece of the caller's buffer, whole bytes.
-        unsafe { f(at as *mut c_void, 1, len, stream) as isize }
-    });
+        let got = held_call(Some(region), &bufs, || unsafe {
+            f(at as *mut c_void, 1, wanted, stream)
+        });
+        done += got;
+        if got != wanted {
+            break;
+        }
+    }
     if locked {
         // SAFETY: locked above.
         unsafe { funlockfile(stream) };
     }
-    done.max(0) as usize / size.max(1)
+    done / size.max(1)
 }
 
 /// # Safety
 /// C's `fread`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fread(ptr: *mut c_void, size: usize, n: usize, stream: *mut libc::FILE) -> usize {
+pub unsafe extern "C" fn fread(
+    ptr: *mut c_void,
+    size: usize,
+    n: usize,
+    stream: *mut libc::FILE,
+) -> usize {
     match real!(c"fread", StdioFn) {
         Some(f) => stdio_call(f, ptr, size, n, stream, true, true),
         None => 0,
@@ -1110,7 +1442,12 @@ pub unsafe extern "C" fn fread(ptr: *mut c_void, size: usize, n: usize, stream: 
 /// # Safety
 /// C's `fwrite`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fwrite(ptr: *const c_void, size: usize, n: usize, stream: *mut libc::FILE) -> usize {
+pub unsafe extern "C" fn fwrite(
+    ptr: *const c_void,
+    size: usize,
+    n: usize,
+    stream: *mut libc::FILE,
+) -> usize {
     match real!(c"fwrite", StdioFn) {
         Some(f) => stdio_call(f, ptr.cast_mut(), size, n, stream, false, true),
         None => 0,
@@ -1120,7 +1457,12 @@ pub unsafe extern "C" fn fwrite(ptr: *const c_void, size: usize, n: usize, strea
 /// # Safety
 /// C's `fread_unlocked`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fread_unlocked(ptr: *mut c_void, size: usize, n: usize, stream: *mut libc::FILE) -> usize {
+pub unsafe extern "C" fn fread_unlocked(
+    ptr: *mut c_void,
+    size: usize,
+    n: usize,
+    stream: *mut libc::FILE,
+) -> usize {
     match real!(c"fread_unlocked", StdioFn) {
         Some(f) => stdio_call(f, ptr, size, n, stream, true, false),
         None => 0,
@@ -1130,7 +1472,12 @@ pub unsafe extern "C" fn fread_unlocked(ptr: *mut c_void, size: usize, n: usize,
 /// # Safety
 /// C's `fwrite_unlocked`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fwrite_unlocked(ptr: *const c_void, size: usize, n: usize, stream: *mut libc::FILE) -> usize {
+pub unsafe extern "C" fn fwrite_unlocked(
+    ptr: *const c_void,
+    size: usize,
+    n: usize,
+    stream: *mut libc::FILE,
+) -> usize {
     match real!(c"fwrite_unlocked", StdioFn) {
         Some(f) => stdio_call(f, ptr.cast_mut(), size, n, stream, false, false),
         None => 0,
@@ -1142,8 +1489,8 @@ pub unsafe extern "C" fn fwrite_unlocked(ptr: *const c_void, size: usize, n: usi
 // shares the memory, with the default action for SIGBUS) reads them too.
 
 /// Adds a string's bytes (with its NUL) to `bufs`.
-fn string_buf(s: *const c_char) -> Buf {
-    if s.is_null() {
+pub(crate) fn string_buf(s: *const c_char) -> Buf {
+    if s.is_null() || !sigbus::active() {
         return Buf::read(std::ptr::null(), 0);
     }
     // SAFETY: C's contract: a NUL-terminated string (reading it may fault, in this thread).
@@ -1190,7 +1537,11 @@ fn environment() -> *const *const c_char {
 }
 
 /// Arguments and environment held while `call` runs (only with faults served in the thread).
-fn with_args<R>(path: *const c_char, arrays: &[*const *const c_char], call: impl FnOnce() -> R) -> R {
+fn with_args<R>(
+    path: *const c_char,
+    arrays: &[*const *const c_char],
+    call: impl FnOnce() -> R,
+) -> R {
     if !sigbus::active() {
         return call();
     }
@@ -1202,13 +1553,18 @@ fn with_args<R>(path: *const c_char, arrays: &[*const *const c_char], call: impl
     result
 }
 
-type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecveFn =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 type ExecvFn = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
 
 /// # Safety
 /// C's `execve`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let Some(f) = real!(c"execve", ExecveFn) else {
         return missing();
     };
@@ -1219,7 +1575,11 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 /// # Safety
 /// C's `execvpe`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let Some(f) = real!(c"execvpe", ExecveFn) else {
         return missing();
     };
@@ -1252,7 +1612,11 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 /// # Safety
 /// C's `fexecve`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let Some(f) = real!(
         c"fexecve",
         unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int
@@ -1260,7 +1624,9 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *c
         return missing();
     };
     // SAFETY: as above.
-    with_args(std::ptr::null(), &[argv, envp], || unsafe { f(fd, argv, envp) })
+    with_args(std::ptr::null(), &[argv, envp], || unsafe {
+        f(fd, argv, envp)
+    })
 }
 
 type SpawnFn = unsafe extern "C" fn(
@@ -1287,7 +1653,9 @@ pub unsafe extern "C" fn posix_spawn(
         return libc::ENOSYS;
     };
     // SAFETY: as above.
-    with_args(path, &[argv, envp], || unsafe { f(pid, path, actions, attr, argv, envp) })
+    with_args(path, &[argv, envp], || unsafe {
+        f(pid, path, actions, attr, argv, envp)
+    })
 }
 
 /// # Safety
@@ -1305,7 +1673,9 @@ pub unsafe extern "C" fn posix_spawnp(
         return libc::ENOSYS;
     };
     // SAFETY: as above.
-    with_args(file, &[argv, envp], || unsafe { f(pid, file, actions, attr, argv, envp) })
+    with_args(file, &[argv, envp], || unsafe {
+        f(pid, file, actions, attr, argv, envp)
+    })
 }
 
 /// # Safety
@@ -1433,7 +1803,11 @@ pub unsafe extern "C" fn sigaction(
 type SignalFn = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
 
 /// `signal` and its BSD name: with SIGBUS, the program's action changes, not the process's.
-fn bsd_signal_with(f: Option<SignalFn>, sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+fn bsd_signal_with(
+    f: Option<SignalFn>,
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     if sig == libc::SIGBUS && sigbus::active() {
         let old = sigbus::program_action().sa_sigaction;
         // SAFETY: sigaction is plain data; all-zero is valid.
@@ -1470,7 +1844,10 @@ pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> 
 /// # Safety
 /// C's `sysv_signal`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+pub unsafe extern "C" fn sysv_signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     if sig == libc::SIGBUS && sigbus::active() {
         let old = sigbus::program_action().sa_sigaction;
         // SAFETY: sigaction is plain data; all-zero is valid.
@@ -1492,14 +1869,21 @@ pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) ->
 
 type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
 
-fn mask_with(f: Option<MaskFn>, how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
+fn mask_with(
+    f: Option<MaskFn>,
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
     let Some(f) = f else {
         return missing();
     };
     let stripped = (how != libc::SIG_UNBLOCK)
         .then(|| sigbus::without_bus(set))
         .flatten();
-    let set = stripped.as_ref().map_or(set, |s| s as *const libc::sigset_t);
+    let set = stripped
+        .as_ref()
+        .map_or(set, |s| s as *const libc::sigset_t);
     // SAFETY: C's contract, passed on.
     unsafe { f(how, set, old) }
 }
@@ -1507,14 +1891,22 @@ fn mask_with(f: Option<MaskFn>, how: c_int, set: *const libc::sigset_t, old: *mu
 /// # Safety
 /// C's `sigprocmask`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
     mask_with(real!(c"sigprocmask", MaskFn), how, set, old)
 }
 
 /// # Safety
 /// C's `pthread_sigmask`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
     mask_with(real!(c"pthread_sigmask", MaskFn), how, set, old)
 }
 
@@ -1522,11 +1914,16 @@ pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const libc::sigset_t,
 /// C's `sigsuspend`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
-    let Some(f) = real!(c"sigsuspend", unsafe extern "C" fn(*const libc::sigset_t) -> c_int) else {
+    let Some(f) = real!(
+        c"sigsuspend",
+        unsafe extern "C" fn(*const libc::sigset_t) -> c_int
+    ) else {
         return missing();
     };
     let stripped = sigbus::without_bus(mask);
-    let mask = stripped.as_ref().map_or(mask, |s| s as *const libc::sigset_t);
+    let mask = stripped
+        .as_ref()
+        .map_or(mask, |s| s as *const libc::sigset_t);
     // SAFETY: C's contract, passed on.
     unsafe { f(mask) }
 }

@@ -390,8 +390,14 @@ impl Shared {
             ("rt_signals_passed", b.signals_passed.load(Relaxed)),
             ("rt_syscalls_prepared", b.syscalls_prepared.load(Relaxed)),
             ("rt_syscall_faults", b.syscall_faults.load(Relaxed)),
-            ("rt_syscall_pinned_peak", b.syscall_pinned_peak.load(Relaxed)),
-            ("rt_syscall_pins_spared", b.syscall_pins_spared.load(Relaxed)),
+            (
+                "rt_syscall_pinned_peak",
+                b.syscall_pinned_peak.load(Relaxed),
+            ),
+            (
+                "rt_syscall_pins_spared",
+                b.syscall_pins_spared.load(Relaxed),
+            ),
         ]
     }
 }
