@@ -471,13 +471,55 @@ fn touch_ahead(
     false
 }
 
+/// How many bytes a read of `fd` (at file offset `at`, or the descriptor's own; `waitall`:
+/// a socket read that waits for all of `len`) will write, as far as can be known before it,
+/// and whether the read must be cut to that many (else it may give more than was counted on,
+/// and the kernel would meet pages not made present). A regular file gives what lies between
+/// the offset and its end; a pipe, a socket or a terminal what it holds now (`FIONREAD`), or
+/// when it holds nothing a first page's worth, a read then waiting as it would (a datagram is
+/// never cut: what does not fit is dropped); anything else all of `len`.
+fn read_expect(fd: c_int, at: Option<i64>, len: usize, waitall: bool) -> (usize, bool) {
+    // SAFETY: stat is plain data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer; a bad descriptor fails (and so will the read).
+    if unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st) } != 0 {
+        return (0, false);
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFREG {
+        let position = match at {
+            Some(offset) => offset,
+            // SAFETY: lseek with SEEK_CUR only reads the offset.
+            None => unsafe { libc::syscall(libc::SYS_lseek, fd, 0, libc::SEEK_CUR) },
+        };
+        let left = (st.st_size - position.max(0)).max(0) as usize;
+        return (left.min(len), false);
+    }
+    if waitall || !matches!(kind, libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR) {
+        return (len, false);
+    }
+    let mut held: c_int = 0;
+    // SAFETY: FIONREAD writes an int; refused by descriptors that do not count.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut held) } != 0 {
+        return (len, false);
+    }
+    let datagram = kind == libc::S_IFSOCK && is_datagram(fd);
+    match usize::try_from(held).unwrap_or(0) {
+        0 if datagram => (len, false),
+        0 => (len.min(PAGE), true),
+        held => (held.min(len), !datagram),
+    }
+}
+
 /// A call on `data` (the kernel writes it when `writes`: a read) in pieces that may be held
-/// at once, each held (no eviction takes its pages) while the call runs. Pages are not
-/// touched ahead: the kernel stops short (or fails with `EFAULT`) at one that is missing,
-/// which is then brought in by a touch of this thread, and the call goes on from there. So
-/// the program's thread faults on exactly the pages the kernel touches, as the kernel itself
-/// would on the handler-thread path. `call(done, buffers)` makes the call for the buffers of
-/// bytes from `done` on; a read goes on after a short piece only while data is there.
+/// at once, each held (no eviction takes its pages) while the call runs, its pages that the
+/// kernel will touch touched first by this thread (its faults, served and recorded as the
+/// kernel's own would have been on the handler-thread path): all of a write's, what a read
+/// will get as far as that can be known (`read_expect`), a read cut to that where it could
+/// give more. Should the kernel still meet a missing page (data arrived meanwhile), it stops
+/// short or fails with `EFAULT`; the page is brought in and the call goes on from there.
+/// `call(done, buffers)` makes the call for the buffers of bytes from `done` on; a read goes
+/// on after a short piece only while data is there.
 fn lazy_call(
     region: &Region,
     data: Data,
@@ -485,6 +527,18 @@ fn lazy_call(
     more: More,
     (fd, at): (c_int, Option<i64>),
     mut call: impl FnMut(usize, &[libc::iovec]) -> isize,
+) -> isize {
+    lazy_call_with(region, data, writes, more, (fd, at, false), &mut call)
+}
+
+/// [`lazy_call`] of a socket read that waits for all of its length (`MSG_WAITALL`).
+fn lazy_call_with(
+    region: &Region,
+    data: Data,
+    writes: bool,
+    more: More,
+    (fd, at, waitall): (c_int, Option<i64>, bool),
+    call: &mut dyn FnMut(usize, &[libc::iovec]) -> isize,
 ) -> isize {
     let tid = sys::gettid();
     let total = data.len();
@@ -497,6 +551,16 @@ fn lazy_call(
     loop {
         let end = piece_end(region, &data, done, total);
         let held = pin_data(region, &data, done, end, tid);
+        // What the kernel will touch of the piece, touched now; a read is cut to it where it
+        // could give more.
+        let (expect, cut) = if writes {
+            let at = at.map(|offset| offset + done as i64);
+            read_expect(fd, at, end - done, waitall)
+        } else {
+            (end - done, false)
+        };
+        touch_range(region, &data, (done, done + expect), writes, tid);
+        let end = if cut { done + expect.max(1) } else { end };
         loop {
             let mut segs = [libc::iovec {
                 iov_base: std::ptr::null_mut(),
@@ -530,7 +594,7 @@ fn lazy_call(
             }
         }
         drop(held);
-        if done >= total {
+        if done >= total || cut {
             return done as isize;
         }
         if let More::IfFile(fd) = more {
@@ -544,6 +608,28 @@ fn lazy_call(
             return done as isize;
         }
     }
+}
+
+/// Touches the region's pages of bytes `[from, to)` of `data`, each once (with a write where
+/// the kernel writes), counting those that were faults.
+fn touch_range(region: &Region, data: &Data, (from, to): (usize, usize), writes: bool, tid: u32) {
+    let before = sigbus::served(tid);
+    let mut offset = from;
+    while offset < to {
+        let Some((addr, contiguous)) = data.at(offset) else {
+            break;
+        };
+        if region.contains(addr) {
+            touch(addr, writes);
+        }
+        offset += contiguous.min(PAGE - addr % PAGE).min(to - offset);
+    }
+    let faults = sigbus::served(tid).wrapping_sub(before);
+    region
+        .shared()
+        .breakdown
+        .syscall_faults
+        .fetch_add(u64::from(faults), Relaxed);
 }
 
 /// A call whose buffers are all held at once (small ones, or those that cannot be split).
@@ -909,7 +995,7 @@ type RecvFromFn = unsafe extern "C" fn(
 ) -> isize;
 
 fn receive(
-    fd: c_int,
+    (fd, flags): (c_int, c_int),
     f: impl Fn(*mut c_void, usize) -> isize,
     buf: *mut c_void,
     len: usize,
@@ -925,13 +1011,14 @@ fn receive(
         return held_call(Some(region), &bufs, || f(buf, len));
     }
     let held_names = hold(region, &names);
-    let got = lazy_call(
+    let waitall = flags & libc::MSG_WAITALL != 0;
+    let got = lazy_call_with(
         region,
         Data::One(buf as usize, len),
         true,
         More::Never,
-        (fd, None),
-        |_, v| f(v[0].iov_base, v[0].iov_len),
+        (fd, None, waitall),
+        &mut |_, v| f(v[0].iov_base, v[0].iov_len),
     );
     let saved = errno();
     drop(held_names);
@@ -951,7 +1038,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_
     };
     let names = name_bufs(std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: C's contract, passed on.
-    receive(fd, |b, n| unsafe { f(fd, b, n, flags) }, buf, len, names)
+    receive((fd, flags), |b, n| unsafe { f(fd, b, n, flags) }, buf, len, names)
 }
 
 /// # Safety
@@ -971,7 +1058,7 @@ pub unsafe extern "C" fn recvfrom(
     let names = name_bufs(addr, addrlen);
     // SAFETY: as above.
     receive(
-        fd,
+        (fd, flags),
         |b, n| unsafe { f(fd, b, n, flags, addr, addrlen) },
         buf,
         len,

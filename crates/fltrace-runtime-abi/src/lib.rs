@@ -122,7 +122,7 @@ pub mod path {
     /// The path's name, as the stats file and `record -v` give it.
     pub fn name(path: u64) -> &'static str {
         match path {
-            THREADS => "handler threads",
+            THREADS => "by handler threads",
             IN_THREAD => "in the faulting thread",
             _ => "unknown",
         }
