@@ -217,8 +217,15 @@ fn build_region() -> Option<Region> {
         _ => Policy::Fifo,
     };
     let shared = map_shared();
-    let want_move = sys::env_u64(env::MOVE) != Some(0);
     let want_in_thread = settings().in_thread;
+    // Pages move by default on the handler-thread path. In the thread they are copied: the
+    // program's other threads run while a page moves, and each move's TLB flush of the store
+    // page interrupts them (an IPI per fetch, where copying flushes once per batch).
+    let want_move = match sys::env_u64(env::MOVE) {
+        Some(0) => false,
+        Some(_) => true,
+        None => !want_in_thread,
+    };
     let opened = match local {
         Some(_) => match open_uffd(want_move, want_in_thread) {
             Ok(opened) => opened,

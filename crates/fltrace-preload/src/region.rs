@@ -176,7 +176,7 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
 /// Most pages evicted in one batch: one write-protect and one `MADV_DONTNEED` (one TLB
 /// shootdown) per run of contiguous pages in it.
-pub const EVICT_BATCH: usize = 128;
+pub const EVICT_BATCH: usize = 512;
 
 /// Tuning of a region beyond its size and policy.
 #[derive(Debug, Clone, Copy)]
@@ -218,6 +218,20 @@ fn report_move_error(error: &std::io::Error) {
             sys::decimal(error.raw_os_error().unwrap_or(0) as u64, &mut code),
             b"); the page stays where it is and the move is tried again\n",
         ]);
+    }
+}
+
+/// One step of waiting for another thread that is working (without sleeping: the waiter may
+/// be in a signal handler, where a sleep on a futex would need that thread to wake it): spins
+/// for about the time the page lock is held, then yields the CPU to a holder that was
+/// preempted.
+fn backoff(spins: &mut u32) {
+    *spins = spins.saturating_add(1);
+    if *spins < 4096 {
+        std::hint::spin_loop();
+    } else {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
     }
 }
 
@@ -400,13 +414,7 @@ impl Region {
             if let Some(guard) = self.inner.try_lock() {
                 return guard;
             }
-            spins = spins.saturating_add(1);
-            if spins < 256 {
-                std::hint::spin_loop();
-            } else {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
-            }
+            backoff(&mut spins);
         }
     }
 
@@ -437,13 +445,7 @@ impl Region {
     fn wait_while(&self, idx: usize, bits: u8) {
         let mut spins = 0u32;
         while self.state(idx).load(SeqCst) & bits != 0 {
-            spins = spins.saturating_add(1);
-            if spins < 256 {
-                std::hint::spin_loop();
-            } else {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
-            }
+            backoff(&mut spins);
         }
     }
 
@@ -544,6 +546,13 @@ impl Region {
         // may go now.
         self.unpin(&mut pages, fault.tid);
         let state = self.state(idx).load(Relaxed);
+        if state & EVICTING != 0 {
+            // Being written out by another thread, without the lock: once it is gone it is
+            // fetched as any evicted page.
+            drop(pages);
+            self.wait_while(idx, EVICTING);
+            return self.serve(fault);
+        }
         if state & FILLING != 0 {
             // Another thread's fault is filling it, outside the lock: this one waits for
             // that fill and only retries. Logged: the thread's fault has its row.
@@ -605,10 +614,17 @@ impl Region {
         // same evictions on every run.
         let write = fault.write || fault.wp;
         let evicting = now_ns();
-        if self.evict_over_limit(&mut pages, self.limit.saturating_sub(1)) {
+        let (mut pages, evicted) = self.evict_over_limit(pages, self.limit.saturating_sub(1));
+        if evicted {
             add(&breakdown.evict_ns, now_ns() - evicting);
         }
         let state = self.state(idx).load(Relaxed);
+        if state & (RESIDENT | FILLING | EVICTING) != 0 {
+            // Brought in (or being brought in) by another thread while the lock was let go
+            // for the eviction: served as if found so.
+            drop(pages);
+            return self.serve(fault);
+        }
         let fetched = state & IN_STORE != 0;
         // Counted and logged before the fill lets the thread run again (see `log`).
         let counted = [
@@ -954,13 +970,21 @@ impl Region {
 
     /// Evicts until at most `target` pages are resident. Victims are taken in batches of up to
     /// [`EVICT_BATCH`] so that neighbouring pages share one write-protect and one
-    /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages.
-    fn evict_over_limit(&self, pages: &mut Pages, target: usize) -> bool {
+    /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages. Each batch is
+    /// chosen under the page lock and marked `EVICTING`; its pages are written out and dropped
+    /// without the lock (threads fault and fill meanwhile, and wait only for those pages), and
+    /// their states are set under it again. A batch's pages leave the count of local pages
+    /// when chosen: while one is written out, the pages filled meanwhile may exceed the limit
+    /// by that batch at most. Returns the lock, and whether anything was evicted.
+    fn evict_over_limit<'a>(
+        &'a self,
+        mut pages: spinning_top::guard::SpinlockGuard<'a, Pages>,
+        target: usize,
+    ) -> (spinning_top::guard::SpinlockGuard<'a, Pages>, bool) {
         if pages.resident <= target {
-            return false;
+            return (pages, false);
         }
         let shared = self.shared();
-        let breakdown = &shared.breakdown;
         shared.evict_ops.fetch_add(1, Relaxed);
         // Going a little below the target makes the next faults free of eviction work.
         let target = target.saturating_sub(self.ahead);
@@ -975,157 +999,199 @@ impl Region {
         let mut held_spared = pages.len;
         while pages.resident > target && pages.len > 0 {
             let mut victims = [0usize; EVICT_BATCH];
-            let mut count = 0;
-            while count < EVICT_BATCH && pages.resident - count > target && pages.len > 0 {
-                // SAFETY: the queue is non-empty; indexes are within their arrays.
-                let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
-                pages.head = (pages.head + 1) % pages.queue_cap;
-                pages.len -= 1;
-                let idx = idx as usize;
-                let state = self.state(idx);
-                // SAFETY: idx < pages.
-                let current = unsafe { *pages.ticket.add(idx) };
-                if current != ticket || state.load(Relaxed) & RESIDENT == 0 {
-                    continue;
-                }
-                if state.load(Relaxed) & PINNED != 0 && pins_spared > 0 {
-                    pins_spared -= 1;
-                    if self.pinned_thread_lives(pages, idx) {
-                        // Its thread has not run since the page was served: back in the
-                        // queue, as if brought in now.
-                        self.enqueue(pages, idx);
-                        continue;
-                    }
-                    state.fetch_and(!PINNED, Relaxed);
-                }
-                // Marked before the system calls' pins are read, which a pin's taker does
-                // the other way round: either this sees the pin, or the taker sees the mark
-                // and waits for the eviction to end before it brings the page back.
-                state.fetch_or(EVICTING, SeqCst);
-                std::sync::atomic::fence(SeqCst);
-                if self.is_local(idx) {
-                    // Kept local for good: out of the queue.
-                    state.fetch_and(!EVICTING, SeqCst);
-                    continue;
-                }
-                if held_spared > 0 && crate::pins::holds(idx) {
-                    held_spared -= 1;
-                    state.fetch_and(!EVICTING, SeqCst);
-                    breakdown.syscall_pins_spared.fetch_add(1, Relaxed);
-                    self.enqueue(pages, idx);
-                    continue;
-                }
-                if self.policy != Policy::Fifo
-                    && state.load(Relaxed) & REFERENCED != 0
-                    && chances > 0
-                {
-                    chances -= 1;
-                    // Second chance; under clock a dirty page is protected again so that the
-                    // next write is seen.
-                    state.fetch_and(!REFERENCED, Relaxed);
-                    if self.policy == Policy::Clock && state.load(Relaxed) & DIRTY != 0 {
-                        let addr = self.base + idx * PAGE;
-                        let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, true);
-                    }
-                    state.fetch_and(!EVICTING, SeqCst);
-                    self.enqueue(pages, idx);
-                    continue;
-                }
-                victims[count] = idx;
-                count += 1;
+            let count = self.choose_victims(
+                &mut pages,
+                target,
+                &mut victims,
+                (&mut chances, &mut pins_spared, &mut held_spared),
+            );
+            if count == 0 {
+                continue;
             }
             let victims = &mut victims[..count];
             victims.sort_unstable();
-            if self.moving {
-                let moving = now_ns();
-                let kept = self.move_out(victims);
-                add(&breakdown.evict_copy_ns, now_ns() - moving);
-                for &idx in &victims[..kept] {
-                    self.state(idx).fetch_and(!EVICTING, SeqCst);
-                    self.enqueue(pages, idx);
-                }
-                for &idx in &victims[kept..] {
-                    let state = self.state(idx);
-                    let old = state.load(Relaxed);
-                    state.store(
-                        (old & !(RESIDENT | DIRTY | REFERENCED | PINNED | EVICTING)) | IN_STORE,
-                        SeqCst,
-                    );
-                    // SAFETY: idx < pages.
-                    unsafe { *pages.evicted_at.add(idx) = pages.evictions };
-                    pages.evictions = pages.evictions.wrapping_add(1);
-                }
-                let evicted = count - kept;
-                shared.evict_writes.fetch_add(evicted as u64, Relaxed);
-                pages.resident -= evicted;
-                pages.far += evicted;
-                shared.far.store((pages.far * PAGE) as u64, Relaxed);
-                shared.evict_pages_done.fetch_add(evicted as u64, Relaxed);
-                if evicted == 0 {
-                    // Nothing would move: stop rather than spin on the same pages.
-                    break;
-                }
-                continue;
+            pages.resident -= count;
+            drop(pages);
+            let evicted = if self.moving {
+                self.write_out_moving(victims)
+            } else {
+                self.write_out_copying(victims)
+            };
+            pages = self.lock();
+            let kept = count - evicted;
+            for &idx in &victims[..kept] {
+                // Could not move: resident still, back in the queue.
+                self.state(idx).fetch_and(!EVICTING, SeqCst);
+                self.enqueue(&mut pages, idx);
             }
-            // Block writers on the dirty victims first, then copy: no write can be lost between.
-            let protecting = now_ns();
-            for_runs(victims, |first, n| {
-                let dirty = |i: usize| self.state(i).load(Relaxed) & DIRTY != 0;
-                if (first..first + n).any(dirty) {
-                    let _ = uffd::write_protect(
-                        self.uffd(),
-                        (self.base + first * PAGE) as u64,
-                        (n * PAGE) as u64,
-                        true,
-                    );
-                }
-            });
-            let copying = now_ns();
-            add(&breakdown.evict_wp_ns, copying - protecting);
-            for &idx in victims.iter() {
+            for &idx in &victims[kept..] {
                 let state = self.state(idx);
                 let old = state.load(Relaxed);
-                let mut new = old;
                 if old & IN_STORE != 0 {
-                    // Its copy stays as the far page; no longer held twice.
-                    pages.clean_copies -= 1;
+                    pages.far += 1;
                 }
-                if old & DIRTY != 0 {
-                    let addr = self.base + idx * PAGE;
-                    // SAFETY: both pages are mapped and PAGE bytes long; the region page is
-                    // resident (reading it cannot fault) and no longer writable.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            addr as *const u8,
-                            (self.store + idx * PAGE) as *mut u8,
-                            PAGE,
-                        )
-                    };
-                    new |= IN_STORE;
-                    shared.evict_writes.fetch_add(1, Relaxed);
-                }
-                // Still marked as being evicted until it is dropped below.
-                new &= !(RESIDENT | DIRTY | REFERENCED | PINNED);
-                state.store(new, SeqCst);
-                pages.far += usize::from(new & IN_STORE != 0);
                 // SAFETY: idx < pages.
                 unsafe { *pages.evicted_at.add(idx) = pages.evictions };
                 pages.evictions = pages.evictions.wrapping_add(1);
+                state.store(old & !EVICTING, SeqCst);
             }
-            let dropping = now_ns();
-            add(&breakdown.evict_copy_ns, dropping - copying);
-            for_runs(victims, |first, n| {
-                sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
-            });
-            for &idx in victims.iter() {
-                self.state(idx).fetch_and(!EVICTING, SeqCst);
-            }
-            add(&breakdown.evict_drop_ns, now_ns() - dropping);
-            pages.resident -= count;
-            shared.evict_pages_done.fetch_add(count as u64, Relaxed);
+            pages.resident += kept;
+            shared.evict_pages_done.fetch_add(evicted as u64, Relaxed);
             shared.far.store((pages.far * PAGE) as u64, Relaxed);
+            if evicted == 0 {
+                // Nothing would move: stop rather than spin on the same pages.
+                break;
+            }
         }
-        true
+        (pages, true)
+    }
+
+    /// Takes up to [`EVICT_BATCH`] victims from the queue's head into `victims` (marked
+    /// `EVICTING`), passing over pages pinned for a thread, held by a system call or kept
+    /// local, and giving the policy's second chances; returns how many.
+    fn choose_victims(
+        &self,
+        pages: &mut Pages,
+        target: usize,
+        victims: &mut [usize; EVICT_BATCH],
+        (chances, pins_spared, held_spared): (&mut usize, &mut usize, &mut usize),
+    ) -> usize {
+        let breakdown = &self.shared().breakdown;
+        let mut count = 0;
+        while count < EVICT_BATCH && pages.resident - count > target && pages.len > 0 {
+            // SAFETY: the queue is non-empty; indexes are within their arrays.
+            let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
+            pages.head = (pages.head + 1) % pages.queue_cap;
+            pages.len -= 1;
+            let idx = idx as usize;
+            let state = self.state(idx);
+            // SAFETY: idx < pages.
+            let current = unsafe { *pages.ticket.add(idx) };
+            if current != ticket || state.load(Relaxed) & RESIDENT == 0 {
+                continue;
+            }
+            if state.load(Relaxed) & PINNED != 0 && *pins_spared > 0 {
+                *pins_spared -= 1;
+                if self.pinned_thread_lives(pages, idx) {
+                    // Its thread has not run since the page was served: back in the queue,
+                    // as if brought in now.
+                    self.enqueue(pages, idx);
+                    continue;
+                }
+                state.fetch_and(!PINNED, Relaxed);
+            }
+            // Marked before the system calls' pins are read, which a pin's taker does the
+            // other way round: either this sees the pin, or the taker sees the mark and waits
+            // for the eviction to end before it brings the page back.
+            state.fetch_or(EVICTING, SeqCst);
+            std::sync::atomic::fence(SeqCst);
+            if self.is_local(idx) {
+                // Kept local for good: out of the queue.
+                state.fetch_and(!EVICTING, SeqCst);
+                continue;
+            }
+            if *held_spared > 0 && crate::pins::holds(idx) {
+                *held_spared -= 1;
+                state.fetch_and(!EVICTING, SeqCst);
+                breakdown.syscall_pins_spared.fetch_add(1, Relaxed);
+                self.enqueue(pages, idx);
+                continue;
+            }
+            if self.policy != Policy::Fifo && state.load(Relaxed) & REFERENCED != 0 && *chances > 0
+            {
+                *chances -= 1;
+                // Second chance; under clock a dirty page is protected again so that the
+                // next write is seen.
+                state.fetch_and(!REFERENCED, Relaxed);
+                if self.policy == Policy::Clock && state.load(Relaxed) & DIRTY != 0 {
+                    let addr = self.base + idx * PAGE;
+                    let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, true);
+                }
+                state.fetch_and(!EVICTING, SeqCst);
+                self.enqueue(pages, idx);
+                continue;
+            }
+            if state.load(Relaxed) & IN_STORE != 0 {
+                // Its far copy stays as the far page; no longer held twice.
+                pages.clean_copies -= 1;
+            }
+            victims[count] = idx;
+            count += 1;
+        }
+        count
+    }
+
+    /// Moves the victims (sorted, `EVICTING`, resident) to the store, without the page lock:
+    /// those that moved (first `kept` left in place, see `move_out`) become `IN_STORE`;
+    /// returns how many moved.
+    fn write_out_moving(&self, victims: &mut [usize]) -> usize {
+        let breakdown = &self.shared().breakdown;
+        let moving = now_ns();
+        let kept = self.move_out(victims);
+        add(&breakdown.evict_copy_ns, now_ns() - moving);
+        for &idx in &victims[kept..] {
+            let state = self.state(idx);
+            let old = state.load(Relaxed);
+            state.store(
+                (old & !(RESIDENT | DIRTY | REFERENCED | PINNED)) | IN_STORE,
+                SeqCst,
+            );
+        }
+        let evicted = victims.len() - kept;
+        self.shared()
+            .evict_writes
+            .fetch_add(evicted as u64, Relaxed);
+        evicted
+    }
+
+    /// Writes the victims (sorted, `EVICTING`, resident) out by copying, without the page
+    /// lock: dirty ones write-protected first (no write can be lost between), copied to the
+    /// store, then all dropped. Returns how many were evicted (all).
+    fn write_out_copying(&self, victims: &[usize]) -> usize {
+        let shared = self.shared();
+        let breakdown = &shared.breakdown;
+        let protecting = now_ns();
+        for_runs(victims, |first, n| {
+            let dirty = |i: usize| self.state(i).load(Relaxed) & DIRTY != 0;
+            if (first..first + n).any(dirty) {
+                let _ = uffd::write_protect(
+                    self.uffd(),
+                    (self.base + first * PAGE) as u64,
+                    (n * PAGE) as u64,
+                    true,
+                );
+            }
+        });
+        let copying = now_ns();
+        add(&breakdown.evict_wp_ns, copying - protecting);
+        for &idx in victims {
+            let state = self.state(idx);
+            let old = state.load(Relaxed);
+            let mut new = old;
+            if old & DIRTY != 0 {
+                let addr = self.base + idx * PAGE;
+                // SAFETY: both pages are mapped and PAGE bytes long; the region page is
+                // resident (reading it cannot fault) and no longer writable.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        addr as *const u8,
+                        (self.store + idx * PAGE) as *mut u8,
+                        PAGE,
+                    )
+                };
+                new |= IN_STORE;
+                shared.evict_writes.fetch_add(1, Relaxed);
+            }
+            // Still marked as being evicted until it is dropped below.
+            state.store(new & !(RESIDENT | DIRTY | REFERENCED | PINNED), SeqCst);
+        }
+        let dropping = now_ns();
+        add(&breakdown.evict_copy_ns, dropping - copying);
+        for_runs(victims, |first, n| {
+            sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
+        });
+        add(&breakdown.evict_drop_ns, now_ns() - dropping);
+        victims.len()
     }
 
     /// Pins page `idx`, just served for thread `tid`, until that thread faults again; the page
@@ -1199,7 +1265,8 @@ impl Region {
         for i in 0..pages.release_len {
             let idx = pages.releases[i] as usize;
             let state = self.state(idx).load(Relaxed);
-            if state & RESIDENT != 0 && state & IN_STORE == 0 {
+            // Not one being written out (its store page takes the fresh copy).
+            if state & RESIDENT != 0 && state & (IN_STORE | EVICTING) == 0 {
                 idxs[count] = idx;
                 count += 1;
             }
@@ -1238,7 +1305,9 @@ impl Region {
         if pages.resident + self.ahead / 4 >= self.limit {
             let before = pages.resident;
             let started = now_ns();
-            if self.evict_over_limit(&mut pages, self.limit - 1) {
+            let (after, evicted) = self.evict_over_limit(pages, self.limit - 1);
+            pages = after;
+            if evicted {
                 let breakdown = &self.shared().breakdown;
                 add(&breakdown.evict_ns, now_ns() - started);
                 add(
@@ -1275,18 +1344,30 @@ impl Region {
             return;
         }
         let (_blocked, mut pages) = self.lock_outside_handler();
+        // Pages being written out by another thread, without the lock, are waited for: they
+        // left the count of local pages, and their store copies are being made.
+        while let Some(idx) = ((start - self.base) / PAGE..(end - self.base) / PAGE)
+            .find(|&idx| self.state(idx).load(SeqCst) & EVICTING != 0)
+        {
+            drop(pages);
+            self.wait_while(idx, EVICTING);
+            pages = self.lock();
+        }
         let mut run_start = None;
         let mut had_store = false;
         for page in (start..end).step_by(PAGE) {
             let idx = (page - self.base) / PAGE;
             let state = self.state(idx);
             let old = state.load(Relaxed);
-            if self.is_local(idx) {
-                // Kept local: the C library may hand it to the kernel again; it is not given
-                // back (its contents stay, as a freed block's do under ample memory).
+            if self.is_local(idx) && old & RESIDENT != 0 && old & FILLING == 0 {
+                // Kept local: it stays resident (the kernel may be handed it again by code
+                // that no wrapper reaches), cleared by hand to read as zeros.
                 if let Some(s) = run_start.take() {
                     sys::madvise(s, page - s, libc::MADV_DONTNEED);
                 }
+                // SAFETY: a whole page of the region, resident and writable (kept so), given
+                // back by its owner.
+                unsafe { std::ptr::write_bytes(page as *mut u8, 0, PAGE) };
                 continue;
             }
             had_store |= old & IN_STORE != 0;
@@ -1376,6 +1457,33 @@ impl Region {
             pages.pins[slot] = (0, 0);
         }
         crate::pins::forget_all();
+        // Pages a parent's thread was writing out when the process was copied (without the
+        // lock): gone from the child's copy, or still there. They left the count of local
+        // pages when chosen.
+        for idx in 0..self.pages {
+            let state = self.state(idx).load(Relaxed);
+            if state & EVICTING == 0 {
+                continue;
+            }
+            let mapped = |addr: usize| {
+                let mut present = 0u8;
+                // SAFETY: one page, one byte of result.
+                (unsafe { libc::mincore(addr as *mut libc::c_void, PAGE, &mut present) } == 0)
+                    && present & 1 != 0
+            };
+            if mapped(self.base + idx * PAGE) {
+                // Its only copy that counts is here (a store copy of it is stale).
+                self.state(idx).store(RESIDENT | DIRTY, Relaxed);
+                pages.resident += 1;
+                self.enqueue(&mut pages, idx);
+            } else {
+                let stored =
+                    state & IN_STORE != 0 || (self.moving && mapped(self.store + idx * PAGE));
+                self.state(idx)
+                    .store(if stored { IN_STORE } else { 0 }, Relaxed);
+                pages.far += usize::from(stored);
+            }
+        }
         // Pages a parent's thread was filling when the process was copied: the fill is done
         // in the child's copy, or not at all.
         for idx in 0..self.pages {
