@@ -185,6 +185,8 @@ struct FarState {
     /// Where the parent's region lies, for a child forked without exec (its copy lies there
     /// too) until its own runtime's page says so.
     inherited_region: Option<std::ops::Range<u64>>,
+    /// Faults the runtime may log beyond what was read ([`RecordingContext::far_backlog`]).
+    backlog: u64,
 }
 
 impl FarState {
@@ -262,6 +264,9 @@ pub struct RecordingContext {
     pub collect_code_hits: bool,
     /// What the recorder added to the samples' CLOCK_MONOTONIC times to make the trace's.
     pub mono_offset: u64,
+    /// How many faults the far-memory runtime may log beyond what was read: about as many
+    /// as the samples one CPU's ring holds, three quarters of them (0: no limit).
+    pub far_backlog: u64,
 }
 
 impl Process {
@@ -336,6 +341,7 @@ impl Process {
                 made_before: u64::MAX,
                 region_pruned: false,
                 inherited_region: None,
+                backlog: session.far_backlog,
             }),
             exited_round: None,
             first_ns: 0,
@@ -1097,6 +1103,9 @@ impl Process {
         };
         if far.view.is_none() {
             far.view = RuntimeView::open(&far.prefix, self.os_pid, far.exec_ns, far.made_before);
+            if let Some(view) = &far.view {
+                view.allow_backlog(far.backlog);
+            }
             far.region_pruned = false;
         }
         // Faults outside the managed region never appear in the log. The page is published
@@ -1397,6 +1406,7 @@ mod tests {
             metadata: Vec::new(),
             collect_code_hits: false,
             mono_offset: 0,
+            far_backlog: 0,
         };
         Process::filed_as(1, 1, None, &session).expect("process files")
     }
@@ -1453,6 +1463,7 @@ mod tests {
             metadata: Vec::new(),
             collect_code_hits: false,
             mono_offset: 1_234_567,
+            far_backlog: 0,
         };
         let parent = Process::filed_as(1, 1, None, &session).expect("process files");
         std::thread::sleep(std::time::Duration::from_millis(2));

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use fltrace_runtime_abi::{BREAKDOWN_LEN, LOG_LEN, MAGIC, SHARED_SIZE, Shared, env, kind};
-use memmap2::Mmap;
+use memmap2::MmapMut;
 
 use crate::Error;
 
@@ -244,7 +244,7 @@ pub struct RuntimeView {
     /// The page file's device and inode: whose file the name holds may change (an exec's new
     /// image, a later process given the pid, each renames its own page onto it).
     file_id: (u64, u64),
-    map: Mmap,
+    map: MmapMut,
     cursor: u64,
     /// Log entries overwritten before they were read.
     pub missed: u64,
@@ -258,14 +258,19 @@ impl RuntimeView {
     pub fn open(prefix: &Path, pid: u32, made_after: u64, made_before: u64) -> Option<RuntimeView> {
         use std::os::unix::fs::MetadataExt as _;
         let path = page_path(prefix, pid);
-        let file = std::fs::File::open(&path).ok()?;
+        // Read and written: the recorder says how far it has read the log.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .ok()?;
         let metadata = file.metadata().ok()?;
         if metadata.len() < SHARED_SIZE as u64 {
             return None;
         }
         // SAFETY: a shared mapping of the runtime's page; the runtime writes it concurrently,
-        // which is why every field is read through atomics.
-        let map = unsafe { Mmap::map(&file) }.ok()?;
+        // which is why every field is accessed through atomics.
+        let map = unsafe { MmapMut::map_mut(&file) }.ok()?;
         let view = RuntimeView {
             path,
             file_id: (metadata.dev(), metadata.ino()),
@@ -276,6 +281,12 @@ impl RuntimeView {
         (view.shared().magic.load(Ordering::Acquire) == MAGIC
             && (made_after..made_before).contains(&view.made_ns()))
         .then_some(view)
+    }
+
+    /// Tells the runtime how many log entries it may write beyond what was read (0: no
+    /// limit): the samples of that many faults fit in the kernel's buffers.
+    pub fn allow_backlog(&self, entries: u64) {
+        self.shared().log_backlog.store(entries, Ordering::Relaxed);
     }
 
     /// When the runtime made the page (CLOCK_MONOTONIC ns).
@@ -372,6 +383,7 @@ impl RuntimeView {
             });
             self.cursor += 1;
         }
+        shared.log_read.store(self.cursor, Ordering::Release);
     }
 
     /// Removes the shared file (the process is gone; the counters were written out).
@@ -393,7 +405,7 @@ pub fn page_path(prefix: &Path, pid: u32) -> PathBuf {
     PathBuf::from(path)
 }
 
-fn shared_of(map: &Mmap) -> &Shared {
+fn shared_of(map: &MmapMut) -> &Shared {
     // SAFETY: the mapping is at least SHARED_SIZE bytes (checked at open), page-aligned, and
     // Shared consists of atomics, valid for any bit pattern.
     unsafe { &*map.as_ptr().cast::<Shared>() }

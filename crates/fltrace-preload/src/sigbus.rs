@@ -89,7 +89,7 @@ pub fn program_action() -> libc::sigaction {
         let flags = PROGRAM.flags.load(Ordering::Relaxed);
         let mask = PROGRAM.mask.load(Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Acquire);
-        if before % 2 == 0 && PROGRAM.seq.load(Ordering::Relaxed) == before {
+        if before.is_multiple_of(2) && PROGRAM.seq.load(Ordering::Relaxed) == before {
             // SAFETY: sigaction is plain data; all-zero is valid.
             let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
             action.sa_sigaction = handler;
@@ -139,6 +139,31 @@ pub fn install(region: &'static Region) -> bool {
     }
     set_program_action(&old);
     ACTIVE.store(true, Ordering::Release);
+    // What was set before: handlers installed already (by libraries' constructors) with
+    // SIGBUS in their masks, and a mask inherited across exec that blocks it.
+    for sig in 1..libc::SIGRTMAX() {
+        if sig == libc::SIGBUS || sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: as above.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        if crate::syscalls::real_sigaction(sig, std::ptr::null(), &mut action) == 0
+            && action.sa_sigaction != libc::SIG_DFL
+            && action.sa_sigaction != libc::SIG_IGN
+            && let Some(mask) = without_bus(&action.sa_mask)
+        {
+            action.sa_mask = mask;
+            crate::syscalls::real_sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut bus: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set.
+    unsafe {
+        libc::sigemptyset(&mut bus);
+        libc::sigaddset(&mut bus, libc::SIGBUS);
+    }
+    sys::sigprocmask(libc::SIG_UNBLOCK, Some(&bus), None);
     true
 }
 
@@ -186,6 +211,7 @@ unsafe fn serve(info: *mut libc::siginfo_t, context: *mut c_void, start: u64) ->
     });
     SERVED[tid as usize % SERVED.len()].fetch_add(1, Ordering::Relaxed);
     let shared = region.shared();
+    wait_for_recorder(shared);
     let breakdown = &shared.breakdown;
     let served = breakdown.signals.fetch_add(1, Ordering::Relaxed);
     let took = now_ns() - start;
@@ -197,6 +223,41 @@ unsafe fn serve(info: *mut libc::siginfo_t, context: *mut c_void, start: u64) ->
         crate::breakdown::refresh(shared);
     }
     true
+}
+
+/// Waits while the recorder is behind by more than it allows (`Shared::log_backlog`), until
+/// it is half that, for at most two seconds (a recorder stopped or gone is not waited for).
+fn wait_for_recorder(shared: &fltrace_runtime_abi::Shared) {
+    let backlog = shared.log_backlog.load(Ordering::Relaxed);
+    let behind = || {
+        shared
+            .log_head
+            .load(Ordering::Relaxed)
+            .saturating_sub(shared.log_read.load(Ordering::Relaxed))
+    };
+    if backlog == 0 || behind() <= backlog {
+        return;
+    }
+    let start = now_ns();
+    while behind() > backlog / 2 && now_ns() - start < 2_000_000_000 {
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 200_000,
+        };
+        // SAFETY: a valid timespec; no remainder wanted.
+        unsafe {
+            libc::syscall(
+                libc::SYS_nanosleep,
+                &pause,
+                std::ptr::null_mut::<libc::timespec>(),
+            )
+        };
+    }
+    let breakdown = &shared.breakdown;
+    breakdown.recorder_waits.fetch_add(1, Ordering::Relaxed);
+    breakdown
+        .recorder_wait_ns
+        .fetch_add(now_ns() - start, Ordering::Relaxed);
 }
 
 /// The page-fault error code of the fault that raised the signal: bit 0 set when the page

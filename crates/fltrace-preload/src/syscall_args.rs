@@ -192,3 +192,34 @@ fn address(addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> Buf {
     // in this thread).
     Buf::written(addr.cast(), unsafe { *len } as usize)
 }
+
+/// # Safety
+/// C's `sigaltstack`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaltstack(
+    stack: *const libc::stack_t,
+    old: *mut libc::stack_t,
+) -> c_int {
+    let Some(f) = real!(
+        c"sigaltstack",
+        unsafe extern "C" fn(*const libc::stack_t, *mut libc::stack_t) -> c_int
+    ) else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    // An alternate signal stack in the region (the program allocated it): the kernel writes
+    // the signal frames there itself, and a missing page would end the process (SIGSEGV) on
+    // the in-thread path. It is kept local, as far as the share kept local allows.
+    if !stack.is_null()
+        && crate::sigbus::active()
+        // SAFETY: C's contract: a valid stack_t.
+        && let stack_t = unsafe { &*stack }
+        && stack_t.ss_flags & libc::SS_DISABLE == 0
+        && let Some(region) = crate::region_any().filter(|r| r.contains(stack_t.ss_sp as usize))
+    {
+        region.make_local(stack_t.ss_sp as usize, stack_t.ss_size);
+    }
+    let bufs = [input(stack), out(old)];
+    // SAFETY: C's contract, passed on.
+    held_call(region_of(&bufs), &bufs, || unsafe { f(stack, old) })
+}

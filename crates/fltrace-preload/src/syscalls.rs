@@ -1038,7 +1038,13 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_
     };
     let names = name_bufs(std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: C's contract, passed on.
-    receive((fd, flags), |b, n| unsafe { f(fd, b, n, flags) }, buf, len, names)
+    receive(
+        (fd, flags),
+        |b, n| unsafe { f(fd, b, n, flags) },
+        buf,
+        len,
+        names,
+    )
 }
 
 /// # Safety

@@ -66,10 +66,12 @@ pub mod env {
     /// Most clean resident pages whose far copy is kept, in percent of the local limit
     /// (default 10); `100` keeps every copy.
     pub const CLEAN_COPIES: &CStr = c"FLTRACE_RT_CLEAN_COPIES";
-    /// `0` to evict by copying pages to the backing store and fetch by copying them back; by
-    /// default, where the kernel has `UFFDIO_MOVE` (6.8), pages are moved between the region
-    /// and the store without a copy and no far copy is ever held twice (not with the `clock`
-    /// policy, which needs write-protection to see writes).
+    /// `0` to evict by copying pages to the backing store and fetch by copying them back, `1`
+    /// to move them (`UFFDIO_MOVE`, Linux 6.8: no copy, no far copy ever held twice; not with
+    /// the `clock` policy, which needs write-protection to see writes). By default pages move
+    /// where faults are served by handler threads and are copied where they are served in
+    /// the faulting thread (a move flushes the store page from every CPU the program runs on,
+    /// an interrupt of its other threads per fetch).
     pub const MOVE: &CStr = c"FLTRACE_RT_MOVE";
     /// `1` to count TLB shootdowns and IPIs for the breakdown (perf tracepoint counters on
     /// the process). Off by default: closing a tracepoint counter waits for an RCU grace
@@ -262,6 +264,10 @@ pub struct Breakdown {
     pub syscall_pinned_peak: AtomicU64,
     /// Evictions passed over because a system call in progress holds the page.
     pub syscall_pins_spared: AtomicU64,
+    /// Times a faulting thread waited for the recorder to read the log (`log_backlog`).
+    pub recorder_waits: AtomicU64,
+    /// Time spent so, ns.
+    pub recorder_wait_ns: AtomicU64,
 }
 
 /// The shared page: counters first, then the log.
@@ -319,6 +325,14 @@ pub struct Shared {
     pub fault_path_reason: AtomicU64,
     /// Where the time went.
     pub breakdown: Breakdown,
+    /// Written by the recorder: the log entries it has read so far.
+    pub log_read: AtomicU64,
+    /// Written by the recorder when it opens the page: the most log entries the runtime may
+    /// have written beyond `log_read` (0: no limit). Faults served in the faulting thread come
+    /// as fast as the program can take them, faster than a recorder on a busy machine reads
+    /// their samples: past this the faulting thread waits for the recorder, rather than the
+    /// kernel dropping records.
+    pub log_backlog: AtomicU64,
     /// Entries written to the log so far (the next goes to `log_head % LOG_LEN`).
     pub log_head: AtomicU64,
     /// Handled faults, newest last.
@@ -326,7 +340,7 @@ pub struct Shared {
 }
 
 /// Pairs in [`Shared::breakdown`].
-pub const BREAKDOWN_LEN: usize = 29;
+pub const BREAKDOWN_LEN: usize = 31;
 
 /// Bytes to map for [`Shared`].
 pub const SHARED_SIZE: usize = core::mem::size_of::<Shared>();
@@ -398,6 +412,8 @@ impl Shared {
                 "rt_syscall_pins_spared",
                 b.syscall_pins_spared.load(Relaxed),
             ),
+            ("rt_recorder_waits", b.recorder_waits.load(Relaxed)),
+            ("rt_recorder_wait_ns", b.recorder_wait_ns.load(Relaxed)),
         ]
     }
 }

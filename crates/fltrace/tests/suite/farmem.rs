@@ -332,7 +332,10 @@ fn system_calls_move_far_memory_through_the_kernel() {
                 "{path}: process {pid} over -L"
             );
             let expected = if path == "thread" {
-                (fltrace_runtime_abi::path::THREADS, fltrace_runtime_abi::path_reason::ASKED)
+                (
+                    fltrace_runtime_abi::path::THREADS,
+                    fltrace_runtime_abi::path_reason::ASKED,
+                )
             } else {
                 (fltrace_runtime_abi::path::IN_THREAD, 0)
             };
