@@ -24,5 +24,6 @@ mod streaming;
 mod survival;
 mod system;
 mod tables;
+mod top;
 mod util;
 mod wss;
