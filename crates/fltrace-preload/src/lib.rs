@@ -33,6 +33,7 @@ mod heap;
 mod interpose;
 mod managed_malloc;
 mod next_alloc;
+mod placement;
 pub mod region;
 mod sys;
 mod tracer;
@@ -145,6 +146,7 @@ fn start() {
             // SAFETY: only the thread that won the STARTING exchange writes REGION, once.
             unsafe { (&raw mut REGION).cast::<Region>().write(region) };
             let region = region_any_unchecked();
+            placement::init(region);
             // Counters inherited by every thread created from here on: the handlers' and the
             // program's.
             if region.managed() {
@@ -159,7 +161,7 @@ fn start() {
                 unsafe { libc::_exit(127) };
             }
             // SAFETY: the region's address range belongs to the allocator from now on.
-            let claimed = unsafe { managed_malloc::claim(region.base, region.pages * PAGE) };
+            let claimed = unsafe { managed_malloc::claim(region.base, region.heap_pages * PAGE) };
             STATE.store(if claimed { READY } else { FAILED }, Ordering::Release);
             if claimed && region.managed() {
                 // SAFETY: registering plain functions with pthread_atfork.
@@ -210,8 +212,25 @@ fn build_region() -> Option<Region> {
         evict_ahead: sys::env_u64(env::EVICT_AHEAD) != Some(0),
         clean_copies_percent: sys::env_u64(env::CLEAN_COPIES).map_or(10, |p| p.min(100) as usize),
         move_pages: can_move,
+        reserve_pages: reserve_pages(),
     };
     Region::create(max_pages, limit, policy, uffd, shared, tuning)
+}
+
+/// Pages of the reservation area (`FLTRACE_RT_RESERVE_MB`): by default the machine's memory,
+/// at least 64 GiB, in whole MiB (the region's metadata wants whole megabytes). A JVM reserves
+/// a quarter of the machine's memory for its heap by default, and more beside it.
+fn reserve_pages() -> usize {
+    const PAGES_PER_MB: usize = (1 << 20) / PAGE;
+    let mb = sys::env_u64(env::RESERVE_MB).map_or_else(
+        || {
+            // SAFETY: sysconf has no preconditions.
+            let machine = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as usize;
+            (machine / PAGES_PER_MB).max(64 << 10)
+        },
+        |mb| mb as usize,
+    );
+    mb.saturating_mul(PAGES_PER_MB)
 }
 
 /// The userfaultfd, and whether it can move pages (`want_move` and the kernel has
@@ -586,6 +605,7 @@ fn start_handlers(region: &Region) -> bool {
 // region lock first would leave that thread, and so the allocator lock, stuck.
 extern "C" fn before_fork() {
     let region = region_any().filter(|r| r.managed());
+    placement::lock_for_fork();
     managed_malloc::lock_for_fork();
     if let Some(region) = region {
         region.lock_for_fork();
@@ -601,6 +621,7 @@ extern "C" fn after_fork_parent() {
         region.resume();
     }
     managed_malloc::unlock_after_fork();
+    placement::unlock_after_fork();
 }
 
 extern "C" fn after_fork_child() {
@@ -622,6 +643,7 @@ extern "C" fn after_fork_child() {
         }
     }
     managed_malloc::unlock_after_fork();
+    placement::unlock_after_fork();
 }
 
 /// In a child forked without exec: a runtime of its own (userfaultfd, shared page, handler

@@ -27,6 +27,8 @@ use crate::breakdown::{add, now_ns};
 use crate::sys;
 use crate::uffd::{self, Msg};
 
+mod placing;
+
 /// The page size the runtime manages (x86_64 base pages).
 pub const PAGE: usize = 4096;
 
@@ -96,8 +98,13 @@ unsafe impl Send for Pages {}
 pub struct Region {
     /// First address of the region.
     pub base: usize,
-    /// Size in pages.
+    /// Size in pages: the heap's, then the reservation area's.
     pub pages: usize,
+    /// Pages of the heap (`-M`), the region's first part; the reservation area follows.
+    pub heap_pages: usize,
+    /// Pages from the base up to the end of the highest reservation ever made: what a forked
+    /// child's adoption looks through.
+    span_used: std::sync::atomic::AtomicUsize,
     store: usize,
     /// The userfaultfd, or -1 when unmanaged (no limit); a forked child replaces it with its
     /// own.
@@ -141,6 +148,9 @@ pub struct Tuning {
     pub clean_copies_percent: usize,
     /// Move pages with `UFFDIO_MOVE` (the userfaultfd must have `FEATURE_MOVE`).
     pub move_pages: bool,
+    /// Pages of address space after the heap for the program's reservations
+    /// (`crate::placement`): mapped `PROT_NONE`, registered with the rest.
+    pub reserve_pages: usize,
 }
 
 impl Default for Tuning {
@@ -149,6 +159,7 @@ impl Default for Tuning {
             evict_ahead: true,
             clean_copies_percent: 10,
             move_pages: false,
+            reserve_pages: 0,
         }
     }
 }
@@ -183,16 +194,18 @@ fn for_runs(indexes: &[usize], mut f: impl FnMut(usize, usize)) {
 }
 
 impl Region {
-    /// Maps a region and store of `pages` pages and the metadata; `uffd` is registered over
-    /// the region unless it is -1. Returns `None` when the address space cannot be had.
+    /// Maps a region of `heap_pages` pages followed by `tuning.reserve_pages` for reservations,
+    /// a store of the same size and the metadata; `uffd` is registered over the region unless
+    /// it is -1. Returns `None` when the address space cannot be had.
     pub fn create(
-        pages: usize,
+        heap_pages: usize,
         limit: usize,
         policy: Policy,
         uffd: i32,
         shared: *const Shared,
         tuning: Tuning,
     ) -> Option<Region> {
+        let pages = heap_pages.checked_add(tuning.reserve_pages)?;
         let bytes = pages.checked_mul(PAGE)?;
         let base = sys::map_anonymous(bytes, libc::MAP_NORESERVE);
         if base.is_null() {
@@ -200,12 +213,26 @@ impl Region {
         }
         // One fault and one eviction per base page: the accounting is per 4 KiB.
         sys::madvise(base as usize, bytes, libc::MADV_NOHUGEPAGE);
+        // Reserved address space is inaccessible until the program commits it.
+        if tuning.reserve_pages > 0 {
+            let reserve = base as usize + heap_pages * PAGE;
+            // SAFETY: the reservation area of the mapping just made.
+            unsafe {
+                libc::mprotect(
+                    reserve as *mut libc::c_void,
+                    tuning.reserve_pages * PAGE,
+                    libc::PROT_NONE,
+                )
+            };
+        }
         let store = if uffd >= 0 {
             sys::map_anonymous(bytes, libc::MAP_NORESERVE)
         } else {
             base
         };
-        let queue_cap = pages * 2;
+        // Resident pages never exceed the limit, at most the heap's pages: the queue holds at
+        // most one live entry per resident page, half its capacity.
+        let queue_cap = heap_pages * 2;
         let meta_bytes = pages + pages * 4 + queue_cap * 8 + pages * 4;
         let meta = sys::map_anonymous(meta_bytes, libc::MAP_NORESERVE);
         if store.is_null() || meta.is_null() {
@@ -253,6 +280,8 @@ impl Region {
         let region = Region {
             base: base as usize,
             pages,
+            heap_pages,
+            span_used: std::sync::atomic::AtomicUsize::new(heap_pages),
             store: store as usize,
             uffd: AtomicI32::new(uffd),
             limit,
@@ -271,6 +300,12 @@ impl Region {
             .region_start
             .store(region.base as u64, Relaxed);
         region.shared().region_len.store(bytes as u64, Relaxed);
+        region.publish_placement(
+            store as usize,
+            meta as usize,
+            meta_bytes,
+            tuning.reserve_pages,
+        );
         Some(region)
     }
 
@@ -285,7 +320,7 @@ impl Region {
         self.uffd.load(Relaxed)
     }
 
-    /// Whether `addr` lies in the region.
+    /// Whether `addr` lies in the region (the heap or the reservation area).
     pub fn contains(&self, addr: usize) -> bool {
         addr >= self.base && addr < self.base + self.pages * PAGE
     }
@@ -320,6 +355,14 @@ impl Region {
         // SAFETY: idx < pages, within the state array.
         let state = unsafe { &mut *pages.state.add(idx) };
         if *state & RESIDENT != 0 {
+            // A missing page the runtime holds local: filled again if the program dropped it.
+            if msg.flags & uffd::PAGEFAULT_FLAG_WP == 0
+                && self.refill_dropped(&mut pages, msg, idx, read_ns)
+            {
+                return;
+            }
+            // SAFETY: idx < pages, within the state array.
+            let state = unsafe { &mut *pages.state.add(idx) };
             // A write to a clean page, reported as such or as a write to the missing page
             // that another thread's read brought in meanwhile: resolved here either way, so
             // the second case costs no second round trip.
@@ -996,7 +1039,20 @@ impl Region {
     pub fn adopt_child(&self, uffd: i32, shared: *const Shared) -> bool {
         let bytes = (self.pages * PAGE) as u64;
         let mode = uffd::REGISTER_MODE_MISSING | uffd::REGISTER_MODE_WP;
-        if uffd::register(uffd, self.base as u64, bytes, mode).is_err()
+        // Not what the kernel keeps (ranges taken out of emulation, files mapped over
+        // reservations): registering those would fail, and their pages are the child's as
+        // they are.
+        let used = self.span_in_use();
+        let outside = |idx| crate::placement::outside(idx);
+        if !self.register_placed(uffd, mode, 0, used, outside)
+            || (used < self.pages
+                && uffd::register(
+                    uffd,
+                    (self.base + used * PAGE) as u64,
+                    ((self.pages - used) * PAGE) as u64,
+                    mode,
+                )
+                .is_err())
             || (self.moving
                 && uffd::register(uffd, self.store as u64, bytes, uffd::REGISTER_MODE_MISSING)
                     .is_err())
@@ -1038,11 +1094,13 @@ impl Region {
                 sys::madvise(addr, len, libc::MADV_DONTNEED);
             }
         };
-        for idx in 0..self.pages {
+        for idx in 0..used {
             // SAFETY: idx < pages.
             let state = unsafe { *pages.state.add(idx) };
             let resident = state & RESIDENT != 0;
-            let wanted = if !resident {
+            let wanted = if outside(idx) {
+                None
+            } else if !resident {
                 Some(false)
             } else if !self.moving && (state & DIRTY == 0 || clock) {
                 Some(true)
@@ -1057,7 +1115,7 @@ impl Region {
             }
         }
         if let Some(r) = run {
-            flush(r, self.pages);
+            flush(r, used);
         }
         let shared = self.shared();
         shared.limit.store((self.limit * PAGE) as u64, Relaxed);
@@ -1077,7 +1135,7 @@ impl Region {
         // the guard taken here replaces it.
         unsafe { self.inner.force_unlock() };
         let pages = self.inner.lock();
-        for idx in 0..self.pages {
+        for idx in 0..self.span_in_use() {
             // SAFETY: idx < pages.
             let state = unsafe { *pages.state.add(idx) };
             if state & IN_STORE != 0 && state & RESIDENT == 0 {
