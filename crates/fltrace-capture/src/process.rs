@@ -178,6 +178,13 @@ struct FarState {
     /// Whether the rows outside the managed region were dropped from `pending_fills`, once
     /// the page said where the region is.
     region_pruned: bool,
+    /// The program's anonymous resident memory outside the region at the last look, bytes.
+    outside_now: u64,
+    /// The look with the most outside, and the program's peak.
+    outside: crate::unemulated::OutsidePeak,
+    /// The images that ran without the runtime (the preloaded library never loaded: a static
+    /// program, a set-user-ID one): their executables.
+    unreached: Vec<String>,
 }
 
 impl FarState {
@@ -322,6 +329,9 @@ impl Process {
                 exec_ns: 0,
                 made_before: u64::MAX,
                 region_pruned: false,
+                outside_now: 0,
+                outside: Default::default(),
+                unreached: Vec::new(),
             }),
             exited_round: None,
             first_ns: 0,
@@ -374,6 +384,7 @@ impl Process {
         self.live_threads.clear();
         self.live_threads.insert(self.os_pid);
         self.main_exited = false;
+        self.note_unreached_image();
         if std::mem::take(&mut self.image_recorded) {
             self.generation += 1;
         }
@@ -406,6 +417,31 @@ impl Process {
             far.unmatched
                 .retain(|(handled, _)| handled.read_ns >= exec_ns);
         }
+    }
+
+    /// Under far memory: notes the image ending now (an exec replaces it, or the process
+    /// ends: called once then, before its figures are read) if it ran without the runtime:
+    /// its program never loaded the preloaded library.
+    pub fn note_unreached_image(&mut self) {
+        if self.image_recorded && self.image_running && self.interposers.is_empty() {
+            let executable = self
+                .executable
+                .as_ref()
+                .map_or_else(|| "?".to_owned(), |(path, _)| path.clone());
+            if let Some(far) = &mut self.far {
+                far.unreached.push(executable);
+            }
+        }
+    }
+
+    /// Under far memory: the executables of the images that ran without the runtime.
+    pub fn unreached_images(&self) -> &[String] {
+        self.far.as_ref().map_or(&[], |far| &far.unreached)
+    }
+
+    /// Under far memory: the most memory seen outside the region, and the program's peak.
+    pub fn outside_peak(&self) -> Option<&crate::unemulated::OutsidePeak> {
+        self.far.as_ref().map(|far| &far.outside)
     }
 
     /// The process ended, or a later process was given its pid, at `time_ns` (CLOCK_MONOTONIC,
@@ -1194,6 +1230,21 @@ impl Process {
         if let Some(kb) = status.rss_anon_kb {
             self.counters.rss_anon = kb * 1024;
         }
+        // Under far memory, what of its memory is not under the limit.
+        // A process without the runtime (its image never loaded the preloaded library) has
+        // all of its memory outside.
+        let without_runtime = self.image_running && self.interposers.is_empty();
+        if let Some(far) = &mut self.far {
+            let (own, emulated) = match &far.view {
+                Some(view) => (view.own_ranges(), view.emulated_bytes()),
+                None if without_runtime => (Vec::new(), 0),
+                None => return,
+            };
+            if let Ok(outside) = crate::unemulated::read(self.os_pid, &own) {
+                far.outside_now = outside.bytes;
+                far.outside.add(outside, emulated);
+            }
+        }
     }
 
     /// Appends a stats line and rewrites the stats and maps files, so that a crash of fltrace
@@ -1231,6 +1282,8 @@ impl Process {
                     None => counters.push((name, value)),
                 }
             }
+            counters.extend(view.placement_counters());
+            counters.push(("memory_unemulated", far.outside_now));
             counters.push(("rt_log_missed", view.missed));
             counters.push(("rt_unmatched", far.orphans));
             counters.push(("rt_rows_unhandled", far.rows_unhandled));
@@ -1248,6 +1301,9 @@ impl Process {
             ));
             counters.push(("rt_resolve_ns", far.resolve_ns));
             counters.push(("recorder_cpu_ns", crate::os::cpu_time_ns()));
+        } else if let Some(far) = &self.far {
+            // No runtime (yet, or ever): what was seen outside is all there is to say.
+            counters.push(("memory_unemulated", far.outside_now));
         }
         self.out
             .stats

@@ -313,6 +313,9 @@ mod tests {
         let moved = moved_beyond(dst as u64, src as u64, 8 * PAGE as u64);
         assert_eq!(moved, 3 * PAGE as u64);
         // Nothing at the destination: nothing moved.
-        assert_eq!(moved_beyond(src as u64 + 5 * PAGE as u64, dst as u64, PAGE as u64), 0);
+        assert_eq!(
+            moved_beyond(src as u64 + 5 * PAGE as u64, dst as u64, PAGE as u64),
+            0
+        );
     }
 }
