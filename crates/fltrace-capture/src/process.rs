@@ -434,6 +434,37 @@ impl Process {
         }
     }
 
+    /// Under far memory, when the kernel said this process ended: if it still runs, with an
+    /// address space again, its events ended at an exec the kernel ran in secure-execution
+    /// mode (set-user-ID, set-group-ID, file capabilities), which drops a tracer's events and
+    /// ignores LD_PRELOAD: it runs on without the runtime, which is noted. Caught only while
+    /// it still runs when its end is read.
+    pub fn note_if_it_lives_on(&mut self) {
+        let Some(far) = &mut self.far else {
+            return;
+        };
+        let alive = crate::procfs::stat(self.os_pid as i32).is_ok_and(|s| !s.is_zombie());
+        if !alive {
+            return;
+        }
+        // A process in its exit has no address space left (its end is reported after the
+        // kernel released it); one that exec'd has its new image's.
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.os_pid)) else {
+            return;
+        };
+        let preloaded = maps.lines().any(|line| {
+            line.split_whitespace()
+                .nth(5)
+                .is_some_and(libraries::is_preload)
+        });
+        if maps.is_empty() || preloaded {
+            return;
+        }
+        let executable = std::fs::read_link(format!("/proc/{}/exe", self.os_pid))
+            .map_or_else(|_| "?".to_owned(), |p| p.display().to_string());
+        far.unreached.push(executable);
+    }
+
     /// Under far memory: the executables of the images that ran without the runtime.
     pub fn unreached_images(&self) -> &[String] {
         self.far.as_ref().map_or(&[], |far| &far.unreached)

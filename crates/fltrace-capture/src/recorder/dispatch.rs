@@ -495,6 +495,7 @@ impl State {
                 {
                     p.exited_round = Some(self.round);
                     p.pid_gone_at(time);
+                    p.note_if_it_lives_on();
                 }
                 Ok(())
             }

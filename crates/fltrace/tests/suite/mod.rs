@@ -16,6 +16,7 @@ mod heatmap;
 mod processes;
 mod quickexit;
 mod reuse;
+mod runtimes;
 mod servers;
 mod signals;
 mod stacks;
