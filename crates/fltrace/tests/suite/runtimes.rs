@@ -254,14 +254,14 @@ fn heap_round_trip() -> &'static Path {
 }
 
 /// OpenJDK 17 with a heap of 256 MB written and read back, under -L at half its peak, with
-/// the G1 and the Serial collector: HotSpot reserves its heap and commits it in place (without
+/// the G1, the Serial and the Parallel collector: HotSpot reserves its heap and commits it in place (without
 /// flags of its own), and the heap is emulated: pages evicted and fetched, local memory within
 /// the limit, the same output as untraced. What stays outside (thread stacks, the class-data
 /// archive's written pages) is a small part of its memory.
 #[test]
 fn the_jvm_heap_is_emulated() {
     let classes = heap_round_trip();
-    for collector in ["-XX:+UseG1GC", "-XX:+UseSerialGC"] {
+    for collector in ["-XX:+UseG1GC", "-XX:+UseSerialGC", "-XX:+UseParallelGC"] {
         let command = [
             "java".as_ref(),
             "-Xmx1g".as_ref(),
