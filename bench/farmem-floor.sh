@@ -5,13 +5,20 @@
 #   untraced     the program alone
 #   min_uffd     bench/min_uffd.c preloaded: one handler thread, UFFDIO_ZEROPAGE per missing
 #                fault, a bump allocator, no recording, no eviction (the floor)
+#   min_uffd-sigbus  the same with UFFD_FEATURE_SIGBUS: each fault served in the faulting
+#                thread by a SIGBUS handler, no handler thread (the floor of the in-thread path)
 #   runtime      fltrace's runtime preloaded alone (no recorder), local memory ample
 #   record-ample fltrace record -L=<2x the peak> (no eviction)
-#   record-half  fltrace record -L=<half the peak>
+#   record-half  fltrace record -L=<half the peak> (faults served in the faulting thread, the
+#                default where the kernel has UFFD_FEATURE_SIGBUS)
+#   record-half-threads   the same with FLTRACE_RT_FAULT_PATH=thread (handler threads serve)
 #   record-half-copy      the same with FLTRACE_RT_MOVE=0 (pages copied, not moved)
 #   record-half-2handlers the same with FLTRACE_RT_HANDLERS=2 (a handler per CPU)
 #   record-half-busy      the same with FLTRACE_RT_BUSY_POLL=1 (the handler never sleeps)
 # and prints the median time of each and the time added per handled fault against untraced.
+# Then (unless SCAN_MB=0) the two-threaded scan of workloads/readscan.c (SCAN_MB per thread,
+# 4 passes, read-mostly) at -L=<SCAN_MB> (half its peak), untraced and recorded on each path,
+# alternating: the time added per handled fault on each.
 # Scheduling setups: "spin" (OpenMP default: threads spin-wait), "passive"
 # (OMP_WAIT_POLICY=passive), "1thread" (OMP_NUM_THREADS=1: the handler has a CPU to itself),
 # "pinned" (taskset -c 0: program, handler and recorder share one CPU).
@@ -20,12 +27,15 @@
 # niced builds of other sessions:
 #   setsid bash -c 'echo -20 >/proc/self/autogroup; bench/farmem-floor.sh 18 5'
 # usage: bench/farmem-floor.sh [scale=18] [ROUNDS=5] [setups="spin passive 1thread pinned"]
-#        [configs="untraced min_uffd runtime record-ample record-half"]
+#        [configs="untraced min_uffd min_uffd-sigbus runtime record-ample record-half
+#                  record-half-threads"]
+# The in-thread path against the handler-thread path (issue #38), bfs-g20 at half its peak:
+#   bench/farmem-floor.sh 20 3 spin
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 scale=${1:-18}; rounds=${2:-5}
 read -ra setups <<<"${3:-spin passive 1thread pinned}"
-read -ra configs <<<"${4:-untraced min_uffd runtime record-ample record-half}"
+read -ra configs <<<"${4:-untraced min_uffd min_uffd-sigbus runtime record-ample record-half record-half-threads}"
 work=$(mktemp -d /tmp/fltrace-floor.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # FLTRACE_BIN_DIR: binaries copied aside, so that a build meanwhile does not change them mid-run.
@@ -34,8 +44,8 @@ fltrace="$bin/fltrace"
 lib="$bin/libfltrace_preload.so"
 gcc -O2 -g -fopenmp -o "$work/graph" "$root/workloads/graph.c"
 gcc -O2 -shared -fPIC -o "$work/min_uffd.so" "$root/bench/min_uffd.c" -lpthread
+gcc -O2 -g -o "$work/readscan" "$root/workloads/readscan.c" -lpthread
 
-now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 stat_of() { grep -o "[ ,]$2:[0-9]*" "$1" | tail -1 | cut -d: -f2; }
 
@@ -44,9 +54,17 @@ peak_mb=$(( (peak_kb + 1023) / 1024 ))
 half=$(( peak_mb / 2 )); ample=$(( peak_mb * 2 )); max=$(( peak_mb * 4 ))
 echo "graph $scale: peak ${peak_mb} MB; ample -L=$ample, half -L=$half, -M=$max; ${rounds} rounds; $(nproc) CPUs"
 
-# Runs one config under one setup; prints "seconds faults".
+# Runs a command, its wall time and CPU time (user + system, its children's too: the program
+# under fltrace record) into $wall and $cpu.
+timed() {
+    /usr/bin/time -o "$work/time" -f "%e %U %S" "$@"
+    read -r wall user sys <"$work/time"
+    cpu=$(echo "$user + $sys" | bc)
+}
+
+# Runs one config under one setup; prints "seconds cpu-seconds faults".
 run() {
-    local setup=$1 config=$2 dir="$work/run" prefix=() t0 t1 faults=0
+    local setup=$1 config=$2 dir="$work/run" prefix=() faults=0
     rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
     case $setup in
         spin) prefix=(env) ;;
@@ -55,47 +73,83 @@ run() {
         pinned) prefix=(taskset -c 0 env) ;;
     esac
     case $config in
-        untraced) t0=$(now); "${prefix[@]}" "$work/graph" "$scale" 1 >/dev/null; t1=$(now) ;;
-        min_uffd)
-            t0=$(now)
-            "${prefix[@]}" LD_PRELOAD="$work/min_uffd.so" MIN_UFFD_VERBOSE=1 "$work/graph" "$scale" 1 >/dev/null 2>"$dir/err"
-            t1=$(now)
+        untraced) timed "${prefix[@]}" "$work/graph" "$scale" 1 >/dev/null ;;
+        min_uffd|min_uffd-sigbus)
+            local sigbus=0; [[ $config == min_uffd-sigbus ]] && sigbus=1
+            timed "${prefix[@]}" LD_PRELOAD="$work/min_uffd.so" MIN_UFFD_VERBOSE=1 MIN_UFFD_SIGBUS=$sigbus "$work/graph" "$scale" 1 >/dev/null 2>"$dir/err"
             faults=$(grep -o '[0-9]* faults served' "$dir/err" | cut -d' ' -f1) ;;
         runtime)
             # No recorder, so no stats file: its faults are min_uffd's (the same first touches).
-            t0=$(now)
-            "${prefix[@]}" LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=$((ample * 256)) FLTRACE_RT_MAX_PAGES=$((max * 256)) "$work/graph" "$scale" 1 >/dev/null
-            t1=$(now) ;;
+            timed "${prefix[@]}" LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=$((ample * 256)) FLTRACE_RT_MAX_PAGES=$((max * 256)) "$work/graph" "$scale" 1 >/dev/null ;;
         record-*)
             local l=$half knobs=()
             case $config in
                 record-ample) l=$ample ;;
+                record-half-threads) knobs=(FLTRACE_RT_FAULT_PATH=thread) ;;
                 record-half-copy) knobs=(FLTRACE_RT_MOVE=0) ;;
                 record-half-2handlers) knobs=(FLTRACE_RT_HANDLERS=2) ;;
                 record-half-busy) knobs=(FLTRACE_RT_BUSY_POLL=1) ;;
             esac
-            t0=$(now); "${prefix[@]}" "${knobs[@]}" "$fltrace" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null; t1=$(now)
+            timed "${prefix[@]}" "${knobs[@]}" "$fltrace" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null
             faults=$(stat_of "$(ls "$dir"/fltrace-data-stats-*.out | head -1)" rt_faults) ;;
     esac
-    echo "$(echo "$t1 - $t0" | bc) ${faults:-0}"
+    echo "$wall $cpu ${faults:-0}"
+}
+
+# Prints one config's line: medians of wall and CPU time, and the time each adds per fault
+# against the untraced medians $u (wall) and $uc (CPU). $1 name, $2 walls, $3 CPU times,
+# $4 faults.
+summary() {
+    local t c f=$4 added="-" added_cpu="-"
+    t=$(printf '%s\n' $2 | median); c=$(printf '%s\n' $3 | median)
+    if ((f > 0)); then
+        added=$(echo "scale=1; ($t - $u) * 1000000 / $f" | bc)
+        added_cpu=$(echo "scale=1; ($c - $uc) * 1000000 / $f" | bc)
+    fi
+    echo "  $1: median ${t}s ($(echo "scale=2; $t / $u" | bc)x), CPU ${c}s ($(echo "scale=2; $c / $uc" | bc)x), ${f} faults, added per fault ${added} us (CPU ${added_cpu} us); runs: $2"
 }
 
 for setup in "${setups[@]}"; do
-    declare -A times=() faults=()
+    declare -A times=() cpus=() faults=()
     for ((r = 0; r < rounds; r++)); do
         for config in "${configs[@]}"; do
-            read -r t f < <(run "$setup" "$config")
-            times[$config]+="$t "; faults[$config]=$f
+            read -r t c f < <(run "$setup" "$config")
+            times[$config]+="$t "; cpus[$config]+="$c "; faults[$config]=$f
         done
     done
     u=$(printf '%s\n' ${times[untraced]:-0} | median)
+    uc=$(printf '%s\n' ${cpus[untraced]:-0} | median)
     echo "setup $setup (load $(cut -d' ' -f1-3 /proc/loadavg)):"
     for config in "${configs[@]}"; do
-        t=$(printf '%s\n' ${times[$config]} | median)
-        f=${faults[$config]}; [[ $config == runtime ]] && f=${faults[min_uffd]:-0}
-        added="-"; ((f > 0)) && added=$(echo "scale=1; ($t - $u) * 1000000 / $f" | bc)
-        echo "  $config: median ${t}s ($(echo "scale=2; $t / $u" | bc)x), ${f} faults, added per fault ${added} us; runs: ${times[$config]}"
+        f=${faults[$config]}; [[ $config == runtime ]] && f=${faults[min_uffd]:-${faults[min_uffd-sigbus]:-0}}
+        summary "$config" "${times[$config]}" "${cpus[$config]}" "$f"
     done
-    unset times faults
+    unset times cpus faults
 done
-echo "(bench/farmem-floor.sh $scale $rounds \"${setups[*]}\" \"${configs[*]}\")"
+# The two-threaded scan: untraced, then recorded on each path, alternating.
+scan_mb=${SCAN_MB:-128}
+if ((scan_mb > 0)); then
+    scan_peak_kb=$(/usr/bin/time -f %M "$work/readscan" "$scan_mb" 4 2>&1 >/dev/null | tail -1)
+    scan_peak=$(( (scan_peak_kb + 1023) / 1024 ))
+    declare -A stimes=() scpus=() sfaults=()
+    for ((r = 0; r < rounds; r++)); do
+        for config in untraced in-thread threads; do
+            dir="$work/scan"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
+            knobs=(); [[ $config == threads ]] && knobs=(FLTRACE_RT_FAULT_PATH=thread)
+            if [[ $config == untraced ]]; then
+                timed "$work/readscan" "$scan_mb" 4 >/dev/null
+            else
+                timed env "${knobs[@]}" "$fltrace" record -q -L="$scan_mb" -M=$(( scan_peak * 4 )) -- "$work/readscan" "$scan_mb" 4 >/dev/null
+                sfaults[$config]=$(stat_of "$(ls "$dir"/fltrace-data-stats-*.out | head -1)" rt_faults)
+            fi
+            stimes[$config]+="$wall "; scpus[$config]+="$cpu "
+        done
+    done
+    u=$(printf '%s\n' ${stimes[untraced]} | median)
+    uc=$(printf '%s\n' ${scpus[untraced]} | median)
+    echo "readscan 2x${scan_mb} MB, 4 passes, -L=$scan_mb (peak ${scan_peak} MB) (load $(cut -d' ' -f1-3 /proc/loadavg)):"
+    for config in untraced in-thread threads; do
+        summary "$config" "${stimes[$config]}" "${scpus[$config]}" "${sfaults[$config]:-0}"
+    done
+fi
+echo "(bench/farmem-floor.sh $scale $rounds \"${setups[*]}\" \"${configs[*]}\"; SCAN_MB=$scan_mb)"

@@ -3,7 +3,10 @@
 // userfaultfd for missing faults and resolves each fault from one handler thread with
 // UFFDIO_ZEROPAGE for a read and UFFDIO_COPY of a zero page for a write (for every fault with
 // MIN_UFFD_COPY=1): no recording, no eviction, no
-// page state, no locks. free() keeps the memory (a bump allocator; the region is MIN_UFFD_MB,
+// page state, no locks. With MIN_UFFD_SIGBUS=1 there is no handler thread: the userfaultfd has
+// UFFD_FEATURE_SIGBUS and each fault is served the same way by a SIGBUS handler in the
+// faulting thread (the floor of the in-thread path; the kernel's own accesses to a missing page
+// then fail with EFAULT, which the programs it is meant for do not make). free() keeps the memory (a bump allocator; the region is MIN_UFFD_MB,
 // default 8192, of address space reserved without backing). At exit it prints the faults it
 // served to stderr when MIN_UFFD_VERBOSE=1.
 // build: gcc -O2 -shared -fPIC -o min_uffd.so bench/min_uffd.c -lpthread
@@ -14,6 +17,8 @@
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +34,7 @@ static char *base;
 static size_t size;
 static _Atomic size_t next_free;
 static int uffd = -1;
-static int use_copy;
+static int use_copy, use_sigbus;
 static _Atomic unsigned long served;
 static char zero_page[PAGE] __attribute__((aligned(PAGE)));
 
@@ -121,20 +126,47 @@ static void *serve(void *arg) {
     return 0;
 }
 
+// In-thread: the fault's page filled as the handler thread would, from the faulting thread.
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    (void)sig;
+    int saved = errno;
+    unsigned long page = (unsigned long)info->si_addr & ~(PAGE - 1);
+    int write = ((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2;
+    if (use_copy || write) {
+        struct uffdio_copy c = {.dst = page, .src = (unsigned long)zero_page, .len = PAGE};
+        ioctl(uffd, UFFDIO_COPY, &c);
+    } else {
+        struct uffdio_zeropage z = {.range = {page, PAGE}};
+        ioctl(uffd, UFFDIO_ZEROPAGE, &z);
+    }
+    atomic_fetch_add_explicit(&served, 1, memory_order_relaxed);
+    errno = saved;
+}
+
 __attribute__((constructor)) static void start(void) {
     reserve();
     use_copy = getenv("MIN_UFFD_COPY") && atoi(getenv("MIN_UFFD_COPY")) == 1;
+    use_sigbus = getenv("MIN_UFFD_SIGBUS") && atoi(getenv("MIN_UFFD_SIGBUS")) == 1;
     uffd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-    struct uffdio_api api = {.api = UFFD_API};
+    struct uffdio_api api = {.api = UFFD_API, .features = use_sigbus ? UFFD_FEATURE_SIGBUS : 0};
     if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api)) {
         perror("min_uffd: userfaultfd");
         _exit(127);
     }
-    // The handler first: creating it may allocate, and a fault with no handler would hang.
-    pthread_t t;
-    if (pthread_create(&t, 0, serve, 0)) {
-        perror("min_uffd: pthread_create");
-        _exit(127);
+    if (use_sigbus) {
+        struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO};
+        sigfillset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, 0)) {
+            perror("min_uffd: sigaction");
+            _exit(127);
+        }
+    } else {
+        // The handler first: creating it may allocate, and a fault with no handler would hang.
+        pthread_t t;
+        if (pthread_create(&t, 0, serve, 0)) {
+            perror("min_uffd: pthread_create");
+            _exit(127);
+        }
     }
     // What is already allocated stays as it is; the rest of the region faults to the handler.
     size_t used = (atomic_load(&next_free) + PAGE - 1) & ~(PAGE - 1);

@@ -28,6 +28,10 @@ pub struct Counters {
     pub faults_zp: u64,
     pub faults_major: u64,
     pub faults_kernel: u64,
+    /// Faults the preloaded library took for its own work in the program's threads (flagged
+    /// [`FaultFlags::TRACER`]; reports leave them out): the allocation tracer's, and on the
+    /// far-memory runtime's in-thread path its `SIGBUS` handler's (its page states, its code).
+    pub faults_tracer: u64,
     /// Faults whose stack is truncated ([`StackEnd::Truncated`]).
     pub stacks_truncated: u64,
     /// Stacks completed with words read from the live process beyond the sampled copy.
@@ -185,17 +189,28 @@ struct FarState {
     /// The images that ran without the runtime (the preloaded library never loaded: a static
     /// program, a set-user-ID one): their executables.
     unreached: Vec<String>,
+    /// Where the parent's region lies, for a child forked without exec (its copy lies there
+    /// too) until its own runtime's page says so.
+    inherited_region: Option<std::ops::Range<u64>>,
+    /// Faults the runtime may log beyond what was read ([`RecordingContext::far_backlog`]).
+    backlog: u64,
 }
 
 impl FarState {
-    /// Whether `addr` may be in the managed region: it is, or where the region lies is not
-    /// known yet.
-    fn may_be_in_region(&self, addr: u64) -> bool {
+    /// Where the managed region lies, if known (from the runtime's page, or a forked child's
+    /// parent).
+    fn region(&self) -> Option<std::ops::Range<u64>> {
         self.view
             .as_ref()
             .map(RuntimeView::region)
             .filter(|region| !region.is_empty())
-            .is_none_or(|region| region.contains(&addr))
+            .or_else(|| self.inherited_region.clone())
+    }
+
+    /// Whether `addr` may be in the managed region: it is, or where the region lies is not
+    /// known yet.
+    fn may_be_in_region(&self, addr: u64) -> bool {
+        self.region().is_none_or(|region| region.contains(&addr))
     }
 }
 
@@ -256,6 +271,9 @@ pub struct RecordingContext {
     pub collect_code_hits: bool,
     /// What the recorder added to the samples' CLOCK_MONOTONIC times to make the trace's.
     pub mono_offset: u64,
+    /// How many faults the far-memory runtime may log beyond what was read: about as many
+    /// as the samples one CPU's ring holds, three quarters of them (0: no limit).
+    pub far_backlog: u64,
 }
 
 impl Process {
@@ -332,6 +350,8 @@ impl Process {
                 outside_now: 0,
                 outside: Default::default(),
                 unreached: Vec::new(),
+                inherited_region: None,
+                backlog: session.far_backlog,
             }),
             exited_round: None,
             first_ns: 0,
@@ -357,6 +377,9 @@ impl Process {
         child.unwinder = parent.unwinder.clone();
         child.interposers = parent.interposers.clone();
         child.entries = parent.entries.clone();
+        if let (Some(far), Some(parent_far)) = (&mut child.far, &parent.far) {
+            far.inherited_region = parent_far.region();
+        }
         for mapping in parent.maps.values() {
             child.out.mmaps.push(mapping.clone())?;
             child.record_mapping(mapping.clone());
@@ -865,11 +888,14 @@ impl Process {
             self.complete_uncopied(tid, waiting, frames)?;
         }
         // Far memory's own allocator serves the program: what it touches in the managed
-        // region is the program's memory.
+        // region is the program's memory. The region is anonymous: a file's pages are not in
+        // it (the runtime's log, which its handler writes in the program's faulting thread,
+        // before the recorder may know where the region lies).
         let in_region = self
             .far
             .as_ref()
-            .is_some_and(|far| far.may_be_in_region(addr.get()));
+            .is_some_and(|far| far.may_be_in_region(addr.get()))
+            && !self.mapping_at(addr).is_some_and(|m| m.is_file());
         if tracer && !in_region {
             flags |= FaultFlags::TRACER;
         }
@@ -895,6 +921,9 @@ impl Process {
         }
         if fault.flags.has(FaultFlags::KERNEL) {
             c.faults_kernel += 1;
+        }
+        if fault.flags.has(FaultFlags::TRACER) {
+            c.faults_tracer += 1;
         }
         self.out.faults.push(fault)
     }
@@ -1141,6 +1170,9 @@ impl Process {
         };
         if far.view.is_none() {
             far.view = RuntimeView::open(&far.prefix, self.os_pid, far.exec_ns, far.made_before);
+            if let Some(view) = &far.view {
+                view.allow_backlog(far.backlog);
+            }
             far.region_pruned = false;
         }
         // Faults outside the managed region never appear in the log. The page is published
@@ -1154,12 +1186,21 @@ impl Process {
             far.pending_fills
                 .retain(|(_, page), _| region.contains(page));
             far.region_pruned = true;
+            let (path, reason) = view.fault_path();
+            let why = fltrace_runtime_abi::path_reason::name(reason);
+            log::info!(
+                "process {}: far-memory faults served {}{}{}",
+                self.os_pid,
+                fltrace_runtime_abi::path::name(path),
+                if why.is_empty() { "" } else { ": " },
+                why
+            );
         }
         let Some(view) = &mut far.view else {
             return;
         };
         let mut fresh = Vec::new();
-        view.read_log(&mut fresh);
+        view.read_log(&mut fresh, round == u64::MAX);
         far.unmatched.extend(fresh.into_iter().map(|h| (h, round)));
         let window = &mut self.out.faults;
         let first_pending = window.first_open();
@@ -1290,6 +1331,7 @@ impl Process {
             ("faults_zp", c.faults_zp),
             ("faults_major", c.faults_major),
             ("faults_kernel", c.faults_kernel),
+            ("faults_tracer", c.faults_tracer),
             ("lost", lost),
             ("stacks_truncated", c.stacks_truncated),
             ("stacks_extended", c.stacks_extended),
@@ -1451,6 +1493,7 @@ mod tests {
             metadata: Vec::new(),
             collect_code_hits: false,
             mono_offset: 0,
+            far_backlog: 0,
         };
         Process::filed_as(1, 1, None, &session).expect("process files")
     }
@@ -1507,6 +1550,7 @@ mod tests {
             metadata: Vec::new(),
             collect_code_hits: false,
             mono_offset: 1_234_567,
+            far_backlog: 0,
         };
         let parent = Process::filed_as(1, 1, None, &session).expect("process files");
         std::thread::sleep(std::time::Duration::from_millis(2));

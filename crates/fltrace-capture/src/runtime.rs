@@ -5,8 +5,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use fltrace_runtime_abi::{LOG_LEN, MAGIC, SHARED_SIZE, Shared, env, kind};
-use memmap2::Mmap;
+use fltrace_runtime_abi::{BREAKDOWN_LEN, LOG_LEN, MAGIC, SHARED_SIZE, Shared, env, kind};
+use memmap2::MmapMut;
 
 use crate::Error;
 
@@ -244,7 +244,7 @@ pub struct RuntimeView {
     /// The page file's device and inode: whose file the name holds may change (an exec's new
     /// image, a later process given the pid, each renames its own page onto it).
     file_id: (u64, u64),
-    map: Mmap,
+    map: MmapMut,
     cursor: u64,
     /// Log entries overwritten before they were read.
     pub missed: u64,
@@ -258,14 +258,19 @@ impl RuntimeView {
     pub fn open(prefix: &Path, pid: u32, made_after: u64, made_before: u64) -> Option<RuntimeView> {
         use std::os::unix::fs::MetadataExt as _;
         let path = page_path(prefix, pid);
-        let file = std::fs::File::open(&path).ok()?;
+        // Read and written: the recorder says how far it has read the log.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .ok()?;
         let metadata = file.metadata().ok()?;
         if metadata.len() < SHARED_SIZE as u64 {
             return None;
         }
         // SAFETY: a shared mapping of the runtime's page; the runtime writes it concurrently,
-        // which is why every field is read through atomics.
-        let map = unsafe { Mmap::map(&file) }.ok()?;
+        // which is why every field is accessed through atomics.
+        let map = unsafe { MmapMut::map_mut(&file) }.ok()?;
         let view = RuntimeView {
             path,
             file_id: (metadata.dev(), metadata.ino()),
@@ -276,6 +281,12 @@ impl RuntimeView {
         (view.shared().magic.load(Ordering::Acquire) == MAGIC
             && (made_after..made_before).contains(&view.made_ns()))
         .then_some(view)
+    }
+
+    /// Tells the runtime how many log entries it may write beyond what was read (0: no
+    /// limit): the samples of that many faults fit in the kernel's buffers.
+    pub fn allow_backlog(&self, entries: u64) {
+        self.shared().log_backlog.store(entries, Ordering::Relaxed);
     }
 
     /// When the runtime made the page (CLOCK_MONOTONIC ns).
@@ -293,7 +304,7 @@ impl RuntimeView {
     }
 
     /// Where the handled faults' time went, as the runtime measured it.
-    pub fn breakdown(&self) -> [(&'static str, u64); 21] {
+    pub fn breakdown(&self) -> [(&'static str, u64); BREAKDOWN_LEN] {
         self.shared().breakdown()
     }
 
@@ -326,8 +337,21 @@ impl RuntimeView {
         self.shared().m_exhausted.load(Ordering::Relaxed) != 0
     }
 
-    /// Appends the log entries written since the last call.
-    pub fn read_log(&mut self, out: &mut Vec<Handled>) {
+    /// How the runtime serves faults ([`fltrace_runtime_abi::path`]) and, on the
+    /// handler-thread path, why ([`fltrace_runtime_abi::path_reason`]); 0 until chosen.
+    pub fn fault_path(&self) -> (u64, u64) {
+        let shared = self.shared();
+        (
+            shared.fault_path.load(Ordering::Relaxed),
+            shared.fault_path_reason.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Appends the log entries written since the last call. Entries are written by several
+    /// threads at once (each serves its own faults): one whose slot is taken but not yet
+    /// written stops the reading until the next call, unless `last` (the process is gone:
+    /// an entry left unwritten, its writer killed mid-way, is counted missed).
+    pub fn read_log(&mut self, out: &mut Vec<Handled>, last: bool) {
         let shared = shared_of(&self.map);
         let head = shared.log_head.load(Ordering::Acquire);
         if head < self.cursor {
@@ -340,17 +364,43 @@ impl RuntimeView {
         }
         while self.cursor < head {
             let entry = &shared.log[self.cursor as usize % LOG_LEN];
+            // Acquire: the fields below were written before the sequence number.
+            let seq = entry.seq.load(Ordering::Acquire);
+            if seq != self.cursor + 1 {
+                if seq > self.cursor + 1 {
+                    // Overwritten by a later round of the ring meanwhile.
+                    self.missed += 1;
+                    self.cursor += 1;
+                    continue;
+                }
+                if !last {
+                    break;
+                }
+                self.missed += 1;
+                self.cursor += 1;
+                continue;
+            }
             let tid = entry.tid.load(Ordering::Relaxed) as u32;
             let page_and_kind = entry.page_and_kind.load(Ordering::Relaxed);
+            let read_ns = entry.read_ns.load(Ordering::Relaxed);
+            let done_ns = entry.done_ns.load(Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::Acquire);
+            if entry.seq.load(Ordering::Relaxed) != seq {
+                // Rewritten while read: the ring went round.
+                self.missed += 1;
+                self.cursor += 1;
+                continue;
+            }
             out.push(Handled {
                 tid,
                 page: page_and_kind & !0xfff,
                 kind: (page_and_kind & 0xfff) as u32,
-                read_ns: entry.read_ns.load(Ordering::Relaxed),
-                done_ns: entry.done_ns.load(Ordering::Relaxed),
+                read_ns,
+                done_ns,
             });
             self.cursor += 1;
         }
+        shared.log_read.store(self.cursor, Ordering::Release);
     }
 
     /// Removes the shared file (the process is gone; the counters were written out).
@@ -372,7 +422,7 @@ pub fn page_path(prefix: &Path, pid: u32) -> PathBuf {
     PathBuf::from(path)
 }
 
-fn shared_of(map: &Mmap) -> &Shared {
+fn shared_of(map: &MmapMut) -> &Shared {
     // SAFETY: the mapping is at least SHARED_SIZE bytes (checked at open), page-aligned, and
     // Shared consists of atomics, valid for any bit pattern.
     unsafe { &*map.as_ptr().cast::<Shared>() }

@@ -163,7 +163,7 @@ fn read_file(path: &core::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
         return None;
     }
     // SAFETY: reading into our buffer.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let n = unsafe { crate::sys::read(fd, buf.as_mut_ptr(), buf.len()) };
     // SAFETY: closing our own descriptor.
     unsafe { libc::close(fd) };
     (n >= 0).then_some(n as usize)
@@ -185,7 +185,7 @@ pub fn refresh(shared: &Shared) {
         }
         let mut value = 0u64;
         // SAFETY: reading one u64 (read_format 0) into a valid location.
-        let n = unsafe { libc::read(fd, (&raw mut value).cast(), 8) };
+        let n = unsafe { crate::sys::read(fd, (&raw mut value).cast(), 8) };
         if n == 8 {
             target.store(value, Relaxed);
         }

@@ -58,7 +58,7 @@ fn only_handlers_left() -> bool {
         if fd < 0 {
             return false;
         }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        let n = crate::sys::read(fd, buf.as_mut_ptr(), buf.len());
         libc::close(fd);
         n
     };

@@ -89,13 +89,14 @@ fn kernel_result(ret: i64) -> Option<i64> {
     }
 }
 
+/// C's `malloc` called from `caller` (`crate::callers` exports `malloc`).
+///
 /// # Safety
 /// C's `malloc`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+pub(crate) unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut c_void {
     let entry = tracer::enter(call::MALLOC);
     let ptr = if far_memory() {
-        managed_malloc::allocate(size, 16).cast()
+        managed_malloc::allocate_for(size, 16, crate::callers::is_libc(caller)).cast()
     } else {
         // SAFETY: C's contract.
         unsafe { backed::malloc(size) }
@@ -128,14 +129,21 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     traced(entry, ptr as u64, 0, 0, 0);
 }
 
+/// C's `calloc` called from `caller`.
+///
 /// # Safety
 /// C's `calloc`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+pub(crate) unsafe extern "C" fn calloc_from(
+    count: usize,
+    size: usize,
+    caller: usize,
+) -> *mut c_void {
     let entry = tracer::enter(call::CALLOC);
     let total = count.checked_mul(size);
     let ptr = match total {
-        Some(total) if far_memory() => managed_malloc::allocate_zeroed(total).cast(),
+        Some(total) if far_memory() => {
+            managed_malloc::allocate_zeroed_for(total, crate::callers::is_libc(caller)).cast()
+        }
         // SAFETY: C's contract.
         Some(_) => unsafe { backed::calloc(count, size) },
         None => {
@@ -153,22 +161,27 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
     ptr
 }
 
+/// C's `realloc` called from `caller`.
+///
 /// # Safety
 /// C's `realloc`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+pub(crate) unsafe extern "C" fn realloc_from(
+    ptr: *mut c_void,
+    size: usize,
+    caller: usize,
+) -> *mut c_void {
     let entry = tracer::enter(call::REALLOC);
     // SAFETY: C's contract.
-    let new = unsafe { reallocate(ptr, size) };
+    let new = unsafe { reallocate(ptr, size, crate::callers::is_libc(caller)) };
     traced(entry, new as u64, size as u64, ptr as u64, 0);
     new
 }
 
-/// `realloc` without tracing.
+/// `realloc` without tracing (`for_libc`: called by the C library for itself).
 ///
 /// # Safety
 /// C's `realloc`.
-unsafe fn reallocate(ptr: *mut c_void, size: usize) -> *mut c_void {
+unsafe fn reallocate(ptr: *mut c_void, size: usize, for_libc: bool) -> *mut c_void {
     if !far_memory() {
         // SAFETY: C's contract.
         return unsafe { backed::realloc(ptr, size) };
@@ -185,18 +198,24 @@ unsafe fn reallocate(ptr: *mut c_void, size: usize) -> *mut c_void {
         return std::ptr::null_mut();
     }
     // SAFETY: null or a live block of ours.
-    unsafe { managed_malloc::reallocate(ptr.cast(), size) }.cast()
+    unsafe { managed_malloc::reallocate_for(ptr.cast(), size, for_libc) }.cast()
 }
 
+/// C's `reallocarray` called from `caller`.
+///
 /// # Safety
 /// C's `reallocarray`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usize) -> *mut c_void {
+pub(crate) unsafe extern "C" fn reallocarray_from(
+    ptr: *mut c_void,
+    count: usize,
+    size: usize,
+    caller: usize,
+) -> *mut c_void {
     let entry = tracer::enter(call::REALLOCARRAY);
     let total = count.checked_mul(size);
     let new = match total {
         // SAFETY: C's contract.
-        Some(total) => unsafe { reallocate(ptr, total) },
+        Some(total) => unsafe { reallocate(ptr, total, crate::callers::is_libc(caller)) },
         None => {
             set_errno(libc::ENOMEM);
             std::ptr::null_mut()
@@ -212,15 +231,21 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usiz
     new
 }
 
+/// C's `posix_memalign` called from `caller`.
+///
 /// # Safety
 /// C's `posix_memalign`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
+pub(crate) unsafe extern "C" fn posix_memalign_from(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    caller: usize,
+) -> i32 {
     if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
         return libc::EINVAL;
     }
     let entry = tracer::enter(call::POSIX_MEMALIGN);
-    let ptr = aligned(align, size);
+    let ptr = aligned(align, size, caller);
     traced(entry, ptr as u64, size as u64, 0, align as u64);
     if ptr.is_null() {
         return libc::ENOMEM;
@@ -230,39 +255,49 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     0
 }
 
-/// An aligned block from the current allocator, untraced.
-fn aligned(align: usize, size: usize) -> *mut c_void {
+/// An aligned block from the current allocator, untraced, for `caller`.
+fn aligned(align: usize, size: usize, caller: usize) -> *mut c_void {
     if far_memory() {
-        managed_malloc::allocate(size, align).cast()
+        managed_malloc::allocate_for(size, align, crate::callers::is_libc(caller)).cast()
     } else {
         // SAFETY: C's contract; the alignment was checked by the caller.
         unsafe { backed::memalign(align, size) }
     }
 }
 
+/// C's `aligned_alloc` called from `caller`.
+///
 /// # Safety
 /// C's `aligned_alloc`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    aligned_call(call::ALIGNED_ALLOC, align, size)
+pub(crate) unsafe extern "C" fn aligned_alloc_from(
+    align: usize,
+    size: usize,
+    caller: usize,
+) -> *mut c_void {
+    aligned_call(call::ALIGNED_ALLOC, align, size, caller)
 }
 
-fn aligned_call(which: u8, align: usize, size: usize) -> *mut c_void {
+fn aligned_call(which: u8, align: usize, size: usize, caller: usize) -> *mut c_void {
     if !align.is_power_of_two() {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
     let entry = tracer::enter(which);
-    let ptr = aligned(align, size);
+    let ptr = aligned(align, size, caller);
     traced(entry, ptr as u64, size as u64, 0, align as u64);
     ptr
 }
 
+/// C's `memalign` called from `caller`.
+///
 /// # Safety
 /// C's `memalign`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    aligned_call(call::MEMALIGN, align, size)
+pub(crate) unsafe extern "C" fn memalign_from(
+    align: usize,
+    size: usize,
+    caller: usize,
+) -> *mut c_void {
+    aligned_call(call::MEMALIGN, align, size, caller)
 }
 
 /// # Safety

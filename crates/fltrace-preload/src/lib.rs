@@ -28,14 +28,19 @@
 
 mod backed;
 mod breakdown;
+mod callers;
 mod exit_watch;
 mod heap;
 mod interpose;
 mod managed_malloc;
 mod next_alloc;
+mod pins;
 mod placement;
 pub mod region;
+mod sigbus;
 mod sys;
+mod syscall_args;
+mod syscalls;
 mod tracer;
 mod uffd;
 
@@ -43,7 +48,7 @@ use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use fltrace_runtime_abi::{MAGIC, SHARED_SIZE, Shared, env};
+use fltrace_runtime_abi::{MAGIC, SHARED_SIZE, Shared, env, path_reason};
 
 use region::{PAGE, Policy, Region};
 
@@ -82,6 +87,8 @@ struct Settings {
     busy_poll: bool,
     realtime: bool,
     tlb_count: bool,
+    /// Faults may be served in the faulting thread (`FLTRACE_RT_FAULT_PATH` is not `thread`).
+    in_thread: bool,
     /// `FLTRACE_RT_SHARED`, NUL-padded; `shared_len` 0 when unset.
     shared: [u8; 480],
     shared_len: usize,
@@ -102,6 +109,7 @@ fn settings() -> &'static Settings {
             busy_poll: sys::env_u64(env::BUSY_POLL) == Some(1),
             realtime: sys::env_u64(env::REALTIME) == Some(1),
             tlb_count: sys::env_u64(env::TLB_COUNT) == Some(1),
+            in_thread: sys::env_bytes(env::FAULT_PATH) != Some(b"thread"),
             shared,
             shared_len,
         }
@@ -141,6 +149,7 @@ fn start() {
         return;
     }
     settings();
+    callers::init();
     match build_region() {
         Some(region) => {
             // SAFETY: only the thread that won the STARTING exchange writes REGION, once.
@@ -152,11 +161,22 @@ fn start() {
             if region.managed() {
                 breakdown::open_counters(settings().tlb_count);
             }
-            // Handlers first: claiming writes the allocator's metadata into the region, and
-            // those first touches are faults the handlers must serve.
-            if region.managed() && !start_handlers(region) {
-                // Every fault on the region would wait for ever: better no program at all
-                // than one that hangs, or one that silently runs without the limit.
+            // The server of faults first: claiming writes the allocator's metadata into the
+            // region, and those first touches are faults to serve.
+            let served = if region.in_thread() {
+                sigbus::install(region)
+            } else {
+                !region.managed() || start_handlers(region)
+            };
+            if !served {
+                // Every fault on the region would wait for ever (or end the process): better
+                // no program at all than one that hangs, or one that silently runs without
+                // the limit.
+                if region.in_thread() {
+                    sys::write_stderr(&[
+                        b"fltrace: far memory: the SIGBUS handler that serves faults could not be installed\n",
+                    ]);
+                }
                 // SAFETY: ending the process before main; nothing to clean up.
                 unsafe { libc::_exit(127) };
             }
@@ -199,22 +219,98 @@ fn build_region() -> Option<Region> {
         _ => Policy::Fifo,
     };
     let shared = map_shared();
-    let want_move = sys::env_u64(env::MOVE) != Some(0);
-    let (uffd, can_move) = match local {
-        Some(_) => match open_uffd(want_move) {
+    let asked_threads = !settings().in_thread;
+    // A Go program's goroutines run on small stacks in its heap (in the region), with no room
+    // for a signal frame and the handler below them: its faults are served by handler threads.
+    let go = !asked_threads && is_go_program();
+    let want_in_thread = !asked_threads && !go;
+    // Pages move by default on the handler-thread path. In the thread they are copied: the
+    // program's other threads run while a page moves, and each move's TLB flush of the store
+    // page interrupts them (an IPI per fetch, where copying flushes once per batch).
+    let want_move = match sys::env_u64(env::MOVE) {
+        Some(0) => false,
+        Some(_) => true,
+        None => !want_in_thread,
+    };
+    let opened = match local {
+        Some(_) => match open_uffd(want_move, want_in_thread) {
             Ok(opened) => opened,
             Err(e) => report_unavailable(e),
         },
-        None => (-1, false),
+        None => Opened {
+            fd: -1,
+            moves: false,
+            in_thread: false,
+        },
     };
     let limit = local.unwrap_or(max_pages as u64) as usize;
     let tuning = region::Tuning {
         evict_ahead: sys::env_u64(env::EVICT_AHEAD) != Some(0),
         clean_copies_percent: sys::env_u64(env::CLEAN_COPIES).map_or(10, |p| p.min(100) as usize),
-        move_pages: can_move,
+        move_pages: opened.moves,
         reserve_pages: reserve_pages(),
+        in_thread: opened.in_thread,
+        thread_reason: if asked_threads {
+            path_reason::ASKED
+        } else if go {
+            path_reason::GO_PROGRAM
+        } else {
+            path_reason::NO_SIGBUS_FEATURE
+        },
     };
-    Region::create(max_pages, limit, policy, uffd, shared, tuning)
+    Region::create(max_pages, limit, policy, opened.fd, shared, tuning)
+}
+
+/// Whether the executable is a Go program: a note of its loaded ELF headers holds Go's build
+/// ID (owner "Go", type 4), as `go build` writes in every binary, linked internally or not.
+fn is_go_program() -> bool {
+    const NT_GO_BUILDID: u32 = 4;
+    // SAFETY: getauxval has no preconditions.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+        )
+    };
+    if phdr == 0 || phnum == 0 {
+        return false;
+    }
+    // SAFETY: the kernel's auxiliary vector points at the executable's program headers, loaded
+    // and readable for the life of the process.
+    let headers =
+        unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum as usize) };
+    // A position-independent executable is loaded at a bias, which its PT_PHDR entry gives.
+    let bias = headers
+        .iter()
+        .find(|h| h.p_type == libc::PT_PHDR)
+        .map_or(0, |h| (phdr as usize).wrapping_sub(h.p_vaddr as usize));
+    let word = |at: usize| {
+        // SAFETY: within a PT_NOTE segment of the loaded executable (checked by the caller).
+        unsafe { std::ptr::read_unaligned(at as *const u32) }
+    };
+    for note in headers.iter().filter(|h| h.p_type == libc::PT_NOTE) {
+        let mut at = bias.wrapping_add(note.p_vaddr as usize);
+        let end = at.saturating_add(note.p_memsz as usize);
+        while at.saturating_add(12) <= end {
+            let (name_len, desc_len, kind) =
+                (word(at) as usize, word(at + 4) as usize, word(at + 8));
+            let name = at + 12;
+            let next = name
+                .saturating_add(name_len.next_multiple_of(4))
+                .saturating_add(desc_len.next_multiple_of(4));
+            if next > end {
+                break;
+            }
+            // SAFETY: the name lies within the note segment (`next <= end`).
+            let owner = unsafe { std::slice::from_raw_parts(name as *const u8, name_len) };
+            // "Go", NUL-padded (the linker writes four bytes).
+            if kind == NT_GO_BUILDID && owner.split(|&b| b == 0).next() == Some(b"Go") {
+                return true;
+            }
+            at = next;
+        }
+    }
+    false
 }
 
 /// Pages of the reservation area (`FLTRACE_RT_RESERVE_MB`): by default the machine's memory,
@@ -233,29 +329,48 @@ fn reserve_pages() -> usize {
     mb.saturating_mul(PAGES_PER_MB)
 }
 
-/// The userfaultfd, and whether it can move pages (`want_move` and the kernel has
-/// `UFFDIO_MOVE`).
-fn open_uffd(want_move: bool) -> std::io::Result<(i32, bool)> {
+/// A userfaultfd and the features it got.
+struct Opened {
+    fd: i32,
+    /// It can move pages (`UFFDIO_MOVE`).
+    moves: bool,
+    /// Faults on it raise SIGBUS in the faulting thread (`UFFD_FEATURE_SIGBUS`).
+    in_thread: bool,
+}
+
+/// The userfaultfd, with page moves if `want_move` and the kernel has `UFFDIO_MOVE`, and
+/// faults served in the faulting thread if `want_in_thread` and the kernel has
+/// `UFFD_FEATURE_SIGBUS`. A kernel refuses a handshake that names a feature it lacks, and a
+/// handshake cannot be repeated on one descriptor: each try takes a new one.
+fn open_uffd(want_move: bool, want_in_thread: bool) -> std::io::Result<Opened> {
     // Unprivileged users may only ask for user-mode faults (vm.unprivileged_userfaultfd).
     let create = || uffd::create(false).or_else(|_| uffd::create(true));
-    let features = uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID;
-    if want_move {
-        let fd = create()?;
-        if uffd::api(fd, features | uffd::FEATURE_MOVE).is_ok() {
-            return Ok((fd, true));
+    let base = uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID;
+    let mut last = None;
+    for (moves, in_thread) in [(true, true), (false, true), (true, false), (false, false)] {
+        if (moves && !want_move) || (in_thread && !want_in_thread) {
+            continue;
         }
-        // A kernel without the feature refuses the handshake; it cannot be repeated on the
-        // same descriptor.
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(fd) };
+        let fd = create()?;
+        let features = base
+            | if moves { uffd::FEATURE_MOVE } else { 0 }
+            | if in_thread { uffd::FEATURE_SIGBUS } else { 0 };
+        match uffd::api(fd, features) {
+            Ok(()) => {
+                return Ok(Opened {
+                    fd,
+                    moves,
+                    in_thread,
+                });
+            }
+            Err(e) => {
+                // SAFETY: closing our own descriptor.
+                unsafe { libc::close(fd) };
+                last = Some(e);
+            }
+        }
     }
-    let fd = create()?;
-    if let Err(e) = uffd::api(fd, features) {
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(fd) };
-        return Err(e);
-    }
-    Ok((fd, false))
+    Err(last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL)))
 }
 
 /// Far memory was asked for (`-L`) and cannot start: the program ends at start-up, with one
@@ -336,8 +451,12 @@ fn map_shared() -> *const Shared {
                 failed = Some((b"posix_fallocate", error));
             } else {
                 let prot = libc::PROT_READ | libc::PROT_WRITE;
+                // Populated: its pages are written as faults are served, in the program's own
+                // threads when they serve their faults; faults there would be the runtime's,
+                // taken at the program's call sites.
+                let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
                 // SAFETY: a shared mapping of the file just sized, at no fixed address.
-                memory = unsafe { sys::map(0, SHARED_SIZE, prot, libc::MAP_SHARED, fd, 0) };
+                memory = unsafe { sys::map(0, SHARED_SIZE, prot, flags, fd, 0) };
                 if memory.is_null() {
                     failed = Some((b"mmap", errno()));
                 }
@@ -352,7 +471,7 @@ fn map_shared() -> *const Shared {
     }
     let named = !memory.is_null();
     if memory.is_null() {
-        memory = sys::map_anonymous(SHARED_SIZE, 0);
+        memory = sys::map_anonymous(SHARED_SIZE, libc::MAP_POPULATE);
     }
     let shared = memory as *const Shared;
     if !shared.is_null() {
@@ -457,15 +576,16 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut pfd, 1, exit_watch::IDLE_CHECK_MS) } == 0 {
+            // SAFETY: one valid pollfd (straight to the kernel: the runtime interposes poll).
+            if unsafe { libc::syscall(libc::SYS_poll, &mut pfd, 1, exit_watch::IDLE_CHECK_MS) } == 0
+            {
                 exit_watch::end_if_only_handlers_left();
                 continue;
             }
         }
         // SAFETY: reading whole messages into a buffer of the right type and size.
         let n = unsafe {
-            libc::read(
+            sys::read(
                 region.uffd(),
                 msgs.as_mut_ptr().cast(),
                 std::mem::size_of_val(&msgs),
@@ -555,10 +675,8 @@ fn start_handlers(region: &Region) -> bool {
     // SAFETY: as above.
     let mut program_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut program_mask);
-    }
+    unsafe { libc::sigfillset(&mut all) };
+    sys::sigprocmask(libc::SIG_SETMASK, Some(&all), Some(&mut program_mask));
     for _ in 0..handlers {
         let mut thread: libc::pthread_t = 0;
         let error = match handler_stack() {
@@ -579,8 +697,8 @@ fn start_handlers(region: &Region) -> bool {
             failure = error;
         }
     }
-    // SAFETY: restores this thread's own mask, saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &program_mask, std::ptr::null_mut()) };
+    // Restores this thread's own mask, saved above.
+    sys::sigprocmask(libc::SIG_SETMASK, Some(&program_mask), None);
     if started < handlers {
         let (mut a, mut b, mut c) = ([0; 20], [0; 20], [0; 20]);
         sys::write_stderr(&[
@@ -600,15 +718,37 @@ fn start_handlers(region: &Region) -> bool {
     started > 0
 }
 
+/// The forking thread's signal mask before the fork, with faults served in the thread: it
+/// blocks every signal while it holds the runtime's locks across the fork (a handler of the
+/// program run meanwhile could fault on the region, and the SIGBUS handler would wait for
+/// the page lock this thread holds). Written once the locks are held, so one fork at a time.
+static FORK_MASK: spinning_top::Spinlock<Option<libc::sigset_t>> =
+    spinning_top::Spinlock::new(None);
+
 // Lock order: the allocator before the region. A thread inside malloc may be waiting for a
 // fault on the allocator's metadata, which a handler serves under the region lock; taking the
 // region lock first would leave that thread, and so the allocator lock, stuck.
 extern "C" fn before_fork() {
     let region = region_any().filter(|r| r.managed());
+    let blocked = region
+        .filter(|r| r.in_thread())
+        .map(|_| sys::SignalsBlocked::all());
     placement::lock_for_fork();
     managed_malloc::lock_for_fork();
     if let Some(region) = region {
         region.lock_for_fork();
+    }
+    if let Some(blocked) = blocked {
+        *FORK_MASK.lock() = Some(*blocked.old());
+        // Restored after the fork, in parent and child.
+        std::mem::forget(blocked);
+    }
+}
+
+/// After fork, in parent or child: the mask `before_fork` saved.
+fn restore_fork_mask() {
+    if let Some(mask) = FORK_MASK.lock().take() {
+        sys::sigprocmask(libc::SIG_SETMASK, Some(&mask), None);
     }
 }
 
@@ -622,6 +762,7 @@ extern "C" fn after_fork_parent() {
     }
     managed_malloc::unlock_after_fork();
     placement::unlock_after_fork();
+    restore_fork_mask();
 }
 
 extern "C" fn after_fork_child() {
@@ -644,29 +785,35 @@ extern "C" fn after_fork_child() {
     }
     managed_malloc::unlock_after_fork();
     placement::unlock_after_fork();
+    restore_fork_mask();
 }
 
-/// In a child forked without exec: a runtime of its own (userfaultfd, shared page, handler
-/// threads) over its copy of the region, under the same limit. False, with nothing changed
-/// (the page lock still held), when the child cannot have one.
+/// In a child forked without exec: a runtime of its own (userfaultfd, shared page, and
+/// handler threads where they serve the faults) over its copy of the region, under the same
+/// limit. False, with nothing changed (the page lock still held), when the child cannot have
+/// one.
 fn emulate_child(region: &Region) -> bool {
-    let Ok((uffd, can_move)) = open_uffd(region.moves_pages()) else {
+    let Ok(opened) = open_uffd(region.moves_pages(), region.in_thread()) else {
         return false;
     };
-    if can_move != region.moves_pages() {
+    if opened.moves != region.moves_pages() || opened.in_thread != region.in_thread() {
         // SAFETY: closing our own descriptor.
-        unsafe { libc::close(uffd) };
+        unsafe { libc::close(opened.fd) };
         return false;
     }
     let shared = map_shared();
-    if shared.is_null() || !region.adopt_child(uffd, shared) {
+    if shared.is_null() || !region.adopt_child(opened.fd, shared) {
         // SAFETY: closing our own descriptor.
-        unsafe { libc::close(uffd) };
+        unsafe { libc::close(opened.fd) };
         return false;
     }
     // The parent's handler threads and inherited counters are not this process's.
     breakdown::forget_parent();
     breakdown::open_counters(settings().tlb_count);
+    if region.in_thread() {
+        // The SIGBUS handler, inherited, serves the child's faults: nothing to start.
+        return true;
+    }
     // pthread_create allocates (its thread's TLS): from the bootstrap arena while the
     // allocator's lock is held for the fork and no handler serves the region yet.
     STATE.store(STARTING, Ordering::Release);

@@ -72,6 +72,26 @@ static POOLS: [spinning_top::Spinlock<Pool>; POOL_COUNT] = [const {
     })
 }; POOL_COUNT];
 
+/// The pools of the C library's own blocks below [`LARGE`] (its stdio buffers and `FILE`s,
+/// its directory streams), whose chunks are kept local (`Region::make_local`) when faults are
+/// served in the thread: the C library hands them to the kernel from calls no wrapper
+/// reaches, and the kernel's access to a missing page would fail there. Their chunks are
+/// small (a block's class twice, at least 16 KiB), within an eighth of the limit in all;
+/// beyond it the C library's blocks come from the program's pools.
+static LOCAL_POOLS: [spinning_top::Spinlock<Pool>; POOL_COUNT] = [const {
+    spinning_top::Spinlock::new(Pool {
+        talc: Talc::new(Manual),
+        meta: [0; POOL_META_WORDS],
+        chunks: 0,
+    })
+}; POOL_COUNT];
+
+/// The chunk a pool of the C library's blocks takes: two of its largest blocks, at least
+/// 16 KiB.
+fn local_chunk_bytes(pool: usize) -> usize {
+    (2 * (128 << pool)).max(16 << 10)
+}
+
 /// The pool of a block of `total` bytes (its size class), if below [`LARGE`].
 fn pool_of(total: usize) -> Option<usize> {
     if total >= LARGE {
@@ -192,6 +212,12 @@ fn arena_alloc(size: usize, align: usize) -> *mut u8 {
 /// Allocates `size` bytes aligned to `align`. Null when the size is absurd; exits with a clear
 /// message when the region of `-M` MB is exhausted.
 pub fn allocate(size: usize, align: usize) -> *mut u8 {
+    allocate_for(size, align, false)
+}
+
+/// [`allocate`], for the C library itself when `for_libc` (its block is kept local where
+/// faults are served in the thread, see [`LOCAL_POOLS`]).
+pub fn allocate_for(size: usize, align: usize, for_libc: bool) -> *mut u8 {
     let region = crate::region_ready().filter(|_| !crate::on_handler_thread());
     let Some(region) = region else {
         return arena_alloc(size, align);
@@ -199,7 +225,10 @@ pub fn allocate(size: usize, align: usize) -> *mut u8 {
     let Some((layout, offset)) = block_layout(size, align) else {
         return null_mut();
     };
-    let Some(base) = allocate_block(layout) else {
+    let local = (for_libc && region.in_thread())
+        .then(|| allocate_local_block(region, layout))
+        .flatten();
+    let Some(base) = local.or_else(|| allocate_block(layout)) else {
         out_of_memory(region, size);
     };
     let committed = crate::placement::committed_bytes();
@@ -268,6 +297,46 @@ fn allocate_block(layout: Layout) -> Option<*mut u8> {
             None => return None,
         }
     };
+    pool.chunks += 1;
+    // SAFETY: a block of the region, the pool's for good.
+    unsafe { pool.talc.claim(base, chunk - CHUNK_TAIL) }?;
+    // SAFETY: as above.
+    unsafe { pool.talc.allocate(layout) }.map(|b| b.as_ptr())
+}
+
+/// A block of `layout` from the C library's local pools, if it is below [`LARGE`] and its
+/// pool has room or may take a chunk kept local.
+fn allocate_local_block(region: &region::Region, layout: Layout) -> Option<*mut u8> {
+    let index = pool_of(layout.size())?;
+    let mut pool = LOCAL_POOLS[index].lock();
+    if pool.talc.is_metadata_established() {
+        // SAFETY: the layout has a non-zero size.
+        if let Some(block) = unsafe { pool.talc.allocate(layout) } {
+            return Some(block.as_ptr());
+        }
+    } else {
+        let meta = (&raw mut pool.meta).cast::<u8>();
+        // SAFETY: the pool's own static words, given to its talc for good (under its lock).
+        unsafe { pool.talc.claim(meta, POOL_META_WORDS * 8) }?;
+    }
+    let chunk = local_chunk_bytes(index);
+    // SAFETY: a page-aligned layout of non-zero size.
+    let base = unsafe {
+        TALC.lock()
+            .allocate(Layout::from_size_align(chunk - CHUNK_TAIL, PAGE).ok()?)
+    }?
+    .as_ptr();
+    if !region.make_local(base as usize, chunk - CHUNK_TAIL) {
+        // Over the share kept local: the block comes from the program's pools.
+        // SAFETY: just allocated with this layout.
+        unsafe {
+            TALC.lock().deallocate(
+                base,
+                Layout::from_size_align(chunk - CHUNK_TAIL, PAGE).ok()?,
+            )
+        };
+        return None;
+    }
     pool.chunks += 1;
     // SAFETY: a block of the region, the pool's for good.
     unsafe { pool.talc.claim(base, chunk - CHUNK_TAIL) }?;
@@ -344,10 +413,16 @@ pub unsafe fn free(ptr: *mut u8) {
         return;
     };
     let base = ptr.wrapping_sub(offset);
+    // A block of a local chunk goes back to its local pool.
+    let pools = if region.is_local_addr(base as usize) {
+        &LOCAL_POOLS
+    } else {
+        &POOLS
+    };
     match pool_of(layout.size()) {
         // SAFETY: the block was allocated from this pool with this layout (both recomputed
         // from the header).
-        Some(index) => unsafe { POOLS[index].lock().talc.deallocate(base, layout) },
+        Some(index) => unsafe { pools[index].lock().talc.deallocate(base, layout) },
         // SAFETY: as above, from the large blocks' heap.
         None => unsafe { TALC.lock().deallocate(base, layout) },
     }
@@ -359,8 +434,9 @@ pub unsafe fn free(ptr: *mut u8) {
 
 /// `calloc`: zeroed memory. The whole pages of a large block are discarded rather than
 /// written, so that zeroing costs no faults; only partial pages at the ends are cleared by hand.
-pub fn allocate_zeroed(size: usize) -> *mut u8 {
-    let ptr = allocate(size, HEADER);
+/// For the C library itself when `for_libc` (see [`allocate_for`]).
+pub fn allocate_zeroed_for(size: usize, for_libc: bool) -> *mut u8 {
+    let ptr = allocate_for(size, HEADER, for_libc);
     if ptr.is_null() {
         return ptr;
     }
@@ -385,20 +461,20 @@ pub fn allocate_zeroed(size: usize) -> *mut u8 {
     ptr
 }
 
-/// `realloc`.
+/// `realloc`, for the C library itself when `for_libc` (see [`allocate_for`]).
 ///
 /// # Safety
 /// `ptr` must be null or a live block of ours.
-pub unsafe fn reallocate(ptr: *mut u8, size: usize) -> *mut u8 {
+pub unsafe fn reallocate_for(ptr: *mut u8, size: usize, for_libc: bool) -> *mut u8 {
     if ptr.is_null() {
-        return allocate(size, HEADER);
+        return allocate_for(size, HEADER, for_libc);
     }
     // SAFETY: guaranteed by the caller.
     let usable = unsafe { usable_size(ptr) };
     if size <= usable && size >= usable / 2 && crate::region_ready().is_some() {
         return ptr;
     }
-    let new = allocate(size, HEADER);
+    let new = allocate_for(size, HEADER, for_libc);
     if !new.is_null() {
         // SAFETY: both blocks hold at least the copied length; they do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(ptr, new, usable.min(size)) };
@@ -411,7 +487,7 @@ pub unsafe fn reallocate(ptr: *mut u8, size: usize) -> *mut u8 {
 /// Locks the allocator across fork, so the child does not inherit it locked by a thread that
 /// does not exist there.
 pub fn lock_for_fork() {
-    for pool in &POOLS {
+    for pool in LOCAL_POOLS.iter().chain(&POOLS) {
         std::mem::forget(pool.lock());
     }
     std::mem::forget(TALC.lock());
@@ -421,7 +497,7 @@ pub fn lock_for_fork() {
 pub fn unlock_after_fork() {
     // SAFETY: `lock_for_fork` left the lock held by this thread, which now releases it.
     unsafe { TALC.force_unlock() };
-    for pool in &POOLS {
+    for pool in LOCAL_POOLS.iter().chain(&POOLS) {
         // SAFETY: as above.
         unsafe { pool.force_unlock() };
     }

@@ -17,8 +17,19 @@
 //! The store is then registered for missing faults too (a move's destination must be), so
 //! nothing may read a store page that is not there: the handler only moves from it, or copies
 //! from a page it knows is present.
+//!
+//! A fault is served ([`Region::serve`]) either by a handler thread that read it from the
+//! userfaultfd (the faulting thread sleeps in the kernel meanwhile), or by the faulting thread
+//! itself, from its `SIGBUS` handler (`UFFD_FEATURE_SIGBUS`, `crate::sigbus`): then no thread
+//! sleeps or is woken for a fault. The page lock is held only for the bookkeeping and for
+//! eviction batches; the fill itself (the ioctl that places the page) runs outside it, the
+//! page marked `FILLING` meanwhile, so that threads faulting at once fill their pages at once.
+//! The lock is taken in signal handlers: every other holder blocks signals while it holds it.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering::Relaxed, Ordering::Release,
+    Ordering::SeqCst,
+};
 
 use fltrace_runtime_abi::{LOG_LEN, Shared, kind};
 use spinning_top::Spinlock;
@@ -41,6 +52,14 @@ const REFERENCED: u8 = 8;
 /// would take another fill for the same access (a first touch seen as a fetch, one fault
 /// counted twice, and at worst a thread that never gets past the access).
 const PINNED: u8 = 16;
+/// Being filled by a thread outside the page lock: another thread faulting on it waits for
+/// the fill, and eviction does not see it (it is not in the queue yet).
+const FILLING: u8 = 32;
+/// Chosen for eviction (or, under clock, for write-protection again) and not done yet: a
+/// system call that pins the page waits until it is, then brings it back (`crate::pins`).
+const EVICTING: u8 = 64;
+/// Given back (freed, unmapped) while being filled: the filler drops what it placed.
+const DISCARDED: u8 = 128;
 
 /// Threads whose last served page is remembered (by thread id modulo this).
 const PIN_SLOTS: usize = 256;
@@ -59,9 +78,10 @@ pub enum Policy {
     Refault,
 }
 
-/// Page metadata and the eviction queue, behind the region lock.
+/// Page metadata and the eviction queue, behind the region lock. The page states
+/// ([`Region::state`]) are atomics beside it: they change under the lock, and are read without
+/// it by threads waiting for a fill or an eviction to end.
 struct Pages {
-    state: *mut u8,
     /// Ticket of each page's newest queue entry; older entries are stale.
     ticket: *mut u32,
     queue: *mut (u32, u32),
@@ -125,6 +145,32 @@ pub struct Region {
     /// Set in a child forked without exec: its copy of the region is plain memory (the
     /// kernel does not carry the userfaultfd registration over), so nothing is managed.
     detached: AtomicBool,
+    /// Each page's state bits, in the metadata mapping.
+    states: *const AtomicU8,
+    /// Per page, set when it is kept local for good (`make_local`): never evicted.
+    local: *const AtomicU8,
+    /// Pages kept local.
+    local_pages: std::sync::atomic::AtomicUsize,
+    /// Faults are served in the faulting thread (`SIGBUS`), not by handler threads.
+    in_thread: bool,
+    /// Why not, when not (`fltrace_runtime_abi::path_reason`).
+    thread_reason: u64,
+}
+
+/// A fault to serve, from either path.
+#[derive(Debug, Clone, Copy)]
+pub struct Fault {
+    /// The faulting address.
+    pub addr: usize,
+    /// The faulting thread.
+    pub tid: u32,
+    /// The access was a write.
+    pub write: bool,
+    /// The page was present and write-protected.
+    pub wp: bool,
+    /// When the fault reached its server (a handler's read of the message, or the start of
+    /// the faulting thread's own handler), CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
 }
 
 // SAFETY: `shared` points to a mapping that lives for the process; all mutation of page
@@ -137,7 +183,7 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
 /// Most pages evicted in one batch: one write-protect and one `MADV_DONTNEED` (one TLB
 /// shootdown) per run of contiguous pages in it.
-pub const EVICT_BATCH: usize = 128;
+pub const EVICT_BATCH: usize = 512;
 
 /// Tuning of a region beyond its size and policy.
 #[derive(Debug, Clone, Copy)]
@@ -151,6 +197,10 @@ pub struct Tuning {
     /// Pages of address space after the heap for the program's reservations
     /// (`crate::placement`): mapped `PROT_NONE`, registered with the rest.
     pub reserve_pages: usize,
+    /// Faults are served in the faulting thread (the userfaultfd has `FEATURE_SIGBUS`).
+    pub in_thread: bool,
+    /// Why not, when not (`fltrace_runtime_abi::path_reason`), for the recorder.
+    pub thread_reason: u64,
 }
 
 impl Default for Tuning {
@@ -160,6 +210,8 @@ impl Default for Tuning {
             clean_copies_percent: 10,
             move_pages: false,
             reserve_pages: 0,
+            in_thread: false,
+            thread_reason: 0,
         }
     }
 }
@@ -177,6 +229,20 @@ fn report_move_error(error: &std::io::Error) {
             sys::decimal(error.raw_os_error().unwrap_or(0) as u64, &mut code),
             b"); the page stays where it is and the move is tried again\n",
         ]);
+    }
+}
+
+/// One step of waiting for another thread that is working (without sleeping: the waiter may
+/// be in a signal handler, where a sleep on a futex would need that thread to wake it): spins
+/// for about the time the page lock is held, then yields the CPU to a holder that was
+/// preempted.
+fn backoff(spins: &mut u32) {
+    *spins = spins.saturating_add(1);
+    if *spins < 4096 {
+        std::hint::spin_loop();
+    } else {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
     }
 }
 
@@ -233,7 +299,9 @@ impl Region {
         // Resident pages never exceed the limit, at most the heap's pages: the queue holds at
         // most one live entry per resident page, half its capacity.
         let queue_cap = heap_pages * 2;
-        let meta_bytes = pages + pages * 4 + queue_cap * 8 + pages * 4;
+        // States, tickets, the queue, eviction counts, and a byte per page for memory kept
+        // local (`make_local`).
+        let meta_bytes = pages + pages * 4 + queue_cap * 8 + pages * 4 + pages;
         let meta = sys::map_anonymous(meta_bytes, libc::MAP_NORESERVE);
         if store.is_null() || meta.is_null() {
             return None;
@@ -256,7 +324,6 @@ impl Region {
             )
             .is_ok();
         let inner = Pages {
-            state: meta,
             // SAFETY: offsets within the metadata mapping of `meta_bytes`, 4- and 8-aligned
             // because `pages` is a multiple of 8 (the region is whole megabytes).
             ticket: unsafe { meta.add(pages) }.cast(),
@@ -293,7 +360,17 @@ impl Region {
             inner: Spinlock::new(inner),
             shared: AtomicPtr::new(shared.cast_mut()),
             detached: AtomicBool::new(false),
+            states: meta.cast(),
+            // SAFETY: after the eviction counts, within the metadata mapping.
+            local: unsafe { meta.add(pages * 9 + queue_cap * 8) }.cast(),
+            local_pages: std::sync::atomic::AtomicUsize::new(0),
+            in_thread: uffd >= 0 && tuning.in_thread,
+            thread_reason: tuning.thread_reason,
         };
+        // Half the limit may be held for system calls in progress at once.
+        crate::pins::set_budget(limit / 2);
+        // Said before where the region is: the recorder tells the path once it knows both.
+        region.publish_path();
         region.shared().limit.store((limit * PAGE) as u64, Relaxed);
         region
             .shared()
@@ -335,55 +412,225 @@ impl Region {
         self.uffd() >= 0 && !self.detached.load(Relaxed)
     }
 
+    /// Whether faults are served in the faulting thread (`SIGBUS`).
+    pub fn in_thread(&self) -> bool {
+        self.in_thread
+    }
+
+    /// Tells the recorder how faults are served, and on the handler-thread path why.
+    fn publish_path(&self) {
+        let shared = self.shared();
+        let (path, reason) = if self.uffd() < 0 {
+            (0, 0)
+        } else if self.in_thread {
+            (fltrace_runtime_abi::path::IN_THREAD, 0)
+        } else {
+            (fltrace_runtime_abi::path::THREADS, self.thread_reason)
+        };
+        shared.fault_path.store(path, Relaxed);
+        shared.fault_path_reason.store(reason, Relaxed);
+    }
+
+    /// Page `idx`'s state bits.
+    fn state(&self, idx: usize) -> &AtomicU8 {
+        debug_assert!(idx < self.pages);
+        // SAFETY: idx < pages, within the state array of the metadata mapping, which lives as
+        // long as the region; AtomicU8 has the layout of u8.
+        unsafe { &*self.states.add(idx) }
+    }
+
+    /// The page lock. Spins briefly, then yields the CPU to a holder that was preempted: it
+    /// is taken in signal handlers, where sleeping on a futex would need a wake-up by the
+    /// holder. Callers outside a handler (thread or signal) block signals first when faults
+    /// are served in the thread ([`Region::lock_outside_handler`]).
+    fn lock(&self) -> spinning_top::guard::SpinlockGuard<'_, Pages> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(guard) = self.inner.try_lock() {
+                return guard;
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// The page lock taken by a program thread outside the `SIGBUS` handler (freeing memory,
+    /// unmapping it, forking): with faults served in the thread, its signals are blocked while
+    /// it holds the lock, since a signal handler of the program run meanwhile could fault on
+    /// the region, and the `SIGBUS` handler would then wait for a lock its own thread holds.
+    fn lock_outside_handler(
+        &self,
+    ) -> (
+        Option<sys::SignalsBlocked>,
+        spinning_top::guard::SpinlockGuard<'_, Pages>,
+    ) {
+        let blocked = self.in_thread.then(sys::SignalsBlocked::all);
+        (blocked, self.lock())
+    }
+
+    /// Lets the threads waiting in the kernel on the page at `addr` retry (handler-thread
+    /// path; in the thread, the faulting thread retries when its handler returns).
+    fn wake(&self, addr: usize) {
+        if !self.in_thread {
+            let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
+        }
+    }
+
+    /// Waits, without the lock, until page `idx` has none of the `bits`: a fill or an
+    /// eviction by another thread, a few microseconds.
+    fn wait_while(&self, idx: usize, bits: u8) {
+        let mut spins = 0u32;
+        while self.state(idx).load(SeqCst) & bits != 0 {
+            backoff(&mut spins);
+        }
+    }
+
+    /// The index of the page at `addr`, which lies in the region.
+    pub fn page_index(&self, addr: usize) -> usize {
+        (addr - self.base) / PAGE
+    }
+
+    /// Whether page `idx` is kept local for good.
+    fn is_local(&self, idx: usize) -> bool {
+        // SAFETY: idx < pages, within the metadata mapping; AtomicU8 has u8's layout.
+        unsafe { &*self.local.add(idx) }.load(SeqCst) != 0
+    }
+
+    /// Whether the page at `addr` is in the region and kept local for good.
+    pub fn is_local_addr(&self, addr: usize) -> bool {
+        self.contains(addr) && self.is_local((addr - self.base) / PAGE)
+    }
+
+    /// Keeps the whole pages of `[addr, addr + len)` local for good, brought in now and
+    /// writable, if that keeps all such pages within an eighth of the limit; false if not.
+    /// For memory that the C library hands to the kernel itself (its stdio buffers, its
+    /// directory streams): on the in-thread path the kernel's own access to a missing page
+    /// fails (`EFAULT`), and no wrapper reaches those calls.
+    pub fn make_local(&self, addr: usize, len: usize) -> bool {
+        let start = addr & !(PAGE - 1);
+        let end = (addr + len).next_multiple_of(PAGE);
+        if !self.managed() || !self.contains(start) || end > self.base + self.pages * PAGE {
+            return false;
+        }
+        let count = (end - start) / PAGE;
+        let most = (self.limit / 8).max(16);
+        let mut now = self.local_pages.load(Relaxed);
+        loop {
+            if now + count > most {
+                return false;
+            }
+            match self
+                .local_pages
+                .compare_exchange(now, now + count, Relaxed, Relaxed)
+            {
+                Ok(_) => break,
+                Err(seen) => now = seen,
+            }
+        }
+        // Marked before the states are read, which eviction does the other way round (as a
+        // system call's pin, `crate::pins`); then each page is brought in and made writable
+        // by a write of this thread, a fault served like the program's.
+        for idx in (start - self.base) / PAGE..(end - self.base) / PAGE {
+            // SAFETY: as in `is_local`.
+            unsafe { &*self.local.add(idx) }.store(1, SeqCst);
+        }
+        std::sync::atomic::fence(SeqCst);
+        for page in (start..end).step_by(PAGE) {
+            self.settle((page - self.base) / PAGE);
+            crate::syscalls::touch(page, true);
+        }
+        true
+    }
+
+    /// For a system call's pin of page `idx`, published before: waits for an eviction of the
+    /// page that began before the pin to end (it is done, or given up, a few microseconds
+    /// later) and says whether the page is resident. One that is not, the caller's touch
+    /// brings in; none can be evicted while the pin stands (`crate::pins`).
+    pub fn settle(&self, idx: usize) -> bool {
+        self.wait_while(idx, EVICTING);
+        self.state(idx).load(SeqCst) & RESIDENT != 0
+    }
+
     /// Resolves one page fault reported by the userfaultfd, whose message was read at
     /// `read_ns` (CLOCK_MONOTONIC).
     pub fn handle_fault(&self, msg: &Msg, read_ns: u64) {
-        let addr = (msg.address as usize) & !(PAGE - 1);
+        self.serve(&Fault {
+            addr: msg.address as usize,
+            tid: msg.ptid,
+            write: msg.flags & uffd::PAGEFAULT_FLAG_WRITE != 0,
+            wp: msg.flags & uffd::PAGEFAULT_FLAG_WP != 0,
+            start_ns: read_ns,
+        });
+    }
+
+    /// Resolves one page fault, on either path: the page is filled (from the store, or with
+    /// zeros) or made writable, counted, logged for the recorder, and on the handler-thread
+    /// path the faulting thread is woken.
+    pub fn serve(&self, fault: &Fault) {
+        let addr = fault.addr & !(PAGE - 1);
         if !self.contains(addr) {
-            let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
+            self.wake(addr);
             return;
         }
         let idx = (addr - self.base) / PAGE;
         let shared = self.shared();
         let breakdown = &shared.breakdown;
         let locking = now_ns();
-        let mut pages = self.inner.lock();
+        let mut pages = self.lock();
         add(&breakdown.lock_wait_ns, now_ns() - locking);
         // A thread faults again only once it has run past its previous fault: that page
         // may go now.
-        Self::unpin(&mut pages, msg.ptid);
-        // SAFETY: idx < pages, within the state array.
-        let state = unsafe { &mut *pages.state.add(idx) };
-        if *state & RESIDENT != 0 {
+        self.unpin(&mut pages, fault.tid);
+        let state = self.state(idx).load(Relaxed);
+        if state & EVICTING != 0 {
+            // Being written out by another thread, without the lock: once it is gone it is
+            // fetched as any evicted page.
+            drop(pages);
+            self.wait_while(idx, EVICTING);
+            return self.serve(fault);
+        }
+        if state & FILLING != 0 {
+            // Another thread's fault is filling it, outside the lock: this one waits for
+            // that fill and only retries. Logged: the thread's fault has its row.
+            drop(pages);
+            self.wait_while(idx, FILLING);
+            let mut pages = self.lock();
+            if self.state(idx).load(Relaxed) & RESIDENT != 0 {
+                self.pin(&mut pages, fault.tid, idx);
+            }
+            drop(pages);
+            breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
+            let entry = self.log(fault.tid, addr, kind::WAKE, fault.start_ns);
+            self.log_done(entry);
+            self.wake(addr);
+            return;
+        }
+        if state & RESIDENT != 0 {
             // A missing page the runtime holds local: filled again if the program dropped it.
-            if msg.flags & uffd::PAGEFAULT_FLAG_WP == 0
-                && self.refill_dropped(&mut pages, msg, idx, read_ns)
-            {
+            if !fault.wp && self.refill_dropped(&mut pages, fault, idx) {
                 return;
             }
-            // SAFETY: idx < pages, within the state array.
-            let state = unsafe { &mut *pages.state.add(idx) };
             // A write to a clean page, reported as such or as a write to the missing page
             // that another thread's read brought in meanwhile: resolved here either way, so
             // the second case costs no second round trip.
-            let write_to_clean = msg.flags & uffd::PAGEFAULT_FLAG_WP != 0
-                || (msg.flags & uffd::PAGEFAULT_FLAG_WRITE != 0 && *state & DIRTY == 0);
+            let write_to_clean = fault.wp || (fault.write && state & DIRTY == 0);
             if write_to_clean {
                 // First write to a clean page: from now on it differs from the store, whose
                 // copy is released (eviction writes a fresh one).
-                if *state & IN_STORE != 0 {
-                    *state &= !IN_STORE;
+                if state & IN_STORE != 0 {
+                    self.state(idx).fetch_and(!IN_STORE, Relaxed);
                     pages.clean_copies -= 1;
                     self.queue_release(&mut pages, idx);
                 }
-                // SAFETY: idx < pages.
-                let state = unsafe { &mut *pages.state.add(idx) };
-                *state |= DIRTY | self.written_reference();
-                Self::pin(&mut pages, msg.ptid, idx);
+                self.state(idx)
+                    .fetch_or(DIRTY | self.written_reference(), Relaxed);
+                self.pin(&mut pages, fault.tid, idx);
                 // Counted and logged before the thread runs again (see `log`).
                 shared.faults.fetch_add(1, Relaxed);
                 shared.faults_wp.fetch_add(1, Relaxed);
-                let entry = self.log(msg.ptid, addr, kind::WRPROTECT, read_ns);
+                let entry = self.log(fault.tid, addr, kind::WRPROTECT, fault.start_ns);
+                // Pinned for this thread until it faults again: no eviction takes the page
+                // before the protection is lifted, outside the lock.
+                drop(pages);
                 let filling = now_ns();
                 let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, false);
                 add(&breakdown.fill_ns, now_ns() - filling);
@@ -392,9 +639,11 @@ impl Region {
                 // Another thread's fault brought it in first. Logged too: the thread's fault
                 // has its row in the trace.
                 breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
-                Self::pin(&mut pages, msg.ptid, idx);
-                self.log(msg.ptid, addr, kind::WAKE, read_ns);
-                let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
+                self.pin(&mut pages, fault.tid, idx);
+                drop(pages);
+                let entry = self.log(fault.tid, addr, kind::WAKE, fault.start_ns);
+                self.log_done(entry);
+                self.wake(addr);
             }
             return;
         }
@@ -402,15 +651,21 @@ impl Region {
         // either way the page comes back. Room is made first, while the faulting thread still
         // waits: local memory never exceeds the limit, and a single-threaded program sees the
         // same evictions on every run.
-        let write = msg.flags & (uffd::PAGEFAULT_FLAG_WRITE | uffd::PAGEFAULT_FLAG_WP) != 0;
+        let write = fault.write || fault.wp;
         let evicting = now_ns();
-        if self.evict_over_limit(&mut pages, self.limit.saturating_sub(1)) {
+        let (mut pages, evicted) = self.evict_over_limit(pages, self.limit.saturating_sub(1));
+        if evicted {
             add(&breakdown.evict_ns, now_ns() - evicting);
         }
-        // SAFETY: idx < pages, within the state array.
-        let state = unsafe { &mut *pages.state.add(idx) };
-        let fetched = *state & IN_STORE != 0;
-        // Counted and logged before the fill wakes the thread (see `log`).
+        let state = self.state(idx).load(Relaxed);
+        if state & (RESIDENT | FILLING | EVICTING) != 0 {
+            // Brought in (or being brought in) by another thread while the lock was let go
+            // for the eviction: served as if found so.
+            drop(pages);
+            return self.serve(fault);
+        }
+        let fetched = state & IN_STORE != 0;
+        // Counted and logged before the fill lets the thread run again (see `log`).
         let counted = [
             &shared.faults,
             if write {
@@ -427,11 +682,16 @@ impl Region {
         for counter in counted {
             counter.fetch_add(1, Relaxed);
         }
+        // The page's place in local memory is taken now, so that threads filling at once
+        // never go beyond the limit together.
+        self.state(idx).store(state | FILLING, SeqCst);
+        pages.resident += 1;
+        drop(pages);
         let entry = self.log(
-            msg.ptid,
+            fault.tid,
             addr,
             if fetched { kind::FETCH } else { kind::ZERO },
-            read_ns,
+            fault.start_ns,
         );
         let filling = now_ns();
         let copied = if self.moving {
@@ -445,6 +705,8 @@ impl Region {
             uffd::copy(self.uffd(), addr as u64, src as u64, PAGE as u64, !write)
         };
         add(&breakdown.fill_ns, now_ns() - filling);
+        let mut pages = self.lock();
+        let state = self.state(idx).load(Relaxed);
         if copied.is_err() {
             // Not filled: the thread faults again. The fault logged above only woke it, and
             // counts so; the recorder may have read the entry as a fill already, which flags
@@ -452,29 +714,42 @@ impl Region {
             for counter in counted {
                 counter.fetch_sub(1, Relaxed);
             }
+            pages.resident -= 1;
+            let discarded = state & DISCARDED != 0;
+            self.state(idx)
+                .store(if discarded { 0 } else { state & !FILLING }, SeqCst);
+            if discarded {
+                pages.far -= usize::from(fetched);
+            }
+            drop(pages);
             breakdown.resolved_elsewhere.fetch_add(1, Relaxed);
             self.log_retract(entry, addr);
-            let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
+            self.wake(addr);
             return;
         }
-        self.log_done(entry);
+        if state & DISCARDED != 0 {
+            // Given back while it was filled: it reads as zeros from now on, as asked.
+            sys::madvise(addr, PAGE, libc::MADV_DONTNEED);
+            pages.resident -= 1;
+            pages.far -= usize::from(fetched);
+            self.state(idx).store(0, SeqCst);
+            self.publish(&pages);
+            drop(pages);
+            self.log_done(entry);
+            return;
+        }
         // A page fetched for a write is dirty at once: its far copy is stale, and released.
         // One fetched for a read keeps its copy (evicting it again costs no copy) while the
         // copies held twice stay within their bound; beyond it the copy goes, and the page
         // counts as dirty (copied if evicted).
         // A moved page left no copy behind.
         let keep_copy = fetched && !write && !self.moving && pages.clean_copies < self.clean_cap;
-        if fetched && !keep_copy && !self.moving {
-            self.queue_release(&mut pages, idx);
-        }
         let refaulted = self.policy == Policy::Refault && fetched && {
             // SAFETY: idx < pages.
             let evicted_at = unsafe { *pages.evicted_at.add(idx) };
             (pages.evictions.wrapping_sub(evicted_at) as usize) <= self.limit
         };
-        // SAFETY: idx < pages.
-        let state = unsafe { &mut *pages.state.add(idx) };
-        *state = RESIDENT
+        let state = RESIDENT
             | if keep_copy { IN_STORE } else { 0 }
             | if write {
                 DIRTY | self.written_reference()
@@ -486,11 +761,22 @@ impl Region {
                 0
             }
             | if refaulted { REFERENCED } else { 0 };
+        self.state(idx).store(state, SeqCst);
+        if fetched && !keep_copy && !self.moving {
+            self.queue_release(&mut pages, idx);
+        }
         pages.clean_copies += usize::from(keep_copy);
         pages.far -= usize::from(fetched);
-        Self::pin(&mut pages, msg.ptid, idx);
+        self.pin(&mut pages, fault.tid, idx);
         self.enqueue(&mut pages, idx);
-        pages.resident += 1;
+        self.publish(&pages);
+        drop(pages);
+        self.log_done(entry);
+    }
+
+    /// The counts of local and far memory, for the recorder.
+    fn publish(&self, pages: &Pages) {
+        let shared = self.shared();
         let resident = (pages.resident * PAGE) as u64;
         shared.resident.store(resident, Relaxed);
         shared.memory_used.fetch_max(resident, Relaxed);
@@ -581,25 +867,57 @@ impl Region {
                     (n - done) * PAGE,
                     uffd::MOVE_MODE_ALLOW_SRC_HOLES,
                 );
-                done += moved as usize / PAGE;
-                if let Some(e) = error.as_ref().filter(|_| moved == 0) {
-                    // A page shared with a child after fork cannot move: copied out (it is
-                    // there, so the copy cannot fault). Any other page stays resident.
-                    let busy = e.raw_os_error() == Some(libc::EBUSY);
-                    if !busy {
-                        report_move_error(e);
-                    }
-                    if !busy || !self.copy_out(at) {
-                        kept[kept_len] = at;
-                        kept_len += 1;
-                    }
-                    done += 1;
+                let mut advanced = moved as usize / PAGE;
+                if error.is_some() {
+                    // After a partial move the kernel's count can fall short of the pages it
+                    // moved (Linux 6.18 moves a run of pages at once and counted fewer): where
+                    // the run stands is read back from the page tables, or the next call
+                    // would find its first pages moved already (EEXIST) and keep them
+                    // resident in the books while they are gone.
+                    advanced = advanced.max(self.leading_absent(at, n - done));
                 }
+                done += advanced;
+                if advanced > 0 {
+                    continue;
+                }
+                let Some(e) = error else {
+                    break;
+                };
+                // A page shared with a child after fork cannot move: copied out (it is
+                // there, so the copy cannot fault). Any other page stays resident.
+                let busy = e.raw_os_error() == Some(libc::EBUSY);
+                if !busy {
+                    report_move_error(&e);
+                }
+                if !busy || !self.copy_out(at) {
+                    kept[kept_len] = at;
+                    kept_len += 1;
+                }
+                done += 1;
             }
         });
         let kept = &kept[..kept_len];
         victims.sort_unstable_by_key(|v| !kept.contains(v));
         kept_len
+    }
+
+    /// How many of the `count` pages from page `first` on are not mapped, before the first
+    /// that is (at most [`EVICT_BATCH`] looked at).
+    fn leading_absent(&self, first: usize, count: usize) -> usize {
+        let count = count.min(EVICT_BATCH);
+        let mut present = [0u8; EVICT_BATCH];
+        // SAFETY: `count` pages of the region, one byte of result each.
+        let ok = unsafe {
+            libc::mincore(
+                (self.base + first * PAGE) as *mut libc::c_void,
+                count * PAGE,
+                present.as_mut_ptr(),
+            )
+        } == 0;
+        if !ok {
+            return 0;
+        }
+        present[..count].iter().take_while(|&&p| p & 1 == 0).count()
     }
 
     /// Evicts the resident page `idx` by copying it to the store: write-protected first so
@@ -622,20 +940,24 @@ impl Region {
     /// Logs a handled fault for the recorder and returns the entry's slot. Called before the
     /// call that lets the faulting thread run again: once it runs, the program may end (a
     /// child's `_exit` after its last read) and take this thread with it, and the fault's row
-    /// would be left without its entry.
+    /// would be left without its entry. Threads log at once (each serves its own faults): a
+    /// slot is taken from the head, written, then marked written by its sequence number.
     fn log(&self, tid: u32, addr: usize, kind: u32, read_ns: u64) -> usize {
         let shared = self.shared();
-        let head = shared.log_head.load(Relaxed);
+        let head = shared.log_head.fetch_add(1, Relaxed);
         let slot = head as usize % LOG_LEN;
         let entry = &shared.log[slot];
+        // A reader that saw the slot's previous round must see it change under it.
+        entry.seq.store(0, Relaxed);
+        std::sync::atomic::fence(Release);
         entry.tid.store(u64::from(tid), Relaxed);
         entry
             .page_and_kind
             .store(addr as u64 | u64::from(kind), Relaxed);
         entry.read_ns.store(read_ns, Relaxed);
         entry.done_ns.store(now_ns(), Relaxed);
-        // Release: the entry is complete before the reader sees the new head.
-        shared.log_head.store(head + 1, Release);
+        // Release: the entry is complete before the reader sees it marked.
+        entry.seq.store(head + 1, Release);
         slot
     }
 
@@ -675,7 +997,7 @@ impl Region {
             unsafe {
                 let (idx, ticket) = *pages.queue.add((pages.head + i) % pages.queue_cap);
                 if *pages.ticket.add(idx as usize) == ticket
-                    && *pages.state.add(idx as usize) & RESIDENT != 0
+                    && self.state(idx as usize).load(Relaxed) & RESIDENT != 0
                 {
                     *pages.queue.add((pages.head + kept) % pages.queue_cap) = (idx, ticket);
                     kept += 1;
@@ -687,13 +1009,21 @@ impl Region {
 
     /// Evicts until at most `target` pages are resident. Victims are taken in batches of up to
     /// [`EVICT_BATCH`] so that neighbouring pages share one write-protect and one
-    /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages.
-    fn evict_over_limit(&self, pages: &mut Pages, target: usize) -> bool {
+    /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages. Each batch is
+    /// chosen under the page lock and marked `EVICTING`; its pages are written out and dropped
+    /// without the lock (threads fault and fill meanwhile, and wait only for those pages), and
+    /// their states are set under it again. A batch's pages leave the count of local pages
+    /// when chosen: while one is written out, the pages filled meanwhile may exceed the limit
+    /// by that batch at most. Returns the lock, and whether anything was evicted.
+    fn evict_over_limit<'a>(
+        &'a self,
+        mut pages: spinning_top::guard::SpinlockGuard<'a, Pages>,
+        target: usize,
+    ) -> (spinning_top::guard::SpinlockGuard<'a, Pages>, bool) {
         if pages.resident <= target {
-            return false;
+            return (pages, false);
         }
         let shared = self.shared();
-        let breakdown = &shared.breakdown;
         shared.evict_ops.fetch_add(1, Relaxed);
         // Going a little below the target makes the next faults free of eviction work.
         let target = target.saturating_sub(self.ahead);
@@ -703,153 +1033,225 @@ impl Region {
         // Pinned pages are passed over at most this often per call: when every resident page
         // is pinned (a limit of fewer pages than faulting threads), eviction goes on anyway.
         let mut pins_spared = PIN_SLOTS;
+        // Pages that system calls in progress hold are passed over at most once each per
+        // call: the queue is gone round once at most.
+        let mut held_spared = pages.len;
         while pages.resident > target && pages.len > 0 {
             let mut victims = [0usize; EVICT_BATCH];
-            let mut count = 0;
-            while count < EVICT_BATCH && pages.resident - count > target && pages.len > 0 {
-                // SAFETY: the queue is non-empty; indexes are within their arrays.
-                let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
-                pages.head = (pages.head + 1) % pages.queue_cap;
-                pages.len -= 1;
-                let idx = idx as usize;
-                // SAFETY: idx < pages.
-                let (state, current) =
-                    unsafe { (&mut *pages.state.add(idx), *pages.ticket.add(idx)) };
-                if current != ticket || *state & RESIDENT == 0 {
-                    continue;
-                }
-                if *state & PINNED != 0 && pins_spared > 0 {
-                    pins_spared -= 1;
-                    if self.pinned_thread_lives(pages, idx) {
-                        // Its thread has not run since the page was served: back in the
-                        // queue, as if brought in now.
-                        self.enqueue(pages, idx);
-                        continue;
-                    }
-                    *state &= !PINNED;
-                }
-                if self.policy != Policy::Fifo && *state & REFERENCED != 0 && chances > 0 {
-                    chances -= 1;
-                    // Second chance; under clock a dirty page is protected again so that the
-                    // next write is seen.
-                    *state &= !REFERENCED;
-                    if self.policy == Policy::Clock && *state & DIRTY != 0 {
-                        let addr = self.base + idx * PAGE;
-                        let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, true);
-                    }
-                    self.enqueue(pages, idx);
-                    continue;
-                }
-                victims[count] = idx;
-                count += 1;
+            let count = self.choose_victims(
+                &mut pages,
+                target,
+                &mut victims,
+                (&mut chances, &mut pins_spared, &mut held_spared),
+            );
+            if count == 0 {
+                continue;
             }
             let victims = &mut victims[..count];
             victims.sort_unstable();
-            if self.moving {
-                let moving = now_ns();
-                let kept = self.move_out(victims);
-                add(&breakdown.evict_copy_ns, now_ns() - moving);
-                for &idx in &victims[..kept] {
-                    self.enqueue(pages, idx);
-                }
-                for &idx in &victims[kept..] {
-                    // SAFETY: idx < pages.
-                    let state = unsafe { &mut *pages.state.add(idx) };
-                    *state = (*state & !(RESIDENT | DIRTY | REFERENCED | PINNED)) | IN_STORE;
-                    // SAFETY: idx < pages.
-                    unsafe { *pages.evicted_at.add(idx) = pages.evictions };
-                    pages.evictions = pages.evictions.wrapping_add(1);
-                }
-                let evicted = count - kept;
-                shared.evict_writes.fetch_add(evicted as u64, Relaxed);
-                pages.resident -= evicted;
-                pages.far += evicted;
-                shared.far.store((pages.far * PAGE) as u64, Relaxed);
-                shared.evict_pages_done.fetch_add(evicted as u64, Relaxed);
-                if evicted == 0 {
-                    // Nothing would move: stop rather than spin on the same pages.
-                    break;
-                }
-                continue;
+            pages.resident -= count;
+            drop(pages);
+            let evicted = if self.moving {
+                self.write_out_moving(victims)
+            } else {
+                self.write_out_copying(victims)
+            };
+            pages = self.lock();
+            let kept = count - evicted;
+            for &idx in &victims[..kept] {
+                // Could not move: resident still, back in the queue.
+                self.state(idx).fetch_and(!EVICTING, SeqCst);
+                self.enqueue(&mut pages, idx);
             }
-            // Block writers on the dirty victims first, then copy: no write can be lost between.
-            let protecting = now_ns();
-            for_runs(victims, |first, n| {
-                // SAFETY: indexes < pages.
-                let dirty = |i: usize| unsafe { *pages.state.add(i) } & DIRTY != 0;
-                if (first..first + n).any(dirty) {
-                    let _ = uffd::write_protect(
-                        self.uffd(),
-                        (self.base + first * PAGE) as u64,
-                        (n * PAGE) as u64,
-                        true,
-                    );
+            for &idx in &victims[kept..] {
+                let state = self.state(idx);
+                let old = state.load(Relaxed);
+                if old & IN_STORE != 0 {
+                    pages.far += 1;
                 }
-            });
-            let copying = now_ns();
-            add(&breakdown.evict_wp_ns, copying - protecting);
-            for &idx in victims.iter() {
-                // SAFETY: idx < pages.
-                let state = unsafe { &mut *pages.state.add(idx) };
-                if *state & IN_STORE != 0 {
-                    // Its copy stays as the far page; no longer held twice.
-                    pages.clean_copies -= 1;
-                }
-                if *state & DIRTY != 0 {
-                    let addr = self.base + idx * PAGE;
-                    // SAFETY: both pages are mapped and PAGE bytes long; the region page is
-                    // resident (reading it cannot fault) and no longer writable.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            addr as *const u8,
-                            (self.store + idx * PAGE) as *mut u8,
-                            PAGE,
-                        )
-                    };
-                    *state |= IN_STORE;
-                    shared.evict_writes.fetch_add(1, Relaxed);
-                }
-                *state &= !(RESIDENT | DIRTY | REFERENCED | PINNED);
-                pages.far += usize::from(*state & IN_STORE != 0);
                 // SAFETY: idx < pages.
                 unsafe { *pages.evicted_at.add(idx) = pages.evictions };
                 pages.evictions = pages.evictions.wrapping_add(1);
+                state.store(old & !EVICTING, SeqCst);
             }
-            let dropping = now_ns();
-            add(&breakdown.evict_copy_ns, dropping - copying);
-            for_runs(victims, |first, n| {
-                sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
-            });
-            add(&breakdown.evict_drop_ns, now_ns() - dropping);
-            pages.resident -= count;
-            shared.evict_pages_done.fetch_add(count as u64, Relaxed);
+            pages.resident += kept;
+            shared.evict_pages_done.fetch_add(evicted as u64, Relaxed);
             shared.far.store((pages.far * PAGE) as u64, Relaxed);
+            if evicted == 0 {
+                // Nothing would move: stop rather than spin on the same pages.
+                break;
+            }
         }
-        true
+        (pages, true)
+    }
+
+    /// Takes up to [`EVICT_BATCH`] victims from the queue's head into `victims` (marked
+    /// `EVICTING`), passing over pages pinned for a thread, held by a system call or kept
+    /// local, and giving the policy's second chances; returns how many.
+    fn choose_victims(
+        &self,
+        pages: &mut Pages,
+        target: usize,
+        victims: &mut [usize; EVICT_BATCH],
+        (chances, pins_spared, held_spared): (&mut usize, &mut usize, &mut usize),
+    ) -> usize {
+        let breakdown = &self.shared().breakdown;
+        let mut count = 0;
+        while count < EVICT_BATCH && pages.resident - count > target && pages.len > 0 {
+            // SAFETY: the queue is non-empty; indexes are within their arrays.
+            let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
+            pages.head = (pages.head + 1) % pages.queue_cap;
+            pages.len -= 1;
+            let idx = idx as usize;
+            let state = self.state(idx);
+            // SAFETY: idx < pages.
+            let current = unsafe { *pages.ticket.add(idx) };
+            if current != ticket || state.load(Relaxed) & RESIDENT == 0 {
+                continue;
+            }
+            if state.load(Relaxed) & PINNED != 0 && *pins_spared > 0 {
+                *pins_spared -= 1;
+                if self.pinned_thread_lives(pages, idx) {
+                    // Its thread has not run since the page was served: back in the queue,
+                    // as if brought in now.
+                    self.enqueue(pages, idx);
+                    continue;
+                }
+                state.fetch_and(!PINNED, Relaxed);
+            }
+            // Marked before the system calls' pins are read, which a pin's taker does the
+            // other way round: either this sees the pin, or the taker sees the mark and waits
+            // for the eviction to end before it brings the page back.
+            state.fetch_or(EVICTING, SeqCst);
+            std::sync::atomic::fence(SeqCst);
+            if self.is_local(idx) {
+                // Kept local for good: out of the queue.
+                state.fetch_and(!EVICTING, SeqCst);
+                continue;
+            }
+            if *held_spared > 0 && crate::pins::holds(idx) {
+                *held_spared -= 1;
+                state.fetch_and(!EVICTING, SeqCst);
+                breakdown.syscall_pins_spared.fetch_add(1, Relaxed);
+                self.enqueue(pages, idx);
+                continue;
+            }
+            if self.policy != Policy::Fifo && state.load(Relaxed) & REFERENCED != 0 && *chances > 0
+            {
+                *chances -= 1;
+                // Second chance; under clock a dirty page is protected again so that the
+                // next write is seen.
+                state.fetch_and(!REFERENCED, Relaxed);
+                if self.policy == Policy::Clock && state.load(Relaxed) & DIRTY != 0 {
+                    let addr = self.base + idx * PAGE;
+                    let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, true);
+                }
+                state.fetch_and(!EVICTING, SeqCst);
+                self.enqueue(pages, idx);
+                continue;
+            }
+            if state.load(Relaxed) & IN_STORE != 0 {
+                // Its far copy stays as the far page; no longer held twice.
+                pages.clean_copies -= 1;
+            }
+            victims[count] = idx;
+            count += 1;
+        }
+        count
+    }
+
+    /// Moves the victims (sorted, `EVICTING`, resident) to the store, without the page lock:
+    /// those that moved (first `kept` left in place, see `move_out`) become `IN_STORE`;
+    /// returns how many moved.
+    fn write_out_moving(&self, victims: &mut [usize]) -> usize {
+        let breakdown = &self.shared().breakdown;
+        let moving = now_ns();
+        let kept = self.move_out(victims);
+        add(&breakdown.evict_copy_ns, now_ns() - moving);
+        for &idx in &victims[kept..] {
+            let state = self.state(idx);
+            let old = state.load(Relaxed);
+            state.store(
+                (old & !(RESIDENT | DIRTY | REFERENCED | PINNED)) | IN_STORE,
+                SeqCst,
+            );
+        }
+        let evicted = victims.len() - kept;
+        self.shared()
+            .evict_writes
+            .fetch_add(evicted as u64, Relaxed);
+        evicted
+    }
+
+    /// Writes the victims (sorted, `EVICTING`, resident) out by copying, without the page
+    /// lock: dirty ones write-protected first (no write can be lost between), copied to the
+    /// store, then all dropped. Returns how many were evicted (all).
+    fn write_out_copying(&self, victims: &[usize]) -> usize {
+        let shared = self.shared();
+        let breakdown = &shared.breakdown;
+        let protecting = now_ns();
+        for_runs(victims, |first, n| {
+            let dirty = |i: usize| self.state(i).load(Relaxed) & DIRTY != 0;
+            if (first..first + n).any(dirty) {
+                let _ = uffd::write_protect(
+                    self.uffd(),
+                    (self.base + first * PAGE) as u64,
+                    (n * PAGE) as u64,
+                    true,
+                );
+            }
+        });
+        let copying = now_ns();
+        add(&breakdown.evict_wp_ns, copying - protecting);
+        for &idx in victims {
+            let state = self.state(idx);
+            let old = state.load(Relaxed);
+            let mut new = old;
+            if old & DIRTY != 0 {
+                let addr = self.base + idx * PAGE;
+                // SAFETY: both pages are mapped and PAGE bytes long; the region page is
+                // resident (reading it cannot fault) and no longer writable.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        addr as *const u8,
+                        (self.store + idx * PAGE) as *mut u8,
+                        PAGE,
+                    )
+                };
+                new |= IN_STORE;
+                shared.evict_writes.fetch_add(1, Relaxed);
+            }
+            // Still marked as being evicted until it is dropped below.
+            state.store(new & !(RESIDENT | DIRTY | REFERENCED | PINNED), SeqCst);
+        }
+        let dropping = now_ns();
+        add(&breakdown.evict_copy_ns, dropping - copying);
+        for_runs(victims, |first, n| {
+            sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
+        });
+        add(&breakdown.evict_drop_ns, now_ns() - dropping);
+        victims.len()
     }
 
     /// Pins page `idx`, just served for thread `tid`, until that thread faults again; the page
     /// that last held the thread's slot, another thread's, loses its pin.
-    fn pin(pages: &mut Pages, tid: u32, idx: usize) {
+    fn pin(&self, pages: &mut Pages, tid: u32, idx: usize) {
         let slot = tid as usize % PIN_SLOTS;
         let (old_tid, old_idx) = pages.pins[slot];
         if old_tid != 0 && old_tid != tid {
-            // SAFETY: indexes in the slots are < pages.
-            unsafe { *pages.state.add(old_idx as usize) &= !PINNED };
+            self.state(old_idx as usize).fetch_and(!PINNED, Relaxed);
         }
         pages.pins[slot] = (tid, idx as u32);
-        // SAFETY: idx < pages.
-        unsafe { *pages.state.add(idx) |= PINNED };
+        self.state(idx).fetch_or(PINNED, Relaxed);
     }
 
     /// Thread `tid` faults again: the page last served for it is no longer pinned.
-    fn unpin(pages: &mut Pages, tid: u32) {
+    fn unpin(&self, pages: &mut Pages, tid: u32) {
         let slot = tid as usize % PIN_SLOTS;
         let (old_tid, old_idx) = pages.pins[slot];
         if old_tid == tid {
             pages.pins[slot] = (0, 0);
-            // SAFETY: indexes in the slots are < pages.
-            unsafe { *pages.state.add(old_idx as usize) &= !PINNED };
+            self.state(old_idx as usize).fetch_and(!PINNED, Relaxed);
         }
     }
 
@@ -901,9 +1303,9 @@ impl Region {
         let mut count = 0;
         for i in 0..pages.release_len {
             let idx = pages.releases[i] as usize;
-            // SAFETY: queued indexes are < pages.
-            let state = unsafe { *pages.state.add(idx) };
-            if state & RESIDENT != 0 && state & IN_STORE == 0 {
+            let state = self.state(idx).load(Relaxed);
+            // Not one being written out (its store page takes the fresh copy).
+            if state & RESIDENT != 0 && state & (IN_STORE | EVICTING) == 0 {
                 idxs[count] = idx;
                 count += 1;
             }
@@ -931,7 +1333,7 @@ impl Region {
         if !self.managed() {
             return;
         }
-        let mut pages = self.inner.lock();
+        let mut pages = self.lock();
         if pages.release_len > 0 {
             self.flush_releases(&mut pages);
         }
@@ -942,7 +1344,9 @@ impl Region {
         if pages.resident + self.ahead / 4 >= self.limit {
             let before = pages.resident;
             let started = now_ns();
-            if self.evict_over_limit(&mut pages, self.limit - 1) {
+            let (after, evicted) = self.evict_over_limit(pages, self.limit - 1);
+            pages = after;
+            if evicted {
                 let breakdown = &self.shared().breakdown;
                 add(&breakdown.evict_ns, now_ns() - started);
                 add(
@@ -978,28 +1382,54 @@ impl Region {
             sys::madvise(start, end - start, libc::MADV_DONTNEED);
             return;
         }
-        let mut pages = self.inner.lock();
+        let (_blocked, mut pages) = self.lock_outside_handler();
+        // Pages being written out by another thread, without the lock, are waited for: they
+        // left the count of local pages, and their store copies are being made.
+        while let Some(idx) = ((start - self.base) / PAGE..(end - self.base) / PAGE)
+            .find(|&idx| self.state(idx).load(SeqCst) & EVICTING != 0)
+        {
+            drop(pages);
+            self.wait_while(idx, EVICTING);
+            pages = self.lock();
+        }
         let mut run_start = None;
         let mut had_store = false;
         for page in (start..end).step_by(PAGE) {
             let idx = (page - self.base) / PAGE;
-            // SAFETY: idx < pages.
-            let state = unsafe { &mut *pages.state.add(idx) };
-            had_store |= *state & IN_STORE != 0;
-            let resident = *state & RESIDENT != 0;
+            let state = self.state(idx);
+            let old = state.load(Relaxed);
+            if self.is_local(idx) && old & RESIDENT != 0 && old & FILLING == 0 {
+                // Kept local: it stays resident (the kernel may be handed it again by code
+                // that no wrapper reaches), cleared by hand to read as zeros.
+                if let Some(s) = run_start.take() {
+                    sys::madvise(s, page - s, libc::MADV_DONTNEED);
+                }
+                // SAFETY: a whole page of the region, resident and writable (kept so), given
+                // back by its owner.
+                unsafe { std::ptr::write_bytes(page as *mut u8, 0, PAGE) };
+                continue;
+            }
+            had_store |= old & IN_STORE != 0;
+            if old & FILLING != 0 {
+                // Its filler counts it, and drops it once filled.
+                state.store(old | DISCARDED, SeqCst);
+                run_start.get_or_insert(page);
+                continue;
+            }
+            let resident = old & RESIDENT != 0;
             if resident {
                 pages.resident -= 1;
-                if *state & IN_STORE != 0 {
+                if old & IN_STORE != 0 {
                     pages.clean_copies -= 1;
                 }
                 run_start.get_or_insert(page);
             } else {
-                pages.far -= usize::from(*state & IN_STORE != 0);
+                pages.far -= usize::from(old & IN_STORE != 0);
             }
             if !resident && let Some(s) = run_start.take() {
                 sys::madvise(s, page - s, libc::MADV_DONTNEED);
             }
-            *state = 0;
+            state.store(0, SeqCst);
         }
         if let Some(s) = run_start {
             sys::madvise(s, end - s, libc::MADV_DONTNEED);
@@ -1020,7 +1450,7 @@ impl Region {
     /// copied would leave the child's copy locked for ever. Evicted pages stay in the store,
     /// which the child inherits (a copy-on-write copy, as the region's resident pages).
     pub fn lock_for_fork(&self) {
-        std::mem::forget(self.inner.lock());
+        std::mem::forget(self.lock());
     }
 
     /// After fork, in the parent: unlock.
@@ -1069,15 +1499,72 @@ impl Region {
         // SAFETY: the lock is held by this thread since `lock_for_fork` (see `resume`); the
         // guard taken here replaces it.
         unsafe { self.inner.force_unlock() };
-        let mut pages = self.inner.lock();
-        // The parent's threads do not exist here.
+        let mut pages = self.lock();
+        // The parent's threads do not exist here, nor their system calls.
         for slot in 0..PIN_SLOTS {
             let (tid, idx) = pages.pins[slot];
             if tid != 0 {
-                // SAFETY: indexes in the slots are < pages.
-                unsafe { *pages.state.add(idx as usize) &= !PINNED };
+                self.state(idx as usize).fetch_and(!PINNED, Relaxed);
             }
             pages.pins[slot] = (0, 0);
+        }
+        crate::pins::forget_all();
+        // Pages a parent's thread was writing out when the process was copied (without the
+        // lock): gone from the child's copy, or still there. They left the count of local
+        // pages when chosen.
+        for idx in 0..self.pages {
+            let state = self.state(idx).load(Relaxed);
+            if state & EVICTING == 0 {
+                continue;
+            }
+            let mapped = |addr: usize| {
+                let mut present = 0u8;
+                // SAFETY: one page, one byte of result.
+                (unsafe { libc::mincore(addr as *mut libc::c_void, PAGE, &mut present) } == 0)
+                    && present & 1 != 0
+            };
+            if mapped(self.base + idx * PAGE) {
+                // Its only copy that counts is here (a store copy of it is stale).
+                self.state(idx).store(RESIDENT | DIRTY, Relaxed);
+                pages.resident += 1;
+                self.enqueue(&mut pages, idx);
+            } else {
+                let stored =
+                    state & IN_STORE != 0 || (self.moving && mapped(self.store + idx * PAGE));
+                self.state(idx)
+                    .store(if stored { IN_STORE } else { 0 }, Relaxed);
+                pages.far += usize::from(stored);
+            }
+        }
+        // Pages a parent's thread was filling when the process was copied: the fill is done
+        // in the child's copy, or not at all.
+        for idx in 0..self.pages {
+            let state = self.state(idx).load(Relaxed);
+            if state & FILLING == 0 {
+                continue;
+            }
+            let addr = self.base + idx * PAGE;
+            let mut present = 0u8;
+            // SAFETY: one page of the region, one byte of result.
+            let mapped = unsafe { libc::mincore(addr as *mut libc::c_void, PAGE, &mut present) }
+                == 0
+                && present & 1 != 0;
+            if mapped && state & DISCARDED == 0 {
+                // Its only copy is here (a fetch took it from the store, or it was a zero fill).
+                if state & IN_STORE != 0 {
+                    pages.far -= 1;
+                }
+                self.state(idx).store(RESIDENT | DIRTY, Relaxed);
+                self.enqueue(&mut pages, idx);
+            } else {
+                pages.resident -= 1;
+                if state & DISCARDED != 0 {
+                    pages.far -= usize::from(state & IN_STORE != 0);
+                    self.state(idx).store(0, Relaxed);
+                } else {
+                    self.state(idx).store(state & IN_STORE, Relaxed);
+                }
+            }
         }
         // Runs of pages by what the child's copy needs: a page missing here must be missing
         // in the child too (anything the child touched before this registration was filled
@@ -1095,14 +1582,13 @@ impl Region {
             }
         };
         for idx in 0..used {
-            // SAFETY: idx < pages.
-            let state = unsafe { *pages.state.add(idx) };
+            let state = self.state(idx).load(Relaxed);
             let resident = state & RESIDENT != 0;
             let wanted = if outside(idx) {
                 None
             } else if !resident {
                 Some(false)
-            } else if !self.moving && (state & DIRTY == 0 || clock) {
+            } else if !self.moving && (state & DIRTY == 0 || clock) && !self.is_local(idx) {
                 Some(true)
             } else {
                 None
@@ -1117,6 +1603,8 @@ impl Region {
         if let Some(r) = run {
             flush(r, used);
         }
+        // The child's path is its parent's (its userfaultfd got the same features).
+        self.publish_path();
         let shared = self.shared();
         shared.limit.store((self.limit * PAGE) as u64, Relaxed);
         shared.region_start.store(self.base as u64, Relaxed);
@@ -1134,10 +1622,9 @@ impl Region {
         // SAFETY: the child's copy of the lock is held by its only thread (`lock_for_fork`);
         // the guard taken here replaces it.
         unsafe { self.inner.force_unlock() };
-        let pages = self.inner.lock();
+        let pages = self.lock();
         for idx in 0..self.span_in_use() {
-            // SAFETY: idx < pages.
-            let state = unsafe { *pages.state.add(idx) };
+            let state = self.state(idx).load(Relaxed);
             if state & IN_STORE != 0 && state & RESIDENT == 0 {
                 // SAFETY: both pages are mapped, unregistered in this process, PAGE long.
                 unsafe {

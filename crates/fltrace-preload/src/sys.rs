@@ -48,11 +48,71 @@ pub fn madvise(addr: usize, len: usize, advice: i32) -> i64 {
     unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) }
 }
 
+/// `rt_sigprocmask` straight to the kernel (the runtime interposes the C library's mask
+/// calls); the old mask in `old` when given.
+pub fn sigprocmask(how: i32, set: Option<&libc::sigset_t>, old: Option<&mut libc::sigset_t>) {
+    let set = set.map_or(std::ptr::null(), |s| s as *const libc::sigset_t);
+    let old = old.map_or(std::ptr::null_mut(), |o| o as *mut libc::sigset_t);
+    // SAFETY: valid or null pointers to signal sets; 8 bytes is the kernel's sigset size.
+    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, 8) };
+}
+
+/// Every signal of the calling thread blocked while this lives, its mask restored after.
+pub struct SignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl SignalsBlocked {
+    /// Blocks every signal (the kernel leaves SIGKILL and SIGSTOP alone).
+    pub fn all() -> SignalsBlocked {
+        // SAFETY: sigset_t is plain data; sigfillset initialises it.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid set.
+        unsafe { libc::sigfillset(&mut all) };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        sigprocmask(libc::SIG_BLOCK, Some(&all), Some(&mut old));
+        SignalsBlocked { old }
+    }
+
+    /// The mask before.
+    pub fn old(&self) -> &libc::sigset_t {
+        &self.old
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        sigprocmask(libc::SIG_SETMASK, Some(&self.old), None);
+    }
+}
+
+/// The raw `write` system call (the runtime interposes the C library's).
+pub fn write(fd: i32, bytes: &[u8]) -> isize {
+    // SAFETY: writing from a valid slice.
+    unsafe { libc::syscall(libc::SYS_write, fd, bytes.as_ptr(), bytes.len()) as isize }
+}
+
+/// The raw `read` system call (the runtime interposes the C library's).
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes of writes.
+pub unsafe fn read(fd: i32, buf: *mut u8, len: usize) -> isize {
+    // SAFETY: guaranteed by the caller.
+    unsafe { libc::syscall(libc::SYS_read, fd, buf, len) as isize }
+}
+
+/// The calling thread's id.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
 /// Writes a message to standard error without allocating.
 pub fn write_stderr(parts: &[&[u8]]) {
     for part in parts {
-        // SAFETY: writing from a valid slice; a short or failed write to stderr is ignored.
-        unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
+        // A short or failed write to stderr is ignored.
+        write(2, part);
     }
 }
 

@@ -24,7 +24,9 @@ const UFFDIO_MOVE: u64 = iowr(0x05, 40);
 /// Report write-protect faults.
 pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 /// `UFFDIO_MOVE` (Linux 6.8).
-pub const FEATURE_MOVE: u64 = 1 << 10;
+pub const FEATURE_MOVE: u64 = 1 << 16;
+/// Faults raise SIGBUS in the faulting thread instead of waiting for a handler (Linux 4.14).
+pub const FEATURE_SIGBUS: u64 = 1 << 7;
 /// Report the faulting thread's id.
 pub const FEATURE_THREAD_ID: u64 = 1 << 8;
 /// Register for missing-page faults.

@@ -36,7 +36,7 @@ mod tests {
 pub mod alloclog;
 
 /// Identifies the layout; bump on change.
-pub const MAGIC: u64 = 0x666c_7472_7274_0004;
+pub const MAGIC: u64 = 0x666c_7472_7274_0005;
 
 /// Entries in the fault log ring (a power of two).
 pub const LOG_LEN: usize = 1 << 16;
@@ -66,15 +66,21 @@ pub mod env {
     /// Most clean resident pages whose far copy is kept, in percent of the local limit
     /// (default 10); `100` keeps every copy.
     pub const CLEAN_COPIES: &CStr = c"FLTRACE_RT_CLEAN_COPIES";
-    /// `0` to evict by copying pages to the backing store and fetch by copying them back; by
-    /// default, where the kernel has `UFFDIO_MOVE` (6.8), pages are moved between the region
-    /// and the store without a copy and no far copy is ever held twice (not with the `clock`
-    /// policy, which needs write-protection to see writes).
+    /// `0` to evict by copying pages to the backing store and fetch by copying them back, `1`
+    /// to move them (`UFFDIO_MOVE`, Linux 6.8: no copy, no far copy ever held twice; not with
+    /// the `clock` policy, which needs write-protection to see writes). By default pages move
+    /// where faults are served by handler threads and are copied where they are served in
+    /// the faulting thread (a move flushes the store page from every CPU the program runs on,
+    /// an interrupt of its other threads per fetch).
     pub const MOVE: &CStr = c"FLTRACE_RT_MOVE";
     /// `1` to count TLB shootdowns and IPIs for the breakdown (perf tracepoint counters on
     /// the process). Off by default: closing a tracepoint counter waits for an RCU grace
     /// period, 30-50 ms each here, which every run of the program paid at exit.
     pub const TLB_COUNT: &CStr = c"FLTRACE_RT_TLB_COUNT";
+    /// `thread` to serve every fault from handler threads that read the userfaultfd; by
+    /// default a fault the program takes in user mode is served in the thread that takes it
+    /// (`UFFD_FEATURE_SIGBUS` and a `SIGBUS` handler) where the kernel has the feature.
+    pub const FAULT_PATH: &CStr = c"FLTRACE_RT_FAULT_PATH";
     /// Path prefix of the shared page; the runtime appends `-<pid>`.
     pub const SHARED: &CStr = c"FLTRACE_RT_SHARED";
     /// Path prefix of the allocation logs (`record --allocs`); the interposer appends
@@ -110,9 +116,57 @@ pub mod kind {
     pub const WAKE: u32 = 4;
 }
 
+/// How the runtime serves faults ([`Shared::fault_path`]).
+pub mod path {
+    /// Handler threads read the faults from the userfaultfd and resolve them; the faulting
+    /// thread sleeps in the kernel meanwhile.
+    pub const THREADS: u64 = 1;
+    /// The faulting thread serves its own fault from a `SIGBUS` handler
+    /// (`UFFD_FEATURE_SIGBUS`): nothing sleeps or is woken for a fault.
+    pub const IN_THREAD: u64 = 2;
+
+    /// The path's name, as the stats file and `record -v` give it.
+    pub fn name(path: u64) -> &'static str {
+        match path {
+            THREADS => "by handler threads",
+            IN_THREAD => "in the faulting thread",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Why the handler-thread path serves a process whose runtime would otherwise serve faults in
+/// the faulting thread ([`Shared::fault_path_reason`]).
+pub mod path_reason {
+    /// Asked for (`FLTRACE_RT_FAULT_PATH=thread`).
+    pub const ASKED: u64 = 1;
+    /// The kernel refused `UFFD_FEATURE_SIGBUS`.
+    pub const NO_SIGBUS_FEATURE: u64 = 2;
+    /// The `SIGBUS` handler could not be installed.
+    pub const NO_HANDLER: u64 = 3;
+    /// A Go program: its goroutines run on small stacks in its heap, with no room for a signal
+    /// handler (and Go sets its signal stacks by system call, past the interposer).
+    pub const GO_PROGRAM: u64 = 4;
+
+    /// The reason's words, as `record -v` gives them.
+    pub fn name(reason: u64) -> &'static str {
+        match reason {
+            ASKED => "asked for (FLTRACE_RT_FAULT_PATH=thread)",
+            NO_SIGBUS_FEATURE => "the kernel has no UFFD_FEATURE_SIGBUS",
+            NO_HANDLER => "no SIGBUS handler could be installed",
+            GO_PROGRAM => "a Go program (goroutine stacks have no room for a signal handler)",
+            _ => "",
+        }
+    }
+}
+
 /// One handled fault.
 #[repr(C)]
 pub struct LogEntry {
+    /// `n + 1` once entry `n` of the log (slot `n % LOG_LEN`) is complete: several threads
+    /// write entries at once (each serves its own faults), so the head says which slots are
+    /// taken, and this which are written.
+    pub seq: AtomicU64,
     /// Thread id of the faulting thread.
     pub tid: AtomicU64,
     /// Page address (low 12 bits hold the kind).
@@ -203,6 +257,25 @@ pub struct Breakdown {
     pub handler_run_delay_ns: AtomicU64,
     /// Histogram of per-message handling time ([`hist_bucket`]).
     pub handle_hist: [AtomicU64; HIST_BUCKETS],
+    /// Faults served in the faulting thread (its `SIGBUS` handler), each one fault of one
+    /// thread as a message is on the handler-thread path.
+    pub signals: AtomicU64,
+    /// `SIGBUS` signals that were not the runtime's, passed on to the program's handler.
+    pub signals_passed: AtomicU64,
+    /// System calls whose buffers in the region were made present (and kept so) before the
+    /// call: the kernel's own faults on them would fail (`EFAULT`) on the in-thread path.
+    pub syscalls_prepared: AtomicU64,
+    /// Pages of those buffers that the wrappers' touches brought in (faults of the program's
+    /// thread, each with its row).
+    pub syscall_faults: AtomicU64,
+    /// Pages held against eviction by system calls in progress, at most at once.
+    pub syscall_pinned_peak: AtomicU64,
+    /// Evictions passed over because a system call in progress holds the page.
+    pub syscall_pins_spared: AtomicU64,
+    /// Times a faulting thread waited for the recorder to read the log (`log_backlog`).
+    pub recorder_waits: AtomicU64,
+    /// Time spent so, ns.
+    pub recorder_wait_ns: AtomicU64,
 }
 
 /// The runtime's own anonymous mappings it publishes (the backing store, the page metadata):
@@ -312,13 +385,29 @@ pub struct Shared {
     pub region_len: AtomicU64,
     /// What entered the region besides the heap: reservations and their commits.
     pub placement: Placement,
+    /// How faults are served: [`path::THREADS`] or [`path::IN_THREAD`] (0 before the runtime
+    /// has chosen).
+    pub fault_path: AtomicU64,
+    /// With [`path::THREADS`], why not in the thread ([`path_reason`]; 0 when unmanaged).
+    pub fault_path_reason: AtomicU64,
     /// Where the time went.
     pub breakdown: Breakdown,
+    /// Written by the recorder: the log entries it has read so far.
+    pub log_read: AtomicU64,
+    /// Written by the recorder when it opens the page: the most log entries the runtime may
+    /// have written beyond `log_read` (0: no limit). Faults served in the faulting thread come
+    /// as fast as the program can take them, faster than a recorder on a busy machine reads
+    /// their samples: past this the faulting thread waits for the recorder, rather than the
+    /// kernel dropping records.
+    pub log_backlog: AtomicU64,
     /// Entries written to the log so far (the next goes to `log_head % LOG_LEN`).
     pub log_head: AtomicU64,
     /// Handled faults, newest last.
     pub log: [LogEntry; LOG_LEN],
 }
+
+/// Pairs in [`Shared::breakdown`].
+pub const BREAKDOWN_LEN: usize = 31;
 
 /// Bytes to map for [`Shared`].
 pub const SHARED_SIZE: usize = core::mem::size_of::<Shared>();
@@ -348,8 +437,9 @@ impl Shared {
     }
 
     /// The breakdown of the handled faults' time as (name, value) pairs: sums in ns and
-    /// counts, then the handling time's median and 99th percentile (within a factor of two).
-    pub fn breakdown(&self) -> [(&'static str, u64); 21] {
+    /// counts, then the handling time's median and 99th percentile (within a factor of two);
+    /// then the fault path ([`path`], and [`path_reason`]) and its own counts.
+    pub fn breakdown(&self) -> [(&'static str, u64); BREAKDOWN_LEN] {
         use core::sync::atomic::Ordering::Relaxed;
         let b = &self.breakdown;
         let hist = core::array::from_fn(|k| b.handle_hist[k].load(Relaxed));
@@ -375,6 +465,22 @@ impl Shared {
             ("program_run_delay_ns", b.program_run_delay_ns.load(Relaxed)),
             ("handler_cpu_ns", b.handler_cpu_ns.load(Relaxed)),
             ("handler_run_delay_ns", b.handler_run_delay_ns.load(Relaxed)),
+            ("rt_fault_path", self.fault_path.load(Relaxed)),
+            ("rt_fault_path_reason", self.fault_path_reason.load(Relaxed)),
+            ("rt_signals", b.signals.load(Relaxed)),
+            ("rt_signals_passed", b.signals_passed.load(Relaxed)),
+            ("rt_syscalls_prepared", b.syscalls_prepared.load(Relaxed)),
+            ("rt_syscall_faults", b.syscall_faults.load(Relaxed)),
+            (
+                "rt_syscall_pinned_peak",
+                b.syscall_pinned_peak.load(Relaxed),
+            ),
+            (
+                "rt_syscall_pins_spared",
+                b.syscall_pins_spared.load(Relaxed),
+            ),
+            ("rt_recorder_waits", b.recorder_waits.load(Relaxed)),
+            ("rt_recorder_wait_ns", b.recorder_wait_ns.load(Relaxed)),
         ]
     }
 }

@@ -186,6 +186,10 @@ impl State {
                 metadata,
                 collect_code_hits: options.build_id_cache.is_some(),
                 mono_offset,
+                // A fault's sample takes its stack copy and some more.
+                far_backlog: ((options.buffer_mb << 20) / (options.stack_bytes as usize + 1024) * 3
+                    / 4)
+                .max(256) as u64,
             },
             far_exhausted: false,
             far_unreached: Vec::new(),

@@ -3,15 +3,17 @@
 //! back in, pages the program dropped behind the runtime's back, and the ranges published to
 //! the recorder.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use fltrace_runtime_abi::kind;
 
-use super::{DIRTY, IN_STORE, Pages, RESIDENT, Region, ZERO_PAGE, for_runs};
+use super::{
+    DIRTY, EVICTING, FILLING, Fault, IN_STORE, Pages, RESIDENT, Region, ZERO_PAGE, for_runs,
+};
 use crate::breakdown::{add, now_ns};
 use crate::region::PAGE;
 use crate::sys;
-use crate::uffd::{self, Msg};
+use crate::uffd;
 
 /// Pages asked of `mincore` at a time.
 const MINCORE_CHUNK: usize = 4096;
@@ -81,9 +83,10 @@ impl Region {
         let Some((first, end)) = self.page_range(start, len) else {
             return false;
         };
-        let pages = self.inner.lock();
-        // SAFETY: indexes < pages, within the state array.
-        (first..end).any(|idx| unsafe { *pages.state.add(idx) } & (RESIDENT | IN_STORE) != 0)
+        let (_blocked, _pages) = self.lock_outside_handler();
+        (first..end).any(|idx| {
+            self.state(idx).load(Relaxed) & (RESIDENT | IN_STORE | FILLING | EVICTING) != 0
+        })
     }
 
     /// Takes `[start, start + len)` out of the runtime's accounting with its contents left in
@@ -97,13 +100,21 @@ impl Region {
         if !self.managed() {
             return;
         }
-        let mut pages = self.inner.lock();
+        let (_blocked, mut pages) = self.lock_outside_handler();
+        // Pages another thread fills or writes out without the lock are waited for: their
+        // counts and copies are settled once that ends.
+        while let Some(idx) =
+            (first..end).find(|&idx| self.state(idx).load(SeqCst) & (FILLING | EVICTING) != 0)
+        {
+            drop(pages);
+            self.wait_while(idx, FILLING | EVICTING);
+            pages = self.lock();
+        }
         let mut releases = [0usize; 64];
         let mut release_len = 0;
         let mut fetched = 0u64;
         for idx in first..end {
-            // SAFETY: idx < pages.
-            let state = unsafe { *pages.state.add(idx) };
+            let state = self.state(idx).load(Relaxed);
             if state & RESIDENT != 0 {
                 pages.resident -= 1;
                 if state & IN_STORE != 0 {
@@ -134,13 +145,12 @@ impl Region {
                 pages.far -= 1;
                 fetched += 1;
             }
-            // SAFETY: idx < pages.
-            unsafe { *pages.state.add(idx) = 0 };
+            self.state(idx).store(0, SeqCst);
         }
         self.release_store(&releases[..release_len]);
         let placement = &self.shared().placement;
         placement.taken_out_fetches.fetch_add(fetched, Relaxed);
-        self.publish_counts(&pages);
+        self.publish(&pages);
     }
 
     /// Drops the store's copies of pages `idxs` (sorted), a run at a time.
@@ -162,7 +172,7 @@ impl Region {
             return;
         }
         let mut present = [0u8; MINCORE_CHUNK];
-        let mut pages = self.inner.lock();
+        let (_blocked, mut pages) = self.lock_outside_handler();
         let mut chunk = first;
         while chunk < end {
             let n = (end - chunk).min(MINCORE_CHUNK);
@@ -178,10 +188,9 @@ impl Region {
             if ret == 0 {
                 for (i, &byte) in present[..n].iter().enumerate() {
                     let idx = chunk + i;
-                    // SAFETY: idx < pages.
-                    let state = unsafe { &mut *pages.state.add(idx) };
-                    if byte & 1 != 0 && *state & RESIDENT == 0 {
-                        *state = RESIDENT | DIRTY;
+                    let state = self.state(idx);
+                    if byte & 1 != 0 && state.load(Relaxed) & (RESIDENT | FILLING) == 0 {
+                        state.store(RESIDENT | DIRTY, SeqCst);
                         self.enqueue(&mut pages, idx);
                         pages.resident += 1;
                     }
@@ -191,20 +200,13 @@ impl Region {
         }
         if pages.resident >= self.limit {
             let started = now_ns();
-            if self.evict_over_limit(&mut pages, self.limit.saturating_sub(1)) {
+            let (after, evicted) = self.evict_over_limit(pages, self.limit.saturating_sub(1));
+            pages = after;
+            if evicted {
                 add(&self.shared().breakdown.evict_ns, now_ns() - started);
             }
         }
-        self.publish_counts(&pages);
-    }
-
-    /// The local and far counts for the recorder.
-    fn publish_counts(&self, pages: &Pages) {
-        let shared = self.shared();
-        let resident = (pages.resident * PAGE) as u64;
-        shared.resident.store(resident, Relaxed);
-        shared.memory_used.fetch_max(resident, Relaxed);
-        shared.far.store((pages.far * PAGE) as u64, Relaxed);
+        self.publish(&pages);
     }
 
     /// A missing-page fault on page `idx`, which the runtime holds local: unless another
@@ -212,15 +214,9 @@ impl Region {
     /// back (`madvise(MADV_DONTNEED)` by system call, as Go's runtime gives memory back), and
     /// it reads as zeros now. Then it is filled with zeros, counted as a first touch and logged;
     /// true when so (the fault is handled).
-    pub(super) fn refill_dropped(
-        &self,
-        pages: &mut Pages,
-        msg: &Msg,
-        idx: usize,
-        read_ns: u64,
-    ) -> bool {
+    pub(super) fn refill_dropped(&self, pages: &mut Pages, fault: &Fault, idx: usize) -> bool {
         let addr = self.base + idx * PAGE;
-        let write = msg.flags & uffd::PAGEFAULT_FLAG_WRITE != 0;
+        let write = fault.write;
         // Not woken yet: the fault is counted and logged first (see `log`).
         let filled = uffd::copy_if_missing(
             self.uffd(),
@@ -232,15 +228,11 @@ impl Region {
         if filled.ok() != Some(true) {
             return false;
         }
-        // SAFETY: idx < pages.
-        let state = unsafe { &mut *pages.state.add(idx) };
-        if *state & IN_STORE != 0 {
+        if self.state(idx).load(Relaxed) & IN_STORE != 0 {
             pages.clean_copies -= 1;
             self.queue_release(pages, idx);
         }
-        // SAFETY: idx < pages.
-        let state = unsafe { &mut *pages.state.add(idx) };
-        *state = RESIDENT
+        let state = RESIDENT
             | if write {
                 DIRTY | self.written_reference()
             } else if self.moving {
@@ -248,7 +240,8 @@ impl Region {
             } else {
                 0
             };
-        Self::pin(pages, msg.ptid, idx);
+        self.state(idx).store(state, SeqCst);
+        self.pin(pages, fault.tid, idx);
         let shared = self.shared();
         shared.faults.fetch_add(1, Relaxed);
         if write {
@@ -258,8 +251,8 @@ impl Region {
         }
         shared.faults_zp.fetch_add(1, Relaxed);
         shared.placement.dropped_refills.fetch_add(1, Relaxed);
-        let entry = self.log(msg.ptid, addr, kind::ZERO, read_ns);
-        let _ = uffd::wake(self.uffd(), addr as u64, PAGE as u64);
+        let entry = self.log(fault.tid, addr, kind::ZERO, fault.start_ns);
+        self.wake(addr);
         self.log_done(entry);
         true
     }
