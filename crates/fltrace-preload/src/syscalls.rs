@@ -17,7 +17,11 @@
 //! `recvmsg`, `send`, `sendto`, `sendmsg`, `epoll_wait` and `epoll_pwait`, `poll`, `ppoll`,
 //! `select`, `pselect`, `fread`, `fwrite`, the `exec` calls that take arrays, `posix_spawn`,
 //! `system`, `popen`, and the waits of condition variables, semaphores, barriers, read-write
-//! locks and timed mutexes (whose futex the kernel reads; glibc aborts on `EFAULT` there).
+//! locks and timed mutexes (whose futex the kernel reads; glibc aborts on `EFAULT` there);
+//! in `crate::syscall_args`, the calls that take paths or small arguments (`open`, the `stat`
+//! family, `pipe`, `wait4`, the socket addresses and options, `getrandom`, `sigaltstack` ...).
+//! Not covered: raw `syscall(2)`, `ioctl`, `recvmmsg`/`sendmmsg`, `io_uring`: on memory of the
+//! region that is not resident they fail with `EFAULT` on this path.
 //!
 //! Calls inside the C library (stdio's own reads into its buffers, `readdir`) cannot be
 //! wrapped: what the C library allocates for itself is kept resident instead
