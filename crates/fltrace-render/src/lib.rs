@@ -19,6 +19,7 @@ mod heatmap;
 pub mod listing;
 mod plot;
 pub mod report;
+pub mod table;
 pub mod top;
 pub mod wss;
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use fltrace_analyze::{TopRow, TopSnapshot, TopSort, TopView};
 
-use crate::report::truncate;
+use crate::table::{Align, Table, wrap};
 
 /// The headline of an interval, one line a figure group: faults, processes, and under
 /// far-memory emulation local and far memory.
@@ -39,9 +39,9 @@ pub fn headline(snapshot: &TopSnapshot) -> Vec<String> {
     lines
 }
 
-/// Bytes as MB with one decimal, as the headline says them.
+/// Bytes as MiB with one decimal, as the headline says them (binary, as every size fltrace prints).
 pub fn megabytes(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
+    format!("{:.1} MiB", bytes as f64 / 1_048_576.0)
 }
 
 /// A rate, to the unit.
@@ -98,43 +98,37 @@ pub fn table(
         },
     );
     for line in headline(snapshot) {
-        out.push_str(&line);
-        out.push('\n');
+        out.push_str(&wrap(&line, Some(width)));
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
     }
     let rows = snapshot.rows(view, sort, "");
     let shown = &rows[..rows.len().min(limit)];
-    let headings = columns(view);
-    let mut widths: Vec<usize> = headings.iter().map(|h| h.chars().count()).collect();
-    let table: Vec<Vec<String>> = shown.iter().map(|row| cells(row, view)).collect();
-    for cells in &table {
-        for (w, cell) in widths.iter_mut().zip(cells) {
-            *w = (*w).max(cell.chars().count());
-        }
+    // Names (function, file:line, lib) are cut in the middle to fit, kind and type left
+    // out last, as in `report`'s table.
+    let mut table = Table::new()
+        .column("#", Align::Right)
+        .column("faults/s", Align::Right)
+        .column("total", Align::Right)
+        .column("kind", Align::Left)
+        .gap(2)
+        .droppable(1)
+        .column("type", Align::Left)
+        .droppable(2);
+    for (i, heading) in columns(view).iter().enumerate().skip(2) {
+        table = table.name(heading, if i == 2 { 16 } else { 8 });
     }
-    // The name gives up room first, down to 16 columns.
-    const PREFIX: usize = 4 + 1 + 11 + 1 + 11 + 2;
-    let others: usize = widths
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != 2)
-        .map(|(_, w)| w + 1)
-        .sum();
-    if let Some(name) = widths.get_mut(2) {
-        let room = width.saturating_sub(PREFIX + others);
-        *name = (*name).min(room.max(16));
-    }
-    let _ = write!(out, "{:>4} {:>11} {:>11}  ", "#", "faults/s", "total");
-    push_cells(&mut out, headings.iter().map(|h| h.to_string()), &widths);
-    for (i, (row, cells)) in shown.iter().zip(table).enumerate() {
-        let _ = write!(
-            out,
-            "{:>4} {:>11} {:>11}  ",
-            i + 1,
+    for (i, row) in shown.iter().enumerate() {
+        let mut line = vec![
+            (i + 1).to_string(),
             rate(row.rate),
-            row.counts.count
-        );
-        push_cells(&mut out, cells.into_iter(), &widths);
+            row.counts.count.to_string(),
+        ];
+        line.extend(cells(row, view));
+        table.row(line);
     }
+    out.push_str(&table.render(Some(width)));
     if rows.len() > shown.len() {
         let _ = writeln!(
             out,
@@ -145,18 +139,4 @@ pub fn table(
     }
     out.push('\n');
     out
-}
-
-/// `cells` padded to `widths` (the last one not padded), then a newline.
-fn push_cells(out: &mut String, cells: impl Iterator<Item = String>, widths: &[usize]) {
-    let mut line = String::new();
-    for (i, (cell, &w)) in cells.zip(widths).enumerate() {
-        if i > 0 {
-            line.push(' ');
-        }
-        let cell = truncate(&cell, w);
-        let _ = write!(line, "{cell:<w$}");
-    }
-    out.push_str(line.trim_end());
-    out.push('\n');
 }

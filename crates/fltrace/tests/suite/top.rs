@@ -236,7 +236,7 @@ fn far_memory_figures_are_the_stats_files() {
     };
     let (local, far) = (value("memory_local"), value("memory_far"));
     assert!(far > 0, "64 MB scanned with 16 MB local leaves pages far");
-    let mb = |bytes: u64| format!("{:.1} MB", bytes as f64 / 1e6);
+    let mb = |bytes: u64| format!("{:.1} MiB", bytes as f64 / 1_048_576.0);
     assert!(
         figures.starts_with(&format!("local {}  far {}  ", mb(local), mb(far))),
         "{figures:?}: the stats file says local {local}, far {far}"
