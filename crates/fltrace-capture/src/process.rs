@@ -183,6 +183,13 @@ struct FarState {
     /// Whether the rows outside the managed region were dropped from `pending_fills`, once
     /// the page said where the region is.
     region_pruned: bool,
+    /// The program's anonymous resident memory outside the region at the last look, bytes.
+    outside_now: u64,
+    /// The look with the most outside, and the program's peak.
+    outside: crate::unemulated::OutsidePeak,
+    /// The images that ran without the runtime (the preloaded library never loaded: a static
+    /// program, a set-user-ID one): their executables.
+    unreached: Vec<String>,
     /// Where the parent's region lies, for a child forked without exec (its copy lies there
     /// too) until its own runtime's page says so.
     inherited_region: Option<std::ops::Range<u64>>,
@@ -346,6 +353,9 @@ impl Process {
                 exec_ns: 0,
                 made_before: u64::MAX,
                 region_pruned: false,
+                outside_now: 0,
+                outside: Default::default(),
+                unreached: Vec::new(),
                 inherited_region: None,
                 backlog: session.far_backlog,
             }),
@@ -404,6 +414,7 @@ impl Process {
         self.live_threads.clear();
         self.live_threads.insert(self.os_pid);
         self.main_exited = false;
+        self.note_unreached_image();
         if std::mem::take(&mut self.image_recorded) {
             self.generation += 1;
         }
@@ -436,6 +447,62 @@ impl Process {
             far.unmatched
                 .retain(|(handled, _)| handled.read_ns >= exec_ns);
         }
+    }
+
+    /// Under far memory: notes the image ending now (an exec replaces it, or the process
+    /// ends: called once then, before its figures are read) if it ran without the runtime:
+    /// its program never loaded the preloaded library.
+    pub fn note_unreached_image(&mut self) {
+        if self.image_recorded && self.image_running && self.interposers.is_empty() {
+            let executable = self
+                .executable
+                .as_ref()
+                .map_or_else(|| "?".to_owned(), |(path, _)| path.clone());
+            if let Some(far) = &mut self.far {
+                far.unreached.push(executable);
+            }
+        }
+    }
+
+    /// Under far memory, when the kernel said this process ended: if it still runs, with an
+    /// address space again, its events ended at an exec the kernel ran in secure-execution
+    /// mode (set-user-ID, set-group-ID, file capabilities), which drops a tracer's events and
+    /// ignores LD_PRELOAD: it runs on without the runtime, which is noted. Caught only while
+    /// it still runs when its end is read.
+    pub fn note_if_it_lives_on(&mut self) {
+        let Some(far) = &mut self.far else {
+            return;
+        };
+        let alive = crate::procfs::stat(self.os_pid as i32).is_ok_and(|s| !s.is_zombie());
+        if !alive {
+            return;
+        }
+        // A process in its exit has no address space left (its end is reported after the
+        // kernel released it); one that exec'd has its new image's.
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.os_pid)) else {
+            return;
+        };
+        let preloaded = maps.lines().any(|line| {
+            line.split_whitespace()
+                .nth(5)
+                .is_some_and(libraries::is_preload)
+        });
+        if maps.is_empty() || preloaded {
+            return;
+        }
+        let executable = std::fs::read_link(format!("/proc/{}/exe", self.os_pid))
+            .map_or_else(|_| "?".to_owned(), |p| p.display().to_string());
+        far.unreached.push(executable);
+    }
+
+    /// Under far memory: the executables of the images that ran without the runtime.
+    pub fn unreached_images(&self) -> &[String] {
+        self.far.as_ref().map_or(&[], |far| &far.unreached)
+    }
+
+    /// Under far memory: the most memory seen outside the region, and the program's peak.
+    pub fn outside_peak(&self) -> Option<&crate::unemulated::OutsidePeak> {
+        self.far.as_ref().map(|far| &far.outside)
     }
 
     /// The process ended, or a later process was given its pid, at `time_ns` (CLOCK_MONOTONIC,
@@ -1290,6 +1357,21 @@ impl Process {
         if let Some(kb) = status.rss_anon_kb {
             self.counters.rss_anon = kb * 1024;
         }
+        // Under far memory, what of its memory is not under the limit.
+        // A process without the runtime (its image never loaded the preloaded library) has
+        // all of its memory outside.
+        let without_runtime = self.image_running && self.interposers.is_empty();
+        if let Some(far) = &mut self.far {
+            let (own, emulated) = match &far.view {
+                Some(view) => (view.own_ranges(), view.emulated_bytes()),
+                None if without_runtime => (Vec::new(), 0),
+                None => return,
+            };
+            if let Ok(outside) = crate::unemulated::read(self.os_pid, &own) {
+                far.outside_now = outside.bytes;
+                far.outside.add(outside, emulated);
+            }
+        }
     }
 
     /// Appends a stats line and rewrites the stats and maps files, so that a crash of fltrace
@@ -1328,6 +1410,8 @@ impl Process {
                     None => counters.push((name, value)),
                 }
             }
+            counters.extend(view.placement_counters());
+            counters.push(("memory_unemulated", far.outside_now));
             counters.push(("rt_log_missed", view.missed));
             counters.push(("rt_unmatched", far.orphans));
             counters.push(("rt_rows_unhandled", far.rows_unhandled));
@@ -1345,6 +1429,9 @@ impl Process {
             ));
             counters.push(("rt_resolve_ns", far.resolve_ns));
             counters.push(("recorder_cpu_ns", crate::os::cpu_time_ns()));
+        } else if let Some(far) = &self.far {
+            // No runtime (yet, or ever): what was seen outside is all there is to say.
+            counters.push(("memory_unemulated", far.outside_now));
         }
         self.out
             .stats

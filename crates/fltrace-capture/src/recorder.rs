@@ -173,6 +173,13 @@ pub struct Summary {
     pub stacks_truncated: u64,
     /// Whether a process ran out of the far memory `-M` allowed.
     pub far_memory_exhausted: bool,
+    /// Under far memory: processes whose images ran without the runtime (the preloaded
+    /// library never loaded: a statically linked or set-user-ID program), with the
+    /// executables. None of their memory was under the limit.
+    pub far_unreached: Vec<(u32, String)>,
+    /// Under far memory: what each process had outside the region (not under the limit) at
+    /// the most, and its peak.
+    pub far_outside: Vec<(u32, crate::unemulated::OutsidePeak)>,
     /// With `--allocs`: what the conversion of the allocation logs found, summed over
     /// processes.
     pub allocs: Option<crate::Converted>,
@@ -219,10 +226,11 @@ impl Summary {
     }
 
     /// What `fltrace record` exits with: [`RECORDING_FAILED`] when the trace could not be
-    /// written whole (a table lost or cut short: a full disk, a refused output), else the
-    /// command's status ([`Summary::shell_status`]).
+    /// written whole (a table lost or cut short: a full disk, a refused output) or far memory
+    /// was asked for and part of the program ran without it, else the command's status
+    /// ([`Summary::shell_status`]).
     pub fn record_status(&self) -> u8 {
-        if self.trace_error.is_some() {
+        if self.trace_error.is_some() || !self.far_unreached.is_empty() {
             RECORDING_FAILED
         } else {
             self.shell_status()
@@ -335,6 +343,8 @@ mod tests {
             lost_unfiled: 0,
             stacks_truncated: 0,
             far_memory_exhausted: false,
+            far_unreached: Vec::new(),
+            far_outside: Vec::new(),
             allocs: None,
             access: None,
             trace_error: None,

@@ -164,6 +164,9 @@ pub enum RequestError {
         /// The user the command would run as.
         uid: u32,
     },
+    /// Far memory for a program the runtime cannot enter (static, set-user-ID).
+    #[error(transparent)]
+    Unreachable(#[from] crate::reach::Unreachable),
     /// A setting the recorder refused (the preloaded library, far memory, the user).
     #[error(transparent)]
     Capture(#[from] Error),
@@ -266,6 +269,17 @@ impl Request {
             return Err(RequestError::UnprivilegedUserfaultfd {
                 uid: credentials.uid,
             });
+        }
+        // A program the runtime cannot enter is refused before it runs: it would run with none
+        // of its memory under -L, looking emulated.
+        if options.far_memory.is_some()
+            && let Target::Command(command) = &target
+            && let Some(program) = command.first()
+        {
+            // SAFETY: geteuid and getegid have no preconditions.
+            let own = unsafe { (libc::geteuid(), libc::getegid()) };
+            let (uid, gid) = options.credentials.map_or(own, |c| (c.uid, c.gid));
+            crate::reach::check(program, std::env::var_os("PATH").as_deref(), uid, gid)?;
         }
         Ok((target, options))
     }

@@ -308,6 +308,23 @@ impl RuntimeView {
         self.shared().breakdown()
     }
 
+    /// What entered the region besides the heap (reservations, commits) and what was taken
+    /// out, as stats counters.
+    pub fn placement_counters(&self) -> [(&'static str, u64); 7] {
+        self.shared().placement.counters()
+    }
+
+    /// The runtime's own anonymous mappings (its backing store and metadata).
+    pub fn own_ranges(&self) -> Vec<std::ops::Range<u64>> {
+        self.shared().placement.own_ranges().collect()
+    }
+
+    /// Local and far bytes now: the program's emulated memory.
+    pub fn emulated_bytes(&self) -> u64 {
+        let shared = self.shared();
+        shared.resident.load(Ordering::Relaxed) + shared.far.load(Ordering::Relaxed)
+    }
+
     /// The managed region's address range.
     pub fn region(&self) -> std::ops::Range<u64> {
         let shared = self.shared();

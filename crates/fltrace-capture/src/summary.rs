@@ -116,6 +116,7 @@ impl Summary {
                 context.max_mb.unwrap_or(0)
             ));
         }
+        said.extend(self.far_memory_lines());
         if let Some(allocs) = &self.allocs
             && !quiet
         {
@@ -227,6 +228,54 @@ impl Summary {
         lines
     }
 
+    /// Under far memory, what was not under the limit: each process the runtime never entered
+    /// (an error: none of its memory was emulated), and the program's memory outside the
+    /// region (summed over its processes at their peaks) when over 1% of its peak, with the
+    /// process that had the most and that process's largest such mapping.
+    fn far_memory_lines(&self) -> Vec<String> {
+        let mut said = Vec::new();
+        for (pid, executable) in &self.far_unreached {
+            said.push(format!(
+                "error: far memory was not emulated in process {pid} ({executable}): the runtime \
+                 was never loaded into it (a statically linked program, or one the kernel runs \
+                 set-user-ID, ignores LD_PRELOAD), so none of its memory was under -L"
+            ));
+        }
+        let outside: u64 = self.far_outside.iter().map(|(_, o)| o.peak.bytes).sum();
+        let peak: u64 = self.far_outside.iter().map(|(_, o)| o.program_peak).sum();
+        let most = self
+            .far_outside
+            .iter()
+            .max_by_key(|(_, o)| o.peak.bytes)
+            .filter(|_| outside * 100 > peak);
+        if let Some((pid, worst)) = most {
+            let largest = worst.peak.largest.as_ref().map_or(String::new(), |m| {
+                format!(
+                    ", whose largest such mapping is {} at {:#x}-{:#x} ({})",
+                    mb(m.bytes),
+                    m.range.start,
+                    m.range.end,
+                    if m.name.is_empty() {
+                        "anonymous, mapped past the interposer: by system call, or by code \
+                         the runtime cannot see"
+                    } else {
+                        m.name.as_str()
+                    }
+                )
+            });
+            said.push(format!(
+                "warning: {} of the program's memory ({:.1}% of its peak of {}) was outside far \
+                 memory and not under -L (memory_unemulated in the stats files): the most in \
+                 process {pid} ({}){largest}",
+                mb(outside),
+                outside as f64 * 100.0 / peak.max(1) as f64,
+                mb(peak),
+                mb(worst.peak.bytes),
+            ));
+        }
+        said
+    }
+
     /// After a write error: the error, what of the trace reads back, and how the program
     /// ended (it ran to its end untraced).
     fn partial_trace_lines(&self, error: &str, dir: &Path) -> Vec<String> {
@@ -305,6 +354,11 @@ fn attached_line(attached: &[(u32, String)]) -> String {
     )
 }
 
+/// `64.0 MB` (MiB, as `-L` and `-M` count).
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / (1 << 20) as f64)
+}
+
 /// `1 fault`, `2 faults`.
 fn plural(n: u64, thing: &str) -> String {
     if n == 1 {
@@ -345,6 +399,8 @@ mod tests {
             lost_unfiled: 0,
             stacks_truncated: 3,
             far_memory_exhausted: false,
+            far_unreached: Vec::new(),
+            far_outside: Vec::new(),
             allocs: None,
             access: None,
             trace_error: None,
@@ -392,6 +448,50 @@ mod tests {
                 })
                 .is_empty()
         );
+    }
+
+    /// Far memory: a process the runtime never entered is an error; memory outside the
+    /// region is said with its share and its largest mapping, over 1% of the peak only.
+    #[test]
+    fn far_memory_outside_the_limit_is_said() {
+        use crate::unemulated::{Outside, OutsideMapping, OutsidePeak};
+        let outside = |bytes, program_peak| OutsidePeak {
+            peak: Outside {
+                bytes,
+                largest: Some(OutsideMapping {
+                    range: 0x7f00_0000_0000..0x7f00_0400_0000,
+                    bytes: 64 << 20,
+                    name: String::new(),
+                }),
+            },
+            program_peak,
+        };
+        let s = Summary {
+            far_unreached: vec![(11, "/tmp/static-go".to_owned())],
+            far_outside: vec![
+                (10, outside(66 << 20, 640 << 20)),
+                (11, outside(1 << 20, 1 << 20)),
+            ],
+            ..summary()
+        };
+        let lines = said(s.lines(&SummaryContext {
+            quiet: true,
+            ..context(Path::new("out"))
+        }));
+        assert_eq!(
+            lines,
+            [
+                "error: far memory was not emulated in process 11 (/tmp/static-go): the runtime was never loaded into it (a statically linked program, or one the kernel runs set-user-ID, ignores LD_PRELOAD), so none of its memory was under -L",
+                "warning: 67.0 MB of the program's memory (10.5% of its peak of 641.0 MB) was outside far memory and not under -L (memory_unemulated in the stats files): the most in process 10 (66.0 MB), whose largest such mapping is 64.0 MB at 0x7f0000000000-0x7f0004000000 (anonymous, mapped past the interposer: by system call, or by code the runtime cannot see)",
+            ]
+        );
+        // At 1% or less of the peak: nothing said.
+        let small = Summary {
+            far_outside: vec![(10, outside(6 << 20, 600 << 20))],
+            ..summary()
+        };
+        assert!(said(small.lines(&context(Path::new("out")))).len() == 1);
+        assert_eq!(s.record_status(), crate::RECORDING_FAILED);
     }
 
     /// A command killed by a signal is named by its signal; losses and far memory are warned

@@ -120,6 +120,12 @@ pub fn record_run(
             dir.display()
         )));
     }
+    if let Some((pid, executable)) = summary.far_unreached.first() {
+        return Err(Error::RunFailed(format!(
+            "far memory was not emulated in process {pid} ({executable}) in {}: the runtime was never loaded into it (a statically linked or set-user-ID program)",
+            dir.display()
+        )));
+    }
     if summary.far_memory_exhausted {
         return Err(Error::RunFailed(format!(
             "the command ran out of far memory in {}; give a larger -M",
@@ -240,6 +246,13 @@ impl Sweep {
             path: self.dir.clone(),
             source,
         })?;
+        // A program the far-memory runtime cannot enter is refused before the baseline run.
+        if let Some(program) = self.command.first() {
+            // SAFETY: geteuid and getegid have no preconditions.
+            let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+            fltrace_capture::reach::check(program, std::env::var_os("PATH").as_deref(), uid, gid)
+                .map_err(|e| Error::RunFailed(e.to_string()))?;
+        }
         let target = Target::Command(self.command.clone());
         let baseline = self.dir.join(BASELINE_DIR);
         let peak = match peak_of(&baseline) {

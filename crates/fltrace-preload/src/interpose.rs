@@ -10,6 +10,7 @@ use std::ffi::c_void;
 use fltrace_runtime_abi::alloclog::call;
 
 use crate::managed_malloc::{self, LARGE};
+use crate::placement;
 use crate::region::PAGE;
 use crate::tracer;
 use crate::{far_memory, region_any, region_ready};
@@ -625,6 +626,10 @@ pub unsafe extern "C" fn mmap(
 
 /// `mmap` without tracing.
 fn map(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, offset: i64) -> *mut c_void {
+    // Reservations, and mappings placed over the region (commits, uncommits, files).
+    if let Some(ptr) = placement::map(addr, len, prot, flags, fd, offset) {
+        return ptr;
+    }
     if len > 0
         && managed_mapping(addr, prot, flags)
         && let Some(region) = region_ready()
@@ -668,6 +673,9 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
 
 /// `munmap` without tracing.
 fn unmap(addr: *mut c_void, len: usize) -> i32 {
+    if let Some(ret) = placement::unmap(addr, len) {
+        return ret;
+    }
     if let Some(region) = region_any().filter(|r| r.contains(addr as usize)) {
         if managed_malloc::owns(addr.cast()) {
             // SAFETY: a live block of ours.
@@ -771,20 +779,23 @@ unsafe fn remap(
 /// C's `madvise`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
-    if let Some(region) = region_any().filter(|r| r.contains(addr as usize)) {
-        match advice {
-            libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE => {
-                region.discard(addr as usize, len)
-            }
-            // Huge pages would defeat per-page accounting; other advice is harmless.
-            libc::MADV_HUGEPAGE => {}
-            _ => {
-                crate::sys::madvise(addr as usize, len, advice);
-            }
-        }
-        return 0;
+    if let Some(ret) = placement::advise(addr, len, advice) {
+        return ret;
     }
     let ret = crate::sys::madvise(addr as usize, len, advice);
+    kernel_result(ret).map_or(-1, |_| 0)
+}
+
+/// # Safety
+/// C's `mprotect`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32 {
+    // Over the region: commits, and ranges that leave emulation or come back.
+    if let Some(ret) = placement::protect(addr, len, prot) {
+        return ret;
+    }
+    // SAFETY: forwarded to the kernel unchanged.
+    let ret = unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) };
     kernel_result(ret).map_or(-1, |_| 0)
 }
 
@@ -814,7 +825,7 @@ mod emulated_break {
             let region = crate::region_ready()?;
             let _guard = LOCK.lock();
             if START.load(Acquire) == 0 {
-                let len = capacity(region.pages * PAGE);
+                let len = capacity(region.heap_pages * PAGE);
                 let start = managed_malloc::allocate(len.max(PAGE), PAGE) as usize;
                 if start == 0 {
                     return None;

@@ -35,6 +35,7 @@ mod interpose;
 mod managed_malloc;
 mod next_alloc;
 mod pins;
+mod placement;
 pub mod region;
 mod sigbus;
 mod sys;
@@ -154,6 +155,7 @@ fn start() {
             // SAFETY: only the thread that won the STARTING exchange writes REGION, once.
             unsafe { (&raw mut REGION).cast::<Region>().write(region) };
             let region = region_any_unchecked();
+            placement::init(region);
             // Counters inherited by every thread created from here on: the handlers' and the
             // program's.
             if region.managed() {
@@ -179,7 +181,7 @@ fn start() {
                 unsafe { libc::_exit(127) };
             }
             // SAFETY: the region's address range belongs to the allocator from now on.
-            let claimed = unsafe { managed_malloc::claim(region.base, region.pages * PAGE) };
+            let claimed = unsafe { managed_malloc::claim(region.base, region.heap_pages * PAGE) };
             STATE.store(if claimed { READY } else { FAILED }, Ordering::Release);
             if claimed && region.managed() {
                 // SAFETY: registering plain functions with pthread_atfork.
@@ -217,7 +219,11 @@ fn build_region() -> Option<Region> {
         _ => Policy::Fifo,
     };
     let shared = map_shared();
-    let want_in_thread = settings().in_thread;
+    let asked_threads = !settings().in_thread;
+    // A Go program's goroutines run on small stacks in its heap (in the region), with no room
+    // for a signal frame and the handler below them: its faults are served by handler threads.
+    let go = !asked_threads && is_go_program();
+    let want_in_thread = !asked_threads && !go;
     // Pages move by default on the handler-thread path. In the thread they are copied: the
     // program's other threads run while a page moves, and each move's TLB flush of the store
     // page interrupts them (an IPI per fetch, where copying flushes once per batch).
@@ -242,14 +248,85 @@ fn build_region() -> Option<Region> {
         evict_ahead: sys::env_u64(env::EVICT_AHEAD) != Some(0),
         clean_copies_percent: sys::env_u64(env::CLEAN_COPIES).map_or(10, |p| p.min(100) as usize),
         move_pages: opened.moves,
+        reserve_pages: reserve_pages(),
         in_thread: opened.in_thread,
-        thread_reason: if !want_in_thread {
+        thread_reason: if asked_threads {
             path_reason::ASKED
+        } else if go {
+            path_reason::GO_PROGRAM
         } else {
             path_reason::NO_SIGBUS_FEATURE
         },
     };
     Region::create(max_pages, limit, policy, opened.fd, shared, tuning)
+}
+
+/// Whether the executable is a Go program: a note of its loaded ELF headers holds Go's build
+/// ID (owner "Go", type 4), as `go build` writes in every binary, linked internally or not.
+fn is_go_program() -> bool {
+    const NT_GO_BUILDID: u32 = 4;
+    // SAFETY: getauxval has no preconditions.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+        )
+    };
+    if phdr == 0 || phnum == 0 {
+        return false;
+    }
+    // SAFETY: the kernel's auxiliary vector points at the executable's program headers, loaded
+    // and readable for the life of the process.
+    let headers =
+        unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum as usize) };
+    // A position-independent executable is loaded at a bias, which its PT_PHDR entry gives.
+    let bias = headers
+        .iter()
+        .find(|h| h.p_type == libc::PT_PHDR)
+        .map_or(0, |h| (phdr as usize).wrapping_sub(h.p_vaddr as usize));
+    let word = |at: usize| {
+        // SAFETY: within a PT_NOTE segment of the loaded executable (checked by the caller).
+        unsafe { std::ptr::read_unaligned(at as *const u32) }
+    };
+    for note in headers.iter().filter(|h| h.p_type == libc::PT_NOTE) {
+        let mut at = bias.wrapping_add(note.p_vaddr as usize);
+        let end = at.saturating_add(note.p_memsz as usize);
+        while at.saturating_add(12) <= end {
+            let (name_len, desc_len, kind) =
+                (word(at) as usize, word(at + 4) as usize, word(at + 8));
+            let name = at + 12;
+            let next = name
+                .saturating_add(name_len.next_multiple_of(4))
+                .saturating_add(desc_len.next_multiple_of(4));
+            if next > end {
+                break;
+            }
+            // SAFETY: the name lies within the note segment (`next <= end`).
+            let owner = unsafe { std::slice::from_raw_parts(name as *const u8, name_len) };
+            // "Go", NUL-padded (the linker writes four bytes).
+            if kind == NT_GO_BUILDID && owner.split(|&b| b == 0).next() == Some(b"Go") {
+                return true;
+            }
+            at = next;
+        }
+    }
+    false
+}
+
+/// Pages of the reservation area (`FLTRACE_RT_RESERVE_MB`): by default the machine's memory,
+/// at least 64 GiB, in whole MiB (the region's metadata wants whole megabytes). A JVM reserves
+/// a quarter of the machine's memory for its heap by default, and more beside it.
+fn reserve_pages() -> usize {
+    const PAGES_PER_MB: usize = (1 << 20) / PAGE;
+    let mb = sys::env_u64(env::RESERVE_MB).map_or_else(
+        || {
+            // SAFETY: sysconf has no preconditions.
+            let machine = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as usize;
+            (machine / PAGES_PER_MB).max(64 << 10)
+        },
+        |mb| mb as usize,
+    );
+    mb.saturating_mul(PAGES_PER_MB)
 }
 
 /// A userfaultfd and the features it got.
@@ -656,6 +733,7 @@ extern "C" fn before_fork() {
     let blocked = region
         .filter(|r| r.in_thread())
         .map(|_| sys::SignalsBlocked::all());
+    placement::lock_for_fork();
     managed_malloc::lock_for_fork();
     if let Some(region) = region {
         region.lock_for_fork();
@@ -683,6 +761,7 @@ extern "C" fn after_fork_parent() {
         region.resume();
     }
     managed_malloc::unlock_after_fork();
+    placement::unlock_after_fork();
     restore_fork_mask();
 }
 
@@ -705,6 +784,7 @@ extern "C" fn after_fork_child() {
         }
     }
     managed_malloc::unlock_after_fork();
+    placement::unlock_after_fork();
     restore_fork_mask();
 }
 

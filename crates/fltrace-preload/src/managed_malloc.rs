@@ -231,6 +231,18 @@ pub fn allocate_for(size: usize, align: usize, for_libc: bool) -> *mut u8 {
     let Some(base) = local.or_else(|| allocate_block(layout)) else {
         out_of_memory(region, size);
     };
+    let committed = crate::placement::committed_bytes();
+    if committed > 0 {
+        // Memory committed in reservations counts against -M with the heap's blocks.
+        let shared = region.shared();
+        let live = shared
+            .memory_allocd
+            .load(Relaxed)
+            .saturating_sub(shared.memory_freed.load(Relaxed)) as usize;
+        if live + layout.size() + committed > region.heap_pages * PAGE {
+            out_of_memory(region, size);
+        }
+    }
     // SAFETY: `base + offset` is inside the block, its header before it.
     let ptr = unsafe { base.add(offset) };
     // SAFETY: as above.
@@ -340,7 +352,7 @@ fn out_of_memory(region: &region::Region, size: usize) -> ! {
         b"fltrace: out of far memory: no room for a block of ",
         sys::decimal(size as u64, &mut want),
         b" bytes within -M ",
-        sys::decimal((region.pages * PAGE / (1 << 20)) as u64, &mut mb),
+        sys::decimal((region.heap_pages * PAGE / (1 << 20)) as u64, &mut mb),
         b" MB; raise -M\n",
     ]);
     // SAFETY: ending the process at once is the documented behaviour.
@@ -381,6 +393,10 @@ pub unsafe fn free(ptr: *mut u8) {
     let Some(region) = crate::region_any() else {
         return;
     };
+    if usable >= PAGE {
+        // Pages the program made other than read-write are the heap's again.
+        crate::placement::before_reuse(ptr, usable);
+    }
     if usable >= PAGE && !region.has_room(usable) {
         // Under the limit its pages go back rather than some live page being evicted. Before
         // the block is given back: afterwards another thread may own it.

@@ -38,6 +38,8 @@ use crate::breakdown::{add, now_ns};
 use crate::sys;
 use crate::uffd::{self, Msg};
 
+mod placing;
+
 /// The page size the runtime manages (x86_64 base pages).
 pub const PAGE: usize = 4096;
 
@@ -116,8 +118,13 @@ unsafe impl Send for Pages {}
 pub struct Region {
     /// First address of the region.
     pub base: usize,
-    /// Size in pages.
+    /// Size in pages: the heap's, then the reservation area's.
     pub pages: usize,
+    /// Pages of the heap (`-M`), the region's first part; the reservation area follows.
+    pub heap_pages: usize,
+    /// Pages from the base up to the end of the highest reservation ever made: what a forked
+    /// child's adoption looks through.
+    span_used: std::sync::atomic::AtomicUsize,
     store: usize,
     /// The userfaultfd, or -1 when unmanaged (no limit); a forked child replaces it with its
     /// own.
@@ -187,6 +194,9 @@ pub struct Tuning {
     pub clean_copies_percent: usize,
     /// Move pages with `UFFDIO_MOVE` (the userfaultfd must have `FEATURE_MOVE`).
     pub move_pages: bool,
+    /// Pages of address space after the heap for the program's reservations
+    /// (`crate::placement`): mapped `PROT_NONE`, registered with the rest.
+    pub reserve_pages: usize,
     /// Faults are served in the faulting thread (the userfaultfd has `FEATURE_SIGBUS`).
     pub in_thread: bool,
     /// Why not, when not (`fltrace_runtime_abi::path_reason`), for the recorder.
@@ -199,6 +209,7 @@ impl Default for Tuning {
             evict_ahead: true,
             clean_copies_percent: 10,
             move_pages: false,
+            reserve_pages: 0,
             in_thread: false,
             thread_reason: 0,
         }
@@ -249,16 +260,18 @@ fn for_runs(indexes: &[usize], mut f: impl FnMut(usize, usize)) {
 }
 
 impl Region {
-    /// Maps a region and store of `pages` pages and the metadata; `uffd` is registered over
-    /// the region unless it is -1. Returns `None` when the address space cannot be had.
+    /// Maps a region of `heap_pages` pages followed by `tuning.reserve_pages` for reservations,
+    /// a store of the same size and the metadata; `uffd` is registered over the region unless
+    /// it is -1. Returns `None` when the address space cannot be had.
     pub fn create(
-        pages: usize,
+        heap_pages: usize,
         limit: usize,
         policy: Policy,
         uffd: i32,
         shared: *const Shared,
         tuning: Tuning,
     ) -> Option<Region> {
+        let pages = heap_pages.checked_add(tuning.reserve_pages)?;
         let bytes = pages.checked_mul(PAGE)?;
         let base = sys::map_anonymous(bytes, libc::MAP_NORESERVE);
         if base.is_null() {
@@ -266,12 +279,26 @@ impl Region {
         }
         // One fault and one eviction per base page: the accounting is per 4 KiB.
         sys::madvise(base as usize, bytes, libc::MADV_NOHUGEPAGE);
+        // Reserved address space is inaccessible until the program commits it.
+        if tuning.reserve_pages > 0 {
+            let reserve = base as usize + heap_pages * PAGE;
+            // SAFETY: the reservation area of the mapping just made.
+            unsafe {
+                libc::mprotect(
+                    reserve as *mut libc::c_void,
+                    tuning.reserve_pages * PAGE,
+                    libc::PROT_NONE,
+                )
+            };
+        }
         let store = if uffd >= 0 {
             sys::map_anonymous(bytes, libc::MAP_NORESERVE)
         } else {
             base
         };
-        let queue_cap = pages * 2;
+        // Resident pages never exceed the limit, at most the heap's pages: the queue holds at
+        // most one live entry per resident page, half its capacity.
+        let queue_cap = heap_pages * 2;
         // States, tickets, the queue, eviction counts, and a byte per page for memory kept
         // local (`make_local`).
         let meta_bytes = pages + pages * 4 + queue_cap * 8 + pages * 4 + pages;
@@ -320,6 +347,8 @@ impl Region {
         let region = Region {
             base: base as usize,
             pages,
+            heap_pages,
+            span_used: std::sync::atomic::AtomicUsize::new(heap_pages),
             store: store as usize,
             uffd: AtomicI32::new(uffd),
             limit,
@@ -348,6 +377,12 @@ impl Region {
             .region_start
             .store(region.base as u64, Relaxed);
         region.shared().region_len.store(bytes as u64, Relaxed);
+        region.publish_placement(
+            store as usize,
+            meta as usize,
+            meta_bytes,
+            tuning.reserve_pages,
+        );
         Some(region)
     }
 
@@ -362,7 +397,7 @@ impl Region {
         self.uffd.load(Relaxed)
     }
 
-    /// Whether `addr` lies in the region.
+    /// Whether `addr` lies in the region (the heap or the reservation area).
     pub fn contains(&self, addr: usize) -> bool {
         addr >= self.base && addr < self.base + self.pages * PAGE
     }
@@ -570,6 +605,10 @@ impl Region {
             return;
         }
         if state & RESIDENT != 0 {
+            // A missing page the runtime holds local: filled again if the program dropped it.
+            if !fault.wp && self.refill_dropped(&mut pages, fault, idx) {
+                return;
+            }
             // A write to a clean page, reported as such or as a write to the missing page
             // that another thread's read brought in meanwhile: resolved here either way, so
             // the second case costs no second round trip.
@@ -1430,7 +1469,20 @@ impl Region {
     pub fn adopt_child(&self, uffd: i32, shared: *const Shared) -> bool {
         let bytes = (self.pages * PAGE) as u64;
         let mode = uffd::REGISTER_MODE_MISSING | uffd::REGISTER_MODE_WP;
-        if uffd::register(uffd, self.base as u64, bytes, mode).is_err()
+        // Not what the kernel keeps (ranges taken out of emulation, files mapped over
+        // reservations): registering those would fail, and their pages are the child's as
+        // they are.
+        let used = self.span_in_use();
+        let outside = |idx| crate::placement::outside(idx);
+        if !self.register_placed(uffd, mode, 0, used, outside)
+            || (used < self.pages
+                && uffd::register(
+                    uffd,
+                    (self.base + used * PAGE) as u64,
+                    ((self.pages - used) * PAGE) as u64,
+                    mode,
+                )
+                .is_err())
             || (self.moving
                 && uffd::register(uffd, self.store as u64, bytes, uffd::REGISTER_MODE_MISSING)
                     .is_err())
@@ -1529,10 +1581,12 @@ impl Region {
                 sys::madvise(addr, len, libc::MADV_DONTNEED);
             }
         };
-        for idx in 0..self.pages {
+        for idx in 0..used {
             let state = self.state(idx).load(Relaxed);
             let resident = state & RESIDENT != 0;
-            let wanted = if !resident {
+            let wanted = if outside(idx) {
+                None
+            } else if !resident {
                 Some(false)
             } else if !self.moving && (state & DIRTY == 0 || clock) && !self.is_local(idx) {
                 Some(true)
@@ -1547,7 +1601,7 @@ impl Region {
             }
         }
         if let Some(r) = run {
-            flush(r, self.pages);
+            flush(r, used);
         }
         // The child's path is its parent's (its userfaultfd got the same features).
         self.publish_path();
@@ -1569,7 +1623,7 @@ impl Region {
         // the guard taken here replaces it.
         unsafe { self.inner.force_unlock() };
         let pages = self.lock();
-        for idx in 0..self.pages {
+        for idx in 0..self.span_in_use() {
             let state = self.state(idx).load(Relaxed);
             if state & IN_STORE != 0 && state & RESIDENT == 0 {
                 // SAFETY: both pages are mapped, unregistered in this process, PAGE long.

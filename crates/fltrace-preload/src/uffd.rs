@@ -15,6 +15,7 @@ const fn ior(nr: u64, size: u64) -> u64 {
 const UFFD_API: u64 = 0xAA;
 const UFFDIO_API: u64 = iowr(0x3F, 24);
 const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
+const UFFDIO_UNREGISTER: u64 = ior(0x01, 16);
 const UFFDIO_WAKE: u64 = ior(0x02, 16);
 const UFFDIO_COPY: u64 = iowr(0x03, 40);
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
@@ -150,6 +151,30 @@ pub fn register(fd: i32, start: u64, len: u64, mode: u64) -> io::Result<()> {
     ioctl(fd, UFFDIO_REGISTER, &mut reg)
 }
 
+/// Unregisters `[start, start + len)`: its pages become the kernel's plain memory again, and
+/// threads waiting on faults there are woken.
+pub fn unregister(fd: i32, start: u64, len: u64) -> io::Result<()> {
+    let mut range = Range { start, len };
+    ioctl(fd, UFFDIO_UNREGISTER, &mut range)
+}
+
+/// Fills `[dst, dst + len)` from `src` only if it is missing: `Ok(false)`, with nothing
+/// changed and nobody woken, when a page is there already.
+pub fn copy_if_missing(fd: i32, dst: u64, src: u64, len: u64, wp: bool) -> io::Result<bool> {
+    let mut copy = Copy {
+        dst,
+        src,
+        len,
+        mode: if wp { 1 << 1 } else { 0 },
+        copy: 0,
+    };
+    match ioctl(fd, UFFDIO_COPY, &mut copy) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Atomically fills a missing page at `dst` with the page at `src`, write-protected if `wp`,
 /// and wakes the threads waiting on it. A page already present is not an error (EEXIST):
 /// another path resolved it first.
@@ -180,12 +205,62 @@ pub fn move_pages(fd: i32, dst: u64, src: u64, len: u64, mode: u64) -> (u64, Opt
         mode,
         moved: 0,
     };
-    match ioctl(fd, UFFDIO_MOVE, &mut arg) {
-        Ok(()) => (len, None),
+    let (reported, error) = match ioctl(fd, UFFDIO_MOVE, &mut arg) {
+        Ok(()) => return (len, None),
         // Partial progress: `moved` holds the bytes moved (EAGAIN), else the negated errno.
-        Err(e) if arg.moved > 0 => (arg.moved as u64, Some(e)),
-        Err(e) => (0, Some(e)),
+        Err(e) if arg.moved > 0 => (arg.moved as u64, e),
+        Err(e) => (0, e),
+    };
+    // Linux 6.18 can report less than it moved when a move stops early (EAGAIN with pages
+    // of the last batch moved but not counted): taken as unmoved, they would stay counted at
+    // the source while they sit at the destination, where the next move finds them (EEXIST).
+    // The pages that left the source for the destination count as moved.
+    let moved = reported + moved_beyond(dst + reported, src + reported, len - reported);
+    if moved >= len {
+        (len, None)
+    } else {
+        (moved, Some(error))
     }
+}
+
+/// Bytes of the leading pages of `[src, src + len)` that are no longer there and whose
+/// counterparts at `dst` are: pages a move took without saying so.
+fn moved_beyond(dst: u64, src: u64, len: u64) -> u64 {
+    const PAGE: u64 = 4096;
+    const CHUNK: usize = 64;
+    let (mut at_dst, mut at_src) = ([0u8; CHUNK], [0u8; CHUNK]);
+    let mut done = 0;
+    while done < len {
+        let pages = ((len - done) / PAGE).min(CHUNK as u64) as usize;
+        if pages == 0 {
+            break;
+        }
+        // SAFETY: mincore writes one byte per page into arrays of CHUNK bytes; both ranges
+        // are mapped (the move's own).
+        let ok = unsafe {
+            libc::mincore(
+                (dst + done) as *mut libc::c_void,
+                pages * PAGE as usize,
+                at_dst.as_mut_ptr(),
+            ) == 0
+                && libc::mincore(
+                    (src + done) as *mut libc::c_void,
+                    pages * PAGE as usize,
+                    at_src.as_mut_ptr(),
+                ) == 0
+        };
+        if !ok {
+            break;
+        }
+        let taken = (0..pages)
+            .take_while(|&i| at_dst[i] & 1 != 0 && at_src[i] & 1 == 0)
+            .count();
+        done += taken as u64 * PAGE;
+        if taken < pages {
+            break;
+        }
+    }
+    done
 }
 
 /// Sets (`protect`) or clears write protection on a range; clearing wakes waiting threads.
@@ -201,4 +276,48 @@ pub fn write_protect(fd: i32, start: u64, len: u64, protect: bool) -> io::Result
 pub fn wake(fd: i32, start: u64, len: u64) -> io::Result<()> {
     let mut range = Range { start, len };
     ioctl(fd, UFFDIO_WAKE, &mut range)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pages that left the source and sit at the destination count as moved, from the
+    /// first one on and no further than the first that did not move.
+    #[test]
+    fn counts_pages_a_move_took_without_saying() {
+        const PAGE: usize = 4096;
+        let map = |len| {
+            // SAFETY: a fresh private anonymous mapping.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            p.cast::<u8>()
+        };
+        let (src, dst) = (map(8 * PAGE), map(8 * PAGE));
+        // Pages 0-2 "moved" (at the destination, gone from the source), page 3 not (still at
+        // the source), page 4 moved again: only the first three count.
+        // SAFETY: writes within the two mappings.
+        unsafe {
+            for i in [0, 1, 2, 4] {
+                *dst.add(i * PAGE) = 1;
+            }
+            *src.add(3 * PAGE) = 1;
+        }
+        let moved = moved_beyond(dst as u64, src as u64, 8 * PAGE as u64);
+        assert_eq!(moved, 3 * PAGE as u64);
+        // Nothing at the destination: nothing moved.
+        assert_eq!(
+            moved_beyond(src as u64 + 5 * PAGE as u64, dst as u64, PAGE as u64),
+            0
+        );
+    }
 }

@@ -36,7 +36,7 @@ mod tests {
 pub mod alloclog;
 
 /// Identifies the layout; bump on change.
-pub const MAGIC: u64 = 0x666c_7472_7274_0004;
+pub const MAGIC: u64 = 0x666c_7472_7274_0005;
 
 /// Entries in the fault log ring (a power of two).
 pub const LOG_LEN: usize = 1 << 16;
@@ -89,6 +89,10 @@ pub mod env {
     /// A directory whose files back the program's heap (`record --backing-dir`): each process
     /// maps its heap `MAP_SHARED` from a file `heap-<pid>-<n>` it creates there and grows.
     pub const BACKING_DIR: &CStr = c"FLTRACE_RT_BACKING_DIR";
+    /// MiB of address space after the heap's `-M` for the program's reservations (`PROT_NONE`
+    /// mappings committed later, as the JVM, V8 and Go reserve their heaps); by default the
+    /// machine's memory, at least 64 GiB. It costs no memory: only what is committed counts.
+    pub const RESERVE_MB: &CStr = c"FLTRACE_RT_RESERVE_MB";
 
     /// The variable's name as a string.
     pub fn name(var: &'static CStr) -> &'static str {
@@ -140,6 +144,9 @@ pub mod path_reason {
     pub const NO_SIGBUS_FEATURE: u64 = 2;
     /// The `SIGBUS` handler could not be installed.
     pub const NO_HANDLER: u64 = 3;
+    /// A Go program: its goroutines run on small stacks in its heap, with no room for a signal
+    /// handler (and Go sets its signal stacks by system call, past the interposer).
+    pub const GO_PROGRAM: u64 = 4;
 
     /// The reason's words, as `record -v` gives them.
     pub fn name(reason: u64) -> &'static str {
@@ -147,6 +154,7 @@ pub mod path_reason {
             ASKED => "asked for (FLTRACE_RT_FAULT_PATH=thread)",
             NO_SIGBUS_FEATURE => "the kernel has no UFFD_FEATURE_SIGBUS",
             NO_HANDLER => "no SIGBUS handler could be installed",
+            GO_PROGRAM => "a Go program (goroutine stacks have no room for a signal handler)",
             _ => "",
         }
     }
@@ -270,6 +278,63 @@ pub struct Breakdown {
     pub recorder_wait_ns: AtomicU64,
 }
 
+/// The runtime's own anonymous mappings it publishes (the backing store, the page metadata):
+/// memory of the runtime, not of the program.
+pub const OWN_RANGES: usize = 4;
+
+/// Reservations (address space mapped `PROT_NONE` to be committed later, as managed runtimes
+/// reserve their heaps) and what else of the program's memory the region holds or does not.
+#[repr(C)]
+#[derive(Default)]
+pub struct Placement {
+    /// Bytes of the reservation area (the end of the region, beyond the heap's `-M`).
+    pub reserve_len: AtomicU64,
+    /// Bytes of address space the program holds reserved there now.
+    pub reserved: AtomicU64,
+    /// Bytes of its reservations committed read-write now: emulated, and counted against `-M`
+    /// with the heap's blocks.
+    pub committed: AtomicU64,
+    /// Bytes of reservations that did not fit the area and went to the kernel: memory committed
+    /// in them is not emulated.
+    pub reserved_outside: AtomicU64,
+    /// Bytes of the region taken out of emulation now (made executable or read-only, or
+    /// replaced by a mapping of a file): the kernel's plain memory while they stay so.
+    pub taken_out: AtomicU64,
+    /// Pages brought back from the store because their range was taken out (their contents
+    /// must stay where the program left them): the runtime's work, not faults of the program.
+    pub taken_out_fetches: AtomicU64,
+    /// Pages found lost from the region and filled again with zeros: the program dropped them
+    /// behind the runtime's back (`madvise(MADV_DONTNEED)` by system call, as Go's runtime does).
+    pub dropped_refills: AtomicU64,
+    /// The runtime's own anonymous mappings, (start, bytes); unused slots are zero.
+    pub own: [[AtomicU64; 2]; OWN_RANGES],
+}
+
+impl Placement {
+    /// The counters as (stats name, value) pairs.
+    pub fn counters(&self) -> [(&'static str, u64); 7] {
+        use core::sync::atomic::Ordering::Relaxed;
+        [
+            ("memory_reserved", self.reserved.load(Relaxed)),
+            ("memory_committed", self.committed.load(Relaxed)),
+            ("reserve_area", self.reserve_len.load(Relaxed)),
+            ("reserved_outside", self.reserved_outside.load(Relaxed)),
+            ("memory_taken_out", self.taken_out.load(Relaxed)),
+            ("taken_out_fetches", self.taken_out_fetches.load(Relaxed)),
+            ("dropped_refills", self.dropped_refills.load(Relaxed)),
+        ]
+    }
+
+    /// The runtime's own mappings, as address ranges.
+    pub fn own_ranges(&self) -> impl Iterator<Item = core::ops::Range<u64>> + '_ {
+        use core::sync::atomic::Ordering::Relaxed;
+        self.own.iter().filter_map(|[start, len]| {
+            let (start, len) = (start.load(Relaxed), len.load(Relaxed));
+            (len > 0).then_some(start..start + len)
+        })
+    }
+}
+
 /// The shared page: counters first, then the log.
 #[repr(C)]
 pub struct Shared {
@@ -316,8 +381,10 @@ pub struct Shared {
     pub fork_fetches: AtomicU64,
     /// First address of the managed region.
     pub region_start: AtomicU64,
-    /// Bytes of the managed region.
+    /// Bytes of the managed region: the heap's `-M`, then the reservation area.
     pub region_len: AtomicU64,
+    /// What entered the region besides the heap: reservations and their commits.
+    pub placement: Placement,
     /// How faults are served: [`path::THREADS`] or [`path::IN_THREAD`] (0 before the runtime
     /// has chosen).
     pub fault_path: AtomicU64,

@@ -113,6 +113,10 @@ pub(super) struct State {
     /// What each new process is made with.
     session: RecordingContext,
     pub(super) far_exhausted: bool,
+    /// Under far memory: the processes whose images ran without the runtime, with the
+    /// executables, and what each had outside the region at the most.
+    pub(super) far_unreached: Vec<(u32, String)>,
+    pub(super) far_outside: Vec<(u32, crate::unemulated::OutsidePeak)>,
     /// Per finished process, the generation its preloaded library's first image ran in.
     pub(super) preload_generations: FxHashMap<u32, u32>,
     /// Threads of the far-memory runtime, whose faults are its own, not the program's.
@@ -191,6 +195,8 @@ impl State {
                 live: options.live.is_some(),
             },
             far_exhausted: false,
+            far_unreached: Vec::new(),
+            far_outside: Vec::new(),
             preload_generations: FxHashMap::default(),
             runtime_threads: RuntimeThreads::default(),
             processes: FxHashMap::default(),
@@ -521,6 +527,7 @@ impl State {
                 {
                     p.exited_round = Some(self.round);
                     p.pid_gone_at(time);
+                    p.note_if_it_lives_on();
                 }
                 Ok(())
             }
@@ -836,6 +843,13 @@ impl State {
             );
         }
         self.far_exhausted |= process.far_memory_exhausted();
+        process.note_unreached_image();
+        for executable in process.unreached_images() {
+            self.far_unreached.push((pid, executable.clone()));
+        }
+        if let Some(peak) = process.outside_peak().filter(|p| p.program_peak > 0) {
+            self.far_outside.push((pid, peak.clone()));
+        }
         let os_pid = process.os_pid;
         // The tables are closed even when the stats line cannot be written (a full disk):
         // their footers may still fit, or be recoverable.

@@ -162,6 +162,8 @@ impl ActiveRecording {
             lost_unfiled: state.lost_unfiled,
             stacks_truncated: state.truncated_total,
             far_memory_exhausted: state.far_exhausted,
+            far_unreached: std::mem::take(&mut state.far_unreached),
+            far_outside: std::mem::take(&mut state.far_outside),
             allocs,
             access,
             trace_error,

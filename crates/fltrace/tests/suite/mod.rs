@@ -18,6 +18,7 @@ mod heatmap;
 mod processes;
 mod quickexit;
 mod reuse;
+mod runtimes;
 mod servers;
 mod signals;
 mod stacks;

@@ -1,0 +1,228 @@
+//! Whether the far-memory runtime can enter a command before it runs: the runtime is a
+//! preloaded library (`LD_PRELOAD`), which a statically linked program never loads and a
+//! program the kernel runs set-user-ID or set-group-ID (secure execution) ignores.
+//!
+//! Only the command itself is judged here (through `#!` interpreters); what it runs later is
+//! judged as it runs, from the mappings of each image (see `Process::unreached_images`).
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+/// Why the runtime cannot enter a program.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unreachable {
+    /// An ELF executable without a program interpreter (`PT_INTERP`).
+    #[error(
+        "{} is statically linked (no program interpreter): far-memory emulation (-L/-M) enters a program as a preloaded library, which a static program never loads, so none of its memory would be under -L; link it dynamically (Go: CGO_ENABLED=1 go build -ldflags=-linkmode=external)",
+        .0.display()
+    )]
+    Static(PathBuf),
+    /// Set-user-ID or set-group-ID for another user or group than the command runs as.
+    #[error(
+        "{} is {which} for another {whose} than the command runs as: the kernel runs it in secure-execution mode, which ignores LD_PRELOAD, so far-memory emulation (-L/-M) could not enter it; run it as its owner (--user) or without -L/-M",
+        .program.display()
+    )]
+    SetId {
+        /// The program.
+        program: PathBuf,
+        /// `set-user-ID` or `set-group-ID`.
+        which: &'static str,
+        /// `user` or `group`.
+        whose: &'static str,
+    },
+}
+
+/// Checks the command `program` (as given: a path, or a name looked up in `path_env`), run
+/// with user id `uid` and group id `gid`. A program that cannot be found or read is not judged
+/// here: starting it says why.
+pub fn check(
+    program: &OsStr,
+    path_env: Option<&OsStr>,
+    uid: u32,
+    gid: u32,
+) -> Result<(), Unreachable> {
+    let mut program = program.to_owned();
+    // A script's interpreter, and its interpreter's, a few levels deep as the kernel allows.
+    for _ in 0..4 {
+        let Some(path) = resolve(&program, path_env) else {
+            return Ok(());
+        };
+        let Ok(metadata) = std::fs::metadata(&path) else {
+            return Ok(());
+        };
+        let mode = metadata.mode();
+        if mode & 0o4000 != 0 && metadata.uid() != uid {
+            return Err(Unreachable::SetId {
+                program: path,
+                which: "set-user-ID",
+                whose: "user",
+            });
+        }
+        if mode & 0o2000 != 0 && mode & 0o010 != 0 && metadata.gid() != gid {
+            return Err(Unreachable::SetId {
+                program: path,
+                which: "set-group-ID",
+                whose: "group",
+            });
+        }
+        let mut head = [0u8; 4096];
+        let Ok(n) = std::fs::File::open(&path).and_then(|mut f| f.read(&mut head)) else {
+            return Ok(());
+        };
+        let head = &head[..n];
+        match interpreter(head, path_env) {
+            Some(next) => program = next,
+            None if is_static_elf(head, &path) => return Err(Unreachable::Static(path)),
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// The file `program` names: itself if it has a slash, else the first executable file of that
+/// name in `path_env`'s directories.
+fn resolve(program: &OsStr, path_env: Option<&OsStr>) -> Option<PathBuf> {
+    if program.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(program));
+    }
+    std::env::split_paths(path_env?)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+        })
+}
+
+/// The program a `#!` line runs (through `env` to the program it names), if `head` has one.
+fn interpreter(head: &[u8], path_env: Option<&OsStr>) -> Option<OsString> {
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let mut words = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty());
+    let first = OsStr::from_bytes(words.next()?);
+    if Path::new(first).file_name() == Some(OsStr::new("env")) {
+        // `env [-S] [VAR=value]... program`: the program is the first other word.
+        let program = words.find(|w| !w.starts_with(b"-") && !w.contains(&b'='))?;
+        return resolve(OsStr::from_bytes(program), path_env).map(PathBuf::into_os_string);
+    }
+    Some(first.to_owned())
+}
+
+/// Whether `head`, the start of the file at `path`, is an ELF executable without a program
+/// interpreter. The program headers are read from the file where they lie beyond `head`.
+fn is_static_elf(head: &[u8], path: &Path) -> bool {
+    if head.len() < 64 || &head[..4] != b"\x7fELF" || head[5] != 1 {
+        // Not ELF, or big-endian: not judged.
+        return false;
+    }
+    let wide = head[4] == 2;
+    let u16_at = |at: usize| u16::from_le_bytes([head[at], head[at + 1]]) as u64;
+    let u32_at =
+        |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]) as u64;
+    let (phoff, phentsize, phnum) = if wide {
+        (
+            u32_at(0x20) | u32_at(0x24) << 32,
+            u16_at(0x36),
+            u16_at(0x38),
+        )
+    } else {
+        (u32_at(0x1c), u16_at(0x2a), u16_at(0x2c))
+    };
+    let bytes = phentsize * phnum;
+    if phentsize < 4 || bytes == 0 || bytes > 1 << 20 {
+        return false;
+    }
+    let table = if phoff + bytes <= head.len() as u64 {
+        head[phoff as usize..(phoff + bytes) as usize].to_vec()
+    } else {
+        let mut table = vec![0; bytes as usize];
+        let read = std::fs::File::open(path).and_then(|file| {
+            use std::os::unix::fs::FileExt as _;
+            file.read_exact_at(&mut table, phoff)
+        });
+        if read.is_err() {
+            return false;
+        }
+        table
+    };
+    const PT_INTERP: u32 = 3;
+    !table
+        .chunks_exact(phentsize as usize)
+        .any(|entry| u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) == PT_INTERP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid_gid() -> (u32, u32) {
+        // SAFETY: getuid and getgid have no preconditions.
+        unsafe { (libc::geteuid(), libc::getegid()) }
+    }
+
+    /// A dynamically linked program passes; a static one is refused, also behind a `#!`
+    /// line through env; a script of a dynamic interpreter passes.
+    #[test]
+    fn static_programs_are_refused_through_their_scripts() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (uid, gid) = uid_gid();
+        let path = std::env::var_os("PATH");
+        assert_eq!(check(OsStr::new("sh"), path.as_deref(), uid, gid), Ok(()));
+        let source = dir.path().join("s.c");
+        std::fs::write(&source, "int main(void) { return 0; }\n").expect("source");
+        let program = dir.path().join("static-prog");
+        let built = std::process::Command::new("gcc")
+            .args(["-static", "-o"])
+            .arg(&program)
+            .arg(&source)
+            .status()
+            .expect("gcc runs");
+        assert!(built.success());
+        assert_eq!(
+            check(program.as_os_str(), path.as_deref(), uid, gid),
+            Err(Unreachable::Static(program.clone()))
+        );
+        let script = dir.path().join("script");
+        std::fs::write(&script, "#!/usr/bin/env static-prog\n").expect("script");
+        let path_with_dir = std::env::join_paths(
+            std::iter::once(dir.path().to_path_buf())
+                .chain(std::env::split_paths(path.as_deref().unwrap_or_default())),
+        )
+        .expect("PATH");
+        assert_eq!(
+            check(script.as_os_str(), Some(&path_with_dir), uid, gid),
+            Err(Unreachable::Static(program))
+        );
+        std::fs::write(&script, "#!/bin/sh\ntrue\n").expect("script");
+        assert_eq!(check(script.as_os_str(), path.as_deref(), uid, gid), Ok(()));
+        // Not found: starting it will say so.
+        assert_eq!(
+            check(OsStr::new("no-such-program-x"), path.as_deref(), uid, gid),
+            Ok(())
+        );
+    }
+
+    /// A program set-user-ID for another user than the command's is refused; for the same
+    /// user it runs as any other.
+    #[test]
+    fn set_id_programs_of_other_users_are_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let program = dir.path().join("suid");
+        std::fs::copy("/bin/true", &program).expect("copy");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+        let (uid, gid) = uid_gid();
+        assert_eq!(check(program.as_os_str(), None, uid, gid), Ok(()));
+        assert_eq!(
+            check(program.as_os_str(), None, uid + 1, gid),
+            Err(Unreachable::SetId {
+                program,
+                which: "set-user-ID",
+                whose: "user",
+            })
+        );
+    }
+}
