@@ -78,6 +78,21 @@ pub struct Options {
     pub build_id_cache: Option<fltrace_trace::BuildIdCache>,
     /// The most the cache may hold of its own, bytes.
     pub cache_limit: u64,
+    /// Pairs each process's allocation calls as they are converted, so that reports read
+    /// what it found (`fltrace-data-allocstats-<pid>.parquet`) instead of every call; `None`:
+    /// reports pair them.
+    pub pairing: Option<Pairing>,
+}
+
+/// What pairs allocation calls at record time: the analysis crate's pass, handed in by the
+/// binary (capture does not depend on analysis).
+#[derive(Clone)]
+pub struct Pairing(pub fltrace_trace::PairingFactory);
+
+impl std::fmt::Debug for Pairing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pairing")
+    }
 }
 
 impl Options {
@@ -101,6 +116,7 @@ impl Options {
             heap_backing: None,
             build_id_cache: None,
             cache_limit: fltrace_trace::build_id_cache::DEFAULT_LIMIT_BYTES,
+            pairing: None,
         }
     }
 }

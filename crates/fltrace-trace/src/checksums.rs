@@ -182,7 +182,7 @@ fn covered_names(pid: u32) -> Vec<String> {
         .collect()
 }
 
-fn covered_kinds() -> [(&'static str, &'static str); 10] {
+fn covered_kinds() -> [(&'static str, &'static str); 12] {
     [
         ("faults", "parquet"),
         ("stacks", "parquet"),
@@ -190,10 +190,12 @@ fn covered_kinds() -> [(&'static str, &'static str); 10] {
         ("allocs", "parquet"),
         ("allocstacks", "parquet"),
         ("allocsums", "parquet"),
+        ("allocstats", "parquet"),
         ("access", "parquet"),
         ("accessstacks", "parquet"),
         ("procmaps", "out"),
         ("stats", "out"),
+        ("rss", "out"),
     ]
 }
 

@@ -50,6 +50,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 
     // On unless turned off; bench/allocs.sh measures both.
     options.drain_allocs = std::env::var_os(DRAIN_ENV).is_none_or(|v| v != "0");
+    // Reports then read each process's totals instead of pairing every call.
+    options.pairing = Some(fltrace_capture::Pairing(
+        fltrace_analyze::record_time_pairing(),
+    ));
 
     let stop = interrupt_counter()?;
 

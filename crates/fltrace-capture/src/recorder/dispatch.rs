@@ -111,7 +111,7 @@ pub(super) struct State {
     /// [`State::lost`] when `sample_memory` last looked for processes whose end was lost.
     lost_checked: u64,
     /// What each new process is made with.
-    session: RecordingContext,
+    pub(super) session: RecordingContext,
     pub(super) far_exhausted: bool,
     /// Per finished process, the generation its preloaded library's first image ran in.
     pub(super) preload_generations: FxHashMap<u32, u32>,
@@ -182,6 +182,7 @@ impl State {
                 metadata,
                 collect_code_hits: options.build_id_cache.is_some(),
                 mono_offset,
+                resident_series: options.allocs.is_some(),
             },
             far_exhausted: false,
             preload_generations: FxHashMap::default(),
@@ -682,6 +683,18 @@ impl State {
             } else if !process.main_exited() {
                 process.sample_memory();
             }
+        }
+    }
+
+    /// Samples the resident memory of every open process whose main thread lives, where it
+    /// is followed (`record --allocs`).
+    pub(super) fn sample_resident(&mut self) {
+        for process in self
+            .processes
+            .values_mut()
+            .filter(|p| p.exited_round.is_none() && !p.main_exited())
+        {
+            process.sample_resident();
         }
     }
 

@@ -14,7 +14,7 @@ mod convert;
 pub use alloc_log::{LiveLog, any_log_stopped, any_spool_log_stopped, log_bytes_taken, log_name};
 pub use convert::{
     Conversion, Converted, FullLogs, STACK_FRAMES_CAP, convert_spooled, image_starts, note_refused,
-    refused_note,
+    refused_note, write_pairing,
 };
 
 use crate::files;
@@ -326,9 +326,10 @@ fn recover_spool(
             pid,
             first_generation,
             out_dir,
-            metadata.mono_offset,
-            &metadata.recording,
+            metadata,
             FullLogs::Keep,
+            // A killed recorder's calls: reports pair them themselves.
+            None,
         ) {
             Ok(Some(converted)) => {
                 log::warn!(
