@@ -134,12 +134,13 @@ impl AllocLogs {
         self.pairing = pairing;
     }
 
-    /// The environment variable that turns the tracer on.
+    /// The environment variable that turns the tracer on. Its path is absolute: a process
+    /// that changed directory before starting a child (a shell's `cd`, `make -C`) would send
+    /// the child looking for a relative one, and its allocations would go untraced.
     pub fn environment(&self) -> (OsString, OsString) {
-        (
-            env::name(env::ALLOCS).into(),
-            self.dir.join("log").into_os_string(),
-        )
+        let log = self.dir.join("log");
+        let log = std::path::absolute(&log).unwrap_or(log);
+        (env::name(env::ALLOCS).into(), log.into_os_string())
     }
 
     /// Starts converting the logs of large processes while the program runs ([`Drain`]),

@@ -76,13 +76,32 @@ impl AllocCharts {
         self.timeline.pid
     }
 
-    fn title(&self, what: &str) -> String {
+    /// A chart's caption, elided to fit `width` pixels: centred over its plot, a longer one
+    /// would be cut at both ends.
+    fn title(&self, what: &str, width: u32) -> String {
+        let title = self.full_title(what);
+        crate::plot::elide(&title, CAPTION_SIZE, width as i32 - 2 * CHART_MARGIN as i32)
+            .unwrap_or(title)
+    }
+
+    fn full_title(&self, what: &str) -> String {
         format!(
             "{what} of {} (pid {}) in `{}`",
             self.process,
             self.pid(),
             title_command(&self.command)
         )
+    }
+
+    /// A flamegraph's title, cut to what its 1,200 pixels hold in inferno's 17-pixel
+    /// monospace (about 10 pixels a character), as it centres it.
+    fn flame_title(&self, what: &str) -> String {
+        const FITS: usize = 112;
+        let title = self.full_title(what);
+        match title.char_indices().nth(FITS) {
+            Some((cut, _)) => format!("{}…", &title[..cut]),
+            None => title,
+        }
     }
 
     /// The time axis: from the first interval's start to the last one's end, in seconds.
@@ -109,6 +128,10 @@ impl AllocCharts {
         )
     }
 }
+
+/// The charts' caption font size and margin, in pixels.
+const CAPTION_SIZE: f64 = 17.0;
+const CHART_MARGIN: u32 = 14;
 
 /// Colours of the sites shown, in rank order (Tableau's ten without its grey, which is the
 /// others'); the others grey; the resident memory black.
@@ -202,19 +225,19 @@ pub fn memory_chart(charts: &AllocCharts, mut out: impl Write) -> Result<(), Err
     let (unit, unit_name) = byte_unit(peak_bytes.max(most_resident));
     let top = (peak_bytes.max(most_resident) as f64 / unit).max(1e-3) * 1.12;
     let x = charts.time_axis();
-    let title = charts.title("Heap consumed by allocation site");
+    let title = charts.title("Heap consumed by allocation site", 900);
     svg((1280, 640), &mut out, |root| {
         let (plot, side) = root.split_horizontally(900);
         let mut chart = ChartBuilder::on(&plot)
-            .caption(&title, ("sans-serif", 17))
-            .margin(14)
+            .caption(&title, ("sans-serif", CAPTION_SIZE))
+            .margin(CHART_MARGIN)
             .x_label_area_size(42)
             .y_label_area_size(72)
             .build_cartesian_2d(x.clone(), 0f64..top)?;
         chart
             .configure_mesh()
             .x_desc("time since the recording started (s)")
-            .y_desc(format!("heap consumed ({unit_name})"))
+            .y_desc(format!("heap consumed, resident memory ({unit_name})"))
             .y_label_formatter(&|v| axis_number(*v, top))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
@@ -355,12 +378,12 @@ pub fn rate_chart(charts: &AllocCharts, mut out: impl Write) -> Result<(), Error
         .max(1.0)
         * 1.15;
     let x = charts.time_axis();
-    let title = charts.title("Allocations per second");
+    let title = charts.title("Allocations per second", 900);
     svg((1280, 520), &mut out, |root| {
         let (plot, side) = root.split_horizontally(900);
         let mut chart = ChartBuilder::on(&plot)
-            .caption(&title, ("sans-serif", 17))
-            .margin(14)
+            .caption(&title, ("sans-serif", CAPTION_SIZE))
+            .margin(CHART_MARGIN)
             .x_label_area_size(42)
             .y_label_area_size(86)
             .build_cartesian_2d(x.clone(), 0f64..top)?;
@@ -441,14 +464,14 @@ fn thousands(n: u64) -> String {
     out
 }
 
-/// A size bucket's words: `[16 B, 32 B)`.
+/// A size bucket's words under its bar: its smallest size (`16 B` for 16 to 31 bytes; the
+/// whole range does not fit under a bar of 22).
 fn bucket_label(bucket: usize) -> String {
-    let (from, to) = SizeHistogram::range(bucket);
-    let short = |b: u64| crate::plot::human_bytes(b).replace(" bytes", " B");
+    let (from, _) = SizeHistogram::range(bucket);
+    let short = crate::plot::human_bytes(from).replace(" bytes", " B");
     match bucket {
-        0 => "0 B".to_owned(),
-        64.. => format!(">= {}", short(from)),
-        _ => format!("{}-{}", short(from), short(to.saturating_add(1))),
+        64.. => format!(">= {short}"),
+        _ => short,
     }
 }
 
@@ -461,12 +484,12 @@ pub fn sizes_chart(charts: &AllocCharts, mut out: impl Write) -> Result<(), Erro
     let shown: Vec<usize> = (first..=last).collect();
     let count_of = |b: usize| charts.sizes.counts[b];
     let top = shown.iter().map(|&b| count_of(b)).max().unwrap_or(1).max(1) as f64 * 1.15;
-    let title = charts.title("Heap allocations by size");
+    let title = charts.title("Heap allocations by size", 1100);
     let labels: Vec<String> = shown.iter().map(|&b| bucket_label(b)).collect();
     svg((1100, 520), &mut out, |root| {
         let mut chart = ChartBuilder::on(root)
-            .caption(&title, ("sans-serif", 17))
-            .margin(14)
+            .caption(&title, ("sans-serif", CAPTION_SIZE))
+            .margin(CHART_MARGIN)
             .x_label_area_size(60)
             .y_label_area_size(86)
             .build_cartesian_2d(0f64..shown.len() as f64, 0f64..top)?;
@@ -486,8 +509,19 @@ pub fn sizes_chart(charts: &AllocCharts, mut out: impl Write) -> Result<(), Erro
             )
         });
         chart.draw_series(bars)?;
-        // Each bar's size range under it, its count over it.
+        // Each bar's size under it, its count over it, and what the sizes mean.
         let area = chart.plotting_area();
+        area.draw(
+            &(EmptyElement::at((shown.len() as f64 / 2.0, 0.0))
+                + Text::new(
+                    "allocation size: each bar from its size to the next bar's (power-of-two buckets)",
+                    (0, 34),
+                    ("sans-serif", 13)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Top)),
+                )),
+        )?;
         for (i, &b) in shown.iter().enumerate() {
             let x = i as f64 + 0.5;
             area.draw(
@@ -786,7 +820,7 @@ pub fn alloc_chart_files<E: From<Error>>(
                     crate::memory_flamegraph(
                         &flames.stacks,
                         &flames.notes,
-                        &charts.title(&what),
+                        &charts.flame_title(&what),
                         &mut bytes,
                     )
                     .map_err(E::from)?;
@@ -823,9 +857,9 @@ mod tests {
 
     #[test]
     fn buckets_and_rates_read_shortly() {
-        assert_eq!(bucket_label(5), "16 B-32 B");
+        assert_eq!(bucket_label(5), "16 B");
         assert_eq!(bucket_label(0), "0 B");
-        assert_eq!(bucket_label(21), "1 MiB-2 MiB");
+        assert_eq!(bucket_label(21), "1 MiB");
         assert_eq!(per_second(12_345.0), "12K/s");
         assert_eq!(per_second(2_500_000.0), "2.5M/s");
         assert_eq!(thousands(1_234_567), "1,234,567");

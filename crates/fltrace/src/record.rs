@@ -50,10 +50,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 
     // On unless turned off; bench/allocs.sh measures both.
     options.drain_allocs = std::env::var_os(DRAIN_ENV).is_none_or(|v| v != "0");
-    // Reports then read each process's totals instead of pairing every call.
-    options.pairing = Some(fltrace_capture::Pairing(
-        fltrace_analyze::record_time_pairing(),
-    ));
+    // Reports then read each process's totals instead of pairing every call. On unless
+    // turned off (FLTRACE_ALLOCS_PAIR=0), for bench/allocs.sh to measure what it costs.
+    options.pairing = std::env::var_os(PAIR_ENV)
+        .is_none_or(|v| v != "0")
+        .then(|| fltrace_capture::Pairing(fltrace_analyze::record_time_pairing()));
 
     let stop = interrupt_counter()?;
 
@@ -93,3 +94,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 /// `record --allocs` converts the allocation logs of large processes while the program runs
 /// (the drain) unless this is `0`: then every log converts after the program ends.
 pub const DRAIN_ENV: &str = "FLTRACE_ALLOCS_DRAIN";
+
+/// `record --allocs` pairs each process's calls while converting them and writes what the
+/// reports need (`fltrace-data-allocstats-<pid>.parquet`) unless this is `0`: then reports
+/// pair every call themselves.
+pub const PAIR_ENV: &str = "FLTRACE_ALLOCS_PAIR";
