@@ -855,7 +855,7 @@ impl State {
             let mut images: FxHashMap<u32, u32> = FxHashMap::default();
             for image in 0.. {
                 let path = spool.join(fltrace_trace::spool::log_name(os_pid, image));
-                let made_ns = match log_made_ns(&path) {
+                let made_ns = match fltrace_trace::spool::log_made_ns(&path) {
                     Ok(made_ns) => made_ns,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                     Err(e) => return Err(io(&path)(e)),
@@ -872,27 +872,6 @@ impl State {
         }
         Ok(())
     }
-}
-
-/// When the allocation log at `path` was made (CLOCK_MONOTONIC ns, the records' clock); 0
-/// when its header does not say (a library from before the field, a log not initialised).
-fn log_made_ns(path: &std::path::Path) -> std::io::Result<u64> {
-    use fltrace_runtime_abi::alloclog::{LogHeader, MAGIC};
-    use std::io::Read as _;
-    let mut header = [0u8; std::mem::size_of::<LogHeader>()];
-    let mut file = std::fs::File::open(path)?;
-    if file.read_exact(&mut header).is_err() {
-        return Ok(0);
-    }
-    let word = |offset: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&header[offset..offset + 8]);
-        u64::from_ne_bytes(bytes)
-    };
-    if word(std::mem::offset_of!(LogHeader, magic)) != MAGIC {
-        return Ok(0);
-    }
-    Ok(word(std::mem::offset_of!(LogHeader, made_ns)))
 }
 
 /// The threads of the far-memory runtime, named by the runtime when it starts them, while

@@ -1323,8 +1323,6 @@ fn forty_million_calls_visualize_under_a_memory_cap() {
 fn a_child_started_after_a_cd_is_traced() {
     let dir = Dir::new();
     let script = format!("cd / && {} malloc4m 1000", workloads().allocs.display());
-    // bash, not dash: dash starts its children with vfork, whose allocations are filed under
-    // the parent's image and not symbolized (a known, separate bug).
     let out = record_program(&dir, &[], Path::new("/bin/bash"), &["-c", &script]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "record failed: {stderr}");
@@ -1334,4 +1332,48 @@ fn a_child_started_after_a_cd_is_traced() {
         numbers(at(&rows, "malloc4m"), &["allocs", "leaked_allocs"]),
         [1000, 143]
     );
+}
+
+/// A child made by vfork that execs the program (dash runs commands so, python's subprocess
+/// through posix_spawn) has its allocations filed under the program's image: no fork
+/// handler ran in the shared image, so its first log is the program's, and its calls are
+/// symbolized against the program's mappings (they were all `[unknown]`, filed under the
+/// parent's image). The process's charts name the site as the report does.
+#[test]
+fn a_vforked_child_that_execs_has_its_sites() {
+    let program = workloads().allocs.display().to_string();
+    let spawn = format!("import subprocess; subprocess.run(['{program}', 'malloc4m', '1000'])");
+    for (shell, args) in [
+        (
+            "/bin/sh",
+            ["-c".to_owned(), format!("{program} malloc4m 1000; true")],
+        ),
+        ("python3", ["-c".to_owned(), spawn]),
+    ] {
+        let dir = Dir::new();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = record_program(&dir, &[], Path::new(shell), &args);
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = report_rows(&dir, &["report", "--allocs"]);
+        assert_eq!(
+            numbers(at(&rows, "malloc4m"), &["allocs", "leaked_allocs"]),
+            [1000, 143],
+            "{shell}"
+        );
+        let out = dir.run(&["visualize", "--allocs", "--format", "json"]);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let label = format!("malloc4m allocs.c:{}", site("allocs.c", "malloc4m"));
+        let charted = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|path| {
+                std::fs::read_to_string(dir.path().join(path))
+                    .is_ok_and(|json| json.contains(&format!("\"label\": \"{label}\"")))
+            })
+            .count();
+        assert_eq!(charted, 1, "{shell}: one process's chart names {label}");
+    }
 }
