@@ -24,6 +24,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use fltrace_trace::{AllocCall, AllocEvent, Fault, Mapping, ProcessTrace, VirtAddr};
 
+use crate::alloc_timeline::{AllocSeries, Timeline};
 use crate::range_map::RangeMap;
 
 /// Mappings are made and unmapped in whole pages.
@@ -388,15 +389,100 @@ struct LiveBlock {
 }
 
 /// What a stack allocated, as far as the pass has come.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct StackState {
-    /// Every total but the leaks (known at the end) and the peak's (kept below).
+    /// The kind of memory of its first block.
+    kind: BlockKind,
+    /// Every total but the leaks (known at the end); the peak's are those of the last peak
+    /// the stack was looked at (see `dirty`).
     totals: AllocTotals,
     /// Heap bytes and blocks of the stack alive now.
     live_bytes: u64,
     live_allocs: u64,
+    /// The most heap bytes of the stack alive at once so far.
+    most_live_bytes: u64,
     /// Whether they changed since the last peak (the stack is then in [`AllocPass::dirty`]).
     dirty: bool,
+}
+
+impl StackState {
+    fn new(kind: BlockKind) -> StackState {
+        StackState {
+            kind,
+            totals: AllocTotals::default(),
+            live_bytes: 0,
+            live_allocs: 0,
+            most_live_bytes: 0,
+            dirty: false,
+        }
+    }
+}
+
+/// Something kept per stack id: in a table indexed by id while the ids come dense from 0 (as
+/// every table fltrace writes has them), in a map beyond, so that no id sizes the table.
+#[derive(Debug, Clone)]
+pub(crate) struct ByStack<T> {
+    dense: Vec<Option<T>>,
+    sparse: FxHashMap<u32, T>,
+    /// Entries in `dense`.
+    dense_entries: usize,
+}
+
+impl<T> Default for ByStack<T> {
+    fn default() -> Self {
+        ByStack {
+            dense: Vec::new(),
+            sparse: FxHashMap::default(),
+            dense_entries: 0,
+        }
+    }
+}
+
+/// How far beyond twice its entries the dense table may grow.
+const DENSE_SLACK: usize = 1 << 16;
+
+impl<T> ByStack<T> {
+    #[inline]
+    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut T> {
+        match self.dense.get_mut(id as usize) {
+            Some(entry) => entry.as_mut(),
+            None if self.sparse.is_empty() => None,
+            None => self.sparse.get_mut(&id),
+        }
+    }
+
+    /// The entry of `id`, made by `make` if there is none.
+    #[inline]
+    pub(crate) fn get_or_insert_with(&mut self, id: u32, make: impl FnOnce() -> T) -> &mut T {
+        let slot = id as usize;
+        if slot >= self.dense.len() && slot < DENSE_SLACK + 2 * self.dense_entries {
+            self.dense.resize_with(slot + 1, || None);
+        }
+        match self.dense.get_mut(slot) {
+            Some(entry) => {
+                if entry.is_none() {
+                    self.dense_entries += 1;
+                }
+                entry.get_or_insert_with(make)
+            }
+            None => self.sparse.entry(id).or_insert_with(make),
+        }
+    }
+
+    /// Every entry, by id.
+    pub(crate) fn sorted(&self) -> Vec<(u32, &T)> {
+        let mut all: Vec<(u32, &T)> = self
+            .dense
+            .iter()
+            .enumerate()
+            .filter_map(|(id, entry)| Some((id as u32, entry.as_ref()?)))
+            .collect();
+        if !self.sparse.is_empty() {
+            all.extend(self.sparse.iter().map(|(&id, entry)| (id, entry)));
+            all.sort_unstable_by_key(|&(id, _)| id);
+        }
+        all
+    }
 }
 
 /// Where a fault landed: the allocation stack and kind of the block.
@@ -433,9 +519,7 @@ pub struct AllocPass {
     /// Addresses of heap blocks ended by an overlap, with how many frees of them to ignore.
     pending: FxHashMap<VirtAddr, u32>,
     heap_bytes: u64,
-    stacks: FxHashMap<u32, (BlockKind, StackState)>,
-    /// Heap bytes and blocks of each stack alive at the peak.
-    at_peak: FxHashMap<u32, (u64, u64)>,
+    stacks: ByStack<StackState>,
     /// Stacks whose live heap changed since the last peak.
     dirty: Vec<u32>,
     /// Failed calls per stack, with the kind of the first.
@@ -457,6 +541,8 @@ pub struct AllocPass {
     /// The largest blocks born so far, if asked for ([`AllocPass::keep_largest`]).
     largest: Option<Largest>,
     unborn: std::collections::VecDeque<Unborn>,
+    /// The heap over time, if asked for ([`AllocPass::keep_timeline`]).
+    timeline: Option<Box<Timeline>>,
     /// Faults attributed, waiting for [`AllocPass::take_attributed`].
     attributed: Vec<(Fault, Option<BlockHit>)>,
     last_fault_ns: u64,
@@ -559,6 +645,10 @@ pub struct PassTotals {
     /// The largest blocks, if the pass kept them ([`AllocPass::keep_largest`]): largest first,
     /// equal sizes in the order they came to life.
     pub largest: Vec<LargeBlock>,
+    /// The most heap bytes of each stack alive at once.
+    most_live: BTreeMap<u32, u64>,
+    /// The heap over time, if the pass followed it ([`AllocPass::keep_timeline`]).
+    pub timeline: Option<AllocSeries>,
 }
 
 impl AllocPass {
@@ -577,6 +667,25 @@ impl AllocPass {
             count,
             blocks: BTreeMap::new(),
         });
+    }
+
+    /// The process exec'd at `time_ns` (no earlier than the execs given before): every block
+    /// ends there, once an event at or after it comes (as [`AllocPass::new`]'s execs do).
+    pub fn exec_at(&mut self, time_ns: u64) {
+        if self.execs.last().is_none_or(|&last| time_ns >= last) {
+            self.execs.push(time_ns);
+        }
+    }
+
+    /// The execs that ended blocks so far.
+    pub fn execs_applied(&self) -> &[u64] {
+        &self.execs[..self.next_exec]
+    }
+
+    /// Follows the heap over time in `timeline`, handed back by [`AllocPass::finish`] in
+    /// [`PassTotals::timeline`].
+    pub fn keep_timeline(&mut self, timeline: Timeline) {
+        self.timeline = Some(Box::new(timeline));
     }
 
     /// Takes the next event.
@@ -651,7 +760,14 @@ impl AllocPass {
         self.attributed.drain(..)
     }
 
+    /// Whether faults wait for [`AllocPass::take_attributed`].
+    #[inline]
+    pub fn has_attributed(&self) -> bool {
+        !self.attributed.is_empty()
+    }
+
     /// Blocks alive now.
+    #[inline]
     pub fn live_blocks(&self) -> usize {
         self.blocks.len() - self.free_slots.len()
     }
@@ -663,13 +779,12 @@ impl AllocPass {
         self.attributed
             .extend(waiting.into_iter().map(|u| (u.fault, None)));
         let mut stacks = BTreeMap::new();
-        for (&stack_id, &(kind, state)) in &self.stacks {
-            let mut totals = state.totals;
-            if let Some(&(bytes, allocs)) = self.at_peak.get(&stack_id) {
-                totals.peak_bytes = bytes;
-                totals.peak_allocs = allocs;
+        let mut most_live = BTreeMap::new();
+        for (stack_id, state) in self.stacks.sorted() {
+            stacks.insert(stack_id, (state.kind, state.totals));
+            if state.most_live_bytes > 0 {
+                most_live.insert(stack_id, state.most_live_bytes);
             }
-            stacks.insert(stack_id, (kind, totals));
         }
         for (&stack_id, &(kind, count)) in &self.failed {
             stacks
@@ -697,6 +812,8 @@ impl AllocPass {
                 .largest
                 .map(|l| l.blocks.into_values().rev().collect())
                 .unwrap_or_default(),
+            most_live,
+            timeline: self.timeline.map(|t| t.finish()),
         };
         (totals, self.attributed)
     }
@@ -706,15 +823,18 @@ impl AllocPass {
         if !std::mem::take(&mut self.group_open) {
             return;
         }
+        if let Some(timeline) = &mut self.timeline {
+            timeline.close(self.time.unwrap_or(0), self.heap_bytes);
+        }
         if self.heap_bytes > self.peak_bytes {
             self.peak_bytes = self.heap_bytes;
             self.peak_ns = self.time.unwrap_or(0);
             // Only the stacks changed since the last peak differ from what it holds.
             for stack_id in self.dirty.drain(..) {
-                if let Some((_, state)) = self.stacks.get_mut(&stack_id) {
+                if let Some(state) = self.stacks.get_mut(stack_id) {
                     state.dirty = false;
-                    self.at_peak
-                        .insert(stack_id, (state.live_bytes, state.live_allocs));
+                    state.totals.peak_bytes = state.live_bytes;
+                    state.totals.peak_allocs = state.live_allocs;
                 }
             }
         }
@@ -848,21 +968,25 @@ impl AllocPass {
     }
 
     fn free(&mut self, addr: VirtAddr, time: u64) {
-        if let Some(pending) = self.pending.get_mut(&addr) {
+        if !self.pending.is_empty()
+            && let Some(pending) = self.pending.get_mut(&addr)
+        {
             *pending -= 1;
             if *pending == 0 {
                 self.pending.remove(&addr);
             }
             return;
         }
-        match self.heap.starting_at(addr) {
+        match self.heap.remove_starting_at(addr) {
             Some((_, slot)) => {
-                self.heap.remove_if(addr, slot);
                 let b = self.blocks[slot as usize];
                 if self.last.take() == Some((b.size, b.stack_id))
-                    && let Some((_, state)) = self.stacks.get_mut(&b.stack_id)
+                    && let Some(state) = self.stacks.get_mut(b.stack_id)
                 {
                     state.totals.temporary += 1;
+                    if let Some(timeline) = &mut self.timeline {
+                        timeline.temporary(time);
+                    }
                 }
                 self.end_block(slot, time);
             }
@@ -935,12 +1059,15 @@ impl AllocPass {
                 state.live_bytes -= b.size;
                 state.live_allocs -= 1;
             });
+            if let Some(timeline) = &mut self.timeline {
+                timeline.ended(b.stack_id, b.size);
+            }
         }
         self.free_slots.push(slot);
     }
 
     fn live_heap(&mut self, stack_id: u32, change: impl FnOnce(&mut StackState)) {
-        if let Some((_, state)) = self.stacks.get_mut(&stack_id) {
+        if let Some(state) = self.stacks.get_mut(stack_id) {
             change(state);
             if !state.dirty {
                 state.dirty = true;
@@ -972,11 +1099,9 @@ impl AllocPass {
                 true
             });
         }
-        let state = &mut self
+        let state = self
             .stacks
-            .entry(block.stack_id)
-            .or_insert((block.kind, StackState::default()))
-            .1;
+            .get_or_insert_with(block.stack_id, || StackState::new(block.kind));
         if !block.remnant {
             state.totals.allocs += 1;
             state.totals.bytes = state.totals.bytes.saturating_add(block.size);
@@ -986,10 +1111,16 @@ impl AllocPass {
         }
         if block.kind == BlockKind::Heap {
             self.heap_bytes += block.size;
-            self.live_heap(block.stack_id, |state| {
-                state.live_bytes += block.size;
-                state.live_allocs += 1;
-            });
+            state.live_bytes += block.size;
+            state.live_allocs += 1;
+            state.most_live_bytes = state.most_live_bytes.max(state.live_bytes);
+            if !state.dirty {
+                state.dirty = true;
+                self.dirty.push(block.stack_id);
+            }
+            if let Some(timeline) = &mut self.timeline {
+                timeline.born(block.stack_id, block.size, time, block.remnant);
+            }
         }
         let serial = block.serial;
         let slot = match self.free_slots.pop() {
@@ -1007,6 +1138,115 @@ impl AllocPass {
 }
 
 impl PassTotals {
+    /// What the pass found, for the recording ([`fltrace_trace::write_alloc_stats`]), its
+    /// leaks those alive at the end whatever their age; `execs` the execs that ended blocks.
+    pub fn summary(&self, execs: &[u64]) -> fltrace_trace::AllocPassSummary {
+        let stats = self.stats(self.last_event_ns, 0);
+        fltrace_trace::AllocPassSummary {
+            stacks: stats
+                .stacks
+                .iter()
+                .map(|(&stack_id, &(kind, t))| fltrace_trace::AllocStackStats {
+                    stack_id,
+                    mapping: kind == BlockKind::Mapping,
+                    allocs: t.allocs,
+                    bytes: t.bytes,
+                    failed: t.failed,
+                    leaked_allocs: t.leaked_allocs,
+                    leaked_bytes: t.leaked_bytes,
+                    temporary: t.temporary,
+                    peak_bytes: t.peak_bytes,
+                    peak_allocs: t.peak_allocs,
+                    most_live_bytes: self.most_live_bytes(stack_id),
+                })
+                .collect(),
+            peak_ns: self.peak_ns,
+            peak_bytes: self.peak_bytes,
+            unknown_frees: self.unknown_frees,
+            overlaps: self.overlaps,
+            last_event_ns: self.last_event_ns,
+            live_blocks: self.live_blocks as u64,
+            heap_sizes: self
+                .heap_sizes
+                .buckets()
+                .map(|(bucket, count, bytes)| (bucket as u32, count, bytes))
+                .collect(),
+            execs: execs.to_vec(),
+        }
+    }
+
+    /// The totals of a [`PassTotals::summary`] read back: the leaks already in the stacks'
+    /// totals (no live block is kept, so [`PassTotals::stats`] adds none, whatever the age).
+    pub fn from_summary(summary: &fltrace_trace::AllocPassSummary) -> PassTotals {
+        let mut heap_sizes = SizeHistogram::default();
+        for &(bucket, count, bytes) in &summary.heap_sizes {
+            if let Some(slot) = heap_sizes.counts.get_mut(bucket as usize) {
+                *slot = count;
+                heap_sizes.bytes[bucket as usize] = bytes;
+            }
+        }
+        let kind = |mapping| {
+            if mapping {
+                BlockKind::Mapping
+            } else {
+                BlockKind::Heap
+            }
+        };
+        PassTotals {
+            stacks: summary
+                .stacks
+                .iter()
+                .map(|s| {
+                    let totals = AllocTotals {
+                        allocs: s.allocs,
+                        bytes: s.bytes,
+                        failed: s.failed,
+                        leaked_allocs: s.leaked_allocs,
+                        leaked_bytes: s.leaked_bytes,
+                        temporary: s.temporary,
+                        peak_bytes: s.peak_bytes,
+                        peak_allocs: s.peak_allocs,
+                    };
+                    (s.stack_id, (kind(s.mapping), totals))
+                })
+                .collect(),
+            live: Vec::new(),
+            heap_sizes,
+            peak_ns: summary.peak_ns,
+            peak_bytes: summary.peak_bytes,
+            unknown_frees: summary.unknown_frees,
+            overlaps: summary.overlaps,
+            last_event_ns: summary.last_event_ns,
+            live_blocks: summary.live_blocks as usize,
+            largest: Vec::new(),
+            most_live: summary
+                .stacks
+                .iter()
+                .filter(|s| s.most_live_bytes > 0)
+                .map(|s| (s.stack_id, s.most_live_bytes))
+                .collect(),
+            timeline: None,
+        }
+    }
+
+    /// The most heap bytes of stack `stack_id` alive at once.
+    pub fn most_live_bytes(&self, stack_id: u32) -> u64 {
+        self.most_live.get(&stack_id).copied().unwrap_or(0)
+    }
+
+    /// Every stack that allocated (or failed to), by id: the kind of its memory and its
+    /// totals (leaks are not counted here: see [`PassTotals::stats`]).
+    pub fn stacks(&self) -> impl Iterator<Item = (u32, BlockKind, &AllocTotals)> + '_ {
+        self.stacks
+            .iter()
+            .map(|(&id, (kind, totals))| (id, *kind, totals))
+    }
+
+    /// When the heap peaked, in ns, and its bytes then.
+    pub fn peak(&self) -> (u64, u64) {
+        (self.peak_ns, self.peak_bytes)
+    }
+
     /// The totals as [`AllocStats::new`] gives them: leaks are the blocks alive at `end_ns`
     /// allocated at least `min_leak_age_ns` before it.
     pub fn stats(&self, end_ns: u64, min_leak_age_ns: u64) -> AllocStats {

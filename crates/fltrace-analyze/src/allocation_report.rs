@@ -126,8 +126,18 @@ pub struct StreamedAllocs {
     pub totals: PassTotals,
     /// The faults per (where they landed, stack, flags): how many, and the time of the last.
     pub origins: FxHashMap<OriginKey, (u64, u64)>,
-    /// The most blocks alive at once.
-    pub most_live: usize,
+}
+
+impl StreamedAllocs {
+    /// The totals the recorder's pairing wrote into the recording at record time
+    /// (`fltrace-data-allocstats-<pid>.parquet`), without faults: what a report that counts
+    /// no fault and no leak age needs, read instead of every call.
+    pub fn from_record_time(summary: &fltrace_trace::AllocPassSummary) -> StreamedAllocs {
+        StreamedAllocs {
+            totals: PassTotals::from_summary(summary),
+            origins: FxHashMap::default(),
+        }
+    }
 }
 
 impl StreamedAllocs {
@@ -286,33 +296,28 @@ fn stream(
     })
 }
 
-/// Rows of a table a row group at a time, looked at one by one.
-struct Cursor<T, I> {
-    groups: I,
-    rows: Vec<T>,
-    at: usize,
-}
-
-impl<T: Copy, I: Iterator<Item = Result<Vec<T>, fltrace_trace::Error>>> Cursor<T, I> {
-    fn new(groups: I) -> Self {
-        Cursor {
-            groups,
-            rows: Vec::new(),
-            at: 0,
-        }
-    }
-
-    fn peek(&mut self) -> Result<Option<T>, fltrace_trace::Error> {
-        while self.at >= self.rows.len() {
-            match self.groups.next() {
-                None => return Ok(None),
-                Some(rows) => {
-                    self.rows = rows?;
-                    self.at = 0;
-                }
+/// The next fault of `groups` that `keep` keeps, a row group at a time (`rows` holds the
+/// current one from `at` on).
+fn next_kept(
+    groups: &mut impl Iterator<Item = Result<Vec<Fault>, fltrace_trace::Error>>,
+    rows: &mut Vec<Fault>,
+    at: &mut usize,
+    keep: &dyn Fn(&Fault) -> bool,
+) -> Result<Option<Fault>, fltrace_trace::Error> {
+    loop {
+        while let Some(fault) = rows.get(*at) {
+            *at += 1;
+            if keep(fault) {
+                return Ok(Some(*fault));
             }
         }
-        Ok(Some(self.rows[self.at]))
+        match groups.next() {
+            None => return Ok(None),
+            Some(group) => {
+                *rows = group?;
+                *at = 0;
+            }
+        }
     }
 }
 
@@ -320,7 +325,7 @@ impl<T: Copy, I: Iterator<Item = Result<Vec<T>, fltrace_trace::Error>>> Cursor<T
 /// nanosecond); `None` if either is out of time order.
 fn pass(
     events: impl Iterator<Item = Result<Vec<AllocEvent>, fltrace_trace::Error>>,
-    faults: impl Iterator<Item = Result<Vec<Fault>, fltrace_trace::Error>>,
+    mut faults: impl Iterator<Item = Result<Vec<Fault>, fltrace_trace::Error>>,
     execs: &[u64],
     trace: &ProcessTrace,
     keep: &dyn Fn(&Fault) -> bool,
@@ -348,49 +353,45 @@ fn pass(
     if largest > 0 {
         pass.keep_largest(largest);
     }
-    let (mut events, mut faults) = (Cursor::new(events), Cursor::new(faults));
-    let mut most_live = 0;
-    loop {
-        let event = events.peek()?;
-        let fault = match faults.peek()? {
-            Some(f) if !keep(&f) => {
-                faults.at += 1;
-                continue;
+    let (mut fault_rows, mut fault_at) = (Vec::new(), 0);
+    let mut next_fault = next_kept(&mut faults, &mut fault_rows, &mut fault_at, keep)?;
+    // Events a row group at a time, the faults before each event first: the loop over a
+    // group's events is the pass's hot path.
+    for group in events {
+        for event in &group? {
+            while let Some(fault) = next_fault.filter(|f| f.time_ns < event.time_ns) {
+                if pass.fault(&fault, true).is_err() {
+                    return Ok(None);
+                }
+                for (fault, hit) in pass.take_attributed() {
+                    count(&fault, hit);
+                }
+                next_fault = next_kept(&mut faults, &mut fault_rows, &mut fault_at, keep)?;
             }
-            fault => fault,
-        };
-        let taken = match (event, fault) {
-            (Some(e), Some(f)) if f.time_ns < e.time_ns => {
-                faults.at += 1;
-                pass.fault(&f, true)
+            if pass.event(event).is_err() {
+                return Ok(None);
             }
-            (Some(e), _) => {
-                events.at += 1;
-                pass.event(&e)
+            if pass.has_attributed() {
+                for (fault, hit) in pass.take_attributed() {
+                    count(&fault, hit);
+                }
             }
-            (None, Some(f)) => {
-                faults.at += 1;
-                pass.fault(&f, false)
-            }
-            (None, None) => break,
-        };
-        if taken.is_err() {
+        }
+    }
+    while let Some(fault) = next_fault {
+        if pass.fault(&fault, false).is_err() {
             return Ok(None);
         }
-        most_live = most_live.max(pass.live_blocks());
         for (fault, hit) in pass.take_attributed() {
             count(&fault, hit);
         }
+        next_fault = next_kept(&mut faults, &mut fault_rows, &mut fault_at, keep)?;
     }
     let (totals, attributed) = pass.finish();
     for (fault, hit) in &attributed {
         count(fault, *hit);
     }
-    Ok(Some(StreamedAllocs {
-        totals,
-        origins,
-        most_live,
-    }))
+    Ok(Some(StreamedAllocs { totals, origins }))
 }
 
 /// The sums over processes.
@@ -826,5 +827,61 @@ mod tests {
             crate::range_heat(RangeTraceKind::DamonAccesses, &sample(7)),
             7
         );
+    }
+}
+
+/// Where the time of a one-pass allocation report goes: `FLTRACE_BENCH_RECORDING=<a
+/// recording's directory> cargo test --release -p fltrace-analyze alloc_pass_time --
+/// --ignored --nocapture` reads the first process's events a row group at a time, then pairs
+/// them too, and prints the CPU time per event. A measurement, not a test: nothing asserted.
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    fn thread_cpu_ns() -> u64 {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime fills the struct it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    }
+
+    #[test]
+    #[ignore]
+    fn alloc_pass_time() {
+        let Some(dir) = std::env::var_os("FLTRACE_BENCH_RECORDING") else {
+            eprintln!("FLTRACE_BENCH_RECORDING names no recording");
+            return;
+        };
+        let recording = Recording::latest(std::path::Path::new(&dir)).unwrap();
+        let pid = *recording
+            .pids()
+            .iter()
+            .find(|&&p| recording.has_allocs(p))
+            .unwrap();
+        let (trace, _) = recording.load_streaming_allocs(pid).unwrap();
+        for round in 0..3 {
+            let started = thread_cpu_ns();
+            let mut events = 0u64;
+            for group in recording.alloc_row_groups(pid).unwrap() {
+                events += group.unwrap().len() as u64;
+            }
+            let read = thread_cpu_ns() - started;
+            let started = thread_cpu_ns();
+            let streamed = stream_allocs(&recording, pid, &trace, None, &|_| true).unwrap();
+            let all = thread_cpu_ns() - started;
+            let no_faults = thread_cpu_ns();
+            stream_largest_blocks(&recording, pid, &trace, 0).unwrap();
+            let no_faults = thread_cpu_ns() - no_faults;
+            eprintln!(
+                "round {round}: {events} events, reading {:.1} ns an event, reading and pairing with faults {:.1}, without {:.1} ({} alive at the end)",
+                read as f64 / events as f64,
+                all as f64 / events as f64,
+                no_faults as f64 / events as f64,
+                streamed.totals.live_blocks
+            );
+        }
     }
 }

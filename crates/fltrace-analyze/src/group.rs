@@ -274,6 +274,18 @@ pub fn group_allocs<'a>(
     groups
 }
 
+/// The allocation site of stack `stack_id` of `stacks`, as `report --allocs` groups by line.
+pub fn alloc_site(stacks: &ResolvedStacks, stack_id: u32) -> Location {
+    key_of(
+        stack_of(stacks, stack_id, GroupBy::Line),
+        || None,
+        None,
+        GroupBy::Line,
+        stacks.call_site,
+    )
+    .location
+}
+
 /// One process's part in [`group_faults_by_alloc_site`].
 #[derive(Debug, Clone, Copy)]
 pub struct AllocSource<'a> {

@@ -25,6 +25,7 @@
 //! ```
 
 mod alloc_lifetimes;
+mod alloc_timeline;
 mod allocation_report;
 mod allocators;
 mod archive;
@@ -42,6 +43,7 @@ mod listing;
 mod load;
 mod names;
 mod opened;
+mod pairing;
 mod pprof;
 mod range_map;
 mod report_mode;
@@ -55,6 +57,10 @@ mod tracer;
 pub use alloc_lifetimes::{
     AllocPass, AllocStats, AllocTotals, Block, BlockHit, BlockKind, LargeBlock, Lifetimes,
     OutOfOrder, PassTotals, SizeHistogram, attribute_faults, exec_times, trace_end_ns,
+};
+pub use alloc_timeline::{
+    AllocSeries, AllocTimeline, CHART_INTERVALS, CHART_SITES, Interval, MIN_STEP_NS, Timeline,
+    alloc_timeline,
 };
 pub use allocation_report::{
     AllocProcess, AllocSummary, FaultsByAllocSite, StreamedAllocs, alloc_processes,
@@ -106,6 +112,7 @@ pub use load::{
 };
 pub use names::demangle;
 pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};
+pub use pairing::{RecordTimePairing, record_time_pairing};
 pub use pprof::{write_pprof, write_pprof_counts};
 pub use range_map::{MappingIndex, mapping_label, named_regions, range_heat};
 pub use report_mode::{ReportBy, ReportFlags, ReportFlagsError, ReportMode};

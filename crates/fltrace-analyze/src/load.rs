@@ -68,6 +68,12 @@ pub struct LoadOptions {
     /// Reads a corrupt recording anyway (`--salvage`): what still reads, with a warning
     /// naming the corrupt file, instead of the error.
     pub salvage: bool,
+    /// Takes each process's allocation totals from what the recorder's pairing wrote
+    /// (`fltrace-data-allocstats-<pid>.parquet`) where there is one, instead of pairing
+    /// every call: for reports of allocations that count no fault and every block alive at
+    /// the end as leaked (`report --allocs`, `--leaks` without `--older-ms`, `visualize
+    /// --allocs`). Not with [`LoadOptions::allocs_whole`], the oracle.
+    pub allocs_from_record: bool,
 }
 
 /// Set, the allocation reports and pictures hold every event and fault (the tests' oracle
@@ -97,6 +103,7 @@ impl LoadOptions {
             faults: FaultsHeld::All,
             allocs_whole: whole_table(),
             salvage: false,
+            allocs_from_record: false,
         }
     }
 
@@ -437,6 +444,43 @@ pub fn load(options: &LoadOptions) -> Result<Loaded, LoadError> {
                     &crate::Lifetimes::of_trace(&trace),
                     &alloc_stacks,
                 ),
+                FaultsHeld::Counted if options.allocs_from_record && !options.allocs_whole => {
+                    // What the recorder's pairing found, else the calls paired here.
+                    let path = fltrace_trace::files::alloc_stats(&recording.dir, pid);
+                    let summary = path
+                        .exists()
+                        .then(|| fltrace_trace::read_alloc_stats(&path));
+                    match summary {
+                        Some(Ok(summary)) => {
+                            streamed = Some(crate::StreamedAllocs::from_record_time(&summary));
+                            // No fault was matched to a block: no allocator found from them.
+                            Vec::new()
+                        }
+                        unread => {
+                            if let Some(Err(e)) = unread {
+                                notes.push(format!(
+                                    "warning: {e}; the calls of process {pid} are paired instead"
+                                ));
+                            }
+                            let pass = crate::stream_allocs(
+                                recording,
+                                pid,
+                                &trace,
+                                window.clone(),
+                                &|_| true,
+                            )
+                            .map_err(process)?;
+                            let detected = crate::detect_allocators_counted(
+                                &options.frame_rules,
+                                pass.hits(),
+                                &stacks,
+                                &alloc_stacks,
+                            );
+                            streamed = Some(pass);
+                            detected
+                        }
+                    }
+                }
                 FaultsHeld::Counted => {
                     // Faults with their addresses, merged with the events by time.
                     let pass =
@@ -465,7 +509,13 @@ pub fn load(options: &LoadOptions) -> Result<Loaded, LoadError> {
                     detected
                 }
             };
-            options.frame_rules.with_detected(detected)
+            // A report that counts no fault takes no allocator found from the faults (its
+            // rules apply to fault stacks only): none is said, whichever path paired.
+            if options.allocs_from_record {
+                options.frame_rules.clone()
+            } else {
+                options.frame_rules.with_detected(detected)
+            }
         } else {
             options.frame_rules.clone()
         };

@@ -25,7 +25,7 @@ use fltrace_trace::spool::{
 pub use fltrace_trace::spool::{
     Converted, Recovered, SPOOL_PREFIX, SpoolLogs, recover_stale_spools,
 };
-use fltrace_trace::{Origin, files};
+use fltrace_trace::{Origin, PairingFactory, files};
 
 use crate::{Credentials, Error};
 
@@ -40,6 +40,8 @@ pub struct AllocLogs {
     clock: Option<Arc<ClockPage>>,
     /// Converting while the program runs, once started.
     drain: Option<Drain>,
+    /// Pairs each process's calls as they are converted.
+    pairing: Option<PairingFactory>,
 }
 
 impl std::fmt::Debug for AllocLogs {
@@ -77,6 +79,7 @@ impl AllocLogs {
             stop: Arc::new(AtomicBool::new(false)),
             clock: None,
             drain: None,
+            pairing: None,
         };
         if let Some(c) = credentials {
             std::os::unix::fs::chown(&dir, Some(c.uid), Some(c.gid)).map_err(io)?;
@@ -125,12 +128,19 @@ impl AllocLogs {
         Ok(logs)
     }
 
-    /// The environment variable that turns the tracer on.
+    /// Pairs each process's calls as they are converted with one of `pairing`'s, so that
+    /// reports read what it found (before [`AllocLogs::start_drain`]).
+    pub fn pair_with(&mut self, pairing: Option<PairingFactory>) {
+        self.pairing = pairing;
+    }
+
+    /// The environment variable that turns the tracer on. Its path is absolute: a process
+    /// that changed directory before starting a child (a shell's `cd`, `make -C`) would send
+    /// the child looking for a relative one, and its allocations would go untraced.
     pub fn environment(&self) -> (OsString, OsString) {
-        (
-            env::name(env::ALLOCS).into(),
-            self.dir.join("log").into_os_string(),
-        )
+        let log = self.dir.join("log");
+        let log = std::path::absolute(&log).unwrap_or(log);
+        (env::name(env::ALLOCS).into(), log.into_os_string())
     }
 
     /// Starts converting the logs of large processes while the program runs ([`Drain`]),
@@ -145,6 +155,7 @@ impl AllocLogs {
             clock.clone(),
             recording.to_owned(),
             mono_offset,
+            self.pairing.clone(),
         ) {
             Ok(drain) => self.drain = Some(drain),
             Err(e) => log::debug!("allocation logs convert at the end: {e}"),
@@ -251,9 +262,12 @@ impl AllocLogs {
             pid,
             first_generation,
             out_dir,
-            mono_offset,
-            recording,
+            &SpoolMetadata {
+                recording: recording.to_owned(),
+                mono_offset,
+            },
             FullLogs::Remove,
+            self.pairing.as_ref(),
         );
         if converted.is_err() {
             // A table a full disk left unreadable (not even its header written) would make
@@ -270,8 +284,10 @@ impl AllocLogs {
                 let _ = std::fs::remove_file(&allocs);
                 let _ = std::fs::remove_file(&stacks);
             }
-            // Totals of a conversion that did not end would not be the events' sums.
+            // Totals of a conversion that did not end would not be the events' sums, nor
+            // its pairing what they come to.
             let _ = std::fs::remove_file(&totals);
+            let _ = std::fs::remove_file(files::alloc_stats(out_dir, pid));
         }
         let converted = converted?;
         note_refused(out_dir, pid, converted.as_ref());
@@ -404,19 +420,20 @@ impl ProcessDrain {
         pid: u32,
         first_generation: u32,
         recording: &str,
+        pairing: Option<&PairingFactory>,
     ) -> Result<ProcessDrain, Error> {
         let allocs_path = spool.join(format!("{DRAIN_ALLOCS}{pid}.parquet"));
         let stacks_path = spool.join(format!("{DRAIN_STACKS}{pid}.parquet"));
-        let conversion =
-            match Conversion::create(&allocs_path, &stacks_path, Origin::new(recording, pid)) {
-                Ok(conversion) => conversion,
-                Err(e) => {
-                    // Half made (one table, or one without its first checkpoint).
-                    let _ = std::fs::remove_file(&allocs_path);
-                    let _ = std::fs::remove_file(&stacks_path);
-                    return Err(e.into());
-                }
-            };
+        let origin = Origin::new(recording, pid);
+        let conversion = match Conversion::create(&allocs_path, &stacks_path, origin, pairing) {
+            Ok(conversion) => conversion,
+            Err(e) => {
+                // Half made (one table, or one without its first checkpoint).
+                let _ = std::fs::remove_file(&allocs_path);
+                let _ = std::fs::remove_file(&stacks_path);
+                return Err(e.into());
+            }
+        };
         Ok(ProcessDrain {
             pid,
             first_generation,
@@ -517,7 +534,7 @@ impl ProcessDrain {
             self.conversion.convert_image(&mut log, generation, floor)?;
             self.image += 1;
         }
-        let (converted, totals) = self.conversion.finish()?;
+        let (converted, totals, paired) = self.conversion.finish()?;
         log::debug!(
             "allocations of process {}: {} of {} events converted while the program ran",
             self.pid,
@@ -532,6 +549,7 @@ impl ProcessDrain {
                 source,
             })?;
         }
+        fltrace_trace::spool::write_pairing(out_dir, &origin, paired, &image_start)?;
         // Last: a totals file says its process's tables were written to the end.
         fltrace_trace::write_alloc_totals(
             &files::alloc_totals(out_dir, self.pid),
@@ -592,6 +610,7 @@ fn drain_logs(
     shared: Arc<DrainShared>,
     recording: String,
     mono_offset: u64,
+    pairing: Option<PairingFactory>,
 ) -> HashMap<u32, ProcessDrain> {
     let mut drains: HashMap<u32, ProcessDrain> = HashMap::new();
     let give_up = |drains: &mut HashMap<u32, ProcessDrain>, why: &str| {
@@ -640,7 +659,13 @@ fn drain_logs(
                     continue;
                 }
                 let first_generation = known[&pid].first_generation;
-                match ProcessDrain::create(&spool, pid, first_generation, &recording) {
+                match ProcessDrain::create(
+                    &spool,
+                    pid,
+                    first_generation,
+                    &recording,
+                    pairing.as_ref(),
+                ) {
                     Ok(drain) => {
                         drains.insert(pid, drain);
                     }
@@ -694,12 +719,15 @@ impl Drain {
         clock: Arc<ClockPage>,
         recording: String,
         mono_offset: u64,
+        pairing: Option<PairingFactory>,
     ) -> std::io::Result<Drain> {
         let shared = Arc::new(DrainShared::default());
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("fltrace-drain".into())
-            .spawn(move || drain_logs(spool, clock, thread_shared, recording, mono_offset))?;
+            .spawn(move || {
+                drain_logs(spool, clock, thread_shared, recording, mono_offset, pairing)
+            })?;
         Ok(Drain {
             shared,
             thread: Some(thread),

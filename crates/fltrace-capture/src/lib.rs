@@ -64,8 +64,8 @@ pub use live::{LiveBatch, LiveEvent, LiveFault, LiveFeed, LiveTotals, live_feed}
 pub use os::{Reaped, monotonic_now_ns, reap};
 pub use recorder::attach_tasks;
 pub use recorder::{
-    AllocTracing, DEFAULT_STACK_BYTES, Ending, Options, Progress, RECORDING_FAILED, Summary,
-    Target, record, ring_mb_for,
+    AllocTracing, DEFAULT_STACK_BYTES, Ending, Options, Pairing, Progress, RECORDING_FAILED,
+    Summary, Target, record, ring_mb_for,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 /// The system page size.

@@ -15,7 +15,11 @@ use crate::live::LiveEvent;
 use crate::runtime::{Handled, RuntimeView, is_fill};
 use crate::unwind::{AddressSpaceUnwinder, ElfCache, KnownFrames, LiveStack, UnwindEnd};
 
+mod resident;
 mod window;
+
+pub use resident::RESIDENT_EVERY;
+use resident::ResidentSeries;
 
 use window::FaultWindow;
 
@@ -66,6 +70,8 @@ struct Output {
     procmaps: String,
     stats_path: PathBuf,
     stats: String,
+    /// The resident memory over time, when sampled.
+    resident: Option<ResidentSeries>,
     /// Stack frames (with the generation appended) to stack id, and whether the stack is one
     /// of the tracer's own work ([`Process::tracer_stack`]).
     interner: FxHashMap<Vec<u64>, (u32, bool)>,
@@ -277,6 +283,9 @@ pub struct RecordingContext {
     pub far_backlog: u64,
     /// Whether a live view is told what each process records ([`crate::live`]).
     pub live: bool,
+    /// Whether each process's resident memory is sampled every [`RESIDENT_EVERY`] into a
+    /// file of its own (`record --allocs`, for `visualize --allocs`).
+    pub resident_series: bool,
 }
 
 impl Process {
@@ -330,6 +339,9 @@ impl Process {
                 procmaps: String::new(),
                 stats_path: files::stats(dir, pid),
                 stats: String::new(),
+                resident: session
+                    .resident_series
+                    .then(|| ResidentSeries::new(dir, pid, session.mono_offset)),
                 interner: HashMap::default(),
                 thread_names: BTreeMap::new(),
                 thread_names_changed: false,
@@ -1374,6 +1386,13 @@ impl Process {
         }
     }
 
+    /// Samples the process's resident memory into its series, when one is kept.
+    pub fn sample_resident(&mut self) {
+        if let Some(series) = &mut self.out.resident {
+            series.sample(self.os_pid);
+        }
+    }
+
     /// Appends a stats line and rewrites the stats and maps files, so that a crash of fltrace
     /// itself still leaves them current to the last second.
     pub fn write_stats(&mut self, unix_time_s: u64, lost: u64) -> Result<(), fltrace_trace::Error> {
@@ -1439,6 +1458,9 @@ impl Process {
         let pid = self.pid;
         self.tell(|| LiveEvent::Stats { pid, counters });
         write_file(&self.out.stats_path, &self.out.stats)?;
+        if let Some(series) = &mut self.out.resident {
+            series.write()?;
+        }
         // As the original: a copy of the mappings live now, not a line per event.
         self.out.procmaps.clear();
         for mapping in self.maps.values() {
@@ -1479,6 +1501,9 @@ impl Process {
                     }
                 }
             }
+        }
+        if let Some(series) = &mut self.out.resident {
+            series.write()?;
         }
         self.out.faults.finish()?;
         self.out.stacks.finish()?;
@@ -1552,6 +1577,7 @@ mod tests {
             live: false,
             mono_offset: 0,
             far_backlog: 0,
+            resident_series: false,
         };
         Process::filed_as(1, 1, None, &session).expect("process files")
     }
@@ -1610,6 +1636,7 @@ mod tests {
             live: false,
             mono_offset: 1_234_567,
             far_backlog: 0,
+            resident_series: false,
         };
         let parent = Process::filed_as(1, 1, None, &session).expect("process files");
         std::thread::sleep(std::time::Duration::from_millis(2));

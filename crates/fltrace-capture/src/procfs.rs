@@ -158,6 +158,18 @@ pub(crate) fn resident_pages(pid: i32) -> Option<u64> {
         .ok()
 }
 
+/// The resident and the shared resident pages of process `pid` (second and third fields of
+/// `/proc/PID/statm`: the shared ones are its file and shared-memory pages).
+pub(crate) fn resident_and_shared_pages(pid: i32) -> Option<(u64, u64)> {
+    parse_statm(&read(pid, "statm").ok()?)
+}
+
+/// The resident and shared pages of a `/proc/PID/statm` text.
+fn parse_statm(text: &str) -> Option<(u64, u64)> {
+    let mut fields = text.split_whitespace().skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
 /// The name (`comm`) of process `pid`.
 pub(crate) fn comm(pid: i32) -> Option<String> {
     Some(read(pid, "comm").ok()?.trim_end().to_owned())

@@ -84,6 +84,21 @@ pub struct Options {
     /// `/dev/null`, its output and errors appended to this file, in a process group of its
     /// own (see [`crate::PendingChild::spawn_in_own_group`]).
     pub detached_output: Option<PathBuf>,
+    /// Pairs each process's allocation calls as they are converted, so that reports read
+    /// what it found (`fltrace-data-allocstats-<pid>.parquet`) instead of every call; `None`:
+    /// reports pair them.
+    pub pairing: Option<Pairing>,
+}
+
+/// What pairs allocation calls at record time: the analysis crate's pass, handed in by the
+/// binary (capture does not depend on analysis).
+#[derive(Clone)]
+pub struct Pairing(pub fltrace_trace::PairingFactory);
+
+impl std::fmt::Debug for Pairing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pairing")
+    }
 }
 
 impl Options {
@@ -109,6 +124,7 @@ impl Options {
             cache_limit: fltrace_trace::build_id_cache::DEFAULT_LIMIT_BYTES,
             live: None,
             detached_output: None,
+            pairing: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fltrace_analyze::{
-    FaultCounts, FaultOrigin, Location, OriginCounts, ResolvedStacks, TRUNCATED_FRAME,
+    BlockKind, FaultCounts, FaultOrigin, Location, OriginCounts, ResolvedStacks, TRUNCATED_FRAME,
     mapping_label, process_name_in, without_parameters,
 };
 use fltrace_trace::{FaultFlags, FaultKind, ProcessTrace};
@@ -210,6 +210,44 @@ pub fn allocation_flames(
             FlameStack {
                 frames,
                 kind: flame_kind(kind),
+                count,
+            }
+        })
+        .collect();
+    flames.sort_by(|a, b| a.frames.cmp(&b.frames));
+    Flames {
+        stacks: flames,
+        notes: labeller.notes,
+    }
+}
+
+/// Bytes drawn on the stacks that allocated them (the process's name, then the outermost
+/// frame first), their leaves the kind of memory: `bytes` gives each stack's kind and bytes
+/// (memory alive at the heap's peak, or leaked).
+pub fn memory_flames(
+    trace: &ProcessTrace,
+    alloc_stacks: &ResolvedStacks,
+    bytes: impl IntoIterator<Item = (u32, BlockKind, u64)>,
+    label: FrameLabel,
+) -> Flames {
+    let mut labeller = Labeller::new(trace, label);
+    let mut flames: Vec<FlameStack> = bytes
+        .into_iter()
+        .filter(|&(_, _, count)| count > 0)
+        .map(|(stack_id, kind, count)| {
+            let generation = trace.alloc_stack(stack_id).map_or(0, |s| s.generation);
+            let mut frames = vec![labeller.root(generation)];
+            let stack = alloc_stacks.get(stack_id);
+            if stack.is_empty() {
+                frames.push("[unknown allocation stack]".to_owned());
+            }
+            frames.extend(stack.iter().rev().map(|l| labeller.frame(l)));
+            FlameStack {
+                frames,
+                kind: match kind {
+                    BlockKind::Heap => Kind::Heap,
+                    BlockKind::Mapping => Kind::Mapping,
+                },
                 count,
             }
         })

@@ -13,6 +13,7 @@
 //! assert!(String::from_utf8(svg).unwrap().contains("fill"));
 //! ```
 
+mod alloc_charts;
 mod curve;
 mod flames;
 mod heatmap;
@@ -23,6 +24,10 @@ pub mod table;
 pub mod top;
 pub mod wss;
 
+pub use alloc_charts::{
+    AllocCharts, ChartFile, ChartFormat, alloc_chart_files, memory_chart, rate_chart, series_csv,
+    series_json, site_label, sizes_chart, sizes_csv,
+};
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};
 pub use flames::{
     ALL_PROCESSES, BY_ALLOCATION, FlamegraphFile, Flames, FrameLabel, NoAllocations,
@@ -102,7 +107,7 @@ impl clap::ValueEnum for TableFormat {
     }
 }
 
-/// The access kind of the faults of a stack.
+/// What a stack's leaf counts: the access kind of its faults, or the memory of its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// Loads from missing pages.
@@ -111,6 +116,10 @@ pub enum Kind {
     Write,
     /// Stores to write-protected pages.
     WriteProtect,
+    /// Bytes of heap blocks.
+    Heap,
+    /// Bytes of mappings.
+    Mapping,
 }
 
 impl Kind {
@@ -120,6 +129,8 @@ impl Kind {
             Kind::Read => "read",
             Kind::Write => "write",
             Kind::WriteProtect => "wrprotect",
+            Kind::Heap => "heap",
+            Kind::Mapping => "mapping",
         }
     }
 
@@ -135,6 +146,16 @@ impl Kind {
                 r: 255,
                 g: 255,
                 b: 0,
+            },
+            Kind::Heap => Color {
+                r: 255,
+                g: 140,
+                b: 0,
+            },
+            Kind::Mapping => Color {
+                r: 170,
+                g: 110,
+                b: 230,
             },
         }
     }
@@ -314,6 +335,43 @@ pub fn flamegraph(
     title: &str,
     out: impl Write,
 ) -> Result<(), Error> {
+    flamegraph_of(
+        stacks,
+        notes,
+        title,
+        "faults",
+        "leaves: read aqua, write red, write-protect yellow",
+        out,
+    )
+}
+
+/// [`flamegraph`] of bytes: memory alive at a moment by the stacks that allocated it, its
+/// leaves the kind of memory (heap orange, mappings purple).
+pub fn memory_flamegraph(
+    stacks: &[FlameStack],
+    notes: &FrameNotes,
+    title: &str,
+    out: impl Write,
+) -> Result<(), Error> {
+    flamegraph_of(
+        stacks,
+        notes,
+        title,
+        "bytes",
+        "leaves: heap orange, mappings purple",
+        out,
+    )
+}
+
+/// A flamegraph whose counts are `count_name`, its subtitle ending with `leaves`.
+fn flamegraph_of(
+    stacks: &[FlameStack],
+    notes: &FrameNotes,
+    title: &str,
+    count_name: &str,
+    leaves: &str,
+    out: impl Write,
+) -> Result<(), Error> {
     let stacks: Vec<FlameStack> = stacks
         .iter()
         .filter(|s| s.count > 0)
@@ -361,11 +419,8 @@ pub fn flamegraph(
     }
     let mut options = Options::default();
     options.title = title.to_owned();
-    options.count_name = "faults".to_owned();
-    options.subtitle = Some(format!(
-        "{}; leaves: read aqua, write red, write-protect yellow",
-        legend.join(", ")
-    ));
+    options.count_name = count_name.to_owned();
+    options.subtitle = Some(format!("{}; {leaves}", legend.join(", ")));
     options.palette_map = Some(&mut palette);
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)?;

@@ -195,7 +195,7 @@ fn covered_names(pid: u32) -> Vec<String> {
         .collect()
 }
 
-fn covered_kinds() -> [(&'static str, &'static str); 10] {
+fn covered_kinds() -> [(&'static str, &'static str); 12] {
     [
         ("faults", "parquet"),
         ("stacks", "parquet"),
@@ -203,10 +203,12 @@ fn covered_kinds() -> [(&'static str, &'static str); 10] {
         ("allocs", "parquet"),
         ("allocstacks", "parquet"),
         ("allocsums", "parquet"),
+        ("allocstats", "parquet"),
         ("access", "parquet"),
         ("accessstacks", "parquet"),
         ("procmaps", "out"),
         ("stats", "out"),
+        ("rss", "out"),
     ]
 }
 

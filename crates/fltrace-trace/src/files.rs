@@ -80,6 +80,17 @@ pub fn stats(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "stats", pid, "out")
 }
 
+/// `fltrace-data-allocstats-<pid>.parquet`: what pairing `pid`'s allocation calls found,
+/// per stack (written at record time).
+pub fn alloc_stats(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "allocstats", pid, "parquet")
+}
+
+/// `fltrace-data-rss-<pid>.out`: the resident memory of `pid` over time (`record --allocs`).
+pub fn resident(dir: &Path, pid: u32) -> PathBuf {
+    path(dir, "rss", pid, "out")
+}
+
 /// The perf map `pid`'s JIT wrote (`/tmp/perf-PID.map`), copied when it ended.
 pub fn perf_map(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "perfmap", pid, "map")
@@ -258,7 +269,7 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
             .filter(|l| !l.is_empty())
             .count())
     };
-    let tables: [(PathBuf, Count); 10] = [
+    let tables: [(PathBuf, Count); 12] = [
         (faults(dir, pid), |p| {
             crate::read_faults(p).map(|(f, _)| f.len())
         }),
@@ -273,12 +284,16 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
         (alloc_totals(dir, pid), |p| {
             crate::read_alloc_totals(p).map(|t| t.len())
         }),
+        (alloc_stats(dir, pid), |p| {
+            crate::read_alloc_stats(p).map(|s| s.stacks.len())
+        }),
         (access(dir, pid), |p| crate::read_access(p).map(|a| a.len())),
         (access_stacks(dir, pid), |p| {
             crate::read_stacks(p).map(|s| s.len())
         }),
         (stats(dir, pid), lines),
         (procmaps(dir, pid), lines),
+        (resident(dir, pid), lines),
     ];
     tables
         .into_iter()
@@ -302,10 +317,16 @@ pub fn refused_inputs(dir: &Path, pid: u32) -> Vec<Error> {
         allocs(dir, pid),
         alloc_stacks(dir, pid),
         alloc_totals(dir, pid),
+        alloc_stats(dir, pid),
         access(dir, pid),
         access_stacks(dir, pid),
     ];
-    let texts = [stats(dir, pid), procmaps(dir, pid), checksums(dir, pid)];
+    let texts = [
+        stats(dir, pid),
+        procmaps(dir, pid),
+        checksums(dir, pid),
+        resident(dir, pid),
+    ];
     let mut refused = Vec::new();
     for (path, cap) in tables
         .into_iter()

@@ -69,11 +69,12 @@ pub use recording::{
     main_thread_names,
 };
 pub use tables::{
-    AccessWriter, AllocRowGroups, AllocWriter, ColumnChunk, Completeness, ExportedFault,
-    ExportedFaultWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter, Metadata,
-    Origin, RowGroups, StackWriter, SymbolizedFrame, SymbolizedFrameWriter, TableWriter,
-    column_chunks, completeness, read_access, read_alloc_totals, read_allocs, read_faults,
-    read_mappings, read_origin, read_stacks, table_rows, time_range, write_alloc_totals,
+    AccessWriter, AllocPassSummary, AllocRowGroups, AllocStackStats, AllocWriter, ColumnChunk,
+    Completeness, ExportedFault, ExportedFaultWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter,
+    MappingWriter, Metadata, Origin, PairCalls, PairingFactory, RowGroups, StackWriter,
+    SymbolizedFrame, SymbolizedFrameWriter, TableWriter, column_chunks, completeness, read_access,
+    read_alloc_stats, read_alloc_totals, read_allocs, read_faults, read_mappings, read_origin,
+    read_stacks, table_rows, time_range, write_alloc_stats, write_alloc_totals,
 };
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)

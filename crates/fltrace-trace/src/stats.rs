@@ -52,6 +52,25 @@ pub fn last_value(path: &Path, name: &str) -> Result<Option<u64>, Error> {
         }))
 }
 
+/// Every value of counter `name` in a file of stats lines, with its line's time, in file
+/// order: the resident memory over time of `fltrace-data-rss-<pid>.out` (times in ns), or
+/// of the stats file (in seconds). Lines that do not parse are skipped; a file larger than
+/// [`crate::files::TEXT_CAP`] is refused.
+pub fn series(path: &Path, name: &str) -> Result<Vec<(u64, u64)>, Error> {
+    let text = crate::files::read_capped(path, crate::files::TEXT_CAP)?;
+    let text = String::from_utf8_lossy(&text);
+    Ok(text
+        .lines()
+        .filter_map(parse_line)
+        .filter_map(|(time, counters)| {
+            counters
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| (time, v))
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +86,24 @@ mod tests {
         let (time, counters) = parse_line(&line).unwrap();
         assert_eq!(time, 1700000000);
         assert_eq!(counters[2], ("memory_used".to_owned(), 4096));
+    }
+
+    /// A series reads one counter from every line that has it, skipping the others.
+    #[test]
+    fn series_of_one_counter() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.out");
+        let text = [
+            format_line(1_000_000_000, &[("rss", 4096), ("rss_anon", 0)]),
+            "garbage\n".to_owned(),
+            format_line(1_020_000_000, &[("rss_anon", 1)]),
+            format_line(1_040_000_000, &[("rss", 8192)]),
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            series(&path, "rss").unwrap(),
+            [(1_000_000_000, 4096), (1_040_000_000, 8192)]
+        );
     }
 }

@@ -39,7 +39,8 @@ pub enum Command {
     /// writes fltrace-data-report-PID.out (--legacy-csv with other flags).
     /// With --allocs, --leaks or --by alloc-site: allocations and the faults in them.
     Report(ReportArgs),
-    /// Flamegraphs of all faults and of first-touch faults, as SVG.
+    /// Flamegraphs of all faults and of first-touch faults, as SVG; with --allocs, the
+    /// allocations' charts (heaptrack_gui's) as SVG, CSV or JSON.
     Visualize(VisualizeArgs),
     /// Record a command at shrinking local memory and plot faults and faulting code
     /// locations against it (the WORDS'23 figure).
@@ -593,8 +594,19 @@ pub struct VisualizeArgs {
     pub label: FrameLabel,
     /// Draw the first-touch flamegraph (flamegraph-alloc) by the allocation stack of the block
     /// each fault hit rather than by the faulting stack (needs record --allocs).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "allocs")]
     pub by_allocation: bool,
+    /// Draw the allocations instead of the faults (needs record --allocs), for each process:
+    /// the heap consumed over time stacked by allocation site with its peak marked and the
+    /// resident memory beside it (allocmem), allocations and temporary allocations per
+    /// second (allocrate), the allocation sizes (allocsizes), and flamegraphs of the heap
+    /// alive at its peak (flamegraph-peak) and of the memory leaked (flamegraph-leaks).
+    #[arg(long)]
+    pub allocs: bool,
+    /// With --allocs: the charts as SVG, or their series as CSV (allocmem, allocsizes) or
+    /// JSON (allocmem).
+    #[arg(long, value_enum, default_value = "svg", requires = "allocs")]
+    pub format: fltrace_render::ChartFormat,
     /// The directory the SVGs go into (default: beside the recording, or the current
     /// directory when the recording's is read-only).
     #[arg(short = 'o', long = "output", value_name = "DIR")]

@@ -101,5 +101,10 @@ pub fn prepare(
     }
     // On unless turned off; bench/allocs.sh measures both.
     options.drain_allocs = std::env::var_os(DRAIN_ENV).is_none_or(|v| v != "0");
+    // Reports then read each process's totals instead of pairing every call. On unless
+    // turned off (FLTRACE_ALLOCS_PAIR=0), for bench/allocs.sh to measure what it costs.
+    options.pairing = std::env::var_os(PAIR_ENV)
+        .is_none_or(|v| v != "0")
+        .then(|| fltrace_capture::Pairing(fltrace_analyze::record_time_pairing()));
     Ok((target, options))
 }

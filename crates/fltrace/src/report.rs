@@ -155,7 +155,10 @@ fn write_legacy_csv(
 /// Writes the original's report files when asked and returns what goes to stdout.
 fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String> {
     let mode = mode(args)?;
-    let options = mode.load_options(&args.selection.load_options()?);
+    let mut options = mode.load_options(&args.selection.load_options()?);
+    // Totals and leaks whatever their age need no call read: the recorder paired them.
+    options.allocs_from_record =
+        matches!(mode, ReportMode::Allocs(_) | ReportMode::Leaks) && args.older_ms.is_none();
     let loaded = load(&options, Some(&opened.named))?;
     eprintln!(
         "fltrace: {}",

@@ -111,7 +111,7 @@ pub(super) struct State {
     /// [`State::lost`] when `sample_memory` last looked for processes whose end was lost.
     lost_checked: u64,
     /// What each new process is made with.
-    session: RecordingContext,
+    pub(super) session: RecordingContext,
     pub(super) far_exhausted: bool,
     /// Under far memory: the processes whose images ran without the runtime, with the
     /// executables, and what each had outside the region at the most.
@@ -193,6 +193,7 @@ impl State {
                     / 4)
                 .max(256) as u64,
                 live: options.live.is_some(),
+                resident_series: options.allocs.is_some(),
             },
             far_exhausted: false,
             far_unreached: Vec::new(),
@@ -724,6 +725,18 @@ impl State {
         }
     }
 
+    /// Samples the resident memory of every open process whose main thread lives, where it
+    /// is followed (`record --allocs`).
+    pub(super) fn sample_resident(&mut self) {
+        for process in self
+            .processes
+            .values_mut()
+            .filter(|p| p.exited_round.is_none() && !p.main_exited())
+        {
+            process.sample_resident();
+        }
+    }
+
     /// Writes a checkpoint of every open process's tables (see [`Process::checkpoint`]).
     pub(super) fn checkpoint(&mut self) -> Result<(), Error> {
         for process in self.processes.values_mut() {
@@ -892,7 +905,7 @@ impl State {
             let mut images: FxHashMap<u32, u32> = FxHashMap::default();
             for image in 0.. {
                 let path = spool.join(fltrace_trace::spool::log_name(os_pid, image));
-                let made_ns = match log_made_ns(&path) {
+                let made_ns = match fltrace_trace::spool::log_made_ns(&path) {
                     Ok(made_ns) => made_ns,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                     Err(e) => return Err(io(&path)(e)),
@@ -909,27 +922,6 @@ impl State {
         }
         Ok(())
     }
-}
-
-/// When the allocation log at `path` was made (CLOCK_MONOTONIC ns, the records' clock); 0
-/// when its header does not say (a library from before the field, a log not initialised).
-fn log_made_ns(path: &std::path::Path) -> std::io::Result<u64> {
-    use fltrace_runtime_abi::alloclog::{LogHeader, MAGIC};
-    use std::io::Read as _;
-    let mut header = [0u8; std::mem::size_of::<LogHeader>()];
-    let mut file = std::fs::File::open(path)?;
-    if file.read_exact(&mut header).is_err() {
-        return Ok(0);
-    }
-    let word = |offset: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&header[offset..offset + 8]);
-        u64::from_ne_bytes(bytes)
-    };
-    if word(std::mem::offset_of!(LogHeader, magic)) != MAGIC {
-        return Ok(0);
-    }
-    Ok(word(std::mem::offset_of!(LogHeader, made_ns)))
 }
 
 /// The threads of the far-memory runtime, named by the runtime when it starts them, while

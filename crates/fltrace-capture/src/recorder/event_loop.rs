@@ -38,6 +38,15 @@ impl ActiveRecording {
         let mut positions: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rings.len()];
         let mut last_stats = Instant::now();
         let mut last_memory = Instant::now();
+        // With allocations traced, each process's resident memory is followed finely, and
+        // the loop wakes up for it.
+        let resident = state.session.resident_series;
+        let mut last_resident: Option<Instant> = None;
+        let wake_ms = if resident {
+            crate::process::RESIDENT_EVERY.as_millis() as i32
+        } else {
+            100
+        };
         let mut last_progress = Instant::now();
         let mut last_live = Instant::now();
         let mut exit_status: Option<ExitStatus> = None;
@@ -154,6 +163,12 @@ impl ActiveRecording {
                 stop_at = None;
             }
 
+            if resident
+                && last_resident.is_none_or(|at| at.elapsed() >= crate::process::RESIDENT_EVERY)
+            {
+                state.sample_resident();
+                last_resident = Some(Instant::now());
+            }
             if last_memory.elapsed() >= Duration::from_millis(100) {
                 state.sample_memory();
                 last_memory = Instant::now();
@@ -182,9 +197,9 @@ impl ActiveRecording {
             if trace_error.is_some() {
                 // The rings stay readable now that nobody reads them: wait on the program
                 // alone.
-                wait_for_exit(pidfd.as_ref(), 100);
+                wait_for_exit(pidfd.as_ref(), wake_ms);
             } else if drained == 0 {
-                poll_rings(&self.events, pidfd.as_ref(), 100);
+                poll_rings(&self.events, pidfd.as_ref(), wake_ms);
             }
         }
         Ended {

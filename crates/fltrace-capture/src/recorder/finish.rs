@@ -103,7 +103,13 @@ impl ActiveRecording {
                 }
                 let mut total = crate::Converted::default();
                 for &pid in &pids {
-                    let generation = state.preload_generations.get(&pid).copied().unwrap_or(0);
+                    let generation = fltrace_trace::spool::first_log_generation(
+                        logs.dir(),
+                        &options.dir,
+                        pid,
+                        state.preload_generations.get(&pid).copied().unwrap_or(0),
+                        mono_offset,
+                    );
                     let converted = match logs.convert(
                         pid,
                         generation,

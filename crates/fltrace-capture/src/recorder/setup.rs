@@ -70,7 +70,8 @@ impl ActiveRecording {
         crate::alloc_spool::recover_stale_spools(&options.dir, crate::SpoolLogs::Remove);
         let mut alloc_logs = match &options.allocs {
             Some(crate::AllocTracing::Preload(library)) => {
-                let logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
+                let mut logs = crate::AllocLogs::create(&options.dir, options.credentials)?;
+                logs.pair_with(options.pairing.as_ref().map(|p| p.0.clone()));
                 if options.far_memory.is_none() {
                     far_env.push(("LD_PRELOAD".into(), crate::runtime::preload_value(library)));
                 }

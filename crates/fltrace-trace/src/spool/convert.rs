@@ -10,7 +10,8 @@ use fltrace_runtime_abi::alloclog::MAX_FRAMES;
 use super::alloc_log::{Item, LiveLog, log_name};
 use crate::tables::EncodedGroup;
 use crate::{
-    AllocEvent, AllocTotals, AllocWriter, CodeAddr, Error, Origin, Stack, StackWriter, files,
+    AllocEvent, AllocPassSummary, AllocTotals, AllocWriter, CodeAddr, Error, Origin,
+    PairingFactory, Stack, StackWriter, files,
 };
 
 /// Says in `pid`'s stats file how many of its stack definitions were refused, if any: a
@@ -53,10 +54,11 @@ pub fn convert_spooled(
     pid: u32,
     first_generation: u32,
     out_dir: &Path,
-    mono_offset: u64,
-    recording: &str,
+    metadata: &super::SpoolMetadata,
     full_logs: FullLogs,
+    pairing: Option<&PairingFactory>,
 ) -> Result<Option<Converted>, Error> {
+    let (mono_offset, recording) = (metadata.mono_offset, metadata.recording.as_str());
     let mut logs = Vec::new();
     for image in 0.. {
         match LiveLog::open(&spool.join(log_name(pid, image)), mono_offset, true)? {
@@ -80,21 +82,60 @@ pub fn convert_spooled(
         &files::allocs(out_dir, pid),
         &files::alloc_stacks(out_dir, pid),
         origin.clone(),
+        pairing,
     )?;
     for (image, mut log) in logs.into_iter().enumerate() {
         let generation = first_generation + image as u32;
         let floor = image_start.get(&generation).copied().unwrap_or(0);
         conversion.convert_image(&mut log, generation, floor)?;
     }
-    let (converted, totals) = conversion.finish()?;
+    let (converted, totals, paired) = conversion.finish()?;
+    write_pairing(out_dir, &origin, paired, &image_start)?;
     // Last: a totals file says its process's tables were written to the end.
     crate::write_alloc_totals(&files::alloc_totals(out_dir, pid), origin, &totals)?;
     Ok(Some(converted))
 }
 
+/// Writes what the pairing at record time found ([`crate::write_alloc_stats`]) into the
+/// recording, if it is what a report's own pass over the calls will find: the same execs
+/// ended the blocks (the first mapping of each address-space generation after the first, up
+/// to the last call: a generation the recorder saw but no log carried, or a start it learnt
+/// late, would differ). Otherwise nothing is written and reports pair the calls themselves.
+pub fn write_pairing(
+    out_dir: &Path,
+    origin: &Origin,
+    paired: Option<AllocPassSummary>,
+    image_start: &HashMap<u32, u64>,
+) -> Result<(), Error> {
+    let Some(summary) = paired else {
+        return Ok(());
+    };
+    let mut execs: Vec<u64> = image_start
+        .iter()
+        .filter(|&(&generation, &time)| generation > 0 && time > 0 && time <= summary.last_event_ns)
+        .map(|(_, &time)| time)
+        .collect();
+    execs.sort_unstable();
+    if execs != summary.execs {
+        log::debug!(
+            "allocations of process {}: the pairing's execs {:?} are not the recording's {execs:?}; reports pair the calls themselves",
+            origin.pid,
+            summary.execs
+        );
+        return Ok(());
+    }
+    crate::write_alloc_stats(
+        &files::alloc_stats(out_dir, origin.pid),
+        origin.clone(),
+        &summary,
+    )
+}
+
 /// One process's tables being written from its logs, image after image.
 pub struct Conversion {
     allocs: BackgroundWriter,
+    /// The generation of the image being converted, once one is.
+    generation: Option<u32>,
     stack_writer: StackWriter,
     stacks: Stacks,
     converted: Converted,
@@ -122,13 +163,21 @@ fn thread_cpu() -> std::time::Duration {
 }
 
 impl Conversion {
-    /// Creates the tables at `allocs` and `stacks`, of process and recording `origin`.
-    pub fn create(allocs: &Path, stacks: &Path, origin: Origin) -> Result<Conversion, Error> {
+    /// Creates the tables at `allocs` and `stacks`, of process and recording `origin`; the
+    /// events are paired on the way by one of `pairing`'s, if given.
+    pub fn create(
+        allocs: &Path,
+        stacks: &Path,
+        origin: Origin,
+        pairing: Option<&PairingFactory>,
+    ) -> Result<Conversion, Error> {
         Ok(Conversion {
             allocs: BackgroundWriter::start(
                 allocs,
                 AllocWriter::create_for(allocs, origin.clone())?,
+                pairing.map(|make| make()),
             ),
+            generation: None,
             stack_writer: StackWriter::create_for(stacks, origin)?,
             stacks: Stacks::default(),
             converted: Converted::default(),
@@ -156,6 +205,13 @@ impl Conversion {
             self.stacks
                 .local
                 .resize(generation as usize + 1, LocalIds::default());
+        }
+        if self.generation != Some(generation) {
+            self.generation = Some(generation);
+            // An image after an exec: its blocks begin anew at its first mapping.
+            if generation > 0 && floor > 0 {
+                self.allocs.exec(floor)?;
+            }
         }
         let mut written = 0;
         while written < max_events
@@ -230,9 +286,11 @@ impl Conversion {
         self.allocs.abandon();
     }
 
-    /// Finishes both tables; returns what was converted and the totals per (stack, call,
-    /// size).
-    pub fn finish(mut self) -> Result<(Converted, Vec<crate::AllocTotal>), Error> {
+    /// Finishes both tables; returns what was converted, the totals per (stack, call, size)
+    /// and what the pairing found (if there was one and it took every event).
+    pub fn finish(
+        mut self,
+    ) -> Result<(Converted, Vec<crate::AllocTotal>, Option<AllocPassSummary>), Error> {
         self.allocs.finish()?;
         // A drain's conversion ends on another thread than it began: its CPU is not known.
         let own_cpu = if std::thread::current().id() == self.started_thread {
@@ -255,7 +313,8 @@ impl Conversion {
         self.stack_writer.finish()?;
         self.converted.stacks = self.stacks.next;
         self.converted.refused_stacks = self.stacks.refused;
-        Ok((self.converted, self.allocs.totals.totals()))
+        let paired = self.allocs.paired.take();
+        Ok((self.converted, self.allocs.totals.totals(), paired))
     }
 }
 /// Events handed in batches to threads that encode them: decoding and merging the logs is
@@ -272,8 +331,8 @@ struct BackgroundWriter {
     encoders: Vec<std::thread::JoinHandle<AllocTotals>>,
     /// The totals per (stack, call, size) of every event, once the encoders have ended.
     totals: AllocTotals,
-    /// The thread that writes the file.
-    thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+    /// The thread that writes the file, which gives what the pairing found.
+    thread: Option<std::thread::JoinHandle<Result<Option<AllocPassSummary>, Error>>>,
     /// The next job's place in the file, and the next batch's first row.
     next_job: u64,
     next_row: u64,
@@ -284,6 +343,8 @@ struct BackgroundWriter {
     busy: std::sync::Arc<std::sync::Mutex<std::time::Duration>>,
     /// Set when the table is given up: the threads drop what they hold unwritten.
     abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What the pairing found, once the threads have ended (see [`crate::PairCalls`]).
+    paired: Option<AllocPassSummary>,
 }
 
 /// What the encoders are given, numbered in file order.
@@ -295,12 +356,16 @@ enum Job {
     },
     /// Write what was given so far and a checkpoint.
     Checkpoint { number: u64 },
+    /// The process exec'd then: for the pairing, between the events before and after.
+    Exec { number: u64, time_ns: u64 },
 }
 
-/// What the file thread is handed, numbered as its job.
+/// What the file thread is handed, numbered as its job: the events come along for the
+/// pairing, which the file thread runs in file order.
 enum Encoded {
-    Group(Result<EncodedGroup, Error>),
+    Group(Result<EncodedGroup, Error>, Vec<AllocEvent>),
     Checkpoint,
+    Exec(u64),
 }
 
 /// Events per batch handed to the encoders: a row group.
@@ -309,7 +374,11 @@ const BATCH: usize = 1 << 16;
 const ENCODERS: usize = 2;
 
 impl BackgroundWriter {
-    fn start(path: &Path, mut writer: AllocWriter) -> BackgroundWriter {
+    fn start(
+        path: &Path,
+        mut writer: AllocWriter,
+        mut pairing: Option<Box<dyn crate::PairCalls>>,
+    ) -> BackgroundWriter {
         use std::sync::atomic::Ordering;
         use std::sync::{Arc, Mutex};
         let (sender, jobs) = std::sync::mpsc::sync_channel::<Job>(ENCODERS);
@@ -351,9 +420,11 @@ impl BackgroundWriter {
                                 for event in &events {
                                     totals.add(event);
                                 }
-                                (number, Encoded::Group(encoder.encode(first, &events)))
+                                let group = encoder.encode(first, &events);
+                                (number, Encoded::Group(group, events))
                             }
                             Job::Checkpoint { number } => (number, Encoded::Checkpoint),
+                            Job::Exec { number, time_ns } => (number, Encoded::Exec(time_ns)),
                         };
                         if done.send((number, encoded)).is_err() {
                             break;
@@ -368,25 +439,35 @@ impl BackgroundWriter {
         let (given_up, file_busy, file) = (abandoned.clone(), busy.clone(), path.to_owned());
         let thread = std::thread::spawn(move || {
             let started = thread_cpu();
-            let result = (|| {
+            let result = (|| -> Result<Option<AllocPassSummary>, Error> {
                 // Encoded out of order by the encoders, written in order.
                 let mut waiting = std::collections::BTreeMap::new();
                 let mut next = 0;
                 for (number, encoded) in encoded {
                     if given_up.load(Ordering::Acquire) {
-                        return Ok(());
+                        return Ok(None);
                     }
                     waiting.insert(number, encoded);
                     while let Some(encoded) = waiting.remove(&next) {
                         match encoded {
-                            Encoded::Group(group) => writer.push_encoded(group?)?,
+                            Encoded::Group(group, events) => {
+                                writer.push_encoded(group?)?;
+                                if let Some(pairing) = &mut pairing {
+                                    pairing.events(&events);
+                                }
+                            }
                             Encoded::Checkpoint => writer.checkpoint()?,
+                            Encoded::Exec(time_ns) => {
+                                if let Some(pairing) = &mut pairing {
+                                    pairing.exec(time_ns);
+                                }
+                            }
                         }
                         next += 1;
                     }
                 }
                 if given_up.load(Ordering::Acquire) {
-                    return Ok(());
+                    return Ok(None);
                 }
                 if !waiting.is_empty() {
                     return Err(Error::Write {
@@ -394,7 +475,8 @@ impl BackgroundWriter {
                         source: "an allocation table encoder ended early".into(),
                     });
                 }
-                writer.finish()
+                writer.finish()?;
+                Ok(pairing.and_then(|pairing| pairing.finish()))
             })();
             add_busy(&file_busy, thread_cpu().saturating_sub(started));
             result
@@ -411,7 +493,17 @@ impl BackgroundWriter {
             waited: std::time::Duration::ZERO,
             busy,
             abandoned,
+            paired: None,
         }
+    }
+
+    /// The process exec'd at `time_ns`: what was pushed before goes out first.
+    fn exec(&mut self, time_ns: u64) -> Result<(), Error> {
+        if !self.batch.is_empty() {
+            self.send_batch()?;
+        }
+        let number = self.next_job;
+        self.send(Job::Exec { number, time_ns })
     }
 
     /// Stops the threads without writing what is left, and waits until the file is closed.
@@ -496,12 +588,15 @@ impl BackgroundWriter {
         let joined = self.thread.take().map(|thread| thread.join());
         self.waited += started.elapsed();
         match joined {
-            Some(joined) => joined.ok().filter(|_| encoders_ended).unwrap_or_else(|| {
-                Err(Error::Write {
-                    path: self.path.clone(),
-                    source: "the allocation table writer panicked".into(),
-                })
-            }),
+            Some(joined) => {
+                self.paired = joined.ok().filter(|_| encoders_ended).unwrap_or_else(|| {
+                    Err(Error::Write {
+                        path: self.path.clone(),
+                        source: "the allocation table writer panicked".into(),
+                    })
+                })?;
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -702,6 +797,7 @@ mod timing {
                 &dir.path().join("a.parquet"),
                 &dir.path().join("s.parquet"),
                 Origin::new("1-2", 1),
+                None,
             )
             .unwrap();
             conversion.convert_image(&mut log, 0, 0).unwrap();

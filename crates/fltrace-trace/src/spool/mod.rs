@@ -14,10 +14,61 @@ mod convert;
 pub use alloc_log::{LiveLog, any_log_stopped, any_spool_log_stopped, log_bytes_taken, log_name};
 pub use convert::{
     Conversion, Converted, FullLogs, STACK_FRAMES_CAP, convert_spooled, image_starts, note_refused,
-    refused_note,
+    refused_note, write_pairing,
 };
 
 use crate::files;
+
+/// When the allocation log at `path` was made (CLOCK_MONOTONIC ns, the records' clock); 0
+/// when its header does not say (a library from before the field, a log not initialised).
+pub fn log_made_ns(path: &Path) -> std::io::Result<u64> {
+    use fltrace_runtime_abi::alloclog::{LogHeader, MAGIC};
+    use std::io::Read as _;
+    let mut header = [0u8; std::mem::size_of::<LogHeader>()];
+    let mut file = std::fs::File::open(path)?;
+    if file.read_exact(&mut header).is_err() {
+        return Ok(0);
+    }
+    let word = |offset: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&header[offset..offset + 8]);
+        u64::from_ne_bytes(bytes)
+    };
+    if word(std::mem::offset_of!(LogHeader, magic)) != MAGIC {
+        return Ok(0);
+    }
+    Ok(word(std::mem::offset_of!(LogHeader, made_ns)))
+}
+
+/// The address-space generation of the first image whose library wrote a log of process
+/// `pid` (its log image 0 in `spool`): `at_least`, the generation the library ran in when the
+/// process began (the command's first, or the parent's at a fork), unless the log was made
+/// in a later image. A child made by vfork (dash's, posix_spawn's) runs no fork handler, so
+/// its first log is the one the image it execs makes: filed under the parent's image, its
+/// calls would be symbolized against the wrong mappings. The later image is the last whose
+/// first mapping (`out_dir`'s mappings table, Unix-epoch times) is not after the log was
+/// made (CLOCK_MONOTONIC plus `mono_offset`).
+pub fn first_log_generation(
+    spool: &Path,
+    out_dir: &Path,
+    pid: u32,
+    at_least: u32,
+    mono_offset: u64,
+) -> u32 {
+    let made = match log_made_ns(&spool.join(log_name(pid, 0))) {
+        Ok(made) if made > 0 => made.saturating_add(mono_offset),
+        _ => return at_least,
+    };
+    let Ok(starts) = image_starts(&files::mmaps(out_dir, pid)) else {
+        return at_least;
+    };
+    starts
+        .iter()
+        .filter(|&(&generation, &start)| generation > at_least && start > 0 && start <= made)
+        .map(|(&generation, _)| generation)
+        .max()
+        .unwrap_or(at_least)
+}
 
 /// The name of the metadata file in a spool directory (the tracer's files start with `log`).
 pub const METADATA_FILE: &str = "recording";
@@ -317,18 +368,21 @@ fn recover_spool(
         }
         // The first image the library ran in: the command's first (0), or the parent's at a
         // fork, which is the child's first mapping's generation too.
-        let first_generation = crate::read_mappings(&files::mmaps(out_dir, pid))
+        let forked = crate::read_mappings(&files::mmaps(out_dir, pid))
             .ok()
             .and_then(|mappings| mappings.iter().map(|m| m.generation).min())
             .unwrap_or(0);
+        let first_generation =
+            first_log_generation(spool, out_dir, pid, forked, metadata.mono_offset);
         match convert_spooled(
             spool,
             pid,
             first_generation,
             out_dir,
-            metadata.mono_offset,
-            &metadata.recording,
+            metadata,
             FullLogs::Keep,
+            // A killed recorder's calls: reports pair them themselves.
+            None,
         ) {
             Ok(Some(converted)) => {
                 log::warn!(

@@ -32,6 +32,7 @@ use std::path::Path;
 use crate::files;
 
 mod access;
+mod alloc_stats;
 mod alloc_totals;
 mod allocs;
 mod export;
@@ -42,6 +43,10 @@ mod stacks;
 pub(crate) mod writer;
 
 pub use access::{AccessWriter, read_access};
+pub use alloc_stats::{
+    AllocPassSummary, AllocStackStats, PairCalls, PairingFactory, read_alloc_stats,
+    write_alloc_stats,
+};
 pub use alloc_totals::{read_alloc_totals, write_alloc_totals};
 pub use allocs::{AllocRowGroups, AllocWriter, read_allocs};
 pub use export::{ExportedFault, ExportedFaultWriter, SymbolizedFrame, SymbolizedFrameWriter};

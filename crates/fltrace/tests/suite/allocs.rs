@@ -1175,6 +1175,9 @@ fn forty_million_calls_report_under_a_memory_cap() {
 /// 1 GiB address-space cap, as the report does: the flamegraph by allocation stack puts the
 /// faults in malloc4m's blocks on its line, and the heatmap outlines the five largest blocks:
 /// four of malloc4m's largest (527 bytes), labelled with that line, and stdout's buffer.
+/// The charts of `visualize --allocs` too (issue 40): every call counted, malloc4m's most
+/// heap at once and the whole heap's peak exactly as the loop makes them (replayed below),
+/// the flamegraphs of the peak and of the leaks holding those bytes.
 #[test]
 fn forty_million_calls_visualize_under_a_memory_cap() {
     let dir = Dir::new();
@@ -1226,4 +1229,151 @@ fn forty_million_calls_visualize_under_a_memory_cap() {
             .filter(|title| !title.contains(": 0x"))
             .collect::<Vec<_>>()
     );
+
+    // malloc4m's loop replayed: the bytes its site holds at its most, and at the end.
+    let (mut ring, mut live, mut most) = ([0u64; 1024], 0u64, 0u64);
+    for i in 0..20_000_000u64 {
+        let size = 16 + (i * 37) % 512;
+        live += size;
+        most = most.max(live);
+        if i % 7 == 0 {
+            let slot = (i % 1024) as usize;
+            live -= ring[slot];
+            ring[slot] = size;
+        } else {
+            live -= size;
+        }
+    }
+    // The constructor's 333 bytes are kept from the start, stdout's 4 KiB buffer from the
+    // printf after the loop.
+    let (early, stdout) = (333u64, 4096u64);
+    let peak = (early + most).max(early + live + stdout);
+    let out = capped(&["visualize", "--allocs", "--format", "json"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("./fltrace-data-allocmem-{pid}.json")
+    );
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(format!("fltrace-data-allocmem-{pid}.json")))
+            .expect("allocmem json"),
+    )
+    .expect("json");
+    let malloc4m = json["sites"]
+        .as_array()
+        .expect("sites")
+        .iter()
+        .find(|s| s["label"] == format!("malloc4m {line}"))
+        .unwrap_or_else(|| panic!("no malloc4m among {}", json["sites"]));
+    assert_eq!(
+        (
+            json["allocs"].as_u64(),
+            malloc4m["most_live_bytes"].as_u64(),
+            json["peak"]["bytes"].as_u64()
+        ),
+        (Some(20_000_002), Some(most), Some(peak))
+    );
+    let out = capped(&["visualize", "--allocs"]);
+    let written: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("./").to_owned())
+        .collect();
+    assert_eq!(
+        written,
+        [
+            "allocmem",
+            "allocrate",
+            "allocsizes",
+            "flamegraph-peak",
+            "flamegraph-leaks"
+        ]
+        .map(|kind| format!("fltrace-data-{kind}-{pid}.svg"))
+    );
+    let svg = |kind: &str| {
+        std::fs::read_to_string(dir.path().join(format!("fltrace-data-{kind}-{pid}.svg")))
+            .unwrap_or_else(|e| panic!("{kind}: {e}"))
+    };
+    assert!(svg("allocmem").contains(&format!("malloc4m {line}")));
+    assert!(svg("allocrate").contains("heap allocations (20,000,002 in all)"));
+    let leaked = early + live + stdout;
+    let total = |n: u64| {
+        let digits = n.to_string();
+        let mut grouped = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(c);
+        }
+        format!("<title>all ({grouped} bytes, 100%)")
+    };
+    for (kind, bytes) in [("flamegraph-leaks", leaked), ("flamegraph-peak", peak)] {
+        assert!(
+            svg(kind).contains(&total(bytes)),
+            "{kind} without {}",
+            total(bytes)
+        );
+    }
+}
+
+/// A program started after its parent changed directory (a shell's `cd`, `make -C`) is traced
+/// too: the tracer's log path is absolute, so the child finds the recorder's clock page and
+/// logs from `/` as from the recording's directory (a relative one left the child untraced,
+/// "the recorder's clock page is missing").
+#[test]
+fn a_child_started_after_a_cd_is_traced() {
+    let dir = Dir::new();
+    let script = format!("cd / && {} malloc4m 1000", workloads().allocs.display());
+    let out = record_program(&dir, &[], Path::new("/bin/bash"), &["-c", &script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record failed: {stderr}");
+    assert!(!stderr.contains("clock page is missing"), "{stderr}");
+    let rows = report_rows(&dir, &["report", "--allocs"]);
+    assert_eq!(
+        numbers(at(&rows, "malloc4m"), &["allocs", "leaked_allocs"]),
+        [1000, 143]
+    );
+}
+
+/// A child made by vfork that execs the program (dash runs commands so, python's subprocess
+/// through posix_spawn) has its allocations filed under the program's image: no fork
+/// handler ran in the shared image, so its first log is the program's, and its calls are
+/// symbolized against the program's mappings (they were all `[unknown]`, filed under the
+/// parent's image). The process's charts name the site as the report does.
+#[test]
+fn a_vforked_child_that_execs_has_its_sites() {
+    let program = workloads().allocs.display().to_string();
+    let spawn = format!("import subprocess; subprocess.run(['{program}', 'malloc4m', '1000'])");
+    for (shell, args) in [
+        (
+            "/bin/sh",
+            ["-c".to_owned(), format!("{program} malloc4m 1000; true")],
+        ),
+        ("python3", ["-c".to_owned(), spawn]),
+    ] {
+        let dir = Dir::new();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = record_program(&dir, &[], Path::new(shell), &args);
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = report_rows(&dir, &["report", "--allocs"]);
+        assert_eq!(
+            numbers(at(&rows, "malloc4m"), &["allocs", "leaked_allocs"]),
+            [1000, 143],
+            "{shell}"
+        );
+        let out = dir.run(&["visualize", "--allocs", "--format", "json"]);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let label = format!("malloc4m allocs.c:{}", site("allocs.c", "malloc4m"));
+        let charted = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|path| {
+                std::fs::read_to_string(dir.path().join(path))
+                    .is_ok_and(|json| json.contains(&format!("\"label\": \"{label}\"")))
+            })
+            .count();
+        assert_eq!(charted, 1, "{shell}: one process's chart names {label}");
+    }
 }

@@ -2,6 +2,7 @@ mod allocs;
 mod attribution;
 mod bpftools;
 mod buildcache;
+mod charts;
 mod churn;
 mod cli;
 mod debuginfo;

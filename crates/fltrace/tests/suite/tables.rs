@@ -315,6 +315,7 @@ fn every_table_names_its_recording_and_process() {
         "allocs",
         "allocstacks",
         "allocsums",
+        "allocstats",
     ]
     .map(String::from)
     .into();
