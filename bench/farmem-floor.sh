@@ -9,9 +9,10 @@
 #                thread by a SIGBUS handler, no handler thread (the floor of the in-thread path)
 #   runtime      fltrace's runtime preloaded alone (no recorder), local memory ample
 #   record-ample fltrace record -L=<2x the peak> (no eviction)
-#   record-half  fltrace record -L=<half the peak> (faults served in the faulting thread, the
-#                default where the kernel has UFFD_FEATURE_SIGBUS)
-#   record-half-threads   the same with FLTRACE_RT_FAULT_PATH=thread (handler threads serve)
+#   record-half  fltrace record -L=<half the peak> with FLTRACE_RT_FAULT_PATH=signal (faults
+#                served in the faulting thread, where the kernel has UFFD_FEATURE_SIGBUS)
+#   record-half-threads   the same with FLTRACE_RT_FAULT_PATH=thread (handler threads serve,
+#                         the default)
 #   record-half-copy      the same with FLTRACE_RT_MOVE=0 (pages copied, not moved)
 #   record-half-2handlers the same with FLTRACE_RT_HANDLERS=2 (a handler per CPU)
 #   record-half-busy      the same with FLTRACE_RT_BUSY_POLL=1 (the handler never sleeps)
@@ -85,6 +86,7 @@ run() {
             local l=$half knobs=()
             case $config in
                 record-ample) l=$ample ;;
+                record-half) knobs=(FLTRACE_RT_FAULT_PATH=signal) ;;
                 record-half-threads) knobs=(FLTRACE_RT_FAULT_PATH=thread) ;;
                 record-half-copy) knobs=(FLTRACE_RT_MOVE=0) ;;
                 record-half-2handlers) knobs=(FLTRACE_RT_HANDLERS=2) ;;

@@ -87,8 +87,11 @@ struct Settings {
     busy_poll: bool,
     realtime: bool,
     tlb_count: bool,
-    /// Faults may be served in the faulting thread (`FLTRACE_RT_FAULT_PATH` is not `thread`).
+    /// Faults may be served in the faulting thread (`FLTRACE_RT_FAULT_PATH=signal`).
     in_thread: bool,
+    /// Handler threads were asked for by name (`FLTRACE_RT_FAULT_PATH=thread`), not taken as
+    /// the default.
+    threads_asked: bool,
     /// `FLTRACE_RT_SHARED`, NUL-padded; `shared_len` 0 when unset.
     shared: [u8; 480],
     shared_len: usize,
@@ -109,7 +112,10 @@ fn settings() -> &'static Settings {
             busy_poll: sys::env_u64(env::BUSY_POLL) == Some(1),
             realtime: sys::env_u64(env::REALTIME) == Some(1),
             tlb_count: sys::env_u64(env::TLB_COUNT) == Some(1),
-            in_thread: sys::env_bytes(env::FAULT_PATH) != Some(b"thread"),
+            // Handler threads by default: the in-thread path measured slower here under
+            // load (docs/BENCHMARKS.md, issue 38) and fails system calls it does not wrap.
+            in_thread: sys::env_bytes(env::FAULT_PATH) == Some(b"signal"),
+            threads_asked: sys::env_bytes(env::FAULT_PATH) == Some(b"thread"),
             shared,
             shared_len,
         }
@@ -250,8 +256,10 @@ fn build_region() -> Option<Region> {
         move_pages: opened.moves,
         reserve_pages: reserve_pages(),
         in_thread: opened.in_thread,
-        thread_reason: if asked_threads {
+        thread_reason: if settings().threads_asked {
             path_reason::ASKED
+        } else if asked_threads {
+            path_reason::DEFAULT
         } else if go {
             path_reason::GO_PROGRAM
         } else {

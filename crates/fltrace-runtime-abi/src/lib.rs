@@ -147,6 +147,9 @@ pub mod path_reason {
     /// A Go program: its goroutines run on small stacks in its heap, with no room for a signal
     /// handler (and Go sets its signal stacks by system call, past the interposer).
     pub const GO_PROGRAM: u64 = 4;
+    /// Not asked for either way: handler threads are the default (`FLTRACE_RT_FAULT_PATH=signal`
+    /// asks for the in-thread path).
+    pub const DEFAULT: u64 = 5;
 
     /// The reason's words, as `record -v` gives them.
     pub fn name(reason: u64) -> &'static str {
@@ -155,6 +158,9 @@ pub mod path_reason {
             NO_SIGBUS_FEATURE => "the kernel has no UFFD_FEATURE_SIGBUS",
             NO_HANDLER => "no SIGBUS handler could be installed",
             GO_PROGRAM => "a Go program (goroutine stacks have no room for a signal handler)",
+            DEFAULT => {
+                "the default (FLTRACE_RT_FAULT_PATH=signal serves them in the faulting thread)"
+            }
             _ => "",
         }
     }

@@ -388,8 +388,20 @@ fn time_window_filters() {
     dir.record(&[&w.faults], &["nested", "40"]);
     let all = dir.report_json(&[]);
     assert!(all["faults"].as_u64().unwrap_or(0) >= 40);
-    let none = dir.report_json(&["--time", "1000..2000"]);
-    assert_eq!(none["faults"], 0);
+    let inside = dir.report_json(&["--time", "0..1000"]);
+    assert_eq!(inside["faults"], all["faults"]);
+    // A window after the last fault is refused, saying the recording's span.
+    let out = dir
+        .fltrace()
+        .args(["report", "--time", "1000..2000"])
+        .output()
+        .expect("fltrace runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--time 1000..2000: the faults of") && err.contains("give a window within it"),
+        "{err}"
+    );
 }
 
 /// Tables fit the terminal: at 200 columns the longest C++ name is whole, at 80 it is cut

@@ -7,8 +7,24 @@ use super::util::*;
 
 /// Records `farmem <args>` under `-L local -M max` and returns fltrace's exit code and stderr.
 fn far(dir: &Dir, local: &str, max: &str, program: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = dir
-        .fltrace()
+    far_on(dir, "thread", local, max, program, args)
+}
+
+/// [`far`] with faults served on `path`: `thread` (handler threads, the default) or `signal`
+/// (in the faulting thread, `FLTRACE_RT_FAULT_PATH=signal`).
+fn far_on(
+    dir: &Dir,
+    path: &str,
+    local: &str,
+    max: &str,
+    program: &Path,
+    args: &[&str],
+) -> (Option<i32>, String) {
+    let mut command = dir.fltrace();
+    if path == "signal" {
+        command.env("FLTRACE_RT_FAULT_PATH", "signal");
+    }
+    let out = command
         .args([
             "record",
             "-q",
@@ -307,9 +323,10 @@ fn system_calls_move_far_memory_through_the_kernel() {
         let run = Dir::new();
         let file = run.path().join("data");
         let mut command = run.fltrace();
-        if path == "thread" {
-            command.env("FLTRACE_RT_FAULT_PATH", "thread");
-        }
+        command.env(
+            "FLTRACE_RT_FAULT_PATH",
+            if path == "thread" { "thread" } else { "signal" },
+        );
         let out = output_within(
             command
                 .args(["record", "-q", "-L=50", "-M=1024", "--"])
@@ -378,7 +395,7 @@ fn system_calls_move_far_memory_through_the_kernel() {
 fn a_programs_own_sigbus_and_sigsegv_handlers_see_their_own_faults() {
     let dir = Dir::new();
     let program = build_c_workload(dir.path(), "ownsignals.c");
-    let (code, err) = far(&dir, "8", "256", &program, &["64"]);
+    let (code, err) = far_on(&dir, "signal", "8", "256", &program, &["64"]);
     assert_eq!(code, Some(0), "{err}");
     let pid = dir.pids("stats", "out")[0];
     assert_eq!(
@@ -425,10 +442,28 @@ fn the_handler_thread_path_serves_when_asked_and_says_so() {
             "{err}"
         );
     }
-    // By default, served in the thread, and said so.
+    // By default, handler threads too, and said so; asked for, served in the thread.
     let dir = Dir::new();
     let out = dir
         .fltrace()
+        .args(["record", "-v", "-L=8", "-M=256", "--"])
+        .arg(&w.farmem)
+        .args(["threads", "16", "4"])
+        .output()
+        .expect("fltrace runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let pid = dir.pids("stats", "out")[0];
+    assert!(
+        err.contains(&format!(
+            "process {pid}: far-memory faults served by handler threads: the default"
+        )),
+        "{err}"
+    );
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .env("FLTRACE_RT_FAULT_PATH", "signal")
         .args(["record", "-v", "-L=8", "-M=256", "--"])
         .arg(&w.farmem)
         .args(["threads", "16", "4"])
@@ -596,7 +631,7 @@ fn runtime_log_and_trace_agree_on_threads() {
     let dir = Dir::new();
     // 16 MiB per thread, 3 passes, 1 MiB local: under FIFO every page of a later pass was
     // evicted since its thread last read it.
-    let (code, err) = far(&dir, "1", "128", readscan(), &["16", "3"]);
+    let (code, err) = far_on(&dir, "signal", "1", "128", readscan(), &["16", "3"]);
     assert_eq!(code, Some(0), "{err}");
     let pages = 2 * 16 * 256;
     let report = dir.report_json(&["--by", "line"]);
@@ -632,7 +667,7 @@ fn runtime_log_and_trace_agree_on_threads() {
         stat("rt_faults") + stat("rt_resolved_elsewhere")
     );
     assert!(stat("rt_faults") >= 3 * pages);
-    // Served in the faulting threads (the default path here): each fault reached its
+    // Served in the faulting threads (asked for here): each fault reached its
     // thread's SIGBUS handler, none a handler thread.
     assert_eq!(stat("rt_fault_path"), fltrace_runtime_abi::path::IN_THREAD);
     assert_eq!(stat("rt_msgs"), 0);
