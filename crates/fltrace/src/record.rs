@@ -60,6 +60,11 @@ pub fn say_summary(summary: &fltrace_capture::Summary, context: &fltrace_capture
 /// (the drain) unless this is `0`: then every log converts after the program ends.
 pub const DRAIN_ENV: &str = "FLTRACE_ALLOCS_DRAIN";
 
+/// `record --allocs` pairs each process's calls while converting them and writes what the
+/// reports need (`fltrace-data-allocstats-<pid>.parquet`) unless this is `0`: then reports
+/// pair every call themselves.
+pub const PAIR_ENV: &str = "FLTRACE_ALLOCS_PAIR";
+
 /// The target and options `flags` ask for, recording into `dir` (created as runs and sweep
 /// create theirs, and removed again, when still empty, if the request is refused).
 pub fn prepare(
