@@ -23,6 +23,8 @@
 
 pub mod access;
 mod alloc_spool;
+pub mod bpf;
+pub mod budget;
 mod child;
 mod code_cache;
 pub mod damon;
@@ -60,8 +62,8 @@ pub use interrupt::interrupt_counter;
 pub use os::{Reaped, monotonic_now_ns, reap};
 pub use recorder::attach_tasks;
 pub use recorder::{
-    AllocTracing, DEFAULT_STACK_BYTES, Ending, Options, Progress, RECORDING_FAILED, Summary,
-    Target, record, ring_mb_for,
+    AllocTracing, DEFAULT_BUDGET_MB, DEFAULT_STACK_BYTES, DEFAULT_STACK_CAP, Ending, Options,
+    Progress, RECORDING_FAILED, StackCopy, Summary, Target, record,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 /// The system page size.

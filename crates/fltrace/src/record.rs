@@ -23,6 +23,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         handlers: args.handlers,
         busy_poll: args.busy_poll,
         stack_bytes: args.stack_size,
+        stack_cap: Some(args.max_stack_copy),
         buffer_mb: args.buffer_mb.map(|mb| mb as usize),
         exact_stacks: args.exact_stacks,
         user: args.user.clone(),

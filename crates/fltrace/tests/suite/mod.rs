@@ -16,6 +16,7 @@ mod heatmap;
 mod processes;
 mod quickexit;
 mod reuse;
+mod rings;
 mod servers;
 mod signals;
 mod stacks;
