@@ -46,6 +46,11 @@ static long (*bpf_map_update_elem)(void *map, const void *key, const void *value
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+struct bpf_pidns_info {
+	u32 pid;
+	u32 tgid;
+};
+static long (*bpf_get_ns_current_pid_tgid)(u64 dev, u64 ino, struct bpf_pidns_info *nsdata, u32 size) = (void *)120;
 static long (*bpf_probe_read_user)(void *dst, u32 size, const void *src) = (void *)112;
 static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
 static u64 (*bpf_ringbuf_query)(void *ringbuf, u64 flags) = (void *)134;
@@ -64,6 +69,10 @@ static void *(*bpf_dynptr_data)(const struct bpf_dynptr *ptr, u32 offset, u32 le
 volatile const u32 stack_cap = 262144;
 // Wake the recorder once this much is waiting in the ring (else it wakes on its own timer).
 volatile const u32 wake_bytes = 1 << 20;
+// The recorder's pid namespace (the device and inode of /proc/self/ns/pid), when it is not the
+// first one: the records then carry pids as the recorder sees them, as its perf records do.
+volatile const u64 pidns_dev = 0;
+volatile const u64 pidns_ino = 0;
 // Where task_newtask's `pid` and `clone_flags` lie (tracefs).
 volatile const u32 newtask_pid_off = 8;
 volatile const u32 newtask_flags_off = 32;
@@ -98,7 +107,8 @@ struct fault {
 	// Bytes of stack from `sp` that follow; fewer than the record holds when a page of it
 	// could not be read.
 	u32 stack_len;
-	u32 pad;
+	// The thread's id in the first pid namespace: its key in `stacks`.
+	u32 stack_key;
 };
 
 struct major {
@@ -125,12 +135,22 @@ enum {
 	COUNTS = 8,
 };
 
+// The traced processes, by their id in the first pid namespace (the programs' view).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, u32);
 	__type(value, u8);
 } tgids SEC(".maps");
+
+// A recorder in a pid namespace of its own names processes by their ids there: each is moved
+// to `tgids` at its first event.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u32);
+	__type(value, u8);
+} ns_tgids SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -166,6 +186,34 @@ static __always_inline void count(u32 which, u64 n)
 	u64 *c = bpf_map_lookup_elem(&counts, &which);
 	if (c)
 		*c += n;
+}
+
+// The current task if it is traced: its ids in the first pid namespace (`global`) and as
+// the recorder sees them (`ours`), as `tgid << 32 | pid`.
+static __always_inline int traced(u64 *global, u64 *ours)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
+	*global = pid_tgid;
+	*ours = pid_tgid;
+	int known = bpf_map_lookup_elem(&tgids, &tgid) != 0;
+	if (!pidns_ino)
+		return known;
+	struct bpf_pidns_info ns = {};
+	if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+		return 0;
+	*ours = (u64)ns.tgid << 32 | ns.pid;
+	if (known)
+		return 1;
+	if (!bpf_map_lookup_elem(&ns_tgids, &ns.tgid))
+		return 0;
+	u8 one = 1;
+	if (bpf_map_update_elem(&tgids, &tgid, &one, BPF_ANY)) {
+		count(COUNT_CHILDREN_LOST, 1);
+		return 0;
+	}
+	bpf_map_delete_elem(&ns_tgids, &ns.tgid);
+	return 1;
 }
 
 static __always_inline u64 wake_flag(void)
@@ -274,9 +322,8 @@ static __always_inline u32 copy_stack(struct copy *c, u32 len)
 
 static __always_inline int on_fault(u64 addr, u64 error_code, void *user_regs, u32 flags)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tgid = pid_tgid >> 32;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	u64 pid_tgid, ours;
+	if (!traced(&pid_tgid, &ours))
 		return 0;
 	u64 now = bpf_ktime_get_ns();
 	u64 regs[PT_WORDS];
@@ -313,7 +360,11 @@ static __always_inline int on_fault(u64 addr, u64 error_code, void *user_regs, u
 	u32 copied = copy_stack(&c, len);
 	*busy = 0;
 	struct fault f = {
-		.h = {.kind = REC_FAULT, .flags = flags, .pid = tgid, .tid = tid, .time_ns = now},
+		.h = {.kind = REC_FAULT,
+		      .flags = flags,
+		      .pid = ours >> 32,
+		      .tid = (u32)ours,
+		      .time_ns = now},
 		.addr = addr,
 		.error_code = error_code,
 		.ip = regs[PT_IP],
@@ -322,6 +373,7 @@ static __always_inline int on_fault(u64 addr, u64 error_code, void *user_regs, u
 		.stack_low = low,
 		.stack_top = top,
 		.stack_len = copied,
+		.stack_key = tid,
 	};
 	bpf_dynptr_write(&c.d, 0, &f, sizeof(f), 0);
 	count(COUNT_FAULTS, 1);
@@ -367,12 +419,14 @@ struct perf_event_data {
 SEC("perf_event")
 int major_fault(struct perf_event_data *ctx)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tgid = pid_tgid >> 32;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	u64 pid_tgid, ours;
+	if (!traced(&pid_tgid, &ours))
 		return 0;
 	struct major m = {
-		.h = {.kind = REC_MAJOR, .pid = tgid, .tid = (u32)pid_tgid, .time_ns = bpf_ktime_get_ns()},
+		.h = {.kind = REC_MAJOR,
+		      .pid = ours >> 32,
+		      .tid = (u32)ours,
+		      .time_ns = bpf_ktime_get_ns()},
 		.addr = ctx->addr,
 	};
 	struct bpf_dynptr d;
@@ -392,8 +446,8 @@ int major_fault(struct perf_event_data *ctx)
 SEC("tracepoint/task/task_newtask")
 int new_task(void *ctx)
 {
-	u32 parent = bpf_get_current_pid_tgid() >> 32;
-	if (!bpf_map_lookup_elem(&tgids, &parent))
+	u64 pid_tgid, ours;
+	if (!traced(&pid_tgid, &ours))
 		return 1;
 	u64 clone_flags = 0;
 	u32 child = 0;
@@ -413,10 +467,10 @@ int new_task(void *ctx)
 SEC("raw_tracepoint/sched_process_exit")
 int task_exit(struct raw_args *ctx)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tgid = pid_tgid >> 32, tid = (u32)pid_tgid;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	u64 pid_tgid, ours;
+	if (!traced(&pid_tgid, &ours))
 		return 0;
+	u32 tgid = pid_tgid >> 32, tid = (u32)pid_tgid;
 	bpf_map_delete_elem(&stacks, &tid);
 	if (ctx->args[1] & 0xff)
 		bpf_map_delete_elem(&tgids, &tgid);

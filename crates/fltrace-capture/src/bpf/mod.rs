@@ -161,7 +161,10 @@ impl BpfCapture {
         let cap = stack_cap.min(MAX_STACK_CAP) & !7;
         let wake = (ring_bytes / 8) as u32;
         let (pid_off, flags_off) = (pid_off as u32, flags_off as u32);
+        let (pidns_dev, pidns_ino) = own_pid_namespace().unwrap_or((0, 0));
         let mut ebpf = EbpfLoader::new()
+            .override_global("pidns_dev", &pidns_dev, true)
+            .override_global("pidns_ino", &pidns_ino, true)
             .override_global("stack_cap", &cap, true)
             .override_global("wake_bytes", &wake, true)
             .override_global("newtask_pid_off", &pid_off, true)
@@ -169,7 +172,8 @@ impl BpfCapture {
             .map_max_entries("events", ring_bytes as u32)
             .load(OBJECT)
             .map_err(|e| Unavailable::from_error("loading the BPF program", &e))?;
-        let tgids = take_hash(&mut ebpf, "tgids")?;
+        // In a pid namespace of its own, the recorder names processes by their ids there.
+        let tgids = take_hash(&mut ebpf, if pidns_ino != 0 { "ns_tgids" } else { "tgids" })?;
         let stacks = take_hash(&mut ebpf, "stacks")?;
         let counts = PerCpuArray::try_from(
             ebpf.take_map("counts")
@@ -212,7 +216,8 @@ impl BpfCapture {
         })
     }
 
-    /// Traces process `tgid` (and, from now on, the processes it makes).
+    /// Traces process `tgid` (as this process sees it; and, from now on, the processes it
+    /// makes).
     pub fn trace(&mut self, tgid: u32) -> std::io::Result<()> {
         self.tgids
             .insert(tgid, 1, 0)
@@ -258,6 +263,15 @@ impl BpfCapture {
     pub fn close(self) {
         drop(self.ebpf);
     }
+}
+
+/// The device and inode of this process's pid namespace, when it is not the first one (whose
+/// inode is fixed: `PROC_PID_INIT_INO`).
+fn own_pid_namespace() -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    let ns = std::fs::metadata("/proc/self/ns/pid").ok()?;
+    (ns.ino() != PROC_PID_INIT_INO).then(|| (ns.dev(), ns.ino()))
 }
 
 fn take_hash<V: aya::Pod>(

@@ -37,6 +37,8 @@ pub struct BpfFault<'a> {
     pub stack_top: u64,
     /// The stack from the stack pointer up.
     pub stack: &'a [u8],
+    /// The thread's id in the first pid namespace, which keys its stack bounds.
+    pub stack_key: u32,
 }
 
 /// A record of the ring.
@@ -94,6 +96,7 @@ impl<'a> BpfRecord<'a> {
                     stack_low: u64_at(bytes, 64)?,
                     stack_top: u64_at(bytes, 72)?,
                     stack,
+                    stack_key: u32_at(bytes, 84)?,
                 }))
             }
             REC_MAJOR => Some(BpfRecord::Major {
@@ -136,7 +139,7 @@ mod tests {
             bytes.extend(word.to_ne_bytes());
         }
         bytes.extend(16u32.to_ne_bytes());
-        bytes.extend(0u32.to_ne_bytes());
+        bytes.extend(4101u32.to_ne_bytes());
         assert_eq!(bytes.len(), FAULT_LEN);
         bytes.extend(1..=24u8);
         let Some(BpfRecord::Fault(f)) = BpfRecord::parse(&bytes) else {
@@ -149,6 +152,7 @@ mod tests {
         assert_eq!((f.addr, f.error_code), (0xdead_0000, 6));
         assert_eq!(f.regs, (0x401000, 0x7ffd_0000, 0x7ffd_0100));
         assert_eq!((f.stack_low, f.stack_top), (0x7ffc_0000, 0x7ffe_0000));
+        assert_eq!(f.stack_key, 4101);
         assert_eq!(f.stack, &(1..=16u8).collect::<Vec<_>>()[..]);
         assert_eq!(BpfRecord::time_of(&bytes), 5_000);
         assert_eq!(BpfRecord::pid_of(&bytes), Some(100));

@@ -146,7 +146,8 @@ pub(super) struct State {
     /// The command fltrace started, until its exec: the BPF program traces it from its fork,
     /// and its faults before the exec are fltrace's own.
     pub(super) awaiting_exec: Option<u32>,
-    /// Where the BPF program's copies of a thread's stack may stop: (tid, low, top), for the
+    /// Where the BPF program's copies of a thread's stack may stop: (the thread's key, low,
+    /// top), for the
     /// event loop to hand on ([`crate::bpf::BpfCapture::set_stack_top`]).
     pub(super) stack_tops: Vec<(u32, u64, u64)>,
     /// The tops handed on this round, so that each goes once.
@@ -763,9 +764,10 @@ impl State {
         if top > sp
             && top >= fault.stack_low
             && fault.stack_top > top
-            && self.tops_this_round.insert((fault.tid, top))
+            && self.tops_this_round.insert((fault.stack_key, top))
         {
-            self.stack_tops.push((fault.tid, fault.stack_low, top));
+            self.stack_tops
+                .push((fault.stack_key, fault.stack_low, top));
         }
     }
 
