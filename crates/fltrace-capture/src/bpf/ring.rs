@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::{Advice, MmapOptions, MmapRaw};
 
 const BUSY: u32 = 1 << 31;
 const DISCARDED: u32 = 1 << 30;
@@ -45,6 +45,11 @@ impl BpfRing {
             .offset(page as u64)
             .len(page + 2 * size)
             .map_raw_read_only(fd)?;
+        // Not into the processes this one forks (the command before its exec, whose peak
+        // resident memory would count the ring, and the helpers that close the events), as
+        // the kernel does for perf rings.
+        consumer.advise(Advice::DontFork)?;
+        producer.advise(Advice::DontFork)?;
         Ok(BpfRing {
             consumer,
             producer,
