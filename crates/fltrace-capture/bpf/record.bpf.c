@@ -386,17 +386,13 @@ struct raw_args {
 	u64 args[3];
 };
 
-// page_fault_user(address, regs, error_code): `regs` are the user registers.
-SEC("raw_tracepoint/page_fault_user")
-int fault_user(struct raw_args *ctx)
-{
-	return on_fault(ctx->args[0], ctx->args[2], (void *)ctx->args[1], 0);
-}
-
-// page_fault_kernel(address, regs, error_code): `regs` are the kernel's; the user registers
-// are those the task entered the kernel with.
-SEC("raw_tracepoint/page_fault_kernel")
-int fault_kernel(struct raw_args *ctx)
+// page_fault_user and page_fault_kernel (address, regs, error_code), one program for both: the
+// error code says whether the fault was the program's own access (its user-mode bit) or the
+// kernel's on its memory (as in read(2)), and the user registers are those the task entered
+// the kernel with either way. A fault the kernel takes while this program copies a stack is
+// the copy's: not recorded.
+SEC("raw_tracepoint")
+int fault(struct raw_args *ctx)
 {
 	u32 zero = 0;
 	u32 *busy = bpf_map_lookup_elem(&copying, &zero);
@@ -405,7 +401,8 @@ int fault_kernel(struct raw_args *ctx)
 	void *user_regs = bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!user_regs)
 		return 0;
-	return on_fault(ctx->args[0], ctx->args[2], user_regs, FAULT_KERNEL);
+	u64 error_code = ctx->args[2];
+	return on_fault(ctx->args[0], error_code, user_regs, error_code & 4 ? 0 : FAULT_KERNEL);
 }
 
 // A major fault (the software event PERF_COUNT_SW_PAGE_FAULTS_MAJ, after the kernel needed

@@ -147,6 +147,7 @@ impl BpfCapture {
         tracefs: &Path,
         cpus: &[i32],
     ) -> Result<BpfCapture, Unavailable> {
+        let started = std::time::Instant::now();
         raise_memlock();
         let newtask = crate::sys::Tracepoint::open(tracefs, "task", "task_newtask")
             .map_err(|e| Unavailable::new("tracepoint task:task_newtask", e))?;
@@ -197,12 +198,14 @@ impl BpfCapture {
         let majors = attach_majors(&mut ebpf, cpus)
             .inspect_err(|e| log::warn!("major faults will not be marked: {e}"))
             .is_ok();
-        attach_raw(&mut ebpf, "fault_user", "page_fault_user")?;
-        let kernel_faults = attach_raw(&mut ebpf, "fault_kernel", "page_fault_kernel")
-            .inspect_err(|e| {
-                log::warn!("faults the kernel takes on user memory will not be recorded: {e}")
-            })
-            .is_ok();
+        let kernel_faults = attach_faults(&mut ebpf)?;
+        if !kernel_faults {
+            log::warn!("faults the kernel takes on user memory will not be recorded");
+        }
+        log::debug!(
+            "BPF program loaded and attached in {:.3} s",
+            started.elapsed().as_secs_f64()
+        );
         Ok(BpfCapture {
             ebpf,
             ring,
@@ -295,6 +298,20 @@ fn attach_raw(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> Result<(), Un
     p.attach(tracepoint)
         .map_err(|e| Unavailable::from_error(what(), &e))?;
     Ok(())
+}
+
+/// The fault program on both fault tracepoints; whether the kernel one (optional) is attached.
+fn attach_faults(ebpf: &mut Ebpf) -> Result<bool, Unavailable> {
+    let what = || "BPF program fault".to_owned();
+    let p: &mut RawTracePoint = ebpf
+        .program_mut("fault")
+        .ok_or_else(|| Unavailable::new(what(), "missing"))?
+        .try_into()
+        .map_err(|e| Unavailable::from_error(what(), &e))?;
+    p.load().map_err(|e| Unavailable::from_error(what(), &e))?;
+    p.attach("page_fault_user")
+        .map_err(|e| Unavailable::from_error("BPF program fault on page_fault_user", &e))?;
+    Ok(p.attach("page_fault_kernel").is_ok())
 }
 
 fn attach_tracepoint(
