@@ -34,7 +34,10 @@ struct bpf_dynptr {
 	u64 opaque[2];
 } __attribute__((aligned(8)));
 
-struct task_struct;
+// Only the field read, located in the running kernel's task_struct by the loader (CO-RE).
+struct task_struct {
+	int pagefault_disabled;
+} __attribute__((preserve_access_index));
 // The first two fields, as every kernel since 2.6 lays them out (BTF-checked by the verifier).
 struct vm_area_struct {
 	u64 vm_start;
@@ -398,7 +401,12 @@ int fault(struct raw_args *ctx)
 	u32 *busy = bpf_map_lookup_elem(&copying, &zero);
 	if (!busy || *busy)
 		return 0;
-	void *user_regs = bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct task_struct *task = bpf_get_current_task_btf();
+	// A read of user memory with page faults disabled (another BPF program's or perf's walk
+	// of the stack, bpf_probe_read_user) faults without mapping anything: not the program's.
+	if (task->pagefault_disabled)
+		return 0;
+	void *user_regs = bpf_task_pt_regs(task);
 	if (!user_regs)
 		return 0;
 	u64 error_code = ctx->args[2];
