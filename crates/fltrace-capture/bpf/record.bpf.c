@@ -264,28 +264,41 @@ struct copy {
 #define MAX_PAGES 2048 /* 8 MiB */
 #define HEAD_LEN sizeof(struct fault)
 
-// Copies `n` bytes (a constant the verifier knows) of `c`, unless a copy failed already.
-#define COPY(c, n)                                                                       \
+// Copies `n` bytes (a constant the verifier knows) at `at` of `c`, unless a copy failed.
+#define COPY_AT(c, at, n)                                                                \
 	if (!(c)->failed) {                                                              \
-		void *dst = bpf_dynptr_data(&(c)->d, HEAD_LEN + (c)->off, (n));          \
-		if (!dst || bpf_probe_read_user(dst, (n), (void *)((c)->sp + (c)->off))) \
+		void *dst = bpf_dynptr_data(&(c)->d, HEAD_LEN + (at), (n));              \
+		if (!dst || bpf_probe_read_user(dst, (n), (void *)((c)->sp + (at))))     \
 			(c)->failed = 1;                                                 \
-		else                                                                     \
+	}
+#define COPY(c, n)                                                                       \
+	{                                                                                \
+		COPY_AT(c, (c)->off, n)                                                  \
+		if (!(c)->failed)                                                        \
 			(c)->off += (n);                                                 \
 	}
-// Copies `rest` (less than a page) in pieces of its bits, largest first.
+// Copies `n` bytes (at most `2 * p`, at least `p`) as two pieces of `p` bytes, the second
+// ending at `n`: they overlap, and hold the same bytes where they do.
+#define COPY_TWO(c, n, p)                                                                \
+	{                                                                                \
+		COPY_AT(c, (c)->off, p)                                                  \
+		COPY_AT(c, (c)->off + (n) - (p), p)                                      \
+		if (!(c)->failed)                                                        \
+			(c)->off += (n);                                                 \
+	}
+// Copies `rest` (a multiple of 8 below a page, within one page of the stack) in two pieces.
 #define COPY_BITS(c, rest)                                                               \
 	{                                                                                \
-		u32 bits_ = (rest);                                                      \
-		if (bits_ & 2048) COPY(c, 2048)                                          \
-		if (bits_ & 1024) COPY(c, 1024)                                          \
-		if (bits_ & 512) COPY(c, 512)                                            \
-		if (bits_ & 256) COPY(c, 256)                                            \
-		if (bits_ & 128) COPY(c, 128)                                            \
-		if (bits_ & 64) COPY(c, 64)                                              \
-		if (bits_ & 32) COPY(c, 32)                                              \
-		if (bits_ & 16) COPY(c, 16)                                              \
-		if (bits_ & 8) COPY(c, 8)                                                \
+		u32 n_ = (rest);                                                         \
+		if (n_ >= 2048) COPY_TWO(c, n_, 2048)                                    \
+		else if (n_ >= 1024) COPY_TWO(c, n_, 1024)                               \
+		else if (n_ >= 512) COPY_TWO(c, n_, 512)                                 \
+		else if (n_ >= 256) COPY_TWO(c, n_, 256)                                 \
+		else if (n_ >= 128) COPY_TWO(c, n_, 128)                                 \
+		else if (n_ >= 64) COPY_TWO(c, n_, 64)                                   \
+		else if (n_ >= 32) COPY_TWO(c, n_, 32)                                   \
+		else if (n_ >= 16) COPY_TWO(c, n_, 16)                                   \
+		else if (n_ >= 8) COPY_TWO(c, n_, 8)                                     \
 	}
 
 // One page of the copy (a bpf_loop step): stops at the last whole page, or at one that cannot
@@ -299,8 +312,9 @@ static long copy_page(u64 index, struct copy *c)
 }
 
 // Copies the `len` bytes of user stack from `sp` into the record after its head: up to the
-// next page boundary in pieces of a size the verifier knows, then page by page, then the rest.
-// Stops where a page cannot be read, as perf's copy does; returns the bytes copied.
+// next page boundary, then page by page, then the rest, each part in pieces of sizes the
+// verifier knows. Stops where a page cannot be read, as perf's copy does; returns the bytes
+// copied.
 static __always_inline u32 copy_stack(struct copy *c, u32 len)
 {
 	c->off = 0;
