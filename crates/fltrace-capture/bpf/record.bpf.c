@@ -6,26 +6,11 @@
 // grow with the number of CPUs. The traced processes are the `tgids` table: seeded by the
 // recorder with the command or the attached processes, each new process they make added
 // before it can run (`task_newtask`), each removed when its last thread ends.
-// Self-contained (no libbpf or kernel headers): only clang is needed to build it.
+// Self-contained (no libbpf or kernel headers, only bpf/fltrace_bpf.h): only clang is needed to
+// build it.
 
-typedef unsigned char u8;
-typedef unsigned int u32;
-typedef int s32;
-typedef unsigned long long u64;
-typedef long long s64;
+#include "fltrace_bpf.h"
 
-#define SEC(name) __attribute__((section(name), used))
-#define __always_inline inline __attribute__((always_inline))
-#define __uint(name, val) int(*name)[val]
-#define __type(name, val) typeof(val) *name
-
-enum {
-	BPF_MAP_TYPE_HASH = 1,
-	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
-	BPF_MAP_TYPE_LRU_HASH = 9,
-	BPF_MAP_TYPE_RINGBUF = 27,
-};
-#define BPF_ANY 0
 #define BPF_RB_NO_WAKEUP 1
 #define BPF_RB_FORCE_WAKEUP 2
 #define BPF_RB_AVAIL_DATA 0
@@ -44,18 +29,12 @@ struct vm_area_struct {
 	u64 vm_end;
 };
 
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
-static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, u64 flags) = (void *)2;
-static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
-static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
-static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 struct bpf_pidns_info {
 	u32 pid;
 	u32 tgid;
 };
 static long (*bpf_get_ns_current_pid_tgid)(u64 dev, u64 ino, struct bpf_pidns_info *nsdata, u32 size) = (void *)120;
 static long (*bpf_probe_read_user)(void *dst, u32 size, const void *src) = (void *)112;
-static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
 static u64 (*bpf_ringbuf_query)(void *ringbuf, u64 flags) = (void *)134;
 static struct task_struct *(*bpf_get_current_task_btf)(void) = (void *)158;
 static void *(*bpf_task_pt_regs)(struct task_struct *task) = (void *)175;

@@ -381,36 +381,15 @@ impl State {
             _ => None,
         };
         if let Some(pid) = owner.filter(|p| *p > 0).map(|p| p as u32) {
-            let filed = self.filed_pid(pid, time);
-            if filed == UNFILED {
-                // A process beyond the last reuse of its pid that a table can file.
-                if let EventRecord::Sample(sample) = &parsed
-                    && self.is_fault(sample)
-                {
-                    self.lost += 1;
-                    self.lost_unfiled += 1;
-                }
-                return Ok(());
-            }
-            if self.finished_set.contains(&filed) {
-                // Its files are closed: a fault that comes this late is not in them.
-                if let EventRecord::Sample(sample) = &parsed
-                    && self.is_fault(sample)
-                {
-                    self.lost += 1;
-                    self.lost_late += 1;
-                }
-                return Ok(());
-            }
-            let unknown = !self.processes.contains_key(&filed) && pid != self.root_pid;
-            if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
-                self.deferred_pids.insert(pid);
-                self.deferred.push(Deferred {
-                    round: self.round,
-                    kind: record.kind,
-                    misc: record.misc,
-                    bytes: record.data.as_slice().into_owned(),
-                });
+            let is_fault = matches!(&parsed, EventRecord::Sample(sample) if self.is_fault(sample));
+            let (kind, misc) = (record.kind, record.misc);
+            let admitted = self.admit(pid, time, is_fault, || Deferred {
+                round: 0,
+                kind,
+                misc,
+                bytes: record.data.as_slice().into_owned(),
+            });
+            if admitted.is_none() {
                 return Ok(());
             }
         }
@@ -684,6 +663,44 @@ impl State {
         Ok(result?)
     }
 
+    /// The process (as filed) a record of process `pid` at `time` goes to, or `None` when it
+    /// goes to none: a process beyond the last reuse of its pid that a table can file, or
+    /// whose files are closed (a fault that comes this late is not in them: counted lost), or
+    /// one not known yet (the record, made by `defer`, waits a round for its fork record).
+    fn admit(
+        &mut self,
+        pid: u32,
+        time: u64,
+        is_fault: bool,
+        defer: impl FnOnce() -> Deferred,
+    ) -> Option<u32> {
+        let filed = self.filed_pid(pid, time);
+        if filed == UNFILED {
+            if is_fault {
+                self.lost += 1;
+                self.lost_unfiled += 1;
+            }
+            return None;
+        }
+        if self.finished_set.contains(&filed) {
+            if is_fault {
+                self.lost += 1;
+                self.lost_late += 1;
+            }
+            return None;
+        }
+        let unknown = !self.processes.contains_key(&filed) && pid != self.root_pid;
+        if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
+            self.deferred_pids.insert(pid);
+            self.deferred.push(Deferred {
+                round: self.round,
+                ..defer()
+            });
+            return None;
+        }
+        Some(filed)
+    }
+
     /// Handles one record of the BPF ring: a fault, or a major-fault mark.
     pub(super) fn handle_bpf(&mut self, bytes: &[u8]) {
         if self.error.is_some() {
@@ -707,32 +724,14 @@ impl State {
         if self.awaiting_exec == Some(pid) || self.runtime_threads.contains(tid) {
             return Ok(());
         }
-        let filed = self.filed_pid(pid, time);
-        if filed == UNFILED {
-            if is_fault {
-                self.lost += 1;
-                self.lost_unfiled += 1;
-            }
+        let Some(filed) = self.admit(pid, time, is_fault, || Deferred {
+            round: 0,
+            kind: FROM_BPF,
+            misc: 0,
+            bytes: bytes.to_vec(),
+        }) else {
             return Ok(());
-        }
-        if self.finished_set.contains(&filed) {
-            if is_fault {
-                self.lost += 1;
-                self.lost_late += 1;
-            }
-            return Ok(());
-        }
-        let unknown = !self.processes.contains_key(&filed) && pid != self.root_pid;
-        if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
-            self.deferred_pids.insert(pid);
-            self.deferred.push(Deferred {
-                round: self.round,
-                kind: FROM_BPF,
-                misc: 0,
-                bytes: bytes.to_vec(),
-            });
-            return Ok(());
-        }
+        };
         match record {
             BpfRecord::Fault(f) => {
                 self.fault(filed, tid, time, f.addr, f.error_code, f.regs, f.stack)?;
