@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "paths") == 0)
         done = via_a(buf, 1, depth) + via_b(buf + PAGE, pages - 1, depth);
     else if (strcmp(mode, "wide") == 0)
-        done = descend_wide(buf, pages, depth);
+        done = descend_wide(buf, pages, depth); /* SITE:deep_main_wide */
     else
         done = descend(buf, pages, depth); /* SITE:deep_main */
     printf("%ld\n", done);

@@ -117,10 +117,12 @@ enum {
 	COUNTS = 8,
 };
 
-// The traced processes, by their id in the first pid namespace (the programs' view).
+// The traced processes, by their id in the first pid namespace (the programs' view). The
+// maps' sizes count in the recording's budget (budget::bpf_fixed): a process made while the
+// table is full is not traced, and counted.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, u32);
 	__type(value, u8);
 } tgids SEC(".maps");
@@ -134,9 +136,11 @@ struct {
 	__type(value, u8);
 } ns_tgids SEC(".maps");
 
+// The threads' stack bounds: the least recently used give way to new threads (whose copies
+// then look their mapping up again).
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, u32);
 	__type(value, struct bounds);
 } stacks SEC(".maps");

@@ -44,7 +44,7 @@ impl ActiveRecording {
                 );
             }
             log::debug!(
-                "BPF ring of {} KiB (kernel memory of all rings {} KiB): {} faults, {} KiB of \
+                "BPF ring of {} KiB (kernel memory of all rings and BPF maps at most {} KiB): {} faults, {} KiB of \
                  stack copied ({} B a fault), {} records lost ({} KiB), {} faults without their \
                  stack's bounds",
                 plan.shared >> 10,

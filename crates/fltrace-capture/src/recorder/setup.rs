@@ -180,7 +180,7 @@ impl ActiveRecording {
         )?;
         log::debug!(
             "{} perf events opened and {} rings of {} KiB mapped in {:.3} s; kernel memory of \
-             the rings {} KiB ({} KiB shared)",
+             the rings and BPF maps at most {} KiB ({} KiB shared)",
             events.len(),
             rings.len(),
             plan.per_cpu >> 10,

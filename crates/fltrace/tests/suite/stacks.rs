@@ -370,10 +370,58 @@ fn deep_stacks_reach_main_by_default() {
             under_truncated, in_data,
             "{name} {mode}: folded and the data"
         );
+
+        // Whole, frame by frame: every fault at the touch line under exactly `depth + 1`
+        // calls of the recursion, each at the line of its recursive call but the outermost,
+        // called by `main` at the line of its call.
+        let (recursion, call, from_main) = if mode == "wide" {
+            ("descend_wide", "deep_wide_call", "deep_main_wide")
+        } else {
+            ("descend", "deep_call", "deep_main")
+        };
+        let depth: usize = depth.parse().expect("depth");
+        let by_stack = dir.report_json(&["--by", "stack"]);
+        let mut whole = 0;
+        for g in groups(&by_stack) {
+            let frames = g["stack"].as_array().expect("frames");
+            let at = |f: &serde_json::Value| {
+                let function = f["function"].as_str().unwrap_or("");
+                let name = function.split('(').next().unwrap_or(function).to_owned();
+                (name, f["line"].as_u64().unwrap_or(0) as u32)
+            };
+            if frames.first().map(|f| at(f)) != Some(("touch".into(), site("deep.c", "deep_touch")))
+            {
+                continue;
+            }
+            let names: Vec<(String, u32)> = frames.iter().map(at).collect();
+            let calls: Vec<u32> = names
+                .iter()
+                .filter(|(n, _)| n == recursion)
+                .map(|(_, line)| *line)
+                .collect();
+            assert_eq!(calls.len(), depth + 1, "{name} {mode}: {names:?}");
+            assert!(
+                calls.iter().all(|line| *line == site("deep.c", call)),
+                "{name} {mode}: {calls:?}"
+            );
+            let main = names.iter().position(|(n, _)| n == "main");
+            assert_eq!(
+                main.map(|i| &names[i]),
+                Some(&("main".to_owned(), site("deep.c", from_main))),
+                "{name} {mode}: {names:?}"
+            );
+            assert_eq!(
+                main.map(|i| &names[i - 1].0),
+                Some(&recursion.to_owned()),
+                "{name} {mode}"
+            );
+            whole += g["count"].as_u64().unwrap_or(0);
+        }
+        assert_eq!(whole, PAGES, "{name} {mode}: every touch fault whole");
     }
 }
 
-/// A ring too small for the faults (`--buffer-mb 8`: a 4 MiB ring shared by the CPUs, where
+/// A ring too small for the faults (`--buffer-mb 10`: a 4 MiB ring shared by the CPUs, where
 /// each fault 2,000 calls deep takes 160 KB) loses faults while the program touches 2,000
 /// pages at once: the summary says how many, and that is exactly what the data misses at the
 /// touch line (the program pauses before and after its burst, so that nothing else is lost);
@@ -385,7 +433,7 @@ fn faults_the_ring_had_no_room_for_are_counted_lost() {
     let dir = Dir::new();
     let out = dir
         .fltrace()
-        .args(["record", "--buffer-mb", "8", "--"])
+        .args(["record", "--buffer-mb", "10", "--"])
         .arg(&w.deep_c)
         .args([PAGES.to_string().as_str(), "2000", "500", "linger"])
         .output()
