@@ -336,10 +336,10 @@ pub struct RecordArgs {
     /// frames only while the files on disk are of the build recorded.
     #[arg(long)]
     pub no_cache: bool,
-    /// The kernel memory of all the recording's rings together, in MiB, whatever the number
-    /// of CPUs (64 by default): half for the ring of faults all CPUs share, half split among
-    /// the CPUs' rings of mappings and process events (with --stack-size or without BPF, all
-    /// split among the CPUs).
+    /// The kernel memory of all the recording's rings and BPF maps together, in MiB, whatever
+    /// the number of CPUs (64 by default, 5 at least): half for the ring of faults all CPUs
+    /// share, about 4 MiB for the BPF tables, the rest split among the CPUs' rings of mappings
+    /// and process events (with --stack-size or without BPF, all split among the CPUs).
     #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub buffer_mb: Option<u64>,
     /// Run the command as this user (name or uid); by default the user who ran sudo, if any,
