@@ -9,10 +9,14 @@
 #    recorder's peak memory.
 # 2. bfs (workloads/graph.c, scale GRAPH_SCALE, OpenMP on every CPU): untraced, fltrace record
 #    and perf record -g (frame-pointer build), alternating.
-# 3. Kernel memory while recording `sleep 3`: MemAvailable before and during, fltrace's
-#    default and --stack-size 16384 (and FLTRACE_PREVIOUS=path/to/old/fltrace's default when
-#    set), with the sizing rule's figures for 2, 64 and 256 CPUs.
-# usage: bench/faults.sh [MiB=512] [rounds-of-touch=4] [ROUNDS=3]   (GRAPH_SCALE=20)
+# 3. Kernel memory while recording `sleep 3`: what the recorder holds, read from /proc (its
+#    perf rings' mappings, and the `memlock` the kernel charges for its BPF maps, ring and
+#    programs in /proc/PID/fdinfo: exact, whatever the load), and MemAvailable before and
+#    during (noisy on a shared machine), fltrace's default and --stack-size 16384 (and
+#    FLTRACE_PREVIOUS=path/to/old/fltrace's default when set) against perf record -g, with the
+#    sizing rule's figures for 2, 64 and 256 CPUs.
+# usage: bench/faults.sh [MiB=512] [rounds-of-touch=4] [ROUNDS=3]   (GRAPH_SCALE=20;
+# ONLY=memory for part 3 alone)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mib=${1:-512}; passes=${2:-4}; rounds=${3:-3}
@@ -119,27 +123,54 @@ compare() { # label program tools... -- args...
     done
 }
 
+if [[ ${ONLY:-} != memory ]]; then
 echo "== touch $mib MiB x $passes ($expected first-touch faults): faults kept / lost"
 compare touch touch untraced fltrace fltrace-16k perf-fp perf-dwarf -- "$mib" "$passes"
 echo
 echo "== bfs: graph scale $scale, 1 trial, OpenMP on $(nproc) CPUs"
 compare bfs graph untraced fltrace perf-fp -- "$scale" 1
 echo
+fi
 
 # Kernel memory while recording `sleep 3`: MemAvailable a second before and 1.5 s in.
 avail_kb() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
+# The kernel memory process `pid` holds for rings and BPF objects, KiB: its perf rings'
+# mappings (`[perf_event]`) and the memlock of its BPF maps and programs.
+held_kib() { # pid
+    python3 - "$1" <<'PY'
+import os, sys
+pid = sys.argv[1]
+perf = 0
+for line in open(f"/proc/{pid}/maps"):
+    if line.rstrip().endswith("[perf_event]"):
+        a, b = line.split()[0].split("-")
+        perf += int(b, 16) - int(a, 16)
+bpf = 0
+for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if link.endswith(("bpf-map", "bpf-prog")):
+            for l in open(f"/proc/{pid}/fdinfo/{fd}"):
+                if l.startswith("memlock:"):
+                    bpf += int(l.split()[1])
+    except OSError:
+        pass
+print(f"{perf / 1024:.0f} {bpf / 1024:.0f}")
+PY
+}
 memory() { # label command...
     local label=$1; shift
-    local before during
+    local before during held
     sleep 1; before=$(avail_kb)
     "$@" -- sleep 3 >/dev/null 2>&1 &
     local pid=$!
-    sleep 1.5; during=$(avail_kb)
+    sleep 1.5; during=$(avail_kb); held=$(held_kib "$pid")
     wait "$pid" || true
-    printf "%-28s %12d %12d %12.1f\n" "$label" "$before" "$during" "$(echo "($before - $during) / 1024" | bc -l)"
+    printf "%-28s %14s %14s %14s %12.1f\n" "$label" ${held% *} ${held#* } "$((${held% *} + ${held#* }))" \
+        "$(echo "($before - $during) / 1024" | bc -l)"
 }
 echo "== kernel memory while recording sleep 3 ($(nproc) CPUs here)"
-printf "%-28s %12s %12s %12s\n" recorder avail_kB_before avail_kB_during taken_MiB
+printf "%-28s %14s %14s %14s %12s\n" recorder perf_rings_KiB bpf_memlock_KiB total_KiB avail_drop_MiB
 cd "$work"
 for ((r = 0; r < 2; r++)); do
     memory "fltrace (BPF ring)" "$fltrace" record -q -o "$work"
