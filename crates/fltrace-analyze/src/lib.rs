@@ -49,6 +49,7 @@ mod symbolize;
 #[cfg(test)]
 mod test_support;
 mod threads;
+mod top;
 mod tracer;
 
 pub use alloc_lifetimes::{
@@ -111,4 +112,5 @@ pub use symbolize::{
     CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
 };
 pub use threads::{ThreadBy, ThreadFilter, ThreadGroup, group_faults_by_thread};
+pub use top::{Counts, FarFigures, LiveTop, TopOptions, TopRow, TopSnapshot, TopSort, TopView};
 pub use tracer::{separate_tracer, separate_tracer_counts};

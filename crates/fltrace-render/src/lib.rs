@@ -19,6 +19,7 @@ mod heatmap;
 pub mod listing;
 mod plot;
 pub mod report;
+pub mod top;
 pub mod wss;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};

@@ -43,6 +43,7 @@ pub mod files;
 mod guard;
 pub mod jitdump;
 pub mod libraries;
+pub mod live;
 mod mapping;
 pub mod perf_map;
 mod range_trace;

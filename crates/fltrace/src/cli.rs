@@ -10,7 +10,9 @@ use fltrace_render::listing::ListFormat;
 use fltrace_render::report::ReportFormat;
 use fltrace_render::{FrameLabel, TableFormat};
 
-use crate::values::{addr_range, duration, positive_mb, region_counts, time_range};
+use crate::values::{
+    addr_range, duration, interval_seconds, positive_mb, region_counts, time_range,
+};
 
 /// Which code touches which memory, when, and what it costs when memory is short.
 #[derive(Debug, Parser)]
@@ -28,6 +30,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a command (or attach to a process) and record every page fault with its stack.
     Record(RecordArgs),
+    /// Record as `record` does and show, every interval, the call sites, processes, threads
+    /// and libraries taking faults now, with far memory and lost records: full screen in a
+    /// terminal (q quits, p pauses, s sorts, v views, / filters), else plain tables.
+    Top(TopArgs),
     /// Faults grouped by call site, with `file:line`; as the original, plain `report` also
     /// writes fltrace-data-report-PID.out (--legacy-csv with other flags).
     /// With --allocs, --leaks or --by alloc-site: allocations and the faults in them.
@@ -279,8 +285,9 @@ pub struct SweepArgs {
     pub command: Vec<OsString>,
 }
 
+/// How `record` and `top` record: what to trace (`-p`), far memory, allocations, stacks.
 #[derive(Debug, Args)]
-pub struct RecordArgs {
+pub struct RecordFlags {
     /// Local memory in MB: emulate far memory, keeping at most this much of the program's
     /// heap and anonymous mappings resident (needs -M).
     #[arg(short = 'L', long = "local-mem", value_name = "MB", value_parser = positive_mb)]
@@ -299,9 +306,6 @@ pub struct RecordArgs {
     /// each).
     #[arg(long)]
     pub busy_poll: bool,
-    /// Directory for the trace files.
-    #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
-    pub dir: PathBuf,
     /// Attach to running processes instead of starting a command (`-p PID,PID`, as perf),
     /// with their threads and the children they have now (see --no-children); children they
     /// fork later are traced too. Stop with Ctrl-C; the recording also ends when all are gone.
@@ -371,9 +375,42 @@ pub struct RecordArgs {
     /// files stay after the run, `heap-<pid>-<n>` for each process image.
     #[arg(long, value_name = "DIR")]
     pub backing_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub recorder: RecordFlags,
+    /// Directory for the trace files.
+    #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
     /// No progress line.
     #[arg(short, long)]
     pub quiet: bool,
+    /// The command to run and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub recorder: RecordFlags,
+    /// Seconds between screens (tables with --batch); fractions allowed.
+    #[arg(short = 'd', long = "delay", value_name = "SECS", default_value_t = 1.0, value_parser = interval_seconds)]
+    pub delay: f64,
+    /// Stop after this many screens (tables): the command is ended as Ctrl-C ends it under
+    /// `record`, the recording finished, the last table covering it to its end.
+    #[arg(short = 'n', long = "iterations", value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: Option<u64>,
+    /// One plain table per interval on stdout, as `top -b` (also whenever stdout is not a
+    /// terminal).
+    #[arg(short = 'b', long)]
+    pub batch: bool,
+    /// Keep the recording in DIR (for `report -d DIR` afterwards); without it, the
+    /// recording goes to a temporary directory removed at the end.
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
     /// The command to run and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,

@@ -15,6 +15,7 @@ mod runs;
 mod script;
 mod sweep;
 mod system;
+mod top;
 mod values;
 mod visualize;
 mod wss;
@@ -59,7 +60,7 @@ fn main() -> ExitCode {
 }
 
 /// The commands that run a program after their own flags.
-const RUNS_A_COMMAND: [&str; 4] = ["record", "wss", "sweep", "runs"];
+const RUNS_A_COMMAND: [&str; 5] = ["record", "top", "wss", "sweep", "runs"];
 
 /// A hint when a flag of the traced program was read as fltrace's: `fltrace record ls -l`
 /// needs `--` before the program (`fltrace record -- ls -l`).
@@ -80,6 +81,7 @@ fn missing_separator_hint(error: &clap::Error) -> Option<String> {
 fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         cli::Command::Record(args) => record::run(args),
+        cli::Command::Top(args) => top::run(args),
         cli::Command::Report(mut args) => {
             let opened = open_recording(&mut args.selection.dir)?;
             args.selection.named = Some(opened.named.clone());

@@ -95,3 +95,15 @@ pub(crate) fn time_range(s: &str) -> Result<(f64, f64), String> {
     }
     Ok((from, to))
 }
+
+/// `top -d SECS`: seconds between screens, from a tenth of a second to a day (as `top -d`,
+/// fractions allowed).
+pub(crate) fn interval_seconds(s: &str) -> Result<f64, String> {
+    let seconds: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(0.1..=86400.0).contains(&seconds) {
+        return Err(format!("{s}: the interval is 0.1 to 86400 seconds"));
+    }
+    Ok(seconds)
+}

@@ -25,5 +25,6 @@ mod streaming;
 mod survival;
 mod system;
 mod tables;
+mod top;
 mod util;
 mod wss;
