@@ -6,16 +6,17 @@
 # untraced run (medians of ROUNDS alternating runs), and the share of fault stacks whose
 # outermost frame is a thread entry (`_start`, `_dl_start_user`, `start_thread`,
 # `clone`/`clone3`; in a stripped executable, the frame that calls `__libc_start_main`), under
-# fltrace's defaults (a 16 KiB copy), a previous build's defaults
-# (`FLTRACE_PREVIOUS=path/to/old/fltrace`, skipped if unset), `--stack-size 8192` (the copy
-# of the previous defaults), `--stack-size 32768 --exact-stacks`, and `perf record
+# fltrace's defaults (issue #36: the live stack, up to 256 KiB, through the BPF ring), a
+# previous build's defaults (`FLTRACE_PREVIOUS=path/to/old/fltrace`, skipped if unset),
+# `--stack-size 16384` (the per-CPU perf copy of 16 KiB, the defaults before the BPF ring),
+# `--exact-stacks` (the live stack copied, nothing completed beyond it), and `perf record
 # --call-graph dwarf` (its samples and lost records). redis-server (under `redis-benchmark -n
 # 20000 -t set,get,lpush,lrange_100`) and postgres 15 (a postmaster and its children, run as
 # user postgres, under `pgbench -t 300` after `pgbench -i -s 2`) are added where installed:
 # their wall time is the client's, their CPU time the server's and the recorder's, and the
 # complete share is over all the server's processes.
 # usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
-# PROGRAMS="python3 sqlite3" for some of the five; TOOLS="untraced defaults copy-8k" for some
+# PROGRAMS="python3 sqlite3" for some of the five; TOOLS="untraced defaults copy-16k" for some
 # of the tools)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -131,8 +132,8 @@ serve() {
         untraced) "${cpu[@]}" "${server[@]}" >/dev/null 2>&1 & ;;
         defaults) "${cpu[@]}" "$fltrace" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
         previous) "${cpu[@]}" "$FLTRACE_PREVIOUS" record -o "$3" -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
-        copy-8k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 8192 -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
-        exact-32k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        copy-16k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 16384 -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        exact) "${cpu[@]}" "$fltrace" record -o "$3" --exact-stacks -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
         perf-dwarf) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
     esac
     local pid=$! i
@@ -157,14 +158,14 @@ run() { # program tool dir
         untraced) "${cpu[@]}" "${cmd[@]}" ;;
         defaults) "${cpu[@]}" "$fltrace" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
         previous) "${cpu[@]}" "$FLTRACE_PREVIOUS" record -o "$3" -- "${cmd[@]}" 2>"$3/err" ;;
-        copy-8k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 8192 -- "${cmd[@]}" 2>"$3/err" ;;
-        exact-32k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 32768 --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
+        copy-16k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 16384 -- "${cmd[@]}" 2>"$3/err" ;;
+        exact) "${cpu[@]}" "$fltrace" record -o "$3" --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
         perf-dwarf) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${cmd[@]}" 2>"$3/err" ;;
     esac >/dev/null
 }
 tools=(untraced defaults)
 [[ -n ${FLTRACE_PREVIOUS:-} ]] && tools+=(previous)
-tools+=(copy-8k exact-32k perf-dwarf)
+tools+=(copy-16k exact perf-dwarf)
 # TOOLS="untraced defaults previous" runs some of them (untraced first: the others' base).
 [[ -n ${TOOLS:-} ]] && read -ra tools <<<"$TOOLS"
 printf "%-8s %-11s %9s %9s %22s %s\n" program tool time cpu complete lost

@@ -9,6 +9,10 @@
  * MODE `paths`: the first page is written under `via_a`, the rest under `via_b`, two callers of
  * the recursion with the same frame, so that both paths put the same return address at the
  * same stack address inside the recursion; each path pauses after its first write.
+ * MODE `wide`: the recursion's frames are about 300 bytes each (a local array), so that 300
+ * calls make a stack about 90 KB deep.
+ * MODE `linger`: also waits PAUSE_MS after the last write, before returning and exiting, so
+ * that a recorder has read every fault of the writes before the process's last ones.
  * The work after each call keeps the compiler from making the recursion a loop. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,7 @@ static volatile long sink;
 static long pause_ms;
 
 static int fork_there;
+static int linger;
 
 __attribute__((noinline)) static long touch(char *buf, long pages) {
     int child = 0;
@@ -41,6 +46,8 @@ __attribute__((noinline)) static long touch(char *buf, long pages) {
     }
     if (child)
         _exit(0);
+    if (linger && pause_ms > 0)
+        usleep((useconds_t)pause_ms * 1000);
     return pages;
 }
 
@@ -48,6 +55,16 @@ __attribute__((noinline)) static long descend(char *buf, long pages, long depth)
     volatile long frame[4] = {depth, depth + 1, depth + 2, depth + 3};
     long done = depth == 0 ? touch(buf, pages) : descend(buf, pages, depth - 1); /* SITE:deep_call */
     sink += frame[depth & 3];
+    return done + frame[0] - depth;
+}
+
+/* About 300 bytes a call: the array is written and read so that it stays on the stack. */
+__attribute__((noinline)) static long descend_wide(char *buf, long pages, long depth) {
+    volatile long frame[36];
+    for (int i = 0; i < 36; i++)
+        frame[i] = depth + i;
+    long done = depth == 0 ? touch(buf, pages) : descend_wide(buf, pages, depth - 1); /* SITE:deep_wide_call */
+    sink += frame[depth % 36];
     return done + frame[0] - depth;
 }
 
@@ -70,6 +87,7 @@ int main(int argc, char **argv) {
     pause_ms = argc > 3 ? atol(argv[3]) : 0;
     const char *mode = argc > 4 ? argv[4] : "";
     fork_there = strcmp(mode, "fork") == 0;
+    linger = strcmp(mode, "linger") == 0;
     char *buf = (char *)mmap(NULL, (size_t)pages * PAGE, PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED) {
@@ -79,6 +97,8 @@ int main(int argc, char **argv) {
     long done;
     if (strcmp(mode, "paths") == 0)
         done = via_a(buf, 1, depth) + via_b(buf + PAGE, pages - 1, depth);
+    else if (strcmp(mode, "wide") == 0)
+        done = descend_wide(buf, pages, depth); /* SITE:deep_main_wide */
     else
         done = descend(buf, pages, depth); /* SITE:deep_main */
     printf("%ld\n", done);

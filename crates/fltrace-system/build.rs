@@ -1,27 +1,12 @@
-//! Compiles the BPF object with clang (installed by scripts/setup.sh).
+//! Compiles the system tools' BPF object with clang (the build shared with fltrace-capture).
 
-use std::path::PathBuf;
-use std::process::Command;
+include!("../fltrace-capture/bpf/clang.rs");
 
 fn main() {
-    let source = "bpf/fltrace.bpf.c";
-    println!("cargo:rerun-if-changed={source}");
-    println!("cargo:rerun-if-env-changed=CLANG");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let object = out.join("fltrace.bpf.o");
-    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
-    let status = Command::new(&clang)
-        .args([
-            "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-c", source, "-o",
-        ])
-        .arg(&object)
-        .status();
-    match status {
-        Ok(s) if s.success() => {}
-        Ok(s) => panic!("{clang} failed to compile {source} ({s})"),
-        Err(e) => panic!(
-            "cannot run {clang} ({e}): the BPF programs are C compiled with clang; \
-             run scripts/setup.sh or `apt-get install clang`"
-        ),
-    }
+    println!("cargo:rerun-if-changed=../fltrace-capture/bpf/clang.rs");
+    compile_bpf(
+        "bpf/fltrace.bpf.c",
+        "fltrace.bpf.o",
+        "../fltrace-capture/bpf",
+    );
 }

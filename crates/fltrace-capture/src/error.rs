@@ -89,6 +89,9 @@ pub enum Error {
         /// The fltrace binary.
         exe: std::path::PathBuf,
     },
+    /// The ring budget cannot hold the rings of this machine's CPUs.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::BudgetTooSmall),
     /// More far memory asked for than the machine has available.
     #[error(
         "-M {max_mb} MiB is more than the {available_mb} MiB of memory available: the program's far memory must fit in this machine's"

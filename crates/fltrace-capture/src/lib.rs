@@ -1,11 +1,15 @@
 //! Live capture of page faults with complete user call stacks.
 //!
-//! fltrace opens the `exceptions:page_fault_user` and `exceptions:page_fault_kernel`
+//! A BPF program on the `exceptions:page_fault_user` and `exceptions:page_fault_kernel`
 //! tracepoints (the latter for faults the kernel takes on user memory, as in `read(2)` into a
-//! fresh buffer) on every CPU for the traced process tree, with the user registers and a copy of
-//! the top of the user stack in each sample. The recorder unwinds every sample at once with the
-//! DWARF CFI of the mapped binaries (framehop), deduplicates the stacks and writes the trace
-//! files of [`fltrace_trace`]; raw stack copies never reach the disk.
+//! fresh buffer) copies each fault of the traced process tree with its user registers and the
+//! live part of its thread's stack into one ring shared by all CPUs ([`bpf`]); perf events
+//! per CPU carry the side band (mappings, names, forks, exits), all rings within one budget
+//! ([`budget`]). Where BPF is missing, or a fixed copy is asked for, the tracepoints are perf
+//! events per CPU with a copy of the top of the stack in each sample. The recorder unwinds
+//! every sample at once with the DWARF CFI of the mapped binaries (framehop), deduplicates the
+//! stacks and writes the trace files of [`fltrace_trace`]; raw stack copies never reach the
+//! disk.
 //!
 //! What it does not do: hardware access sampling, or anything that needs kprobes.
 //!
@@ -23,6 +27,8 @@
 
 pub mod access;
 mod alloc_spool;
+pub mod bpf;
+pub mod budget;
 mod child;
 mod code_cache;
 pub mod damon;
@@ -64,8 +70,8 @@ pub use live::{LiveBatch, LiveEvent, LiveFault, LiveFeed, LiveTotals, live_feed}
 pub use os::{Reaped, monotonic_now_ns, reap};
 pub use recorder::attach_tasks;
 pub use recorder::{
-    AllocTracing, DEFAULT_STACK_BYTES, Ending, Options, Pairing, Progress, RECORDING_FAILED,
-    Summary, Target, record, ring_mb_for,
+    AllocTracing, DEFAULT_BUDGET_MB, DEFAULT_STACK_BYTES, DEFAULT_STACK_CAP, Ending, Options,
+    Pairing, Progress, RECORDING_FAILED, StackCopy, Summary, Target, record,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 /// The system page size.

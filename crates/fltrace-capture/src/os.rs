@@ -3,7 +3,7 @@
 //! child is [`reap`].
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -137,23 +137,36 @@ pub(crate) fn kill_and_reap(pid: i32) {
 /// Waits up to `timeout_ms` for the program to end (its pidfd readable), or just sleeps.
 pub(super) fn wait_for_exit(pidfd: Option<&OwnedFd>, timeout_ms: i32) {
     match pidfd {
-        Some(fd) => poll_readable(&[fd], timeout_ms),
+        Some(fd) => poll_readable(&[fd.as_fd()], timeout_ms),
         None => std::thread::sleep(Duration::from_millis(timeout_ms as u64)),
     }
 }
 
-/// Waits until a ring buffer has data, the target exits (`pidfd`) or the timeout passes.
-pub(super) fn poll_rings(events: &[PerfEvent], pidfd: Option<&OwnedFd>, timeout_ms: i32) {
-    let fds: Vec<&OwnedFd> = events.iter().map(|e| e.fd()).chain(pidfd).collect();
+/// Waits until a ring buffer has data (the perf events' or the BPF ring `bpf_ring`), the
+/// target exits (`pidfd`) or the timeout passes.
+pub(super) fn poll_rings(
+    events: &[PerfEvent],
+    bpf_ring: Option<std::os::fd::RawFd>,
+    pidfd: Option<&OwnedFd>,
+    timeout_ms: i32,
+) {
+    // SAFETY: the BPF ring's descriptor stays open while the recording polls it.
+    let ring = bpf_ring.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+    let fds: Vec<BorrowedFd<'_>> = events
+        .iter()
+        .map(|e| e.fd().as_fd())
+        .chain(ring)
+        .chain(pidfd.map(AsFd::as_fd))
+        .collect();
     poll_readable(&fds, timeout_ms);
 }
 
 /// Waits until one of `fds` is readable or `timeout_ms` passes; an interruption (a signal
 /// to stop) ends the wait early, which the callers' loops expect.
-fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) {
+fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) {
     let mut pollfds: Vec<PollFd<'_>> = fds
         .iter()
-        .map(|fd| PollFd::new(*fd, PollFlags::IN))
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
         .collect();
     let timeout = Timespec {
         tv_sec: i64::from(timeout_ms / 1000),

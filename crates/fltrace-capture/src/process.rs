@@ -834,6 +834,12 @@ impl Process {
         self.main_exited
     }
 
+    /// The stack address just above thread `tid`'s outermost frame (its entry's caller's
+    /// stack pointer), once an unwind of its stack reached its entry.
+    pub fn outermost_sp(&self, tid: u32) -> Option<u64> {
+        self.known.get(&tid)?.outermost_sp()
+    }
+
     /// This process was forked by thread `parent_tid` of `parent`, without exec: its thread
     /// runs on a copy of that thread's stack, so its first stacks complete from that thread's
     /// last complete one (postgres's backends fault deep in the postmaster's frames at once).

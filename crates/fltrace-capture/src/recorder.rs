@@ -48,14 +48,31 @@ pub enum AllocTracing {
     Uprobes,
 }
 
+/// How each fault's stack is copied for unwinding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackCopy {
+    /// The live part of the stack, from the stack pointer to the top of the thread's stack
+    /// (just above its outermost frame once known), at most `cap` bytes, copied by a BPF
+    /// program into one ring shared by all CPUs. Without BPF, a fixed copy of
+    /// [`DEFAULT_STACK_BYTES`] with each perf sample, said in one line at the start.
+    Live {
+        /// The most copied, bytes.
+        cap: u32,
+    },
+    /// A fixed copy of this many bytes (a multiple of 8) with each perf sample, in per-CPU
+    /// rings (`--stack-size`).
+    Fixed(u32),
+}
+
 /// How to record.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Where the trace files go.
     pub dir: PathBuf,
-    /// Bytes of user stack copied with each fault for unwinding (a multiple of 8).
-    pub stack_bytes: u32,
-    /// Ring buffer size per CPU, in MiB (rounded up to a power of two pages).
+    /// How each fault's stack is copied.
+    pub stack: StackCopy,
+    /// The kernel memory of all the recording's rings together, MiB, whatever the number of
+    /// CPUs ([`crate::budget::plan_rings`]).
     pub buffer_mb: usize,
     /// Run the command as this user.
     pub credentials: Option<Credentials>,
@@ -102,17 +119,17 @@ impl std::fmt::Debug for Pairing {
 }
 
 impl Options {
-    /// Defaults: 16 KiB of stack per fault; beyond that, a thread's outer frames come from its
-    /// previous stack where both hold the same frame at the same address, else from the live
-    /// process (`KnownFrames`, `LiveStack`). Together they complete 99.5% of the stacks of a
-    /// compiler, an interpreter, a database and two servers (docs/BENCHMARKS.md), where 8 KiB
-    /// left the servers' frames larger than the copy (redis's jemalloc start-up, postgres's
-    /// `heap_multi_insert`) without callers. The ring is sized by [`ring_mb_for`].
+    /// Defaults: each fault's live stack, up to [`DEFAULT_STACK_CAP`] bytes (a stack 2,000
+    /// calls of 80 bytes deep whole), in rings of [`DEFAULT_BUDGET_MB`] MiB in all; deeper,
+    /// a thread's outer frames come from its previous stack where both hold the same frame
+    /// at the same address, else from the live process (`KnownFrames`, `LiveStack`).
     pub fn new(dir: PathBuf) -> Options {
         Options {
             dir,
-            stack_bytes: DEFAULT_STACK_BYTES,
-            buffer_mb: ring_mb_for(DEFAULT_STACK_BYTES),
+            stack: StackCopy::Live {
+                cap: DEFAULT_STACK_CAP,
+            },
+            buffer_mb: DEFAULT_BUDGET_MB,
             credentials: None,
             read_live_stacks: true,
             far_memory: None,
@@ -129,18 +146,15 @@ impl Options {
     }
 }
 
-/// Bytes of user stack copied with each fault by default.
-pub const DEFAULT_STACK_BYTES: u32 = 16384;
+/// The default bound of the live stack copied with each fault, bytes.
+pub use crate::bpf::DEFAULT_STACK_CAP;
+/// The default kernel memory of a recording's rings, MiB.
+pub use crate::budget::DEFAULT_BUDGET_MB;
 
-/// The default ring buffer per CPU, MiB, for a stack copy of `stack_bytes`: the kernel reserves
-/// the whole copy in the ring for every fault, so the ring grows with the copy, 32 MiB per KiB
-/// from 64 MiB, up to 256 MiB (about 16,000 faults of a 16 KiB copy; enough for fault-dense
-/// programs on a busy machine, where 2 KiB copies in 32 MiB lost records). Not beyond: the
-/// kernel allocates the whole ring at the start, and 512 MiB per CPU cost cc1plus 25% more
-/// CPU time and a quick sqlite3 three times the recording's system time.
-pub fn ring_mb_for(stack_bytes: u32) -> usize {
-    (stack_bytes as usize * 32 / 1024).clamp(64, 256)
-}
+/// Bytes of user stack copied with each fault where the copy is fixed: without BPF, 16 KiB
+/// complete 99.5% of the stacks of a compiler, an interpreter, a database and two servers
+/// (docs/BENCHMARKS.md), with `KnownFrames` and `LiveStack` for the outer frames.
+pub const DEFAULT_STACK_BYTES: u32 = 16384;
 
 /// Reported while recording.
 #[derive(Debug, Clone, Copy)]
@@ -320,6 +334,10 @@ struct ActiveRecording {
     attached: Vec<(u32, String)>,
     events: Vec<PerfEvent>,
     rings: Vec<CpuRings>,
+    /// The faults' BPF program and its ring, when it carries them.
+    bpf: Option<crate::bpf::BpfCapture>,
+    /// The rings' sizes.
+    plan: crate::budget::RingPlan,
     state: State,
     alloc_logs: Option<crate::AllocLogs>,
     attached_allocs: Option<crate::uprobes::AttachedAllocs>,

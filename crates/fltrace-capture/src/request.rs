@@ -30,11 +30,13 @@ pub struct Request {
     pub handlers: u32,
     /// Far memory: handlers spin instead of blocking (`--busy-poll`).
     pub busy_poll: bool,
-    /// Bytes of user stack copied with each fault (`--stack-size`), rounded down to a
-    /// multiple of 8.
-    pub stack_bytes: u32,
-    /// Ring buffer per CPU, MiB (`--buffer-mb`); by default sized for the stack copy
-    /// ([`crate::recorder::ring_mb_for`]).
+    /// A fixed copy of this many bytes of user stack with each fault (`--stack-size`),
+    /// rounded down to a multiple of 8, instead of the live stack.
+    pub stack_bytes: Option<u32>,
+    /// The most of the live stack copied with each fault (`--max-stack-copy`), bytes.
+    pub stack_cap: Option<u32>,
+    /// The kernel memory of all the rings, MiB (`--buffer-mb`); by default
+    /// [`crate::DEFAULT_BUDGET_MB`] ([`crate::budget::plan_rings`]).
     pub buffer_mb: Option<usize>,
     /// Unwind only over the copied stack (`--exact-stacks`).
     pub exact_stacks: bool,
@@ -207,10 +209,12 @@ impl Request {
             return Err(RequestError::NoOutputDir(self.dir.clone()));
         }
         let mut options = Options::new(self.dir.clone());
-        options.stack_bytes = self.stack_bytes & !7;
-        options.buffer_mb = self
-            .buffer_mb
-            .unwrap_or_else(|| crate::recorder::ring_mb_for(options.stack_bytes));
+        options.stack = match (self.stack_bytes, self.stack_cap) {
+            (Some(bytes), _) => crate::StackCopy::Fixed(bytes & !7),
+            (None, Some(cap)) => crate::StackCopy::Live { cap: cap & !7 },
+            (None, None) => options.stack,
+        };
+        options.buffer_mb = self.buffer_mb.unwrap_or(crate::DEFAULT_BUDGET_MB);
         options.read_live_stacks = !self.exact_stacks;
         if far_memory.is_some() && !self.pids.is_empty() {
             return Err(RequestError::FarMemoryAttached);
@@ -342,7 +346,8 @@ mod tests {
             policy: EvictionPolicy::Fifo,
             handlers: 1,
             busy_poll: false,
-            stack_bytes: 2048,
+            stack_bytes: Some(2048),
+            stack_cap: None,
             buffer_mb: None,
             exact_stacks: false,
             user: None,
@@ -534,11 +539,16 @@ mod tests {
     fn stack_bytes_round_down_to_whole_words() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = request(dir.path());
-        (r.stack_bytes, r.buffer_mb, r.exact_stacks) = (1001, Some(8), true);
+        (r.stack_bytes, r.buffer_mb, r.exact_stacks) = (Some(1001), Some(8), true);
         let (target, options) = r.resolve(&FULL).unwrap();
         assert!(matches!(target, Target::Command(c) if c == ["true"]));
-        assert_eq!(options.stack_bytes, 1000);
+        assert_eq!(options.stack, crate::StackCopy::Fixed(1000));
         assert_eq!(options.buffer_mb, 8);
+        // Without --stack-size, the live stack, bounded as asked, in the default budget.
+        (r.stack_bytes, r.stack_cap, r.buffer_mb) = (None, Some(100_001), None);
+        let (_, options) = r.resolve(&FULL).unwrap();
+        assert_eq!(options.stack, crate::StackCopy::Live { cap: 100_000 });
+        assert_eq!(options.buffer_mb, crate::DEFAULT_BUDGET_MB);
         assert!(!options.read_live_stacks);
         assert!(options.far_memory.is_none() && options.allocs.is_none());
         assert!(options.heap_backing.is_none() && options.credentials.is_none());

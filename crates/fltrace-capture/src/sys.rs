@@ -334,6 +334,17 @@ pub fn fault_tracepoint_attr(
     attr
 }
 
+/// The side band alone (mappings with build IDs, comm/exec, fork/exit), where a BPF program
+/// carries the faults: a dummy software event that never samples, laid out as
+/// [`fault_tracepoint_attr`]'s samples with `stack_bytes` of stack, so that the `munmap` and
+/// `mremap` samples sharing its ring read the same way.
+pub fn sideband_attr(stack_bytes: u32) -> perf_event_attr {
+    let mut attr = fault_tracepoint_attr(0, stack_bytes, true);
+    attr.type_ = b::PERF_TYPE_SOFTWARE;
+    attr.config = u64::from(b::PERF_COUNT_SW_DUMMY);
+    attr
+}
+
 /// A system-wide tracepoint read for its raw fields only (time and data, no stacks).
 pub fn raw_tracepoint_attr(tracepoint_id: u64) -> perf_event_attr {
     let mut attr = base_attr();

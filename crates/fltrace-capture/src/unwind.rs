@@ -826,6 +826,16 @@ impl Default for KnownFrames {
 }
 
 impl KnownFrames {
+    /// The stack pointer of the outermost frame, when these frames reached the thread's
+    /// entry: nothing of the thread's stack above it is read.
+    pub fn outermost_sp(&self) -> Option<u64> {
+        if self.complete {
+            self.frames.first().map(|f| f.sp)
+        } else {
+            None
+        }
+    }
+
     /// The index of the frame whose return address `ra` was read just below stack pointer
     /// `sp`, the caller's frame of a frame at (`ra`, `sp`) in the current unwind.
     fn find(&self, ra: u64, sp: u64) -> Option<usize> {

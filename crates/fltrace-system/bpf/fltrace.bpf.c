@@ -2,40 +2,17 @@
 // fltrace's in-kernel side: one counting program attachable to any tracepoint, software perf
 // event or uprobe, and the outstanding-allocation table of memleak. Everything the programs
 // do is set from user space through the `config` array (one slot per attached program), so
-// one object serves every command. Self-contained (no libbpf or kernel headers): only clang
-// is needed to build it.
+// one object serves every command. Self-contained (no libbpf or kernel headers; the types and
+// helpers it shares with the recorder's program are fltrace-capture's bpf/fltrace_bpf.h): only
+// clang is needed to build it.
 
-typedef unsigned char u8;
-typedef unsigned int u32;
-typedef int s32;
-typedef unsigned long long u64;
-typedef long long s64;
+#include "fltrace_bpf.h"
 
-#define SEC(name) __attribute__((section(name), used))
-#define __always_inline inline __attribute__((always_inline))
-#define __uint(name, val) int(*name)[val]
-#define __type(name, val) typeof(val) *name
-
-enum {
-	BPF_MAP_TYPE_HASH = 1,
-	BPF_MAP_TYPE_ARRAY = 2,
-	BPF_MAP_TYPE_STACK_TRACE = 7,
-	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
-	BPF_MAP_TYPE_RINGBUF = 27,
-};
-#define BPF_ANY 0
-#define BPF_NOEXIST 1
 #define BPF_F_USER_STACK (1ULL << 8)
 
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
-static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, u64 flags) = (void *)2;
-static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
-static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
-static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_get_current_comm)(void *buf, u32 size) = (void *)16;
 static long (*bpf_get_stackid)(void *ctx, void *map, u64 flags) = (void *)27;
 static u64 (*bpf_get_current_cgroup_id)(void) = (void *)80;
-static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *src) = (void *)113;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
 static u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
 static long (*bpf_get_stack)(void *ctx, void *buf, u32 size, u64 flags) = (void *)67;

@@ -373,11 +373,17 @@ pub struct RecordFlags {
     /// perf's -p does); children forked later are still traced.
     #[arg(long, requires = "pid")]
     pub no_children: bool,
-    /// Bytes of user stack copied with each fault for unwinding; deeper frames come from the
-    /// thread's previous stack or the live process unless --exact-stacks.
-    #[arg(long, value_name = "BYTES", default_value_t = fltrace_capture::DEFAULT_STACK_BYTES, value_parser = clap::value_parser!(u32).range(64..=65528))]
-    pub stack_size: u32,
-    /// Unwind only over the stack copied at the fault (raise --stack-size to match).
+    /// Copy a fixed number of bytes of user stack with each fault (perf samples in per-CPU
+    /// rings, as before BPF) instead of the live stack; deeper frames come from the thread's
+    /// previous stack or the live process unless --exact-stacks.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(64..=65528))]
+    pub stack_size: Option<u32>,
+    /// The most of each fault's live stack copied (from the stack pointer to just above the
+    /// thread's outermost frame), bytes; deeper frames come from the thread's previous stack
+    /// or the live process unless --exact-stacks.
+    #[arg(long, value_name = "BYTES", conflicts_with = "stack_size", default_value_t = fltrace_capture::DEFAULT_STACK_CAP, value_parser = clap::value_parser!(u32).range(64..=8_388_608))]
+    pub max_stack_copy: u32,
+    /// Unwind only over the stack copied at the fault (raise --max-stack-copy to match).
     #[arg(long)]
     pub exact_stacks: bool,
     /// Keep no copy of the executables and libraries in the build-ID cache ($FLTRACE_CACHE,
@@ -385,9 +391,11 @@ pub struct RecordFlags {
     /// frames only while the files on disk are of the build recorded.
     #[arg(long)]
     pub no_cache: bool,
-    /// Ring buffer per CPU, in MiB (each fault takes --stack-size bytes of it); by default 32
-    /// MiB per KiB of --stack-size, from 64 to 256 (256 at the default 16 KiB).
-    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    /// The kernel memory of all the recording's rings and BPF maps together, in MiB, whatever
+    /// the number of CPUs (64 by default, 5 at least): half for the ring of faults all CPUs
+    /// share, about 4 MiB for the BPF tables, the rest split among the CPUs' rings of mappings
+    /// and process events (with --stack-size or without BPF, all split among the CPUs).
+    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub buffer_mb: Option<u64>,
     /// Run the command as this user (name or uid); by default the user who ran sudo, if any,
     /// when --drop-privileges is given.

@@ -83,6 +83,7 @@ pub fn prepare(
         handlers: flags.handlers,
         busy_poll: flags.busy_poll,
         stack_bytes: flags.stack_size,
+        stack_cap: Some(flags.max_stack_copy),
         buffer_mb: flags.buffer_mb.map(|mb| mb as usize),
         exact_stacks: flags.exact_stacks,
         user: flags.user.clone(),

@@ -14,6 +14,7 @@ use fltrace_trace::{FileOffset, Mapping, VirtAddr, files};
 
 use super::Options;
 use crate::Error;
+use crate::bpf::{BpfFault, BpfRecord};
 use crate::os::unix_now_ns;
 use crate::pid_filing::{ReusedPids, UNFILED};
 use crate::process::{FaultSample, Process, RecordingContext, RemapCall};
@@ -82,10 +83,14 @@ impl RemapFields {
 /// A record set aside until the process it belongs to is known.
 struct Deferred {
     round: u64,
+    /// The perf record's kind, or [`FROM_BPF`] for a record of the BPF ring.
     kind: u32,
     misc: u16,
     bytes: Vec<u8>,
 }
+
+/// The kind of a deferred record of the BPF ring (no perf record kind is this large).
+const FROM_BPF: u32 = u32::MAX;
 
 /// Everything the record handlers update.
 ///
@@ -142,11 +147,24 @@ pub(super) struct State {
     pub(super) lost_unfiled: u64,
     pub(super) faults: u64,
     pub(super) truncated_total: u64,
+    /// The command fltrace started, until its exec: the BPF program traces it from its fork,
+    /// and its faults before the exec are fltrace's own.
+    pub(super) awaiting_exec: Option<u32>,
+    /// Where the BPF program's copies of a thread's stack may stop: (the thread's key, low,
+    /// top), for the
+    /// event loop to hand on ([`crate::bpf::BpfCapture::set_stack_top`]).
+    pub(super) stack_tops: Vec<(u32, u64, u64)>,
+    /// The tops handed on this round, so that each goes once.
+    tops_this_round: FxHashSet<(u32, u64)>,
     /// The first error a handler met; handlers run inside ring-buffer callbacks.
     pub(super) error: Option<Error>,
     /// The live view's feed, and what finished processes left for it.
     live: Option<(crate::live::LiveFeed, crate::live::LiveBatch)>,
 }
+
+/// How far above a thread's outermost frame its stack copies go: its last return address
+/// lies below that frame's canonical frame address; a little more is harmless.
+const TOP_SLACK: u64 = 256;
 
 /// What the handlers of every process use: kept across records, so that they are read or
 /// allocated once.
@@ -221,6 +239,9 @@ impl State {
             lost_unfiled: 0,
             faults: 0,
             truncated_total: 0,
+            awaiting_exec: None,
+            stack_tops: Vec::new(),
+            tops_this_round: FxHashSet::default(),
             error: None,
             live: options.live.clone().map(|feed| (feed, Default::default())),
         }
@@ -399,36 +420,15 @@ impl State {
             _ => None,
         };
         if let Some(pid) = owner.filter(|p| *p > 0).map(|p| p as u32) {
-            let filed = self.filed_pid(pid, time);
-            if filed == UNFILED {
-                // A process beyond the last reuse of its pid that a table can file.
-                if let EventRecord::Sample(sample) = &parsed
-                    && self.is_fault(sample)
-                {
-                    self.lost += 1;
-                    self.lost_unfiled += 1;
-                }
-                return Ok(());
-            }
-            if self.finished_set.contains(&filed) {
-                // Its files are closed: a fault that comes this late is not in them.
-                if let EventRecord::Sample(sample) = &parsed
-                    && self.is_fault(sample)
-                {
-                    self.lost += 1;
-                    self.lost_late += 1;
-                }
-                return Ok(());
-            }
-            let unknown = !self.processes.contains_key(&filed) && pid != self.root_pid;
-            if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
-                self.deferred_pids.insert(pid);
-                self.deferred.push(Deferred {
-                    round: self.round,
-                    kind: record.kind,
-                    misc: record.misc,
-                    bytes: record.data.as_slice().into_owned(),
-                });
+            let is_fault = matches!(&parsed, EventRecord::Sample(sample) if self.is_fault(sample));
+            let (kind, misc) = (record.kind, record.misc);
+            let admitted = self.admit(pid, time, is_fault, || Deferred {
+                round: 0,
+                kind,
+                misc,
+                bytes: record.data.as_slice().into_owned(),
+            });
+            if admitted.is_none() {
                 return Ok(());
             }
         }
@@ -469,6 +469,9 @@ impl State {
                 // Every record carries its time (`sample_id_all`): the CLOCK_MONOTONIC of
                 // the runtime's pages.
                 let pid = self.filed_pid(c.pid as u32, time);
+                if c.is_execve && self.awaiting_exec == Some(c.pid as u32) {
+                    self.awaiting_exec = None;
+                }
                 let process = self.process(pid, time)?;
                 if c.is_execve {
                     process.exec(time);
@@ -645,33 +648,50 @@ impl State {
             self.lost += 1;
             return Ok(());
         };
-        let time_ns = sample
-            .timestamp
-            .unwrap_or(0)
-            .wrapping_add(self.session.mono_offset);
-        let (process, caches) = self.process_and_caches(pid, sample_ns)?;
-        let scratch = &mut caches.scratch;
-        let stack: &[u8] = match &sample.user_stack {
-            Some((data, dyn_size)) => {
-                let len = (*dyn_size as usize).min(data.len());
-                match data.get(0..len) {
-                    Some(RawData::Single(bytes)) => bytes,
-                    Some(split) => {
-                        scratch.clear();
-                        scratch.extend_from_slice(&split.as_slice());
-                        scratch
-                    }
-                    None => &[],
-                }
+        let regs = (ip, sp, bp);
+        let copy = sample.user_stack.as_ref().and_then(|(data, dyn_size)| {
+            let len = (*dyn_size as usize).min(data.len());
+            data.get(0..len)
+        });
+        match copy {
+            Some(RawData::Single(bytes)) => {
+                self.fault(pid, tid as u32, sample_ns, addr, error_code, regs, bytes)
             }
-            None => &[],
-        };
+            Some(split) => {
+                // Made contiguous where it wraps around the ring's end.
+                let mut scratch = std::mem::take(&mut self.caches.scratch);
+                scratch.clear();
+                scratch.extend_from_slice(&split.as_slice());
+                let result =
+                    self.fault(pid, tid as u32, sample_ns, addr, error_code, regs, &scratch);
+                self.caches.scratch = scratch;
+                result
+            }
+            None => self.fault(pid, tid as u32, sample_ns, addr, error_code, regs, &[]),
+        }
+    }
+
+    /// Records one fault of process `pid` (as filed), thread `tid`, at `sample_ns` (the
+    /// kernel's CLOCK_MONOTONIC).
+    #[allow(clippy::too_many_arguments)]
+    fn fault(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        sample_ns: u64,
+        addr: u64,
+        error_code: u64,
+        regs: (u64, u64, u64),
+        stack: &[u8],
+    ) -> Result<(), Error> {
+        let time_ns = sample_ns.wrapping_add(self.session.mono_offset);
+        let (process, caches) = self.process_and_caches(pid, sample_ns)?;
         let fault = FaultSample {
             time_ns,
-            tid: tid as u32,
+            tid,
             addr: VirtAddr::new(addr),
             error_code,
-            regs: (ip, sp, bp),
+            regs,
             stack,
         };
         let before = process.counters.stacks_truncated;
@@ -681,6 +701,113 @@ impl State {
         self.truncated_total = self.truncated_total + after - before;
         self.faults += 1;
         Ok(result?)
+    }
+
+    /// The process (as filed) a record of process `pid` at `time` goes to, or `None` when it
+    /// goes to none: a process beyond the last reuse of its pid that a table can file, or
+    /// whose files are closed (a fault that comes this late is not in them: counted lost), or
+    /// one not known yet (the record, made by `defer`, waits a round for its fork record).
+    fn admit(
+        &mut self,
+        pid: u32,
+        time: u64,
+        is_fault: bool,
+        defer: impl FnOnce() -> Deferred,
+    ) -> Option<u32> {
+        let filed = self.filed_pid(pid, time);
+        if filed == UNFILED {
+            if is_fault {
+                self.lost += 1;
+                self.lost_unfiled += 1;
+            }
+            return None;
+        }
+        if self.finished_set.contains(&filed) {
+            if is_fault {
+                self.lost += 1;
+                self.lost_late += 1;
+            }
+            return None;
+        }
+        let unknown = !self.processes.contains_key(&filed) && pid != self.root_pid;
+        if !self.replaying && (unknown || self.deferred_pids.contains(&pid)) {
+            self.deferred_pids.insert(pid);
+            self.deferred.push(Deferred {
+                round: self.round,
+                ..defer()
+            });
+            return None;
+        }
+        Some(filed)
+    }
+
+    /// Handles one record of the BPF ring: a fault, or a major-fault mark.
+    pub(super) fn handle_bpf(&mut self, bytes: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.handle_bpf_inner(bytes) {
+            self.error = Some(e);
+        }
+    }
+
+    fn handle_bpf_inner(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let Some(record) = BpfRecord::parse(bytes) else {
+            return Ok(());
+        };
+        let (pid, tid, time, is_fault) = match record {
+            BpfRecord::Fault(f) => (f.pid, f.tid, f.time_ns, true),
+            BpfRecord::Major {
+                pid, tid, time_ns, ..
+            } => (pid, tid, time_ns, false),
+        };
+        if self.awaiting_exec == Some(pid) || self.runtime_threads.contains(tid) {
+            return Ok(());
+        }
+        let Some(filed) = self.admit(pid, time, is_fault, || Deferred {
+            round: 0,
+            kind: FROM_BPF,
+            misc: 0,
+            bytes: bytes.to_vec(),
+        }) else {
+            return Ok(());
+        };
+        match record {
+            BpfRecord::Fault(f) => {
+                self.fault(filed, tid, time, f.addr, f.error_code, f.regs, f.stack)?;
+                self.note_stack_top(filed, &f);
+                Ok(())
+            }
+            BpfRecord::Major { addr, .. } => {
+                if let Some(p) = self.processes.get_mut(&filed) {
+                    p.major(tid, addr);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Once a thread's outermost frame is known, its stack copies stop just above it (the
+    /// main thread's environment and a thread's TLS above it are no frames): noted for the
+    /// event loop when the copy of `fault` went further.
+    fn note_stack_top(&mut self, pid: u32, fault: &BpfFault<'_>) {
+        let Some(outermost) = self
+            .processes
+            .get(&pid)
+            .and_then(|p| p.outermost_sp(fault.tid))
+        else {
+            return;
+        };
+        let top = outermost.saturating_add(TOP_SLACK).next_multiple_of(8);
+        let sp = fault.regs.1;
+        if top > sp
+            && top >= fault.stack_low
+            && fault.stack_top > top
+            && self.tops_this_round.insert((fault.stack_key, top))
+        {
+            self.stack_tops
+                .push((fault.stack_key, fault.stack_low, top));
+        }
     }
 
     pub(super) fn handle_major(&mut self, record: crate::ring::RawRecord<'_>) {
@@ -767,6 +894,7 @@ impl State {
         self.jit_files.poll();
         let round = self.round;
         self.round += 1;
+        self.tops_this_round.clear();
         if self.session.far_memory.is_some() {
             for process in self.processes.values_mut() {
                 process.poll_runtime(round);
@@ -782,11 +910,15 @@ impl State {
         self.deferred_pids.clear();
         self.replaying = true;
         for d in &ready {
-            self.handle(crate::ring::RawRecord {
-                kind: d.kind,
-                misc: d.misc,
-                data: RawData::Single(&d.bytes),
-            });
+            if d.kind == FROM_BPF {
+                self.handle_bpf(&d.bytes);
+            } else {
+                self.handle(crate::ring::RawRecord {
+                    kind: d.kind,
+                    misc: d.misc,
+                    data: RawData::Single(&d.bytes),
+                });
+            }
         }
         self.replaying = false;
         for d in &waiting {
@@ -953,6 +1085,9 @@ impl RuntimeThreads {
 /// The process a deferred record belongs to: every deferred record kind starts with the pid
 /// except fork, whose parent pid is its second field.
 fn owner_of_bytes(bytes: &[u8], kind: u32) -> Option<u32> {
+    if kind == FROM_BPF {
+        return BpfRecord::pid_of(bytes);
+    }
     let offset = if kind == PERF_RECORD_FORK { 4 } else { 0 };
     let field = bytes.get(offset..offset + 4)?;
     Some(u32::from_ne_bytes(field.try_into().ok()?))

@@ -10,6 +10,7 @@ use rustix::process::Signal;
 
 use super::dispatch::State;
 use super::{ActiveRecording, CpuRings, Ended, Progress, keep_first, note_stop};
+use crate::bpf::{BpfCapture, BpfRecord, BpfRing, Slot};
 use crate::os::{
     become_urgent, pidfd_open, poll_rings, process_alive, reap, signal_process, wait_for_exit,
 };
@@ -26,6 +27,7 @@ impl ActiveRecording {
         let root = self.child.pid();
         let root_pid = self.root_pid;
         let (rings, state) = (&mut self.rings, &mut self.state);
+        let mut bpf = self.bpf.as_mut();
         let alloc_logs = &self.alloc_logs;
 
         become_urgent();
@@ -35,7 +37,7 @@ impl ActiveRecording {
         // Records are handled in time order across CPUs, up to the newest time seen in the
         // previous round (perf's ordering rule): anything older has been written by now.
         let mut watermark = 0u64;
-        let mut positions: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rings.len()];
+        let mut positions: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rings.len() + 1];
         let mut last_stats = Instant::now();
         let mut last_memory = Instant::now();
         // With allocations traced, each process's resident memory is followed finely, and
@@ -64,8 +66,13 @@ impl ActiveRecording {
             let mut drained = 0;
             if trace_error.is_none() {
                 let used = watermark;
-                let (handled, newest) =
-                    drain_in_time_order(rings, state, watermark, &mut positions);
+                let (handled, newest) = drain_in_time_order(
+                    rings,
+                    bpf.as_deref_mut().map(BpfCapture::ring),
+                    state,
+                    watermark,
+                    &mut positions,
+                );
                 drained = handled;
                 watermark = watermark.max(newest);
                 for cpu in rings.iter_mut() {
@@ -74,6 +81,7 @@ impl ActiveRecording {
                     }
                 }
                 state.end_round(false);
+                hand_on_stack_tops(state, bpf.as_deref_mut());
                 // The records deferred a round ago replayed now: every record up to the
                 // last round's watermark is read, forks of later processes among them.
                 state.pid_filing.read_until(read_until);
@@ -111,7 +119,13 @@ impl ActiveRecording {
                 if trace_error.is_none() {
                     // Every record of the exited tree is already in the buffers: one more
                     // pass.
-                    drain_in_time_order(rings, state, u64::MAX, &mut positions);
+                    drain_in_time_order(
+                        rings,
+                        bpf.as_deref_mut().map(BpfCapture::ring),
+                        state,
+                        u64::MAX,
+                        &mut positions,
+                    );
                     for cpu in rings.iter_mut() {
                         if let Some(major) = &mut cpu.major {
                             major.drain(|r| state.handle_major(r));
@@ -189,7 +203,7 @@ impl ActiveRecording {
             if last_progress.elapsed() >= Duration::from_millis(250) {
                 progress(&Progress {
                     faults: state.faults,
-                    lost: state.lost,
+                    lost: state.lost + bpf.as_deref().map_or(0, |b| b.counts().lost),
                     elapsed: started.elapsed(),
                 });
                 last_progress = Instant::now();
@@ -199,7 +213,8 @@ impl ActiveRecording {
                 // alone.
                 wait_for_exit(pidfd.as_ref(), wake_ms);
             } else if drained == 0 {
-                poll_rings(&self.events, pidfd.as_ref(), wake_ms);
+                let ring = bpf.as_deref().map(BpfCapture::ring_fd);
+                poll_rings(&self.events, ring, pidfd.as_ref(), wake_ms);
             }
         }
         Ended {
@@ -208,6 +223,16 @@ impl ActiveRecording {
             trace_error,
             trace_stopped,
             started,
+        }
+    }
+}
+
+/// Tells the BPF program where the copies of each thread's stack may stop.
+fn hand_on_stack_tops(state: &mut State, bpf: Option<&mut BpfCapture>) {
+    let tops = std::mem::take(&mut state.stack_tops);
+    if let Some(bpf) = bpf {
+        for (tid, low, top) in tops {
+            bpf.set_stack_top(tid, low, top);
         }
     }
 }
@@ -227,26 +252,31 @@ fn learn_images(alloc_logs: &Option<crate::AllocLogs>, state: &State) {
     }
 }
 
-/// Handles the readable records of all CPUs' fault rings in time order, those not newer than
-/// `watermark`; leaves the rest for the next round. Returns how many were handled and the
-/// newest timestamp readable.
+/// Handles the readable records of all CPUs' fault rings (and of the BPF ring, when it carries
+/// the faults) in time order, those not newer than `watermark`; leaves the rest for the next
+/// round. Returns how many were handled and the newest timestamp readable.
 ///
 /// Records of one process spread over CPUs as its threads migrate: handled CPU by CPU, a
-/// thread's faults could be read before the exec or mmap records that explain them.
+/// thread's faults could be read before the exec or mmap records that explain them. The BPF
+/// ring holds the faults of all CPUs in the order they were written, which is their time
+/// order within a thread.
 fn drain_in_time_order(
     rings: &mut [CpuRings],
+    mut bpf: Option<&mut BpfRing>,
     state: &mut State,
     watermark: u64,
     positions: &mut [Vec<(u64, u64)>],
 ) -> (usize, u64) {
     // Order matters less than losing records: a filling buffer is emptied whatever the time.
-    let watermark = if rings.iter().any(|r| r.faults.half_full()) {
+    let watermark = if rings.iter().any(|r| r.faults.half_full())
+        || bpf.as_ref().is_some_and(|b| b.half_full())
+    {
         u64::MAX
     } else {
         watermark
     };
     let mut newest = 0;
-    let mut ends = Vec::with_capacity(rings.len());
+    let mut ends = Vec::with_capacity(positions.len());
     for (ring, list) in rings.iter().zip(positions.iter_mut()) {
         list.clear();
         let (mut pos, head) = ring.faults.readable();
@@ -263,11 +293,29 @@ fn drain_in_time_order(
         }
         ends.push(pos);
     }
-    let mut next_index = vec![0usize; rings.len()];
+    // The BPF ring's list is the last; records still being written end it.
+    if let (Some(ring), Some(list)) = (bpf.as_deref(), positions.get_mut(rings.len())) {
+        list.clear();
+        let (mut pos, head) = ring.readable();
+        while pos < head {
+            let Some((slot, next)) = ring.record_at(pos) else {
+                break;
+            };
+            if let Slot::Record(bytes) = slot {
+                let time = BpfRecord::time_of(bytes);
+                newest = newest.max(time);
+                list.push((time, pos));
+            }
+            pos = next;
+        }
+        ends.push(pos);
+    }
+    let lists = ends.len();
+    let mut next_index = vec![0usize; lists];
     let mut handled = 0;
     loop {
         let mut best: Option<(u64, usize)> = None;
-        for (i, list) in positions.iter().enumerate() {
+        for (i, list) in positions[..lists].iter().enumerate() {
             if let Some(&(time, _)) = list.get(next_index[i])
                 && time <= watermark
                 && best.is_none_or(|(t, _)| time < t)
@@ -279,9 +327,6 @@ fn drain_in_time_order(
             break;
         };
         let (_, pos) = positions[i][next_index[i]];
-        if let Some((record, _)) = rings[i].faults.record_at(pos) {
-            state.handle(record);
-        }
         next_index[i] += 1;
         handled += 1;
         // Each record's room goes back to the kernel as soon as it is handled: a round of a
@@ -290,7 +335,17 @@ fn drain_in_time_order(
         let handled_to = positions[i]
             .get(next_index[i])
             .map_or(ends[i], |&(_, pos)| pos);
-        rings[i].faults.consume(handled_to);
+        if i < rings.len() {
+            if let Some((record, _)) = rings[i].faults.record_at(pos) {
+                state.handle(record);
+            }
+            rings[i].faults.consume(handled_to);
+        } else if let Some(ring) = bpf.as_deref_mut() {
+            if let Some((Slot::Record(bytes), _)) = ring.record_at(pos) {
+                state.handle_bpf(bytes);
+            }
+            ring.consume(handled_to);
+        }
     }
     (handled, newest)
 }

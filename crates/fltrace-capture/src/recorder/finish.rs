@@ -17,6 +17,8 @@ impl ActiveRecording {
             attached,
             events,
             rings,
+            bpf,
+            plan,
             mut state,
             mut alloc_logs,
             attached_allocs,
@@ -31,6 +33,30 @@ impl ActiveRecording {
             mut trace_stopped,
             started,
         } = ended;
+        if let Some(bpf) = &bpf {
+            let counts = bpf.counts();
+            state.lost += counts.lost;
+            if counts.children_lost > 0 {
+                log::warn!(
+                    "{} processes started by the traced ones were not traced: the BPF table of \
+                     traced processes was full",
+                    counts.children_lost
+                );
+            }
+            log::debug!(
+                "BPF ring of {} KiB (kernel memory of all rings and BPF maps at most {} KiB): {} faults, {} KiB of \
+                 stack copied ({} B a fault), {} records lost ({} KiB), {} faults without their \
+                 stack's bounds",
+                plan.shared >> 10,
+                plan.total() >> 10,
+                counts.faults,
+                counts.stack_bytes >> 10,
+                counts.stack_bytes / counts.faults.max(1),
+                counts.lost,
+                counts.lost_bytes >> 10,
+                counts.no_bounds,
+            );
+        }
         // Reaped by the loop, or never run (a failed exec): nothing left to kill. The group's
         // watchdog is told so.
         drop(child);
@@ -50,13 +76,15 @@ impl ActiveRecording {
                 Vec::new()
             };
             let events = close_after_exit(events, &mapped);
+            // Detaching the programs unregisters their tracepoints meanwhile.
+            let detaching = bpf.map(|bpf| std::thread::spawn(move || bpf.close()));
             // The CPUs' rings freed at once.
             let unmapping: Vec<_> = rings
                 .into_iter()
                 .map(|ring| std::thread::spawn(move || drop(ring)))
                 .collect();
             drop(events);
-            for thread in unmapping {
+            for thread in unmapping.into_iter().chain(detaching) {
                 let _ = thread.join();
             }
             started.elapsed()

@@ -10,8 +10,10 @@ use rustc_hash::FxHashSet;
 use fltrace_trace::keys;
 
 use super::dispatch::{FaultFields, RemapFields, State, UnmapFields};
-use super::{ActiveRecording, CpuRings, Options, Target};
+use super::{ActiveRecording, CpuRings, Options, StackCopy, Target};
 use crate::Error;
+use crate::bpf::BpfCapture;
+use crate::budget::{Carrier, RingPlan, plan_rings};
 use crate::child::ChildGuard;
 use crate::os::{monotonic_now_ns, unix_now_ns};
 use crate::ring::{RingBuffer, page_size};
@@ -51,6 +53,9 @@ impl ActiveRecording {
             }
         };
         let cpus = sys::online_cpus().map_err(Error::kernel("online CPUs"))?;
+        // The faults go through the BPF ring unless a fixed copy is asked for or BPF is
+        // missing; started before the command so that its first fault is caught.
+        let (mut bpf, plan, stack_bytes) = start_capture(options, &tracefs, &cpus)?;
 
         // The runtime's shared pages, one per process: `<prefix>-<pid>`.
         let far_prefix = options.far_memory.as_ref().map(|_| {
@@ -118,12 +123,30 @@ impl ActiveRecording {
         };
         let root_pid = child.pid().unwrap_or(tasks[0]) as u32;
 
-        let mut fault_attr = sys::fault_tracepoint_attr(user_tp.id, options.stack_bytes, true);
-        let mut kernel_attr = sys::fault_tracepoint_attr(
-            kernel_tp.as_ref().map_or(0, |t| t.id),
-            options.stack_bytes,
-            false,
-        );
+        match &mut bpf {
+            Some(capture) => {
+                for &task in attached
+                    .iter()
+                    .map(|(pid, _)| pid)
+                    .chain(child.pid().iter())
+                {
+                    capture
+                        .trace(task as u32)
+                        .map_err(Error::kernel("the BPF table of traced processes"))?;
+                }
+            }
+            None => {
+                log::debug!("faults in per-CPU perf rings with {stack_bytes}-byte stack copies")
+            }
+        }
+        // With BPF the perf events carry the side band alone (a dummy event leads each CPU's
+        // ring); else the fault tracepoint leads it, with its stack copies.
+        let mut fault_attr = match &bpf {
+            Some(_) => sys::sideband_attr(8),
+            None => sys::fault_tracepoint_attr(user_tp.id, stack_bytes, true),
+        };
+        let mut kernel_attr =
+            sys::fault_tracepoint_attr(kernel_tp.as_ref().map_or(0, |t| t.id), stack_bytes, false);
         let mut major_attr = sys::major_fault_attr();
         // Laid out as the fault samples, whose ring they share; a stack copy of one word.
         let mut remap_attrs: Vec<perf_event_attr> = fields
@@ -140,30 +163,35 @@ impl ActiveRecording {
             attr.set_enable_on_exec(u64::from(enable_on_exec));
             // Wake the recorder when an eighth of the buffer is full, not on every fault.
             attr.set_watermark(1);
-            attr.__bindgen_anon_2.wakeup_watermark = (options.buffer_mb * 1024 * 1024 / 8) as u32;
+            attr.__bindgen_anon_2.wakeup_watermark = (plan.per_cpu / 8) as u32;
         }
-        major_attr.__bindgen_anon_2.wakeup_watermark = 4096;
+        major_attr.__bindgen_anon_2.wakeup_watermark = 4096.min(plan.per_cpu_major as u32 / 2);
 
         let opening = std::time::Instant::now();
+        let optional_attrs: Vec<&perf_event_attr> = match (&bpf, &kernel_tp) {
+            (None, Some(_)) => Some(&kernel_attr),
+            _ => None,
+        }
+        .into_iter()
+        .chain(remap_attrs.iter())
+        .collect();
         let (events, rings) = open_events(
             &cpus,
             &tasks,
             &fault_attr,
-            kernel_tp
-                .is_some()
-                .then_some(&kernel_attr)
-                .into_iter()
-                .chain(remap_attrs.iter())
-                .collect(),
-            &major_attr,
-            options.buffer_mb,
+            optional_attrs,
+            bpf.is_none().then_some(&major_attr),
+            &plan,
         )?;
         log::debug!(
-            "{} perf events opened and {} rings of {} MiB mapped in {:.3} s",
+            "{} perf events opened and {} rings of {} KiB mapped in {:.3} s; kernel memory of \
+             the rings and BPF maps at most {} KiB ({} KiB shared)",
             events.len(),
             rings.len(),
-            options.buffer_mb,
-            opening.elapsed().as_secs_f64()
+            plan.per_cpu >> 10,
+            opening.elapsed().as_secs_f64(),
+            plan.total() >> 10,
+            plan.shared >> 10,
         );
         if !enable_on_exec {
             for event in &events {
@@ -202,6 +230,10 @@ impl ActiveRecording {
             (&fault_attr, &major_attr),
             mono_offset,
         );
+        if bpf.is_some() && enable_on_exec {
+            // Its faults before the exec are fltrace's own, not the program's.
+            state.awaiting_exec = Some(root_pid);
+        }
         for (pid, _) in &attached {
             state.attach_existing(*pid as u32)?;
         }
@@ -240,6 +272,8 @@ impl ActiveRecording {
             attached: attached_names,
             events,
             rings,
+            bpf,
+            plan,
             state,
             alloc_logs,
             attached_allocs,
@@ -268,8 +302,38 @@ fn command_line(target: &Target) -> String {
 }
 
 type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
-/// Data pages of a CPU's major-fault ring.
-const MAJOR_PAGES: usize = 16;
+
+/// The BPF capture when it can carry the faults (with the rings it leaves the CPUs), else
+/// the per-CPU rings of perf samples; and the bytes of stack each perf sample copies.
+fn start_capture(
+    options: &Options,
+    tracefs: &std::path::Path,
+    cpus: &[i32],
+) -> Result<(Option<BpfCapture>, RingPlan, u32), Error> {
+    let page = page_size();
+    let per_cpu = |stack_bytes| -> Result<_, Error> {
+        let plan = plan_rings(options.buffer_mb, cpus.len(), page, Carrier::PerCpuRings)?;
+        Ok((None, plan, stack_bytes))
+    };
+    let cap = match options.stack {
+        StackCopy::Fixed(bytes) => return per_cpu(bytes),
+        StackCopy::Live { cap } => cap,
+    };
+    let plan = plan_rings(options.buffer_mb, cpus.len(), page, Carrier::SharedRing)?;
+    // A record must leave room for others: a copy at most a quarter of the ring.
+    let cap = cap.min((plan.shared / 4).min(u32::MAX as usize) as u32);
+    match BpfCapture::start(plan.shared, cap, tracefs, cpus) {
+        Ok(capture) => Ok((Some(capture), plan, 8)),
+        Err(e) => {
+            log::warn!(
+                "the faults' BPF program is unavailable ({e}): recording with {} bytes of stack \
+                 copied with each perf sample instead, in rings per CPU",
+                crate::DEFAULT_STACK_BYTES
+            );
+            per_cpu(crate::DEFAULT_STACK_BYTES)
+        }
+    }
+}
 
 /// One CPU's events and rings.
 type CpuOpened = (Vec<PerfEvent>, Option<CpuRings>);
@@ -280,10 +344,11 @@ fn open_events(
     fault_attr: &perf_event_attr,
     // Events whose samples go to the fault ring, opened where the kernel allows.
     optional_attrs: Vec<&perf_event_attr>,
-    major_attr: &perf_event_attr,
-    buffer_mb: usize,
+    major_attr: Option<&perf_event_attr>,
+    plan: &RingPlan,
 ) -> Result<Opened, Error> {
-    let data_pages = (buffer_mb.max(1) * 1024 * 1024 / page_size()).next_power_of_two();
+    let data_pages = plan.per_cpu / page_size();
+    let major_pages = plan.per_cpu_major / page_size();
     let fault_error = || Error::kernel("perf_event_open on exceptions:page_fault_user");
     // Each CPU's first fault event, whose mapping makes its ring: mapping one makes the
     // kernel allocate and zero all of it (tens of milliseconds for 256 MiB), under the
@@ -313,7 +378,7 @@ fn open_events(
             fault_attr,
             &optional_attrs,
             major_attr,
-            data_pages,
+            (data_pages, major_pages),
         )?;
         events.extend(cpu_events);
         rings.extend(cpu_rings);
@@ -421,8 +486,8 @@ fn open_cpu_events(
     tasks: &[i32],
     fault_attr: &perf_event_attr,
     optional_attrs: &[&perf_event_attr],
-    major_attr: &perf_event_attr,
-    data_pages: usize,
+    major_attr: Option<&perf_event_attr>,
+    (data_pages, major_pages): (usize, usize),
 ) -> Result<CpuOpened, Error> {
     let mut events = Vec::new();
     let mut leader: Option<usize> = None;
@@ -463,16 +528,16 @@ fn open_cpu_events(
                 events.push(event);
             }
         }
-        if let Ok(event) = PerfEvent::open(major_attr, task, cpu) {
+        if let Some(Ok(event)) = major_attr.map(|attr| PerfEvent::open(attr, task, cpu)) {
             match major_leader {
                 None => {
                     if let (Ok(ring), Some(rings)) =
-                        (RingBuffer::map(&event, MAJOR_PAGES), cpu_rings.as_mut())
+                        (RingBuffer::map(&event, major_pages), cpu_rings.as_mut())
                     {
                         rings.major = Some(ring);
                         rings
                             .mapped
-                            .push((event.fd().as_raw_fd(), (MAJOR_PAGES + 1) * page_size()));
+                            .push((event.fd().as_raw_fd(), (major_pages + 1) * page_size()));
                         major_leader = Some(events.len());
                         events.push(event);
                     }

@@ -99,30 +99,14 @@ unsafe impl aya::Pod for UStack {}
 
 /// Loads the object (its maps are created; programs are loaded when attached).
 pub(crate) fn load() -> Result<Ebpf, Error> {
-    raise_memlock();
+    fltrace_capture::bpf::raise_memlock();
     EbpfLoader::new().load(OBJECT).map_err(|e| {
-        if refused_for_privilege(&e) {
+        if fltrace_capture::bpf::refused_for_privilege(&e) {
             Error::NotPermitted(bpf_privilege_hint())
         } else {
             Error::Load(Box::new(e))
         }
     })
-}
-
-/// Whether the kernel refused the object for lack of privilege (EPERM anywhere in the
-/// error's chain: map creation or program load).
-fn refused_for_privilege(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if e.downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::raw_os_error)
-            == Some(libc::EPERM)
-        {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
 }
 
 /// What a user without the privilege to load BPF needs, with the setting that decides it.
@@ -134,16 +118,6 @@ fn bpf_privilege_hint() -> String {
          CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); run as root, or give the binary them with \
          `setcap cap_bpf,cap_perfmon+ep` (kernel.unprivileged_bpf_disabled is {unprivileged})"
     )
-}
-
-/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
-fn raise_memlock() {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit reads a valid struct; failure only matters on old kernels.
-    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
 /// A task name as the kernel stores it.

@@ -1097,6 +1097,34 @@ fn record_sees_every_fault_while_faults_counts() {
     assert_eq!(at_touch, 200, "{report}");
 }
 
+/// A BPF program walking a traced program's stack (system-wide `faults`, by frame pointers in
+/// code that keeps none) reads user memory with page faults disabled, and each of its reads
+/// of a page not present is a fault the kernel takes and fixes up without mapping anything:
+/// not the program's. `record` keeps only the program's own: exactly the 300 writes of the
+/// JIT code, where it once also kept 300 reads there.
+#[test]
+fn record_keeps_no_fault_of_another_programs_stack_walk() {
+    let dir = Dir::new();
+    let jitmap = build_c_workload(dir.path(), "jitmap.c");
+    let fltrace = Background::start(&dir, &["faults", "--format", "json"]);
+    let recording = Dir::new();
+    recording.record_with(&["-q", "--no-cache"], &[&jitmap], &["300"]);
+    fltrace.interrupt();
+    let report = recording.report_json(&["--by", "function"]);
+    let jit: Vec<&Value> = report["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter(|g| g["function"] == "jit_touch_pages")
+        .collect();
+    assert_eq!(jit.len(), 1, "{report}");
+    assert_eq!(
+        (&jit[0]["count"], &jit[0]["reads"], &jit[0]["writes"]),
+        (&Value::from(300), &Value::from(0), &Value::from(300)),
+        "{report}"
+    );
+}
+
 /// `nofp.c`, gcc -O2 -g -fomit-frame-pointer: its faults are three calls below main.
 fn nofp() -> &'static Path {
     static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();

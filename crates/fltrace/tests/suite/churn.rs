@@ -16,11 +16,10 @@ fn record_churn(churn: &Path, cycles: u64) -> u64 {
     let dir = Dir::new();
     let out = dir
         .fltrace()
-        // The ring of 8 KiB copies it had when it was written (32K faults a CPU): at the 16 KiB
-        // default a ring holds half as many, and two of three full-suite runs, where servers
-        // and compilers run beside it, lost faults (counted, and said with "try a larger
-        // --buffer-mb"). What this test checks is the recorder on mapping churn.
-        .args(["record", "--buffer-mb", "512", "--"])
+        // The default rings: before the faults had a BPF ring of their own, the per-CPU rings
+        // of 16 KiB copies had to be raised to 512 MiB a CPU (`--buffer-mb 512`) for this test
+        // to lose nothing in loaded full-suite runs.
+        .args(["record", "--"])
         .arg(churn)
         .arg(cycles.to_string())
         .output()

@@ -19,6 +19,7 @@ mod heatmap;
 mod processes;
 mod quickexit;
 mod reuse;
+mod rings;
 mod runtimes;
 mod servers;
 mod signals;

@@ -3,10 +3,9 @@
 use super::util::*;
 
 /// 200 faults about 10 KiB below `main`, then an immediate exit, so the outer frames cannot be
-/// read from the process afterwards. At the default 2 KiB copy every fault's stack reaches
-/// `main` or is counted truncated, the summary equal to the data; with a copy that holds the
-/// stack (`--stack-size 16384`) all 200 share one stack out to `_start`, with the preloaded
-/// library as without.
+/// read from the process afterwards. By default (the live stack copied whole) and with a fixed
+/// copy that holds the stack (`--stack-size 16384`), all 200 share one stack out to `_start`,
+/// with the preloaded library as without; the summary's truncated figure equals the data's.
 #[test]
 fn quick_exit_keeps_every_stack_to_main() {
     let dir = Dir::new();
@@ -19,6 +18,8 @@ fn quick_exit_keeps_every_stack_to_main() {
 
     // With the preloaded library (`--allocs`) as without: its exit hooks change nothing.
     for flags in [
+        &["-q"][..],
+        &["-q", "--allocs"][..],
         &["-q", "--stack-size", "16384"][..],
         &["-q", "--stack-size", "16384", "--allocs"][..],
     ] {

@@ -282,21 +282,28 @@ fn stripped_binary_falls_back_to_symbols() {
     assert_eq!(group["stack"][0]["line"], 0);
 }
 
-/// A stack 2,000 calls deep, in C and in C++ without frame pointers: each fault at the touch
-/// line reaches `main` or lies under `[truncated]` right after the process's root, and the
-/// summary's count of faults with truncated stacks is exactly the data's, as are `report`'s
-/// JSON and the folded stacks'. Holds whatever the unwinding defaults.
+/// Stacks 2,000 calls deep (about 160 KB in C, 96 KB in C++) and 300 calls of about 300 bytes
+/// (90 KB), without frame pointers, that exit at once: by default every fault at the touch
+/// line reaches `main`, from the copy of the live stack alone (no live read could help: the
+/// process is gone when its faults are read), and none is truncated; the summary's count of
+/// faults with truncated stacks is exactly the data's, as are `report`'s JSON and the folded
+/// stacks'.
 #[test]
-fn deep_stacks_reach_main_or_are_counted_truncated() {
+fn deep_stacks_reach_main_by_default() {
     const PAGES: u64 = 64;
     let w = workloads();
-    for (program, name) in [(&w.deep_c, "deep_c"), (&w.deep_cpp, "deep_cpp")] {
+    let cases = [
+        (&w.deep_c, "deep_c", "2000", ""),
+        (&w.deep_cpp, "deep_cpp", "2000", ""),
+        (&w.deep_c, "deep_c", "300", "wide"),
+    ];
+    for (program, name, depth, mode) in cases {
         let dir = Dir::new();
         let out = dir
             .fltrace()
             .args(["record", "--"])
             .arg(program)
-            .arg(PAGES.to_string())
+            .args([PAGES.to_string().as_str(), depth, "0", mode])
             .output()
             .expect("fltrace runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -320,9 +327,12 @@ fn deep_stacks_reach_main_or_are_counted_truncated() {
             .iter()
             .filter(|f| end(f.stack_id) == Some(fltrace_trace::StackEnd::Truncated))
             .count() as u64;
-        assert_eq!(summary, in_data, "{name}: the summary line and the data");
+        assert_eq!(
+            summary, in_data,
+            "{name} {mode}: the summary line and the data"
+        );
         let report = dir.report_json(&[]);
-        assert_eq!(report["truncated_stack_faults"], in_data, "{name}");
+        assert_eq!(report["truncated_stack_faults"], in_data, "{name} {mode}");
 
         let folded = dir.run(&["report", "--format", "folded"]);
         let folded = String::from_utf8_lossy(&folded.stdout);
@@ -342,31 +352,129 @@ fn deep_stacks_reach_main_or_are_counted_truncated() {
             if frames.last() == Some(&"touch") {
                 touches += count;
                 assert!(
-                    truncated || frames.contains(&"main"),
-                    "{name}: a touch fault's stack reaches main or is counted truncated: {line}"
+                    !truncated && frames.contains(&"main"),
+                    "{name} {mode}: a touch fault's stack reaches main: {line}"
                 );
             }
         }
         // By line: `touch` itself may also take a stack-growth fault, when its frame begins
         // a new page (the stack's start is random within a page).
-        assert!(touches >= PAGES, "{name}: {touches} faults in touch");
+        assert!(touches >= PAGES, "{name} {mode}: {touches} faults in touch");
         let by_line = dir.report_json(&["--by", "line"]);
         assert_eq!(
             count_at(&by_line, "deep.c", site("deep.c", "deep_touch")),
             PAGES,
-            "{name}: one fault per page at the touch line"
+            "{name} {mode}: one fault per page at the touch line"
         );
-        assert_eq!(under_truncated, in_data, "{name}: folded and the data");
+        assert_eq!(
+            under_truncated, in_data,
+            "{name} {mode}: folded and the data"
+        );
+
+        // Whole, frame by frame: every fault at the touch line under exactly `depth + 1`
+        // calls of the recursion, each at the line of its recursive call but the outermost,
+        // called by `main` at the line of its call.
+        let (recursion, call, from_main) = if mode == "wide" {
+            ("descend_wide", "deep_wide_call", "deep_main_wide")
+        } else {
+            ("descend", "deep_call", "deep_main")
+        };
+        let depth: usize = depth.parse().expect("depth");
+        let by_stack = dir.report_json(&["--by", "stack"]);
+        let mut whole = 0;
+        for g in groups(&by_stack) {
+            let frames = g["stack"].as_array().expect("frames");
+            let at = |f: &serde_json::Value| {
+                let function = f["function"].as_str().unwrap_or("");
+                let name = function.split('(').next().unwrap_or(function).to_owned();
+                (name, f["line"].as_u64().unwrap_or(0) as u32)
+            };
+            if frames.first().map(|f| at(f)) != Some(("touch".into(), site("deep.c", "deep_touch")))
+            {
+                continue;
+            }
+            let names: Vec<(String, u32)> = frames.iter().map(at).collect();
+            let calls: Vec<u32> = names
+                .iter()
+                .filter(|(n, _)| n == recursion)
+                .map(|(_, line)| *line)
+                .collect();
+            assert_eq!(calls.len(), depth + 1, "{name} {mode}: {names:?}");
+            assert!(
+                calls.iter().all(|line| *line == site("deep.c", call)),
+                "{name} {mode}: {calls:?}"
+            );
+            let main = names.iter().position(|(n, _)| n == "main");
+            assert_eq!(
+                main.map(|i| &names[i]),
+                Some(&("main".to_owned(), site("deep.c", from_main))),
+                "{name} {mode}: {names:?}"
+            );
+            assert_eq!(
+                main.map(|i| &names[i - 1].0),
+                Some(&recursion.to_owned()),
+                "{name} {mode}"
+            );
+            whole += g["count"].as_u64().unwrap_or(0);
+        }
+        assert_eq!(whole, PAGES, "{name} {mode}: every touch fault whole");
     }
 }
 
-/// A thread 2,000 calls deep, far beyond the stack copy, that faults once, waits there (the
-/// recorder reads that first stack from the live thread meanwhile), faults on 63 more pages,
-/// returns and exits at once: by the time the recorder reads those 63 faults, the live stack
-/// is gone. Each of them still reaches `main` by default, its outer frames taken from the
-/// thread's previous stack (counted as spliced in the stats file); with `--exact-stacks`,
-/// none does, so the outer frames lie beyond the copy. The summary's truncated figure equals
-/// the data's either way.
+/// A ring too small for the faults (`--buffer-mb 10`: a 4 MiB ring shared by the CPUs, where
+/// each fault 2,000 calls deep takes 160 KB) loses faults while the program touches 2,000
+/// pages at once: the summary says how many, and that is exactly what the data misses at the
+/// touch line (the program pauses before and after its burst, so that nothing else is lost);
+/// the faults kept reach `main`.
+#[test]
+fn faults_the_ring_had_no_room_for_are_counted_lost() {
+    const PAGES: u64 = 2000;
+    let w = workloads();
+    let dir = Dir::new();
+    let out = dir
+        .fltrace()
+        .args(["record", "--buffer-mb", "10", "--"])
+        .arg(&w.deep_c)
+        .args([PAGES.to_string().as_str(), "2000", "500", "linger"])
+        .output()
+        .expect("fltrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary = stderr
+        .lines()
+        .find(|l| l.starts_with("fltrace: ") && l.contains(" recorder peak "))
+        .unwrap_or_else(|| panic!("no summary line: {stderr}"));
+    let lost: u64 = summary
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" lost"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lost figure in {summary}"));
+    assert!(
+        lost > 0,
+        "a 4 MiB ring keeps up with 2,000 faults of 160 KB: {summary}"
+    );
+    assert!(
+        stderr.contains(&format!("the kernel dropped {lost} fault records")),
+        "{stderr}"
+    );
+    let by_line = dir.report_json(&["--by", "line"]);
+    let kept = count_at(&by_line, "deep.c", site("deep.c", "deep_touch"));
+    assert_eq!(kept + lost, PAGES, "{summary}");
+    for (frames, count) in touch_stacks(&dir) {
+        assert!(
+            frames[1] != "[truncated]" && frames.iter().any(|f| f == "main"),
+            "{count} touches do not reach main: {frames:?}"
+        );
+    }
+}
+
+/// A thread 2,000 calls deep, far beyond a 16 KiB copy (`--max-stack-copy 16384`), that
+/// faults once, waits there (the recorder reads that first stack from the live thread
+/// meanwhile), faults on 63 more pages, returns and exits at once: by the time the recorder
+/// reads those 63 faults, the live stack is gone. Each of them still reaches `main`, its outer
+/// frames taken from the thread's previous stack (counted as spliced in the stats file); with
+/// `--exact-stacks`, none does, so the outer frames lie beyond the copy. The summary's
+/// truncated figure equals the data's either way.
 #[test]
 fn deep_stacks_of_a_thread_that_moved_on_reach_main_by_default() {
     const PAGES: u64 = 64;
@@ -375,7 +483,7 @@ fn deep_stacks_of_a_thread_that_moved_on_reach_main_by_default() {
         for exact in [false, true] {
             let dir = Dir::new();
             let mut cmd = dir.fltrace();
-            cmd.args(["record"]);
+            cmd.args(["record", "--max-stack-copy", "16384"]);
             if exact {
                 cmd.arg("--exact-stacks");
             }
@@ -563,14 +671,24 @@ fn pool_allocator_is_not_the_call_site() {
     );
 }
 
-/// Records `program ARGS` with the default flags; checks that it succeeded and that the
+/// A copy of 16 KiB of each fault's stack: deeper stacks need the thread's previous frames or
+/// the live process.
+const COPY_16K: &[&str] = &["--max-stack-copy", "16384"];
+
+/// Records `program ARGS` with `flags`; checks that it succeeded and that the
 /// summary's truncated figure equals the faults whose stack the data says is truncated.
 /// Returns the recording, fltrace's stderr and that number.
-fn record_counting_truncated(program: &std::path::Path, args: &[&str]) -> (Dir, String, u64) {
+fn record_counting_truncated(
+    program: &std::path::Path,
+    flags: &[&str],
+    args: &[&str],
+) -> (Dir, String, u64) {
     let dir = Dir::new();
     let out = dir
         .fltrace()
-        .args(["record", "--"])
+        .arg("record")
+        .args(flags)
+        .arg("--")
         .arg(program)
         .args(args)
         .output()
@@ -617,8 +735,9 @@ fn touch_stacks(dir: &Dir) -> Vec<(Vec<String>, u64)> {
         .collect()
 }
 
-/// A process forked 2,000 calls deep without exec, that faults there on 63 pages and exits at
-/// once (as postgres's backends fault in the postmaster's frames): its stacks reach `main`,
+/// A process forked 2,000 calls deep without exec, beyond a 16 KiB copy, that faults there on
+/// 63 pages and exits at once (as postgres's backends fault in the postmaster's frames): its
+/// stacks reach `main`,
 /// their outer frames taken from the forking thread's last stack, since the child's own stack
 /// is gone by the time the recorder reads it. The summary's truncated figure equals the data's.
 #[test]
@@ -629,7 +748,7 @@ fn a_forked_child_completes_its_stacks_from_the_forking_thread() {
         let dir = Dir::new();
         let out = dir
             .fltrace()
-            .args(["record", "--"])
+            .args(["record", "--max-stack-copy", "16384", "--"])
             .arg(program)
             .args([PAGES.to_string().as_str(), "2000", "300", "fork"])
             .output()
@@ -678,10 +797,10 @@ fn the_same_return_address_through_another_caller_is_not_spliced() {
     const PAGES: u64 = 16;
     let w = workloads();
     let dir = Dir::new();
-    // 220 calls of 80 bytes: the callers lie about 1.5 KiB beyond the default 16 KiB copy.
+    // 220 calls of 80 bytes: the callers lie about 1.5 KiB beyond a 16 KiB copy.
     let out = dir
         .fltrace()
-        .args(["record", "--"])
+        .args(["record", "--max-stack-copy", "16384", "--"])
         .arg(&w.deep_c)
         .args([PAGES.to_string().as_str(), "220", "300", "paths"])
         .output()
@@ -713,7 +832,7 @@ fn a_frame_without_cfi_finds_its_caller_on_the_stack() {
     const PAGES: u64 = 32;
     let built = Dir::new();
     let program = build_c_workload(built.path(), "nocfi.c");
-    let (dir, stderr, _) = record_counting_truncated(&program, &[PAGES.to_string().as_str()]);
+    let (dir, stderr, _) = record_counting_truncated(&program, &[], &[PAGES.to_string().as_str()]);
 
     let folded = dir.run(&["report", "--format", "folded"]);
     let outer = [
@@ -752,7 +871,7 @@ fn a_frame_without_cfi_finds_its_caller_on_the_stack() {
     assert_eq!(scanned, PAGES + 1, "the faults under and in nocfi_middle");
 }
 
-/// A frame larger than the stack copy (`wide`, 20 KiB, as postgres's `pg_tzset`):
+/// A frame larger than a 16 KiB stack copy (`wide`, 20 KiB, as postgres's `pg_tzset`):
 /// every stack through it needs the frames outside it. The first fault's comes from the live
 /// process while the program pauses; the 63 faults under another call of the same frame
 /// (`second`), read after the process has exited, take the frames outside `wide` from that
@@ -765,7 +884,7 @@ fn a_frame_larger_than_the_copy_completes_from_another_call_in_it() {
     let built = Dir::new();
     let program = build_c_workload(built.path(), "wide.c");
     let (dir, stderr, _) =
-        record_counting_truncated(&program, &[PAGES.to_string().as_str(), "300"]);
+        record_counting_truncated(&program, COPY_16K, &[PAGES.to_string().as_str(), "300"]);
 
     let folded = dir.run(&["report", "--format", "folded"]);
     let outer = [
@@ -815,7 +934,7 @@ fn faults_growing_the_stack_take_their_callers_from_the_next_stack() {
     let built = Dir::new();
     let program = build_c_workload(built.path(), "growth.c");
     let (dir, stderr, truncated) =
-        record_counting_truncated(&program, &[THREADS.to_string().as_str()]);
+        record_counting_truncated(&program, &[], &[THREADS.to_string().as_str()]);
 
     let by_line = dir.report_json(&["--by", "line"]);
     let touch = site("growth.c", "growth_touch");
