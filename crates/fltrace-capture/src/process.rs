@@ -35,8 +35,11 @@ pub struct Counters {
     /// Stacks whose outer frames came from the thread's previous stack where the copy ended.
     pub stacks_spliced: u64,
     /// Stacks with a caller found by searching the stack for a return address (code without
-    /// CFI, a rule on a register the unwinder does not track): such a frame is likelier wrong.
+    /// CFI, a rule on a register the unwinder does not track), verified by the call before it.
     pub stacks_scanned: u64,
+    /// Stacks cut (and counted truncated) at a frame whose caller could not be verified, or
+    /// at JIT code that keeps no frame chain: where an unchecked search would have guessed.
+    pub stacks_unverified: u64,
     /// Faults whose sample carried no stack bytes (the kernel copies none when the page at the
     /// stack pointer is not present yet: the stack growing onto a new page), unwound from the
     /// live stack alone; and those of them whose stack stayed truncated.
@@ -568,6 +571,13 @@ impl Process {
             }
             if mapping.is_exec() {
                 self.unwinder.add_mapping(elf_cache, &mapping, &file);
+                // HotSpot's compiled Java code keeps a frame-pointer chain only with
+                // -XX:+PreserveFramePointer: without it, stacks stop at JIT frames.
+                if mapping.path.ends_with("/libjvm.so")
+                    && !crate::procfs::jvm_preserves_frame_pointer(self.os_pid)
+                {
+                    self.unwinder.distrust_jit();
+                }
                 if let Some(entry) = elf_cache.entry_point(&file, mapping.start, mapping.pgoff)
                     && mapping.contains(VirtAddr::new(entry))
                 {
@@ -905,6 +915,7 @@ impl Process {
         if self.live.scanned {
             self.counters.stacks_scanned += 1;
         }
+
         if known.spliced != spliced {
             self.counters.stacks_spliced += 1;
         }
@@ -939,6 +950,7 @@ impl Process {
         }
         if end == StackEnd::Truncated {
             self.counters.stacks_truncated += 1;
+            self.counters.stacks_unverified += u64::from(self.live.unverified);
         }
         if stack.is_empty() {
             self.counters.stacks_uncopied += 1;
@@ -1213,6 +1225,7 @@ impl Process {
             ("stacks_extended", c.stacks_extended),
             ("stacks_spliced", c.stacks_spliced),
             ("stacks_scanned", c.stacks_scanned),
+            ("stacks_unverified", c.stacks_unverified),
             ("stacks_uncopied", c.stacks_uncopied),
             ("stacks_uncopied_truncated", c.stacks_uncopied_truncated),
             ("memory_used", c.hwm),
