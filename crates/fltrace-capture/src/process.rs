@@ -636,6 +636,36 @@ impl Process {
         self.map(mapping, elf_cache)
     }
 
+    /// Whether the access of a fault at `addr` with x86 error code `error_code` is one the
+    /// mappings do not allow: no mapping holds the address (and it is no growth of the main
+    /// thread's stack), its protection forbids the access, or a protection key does. Nothing
+    /// is said while no mapping is known.
+    fn access_denied(&self, addr: VirtAddr, error_code: u64) -> bool {
+        const WRITE: u64 = 2;
+        const INSTR: u64 = 16;
+        const PROTECTION_KEY: u64 = 32;
+        // The legacy vsyscall page, which the kernel emulates, has no mapping record.
+        const VSYSCALL: std::ops::Range<u64> = 0xffff_ffff_ff60_0000..0xffff_ffff_ff60_1000;
+        if error_code & PROTECTION_KEY != 0 {
+            return true;
+        }
+        if self.maps.is_empty() || VSYSCALL.contains(&addr.get()) {
+            return false;
+        }
+        let (read, write, exec) = (
+            libc::PROT_READ as u32,
+            libc::PROT_WRITE as u32,
+            libc::PROT_EXEC as u32,
+        );
+        match self.mapping_at(addr) {
+            Some(m) if error_code & INSTR != 0 => m.prot & exec == 0,
+            Some(m) if error_code & WRITE != 0 => m.prot & write == 0,
+            // On x86 a writable or executable page is readable.
+            Some(m) => m.prot & (read | write | exec) == 0,
+            None => self.stack_bounds(addr.get()) == (0, 0),
+        }
+    }
+
     /// The live mapping that starts at `start`.
     pub fn mapping_starting(&self, start: VirtAddr) -> Option<&Mapping> {
         self.maps.get(&start)
@@ -757,6 +787,13 @@ impl Process {
         }
         if error_code & USER == 0 {
             flags |= FaultFlags::KERNEL;
+        }
+        // An access the mappings do not allow fills no page: the kernel raises SIGSEGV (or
+        // fails the system call with EFAULT). Not in execve, whose faults come before the
+        // new image's mappings are known.
+        let in_execve = error_code & USER == 0 && !self.image_running;
+        if !in_execve && self.access_denied(addr, error_code) {
+            flags = (flags | FaultFlags::INVALID) & !FaultFlags::ZERO;
         }
         if let Some(far) = &mut self.far
             && far.may_be_in_region(addr.get())
@@ -1566,7 +1603,7 @@ mod tests {
         assert_eq!(p.counters.faults_major, 1);
         p.finish().expect("finished");
         let (rows, _) = fltrace_trace::read_faults(&files::faults(dir.path(), 1)).expect("read");
-        let flags: Vec<u8> = rows.iter().map(|f| f.flags.0).collect();
+        let flags: Vec<u16> = rows.iter().map(|f| f.flags.0).collect();
         let first_touch = FaultFlags::WRITE | FaultFlags::ZERO;
         assert_eq!(
             flags,
