@@ -13,6 +13,8 @@ mod farmem;
 mod fuzz;
 mod hardening;
 mod heatmap;
+mod jit;
+mod labels;
 mod processes;
 mod quickexit;
 mod reuse;
