@@ -20,7 +20,9 @@
 # last line says how many of the caller->callee steps of fltrace's stacks (defaults) perf's
 # stacks also take, by frame pointers or by DWARF (JIT frames by the name their map gives
 # them, the frames below `__libc_start_call_main` left out): a step no other walk takes is
-# either one perf cannot see or a wrong one.
+# either one perf cannot see or a wrong one. `java-nofp` is the JVM without PreserveFramePointer
+# (its stacks must stop at compiled Java code, truncated); for node and the JVM, the share of
+# faults with a JS (`JS:`) or Java (`Chain.`) frame named from the perf map, by each tool.
 # usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
 # PROGRAMS="python3 sqlite3" for some of the seven; TOOLS="untraced defaults copy-8k" for some
 # of the tools)
@@ -164,9 +166,23 @@ print(f"{100 * seen / total:.2f}% of {total} steps also perf's" if total else "n
       "; unseen: " + ", ".join(f"{c} -> {e} ({n})" for n, (c, e) in worst) if worst else "")
 PY
 
+# The share of the stacks of `perf script`/`fltrace script` ($2) with a frame named from a perf
+# map whose name holds $1 (`JS:` for node's JS functions, `Chain.` for the Java chain's methods).
+cat >"$work/jit.py" <<'PY'
+import sys
+pattern = sys.argv[1]; tot = hit = 0; cur = False; started = False
+for line in open(sys.argv[2], errors="replace"):
+    if not line.strip(): continue
+    if line[0] not in " \t":
+        tot += started and 1; hit += started and cur; cur = False; started = True; continue
+    if "perf-" in line and pattern in line: cur = True
+tot += started and 1; hit += started and cur
+print(f"{100 * hit / tot:.2f}% of {tot}" if tot else "no stacks")
+PY
+
 pgbin=/usr/lib/postgresql/15/bin
-programs=${PROGRAMS:-cc1plus python3 sqlite3 redis-server postgres node java}
-if [[ " $programs " == *" java "* ]] && command -v javac >/dev/null; then
+programs=${PROGRAMS:-cc1plus python3 sqlite3 redis-server postgres node java java-nofp}
+if [[ " $programs " == *" java"* ]] && command -v javac >/dev/null; then
     mkdir -p "$work/classes" && javac -d "$work/classes" "$root/workloads/Chain.java"
 fi
 if [[ " $programs " == *" postgres "* && -x $pgbin/postgres ]]; then
@@ -229,6 +245,10 @@ run() { # program tool dir
         java) cmd=(sh -c 'echo $$ >>"$0"; exec "$@"' "$work/pids" java -Xcomp -Xms1g -Xmx1g -Xmn768m -XX:+UseSerialGC -XX:+PreserveFramePointer
                    -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:CompileCommand=quiet
                    "-XX:CompileCommand=dontinline,Chain::level*" -cp "$work/classes" Chain 256) ;;
+        # The same without PreserveFramePointer: stacks through compiled Java code must stop there.
+        java-nofp) cmd=(sh -c 'echo $$ >>"$0"; exec "$@"' "$work/pids" java -Xcomp -Xms1g -Xmx1g -Xmn768m -XX:+UseSerialGC
+                   -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:CompileCommand=quiet
+                   "-XX:CompileCommand=dontinline,Chain::level*" -cp "$work/classes" Chain 256) ;;
     esac
     local cpu=(/usr/bin/time -f "%U %S" -o "$3/cpu")
     case $2 in
@@ -252,7 +272,7 @@ for program in $programs; do
         redis-server) command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { echo "($program not installed)"; continue; } ;;
         postgres) [[ -x $pgbin/postgres && -x $pgbin/pgbench ]] || { echo "($program not installed)"; continue; } ;;
         node) command -v node >/dev/null || { echo "($program not installed)"; continue; } ;;
-        java) [[ -d $work/classes ]] || { echo "($program not installed)"; continue; } ;;
+        java | java-nofp) [[ -d $work/classes ]] || { echo "($program not installed)"; continue; } ;;
     esac
     declare -A times=() cpus=()
     for ((r = 0; r < rounds; r++)); do
@@ -278,11 +298,11 @@ for program in $programs; do
             untraced) share=-; lost=- ;;
             perf-dwarf | perf-fp)
                 perf script -i "$dir/perf.data" -F comm,pid,tid,ip,sym,symoff,dso >"$dir/script.txt" 2>/dev/null
-                share=$(python3 "$work/complete.py" "$program" <"$dir/script.txt")
+                share=$(python3 "$work/complete.py" "${program%-nofp}" <"$dir/script.txt")
                 lost=$(perf report -i "$dir/perf.data" --stats 2>/dev/null | awk '/LOST events:/ {print $3; exit}') ;;
             *)
                 (cd "$dir" && "$fltrace" script 2>/dev/null) >"$dir/script.txt"
-                share=$(python3 "$work/complete.py" "$program" <"$dir/script.txt")
+                share=$(python3 "$work/complete.py" "${program%-nofp}" <"$dir/script.txt")
                 lost=$(grep -o '[0-9]* lost' "$dir/err" | head -1) ;;
         esac
         printf "%-8s %-11s %9s %9s %22s %s\n" "$program" "$tool" "$ratio" "$cpu_ratio" "$share" "${lost:-0}"
@@ -293,6 +313,13 @@ for program in $programs; do
     done
     if [[ -s $work/$program-defaults/script.txt && ${#perf_scripts[@]} -gt 0 ]]; then
         echo "($program steps: $(python3 "$work/edges.py" "$work/$program-defaults/script.txt" "${perf_scripts[@]}"))"
+    fi
+    case $program in node) pattern=JS: ;; java*) pattern=Chain. ;; *) pattern= ;; esac
+    if [[ -n $pattern ]]; then
+        for tool in defaults perf-fp perf-dwarf; do
+            [[ -s $work/$program-$tool/script.txt ]] &&
+                echo "($program $tool: $(python3 "$work/jit.py" "$pattern" "$work/$program-$tool/script.txt") faults with a $pattern frame)"
+        done
     fi
     # The perf maps the runtimes wrote (of these runs only: other processes' are not ours).
     sort -u "$work/pids" 2>/dev/null | while read -r pid; do rm -f "/tmp/perf-$pid.map"; done

@@ -471,11 +471,20 @@ impl AddressSpaceUnwinder {
                     && !callee.elf.functions().start_within(svma + 1, callee_svma);
                 if enters {
                     Verdict::Verified
+                } else if !code.elf.functions().has_cfi(svma) {
+                    // A stub without CFI may jump on to another function (V8's `Construct`
+                    // builtins to `JSBuiltinsConstructStub`): no contradiction.
+                    Verdict::Weak
                 } else {
                     Verdict::Contradicted
                 }
             }
-            // A call into an ELF file while the callee runs in JIT code, or the reverse.
+            // A direct call into a stub without CFI while the callee runs in JIT code: how
+            // runtimes enter their JIT code (V8's JSEntryTrampoline calls the `Call` builtin,
+            // which jumps on into the function's code); the JIT frame's chain says the rest.
+            (None, Some(code)) if !code.elf.functions().has_cfi(code.svma(target)) => Verdict::Weak,
+            // A call into a compiled function while the callee runs in JIT code, or into JIT
+            // code while the callee runs in an ELF file.
             (Some(_), None) | (None, Some(_)) => Verdict::Contradicted,
             // Both in JIT code, whose functions' bounds are not known here.
             (None, None) if target <= callee_pc && callee_pc - target < MAX_FUNCTION => {
