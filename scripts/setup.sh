@@ -15,9 +15,10 @@ cd "$(dirname "$0")/.."
 # postgresql-15 (a postmaster forking its backends, with pgbench) the one far memory's forks are;
 # nodejs (`--perf-basic-prof`, `--perf-prof`) the JIT whose perf maps and jitdumps name frames;
 # util-linux's unshare runs programs in namespaces of their own; heaptrack counts the temporary
-# allocations fltrace's report is compared with.
+# allocations fltrace's report is compared with. sqlite3 (Debian's, with its stripped
+# libsqlite3) runs the README's example of stripped code, which the test suite executes.
 packages=(gcc g++ libc6-dev libc6-dbg binutils debuginfod golang-go clang chromium redis-server
-    postgresql-15 nodejs util-linux heaptrack)
+    postgresql-15 nodejs util-linux heaptrack sqlite3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -272,9 +273,22 @@ static void backing_of(const char *kind, const void *p) {
     printf(" %s=%s", kind, path);
 }
 
+// Page faults the kernel counted for this thread while it filled blocks: what fltrace must
+// find at heap_fill, whatever the file system behind the heap maps per fault (a tmpfs with
+// huge pages maps 2 MiB at once).
+static long fill_faults;
+
+static long thread_faults(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_THREAD, &usage);
+    return usage.ru_minflt + usage.ru_majflt;
+}
+
 static void fill(unsigned char *p, size_t len, unsigned seed) {
+    long before = thread_faults();
     for (size_t i = 0; i < len; i++)
         p[i] = (unsigned char)(seed + i * 31); /* SITE:heap_fill */
+    fill_faults += thread_faults() - before;
 }
 
 static unsigned long sum(const unsigned char *p, size_t len) {
@@ -317,6 +331,7 @@ static void heap(long mb) {
     struct stat st;
     if (path[0] == '/' && stat(path, &st) == 0)
         printf("file_bytes %lld\n", (long long)st.st_size);
+    printf("fill_faults %ld\n", fill_faults);
 }
 
 static double now(void) {

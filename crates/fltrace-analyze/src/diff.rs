@@ -4,7 +4,58 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::{Group, Location};
+use crate::{Group, GroupBy, Location, ThreadBy, ThreadGroup};
+
+/// `diff --by`: what two recordings' faults are compared by, perf diff's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiffBy {
+    /// A place of the faults' own stacks.
+    Group(GroupBy),
+    /// The process, thread or thread name.
+    Thread(ThreadBy),
+}
+
+/// `--by` of `diff`: the places of `report --by` and the threads' keys, every value one the
+/// command takes (allocation sites are not compared).
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for DiffBy {
+    fn value_variants<'a>() -> &'a [DiffBy] {
+        &[
+            DiffBy::Group(GroupBy::Line),
+            DiffBy::Group(GroupBy::Function),
+            DiffBy::Group(GroupBy::Stack),
+            DiffBy::Group(GroupBy::Dso),
+            DiffBy::Thread(ThreadBy::Comm),
+            DiffBy::Thread(ThreadBy::Pid),
+            DiffBy::Thread(ThreadBy::Tid),
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let (name, help) = match self {
+            DiffBy::Group(GroupBy::Line) => ("line", "The file:line of the call site"),
+            DiffBy::Group(GroupBy::Function) => ("function", "The function of the call site"),
+            DiffBy::Group(GroupBy::Stack) => ("stack", "The whole stack"),
+            DiffBy::Group(GroupBy::Dso) => ("dso", "The library or executable"),
+            DiffBy::Thread(ThreadBy::Comm) => ("comm", "The thread name (`comm`)"),
+            DiffBy::Thread(ThreadBy::Pid) => {
+                ("pid", "The process (by number: the same pid in both)")
+            }
+            DiffBy::Thread(ThreadBy::Tid) => ("tid", "The thread (by number)"),
+        };
+        Some(clap::builder::PossibleValue::new(name).help(help))
+    }
+}
+
+/// B less A.
+fn delta(a: u64, b: u64) -> i64 {
+    b as i64 - a as i64
+}
+
+/// B over A; `None` where A has none.
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (a > 0).then(|| b as f64 / a as f64)
+}
 
 /// One call site (line, function, library or whole stack) with its faults in A and in B.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,13 +73,84 @@ pub struct DiffRow {
 impl DiffRow {
     /// B less A.
     pub fn delta(&self) -> i64 {
-        self.b as i64 - self.a as i64
+        delta(self.a, self.b)
     }
 
     /// B over A; `None` where A has none.
     pub fn ratio(&self) -> Option<f64> {
-        (self.a > 0).then(|| self.b as f64 / self.a as f64)
+        ratio(self.a, self.b)
     }
+}
+
+/// One process, thread or thread name with its faults in A and in B.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadDiffRow {
+    /// The process, by pid and thread grouping.
+    pub pid: Option<u32>,
+    /// The thread, by tid grouping.
+    pub tid: Option<u32>,
+    /// The thread's name (the process's by pid), as in either recording.
+    pub comm: String,
+    /// Faults in A.
+    pub a: u64,
+    /// Faults in B.
+    pub b: u64,
+}
+
+impl ThreadDiffRow {
+    /// B less A.
+    pub fn delta(&self) -> i64 {
+        delta(self.a, self.b)
+    }
+
+    /// B over A; `None` where A has none.
+    pub fn ratio(&self) -> Option<f64> {
+        ratio(self.a, self.b)
+    }
+}
+
+/// Matches the groups of A and B (from [`crate::group_faults_by_thread`] with the same
+/// [`ThreadBy`]) by name, and by pid or tid where grouped by them (a process is one row
+/// whatever names it ran under). Largest absolute change first.
+pub fn diff_thread_groups(
+    a: &[ThreadGroup],
+    b: &[ThreadGroup],
+    by: ThreadBy,
+) -> Vec<ThreadDiffRow> {
+    type Key = (Option<u32>, Option<u32>, String);
+    let key = |g: &ThreadGroup| -> Key {
+        match by {
+            ThreadBy::Comm => (None, None, g.comm.clone()),
+            ThreadBy::Pid => (g.pid, None, String::new()),
+            ThreadBy::Tid => (g.pid, g.tid, String::new()),
+        }
+    };
+    let mut rows: FxHashMap<Key, ThreadDiffRow> = FxHashMap::default();
+    for (groups, side) in [(a, 0), (b, 1)] {
+        for group in groups {
+            let row = rows.entry(key(group)).or_insert_with(|| ThreadDiffRow {
+                pid: group.pid,
+                tid: group.tid,
+                comm: group.comm.clone(),
+                a: 0,
+                b: 0,
+            });
+            if side == 0 {
+                row.a += group.count;
+            } else {
+                row.b += group.count;
+            }
+        }
+    }
+    let mut rows: Vec<ThreadDiffRow> = rows.into_values().collect();
+    rows.sort_by(|x, y| {
+        y.delta()
+            .unsigned_abs()
+            .cmp(&x.delta().unsigned_abs())
+            .then_with(|| y.a.max(y.b).cmp(&x.a.max(x.b)))
+            .then_with(|| (x.pid, x.tid, &x.comm).cmp(&(y.pid, y.tid, &y.comm)))
+    });
+    rows
 }
 
 /// Matches the groups of A and B (from [`crate::group_faults`] with the same
@@ -77,7 +199,7 @@ mod tests {
 
     use fltrace_trace::{Fault, FaultFlags};
 
-    use crate::{GroupBy, ResolvedStacks, group_faults};
+    use crate::{ResolvedStacks, group_faults};
 
     fn faults(counts: &[(u32, usize, u16)]) -> Vec<Fault> {
         counts
@@ -153,5 +275,31 @@ mod tests {
             assert_eq!(rows[2].ratio(), None);
             assert_eq!(rows[0].stack.is_some(), by == GroupBy::Stack);
         }
+    }
+
+    fn thread(pid: u32, tid: u32, comm: &str, count: u64) -> ThreadGroup {
+        ThreadGroup {
+            pid: Some(pid),
+            tid: Some(tid),
+            comm: comm.into(),
+            count,
+            kinds: [0, count, 0],
+            zero: 0,
+        }
+    }
+
+    /// Threads match by name, or by number where grouped by it; largest change first.
+    #[test]
+    fn threads_match_by_name_or_number() {
+        let a = [thread(7, 7, "main", 10), thread(7, 8, "worker", 5)];
+        let b = [thread(9, 9, "main", 30), thread(9, 10, "worker", 5)];
+        let rows = diff_thread_groups(&a, &b, ThreadBy::Comm);
+        let got: Vec<(&str, u64, u64)> = rows.iter().map(|r| (&*r.comm, r.a, r.b)).collect();
+        assert_eq!(got, [("main", 10, 30), ("worker", 5, 5)]);
+        assert_eq!(rows[0].ratio(), Some(3.0));
+        // By tid, other numbers are other threads: each is new or gone.
+        let rows = diff_thread_groups(&a, &b, ThreadBy::Tid);
+        assert_eq!(rows.len(), 4);
+        assert_eq!((rows[0].tid, rows[0].a, rows[0].b), (Some(9), 0, 30));
     }
 }

@@ -40,7 +40,10 @@ impl FaultReport {
         by: GroupBy,
         top: usize,
     ) -> FaultReport {
-        let groups = group_fault_counts(counted.clone(), by);
+        let mut groups = group_fault_counts(counted.clone(), by);
+        if by == GroupBy::Stack {
+            groups = merge_read_alike(groups);
+        }
         let lines = if by == GroupBy::Line {
             groups.clone()
         } else {
@@ -54,6 +57,41 @@ impl FaultReport {
             groups: take_top(top, groups),
         }
     }
+}
+
+/// Whole stacks that differ only in their raw addresses or fault flags (a loop the compiler
+/// unrolled faults from several instructions of one line; reads and writes) read the same
+/// to a person: one row each, their counts added, largest first again. The original's CSV
+/// keeps them apart (`fltrace-data-report-<pid>.out`, one row per stack and flags).
+fn merge_read_alike(groups: Vec<Group>) -> Vec<Group> {
+    let mut merged: Vec<Group> = Vec::with_capacity(groups.len());
+    let mut index = rustc_hash::FxHashMap::default();
+    for mut group in groups {
+        group.key.addresses = None;
+        group.key.flags = None;
+        match index.get(&group.key) {
+            Some(&i) => {
+                let target: &mut Group = &mut merged[i];
+                target.count += group.count;
+                for (kind, n) in target.kinds.iter_mut().zip(group.kinds) {
+                    *kind += n;
+                }
+                target.zero += group.zero;
+                target.fetch += group.fetch;
+            }
+            None => {
+                index.insert(group.key.clone(), merged.len());
+                merged.push(group);
+            }
+        }
+    }
+    merged.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.key.location.cmp(&b.key.location))
+            .then_with(|| a.key.stack.cmp(&b.key.stack))
+    });
+    merged
 }
 
 #[cfg(test)]
@@ -126,5 +164,35 @@ mod tests {
             (by_stack.total, by_stack.covering, by_stack.locations),
             (100, 2, 3)
         );
+    }
+
+    /// Two stacks that read the same (other return addresses on the same lines) and faults
+    /// of two kinds on one stack are one row by stack, with every fault of them.
+    #[test]
+    fn stacks_that_read_the_same_are_one_row() {
+        let mut stacks = ResolvedStacks::default();
+        stacks.insert(
+            0,
+            vec![loc("fill", 10), loc("main", 3)],
+            [0x10, 0x30].map(CodeAddr::new).to_vec(),
+        );
+        stacks.insert(
+            1,
+            vec![loc("fill", 10), loc("main", 3)],
+            [0x14, 0x38].map(CodeAddr::new).to_vec(),
+        );
+        let mut all = faults(0, 3);
+        all.extend(faults(1, 2));
+        let mut reads = faults(1, 4);
+        for fault in &mut reads {
+            fault.flags = FaultFlags(0);
+        }
+        all.extend(reads);
+        let counts = FaultCounts::of(&all);
+        let report = FaultReport::of([(&counts, &stacks)].into_iter(), GroupBy::Stack, 0);
+        assert_eq!(report.groups.len(), 1, "{:?}", report.groups);
+        let group = &report.groups[0];
+        assert_eq!((group.count, group.kinds), (9, [4, 5, 0]));
+        assert_eq!(group.kind_name(), "mixed");
     }
 }

@@ -93,6 +93,9 @@ pub enum HeatInputError {
         #[source]
         source: fltrace_trace::Error,
     },
+    /// The `--time` window is outside the recording.
+    #[error(transparent)]
+    Outside(#[from] crate::OutsideRecording),
     /// Nothing of the trace file lies in the time and addresses chosen.
     #[error("no {what} in {} in the selected time and address ranges", path.display())]
     NothingSelected {
@@ -235,6 +238,9 @@ pub fn heat_faults(
         .pid
         .or_else(|| recording.root_pid())
         .ok_or(HeatInputError::NoProcess)?;
+    if let Some(outside) = crate::outside_window(recording, &[pid], options.window_s)? {
+        return Err(outside.into());
+    }
     let mut chosen = FaultSelection::new(recording.session.start_ns, options.window_s, addr);
     if !options.threads.is_empty() {
         chosen = chosen.of_threads(&options.threads, recording.load(pid)?);

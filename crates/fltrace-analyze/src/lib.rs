@@ -49,6 +49,7 @@ mod symbolize;
 #[cfg(test)]
 mod test_support;
 mod threads;
+mod top;
 mod tracer;
 
 pub use alloc_lifetimes::{
@@ -74,7 +75,7 @@ pub use dataset::{
     EXPORT_FAULTS, EXPORT_FRAMES, ExportedRecording, HostError, export_dataset, export_host,
 };
 pub use debuginfo::{ARCHIVE_DIR, DebugConfig, DebugFiles, DebugResolver};
-pub use diff::{DiffRow, diff_groups};
+pub use diff::{DiffBy, DiffRow, ThreadDiffRow, diff_groups, diff_thread_groups};
 pub use export::{
     CountedSource, ReportFileError, SCRIPT_EVENT, Source, folded, folded_counts, frame_name,
     percent, process_name, process_name_in, process_names, stack_field, thread_name,
@@ -98,9 +99,10 @@ pub use listing::{
     RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,
 };
 pub use load::{
-    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, WHOLE_TABLE_ENV,
-    archive_note, debug_config, find_recording, find_recording_salvaging, load, unfinished_note,
-    whole_table, window_ns,
+    AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, OutsideRecording,
+    WHOLE_TABLE_ENV, archive_note, debug_config, fault_span_s, find_recording,
+    find_recording_salvaging, load, outside_window, salvage_warning, unfinished_notes, whole_table,
+    window_ns,
 };
 pub use names::demangle;
 pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};
@@ -111,4 +113,5 @@ pub use symbolize::{
     CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
 };
 pub use threads::{ThreadBy, ThreadFilter, ThreadGroup, group_faults_by_thread};
+pub use top::{Counts, FarFigures, LiveTop, TopOptions, TopRow, TopSnapshot, TopSort, TopView};
 pub use tracer::{separate_tracer, separate_tracer_counts};

@@ -86,29 +86,16 @@ pub fn summarize(recording: &Recording) -> Result<RecordingSummary, fltrace_trac
     Ok(summary)
 }
 
-/// Bytes of the files `fltrace-data-<kind>-<pid>.<ext>` of `pids` in `dir`.
+/// Bytes of the files `record` wrote for `pids` in `dir` (not the reports, flamegraphs and
+/// heatmaps written beside them since), following links as readers do.
 fn recording_bytes(dir: &Path, pids: &[u32]) -> Result<u64, fltrace_trace::Error> {
-    let io = |source| fltrace_trace::Error::Io {
-        path: dir.to_owned(),
-        source,
-    };
-    let mut bytes = 0;
-    for entry in std::fs::read_dir(dir).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(data_file_pid) else {
-            continue;
-        };
-        if !pids.contains(&pid) {
-            continue;
-        }
-        if let Ok(metadata) = std::fs::metadata(entry.path())
-            && metadata.is_file()
-        {
-            bytes += metadata.len();
-        }
-    }
-    Ok(bytes)
+    Ok(pids
+        .iter()
+        .flat_map(|&pid| files::recording_files(dir, pid))
+        .filter_map(|path| std::fs::metadata(path).ok())
+        .filter(std::fs::Metadata::is_file)
+        .map(|metadata| metadata.len())
+        .sum())
 }
 
 /// The pid of a file named `fltrace-data-<kind>-<pid>.<ext>`.

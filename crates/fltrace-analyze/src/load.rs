@@ -127,17 +127,76 @@ impl LoadOptions {
         debug_config(&self.dir, self.archive.as_deref())
     }
 
-    /// The recording these options pick, its files checked (a corrupt one is an error, or
-    /// with `salvage` returned beside it to be warned of).
-    pub fn find_recording(
-        &self,
-    ) -> Result<(Recording, Vec<fltrace_trace::Error>), fltrace_trace::Error> {
-        if self.salvage {
-            find_recording_salvaging(&self.dir, self.pid)
-        } else {
-            find_recording(&self.dir, self.pid).map(|recording| (recording, Vec::new()))
+    /// The recording these options pick, its files checked (a corrupt one is an error
+    /// naming `--salvage`, or with `salvage` returned beside it to be warned of
+    /// ([`salvage_warning`])).
+    pub fn find_recording(&self) -> Result<(Recording, Vec<fltrace_trace::Error>), LoadError> {
+        let (recording, mut corrupt) = find_recording_salvaging(&self.dir, self.pid)?;
+        if !self.salvage && !corrupt.is_empty() {
+            return Err(LoadError::Corrupt(corrupt.swap_remove(0)));
+        }
+        Ok((recording, corrupt))
+    }
+}
+
+/// A `--time` window that holds nothing of the recording: said with the recording's span,
+/// the same way by every command that reads faults.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--time {}: the faults of `{command}` span 0..{span_s:.3} s from its start: give a window within it",
+    window_text(*window_s)
+)]
+pub struct OutsideRecording {
+    /// The window asked for, seconds from the start.
+    pub window_s: (f64, f64),
+    /// Seconds from the start to the last fault of the processes chosen.
+    pub span_s: f64,
+    /// The recorded command.
+    pub command: String,
+}
+
+/// `1.5..3`, `4..`: a window as `--time` spells it.
+fn window_text((from, to): (f64, f64)) -> String {
+    // The open end of `4..` parses to the longest time there is.
+    let end = if to >= u64::MAX as f64 / 1e9 {
+        String::new()
+    } else {
+        format!("{to}")
+    };
+    format!("{from}..{end}")
+}
+
+/// The span of the faults of `pids` in `recording`, seconds from its start to the last one
+/// (0 without faults).
+pub fn fault_span_s(recording: &Recording, pids: &[u32]) -> Result<f64, fltrace_trace::Error> {
+    let mut last = recording.session.start_ns;
+    for &pid in pids {
+        if let Some((_, end)) =
+            fltrace_trace::time_range(&fltrace_trace::files::faults(&recording.dir, pid))?
+        {
+            last = last.max(end);
         }
     }
+    Ok(last.saturating_sub(recording.session.start_ns) as f64 / 1e9)
+}
+
+/// A `--time` window that starts after the last fault of `pids`, said as an error; `None`
+/// for one that holds some of the recording (or for no window).
+pub fn outside_window(
+    recording: &Recording,
+    pids: &[u32],
+    window_s: Option<(f64, f64)>,
+) -> Result<Option<OutsideRecording>, fltrace_trace::Error> {
+    let Some(window_s) = window_s else {
+        return Ok(None);
+    };
+    let span_s = fault_span_s(recording, pids)?;
+    // Times are kept in nanoseconds: a window starting within one of the last fault holds it.
+    Ok((window_s.0 > span_s + 1e-9).then(|| OutsideRecording {
+        window_s,
+        span_s,
+        command: recording.session.command.clone(),
+    }))
 }
 
 /// Why a recording could not be loaded.
@@ -146,6 +205,12 @@ pub enum LoadError {
     /// Finding or reading the recording.
     #[error(transparent)]
     Trace(#[from] fltrace_trace::Error),
+    /// The `--time` window is outside the recording.
+    #[error(transparent)]
+    Outside(#[from] OutsideRecording),
+    /// A file of a finished recording changed or was cut since.
+    #[error("{0}: --salvage reads what is left of the recording")]
+    Corrupt(fltrace_trace::Error),
     /// Reading one process's trace.
     #[error("loading the trace of process {pid}")]
     Process {
@@ -204,6 +269,11 @@ pub fn debug_config(dir: &Path, archive: Option<&Path>) -> DebugConfig {
     config
 }
 
+/// The warning `--salvage` gives for a corrupt file before reading what is left of it.
+pub fn salvage_warning(corrupt: &fltrace_trace::Error) -> String {
+    format!("warning: {corrupt}; reading what is left of the recording (--salvage)")
+}
+
 /// The note saying which archive symbolizes, if one does.
 pub fn archive_note(config: &DebugConfig) -> Option<String> {
     let archive = config.archive.as_ref()?;
@@ -258,19 +328,23 @@ pub fn load(options: &LoadOptions) -> Result<Loaded, LoadError> {
     let dir = options.dir.as_path();
     let (recording, mut corrupt) = find_recording_salvaging(dir, options.pid)?;
     if !options.salvage && !corrupt.is_empty() {
-        return Err(LoadError::Trace(corrupt.swap_remove(0)));
+        return Err(LoadError::Corrupt(corrupt.swap_remove(0)));
     }
     let pids = recording.chosen_pids(options.pid);
-    let mut notes: Vec<String> = corrupt
-        .iter()
-        .map(|e| format!("warning: {e} (--salvage: what still reads follows)"))
-        .collect();
-    notes.extend(unfinished_note(&recording)?.map(|note| format!("warning: {note}")));
+    let mut notes: Vec<String> = corrupt.iter().map(salvage_warning).collect();
+    notes.extend(
+        unfinished_notes(&recording)?
+            .into_iter()
+            .map(|note| format!("warning: {note}")),
+    );
     // Before the slow part: symbolizing.
     if options.alloc_stacks == AllocStacks::Required
         && !pids.iter().any(|&pid| recording.has_allocs(pid))
     {
         return Err(LoadError::NoAllocs);
+    }
+    if let Some(outside) = outside_window(&recording, &pids, options.window_s)? {
+        return Err(outside.into());
     }
     let window = window_ns(recording.session.start_ns, options.window_s);
     let config = debug_config(dir, options.archive.as_deref());
@@ -448,35 +522,69 @@ fn error_path(error: &fltrace_trace::Error) -> Option<&Path> {
     }
 }
 
-/// One line saying that the recording was never finished (the recorder was killed, or the
-/// disk filled) and how much of it was recovered; `None` if it was finished.
-pub fn unfinished_note(recording: &Recording) -> Result<Option<String>, fltrace_trace::Error> {
-    let unfinished = recording.unfinished_tables()?;
+/// What a reader is told of tables without their final footer, one line each kind of
+/// cause: a recording never finished (the recorder was killed, or the disk filled) and how
+/// much was recovered; or, for each file of a finished recording cut since (`--salvage`),
+/// what was recovered of it, from where. Empty when every table is whole.
+pub fn unfinished_notes(recording: &Recording) -> Result<Vec<String>, fltrace_trace::Error> {
+    let tables = recording.unfinished_tables()?;
+    fn name_of(kind: &str) -> &str {
+        match kind {
+            "mmaps" => "mappings",
+            "allocs" => "allocation calls",
+            "allocstacks" => "allocation stacks",
+            "allocsums" => "allocation totals",
+            other => other,
+        }
+    }
+    let mut notes = Vec::new();
+    for table in tables.iter().filter(|t| t.finished_len.is_some()) {
+        let file = table
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let recorded = match table.kind {
+            "faults" => fltrace_trace::stats::last_value(
+                &fltrace_trace::files::stats(&recording.dir, table.pid),
+                "faults",
+            )
+            .ok()
+            .flatten()
+            .map(|n| format!(" of the {n} recorded"))
+            .unwrap_or_default(),
+            _ => String::new(),
+        };
+        notes.push(format!(
+            "salvaged {file}, cut to {} of its {} bytes: {} {}{recorded} recovered, the rows up to its last intact checkpoint (byte {}); what followed it is lost",
+            table.len,
+            table.finished_len.unwrap_or(0),
+            table.rows,
+            name_of(table.kind),
+            table.checkpoint_end,
+        ));
+    }
+    let unfinished: Vec<&fltrace_trace::UnfinishedTable> =
+        tables.iter().filter(|t| t.finished_len.is_none()).collect();
     if unfinished.is_empty() {
-        return Ok(None);
+        return Ok(notes);
     }
     let rows = |kind: &str| -> u64 {
         unfinished
             .iter()
-            .filter(|(k, _, _)| *k == kind)
-            .map(|(_, _, rows)| rows)
+            .filter(|t| t.kind == kind)
+            .map(|t| t.rows)
             .sum()
     };
     let mut recovered = Vec::new();
-    for (kind, name) in [
-        ("faults", "faults"),
-        ("stacks", "stacks"),
-        ("mmaps", "mappings"),
-        ("allocs", "allocation calls"),
-        ("allocstacks", "allocation stacks"),
-    ] {
-        if unfinished.iter().any(|(k, _, _)| *k == kind) {
-            recovered.push(format!("{} {name}", rows(kind)));
+    for kind in ["faults", "stacks", "mmaps", "allocs", "allocstacks"] {
+        if unfinished.iter().any(|t| t.kind == kind) {
+            recovered.push(format!("{} {}", rows(kind), name_of(kind)));
         }
     }
-    let mut pids: Vec<u32> = unfinished.iter().map(|(_, pid, _)| *pid).collect();
+    let mut pids: Vec<u32> = unfinished.iter().map(|t| t.pid).collect();
     pids.dedup();
-    Ok(Some(format!(
+    notes.push(format!(
         "the recording is incomplete (fltrace stopped before finishing it): read up to its last checkpoint, {} recovered of process{} {}",
         recovered.join(", "),
         if pids.len() == 1 { "" } else { "es" },
@@ -484,7 +592,8 @@ pub fn unfinished_note(recording: &Recording) -> Result<Option<String>, fltrace_
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(", ")
-    )))
+    ));
+    Ok(notes)
 }
 
 impl Loaded {

@@ -27,6 +27,12 @@ pub enum OpenError {
         /// The cause.
         source: io::Error,
     },
+    /// Nothing is at the path named as a recording.
+    #[error(
+        "no recording at {}: name a directory of `fltrace record -o DIR` or an archive file of `fltrace archive -o NAME.tar.zst` (as RECORDING, -d or -i)",
+        .0.display()
+    )]
+    Missing(PathBuf),
     /// A file named as a recording is not one of `fltrace archive`'s.
     #[error(
         "{} is a file, not a recording: give a recording's directory or an archive of `fltrace archive -o FILE.tar.zst`",
@@ -69,7 +75,10 @@ impl OpenedRecording {
     /// temporary directory (whose files a command writes go beside the archive, or into the
     /// current directory when that is read-only).
     pub fn open(path: &Path) -> Result<OpenedRecording, OpenError> {
-        let metadata = std::fs::metadata(path).map_err(io_error(path))?;
+        let metadata = std::fs::metadata(path).map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => OpenError::Missing(path.to_owned()),
+            _ => io_error(path)(source),
+        })?;
         if metadata.is_dir() {
             return Ok(OpenedRecording {
                 dir: path.to_owned(),

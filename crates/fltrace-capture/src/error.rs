@@ -91,7 +91,7 @@ pub enum Error {
     },
     /// More far memory asked for than the machine has available.
     #[error(
-        "-M {max_mb} MB is more than the {available_mb} MB of memory available: the program's far memory must fit in this machine's"
+        "-M {max_mb} MiB is more than the {available_mb} MiB of memory available: the program's far memory must fit in this machine's"
     )]
     FarMemoryTooLarge {
         /// The far memory asked for, MiB.

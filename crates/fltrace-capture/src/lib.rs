@@ -30,6 +30,7 @@ mod error;
 mod group;
 mod interrupt;
 mod jit_files;
+pub mod live;
 mod os;
 pub mod pages;
 pub mod perf;
@@ -57,6 +58,7 @@ pub use code_cache::CacheSummary;
 pub use error::Error;
 pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
+pub use live::{LiveBatch, LiveEvent, LiveFault, LiveFeed, LiveTotals, live_feed};
 pub use os::{Reaped, monotonic_now_ns, reap};
 pub use recorder::attach_tasks;
 pub use recorder::{

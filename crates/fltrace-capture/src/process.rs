@@ -11,6 +11,7 @@ use fltrace_trace::{
     StackWriter, VirtAddr, files, keys, libraries, stats, write_procmaps_line,
 };
 
+use crate::live::LiveEvent;
 use crate::runtime::{Handled, RuntimeView, is_fill};
 use crate::unwind::{AddressSpaceUnwinder, ElfCache, KnownFrames, LiveStack, UnwindEnd};
 
@@ -252,6 +253,8 @@ pub struct RecordingContext {
     pub collect_code_hits: bool,
     /// What the recorder added to the samples' CLOCK_MONOTONIC times to make the trace's.
     pub mono_offset: u64,
+    /// Whether a live view is told what each process records ([`crate::live`]).
+    pub live: bool,
 }
 
 impl Process {
@@ -296,7 +299,10 @@ impl Process {
             known: FxHashMap::default(),
             uncopied: FxHashMap::default(),
             out: Output {
-                faults: FaultWindow::new(FaultWriter::create(&files::faults(dir, pid), &metadata)?),
+                faults: FaultWindow::new(
+                    FaultWriter::create(&files::faults(dir, pid), &metadata)?,
+                    session.live,
+                ),
                 stacks: StackWriter::create_for(&files::stacks(dir, pid), origin.clone())?,
                 mmaps: MappingWriter::create_for(&files::mmaps(dir, pid), origin)?,
                 procmaps: String::new(),
@@ -352,6 +358,7 @@ impl Process {
         child.entries = parent.entries.clone();
         for mapping in parent.maps.values() {
             child.out.mmaps.push(mapping.clone())?;
+            child.tell_mapped(mapping);
             child.record_mapping(mapping.clone());
         }
         child.executable.clone_from(&parent.executable);
@@ -439,6 +446,38 @@ impl Process {
         if self.out.thread_names.get(&key).map(String::as_str) != Some(name) {
             self.out.thread_names.insert(key, name.to_owned());
             self.out.thread_names_changed = true;
+            let (pid, os_pid) = (self.pid, self.os_pid);
+            self.tell(|| LiveEvent::ThreadNamed {
+                pid,
+                os_pid,
+                tid,
+                name: name.to_owned(),
+            });
+        }
+    }
+
+    /// Tells the live view, if there is one, what `event` makes (only then).
+    fn tell(&mut self, event: impl FnOnce() -> LiveEvent) {
+        if let Some(tap) = self.out.faults.tap() {
+            tap.events.push(event());
+        }
+    }
+
+    /// Tells the live view of a mapping of code: stack frames are symbolized through them.
+    fn tell_mapped(&mut self, mapping: &Mapping) {
+        if mapping.is_exec() {
+            let pid = self.pid;
+            self.tell(|| LiveEvent::Mapped {
+                pid,
+                mapping: mapping.clone(),
+            });
+        }
+    }
+
+    /// Moves what the live view is to be told into `batch`.
+    pub fn drain_live(&mut self, batch: &mut crate::live::LiveBatch) {
+        if let Some(tap) = self.out.faults.tap() {
+            tap.drain_into(batch);
         }
     }
 
@@ -594,6 +633,7 @@ impl Process {
             }
         }
         self.out.mmaps.push(mapping.clone())?;
+        self.tell_mapped(&mapping);
         self.record_mapping(mapping);
         Ok(())
     }
@@ -898,12 +938,15 @@ impl Process {
             };
             frames.push(row.ip);
             frames.extend(callers);
-            if self.out.faults.row_mut(row.row).is_none() {
+            if !self.out.faults.is_open(row.row) {
                 continue;
             }
             let (stack_id, _) = self.intern(frames, StackEnd::Complete)?;
-            if let Some(fault) = self.out.faults.row_mut(row.row) {
-                fault.stack_id = stack_id;
+            if self
+                .out
+                .faults
+                .amend(row.row, |fault| fault.stack_id = stack_id)
+            {
                 let c = &mut self.counters;
                 c.stacks_truncated -= 1;
                 c.stacks_uncopied_truncated -= 1;
@@ -1023,13 +1066,19 @@ impl Process {
         self.out.interner.insert(frames.clone(), (id, tracer));
         frames.pop();
         self.note_code_hits(frames);
-        self.out.stacks.push(Stack {
+        let stack = Stack {
             end,
             id,
             generation: self.generation,
             // The unwinder's output: instruction and return addresses.
             frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),
-        })?;
+        };
+        let pid = self.pid;
+        self.tell(|| LiveEvent::Stack {
+            pid,
+            stack: stack.clone(),
+        });
+        self.out.stacks.push(stack)?;
         Ok((id, tracer))
     }
 
@@ -1101,16 +1150,14 @@ impl Process {
     /// A major-fault event: marks the thread's latest fault on that page as major.
     pub fn major(&mut self, tid: u32, addr: u64) {
         let page = addr & !0xfff;
-        if let Some(fault) = self
-            .out
-            .faults
-            .open_mut()
-            .rev()
-            .take(4096)
-            .find(|f| f.tid == tid && f.addr.align_down(0x1000).get() == page)
-        {
-            fault.flags.0 |= FaultFlags::MAJOR;
-            fault.flags.0 &= !FaultFlags::ZERO;
+        let window = &mut self.out.faults;
+        if let Some(row) = window.find_recent(4096, |f| {
+            f.tid == tid && f.addr.align_down(0x1000).get() == page
+        }) {
+            window.amend(row, |fault| {
+                fault.flags.0 |= FaultFlags::MAJOR;
+                fault.flags.0 &= !FaultFlags::ZERO;
+            });
             self.counters.faults_major += 1;
         }
     }
@@ -1192,11 +1239,11 @@ impl Process {
             far.matched += 1;
             let first_entry = !row.matched;
             row.matched = true;
-            let Some(fault) = window.row_mut(row.row) else {
+            if !window.is_open(row.row) {
                 // Settled before its entry came: matched, not flagged (counted).
                 far.fetches_late += u64::from(handled.kind == fltrace_runtime_abi::kind::FETCH);
                 return false;
-            };
+            }
             if first_entry {
                 // The row's time is the fault's entry.
                 let wait = handled.read_ns.saturating_sub(newest);
@@ -1205,11 +1252,13 @@ impl Process {
                 far.resolve_ns += handled.done_ns.saturating_sub(newest);
             }
             if is_fill(handled.kind) {
-                if handled.kind == fltrace_runtime_abi::kind::FETCH {
-                    fault.flags.0 = (fault.flags.0 | FaultFlags::FETCH) & !FaultFlags::ZERO;
-                } else {
-                    fault.flags.0 |= FaultFlags::ZERO;
-                }
+                window.amend(row.row, |fault| {
+                    if handled.kind == fltrace_runtime_abi::kind::FETCH {
+                        fault.flags.0 = (fault.flags.0 | FaultFlags::FETCH) & !FaultFlags::ZERO;
+                    } else {
+                        fault.flags.0 |= FaultFlags::ZERO;
+                    }
+                });
             }
             false
         });
@@ -1219,6 +1268,12 @@ impl Process {
                 far.rows_unhandled += rows.iter().filter(|r| !r.matched).count() as u64;
             }
         }
+    }
+
+    /// The far-memory runtime's counters as its page says them now, once it is open.
+    pub fn runtime_counters(&self) -> Option<Vec<(&'static str, u64)>> {
+        let view = self.far.as_ref()?.view.as_ref()?;
+        Some(view.counters().to_vec())
     }
 
     /// Whether the far-memory runtime reported running out of `-M`.
@@ -1302,6 +1357,8 @@ impl Process {
         self.out
             .stats
             .push_str(&stats::format_line(unix_time_s, &counters));
+        let pid = self.pid;
+        self.tell(|| LiveEvent::Stats { pid, counters });
         write_file(&self.out.stats_path, &self.out.stats)?;
         // As the original: a copy of the mappings live now, not a line per event.
         self.out.procmaps.clear();
@@ -1413,6 +1470,7 @@ mod tests {
             far_memory: None,
             metadata: Vec::new(),
             collect_code_hits: false,
+            live: false,
             mono_offset: 0,
         };
         Process::filed_as(1, 1, None, &session).expect("process files")
@@ -1469,6 +1527,7 @@ mod tests {
             far_memory: Some(prefix),
             metadata: Vec::new(),
             collect_code_hits: false,
+            live: false,
             mono_offset: 1_234_567,
         };
         let parent = Process::filed_as(1, 1, None, &session).expect("process files");

@@ -78,6 +78,12 @@ pub struct Options {
     pub build_id_cache: Option<fltrace_trace::BuildIdCache>,
     /// The most the cache may hold of its own, bytes.
     pub cache_limit: u64,
+    /// A live view to tell what is recorded as it is ([`crate::live`]; `fltrace top`).
+    pub live: Option<crate::live::LiveFeed>,
+    /// Run the command away from the terminal, which a full-screen view holds: reading
+    /// `/dev/null`, its output and errors appended to this file, in a process group of its
+    /// own (see [`crate::PendingChild::spawn_in_own_group`]).
+    pub detached_output: Option<PathBuf>,
 }
 
 impl Options {
@@ -101,6 +107,8 @@ impl Options {
             heap_backing: None,
             build_id_cache: None,
             cache_limit: fltrace_trace::build_id_cache::DEFAULT_LIMIT_BYTES,
+            live: None,
+            detached_output: None,
         }
     }
 }

@@ -103,7 +103,7 @@ pub enum RequestError {
     )]
     NoAccessSampling,
     /// `-L` above `-M`.
-    #[error("-L ({local_mb} MB) must not exceed -M ({max_mb} MB)")]
+    #[error("-L ({local_mb} MiB) must not exceed -M ({max_mb} MiB)")]
     LocalAboveMax {
         /// `-L`, MiB.
         local_mb: u64,
@@ -362,7 +362,10 @@ mod tests {
             "-L and -M go together: give both or neither"
         );
         r.local_mb = Some(20);
-        assert_eq!(refusal(&r, &FULL), "-L (20 MB) must not exceed -M (10 MB)");
+        assert_eq!(
+            refusal(&r, &FULL),
+            "-L (20 MiB) must not exceed -M (10 MiB)"
+        );
         r.local_mb = Some(10);
         let (_, options) = r.resolve(&FULL).unwrap();
         let far = options.far_memory.unwrap();
@@ -377,7 +380,7 @@ mod tests {
         (r.local_mb, r.max_mb) = (Some(10), Some(5000));
         assert_eq!(
             refusal(&r, &FULL),
-            "-M 5000 MB is more than the 4096 MB of memory available: the program's far memory must fit in this machine's"
+            "-M 5000 MiB is more than the 4096 MiB of memory available: the program's far memory must fit in this machine's"
         );
     }
 

@@ -405,7 +405,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            err.starts_with(&format!("-M {} MB is more than the ", u64::MAX / 2)),
+            err.starts_with(&format!("-M {} MiB is more than the ", u64::MAX / 2)),
             "{err}"
         );
         let ok = FarMemory::checked("x.so".into(), 1, 2, EvictionPolicy::Clock, 3, true).unwrap();

@@ -75,7 +75,7 @@ impl Summary {
         }
         if !quiet {
             said.push(format!(
-                "{} from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MB; trace in {}",
+                "{} from {} process{}, {} lost, {} with truncated stacks, recorder peak {} MiB; trace in {}",
                 plural(self.faults, "fault"),
                 self.pids.len(),
                 if self.pids.len() == 1 { "" } else { "es" },
@@ -112,7 +112,7 @@ impl Summary {
         }
         if self.far_memory_exhausted {
             said.push(format!(
-                "error: the program ran out of far memory: it needs more than -M {} MB",
+                "error: the program ran out of far memory: it needs more than -M {} MiB",
                 context.max_mb.unwrap_or(0)
             ));
         }
@@ -167,11 +167,11 @@ impl Summary {
         }
         let mut lines: Vec<SummaryLine> = said.drain(..).map(SummaryLine::Said).collect();
         if let Some(cache) = &self.cache {
-            // Said when it stored something: a cache that had every file already is the usual
-            // case and no news (`-v` says it).
+            // What the cache did is `-v` information: the user asked for a recording, not for
+            // the cache's news. Its failures are warnings.
             let stored = cache.linked + cache.copied + cache.pruned > 0;
-            if !quiet && stored {
-                said.push(format!(
+            if stored {
+                lines.push(SummaryLine::Info(format!(
                     "build-ID cache {}: {} files with frames ({} there already, {} linked, {} copied: {} bytes; {} without frames not kept), {:.1} ms opening, {:.1} ms storing{}",
                     cache.root.display(),
                     cache.files,
@@ -187,8 +187,8 @@ impl Summary {
                     } else {
                         String::new()
                     }
-                ));
-            } else if !stored {
+                )));
+            } else {
                 lines.push(SummaryLine::Info(format!(
                     "build-ID cache {}: all {} files there already",
                     cache.root.display(),
@@ -381,7 +381,7 @@ mod tests {
         assert_eq!(
             said(summary().lines(&context(dir))),
             [
-                "200 faults from 2 processes, 0 lost, 3 faults (1.5%) with truncated stacks, recorder peak 42 MB; trace in out"
+                "200 faults from 2 processes, 0 lost, 3 faults (1.5%) with truncated stacks, recorder peak 42 MiB; trace in out"
             ]
         );
         assert!(
@@ -415,7 +415,7 @@ mod tests {
             said(s.lines(&context)),
             [
                 "the command was killed by SIGSEGV",
-                "error: the program ran out of far memory: it needs more than -M 64 MB",
+                "error: the program ran out of far memory: it needs more than -M 64 MiB",
                 "warning: the kernel dropped 7 fault records; try a larger --buffer-mb",
             ]
         );
@@ -487,7 +487,7 @@ mod tests {
             said(s.lines(&context)),
             [
                 "attached to 1 process: 12 (postgres)",
-                "1 fault from 1 process, 0 lost, 0 faults (0.0%) with truncated stacks, recorder peak 42 MB; trace in out",
+                "1 fault from 1 process, 0 lost, 0 faults (0.0%) with truncated stacks, recorder peak 42 MiB; trace in out",
                 "interrupted; process 12 was left running; the recording is complete",
             ]
         );

@@ -47,22 +47,38 @@ impl PendingChild {
         credentials: Option<Credentials>,
         extra_env: &[(OsString, OsString)],
     ) -> Result<PendingChild, Error> {
-        Self::spawn_with(argv, credentials, extra_env, false)
+        Self::spawn_with(argv, credentials, extra_env, false, None)
     }
 
     /// As [`PendingChild::spawn`], the command in a process group of its own whose every
     /// process is killed if fltrace dies: see [`CommandGroup`]. Not when fltrace runs in the
     /// foreground of a terminal: there the command stays in fltrace's job, which the terminal
-    /// signals whole (Ctrl-C, hangup) and the shell controls whole (Ctrl-Z, `fg`).
+    /// signals whole (Ctrl-C, hangup) and the shell controls whole (Ctrl-Z, `fg`). Except when
+    /// `detached` names a file: the command then reads nothing (`/dev/null`), writes its output
+    /// and errors to the end of that file, and has a group of its own wherever fltrace runs
+    /// (a full-screen view holds the terminal and ends the command itself).
     pub fn spawn_in_own_group(
         argv: &[OsString],
         credentials: Option<Credentials>,
         extra_env: &[(OsString, OsString)],
+        detached: Option<&std::path::Path>,
     ) -> Result<(PendingChild, Option<CommandGroup>), Error> {
-        if crate::group::owns_terminal() {
-            return Ok((Self::spawn(argv, credentials, extra_env)?, None));
-        }
-        let child = Self::spawn_with(argv, credentials, extra_env, true)?;
+        let stdio = match detached {
+            Some(output) => Some(detached_stdio(output).map_err(|source| {
+                Error::Spawn {
+                    program: argv
+                        .first()
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    source,
+                }
+            })?),
+            None if crate::group::owns_terminal() => {
+                return Ok((Self::spawn(argv, credentials, extra_env)?, None));
+            }
+            None => None,
+        };
+        let child = Self::spawn_with(argv, credentials, extra_env, true, stdio)?;
         match CommandGroup::watch(child.pid) {
             Ok(group) => Ok((child, Some(group))),
             Err(source) => {
@@ -73,12 +89,14 @@ impl PendingChild {
         }
     }
 
-    /// `own_group`: whether the command gets a process group of its own.
+    /// `own_group`: whether the command gets a process group of its own; `stdio`: its
+    /// standard input and its output (for standard output and error), else fltrace's.
     fn spawn_with(
         argv: &[OsString],
         credentials: Option<Credentials>,
         extra_env: &[(OsString, OsString)],
         own_group: bool,
+        stdio: Option<[OwnedFd; 2]>,
     ) -> Result<PendingChild, Error> {
         let program = argv
             .first()
@@ -122,6 +140,9 @@ impl PendingChild {
         let (go_read, go_write) = pipe_cloexec().map_err(spawn_error)?;
         let (error_read, error_write) = pipe_cloexec().map_err(spawn_error)?;
         let (go_read_fd, error_write_fd) = (go_read.as_raw_fd(), error_write.as_raw_fd());
+        let stdio_fds = stdio
+            .as_ref()
+            .map(|[input, output]| (input.as_raw_fd(), output.as_raw_fd()));
 
         // libc from fork to exec: rustix has no safe fork, and no execvpe.
         // SAFETY: fork has no preconditions; the child below only calls async-signal-safe
@@ -135,6 +156,14 @@ impl PendingChild {
             unsafe {
                 if own_group {
                     libc::setpgid(0, 0);
+                }
+                // dup2 clears close-on-exec on the copies: the command keeps them.
+                if let Some((input, output)) = stdio_fds
+                    && (libc::dup2(input, 0) < 0
+                        || libc::dup2(output, 1) < 0
+                        || libc::dup2(output, 2) < 0)
+                {
+                    libc::_exit(127);
                 }
                 let mut byte = 0u8;
                 let released = libc::read(go_read_fd, (&mut byte as *mut u8).cast(), 1) == 1;
@@ -163,7 +192,7 @@ impl PendingChild {
                 libc::_exit(127);
             }
         }
-        drop((go_read, error_write));
+        drop((go_read, error_write, stdio));
         if own_group {
             // Also here, so that the group exists when this returns, whoever runs first. A
             // failure means the child did it first (or is gone, which release reports).
@@ -228,4 +257,18 @@ fn read_fully(fd: &OwnedFd, buf: &mut [u8]) -> usize {
         }
     }
     filled
+}
+
+/// `/dev/null` to read and `output` to append to (created if need be, never through a
+/// symbolic link), both closed on exec: the child's copies are made with dup2.
+fn detached_stdio(output: &std::path::Path) -> io::Result<[OwnedFd; 2]> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let input = std::fs::File::open("/dev/null")?;
+    let output = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(output)?;
+    Ok([input.into(), output.into()])
 }

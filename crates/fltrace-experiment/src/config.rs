@@ -318,7 +318,7 @@ pub fn parse(text: &str) -> Result<Vec<Config>, ParseError> {
         if let (Some(LocalMemory::Mb(l)), Some(m)) = (config.local, config.max_mb)
             && l > m
         {
-            return Err(invalid(format!("local ({l} MB) exceeds max_mb ({m} MB)")));
+            return Err(invalid(format!("local ({l} MiB) exceeds max_mb ({m} MiB)")));
         }
         if matches!(config.local, Some(LocalMemory::OfDryPeak(_)))
             && !configs.iter().any(|c| c.mode == Mode::Dry)

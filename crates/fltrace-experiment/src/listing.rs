@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 
 use fltrace_render::TableFormat;
+use fltrace_render::table::{Align, Table, wrap};
 
 use crate::catalog::{CatalogRun, StatRow};
 use crate::stats::Summary;
@@ -57,41 +58,36 @@ pub fn write_runs_csv(out: &mut impl Write, runs: &[CatalogRun]) -> io::Result<(
     csv.flush()
 }
 
-/// The widths of the workload and configuration columns: 24 and 12, or the longest name, so
-/// that a long workload name (`sqlite3-_memory_-.read_q.sql`) does not push its row's other
-/// columns out from under their headings.
-fn name_widths<'a>(names: impl Iterator<Item = (&'a str, &'a str)>) -> (usize, usize) {
-    names.fold((24, 12), |(w, c), (workload, config)| {
-        (
-            w.max(workload.chars().count()),
-            c.max(config.chars().count()),
-        )
-    })
-}
-
-/// The runs as a fixed-width table.
-pub fn write_runs_table(out: &mut impl Write, runs: &[CatalogRun]) -> io::Result<()> {
-    let (w, c) = name_widths(runs.iter().map(|r| (&*r.workload, &*r.config)));
-    writeln!(
-        out,
-        "{:>4}  {:<w$} {:<c$} {:>3}  {:<10} {:>9} {:>10} {:>9}",
-        "id", "workload", "config", "rep", "status", "time s", "faults", "allocs"
-    )?;
+/// The runs as a table fitting `width` columns (`None`: every name whole).
+pub fn write_runs_table(
+    out: &mut impl Write,
+    runs: &[CatalogRun],
+    width: Option<usize>,
+) -> io::Result<()> {
+    let mut table = Table::new()
+        .column("id", Align::Right)
+        .name("workload", 12)
+        .gap(2)
+        .name("config", 8)
+        .column("rep", Align::Right)
+        .column("status", Align::Left)
+        .gap(2)
+        .column("time s", Align::Right)
+        .column("faults", Align::Right)
+        .column("allocs", Align::Right);
     for r in runs {
-        writeln!(
-            out,
-            "{:>4}  {:<w$} {:<c$} {:>3}  {:<10} {:>9.3} {:>10} {:>9}",
-            r.id,
-            r.workload,
-            r.config,
-            r.rep,
-            r.status,
-            r.wall_s,
+        table.row(vec![
+            r.id.to_string(),
+            r.workload.clone(),
+            r.config.clone(),
+            r.rep.to_string(),
+            r.status.clone(),
+            format!("{:.3}", r.wall_s),
             opt(r.faults),
-            opt(r.allocs)
-        )?;
+            opt(r.allocs),
+        ]);
     }
-    Ok(())
+    out.write_all(table.render(width).as_bytes())
 }
 
 /// The statistics as a pretty-printed JSON array.
@@ -139,25 +135,35 @@ pub fn write_stats_csv(out: &mut impl Write, rows: &[StatRow]) -> io::Result<()>
     csv.flush()
 }
 
-/// The statistics as a table, times to the millisecond, with a line saying what the
-/// overhead is.
-pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<()> {
-    let (w, c) = name_widths(rows.iter().map(|r| (&*r.workload, &*r.config)));
-    writeln!(
-        out,
-        "{:<w$} {:<c$} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
-        "workload",
-        "config",
-        "runs",
-        "failed",
-        "mean s",
-        "sd s",
-        "min s",
-        "max s",
-        "overhead (95% CI)",
-        "faults",
-        "allocs"
-    )?;
+/// What the overhead column is, under the statistics.
+pub const OVERHEAD_NOTE: &str = "overhead: mean time against the dry configuration's, 95% Welch t interval by the delta method on the log scale";
+
+/// The statistics as a table fitting `width` columns, times to the millisecond, with a line
+/// saying what the overhead is. The spread (sd, min, max) goes first when names would not
+/// fit.
+pub fn write_stats_table(
+    out: &mut impl Write,
+    rows: &[StatRow],
+    width: Option<usize>,
+) -> io::Result<()> {
+    let mut table = Table::new()
+        .name("workload", 12)
+        .name("config", 8)
+        .column("runs", Align::Right)
+        .column("failed", Align::Right)
+        .column("mean s", Align::Right)
+        .gap(2)
+        .column("sd s", Align::Right)
+        .droppable(3)
+        .column("min s", Align::Right)
+        .droppable(1)
+        .column("max s", Align::Right)
+        .droppable(2)
+        .column("overhead (95% CI)", Align::Left)
+        .gap(2)
+        .column("faults", Align::Right)
+        .column("allocs", Align::Right)
+        .droppable(4);
     for r in rows {
         let t = |g: fn(&Summary) -> f64| {
             r.time
@@ -172,13 +178,11 @@ pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<(
             },
             None => String::new(),
         };
-        writeln!(
-            out,
-            "{:<w$} {:<c$} {:>4} {:>6}  {:>9} {:>8} {:>9} {:>9}  {:<24} {:>10} {:>9}",
-            r.workload,
-            r.config,
-            r.runs,
-            r.failed,
+        table.row(vec![
+            r.workload.clone(),
+            r.config.clone(),
+            r.runs.to_string(),
+            r.failed.to_string(),
             t(|s| s.mean),
             t(|s| s.sd),
             t(|s| s.min),
@@ -186,12 +190,10 @@ pub fn write_stats_table(out: &mut impl Write, rows: &[StatRow]) -> io::Result<(
             overhead,
             r.faults.map(|v| format!("{v:.0}")).unwrap_or_default(),
             r.allocs.map(|v| format!("{v:.0}")).unwrap_or_default(),
-        )?;
+        ]);
     }
-    writeln!(
-        out,
-        "overhead: mean time against the dry configuration's, 95% Welch t interval by the delta method"
-    )
+    out.write_all(table.render(width).as_bytes())?;
+    writeln!(out, "{}", wrap(OVERHEAD_NOTE, width))
 }
 
 /// `runs --list`: the catalog's runs in `format`.
@@ -199,20 +201,26 @@ pub fn write_runs(
     out: &mut impl Write,
     runs: &[CatalogRun],
     format: TableFormat,
+    width: Option<usize>,
 ) -> io::Result<()> {
     match format {
         TableFormat::Json => write_runs_json(out, runs),
         TableFormat::Csv => write_runs_csv(out, runs),
-        TableFormat::Table => write_runs_table(out, runs),
+        TableFormat::Table => write_runs_table(out, runs, width),
     }
 }
 
 /// `runs --stat`: the statistics per workload and configuration in `format`.
-pub fn write_stats(out: &mut impl Write, rows: &[StatRow], format: TableFormat) -> io::Result<()> {
+pub fn write_stats(
+    out: &mut impl Write,
+    rows: &[StatRow],
+    format: TableFormat,
+    width: Option<usize>,
+) -> io::Result<()> {
     match format {
         TableFormat::Json => write_stats_json(out, rows),
         TableFormat::Csv => write_stats_csv(out, rows),
-        TableFormat::Table => write_stats_table(out, rows),
+        TableFormat::Table => write_stats_table(out, rows, width),
     }
 }
 
@@ -256,16 +264,19 @@ mod tests {
     fn format_picks_the_writer() {
         let rows = [stat_row()];
         let own = [
-            (TableFormat::Table, written(|o| write_stats_table(o, &rows))),
+            (
+                TableFormat::Table,
+                written(|o| write_stats_table(o, &rows, None)),
+            ),
             (TableFormat::Csv, written(|o| write_stats_csv(o, &rows))),
             (TableFormat::Json, written(|o| write_stats_json(o, &rows))),
         ];
         for (format, text) in &own {
-            assert_eq!(&written(|o| write_stats(o, &rows, *format)), text);
+            assert_eq!(&written(|o| write_stats(o, &rows, *format, None)), text);
             assert_eq!(
-                &written(|o| write_runs(o, &[], *format)),
+                &written(|o| write_runs(o, &[], *format, None)),
                 &written(|o| match format {
-                    TableFormat::Table => write_runs_table(o, &[]),
+                    TableFormat::Table => write_runs_table(o, &[], None),
                     TableFormat::Csv => write_runs_csv(o, &[]),
                     TableFormat::Json => write_runs_json(o, &[]),
                 })
@@ -291,7 +302,7 @@ mod tests {
             config: "a-long-configuration".into(),
             ..stat_row()
         };
-        let table = written(|o| write_stats_table(o, &[stat_row(), long]));
+        let table = written(|o| write_stats_table(o, &[stat_row(), long], None));
         let lines: Vec<&str> = table.lines().collect();
         let header = lines[0];
         let end_of = |heading: &str| header.find(heading).expect("heading") + heading.len();
@@ -311,7 +322,7 @@ mod tests {
 
     #[test]
     fn stats_table_shows_an_interval_only_when_both_bounds_exist() {
-        let table = written(|o| write_stats_table(o, &[stat_row()]));
+        let table = written(|o| write_stats_table(o, &[stat_row()], None));
         let row = table.lines().nth(1).expect("a row");
         assert!(row.contains("  2.000  "), "{row}");
         assert!(!row.contains(".."), "{row}");
@@ -324,7 +335,29 @@ mod tests {
             }),
             ..stat_row()
         };
-        let table = written(|o| write_stats_table(o, &[both]));
+        let table = written(|o| write_stats_table(o, &[both], None));
         assert!(table.contains("2.000 (1.500..2.500)"), "{table}");
+    }
+
+    /// At 80 columns the table and its note fit: the spread goes, the mean, the overhead and
+    /// the counts stay.
+    #[test]
+    fn stats_table_fits_80_columns() {
+        let both = StatRow {
+            workload: "sqlite3-_memory_-.read-.._sq_q.sql".into(),
+            overhead: Some(Ratio {
+                ratio: 147.855,
+                low: Some(0.086),
+                high: Some(254528.263),
+            }),
+            ..stat_row()
+        };
+        let table = written(|o| write_stats_table(o, &[both], Some(80)));
+        assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
+        assert!(table.contains("147.855 (0.086..254528.263)"), "{table}");
+        assert!(
+            table.contains("mean s") && !table.contains("min s"),
+            "{table}"
+        );
     }
 }

@@ -183,7 +183,7 @@ impl SweepEvent<'_> {
                 vec!["fltrace sweep: measuring the peak memory of the command".to_owned()]
             }
             SweepEvent::Planned(plan) => vec![format!(
-                "fltrace sweep: peak {} MB; far memory -M {} MB per run",
+                "fltrace sweep: peak {} MiB; far memory -M {} MiB per run",
                 plan.peak_mb, plan.max_mb
             )],
             SweepEvent::Ran {
@@ -198,7 +198,7 @@ impl SweepEvent<'_> {
                     .map(|note| format!("fltrace: {note}"))
                     .collect();
                 lines.push(format!(
-                    "fltrace sweep: [{}/{}] {:>3}% = {} MB local: {} faults, {} locations cover 95% ({})",
+                    "fltrace sweep: [{}/{}] {:>3}% = {} MiB local: {} faults, {} locations cover 95% ({})",
                     index + 1,
                     plan.steps.len(),
                     row.local_percent,
@@ -545,13 +545,13 @@ mod tests {
             event.lines(),
             [
                 "fltrace: unfinished",
-                "fltrace sweep: [2/3]  75% = 75 MB local: 1234 faults, 3 locations cover 95% (already recorded)",
+                "fltrace sweep: [2/3]  75% = 75 MiB local: 1234 faults, 3 locations cover 95% (already recorded)",
             ]
         );
         assert_eq!(
             SweepEvent::Planned(&plan).lines(),
             [format!(
-                "fltrace sweep: peak 100 MB; far memory -M {} MB per run",
+                "fltrace sweep: peak 100 MiB; far memory -M {} MiB per run",
                 plan.max_mb
             )]
         );

@@ -554,13 +554,24 @@ impl Heatmap {
 
     /// The quick look in the terminal (100 x 30 characters) with a line saying what it spans.
     pub fn terminal_view(&self, labels: &HeatLabels) -> String {
-        format!(
-            "{}{}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top\n",
-            self.to_terminal(100, 30),
+        self.terminal_view_within(labels, None)
+    }
+
+    /// The same within `width` columns (`None`: 100): the picture narrower, the line under it
+    /// wrapped.
+    pub fn terminal_view_within(&self, labels: &HeatLabels, width: Option<usize>) -> String {
+        let columns = width.map_or(100, |w| w.min(100));
+        let line = format!(
+            "{}, {:.3} s left to right, {} bytes per row, {} touched ranges bottom to top",
             labels.subtitle,
             (self.time_range.1 - self.time_range.0) as f64 / 1e9,
             self.bytes_per_row(),
             self.boundaries.len()
+        );
+        format!(
+            "{}{}\n",
+            self.to_terminal(columns, 30),
+            crate::table::wrap(&line, width)
         )
     }
 

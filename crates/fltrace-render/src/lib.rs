@@ -19,6 +19,8 @@ mod heatmap;
 pub mod listing;
 mod plot;
 pub mod report;
+pub mod table;
+pub mod top;
 pub mod wss;
 
 pub use curve::{SweepPoint, memref_plots, sweep_plot, wss_plot};

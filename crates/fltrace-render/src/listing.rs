@@ -2,6 +2,8 @@
 
 use fltrace_analyze::{RecordingSummary, utc_time};
 
+use crate::table::{Align, Table, bytes};
+
 /// `812 (postgres), 815 (postgres)`: a recording's processes with their names.
 fn processes(summary: &RecordingSummary) -> String {
     summary
@@ -39,43 +41,58 @@ impl clap::ValueEnum for ListFormat {
     }
 }
 
-/// The recordings in `format`.
-pub fn text(recordings: &[RecordingSummary], format: ListFormat) -> serde_json::Result<String> {
+/// The recordings in `format`, a table fitting `width` columns (`None`: every name whole).
+pub fn text(
+    recordings: &[RecordingSummary],
+    format: ListFormat,
+    width: Option<usize>,
+) -> serde_json::Result<String> {
     match format {
-        ListFormat::Table => Ok(table(recordings)),
+        ListFormat::Table => Ok(table(recordings, width)),
         ListFormat::Json => json(recordings),
     }
 }
 
-/// `fltrace list`: a line per recording under a header, then how many there are.
-pub fn table(recordings: &[RecordingSummary]) -> String {
-    let command_width = recordings
-        .iter()
-        .map(|r| r.command.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max("command".len());
-    let mut out = format!(
-        "{:<23}  {:>10}  {:>6}  {:>9}  {:>11}  {:>11}  {:<command_width$}  processes\n",
-        "started", "faults", "lost", "truncated", "allocations", "bytes", "command"
-    );
+/// `fltrace list`: a line per recording under a header, then how many there are. The size
+/// is the recording's own files' (not the reports and pictures written beside it).
+pub fn table(recordings: &[RecordingSummary], width: Option<usize>) -> String {
+    let mut table = Table::new()
+        .column("started (UTC)", Align::Left)
+        .column("faults", Align::Right)
+        .gap(2)
+        .column("lost", Align::Right)
+        .gap(2)
+        .column("truncated", Align::Right)
+        .gap(2)
+        .droppable(1)
+        .column("allocations", Align::Right)
+        .gap(2)
+        .droppable(2)
+        .column("size", Align::Right)
+        .gap(2)
+        .name("command", 12)
+        .gap(2)
+        .name("processes", 12)
+        .gap(2);
     for r in recordings {
-        let allocations = r
-            .allocations
-            .map_or_else(|| "-".to_owned(), |a| a.to_string());
-        out.push_str(&format!(
-            "{:<23}  {:>10}  {:>6}  {:>9}  {:>11}  {:>11}  {:<command_width$}  {}{}\n",
-            utc_time(r.start_ns),
-            r.faults,
-            r.lost,
-            r.truncated,
-            allocations,
-            r.bytes,
-            r.command,
-            processes(r),
-            if r.finished { "" } else { " (unfinished)" }
-        ));
+        let started = utc_time(r.start_ns);
+        table.row(vec![
+            started.trim_end_matches(" UTC").to_owned(),
+            r.faults.to_string(),
+            r.lost.to_string(),
+            r.truncated.to_string(),
+            r.allocations
+                .map_or_else(|| "-".to_owned(), |a| a.to_string()),
+            bytes(r.bytes),
+            r.command.clone(),
+            format!(
+                "{}{}",
+                processes(r),
+                if r.finished { "" } else { " (unfinished)" }
+            ),
+        ]);
     }
+    let mut out = table.render(width);
     out.push_str(&format!(
         "{} recording{}\n",
         recordings.len(),
@@ -132,17 +149,20 @@ mod tests {
     /// A line per recording under the header, processes named, an unfinished one said.
     #[test]
     fn table_lines() {
-        let text = table(&[summary(false)]);
+        let text = table(&[summary(false)], None);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with("started  "), "{text}");
+        assert!(lines[0].starts_with("started (UTC)  "), "{text}");
         assert!(
             lines[1].ends_with("  make -j2  812 (sh then cc1), 815 (unfinished)"),
             "{text}"
         );
         assert!(lines[1].contains(" 1200 "), "{text}");
+        assert!(lines[1].contains(" 64.0 KiB "), "{text}");
         assert_eq!(lines[2], "1 recording");
-        assert_eq!(table(&[]).lines().last(), Some("0 recordings"));
+        assert_eq!(table(&[], None).lines().last(), Some("0 recordings"));
+        let narrow = table(&[summary(true)], Some(80));
+        assert!(narrow.lines().all(|l| l.chars().count() <= 80), "{narrow}");
     }
 
     /// JSON names every field, `allocations` null without --allocs.

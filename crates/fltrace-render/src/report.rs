@@ -139,17 +139,6 @@ pub(crate) fn short_file_line(location: &Location) -> String {
     }
 }
 
-/// `s` cut to `width` characters, the last one `…` if it was cut.
-pub(crate) fn truncate(s: &str, width: usize) -> String {
-    if s.chars().count() <= width || width == 0 {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(width - 1).collect();
-        t.push('…');
-        t
-    }
-}
-
 /// The CSV columns that name a group's location, for grouping `by`.
 pub(crate) fn location_columns(by: GroupBy) -> &'static [&'static str] {
     match by {
@@ -202,12 +191,6 @@ pub(crate) fn pretty(doc: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn truncated_with_an_ellipsis() {
-        assert_eq!(truncate("short", 8), "short");
-        assert_eq!(truncate("a_long_function", 6), "a_lon…");
-    }
 
     #[test]
     fn csv_quotes_where_it_must() {

@@ -35,7 +35,7 @@ impl<W: Write> WssPrinter<W> {
         match self {
             WssPrinter::Table(out) => writeln!(
                 out,
-                "{:8.2} s  wss {:9.1} MB  rss {:9.1} MB",
+                "{:8.2} s  wss {:9.1} MiB  rss {:9.1} MiB",
                 row.time_s,
                 row.wss_bytes as f64 / 1048576.0,
                 row.rss_bytes as f64 / 1048576.0
@@ -107,7 +107,7 @@ mod tests {
     fn rows_in_each_format() {
         assert_eq!(
             printed(TableFormat::Table),
-            "    0.10 s  wss       1.0 MB  rss       4.0 MB\n    0.25 s  wss       1.5 MB  rss       4.0 MB\n"
+            "    0.10 s  wss       1.0 MiB  rss       4.0 MiB\n    0.25 s  wss       1.5 MiB  rss       4.0 MiB\n"
         );
         assert_eq!(
             printed(TableFormat::Csv),

@@ -66,6 +66,19 @@ pub fn write(dir: &Path, pid: u32) -> Result<(), Error> {
         .map_err(Error::io(&path))
 }
 
+/// The size the checksums file of `pid` recorded for its file `name` when the recording
+/// finished, if it names it (unchecked: for saying how much of a file is left).
+pub fn recorded_size(dir: &Path, pid: u32, name: &str) -> Option<u64> {
+    let text = files::read_capped(&path(dir, pid), CAP).ok()?;
+    let text = String::from_utf8(text).ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        (fields.next() == Some(name))
+            .then(|| fields.next()?.parse().ok())
+            .flatten()
+    })
+}
+
 /// The largest checksums file: a short line per file.
 const CAP: u64 = 64 << 10;
 

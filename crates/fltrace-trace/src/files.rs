@@ -90,6 +90,30 @@ pub fn jitdump(dir: &Path, pid: u32) -> PathBuf {
     path(dir, "jitdump", pid, "dump")
 }
 
+/// The files `record` writes for `pid` in `dir` (the trace tables, the side files, the
+/// checksums, a JIT's maps), where they exist: a recording's own bytes, not the outputs of
+/// later commands (reports, flamegraphs, heatmaps) written beside them.
+pub fn recording_files(dir: &Path, pid: u32) -> Vec<PathBuf> {
+    [
+        faults(dir, pid),
+        stacks(dir, pid),
+        mmaps(dir, pid),
+        allocs(dir, pid),
+        alloc_stacks(dir, pid),
+        alloc_totals(dir, pid),
+        access(dir, pid),
+        access_stacks(dir, pid),
+        procmaps(dir, pid),
+        stats(dir, pid),
+        checksums(dir, pid),
+        perf_map(dir, pid),
+        jitdump(dir, pid),
+    ]
+    .into_iter()
+    .filter(|p| std::fs::symlink_metadata(p).is_ok())
+    .collect()
+}
+
 /// Opens input file `path` for reading, refusing anything but a regular file: a FIFO planted
 /// in a recording would block a reader forever, a device or a socket is never ours. The open
 /// does not block (`O_NONBLOCK`, which regular files ignore), and the type is that of the file

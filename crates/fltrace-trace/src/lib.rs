@@ -43,6 +43,7 @@ pub mod files;
 mod guard;
 pub mod jitdump;
 pub mod libraries;
+pub mod live;
 mod mapping;
 pub mod perf_map;
 mod range_trace;
@@ -64,14 +65,15 @@ pub use range_trace::{
     RangeSample, RangeTraceKind, RangeTraceWriter, WSS_HEADER, WssRow, WssRows, read_range_trace,
 };
 pub use recording::{
-    ProcessTrace, Recording, RecordingId, Unreadable, format_thread_names, keys, main_thread_names,
+    ProcessTrace, Recording, RecordingId, UnfinishedTable, Unreadable, format_thread_names, keys,
+    main_thread_names,
 };
 pub use tables::{
     AccessWriter, AllocRowGroups, AllocWriter, ColumnChunk, Completeness, ExportedFault,
     ExportedFaultWriter, FORMAT_VERSION, FaultRowGroups, FaultWriter, MappingWriter, Metadata,
     Origin, RowGroups, StackWriter, SymbolizedFrame, SymbolizedFrameWriter, TableWriter,
     column_chunks, completeness, read_access, read_alloc_totals, read_allocs, read_faults,
-    read_mappings, read_origin, read_stacks, table_rows, write_alloc_totals,
+    read_mappings, read_origin, read_stacks, table_rows, time_range, write_alloc_totals,
 };
 
 /// A deduplicated call stack: frame addresses from the innermost (the faulting instruction)

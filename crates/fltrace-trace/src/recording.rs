@@ -42,6 +42,27 @@ pub mod keys {
     pub const INTERNAL: [&str; 2] = [CHECKPOINT, CRC32];
 }
 
+/// A table without its final footer, read up to its last checkpoint: one the recorder never
+/// finished, or one of a finished recording cut since (a copy that stopped short).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnfinishedTable {
+    /// The table's kind: `faults`, `stacks`, ...
+    pub kind: &'static str,
+    /// The process.
+    pub pid: u32,
+    /// The file.
+    pub path: PathBuf,
+    /// Rows recovered.
+    pub rows: u64,
+    /// The file's bytes.
+    pub len: u64,
+    /// Where its last intact checkpoint ends: what follows is lost.
+    pub checkpoint_end: u64,
+    /// Its size when the recording finished, from the checksums file: `Some` for a file cut
+    /// since, `None` for a recording never finished.
+    pub finished_len: Option<u64>,
+}
+
 /// What identifies a recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordingId {
@@ -208,7 +229,7 @@ impl Recording {
 
     /// The tables of this recording that were never finished (the recorder died first), by
     /// kind (`faults`, `stacks`...), pid and the rows recovered from each.
-    pub fn unfinished_tables(&self) -> Result<Vec<(&'static str, u32, u64)>, Error> {
+    pub fn unfinished_tables(&self) -> Result<Vec<UnfinishedTable>, Error> {
         let mut unfinished = Vec::new();
         for &pid in &self.pids {
             for kind in [
@@ -223,8 +244,21 @@ impl Recording {
                 if !path.is_file() {
                     continue;
                 }
-                if let Completeness::Recovered { rows, .. } = completeness(&path)? {
-                    unfinished.push((kind, pid, rows));
+                if let Completeness::Recovered { rows, lost_bytes } = completeness(&path)? {
+                    let len = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
+                    let name = path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    unfinished.push(UnfinishedTable {
+                        kind,
+                        pid,
+                        rows,
+                        len,
+                        checkpoint_end: len.saturating_sub(lost_bytes),
+                        finished_len: crate::checksums::recorded_size(&self.dir, pid, &name),
+                        path,
+                    });
                 }
             }
         }

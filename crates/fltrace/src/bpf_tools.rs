@@ -18,8 +18,15 @@ use crate::values::duration;
 /// Whose events, the same for every system tool (`fltrace_system::Scope`).
 #[derive(Debug, Args)]
 pub struct ScopeArgs {
-    /// Only this process, its threads and the children it starts (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    /// Only these processes, their threads and the children they start (`-p A,B` as perf,
+    /// or repeated).
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID,...",
+        value_delimiter = ',',
+        value_parser = crate::values::pid
+    )]
     pub pids: Vec<u32>,
     /// Only tasks of this cgroup directory (e.g. /sys/fs/cgroup/my.slice); with -p or a
     /// command, only theirs in it.
@@ -95,7 +102,7 @@ pub struct CountArgs {
     pub top: usize,
     /// One sample every N events, counts scaled by N and said to be estimates (user stacks
     /// of -p or a command only; the others count every event).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub sample: Option<u64>,
     #[command(flatten)]
     pub common: Common,
@@ -108,7 +115,7 @@ pub struct FaultsArgs {
     pub top: usize,
     /// One fault sampled every N with -p or a command (DWARF stacks), counts scaled by N and
     /// said to be estimates.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub sample: Option<u64>,
     #[command(flatten)]
     pub common: Common,
@@ -129,10 +136,10 @@ pub struct FfaultsArgs {
 #[derive(Debug, Args)]
 pub struct MemleakArgs {
     /// Seconds between reports (default: one report at the end).
-    #[arg(value_name = "INTERVAL")]
+    #[arg(value_name = "INTERVAL", value_parser = clap::value_parser!(u64).range(1..))]
     pub interval: Option<u64>,
     /// Reports before exiting.
-    #[arg(value_name = "COUNT")]
+    #[arg(value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Stacks per report.
     #[arg(long, value_name = "N", default_value_t = 10)]

@@ -4,13 +4,16 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use fltrace_analyze::{CallOrder, CallSite, HeatSource, ReportBy};
+use fltrace_analyze::{CallOrder, CallSite, DiffBy, HeatSource, ReportBy};
 use fltrace_capture::EvictionPolicy;
 use fltrace_render::listing::ListFormat;
 use fltrace_render::report::ReportFormat;
 use fltrace_render::{FrameLabel, TableFormat};
 
-use crate::values::{addr_range, duration, positive_mb, region_counts, time_range};
+use crate::values::{
+    addr_range, duration, interval_seconds, one_pid, percent, pid, pid_i32, positive_mb,
+    region_counts, time_range,
+};
 
 /// Which code touches which memory, when, and what it costs when memory is short.
 #[derive(Debug, Parser)]
@@ -28,6 +31,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a command (or attach to a process) and record every page fault with its stack.
     Record(RecordArgs),
+    /// Record as `record` does and show, every interval, the call sites, processes, threads
+    /// and libraries taking faults now, with far memory and lost records: full screen in a
+    /// terminal (q quits, p pauses, s sorts, v views, / filters), else plain tables.
+    Top(TopArgs),
     /// Faults grouped by call site, with `file:line`; as the original, plain `report` also
     /// writes fltrace-data-report-PID.out (--legacy-csv with other flags).
     /// With --allocs, --leaks or --by alloc-site: allocations and the faults in them.
@@ -89,18 +96,51 @@ pub enum CacheCommand {
     /// its own (by default FLTRACE_CACHE_SIZE, else 2048).
     Prune {
         /// The size to prune to, in MiB (0 empties the cache).
-        #[arg(long, value_name = "MB")]
+        #[arg(long, value_name = "MiB")]
         max_size: Option<u64>,
     },
 }
 
+/// Where a recording is, named as every reading command names it: `fltrace report r1`,
+/// `-d r1`, or perf's `-i r1`; a directory (its newest recording, or the one `-p` picks) or an
+/// archive file of `fltrace archive -o NAME.tar.zst`.
+#[derive(Debug, Args)]
+pub struct RecordingName {
+    /// The recording: a directory of recordings or an archive file (default: the current
+    /// directory).
+    #[arg(value_name = "RECORDING")]
+    pub positional: Option<PathBuf>,
+    /// The recording, as a flag (perf's -i/--input too).
+    #[arg(
+        short = 'd',
+        long = "dir",
+        visible_short_alias = 'i',
+        visible_alias = "input",
+        value_name = "DIR",
+        conflicts_with = "positional"
+    )]
+    pub flag: Option<PathBuf>,
+}
+
+impl RecordingName {
+    /// The recording named, by either form, else the current directory.
+    pub fn path(&self) -> PathBuf {
+        self.positional
+            .clone()
+            .or_else(|| self.flag.clone())
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ArchiveArgs {
-    /// Directory holding the recordings.
-    #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
+    #[command(flatten)]
+    pub recording: RecordingName,
+    /// Where the recording is read from (set from `recording` before use).
+    #[arg(skip)]
     pub dir: PathBuf,
     /// Only this process (and the most recent recording that traced it).
-    #[arg(short = 'p', long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID", value_parser = one_pid)]
     pub pid: Option<u32>,
     /// The archive directory (default: `DIR/fltrace-archive`, found there by report, visualize
     /// and heatmap without being asked; `./fltrace-archive` when DIR is read-only), or one
@@ -112,18 +152,24 @@ pub struct ArchiveArgs {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Directory holding the recordings.
-    #[arg(value_name = "DIR", default_value = ".")]
-    pub dir: PathBuf,
+    #[command(flatten)]
+    pub recording: RecordingName,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: ListFormat,
+    /// The table prints every name whole, however wide (it fits the terminal's width,
+    /// `COLUMNS`, by default).
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Directory holding the recordings (every one of them is exported).
-    #[arg(value_name = "DIR", default_value = ".")]
+    /// The recordings (every one of them is exported).
+    #[command(flatten)]
+    pub recording: RecordingName,
+    /// Where the recordings are read from (set from `recording` before use).
+    #[arg(skip)]
     pub dir: PathBuf,
     /// Where the dataset goes (default: `DIR/fltrace-export`); recordings already there are
     /// written again.
@@ -146,27 +192,34 @@ pub struct ScriptArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The recording directory of the baseline.
+    /// The baseline recording: a directory or an archive file.
     #[arg(value_name = "A")]
     pub a: PathBuf,
-    /// The recording directory compared with it.
+    /// The recording compared with it.
     #[arg(value_name = "B")]
     pub b: PathBuf,
     /// In A, only this process (and the most recent recording that traced it).
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", value_parser = one_pid)]
     pub pid_a: Option<u32>,
     /// In B, only this process.
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", value_parser = one_pid)]
     pub pid_b: Option<u32>,
-    /// What to compare faults by.
+    /// What to compare faults by: a place of their stacks, as perf diff's symbols and dsos, or
+    /// their threads.
     #[arg(long, value_enum, default_value = "line")]
-    pub by: ReportBy,
+    pub by: DiffBy,
     /// How many rows to show (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: TableFormat,
+    #[command(flatten)]
+    pub filters: Filters,
+    /// The table prints every name whole, however wide (it fits the terminal's width,
+    /// `COLUMNS`, by default).
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, Args)]
@@ -208,6 +261,7 @@ pub struct WssArgs {
         short = 'p',
         long = "pid",
         value_name = "PID",
+        value_parser = pid_i32,
         conflicts_with = "command"
     )]
     pub pid: Option<i32>,
@@ -268,8 +322,8 @@ pub struct SweepArgs {
         default_value = "fltrace-sweep"
     )]
     pub dir: PathBuf,
-    /// Far memory per run in MB (default: twice the peak, at least 256 MB more than it).
-    #[arg(short = 'M', long = "max-mem", value_name = "MB", value_parser = positive_mb)]
+    /// Far memory per run in MiB (default: twice the peak, at least 256 MiB more than it).
+    #[arg(short = 'M', long = "max-mem", value_name = "MiB", value_parser = positive_mb)]
     pub max_mb: Option<u64>,
     /// Eviction policy.
     #[arg(long, value_enum, default_value = "fifo")]
@@ -279,29 +333,28 @@ pub struct SweepArgs {
     pub command: Vec<OsString>,
 }
 
+/// How `record` and `top` record: what to trace (`-p`), far memory, allocations, stacks.
 #[derive(Debug, Args)]
-pub struct RecordArgs {
-    /// Local memory in MB: emulate far memory, keeping at most this much of the program's
+pub struct RecordFlags {
+    /// Local memory in MiB: emulate far memory, keeping at most this much of the program's
     /// heap and anonymous mappings resident (needs -M).
-    #[arg(short = 'L', long = "local-mem", value_name = "MB", value_parser = positive_mb)]
+    #[arg(short = 'L', long = "local-mem", value_name = "MiB", value_parser = positive_mb)]
     pub local_mb: Option<u64>,
-    /// Maximum memory in MB the program may use in all, local plus far (needs -L).
-    #[arg(short = 'M', long = "max-mem", value_name = "MB", value_parser = positive_mb)]
+    /// Maximum memory in MiB the program may use in all, local plus far (needs -L).
+    #[arg(short = 'M', long = "max-mem", value_name = "MiB", value_parser = positive_mb)]
     pub max_mb: Option<u64>,
     /// Far memory: userfaultfd handler threads.
     #[arg(short = 'C', long = "cores", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub handlers: u32,
     /// Far memory: which local pages are evicted first (fifo: oldest fault-in first, as the
-    /// original; clock: fifo with a second chance for pages written since last considered).
+    /// original; clock: fifo with a second chance for pages written since last considered;
+    /// refault: fifo with a second chance for pages fetched soon after their eviction).
     #[arg(long, value_enum, default_value = "fifo")]
     pub policy: EvictionPolicy,
     /// Far memory: handlers spin on the userfaultfd instead of blocking (lower latency, a core
     /// each).
     #[arg(long)]
     pub busy_poll: bool,
-    /// Directory for the trace files.
-    #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
-    pub dir: PathBuf,
     /// Attach to running processes instead of starting a command (`-p PID,PID`, as perf),
     /// with their threads and the children they have now (see --no-children); children they
     /// fork later are traced too. Stop with Ctrl-C; the recording also ends when all are gone.
@@ -310,6 +363,7 @@ pub struct RecordArgs {
         long = "pid",
         value_name = "PID,...",
         value_delimiter = ',',
+        value_parser = pid_i32,
         num_args = 1,
         conflicts_with = "command"
     )]
@@ -332,7 +386,7 @@ pub struct RecordArgs {
     pub no_cache: bool,
     /// Ring buffer per CPU, in MiB (each fault takes --stack-size bytes of it); by default 32
     /// MiB per KiB of --stack-size, from 64 to 256 (256 at the default 16 KiB).
-    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: Option<u64>,
     /// Run the command as this user (name or uid); by default the user who ran sudo, if any,
     /// when --drop-privileges is given.
@@ -355,6 +409,7 @@ pub struct RecordArgs {
         long,
         value_name = "HZ",
         default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000),
         requires = "access_samples"
     )]
     pub freq: u64,
@@ -363,6 +418,15 @@ pub struct RecordArgs {
     /// files stay after the run, `heap-<pid>-<n>` for each process image.
     #[arg(long, value_name = "DIR")]
     pub backing_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub recorder: RecordFlags,
+    /// Directory for the trace files.
+    #[arg(short = 'o', long = "output", value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
     /// No progress line.
     #[arg(short, long)]
     pub quiet: bool,
@@ -371,21 +435,59 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub recorder: RecordFlags,
+    /// Seconds between screens (tables with --batch); fractions allowed.
+    #[arg(short = 'd', long = "delay", value_name = "SECS", default_value_t = 1.0, value_parser = interval_seconds)]
+    pub delay: f64,
+    /// Stop after this many screens (tables): the command is ended as Ctrl-C ends it under
+    /// `record`, the recording finished, the last table covering it to its end.
+    #[arg(short = 'n', long = "iterations", value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: Option<u64>,
+    /// One plain table per interval on stdout, as `top -b` (also whenever stdout is not a
+    /// terminal).
+    #[arg(short = 'b', long)]
+    pub batch: bool,
+    /// Keep the recording in DIR (for `report -d DIR` afterwards); without it, the
+    /// recording goes to a temporary directory removed at the end.
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// The command to run and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
 /// Which recording (and which part of it) to analyse.
 #[derive(Debug, Args)]
 pub struct Selection {
-    /// Directory holding the recordings, or an archive file of `fltrace archive -o
-    /// NAME.tar.zst` (read as it is, never written to).
-    #[arg(short = 'd', long = "dir", value_name = "DIR", default_value = ".")]
+    #[command(flatten)]
+    pub recording: RecordingName,
+    /// Where the recording is read from: set from `recording` before use (an archive file
+    /// unpacked into a temporary directory).
+    #[arg(skip)]
     pub dir: PathBuf,
     /// Only this process (and the most recent recording that traced it).
-    #[arg(short = 'p', long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID", value_parser = one_pid)]
     pub pid: Option<u32>,
-    /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`, `4..`.
+    #[command(flatten)]
+    pub filters: Filters,
+    /// The recording as the user named it, when `dir` is a temporary directory it is read
+    /// from (an archive file unpacked, a read-only directory's copy): notes name it instead.
+    #[arg(skip)]
+    pub named: Option<PathBuf>,
+}
+
+/// Which faults count, and how, in every command that shows faults (`diff` too).
+#[derive(Debug, Args)]
+pub struct Filters {
+    /// Only faults in this window, seconds from the start of the recording: `1.5..3`, `..2`,
+    /// `4..` (a window after the last fault is an error saying the recording's span).
     #[arg(long, value_name = "START..END", value_parser = time_range)]
     pub time: Option<(f64, f64)>,
     /// Only the faults of these threads (comma-separated thread ids).
-    #[arg(long, value_name = "TID", value_delimiter = ',')]
+    #[arg(long, value_name = "TID", value_delimiter = ',', value_parser = pid)]
     pub tid: Vec<u32>,
     /// Only the faults of threads or processes of these names (comma-separated `comm`s, as
     /// perf's --comm).
@@ -414,14 +516,10 @@ pub struct Selection {
     /// Symbolize from this archive of `fltrace archive` (default: `DIR/fltrace-archive` if it exists).
     #[arg(long, value_name = "ARCHIVE")]
     pub archive: Option<PathBuf>,
-    /// Read a corrupt recording anyway (a file changed since it finished): what still reads,
-    /// with a warning naming the file, instead of the error.
+    /// Read a corrupt recording anyway (a file changed or cut since it finished): what still
+    /// reads, with a warning naming the file and what was recovered of it.
     #[arg(long)]
     pub salvage: bool,
-    /// The recording as the user named it, when `dir` is a temporary directory it is read
-    /// from (an archive file unpacked, a read-only directory's copy): notes name it instead.
-    #[arg(skip)]
-    pub named: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -443,11 +541,13 @@ pub struct ReportArgs {
         require_equals = false
     )]
     pub call_graph: Option<CallOrder>,
-    /// With -g: gather the branches under PERCENT of all faults into one line (perf's 0.5).
+    /// With -g: gather the branches under PERCENT of all faults into one line (perf's 0.5;
+    /// 0 to 100).
     #[arg(
         long,
         value_name = "PERCENT",
         default_value_t = 0.5,
+        value_parser = percent,
         requires = "call_graph"
     )]
     pub percent_limit: f64,
@@ -469,7 +569,8 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value = "table")]
     pub format: ReportFormat,
     /// Write the report to FILE (a new file or one to replace, never through a symbolic
-    /// link) instead of stdout, in any format.
+    /// link) instead of stdout, in any format (with --leaks, a number is refused: the leaks'
+    /// age is --older-ms).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Also write the original's fltrace-data-report-PID.out (plain `report` always does),
@@ -477,8 +578,8 @@ pub struct ReportArgs {
     /// recording's is read-only.
     #[arg(long, value_name = "DIR")]
     pub legacy_csv: Option<Option<PathBuf>>,
-    /// Tables print every name whole, however wide (they fit the terminal's width, `COLUMNS`,
-    /// by default).
+    /// Tables print every name and column whole, however wide (by default they fit the
+    /// width of the terminal or `COLUMNS`, else 120 columns when stdout is not a terminal).
     #[arg(long)]
     pub wide: bool,
 }

@@ -43,10 +43,10 @@ fn access(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap,
 /// The map of a recording's faults.
 fn faults(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap, u32, HeatLabels)> {
     let (recording, corrupt) = options.find_recording()?;
-    for error in corrupt {
-        eprintln!("fltrace: warning: {error} (--salvage: what still reads follows)");
+    for error in &corrupt {
+        eprintln!("fltrace: {}", fltrace_analyze::salvage_warning(error));
     }
-    if let Some(note) = fltrace_analyze::unfinished_note(&recording)? {
+    for note in fltrace_analyze::unfinished_notes(&recording)? {
         eprintln!("fltrace: warning: {note}");
     }
     let (pid, chosen) = heat_faults(&recording, options, args.addr)?;
@@ -102,7 +102,8 @@ fn write_outputs(
     // Written, not printed: `--terminal | head` ends quietly (main treats EPIPE as done).
     let mut out = std::io::stdout().lock();
     if args.terminal {
-        write!(out, "{}", map.terminal_view(labels))?;
+        let width = fltrace_render::table::terminal_width();
+        write!(out, "{}", map.terminal_view_within(labels, Some(width)))?;
         out.flush()?;
         return Ok(());
     }

@@ -1,4 +1,5 @@
-//! `fltrace list [DIR]`: the recordings a directory holds, oldest first.
+//! `fltrace list [RECORDING]`: the recordings a directory (or an archive file) holds, oldest
+//! first.
 
 use std::io::Write as _;
 
@@ -9,7 +10,7 @@ use crate::cli::ListArgs;
 
 pub fn run(args: ListArgs) -> anyhow::Result<()> {
     // An archive file lists as the directory it holds.
-    let opened = fltrace_analyze::OpenedRecording::open(&args.dir)?;
+    let opened = fltrace_analyze::OpenedRecording::open(&args.recording.path())?;
     let (recordings, unreadable) = list_recordings(&opened.dir)?;
     for broken in &unreadable {
         eprintln!(
@@ -18,7 +19,8 @@ pub fn run(args: ListArgs) -> anyhow::Result<()> {
             fltrace_trace::error_chain(&broken.error)
         );
     }
-    let text = listing::text(&recordings, args.format)?;
+    let width = (!args.wide).then(fltrace_render::table::terminal_width);
+    let text = listing::text(&recordings, args.format, width)?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;

@@ -1,23 +1,35 @@
 //! The recording the flags select: the flags made into one [`LoadOptions`], the recording
 //! loaded by fltrace-analyze, its notes said on stderr.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use fltrace_analyze::{FrameRules, LoadOptions, Loaded, Symbolizer, ThreadFilter};
 
-use crate::cli::Selection;
+use crate::cli::{Filters, Selection};
 
 impl Selection {
     /// What every reading command loads: the one place the flags become [`LoadOptions`].
     pub fn load_options(&self) -> anyhow::Result<LoadOptions> {
-        let rules = FrameRules::with_config(self.hide.as_deref(), self.focus.as_deref())?;
-        Ok(self.options_with(rules))
+        self.filters.load_options(self.dir.clone(), self.pid)
     }
 
     /// The same with the frame rules given (none, for a picture of every fault).
     pub fn options_with(&self, rules: FrameRules) -> LoadOptions {
+        self.filters.options_with(self.dir.clone(), self.pid, rules)
+    }
+}
+
+impl Filters {
+    /// The options of the recording in `dir` (its process `pid`) with these filters.
+    pub fn load_options(&self, dir: PathBuf, pid: Option<u32>) -> anyhow::Result<LoadOptions> {
+        let rules = FrameRules::with_config(self.hide.as_deref(), self.focus.as_deref())?;
+        Ok(self.options_with(dir, pid, rules))
+    }
+
+    /// The same with the frame rules given.
+    pub fn options_with(&self, dir: PathBuf, pid: Option<u32>, rules: FrameRules) -> LoadOptions {
         LoadOptions {
-            pid: self.pid,
+            pid,
             window_s: self.time,
             call_site: self.call_site,
             threads: ThreadFilter {
@@ -27,7 +39,7 @@ impl Selection {
             include_tracer: self.include_tracer,
             archive: self.archive.clone(),
             salvage: self.salvage,
-            ..LoadOptions::new(self.dir.clone(), rules)
+            ..LoadOptions::new(dir, rules)
         }
     }
 }

@@ -6,6 +6,7 @@ mod cli;
 mod diff;
 mod export;
 mod heatmap;
+mod hints;
 mod list;
 mod load;
 mod logger;
@@ -15,6 +16,7 @@ mod runs;
 mod script;
 mod sweep;
 mod system;
+mod top;
 mod values;
 mod visualize;
 mod wss;
@@ -24,17 +26,35 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Exit status of a command line fltrace does not take: clap's, and the same for flags that
+/// parse but do not go together (`report --leaks -o 5`, `report --allocs --time`).
+const USAGE_STATUS: u8 = 2;
+
+/// A command line that parses but asks for something fltrace does not do, said with what to
+/// type instead; exits with [`USAGE_STATUS`].
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help and version to stdout with success, usage errors to stderr.
             let _ = e.print();
-            if let Some(hint) = missing_separator_hint(&e) {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            if let Some(hint) = hints::hint(&e, &args) {
                 eprintln!("{hint}");
             }
             return if e.use_stderr() {
-                ExitCode::from(2)
+                ExitCode::from(USAGE_STATUS)
             } else {
                 ExitCode::SUCCESS
             };
@@ -53,66 +73,60 @@ fn main() -> ExitCode {
                 let _ = write!(stderr, ": {cause}");
             }
             let _ = writeln!(stderr);
-            ExitCode::from(1)
+            if is_usage(&err) {
+                ExitCode::from(USAGE_STATUS)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }
 
-/// The commands that run a program after their own flags.
-const RUNS_A_COMMAND: [&str; 4] = ["record", "wss", "sweep", "runs"];
-
-/// A hint when a flag of the traced program was read as fltrace's: `fltrace record ls -l`
-/// needs `--` before the program (`fltrace record -- ls -l`).
-fn missing_separator_hint(error: &clap::Error) -> Option<String> {
-    if error.kind() != clap::error::ErrorKind::UnknownArgument {
-        return None;
-    }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let command = args.iter().find(|a| !a.starts_with('-'))?;
-    if !RUNS_A_COMMAND.contains(&command.as_str()) || args.iter().any(|a| a == "--") {
-        return None;
-    }
-    Some(format!(
-        "hint: put `--` before the program to run, so that its flags stay its own: fltrace {command} [OPTIONS] -- PROGRAM [ARGS]"
-    ))
+/// Whether `err` is about the command line rather than the recording or the system.
+fn is_usage(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.downcast_ref::<UsageError>().is_some()
+            || cause
+                .downcast_ref::<fltrace_analyze::ReportFlagsError>()
+                .is_some()
+    })
 }
 
 fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         cli::Command::Record(args) => record::run(args),
+        cli::Command::Top(args) => top::run(args),
         cli::Command::Report(mut args) => {
-            let opened = open_recording(&mut args.selection.dir)?;
-            args.selection.named = Some(opened.named.clone());
+            let opened = open_selection(&mut args.selection)?;
             report::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
         cli::Command::Visualize(mut args) => {
-            let opened = open_recording(&mut args.selection.dir)?;
-            args.selection.named = Some(opened.named.clone());
+            let opened = open_selection(&mut args.selection)?;
             visualize::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
         cli::Command::Sweep(args) => sweep::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Wss(args) => wss::run(args),
         cli::Command::Heatmap(mut args) => {
-            let opened = open_recording(&mut args.selection.dir)?;
-            args.selection.named = Some(opened.named.clone());
+            let opened = open_selection(&mut args.selection)?;
             heatmap::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
         cli::Command::System(command) => system::run(command),
         cli::Command::Archive(mut args) => {
+            args.dir = args.recording.path();
             let opened = open_recording(&mut args.dir)?;
             archive::run(args, &opened).map(|()| ExitCode::SUCCESS)
         }
         cli::Command::Cache(command) => archive::cache(command).map(|()| ExitCode::SUCCESS),
         cli::Command::List(args) => list::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Script(mut args) => {
-            let _opened = open_recording(&mut args.selection.dir)?;
-            args.selection.named = Some(_opened.named.clone());
+            let _opened = open_selection(&mut args.selection)?;
             script::run(args).map(|()| ExitCode::SUCCESS)
         }
         cli::Command::Export(mut args) => {
             // The default output goes beside the directory named, not into a copy made to
             // recover spools in.
-            let named = args.dir.clone();
+            let named = args.recording.path();
+            args.dir = named.clone();
             let _opened = open_recording(&mut args.dir)?;
             args.output
                 .get_or_insert_with(|| named.join("fltrace-export"));
@@ -127,6 +141,17 @@ fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         cli::Command::Memleak(args) => bpf_tools::memleak(args),
         cli::Command::Triage(args) => bpf_tools::triage(args),
     }
+}
+
+/// Opens the recording `selection` names (by position, `-d` or `-i`), pointing its `dir`
+/// to where the files are read and keeping the name as given for notes.
+fn open_selection(
+    selection: &mut cli::Selection,
+) -> anyhow::Result<fltrace_analyze::OpenedRecording> {
+    selection.dir = selection.recording.path();
+    let opened = open_recording(&mut selection.dir)?;
+    selection.named = Some(opened.named.clone());
+    Ok(opened)
 }
 
 /// `fltrace report | head` must end quietly.

@@ -9,47 +9,10 @@ use fltrace_capture::{Progress, Request, SummaryLine, ThisMachine};
 
 use anyhow::Context as _;
 
-use crate::cli::RecordArgs;
+use crate::cli::{RecordArgs, RecordFlags};
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
-    let request = Request {
-        dir: args.dir.clone(),
-        pids: args.pid.clone(),
-        children: !args.no_children,
-        command: args.command.clone(),
-        local_mb: args.local_mb,
-        max_mb: args.max_mb,
-        policy: args.policy,
-        handlers: args.handlers,
-        busy_poll: args.busy_poll,
-        stack_bytes: args.stack_size,
-        buffer_mb: args.buffer_mb.map(|mb| mb as usize),
-        exact_stacks: args.exact_stacks,
-        user: args.user.clone(),
-        drop_privileges: args.drop_privileges,
-        allocs: args.allocs,
-        access_samples: args.access_samples.then_some(args.freq),
-        backing_dir: args.backing_dir.clone(),
-    };
-    // `-o DIR` is created as runs and sweep create theirs, and removed again (when still
-    // empty) if the request is refused.
-    let created = !args.dir.exists();
-    if created {
-        std::fs::create_dir_all(&args.dir)
-            .with_context(|| format!("creating {}", args.dir.display()))?;
-    }
-    let resolved = request.resolve(&ThisMachine);
-    if resolved.is_err() && created {
-        let _ = std::fs::remove_dir(&args.dir);
-    }
-    let (target, mut options) = resolved?;
-    if !args.no_cache {
-        options.build_id_cache = fltrace_trace::BuildIdCache::from_env();
-        options.cache_limit = fltrace_trace::BuildIdCache::limit_from_env();
-    }
-
-    // On unless turned off; bench/allocs.sh measures both.
-    options.drain_allocs = std::env::var_os(DRAIN_ENV).is_none_or(|v| v != "0");
+    let (target, options) = prepare(&args.recorder, &args.dir, &args.command)?;
 
     let stop = interrupt_counter()?;
 
@@ -66,16 +29,24 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if shown {
         let _ = write!(std::io::stderr(), "\r\x1b[K");
     }
-    let context = fltrace_capture::SummaryContext {
-        dir: &args.dir,
-        asked_pids: &args.pid,
-        quiet: args.quiet,
-        interrupted: stop.load(Ordering::Relaxed) > 0,
-        max_mb: args.max_mb,
-        peak_rss_mb: fltrace_capture::sys::own_peak_rss_mb(),
-    };
+    say_summary(
+        &summary,
+        &fltrace_capture::SummaryContext {
+            dir: &args.dir,
+            asked_pids: &args.recorder.pid,
+            quiet: args.quiet,
+            interrupted: stop.load(Ordering::Relaxed) > 0,
+            max_mb: args.recorder.max_mb,
+            peak_rss_mb: fltrace_capture::sys::own_peak_rss_mb(),
+        },
+    );
+    Ok(ExitCode::from(summary.record_status()))
+}
+
+/// Prints the lines a recording ends with on stderr (those for `-v` through the logger).
+pub fn say_summary(summary: &fltrace_capture::Summary, context: &fltrace_capture::SummaryContext) {
     let mut err = std::io::stderr().lock();
-    for line in summary.lines(&context) {
+    for line in summary.lines(context) {
         match line {
             SummaryLine::Said(text) => {
                 let _ = writeln!(err, "fltrace: {text}");
@@ -83,9 +54,52 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             SummaryLine::Info(text) => log::info!("{text}"),
         }
     }
-    Ok(ExitCode::from(summary.record_status()))
 }
 
 /// `record --allocs` converts the allocation logs of large processes while the program runs
 /// (the drain) unless this is `0`: then every log converts after the program ends.
 pub const DRAIN_ENV: &str = "FLTRACE_ALLOCS_DRAIN";
+
+/// The target and options `flags` ask for, recording into `dir` (created as runs and sweep
+/// create theirs, and removed again, when still empty, if the request is refused).
+pub fn prepare(
+    flags: &RecordFlags,
+    dir: &std::path::Path,
+    command: &[std::ffi::OsString],
+) -> anyhow::Result<(fltrace_capture::Target, fltrace_capture::Options)> {
+    let request = Request {
+        dir: dir.to_owned(),
+        pids: flags.pid.clone(),
+        children: !flags.no_children,
+        command: command.to_vec(),
+        local_mb: flags.local_mb,
+        max_mb: flags.max_mb,
+        policy: flags.policy,
+        handlers: flags.handlers,
+        busy_poll: flags.busy_poll,
+        stack_bytes: flags.stack_size,
+        buffer_mb: flags.buffer_mb.map(|mb| mb as usize),
+        exact_stacks: flags.exact_stacks,
+        user: flags.user.clone(),
+        drop_privileges: flags.drop_privileges,
+        allocs: flags.allocs,
+        access_samples: flags.access_samples.then_some(flags.freq),
+        backing_dir: flags.backing_dir.clone(),
+    };
+    let created = !dir.exists();
+    if created {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let resolved = request.resolve(&ThisMachine);
+    if resolved.is_err() && created {
+        let _ = std::fs::remove_dir(dir);
+    }
+    let (target, mut options) = resolved?;
+    if !flags.no_cache {
+        options.build_id_cache = fltrace_trace::BuildIdCache::from_env();
+        options.cache_limit = fltrace_trace::BuildIdCache::limit_from_env();
+    }
+    // On unless turned off; bench/allocs.sh measures both.
+    options.drain_allocs = std::env::var_os(DRAIN_ENV).is_none_or(|v| v != "0");
+    Ok((target, options))
+}

@@ -26,12 +26,29 @@ fn flags(args: &ReportArgs) -> ReportFlags {
         allocs: args.allocs,
         leaks: args.leaks,
         csv: args.format == ReportFormat::Csv,
-        time: args.selection.time.is_some(),
+        time: args.selection.filters.time.is_some(),
         older_ms: args.older_ms.is_some(),
     }
 }
 
+/// `-o` with `--leaks` is the file, as everywhere: bcc's memleak spells the leaks' age
+/// `-o MS`, so a number there is refused rather than written as a file of that name.
+fn check_output(args: &ReportArgs) -> Result<(), crate::UsageError> {
+    if let (true, Some(output)) = (args.leaks, &args.output)
+        && let Some(ms) = output
+            .to_str()
+            .filter(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(crate::UsageError(format!(
+            "report --leaks -o {ms}: -o is the file the report is written to; the leaks' age is \
+             --older-ms {ms} (memleak's -o); to write a file of that name give -o ./{ms}"
+        )));
+    }
+    Ok(())
+}
+
 pub fn run(args: ReportArgs, opened: &OpenedRecording) -> anyhow::Result<()> {
+    check_output(&args)?;
     if args.format.is_export() {
         return export(&args, opened);
     }
@@ -92,7 +109,7 @@ fn original_form(args: &ReportArgs) -> bool {
         && !args.allocs
         && !args.leaks
         && args.format == ReportFormat::Table
-        && args.selection.time.is_none()
+        && args.selection.filters.time.is_none()
 }
 
 /// Writes the original's CSV files where `--legacy-csv` (or the original's form) asks, and
@@ -153,9 +170,9 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
         eprintln!("fltrace: {note}");
     }
     let format = args.format.tabular();
+    let width = (!args.wide).then(faults::terminal_width);
     if let ReportMode::Faults(by) = mode {
         let report = FaultReport::of(loaded.counted(), by, args.top);
-        let width = (!args.wide).then(faults::terminal_width);
         return Ok(faults::faults_fit(&loaded, &report, format, width)?);
     }
     if let ReportMode::CallTree(order) = mode {
@@ -165,11 +182,12 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
             args.top,
             args.percent_limit,
             format,
+            width,
         )?);
     }
     if let ReportMode::Threads(by) = mode {
         let groups = group_faults_by_thread(loaded.traces.iter().map(|(t, _)| t), by);
-        return Ok(threads::threads(&groups, by, args.top, format)?);
+        return Ok(threads::threads(&groups, by, args.top, format, width)?);
     }
     let (processes, without) = alloc_processes(&loaded, leak_age_ns(args.older_ms));
     for pid in without {
@@ -179,10 +197,10 @@ fn report(args: &ReportArgs, opened: &OpenedRecording) -> anyhow::Result<String>
     let (top, older_ms) = (args.top, args.older_ms);
     Ok(match mode {
         ReportMode::Allocs(by) => {
-            alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format)
+            alloc_tables::allocs(&loaded, &processes, by, top, older_ms, format, width)
         }
-        ReportMode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format),
-        _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format),
+        ReportMode::Leaks => alloc_tables::leaks(&loaded, &processes, top, older_ms, format, width),
+        _ => alloc_tables::by_alloc_site(&loaded, &processes, top, format, width),
     }?)
 }
 
@@ -235,6 +253,17 @@ mod tests {
             Some(Some("out".into()))
         );
         assert_eq!(args(&[]).legacy_csv, None);
+    }
+
+    /// With --leaks, `-o 5` is a file named 5 no one meant: refused, naming --older-ms; any
+    /// other name, or a number without --leaks, is a file.
+    #[test]
+    fn leaks_output_is_not_an_age() {
+        let error = check_output(&args(&["--leaks", "-o", "5"])).unwrap_err();
+        assert!(error.0.contains("--older-ms 5"), "{error}");
+        assert!(check_output(&args(&["--leaks", "-o", "./5"])).is_ok());
+        assert!(check_output(&args(&["--leaks", "-o", "leaks.txt"])).is_ok());
+        assert!(check_output(&args(&["-o", "5"])).is_ok());
     }
 
     /// memleak's age is `--older-ms`, and bcc's `-o` and `--older` still say the same.

@@ -42,6 +42,10 @@ pub struct RunsArgs {
     /// Output format of --list and --stat.
     #[arg(long, value_enum, default_value = "table")]
     pub format: fltrace_render::TableFormat,
+    /// Tables print every name and column whole, however wide (they fit the terminal's
+    /// width, `COLUMNS`, by default).
+    #[arg(long)]
+    pub wide: bool,
     /// The catalog made by `fltrace analyze` (for --list and --stat).
     #[arg(value_name = "CATALOG")]
     pub catalog: Option<PathBuf>,
@@ -68,6 +72,11 @@ pub struct AnalyzeArgs {
     /// workload and configuration.
     #[arg(long)]
     pub all: bool,
+}
+
+/// The width tables fit: the terminal's, or none with `--wide`.
+fn width(wide: bool) -> Option<usize> {
+    (!wide).then(fltrace_render::table::terminal_width)
 }
 
 /// `fltrace analyze DIR -o runs.sqlite`.
@@ -106,12 +115,22 @@ pub fn run(args: RunsArgs) -> anyhow::Result<ExitCode> {
         }
         RunsAction::List(catalog) => {
             let runs = Catalog::open(&catalog)?.runs()?;
-            listing::write_runs(&mut std::io::stdout().lock(), &runs, args.format)?;
+            listing::write_runs(
+                &mut std::io::stdout().lock(),
+                &runs,
+                args.format,
+                width(args.wide),
+            )?;
             return Ok(ExitCode::SUCCESS);
         }
         RunsAction::Stat(catalog) => {
             let rows = Catalog::open(&catalog)?.stats()?;
-            listing::write_stats(&mut std::io::stdout().lock(), &rows, args.format)?;
+            listing::write_stats(
+                &mut std::io::stdout().lock(),
+                &rows,
+                args.format,
+                width(args.wide),
+            )?;
             return Ok(ExitCode::SUCCESS);
         }
         RunsAction::Series { dir, commands } => (dir, commands),

@@ -63,9 +63,9 @@ pub(crate) fn duration(s: &str) -> Result<std::time::Duration, String> {
 
 pub(crate) fn positive_mb(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
-        Ok(0) => Err("must be a positive number of MB".into()),
+        Ok(0) => Err("must be a positive number of MiB".into()),
         Ok(v) => Ok(v),
-        Err(_) => Err(format!("`{s}` is not a whole number of MB")),
+        Err(_) => Err(format!("`{s}` is not a whole number of MiB")),
     }
 }
 
@@ -94,4 +94,79 @@ pub(crate) fn time_range(s: &str) -> Result<(f64, f64), String> {
         return Err(format!("the range {s} ends before it starts"));
     }
     Ok((from, to))
+}
+
+/// `top -d SECS`: seconds between screens, from a tenth of a second to a day (as `top -d`,
+/// fractions allowed).
+pub(crate) fn interval_seconds(s: &str) -> Result<f64, String> {
+    let seconds: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(0.1..=86400.0).contains(&seconds) {
+        return Err(format!("{s}: the interval is 0.1 to 86400 seconds"));
+    }
+    Ok(seconds)
+}
+
+/// A process or thread id, the one parser of every command's `-p`, `--tid` and `--pid-a`:
+/// lists (`-p A,B`) are split by clap before, where the flag takes several.
+pub(crate) fn pid(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("0 is not a process id".into()),
+        Ok(pid) if pid <= i32::MAX as u32 => Ok(pid),
+        _ if s.contains(',') => Err(format!(
+            "`{s}`: this flag takes one process id (a list is for record, count and the other tracing commands)"
+        )),
+        _ => Err(format!("`{s}` is not a process id")),
+    }
+}
+
+/// [`pid`] for the commands that hand it to the kernel's signed type.
+pub(crate) fn pid_i32(s: &str) -> Result<i32, String> {
+    pid(s).map(|p| p as i32)
+}
+
+/// The one pid of a flag that picks a recording's process (`report -p`, `diff --pid-a`).
+pub(crate) fn one_pid(s: &str) -> Result<u32, String> {
+    if s.contains(',') {
+        return Err(format!(
+            "`{s}`: -p picks one process of the recording (and the newest recording that traced it); --comm or --tid narrow to several threads"
+        ));
+    }
+    pid(s)
+}
+
+/// A share of all faults, 0 to 100.
+pub(crate) fn percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        Ok(_) => Err(format!("`{s}` is not a percentage from 0 to 100")),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One parser for every pid: numbers, not 0, lists refused where one is taken.
+    #[test]
+    fn pids() {
+        assert_eq!(pid("42"), Ok(42));
+        assert!(pid("0").is_err());
+        assert!(pid("x").unwrap_err().contains("not a process id"));
+        assert!(pid("1,2").unwrap_err().contains("takes one process id"));
+        assert!(one_pid("1,2").unwrap_err().contains("--comm or --tid"));
+        assert_eq!(pid_i32("7"), Ok(7));
+        assert!(pid("4294967295").is_err());
+    }
+
+    /// Percentages from 0 to 100, with or without the sign.
+    #[test]
+    fn percentages() {
+        assert_eq!(percent("0.5"), Ok(0.5));
+        assert_eq!(percent("100%"), Ok(100.0));
+        assert!(percent("200").is_err());
+        assert!(percent("-1").is_err());
+    }
 }

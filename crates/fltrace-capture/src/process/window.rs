@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 
 use fltrace_trace::{Fault, FaultWriter};
 
+use crate::live::{LiveFault, LiveTap};
+
 /// The oldest rows settle this many at a time once the window holds twice as many: a row
 /// group of the faults table each.
 const SETTLE_ROWS: usize = 1 << 16;
@@ -20,16 +22,26 @@ pub(super) struct FaultWindow {
     /// Rows pushed before the previous checkpoint: they settle at the next one.
     settle_at_checkpoint: u64,
     table: FaultWriter,
+    /// What a live view is told of the rows (and of the process: see [`LiveTap`]), when one
+    /// is: a push per row appended or changed, nothing without a view.
+    tap: Option<LiveTap>,
 }
 
 impl FaultWindow {
-    pub(super) fn new(table: FaultWriter) -> FaultWindow {
+    /// A window in front of `table`; `live`: a live view is told of every row.
+    pub(super) fn new(table: FaultWriter, live: bool) -> FaultWindow {
         FaultWindow {
             open: VecDeque::new(),
             settled: 0,
             settle_at_checkpoint: 0,
             table,
+            tap: live.then(LiveTap::default),
         }
+    }
+
+    /// What the live view is to be told, when there is one.
+    pub(super) fn tap(&mut self) -> Option<&mut LiveTap> {
+        self.tap.as_mut()
     }
 
     /// The row number the next row pushed gets.
@@ -44,6 +56,9 @@ impl FaultWindow {
 
     /// Appends a row; settles the oldest ones when the window is full.
     pub(super) fn push(&mut self, fault: Fault) -> Result<(), fltrace_trace::Error> {
+        if let Some(tap) = &mut self.tap {
+            tap.faults.push(live_row(&fault, false));
+        }
         self.open.push_back(fault);
         if self.open.len() >= 2 * SETTLE_ROWS {
             self.settle(SETTLE_ROWS)?;
@@ -51,15 +66,39 @@ impl FaultWindow {
         Ok(())
     }
 
-    /// The open rows, oldest first.
-    pub(super) fn open_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Fault> {
-        self.open.iter_mut()
+    /// The newest of the last `limit` open rows that `wanted` picks.
+    pub(super) fn find_recent(&self, limit: usize, wanted: impl Fn(&Fault) -> bool) -> Option<u64> {
+        let newest = self.open.len();
+        let back = self.open.iter().rev().take(limit).position(wanted)?;
+        Some(self.settled + (newest - 1 - back) as u64)
     }
 
-    /// Row `row`, if it is still open.
-    pub(super) fn row_mut(&mut self, row: u64) -> Option<&mut Fault> {
-        let index = usize::try_from(row.checked_sub(self.settled)?).ok()?;
-        self.open.get_mut(index)
+    /// Whether row `row` is still open to changes.
+    pub(super) fn is_open(&self, row: u64) -> bool {
+        row >= self.settled && row < self.next_row()
+    }
+
+    /// Changes row `row` with `change` if it is still open; the live view, if any, is told
+    /// of a change of its stack or flags. Returns whether the row was open.
+    pub(super) fn amend(&mut self, row: u64, change: impl FnOnce(&mut Fault)) -> bool {
+        let Some(index) = row
+            .checked_sub(self.settled)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return false;
+        };
+        let Some(fault) = self.open.get_mut(index) else {
+            return false;
+        };
+        let before = *fault;
+        change(fault);
+        if let Some(tap) = &mut self.tap
+            && (before.stack_id, before.flags) != (fault.stack_id, fault.flags)
+        {
+            tap.faults.push(live_row(&before, true));
+            tap.faults.push(live_row(fault, false));
+        }
+        true
     }
 
     /// Sets footer value `key` of the table, for its next checkpoint and its final footer.
@@ -96,6 +135,17 @@ impl FaultWindow {
     }
 }
 
+/// The live view's copy of a row.
+fn live_row(fault: &Fault, undo: bool) -> LiveFault {
+    LiveFault {
+        pid: fault.pid,
+        tid: fault.tid,
+        stack_id: fault.stack_id,
+        flags: fault.flags,
+        undo,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,20 +170,20 @@ mod tests {
     fn rows_settle_a_checkpoint_after_they_are_pushed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = files::faults(dir.path(), 1);
-        let mut window = FaultWindow::new(FaultWriter::create(&path, &[]).expect("table"));
+        let mut window = FaultWindow::new(FaultWriter::create(&path, &[]).expect("table"), false);
         for i in 0..10 {
             window.push(fault(i)).expect("pushed");
         }
         window.checkpoint().expect("checkpoint");
         assert_eq!(window.first_open(), 0);
-        window.row_mut(3).expect("open").flags.0 |= FaultFlags::MAJOR;
+        assert!(window.amend(3, |f| f.flags.0 |= FaultFlags::MAJOR));
         for i in 10..15 {
             window.push(fault(i)).expect("pushed");
         }
         window.checkpoint().expect("checkpoint");
         assert_eq!((window.first_open(), window.next_row()), (10, 15));
-        assert!(window.row_mut(9).is_none());
-        window.row_mut(14).expect("open").flags.0 |= FaultFlags::FETCH;
+        assert!(!window.amend(9, |_| {}));
+        assert!(window.amend(14, |f| f.flags.0 |= FaultFlags::FETCH));
         // The recorder dies here: the table holds the ten settled rows.
         let (rows, _) = read_faults(&path).expect("recovered");
         let flagged: Vec<u16> = rows.iter().map(|f| f.flags.0).collect();
@@ -153,14 +203,51 @@ mod tests {
     fn a_full_window_settles_its_oldest_rows() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = files::faults(dir.path(), 1);
-        let mut window = FaultWindow::new(FaultWriter::create(&path, &[]).expect("table"));
+        let mut window = FaultWindow::new(FaultWriter::create(&path, &[]).expect("table"), false);
         for i in 0..2 * SETTLE_ROWS as u64 - 1 {
             window.push(fault(i)).expect("pushed");
         }
         assert_eq!(window.first_open(), 0);
         window.push(fault(0)).expect("pushed");
         assert_eq!(window.first_open(), SETTLE_ROWS as u64);
-        assert!(window.row_mut(SETTLE_ROWS as u64 - 1).is_none());
-        assert!(window.row_mut(SETTLE_ROWS as u64).is_some());
+        assert!(!window.is_open(SETTLE_ROWS as u64 - 1));
+        assert!(window.is_open(SETTLE_ROWS as u64));
+    }
+
+    /// With a live view, every row pushed is told, and a change of an open row's stack or
+    /// flags is told as the old row taken back and the new one added; a change of nothing,
+    /// or of a settled row, is not told.
+    #[test]
+    fn a_live_view_is_told_of_rows_and_their_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = files::faults(dir.path(), 1);
+        let mut window = FaultWindow::new(FaultWriter::create(&path, &[]).expect("table"), true);
+        for i in 0..3 {
+            window.push(fault(i)).expect("pushed");
+        }
+        assert!(window.amend(1, |f| f.flags.0 |= FaultFlags::MAJOR));
+        assert!(window.amend(2, |f| f.tid = 1));
+        window.checkpoint().expect("checkpoint");
+        window.checkpoint().expect("checkpoint");
+        assert!(!window.amend(0, |f| f.stack_id = 9));
+        let mut batch = crate::live::LiveBatch::default();
+        window.tap().expect("a tap").drain_into(&mut batch);
+        let told: Vec<(u8, bool)> = batch.faults.iter().map(|f| (f.flags.0, f.undo)).collect();
+        assert_eq!(
+            told,
+            [
+                (0, false),
+                (0, false),
+                (0, false),
+                (0, true),
+                (FaultFlags::MAJOR, false)
+            ]
+        );
+        let mut quiet = FaultWindow::new(
+            FaultWriter::create(&files::faults(dir.path(), 2), &[]).expect("table"),
+            false,
+        );
+        quiet.push(fault(0)).expect("pushed");
+        assert!(quiet.tap().is_none());
     }
 }

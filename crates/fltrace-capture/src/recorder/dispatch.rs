@@ -140,6 +140,8 @@ pub(super) struct State {
     pub(super) truncated_total: u64,
     /// The first error a handler met; handlers run inside ring-buffer callbacks.
     pub(super) error: Option<Error>,
+    /// The live view's feed, and what finished processes left for it.
+    live: Option<(crate::live::LiveFeed, crate::live::LiveBatch)>,
 }
 
 /// What the handlers of every process use: kept across records, so that they are read or
@@ -182,6 +184,7 @@ impl State {
                 metadata,
                 collect_code_hits: options.build_id_cache.is_some(),
                 mono_offset,
+                live: options.live.is_some(),
             },
             far_exhausted: false,
             preload_generations: FxHashMap::default(),
@@ -208,7 +211,32 @@ impl State {
             faults: 0,
             truncated_total: 0,
             error: None,
+            live: options.live.clone().map(|feed| (feed, Default::default())),
         }
+    }
+
+    /// Hands the live view, if there is one, what every process recorded since the last
+    /// call, with the totals; `ended`: no fault follows.
+    pub(super) fn flush_live(&mut self, ended: bool) {
+        let Some((feed, left)) = &mut self.live else {
+            return;
+        };
+        let mut batch = std::mem::take(left);
+        for (&pid, process) in &mut self.processes {
+            process.drain_live(&mut batch);
+            if let Some(counters) = process.runtime_counters() {
+                batch
+                    .events
+                    .push(crate::live::LiveEvent::Runtime { pid, counters });
+            }
+        }
+        batch.totals = crate::live::LiveTotals {
+            faults: self.faults,
+            lost: self.lost,
+            truncated: self.truncated_total,
+        };
+        batch.ended = ended;
+        feed.send(batch);
     }
 
     /// The pid the recording files the process `pid` that a record of time `time` comes from
@@ -808,6 +836,10 @@ impl State {
         // The tables are closed even when the stats line cannot be written (a full disk):
         // their footers may still fit, or be recoverable.
         let stats = process.write_stats(now, self.lost);
+        if let Some((_, left)) = &mut self.live {
+            process.drain_live(left);
+            left.events.push(crate::live::LiveEvent::Ended { pid });
+        }
         let tables = process.finish();
         if os_pid == pid {
             self.jit_files.finish(&self.session.dir, pid);

@@ -39,6 +39,7 @@ impl ActiveRecording {
         let mut last_stats = Instant::now();
         let mut last_memory = Instant::now();
         let mut last_progress = Instant::now();
+        let mut last_live = Instant::now();
         let mut exit_status: Option<ExitStatus> = None;
         let mut rusage_hwm = 0;
         let mut stop_seen = 0;
@@ -112,6 +113,7 @@ impl ActiveRecording {
                     keep_first(&mut trace_error, state.error.take().map_or(Ok(()), Err));
                     note_stop(&trace_error, &mut trace_stopped, started);
                 }
+                state.flush_live(true);
                 break;
             }
 
@@ -164,6 +166,10 @@ impl ActiveRecording {
                 }
                 note_stop(&trace_error, &mut trace_stopped, started);
                 last_stats = Instant::now();
+            }
+            if last_live.elapsed() >= crate::live::FLUSH_EVERY {
+                state.flush_live(false);
+                last_live = Instant::now();
             }
             if last_progress.elapsed() >= Duration::from_millis(250) {
                 progress(&Progress {

@@ -76,6 +76,8 @@ impl ActiveRecording {
         // After a write error each table is still closed as far as it goes: what was written
         // before stays readable where the file system lets it.
         let (mut pids, finished) = state.finish_all();
+        // The processes' last statistics lines and ends, for a live view.
+        state.flush_live(true);
         keep_first(&mut trace_error, finished);
         note_stop(&trace_error, &mut trace_stopped, started);
         let cache = state

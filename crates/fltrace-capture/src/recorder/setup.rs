@@ -93,8 +93,12 @@ impl ActiveRecording {
         // From here on, any error return drops `child`, which kills and reaps it.
         let (mut child, group, tasks, enable_on_exec) = match target {
             Target::Command(argv) => {
-                let (child, group) =
-                    PendingChild::spawn_in_own_group(argv, options.credentials, &far_env)?;
+                let (child, group) = PendingChild::spawn_in_own_group(
+                    argv,
+                    options.credentials,
+                    &far_env,
+                    options.detached_output.as_deref(),
+                )?;
                 let pid = child.pid();
                 (ChildGuard::pending(child), group, vec![pid], true)
             }

@@ -9,10 +9,9 @@ use fltrace_analyze::{
     merge_same_lines, percent, rank_allocs, rows_shown, sum_totals, take_top,
 };
 
-use super::{
-    TableFormat, callers, csv_text, location_json, pretty, short_file_line, stack_text, truncate,
-};
+use super::{TableFormat, callers, csv_text, location_json, pretty, short_file_line, stack_text};
 use crate::Error;
+use crate::table::{Align, Table, fit_line, wrap};
 
 /// Lines of code shown under each allocation site in the `--by alloc-site` table.
 const LINES_PER_SITE: usize = 5;
@@ -26,6 +25,7 @@ pub fn allocs(
     top: usize,
     older_ms: Option<u64>,
     format: TableFormat,
+    width: Option<usize>,
 ) -> Result<String, Error> {
     let min_age_ns = leak_age_ns(older_ms);
     let summary = AllocSummary::of(processes);
@@ -33,7 +33,9 @@ pub fn allocs(
     let top_of = |list| take_top(top, list);
     let by_bytes = top_of(rank_allocs(&groups, |t| t.bytes));
     Ok(match format {
-        TableFormat::Table => allocs_table(loaded, processes, &summary, &groups, top, min_age_ns),
+        TableFormat::Table => {
+            allocs_table(loaded, processes, &summary, &groups, top, min_age_ns, width)
+        }
         TableFormat::Csv => allocs_csv(&by_bytes, by)?,
         TableFormat::Json => {
             let (heap, mappings, sizes) = (&summary.heap, &summary.mappings, &summary.sizes);
@@ -62,19 +64,9 @@ pub fn allocs(
     })
 }
 
-/// `12.5 MiB`.
+/// `12.5 MiB`: sizes in binary units, as everywhere.
 fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    crate::table::bytes(bytes)
 }
 
 /// `1 mapping`, `2 mappings`.
@@ -84,11 +76,7 @@ fn counted(n: u64, one: &str, many: &str) -> String {
 
 /// `function file:line`, for the lists under the tables.
 fn site(location: &Location) -> String {
-    format!(
-        "{} {}",
-        truncate(&location.function, 48),
-        short_file_line(location)
-    )
+    format!("{} {}", location.function, short_file_line(location))
 }
 
 fn allocs_table(
@@ -98,6 +86,7 @@ fn allocs_table(
     groups: &[AllocGroup],
     top: usize,
     min_age_ns: u64,
+    width: Option<usize>,
 ) -> String {
     let mut out = String::new();
     let limit = |n: usize| rows_shown(top, n);
@@ -106,119 +95,144 @@ fn allocs_table(
         ("count", rank_allocs(groups, |t| t.allocs)),
     ] {
         let _ = writeln!(out, "Allocation sites by {title}:");
-        let _ = writeln!(
-            out,
-            "{:>4} {:>10} {:>9} {:>10} {:>7} {:>9} {:>10}  {:<7} {:<32} {:<36} lib",
-            "#",
-            "bytes",
-            "allocs",
-            "leaked",
-            "leaks",
-            "temporary",
-            "at peak",
-            "memory",
-            "function",
-            "file:line"
-        );
+        // Temporaries, the heap peak and leak counts have lists of their own below: they
+        // go first when the names would not fit.
+        let mut table = Table::new()
+            .column("#", Align::Right)
+            .column("bytes", Align::Right)
+            .column("allocs", Align::Right)
+            .column("leaked", Align::Right)
+            .column("leaks", Align::Right)
+            .droppable(3)
+            .column("temporary", Align::Right)
+            .droppable(1)
+            .column("at peak", Align::Right)
+            .droppable(2)
+            .column("memory", Align::Left)
+            .gap(2)
+            .name("function", 16)
+            .name("file:line", 12)
+            .name("lib", 10);
         for (i, group) in list.iter().take(limit(list.len())).enumerate() {
             let (l, t) = (&group.key.location, &group.totals);
-            let _ = writeln!(
-                out,
-                "{:>4} {:>10} {:>9} {:>10} {:>7} {:>9} {:>10}  {:<7} {:<32} {:<36} {}",
-                i + 1,
+            table.row(vec![
+                (i + 1).to_string(),
                 human(t.bytes),
-                t.allocs,
+                t.allocs.to_string(),
                 human(t.leaked_bytes),
-                t.leaked_allocs,
-                t.temporary,
+                t.leaked_allocs.to_string(),
+                t.temporary.to_string(),
                 human(t.peak_bytes),
-                group.kind.name(),
-                truncate(&l.function, 32),
+                group.kind.name().to_owned(),
+                l.function.to_string(),
                 short_file_line(l),
-                l.lib
-            );
+                l.lib.to_string(),
+            ]);
             if let Some(callers) = group.key.stack.as_deref().and_then(callers) {
-                let _ = writeln!(out, "{:>42}<- {callers}", "");
+                table.under(format!("{:>6}<- {callers}", ""));
             }
         }
+        out.push_str(&table.render(width));
         out.push('\n');
     }
+    // Sentences wrap at the width; a list's lines keep their figures and cut the site.
+    let say = |out: &mut String, text: String| {
+        let _ = writeln!(out, "{}", wrap(&text, width));
+    };
+    let item = |out: &mut String, text: String| {
+        let _ = writeln!(out, "{}", fit_line(&text, width));
+    };
 
     for p in processes.iter().filter(|p| p.stats.peak_bytes > 0) {
-        let _ = writeln!(
-            out,
-            "Heap peak of process {}: {} at {:.3} s",
-            p.trace.pid,
-            human(p.stats.peak_bytes),
-            loaded.seconds(p.stats.peak_ns)
+        say(
+            &mut out,
+            format!(
+                "Heap peak of process {}: {} at {:.3} s",
+                p.trace.pid,
+                human(p.stats.peak_bytes),
+                loaded.seconds(p.stats.peak_ns)
+            ),
         );
     }
     let at_peak = rank_allocs(groups, |t| t.peak_bytes);
     let peak_total = sum_totals(at_peak.iter().copied()).peak_bytes;
     if peak_total > 0 {
-        let _ = writeln!(out, "alive then, by site:");
+        say(&mut out, "alive then, by site:".to_owned());
         for group in at_peak.iter().take(limit(at_peak.len())) {
             let t = &group.totals;
-            let _ = writeln!(
-                out,
-                "{:>10} {:>6.1}% {:>9} blocks  {}",
-                human(t.peak_bytes),
-                percent(t.peak_bytes, peak_total),
-                t.peak_allocs,
-                site(&group.key.location)
+            item(
+                &mut out,
+                format!(
+                    "{:>10} {:>6.1}% {:>9} blocks  {}",
+                    human(t.peak_bytes),
+                    percent(t.peak_bytes, peak_total),
+                    t.peak_allocs,
+                    site(&group.key.location)
+                ),
             );
         }
     } else {
-        let _ = writeln!(out, "Heap peak: no heap allocations");
+        say(&mut out, "Heap peak: no heap allocations".to_owned());
     }
     out.push('\n');
 
     let leaks = rank_allocs(groups, |t| t.leaked_bytes);
     let leaked = sum_totals(leaks.iter().copied());
     let (leaked_bytes, leaked_allocs) = (leaked.leaked_bytes, leaked.leaked_allocs);
-    let _ = writeln!(
-        out,
-        "Leaks: {} in {leaked_allocs} allocations alive at the end, allocated at least {} ms before it",
-        human(leaked_bytes),
-        min_age_ns / 1_000_000
+    say(
+        &mut out,
+        format!(
+            "Leaks: {} in {leaked_allocs} allocations alive at the end, allocated at least {} ms before it",
+            human(leaked_bytes),
+            min_age_ns / 1_000_000
+        ),
     );
     for group in leaks.iter().take(limit(leaks.len())) {
         let t = &group.totals;
-        let _ = writeln!(
-            out,
-            "{:>10} {:>9} allocs  {:<7} {}",
-            human(t.leaked_bytes),
-            t.leaked_allocs,
-            group.kind.name(),
-            site(&group.key.location)
+        item(
+            &mut out,
+            format!(
+                "{:>10} {:>9} allocs  {:<7} {}",
+                human(t.leaked_bytes),
+                t.leaked_allocs,
+                group.kind.name(),
+                site(&group.key.location)
+            ),
         );
     }
     out.push('\n');
 
     let heap = &summary.heap;
     let temporary = rank_allocs(groups, |t| t.temporary);
-    let _ = writeln!(
-        out,
-        "Temporary allocations (as heaptrack counts them: the first free after an allocation of the block's size and stack): {} of {} heap allocations ({:.1}%)",
-        heap.temporary,
-        heap.allocs,
-        percent(heap.temporary, heap.allocs)
+    say(
+        &mut out,
+        format!(
+            "Temporary allocations (as heaptrack counts them: the first free after an allocation of the block's size and stack): {} of {} heap allocations ({:.1}%)",
+            heap.temporary,
+            heap.allocs,
+            percent(heap.temporary, heap.allocs)
+        ),
     );
     for group in temporary.iter().take(limit(temporary.len())) {
         let t = &group.totals;
-        let _ = writeln!(
-            out,
-            "{:>10} {:>6.1}% of the site's  {}",
-            t.temporary,
-            percent(t.temporary, t.allocs),
-            site(&group.key.location)
+        item(
+            &mut out,
+            format!(
+                "{:>10} {:>6.1}% of the site's  {}",
+                t.temporary,
+                percent(t.temporary, t.allocs),
+                site(&group.key.location)
+            ),
         );
     }
     out.push('\n');
 
     let sizes = &summary.sizes;
-    let _ = writeln!(out, "Heap allocation sizes:");
+    say(&mut out, "Heap allocation sizes:".to_owned());
     let most = sizes.counts.iter().copied().max().unwrap_or(0);
+    // The bars take what the figures before them leave, at most 40 marks.
+    const FIGURES: usize = 22 + 1 + 10 + 1 + 10 + 2;
+    let marks = width.map_or(40, |w| w.saturating_sub(FIGURES).clamp(1, 40)) as u64;
     for (bucket, count, bytes) in sizes.buckets() {
         let (from, to) = SizeHistogram::range(bucket);
         let sizes = if bucket == 0 {
@@ -227,7 +241,7 @@ fn allocs_table(
             format!("[{}, {})", human(from), human(to.saturating_add(1)))
         };
         // At least one mark for a non-empty bucket, however small.
-        let bar = ((count * 40).div_ceil(most.max(1))) as usize;
+        let bar = ((count * marks).div_ceil(most.max(1))) as usize;
         let _ = writeln!(
             out,
             "{sizes:>22} {count:>10} {:>10}  {}",
@@ -239,8 +253,7 @@ fn allocs_table(
 
     let mappings = &summary.mappings;
     let (unknown, overlaps) = (summary.unknown_frees, summary.overlaps);
-    let _ = write!(
-        out,
+    let mut last = format!(
         "{} ({}) and {} ({}) in {} of `{}`; {}, {}",
         counted(heap.allocs, "heap allocation", "heap allocations"),
         human(heap.bytes),
@@ -256,12 +269,11 @@ fn allocs_table(
         ),
     );
     if overlaps > 0 {
-        let _ = write!(
-            out,
+        last.push_str(&format!(
             ", {overlaps} blocks handed out while still alive (a free entered late)"
-        );
+        ));
     }
-    out.push('\n');
+    say(&mut out, last);
     out
 }
 
@@ -347,8 +359,17 @@ pub fn leaks(
     top: usize,
     older_ms: Option<u64>,
     format: TableFormat,
+    width: Option<usize>,
 ) -> Result<String, Error> {
     let groups = merge_same_lines(group_process_allocs(processes, GroupBy::Stack));
+    // A frame's line after two tabs (16 columns on a terminal), cut to the rest.
+    let frame = |text: String| match width {
+        Some(w) => format!(
+            "\t\t{}",
+            crate::table::middle(&text, w.saturating_sub(16).max(8))
+        ),
+        None => format!("\t\t{text}"),
+    };
     let leaks = rank_allocs(&groups, |t| t.leaked_bytes);
     let leaks = &leaks[..rows_shown(top, leaks.len())];
     Ok(match format {
@@ -362,11 +383,12 @@ pub fn leaks(
                     t.leaked_bytes, t.leaked_allocs
                 );
                 for l in group.key.stack.iter().flat_map(|s| s.iter()) {
-                    if l.has_line() {
-                        let _ = writeln!(out, "\t\t{} {}:{}", l.function, l.short_file(), l.line);
+                    let text = if l.has_line() {
+                        format!("{} {}:{}", l.function, l.short_file(), l.line)
                     } else {
-                        let _ = writeln!(out, "\t\t{} [{}]", l.function, l.lib);
-                    }
+                        format!("{} [{}]", l.function, l.lib)
+                    };
+                    let _ = writeln!(out, "{}", frame(text));
                 }
             }
             let all = rank_allocs(&groups, |t| t.leaked_bytes);
@@ -374,10 +396,16 @@ pub fn leaks(
             let (bytes, allocs) = (leaked.leaked_bytes, leaked.leaked_allocs);
             let _ = writeln!(
                 out,
-                "\n{bytes} bytes in {allocs} allocations from {} stacks alive at the end of `{}`, allocated at least {} ms before it",
-                all.len(),
-                loaded.command(),
-                older_ms.unwrap_or(0)
+                "\n{}",
+                wrap(
+                    &format!(
+                        "{bytes} bytes in {allocs} allocations from {} stacks alive at the end of `{}`, allocated at least {} ms before it",
+                        all.len(),
+                        loaded.command(),
+                        older_ms.unwrap_or(0)
+                    ),
+                    width
+                )
             );
             out
         }
@@ -428,6 +456,7 @@ pub fn by_alloc_site(
     processes: &[AllocProcess<'_>],
     top: usize,
     format: TableFormat,
+    width: Option<usize>,
 ) -> Result<String, Error> {
     let report = FaultsByAllocSite::of(processes);
     let (groups, total, in_blocks) = (&report.groups, report.total, report.in_blocks);
@@ -436,74 +465,78 @@ pub fn by_alloc_site(
     let memory = |g: &AllocSiteGroup| g.kind.map_or("none", BlockKind::name);
     Ok(match format {
         TableFormat::Table => {
-            let mut out = String::new();
-            let _ = writeln!(
-                out,
-                "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<8} {:<7} {:<32} {:<36} {:>10}",
-                "#",
-                "faults",
-                "%",
-                "cum%",
-                "kind",
-                "type",
-                "memory",
-                "allocated by",
-                "file:line",
-                "allocated"
-            );
+            let mut table = Table::new()
+                .column("#", Align::Right)
+                .column("faults", Align::Right)
+                .column("%", Align::Right)
+                .column("cum%", Align::Right)
+                .droppable(1)
+                .column("kind", Align::Left)
+                .gap(2)
+                .column("type", Align::Left)
+                .column("memory", Align::Left)
+                .name("allocated by", 16)
+                .name("file:line", 12)
+                .column("allocated", Align::Right);
             let mut cumulative = 0;
             for (i, group) in rows.iter().enumerate() {
                 let f = &group.faults;
                 cumulative += f.count;
                 let l = &f.key.location;
-                let allocated = match group.kind {
-                    Some(_) => human(totals_of(group).bytes),
-                    None => String::new(),
-                };
-                let _ = writeln!(
-                    out,
-                    "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} {:<7} {:<32} {:<36} {:>10}",
-                    i + 1,
-                    f.count,
-                    percent(f.count, total),
-                    percent(cumulative, total),
-                    f.kind_name(),
-                    f.type_name(),
-                    memory(group),
-                    truncate(&l.function, 32),
+                table.row(vec![
+                    (i + 1).to_string(),
+                    f.count.to_string(),
+                    format!("{:.2}%", percent(f.count, total)),
+                    format!("{:.2}%", percent(cumulative, total)),
+                    f.kind_name().to_owned(),
+                    f.type_name().to_owned(),
+                    memory(group).to_owned(),
+                    l.function.to_string(),
                     if group.kind.is_some() {
                         short_file_line(l)
                     } else {
                         String::new()
                     },
-                    allocated
-                );
-                // The code that took them, under the kind and type columns.
+                    match group.kind {
+                        Some(_) => human(totals_of(group).bytes),
+                        None => String::new(),
+                    },
+                ]);
+                // The code that took them.
                 for line in group.lines.iter().take(LINES_PER_SITE) {
-                    let _ = writeln!(
-                        out,
-                        "{:>14} {:>6.2}% {:>7}  {:<10} {:<8} {:<7} by {}",
+                    table.under(format!(
+                        "{:>6}{} ({:.2}%) {} {} by {}",
+                        "",
                         line.count,
                         percent(line.count, f.count),
-                        "",
                         line.kind_name(),
                         line.type_name(),
-                        "",
                         site(&line.key.location)
-                    );
+                    ));
                 }
                 if group.lines.len() > LINES_PER_SITE {
-                    let _ = writeln!(out, "{:>14} more lines", group.lines.len() - LINES_PER_SITE);
+                    table.under(format!(
+                        "{:>6}{} more lines",
+                        "",
+                        group.lines.len() - LINES_PER_SITE
+                    ));
                 }
             }
+            let mut out = table.render(width);
             let sites = report.sites();
             let n = processes.len();
             let _ = writeln!(
                 out,
-                "\n{total} faults in {n} process{} of `{}`; {in_blocks} ({:.1}%) in memory from {sites} allocation sites, the others outside any live allocation",
-                if n == 1 { "" } else { "es" },
-                loaded.command(),
-                percent(in_blocks, total)
+                "\n{}",
+                wrap(
+                    &format!(
+                        "{total} faults in {n} process{} of `{}`; {in_blocks} ({:.1}%) in memory from {sites} allocation sites, the others outside any live allocation",
+                        if n == 1 { "" } else { "es" },
+                        loaded.command(),
+                        percent(in_blocks, total)
+                    ),
+                    width
+                )
             );
             out
         }
@@ -585,9 +618,19 @@ mod tests {
         let (processes, without) = alloc_processes(&loaded, leak_age_ns(older_ms));
         assert!(without.is_empty());
         match report {
-            Report::Allocs => allocs(&loaded, &processes, GroupBy::Line, 20, None, format),
-            Report::Leaks { older_ms } => leaks(&loaded, &processes, 20, older_ms, format),
-            Report::ByAllocSite => by_alloc_site(&loaded, &processes, 20, format),
+            Report::Allocs => allocs(
+                &loaded,
+                &processes,
+                GroupBy::Line,
+                20,
+                None,
+                format,
+                Some(120),
+            ),
+            Report::Leaks { older_ms } => {
+                leaks(&loaded, &processes, 20, older_ms, format, Some(120))
+            }
+            Report::ByAllocSite => by_alloc_site(&loaded, &processes, 20, format, Some(120)),
         }
         .unwrap()
     }
@@ -634,9 +677,30 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("Leaks: 8.9 KiB in 2 allocations"), "{table}");
+        // The sentence wraps at the width: read it whole.
         assert!(
-            table.contains(": 1 of 2 heap allocations (50.0%)"),
+            table
+                .replace('\n', " ")
+                .contains(": 1 of 2 heap allocations (50.0%)"),
             "{table}"
+        );
+        // At 80 columns every line fits; the names are cut, the figures stay.
+        let loaded = load(dir.path(), AllocStacks::Required, FaultsHeld::All).unwrap();
+        let (processes, _) = alloc_processes(&loaded, 0);
+        let narrow = allocs(
+            &loaded,
+            &processes,
+            GroupBy::Line,
+            20,
+            None,
+            TableFormat::Table,
+            Some(80),
+        )
+        .unwrap();
+        assert!(narrow.lines().all(|l| l.chars().count() <= 80), "{narrow}");
+        assert!(
+            narrow.contains("8.0 KiB") && narrow.contains(":30"),
+            "{narrow}"
         );
         let json: serde_json::Value =
             serde_json::from_str(&report(dir.path(), Report::Allocs, TableFormat::Json)).unwrap();

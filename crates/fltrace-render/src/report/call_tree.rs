@@ -112,6 +112,7 @@ pub fn call_tree(
     top: usize,
     min_percent: f64,
     format: TableFormat,
+    width: Option<usize>,
 ) -> Result<String, Error> {
     let shown_roots = fltrace_analyze::rows_shown(top, tree.roots.len());
     let (roots, rest) = tree.roots.split_at(shown_roots);
@@ -174,7 +175,14 @@ pub fn call_tree(
             fltrace_analyze::plural(rest_faults, "fault")
         );
     }
-    Ok(out)
+    // Deep trees indent far: each line keeps its indentation and branch and cuts its name.
+    Ok(match width {
+        Some(_) => out
+            .lines()
+            .map(|line| crate::table::fit_line(line, width) + "\n")
+            .collect(),
+        None => out,
+    })
 }
 
 #[cfg(test)]
@@ -213,7 +221,7 @@ mod tests {
                 ],
             )],
         };
-        let text = call_tree(&tree, 0, DEFAULT_MIN_PERCENT, TableFormat::Table).unwrap();
+        let text = call_tree(&tree, 0, DEFAULT_MIN_PERCENT, TableFormat::Table, None).unwrap();
         let expected = "\
 # 1000 faults by caller (-g callee for the other way); percentages of all faults, branches under 0.5% gathered
 #
@@ -240,7 +248,7 @@ mod tests {
             total: 5,
             roots: vec![node("fill", 5, vec![node("main", 5, Vec::new())])],
         };
-        let text = call_tree(&chain, 0, DEFAULT_MIN_PERCENT, TableFormat::Table).unwrap();
+        let text = call_tree(&chain, 0, DEFAULT_MIN_PERCENT, TableFormat::Table, None).unwrap();
         assert!(
             text.ends_with("   100.00%          5  fill\n            |\n            ---main\n\n"),
             "{text}"
@@ -259,7 +267,7 @@ mod tests {
                 node("scan", 1, Vec::new()),
             ],
         };
-        let text = call_tree(&tree, 1, DEFAULT_MIN_PERCENT, TableFormat::Json).unwrap();
+        let text = call_tree(&tree, 1, DEFAULT_MIN_PERCENT, TableFormat::Json, None).unwrap();
         let value: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(value["order"], "callee");
         assert_eq!(value["roots"][0]["children"][0]["name"], "main");

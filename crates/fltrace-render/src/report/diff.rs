@@ -1,83 +1,202 @@
 //! `fltrace diff A B`: faults per call site in two recordings, largest change first.
 
-use std::fmt::Write as _;
-
-use fltrace_analyze::{DiffRow, GroupBy, Loaded};
+use fltrace_analyze::{DiffRow, GroupBy, Loaded, ThreadBy, ThreadDiffRow};
 
 use super::{
-    TableFormat, csv_text, location_columns, location_fields, location_json, pretty,
-    short_file_line, truncate,
+    TableFormat, caller_text, csv_text, location_columns, location_fields, location_json, pretty,
+    short_file_line,
 };
 use crate::Error;
+use crate::table::{Align, Table, wrap};
 
-/// The rows of `a` against `b`, grouped `by`, as `format` writes them.
+/// The rows of `a` against `b`, grouped `by`, as `format` writes them, a table fitting
+/// `width` columns (`None`: every name whole).
 pub fn diff(
     rows: &[DiffRow],
     by: GroupBy,
     a: &Loaded,
     b: &Loaded,
     format: TableFormat,
+    width: Option<usize>,
 ) -> Result<String, Error> {
     Ok(match format {
-        TableFormat::Table => table(rows, a, b),
+        TableFormat::Table => table(rows, by, a, b, width),
         TableFormat::Csv => csv(rows, by)?,
         TableFormat::Json => json(rows, by, a, b),
     })
 }
 
-fn ratio_text(row: &DiffRow) -> String {
-    match row.ratio() {
+/// The rows of threads of `a` against `b`, grouped `by`, as `format` writes them.
+pub fn threads(
+    rows: &[ThreadDiffRow],
+    by: ThreadBy,
+    a: &Loaded,
+    b: &Loaded,
+    format: TableFormat,
+    width: Option<usize>,
+) -> Result<String, Error> {
+    let keys = |row: &ThreadDiffRow| -> Vec<String> {
+        let id = |n: Option<u32>| n.map_or_else(String::new, |n| n.to_string());
+        match by {
+            ThreadBy::Comm => vec![row.comm.clone()],
+            ThreadBy::Pid => vec![id(row.pid), row.comm.clone()],
+            ThreadBy::Tid => vec![id(row.pid), id(row.tid), row.comm.clone()],
+        }
+    };
+    let key_columns: &[&str] = match by {
+        ThreadBy::Comm => &["comm"],
+        ThreadBy::Pid => &["pid", "comm"],
+        ThreadBy::Tid => &["pid", "tid", "comm"],
+    };
+    Ok(match format {
+        TableFormat::Table => {
+            let mut table = counts_columns();
+            for &column in key_columns {
+                table = if column == "comm" {
+                    table.name(column, 16)
+                } else {
+                    table.column(column, Align::Right)
+                };
+            }
+            for (i, row) in rows.iter().enumerate() {
+                let mut cells = counts_cells(i, row.a, row.b, row.delta(), row.ratio());
+                cells.extend(keys(row));
+                table.row(cells);
+            }
+            let mut out = table.render(width);
+            out.push_str(&sides(a, b, width));
+            out
+        }
+        TableFormat::Csv => csv_text(
+            &["a", "b", "delta", "ratio"]
+                .into_iter()
+                .chain(key_columns.iter().copied())
+                .collect::<Vec<_>>(),
+            rows.iter().map(|row| {
+                let mut fields = vec![
+                    row.a.to_string(),
+                    row.b.to_string(),
+                    row.delta().to_string(),
+                    row.ratio().map(|r| format!("{r:.4}")).unwrap_or_default(),
+                ];
+                fields.extend(keys(row));
+                fields
+            }),
+        )?,
+        TableFormat::Json => {
+            let rows: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|row| {
+                    serde_json::json!({
+                        "pid": row.pid,
+                        "tid": row.tid,
+                        "comm": row.comm,
+                        "a": row.a,
+                        "b": row.b,
+                        "delta": row.delta(),
+                        "ratio": row.ratio(),
+                    })
+                })
+                .collect();
+            pretty(&serde_json::json!({
+                // `comm`, `pid`, `tid`: the flag's own words.
+                "by": match by {
+                    ThreadBy::Comm => "comm",
+                    ThreadBy::Pid => "pid",
+                    ThreadBy::Tid => "tid",
+                },
+                "a": side_json(a),
+                "b": side_json(b),
+                "rows": rows,
+            }))
+        }
+    })
+}
+
+fn ratio_text(ratio: Option<f64>) -> String {
+    match ratio {
         Some(r) => format!("{r:.2}x"),
         None => "new".to_owned(),
     }
 }
 
-fn table(rows: &[DiffRow], a: &Loaded, b: &Loaded) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:>4} {:>9} {:>9} {:>9} {:>8}  {:<32} {:<36} lib",
-        "#", "A", "B", "delta", "ratio", "function", "file:line"
-    );
+/// The counting columns every diff table starts with, as perf diff's: A, B, the change
+/// and B/A.
+fn counts_columns() -> Table {
+    Table::new()
+        .column("#", Align::Right)
+        .column("A", Align::Right)
+        .column("B", Align::Right)
+        .column("delta", Align::Right)
+        .column("ratio", Align::Right)
+}
+
+fn counts_cells(i: usize, a: u64, b: u64, delta: i64, ratio: Option<f64>) -> Vec<String> {
+    vec![
+        (i + 1).to_string(),
+        a.to_string(),
+        b.to_string(),
+        format!("{delta:+}"),
+        ratio_text(ratio),
+    ]
+}
+
+/// The two recordings under the table, each on its line(s).
+fn sides(a: &Loaded, b: &Loaded, width: Option<usize>) -> String {
+    let line = |name: &str, side: &Loaded| {
+        wrap(
+            &format!(
+                "{name}: {} faults of `{}` in {}",
+                side.total_faults(),
+                side.command(),
+                side.dir().display()
+            ),
+            width,
+        )
+    };
+    format!("\n{}\n{}\n", line("A", a), line("B", b))
+}
+
+fn table(rows: &[DiffRow], by: GroupBy, a: &Loaded, b: &Loaded, width: Option<usize>) -> String {
+    let mut table = counts_columns();
+    table = match by {
+        GroupBy::Dso => table.name("lib", 16),
+        GroupBy::Function => table.name("function", 16).name("file", 12).name("lib", 10),
+        _ => table
+            .name("function", 16)
+            .name("file:line", 12)
+            .name("lib", 10),
+    };
     for (i, row) in rows.iter().enumerate() {
         // A whole stack from its innermost frame on, as in `report --by stack`.
         let l = match row.stack.as_deref() {
             Some([innermost, ..]) => innermost,
             _ => &row.location,
         };
-        let _ = writeln!(
-            out,
-            "{:>4} {:>9} {:>9} {:>+9} {:>8}  {:<32} {:<36} {}",
-            i + 1,
-            row.a,
-            row.b,
-            row.delta(),
-            ratio_text(row),
-            truncate(&l.function, 32),
-            short_file_line(l),
-            l.lib
-        );
-        if let Some(stack) = &row.stack {
-            let callers: Vec<String> = stack
-                .iter()
-                .skip(1)
-                .map(|l| format!("{} ({})", l.function, short_file_line(l)))
-                .collect();
-            if !callers.is_empty() {
-                let _ = writeln!(out, "{:>44}<- {}", "", callers.join(" <- "));
+        let mut cells = counts_cells(i, row.a, row.b, row.delta(), row.ratio());
+        match by {
+            GroupBy::Dso => {}
+            GroupBy::Function => {
+                cells.push(l.function.to_string());
+                cells.push(if l.file.is_empty() {
+                    "??".to_owned()
+                } else {
+                    l.short_file().to_owned()
+                });
+            }
+            _ => {
+                cells.push(l.function.to_string());
+                cells.push(short_file_line(l));
             }
         }
+        cells.push(l.lib.to_string());
+        table.row(cells);
+        for caller in row.stack.iter().flat_map(|s| s.iter().skip(1)) {
+            table.under(format!("{:>6}<- {}", "", caller_text(caller)));
+        }
     }
-    let _ = writeln!(
-        out,
-        "\nA: {} faults of `{}` in {}\nB: {} faults of `{}` in {}",
-        a.total_faults(),
-        a.command(),
-        a.dir().display(),
-        b.total_faults(),
-        b.command(),
-        b.dir().display()
-    );
+    let mut out = table.render(width);
+    out.push_str(&sides(a, b, width));
     out
 }
 
@@ -181,7 +300,7 @@ mod tests {
             },
         ];
         let by = GroupBy::Stack;
-        let csv = diff(&rows, by, &loaded, &loaded, TableFormat::Csv).unwrap();
+        let csv = diff(&rows, by, &loaded, &loaded, TableFormat::Csv, None).unwrap();
         assert_eq!(
             csv,
             "a,b,delta,ratio,function,file,line,lib,stack\n\
@@ -189,25 +308,23 @@ mod tests {
              0,4,4,,scan,/src/a.c,7,a.out,scan@/src/a.c:7\n\
              2,0,-2,0.0000,gone,/src/a.c,3,a.out,gone@/src/a.c:3\n"
         );
-        let table = diff(&rows, by, &loaded, &loaded, TableFormat::Table).unwrap();
+        let table = diff(&rows, by, &loaded, &loaded, TableFormat::Table, Some(120)).unwrap();
         let lines: Vec<&str> = table.lines().collect();
-        assert!(
-            lines[1].starts_with("   1        10        25       +15    2.50x  fill"),
-            "{table}"
-        );
+        assert!(lines[1].starts_with("1 10 25   +15 2.50x fill"), "{table}");
         assert!(
             lines[2].trim_start().starts_with("<- main (a.c:9)"),
             "{table}"
         );
         assert!(lines[3].contains("new"), "{table}");
-        assert!(lines[4].contains("-2    0.00x"), "{table}");
+        assert!(lines[4].contains("-2 0.00x"), "{table}");
         assert!(
             table.contains("\nA: 6 faults of `synthetic` in "),
             "{table}"
         );
-        let json: serde_json::Value =
-            serde_json::from_str(&diff(&rows, by, &loaded, &loaded, TableFormat::Json).unwrap())
-                .unwrap();
+        let json: serde_json::Value = serde_json::from_str(
+            &diff(&rows, by, &loaded, &loaded, TableFormat::Json, None).unwrap(),
+        )
+        .unwrap();
         assert_eq!(json["by"], "stack");
         assert_eq!(json["rows"][1]["ratio"], serde_json::Value::Null);
         assert_eq!(json["rows"][0]["stack"][1]["function"], "main");

@@ -8,9 +8,9 @@ use fltrace_analyze::Location;
 
 use super::{
     TableFormat, caller_text, csv_text, location_columns, location_fields, pretty, short_file_line,
-    truncate,
 };
 use crate::Error;
+use crate::table::{Align, Table, wrap};
 
 /// `report` of the faults of `loaded` as `format` writes it, tables at most
 /// [`DEFAULT_WIDTH`] columns wide.
@@ -18,35 +18,7 @@ pub fn faults(loaded: &Loaded, report: &FaultReport, format: TableFormat) -> Res
     faults_fit(loaded, report, format, Some(DEFAULT_WIDTH))
 }
 
-/// The width of a table when the terminal's is not known.
-pub const DEFAULT_WIDTH: usize = 120;
-
-/// The width tables fit: `COLUMNS` if set, else the terminal's on stdout, else
-/// [`DEFAULT_WIDTH`].
-pub fn terminal_width() -> usize {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    let stdout_columns = || {
-        // SAFETY: TIOCGWINSZ writes one winsize into `size`, which outlives the call.
-        let got = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
-        (got == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
-    };
-    width_of(std::env::var("COLUMNS").ok().as_deref(), stdout_columns)
-}
-
-/// `columns` (`COLUMNS`) if it is a positive number, else the terminal's, else
-/// [`DEFAULT_WIDTH`].
-fn width_of(columns: Option<&str>, terminal: impl FnOnce() -> Option<usize>) -> usize {
-    columns
-        .and_then(|c| c.trim().parse::<usize>().ok())
-        .filter(|&c| c > 0)
-        .or_else(terminal)
-        .unwrap_or(DEFAULT_WIDTH)
-}
+pub use crate::table::{DEFAULT_WIDTH, terminal_width};
 
 /// As [`faults`], the table fitting `width` columns (`None`: every name whole, `--wide`).
 pub fn faults_fit(
@@ -62,29 +34,36 @@ pub fn faults_fit(
     })
 }
 
-/// The widths of the function, file and library columns within `width` columns in all, the
-/// function's given up first (file:line and library keep up to 36 and 24 characters), and
-/// never below 16; each column only as wide as its longest entry.
-fn column_widths(natural: [usize; 3], prefix: usize, width: Option<usize>) -> [usize; 3] {
-    let Some(width) = width else {
-        return natural;
-    };
-    let [function, file, lib] = natural;
-    let room = width.saturating_sub(prefix + 2);
-    if function + file + lib <= room {
-        return natural;
+/// The table's columns: `cum%` goes first when names would not fit, a far-memory
+/// recording's fetches get a column of their own (the `type` of a row mixing first touches
+/// and fetches says `mixed`).
+fn columns(by: GroupBy, fetches: bool) -> Table {
+    let mut table = Table::new()
+        .column("#", Align::Right)
+        .column("faults", Align::Right)
+        .column("%", Align::Right)
+        .column("cum%", Align::Right)
+        .droppable(1);
+    if fetches {
+        table = table.column("fetches", Align::Right);
     }
-    let file = file.min(36);
-    let lib = lib.min(24);
-    let function = room
-        .saturating_sub(file + lib)
-        .clamp(16.min(function), function);
-    [function, file, lib]
+    table = table
+        .column("kind", Align::Left)
+        .gap(2)
+        .column("type", Align::Left);
+    match by {
+        // By library, the function and file say nothing: one library, many of each.
+        GroupBy::Dso => table.name("lib", 16),
+        GroupBy::Function => table.name("function", 16).name("file", 12).name("lib", 10),
+        _ => table
+            .name("function", 16)
+            .name("file:line", 12)
+            .name("lib", 10),
+    }
 }
 
 fn table(loaded: &Loaded, report: &FaultReport, width: Option<usize>) -> String {
     let total = report.total;
-    let mut out = String::new();
     // A whole stack is printed from its innermost frame on, as it is stored: the row is that
     // frame (a fault in memcpy reads `memcpy`, then its caller), not the call site, which
     // would show twice and hide the frame the fault was in.
@@ -94,87 +73,45 @@ fn table(loaded: &Loaded, report: &FaultReport, width: Option<usize>) -> String 
             _ => group.key.location.clone(),
         }
     };
-    // By library, the function and file say nothing: one library, many of each.
-    let named = report.by != GroupBy::Dso;
     let file_of = |l: &Location| match report.by {
         GroupBy::Function if l.file.is_empty() => "??".to_owned(),
         GroupBy::Function => l.short_file().to_owned(),
         _ => short_file_line(l),
     };
-    let file_header = if report.by == GroupBy::Function {
-        "file"
-    } else {
-        "file:line"
-    };
-    let locations: Vec<Location> = report.groups.iter().map(location_of).collect();
-    let longest = |f: &dyn Fn(&Location) -> usize, header: &str| {
-        locations
-            .iter()
-            .map(f)
-            .chain([header.chars().count()])
-            .max()
-            .unwrap_or(0)
-    };
-    let natural = [
-        longest(&|l| l.function.chars().count(), "function"),
-        longest(&|l| file_of(l).chars().count(), file_header),
-        longest(&|l| l.lib.chars().count(), "lib"),
-    ];
-    const PREFIX: usize = 52;
-    let [function_w, file_w, lib_w] = if named {
-        column_widths(natural, PREFIX, width)
-    } else {
-        let lib = width.map_or(natural[2], |w| {
-            natural[2].min(w.saturating_sub(PREFIX).max(16))
-        });
-        [0, 0, lib]
-    };
-    let mut header = format!(
-        "{:>4} {:>9} {:>7} {:>7}  {:<10} {:<8} ",
-        "#", "faults", "%", "cum%", "kind", "type"
-    );
-    if named {
-        let _ = write!(
-            header,
-            "{:<function_w$} {:<file_w$} ",
-            "function", file_header
-        );
-    }
-    header.push_str("lib");
-    let _ = writeln!(out, "{}", header.trim_end());
+    let fetches = report.groups.iter().any(|g| g.fetch > 0);
+    let mut table = columns(report.by, fetches);
     let mut cumulative = 0;
-    for (i, (group, location)) in report.groups.iter().zip(&locations).enumerate() {
+    for (i, group) in report.groups.iter().enumerate() {
         cumulative += group.count;
-        let mut row = format!(
-            "{:>4} {:>9} {:>6.2}% {:>6.2}%  {:<10} {:<8} ",
-            i + 1,
-            group.count,
-            percent(group.count, total),
-            percent(cumulative, total),
-            group.kind_name(),
-            group.type_name(),
-        );
-        if named {
-            let _ = write!(
-                row,
-                "{:<function_w$} {:<file_w$} ",
-                truncate(&location.function, function_w),
-                truncate(&file_of(location), file_w),
-            );
+        let location = location_of(group);
+        let mut row = vec![
+            (i + 1).to_string(),
+            group.count.to_string(),
+            format!("{:.2}%", percent(group.count, total)),
+            format!("{:.2}%", percent(cumulative, total)),
+        ];
+        if fetches {
+            row.push(group.fetch.to_string());
         }
-        row.push_str(&truncate(&location.lib, lib_w));
-        let _ = writeln!(out, "{}", row.trim_end());
+        row.push(group.kind_name().to_owned());
+        row.push(group.type_name().to_owned());
+        if report.by != GroupBy::Dso {
+            row.push(location.function.to_string());
+            row.push(file_of(&location));
+        }
+        row.push(location.lib.to_string());
+        table.row(row);
         // One caller per line: a 700-character stack on one line reads as noise.
         if let Some(stack) = group.key.stack.as_deref() {
             for caller in stack.iter().skip(1) {
-                let _ = writeln!(out, "{:>6}<- {}", "", caller_text(caller));
+                table.under(format!("{:>6}<- {}", "", caller_text(caller)));
             }
         }
     }
+    let mut out = table.render(width);
     let processes = loaded.traces.len();
-    let _ = writeln!(
-        out,
-        "\n{} in {processes} process{} of `{}`, {} lost; {} of {} code locations cover {:.0}% of faults",
+    let footer = format!(
+        "{} in {processes} process{} of `{}`, {} lost; {} of {} code locations cover {:.0}% of faults",
         fltrace_analyze::plural(total, "fault"),
         if processes == 1 { "" } else { "es" },
         loaded.command(),
@@ -183,12 +120,12 @@ fn table(loaded: &Loaded, report: &FaultReport, width: Option<usize>) -> String 
         report.locations,
         COVER_SHARE * 100.0,
     );
-    let _ = writeln!(out, "{}", loaded.processes_line());
-    if let Some(note) = loaded.truncated_note() {
-        let _ = writeln!(out, "{note}");
-    }
-    if let Some(note) = loaded.tracer_note() {
-        let _ = writeln!(out, "{note}");
+    let mut lines = vec![footer, loaded.processes_line()];
+    lines.extend(loaded.truncated_note());
+    lines.extend(loaded.tracer_note());
+    out.push('\n');
+    for line in lines {
+        let _ = writeln!(out, "{}", wrap(&line, width));
     }
     out
 }
@@ -273,15 +210,6 @@ fn json(loaded: &Loaded, report: &FaultReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    /// `COLUMNS` wins when it is a positive number; else the terminal, else 120.
-    #[test]
-    fn table_width() {
-        assert_eq!(width_of(Some(" 90 "), || Some(80)), 90);
-        assert_eq!(width_of(Some("0"), || Some(80)), 80);
-        assert_eq!(width_of(Some("wide"), || None), DEFAULT_WIDTH);
-        assert_eq!(width_of(None, || None), DEFAULT_WIDTH);
-    }
-
     use fltrace_analyze::{AllocStacks, FaultsHeld};
 
     use super::super::synthetic::{load, record, rows};
@@ -315,11 +243,11 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 5, "{table}");
         assert!(
-            lines[0].starts_with("   #    faults       %    cum%  kind"),
+            lines[0].starts_with("# faults       %    cum%  kind"),
             "{table}"
         );
         assert!(
-            lines[1].starts_with("   1         6 100.00% 100.00%  write"),
+            lines[1].starts_with("1      6 100.00% 100.00%  write"),
             "{table}"
         );
         assert_eq!(

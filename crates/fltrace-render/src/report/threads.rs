@@ -7,6 +7,7 @@ use fltrace_analyze::{ThreadBy, ThreadGroup, percent};
 use super::csv_text;
 use crate::Error;
 use crate::TableFormat;
+use crate::table::{Align, Table};
 
 /// The columns naming a group: those that mean something for the grouping.
 fn key_columns(by: ThreadBy) -> &'static [&'static str] {
@@ -33,6 +34,7 @@ pub fn threads(
     by: ThreadBy,
     top: usize,
     format: TableFormat,
+    width: Option<usize>,
 ) -> Result<String, Error> {
     let total: u64 = groups.iter().map(|g| g.count).sum();
     let shown = if top == 0 {
@@ -43,32 +45,41 @@ pub fn threads(
     let counts = |g: &ThreadGroup| [g.count, g.kinds[0], g.kinds[1], g.kinds[2], g.zero];
     Ok(match format {
         TableFormat::Table => {
-            let mut out = String::new();
-            let _ = write!(
-                out,
-                "{:>4} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
-                "#", "faults", "%", "cum%", "reads", "writes", "wrprotect", "first"
-            );
-            for column in key_columns(by) {
-                let _ = write!(out, "  {column:>8}");
+            let mut table = Table::new()
+                .column("#", Align::Right)
+                .column("faults", Align::Right)
+                .column("%", Align::Right)
+                .column("cum%", Align::Right)
+                .droppable(1)
+                .column("reads", Align::Right)
+                .column("writes", Align::Right)
+                .column("wrprotect", Align::Right)
+                .column("first", Align::Right);
+            for &column in key_columns(by) {
+                table = if column == "comm" {
+                    table.name(column, 16).gap(2)
+                } else {
+                    table.column(column, Align::Right).gap(2)
+                };
             }
-            out.push('\n');
             let mut cumulative = 0;
             for (i, g) in shown.iter().enumerate() {
                 cumulative += g.count;
                 let [count, reads, writes, wrprotects, zero] = counts(g);
-                let _ = write!(
-                    out,
-                    "{:>4} {count:>9} {:>6.2}% {:>6.2}% {reads:>9} {writes:>9} {wrprotects:>9} {zero:>9}",
-                    i + 1,
-                    percent(count, total),
-                    percent(cumulative, total),
-                );
-                for field in key_fields(g, by) {
-                    let _ = write!(out, "  {field:>8}");
-                }
-                out.push('\n');
+                let mut row = vec![
+                    (i + 1).to_string(),
+                    count.to_string(),
+                    format!("{:.2}%", percent(count, total)),
+                    format!("{:.2}%", percent(cumulative, total)),
+                    reads.to_string(),
+                    writes.to_string(),
+                    wrprotects.to_string(),
+                    zero.to_string(),
+                ];
+                row.extend(key_fields(g, by));
+                table.row(row);
             }
+            let mut out = table.render(width);
             let _ = writeln!(
                 out,
                 "\n{} in {}",

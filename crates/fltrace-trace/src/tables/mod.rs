@@ -50,6 +50,7 @@ pub use mappings::{MappingWriter, read_mappings};
 pub(crate) use reader::TableReader;
 pub use reader::{
     ColumnChunk, Completeness, RowGroups, column_chunks, completeness, read_origin, table_rows,
+    time_range,
 };
 pub use stacks::{StackWriter, read_stacks};
 pub use writer::{EncodedGroup, TableWriter};

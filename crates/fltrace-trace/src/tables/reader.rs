@@ -377,6 +377,29 @@ impl TableReader {
         self.index(name).is_ok()
     }
 
+    /// The least and greatest value of the 64-bit column `name` from the footer's
+    /// statistics of every row group: `Ok(None)` where a row group has none (a column
+    /// written without them), `Some(None)` for a table without rows.
+    fn i64_range_from_statistics(&self, name: &str) -> Result<Option<Option<(i64, i64)>>, Error> {
+        let index = self.index(name)?;
+        let mut range: Option<(i64, i64)> = None;
+        for group in self.metadata.row_groups() {
+            if group.num_rows() == 0 {
+                continue;
+            }
+            let Some(parquet::file::statistics::Statistics::Int64(stats)) =
+                group.column(index).statistics()
+            else {
+                return Ok(None);
+            };
+            let (Some(&min), Some(&max)) = (stats.min_opt(), stats.max_opt()) else {
+                return Ok(None);
+            };
+            range = Some(range.map_or((min, max), |(a, b)| (a.min(min), b.max(max))));
+        }
+        Ok(Some(range))
+    }
+
     /// Reads column `name` of every row group: its values and, for list columns, the levels.
     #[cfg(test)]
     fn column<T: DataType>(&self, name: &str) -> Result<ColumnData<T::T>, Error>
@@ -658,6 +681,23 @@ pub fn read_origin(path: &Path) -> Result<Option<Origin>, Error> {
         }
     }
     Ok(origin)
+}
+
+/// The first and last `time_ns` of the table at `path` (`None` without rows): from the
+/// footer's statistics, else from the column itself.
+pub fn time_range(path: &Path) -> Result<Option<(u64, u64)>, Error> {
+    let table = TableReader::open(path)?;
+    if let Some(range) = table.i64_range_from_statistics("time_ns")? {
+        return Ok(range.map(|(a, b)| (a as u64, b as u64)));
+    }
+    let times = table.column_in::<Int64Type>("time_ns", 0..table.num_row_groups())?;
+    Ok(times
+        .values
+        .iter()
+        .map(|&t| t as u64)
+        .fold(None, |range, t| {
+            Some(range.map_or((t, t), |(a, b): (u64, u64)| (a.min(t), b.max(t))))
+        }))
 }
 
 /// The rows of table `path`, from its footer (the last checkpoint's of an unfinished one).

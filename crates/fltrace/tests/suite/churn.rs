@@ -73,6 +73,6 @@ fn mapping_churn_loses_nothing_and_memory_follows_live_mappings() {
     let large = record_churn(&churn, 2_000_000);
     assert!(
         large.abs_diff(small) <= 16,
-        "recorder peak {small} MB at 200K cycles, {large} MB at 2M"
+        "recorder peak {small} MiB at 200K cycles, {large} MiB at 2M"
     );
 }

@@ -605,9 +605,16 @@ pmem_dir = "{pmem}"
             assert!(!backing.exists(), "removed after the run");
         }
     }
-    // Recorded: the faults are the program's, at the line that fills the blocks: at least one
-    // per page of the 64 KiB blocks, the memalign and the large block, which it writes first.
+    // Recorded: the faults are the program's, at the line that fills the blocks: every fault
+    // the kernel counted for the thread while it filled them (`fill_faults`, its own
+    // getrusage), less any record the kernel dropped (`lost`). Not one per page: how much a
+    // fault maps depends on the file system behind the heap (a tmpfs with huge pages, as /tmp
+    // is on some machines, maps 2 MiB at once: 244 faults here where ext4 takes 4580), so the
+    // pages bound only how many there can be. The tracepoint also fires for a fault the kernel
+    // retries, which getrusage does not count: more than the program's count is possible.
     let pmem_run = run_dir(&series, "allocs-heap-8", "pmem", 1);
+    let kernel_count: u64 = line(&stdout("pmem"), "fill_faults").parse().unwrap();
+    assert!(kernel_count > 0, "{}", stdout("pmem"));
     assert!(has_table(&pmem_run, "faults") && has_table(&pmem_run, "allocs"));
     let report = dir
         .fltrace()
@@ -617,10 +624,11 @@ pmem_dir = "{pmem}"
         .unwrap();
     let report: Value = serde_json::from_slice(&report.stdout).expect("report JSON");
     let fill = super::util::count_at(&report, "allocs.c", site("allocs.c", "heap_fill"));
-    let first_written = (8 * MIB + MIB + 8 * MIB) / 4096;
+    let lost = report["lost"].as_u64().expect("lost");
+    let pages = (8 * MIB + MIB + 8 * MIB) / 4096;
     assert!(
-        fill >= first_written && fill <= first_written + 512,
-        "{fill} faults at heap_fill"
+        fill + lost >= kernel_count && fill <= pages + 512,
+        "{fill} faults at heap_fill, {lost} lost, where the kernel counted {kernel_count} for {pages} pages"
     );
 }
 

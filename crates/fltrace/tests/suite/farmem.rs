@@ -298,7 +298,7 @@ fn exhausting_far_memory_is_a_clear_error() {
     let (code, err) = far(&dir, "8", "64", &w.farmem, &["exhaust", "16"]);
     assert_eq!(code, Some(12), "{err}");
     assert!(err.contains("out of far memory"), "{err}");
-    assert!(err.contains("-M 64 MB"), "{err}");
+    assert!(err.contains("-M 64 MiB"), "{err}");
 }
 
 /// The clock policy keeps a page that is written all the time; FIFO evicts it again and again.

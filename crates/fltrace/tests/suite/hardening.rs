@@ -1314,11 +1314,11 @@ fn planted_stopped_log_is_copied_by_its_data() {
         .find_map(|l| {
             l.split_once("recorder peak ")?
                 .1
-                .split_once(" MB")?
+                .split_once(" MiB")?
                 .0
                 .parse()
                 .ok()
         })
         .unwrap_or_else(|| panic!("no recorder peak: {err}"));
-    assert!(peak_mb < 256, "recorder peak {peak_mb} MB: {err}");
+    assert!(peak_mb < 256, "recorder peak {peak_mb} MiB: {err}");
 }

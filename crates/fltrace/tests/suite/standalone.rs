@@ -623,16 +623,29 @@ fn list_names_three_recordings_of_two_programs() {
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
     let rows = json.as_array().expect("an array");
     assert_eq!(rows.len(), 3);
-    let table = stdout(&ok_in(dir.path(), &["list"]));
+    // Wide, every name whole; the cells are two spaces or more apart.
+    let table = stdout(&ok_in(dir.path(), &["list", "--wide"]));
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 5, "{table}");
-    let width = expected.iter().map(|e| e.command.len()).max().unwrap_or(0);
+    let cells = |line: &str| -> Vec<String> {
+        line.split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
     assert_eq!(
-        lines[0],
-        format!(
-            "{:<23}  {:>10}  {:>6}  {:>9}  {:>11}  {:>11}  {:<width$}  processes",
-            "started", "faults", "lost", "truncated", "allocations", "bytes", "command"
-        )
+        cells(lines[0]),
+        [
+            "started (UTC)",
+            "faults",
+            "lost",
+            "truncated",
+            "allocations",
+            "size",
+            "command",
+            "processes"
+        ]
     );
     let mut previous_start = 0;
     for (i, e) in expected.iter().enumerate() {
@@ -645,11 +658,18 @@ fn list_names_three_recordings_of_two_programs() {
         assert!(started.ends_with(" UTC"), "{started}");
         let bytes = bytes_of(dir.path(), &e.pids);
         assert_eq!(
-            lines[i + 1],
-            format!(
-                "{started:<23}  {:>10}  {:>6}  {:>9}  {:>11}  {bytes:>11}  {:<width$}  {}",
-                e.faults, e.lost, e.truncated, e.allocations, e.command, e.processes
-            )
+            cells(lines[i + 1]),
+            [
+                started.trim_end_matches(" UTC").to_owned(),
+                e.faults.to_string(),
+                e.lost.to_string(),
+                e.truncated.to_string(),
+                e.allocations.clone(),
+                fltrace_render::table::bytes(bytes),
+                e.command.clone(),
+                e.processes.clone(),
+            ],
+            "{table}"
         );
         assert_eq!(row["command"], e.command.as_str());
         assert_eq!(row["faults"], e.faults);
@@ -669,6 +689,15 @@ fn list_names_three_recordings_of_two_programs() {
     }
     assert_eq!(rows[0]["allocations"], serde_json::Value::Null);
     assert_eq!(lines[4], "3 recordings");
+    // The flamegraphs and CSV a later command writes beside a recording are not its own:
+    // the sizes stay.
+    ok_in(dir.path(), &["visualize"]);
+    ok_in(dir.path(), &["report"]);
+    let again = ok_in(dir.path(), &["list", "--format", "json"]);
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
+    for (before, after) in rows.iter().zip(again.as_array().expect("an array")) {
+        assert_eq!(before["bytes"], after["bytes"], "{json}\n{again}");
+    }
 }
 
 /// `archive -o NAME.tar.zst` (and `.tar`) holds the recording and the binaries it needs:

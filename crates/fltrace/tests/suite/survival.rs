@@ -472,7 +472,7 @@ fn seeded_corruption_of_a_finished_recording_is_named() {
     let name = procmaps.file_name().expect("name").to_string_lossy();
     assert!(
         err.contains(&format!("fltrace: warning: ./{name} is corrupt: "))
-            && err.contains("(--salvage: what still reads follows)"),
+            && err.contains("reading what is left of the recording (--salvage)"),
         "{err}"
     );
     std::fs::write(procmaps, &original).expect("restore");

@@ -1,0 +1,372 @@
+//! `fltrace top`: plain tables that name the faulting function at the rate the program
+//! counts itself, totals `report` gives again, the full-screen view driven as a person
+//! drives it (in tmux), attaching, and far memory's figures.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::util::*;
+
+/// One `top --batch` table as printed.
+#[derive(Debug)]
+struct Table {
+    /// `faults N` of the headline.
+    faults: u64,
+    /// `(faults/s, total, function, file:line)` of each row.
+    rows: Vec<(f64, u64, String, String)>,
+    /// The headline's lines.
+    headline: Vec<String>,
+}
+
+/// The tables of `top --batch`'s stdout.
+fn tables(stdout: &str) -> Vec<Table> {
+    let mut tables = Vec::new();
+    for block in stdout.split("fltrace top: interval ").skip(1) {
+        let mut lines = block.lines().skip(1);
+        let mut headline = Vec::new();
+        for line in lines.by_ref() {
+            if line.trim_start().starts_with('#') {
+                break;
+            }
+            headline.push(line.to_owned());
+        }
+        let faults = headline[0]
+            .split("  ")
+            .find_map(|f| f.strip_prefix("faults "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no fault count in {:?}", headline[0]));
+        let rows = lines
+            .take_while(|l| !l.trim().is_empty() && !l.trim_start().starts_with("and "))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                assert!(f.len() >= 8, "a row of 8 columns: {l:?}");
+                (
+                    f[1].parse().expect("a rate"),
+                    f[2].parse().expect("a total"),
+                    f[5].to_owned(),
+                    f[6].to_owned(),
+                )
+            })
+            .collect();
+        tables.push(Table {
+            faults,
+            rows,
+            headline,
+        });
+    }
+    tables
+}
+
+/// The rates `loop` printed of itself, `loop: N pages/s`.
+fn own_rates(stderr: &str) -> Vec<f64> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("loop: "))
+        .filter_map(|l| l.strip_suffix(" pages/s"))
+        .map(|n| n.parse().expect("a rate"))
+        .collect()
+}
+
+/// Three one-second tables of `loop`: each names `loop_touch` at its line with a rate within
+/// 20% of the rate the loop counts itself in that second, the last one ends the loop and
+/// comes once the recording is finished, and `report` of the recording kept gives its total.
+#[test]
+fn batch_tables_name_the_site_at_the_programs_own_rate() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "loop.c");
+    let line = site("loop.c", "loop_touch");
+    let started = Instant::now();
+    let out = dir
+        .fltrace()
+        .args(["top", "--batch", "-d", "1", "-n", "3", "-o", "rec", "--"])
+        .arg(&program)
+        .arg("5")
+        .output()
+        .expect("fltrace runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "-n 3 stops the 5-second loop after three intervals"
+    );
+    let tables = tables(&stdout);
+    assert_eq!(tables.len(), 3, "{stdout}");
+    // Table i covers about the loop's second i (both clocks start with the loop, within a
+    // tenth of a second); the last one, cut short by the stop, its last full second.
+    let own_rates = own_rates(&stderr);
+    assert!(own_rates.len() >= 2, "{stderr}");
+    for (i, table) in tables.iter().enumerate() {
+        let own = own_rates[i.min(own_rates.len() - 1)];
+        let (rate, _, _, _) = table
+            .rows
+            .iter()
+            .find(|r| r.2 == "loop_touch" && r.3 == format!("loop.c:{line}"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "table {} names loop_touch at loop.c:{line}:\n{stdout}",
+                    i + 1
+                )
+            });
+        assert!(
+            (rate - own).abs() <= own * 0.2,
+            "table {}: {rate} faults/s, the loop's own {own} pages/s:\n{stdout}\n{stderr}",
+            i + 1
+        );
+    }
+    let last = tables.last().expect("a table");
+    let report = {
+        let out = dir.run(&["report", "-d", "rec", "--format", "json", "--top", "0"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    assert_eq!(report["faults"], last.faults, "{stdout}");
+    let at_site = groups(&report)
+        .find(|g| g["function"] == "loop_touch")
+        .expect("report names loop_touch");
+    let shown_total = last
+        .rows
+        .iter()
+        .find(|r| r.2 == "loop_touch")
+        .map(|r| r.1)
+        .expect("the last table names loop_touch");
+    assert_eq!(at_site["count"], shown_total, "{stdout}");
+}
+
+/// `top --batch -p PID` of a running loop names its site, and leaves it running.
+#[test]
+fn batch_attached_to_a_running_process_leaves_it_running() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "loop.c");
+    let mut child = Command::new(&program)
+        .arg("30")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("loop starts");
+    let pid = child.id();
+    let out = dir
+        .fltrace()
+        .args([
+            "top",
+            "--batch",
+            "-d",
+            "1",
+            "-n",
+            "2",
+            "-p",
+            &pid.to_string(),
+        ])
+        .output()
+        .expect("fltrace runs");
+    let alive = child.try_wait().expect("wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tables = tables(&stdout);
+    assert_eq!(tables.len(), 2, "{stdout}");
+    for table in &tables {
+        assert!(
+            table.rows.iter().any(|r| r.2 == "loop_touch" && r.0 > 0.0),
+            "{stdout}"
+        );
+    }
+    assert!(alive, "the attached loop runs on after top");
+}
+
+/// Under `-L`, the last table's local and far memory are the stats file's last figures.
+#[test]
+fn far_memory_figures_are_the_stats_files() {
+    let dir = Dir::new();
+    let w = workloads();
+    let out = dir
+        .fltrace()
+        .args([
+            "top", "--batch", "-d", "0.5", "-o", "rec", "-L=16", "-M=256", "--",
+        ])
+        .arg(&w.scan)
+        .args(["64", "6"])
+        .output()
+        .expect("fltrace runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tables = tables(&stdout);
+    let last = tables.last().expect("a table");
+    let figures = last
+        .headline
+        .iter()
+        .find(|l| l.starts_with("local "))
+        .unwrap_or_else(|| panic!("far memory in the headline:\n{stdout}"));
+    let pids = {
+        let rec = dir.path().join("rec");
+        let mut pids: Vec<u32> = std::fs::read_dir(&rec)
+            .expect("the recording")
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_prefix("fltrace-data-stats-")?
+                    .strip_suffix(".out")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids
+    };
+    assert_eq!(pids.len(), 1);
+    let stats = fltrace_trace::files::stats(&dir.path().join("rec"), pids[0]);
+    let value = |name| {
+        fltrace_trace::stats::last_value(&stats, name)
+            .expect("stats read")
+            .unwrap_or_else(|| panic!("{name} in the stats file"))
+    };
+    let (local, far) = (value("memory_local"), value("memory_far"));
+    assert!(far > 0, "64 MB scanned with 16 MB local leaves pages far");
+    let mb = |bytes: u64| format!("{:.1} MiB", bytes as f64 / 1_048_576.0);
+    assert!(
+        figures.starts_with(&format!("local {}  far {}  ", mb(local), mb(far))),
+        "{figures:?}: the stats file says local {local}, far {far}"
+    );
+}
+
+/// tmux: a session of its own, removed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn start(dir: &Path, command: &str) -> Tmux {
+        let name = format!("fltrace-top-{}", std::process::id());
+        let status = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                "160",
+                "-y",
+                "40",
+                "-c",
+            ])
+            .arg(dir)
+            .arg(command)
+            .status()
+            .expect("tmux runs");
+        assert!(status.success());
+        Tmux(name)
+    }
+
+    fn keys(&self, keys: &str) {
+        let status = Command::new("tmux")
+            .args(["send-keys", "-t", &self.0, keys])
+            .status()
+            .expect("tmux runs");
+        assert!(status.success());
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .expect("tmux runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The screen once `wanted` holds of it (within 20 s).
+    fn screen_when(&self, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            if wanted(&screen) || Instant::now() > deadline {
+                return screen;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+/// The full screen as a person sees it: the loop's function after 3 s; `s` sorts by total,
+/// `v` shows processes (the loop's pid among them), `q` quits with status 0 and the loop is
+/// gone; the terminal is the shell's again.
+#[test]
+fn the_screen_shows_the_site_and_answers_keys() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "loop.c");
+    let status_file = dir.path().join("status");
+    let command = format!(
+        "env -i PATH=\"$PATH\" TERM=xterm-256color {} top -- {} 30; echo status=$? > {}; sleep 60",
+        env!("CARGO_BIN_EXE_fltrace"),
+        program.display(),
+        status_file.display()
+    );
+    let tmux = Tmux::start(dir.path(), &command);
+    std::thread::sleep(Duration::from_secs(3));
+    let screen = tmux.screen_when(|s| s.contains("loop_touch"));
+    assert!(screen.contains("loop_touch"), "{screen}");
+    assert!(
+        screen.contains("view: call sites") && screen.contains("sort: rate"),
+        "{screen}"
+    );
+    let line = site("loop.c", "loop_touch");
+    assert!(screen.contains(&format!("loop.c:{line}")), "{screen}");
+
+    tmux.keys("s");
+    let screen = tmux.screen_when(|s| s.contains("sort: total"));
+    assert!(screen.contains("sort: total"), "{screen}");
+    tmux.keys("v");
+    let screen = tmux.screen_when(|s| s.contains("view: processes"));
+    assert!(screen.contains("view: processes"), "{screen}");
+    assert!(
+        !screen.contains("loop_touch"),
+        "processes, not sites: {screen}"
+    );
+    // The loop's row: `#  faults/s  total  kind  type  loop  PID`.
+    let pid: u32 = screen
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 7 && f[5] == "loop")
+                .then(|| f[6].parse().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("the loop's process row: {screen}"));
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+
+    tmux.keys("q");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !status_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = std::fs::read_to_string(&status_file).expect("top ended");
+    assert_eq!(status.trim(), "status=0");
+    let gone = !Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.contains("(loop)"));
+    assert!(gone, "q ends the command fltrace started");
+    let screen = tmux.screen();
+    assert!(
+        !screen.contains("view: processes"),
+        "the shell's screen again: {screen}"
+    );
+}
