@@ -14,15 +14,24 @@
 # 20000 -t set,get,lpush,lrange_100`) and postgres 15 (a postmaster and its children, run as
 # user postgres, under `pgbench -t 300` after `pgbench -i -s 2`) are added where installed:
 # their wall time is the client's, their CPU time the server's and the recorder's, and the
-# complete share is over all the server's processes.
+# complete share is over all the server's processes. node (Debian's, `--perf-basic-prof
+# --interpreted-frames-native-stack` on workloads/hot.js) and the JVM (OpenJDK 17, `-Xcomp
+# -XX:+PreserveFramePointer` on workloads/Chain.java, its levels kept out of line) are the JIT
+# runtimes (issue 36); `perf-fp` is `perf record -g` (frame pointers). For each program, the
+# last line says how many of the caller->callee steps of fltrace's stacks (defaults) perf's
+# stacks also take, by frame pointers or by DWARF (JIT frames by the name their map gives
+# them, the frames below `__libc_start_call_main` left out): a step no other walk takes is
+# either one perf cannot see or a wrong one. `java-nofp` is the JVM without PreserveFramePointer
+# (its stacks must stop at compiled Java code, truncated); for node and the JVM, the share of
+# faults with a JS (`JS:`) or Java (`Chain.`) frame named from the perf map, by each tool.
 # usage: bench/stacks.sh [ROUNDS=3]   (FLTRACE=path/to/fltrace to use another build;
-# PROGRAMS="python3 sqlite3" for some of the five; TOOLS="untraced defaults copy-16k" for some
+# PROGRAMS="python3 sqlite3" for some of the seven; TOOLS="untraced defaults copy-16k" for some
 # of the tools)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-3}
 work=$(mktemp -d /tmp/fltrace-stacks.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap 'sort -u "$work/pids" 2>/dev/null | while read -r pid; do rm -f "/tmp/perf-$pid.map"; done; rm -rf "$work"' EXIT
 fltrace=$(realpath -m "${FLTRACE:-$root/target/release/fltrace}")
 [[ -n ${FLTRACE:-} ]] || (cd "$root" && cargo build --release --locked -q -p fltrace -p fltrace-preload)
 command -v perf >/dev/null || { apt-get install -y -qq linux-perf >/dev/null; }
@@ -98,8 +107,85 @@ t = sum(tot[p] for p in of_binary); o = sum(ok.get(p, 0) for p in of_binary)
 print(f"{100 * o / t:.2f}% of {t}" if t else "no stacks")
 PY
 
+# The caller->callee steps of `fltrace script` ($1) that none of the `perf script` files after it
+# takes: prints the share of fltrace's steps perf takes too.
+cat >"$work/edges.py" <<'PY'
+import re, sys
+def canonical(name):
+    name = re.sub(r"( \[clone [^\]]*\])+$", "", name.strip())
+    if name.endswith(" const"): name = name[:-6]
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            if name[i] == ")": depth += 1
+            elif name[i] == "(":
+                depth -= 1
+                if depth == 0:
+                    if i and not name[:i].endswith("operator"): name = name[:i]
+                    break
+    depth = 0; start = 0
+    for i, c in enumerate(name):
+        if c in "<(": depth += 1
+        elif c in ">)": depth -= 1
+        elif c == " " and depth == 0: start = i + 1
+    name = name[start:]
+    for prefix in ("__GI___libc_", "__GI___", "__GI_", "__libc_"):
+        if name.startswith(prefix): name = name[len(prefix):]; break
+    return name.lstrip("_")
+def stacks(path):
+    out = []; cur = None
+    for line in open(path, errors="replace"):
+        if not line.strip():
+            if cur is not None: out.append(cur)
+            cur = None; continue
+        if line[0] not in " \t":
+            if cur is not None: out.append(cur)
+            cur = []; continue
+        f = line.strip().split(None, 1)
+        if len(f) < 2 or cur is None: continue
+        m = re.match(r"(.*) \(([^()]*)\)$", f[1])
+        sym, dso = (m.group(1), m.group(2)) if m else (f[1], "")
+        sym = re.sub(r"\+0x[0-9a-f]+$", "", sym)
+        if cur and cur[-1][0] == f[0] and cur[-1][2] == "inlined": cur.pop()
+        cur.append((f[0], sym, dso))
+    if cur is not None: out.append(cur)
+    return out
+def edges(paths):
+    seen = {}
+    for path in paths:
+        for frames in stacks(path):
+            keys = [None if s.startswith("[") or not s else canonical(s) for _, s, _ in frames]
+            for callee, caller in zip(keys, keys[1:]):
+                if callee and caller: seen[(caller, callee)] = seen.get((caller, callee), 0) + 1
+    return seen
+mine = edges(sys.argv[1:2]); theirs = edges(sys.argv[2:])
+outer = ("start", "libc_start_main_impl")
+total = sum(n for e, n in mine.items() if e[0] not in outer)
+seen = sum(n for e, n in mine.items() if e[0] not in outer and e in theirs)
+worst = sorted(((n, e) for e, n in mine.items() if e[0] not in outer and e not in theirs), reverse=True)[:3]
+print(f"{100 * seen / total:.2f}% of {total} steps also perf's" if total else "no steps",
+      "; unseen: " + ", ".join(f"{c} -> {e} ({n})" for n, (c, e) in worst) if worst else "")
+PY
+
+# The share of the stacks of `perf script`/`fltrace script` ($2) with a frame named from a perf
+# map whose name holds $1 (`JS:` for node's JS functions, `Chain.` for the Java chain's methods).
+cat >"$work/jit.py" <<'PY'
+import sys
+pattern = sys.argv[1]; tot = hit = 0; cur = False; started = False
+for line in open(sys.argv[2], errors="replace"):
+    if not line.strip(): continue
+    if line[0] not in " \t":
+        tot += started and 1; hit += started and cur; cur = False; started = True; continue
+    if "perf-" in line and pattern in line: cur = True
+tot += started and 1; hit += started and cur
+print(f"{100 * hit / tot:.2f}% of {tot}" if tot else "no stacks")
+PY
+
 pgbin=/usr/lib/postgresql/15/bin
-programs=${PROGRAMS:-cc1plus python3 sqlite3 redis-server postgres}
+programs=${PROGRAMS:-cc1plus python3 sqlite3 redis-server postgres node java java-nofp}
+if [[ " $programs " == *" java"* ]] && command -v javac >/dev/null; then
+    mkdir -p "$work/classes" && javac -d "$work/classes" "$root/workloads/Chain.java"
+fi
 if [[ " $programs " == *" postgres "* && -x $pgbin/postgres ]]; then
     chmod 755 "$work"
     mkdir "$work/pgdata" && chown postgres "$work/pgdata"
@@ -135,6 +221,7 @@ serve() {
         copy-16k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 16384 -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
         exact) "${cpu[@]}" "$fltrace" record -o "$3" --exact-stacks -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
         perf-dwarf) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
+        perf-fp) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 -g -- "${server[@]}" >/dev/null 2>"$3/err" & ;;
     esac
     local pid=$! i
     for ((i = 0; i < 300; i++)); do ready && break; sleep 0.1; done
@@ -152,6 +239,17 @@ run() { # program tool dir
         cc1plus) cmd=(g++ -O0 -S "$work/big.cpp" -o "$3/big.s") ;;
         python3) cmd=(/usr/bin/python3 "$work/script.py") ;;
         sqlite3) cmd=(sqlite3 :memory: -init "$work/rows.sql" .quit) ;;
+        # Run through a shell that notes its pid (node's and the JVM's, after exec), whose perf
+        # map is removed once scored.
+        node) cmd=(sh -c 'echo $$ >>"$0"; exec "$@"' "$work/pids"
+                   node --perf-basic-prof --interpreted-frames-native-stack "$root/workloads/hot.js") ;;
+        java) cmd=(sh -c 'echo $$ >>"$0"; exec "$@"' "$work/pids" java -Xcomp -Xms1g -Xmx1g -Xmn768m -XX:+UseSerialGC -XX:+PreserveFramePointer
+                   -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:CompileCommand=quiet
+                   "-XX:CompileCommand=dontinline,Chain::level*" -cp "$work/classes" Chain 256) ;;
+        # The same without PreserveFramePointer: stacks through compiled Java code must stop there.
+        java-nofp) cmd=(sh -c 'echo $$ >>"$0"; exec "$@"' "$work/pids" java -Xcomp -Xms1g -Xmx1g -Xmn768m -XX:+UseSerialGC
+                   -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:CompileCommand=quiet
+                   "-XX:CompileCommand=dontinline,Chain::level*" -cp "$work/classes" Chain 256) ;;
     esac
     local cpu=(/usr/bin/time -f "%U %S" -o "$3/cpu")
     case $2 in
@@ -161,11 +259,12 @@ run() { # program tool dir
         copy-16k) "${cpu[@]}" "$fltrace" record -o "$3" --stack-size 16384 -- "${cmd[@]}" 2>"$3/err" ;;
         exact) "${cpu[@]}" "$fltrace" record -o "$3" --exact-stacks -- "${cmd[@]}" 2>"$3/err" ;;
         perf-dwarf) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 --call-graph dwarf -- "${cmd[@]}" 2>"$3/err" ;;
+        perf-fp) "${cpu[@]}" perf record -q -o "$3/perf.data" -e page-faults -c 1 -g -- "${cmd[@]}" 2>"$3/err" ;;
     esac >/dev/null
 }
 tools=(untraced defaults)
 [[ -n ${FLTRACE_PREVIOUS:-} ]] && tools+=(previous)
-tools+=(copy-16k exact perf-dwarf)
+tools+=(copy-16k exact perf-dwarf perf-fp)
 # TOOLS="untraced defaults previous" runs some of them (untraced first: the others' base).
 [[ -n ${TOOLS:-} ]] && read -ra tools <<<"$TOOLS"
 printf "%-8s %-11s %9s %9s %22s %s\n" program tool time cpu complete lost
@@ -173,6 +272,8 @@ for program in $programs; do
     case $program in
         redis-server) command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { echo "($program not installed)"; continue; } ;;
         postgres) [[ -x $pgbin/postgres && -x $pgbin/pgbench ]] || { echo "($program not installed)"; continue; } ;;
+        node) command -v node >/dev/null || { echo "($program not installed)"; continue; } ;;
+        java | java-nofp) [[ -d $work/classes ]] || { echo "($program not installed)"; continue; } ;;
     esac
     declare -A times=() cpus=()
     for ((r = 0; r < rounds; r++)); do
@@ -196,15 +297,34 @@ for program in $programs; do
         cpu_ratio="$(echo "scale=3; $cpu_med / $cpu_base" | bc)x"
         case $tool in
             untraced) share=-; lost=- ;;
-            perf-dwarf)
-                share=$(perf script -i "$dir/perf.data" -F comm,pid,tid,ip,sym,dso 2>/dev/null | python3 "$work/complete.py" "$program")
+            perf-dwarf | perf-fp)
+                perf script -i "$dir/perf.data" -F comm,pid,tid,ip,sym,symoff,dso >"$dir/script.txt" 2>/dev/null
+                share=$(python3 "$work/complete.py" "${program%-nofp}" <"$dir/script.txt")
                 lost=$(perf report -i "$dir/perf.data" --stats 2>/dev/null | awk '/LOST events:/ {print $3; exit}') ;;
             *)
-                share=$(cd "$dir" && "$fltrace" script 2>/dev/null | python3 "$work/complete.py" "$program")
+                (cd "$dir" && "$fltrace" script 2>/dev/null) >"$dir/script.txt"
+                share=$(python3 "$work/complete.py" "${program%-nofp}" <"$dir/script.txt")
                 lost=$(grep -o '[0-9]* lost' "$dir/err" | head -1) ;;
         esac
         printf "%-8s %-11s %9s %9s %22s %s\n" "$program" "$tool" "$ratio" "$cpu_ratio" "$share" "${lost:-0}"
     done
+    perf_scripts=()
+    for tool in perf-fp perf-dwarf; do
+        [[ -s $work/$program-$tool/script.txt ]] && perf_scripts+=("$work/$program-$tool/script.txt")
+    done
+    if [[ -s $work/$program-defaults/script.txt && ${#perf_scripts[@]} -gt 0 ]]; then
+        echo "($program steps: $(python3 "$work/edges.py" "$work/$program-defaults/script.txt" "${perf_scripts[@]}"))"
+    fi
+    case $program in node) pattern=JS: ;; java*) pattern=Chain. ;; *) pattern= ;; esac
+    if [[ -n $pattern ]]; then
+        for tool in defaults perf-fp perf-dwarf; do
+            [[ -s $work/$program-$tool/script.txt ]] &&
+                echo "($program $tool: $(python3 "$work/jit.py" "$pattern" "$work/$program-$tool/script.txt") faults with a $pattern frame)"
+        done
+    fi
+    # The perf maps the runtimes wrote (of these runs only: other processes' are not ours).
+    sort -u "$work/pids" 2>/dev/null | while read -r pid; do rm -f "/tmp/perf-$pid.map"; done
+    : >"$work/pids"
     echo "($program untraced median ${base}s wall, ${cpu_base}s CPU)"
 done
 echo "(bench/stacks.sh $rounds; load $(cut -d' ' -f1-3 /proc/loadavg))"

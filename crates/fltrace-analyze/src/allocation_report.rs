@@ -558,7 +558,7 @@ mod tests {
         }
     }
 
-    fn fault(time_ns: u64, addr: u64, flags: u8) -> Fault {
+    fn fault(time_ns: u64, addr: u64, flags: u16) -> Fault {
         Fault {
             time_ns,
             pid: 1,

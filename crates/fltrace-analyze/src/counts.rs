@@ -159,7 +159,7 @@ impl Extend<FaultKey> for FaultCounts {
 mod tests {
     use super::*;
 
-    fn key(time_ns: u64, stack_id: u32, flags: u8) -> FaultKey {
+    fn key(time_ns: u64, stack_id: u32, flags: u16) -> FaultKey {
         FaultKey {
             time_ns,
             flags: FaultFlags(flags),
@@ -176,7 +176,7 @@ mod tests {
         const ROWS: u64 = 1 << 16;
         let row_group = |group: u64| -> Result<Vec<FaultKey>, Error> {
             Ok((0..ROWS)
-                .map(|i| key(group * ROWS + i, (i % 7) as u32, (i % 2) as u8))
+                .map(|i| key(group * ROWS + i, (i % 7) as u32, (i % 2) as u16))
                 .collect())
         };
         let one = FaultCounts::stream((0..1).map(row_group), None).unwrap();

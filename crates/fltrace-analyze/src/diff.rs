@@ -201,7 +201,7 @@ mod tests {
 
     use crate::{ResolvedStacks, group_faults};
 
-    fn faults(counts: &[(u32, usize, u8)]) -> Vec<Fault> {
+    fn faults(counts: &[(u32, usize, u16)]) -> Vec<Fault> {
         counts
             .iter()
             .flat_map(|&(stack_id, n, flags)| {

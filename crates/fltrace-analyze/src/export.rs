@@ -16,7 +16,7 @@ use fltrace_trace::{Fault, ProcessTrace, keys};
 use crate::{FaultCounts, Location, ResolvedStacks, TRUNCATED_FRAME};
 
 /// The name of a process as a profile's root frame and perf script's `comm`: the file name of
-/// the recorded command's program, spaces made underscores.
+/// the recorded command's program.
 pub fn process_name(trace: &ProcessTrace) -> String {
     let program = trace
         .meta(keys::COMMAND)
@@ -24,17 +24,18 @@ pub fn process_name(trace: &ProcessTrace) -> String {
         .map(|p| p.rsplit('/').next().unwrap_or(p))
         .filter(|p| !p.is_empty());
     match program {
-        Some(p) => p.replace(' ', "_"),
+        Some(p) => p.to_owned(),
         None => format!("[{}]", trace.pid),
     }
 }
 
 /// The name of a process in address-space generation `generation`, as a profile's root frame:
 /// its main thread's `comm` as the kernel named it (as perf names `cc1plus` and `as` under
-/// `g++`), else [`process_name`] for recordings without names. Spaces become underscores.
+/// `g++`), else [`process_name`] for recordings without names. Spaces stay, as the kernel
+/// and perf spell them (`GC Thread#0`).
 pub fn process_name_in(trace: &ProcessTrace, generation: u32) -> String {
     match trace.process_name_in(generation) {
-        Some(name) if !name.is_empty() => name.replace(' ', "_"),
+        Some(name) if !name.is_empty() => name.to_owned(),
         _ => process_name(trace),
     }
 }
@@ -43,7 +44,7 @@ pub fn process_name_in(trace: &ProcessTrace, generation: u32) -> String {
 /// `comm`, else the process's ([`process_name_in`]).
 pub fn thread_name(trace: &ProcessTrace, generation: u32, tid: u32) -> String {
     match trace.thread_name(generation, tid) {
-        Some(name) if !name.is_empty() => name.replace(' ', "_"),
+        Some(name) if !name.is_empty() => name.to_owned(),
         _ => process_name_in(trace, generation),
     }
 }
@@ -76,15 +77,19 @@ fn unsymbolized(location: &Location) -> bool {
 }
 
 /// A frame's name in collapsed stacks: the function without its parameter list (C++
-/// signatures), `;` made `:`; `[lib]` when no symbol covers the address, as
-/// inferno-collapse-perf names perf's `[unknown] (lib)`.
+/// signatures), `;` made `:`; in stripped code the `lib+0xADDR` name the tables give it (the
+/// start of its function where unwind info says it), so that its frames stay apart; `[lib]`
+/// when not even an address is known, as inferno-collapse-perf names perf's `[unknown] (lib)`.
 pub fn frame_name(location: &Location) -> String {
-    if unsymbolized(location) {
+    if &*location.function == "[unknown]" {
         return if &*location.lib == "[unknown]" {
             "[unknown]".to_owned()
         } else {
             format!("[{}]", location.lib)
         };
+    }
+    if unsymbolized(location) {
+        return location.function.replace(';', ":");
     }
     without_parameters(&location.function.replace(';', ":"))
 }
@@ -327,14 +332,20 @@ impl ReportFileError {
     /// Whether the file system was full (ENOSPC): the original's side files then give way
     /// and the report itself still prints.
     pub fn no_space_left(&self) -> bool {
-        no_space_left(self)
+        caused_by(self, &[libc::ENOSPC])
+    }
+
+    /// Whether the directory may not be written (read-only file system, no permission, an
+    /// immutable directory): side files the command line did not ask for then give way.
+    pub fn not_writable(&self) -> bool {
+        caused_by(self, &[libc::EROFS, libc::EACCES, libc::EPERM])
     }
 }
 
-/// Whether `error` or one of its causes is a full file system (ENOSPC).
-fn no_space_left(error: &(dyn std::error::Error + 'static)) -> bool {
+/// Whether `error` or one of its causes is an I/O error of one of `codes`.
+fn caused_by(error: &(dyn std::error::Error + 'static), codes: &[i32]) -> bool {
     let mut cause = Some(error);
-    let full = |io: &std::io::Error| io.raw_os_error() == Some(libc::ENOSPC);
+    let matches = |io: &std::io::Error| io.raw_os_error().is_some_and(|c| codes.contains(&c));
     while let Some(e) = cause {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             // csv wraps its writer's errors in an io::Error of its own, with no source.
@@ -342,7 +353,7 @@ fn no_space_left(error: &(dyn std::error::Error + 'static)) -> bool {
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<csv::Error>())
                 .map(csv::Error::kind);
-            if full(io) || matches!(in_csv, Some(csv::ErrorKind::Io(inner)) if full(inner)) {
+            if matches(io) || matches!(in_csv, Some(csv::ErrorKind::Io(inner)) if matches(inner)) {
                 return true;
             }
         }
@@ -443,7 +454,8 @@ mod tests {
         }
         assert_eq!(frame_name(&loc("[unknown]", "libc.so.6")), "[libc.so.6]");
         assert_eq!(frame_name(&loc("[unknown]", "[unknown]")), "[unknown]");
-        assert_eq!(frame_name(&loc("prog+0x12c1", "prog")), "[prog]");
+        assert_eq!(frame_name(&loc("prog+0x12c1", "prog")), "prog+0x12c1");
+        assert_eq!(frame_name(&loc("[jit]", "[jit]")), "[jit]");
     }
 
     fn trace(faults: Vec<Fault>) -> ProcessTrace {

@@ -52,6 +52,10 @@ pub struct Group {
     pub zero: u64,
     /// How many brought an evicted page back from far memory.
     pub fetch: u64,
+    /// How many were accesses the mappings did not allow ([`FaultFlags::INVALID`]).
+    pub invalid: u64,
+    /// How many have a truncated stack.
+    pub truncated: u64,
 }
 
 impl Group {
@@ -72,13 +76,15 @@ impl Group {
 }
 
 impl Group {
-    /// `zero` (all first touches), `fetch` (all brought back from far memory), `regular`
-    /// (neither), or `mixed`: the original's `type` column, extended with fetches.
+    /// `zero` (all first touches), `fetch` (all brought back from far memory), `invalid`
+    /// (all accesses the mappings did not allow), `regular` (none of those), or `mixed`: the
+    /// original's `type` column, extended with fetches and invalid accesses.
     pub fn type_name(&self) -> &'static str {
-        match (self.zero, self.fetch) {
-            (z, 0) if z == self.count => "zero",
-            (0, f) if f == self.count => "fetch",
-            (0, 0) => "regular",
+        match (self.zero, self.fetch, self.invalid) {
+            (z, 0, 0) if z == self.count => "zero",
+            (0, f, 0) if f == self.count => "fetch",
+            (0, 0, i) if i == self.count => "invalid",
+            (0, 0, 0) => "regular",
             _ => "mixed",
         }
     }
@@ -158,11 +164,19 @@ impl Group {
             kinds: [0; 3],
             zero: 0,
             fetch: 0,
+            invalid: 0,
+            truncated: 0,
         }
     }
 
-    fn add_n(&mut self, flags: FaultFlags, n: u64) {
+    fn add_n(&mut self, flags: FaultFlags, n: u64, truncated: bool) {
         self.count += n;
+        if flags.has(FaultFlags::INVALID) {
+            self.invalid += n;
+        }
+        if truncated {
+            self.truncated += n;
+        }
         self.kinds[flags.kind() as usize] += n;
         if flags.has(FaultFlags::ZERO) {
             self.zero += n;
@@ -218,7 +232,7 @@ pub fn group_fault_counts<'a>(
             groups
                 .entry(key)
                 .or_insert_with_key(|key| Group::new(key.clone()))
-                .add_n(flags, tally.count);
+                .add_n(flags, tally.count, stacks.truncated(stack_id));
         }
     }
     let mut groups: Vec<Group> = groups.into_values().collect();
@@ -490,7 +504,7 @@ pub fn group_origins_by_alloc_site<'a>(
             counts
                 .entry((site, *line))
                 .or_insert_with(|| Group::new(key.clone()))
-                .add_n(flags, count);
+                .add_n(flags, count, source.stacks.truncated(stack_id));
         }
     }
     let mut groups: Vec<AllocSiteGroup> = Vec::with_capacity(sites.len());
@@ -517,6 +531,8 @@ pub fn group_origins_by_alloc_site<'a>(
         }
         total.zero += line.zero;
         total.fetch += line.fetch;
+        total.invalid += line.invalid;
+        total.truncated += line.truncated;
         group.lines.push(line);
     }
     groups.retain(|g| g.faults.count > 0);
@@ -592,7 +608,7 @@ mod tests {
         }
     }
 
-    fn fault(stack_id: u32, flags: u8) -> Fault {
+    fn fault(stack_id: u32, flags: u16) -> Fault {
         Fault {
             time_ns: 0,
             pid: 1,

@@ -470,6 +470,11 @@ impl Symbolizer {
                                 lookup.get() - start,
                             )
                         }
+                        // JIT code no map names.
+                        Some(m) if !m.is_file() && m.is_exec() => Frame::Unnamed(Location {
+                            function: JIT_FRAME.into(),
+                            ..Location::unknown(JIT_FRAME.into(), false)
+                        }),
                         Some(m) => Frame::Unknown(lib_name(&m.path), is_system_library(&m.path)),
                         None => Frame::Unknown("[unknown]".into(), false),
                     };
@@ -510,6 +515,7 @@ impl Symbolizer {
                         }
                     }
                     Frame::Unknown(lib, system) => locations.push(Location::unknown(lib, system)),
+                    Frame::Unnamed(location) => locations.push(location),
                     Frame::Jit(location, offset) => {
                         locations.push(location);
                         symbol_offset = Some(offset + back);
@@ -790,7 +796,13 @@ enum Frame {
     Unknown(Arc<str>, bool),
     /// A function of a jitdump or perf map, and the offset in it.
     Jit(Location, u64),
+    /// Code named without an offset (JIT code no map names).
+    Unnamed(Location),
 }
+
+/// The name, and library, of a frame in JIT code (an anonymous executable mapping) that no
+/// perf map or jitdump names.
+pub const JIT_FRAME: &str = "[jit]";
 
 /// A frame and how far back from its address it was looked up (1 for return addresses).
 type LookedUp = (Frame, u64);

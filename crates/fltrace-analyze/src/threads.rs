@@ -92,6 +92,14 @@ pub fn group_faults_by_thread<'a>(
     groups
 }
 
+/// Whether `asked` (a `--comm` value) names `name`: spelled as the kernel spells it, spaces
+/// included (`GC Thread#0`), or with the spaces made underscores as earlier versions showed
+/// names (`GC_Thread#0`).
+fn same_name(asked: &str, name: &str) -> bool {
+    asked == name
+        || (asked.len() == name.len() && asked.replace(' ', "_") == name.replace(' ', "_"))
+}
+
 /// Which threads' faults are kept: `--tid` and `--comm`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ThreadFilter {
@@ -128,7 +136,9 @@ impl ThreadFilter {
                 *names.entry((generation, fault.tid)).or_insert_with(|| {
                     let thread = thread_name(trace, generation, fault.tid);
                     let process = process_name_in(trace, generation);
-                    self.comms.iter().any(|c| *c == thread || *c == process)
+                    self.comms
+                        .iter()
+                        .any(|c| same_name(c, &thread) || same_name(c, &process))
                 })
             })
             .collect();

@@ -44,8 +44,11 @@ pub struct Counters {
     /// Stacks whose outer frames came from the thread's previous stack where the copy ended.
     pub stacks_spliced: u64,
     /// Stacks with a caller found by searching the stack for a return address (code without
-    /// CFI, a rule on a register the unwinder does not track): such a frame is likelier wrong.
+    /// CFI, a rule on a register the unwinder does not track), verified by the call before it.
     pub stacks_scanned: u64,
+    /// Stacks cut (and counted truncated) at a frame whose caller could not be verified, or
+    /// at JIT code that keeps no frame chain: where an unchecked search would have guessed.
+    pub stacks_unverified: u64,
     /// Faults whose sample carried no stack bytes (the kernel copies none when the page at the
     /// stack pointer is not present yet: the stack growing onto a new page), unwound from the
     /// live stack alone; and those of them whose stack stayed truncated.
@@ -709,6 +712,13 @@ impl Process {
             }
             if mapping.is_exec() {
                 self.unwinder.add_mapping(elf_cache, &mapping, &file);
+                // HotSpot's compiled Java code keeps a frame-pointer chain only with
+                // -XX:+PreserveFramePointer: without it, stacks stop at JIT frames.
+                if mapping.path.ends_with("/libjvm.so")
+                    && !crate::procfs::jvm_preserves_frame_pointer(self.os_pid)
+                {
+                    self.unwinder.distrust_jit();
+                }
                 if let Some(entry) = elf_cache.entry_point(&file, mapping.start, mapping.pgoff)
                     && mapping.contains(VirtAddr::new(entry))
                 {
@@ -766,6 +776,36 @@ impl Process {
             ..old.clone()
         };
         self.map(mapping, elf_cache)
+    }
+
+    /// Whether the access of a fault at `addr` with x86 error code `error_code` is one the
+    /// mappings do not allow: no mapping holds the address (and it is no growth of the main
+    /// thread's stack), its protection forbids the access, or a protection key does. Nothing
+    /// is said while no mapping is known.
+    fn access_denied(&self, addr: VirtAddr, error_code: u64) -> bool {
+        const WRITE: u64 = 2;
+        const INSTR: u64 = 16;
+        const PROTECTION_KEY: u64 = 32;
+        // The legacy vsyscall page, which the kernel emulates, has no mapping record.
+        const VSYSCALL: std::ops::Range<u64> = 0xffff_ffff_ff60_0000..0xffff_ffff_ff60_1000;
+        if error_code & PROTECTION_KEY != 0 {
+            return true;
+        }
+        if self.maps.is_empty() || VSYSCALL.contains(&addr.get()) {
+            return false;
+        }
+        let (read, write, exec) = (
+            libc::PROT_READ as u32,
+            libc::PROT_WRITE as u32,
+            libc::PROT_EXEC as u32,
+        );
+        match self.mapping_at(addr) {
+            Some(m) if error_code & INSTR != 0 => m.prot & exec == 0,
+            Some(m) if error_code & WRITE != 0 => m.prot & write == 0,
+            // On x86 a writable or executable page is readable.
+            Some(m) => m.prot & (read | write | exec) == 0,
+            None => self.stack_bounds(addr.get()) == (0, 0),
+        }
     }
 
     /// The live mapping that starts at `start`.
@@ -895,6 +935,13 @@ impl Process {
         }
         if error_code & USER == 0 {
             flags |= FaultFlags::KERNEL;
+        }
+        // An access the mappings do not allow fills no page: the kernel raises SIGSEGV (or
+        // fails the system call with EFAULT). Not in execve, whose faults come before the
+        // new image's mappings are known.
+        let in_execve = error_code & USER == 0 && !self.image_running;
+        if !in_execve && self.access_denied(addr, error_code) {
+            flags = (flags | FaultFlags::INVALID) & !FaultFlags::ZERO;
         }
         if let Some(far) = &mut self.far
             && far.may_be_in_region(addr.get())
@@ -1062,6 +1109,7 @@ impl Process {
         if self.live.scanned {
             self.counters.stacks_scanned += 1;
         }
+
         if known.spliced != spliced {
             self.counters.stacks_spliced += 1;
         }
@@ -1096,6 +1144,7 @@ impl Process {
         }
         if end == StackEnd::Truncated {
             self.counters.stacks_truncated += 1;
+            self.counters.stacks_unverified += u64::from(self.live.unverified);
         }
         if stack.is_empty() {
             self.counters.stacks_uncopied += 1;
@@ -1417,6 +1466,7 @@ impl Process {
             ("stacks_extended", c.stacks_extended),
             ("stacks_spliced", c.stacks_spliced),
             ("stacks_scanned", c.stacks_scanned),
+            ("stacks_unverified", c.stacks_unverified),
             ("stacks_uncopied", c.stacks_uncopied),
             ("stacks_uncopied_truncated", c.stacks_uncopied_truncated),
             ("memory_used", c.hwm),
@@ -1776,7 +1826,7 @@ mod tests {
         assert_eq!(p.counters.faults_major, 1);
         p.finish().expect("finished");
         let (rows, _) = fltrace_trace::read_faults(&files::faults(dir.path(), 1)).expect("read");
-        let flags: Vec<u8> = rows.iter().map(|f| f.flags.0).collect();
+        let flags: Vec<u16> = rows.iter().map(|f| f.flags.0).collect();
         let first_touch = FaultFlags::WRITE | FaultFlags::ZERO;
         assert_eq!(
             flags,

@@ -193,6 +193,52 @@ pub(crate) fn command_line(pid: i32) -> String {
         .unwrap_or_default()
 }
 
+/// Whether the JVM of process `pid` runs with `-XX:+PreserveFramePointer` (compiled Java code
+/// keeps a frame-pointer chain only then), as its options say: `JAVA_TOOL_OPTIONS`, then
+/// `JDK_JAVA_OPTIONS`, then the command line, then `_JAVA_OPTIONS`, the last mention winning
+/// as in the JVM. False when they cannot be read.
+pub(crate) fn jvm_preserves_frame_pointer(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    preserves_frame_pointer(&cmdline, &environ)
+}
+
+/// [`jvm_preserves_frame_pointer`] over the NUL-separated command line and environment.
+pub(crate) fn preserves_frame_pointer(cmdline: &[u8], environ: &[u8]) -> bool {
+    let variable = |name: &str| {
+        environ
+            .split(|&b| b == 0)
+            .filter_map(|entry| entry.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+            .next_back()
+            .map(|value| String::from_utf8_lossy(value).into_owned())
+            .unwrap_or_default()
+    };
+    let arguments = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let mut options: Vec<String> = Vec::new();
+    for name in ["JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"] {
+        options.extend(variable(name).split_whitespace().map(str::to_owned));
+    }
+    options.extend(arguments);
+    options.extend(
+        variable("_JAVA_OPTIONS")
+            .split_whitespace()
+            .map(str::to_owned),
+    );
+    options
+        .iter()
+        .rev()
+        .find_map(|o| match o.as_str() {
+            "-XX:+PreserveFramePointer" => Some(true),
+            "-XX:-PreserveFramePointer" => Some(false),
+            _ => None,
+        })
+        .unwrap_or(false)
+}
+
 /// The threads of process `pid`, in id order.
 pub fn tasks(pid: i32) -> io::Result<Vec<i32>> {
     let mut tasks: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
@@ -295,6 +341,24 @@ fn kb_bytes(value: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The JVM's own order: JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS, the command line,
+    /// _JAVA_OPTIONS; the last mention wins; off by default.
+    #[test]
+    fn preserve_frame_pointer_is_the_last_mention() {
+        let cmd = |args: &[&str]| args.join("\0").into_bytes();
+        let on = cmd(&["java", "-XX:+PreserveFramePointer", "Chain"]);
+        assert!(preserves_frame_pointer(&on, b""));
+        assert!(!preserves_frame_pointer(&cmd(&["java", "Chain"]), b""));
+        let env = b"HOME=/root\0JAVA_TOOL_OPTIONS=-Xmx1g -XX:+PreserveFramePointer\0";
+        assert!(preserves_frame_pointer(&cmd(&["java", "Chain"]), env));
+        let off = cmd(&["java", "-XX:-PreserveFramePointer", "Chain"]);
+        assert!(!preserves_frame_pointer(&off, env));
+        assert!(preserves_frame_pointer(
+            &off,
+            b"_JAVA_OPTIONS=-XX:+PreserveFramePointer\0"
+        ));
+    }
 
     /// The fields are found after the last `)`, whatever the name holds: a name that looks
     /// like a zombie's state does not make one.

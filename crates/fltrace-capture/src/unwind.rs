@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
@@ -14,6 +14,10 @@ use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
 use fltrace_trace::{FileOffset, Mapping, VirtAddr};
+
+mod calls;
+
+use calls::{CallBefore, FunctionIndex, PltJump};
 
 /// Bytes of a section of a mapped file, kept alive by a shared reference to the mapping.
 #[derive(Clone)]
@@ -37,6 +41,8 @@ struct ElfFile {
     /// (file offset, virtual address, file size) of each loadable segment.
     segments: Vec<(u64, u64, u64)>,
     build_id: String,
+    /// Its functions, CFI ranges and PLT, read when a call into it is first checked.
+    functions: OnceLock<FunctionIndex>,
 }
 
 impl ElfFile {
@@ -92,7 +98,13 @@ impl ElfFile {
             sections,
             segments,
             build_id,
+            functions: OnceLock::new(),
         })
+    }
+
+    fn functions(&self) -> &FunctionIndex {
+        self.functions
+            .get_or_init(|| FunctionIndex::read(&self.file))
     }
 
     /// The load bias of a mapping of this file at `start` from file offset `pgoff`.
@@ -240,22 +252,45 @@ pub struct AddressSpaceUnwinder {
     code: Vec<MappedCode>,
     /// ELF entry points: no caller is searched for beyond their code.
     entries: Vec<u64>,
+    /// Whether the JIT code of this address space keeps no frame-pointer chain.
+    untrusted_jit: bool,
 }
 
-/// The file bytes behind one executable mapping.
+/// The file behind one executable mapping.
 #[derive(Clone)]
 struct MappedCode {
     range: Range<u64>,
-    file: Arc<Mmap>,
+    elf: Arc<ElfFile>,
     /// The file offset of `range.start`.
     offset: u64,
+    /// What to add to a file address (svma) to get its address in the process.
+    bias: u64,
 }
 
 impl MappedCode {
     fn bytes_at(&self, addr: u64, len: usize) -> Option<&[u8]> {
         let start = usize::try_from(addr.checked_sub(self.range.start)? + self.offset).ok()?;
-        self.file.get(start..start.checked_add(len)?)
+        self.elf.file.get(start..start.checked_add(len)?)
     }
+
+    /// The file address of `addr`.
+    fn svma(&self, addr: u64) -> u64 {
+        addr.wrapping_sub(self.bias)
+    }
+}
+
+/// What the call before a return address says about it being its callee frame's caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// A direct call to the function the callee frame runs in (or to its PLT stub).
+    Verified,
+    /// A call whose target the code does not say (through a register or memory, or in code
+    /// whose bytes the recorder does not have, JIT code): it may be the caller.
+    Weak,
+    /// A direct call to another function: a stale word, or a frame skipped.
+    Contradicted,
+    /// No call precedes it: no return address at all.
+    NotCall,
 }
 
 /// x86-64 `rt_sigreturn` trampoline, `mov $15,%rax; syscall`: the return address of every signal
@@ -279,31 +314,9 @@ const SCAN_SPAN: u64 = 4096;
 /// `_dl_start_user`, crt1's `_start`), as the recorder's `classify` counts them.
 const ENTRY_CODE: u64 = 64;
 
-/// Whether `bytes` end with an x86-64 call instruction: `call rel32` (`e8`), or `call` through
-/// a register or memory (`ff /2`, with its ModRM, SIB and displacement).
-fn ends_with_call(bytes: &[u8]) -> bool {
-    let n = bytes.len();
-    if n >= 5 && bytes[n - 5] == 0xe8 {
-        return true;
-    }
-    (2..=n.min(7)).any(|len| {
-        let at = n - len;
-        let modrm = bytes[at + 1];
-        if bytes[at] != 0xff || (modrm >> 3) & 7 != 2 {
-            return false;
-        }
-        let (mode, rm) = (modrm >> 6, modrm & 7);
-        let sib = mode != 3 && rm == 4;
-        let base_disp32 = sib && mode == 0 && bytes.get(at + 2).is_some_and(|s| s & 7 == 5);
-        let disp = match mode {
-            0 if rm == 5 || base_disp32 => 4,
-            1 => 1,
-            2 => 4,
-            _ => 0,
-        };
-        2 + usize::from(sib) + disp == len
-    })
-}
+/// A direct call verified as entering the function that holds a callee's pc lies at most this
+/// far below it (the largest functions of cc1plus are a few hundred KiB).
+const MAX_FUNCTION: u64 = 16 << 20;
 
 /// Frames beyond this are dropped (a runaway corrupt stack). Deep enough for recursive
 /// programs (compilers instantiating templates, a 2,000-deep recursion).
@@ -334,8 +347,9 @@ impl AddressSpaceUnwinder {
             at,
             MappedCode {
                 range,
-                file: elf.file.clone(),
+                elf,
                 offset: mapping.pgoff.get(),
+                bias,
             },
         );
     }
@@ -354,49 +368,227 @@ impl AddressSpaceUnwinder {
         self.entries.push(entry);
     }
 
-    /// Whether `addr` follows a call instruction in a mapped ELF file: `Some(false)` for a
-    /// word that cannot be a return address there, `None` where the bytes are unknown.
-    fn after_call(&self, addr: u64) -> Option<bool> {
-        let at = self.code.partition_point(|c| c.range.start <= addr);
-        let code = self.code.get(at.checked_sub(1)?)?;
-        if !code.range.contains(&addr) {
-            return Some(false);
-        }
-        let start = addr.checked_sub(7)?.max(code.range.start);
-        let bytes = code.bytes_at(start, (addr - start) as usize)?;
-        Some(ends_with_call(bytes))
+    /// Says that the JIT code (executable memory outside ELF files) of this address space
+    /// keeps no frame-pointer chain: stacks stop at its frames, truncated.
+    pub fn distrust_jit(&mut self) {
+        self.untrusted_jit = true;
     }
 
-    /// A caller for a frame whose unwind rule gave no return address (code without CFI:
-    /// loader and library constructors, `__do_global_dtors_aux`, jemalloc's start-up, or a
-    /// rule on a register the unwinder does not track, as `_dl_runtime_resolve`'s on `rbx`):
-    /// the frame-pointer record at `bp` if it holds a return address, else the first word
-    /// above `sp` that follows a call instruction, as breakpad and libunwind's scanners do.
-    /// Returns the caller's registers (its `sp` just above the return address).
+    /// The mapped ELF file holding `addr`.
+    fn code_at(&self, addr: u64) -> Option<&MappedCode> {
+        let at = self.code.partition_point(|c| c.range.start <= addr);
+        self.code
+            .get(at.checked_sub(1)?)
+            .filter(|c| c.range.contains(&addr))
+    }
+
+    /// The call instruction before return address `ra`, in a mapped ELF file; `None` where
+    /// the code's bytes are unknown (JIT code, memory no mapping record told of).
+    fn call_kind(&self, ra: u64) -> Option<CallBefore> {
+        let code = self.code_at(ra)?;
+        let start = ra.checked_sub(7)?.max(code.range.start);
+        let bytes = code.bytes_at(start, (ra - start) as usize)?;
+        Some(calls::call_before(bytes, ra))
+    }
+
+    /// Whether `addr` follows a call instruction in a mapped ELF file: `Some(false)` for a
+    /// word that cannot be a return address there, `None` where the bytes are unknown (JIT
+    /// code in anonymous memory).
+    fn after_call(&self, addr: u64) -> Option<bool> {
+        self.call_kind(addr).map(|kind| kind != CallBefore::NotCall)
+    }
+
+    /// Whether CFI covers `pc` (else framehop unwinds its frame by the frame pointer).
+    fn has_cfi(&self, pc: u64) -> bool {
+        self.code_at(pc)
+            .is_some_and(|code| code.elf.functions().has_cfi(code.svma(pc)))
+    }
+
+    /// Whether return address `ra` can be the caller of a frame running at `callee_pc`: the
+    /// call before it is a direct call to the function holding `callee_pc` (or to a PLT stub
+    /// that leads there), a call whose target is not in the code, or neither.
+    fn verify_caller(&self, ra: u64, callee_pc: u64, live: &mut LiveStack) -> Verdict {
+        match self.call_kind(ra) {
+            None | Some(CallBefore::Indirect) => Verdict::Weak,
+            Some(CallBefore::NotCall) => Verdict::NotCall,
+            Some(CallBefore::Direct(target)) => self.call_reaches(target, callee_pc, live),
+        }
+    }
+
+    /// Whether a direct call to `target` enters the function holding `callee_pc`, following
+    /// PLT stubs through their GOT slots (read from the live process: a lazy slot leads on to
+    /// the PLT's first entry and the dynamic loader's resolver), or by the slot's symbol name
+    /// where the slot cannot be read.
+    fn call_reaches(&self, mut target: u64, callee_pc: u64, live: &mut LiveStack) -> Verdict {
+        let callee = self.code_at(callee_pc);
+        // Through PLT stubs to the function they lead to.
+        for _ in 0..4 {
+            let Some(code) = self.code_at(target) else {
+                break;
+            };
+            let svma = code.svma(target);
+            let index = code.elf.functions();
+            if !index.in_plt(svma) {
+                break;
+            }
+            let len = 16.min((code.range.end - target) as usize);
+            let Some(jump) = code
+                .bytes_at(target, len)
+                .and_then(|bytes| calls::plt_jump(bytes, svma))
+            else {
+                return Verdict::Weak;
+            };
+            target = match jump {
+                PltJump::To(next) => next.wrapping_add(code.bias),
+                PltJump::Slot(slot) => match live.read_data(slot.wrapping_add(code.bias)) {
+                    Some(next) => next,
+                    None => {
+                        // The slot cannot be read (the process is gone, exact stacks): its
+                        // symbol's name must be the callee function's.
+                        let named = index.slot_name(slot).zip(callee).is_some_and(|(name, c)| {
+                            let functions = c.elf.functions();
+                            functions
+                                .function_start(c.svma(callee_pc))
+                                .is_some_and(|start| functions.is_named(start, name))
+                        });
+                        return if named {
+                            Verdict::Verified
+                        } else {
+                            Verdict::Weak
+                        };
+                    }
+                },
+            };
+        }
+        let into = self.code_at(target);
+        match (callee, into) {
+            (Some(callee), Some(code)) => {
+                let (svma, callee_svma) = (code.svma(target), callee.svma(callee_pc));
+                let same_file = Arc::ptr_eq(&code.elf, &callee.elf) && code.bias == callee.bias;
+                let enters = same_file
+                    && svma <= callee_svma
+                    && callee_svma - svma < MAX_FUNCTION
+                    && !callee.elf.functions().start_within(svma + 1, callee_svma);
+                if enters {
+                    Verdict::Verified
+                } else if !code.elf.functions().has_cfi(svma) {
+                    // A stub without CFI may jump on to another function (V8's `Construct`
+                    // builtins to `JSBuiltinsConstructStub`): no contradiction.
+                    Verdict::Weak
+                } else {
+                    Verdict::Contradicted
+                }
+            }
+            // A direct call into a stub without CFI while the callee runs in JIT code: how
+            // runtimes enter their JIT code (V8's JSEntryTrampoline calls the `Call` builtin,
+            // which jumps on into the function's code); the JIT frame's chain says the rest.
+            (None, Some(code)) if !code.elf.functions().has_cfi(code.svma(target)) => Verdict::Weak,
+            // A call into a compiled function while the callee runs in JIT code, or into JIT
+            // code while the callee runs in an ELF file.
+            (Some(_), None) | (None, Some(_)) => Verdict::Contradicted,
+            // Both in JIT code, whose functions' bounds are not known here.
+            (None, None) if target <= callee_pc && callee_pc - target < MAX_FUNCTION => {
+                Verdict::Weak
+            }
+            (None, None) => Verdict::Contradicted,
+        }
+    }
+
+    /// A caller for a frame whose unwind rule gave no usable return address (code without
+    /// CFI: loader and library constructors, `__do_global_dtors_aux`, jemalloc's start-up; a
+    /// rule on a register the unwinder does not track, as `_dl_runtime_resolve`'s on `rbx`; a
+    /// frame-pointer chain broken by code that does not keep one), found on the stack and
+    /// verified, never guessed: the frame-pointer record at `bp`, or the first word above `sp`
+    /// (within [`SCAN_SPAN`]), whose call before it is a direct call to the function running
+    /// at `callee_pc` ([`Verdict::Verified`]; a direct call to another function is a stale
+    /// word, passed over). Where none is, the first word after a call whose target the code
+    /// does not say is taken if its own frame unwinds to a caller that is no contradiction
+    /// either. Returns the caller's registers (its `sp` just above the return address) and
+    /// whether its `bp` is known (read from the frame record).
+    #[allow(clippy::too_many_arguments)]
     fn scan_for_caller(
         &self,
+        cache: &mut CacheX86_64,
         regs: &UnwindRegsX86_64,
+        callee_pc: u64,
         stack_end: u64,
         read: &mut dyn FnMut(u64) -> Option<u64>,
-    ) -> Option<UnwindRegsX86_64> {
+        is_exec: &dyn Fn(u64) -> bool,
+        live: &mut LiveStack,
+    ) -> Option<(UnwindRegsX86_64, bool)> {
         let (sp, bp) = (regs.sp(), regs.bp());
-        if sp <= bp
-            && bp < stack_end.min(sp.saturating_add(SCAN_SPAN))
-            && let (Some(ra), Some(next_bp)) = (read(bp + 8), read(bp))
-            && self.after_call(ra) == Some(true)
-        {
-            return Some(UnwindRegsX86_64::new(ra, bp + 16, next_bp));
-        }
         let end = stack_end.min(sp.saturating_add(SCAN_SPAN));
+        if sp <= bp
+            && bp + 16 <= end
+            && let (Some(ra), Some(next_bp)) = (read(bp + 8), read(bp))
+            && is_exec(ra)
+            && self.verify_caller(ra, callee_pc, live) == Verdict::Verified
+        {
+            return Some((UnwindRegsX86_64::new(ra, bp + 16, next_bp), true));
+        }
+        let mut weak = None;
         let mut at = sp;
         while at + 8 <= end {
             let word = read(at)?;
-            if self.after_call(word) == Some(true) {
-                return Some(UnwindRegsX86_64::new(word, at + 8, bp));
-            }
             at += 8;
+            // Only words in ELF code: a JIT return address says nothing of its call.
+            if self.code_at(word).is_none() || self.is_sigreturn(word) {
+                continue;
+            }
+            match self.verify_caller(word, callee_pc, live) {
+                Verdict::Verified => return Some((UnwindRegsX86_64::new(word, at, bp), false)),
+                Verdict::Weak => {
+                    weak.get_or_insert(UnwindRegsX86_64::new(word, at, bp));
+                }
+                Verdict::Contradicted | Verdict::NotCall => {}
+            }
         }
-        None
+        let caller = weak?;
+        // The weak candidate's own frame must unwind by its CFI to a return address that
+        // could call it.
+        let caller_pc = caller.ip() - 1;
+        if !self.has_cfi(caller_pc) {
+            return None;
+        }
+        let mut outer = caller;
+        let address = FrameAddress::from_return_address(caller.ip())?;
+        let ra = self
+            .unwinder
+            .unwind_frame(address, &mut outer, cache, &mut |a| read(a).ok_or(()))
+            .ok()
+            .flatten()?;
+        let consistent = is_exec(ra)
+            && matches!(
+                self.verify_caller(ra, caller_pc, live),
+                Verdict::Verified | Verdict::Weak
+            );
+        consistent.then_some((caller, false))
+    }
+
+    /// Whether the rule of the frame at `address` reads `bp` (a frame-pointer-based CFA), and
+    /// whether it restores the caller's `bp` from the stack: probed with stand-in stack words
+    /// and two values of `bp`.
+    fn bp_use(
+        &self,
+        cache: &mut CacheX86_64,
+        address: FrameAddress,
+        regs: &UnwindRegsX86_64,
+    ) -> (bool, bool) {
+        let mut probe = |bp: u64| {
+            let mut r = *regs;
+            r.set_bp(bp);
+            match self
+                .unwinder
+                .unwind_frame(address, &mut r, cache, &mut |_| Ok(1))
+            {
+                Ok(Some(_)) => Some((r.sp(), r.bp())),
+                _ => None,
+            }
+        };
+        let (a, b) = (probe(regs.sp() + 0x100), probe(regs.sp() + 0x200));
+        let reads = a.map(|a| a.0) != b.map(|b| b.0);
+        let restores = a.is_some() && a.map(|a| a.1) == b.map(|b| b.1);
+        (reads, restores)
     }
 
     /// Whether return addresses `a` and `b`, at the same registers, lie in one frame: the same
@@ -508,6 +700,9 @@ impl AddressSpaceUnwinder {
         };
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut address = FrameAddress::InstructionPointer(ip);
+        // Whether `regs.bp()` may not be the frame's (a caller found by searching the stack
+        // keeps its callee's, which that code may have changed).
+        let mut bp_uncertain = false;
         frames.push(ip);
         known.fresh.clear();
         // Where this unwind joined the previous one: the index in `known.frames` of the
@@ -570,6 +765,16 @@ impl AddressSpaceUnwinder {
                 known.fresh.push(KnownFrame::new(rip, &regs, false));
                 continue;
             }
+            // JIT code that keeps no frame chain (HotSpot without -XX:+PreserveFramePointer):
+            // nothing says where its caller is, so the stack ends at its frame.
+            if self.untrusted_jit
+                && let Some(is_exec) = is_exec
+                && self.code_at(address.address()).is_none()
+                && is_exec(address.address())
+            {
+                beyond.unverified = true;
+                break false;
+            }
             let before = regs;
             let failed_before = beyond.failed;
             let mut step = self
@@ -605,17 +810,48 @@ impl AddressSpaceUnwinder {
                     .unwinder
                     .unwind_frame(address, &mut regs, cache, &mut |a| read_at(beyond, a));
             }
-            // A rule that failed or gave a word that is no return address (not executable,
-            // or in an ELF file but not after a call): the caller is searched for on the
-            // stack, except past an entry's code.
-            // Not where the stack ran out: words of the copy below a caller's return address
-            // that could not be read are this frame's locals, stale return addresses among them.
-            // No search where the mappings may be stale (`is_exec` None: memleak and the
-            // system tools know only the mappings at attach, and a library loaded later
-            // would look like no code at all).
+            // Whether this step's return address can be taken. A rule that failed or gave a
+            // word that is no return address (not executable, or in an ELF file but not after
+            // a call) is not; nor, in code without CFI (JIT code, V8's builtins, hand-written
+            // assembly), whose frame framehop finds by its frame pointer as perf -g does, a
+            // chain that is no chain (`bp` below the frame, beyond the stack, or unknown since
+            // a caller was searched for) or leads to a call of another function (the code
+            // keeps no frame pointer: frames were skipped); nor, where `bp` is unknown, a CFI
+            // rule that reads it unless the call is verified. Where a step cannot be taken, the
+            // caller is searched for on the stack, and taken only verified.
+            // No check where the mappings may be stale (`is_exec` None: memleak and the system
+            // tools know only the mappings at attach, and a library loaded later would look
+            // like no code at all).
+            let callee_pc = address.address_for_lookup();
+            let stack_end = match beyond.bounds {
+                (_, 0) => sp.saturating_add(stack.len() as u64),
+                (_, end) => end,
+            };
             let implausible = is_exec.is_some_and(|is_exec| match step {
                 Ok(Some(ra)) => {
-                    !is_exec(ra) || (self.after_call(ra) == Some(false) && !self.is_sigreturn(ra))
+                    let no_cfi = !self.has_cfi(callee_pc);
+                    let reads_bp = bp_uncertain && self.bp_use(cache, address, &before).0;
+                    if !is_exec(ra) {
+                        true
+                    } else if self.is_sigreturn(ra) {
+                        false
+                    } else if !no_cfi && !reads_bp && !live.get() {
+                        self.after_call(ra) == Some(false)
+                    } else if no_cfi
+                        && regs.sp() == before.bp().wrapping_add(16)
+                        && (bp_uncertain || before.bp() < before.sp() || regs.sp() > stack_end)
+                    {
+                        true
+                    } else {
+                        // Past the copy too: the live stack may have moved on since the fault,
+                        // and a word of a later call there must not pass for this frame's
+                        // caller.
+                        match self.verify_caller(ra, callee_pc, beyond) {
+                            Verdict::Verified => false,
+                            Verdict::Weak => reads_bp,
+                            Verdict::Contradicted | Verdict::NotCall => true,
+                        }
+                    }
                 }
                 // The frame-pointer rule (code without CFI) ends at a zero `rbp` as if at an
                 // outermost frame; an end the CFI marks does not depend on `rbp`.
@@ -638,19 +874,43 @@ impl AddressSpaceUnwinder {
             // Only over the copy: past it the live stack may have moved on since the fault, and
             // a word that is no return address there says so, not that the CFI is missing.
             let stack_ended = beyond.failed && !failed_before;
-            if implausible && !live.get() && !stack_ended && !self.in_entry_code(address.address())
-            {
-                let stack_end = sp.saturating_add(stack.len() as u64);
+            if implausible && !stack_ended && !self.in_entry_code(address.address()) {
+                let copy_end = sp.saturating_add(stack.len() as u64);
                 let mut read = |addr: u64| -> Option<u64> {
                     let offset = usize::try_from(addr.checked_sub(sp)?).ok()?;
                     let bytes = stack.get(offset..offset.checked_add(8)?)?;
                     Some(u64::from_ne_bytes(bytes.try_into().ok()?))
                 };
-                if let Some(caller) = self.scan_for_caller(&before, stack_end, &mut read) {
-                    regs = caller;
-                    step = Ok(Some(caller.ip()));
-                    beyond.scanned = true;
+                // Not for JIT code: where its chain fails, nothing says how large its frame
+                // is or which stale words lie in it.
+                let found = match is_exec {
+                    Some(is_exec) if !live.get() && self.code_at(callee_pc).is_some() => self
+                        .scan_for_caller(
+                            cache, &before, callee_pc, copy_end, &mut read, is_exec, beyond,
+                        ),
+                    _ => None,
+                };
+                match found {
+                    Some((caller, bp_known)) => {
+                        regs = caller;
+                        step = Ok(Some(caller.ip()));
+                        beyond.scanned = true;
+                        bp_uncertain = !bp_known;
+                    }
+                    None => {
+                        // No caller that can be shown to be one: the stack ends here,
+                        // truncated, rather than with a guess.
+                        log::debug!(
+                            "stack cut at {callee_pc:#x} (sp {:#x} bp {:#x}): {step:x?} unverified",
+                            before.sp(),
+                            before.bp()
+                        );
+                        beyond.unverified = true;
+                        break false;
+                    }
                 }
+            } else if bp_uncertain && matches!(step, Ok(Some(_))) {
+                bp_uncertain = !self.bp_use(cache, address, &before).1;
             }
             match step {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
@@ -695,7 +955,7 @@ impl AddressSpaceUnwinder {
             joined = Some(fallback.at);
             finished = true;
         }
-        let mut end = match (finished, beyond.failed) {
+        let mut end = match (finished, beyond.failed || beyond.unverified) {
             (true, _) => UnwindEnd::Complete,
             (false, true) => UnwindEnd::Truncated,
             (false, false) => UnwindEnd::Stopped,
@@ -955,8 +1215,12 @@ pub struct LiveStack {
     pub used: bool,
     /// Whether a word was needed that neither the copy nor the live process had.
     pub failed: bool,
-    /// Whether a caller was found by searching the stack ([`AddressSpaceUnwinder::unwind_thread`]).
+    /// Whether a caller was found by searching the stack, verified
+    /// ([`AddressSpaceUnwinder::unwind_thread`]).
     pub scanned: bool,
+    /// Whether the unwind stopped at a frame whose caller could not be verified (or JIT code
+    /// without a frame chain): the stack is truncated there rather than guessed.
+    pub unverified: bool,
 }
 
 const LIVE_CHUNK: usize = 4096;
@@ -973,6 +1237,7 @@ impl LiveStack {
             used: false,
             failed: false,
             scanned: false,
+            unverified: false,
         }
     }
 
@@ -989,6 +1254,7 @@ impl LiveStack {
         self.used = false;
         self.failed = false;
         self.scanned = false;
+        self.unverified = false;
     }
 
     fn read(&mut self, addr: u64) -> Option<u64> {
@@ -1002,6 +1268,28 @@ impl LiveStack {
     /// `failed` changes.
     fn peek(&mut self, addr: u64) -> Option<u64> {
         self.read_word(addr)
+    }
+
+    /// Reads a word of the process outside its stack, a GOT slot a PLT stub jumps through,
+    /// to check a call against (data the dynamic loader wrote: no page is faulted in).
+    /// Neither `used` nor `failed` changes.
+    fn read_data(&mut self, addr: u64) -> Option<u64> {
+        if self.pid <= 0 {
+            return None;
+        }
+        let mut word = [0u8; 8];
+        let local = libc::iovec {
+            iov_base: word.as_mut_ptr().cast(),
+            iov_len: word.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: word.len(),
+        };
+        // SAFETY: `local` describes our own 8-byte buffer; the kernel checks the remote range
+        // and returns an error if it is not mapped.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        (n == 8).then(|| u64::from_ne_bytes(word))
     }
 
     fn read_word(&mut self, addr: u64) -> Option<u64> {
@@ -1054,6 +1342,7 @@ mod tests {
             sections: Vec::new(),
             segments,
             build_id: String::new(),
+            functions: OnceLock::new(),
         }
     }
 
@@ -1119,13 +1408,9 @@ mod tests {
         let mut unwinder = AddressSpaceUnwinder::default();
         unwinder.code.push(MappedCode {
             range: CODE,
-            file: Arc::new(
-                memmap2::MmapMut::map_anon(1)
-                    .expect("anonymous map")
-                    .make_read_only()
-                    .expect("read-only"),
-            ),
+            elf: Arc::new(elf_with_segments(Vec::new())),
             offset: 0,
+            bias: 0,
         });
         unwinder
     }
@@ -1238,39 +1523,6 @@ mod tests {
             4,
             "the complete stack's frames, not the short one's"
         );
-    }
-
-    /// The call instructions a return address follows, as compilers emit them (from
-    /// objdump of Debian's libc, ld.so and postgres), and words that follow none.
-    #[test]
-    fn return_addresses_follow_call_instructions() {
-        let calls: [&[u8]; 8] = [
-            &[0xe8, 0x06, 0xdb, 0xff, 0xff],             // call rel32
-            &[0xff, 0xd0],                               // call *%rax
-            &[0x41, 0xff, 0xd3],                         // call *%r11
-            &[0xff, 0x15, 0x10, 0x20, 0x30, 0x00],       // call *disp32(%rip)
-            &[0xff, 0x50, 0x18],                         // call *0x18(%rax)
-            &[0xff, 0x94, 0x24, 0x00, 0x01, 0x00, 0x00], // call *0x100(%rsp)
-            &[0xff, 0x14, 0x24],                         // call *(%rsp)
-            &[0xff, 0x14, 0x25, 0x10, 0x20, 0x30, 0x00], // call *disp32 (no base)
-        ];
-        for bytes in calls {
-            let mut code = vec![0x90; 8];
-            code.extend_from_slice(bytes);
-            assert!(ends_with_call(&code), "{bytes:x?}");
-        }
-        let others: [&[u8]; 5] = [
-            &[0x48, 0x89, 0xe5],             // mov %rsp,%rbp
-            &[0x0f, 0x05],                   // syscall
-            &[0xff, 0xe0],                   // jmp *%rax
-            &[0xc6, 0x05, 0xa5, 0xad, 0x01], // movb (cut short)
-            &[0x5d, 0xc3],                   // pop %rbp; ret
-        ];
-        for bytes in others {
-            let mut code = vec![0x90; 8];
-            code.extend_from_slice(bytes);
-            assert!(!ends_with_call(&code), "{bytes:x?}");
-        }
     }
 
     /// lld layout: r-- segment at offset 0 whose file range runs into the page where the r-x

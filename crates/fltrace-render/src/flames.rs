@@ -516,7 +516,7 @@ mod tests {
         }
     }
 
-    fn fault(addr: u64, flags: u8, stack_id: u32) -> Fault {
+    fn fault(addr: u64, flags: u16, stack_id: u32) -> Fault {
         Fault {
             time_ns: 20,
             pid: 1,

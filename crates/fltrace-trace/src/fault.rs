@@ -45,31 +45,35 @@ impl From<&Fault> for FaultKey {
 /// Fault flags. Bits 1, 2 and 32 have the values of the original fltrace's `flags` column so that
 /// its report format stays compatible; the others are new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
-pub struct FaultFlags(pub u8);
+pub struct FaultFlags(pub u16);
 
 impl FaultFlags {
     /// The access was a write.
-    pub const WRITE: u8 = 1;
+    pub const WRITE: u16 = 1;
     /// The page was present: a protection fault (write-protect, copy-on-write).
-    pub const WRPROTECT: u8 = 2;
+    pub const WRPROTECT: u16 = 2;
     /// The access was an instruction fetch.
-    pub const EXEC: u8 = 4;
+    pub const EXEC: u16 = 4;
     /// The kernel took the fault on the program's behalf (a system call touching user memory,
     /// such as `read(2)` into a fresh buffer); the stack is the one of the system call.
-    pub const KERNEL: u8 = 8;
+    pub const KERNEL: u16 = 8;
     /// Far-memory emulation brought an evicted page back from the backing store.
-    pub const FETCH: u8 = 16;
+    pub const FETCH: u16 = 16;
     /// First touch of anonymous memory: the kernel filled a zero page.
-    pub const ZERO: u8 = 32;
+    pub const ZERO: u16 = 32;
     /// The kernel needed I/O to resolve it (a major fault).
-    pub const MAJOR: u8 = 64;
+    pub const MAJOR: u16 = 64;
     /// Taken by fltrace's own code in the traced process (the allocation tracer unwinding,
     /// logging or using its private heap), not on the program's behalf. Reports leave these
     /// out unless asked (`--include-tracer`).
-    pub const TRACER: u8 = 128;
-
+    pub const TRACER: u16 = 128;
+    /// The access was not allowed: no mapping holds the address, or the mapping's protection
+    /// forbids the access. The kernel raised SIGSEGV (a null pointer, a guard page, the JVM's
+    /// implicit null checks and safepoint polls, a handler catching it), or for an access a
+    /// system call made, failed it with EFAULT. No page was filled or read in.
+    pub const INVALID: u16 = 256;
     /// Whether all bits of `bit` are set.
-    pub fn has(self, bit: u8) -> bool {
+    pub fn has(self, bit: u16) -> bool {
         self.0 & bit == bit
     }
 
@@ -84,9 +88,12 @@ impl FaultFlags {
         }
     }
 
-    /// `zero` for first touches, `regular` otherwise (the original's `type` column).
+    /// `zero` for first touches, `invalid` for accesses the mappings did not allow,
+    /// `regular` otherwise (the original's `type` column, extended).
     pub fn type_name(self) -> &'static str {
-        if self.has(Self::ZERO) {
+        if self.has(Self::INVALID) {
+            "invalid"
+        } else if self.has(Self::ZERO) {
             "zero"
         } else {
             "regular"
@@ -128,5 +135,7 @@ mod tests {
         assert_eq!(FaultFlags(FaultFlags::WRITE).kind().name(), "write");
         assert_eq!(FaultFlags(0).kind().name(), "read");
         assert_eq!(FaultFlags(FaultFlags::ZERO).type_name(), "zero");
+        assert_eq!(FaultFlags(FaultFlags::INVALID).type_name(), "invalid");
+        assert_eq!(FaultFlags(0).type_name(), "regular");
     }
 }

@@ -128,10 +128,12 @@ fn write_legacy_csv(
     };
     let written = match write_original_reports(loaded, &dir) {
         Ok(written) => written,
-        // The original's side files on a full disk: the report itself still prints.
-        Err(e) if e.no_space_left() => {
+        // The original's side files on a full disk, or unasked in a directory that may not be
+        // written (a read-only recording, with the current directory in it): the report
+        // itself still prints.
+        Err(e) if e.no_space_left() || (args.legacy_csv.is_none() && e.not_writable()) => {
             eprintln!(
-                "fltrace: warning: {}: the report is printed only",
+                "fltrace: warning: {}: the report is printed only, its CSV not written",
                 fltrace_trace::error_chain(&e)
             );
             return Ok(());

@@ -186,7 +186,7 @@ mod tests {
         assert!(window.amend(14, |f| f.flags.0 |= FaultFlags::FETCH));
         // The recorder dies here: the table holds the ten settled rows.
         let (rows, _) = read_faults(&path).expect("recovered");
-        let flagged: Vec<u8> = rows.iter().map(|f| f.flags.0).collect();
+        let flagged: Vec<u16> = rows.iter().map(|f| f.flags.0).collect();
         let mut expected = vec![0; 10];
         expected[3] = FaultFlags::MAJOR;
         assert_eq!(flagged, expected);

@@ -131,7 +131,7 @@ fn table(loaded: &Loaded, report: &FaultReport, width: Option<usize>) -> String 
 }
 
 fn csv(groups: &[Group], by: GroupBy, total: u64) -> Result<String, Error> {
-    let header: Vec<&str> = ["count", "percent", "kind"]
+    let header: Vec<&str> = ["count", "percent", "kind", "type", "truncated"]
         .into_iter()
         .chain(location_columns(by).iter().copied())
         .collect();
@@ -142,6 +142,8 @@ fn csv(groups: &[Group], by: GroupBy, total: u64) -> Result<String, Error> {
                 group.count.to_string(),
                 format!("{:.4}", percent(group.count, total)),
                 group.kind_name().to_owned(),
+                group.type_name().to_owned(),
+                group.truncated.to_string(),
             ];
             row.extend(location_fields(
                 &group.key.location,
@@ -170,6 +172,8 @@ fn json(loaded: &Loaded, report: &FaultReport) -> String {
                 "wrprotects": g.kinds[2],
                 "first_touches": g.zero,
                 "fetches": g.fetch,
+                "invalid": g.invalid,
+                "truncated": g.truncated,
                 "function": &*l.function,
                 "file": &*l.file,
                 "line": l.line,
@@ -222,7 +226,7 @@ mod tests {
 
         let csv = faults(&loaded, &report, TableFormat::Csv).unwrap();
         assert!(
-            csv.starts_with("count,percent,kind,function,file,line,lib\n"),
+            csv.starts_with("count,percent,kind,type,truncated,function,file,line,lib\n"),
             "{csv}"
         );
         let rows = rows(&csv);

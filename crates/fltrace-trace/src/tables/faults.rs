@@ -53,7 +53,7 @@ impl ReadRow for Fault {
                 tid: tid[i],
                 ip: CodeAddr::new(ip[i]),
                 addr: VirtAddr::new(addr[i]),
-                flags: FaultFlags(flags[i] as u8),
+                flags: FaultFlags(flags[i] as u16),
                 stack_id: stack[i],
             })
             .collect())
@@ -68,7 +68,7 @@ impl ReadRow for FaultKey {
         Ok((0..time.len())
             .map(|i| FaultKey {
                 time_ns: time[i],
-                flags: FaultFlags(flags[i] as u8),
+                flags: FaultFlags(flags[i] as u16),
                 stack_id: stack[i],
                 tid: tid[i],
             })

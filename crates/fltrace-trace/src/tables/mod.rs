@@ -124,7 +124,7 @@ mod tests {
             tid: 42 + (i % 3) as u32,
             ip: CodeAddr::new(0x5555_5555_1234 + (i % 2)),
             addr: VirtAddr::new(0x7f00_0000_0000 + i * 4096 + 17),
-            flags: FaultFlags((i % 4) as u8 | FaultFlags::ZERO),
+            flags: FaultFlags((i % 4) as u16 | FaultFlags::ZERO),
             stack_id: (i % 5) as u32,
         }
     }

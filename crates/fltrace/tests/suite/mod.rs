@@ -16,6 +16,8 @@ mod fuzz;
 mod grammar;
 mod hardening;
 mod heatmap;
+mod jit;
+mod labels;
 mod processes;
 mod quickexit;
 mod reuse;
