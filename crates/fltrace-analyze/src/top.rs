@@ -45,6 +45,8 @@ pub struct Counts {
     pub zero: u64,
     /// Fetches from far memory.
     pub fetch: u64,
+    /// Accesses the mappings did not allow (the program got SIGSEGV or SIGBUS).
+    pub invalid: u64,
 }
 
 impl Counts {
@@ -53,6 +55,7 @@ impl Counts {
         self.kinds[flags.kind() as usize] += 1;
         self.zero += u64::from(flags.has(FaultFlags::ZERO));
         self.fetch += u64::from(flags.has(FaultFlags::FETCH));
+        self.invalid += u64::from(flags.has(FaultFlags::INVALID));
     }
 
     /// Takes back one fault of `flags` (a row changed since it was counted).
@@ -66,6 +69,9 @@ impl Counts {
         if flags.has(FaultFlags::FETCH) {
             self.fetch = self.fetch.saturating_sub(1);
         }
+        if flags.has(FaultFlags::INVALID) {
+            self.invalid = self.invalid.saturating_sub(1);
+        }
     }
 
     fn merge(&mut self, other: &Counts) {
@@ -75,6 +81,7 @@ impl Counts {
         }
         self.zero += other.zero;
         self.fetch += other.fetch;
+        self.invalid += other.invalid;
     }
 
     /// As a report's group, for its kind and type names.
@@ -96,6 +103,9 @@ impl Counts {
             kinds: self.kinds,
             zero: self.zero,
             fetch: self.fetch,
+            invalid: self.invalid,
+            // Top counts no stacks per row; its headline says the truncated ones.
+            truncated: 0,
         }
     }
 
