@@ -780,7 +780,7 @@ mod tests {
         }
     }
 
-    fn fault(pid: u32, tid: u32, stack_id: u32, flags: u8, undo: bool) -> LiveFault {
+    fn fault(pid: u32, tid: u32, stack_id: u32, flags: u16, undo: bool) -> LiveFault {
         LiveFault {
             pid,
             tid,
@@ -790,8 +790,8 @@ mod tests {
         }
     }
 
-    const W: u8 = FaultFlags::WRITE;
-    const Z: u8 = FaultFlags::WRITE | FaultFlags::ZERO;
+    const W: u16 = FaultFlags::WRITE;
+    const Z: u16 = FaultFlags::WRITE | FaultFlags::ZERO;
 
     /// Rows count on their stack, thread and process; a change takes the old row back and
     /// adds the new one; fltrace's own faults stay apart; each interval's rate is its own
@@ -836,7 +836,8 @@ mod tests {
                 count: 3,
                 kinds: [0, 3, 0],
                 zero: 1,
-                fetch: 1
+                fetch: 1,
+                invalid: 0,
             }
         );
         assert_eq!(site.counts.type_name(), "mixed");

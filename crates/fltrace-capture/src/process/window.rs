@@ -232,7 +232,7 @@ mod tests {
         assert!(!window.amend(0, |f| f.stack_id = 9));
         let mut batch = crate::live::LiveBatch::default();
         window.tap().expect("a tap").drain_into(&mut batch);
-        let told: Vec<(u8, bool)> = batch.faults.iter().map(|f| (f.flags.0, f.undo)).collect();
+        let told: Vec<(u16, bool)> = batch.faults.iter().map(|f| (f.flags.0, f.undo)).collect();
         assert_eq!(
             told,
             [

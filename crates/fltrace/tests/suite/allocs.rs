@@ -1299,7 +1299,7 @@ fn forty_million_calls_visualize_under_a_memory_cap() {
         let digits = n.to_string();
         let mut grouped = String::new();
         for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 grouped.push(',');
             }
             grouped.push(c);

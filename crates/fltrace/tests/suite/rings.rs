@@ -19,7 +19,8 @@ fn mapped_rings(pid: u32) -> (Vec<u64>, Vec<u64>) {
         let Some((start, end)) = range.split_once('-') else {
             continue;
         };
-        let size = u64::from_str_radix(end, 16).unwrap() - u64::from_str_radix(start, 16).unwrap();
+        let size = u64::from_str_radix(end, 16).expect("hex end")
+            - u64::from_str_radix(start, 16).expect("hex start");
         if line.ends_with("[perf_event]") {
             perf.push(size);
         } else if line.ends_with("bpf-map") {
@@ -92,7 +93,7 @@ fn a_recording_maps_the_rings_of_its_budget() {
         if let Some(mb) = budget {
             cmd.args(["--buffer-mb", &mb.to_string()]);
         }
-        let mut child = cmd
+        let child = cmd
             .args(["--", "sleep", "3"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

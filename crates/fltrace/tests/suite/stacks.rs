@@ -389,8 +389,7 @@ fn deep_stacks_reach_main_by_default() {
                 let name = function.split('(').next().unwrap_or(function).to_owned();
                 (name, f["line"].as_u64().unwrap_or(0) as u32)
             };
-            if frames.first().map(|f| at(f)) != Some(("touch".into(), site("deep.c", "deep_touch")))
-            {
+            if frames.first().map(&at) != Some(("touch".into(), site("deep.c", "deep_touch"))) {
                 continue;
             }
             let names: Vec<(String, u32)> = frames.iter().map(at).collect();
