@@ -1256,7 +1256,29 @@ impl Process {
             if !libraries::is_preload(&mapping.path) {
                 return false;
             }
-            return i == 0 || !self.interposers.iter().any(|r| r.contains(&at));
+            if i == 0 {
+                return true;
+            }
+            // The C library was called from the preloaded library: on the program's behalf
+            // when the program called into it (an interposed `malloc` reaches the C library's
+            // through the backing and next-allocator layers, which a tail call may leave
+            // without a frame in the exported function), else the tracer's own work (its
+            // threads start in the C runtime).
+            let caller = frames[i..].iter().map(|&f| f.wrapping_sub(1)).find(|&at| {
+                !self
+                    .mapping_at(VirtAddr::new(at))
+                    .is_some_and(|m| libraries::is_preload(&m.path))
+            });
+            let called_by_program = caller.is_some_and(|at| {
+                self.mapping_at(VirtAddr::new(at))
+                    .is_some_and(|m| !libraries::is_c_runtime(&m.path))
+            });
+            let in_interposer = frames[i..].iter().any(|&f| {
+                self.interposers
+                    .iter()
+                    .any(|r| r.contains(&f.wrapping_sub(1)))
+            });
+            return !(called_by_program || in_interposer);
         }
         false
     }

@@ -421,6 +421,11 @@ impl AddressSpaceUnwinder {
     /// where the slot cannot be read.
     fn call_reaches(&self, mut target: u64, callee_pc: u64, live: &mut LiveStack) -> Verdict {
         let callee = self.code_at(callee_pc);
+        // A call through a PLT stub may have gone elsewhere than its slot leads now: lazy
+        // binding sends the first call to the dynamic loader's resolver, then binds the slot.
+        let through_plt = self
+            .code_at(target)
+            .is_some_and(|code| code.elf.functions().in_plt(code.svma(target)));
         // Through PLT stubs to the function they lead to.
         for _ in 0..4 {
             let Some(code) = self.code_at(target) else {
@@ -471,9 +476,10 @@ impl AddressSpaceUnwinder {
                     && !callee.elf.functions().start_within(svma + 1, callee_svma);
                 if enters {
                     Verdict::Verified
-                } else if !code.elf.functions().has_cfi(svma) {
+                } else if !code.elf.functions().has_cfi(svma) || through_plt {
                     // A stub without CFI may jump on to another function (V8's `Construct`
-                    // builtins to `JSBuiltinsConstructStub`): no contradiction.
+                    // builtins to `JSBuiltinsConstructStub`), a PLT slot may have been bound
+                    // since the call (`_dl_runtime_resolve` reached it): no contradiction.
                     Verdict::Weak
                 } else {
                     Verdict::Contradicted

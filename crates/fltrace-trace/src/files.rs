@@ -112,6 +112,8 @@ pub fn recording_files(dir: &Path, pid: u32) -> Vec<PathBuf> {
         allocs(dir, pid),
         alloc_stacks(dir, pid),
         alloc_totals(dir, pid),
+        alloc_stats(dir, pid),
+        resident(dir, pid),
         access(dir, pid),
         access_stacks(dir, pid),
         procmaps(dir, pid),

@@ -84,13 +84,14 @@ fn crashing_target_leaves_a_trace() {
     assert_eq!(count_at(&report, "faults.c", site("faults.c", "fill")), 25);
     let crash_faults = count_at(&report, "faults.c", site("faults.c", "crash"));
     assert_eq!(crash_faults, 1, "the null write itself is a recorded fault");
-    // A write through a null pointer fills no page: it is not a first touch.
+    // A write through a null pointer fills no page: it is not a first touch, and its type is
+    // `invalid` (the program got SIGSEGV), never `regular`.
     let crash = groups(&report)
         .find(|g| g["line"] == site("faults.c", "crash"))
         .expect("the crash's group");
     assert_eq!(
         (&crash["kind"], &crash["first_touches"], &crash["type"]),
-        (&"write".into(), &0.into(), &"regular".into()),
+        (&"write".into(), &0.into(), &"invalid".into()),
         "{crash}"
     );
 }

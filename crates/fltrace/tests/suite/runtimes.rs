@@ -111,7 +111,12 @@ fn assert_emulated(dir: &Dir, out: &Output, expected: &Output, local_mb: u64) ->
     assert_eq!(stdout(out), stdout(expected));
     let pid = only_pid(dir);
     assert!(last(dir, pid, "evict_pages_done") > 0, "nothing evicted");
-    assert!(last(dir, pid, "faults_fetch") > 0, "nothing fetched");
+    // Fetches the recorder matched to their rows, or matched only after the row was written
+    // out (counted apart, `rt_fetches_late`: a recorder behind under load).
+    assert!(
+        last(dir, pid, "faults_fetch") + last(dir, pid, "rt_fetches_late") > 0,
+        "nothing fetched"
+    );
     let used = last(dir, pid, "memory_used");
     assert!(
         used <= local_mb << 20,
