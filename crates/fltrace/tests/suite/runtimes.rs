@@ -66,41 +66,63 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Runs `command` untraced: its output and its peak resident memory, KiB (from `wait4`).
+/// Runs `command` untraced: its output and its peak resident memory, KiB. The peak is the
+/// program's own `VmHWM`, read as it runs: `wait4`'s `ru_maxrss` would carry this test
+/// harness's resident set through the spawn (the kernel keeps the larger of the address space
+/// the exec left and the program's), hundreds of MB in a full parallel run, and a limit at half
+/// of that would evict nothing.
 fn untraced(command: &[&std::ffi::OsStr]) -> (Output, u64) {
-    let child = Command::new(command[0])
+    let mut child = Command::new(command[0])
         .args(&command[1..])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("the command starts");
-    let pid = child.id() as i32;
+    let status_path = format!("/proc/{}/status", child.id());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak_kb = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let hwm = std::fs::read_to_string(&status_path).ok().and_then(|text| {
+                    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+                    line.split_whitespace().nth(1)?.parse::<u64>().ok()
+                });
+                peak_kb = peak_kb.max(hwm.unwrap_or(0));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            peak_kb
+        })
+    };
     // The pipes are read to their end first: the child may fill them before it exits.
-    let mut child = child;
     let mut out = Vec::new();
     let mut err = Vec::new();
     use std::io::Read as _;
+    let stderr_reader = child.stderr.take().map(|mut s| {
+        std::thread::spawn(move || {
+            let _ = s.read_to_end(&mut err);
+            err
+        })
+    });
     if let Some(mut s) = child.stdout.take() {
         let _ = s.read_to_end(&mut out);
     }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = s.read_to_end(&mut err);
-    }
-    let mut status = 0;
-    // SAFETY: rusage is plain data the kernel fills; the pid is our own child's.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid);
-    std::mem::forget(child);
-    use std::os::unix::process::ExitStatusExt as _;
+    let err = stderr_reader
+        .map(|r| r.join().expect("stderr reader"))
+        .unwrap_or_default();
+    // Pipes closed: the program has ended (or is about to); stop watching before it is
+    // reaped and its pid can name another process.
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak_kb = watcher.join().expect("peak watcher");
+    let status = child.wait().expect("the command ends");
     (
         Output {
-            status: std::process::ExitStatus::from_raw(status),
+            status,
             stdout: out,
             stderr: err,
         },
-        usage.ru_maxrss as u64,
+        peak_kb,
     )
 }
 
