@@ -18,6 +18,11 @@
 //                   unmaps a page from its handler; prints how many signals were handled
 //   malloc4m [N]    N (default 4,000,000) malloc/free pairs of 16 to 527 bytes, every seventh
 //                   block kept in a ring of 1,024: malloc-4m of ../shared/PEERS.md
+//   steady S [RATE] RATE (default 20,000) blocks of STEADY_SIZE bytes a second at
+//                   SITE:steady_alloc, paced every 10 ms, for S seconds (0: without end);
+//                   every tenth kept (listed through the blocks themselves: no other call),
+//                   the others freed at once. Each second it prints to stderr the blocks of
+//                   that second, `allocs: N allocs/s` (for `fltrace top --allocs`)
 //   heap MB         MB MiB in 64 KiB malloc blocks plus a calloc, a growing realloc, a
 //                   memalign and an 8 MiB block, all kept and filled; prints a checksum of
 //                   their bytes, then the file (from /proc/self/maps) that holds each kind
@@ -340,9 +345,59 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+#define STEADY_SIZE 100
+#define STEADY_KEEP 10
+
+__attribute__((noinline)) static void *steady_alloc(void) {
+    void *p = malloc(STEADY_SIZE); /* SITE:steady_alloc */
+    sink = p;
+    return p;
+}
+
+static void steady(double seconds, long rate) {
+    if (rate <= 0)
+        rate = 20000;
+    void *kept = NULL;
+    long made = 0, this_second = 0, budget = 0;
+    double start = now(), second = start, paced = start;
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    while (seconds <= 0 || now() - start < seconds) {
+        // Every 10 ms, another hundredth of the second's blocks.
+        budget += rate / 100;
+        for (; budget > 0; budget--) {
+            void **p = steady_alloc();
+            if (!p)
+                exit(1);
+            if (made++ % STEADY_KEEP == 0) {
+                *p = kept;
+                kept = p;
+            } else {
+                free(p);
+            }
+            this_second++;
+        }
+        paced += 0.01;
+        double t = now();
+        if (paced > t) {
+            double wait = paced - t;
+            struct timespec ts = {0, (long)(wait * 1e9)};
+            nanosleep(&ts, NULL);
+        } else if (t - paced > 0.1) {
+            paced = t; // behind by more than 100 ms: no burst to catch up
+        }
+        t = now();
+        if (t - second >= 1.0) {
+            fprintf(stderr, "allocs: %ld allocs/s\n", (long)(this_second / (t - second) + 0.5));
+            this_second = 0;
+            second = t;
+        }
+    }
+    sink = kept;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: allocs sites|threads N|fork N|faults N|crash N|dlopen LIB N|malloc4m [N]|drained N\n");
+        fprintf(stderr, "usage: allocs sites|threads N|fork N|faults N|crash N|dlopen LIB N|malloc4m [N]|drained N|steady S [RATE]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -378,6 +433,8 @@ int main(int argc, char **argv) {
         hold((int)n);
     } else if (!strcmp(mode, "signals")) {
         signals(n);
+    } else if (!strcmp(mode, "steady")) {
+        steady(argc > 2 ? atof(argv[2]) : 5, argc > 3 ? atol(argv[3]) : 20000);
     } else if (!strcmp(mode, "heap")) {
         heap(n > 0 ? n : 16);
     } else if (!strcmp(mode, "drained")) {

@@ -399,6 +399,9 @@ struct StackState {
     /// Heap bytes and blocks of the stack alive now.
     live_bytes: u64,
     live_allocs: u64,
+    /// Bytes and blocks of mappings of the stack alive now (remnants of cut ones included).
+    mapped_bytes: u64,
+    mapped_allocs: u64,
     /// The most heap bytes of the stack alive at once so far.
     most_live_bytes: u64,
     /// Whether they changed since the last peak (the stack is then in [`AllocPass::dirty`]).
@@ -412,6 +415,8 @@ impl StackState {
             totals: AllocTotals::default(),
             live_bytes: 0,
             live_allocs: 0,
+            mapped_bytes: 0,
+            mapped_allocs: 0,
             most_live_bytes: 0,
             dirty: false,
         }
@@ -467,6 +472,15 @@ impl<T> ByStack<T> {
             }
             None => self.sparse.entry(id).or_insert_with(make),
         }
+    }
+
+    /// Every entry, in no order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> + '_ {
+        self.dense
+            .iter()
+            .enumerate()
+            .filter_map(|(id, entry)| Some((id as u32, entry.as_ref()?)))
+            .chain(self.sparse.iter().map(|(&id, entry)| (id, entry)))
     }
 
     /// Every entry, by id.
@@ -624,6 +638,20 @@ impl Largest {
     }
 }
 
+/// What a stack allocated so far and holds now ([`AllocPass::stack_figures`]): at the end
+/// of the calls, its live blocks are its leaks (`report --allocs`, no `--older`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveStackFigures {
+    /// Blocks made (remnants of cut mappings are not new ones).
+    pub allocs: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Bytes of its blocks alive now, heap and mappings.
+    pub live_bytes: u64,
+    /// Its blocks alive now.
+    pub live_allocs: u64,
+}
+
 /// Events or faults given to an [`AllocPass`] out of time order: it cannot take them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutOfOrder;
@@ -710,6 +738,22 @@ impl AllocPass {
         self.events += 1;
         self.apply(index, event);
         Ok(())
+    }
+
+    /// What each stack allocated so far and holds now, by stack id: for a live view, which
+    /// reads it between events (`fltrace top --allocs`).
+    pub fn stack_figures(&self) -> impl Iterator<Item = (u32, LiveStackFigures)> + '_ {
+        self.stacks.iter().map(|(stack_id, state)| {
+            (
+                stack_id,
+                LiveStackFigures {
+                    allocs: state.totals.allocs,
+                    bytes: state.totals.bytes,
+                    live_bytes: state.live_bytes + state.mapped_bytes,
+                    live_allocs: state.live_allocs + state.mapped_allocs,
+                },
+            )
+        })
     }
 
     /// Takes the next fault; `more_events` says whether events of later times follow.
@@ -1062,6 +1106,9 @@ impl AllocPass {
             if let Some(timeline) = &mut self.timeline {
                 timeline.ended(b.stack_id, b.size);
             }
+        } else if let Some(state) = self.stacks.get_mut(b.stack_id) {
+            state.mapped_bytes -= b.size;
+            state.mapped_allocs -= 1;
         }
         self.free_slots.push(slot);
     }
@@ -1121,6 +1168,9 @@ impl AllocPass {
             if let Some(timeline) = &mut self.timeline {
                 timeline.born(block.stack_id, block.size, time, block.remnant);
             }
+        } else {
+            state.mapped_bytes += block.size;
+            state.mapped_allocs += 1;
         }
         let serial = block.serial;
         let slot = match self.free_slots.pop() {

@@ -56,7 +56,8 @@ mod tracer;
 
 pub use alloc_lifetimes::{
     AllocPass, AllocStats, AllocTotals, Block, BlockHit, BlockKind, LargeBlock, Lifetimes,
-    OutOfOrder, PassTotals, SizeHistogram, attribute_faults, exec_times, trace_end_ns,
+    LiveStackFigures, OutOfOrder, PassTotals, SizeHistogram, attribute_faults, exec_times,
+    trace_end_ns,
 };
 pub use alloc_timeline::{
     AllocSeries, AllocTimeline, CHART_INTERVALS, CHART_SITES, Interval, MIN_STEP_NS, Timeline,
@@ -120,5 +121,7 @@ pub use symbolize::{
     CallSite, Location, ResolvedFrame, ResolvedStacks, Symbolizer, TRUNCATED_FRAME,
 };
 pub use threads::{ThreadBy, ThreadFilter, ThreadGroup, group_faults_by_thread};
-pub use top::{Counts, FarFigures, LiveTop, TopOptions, TopRow, TopSnapshot, TopSort, TopView};
+pub use top::{
+    AllocHeadline, Counts, FarFigures, LiveTop, TopOptions, TopRow, TopSnapshot, TopSort, TopView,
+};
 pub use tracer::{separate_tracer, separate_tracer_counts};

@@ -3,6 +3,12 @@
 //! process, thread and library, with the recorder's lost and truncated counts and, under
 //! far-memory emulation, local and far memory, evictions and fetches.
 //!
+//! Under `--allocs`, each process's allocation calls, as the recorder converts them
+//! ([`fltrace_trace::live::LiveAllocs`]), go through the pass `report --allocs` makes
+//! ([`AllocPass`]): allocations per second and in all, and the bytes alive now, by the
+//! allocating call site (the rule of `report --allocs`); at the end of the recording the
+//! bytes alive are the report's leaks.
+//!
 //! Each fault costs a count on its stack and one on its thread; stacks are symbolized once,
 //! when the interval that first saw them ends ([`LiveTop::tick`]), through the same
 //! [`Symbolizer`] and frame rules as reports, so a new site is named within the interval
@@ -11,14 +17,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use fltrace_trace::live::{LiveBatch, LiveEvent, LiveFault, LiveTotals};
+use fltrace_trace::live::{LiveAllocs, LiveBatch, LiveEvent, LiveFault, LiveTotals};
 use fltrace_trace::{FaultFlags, ProcessTrace};
 
+use crate::alloc_lifetimes::LiveStackFigures;
 use crate::{
-    CallSite, DebugConfig, FaultCounts, FrameRules, Group, GroupKey, Location, Skipped, Symbolizer,
-    apply_rules,
+    AllocPass, CallSite, DebugConfig, FaultCounts, FrameRules, Group, GroupKey, Location, Skipped,
+    Symbolizer, apply_rules,
 };
 
 /// How a live view picks call sites and finds debug files.
@@ -32,6 +39,9 @@ pub struct TopOptions {
     pub include_tracer: bool,
     /// Where debug files are found.
     pub debug: DebugConfig,
+    /// Whether allocations are traced (`--allocs`): the headline and a view of their own
+    /// show them from the start.
+    pub allocs: bool,
 }
 
 /// Faults counted as a report counts them: how many, of which kinds and types.
@@ -187,6 +197,8 @@ struct LiveProcess {
     stacks: FxHashMap<u32, StackTally>,
     threads: FxHashMap<u32, ThreadTally>,
     names: FxHashMap<u32, String>,
+    /// The site of each stack's first frames named so far (see [`LiveTop::symbolize`]).
+    prefix_sites: FxHashMap<Box<[u64]>, u32>,
     /// Its last statistics line's far-memory figures, and those of the last interval's end.
     far: Option<FarFigures>,
     far_before: Option<FarFigures>,
@@ -195,6 +207,41 @@ struct LiveProcess {
     counts: Counts,
     interval: i64,
     rate: f64,
+    /// Its allocation calls, once one came (its stacks not yet named are in
+    /// `trace.alloc_stacks`).
+    allocs: Option<ProcessAllocs>,
+}
+
+/// One process's allocation calls as far as they came.
+#[derive(Default)]
+struct ProcessAllocs {
+    pass: AllocPass,
+    /// The call site of each allocation stack named so far.
+    sites: FxHashMap<u32, u32>,
+    /// Records the tracer dropped, as the logs say.
+    dropped: u64,
+    /// Calls that came out of time order: the pass takes none after the first.
+    unpaired: u64,
+}
+
+impl ProcessAllocs {
+    /// Takes the calls and execs of `allocs`.
+    fn take(&mut self, allocs: &LiveAllocs) {
+        self.dropped = allocs.dropped;
+        let mut execs = allocs.execs.iter().peekable();
+        for (i, event) in allocs.events.iter().enumerate() {
+            while let Some(&&(_, time)) = execs.peek().filter(|(at, _)| *at <= i) {
+                self.pass.exec_at(time);
+                execs.next();
+            }
+            if self.unpaired > 0 || self.pass.event(event).is_err() {
+                self.unpaired += 1;
+            }
+        }
+        for &(_, time) in execs {
+            self.pass.exec_at(time);
+        }
+    }
 }
 
 impl LiveProcess {
@@ -213,12 +260,14 @@ impl LiveProcess {
             stacks: FxHashMap::default(),
             threads: FxHashMap::default(),
             names: FxHashMap::default(),
+            prefix_sites: FxHashMap::default(),
             far: None,
             far_before: None,
             ended: None,
             counts: Counts::default(),
             interval: 0,
             rate: 0.0,
+            allocs: None,
         }
     }
 
@@ -240,12 +289,41 @@ struct SiteTally {
     interval: i64,
 }
 
+/// An allocating call site: what its stacks allocated and hold, summed at each interval's
+/// end, and its allocations at the one before.
+#[derive(Debug, Clone)]
+struct AllocSiteTally {
+    location: Location,
+    figures: LiveStackFigures,
+    allocs_before: u64,
+}
+
+/// The allocations of an interval, for the headline.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AllocHeadline {
+    /// Allocations made in the interval, per second.
+    pub allocs_per_s: f64,
+    /// Allocations made in all (by the processes alive or not).
+    pub allocs: u64,
+    /// Bytes of the blocks alive now (heap and mappings), and the blocks.
+    pub live_bytes: u64,
+    /// Blocks alive now.
+    pub live_allocs: u64,
+    /// Records the tracer dropped (a full log): calls not counted.
+    pub dropped: u64,
+    /// Calls that came out of time order and were not paired (none expected: the
+    /// conversion orders them).
+    pub unpaired: u64,
+}
+
 /// Which rows a view shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TopView {
     /// Call sites (the rule of `report`), `function file:line lib`.
     #[default]
     Sites,
+    /// Allocating call sites (the rule of `report --allocs`), under `--allocs`.
+    Allocations,
     /// Processes.
     Processes,
     /// Threads.
@@ -255,10 +333,12 @@ pub enum TopView {
 }
 
 impl TopView {
-    /// The next view, in the order `v` cycles them.
-    pub fn next(self) -> TopView {
+    /// The next view, in the order `v` cycles them; `allocs`: allocations are traced (else
+    /// their view is left out).
+    pub fn next(self, allocs: bool) -> TopView {
         match self {
-            TopView::Sites => TopView::Processes,
+            TopView::Sites if allocs => TopView::Allocations,
+            TopView::Sites | TopView::Allocations => TopView::Processes,
             TopView::Processes => TopView::Threads,
             TopView::Threads => TopView::Libraries,
             TopView::Libraries => TopView::Sites,
@@ -269,6 +349,7 @@ impl TopView {
     pub fn name(self) -> &'static str {
         match self {
             TopView::Sites => "call sites",
+            TopView::Allocations => "allocation sites",
             TopView::Processes => "processes",
             TopView::Threads => "threads",
             TopView::Libraries => "libraries",
@@ -306,6 +387,14 @@ impl TopSort {
             TopSort::Name => "name",
         }
     }
+
+    /// Its name in `view`: allocation sites sort by the bytes they hold for `total`.
+    pub fn name_in(self, view: TopView) -> &'static str {
+        match (self, view) {
+            (TopSort::Total, TopView::Allocations) => "live bytes",
+            _ => self.name(),
+        }
+    }
 }
 
 /// One row of a view.
@@ -321,6 +410,16 @@ pub struct TopRow {
     pub place: String,
     /// The library of a site; empty for the other views.
     pub lib: Arc<str>,
+    /// An allocation site's allocations and what it holds (`rate` is allocations per
+    /// second then, and `counts` empty).
+    pub alloc: Option<LiveStackFigures>,
+}
+
+impl TopRow {
+    /// What `total` sorts by: faults, or the bytes an allocation site holds.
+    pub fn total(&self) -> u64 {
+        self.alloc.map_or(self.counts.count, |a| a.live_bytes)
+    }
 }
 
 /// What one interval shows.
@@ -355,6 +454,10 @@ pub struct TopSnapshot {
     pub fetches_per_s: f64,
     /// The traced processes are gone and every batch is in: the last snapshot.
     pub finished: bool,
+    /// Under `--allocs`: allocations, for the headline.
+    pub allocs: Option<AllocHeadline>,
+    /// Allocation sites.
+    pub alloc_sites: Vec<TopRow>,
     /// Rows of each view, unsorted.
     pub sites: Vec<TopRow>,
     /// Processes.
@@ -371,6 +474,7 @@ impl TopSnapshot {
     pub fn rows(&self, view: TopView, sort: TopSort, filter: &str) -> Vec<&TopRow> {
         let rows = match view {
             TopView::Sites => &self.sites,
+            TopView::Allocations => &self.alloc_sites,
             TopView::Processes => &self.process_rows,
             TopView::Threads => &self.thread_rows,
             TopView::Libraries => &self.libraries,
@@ -390,13 +494,12 @@ impl TopSnapshot {
             TopSort::Rate => shown.sort_by(|a, b| {
                 b.rate
                     .total_cmp(&a.rate)
-                    .then_with(|| b.counts.count.cmp(&a.counts.count))
+                    .then_with(|| b.total().cmp(&a.total()))
                     .then_with(|| by_name(a, b))
             }),
             TopSort::Total => shown.sort_by(|a, b| {
-                b.counts
-                    .count
-                    .cmp(&a.counts.count)
+                b.total()
+                    .cmp(&a.total())
                     .then_with(|| b.rate.total_cmp(&a.rate))
                     .then_with(|| by_name(a, b))
             }),
@@ -414,6 +517,8 @@ pub struct LiveTop {
     processes: FxHashMap<u32, LiveProcess>,
     sites: Vec<SiteTally>,
     site_ids: FxHashMap<Location, u32>,
+    alloc_sites: Vec<AllocSiteTally>,
+    alloc_site_ids: FxHashMap<Location, u32>,
     /// The recorder's totals, as the last batch said them.
     recorded: LiveTotals,
     tracer_faults: u64,
@@ -439,6 +544,8 @@ impl LiveTop {
             processes: FxHashMap::default(),
             sites: Vec::new(),
             site_ids: FxHashMap::default(),
+            alloc_sites: Vec::new(),
+            alloc_site_ids: FxHashMap::default(),
             recorded: LiveTotals::default(),
             tracer_faults: 0,
             faults: 0,
@@ -467,7 +574,12 @@ impl LiveTop {
             self.event(event);
         }
         self.faults_of(&batch.faults);
-        self.recorded = batch.totals;
+        for allocs in &batch.allocs {
+            self.allocs_of(allocs);
+        }
+        if let Some(totals) = batch.totals {
+            self.recorded = totals;
+        }
         if batch.ended && self.ended_at.is_none() {
             self.ended_at = Some(now);
         }
@@ -503,6 +615,23 @@ impl LiveTop {
                 self.process(pid).ended.get_or_insert(tick);
             }
         }
+    }
+
+    /// Takes a process's allocation calls: a restart forgets what came before.
+    fn allocs_of(&mut self, allocs: &LiveAllocs) {
+        let process = self.process(allocs.pid);
+        if allocs.restart {
+            process.allocs = None;
+            process.trace.alloc_stacks.clear();
+        }
+        process
+            .trace
+            .alloc_stacks
+            .extend(allocs.stacks.iter().cloned());
+        process
+            .allocs
+            .get_or_insert_with(ProcessAllocs::default)
+            .take(allocs);
     }
 
     /// The hot path: a count per fault on its stack, its thread and its process (looked up
@@ -593,6 +722,7 @@ impl LiveTop {
                         .into(),
                     place: format!("{tid} ({})", process.os_pid),
                     lib: "".into(),
+                    alloc: None,
                 });
             }
             process.rate = per_s(process.interval);
@@ -622,6 +752,7 @@ impl LiveTop {
                         )
                     },
                     lib: "".into(),
+                    alloc: None,
                 });
             }
         }
@@ -641,6 +772,7 @@ impl LiveTop {
                 name: site.location.function.clone(),
                 place: site_place(&site.location),
                 lib: site.location.lib.clone(),
+                alloc: None,
             });
         }
         let libraries = libraries
@@ -651,8 +783,10 @@ impl LiveTop {
                 name: lib,
                 place: String::new(),
                 lib: "".into(),
+                alloc: None,
             })
             .collect();
+        let (allocs, alloc_sites) = self.alloc_rows(&per_s);
         let snapshot = TopSnapshot {
             number: self.ticks,
             elapsed: end.duration_since(self.started.unwrap_or(end)),
@@ -668,6 +802,8 @@ impl LiveTop {
             evictions_per_s: per_s(evictions),
             fetches_per_s: per_s(fetches),
             finished,
+            allocs,
+            alloc_sites,
             sites,
             process_rows,
             thread_rows,
@@ -677,44 +813,196 @@ impl LiveTop {
         snapshot
     }
 
-    /// Names the stacks seen since the last call, and gives each its call site.
-    fn symbolize(&mut self) {
-        let mut counts = FaultCounts::default();
-        for process in self.processes.values_mut() {
-            if process.trace.stacks.is_empty() {
+    /// The allocation sites' rows and the headline's figures, `per_s` turning the
+    /// interval's allocations into a rate; `None` without `--allocs`.
+    fn alloc_rows(&mut self, per_s: &dyn Fn(i64) -> f64) -> (Option<AllocHeadline>, Vec<TopRow>) {
+        if !self.options.allocs && self.processes.values().all(|p| p.allocs.is_none()) {
+            return (None, Vec::new());
+        }
+        let mut headline = AllocHeadline::default();
+        for site in &mut self.alloc_sites {
+            site.figures = LiveStackFigures::default();
+        }
+        for process in self.processes.values() {
+            let Some(allocs) = &process.allocs else {
+                continue;
+            };
+            headline.dropped += allocs.dropped;
+            headline.unpaired += allocs.unpaired;
+            for (stack_id, figures) in allocs.pass.stack_figures() {
+                // A stack the table refused (or never defined) counts as `[unknown]`.
+                let site = match allocs.sites.get(&stack_id) {
+                    Some(&site) => site,
+                    None => site_id(
+                        &mut self.alloc_sites,
+                        &mut self.alloc_site_ids,
+                        unknown_site(),
+                    ),
+                };
+                let total = &mut self.alloc_sites[site as usize].figures;
+                total.allocs += figures.allocs;
+                total.bytes = total.bytes.saturating_add(figures.bytes);
+                total.live_bytes += figures.live_bytes;
+                total.live_allocs += figures.live_allocs;
+            }
+        }
+        let mut rows = Vec::new();
+        let mut interval = 0i64;
+        for site in &mut self.alloc_sites {
+            let figures = site.figures;
+            // Less than before when a conversion began anew: no allocations then.
+            let made = figures.allocs.saturating_sub(site.allocs_before);
+            site.allocs_before = figures.allocs;
+            interval += made as i64;
+            headline.allocs += figures.allocs;
+            headline.live_bytes += figures.live_bytes;
+            headline.live_allocs += figures.live_allocs;
+            if figures.allocs == 0 && figures.live_allocs == 0 {
                 continue;
             }
-            let mut resolved = self.symbolizer.resolve_stacks(&process.trace);
-            resolved.call_site = self.options.call_site;
-            apply_rules(
-                &self.options.frame_rules,
-                &mut resolved,
-                &mut counts,
-                &mut self.skipped,
-            );
-            for stack in std::mem::take(&mut process.trace.stacks) {
-                let locations = resolved.get(stack.id);
-                // A stack `--focus` leaves out has no site: its faults count in the
-                // headline only.
-                if !self.options.frame_rules.keeps(locations) {
-                    continue;
+            rows.push(TopRow {
+                rate: per_s(made as i64),
+                counts: Counts::default(),
+                name: site.location.function.clone(),
+                place: site_place(&site.location),
+                lib: site.location.lib.clone(),
+                alloc: Some(figures),
+            });
+        }
+        headline.allocs_per_s = per_s(interval);
+        (Some(headline), rows)
+    }
+
+    /// Names the stacks seen since the last call, and gives each its call site.
+    ///
+    /// A fault stack's site is one of its innermost frames: most new stacks share their
+    /// first [`PREFIX_FRAMES`] frames with one named before (a deeper recursion, another
+    /// caller further out), whose site they take from a cache by those addresses without
+    /// being symbolized. The others are symbolized by their first frames; a stack whose
+    /// site is not among them (no frame of the program's own code there) is symbolized
+    /// whole. With `--focus`, which looks at whole stacks, every stack is.
+    fn symbolize(&mut self) {
+        let mut counts = FaultCounts::default();
+        let whole_only = self.options.frame_rules.focuses();
+        for process in self.processes.values_mut() {
+            if !process.trace.stacks.is_empty() {
+                let stacks = std::mem::take(&mut process.trace.stacks);
+                // The new stacks by their first frames (with the generation): the first of
+                // each is named, the others (with whether frames were left out) follow it.
+                let mut groups: FxHashMap<Box<[u64]>, (u32, bool, Vec<(u32, bool)>)> =
+                    FxHashMap::default();
+                let mut key_of: FxHashMap<u32, Box<[u64]>> = FxHashMap::default();
+                for stack in &stacks {
+                    if whole_only {
+                        process.trace.stacks.push(stack.clone());
+                        continue;
+                    }
+                    let key = prefix_key(stack);
+                    if let Some(&site) = process.prefix_sites.get(&key[..]) {
+                        process.stacks.entry(stack.id).or_default().site = Some(site);
+                        continue;
+                    }
+                    let trimmed = stack.frames.len() > PREFIX_FRAMES;
+                    if let Some(group) = groups.get_mut(&key[..]) {
+                        group.2.push((stack.id, trimmed));
+                        continue;
+                    }
+                    let mut first = stack.clone();
+                    if trimmed {
+                        first.frames.truncate(PREFIX_FRAMES);
+                        first.end = fltrace_trace::StackEnd::Truncated;
+                    }
+                    process.trace.stacks.push(first);
+                    key_of.insert(stack.id, key.clone());
+                    groups.insert(key, (stack.id, trimmed, Vec::new()));
                 }
-                let site = self
-                    .options
-                    .call_site
-                    .of(locations)
-                    .cloned()
-                    .unwrap_or_else(unknown_site);
-                let next = self.sites.len() as u32;
-                let id = *self.site_ids.entry(site.clone()).or_insert_with(|| {
-                    self.sites.push(SiteTally {
-                        location: site,
-                        counts: Counts::default(),
-                        interval: 0,
-                    });
-                    next
-                });
-                process.stacks.entry(stack.id).or_default().site = Some(id);
+                let leaf = self.options.call_site == CallSite::Leaf;
+                // Stacks whose site lies beyond their first frames: named whole.
+                let mut whole: FxHashSet<u32> = FxHashSet::default();
+                while !process.trace.stacks.is_empty() {
+                    let mut resolved = self.symbolizer.resolve_stacks(&process.trace);
+                    resolved.call_site = self.options.call_site;
+                    apply_rules(
+                        &self.options.frame_rules,
+                        &mut resolved,
+                        &mut counts,
+                        &mut self.skipped,
+                    );
+                    for stack in std::mem::take(&mut process.trace.stacks) {
+                        let locations = resolved.get(stack.id);
+                        let group = key_of
+                            .remove(&stack.id)
+                            .and_then(|key| groups.remove_entry(&key));
+                        let site = self.options.call_site.of(locations);
+                        // A site of the program's own code (any frame, with `leaf`): every
+                        // stack with the same first frames has it.
+                        let own =
+                            site.is_some_and(|l| leaf || (!l.system && &*l.lib != "[unknown]"));
+                        let mut same = Vec::new();
+                        if let Some((key, (_, trimmed, others))) = group {
+                            for (id, other_trimmed) in others {
+                                if own || !other_trimmed {
+                                    // Its first frames are all its frames, the named one's.
+                                    same.push(id);
+                                } else {
+                                    whole.insert(id);
+                                }
+                            }
+                            if !own && trimmed {
+                                whole.insert(stack.id);
+                                whole.extend(same.drain(..));
+                                continue;
+                            }
+                            if own {
+                                let id = fault_site_id(
+                                    &mut self.sites,
+                                    &mut self.site_ids,
+                                    site.cloned().unwrap_or_else(unknown_site),
+                                );
+                                process.prefix_sites.insert(key, id);
+                            }
+                        }
+                        // A stack `--focus` leaves out has no site: its faults count in the
+                        // headline only.
+                        if !self.options.frame_rules.keeps(locations) {
+                            continue;
+                        }
+                        let id = fault_site_id(
+                            &mut self.sites,
+                            &mut self.site_ids,
+                            site.cloned().unwrap_or_else(unknown_site),
+                        );
+                        for stack_id in std::iter::once(stack.id).chain(same) {
+                            process.stacks.entry(stack_id).or_default().site = Some(id);
+                        }
+                    }
+                    if !whole.is_empty() {
+                        process.trace.stacks = stacks
+                            .iter()
+                            .filter(|s| whole.contains(&s.id))
+                            .cloned()
+                            .collect();
+                        whole.clear();
+                    }
+                }
+            }
+            if !process.trace.alloc_stacks.is_empty() {
+                // As `report --allocs` names them: the configured allocators skipped, the
+                // line that called malloc kept.
+                let mut resolved = self.symbolizer.resolve_alloc_stacks(&process.trace);
+                resolved.call_site = self.options.call_site;
+                apply_rules(
+                    &self.options.frame_rules,
+                    &mut resolved,
+                    &mut FaultCounts::default(),
+                    &mut Skipped::default(),
+                );
+                let allocs = process.allocs.get_or_insert_with(ProcessAllocs::default);
+                for stack in std::mem::take(&mut process.trace.alloc_stacks) {
+                    let site = crate::group::alloc_site(&resolved, stack.id);
+                    let id = site_id(&mut self.alloc_sites, &mut self.alloc_site_ids, site);
+                    allocs.sites.insert(stack.id, id);
+                }
             }
         }
         self.warnings.extend(self.symbolizer.take_warnings());
@@ -743,6 +1031,57 @@ fn site_place(location: &Location) -> String {
     }
 }
 
+/// How many innermost frames of a fault stack name its site, mostly (see
+/// [`LiveTop::symbolize`]).
+const PREFIX_FRAMES: usize = 8;
+
+/// A stack's generation and first [`PREFIX_FRAMES`] frames, as the cache of sites keys them.
+fn prefix_key(stack: &fltrace_trace::Stack) -> Box<[u64]> {
+    std::iter::once(u64::from(stack.generation))
+        .chain(
+            stack
+                .frames
+                .iter()
+                .take(PREFIX_FRAMES)
+                .map(|frame| frame.get()),
+        )
+        .collect()
+}
+
+/// The index of fault site `location`, made if new.
+fn fault_site_id(
+    sites: &mut Vec<SiteTally>,
+    ids: &mut FxHashMap<Location, u32>,
+    location: Location,
+) -> u32 {
+    let next = sites.len() as u32;
+    *ids.entry(location.clone()).or_insert_with(|| {
+        sites.push(SiteTally {
+            location,
+            counts: Counts::default(),
+            interval: 0,
+        });
+        next
+    })
+}
+
+/// The index of allocation site `location`, made if new.
+fn site_id(
+    sites: &mut Vec<AllocSiteTally>,
+    ids: &mut FxHashMap<Location, u32>,
+    location: Location,
+) -> u32 {
+    let next = sites.len() as u32;
+    *ids.entry(location.clone()).or_insert_with(|| {
+        sites.push(AllocSiteTally {
+            location,
+            figures: LiveStackFigures::default(),
+            allocs_before: 0,
+        });
+        next
+    })
+}
+
 /// The site of a stack nothing is known of.
 fn unknown_site() -> Location {
     Location {
@@ -757,7 +1096,7 @@ fn unknown_site() -> Location {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fltrace_trace::{CodeAddr, Stack, StackEnd};
+    use fltrace_trace::{AllocCall, AllocEvent, CodeAddr, Stack, StackEnd, VirtAddr};
 
     fn top() -> LiveTop {
         LiveTop::new(TopOptions {
@@ -765,6 +1104,7 @@ mod tests {
             frame_rules: FrameRules::default(),
             include_tracer: false,
             debug: DebugConfig::default(),
+            allocs: false,
         })
     }
 
@@ -959,6 +1299,121 @@ mod tests {
         assert_eq!((third.running, third.processes), (1, 2));
     }
 
+    fn alloc(time_ns: u64, call: AllocCall, addr: u64, size: u64, stack_id: u32) -> AllocEvent {
+        AllocEvent {
+            time_ns,
+            tid: 1,
+            call,
+            addr: VirtAddr::new(addr),
+            size,
+            old_addr: VirtAddr::new(0),
+            detail: 0,
+            stack_id,
+        }
+    }
+
+    /// Allocations: each interval's rate is the calls it took, the bytes alive follow the
+    /// frees, a restart (a conversion done again) neither doubles the totals nor counts its
+    /// calls twice in the rate, and an exec ends every block.
+    #[test]
+    fn allocations_count_calls_and_live_bytes() {
+        let mut top = LiveTop::new(TopOptions {
+            allocs: true,
+            ..top().options
+        });
+        let t0 = Instant::now();
+        let alloc_stack = |id| Stack {
+            id,
+            generation: 0,
+            frames: vec![CodeAddr::new(0x2000 + u64::from(id))],
+            end: StackEnd::Unknown,
+        };
+        let empty = top.tick(t0, false);
+        assert_eq!(empty.allocs, Some(AllocHeadline::default()));
+        // Ten blocks of 100 bytes, every other freed.
+        let mut events = Vec::new();
+        for i in 0..10u64 {
+            events.push(alloc(
+                10 + i,
+                AllocCall::Malloc,
+                0x10_000 + i * 0x100,
+                100,
+                0,
+            ));
+            if i % 2 == 1 {
+                events.push(alloc(
+                    10 + i,
+                    AllocCall::Free,
+                    0x10_000 + i * 0x100,
+                    0,
+                    u32::MAX,
+                ));
+            }
+        }
+        let first = LiveAllocs {
+            pid: 5,
+            restart: true,
+            stacks: vec![alloc_stack(0)],
+            events: events.clone(),
+            execs: Vec::new(),
+            dropped: 2,
+        };
+        top.apply(
+            LiveBatch {
+                allocs: vec![first.clone()],
+                ..LiveBatch::default()
+            },
+            t0,
+        );
+        let one = top.tick(t0 + Duration::from_secs(2), false);
+        let headline = one.allocs.expect("allocations");
+        assert_eq!(
+            (headline.allocs, headline.allocs_per_s, headline.live_bytes),
+            (10, 5.0, 500)
+        );
+        assert_eq!((headline.live_allocs, headline.dropped), (5, 2));
+        let rows = one.rows(TopView::Allocations, TopSort::Total, "");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(&*rows[0].name, "[unknown]");
+        assert_eq!(rows[0].total(), 500);
+        // Told again from the start, with one more call: one call in the interval.
+        let mut again = first;
+        again
+            .events
+            .push(alloc(30, AllocCall::Malloc, 0x20_000, 50, 0));
+        top.apply(
+            LiveBatch {
+                allocs: vec![again],
+                ..LiveBatch::default()
+            },
+            t0 + Duration::from_secs(2),
+        );
+        let two = top.tick(t0 + Duration::from_secs(3), false);
+        let headline = two.allocs.expect("allocations");
+        assert_eq!(
+            (headline.allocs, headline.allocs_per_s, headline.live_bytes),
+            (11, 1.0, 550)
+        );
+        // An exec ends every block.
+        top.apply(
+            LiveBatch {
+                allocs: vec![LiveAllocs {
+                    pid: 5,
+                    events: vec![alloc(50, AllocCall::Malloc, 0x30_000, 8, 0)],
+                    execs: vec![(0, 40)],
+                    dropped: 2,
+                    ..LiveAllocs::default()
+                }],
+                ..LiveBatch::default()
+            },
+            t0 + Duration::from_secs(3),
+        );
+        let three = top.tick(t0 + Duration::from_secs(4), false);
+        let headline = three.allocs.expect("allocations");
+        assert_eq!((headline.allocs, headline.live_bytes), (12, 8));
+        assert_eq!(headline.unpaired, 0);
+    }
+
     /// Rows sort by rate, total or name, and the filter keeps names containing it, in any
     /// case.
     #[test]
@@ -972,6 +1427,7 @@ mod tests {
             name: name.into(),
             place: String::new(),
             lib: "".into(),
+            alloc: None,
         };
         let snapshot = TopSnapshot {
             sites: vec![
@@ -993,6 +1449,9 @@ mod tests {
         assert_eq!(names(TopSort::Name, ""), ["Gamma", "alpha", "beta"]);
         assert_eq!(names(TopSort::Rate, "GAM"), ["Gamma"]);
         assert_eq!(TopSort::Name.next(), TopSort::Rate);
-        assert_eq!(TopView::Libraries.next(), TopView::Sites);
+        assert_eq!(TopView::Libraries.next(false), TopView::Sites);
+        assert_eq!(TopView::Sites.next(false), TopView::Processes);
+        assert_eq!(TopView::Sites.next(true), TopView::Allocations);
+        assert_eq!(TopView::Allocations.next(true), TopView::Processes);
     }
 }

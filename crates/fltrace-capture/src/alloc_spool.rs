@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use fltrace_runtime_abi::alloclog::{CLOCK_SIZE, Clock, MAGIC};
 use fltrace_runtime_abi::env;
+use fltrace_trace::live::LiveAllocSink;
 use fltrace_trace::spool::{
     Conversion, DRAIN_ALLOCS, DRAIN_STACKS, FullLogs, LiveLog, METADATA_FILE, SpoolMetadata,
     any_log_stopped, any_spool_log_stopped, convert_spooled, image_starts, lock_spool,
@@ -42,6 +43,8 @@ pub struct AllocLogs {
     drain: Option<Drain>,
     /// Pairs each process's calls as they are converted.
     pairing: Option<PairingFactory>,
+    /// A live view told every call converted ([`AllocLogs::show_live`]).
+    live: Option<LiveAllocSink>,
 }
 
 impl std::fmt::Debug for AllocLogs {
@@ -80,6 +83,7 @@ impl AllocLogs {
             clock: None,
             drain: None,
             pairing: None,
+            live: None,
         };
         if let Some(c) = credentials {
             std::os::unix::fs::chown(&dir, Some(c.uid), Some(c.gid)).map_err(io)?;
@@ -134,6 +138,14 @@ impl AllocLogs {
         self.pairing = pairing;
     }
 
+    /// Tells `sink` every call as it is converted (before [`AllocLogs::start_drain`]): the
+    /// drain then follows every process's logs from their first call, whatever their size,
+    /// so that a live view sees them within [`fltrace_trace::spool::LIVE_EVERY`] or so; what
+    /// converts at the end is told then.
+    pub fn show_live(&mut self, sink: LiveAllocSink) {
+        self.live = Some(sink);
+    }
+
     /// The environment variable that turns the tracer on. Its path is absolute: a process
     /// that changed directory before starting a child (a shell's `cd`, `make -C`) would send
     /// the child looking for a relative one, and its allocations would go untraced.
@@ -156,6 +168,7 @@ impl AllocLogs {
             recording.to_owned(),
             mono_offset,
             self.pairing.clone(),
+            self.live.clone(),
         ) {
             Ok(drain) => self.drain = Some(drain),
             Err(e) => log::debug!("allocation logs convert at the end: {e}"),
@@ -268,6 +281,7 @@ impl AllocLogs {
             },
             FullLogs::Remove,
             self.pairing.as_ref(),
+            self.live.as_ref(),
         );
         if converted.is_err() {
             // A table a full disk left unreadable (not even its header written) would make
@@ -380,6 +394,9 @@ struct ProcessImages {
 /// Processes whose logs are converted while the program runs, at most: each holds a writer
 /// thread and a row group of events.
 const MAX_DRAINS: usize = 4;
+/// Processes whose logs are followed while the program runs when a live view watches: what
+/// is beyond shows at the end.
+const MAX_LIVE_DRAINS: usize = 64;
 /// A process's logs are followed once its first log holds this much: smaller ones convert
 /// at the end in moments.
 const DRAIN_FROM_BYTES: u64 = 1 << 20;
@@ -421,11 +438,12 @@ impl ProcessDrain {
         first_generation: u32,
         recording: &str,
         pairing: Option<&PairingFactory>,
+        live: Option<&LiveAllocSink>,
     ) -> Result<ProcessDrain, Error> {
         let allocs_path = spool.join(format!("{DRAIN_ALLOCS}{pid}.parquet"));
         let stacks_path = spool.join(format!("{DRAIN_STACKS}{pid}.parquet"));
         let origin = Origin::new(recording, pid);
-        let conversion = match Conversion::create(&allocs_path, &stacks_path, origin, pairing) {
+        let mut conversion = match Conversion::create(&allocs_path, &stacks_path, origin, pairing) {
             Ok(conversion) => conversion,
             Err(e) => {
                 // Half made (one table, or one without its first checkpoint).
@@ -434,6 +452,9 @@ impl ProcessDrain {
                 return Err(e.into());
             }
         };
+        if let Some(sink) = live {
+            conversion.watch(pid, sink.clone());
+        }
         Ok(ProcessDrain {
             pid,
             first_generation,
@@ -611,7 +632,15 @@ fn drain_logs(
     recording: String,
     mono_offset: u64,
     pairing: Option<PairingFactory>,
+    live: Option<LiveAllocSink>,
 ) -> HashMap<u32, ProcessDrain> {
+    // A live view is told every process's calls as they come: each is followed from its
+    // first call, up to [`MAX_LIVE_DRAINS`].
+    let (most, from_bytes) = if live.is_some() {
+        (MAX_LIVE_DRAINS, 1)
+    } else {
+        (MAX_DRAINS, DRAIN_FROM_BYTES)
+    };
     let mut drains: HashMap<u32, ProcessDrain> = HashMap::new();
     let give_up = |drains: &mut HashMap<u32, ProcessDrain>, why: &str| {
         if !drains.is_empty() {
@@ -646,15 +675,15 @@ fn drain_logs(
                 return drains;
             }
         }
-        if drains.len() < MAX_DRAINS && look {
+        if drains.len() < most && look {
             let mut pids: Vec<u32> = known.keys().copied().collect();
             pids.sort_unstable();
             for pid in pids {
-                if drains.len() >= MAX_DRAINS {
+                if drains.len() >= most {
                     break;
                 }
                 if drains.contains_key(&pid)
-                    || log_bytes_taken(&spool.join(log_name(pid, 0))) < DRAIN_FROM_BYTES
+                    || log_bytes_taken(&spool.join(log_name(pid, 0))) < from_bytes
                 {
                     continue;
                 }
@@ -665,6 +694,7 @@ fn drain_logs(
                     first_generation,
                     &recording,
                     pairing.as_ref(),
+                    live.as_ref(),
                 ) {
                     Ok(drain) => {
                         drains.insert(pid, drain);
@@ -720,13 +750,22 @@ impl Drain {
         recording: String,
         mono_offset: u64,
         pairing: Option<PairingFactory>,
+        live: Option<LiveAllocSink>,
     ) -> std::io::Result<Drain> {
         let shared = Arc::new(DrainShared::default());
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("fltrace-drain".into())
             .spawn(move || {
-                drain_logs(spool, clock, thread_shared, recording, mono_offset, pairing)
+                drain_logs(
+                    spool,
+                    clock,
+                    thread_shared,
+                    recording,
+                    mono_offset,
+                    pairing,
+                    live,
+                )
             })?;
         Ok(Drain {
             shared,

@@ -9,7 +9,9 @@
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
-pub use fltrace_trace::live::{LiveBatch, LiveEvent, LiveFault, LiveTotals};
+pub use fltrace_trace::live::{
+    LiveAllocSink, LiveAllocs, LiveBatch, LiveEvent, LiveFault, LiveTotals,
+};
 
 /// How often the recorder hands what it learnt to the view.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
@@ -31,6 +33,18 @@ impl LiveFeed {
     /// Sends `batch`; a view gone is no error of the recording's.
     pub(crate) fn send(&self, batch: LiveBatch) {
         let _ = self.0.send(batch);
+    }
+
+    /// Where the allocation logs' conversion tells the view what it converted: a batch of
+    /// its own each time, without the recorder's totals.
+    pub(crate) fn alloc_sink(&self) -> LiveAllocSink {
+        let feed = self.clone();
+        std::sync::Arc::new(move |allocs: LiveAllocs| {
+            feed.send(LiveBatch {
+                allocs: vec![allocs],
+                ..LiveBatch::default()
+            })
+        })
     }
 }
 

@@ -4,7 +4,9 @@
 //! to, the threads' names, each process's statistics line, and the recording's running
 //! totals. Plain data, made by capture and read by analysis.
 
-use crate::{FaultFlags, Mapping, Stack};
+use std::sync::Arc;
+
+use crate::{AllocEvent, FaultFlags, Mapping, Stack};
 
 /// One fault row, as appended to its process's window, or one side of a change to an open
 /// row: its old `(stack_id, flags)` taken back (`undo`) and its new ones added.
@@ -85,6 +87,38 @@ pub struct LiveTotals {
     pub truncated: u64,
 }
 
+/// A process's allocation calls, as the recorder converts them from its logs
+/// ([`crate::spool::Conversion::watch`]): while the program runs, and what is left at its
+/// end.
+#[derive(Debug, Clone, Default)]
+pub struct LiveAllocs {
+    /// The process (its logs' pid).
+    pub pid: u32,
+    /// Forget what was told of this process's calls before: they are told again from the
+    /// first (a conversion given up while the program ran is done again at its end).
+    pub restart: bool,
+    /// Allocation stacks defined (ids of the allocation stacks table), before the events
+    /// that refer to them.
+    pub stacks: Vec<Stack>,
+    /// The calls, in time order.
+    pub events: Vec<AllocEvent>,
+    /// The process exec'd: `(i, time)`, before `events[i]`; its blocks end at `time`.
+    pub execs: Vec<(usize, u64)>,
+    /// Records the tracer dropped (a full log) in the images converted so far, as the logs'
+    /// headers say them.
+    pub dropped: u64,
+}
+
+impl LiveAllocs {
+    /// Whether it tells nothing new.
+    pub fn is_empty(&self) -> bool {
+        !self.restart && self.stacks.is_empty() && self.events.is_empty() && self.execs.is_empty()
+    }
+}
+
+/// Where a conversion sends what it converted, for a live view.
+pub type LiveAllocSink = Arc<dyn Fn(LiveAllocs) + Send + Sync>;
+
 /// What the recorder learnt since its last batch.
 #[derive(Debug, Clone, Default)]
 pub struct LiveBatch {
@@ -93,8 +127,11 @@ pub struct LiveBatch {
     /// Everything else, in order; a stack or mapping comes before the first batch that is
     /// read after the rows referring to it are: symbolize at the end of a batch.
     pub events: Vec<LiveEvent>,
-    /// The totals when the batch was made.
-    pub totals: LiveTotals,
+    /// Allocation calls converted since the last batch (`--allocs`).
+    pub allocs: Vec<LiveAllocs>,
+    /// The totals when the batch was made; `None` in a batch of allocations only, which
+    /// the conversion sends apart from the recorder's.
+    pub totals: Option<LiveTotals>,
     /// The traced processes are gone (or the recording was stopped): no fault follows, only
     /// what finishing the files adds.
     pub ended: bool,
@@ -103,6 +140,6 @@ pub struct LiveBatch {
 impl LiveBatch {
     /// Whether there is nothing in it but the totals.
     pub fn is_empty(&self) -> bool {
-        self.faults.is_empty() && self.events.is_empty() && !self.ended
+        self.faults.is_empty() && self.events.is_empty() && self.allocs.is_empty() && !self.ended
     }
 }

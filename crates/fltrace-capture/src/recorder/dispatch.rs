@@ -268,11 +268,11 @@ impl State {
                     .push(crate::live::LiveEvent::Runtime { pid, counters });
             }
         }
-        batch.totals = crate::live::LiveTotals {
+        batch.totals = Some(crate::live::LiveTotals {
             faults: self.faults,
             lost: self.lost,
             truncated: self.truncated_total,
-        };
+        });
         batch.ended = ended;
         feed.send(batch);
     }

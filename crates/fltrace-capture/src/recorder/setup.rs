@@ -208,7 +208,11 @@ impl ActiveRecording {
         let recording = format!("{root_pid}-{start_ns}");
         if let Some(logs) = &mut alloc_logs {
             logs.write_metadata(&recording, mono_offset)?;
-            if options.drain_allocs {
+            // A live view sees the calls as the drain converts them.
+            if let Some(feed) = &options.live {
+                logs.show_live(feed.alloc_sink());
+            }
+            if options.drain_allocs || options.live.is_some() {
                 logs.start_drain(&recording, mono_offset);
             }
         }

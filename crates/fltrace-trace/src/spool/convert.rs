@@ -48,7 +48,8 @@ pub enum FullLogs {
     Keep,
 }
 
-/// Converts the logs of `pid` in spool directory `spool`: see [`AllocLogs::convert`].
+/// Converts the logs of `pid` in spool directory `spool`: see [`AllocLogs::convert`]. A
+/// live view, if given, is told the calls as they are converted ([`Conversion::watch`]).
 pub fn convert_spooled(
     spool: &Path,
     pid: u32,
@@ -57,6 +58,7 @@ pub fn convert_spooled(
     metadata: &super::SpoolMetadata,
     full_logs: FullLogs,
     pairing: Option<&PairingFactory>,
+    live: Option<&crate::live::LiveAllocSink>,
 ) -> Result<Option<Converted>, Error> {
     let (mono_offset, recording) = (metadata.mono_offset, metadata.recording.as_str());
     let mut logs = Vec::new();
@@ -84,6 +86,9 @@ pub fn convert_spooled(
         origin.clone(),
         pairing,
     )?;
+    if let Some(sink) = live {
+        conversion.watch(pid, sink.clone());
+    }
     for (image, mut log) in logs.into_iter().enumerate() {
         let generation = first_generation + image as u32;
         let floor = image_start.get(&generation).copied().unwrap_or(0);
@@ -146,6 +151,8 @@ pub struct Conversion {
     /// The time of the current image's first event.
     first_ns: Option<u64>,
     frames: Box<[u64; MAX_FRAMES]>,
+    /// What a live view is told, when one watches ([`Conversion::watch`]).
+    live: Option<LiveTap>,
     started: std::time::Instant,
     started_cpu: std::time::Duration,
     started_thread: std::thread::ThreadId,
@@ -184,10 +191,35 @@ impl Conversion {
             last_ns: 0,
             first_ns: None,
             frames: Box::new([0; MAX_FRAMES]),
+            live: None,
             started: std::time::Instant::now(),
             started_cpu: thread_cpu(),
             started_thread: std::thread::current().id(),
         })
+    }
+
+    /// Tells `sink` what is converted from now on (a live view, `fltrace top`), every
+    /// [`LIVE_EVERY`] at most and at the end of each image: the stacks, the calls and the
+    /// execs, as written into the tables. The first message says to forget what an earlier
+    /// conversion of the process told.
+    pub fn watch(&mut self, pid: u32, sink: crate::live::LiveAllocSink) {
+        self.live = Some(LiveTap {
+            sink,
+            pending: crate::live::LiveAllocs {
+                pid,
+                restart: true,
+                ..Default::default()
+            },
+            last_sent: std::time::Instant::now(),
+        });
+    }
+
+    /// Hands the live view what it was not told yet, if anything.
+    pub fn flush_live(&mut self) {
+        let dropped = self.converted.dropped;
+        if let Some(tap) = &mut self.live {
+            tap.send(dropped);
+        }
     }
 
     /// Writes the records of `log` (image of address-space generation `generation`, whose
@@ -211,6 +243,9 @@ impl Conversion {
             // An image after an exec: its blocks begin anew at its first mapping.
             if generation > 0 && floor > 0 {
                 self.allocs.exec(floor)?;
+                if let Some(tap) = &mut self.live {
+                    tap.pending.execs.push((tap.pending.events.len(), floor));
+                }
             }
         }
         let mut written = 0;
@@ -224,6 +259,7 @@ impl Conversion {
                         local_id,
                         &self.frames[..len],
                         &mut self.stack_writer,
+                        self.live.as_mut().map(|tap| &mut tap.pending.stacks),
                     )?;
                 }
                 Item::Event(mut event) => {
@@ -236,12 +272,20 @@ impl Conversion {
                         event.stack_id = self.stacks.global(generation, event.stack_id);
                     }
                     self.first_ns.get_or_insert(event.time_ns);
+                    if let Some(tap) = &mut self.live {
+                        tap.pending.events.push(event);
+                    }
                     self.allocs.push(event)?;
                     written += 1;
                 }
             }
         }
         self.converted.events += written;
+        if let Some(tap) = &mut self.live
+            && tap.last_sent.elapsed() >= LIVE_EVERY
+        {
+            tap.send(self.converted.dropped + log.dropped());
+        }
         Ok(written)
     }
 
@@ -255,6 +299,7 @@ impl Conversion {
         log.complete()?;
         self.convert(log, generation, floor, u64::MAX, u64::MAX)?;
         self.end_image(log);
+        self.flush_live();
         Ok(())
     }
 
@@ -291,6 +336,7 @@ impl Conversion {
     pub fn finish(
         mut self,
     ) -> Result<(Converted, Vec<crate::AllocTotal>, Option<AllocPassSummary>), Error> {
+        self.flush_live();
         self.allocs.finish()?;
         // A drain's conversion ends on another thread than it began: its CPU is not known.
         let own_cpu = if std::thread::current().id() == self.started_thread {
@@ -317,6 +363,39 @@ impl Conversion {
         Ok((self.converted, self.allocs.totals.totals(), paired))
     }
 }
+/// How often a watched conversion tells its live view what it converted: within a view's
+/// interval (a second by default) with room to spare.
+pub const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A live view watching a conversion, and what it was not told yet.
+struct LiveTap {
+    sink: crate::live::LiveAllocSink,
+    pending: crate::live::LiveAllocs,
+    last_sent: std::time::Instant,
+}
+
+impl LiveTap {
+    /// Sends what is pending, if anything; `dropped`: the records dropped so far.
+    fn send(&mut self, dropped: u64) {
+        self.last_sent = std::time::Instant::now();
+        let changed = dropped != self.pending.dropped;
+        self.pending.dropped = dropped;
+        if self.pending.is_empty() && !changed {
+            return;
+        }
+        let pid = self.pending.pid;
+        let sent = std::mem::replace(
+            &mut self.pending,
+            crate::live::LiveAllocs {
+                pid,
+                dropped,
+                ..Default::default()
+            },
+        );
+        (self.sink)(sent);
+    }
+}
+
 /// Events handed in batches to threads that encode them: decoding and merging the logs is
 /// about a third of a conversion's CPU and encoding Parquet the rest, so the batches, a row
 /// group each, are encoded by [`ENCODERS`] threads at once and appended in order by a
@@ -708,12 +787,15 @@ pub const STACK_FRAMES_CAP: usize = 1 << 24;
 const DENSE_SLACK: usize = 1 << 16;
 
 impl Stacks {
+    /// Defines local stack `local_id` of image `generation`; a stack new to the table is
+    /// also pushed onto `live`, if given.
     fn define(
         &mut self,
         generation: u32,
         local_id: u32,
         frames: &[u64],
         writer: &mut StackWriter,
+        live: Option<&mut Vec<Stack>>,
     ) -> Result<(), Error> {
         let key = (generation, frames.to_vec());
         let id = match self.by_frames.get(&key) {
@@ -725,12 +807,16 @@ impl Stacks {
             None => {
                 let id = self.next;
                 self.next += 1;
-                writer.push(Stack {
+                let stack = Stack {
                     end: crate::StackEnd::Unknown,
                     id,
                     generation,
                     frames: key.1.iter().map(|&frame| CodeAddr::new(frame)).collect(),
-                })?;
+                };
+                if let Some(live) = live {
+                    live.push(stack.clone());
+                }
+                writer.push(stack)?;
                 self.frames_kept += frames.len();
                 self.by_frames.insert(key, id);
                 id

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fltrace_analyze::{TopRow, TopSnapshot, TopSort, TopView};
 use fltrace_capture::LiveBatch;
-use fltrace_render::top::{cells, columns, headline, rate};
+use fltrace_render::top::{cells, columns, figure_columns, figures, headline};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
@@ -91,7 +91,8 @@ pub(super) fn run(
                     let rows = shown.as_ref().map_or(0, |s| {
                         s.rows(choices.view, choices.sort, &choices.filter).len()
                     });
-                    if key_pressed(&mut choices, key.code, key.modifiers, rows) {
+                    let allocs = options.top.allocs;
+                    if key_pressed(&mut choices, key.code, key.modifiers, rows, allocs) {
                         quit = true;
                         intervals.request_stop();
                     }
@@ -121,7 +122,14 @@ pub(super) fn run(
 }
 
 /// Acts on a key; returns whether it asks to quit.
-fn key_pressed(choices: &mut Choices, code: KeyCode, modifiers: KeyModifiers, rows: usize) -> bool {
+/// `allocs`: allocations are traced, and `v` goes through their view too.
+fn key_pressed(
+    choices: &mut Choices,
+    code: KeyCode,
+    modifiers: KeyModifiers,
+    rows: usize,
+    allocs: bool,
+) -> bool {
     if let Some(typed) = &mut choices.typing {
         match code {
             KeyCode::Enter => {
@@ -147,7 +155,7 @@ fn key_pressed(choices: &mut Choices, code: KeyCode, modifiers: KeyModifiers, ro
         KeyCode::Char('p') => choices.paused = !choices.paused,
         KeyCode::Char('s') => choices.sort = choices.sort.next(),
         KeyCode::Char('v') => {
-            choices.view = choices.view.next();
+            choices.view = choices.view.next(allocs);
             choices.scroll = 0;
         }
         KeyCode::Char('/') => choices.typing = Some(choices.filter.clone()),
@@ -217,7 +225,7 @@ fn screen(
     top_lines.push(Line::from(format!(
         "view: {} (v)  sort: {} (s){filter}  / filter  p pause  arrows scroll  q quit",
         choices.view.name(),
-        choices.sort.name()
+        choices.sort.name_in(choices.view)
     )));
     let area = frame.area();
     let [head, body, status] = Layout::vertical([
@@ -234,8 +242,9 @@ fn screen(
     let first = choices.scroll.min(rows.len().saturating_sub(1));
     let headings = columns(choices.view);
     let numbers = |texts: [String; 3]| texts.map(|t| Cell::from(Line::from(t).right_aligned()));
+    let [rate_heading, total_heading] = figure_columns(choices.view);
     let header = Row::new(
-        numbers(["#".into(), "faults/s".into(), "total".into()])
+        numbers(["#".into(), rate_heading.into(), total_heading.into()])
             .into_iter()
             .chain(headings.iter().map(|h| Cell::from(*h))),
     )
@@ -246,26 +255,35 @@ fn screen(
         .skip(first)
         .take(usize::from(body.height.saturating_sub(1)))
         .map(|(i, row)| {
-            let figures = numbers([
-                (i + 1).to_string(),
-                rate(row.rate),
-                row.counts.count.to_string(),
-            ]);
-            Row::new(
-                figures
-                    .into_iter()
-                    .chain(cells(row, choices.view).into_iter().map(Cell::from)),
-            )
+            let [rate, total] = figures(row);
+            let figures = numbers([(i + 1).to_string(), rate, total]);
+            // An allocation site's bytes and blocks alive are numbers too.
+            let right = if row.alloc.is_some() { 2 } else { 0 };
+            let cells = cells(row, choices.view)
+                .into_iter()
+                .enumerate()
+                .map(move |(i, text)| {
+                    if i < right {
+                        Cell::from(Line::from(text).right_aligned())
+                    } else {
+                        Cell::from(text)
+                    }
+                });
+            Row::new(figures.into_iter().chain(cells))
         });
     let mut widths = vec![
         Constraint::Length(4),
         Constraint::Length(10),
         Constraint::Length(11),
-        Constraint::Length(9),
-        Constraint::Length(7),
     ];
     widths.extend(match choices.view {
-        TopView::Sites => vec![
+        // live, blocks
+        TopView::Allocations => [Constraint::Length(11), Constraint::Length(9)],
+        // kind, type
+        _ => [Constraint::Length(9), Constraint::Length(7)],
+    });
+    widths.extend(match choices.view {
+        TopView::Sites | TopView::Allocations => vec![
             Constraint::Fill(3),
             Constraint::Fill(2),
             Constraint::Fill(1),

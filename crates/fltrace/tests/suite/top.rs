@@ -370,3 +370,226 @@ fn the_screen_shows_the_site_and_answers_keys() {
         "the shell's screen again: {screen}"
     );
 }
+
+/// One row of a `top --batch` allocation table: `(allocs/s, allocs, live, blocks,
+/// function, file:line)`.
+type AllocRow = (f64, u64, String, u64, String, String);
+
+/// The allocation table of each interval of `top --batch --allocs`, with the headline's
+/// allocation line.
+fn alloc_tables(stdout: &str) -> Vec<(String, Vec<AllocRow>)> {
+    let mut tables = Vec::new();
+    for block in stdout.split("fltrace top: interval ").skip(1) {
+        let headline = block
+            .lines()
+            .find(|l| l.starts_with("allocs/s "))
+            .unwrap_or_else(|| panic!("an allocation headline: {block}"))
+            .to_owned();
+        let mut lines = block.lines().skip_while(|l| {
+            !(l.trim_start().starts_with('#') && l.contains("allocs/s") && l.contains("blocks"))
+        });
+        assert!(lines.next().is_some(), "an allocation table: {block}");
+        let rows = lines
+            .take_while(|l| !l.trim().is_empty() && !l.trim_start().starts_with("and "))
+            .map(|l| {
+                // `#  allocs/s  allocs  live (2 words)  blocks  function  file:line  lib`
+                let f: Vec<&str> = l.split_whitespace().collect();
+                assert!(f.len() >= 8, "a row of 8 columns: {l:?}");
+                (
+                    f[1].parse().expect("a rate"),
+                    f[2].parse().expect("a count"),
+                    format!("{} {}", f[3], f[4]),
+                    f[5].parse().expect("a count of blocks"),
+                    f[6].to_owned(),
+                    f[7].to_owned(),
+                )
+            })
+            .collect();
+        tables.push((headline, rows));
+    }
+    tables
+}
+
+/// Under `--allocs`, three one-second tables of a program that allocates without end at one
+/// line, keeping a tenth: each names the allocating function at that line with allocations
+/// per second within 20% of the program's own count of that second, and the blocks alive
+/// that it keeps (one it frees the next instant may be caught alive) at its block size;
+/// `report --allocs` of the recording kept gives the last table's allocations and, as leaks,
+/// its blocks and bytes alive, site by site and in all.
+#[test]
+fn batch_tables_show_allocations_by_site_at_the_programs_own_rate() {
+    let dir = Dir::new();
+    let w = workloads();
+    let line = site("allocs.c", "steady_alloc");
+    let out = dir
+        .fltrace()
+        .env("COLUMNS", "200")
+        .args([
+            "top", "--batch", "-d", "1", "-n", "3", "--allocs", "-o", "rec", "--",
+        ])
+        .arg(&w.allocs)
+        .args(["steady", "0"])
+        .output()
+        .expect("fltrace runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let tables = alloc_tables(&stdout);
+    assert_eq!(tables.len(), 3, "{stdout}");
+    let own_rates: Vec<f64> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("allocs: "))
+        .filter_map(|l| l.strip_suffix(" allocs/s"))
+        .map(|n| n.parse().expect("a rate"))
+        .collect();
+    assert!(own_rates.len() >= 2, "{stderr}");
+    const SIZE: u64 = 100;
+    let place = format!("allocs.c:{line}");
+    let at_site = |rows: &[AllocRow]| -> AllocRow {
+        rows.iter()
+            .find(|r| r.4 == "steady_alloc" && r.5 == place)
+            .cloned()
+            .unwrap_or_else(|| panic!("steady_alloc at {place}:\n{stdout}"))
+    };
+    for (i, (headline, rows)) in tables.iter().enumerate() {
+        assert!(headline.ends_with("allocs lost 0"), "{headline}");
+        let own = own_rates[i.min(own_rates.len() - 1)];
+        let (rate, allocs, live, blocks, _, _) = at_site(rows);
+        assert!(
+            (rate - own).abs() <= own * 0.2,
+            "table {}: {rate} allocs/s, the program's own {own}:\n{stdout}\n{stderr}",
+            i + 1
+        );
+        // Every tenth block from the first is kept.
+        let kept = allocs.div_ceil(10);
+        assert!(
+            blocks == kept || blocks == kept + 1,
+            "table {}: {blocks} blocks alive of {allocs} allocations:\n{stdout}",
+            i + 1
+        );
+        assert_eq!(
+            live,
+            fltrace_render::table::bytes(blocks * SIZE),
+            "{stdout}"
+        );
+    }
+    let (last_headline, last_rows) = tables.last().expect("a table");
+    let report = {
+        let out = dir.run(&[
+            "report", "-d", "rec", "--allocs", "--format", "csv", "--top", "0",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        csv_rows(&String::from_utf8_lossy(&out.stdout))
+    };
+    let number = |row: &std::collections::HashMap<String, String>, column: &str| -> u64 {
+        row[column].parse().expect("a number")
+    };
+    let row = report
+        .iter()
+        .find(|r| r["function"] == "steady_alloc" && r["line"] == line.to_string())
+        .unwrap_or_else(|| panic!("report names steady_alloc: {report:#?}"));
+    let (_, allocs, live, blocks, _, _) = at_site(last_rows);
+    assert_eq!(number(row, "allocs"), allocs, "{stdout}");
+    assert_eq!(number(row, "leaked_allocs"), blocks, "{stdout}");
+    assert_eq!(number(row, "leaked_bytes"), blocks * SIZE, "{stdout}");
+    assert_eq!(live, fltrace_render::table::bytes(blocks * SIZE));
+    // In all: the headline's allocations and blocks alive are the report's sums.
+    let sum = |column| report.iter().map(|r| number(r, column)).sum::<u64>();
+    assert!(
+        last_headline.starts_with("allocs/s ")
+            && last_headline.contains(&format!("  allocs {}  ", sum("allocs")))
+            && last_headline.contains(&format!(" in {} blocks", sum("leaked_allocs"))),
+        "{last_headline}: the report's {} allocations, {} alive at the end",
+        sum("allocs"),
+        sum("leaked_allocs")
+    );
+    // The rows are those sites, each as the report has it.
+    for (_, allocs, _, blocks, function, place) in last_rows {
+        // Sites with a line (the others are `??`); heap and mappings of one line are
+        // apart in the report.
+        let Some((file, line)) = place.rsplit_once(':') else {
+            continue;
+        };
+        let rows: Vec<_> = report
+            .iter()
+            .filter(|r| {
+                &r["function"] == function && r["file"].ends_with(file) && r["line"] == line
+            })
+            .collect();
+        assert!(
+            !rows.is_empty(),
+            "report row of {function} {place}: {report:#?}"
+        );
+        let of = |column| rows.iter().map(|r| number(r, column)).sum::<u64>();
+        assert_eq!(
+            (of("allocs"), of("leaked_allocs")),
+            (*allocs, *blocks),
+            "{function} {place}"
+        );
+    }
+}
+
+/// Stacks 2,000 calls deep, many of them new (the recursion's stack growth faults at every
+/// depth): the view names most by their first frames, from a cache, yet each site it shows
+/// has the function, `file:line` and total that `report` gives of the recording.
+#[test]
+fn deep_stacks_named_by_their_first_frames_have_the_reports_sites() {
+    let dir = Dir::new();
+    let w = workloads();
+    let out = dir
+        .fltrace()
+        .env("COLUMNS", "250")
+        .args(["top", "--batch", "-d", "1", "-o", "rec", "--"])
+        .arg(&w.deep_c)
+        .args(["64", "2000", "0", "paths"])
+        .output()
+        .expect("fltrace runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tables = tables(&stdout);
+    let last = tables.last().expect("a table");
+    let report = {
+        let out = dir.run(&["report", "-d", "rec", "--format", "json", "--top", "0"]);
+        assert!(out.status.success());
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    assert_eq!(report["faults"], last.faults, "{stdout}");
+    let line = site("deep.c", "deep_touch");
+    let touch = last
+        .rows
+        .iter()
+        .find(|r| r.3 == format!("deep.c:{line}"))
+        .unwrap_or_else(|| panic!("the last table names deep.c:{line}:\n{stdout}"));
+    assert_eq!(touch.1, 64, "every page written at deep_touch:\n{stdout}");
+    let mut checked = 0;
+    for (_, total, function, place) in &last.rows {
+        let Some((file, line)) = place.rsplit_once(':') else {
+            continue;
+        };
+        let line: u64 = line.parse().expect("a line");
+        let count: u64 = groups(&report)
+            .filter(|g| {
+                g["function"] == function.as_str()
+                    && g["file"].as_str().is_some_and(|f| f.ends_with(file))
+                    && g["line"] == line
+            })
+            .map(|g| g["count"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(count, *total, "{function} {place}:\n{stdout}");
+        checked += 1;
+    }
+    assert!(
+        last.rows.iter().any(|r| r.2 == "descend" && r.1 > 0),
+        "the recursion's own stack faults, in descend:\n{stdout}"
+    );
+    assert!(checked >= 2, "{stdout}");
+}
