@@ -533,6 +533,18 @@ pub struct LiveTop {
     warnings: Vec<String>,
     /// The frames skipped as call sites so far.
     skipped: Skipped,
+    /// What naming stacks cost, for `-vv`.
+    naming: Naming,
+}
+
+/// What naming fault stacks took so far.
+#[derive(Debug, Default)]
+struct Naming {
+    time: Duration,
+    stacks: u64,
+    cached: u64,
+    cut: u64,
+    whole: u64,
 }
 
 impl LiveTop {
@@ -556,6 +568,7 @@ impl LiveTop {
             ticks: 0,
             warnings: Vec::new(),
             skipped: Skipped::default(),
+            naming: Naming::default(),
         }
     }
 
@@ -688,7 +701,19 @@ impl LiveTop {
                 0.0
             }
         };
+        let naming = Instant::now();
         self.symbolize();
+        self.naming.time += naming.elapsed();
+        if finished {
+            log::debug!(
+                "top: naming took {:.3} s: {} new fault stacks, {} of them named by their first frames from the cache, {} symbolized cut to them, {} whole",
+                self.naming.time.as_secs_f64(),
+                self.naming.stacks,
+                self.naming.cached,
+                self.naming.cut,
+                self.naming.whole,
+            );
+        }
 
         for site in &mut self.sites {
             site.counts = Counts::default();
@@ -887,6 +912,7 @@ impl LiveTop {
         for process in self.processes.values_mut() {
             if !process.trace.stacks.is_empty() {
                 let stacks = std::mem::take(&mut process.trace.stacks);
+                self.naming.stacks += stacks.len() as u64;
                 // The new stacks by their first frames (with the generation): the first of
                 // each is named, the others (with whether frames were left out) follow it.
                 let mut groups: FxHashMap<Box<[u64]>, (u32, bool, Vec<(u32, bool)>)> =
@@ -900,6 +926,7 @@ impl LiveTop {
                     let key = prefix_key(stack);
                     if let Some(&site) = process.prefix_sites.get(&key[..]) {
                         process.stacks.entry(stack.id).or_default().site = Some(site);
+                        self.naming.cached += 1;
                         continue;
                     }
                     let trimmed = stack.frames.len() > PREFIX_FRAMES;
@@ -919,7 +946,15 @@ impl LiveTop {
                 let leaf = self.options.call_site == CallSite::Leaf;
                 // Stacks whose site lies beyond their first frames: named whole.
                 let mut whole: FxHashSet<u32> = FxHashSet::default();
+                let mut first_round = true;
                 while !process.trace.stacks.is_empty() {
+                    let named = process.trace.stacks.len() as u64;
+                    if first_round && !whole_only {
+                        self.naming.cut += named;
+                    } else {
+                        self.naming.whole += named;
+                    }
+                    first_round = false;
                     let mut resolved = self.symbolizer.resolve_stacks(&process.trace);
                     resolved.call_site = self.options.call_site;
                     apply_rules(
