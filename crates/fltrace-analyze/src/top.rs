@@ -915,8 +915,7 @@ impl LiveTop {
                 self.naming.stacks += stacks.len() as u64;
                 // The new stacks by their first frames (with the generation): the first of
                 // each is named, the others (with whether frames were left out) follow it.
-                let mut groups: FxHashMap<Box<[u64]>, (u32, bool, Vec<(u32, bool)>)> =
-                    FxHashMap::default();
+                let mut groups: FxHashMap<Box<[u64]>, StackGroup> = FxHashMap::default();
                 let mut key_of: FxHashMap<u32, Box<[u64]>> = FxHashMap::default();
                 for stack in &stacks {
                     if whole_only {
@@ -1065,6 +1064,10 @@ fn site_place(location: &Location) -> String {
         location.short_file().to_owned()
     }
 }
+
+/// New stacks with the same first frames: the one named (its id, whether frames were left
+/// out of it), and the others (id, whether frames were left out).
+type StackGroup = (u32, bool, Vec<(u32, bool)>);
 
 /// How many innermost frames of a fault stack name its site, mostly (see
 /// [`LiveTop::symbolize`]).

@@ -20,7 +20,7 @@ use fltrace_runtime_abi::env;
 use fltrace_trace::live::LiveAllocSink;
 use fltrace_trace::spool::{
     Conversion, DRAIN_ALLOCS, DRAIN_STACKS, FullLogs, LiveLog, METADATA_FILE, SpoolMetadata,
-    any_log_stopped, any_spool_log_stopped, convert_spooled, image_starts, lock_spool,
+    Watchers, any_log_stopped, any_spool_log_stopped, convert_spooled, image_starts, lock_spool,
     log_bytes_taken, log_name, note_refused,
 };
 pub use fltrace_trace::spool::{
@@ -280,8 +280,10 @@ impl AllocLogs {
                 mono_offset,
             },
             FullLogs::Remove,
-            self.pairing.as_ref(),
-            self.live.as_ref(),
+            Watchers {
+                pairing: self.pairing.as_ref(),
+                live: self.live.as_ref(),
+            },
         );
         if converted.is_err() {
             // A table a full disk left unreadable (not even its header written) would make

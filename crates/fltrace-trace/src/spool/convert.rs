@@ -48,8 +48,17 @@ pub enum FullLogs {
     Keep,
 }
 
-/// Converts the logs of `pid` in spool directory `spool`: see [`AllocLogs::convert`]. A
-/// live view, if given, is told the calls as they are converted ([`Conversion::watch`]).
+/// What a conversion hands its calls to besides the tables.
+#[derive(Clone, Copy, Default)]
+pub struct Watchers<'a> {
+    /// Pairs them at record time ([`crate::PairCalls`]).
+    pub pairing: Option<&'a PairingFactory>,
+    /// A live view, told them as they are converted ([`Conversion::watch`]).
+    pub live: Option<&'a crate::live::LiveAllocSink>,
+}
+
+/// Converts the logs of `pid` in spool directory `spool`: see [`AllocLogs::convert`]; the
+/// calls go to `watch` too.
 pub fn convert_spooled(
     spool: &Path,
     pid: u32,
@@ -57,9 +66,9 @@ pub fn convert_spooled(
     out_dir: &Path,
     metadata: &super::SpoolMetadata,
     full_logs: FullLogs,
-    pairing: Option<&PairingFactory>,
-    live: Option<&crate::live::LiveAllocSink>,
+    watch: Watchers<'_>,
 ) -> Result<Option<Converted>, Error> {
+    let Watchers { pairing, live } = watch;
     let (mono_offset, recording) = (metadata.mono_offset, metadata.recording.as_str());
     let mut logs = Vec::new();
     for image in 0.. {

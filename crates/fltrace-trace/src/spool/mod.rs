@@ -13,8 +13,8 @@ mod convert;
 
 pub use alloc_log::{LiveLog, any_log_stopped, any_spool_log_stopped, log_bytes_taken, log_name};
 pub use convert::{
-    Conversion, Converted, FullLogs, LIVE_EVERY, STACK_FRAMES_CAP, convert_spooled, image_starts,
-    note_refused, refused_note, write_pairing,
+    Conversion, Converted, FullLogs, LIVE_EVERY, STACK_FRAMES_CAP, Watchers, convert_spooled,
+    image_starts, note_refused, refused_note, write_pairing,
 };
 
 use crate::files;
@@ -382,8 +382,7 @@ fn recover_spool(
             metadata,
             FullLogs::Keep,
             // A killed recorder's calls: reports pair them themselves.
-            None,
-            None,
+            Watchers::default(),
         ) {
             Ok(Some(converted)) => {
                 log::warn!(
