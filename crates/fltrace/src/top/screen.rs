@@ -246,7 +246,14 @@ fn screen(
     let header = Row::new(
         numbers(["#".into(), rate_heading.into(), total_heading.into()])
             .into_iter()
-            .chain(headings.iter().map(|h| Cell::from(*h))),
+            .chain(headings.iter().enumerate().map(|(i, h)| {
+                // Over an allocation site's bytes and blocks alive, as over numbers.
+                if choices.view == TopView::Allocations && i < 2 {
+                    Cell::from(Line::from(*h).right_aligned())
+                } else {
+                    Cell::from(*h)
+                }
+            })),
     )
     .style(Style::new().add_modifier(Modifier::REVERSED));
     let body_rows = rows
