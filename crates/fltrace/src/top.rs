@@ -254,7 +254,9 @@ impl<'a> Intervals<'a> {
             return Some(self.top.tick(Instant::now(), true));
         }
         let next = self.next.as_mut()?;
-        if self.stopping || Instant::now() < *next {
+        // Once the traced processes are gone, the next table is the last, covering them to
+        // their end: an interval ending meanwhile would leave it empty, without their memory.
+        if self.stopping || Instant::now() < *next || self.top.ended() {
             return None;
         }
         if self.iterations.is_some_and(|n| self.shown + 1 >= n) {
