@@ -1064,3 +1064,45 @@ fn a_first_call_through_an_unbound_plt_slot_reaches_main_through_the_loader() {
         "{stack:?}"
     );
 }
+
+/// A fault in the kernel's vDSO (`gettimeofday` reading its data page, first in the parent,
+/// then in a forked child): the vDSO is unwound by its own CFI, not as JIT code by a frame
+/// chain its code does not keep (the child's stack stopped there, truncated). Both stacks
+/// read `main -> now -> [vdso]`, complete, `now` at its line of call.
+#[test]
+fn faults_in_the_vdso_unwind_by_its_cfi() {
+    let built = Dir::new();
+    let program = build_c_workload(built.path(), "vdsofork.c");
+    let (dir, stderr, truncated) = record_counting_truncated(&program, &[], &["300"]);
+
+    let folded = dir.run(&["report", "--format", "folded"]);
+    let want = [
+        "_start",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "main",
+        "now",
+        "[vdso]",
+    ];
+    let mut in_vdso = 0;
+    for line in String::from_utf8_lossy(&folded.stdout).lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let frames: Vec<&str> = stack.split(';').collect();
+        if frames.last() != Some(&"[vdso]") {
+            continue;
+        }
+        assert_eq!(&frames[1..], &want[..], "{count} faults\n{stderr}");
+        in_vdso += count.parse::<u64>().expect("count");
+    }
+    assert_eq!(in_vdso, 2, "{stderr}");
+    assert_eq!(truncated, 0, "{stderr}");
+    let by_stack = dir.report_json(&["--by", "stack"]);
+    let stack = stack_at(&by_stack, "vdsofork.c", site("vdsofork.c", "vdso_call"));
+    assert_eq!(
+        stack.first().map(|(f, _, _)| f.as_str()),
+        Some("[vdso]"),
+        "{stack:?}"
+    );
+}
