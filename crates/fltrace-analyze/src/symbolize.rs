@@ -470,6 +470,13 @@ impl Symbolizer {
                                 lookup.get() - start,
                             )
                         }
+                        // The kernel's vDSO: code without a file, but no JIT code.
+                        Some(m) if m.path == VDSO_FRAME && m.is_exec() => {
+                            Frame::Unnamed(Location {
+                                function: VDSO_FRAME.into(),
+                                ..Location::unknown(VDSO_FRAME.into(), true)
+                            })
+                        }
                         // JIT code no map names.
                         Some(m) if !m.is_file() && m.is_exec() => Frame::Unnamed(Location {
                             function: JIT_FRAME.into(),
@@ -803,6 +810,9 @@ enum Frame {
 /// The name, and library, of a frame in JIT code (an anonymous executable mapping) that no
 /// perf map or jitdump names.
 pub const JIT_FRAME: &str = "[jit]";
+
+/// The name, and library, of a frame in the kernel's vDSO (`clock_gettime`, `gettimeofday`).
+pub const VDSO_FRAME: &str = "[vdso]";
 
 /// A frame and how far back from its address it was looked up (1 for return addresses).
 type LookedUp = (Frame, u64);

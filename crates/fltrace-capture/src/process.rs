@@ -703,6 +703,15 @@ impl Process {
         if self.is_initial_heap(&mapping) {
             mapping.path = "[heap]".to_owned();
         }
+        if mapping.path == crate::unwind::VDSO && mapping.is_exec() {
+            // Code without a file, but an ELF image with CFI: `clock_gettime`'s frames unwind
+            // by it rather than as JIT code (a chain its code does not keep).
+            self.unwinder.add_mapping(
+                elf_cache,
+                &mapping,
+                std::path::Path::new(crate::unwind::VDSO),
+            );
+        }
         if mapping.is_file() {
             let file = crate::unwind::mapped_file(self.os_pid, &mapping.path);
             // Every file mapping carries its build ID (the kernel's, else read here), so that a

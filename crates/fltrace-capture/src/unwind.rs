@@ -56,6 +56,27 @@ impl ElfFile {
         // read, we may get SIGBUS, the accepted risk of every tool that maps binaries
         // (perf, samply, blazesym do the same).
         let map = Arc::new(unsafe { Mmap::map(&file) }.ok()?);
+        ElfFile::parse(map)
+    }
+
+    /// The kernel's vDSO, read from the recorder's own mapping: the same image the kernel
+    /// maps into every 64-bit process, whose CFI unwinds the frames of `clock_gettime` and
+    /// its kind (framehop cannot open `[vdso]` as a file).
+    fn vdso() -> Option<ElfFile> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+        let start = u64::from_str_radix(start, 16).ok()?;
+        let end = u64::from_str_radix(end, 16).ok()?;
+        let len = usize::try_from(end.checked_sub(start)?).ok()?;
+        let mut copy = memmap2::MmapMut::map_anon(len).ok()?;
+        // SAFETY: [start, end) is this process's vDSO mapping, readable, and never unmapped
+        // while the process runs.
+        copy.copy_from_slice(unsafe { std::slice::from_raw_parts(start as *const u8, len) });
+        ElfFile::parse(Arc::new(copy.make_read_only().ok()?))
+    }
+
+    fn parse(map: Arc<Mmap>) -> Option<ElfFile> {
         let elf = object::File::parse(&map[..]).ok()?;
         let mut sections = Vec::new();
         for name in [
@@ -128,6 +149,24 @@ impl ElfFile {
         Some(start.wrapping_sub(vaddr.wrapping_sub(offset).wrapping_add(pgoff)))
     }
 
+    /// The CFI row of file address `svma` ([`calls::cfi_row`]).
+    fn cfi_row(&self, svma: u64) -> Option<calls::CfiRow> {
+        let find = |name: &[u8]| self.sections.iter().find(|(n, _, _)| *n == name);
+        let section = |name: &[u8]| {
+            find(name)
+                .and_then(|(_, svma, range)| Some((self.file.get(range.clone())?, svma.start)))
+        };
+        calls::cfi_row(
+            &calls::CfiSections {
+                eh_frame: section(b".eh_frame")?,
+                eh_frame_hdr: section(b".eh_frame_hdr"),
+                text: find(b".text").map(|(_, svma, _)| svma.start),
+                got: find(b".got").map(|(_, svma, _)| svma.start),
+            },
+            svma,
+        )
+    }
+
     fn section_info(&self) -> ExplicitModuleSectionInfo<SectionBytes> {
         let find = |name: &[u8]| self.sections.iter().find(|(n, _, _)| *n == name);
         let bytes = |name: &[u8]| {
@@ -160,6 +199,9 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The name of the vDSO's mapping, under which [`ElfCache`] keeps the kernel's vDSO image.
+pub const VDSO: &str = "[vdso]";
+
 /// Parsed ELF files, keyed by the path they were opened from.
 #[derive(Default)]
 pub struct ElfCache {
@@ -170,7 +212,13 @@ impl ElfCache {
     fn get(&mut self, path: &Path) -> Option<Arc<ElfFile>> {
         self.files
             .entry(path.to_owned())
-            .or_insert_with(|| ElfFile::load(path).map(Arc::new))
+            .or_insert_with(|| {
+                if path == Path::new(VDSO) {
+                    ElfFile::vdso().map(Arc::new)
+                } else {
+                    ElfFile::load(path).map(Arc::new)
+                }
+            })
             .clone()
     }
 
@@ -287,10 +335,24 @@ enum Verdict {
     /// A call whose target the code does not say (through a register or memory, or in code
     /// whose bytes the recorder does not have, JIT code): it may be the caller.
     Weak,
+    /// A direct call to a PLT stub whose lazy binding leads through PLT0 to the dynamic
+    /// loader's resolver, the function the callee frame runs in: verified if the call left
+    /// what the PLT pushes below the return address.
+    Lazy(LazyCall),
     /// A direct call to another function: a stale word, or a frame skipped.
     Contradicted,
     /// No call precedes it: no return address at all.
     NotCall,
+}
+
+/// What a call through a lazy PLT entry leaves below its return address for the resolver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LazyCall {
+    /// The relocation index (`push $n`), just below the return address.
+    index: u64,
+    /// The GOT slot holding the object's link map (PLT0's `push GOT+8`), whose word is 16
+    /// bytes below the return address.
+    link_map: u64,
 }
 
 /// x86-64 `rt_sigreturn` trampoline, `mov $15,%rax; syscall`: the return address of every signal
@@ -416,70 +478,38 @@ impl AddressSpaceUnwinder {
     }
 
     /// Whether a direct call to `target` enters the function holding `callee_pc`, following
-    /// PLT stubs through their GOT slots (read from the live process: a lazy slot leads on to
-    /// the PLT's first entry and the dynamic loader's resolver), or by the slot's symbol name
-    /// where the slot cannot be read.
-    fn call_reaches(&self, mut target: u64, callee_pc: u64, live: &mut LiveStack) -> Verdict {
+    /// PLT stubs through their GOT slots (read from the live process, or by the slot's symbol
+    /// name where the slot cannot be read). A call through a slot bound since (lazy binding)
+    /// went the way the file's word in the slot leads: back into the PLT, through PLT0 to the
+    /// dynamic loader's resolver ([`Verdict::Lazy`]).
+    fn call_reaches(&self, target: u64, callee_pc: u64, live: &mut LiveStack) -> Verdict {
         let callee = self.code_at(callee_pc);
-        // A call through a PLT stub may have gone elsewhere than its slot leads now: lazy
-        // binding sends the first call to the dynamic loader's resolver, then binds the slot.
         let through_plt = self
             .code_at(target)
             .is_some_and(|code| code.elf.functions().in_plt(code.svma(target)));
-        // Through PLT stubs to the function they lead to.
-        for _ in 0..4 {
-            let Some(code) = self.code_at(target) else {
-                break;
-            };
-            let svma = code.svma(target);
-            let index = code.elf.functions();
-            if !index.in_plt(svma) {
-                break;
-            }
-            let len = 16.min((code.range.end - target) as usize);
-            let Some(jump) = code
-                .bytes_at(target, len)
-                .and_then(|bytes| calls::plt_jump(bytes, svma))
-            else {
-                return Verdict::Weak;
-            };
-            target = match jump {
-                PltJump::To(next) => next.wrapping_add(code.bias),
-                PltJump::Slot(slot) => match live.read_data(slot.wrapping_add(code.bias)) {
-                    Some(next) => next,
-                    None => {
-                        // The slot cannot be read (the process is gone, exact stacks): its
-                        // symbol's name must be the callee function's.
-                        let named = index.slot_name(slot).zip(callee).is_some_and(|(name, c)| {
-                            let functions = c.elf.functions();
-                            functions
-                                .function_start(c.svma(callee_pc))
-                                .is_some_and(|start| functions.is_named(start, name))
-                        });
-                        return if named {
-                            Verdict::Verified
-                        } else {
-                            Verdict::Weak
-                        };
-                    }
-                },
+        let (into, lazy) = match self.follow_plt(target, callee_pc, live, false) {
+            Ok(lead) => lead,
+            Err(verdict) => return verdict,
+        };
+        if self.enters(into, callee_pc) {
+            return match lazy {
+                Some(lazy) => Verdict::Lazy(lazy),
+                None => Verdict::Verified,
             };
         }
-        let into = self.code_at(target);
-        match (callee, into) {
-            (Some(callee), Some(code)) => {
-                let (svma, callee_svma) = (code.svma(target), callee.svma(callee_pc));
-                let same_file = Arc::ptr_eq(&code.elf, &callee.elf) && code.bias == callee.bias;
-                let enters = same_file
-                    && svma <= callee_svma
-                    && callee_svma - svma < MAX_FUNCTION
-                    && !callee.elf.functions().start_within(svma + 1, callee_svma);
-                if enters {
-                    Verdict::Verified
-                } else if !code.elf.functions().has_cfi(svma) || through_plt {
+        if through_plt
+            && let Ok((first, Some(lazy))) = self.follow_plt(target, callee_pc, live, true)
+            && self.enters(first, callee_pc)
+        {
+            return Verdict::Lazy(lazy);
+        }
+        match (callee, self.code_at(into)) {
+            (Some(_), Some(code)) => {
+                if !code.elf.functions().has_cfi(code.svma(into)) || through_plt {
                     // A stub without CFI may jump on to another function (V8's `Construct`
-                    // builtins to `JSBuiltinsConstructStub`), a PLT slot may have been bound
-                    // since the call (`_dl_runtime_resolve` reached it): no contradiction.
+                    // builtins to `JSBuiltinsConstructStub`); a PLT slot may lead elsewhere
+                    // than at the call for other reasons than lazy binding (an auditor's
+                    // `la_symbind`): no contradiction.
                     Verdict::Weak
                 } else {
                     Verdict::Contradicted
@@ -488,16 +518,174 @@ impl AddressSpaceUnwinder {
             // A direct call into a stub without CFI while the callee runs in JIT code: how
             // runtimes enter their JIT code (V8's JSEntryTrampoline calls the `Call` builtin,
             // which jumps on into the function's code); the JIT frame's chain says the rest.
-            (None, Some(code)) if !code.elf.functions().has_cfi(code.svma(target)) => Verdict::Weak,
+            (None, Some(code)) if !code.elf.functions().has_cfi(code.svma(into)) => Verdict::Weak,
             // A call into a compiled function while the callee runs in JIT code, or into JIT
             // code while the callee runs in an ELF file.
             (Some(_), None) | (None, Some(_)) => Verdict::Contradicted,
             // Both in JIT code, whose functions' bounds are not known here.
-            (None, None) if target <= callee_pc && callee_pc - target < MAX_FUNCTION => {
-                Verdict::Weak
-            }
+            (None, None) if into <= callee_pc && callee_pc - into < MAX_FUNCTION => Verdict::Weak,
             (None, None) => Verdict::Contradicted,
         }
+    }
+
+    /// Whether a jump to `target` enters the function holding `callee_pc`: the same mapped
+    /// file, `target` at or below it and no function starting in between.
+    fn enters(&self, target: u64, callee_pc: u64) -> bool {
+        let (Some(callee), Some(code)) = (self.code_at(callee_pc), self.code_at(target)) else {
+            return false;
+        };
+        let (svma, callee_svma) = (code.svma(target), callee.svma(callee_pc));
+        Arc::ptr_eq(&code.elf, &callee.elf)
+            && code.bias == callee.bias
+            && svma <= callee_svma
+            && callee_svma - svma < MAX_FUNCTION
+            && !callee.elf.functions().start_within(svma + 1, callee_svma)
+    }
+
+    /// Where a call to `target` goes through PLT stubs: the first address outside a PLT, and
+    /// whether the way led through a lazy entry and PLT0 to the resolver (what that leaves on
+    /// the stack). GOT slots are read from the live process, except, if `unbound`, the stub's
+    /// own slot, whose word in the file is taken (where the call went before binding). An
+    /// `Err` is the verdict where the way cannot be followed.
+    fn follow_plt(
+        &self,
+        mut target: u64,
+        callee_pc: u64,
+        live: &mut LiveStack,
+        unbound: bool,
+    ) -> Result<(u64, Option<LazyCall>), Verdict> {
+        let (mut index, mut link_map) = (None, None);
+        let mut first_slot = true;
+        for _ in 0..4 {
+            let Some(code) = self.code_at(target) else {
+                break;
+            };
+            let svma = code.svma(target);
+            let functions = code.elf.functions();
+            if !functions.in_plt(svma) {
+                break;
+            }
+            let len = 16.min((code.range.end - target) as usize);
+            let Some(jump) = code
+                .bytes_at(target, len)
+                .and_then(|bytes| calls::plt_jump(bytes, svma))
+            else {
+                return Err(Verdict::Weak);
+            };
+            let slot = match jump {
+                PltJump::To(next) => {
+                    target = next.wrapping_add(code.bias);
+                    continue;
+                }
+                PltJump::Lazy { index: n, to } => {
+                    index = Some(n);
+                    target = to.wrapping_add(code.bias);
+                    continue;
+                }
+                PltJump::Resolver { link_map: at, slot } => {
+                    link_map = Some(at.wrapping_add(code.bias));
+                    slot
+                }
+                PltJump::Slot(slot) => slot,
+            };
+            if unbound && std::mem::take(&mut first_slot) {
+                match functions.unbound_slot(slot) {
+                    Some(word) => {
+                        target = word.wrapping_add(code.bias);
+                        continue;
+                    }
+                    None => return Err(Verdict::Weak),
+                }
+            }
+            target = match live.read_data(slot.wrapping_add(code.bias)) {
+                Some(next) => next,
+                None => {
+                    // The slot cannot be read (the process is gone, exact stacks): its
+                    // symbol's name must be the callee function's.
+                    let callee = self.code_at(callee_pc);
+                    let named = functions
+                        .slot_name(slot)
+                        .zip(callee)
+                        .is_some_and(|(name, c)| {
+                            let callee_functions = c.elf.functions();
+                            callee_functions
+                                .function_start(c.svma(callee_pc))
+                                .is_some_and(|start| callee_functions.is_named(start, name))
+                        });
+                    return Err(if named {
+                        Verdict::Verified
+                    } else {
+                        Verdict::Weak
+                    });
+                }
+            };
+        }
+        let lazy = index
+            .zip(link_map)
+            .map(|(index, link_map)| LazyCall { index, link_map });
+        Ok((target, lazy))
+    }
+
+    /// Whether the two words below the return address at `ra_at` are those a lazy call
+    /// through the PLT pushed on its way to the resolver: the relocation index, then the
+    /// object's link map (the word in its GOT slot, read from the live process).
+    fn lazy_frame_holds(
+        &self,
+        lazy: LazyCall,
+        ra_at: u64,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+        live: &mut LiveStack,
+    ) -> bool {
+        let (Some(index), Some(link_map)) =
+            (read(ra_at.wrapping_sub(8)), read(ra_at.wrapping_sub(16)))
+        else {
+            return false;
+        };
+        index == lazy.index && live.read_data(lazy.link_map) == Some(link_map)
+    }
+
+    /// The caller of a frame whose CFA the CFI computes from `rbx` (the dynamic loader's
+    /// `_dl_runtime_resolve_*`, which realigns the stack for `xsave`), a register framehop does
+    /// not track: its value is the word where the inner frame (`inner`, whose CFA is `inner_cfa`)
+    /// saved it by its own CFI (`_dl_fixup` pushes it first thing). The return address then
+    /// lies where this frame's CFI says, exactly: no word is searched for. It is taken if the
+    /// call before it can reach this frame's function (a lazy call through the PLT with what
+    /// the PLT pushed below it). Returns the caller's registers.
+    fn caller_by_saved_rbx(
+        &self,
+        address: FrameAddress,
+        (inner, inner_cfa): (FrameAddress, u64),
+        regs: &UnwindRegsX86_64,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+        is_exec: &dyn Fn(u64) -> bool,
+        live: &mut LiveStack,
+    ) -> Option<UnwindRegsX86_64> {
+        let pc = address.address_for_lookup();
+        let code = self.code_at(pc)?;
+        let row = code.elf.cfi_row(code.svma(pc))?;
+        if row.cfa_register != gimli::X86_64::RBX.0 {
+            return None;
+        }
+        let inner_pc = inner.address_for_lookup();
+        let inner_code = self.code_at(inner_pc)?;
+        let rbx_at = inner_code.elf.cfi_row(inner_code.svma(inner_pc))?.rbx_at?;
+        let rbx = read(inner_cfa.checked_add_signed(rbx_at)?)?;
+        let cfa = rbx.checked_add_signed(row.cfa_offset)?;
+        // The caller's frame lies above this one's.
+        if cfa <= regs.sp() {
+            return None;
+        }
+        let ra_at = cfa.checked_add_signed(row.ra_at?)?;
+        let ra = read(ra_at)?;
+        if !is_exec(ra) {
+            return None;
+        }
+        let callable = match self.verify_caller(ra, pc, live) {
+            Verdict::Verified | Verdict::Weak => true,
+            Verdict::Lazy(lazy) => self.lazy_frame_holds(lazy, ra_at, read, live),
+            Verdict::Contradicted | Verdict::NotCall => false,
+        };
+        callable.then(|| UnwindRegsX86_64::new(ra, cfa, regs.bp()))
     }
 
     /// A caller for a frame whose unwind rule gave no usable return address (code without
@@ -546,7 +734,10 @@ impl AddressSpaceUnwinder {
                 Verdict::Weak => {
                     weak.get_or_insert(UnwindRegsX86_64::new(word, at, bp));
                 }
-                Verdict::Contradicted | Verdict::NotCall => {}
+                // A lazy call's return address is not searched for: `xsavec` leaves earlier
+                // resolver frames, what the PLT pushed below them included, in the state area
+                // it does not write, below the true one ([`Self::caller_by_saved_rbx`]).
+                Verdict::Lazy(_) | Verdict::Contradicted | Verdict::NotCall => {}
             }
         }
         let caller = weak?;
@@ -566,7 +757,7 @@ impl AddressSpaceUnwinder {
         let consistent = is_exec(ra)
             && matches!(
                 self.verify_caller(ra, caller_pc, live),
-                Verdict::Verified | Verdict::Weak
+                Verdict::Verified | Verdict::Weak | Verdict::Lazy(_)
             );
         consistent.then_some((caller, false))
     }
@@ -706,6 +897,8 @@ impl AddressSpaceUnwinder {
         };
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut address = FrameAddress::InstructionPointer(ip);
+        // The frame unwound before this one (its callee), whose CFA is this one's `sp`.
+        let mut inner: Option<FrameAddress> = None;
         // Whether `regs.bp()` may not be the frame's (a caller found by searching the stack
         // keeps its callee's, which that code may have changed).
         let mut bp_uncertain = false;
@@ -767,6 +960,7 @@ impl AddressSpaceUnwinder {
                 };
                 regs = UnwindRegsX86_64::new(rip, rsp, rbp);
                 address = FrameAddress::InstructionPointer(rip);
+                inner = None;
                 frames.push(rip);
                 known.fresh.push(KnownFrame::new(rip, &regs, false));
                 continue;
@@ -853,7 +1047,8 @@ impl AddressSpaceUnwinder {
                         // and a word of a later call there must not pass for this frame's
                         // caller.
                         match self.verify_caller(ra, callee_pc, beyond) {
-                            Verdict::Verified => false,
+                            // Where the CFI placed it: the resolver's caller.
+                            Verdict::Verified | Verdict::Lazy(_) => false,
                             Verdict::Weak => reads_bp,
                             Verdict::Contradicted | Verdict::NotCall => true,
                         }
@@ -890,17 +1085,33 @@ impl AddressSpaceUnwinder {
                 // Not for JIT code: where its chain fails, nothing says how large its frame
                 // is or which stale words lie in it.
                 let found = match is_exec {
-                    Some(is_exec) if !live.get() && self.code_at(callee_pc).is_some() => self
-                        .scan_for_caller(
-                            cache, &before, callee_pc, copy_end, &mut read, is_exec, beyond,
-                        ),
+                    Some(is_exec) if !live.get() && self.code_at(callee_pc).is_some() => {
+                        let by_rbx = inner.and_then(|inner| {
+                            self.caller_by_saved_rbx(
+                                address,
+                                (inner, before.sp()),
+                                &before,
+                                &mut read,
+                                is_exec,
+                                beyond,
+                            )
+                        });
+                        match by_rbx {
+                            Some(caller) => Some((caller, !bp_uncertain, false)),
+                            None => self
+                                .scan_for_caller(
+                                    cache, &before, callee_pc, copy_end, &mut read, is_exec, beyond,
+                                )
+                                .map(|(caller, bp_known)| (caller, bp_known, true)),
+                        }
+                    }
                     _ => None,
                 };
                 match found {
-                    Some((caller, bp_known)) => {
+                    Some((caller, bp_known, scanned)) => {
                         regs = caller;
                         step = Ok(Some(caller.ip()));
-                        beyond.scanned = true;
+                        beyond.scanned |= scanned;
                         bp_uncertain = !bp_known;
                     }
                     None => {
@@ -921,6 +1132,7 @@ impl AddressSpaceUnwinder {
             match step {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                     Some(next) => {
+                        inner = Some(address);
                         address = next;
                         frames.push(ra);
                         known.fresh.push(KnownFrame::new(ra, &regs, true));
@@ -1507,6 +1719,43 @@ mod tests {
         let mut child = known.forked();
         let forked = unwind(&unwinder, &stack, stack.copy_to(1), false, &mut child);
         assert_eq!(forked, (whole.to_vec(), UnwindEnd::Complete));
+    }
+
+    /// A return address found for the dynamic loader's resolver is its caller only with what
+    /// the PLT pushed below it: the lazy entry's relocation index, then the object's link map
+    /// (the word of its GOT slot, read from the process, here our own). A stale return
+    /// address of another call through the PLT has another index, or another object's map.
+    #[test]
+    fn a_lazy_call_leaves_its_index_and_link_map_below_the_return_address() {
+        let link_map_word: Box<u64> = Box::new(0x7f00_dead_b000);
+        let slot = &*link_map_word as *const u64 as u64;
+        let lazy = LazyCall {
+            index: 3,
+            link_map: slot,
+        };
+        let unwinder = unwinder();
+        let mut live = LiveStack::new(std::process::id());
+        let ra_at = 0x1000;
+        let check = |words: [u64; 2], live: &mut LiveStack| {
+            let mut read = |addr: u64| match addr {
+                0xff0 => Some(words[0]),
+                0xff8 => Some(words[1]),
+                _ => None,
+            };
+            unwinder.lazy_frame_holds(lazy, ra_at, &mut read, live)
+        };
+        assert!(check([0x7f00_dead_b000, 3], &mut live));
+        assert!(
+            !check([0x7f00_dead_b000, 4], &mut live),
+            "another entry's index"
+        );
+        assert!(
+            !check([0x7f00_beef_b000, 3], &mut live),
+            "another object's map"
+        );
+        // The process gone: the link map cannot be checked.
+        assert!(!check([0x7f00_dead_b000, 3], &mut LiveStack::new(0)));
+        drop(link_map_word);
     }
 
     /// A zero word where a return address should be (a live stack that moved on, a stale

@@ -6,7 +6,10 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, EndianSlice, LittleEndian, UnwindSection};
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, RegisterRule,
+    UnwindContext, UnwindSection,
+};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 
 /// The call instruction that ends just before a return address.
@@ -56,10 +59,16 @@ pub(crate) fn call_before(bytes: &[u8], ra: u64) -> CallBefore {
 /// Where a PLT stub's jump goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PltJump {
-    /// To a fixed address (a lazy stub's jump to the PLT's first entry).
+    /// To a fixed address.
     To(u64),
     /// To the address held in this GOT slot (file address, svma).
     Slot(u64),
+    /// A lazy entry's `push $index; jmp PLT0`: the relocation index it leaves on the stack
+    /// for the dynamic loader's resolver, and PLT0's address (svma).
+    Lazy { index: u64, to: u64 },
+    /// PLT0's `push GOT+8; jmp *GOT+16`: the slot whose word (the object's link map) it
+    /// leaves on the stack, and the slot holding the resolver's address (both svma).
+    Resolver { link_map: u64, slot: u64 },
 }
 
 /// Decodes the PLT stub at `at` (file address `svma`; `bytes` from there): `jmp *slot(%rip)`
@@ -74,29 +83,47 @@ pub(crate) fn plt_jump(bytes: &[u8], svma: u64) -> Option<PltJump> {
         let b = bytes.get(at..at + 4)?;
         Some(i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
     };
-    // `push imm32` (lazy entry) or `push disp32(%rip)` (PLT0) before the jump.
+    // `push imm32` (lazy entry: the relocation index, sign-extended as the CPU pushes it) or
+    // `push disp32(%rip)` (PLT0: the link map's slot) before the jump.
+    let mut index = None;
+    let mut link_map = None;
     match bytes.get(i..i + 2)? {
-        [0x68, _] => i += 5,
-        [0xff, 0x35] => i += 6,
+        [0x68, _] => {
+            index = Some(rel32(i + 1)? as u64);
+            i += 5;
+        }
+        [0xff, 0x35] => {
+            link_map = Some(
+                svma.wrapping_add(i as u64 + 6)
+                    .wrapping_add_signed(rel32(i + 2)?),
+            );
+            i += 6;
+        }
         _ => {}
     }
     if bytes.get(i) == Some(&0xf2) {
         i += 1;
     }
-    match bytes.get(i..i + 2)? {
-        [0xff, 0x25] => {
+    match (bytes.get(i..i + 2)?, index, link_map) {
+        ([0xff, 0x25], _, link_map) => {
             let end = i + 6;
-            Some(PltJump::Slot(
-                svma.wrapping_add(end as u64)
-                    .wrapping_add_signed(rel32(i + 2)?),
-            ))
+            let slot = svma
+                .wrapping_add(end as u64)
+                .wrapping_add_signed(rel32(i + 2)?);
+            Some(match link_map {
+                Some(link_map) => PltJump::Resolver { link_map, slot },
+                None => PltJump::Slot(slot),
+            })
         }
-        [0xe9, _] => {
+        ([0xe9, _], index, _) => {
             let end = i + 5;
-            Some(PltJump::To(
-                svma.wrapping_add(end as u64)
-                    .wrapping_add_signed(rel32(i + 1)?),
-            ))
+            let to = svma
+                .wrapping_add(end as u64)
+                .wrapping_add_signed(rel32(i + 1)?);
+            Some(match index {
+                Some(index) => PltJump::Lazy { index, to },
+                None => PltJump::To(to),
+            })
         }
         _ => None,
     }
@@ -113,6 +140,10 @@ pub(crate) struct FunctionIndex {
     plt: Vec<Range<u64>>,
     /// The symbol each GOT slot is relocated to (`.rela.plt`, `.rela.dyn`).
     slots: HashMap<u64, Box<str>>,
+    /// The word the file holds in each lazily bound GOT slot (`R_X86_64_JUMP_SLOT`) that
+    /// leads back into the PLT: where a call through the slot goes until the dynamic loader
+    /// binds it (its lazy entry, `push $n; jmp PLT0`).
+    unbound: HashMap<u64, u64>,
     /// The exported functions' names by address, sorted by address.
     names: Vec<(u64, Box<str>)>,
 }
@@ -149,6 +180,15 @@ impl FunctionIndex {
             (elf.dynamic_relocations(), elf.dynamic_symbol_table())
         {
             for (slot, relocation) in relocations {
+                if relocation.flags()
+                    == (object::RelocationFlags::Elf {
+                        r_type: object::elf::R_X86_64_JUMP_SLOT,
+                    })
+                    && let Some(word) = file_word(&elf, slot)
+                    && index.in_plt(word)
+                {
+                    index.unbound.insert(slot, word);
+                }
                 if let object::RelocationTarget::Symbol(at) = relocation.target()
                     && let Ok(symbol) = dynsym.symbol_by_index(at)
                     && let Ok(name) = symbol.name()
@@ -194,6 +234,12 @@ impl FunctionIndex {
         self.slots.get(&svma).map(|n| &**n)
     }
 
+    /// Where a call through the lazily bound GOT slot at `svma` goes before the slot is bound:
+    /// back into the PLT (the word the file holds there).
+    pub(crate) fn unbound_slot(&self, svma: u64) -> Option<u64> {
+        self.unbound.get(&svma).copied()
+    }
+
     /// Whether the exported function at `svma` is called `name` (one of its aliases).
     pub(crate) fn is_named(&self, svma: u64, name: &str) -> bool {
         let at = self.names.partition_point(|(a, _)| *a < svma);
@@ -202,6 +248,84 @@ impl FunctionIndex {
             .take_while(|(a, _)| *a == svma)
             .any(|(_, n)| &**n == name)
     }
+}
+
+/// The 8-byte word the file holds at `svma` (in a section with file contents).
+fn file_word(elf: &object::File<'_>, svma: u64) -> Option<u64> {
+    let section = elf
+        .sections()
+        .find(|s| s.address() <= svma && svma + 8 <= s.address() + s.size())?;
+    let data = section.data().ok()?;
+    let at = usize::try_from(svma - section.address()).ok()?;
+    let bytes = data.get(at..at.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// What the CFI row of one code address says that framehop does not: the register the CFA is
+/// computed from (DWARF number) and its offset, and where the caller's `rbx` and the return
+/// address are saved (offsets from the CFA), if they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CfiRow {
+    pub cfa_register: u16,
+    pub cfa_offset: i64,
+    pub rbx_at: Option<i64>,
+    pub ra_at: Option<i64>,
+}
+
+/// The sections [`cfi_row`] reads: each one's bytes and file address.
+pub(crate) struct CfiSections<'a> {
+    pub eh_frame: (&'a [u8], u64),
+    pub eh_frame_hdr: Option<(&'a [u8], u64)>,
+    pub text: Option<u64>,
+    pub got: Option<u64>,
+}
+
+/// The CFI row of file address `svma`, found through `.eh_frame_hdr`'s table where there is
+/// one (else by walking `.eh_frame`).
+pub(crate) fn cfi_row(sections: &CfiSections<'_>, svma: u64) -> Option<CfiRow> {
+    let eh_frame = EhFrame::new(sections.eh_frame.0, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(sections.eh_frame.1);
+    if let Some(text) = sections.text {
+        bases = bases.set_text(text);
+    }
+    if let Some(got) = sections.got {
+        bases = bases.set_got(got);
+    }
+    let mut ctx = UnwindContext::new();
+    let row = match sections.eh_frame_hdr {
+        Some((hdr, hdr_svma)) => {
+            bases = bases.set_eh_frame_hdr(hdr_svma);
+            let parsed = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok()?;
+            parsed
+                .table()?
+                .unwind_info_for_address(
+                    &eh_frame,
+                    &bases,
+                    &mut ctx,
+                    svma,
+                    EhFrame::cie_from_offset,
+                )
+                .ok()?
+                .clone()
+        }
+        None => eh_frame
+            .unwind_info_for_address(&bases, &mut ctx, svma, EhFrame::cie_from_offset)
+            .ok()?
+            .clone(),
+    };
+    let CfaRule::RegisterAndOffset { register, offset } = *row.cfa() else {
+        return None;
+    };
+    let saved_at = |register| match row.register(register) {
+        Some(RegisterRule::Offset(at)) => Some(at),
+        _ => None,
+    };
+    Some(CfiRow {
+        cfa_register: register.0,
+        cfa_offset: offset,
+        rbx_at: saved_at(gimli::X86_64::RBX),
+        ra_at: saved_at(gimli::X86_64::RA),
+    })
 }
 
 /// The address ranges the `.eh_frame` FDEs of `elf` cover, sorted by start.
@@ -324,7 +448,19 @@ mod tests {
         ];
         assert_eq!(
             plt_jump(&ibt, 0x3040),
-            Some(PltJump::To(0x3040 + 15 - 0x40))
+            Some(PltJump::Lazy {
+                index: 3,
+                to: 0x3040 + 15 - 0x40
+            })
+        );
+        // .plt without IBT, from its push (where the unbound slot leads): push $3; jmp PLT0
+        let push = [0x68, 0x03, 0x00, 0x00, 0x00, 0xe9, 0xd0, 0xff, 0xff, 0xff];
+        assert_eq!(
+            plt_jump(&push, 0x2006),
+            Some(PltJump::Lazy {
+                index: 3,
+                to: 0x2006 + 10 - 0x30
+            })
         );
         // PLT0: push 0x2fe2(%rip); bnd jmp *0x2fe4(%rip)
         let plt0 = [
@@ -332,7 +468,21 @@ mod tests {
         ];
         assert_eq!(
             plt_jump(&plt0, 0x3000),
-            Some(PltJump::Slot(0x3000 + 13 + 0x2fe3))
+            Some(PltJump::Resolver {
+                link_map: 0x3000 + 6 + 0x2fe2,
+                slot: 0x3000 + 13 + 0x2fe3
+            })
+        );
+        // PLT0 without IBT: push 0x2fe2(%rip); jmp *0x2fe4(%rip)
+        let plt0 = [
+            0xff, 0x35, 0xe2, 0x2f, 0x00, 0x00, 0xff, 0x25, 0xe4, 0x2f, 0x00, 0x00,
+        ];
+        assert_eq!(
+            plt_jump(&plt0, 0x1000),
+            Some(PltJump::Resolver {
+                link_map: 0x1000 + 6 + 0x2fe2,
+                slot: 0x1000 + 12 + 0x2fe4
+            })
         );
         assert_eq!(plt_jump(&[0x55, 0x48, 0x89, 0xe5], 0x4000), None);
     }

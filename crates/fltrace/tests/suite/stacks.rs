@@ -970,3 +970,137 @@ fn faults_growing_the_stack_take_their_callers_from_the_next_stack() {
     assert!(stat("stacks_uncopied") >= THREADS * PAGES);
     assert_eq!(stat("stacks_truncated"), truncated);
 }
+
+/// A first call through an unbound PLT slot (a program linked with `-z lazy`): the slot leads
+/// back into the PLT, whose first entry sends the call to the dynamic loader's resolver,
+/// which runs an IFUNC's resolver that faults 16 times. The loader's resolver computes its CFA
+/// from `rbx`, which `_dl_fixup` saved: its return address is where its CFI says, after a call
+/// to `lazy_touch@plt`, whose lazy way (the file's word in its GOT slot, back into the PLT)
+/// ends in the resolver, with what the PLT pushed below it. (A search of the stack for the
+/// caller would meet first the decoy the resolver saved from `rdi`, a return address after an
+/// indirect call, and stop there.) Every one of the 16 stacks is complete and reads `main ->
+/// first_call` (at its line of call) `-> _dl_runtime_resolve_* -> _dl_fixup -> ... ->
+/// resolve_lazy_touch`.
+#[test]
+fn a_first_call_through_an_unbound_plt_slot_reaches_main_through_the_loader() {
+    const PAGES: u64 = 16;
+    let built = Dir::new();
+    let src = workloads_dir();
+    let gcc = |args: &[&str], out: &std::path::Path, source: &str, tail: &[&str]| {
+        let status = std::process::Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer"])
+            .args(args)
+            .arg("-o")
+            .arg(out)
+            .arg(src.join(source))
+            .args(tail)
+            .status()
+            .expect("gcc runs");
+        assert!(status.success(), "gcc {source}");
+    };
+    let lib = built.path().join("liblazybind.so");
+    gcc(&["-shared", "-fPIC"], &lib, "lazybindlib.c", &[]);
+    let program = built.path().join("lazybind");
+    let libdir = built.path().to_string_lossy().into_owned();
+    gcc(
+        &["-Wl,-z,lazy"],
+        &program,
+        "lazybind.c",
+        &[
+            &format!("-L{libdir}"),
+            "-llazybind",
+            &format!("-Wl,-rpath,{libdir}"),
+        ],
+    );
+    // The pause keeps the process there while the recorder reads its GOT slots.
+    let (dir, stderr, _) = record_counting_truncated(&program, &[], &["1000"]);
+
+    let outer = [
+        "_start",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "main",
+        "first_call",
+    ];
+    let mut through = 0;
+    for (frames, count) in folded_ending_at(&dir, "resolve_lazy_touch") {
+        let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+        let ours = &frames[1..];
+        let loader = &ours[outer.len().min(ours.len())..];
+        assert!(
+            ours.starts_with(&outer)
+                && loader
+                    .first()
+                    .is_some_and(|f| f.starts_with("_dl_runtime_resolve"))
+                && loader.contains(&"_dl_fixup"),
+            "{count} faults with {frames:?}\n{stderr}"
+        );
+        through += count;
+    }
+    assert_eq!(through, PAGES, "{stderr}");
+
+    // The resolver's caller at its line of call.
+    let by_stack = dir.report_json(&["--by", "stack"]);
+    let stack = stack_at(
+        &by_stack,
+        "lazybindlib.c",
+        site("lazybindlib.c", "lazy_resolver"),
+    );
+    let call = stack
+        .iter()
+        .find(|(f, _, _)| f == "first_call")
+        .map(|(_, file, line)| (file.as_str(), *line));
+    assert_eq!(
+        call,
+        Some(("lazybind.c", u64::from(site("lazybind.c", "lazy_call")))),
+        "{stack:?}"
+    );
+}
+
+/// A fault in the kernel's vDSO (`gettimeofday` reading its data page, first in the parent,
+/// then in a forked child): the vDSO is unwound by its own CFI, not as JIT code by a frame
+/// chain its code does not keep (the child's stack stopped there, truncated). Both stacks
+/// read `main -> now -> [vdso]`, complete, `now` at its line of call.
+#[test]
+fn faults_in_the_vdso_unwind_by_its_cfi() {
+    let built = Dir::new();
+    let program = build_c_workload(built.path(), "vdsofork.c");
+    let (dir, stderr, _) = record_counting_truncated(&program, &[], &["300"]);
+
+    let want = [
+        "_start",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "main",
+        "now",
+        "[vdso]",
+    ];
+    let mut in_vdso = 0;
+    for (frames, count) in folded_ending_at(&dir, "[vdso]") {
+        assert_eq!(&frames[1..], &want[..], "{count} faults\n{stderr}");
+        in_vdso += count;
+    }
+    assert_eq!(in_vdso, 2, "{stderr}");
+    let by_stack = dir.report_json(&["--by", "stack"]);
+    let stack = stack_at(&by_stack, "vdsofork.c", site("vdsofork.c", "vdso_call"));
+    assert_eq!(
+        stack.first().map(|(f, _, _)| f.as_str()),
+        Some("[vdso]"),
+        "{stack:?}"
+    );
+}
+
+/// The folded stacks of a recording (process name, then frames outermost first) whose
+/// innermost frame is `innermost`, with their counts.
+fn folded_ending_at(dir: &Dir, innermost: &str) -> Vec<(Vec<String>, u64)> {
+    let folded = dir.run(&["report", "--format", "folded"]);
+    String::from_utf8_lossy(&folded.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (stack, count) = line.rsplit_once(' ')?;
+            let frames: Vec<String> = stack.split(';').map(str::to_owned).collect();
+            (frames.last().map(String::as_str) == Some(innermost))
+                .then(|| (frames, count.parse().expect("count")))
+        })
+        .collect()
+}
