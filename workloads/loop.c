@@ -1,7 +1,7 @@
 // A steady fault rate that counts itself, for `fltrace top`: maps 4 MiB, writes one byte per
 // page (a first-touch fault each, at SITE:loop_touch), unmaps, and again, at most RATE pages a
 // second (paced every 10 ms) for SECONDS seconds (0: without end). Each second it prints to
-// stderr the pages it touched in that second, as `loop: N pages/s`.
+// stderr the pages it touched in that second, `loop: N pages/s`; at its end `loop: N pages in all`.
 // usage: loop <seconds> [rate=20000]
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
     char *p = NULL;
     long left = 0; // pages of the current mapping not touched yet
     double start = now(), second = start;
-    long this_second = 0, budget = 0;
+    long this_second = 0, budget = 0, total = 0;
     double paced = start;
     setvbuf(stderr, NULL, _IOLBF, 0);
     while (seconds <= 0 || now() - start < seconds) {
@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
             left -= n;
             budget -= n;
             this_second += n;
+            total += n;
         }
         paced += 0.01;
         double t = now();
@@ -68,5 +69,6 @@ int main(int argc, char **argv) {
             second = t;
         }
     }
+    fprintf(stderr, "loop: %ld pages in all\n", total);
     return 0;
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use fltrace_trace::live::{LiveAllocs, LiveBatch, LiveEvent, LiveFault, LiveTotals};
+use fltrace_trace::live::{LiveAllocs, LiveBatch, LiveDropped, LiveEvent, LiveFault, LiveTotals};
 use fltrace_trace::{FaultFlags, ProcessTrace};
 
 use crate::alloc_lifetimes::LiveStackFigures;
@@ -439,6 +439,9 @@ pub struct TopSnapshot {
     pub tracer_faults: u64,
     /// The recorder's totals (faults recorded, lost, truncated stacks).
     pub recorded: LiveTotals,
+    /// Fault rows and allocation calls the view fell too far behind to be given (the
+    /// recording has them): the view's counts are short by as many.
+    pub view_dropped: LiveDropped,
     /// Processes that left faults or are running, and those of them still running.
     pub processes: usize,
     /// Processes still running.
@@ -521,6 +524,8 @@ pub struct LiveTop {
     alloc_site_ids: FxHashMap<Location, u32>,
     /// The recorder's totals, as the last batch said them.
     recorded: LiveTotals,
+    /// What the channel dropped because the view fell behind, as the last batch said it.
+    view_dropped: LiveDropped,
     tracer_faults: u64,
     faults: u64,
     interval_faults: i64,
@@ -559,6 +564,7 @@ impl LiveTop {
             alloc_sites: Vec::new(),
             alloc_site_ids: FxHashMap::default(),
             recorded: LiveTotals::default(),
+            view_dropped: LiveDropped::default(),
             tracer_faults: 0,
             faults: 0,
             interval_faults: 0,
@@ -593,6 +599,7 @@ impl LiveTop {
         if let Some(totals) = batch.totals {
             self.recorded = totals;
         }
+        self.view_dropped = batch.view_dropped;
         if batch.ended && self.ended_at.is_none() {
             self.ended_at = Some(now);
         }
@@ -820,6 +827,7 @@ impl LiveTop {
             faults: self.faults,
             tracer_faults: self.tracer_faults,
             recorded: self.recorded,
+            view_dropped: self.view_dropped,
             processes: self.processes.len(),
             running,
             threads: self.processes.values().map(|p| p.threads.len()).sum(),

@@ -66,7 +66,10 @@ pub use code_cache::CacheSummary;
 pub use error::Error;
 pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
-pub use live::{LiveBatch, LiveEvent, LiveFault, LiveFeed, LiveTotals, live_feed};
+pub use live::{
+    LiveBatch, LiveDropped, LiveEvent, LiveFault, LiveFeed, LiveReceiver, LiveTotals, live_feed,
+    live_feed_holding,
+};
 pub use os::{Reaped, monotonic_now_ns, reap};
 pub use recorder::attach_tasks;
 pub use recorder::{

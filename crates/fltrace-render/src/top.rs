@@ -23,6 +23,14 @@ pub fn headline(snapshot: &TopSnapshot) -> Vec<String> {
     if snapshot.tracer_faults > 0 {
         let _ = write!(faults, "  fltrace's own {}", snapshot.tracer_faults);
     }
+    // The view fell behind: its counts are short by these (the recording has them all).
+    let dropped = snapshot.view_dropped;
+    if dropped.total() > 0 {
+        let _ = write!(faults, "  view dropped {} fault updates", dropped.faults);
+        if dropped.alloc_calls > 0 {
+            let _ = write!(faults, ", {} alloc calls", dropped.alloc_calls);
+        }
+    }
     let _ = write!(
         faults,
         "  processes {} ({} running)  threads {}",

@@ -135,6 +135,27 @@ pub struct LiveBatch {
     /// The traced processes are gone (or the recording was stopped): no fault follows, only
     /// what finishing the files adds.
     pub ended: bool,
+    /// What the channel to the view dropped so far because the view fell behind (set as the
+    /// view receives the batch; the recording itself loses nothing of it).
+    pub view_dropped: LiveDropped,
+}
+
+/// What a view that fell behind was not given: the channel to it is bounded, and when it is
+/// full, fault rows and allocation calls are dropped and counted here (stacks, mappings,
+/// names and the end are kept and handed over later, so that what follows is whole).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveDropped {
+    /// Fault rows and changes to them ([`LiveFault`]s) not given to the view.
+    pub faults: u64,
+    /// Allocation calls ([`AllocEvent`]s) not given to the view.
+    pub alloc_calls: u64,
+}
+
+impl LiveDropped {
+    /// Updates dropped in all.
+    pub fn total(&self) -> u64 {
+        self.faults + self.alloc_calls
+    }
 }
 
 impl LiveBatch {

@@ -9,12 +9,12 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fltrace_analyze::{CallSite, FrameRules, LiveTop, TopOptions, TopSnapshot, TopSort, TopView};
-use fltrace_capture::{LiveBatch, Target, interrupt_counter, live_feed};
+use fltrace_capture::{LiveBatch, LiveReceiver, Target, interrupt_counter, live_feed_holding};
 
 use crate::cli::TopArgs;
 
@@ -23,6 +23,11 @@ mod screen;
 /// Where the command's output goes while the screen is the view's, in the recording's
 /// directory.
 pub const OUTPUT_FILE: &str = "fltrace-top-output.txt";
+
+/// Milliseconds the view sleeps after each batch it takes, with a channel of
+/// [`SLOW_VIEW_CAPACITY`] batches: a view that falls behind, for tests.
+pub const SLOW_VIEW_ENV: &str = "FLTRACE_TOP_SLOW_VIEW_MS";
+const SLOW_VIEW_CAPACITY: usize = 4;
 
 /// Rows of a plain table.
 const TABLE_ROWS: usize = 20;
@@ -50,7 +55,16 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let (target, mut options) = crate::record::prepare(&args.recorder, &dir, &args.command)?;
-    let (feed, batches) = live_feed();
+    // A view made slow on purpose, for the tests of what a view that falls behind is told.
+    let slow_view = std::env::var(SLOW_VIEW_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis);
+    let (feed, batches) = live_feed_holding(if slow_view.is_some() {
+        SLOW_VIEW_CAPACITY
+    } else {
+        fltrace_capture::live::CAPACITY
+    });
     options.live = Some(feed);
     let started_command = matches!(target, Target::Command(_));
     if !batch && started_command {
@@ -87,6 +101,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
             // Attached processes' calls come through uprobes, read at the end.
             allocs: args.recorder.allocs && started_command,
         },
+        slow: slow_view,
     };
 
     let stop = interrupt_counter()?;
@@ -107,7 +122,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
                     // The recording must not go on unseen: stopped as Ctrl-C stops it.
                     stop.fetch_add(1, Ordering::Relaxed);
                     // Whatever is left is read, so the recorder's batches go somewhere.
-                    while batches.recv().is_ok() {}
+                    while batches.recv().is_some() {}
                 }
                 // What the view cost, for bench/top.sh.
                 log::info!(
@@ -169,13 +184,15 @@ pub(crate) struct ViewOptions {
     /// What is traced, as the screen's title says it.
     pub(crate) title: String,
     pub(crate) top: TopOptions,
+    /// [`SLOW_VIEW_ENV`]'s sleep after each batch.
+    pub(crate) slow: Option<Duration>,
 }
 
 /// The intervals, counted and ended, as both views step through them: batches applied as
 /// they come, an interval ended every `delay`; at the last one asked for, the recording is
 /// stopped and that interval ends with it.
 pub(crate) struct Intervals<'a> {
-    batches: &'a Receiver<LiveBatch>,
+    batches: &'a LiveReceiver,
     stop: &'a AtomicUsize,
     pub(crate) top: LiveTop,
     delay: Duration,
@@ -185,13 +202,14 @@ pub(crate) struct Intervals<'a> {
     shown: u64,
     /// The recording was asked to stop by the view.
     pub(crate) stopping: bool,
+    slow: Option<Duration>,
     /// Every batch is in.
     pub(crate) finished: bool,
 }
 
 impl<'a> Intervals<'a> {
     pub(crate) fn new(
-        batches: &'a Receiver<LiveBatch>,
+        batches: &'a LiveReceiver,
         stop: &'a AtomicUsize,
         options: &ViewOptions,
     ) -> Intervals<'a> {
@@ -205,6 +223,7 @@ impl<'a> Intervals<'a> {
             shown: 0,
             stopping: false,
             finished: false,
+            slow: options.slow,
         }
     }
 
@@ -237,6 +256,9 @@ impl<'a> Intervals<'a> {
         // The first batch starts the clock: setting the recording up took its time.
         self.next.get_or_insert(now + self.delay);
         self.top.apply(batch, now);
+        if let Some(slow) = self.slow {
+            std::thread::sleep(slow);
+        }
     }
 
     /// How long until the interval ends (an interval's length before the first batch).
@@ -284,7 +306,7 @@ impl<'a> Intervals<'a> {
 /// `--batch`: a plain table on stdout every interval, the last one once the recording is
 /// finished.
 fn batch_view(
-    batches: &Receiver<LiveBatch>,
+    batches: &LiveReceiver,
     stop: &AtomicUsize,
     options: &ViewOptions,
 ) -> anyhow::Result<Ended> {

@@ -4,11 +4,9 @@
 //! ratatui's panic hook on a panic.
 
 use std::sync::atomic::AtomicUsize;
-use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use fltrace_analyze::{TopRow, TopSnapshot, TopSort, TopView};
-use fltrace_capture::LiveBatch;
 use fltrace_render::top::{cells, columns, figure_columns, figures, headline};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
@@ -46,7 +44,7 @@ struct Choices {
 
 /// Runs the view until the recording is finished (`q` asks it to stop first).
 pub(super) fn run(
-    batches: &Receiver<LiveBatch>,
+    batches: &fltrace_capture::LiveReceiver,
     stop: &AtomicUsize,
     options: &ViewOptions,
 ) -> anyhow::Result<Ended> {

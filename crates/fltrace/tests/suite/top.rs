@@ -138,6 +138,59 @@ fn batch_tables_name_the_site_at_the_programs_own_rate() {
     assert_eq!(at_site["count"], shown_total, "{stdout}");
 }
 
+/// A view made slow on purpose (`FLTRACE_TOP_SLOW_VIEW_MS`: it sleeps after each batch, and
+/// the channel holds 4) falls behind: the headline says how many fault updates it was not
+/// given, its count is short by at most as many, and the recording kept loses none: `report`
+/// counts every page the loop touched.
+#[test]
+fn a_view_that_falls_behind_says_what_it_dropped_and_the_recording_is_whole() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "loop.c");
+    let out = dir
+        .fltrace()
+        .env("FLTRACE_TOP_SLOW_VIEW_MS", "300")
+        .args(["top", "--batch", "-d", "1", "-o", "rec", "--"])
+        .arg(&program)
+        .arg("3")
+        .output()
+        .expect("fltrace runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let touched: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("loop: ")?.strip_suffix(" pages in all"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the loop's total:\n{stderr}"));
+    let tables = tables(&stdout);
+    let last = tables.last().expect("a table");
+    let dropped: u64 = last.headline[0]
+        .split("  ")
+        .find_map(|f| {
+            f.strip_prefix("view dropped ")?
+                .strip_suffix(" fault updates")
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the headline says what the view dropped:\n{stdout}"));
+    assert!(dropped > 0, "{stdout}");
+    assert!(
+        last.faults < touched && last.faults + dropped >= touched,
+        "{} faults shown, {dropped} dropped, {touched} pages touched:\n{stdout}",
+        last.faults
+    );
+    let out = dir.run(&["report", "-d", "rec", "--format", "json", "--top", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let at_site = groups(&report)
+        .find(|g| g["function"] == "loop_touch")
+        .expect("report names loop_touch");
+    assert_eq!(at_site["count"], touched, "{stdout}\n{stderr}");
+}
+
 /// `top --batch -p PID` of a running loop names its site, and leaves it running.
 #[test]
 fn batch_attached_to_a_running_process_leaves_it_running() {
