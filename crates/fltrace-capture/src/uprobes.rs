@@ -26,6 +26,7 @@ use fltrace_trace::{
     AllocCall, AllocEvent, AllocWriter, CodeAddr, Origin, Stack, StackWriter, VirtAddr, files,
 };
 
+use crate::live::LiveAllocSink;
 use crate::reader::ReaderThread;
 use crate::ring::RingBuffer;
 use crate::sys::{self, PerfEvent};
@@ -71,19 +72,21 @@ pub struct AttachedAllocs(ReaderThread<Converted>);
 
 impl AttachedAllocs {
     /// Places the probes on `pid`'s C library for each of its threads (and the threads they
-    /// start), writing into `dir` when finished.
+    /// start), writing into `dir` when finished; `live`: a live view is told of the calls
+    /// as they are read (every [`LIVE_EVERY`]).
     pub fn start(
         pid: i32,
         tasks: &[i32],
         dir: &Path,
         mono_offset: u64,
         recording: &str,
+        live: Option<LiveAllocSink>,
     ) -> Result<AttachedAllocs, Error> {
         let probes = Probes::open(pid, tasks, RING_PAGES, 1)?;
         let dir = dir.to_owned();
         let origin = Origin::new(recording, pid as u32);
         ReaderThread::spawn("fltrace-uprobes", "the uprobe reader", move |stop| {
-            probes.run(stop, &dir, origin, mono_offset)
+            probes.run(stop, &dir, origin, mono_offset, live)
         })
         .map(AttachedAllocs)
     }
@@ -347,8 +350,10 @@ impl Probes {
         dir: &Path,
         origin: Origin,
         mono_offset: u64,
+        live: Option<LiveAllocSink>,
     ) -> Result<Converted, Error> {
         let mut out = Output::create(dir, origin)?;
+        out.live = live.map(|sink| LiveOut::new(sink, out.origin.pid));
         let probed = self.probed.clone();
         let lost = self.drain_into(stop, &mut out, mono_offset)?;
         let mut converted = out.finish()?;
@@ -461,6 +466,15 @@ impl Probes {
             }
             out.lost(lost);
             out.drained(pass_start);
+            // Every call entered before this is in, but those of threads still inside one
+            // (which hold the others back for a second at most).
+            let now = pass_start.wrapping_add(mono_offset);
+            let settled = pending
+                .values()
+                .map(|p| p.time_ns)
+                .fold(now, u64::min)
+                .max(now.saturating_sub(1_000_000_000));
+            out.settled(settled);
             if stopping {
                 break;
             }
@@ -698,6 +712,9 @@ trait AllocSink {
     fn lost(&mut self, _total: u64) {}
     /// Every call made before `_time_ns` (CLOCK_MONOTONIC) has been pushed.
     fn drained(&mut self, _time_ns: u64) {}
+    /// Every call entered before `_time_ns` (the events' clock) has been pushed: those of
+    /// threads inside a call are not yet.
+    fn settled(&mut self, _time_ns: u64) {}
 }
 
 /// CLOCK_MONOTONIC now, the clock of the probes' samples.
@@ -720,6 +737,69 @@ struct Output {
     totals: fltrace_trace::AllocTotals,
     totals_path: std::path::PathBuf,
     origin: Origin,
+    /// What a live view is told.
+    live: Option<LiveOut>,
+}
+
+/// How often a live view is told of the calls read.
+pub const LIVE_EVERY: Duration = Duration::from_millis(50);
+
+/// The calls and stacks read since a live view was last told of them.
+struct LiveOut {
+    sink: LiveAllocSink,
+    /// The process, as the recording files it.
+    pid: u32,
+    stacks: Vec<Stack>,
+    /// In the order read: a call is pushed at its return, timed at its entry.
+    events: Vec<AllocEvent>,
+    lost: u64,
+    /// The last call's time the view was told of: it takes calls in time order.
+    told_ns: u64,
+    told_at: std::time::Instant,
+}
+
+impl LiveOut {
+    fn new(sink: LiveAllocSink, pid: u32) -> LiveOut {
+        LiveOut {
+            sink,
+            pid,
+            stacks: Vec::new(),
+            events: Vec::new(),
+            lost: 0,
+            told_ns: 0,
+            told_at: std::time::Instant::now(),
+        }
+    }
+
+    /// Tells the view of the stacks and of the calls up to `settled` (all of them at the
+    /// end, `None`), in time order: a call entered before another but read after it (its
+    /// thread was inside it past `settled`, which goes on after a second) is told at the
+    /// time of the last call told, for the view pairs calls in time order (the tables keep
+    /// its own time).
+    fn tell(&mut self, settled: Option<u64>) {
+        self.events.sort_by_key(|e| e.time_ns);
+        let ready = match settled {
+            Some(time) => self.events.partition_point(|e| e.time_ns <= time),
+            None => self.events.len(),
+        };
+        let mut events: Vec<AllocEvent> = self.events.drain(..ready).collect();
+        for event in &mut events {
+            event.time_ns = event.time_ns.max(self.told_ns);
+            self.told_ns = event.time_ns;
+        }
+        let allocs = crate::live::LiveAllocs {
+            pid: self.pid,
+            restart: false,
+            stacks: std::mem::take(&mut self.stacks),
+            events,
+            execs: Vec::new(),
+            dropped: self.lost,
+        };
+        if !allocs.is_empty() {
+            (self.sink)(allocs);
+        }
+        self.told_at = std::time::Instant::now();
+    }
 }
 
 impl Output {
@@ -733,6 +813,7 @@ impl Output {
             totals: fltrace_trace::AllocTotals::default(),
             totals_path: files::alloc_totals(dir, pid),
             origin,
+            live: None,
         })
     }
 }
@@ -743,12 +824,16 @@ impl AllocSink for Output {
             return Ok(id);
         }
         let id = self.ids.len() as u32;
-        self.stacks.push(Stack {
+        let stack = Stack {
             end: fltrace_trace::StackEnd::Unknown,
             id,
             generation: 0,
             frames: frames.iter().map(|&frame| CodeAddr::new(frame)).collect(),
-        })?;
+        };
+        if let Some(live) = &mut self.live {
+            live.stacks.push(stack.clone());
+        }
+        self.stacks.push(stack)?;
         self.ids.insert(frames.to_vec(), id);
         Ok(id)
     }
@@ -756,12 +841,34 @@ impl AllocSink for Output {
     fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
         self.events += 1;
         self.totals.add(&event);
+        if let Some(live) = &mut self.live {
+            live.events.push(event);
+        }
         Ok(self.allocs.push(event)?)
+    }
+
+    fn lost(&mut self, total: u64) {
+        if let Some(live) = &mut self.live {
+            live.lost = total;
+        }
+    }
+
+    fn settled(&mut self, time_ns: u64) {
+        if let Some(live) = self
+            .live
+            .as_mut()
+            .filter(|l| l.told_at.elapsed() >= LIVE_EVERY)
+        {
+            live.tell(Some(time_ns));
+        }
     }
 }
 
 impl Output {
-    fn finish(self) -> Result<Converted, Error> {
+    fn finish(mut self) -> Result<Converted, Error> {
+        if let Some(live) = &mut self.live {
+            live.tell(None);
+        }
         self.allocs.finish()?;
         self.stacks.finish()?;
         fltrace_trace::write_alloc_totals(&self.totals_path, self.origin, &self.totals.totals())?;
@@ -1074,6 +1181,39 @@ mod tests {
             detail: 0,
             stack_id,
         }
+    }
+
+    /// A live view is told of the calls settled, in time order, and of one read late (its
+    /// thread was inside it for long) at the time of the last told, so that it pairs them.
+    #[test]
+    fn a_live_view_is_told_of_settled_calls_in_time_order() {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let sink: LiveAllocSink = {
+            let told = told.clone();
+            Arc::new(move |allocs: crate::live::LiveAllocs| told.lock().expect("lock").push(allocs))
+        };
+        let mut live = LiveOut::new(sink, 7);
+        let at = |time_ns, addr| AllocEvent {
+            time_ns,
+            ..event(AllocCall::Malloc, addr, 8, 0, 0)
+        };
+        live.events = vec![at(30, 3), at(10, 1), at(50, 5)];
+        live.lost = 2;
+        live.tell(Some(30));
+        live.events.extend([at(20, 2), at(60, 6)]);
+        live.tell(None);
+        let told = told.lock().expect("lock");
+        let times = |i: usize| -> Vec<(u64, u64)> {
+            told[i]
+                .events
+                .iter()
+                .map(|e| (e.time_ns, e.addr.get()))
+                .collect()
+        };
+        assert_eq!(told.len(), 2);
+        assert_eq!((told[0].pid, told[0].dropped), (7, 2));
+        assert_eq!(times(0), [(10, 1), (30, 3)]);
+        assert_eq!(times(1), [(30, 2), (50, 5), (60, 6)]);
     }
 
     #[test]

@@ -70,12 +70,6 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     if !batch && started_command {
         options.detached_output = Some(dir.join(OUTPUT_FILE));
     }
-    if args.recorder.allocs && !started_command {
-        eprintln!(
-            "fltrace: the allocations of processes attached with -p are not shown live; \
-             report --allocs -d DIR gives them (top -o DIR keeps the recording)"
-        );
-    }
     let view = ViewOptions {
         delay: Duration::from_secs_f64(args.delay),
         iterations: args.iterations,
@@ -98,8 +92,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
             frame_rules: FrameRules::with_config(None, None)?,
             include_tracer: false,
             debug: fltrace_analyze::debug_config(&dir, None),
-            // Attached processes' calls come through uprobes, read at the end.
-            allocs: args.recorder.allocs && started_command,
+            allocs: args.recorder.allocs,
         },
         slow: slow_view,
     };

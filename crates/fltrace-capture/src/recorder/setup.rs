@@ -249,6 +249,7 @@ impl ActiveRecording {
                     &options.dir,
                     mono_offset,
                     &recording,
+                    options.live.as_ref().map(|feed| feed.alloc_sink()),
                 )?)
             }
             _ => None,

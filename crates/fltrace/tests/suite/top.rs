@@ -646,3 +646,78 @@ fn deep_stacks_named_by_their_first_frames_have_the_reports_sites() {
     );
     assert!(checked >= 2, "{stdout}");
 }
+
+/// `top --batch --allocs -p PID` of a running program that allocates without end at one
+/// line: the uprobes' calls are shown live, so each of three one-second tables names the
+/// allocating function at that line with allocations per second, and the last table's
+/// allocations there and in all are those `report --allocs` gives of the recording kept.
+#[test]
+fn batch_tables_show_the_allocations_of_an_attached_process_live() {
+    let dir = Dir::new();
+    let w = workloads();
+    let line = site("allocs.c", "steady_alloc");
+    let mut child = Command::new(&w.allocs)
+        .args(["steady", "60"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("allocs starts");
+    let out = dir
+        .fltrace()
+        .env("COLUMNS", "200")
+        .args([
+            "top", "--batch", "-d", "1", "-n", "3", "--allocs", "-o", "rec",
+        ])
+        .args(["-p", &child.id().to_string()])
+        .output()
+        .expect("fltrace runs");
+    let alive = child.try_wait().expect("wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(alive, "the attached program runs on after top");
+    assert!(!stderr.contains("not shown live"), "{stderr}");
+    let tables = alloc_tables(&stdout);
+    assert_eq!(tables.len(), 3, "{stdout}");
+    let place = format!("allocs.c:{line}");
+    let at_site = |rows: &[AllocRow]| -> AllocRow {
+        rows.iter()
+            .find(|r| r.4 == "steady_alloc" && r.5 == place)
+            .cloned()
+            .unwrap_or_else(|| panic!("steady_alloc at {place}:\n{stdout}\n{stderr}"))
+    };
+    for (i, (_, rows)) in tables.iter().enumerate() {
+        let (rate, _, _, _, _, _) = at_site(rows);
+        assert!(
+            rate > 0.0,
+            "table {}: allocations per second:\n{stdout}",
+            i + 1
+        );
+    }
+    let out = dir.run(&[
+        "report", "-d", "rec", "--allocs", "--format", "csv", "--top", "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = csv_rows(&String::from_utf8_lossy(&out.stdout));
+    let number = |row: &std::collections::HashMap<String, String>, column: &str| -> u64 {
+        row[column].parse().expect("a number")
+    };
+    let row = report
+        .iter()
+        .find(|r| r["function"] == "steady_alloc" && r["line"] == line.to_string())
+        .unwrap_or_else(|| panic!("report names steady_alloc: {report:#?}"));
+    let (last_headline, last_rows) = tables.last().expect("a table");
+    let (_, allocs, _, blocks, _, _) = at_site(last_rows);
+    assert_eq!(number(row, "allocs"), allocs, "{stdout}");
+    assert_eq!(number(row, "leaked_allocs"), blocks, "{stdout}");
+    let sum = report.iter().map(|r| number(r, "allocs")).sum::<u64>();
+    assert!(
+        last_headline.contains(&format!("  allocs {sum}  ")),
+        "{last_headline}: the report's {sum} allocations"
+    );
+}
