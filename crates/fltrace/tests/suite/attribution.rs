@@ -542,7 +542,8 @@ fn script_offsets_are_from_the_symbol_start() {
             .arg(&offsets)
             .arg(workloads_dir().join("offsets.c")),
     );
-    dir.record(&[&offsets], &[]);
+    // `-vv` says how many faults had no stack bounds: a failure under load shows why.
+    let recorded = dir.record_with(&["-q", "-vv"], &[&offsets], &[]);
     let pid = dir.pids("procmaps", "out")[0];
     // libc's mappings: (start, end, file offset).
     let maps =
@@ -610,5 +611,10 @@ fn script_offsets_are_from_the_symbol_start() {
         checked += 1;
         puts += u64::from(name.contains("puts"));
     }
-    assert!(puts > 0 && checked >= puts, "no puts frame in:\n{script}");
+    assert!(
+        puts > 0 && checked >= puts,
+        "no puts frame in:\n{script}\nstats: {}\nrecord's log:\n{}",
+        std::fs::read_to_string(fltrace_trace::files::stats(dir.path(), pid)).unwrap_or_default(),
+        String::from_utf8_lossy(&recorded.stderr)
+    );
 }
