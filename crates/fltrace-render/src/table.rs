@@ -144,9 +144,17 @@ pub fn middle(s: &str, width: usize) -> String {
             out.extend(&short[own..]);
             return out;
         }
-        return middle(&short.into_iter().collect::<String>(), width);
+        // Even the function's own name does not fit: cut the shortened name plainly (cut
+        // as a name again, its `(…)` would open a parameter list without end).
+        return cut_plainly(&short, width);
     }
-    let kept = kept_suffix(&chars);
+    cut_plainly(&chars, width)
+}
+
+/// `chars` (longer than `width`, at least 2) cut in the middle, a stripped frame's address or
+/// a line number kept whole where it fits.
+fn cut_plainly(chars: &[char], width: usize) -> String {
+    let kept = kept_suffix(chars);
     let tail = if kept > 0 && kept + 2 <= width {
         kept
     } else {
@@ -549,6 +557,9 @@ mod tests {
             "mesh::refinement_pool<mesh::subdivision_policy>…touch_pages(…)"
         );
         assert_eq!(middle(cxx, 16), "m…touch_pages(…)");
+        // Narrower than the function's own name: cut plainly, once (this recursed without end).
+        assert_eq!(middle("ns::a_long_name(int)", 8), "ns::…(…)");
+        assert_eq!(middle("f(a)(b)", 4), "f(…)");
         assert_eq!(middle(cxx, 24), "mesh::ref…touch_pages(…)");
         // Overloads that the cut would make one read apart by their parameters.
         let overloads = ["ns::function(int)", "ns::function(long)"];
