@@ -362,8 +362,7 @@ extern "C" fn before_fork() {
         return;
     }
     let mut fds = [-1; 2];
-    // SAFETY: a pipe into a two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+    if sys::pipe_cloexec(&mut fds) {
         FORK_PIPE[0].store(fds[0], Relaxed);
         FORK_PIPE[1].store(fds[1], Relaxed);
     }

@@ -34,7 +34,7 @@ use std::sync::atomic::{
 use fltrace_runtime_abi::{LOG_LEN, Shared, kind};
 use spinning_top::Spinlock;
 
-use crate::breakdown::{add, now_ns};
+use crate::breakdown::add;
 use crate::sys;
 use crate::uffd::{self, Msg};
 
@@ -574,9 +574,9 @@ impl Region {
         let idx = (addr - self.base) / PAGE;
         let shared = self.shared();
         let breakdown = &shared.breakdown;
-        let locking = now_ns();
+        let locking = sys::monotonic_ns_vdso();
         let mut pages = self.lock();
-        add(&breakdown.lock_wait_ns, now_ns() - locking);
+        add(&breakdown.lock_wait_ns, sys::monotonic_ns_vdso() - locking);
         // A thread faults again only once it has run past its previous fault: that page
         // may go now.
         self.unpin(&mut pages, fault.tid);
@@ -631,9 +631,9 @@ impl Region {
                 // Pinned for this thread until it faults again: no eviction takes the page
                 // before the protection is lifted, outside the lock.
                 drop(pages);
-                let filling = now_ns();
+                let filling = sys::monotonic_ns_vdso();
                 let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, false);
-                add(&breakdown.fill_ns, now_ns() - filling);
+                add(&breakdown.fill_ns, sys::monotonic_ns_vdso() - filling);
                 self.log_done(entry);
             } else {
                 // Another thread's fault brought it in first. Logged too: the thread's fault
@@ -652,10 +652,10 @@ impl Region {
         // waits: local memory never exceeds the limit, and a single-threaded program sees the
         // same evictions on every run.
         let write = fault.write || fault.wp;
-        let evicting = now_ns();
+        let evicting = sys::monotonic_ns_vdso();
         let (mut pages, evicted) = self.evict_over_limit(pages, self.limit.saturating_sub(1));
         if evicted {
-            add(&breakdown.evict_ns, now_ns() - evicting);
+            add(&breakdown.evict_ns, sys::monotonic_ns_vdso() - evicting);
         }
         let state = self.state(idx).load(Relaxed);
         if state & (RESIDENT | FILLING | EVICTING) != 0 {
@@ -693,7 +693,7 @@ impl Region {
             if fetched { kind::FETCH } else { kind::ZERO },
             fault.start_ns,
         );
-        let filling = now_ns();
+        let filling = sys::monotonic_ns_vdso();
         let copied = if self.moving {
             self.fill_moving(addr, idx, fetched)
         } else {
@@ -704,7 +704,7 @@ impl Region {
             };
             uffd::copy(self.uffd(), addr as u64, src as u64, PAGE as u64, !write)
         };
-        add(&breakdown.fill_ns, now_ns() - filling);
+        add(&breakdown.fill_ns, sys::monotonic_ns_vdso() - filling);
         let mut pages = self.lock();
         let state = self.state(idx).load(Relaxed);
         if copied.is_err() {
@@ -955,7 +955,7 @@ impl Region {
             .page_and_kind
             .store(addr as u64 | u64::from(kind), Relaxed);
         entry.read_ns.store(read_ns, Relaxed);
-        entry.done_ns.store(now_ns(), Relaxed);
+        entry.done_ns.store(sys::monotonic_ns_vdso(), Relaxed);
         // Release: the entry is complete before the reader sees it marked.
         entry.seq.store(head + 1, Release);
         slot
@@ -963,7 +963,9 @@ impl Region {
 
     /// The fault logged in `slot` is resolved now (the recorder reads entries rounds later).
     fn log_done(&self, slot: usize) {
-        self.shared().log[slot].done_ns.store(now_ns(), Relaxed);
+        self.shared().log[slot]
+            .done_ns
+            .store(sys::monotonic_ns_vdso(), Relaxed);
     }
 
     /// The fill logged in `slot` failed: the fault only woke its thread, to fault again.
@@ -1165,9 +1167,9 @@ impl Region {
     /// returns how many moved.
     fn write_out_moving(&self, victims: &mut [usize]) -> usize {
         let breakdown = &self.shared().breakdown;
-        let moving = now_ns();
+        let moving = sys::monotonic_ns_vdso();
         let kept = self.move_out(victims);
-        add(&breakdown.evict_copy_ns, now_ns() - moving);
+        add(&breakdown.evict_copy_ns, sys::monotonic_ns_vdso() - moving);
         for &idx in &victims[kept..] {
             let state = self.state(idx);
             let old = state.load(Relaxed);
@@ -1189,7 +1191,7 @@ impl Region {
     fn write_out_copying(&self, victims: &[usize]) -> usize {
         let shared = self.shared();
         let breakdown = &shared.breakdown;
-        let protecting = now_ns();
+        let protecting = sys::monotonic_ns_vdso();
         for_runs(victims, |first, n| {
             let dirty = |i: usize| self.state(i).load(Relaxed) & DIRTY != 0;
             if (first..first + n).any(dirty) {
@@ -1201,7 +1203,7 @@ impl Region {
                 );
             }
         });
-        let copying = now_ns();
+        let copying = sys::monotonic_ns_vdso();
         add(&breakdown.evict_wp_ns, copying - protecting);
         for &idx in victims {
             let state = self.state(idx);
@@ -1224,12 +1226,15 @@ impl Region {
             // Still marked as being evicted until it is dropped below.
             state.store(new & !(RESIDENT | DIRTY | REFERENCED | PINNED), SeqCst);
         }
-        let dropping = now_ns();
+        let dropping = sys::monotonic_ns_vdso();
         add(&breakdown.evict_copy_ns, dropping - copying);
         for_runs(victims, |first, n| {
             sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
         });
-        add(&breakdown.evict_drop_ns, now_ns() - dropping);
+        add(
+            &breakdown.evict_drop_ns,
+            sys::monotonic_ns_vdso() - dropping,
+        );
         victims.len()
     }
 
@@ -1343,12 +1348,12 @@ impl Region {
         // Evict when fewer than a quarter of the batch's pages are free, down to a batch free.
         if pages.resident + self.ahead / 4 >= self.limit {
             let before = pages.resident;
-            let started = now_ns();
+            let started = sys::monotonic_ns_vdso();
             let (after, evicted) = self.evict_over_limit(pages, self.limit - 1);
             pages = after;
             if evicted {
                 let breakdown = &self.shared().breakdown;
-                add(&breakdown.evict_ns, now_ns() - started);
+                add(&breakdown.evict_ns, sys::monotonic_ns_vdso() - started);
                 add(
                     &breakdown.evict_ahead_pages,
                     before.saturating_sub(pages.resident) as u64,

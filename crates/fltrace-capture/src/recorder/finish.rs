@@ -241,21 +241,17 @@ fn close_after_exit(
     if events.is_empty() {
         return events;
     }
-    let mut fds = [0; 2];
-    let mut ready = [0; 2];
-    // SAFETY: pipe2 fills the two descriptors it is given.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    let Some((read_end, write_end)) = crate::os::raw_pipe_cloexec() else {
         return events;
-    }
-    if unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    };
+    let Some((ready_read, ready_write)) = crate::os::raw_pipe_cloexec() else {
+        // SAFETY: our descriptors, closed once each.
         unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
+            libc::close(read_end);
+            libc::close(write_end);
         }
         return events;
-    }
-    let (read_end, write_end) = (fds[0], fds[1]);
-    let (ready_read, ready_write) = (ready[0], ready[1]);
+    };
     // The descriptors the grandchild keeps, in order, and the ranges between them it closes:
     // worked out before the fork, as the child of a threaded process may not allocate.
     let mut keep: Vec<u32> = events
