@@ -27,6 +27,7 @@
 //! replaces; the raw system calls in `sys` go straight to the kernel.
 
 mod backed;
+mod block_header;
 mod breakdown;
 mod callers;
 mod exit_watch;
