@@ -1,14 +1,14 @@
 //! The end of a recording: every table closed as far as it goes, the allocation logs
 //! converted, the access capture stopped, the checksums written.
 
-use super::{ActiveRecording, Ended, Options, Summary, keep_first, note_stop};
+use super::{ActiveRecording, Ended, Options, RecordingOutcome, keep_first, note_stop};
 use crate::sys;
 use std::os::unix::process::ExitStatusExt as _;
 
 impl ActiveRecording {
     /// Closes every table as far as it goes, converts the allocation logs, stops the access
     /// capture and says how the recording ended.
-    pub(super) fn finish(self, ended: Ended, options: &Options) -> Summary {
+    pub(super) fn finish(self, ended: Ended, options: &Options) -> RecordingOutcome {
         let ActiveRecording {
             root_pid,
             started_command,
@@ -70,7 +70,7 @@ impl ActiveRecording {
             // one that unmaps it last: mapped again in the grandchild, this process stays
             // charged. That only matters to a process the kernel checks, one without
             // CAP_IPC_LOCK (a sweep recording step after step in process).
-            let mapped: Vec<_> = if may_lock_memory() {
+            let mapped: Vec<_> = if crate::procfs::may_lock_memory() {
                 rings.iter().flat_map(|r| r.mapped.clone()).collect()
             } else {
                 Vec::new()
@@ -184,7 +184,7 @@ impl ActiveRecording {
                 }
             }
         }
-        Summary {
+        RecordingOutcome {
             root_pid,
             pids,
             attached,
@@ -205,18 +205,6 @@ impl ActiveRecording {
             cache,
         }
     }
-}
-
-/// Whether this process has CAP_IPC_LOCK (its locked memory is not limited).
-pub(super) fn may_lock_memory() -> bool {
-    const CAP_IPC_LOCK: u32 = 14;
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("CapEff:"))
-            .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
-            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
-    })
 }
 
 /// Hands the events' last references to a process of their own, which closes them once this

@@ -363,7 +363,7 @@ fn open_events(
         leaders.push(PerfEvent::open(fault_attr, tasks[0], cpu).map_err(fault_error())?);
     }
     let ring_len = (data_pages + 1) * page_size();
-    let elsewhere = if cpus.len() > 1 && super::finish::may_lock_memory() {
+    let elsewhere = if cpus.len() > 1 && crate::procfs::may_lock_memory() {
         MappedElsewhere::start(&leaders[1..], ring_len)
     } else {
         MappedElsewhere::default()
