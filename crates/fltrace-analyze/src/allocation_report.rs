@@ -9,8 +9,8 @@ use rustc_hash::FxHashMap;
 use fltrace_trace::{AllocEvent, Fault, FaultFlags, ProcessTrace, Recording};
 
 use crate::alloc_lifetimes::{
-    AllocPass, AllocStats, AllocTotals, Block, BlockKind, Lifetimes, PassTotals, SizeHistogram,
-    exec_times,
+    AllocBlock, AllocPass, AllocSiteTotals, AllocStats, BlockHit, BlockKind, Lifetimes, PassTotals,
+    SizeHistogram, exec_times,
 };
 use crate::group::{
     AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, GroupBy, OriginCounts, OriginSource,
@@ -333,9 +333,9 @@ fn pass(
 ) -> Result<Option<StreamedAllocs>, fltrace_trace::Error> {
     let mappings = MappingIndex::new(&trace.mappings);
     let mut origins: FxHashMap<OriginKey, (u64, u64)> = FxHashMap::default();
-    let mut count = |fault: &Fault, hit: Option<(u32, BlockKind)>| {
+    let mut count = |fault: &Fault, hit: Option<BlockHit>| {
         let origin = match hit {
-            Some((stack_id, kind)) => FaultOrigin::Block { stack_id, kind },
+            Some(BlockHit { stack_id, kind }) => FaultOrigin::Block { stack_id, kind },
             None => {
                 let generation = trace.stack(fault.stack_id).map_or(0, |s| s.generation);
                 FaultOrigin::Outside {
@@ -398,9 +398,9 @@ fn pass(
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllocSummary {
     /// Every heap block.
-    pub heap: AllocTotals,
+    pub heap: AllocSiteTotals,
     /// Every mapping.
-    pub mappings: AllocTotals,
+    pub mappings: AllocSiteTotals,
     /// The heap blocks' sizes.
     pub sizes: SizeHistogram,
     /// Frees of unknown addresses.
@@ -430,8 +430,8 @@ pub fn group_process_allocs(processes: &[AllocProcess<'_>], by: GroupBy) -> Vec<
 }
 
 /// The totals of `groups` added up: what a list under a report's table sums to.
-pub fn sum_totals<'a>(groups: impl IntoIterator<Item = &'a AllocGroup>) -> AllocTotals {
-    let mut sum = AllocTotals::default();
+pub fn sum_totals<'a>(groups: impl IntoIterator<Item = &'a AllocGroup>) -> AllocSiteTotals {
+    let mut sum = AllocSiteTotals::default();
     for group in groups {
         sum += group.totals;
     }
@@ -439,7 +439,10 @@ pub fn sum_totals<'a>(groups: impl IntoIterator<Item = &'a AllocGroup>) -> Alloc
 }
 
 /// The groups with a non-zero `key`, largest first (ties keep the order they came in).
-pub fn rank_allocs(groups: &[AllocGroup], key: impl Fn(&AllocTotals) -> u64) -> Vec<&AllocGroup> {
+pub fn rank_allocs(
+    groups: &[AllocGroup],
+    key: impl Fn(&AllocSiteTotals) -> u64,
+) -> Vec<&AllocGroup> {
     let mut ranked: Vec<&AllocGroup> = groups.iter().filter(|g| key(&g.totals) > 0).collect();
     ranked.sort_by_key(|g| std::cmp::Reverse(key(&g.totals)));
     ranked
@@ -468,8 +471,8 @@ pub fn merge_same_lines(groups: Vec<AllocGroup>) -> Vec<AllocGroup> {
 }
 
 /// The `count` largest non-empty blocks, largest first (ties in the order they came to life).
-pub fn largest_blocks(lifetimes: &Lifetimes, count: usize) -> Vec<&Block> {
-    let mut blocks: Vec<&Block> = lifetimes.blocks.iter().filter(|b| b.size > 0).collect();
+pub fn largest_blocks(lifetimes: &Lifetimes, count: usize) -> Vec<&AllocBlock> {
+    let mut blocks: Vec<&AllocBlock> = lifetimes.blocks.iter().filter(|b| b.size > 0).collect();
     blocks.sort_by_key(|b| std::cmp::Reverse(b.size));
     blocks.truncate(count);
     blocks
@@ -484,7 +487,7 @@ pub struct FaultsByAllocSite {
     pub total: u64,
     /// Those in live blocks.
     pub in_blocks: u64,
-    allocated: FxHashMap<(Location, BlockKind), AllocTotals>,
+    allocated: FxHashMap<(Location, BlockKind), AllocSiteTotals>,
 }
 
 impl FaultsByAllocSite {
@@ -518,7 +521,7 @@ impl FaultsByAllocSite {
     }
 
     /// What the site of `group` allocated (nothing outside blocks).
-    pub fn allocated(&self, group: &AllocSiteGroup) -> AllocTotals {
+    pub fn allocated(&self, group: &AllocSiteGroup) -> AllocSiteTotals {
         group
             .kind
             .and_then(|kind| {
@@ -839,13 +842,7 @@ mod timing {
     use super::*;
 
     fn thread_cpu_ns() -> u64 {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime fills the struct it is given.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+        fltrace_trace::thread_cpu().as_nanos() as u64
     }
 
     #[test]

@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{CodeAddr, Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
 
-use crate::alloc_lifetimes::{AllocStats, AllocTotals, BlockKind, Lifetimes};
+use crate::alloc_lifetimes::{AllocSiteTotals, AllocStats, BlockKind, Lifetimes};
 use crate::counts::FaultCounts;
 use crate::range_map::{MappingIndex, mapping_label};
 use crate::{CallSite, Location, ResolvedStacks};
@@ -250,7 +250,7 @@ pub struct AllocGroup {
     /// The memory they allocate.
     pub kind: BlockKind,
     /// Their totals.
-    pub totals: AllocTotals,
+    pub totals: AllocSiteTotals,
 }
 
 /// Groups the allocation totals of one or more processes by their allocation stacks, most
@@ -260,7 +260,7 @@ pub fn group_allocs<'a>(
     sources: impl IntoIterator<Item = (&'a AllocStats, &'a ResolvedStacks)>,
     by: GroupBy,
 ) -> Vec<AllocGroup> {
-    let mut groups: FxHashMap<(GroupKey, BlockKind), AllocTotals> = FxHashMap::default();
+    let mut groups: FxHashMap<(GroupKey, BlockKind), AllocSiteTotals> = FxHashMap::default();
     for (stats, stacks) in sources {
         for (&stack_id, &(kind, totals)) in &stats.stacks {
             let key = key_of(

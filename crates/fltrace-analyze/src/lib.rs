@@ -55,7 +55,7 @@ mod top;
 mod tracer;
 
 pub use alloc_lifetimes::{
-    AllocPass, AllocStats, AllocTotals, Block, BlockHit, BlockKind, LargeBlock, Lifetimes,
+    AllocBlock, AllocPass, AllocSiteTotals, AllocStats, BlockHit, BlockKind, LargeBlock, Lifetimes,
     LiveStackFigures, OutOfOrder, PassTotals, SizeHistogram, attribute_faults, exec_times,
     trace_end_ns,
 };

@@ -47,7 +47,7 @@ pub mod reach;
 mod reader;
 mod recorder;
 mod request;
-pub mod ring;
+pub(crate) mod ring;
 mod runtime;
 mod summary;
 pub mod sys;
@@ -74,7 +74,7 @@ pub use os::{Reaped, monotonic_now_ns, reap};
 pub use recorder::attach_tasks;
 pub use recorder::{
     AllocTracing, DEFAULT_BUDGET_MB, DEFAULT_STACK_BYTES, DEFAULT_STACK_CAP, Ending, Options,
-    Pairing, Progress, RECORDING_FAILED, StackCopy, Summary, Target, record,
+    Pairing, Progress, RECORDING_FAILED, RecordingOutcome, StackCopy, Target, record,
 };
 pub use request::{Facilities, Request, RequestError, ThisMachine};
 /// The system page size.

@@ -3,7 +3,7 @@
 //! child is [`reap`].
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd as _, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -96,6 +96,10 @@ pub struct Reaped {
 /// Reaps child `pid`: waits for its end (`block`), or only looks whether it ended (`None`
 /// when not yet). Every wait on a child of capture (and of the experiment's runs) is this one,
 /// interruptions (EINTR) retried here.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "capture's one wait4 (rustix's waitpid gives no resource usage)"
+)]
 pub fn reap(pid: i32, block: bool) -> io::Result<Option<Reaped>> {
     let flags = if block { 0 } else { libc::WNOHANG };
     loop {
@@ -178,6 +182,13 @@ fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) {
 /// A pipe whose ends close on exec: (read end, write end).
 pub(crate) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(PipeFlags::CLOEXEC)?)
+}
+
+/// [`pipe_cloexec`] as raw descriptors, for code around a fork that closes them itself
+/// (the child of a threaded process may not run destructors); None on failure.
+pub(crate) fn raw_pipe_cloexec() -> Option<(RawFd, RawFd)> {
+    let (read, write) = pipe_cloexec().ok()?;
+    Some((read.into_raw_fd(), write.into_raw_fd()))
 }
 
 #[cfg(test)]

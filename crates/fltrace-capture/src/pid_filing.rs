@@ -60,7 +60,16 @@ pub(crate) const UNFILED: u32 = u32::MAX;
 /// ([`fltrace_trace::files::reused_pid`]). Records are handled in time order, so a record of such a pid
 /// belongs to the latest of them forked before it, or to the first.
 #[derive(Debug, Default)]
-pub(crate) struct ReusedPids(FxHashMap<u32, Vec<(u64, u32)>>);
+pub(crate) struct ReusedPids(FxHashMap<u32, Vec<LaterHolder>>);
+
+/// A later process holding a reused pid.
+#[derive(Debug, Clone, Copy)]
+struct LaterHolder {
+    /// When the fork that made it happened (CLOCK_MONOTONIC ns).
+    forked_ns: u64,
+    /// The pid it is filed as ([`UNFILED`] past [`MAX_REUSES`]).
+    filed: u32,
+}
 
 impl ReusedPids {
     /// The pid the process `pid` that a record of time `time` comes from is filed as.
@@ -70,8 +79,8 @@ impl ReusedPids {
         }
         self.0
             .get(&pid)
-            .and_then(|later| later.iter().rev().find(|(forked, _)| *forked <= time))
-            .map_or(pid, |&(_, filed)| filed)
+            .and_then(|later| later.iter().rev().find(|h| h.forked_ns <= time))
+            .map_or(pid, |h| h.filed)
     }
 
     /// A process forked at `time` got `pid` after the one holding it exited: the pid it is
@@ -81,7 +90,10 @@ impl ReusedPids {
         let later = self.0.entry(pid).or_default();
         let reuse = later.len() as u32 + 1;
         let filed = (reuse <= MAX_REUSES).then(|| reuse * fltrace_trace::files::PID_LIMIT + pid);
-        later.push((time, filed.unwrap_or(UNFILED)));
+        later.push(LaterHolder {
+            forked_ns: time,
+            filed: filed.unwrap_or(UNFILED),
+        });
         filed
     }
 
@@ -93,6 +105,9 @@ impl ReusedPids {
     /// The process forked at `time` with `pid` is filed as `filed` (as [`ReusedPids::reuse`]
     /// of another copy said).
     fn record(&mut self, pid: u32, time: u64, filed: u32) {
-        self.0.entry(pid).or_default().push((time, filed));
+        self.0.entry(pid).or_default().push(LaterHolder {
+            forked_ns: time,
+            filed,
+        });
     }
 }

@@ -338,6 +338,18 @@ fn kb_bytes(value: &str) -> u64 {
         * 1024
 }
 
+/// Whether this process has CAP_IPC_LOCK (its locked memory is not limited).
+pub(crate) fn may_lock_memory() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

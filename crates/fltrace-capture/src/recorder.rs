@@ -177,7 +177,7 @@ impl Progress {
 
 /// How a recording ended.
 #[derive(Debug, Clone)]
-pub struct Summary {
+pub struct RecordingOutcome {
     /// The first traced process (the command, or the attached pid).
     pub root_pid: u32,
     /// Every process that left a trace.
@@ -235,7 +235,7 @@ pub enum Ending {
     Unknown,
 }
 
-impl Summary {
+impl RecordingOutcome {
     /// How the program ended: its exit code if it has one, else the signal that killed it.
     pub fn ending(&self) -> Ending {
         match (self.exit_code, self.signal) {
@@ -258,7 +258,7 @@ impl Summary {
     /// What `fltrace record` exits with: [`RECORDING_FAILED`] when the trace could not be
     /// written whole (a table lost or cut short: a full disk, a refused output) or far memory
     /// was asked for and part of the program ran without it, else the command's status
-    /// ([`Summary::shell_status`]).
+    /// ([`RecordingOutcome::shell_status`]).
     pub fn record_status(&self) -> u8 {
         if self.trace_error.is_some() || !self.far_unreached.is_empty() {
             RECORDING_FAILED
@@ -315,7 +315,7 @@ pub fn record(
     options: &Options,
     stop: &AtomicUsize,
     mut progress: impl FnMut(&Progress),
-) -> Result<Summary, Error> {
+) -> Result<RecordingOutcome, Error> {
     let mut recording = ActiveRecording::set_up(target, options)?;
     let ended = recording.run(stop, &mut progress);
     Ok(recording.finish(ended, options))
@@ -364,8 +364,8 @@ struct Ended {
 mod tests {
     use super::*;
 
-    fn summary(pids: Vec<u32>) -> Summary {
-        Summary {
+    fn summary(pids: Vec<u32>) -> RecordingOutcome {
+        RecordingOutcome {
             root_pid: 10,
             pids,
             attached: Vec::new(),
@@ -395,18 +395,18 @@ mod tests {
 
     #[test]
     fn shell_status_is_the_exit_code_or_128_plus_the_signal() {
-        let exited = Summary {
+        let exited = RecordingOutcome {
             exit_code: Some(3),
             ..summary(vec![10])
         };
         assert_eq!(exited.shell_status(), 3);
-        let killed = Summary {
+        let killed = RecordingOutcome {
             exit_code: None,
             signal: Some(9),
             ..summary(vec![10])
         };
         assert_eq!(killed.shell_status(), 137);
-        let attached = Summary {
+        let attached = RecordingOutcome {
             exit_code: None,
             ..summary(vec![10])
         };
@@ -430,19 +430,19 @@ mod tests {
     /// The exit code wins over a signal; with neither the ending is unknown.
     #[test]
     fn ending_is_the_exit_code_else_the_signal() {
-        let both = Summary {
+        let both = RecordingOutcome {
             exit_code: Some(3),
             signal: Some(9),
             ..summary(vec![10])
         };
         assert_eq!(both.ending(), Ending::Exited(3));
-        let killed = Summary {
+        let killed = RecordingOutcome {
             exit_code: None,
             signal: Some(2),
             ..summary(vec![10])
         };
         assert_eq!(killed.ending(), Ending::Killed(2));
-        let neither = Summary {
+        let neither = RecordingOutcome {
             exit_code: None,
             ..summary(vec![10])
         };

@@ -1,11 +1,11 @@
-//! What `fltrace record` says at its end, from a recording's [`Summary`]: the lines, in the
+//! What `fltrace record` says at its end, from a recording's [`RecordingOutcome`]: the lines, in the
 //! order printed, for the binary to write after `fltrace: `.
 
 use std::path::Path;
 
-use crate::{Ending, Progress, Summary};
+use crate::{Ending, Progress, RecordingOutcome};
 
-/// What the lines depend on besides the [`Summary`]: the request and the recorder's own state.
+/// What the lines depend on besides the [`RecordingOutcome`]: the request and the recorder's own state.
 #[derive(Debug, Clone, Copy)]
 pub struct SummaryContext<'a> {
     /// The recording's directory.
@@ -65,7 +65,7 @@ fn reused_lines(pids: &[u32]) -> Vec<String> {
         .collect()
 }
 
-impl Summary {
+impl RecordingOutcome {
     /// The lines `fltrace record` ends with, in order.
     pub fn lines(&self, context: &SummaryContext) -> Vec<SummaryLine> {
         let mut said = Vec::new();
@@ -386,8 +386,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn summary() -> Summary {
-        Summary {
+    fn summary() -> RecordingOutcome {
+        RecordingOutcome {
             root_pid: 10,
             pids: vec![10, 11],
             attached: Vec::new(),
@@ -466,7 +466,7 @@ mod tests {
             },
             program_peak,
         };
-        let s = Summary {
+        let s = RecordingOutcome {
             far_unreached: vec![(11, "/tmp/static-go".to_owned())],
             far_outside: vec![
                 (10, outside(66 << 20, 640 << 20)),
@@ -486,7 +486,7 @@ mod tests {
             ]
         );
         // At 1% or less of the peak: nothing said.
-        let small = Summary {
+        let small = RecordingOutcome {
             far_outside: vec![(10, outside(6 << 20, 600 << 20))],
             ..summary()
         };
@@ -499,7 +499,7 @@ mod tests {
     #[test]
     fn kills_losses_and_far_memory_are_said_even_quiet() {
         let dir = Path::new("out");
-        let s = Summary {
+        let s = RecordingOutcome {
             exit_code: None,
             signal: Some(libc::SIGSEGV),
             lost: 7,
@@ -527,7 +527,7 @@ mod tests {
     #[test]
     fn faults_too_late_for_their_process_are_said_apart() {
         let dir = Path::new("out");
-        let s = Summary {
+        let s = RecordingOutcome {
             lost: 10,
             lost_late: 2,
             lost_unfiled: 3,
@@ -553,7 +553,7 @@ mod tests {
     fn reused_pids_are_named_with_their_later_processes() {
         let dir = Path::new("out");
         let limit = fltrace_trace::files::PID_LIMIT;
-        let s = Summary {
+        let s = RecordingOutcome {
             pids: vec![10, 11, 12, 11 + limit, 12 + limit, 12 + 2 * limit],
             ..summary()
         };
@@ -571,7 +571,7 @@ mod tests {
     #[test]
     fn an_interrupted_attach_leaves_the_process_running() {
         let dir = Path::new("out");
-        let s = Summary {
+        let s = RecordingOutcome {
             attached: vec![(12, "postgres".to_owned())],
             pids: vec![12],
             faults: 1,
@@ -597,7 +597,7 @@ mod tests {
     #[test]
     fn a_cache_with_nothing_new_is_information() {
         let dir = Path::new("out");
-        let s = Summary {
+        let s = RecordingOutcome {
             cache: Some(crate::CacheSummary {
                 root: "/c".into(),
                 files: 5,
@@ -624,7 +624,7 @@ mod tests {
     #[test]
     fn allocation_figures_and_their_warnings() {
         let dir = Path::new("out");
-        let s = Summary {
+        let s = RecordingOutcome {
             allocs: Some(crate::Converted {
                 events: 9,
                 stacks: 2,

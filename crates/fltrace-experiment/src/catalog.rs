@@ -11,7 +11,7 @@ use fltrace_analyze::{FaultCounts, GroupBy, Symbolizer, group_fault_counts};
 use fltrace_trace::{Recording, files};
 
 use crate::series::{RunRecord, SeriesFile, run_dir};
-use crate::stats::{Ratio, Summary, ratio_of_means, summarize};
+use crate::stats::{Ratio, SampleStats, ratio_of_means, summarize};
 use crate::{Error, Mode};
 
 const SCHEMA: &str = "
@@ -434,7 +434,7 @@ pub struct StatRow {
     /// Runs that failed (not counted in the figures).
     pub failed: usize,
     /// Wall-clock seconds over the successful runs.
-    pub time: Option<Summary>,
+    pub time: Option<SampleStats>,
     /// Mean time against the mean time of the same workload under the (first) dry
     /// configuration, with a 95% Welch/delta-method interval.
     pub overhead: Option<Ratio>,

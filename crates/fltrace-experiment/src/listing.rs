@@ -7,7 +7,7 @@ use fltrace_render::TableFormat;
 use fltrace_render::table::{Align, Table, wrap};
 
 use crate::catalog::{CatalogRun, StatRow};
-use crate::stats::Summary;
+use crate::stats::SampleStats;
 
 /// An optional value, empty when absent.
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -165,7 +165,7 @@ pub fn write_stats_table(
         .column("allocs", Align::Right)
         .droppable(4);
     for r in rows {
-        let t = |g: fn(&Summary) -> f64| {
+        let t = |g: fn(&SampleStats) -> f64| {
             r.time
                 .as_ref()
                 .map(|s| format!("{:.3}", g(s)))
@@ -235,7 +235,7 @@ mod tests {
             config: "record".into(),
             runs: 3,
             failed: 1,
-            time: Some(Summary {
+            time: Some(SampleStats {
                 n: 3,
                 mean: 1.5,
                 sd: 0.25,

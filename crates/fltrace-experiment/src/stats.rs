@@ -12,7 +12,7 @@ use serde::Serialize;
 
 /// Mean, sample standard deviation, minimum and maximum of a sample.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Summary {
+pub struct SampleStats {
     /// Sample size.
     pub n: usize,
     /// Arithmetic mean.
@@ -26,7 +26,7 @@ pub struct Summary {
 }
 
 /// Summarizes `values`; `None` if there are none.
-pub fn summarize(values: &[f64]) -> Option<Summary> {
+pub fn summarize(values: &[f64]) -> Option<SampleStats> {
     let n = values.len();
     if n == 0 {
         return None;
@@ -39,7 +39,7 @@ pub fn summarize(values: &[f64]) -> Option<Summary> {
     };
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some(Summary {
+    Some(SampleStats {
         n,
         mean,
         sd,
@@ -62,8 +62,8 @@ pub struct Ratio {
 /// The ratio of the means of `numerator` and `denominator` with a `confidence` (e.g. 0.95)
 /// interval (see the module's documentation). `None` if the denominator's mean is 0.
 pub fn ratio_of_means(
-    numerator: &Summary,
-    denominator: &Summary,
+    numerator: &SampleStats,
+    denominator: &SampleStats,
     confidence: f64,
 ) -> Option<Ratio> {
     if denominator.mean == 0.0 || !denominator.mean.is_finite() {
@@ -77,7 +77,7 @@ pub fn ratio_of_means(
             high: None,
         });
     }
-    let relative = |s: &Summary| s.sd * s.sd / (s.n as f64 * s.mean * s.mean);
+    let relative = |s: &SampleStats| s.sd * s.sd / (s.n as f64 * s.mean * s.mean);
     let (a, b) = (relative(numerator), relative(denominator));
     if a + b == 0.0 {
         return Some(Ratio {

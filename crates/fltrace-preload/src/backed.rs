@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering::*};
 use fltrace_runtime_abi::env;
 use talc::source::Manual;
 
+use crate::block_header::{HEADER, Header, header};
 use crate::region::PAGE;
 use crate::sys;
 
@@ -37,7 +38,6 @@ const GROWTH: usize = 4 << 20;
 /// Blocks at least this large are page aligned, and their pages are given back to the file
 /// system (a hole punched) when freed.
 const LARGE: usize = 64 * 1024;
-const HEADER: usize = 16;
 const MAGIC: usize = 0xf17b_0000_0000_0000;
 
 const OFF: u8 = 0;
@@ -76,21 +76,6 @@ pub fn owns(ptr: *const c_void) -> bool {
     let base = BASE.load(Acquire);
     let addr = ptr as usize;
     base != 0 && addr >= base + HEADER && addr < base + MAPPED.load(Acquire)
-}
-
-#[repr(C)]
-struct Header {
-    /// Bytes from the block's start to the pointer, tagged with MAGIC.
-    offset: usize,
-    /// Bytes usable from the pointer.
-    usable: usize,
-}
-
-/// # Safety
-/// `ptr` must be a live block of ours.
-unsafe fn header(ptr: *mut u8) -> *mut Header {
-    // SAFETY: every block has its header right before the pointer.
-    unsafe { ptr.sub(HEADER).cast() }
 }
 
 fn block_layout(size: usize, align: usize) -> Option<(Layout, usize)> {
@@ -362,8 +347,7 @@ extern "C" fn before_fork() {
         return;
     }
     let mut fds = [-1; 2];
-    // SAFETY: a pipe into a two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+    if sys::pipe_cloexec(&mut fds) {
         FORK_PIPE[0].store(fds[0], Relaxed);
         FORK_PIPE[1].store(fds[1], Relaxed);
     }

@@ -20,18 +20,6 @@ static FDS: [AtomicI32; COUNTERS] = [const { AtomicI32::new(-1) }; COUNTERS];
 /// Thread ids of the handler threads (0: free slot).
 static HANDLER_TIDS: [AtomicU32; 64] = [const { AtomicU32::new(0) }; 64];
 
-/// Monotonic clock in ns (the vDSO's `clock_gettime`, no system call): the clock of the
-/// trace's rows.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Adds `ns` to a sum.
 pub fn add(sum: &AtomicU64, ns: u64) {
     sum.fetch_add(ns, Relaxed);

@@ -27,6 +27,7 @@
 //! replaces; the raw system calls in `sys` go straight to the kernel.
 
 mod backed;
+mod block_header;
 mod breakdown;
 mod callers;
 mod exit_watch;
@@ -487,7 +488,7 @@ fn map_shared() -> *const Shared {
         unsafe {
             (*shared)
                 .made_ns
-                .store(breakdown::now_ns(), Ordering::Relaxed);
+                .store(sys::monotonic_ns_vdso(), Ordering::Relaxed);
             (*shared).magic.store(MAGIC, Ordering::Release);
         }
         // SAFETY: both are NUL-terminated paths in our buffers.
@@ -609,7 +610,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
             }
             continue;
         }
-        let read_ns = breakdown::now_ns();
+        let read_ns = sys::monotonic_ns_vdso();
         let b = &shared.breakdown;
         b.reads.fetch_add(1, Ordering::Relaxed);
         for msg in &msgs[..n as usize / std::mem::size_of::<uffd::Msg>()] {
@@ -617,7 +618,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
                 // Counted before the fault is resolved, as it is logged (`Region::log`).
                 let msgs_before = b.msgs.fetch_add(1, Ordering::Relaxed);
                 region.handle_fault(msg, read_ns);
-                let handled = breakdown::now_ns() - read_ns;
+                let handled = sys::monotonic_ns_vdso() - read_ns;
                 b.handle_ns.fetch_add(handled, Ordering::Relaxed);
                 b.handle_hist[fltrace_runtime_abi::hist_bucket(handled)]
                     .fetch_add(1, Ordering::Relaxed);

@@ -25,12 +25,12 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use talc::source::Manual;
 
+use crate::block_header::{HEADER, Header, header};
 use crate::region::PAGE;
 use crate::{region, sys};
 
 /// Blocks at least this large are page aligned.
 pub const LARGE: usize = 64 * 1024;
-const HEADER: usize = 16;
 /// `calloc` blocks at least this large read as fresh zero pages (glibc's mmap threshold).
 const CALLOC_FRESH: usize = 128 * 1024;
 const MAGIC: usize = 0xf17a_0000_0000_0000;
@@ -134,21 +134,6 @@ fn arena_range() -> (usize, usize) {
 pub unsafe fn claim(base: usize, len: usize) -> bool {
     // SAFETY: guaranteed by the caller.
     unsafe { TALC.lock().claim(base as *mut u8, len) }.is_some()
-}
-
-#[repr(C)]
-struct Header {
-    /// Bytes from the block's start to the pointer handed out, tagged with MAGIC.
-    offset: usize,
-    /// Bytes usable from the pointer.
-    usable: usize,
-}
-
-/// # Safety
-/// `ptr` must have been returned by [`allocate`] and not freed.
-unsafe fn header(ptr: *mut u8) -> *mut Header {
-    // SAFETY: every block has its header right before the pointer.
-    unsafe { ptr.sub(HEADER).cast() }
 }
 
 /// A block's size rounded up to its size class, four classes per doubling as jemalloc's:

@@ -34,10 +34,13 @@ use std::sync::atomic::{
 use fltrace_runtime_abi::{LOG_LEN, Shared, kind};
 use spinning_top::Spinlock;
 
-use crate::breakdown::{add, now_ns};
+use crate::breakdown::add;
 use crate::sys;
 use crate::uffd::{self, Msg};
 
+mod eviction;
+mod fork;
+mod page_moves;
 mod placing;
 
 /// The page size the runtime manages (x86_64 base pages).
@@ -213,22 +216,6 @@ impl Default for Tuning {
             in_thread: false,
             thread_reason: 0,
         }
-    }
-}
-
-/// Attempts of a move the kernel asks to retry (`EAGAIN`) before giving up on it for now.
-const MOVE_TRIES: usize = 1000;
-
-/// Says once on stderr that a move failed in a way the runtime does not expect.
-fn report_move_error(error: &std::io::Error) {
-    static REPORTED: AtomicBool = AtomicBool::new(false);
-    if !REPORTED.swap(true, Relaxed) {
-        let mut code = [0; 20];
-        sys::write_stderr(&[
-            b"fltrace: far memory: UFFDIO_MOVE failed (errno ",
-            sys::decimal(error.raw_os_error().unwrap_or(0) as u64, &mut code),
-            b"); the page stays where it is and the move is tried again\n",
-        ]);
     }
 }
 
@@ -574,9 +561,9 @@ impl Region {
         let idx = (addr - self.base) / PAGE;
         let shared = self.shared();
         let breakdown = &shared.breakdown;
-        let locking = now_ns();
+        let locking = sys::monotonic_ns_vdso();
         let mut pages = self.lock();
-        add(&breakdown.lock_wait_ns, now_ns() - locking);
+        add(&breakdown.lock_wait_ns, sys::monotonic_ns_vdso() - locking);
         // A thread faults again only once it has run past its previous fault: that page
         // may go now.
         self.unpin(&mut pages, fault.tid);
@@ -631,9 +618,9 @@ impl Region {
                 // Pinned for this thread until it faults again: no eviction takes the page
                 // before the protection is lifted, outside the lock.
                 drop(pages);
-                let filling = now_ns();
+                let filling = sys::monotonic_ns_vdso();
                 let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, false);
-                add(&breakdown.fill_ns, now_ns() - filling);
+                add(&breakdown.fill_ns, sys::monotonic_ns_vdso() - filling);
                 self.log_done(entry);
             } else {
                 // Another thread's fault brought it in first. Logged too: the thread's fault
@@ -652,10 +639,10 @@ impl Region {
         // waits: local memory never exceeds the limit, and a single-threaded program sees the
         // same evictions on every run.
         let write = fault.write || fault.wp;
-        let evicting = now_ns();
+        let evicting = sys::monotonic_ns_vdso();
         let (mut pages, evicted) = self.evict_over_limit(pages, self.limit.saturating_sub(1));
         if evicted {
-            add(&breakdown.evict_ns, now_ns() - evicting);
+            add(&breakdown.evict_ns, sys::monotonic_ns_vdso() - evicting);
         }
         let state = self.state(idx).load(Relaxed);
         if state & (RESIDENT | FILLING | EVICTING) != 0 {
@@ -693,7 +680,7 @@ impl Region {
             if fetched { kind::FETCH } else { kind::ZERO },
             fault.start_ns,
         );
-        let filling = now_ns();
+        let filling = sys::monotonic_ns_vdso();
         let copied = if self.moving {
             self.fill_moving(addr, idx, fetched)
         } else {
@@ -704,7 +691,7 @@ impl Region {
             };
             uffd::copy(self.uffd(), addr as u64, src as u64, PAGE as u64, !write)
         };
-        add(&breakdown.fill_ns, now_ns() - filling);
+        add(&breakdown.fill_ns, sys::monotonic_ns_vdso() - filling);
         let mut pages = self.lock();
         let state = self.state(idx).load(Relaxed);
         if copied.is_err() {
@@ -783,160 +770,6 @@ impl Region {
         shared.far.store((pages.far * PAGE) as u64, Relaxed);
     }
 
-    /// Fills the missing page `idx` at `addr` when pages move: an evicted page is moved back
-    /// from the store, a new one filled with zeros, both writable (nothing needs to know
-    /// whether they are written: eviction moves them either way).
-    fn fill_moving(&self, addr: usize, idx: usize, fetched: bool) -> std::io::Result<()> {
-        let zeros = || {
-            uffd::copy(
-                self.uffd(),
-                addr as u64,
-                ZERO_PAGE.as_ptr() as u64,
-                PAGE as u64,
-                false,
-            )
-        };
-        if !fetched {
-            return zeros();
-        }
-        let far = self.store + idx * PAGE;
-        let error = match self.move_retrying(addr, far, PAGE, 0) {
-            (_, None) => return Ok(()),
-            (_, Some(e)) => e,
-        };
-        match error.raw_os_error() {
-            // Brought in meanwhile: the waiting threads only need waking.
-            Some(libc::EEXIST) => uffd::wake(self.uffd(), addr as u64, PAGE as u64),
-            // Nothing in the store: the page was a hole when evicted (given back to the
-            // kernel behind the allocator's back), so it reads as zeros.
-            Some(libc::ENOENT) => zeros(),
-            // The store page is there but cannot move (shared with a child after fork):
-            // copied, and the store's copy dropped. Only then: copying from a store page that
-            // is not there would fault into this very handler and hang it.
-            Some(libc::EBUSY) => {
-                let copied = uffd::copy(self.uffd(), addr as u64, far as u64, PAGE as u64, false);
-                if copied.is_ok() {
-                    sys::madvise(far, PAGE, libc::MADV_DONTNEED);
-                }
-                copied
-            }
-            // Left missing: the thread faults again and the move is tried again.
-            _ => {
-                report_move_error(&error);
-                Err(error)
-            }
-        }
-    }
-
-    /// `UFFDIO_MOVE` of `len` bytes from `src` to `dst`, tried again while the kernel says
-    /// to (`EAGAIN` without progress: a page in migration, a page table changing under it).
-    fn move_retrying(
-        &self,
-        dst: usize,
-        src: usize,
-        len: usize,
-        mode: u64,
-    ) -> (u64, Option<std::io::Error>) {
-        for _ in 0..MOVE_TRIES {
-            let (moved, error) =
-                uffd::move_pages(self.uffd(), dst as u64, src as u64, len as u64, mode);
-            match &error {
-                Some(e) if moved == 0 && e.raw_os_error() == Some(libc::EAGAIN) => {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
-                }
-                _ => return (moved, error),
-            }
-        }
-        (0, Some(std::io::Error::from_raw_os_error(libc::EAGAIN)))
-    }
-
-    /// Moves the victims (sorted, resident) to the store, a run of contiguous pages per call;
-    /// returns how many of them could be neither moved nor copied and stay resident (first in
-    /// `victims`, reordered).
-    fn move_out(&self, victims: &mut [usize]) -> usize {
-        let mut kept = [0usize; EVICT_BATCH];
-        let mut kept_len = 0;
-        for_runs(victims, |first, n| {
-            let mut done = 0;
-            while done < n {
-                let at = first + done;
-                let (moved, error) = self.move_retrying(
-                    self.store + at * PAGE,
-                    self.base + at * PAGE,
-                    (n - done) * PAGE,
-                    uffd::MOVE_MODE_ALLOW_SRC_HOLES,
-                );
-                let mut advanced = moved as usize / PAGE;
-                if error.is_some() {
-                    // After a partial move the kernel's count can fall short of the pages it
-                    // moved (Linux 6.18 moves a run of pages at once and counted fewer): where
-                    // the run stands is read back from the page tables, or the next call
-                    // would find its first pages moved already (EEXIST) and keep them
-                    // resident in the books while they are gone.
-                    advanced = advanced.max(self.leading_absent(at, n - done));
-                }
-                done += advanced;
-                if advanced > 0 {
-                    continue;
-                }
-                let Some(e) = error else {
-                    break;
-                };
-                // A page shared with a child after fork cannot move: copied out (it is
-                // there, so the copy cannot fault). Any other page stays resident.
-                let busy = e.raw_os_error() == Some(libc::EBUSY);
-                if !busy {
-                    report_move_error(&e);
-                }
-                if !busy || !self.copy_out(at) {
-                    kept[kept_len] = at;
-                    kept_len += 1;
-                }
-                done += 1;
-            }
-        });
-        let kept = &kept[..kept_len];
-        victims.sort_unstable_by_key(|v| !kept.contains(v));
-        kept_len
-    }
-
-    /// How many of the `count` pages from page `first` on are not mapped, before the first
-    /// that is (at most [`EVICT_BATCH`] looked at).
-    fn leading_absent(&self, first: usize, count: usize) -> usize {
-        let count = count.min(EVICT_BATCH);
-        let mut present = [0u8; EVICT_BATCH];
-        // SAFETY: `count` pages of the region, one byte of result each.
-        let ok = unsafe {
-            libc::mincore(
-                (self.base + first * PAGE) as *mut libc::c_void,
-                count * PAGE,
-                present.as_mut_ptr(),
-            )
-        } == 0;
-        if !ok {
-            return 0;
-        }
-        present[..count].iter().take_while(|&&p| p & 1 == 0).count()
-    }
-
-    /// Evicts the resident page `idx` by copying it to the store: write-protected first so
-    /// that no write is lost, then copied into the (registered) store page, then dropped.
-    /// False, and the page left resident and writable, if the copy fails.
-    fn copy_out(&self, idx: usize) -> bool {
-        let (addr, far) = ((self.base + idx * PAGE) as u64, self.store + idx * PAGE);
-        let _ = uffd::write_protect(self.uffd(), addr, PAGE as u64, true);
-        // A stale store page would make the copy a no-op (EEXIST).
-        sys::madvise(far, PAGE, libc::MADV_DONTNEED);
-        if uffd::copy(self.uffd(), far as u64, addr, PAGE as u64, false).is_ok() {
-            sys::madvise(addr as usize, PAGE, libc::MADV_DONTNEED);
-            true
-        } else {
-            let _ = uffd::write_protect(self.uffd(), addr, PAGE as u64, false);
-            false
-        }
-    }
-
     /// Logs a handled fault for the recorder and returns the entry's slot. Called before the
     /// call that lets the faulting thread run again: once it runs, the program may end (a
     /// child's `_exit` after its last read) and take this thread with it, and the fault's row
@@ -955,7 +788,7 @@ impl Region {
             .page_and_kind
             .store(addr as u64 | u64::from(kind), Relaxed);
         entry.read_ns.store(read_ns, Relaxed);
-        entry.done_ns.store(now_ns(), Relaxed);
+        entry.done_ns.store(sys::monotonic_ns_vdso(), Relaxed);
         // Release: the entry is complete before the reader sees it marked.
         entry.seq.store(head + 1, Release);
         slot
@@ -963,7 +796,9 @@ impl Region {
 
     /// The fault logged in `slot` is resolved now (the recorder reads entries rounds later).
     fn log_done(&self, slot: usize) {
-        self.shared().log[slot].done_ns.store(now_ns(), Relaxed);
+        self.shared().log[slot]
+            .done_ns
+            .store(sys::monotonic_ns_vdso(), Relaxed);
     }
 
     /// The fill logged in `slot` failed: the fault only woke its thread, to fault again.
@@ -972,401 +807,6 @@ impl Region {
             .page_and_kind
             .store(addr as u64 | u64::from(kind::WAKE), Relaxed);
         self.log_done(slot);
-    }
-
-    fn enqueue(&self, pages: &mut Pages, idx: usize) {
-        if pages.len == pages.queue_cap {
-            self.compact(pages);
-        }
-        let ticket = pages.next_ticket;
-        pages.next_ticket = pages.next_ticket.wrapping_add(1).max(1);
-        // SAFETY: idx < pages and the slot index < queue_cap.
-        unsafe {
-            *pages.ticket.add(idx) = ticket;
-            *pages.queue.add((pages.head + pages.len) % pages.queue_cap) = (idx as u32, ticket);
-        }
-        pages.len += 1;
-    }
-
-    /// Drops stale queue entries (pages freed or re-queued since); live entries are at most
-    /// one per page, half the capacity.
-    fn compact(&self, pages: &mut Pages) {
-        let mut kept = 0;
-        for i in 0..pages.len {
-            // SAFETY: indexes within the queue and the ticket array.
-            unsafe {
-                let (idx, ticket) = *pages.queue.add((pages.head + i) % pages.queue_cap);
-                if *pages.ticket.add(idx as usize) == ticket
-                    && self.state(idx as usize).load(Relaxed) & RESIDENT != 0
-                {
-                    *pages.queue.add((pages.head + kept) % pages.queue_cap) = (idx, ticket);
-                    kept += 1;
-                }
-            }
-        }
-        pages.len = kept;
-    }
-
-    /// Evicts until at most `target` pages are resident. Victims are taken in batches of up to
-    /// [`EVICT_BATCH`] so that neighbouring pages share one write-protect and one
-    /// `MADV_DONTNEED` call: a sequential scan evicts runs of contiguous pages. Each batch is
-    /// chosen under the page lock and marked `EVICTING`; its pages are written out and dropped
-    /// without the lock (threads fault and fill meanwhile, and wait only for those pages), and
-    /// their states are set under it again. A batch's pages leave the count of local pages
-    /// when chosen: while one is written out, the pages filled meanwhile may exceed the limit
-    /// by that batch at most. Returns the lock, and whether anything was evicted.
-    fn evict_over_limit<'a>(
-        &'a self,
-        mut pages: spinning_top::guard::SpinlockGuard<'a, Pages>,
-        target: usize,
-    ) -> (spinning_top::guard::SpinlockGuard<'a, Pages>, bool) {
-        if pages.resident <= target {
-            return (pages, false);
-        }
-        let shared = self.shared();
-        shared.evict_ops.fetch_add(1, Relaxed);
-        // Going a little below the target makes the next faults free of eviction work.
-        let target = target.saturating_sub(self.ahead);
-        // At most half the queue gets a second chance per call: a sweep that went all the way
-        // round would evict the very pages it just spared, before they could be written again.
-        let mut chances = pages.len / 2;
-        // Pinned pages are passed over at most this often per call: when every resident page
-        // is pinned (a limit of fewer pages than faulting threads), eviction goes on anyway.
-        let mut pins_spared = PIN_SLOTS;
-        // Pages that system calls in progress hold are passed over at most once each per
-        // call: the queue is gone round once at most.
-        let mut held_spared = pages.len;
-        while pages.resident > target && pages.len > 0 {
-            let mut victims = [0usize; EVICT_BATCH];
-            let count = self.choose_victims(
-                &mut pages,
-                target,
-                &mut victims,
-                (&mut chances, &mut pins_spared, &mut held_spared),
-            );
-            if count == 0 {
-                continue;
-            }
-            let victims = &mut victims[..count];
-            victims.sort_unstable();
-            pages.resident -= count;
-            drop(pages);
-            let evicted = if self.moving {
-                self.write_out_moving(victims)
-            } else {
-                self.write_out_copying(victims)
-            };
-            pages = self.lock();
-            let kept = count - evicted;
-            for &idx in &victims[..kept] {
-                // Could not move: resident still, back in the queue.
-                self.state(idx).fetch_and(!EVICTING, SeqCst);
-                self.enqueue(&mut pages, idx);
-            }
-            for &idx in &victims[kept..] {
-                let state = self.state(idx);
-                let old = state.load(Relaxed);
-                if old & IN_STORE != 0 {
-                    pages.far += 1;
-                }
-                // SAFETY: idx < pages.
-                unsafe { *pages.evicted_at.add(idx) = pages.evictions };
-                pages.evictions = pages.evictions.wrapping_add(1);
-                state.store(old & !EVICTING, SeqCst);
-            }
-            pages.resident += kept;
-            shared.evict_pages_done.fetch_add(evicted as u64, Relaxed);
-            shared.far.store((pages.far * PAGE) as u64, Relaxed);
-            if evicted == 0 {
-                // Nothing would move: stop rather than spin on the same pages.
-                break;
-            }
-        }
-        (pages, true)
-    }
-
-    /// Takes up to [`EVICT_BATCH`] victims from the queue's head into `victims` (marked
-    /// `EVICTING`), passing over pages pinned for a thread, held by a system call or kept
-    /// local, and giving the policy's second chances; returns how many.
-    fn choose_victims(
-        &self,
-        pages: &mut Pages,
-        target: usize,
-        victims: &mut [usize; EVICT_BATCH],
-        (chances, pins_spared, held_spared): (&mut usize, &mut usize, &mut usize),
-    ) -> usize {
-        let breakdown = &self.shared().breakdown;
-        let mut count = 0;
-        while count < EVICT_BATCH && pages.resident - count > target && pages.len > 0 {
-            // SAFETY: the queue is non-empty; indexes are within their arrays.
-            let (idx, ticket) = unsafe { *pages.queue.add(pages.head) };
-            pages.head = (pages.head + 1) % pages.queue_cap;
-            pages.len -= 1;
-            let idx = idx as usize;
-            let state = self.state(idx);
-            // SAFETY: idx < pages.
-            let current = unsafe { *pages.ticket.add(idx) };
-            if current != ticket || state.load(Relaxed) & RESIDENT == 0 {
-                continue;
-            }
-            if state.load(Relaxed) & PINNED != 0 && *pins_spared > 0 {
-                *pins_spared -= 1;
-                if self.pinned_thread_lives(pages, idx) {
-                    // Its thread has not run since the page was served: back in the queue,
-                    // as if brought in now.
-                    self.enqueue(pages, idx);
-                    continue;
-                }
-                state.fetch_and(!PINNED, Relaxed);
-            }
-            // Marked before the system calls' pins are read, which a pin's taker does the
-            // other way round: either this sees the pin, or the taker sees the mark and waits
-            // for the eviction to end before it brings the page back.
-            state.fetch_or(EVICTING, SeqCst);
-            std::sync::atomic::fence(SeqCst);
-            if self.is_local(idx) {
-                // Kept local for good: out of the queue.
-                state.fetch_and(!EVICTING, SeqCst);
-                continue;
-            }
-            if *held_spared > 0 && crate::pins::holds(idx) {
-                *held_spared -= 1;
-                state.fetch_and(!EVICTING, SeqCst);
-                breakdown.syscall_pins_spared.fetch_add(1, Relaxed);
-                self.enqueue(pages, idx);
-                continue;
-            }
-            if self.policy != Policy::Fifo && state.load(Relaxed) & REFERENCED != 0 && *chances > 0
-            {
-                *chances -= 1;
-                // Second chance; under clock a dirty page is protected again so that the
-                // next write is seen.
-                state.fetch_and(!REFERENCED, Relaxed);
-                if self.policy == Policy::Clock && state.load(Relaxed) & DIRTY != 0 {
-                    let addr = self.base + idx * PAGE;
-                    let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, true);
-                }
-                state.fetch_and(!EVICTING, SeqCst);
-                self.enqueue(pages, idx);
-                continue;
-            }
-            if state.load(Relaxed) & IN_STORE != 0 {
-                // Its far copy stays as the far page; no longer held twice.
-                pages.clean_copies -= 1;
-            }
-            victims[count] = idx;
-            count += 1;
-        }
-        count
-    }
-
-    /// Moves the victims (sorted, `EVICTING`, resident) to the store, without the page lock:
-    /// those that moved (first `kept` left in place, see `move_out`) become `IN_STORE`;
-    /// returns how many moved.
-    fn write_out_moving(&self, victims: &mut [usize]) -> usize {
-        let breakdown = &self.shared().breakdown;
-        let moving = now_ns();
-        let kept = self.move_out(victims);
-        add(&breakdown.evict_copy_ns, now_ns() - moving);
-        for &idx in &victims[kept..] {
-            let state = self.state(idx);
-            let old = state.load(Relaxed);
-            state.store(
-                (old & !(RESIDENT | DIRTY | REFERENCED | PINNED)) | IN_STORE,
-                SeqCst,
-            );
-        }
-        let evicted = victims.len() - kept;
-        self.shared()
-            .evict_writes
-            .fetch_add(evicted as u64, Relaxed);
-        evicted
-    }
-
-    /// Writes the victims (sorted, `EVICTING`, resident) out by copying, without the page
-    /// lock: dirty ones write-protected first (no write can be lost between), copied to the
-    /// store, then all dropped. Returns how many were evicted (all).
-    fn write_out_copying(&self, victims: &[usize]) -> usize {
-        let shared = self.shared();
-        let breakdown = &shared.breakdown;
-        let protecting = now_ns();
-        for_runs(victims, |first, n| {
-            let dirty = |i: usize| self.state(i).load(Relaxed) & DIRTY != 0;
-            if (first..first + n).any(dirty) {
-                let _ = uffd::write_protect(
-                    self.uffd(),
-                    (self.base + first * PAGE) as u64,
-                    (n * PAGE) as u64,
-                    true,
-                );
-            }
-        });
-        let copying = now_ns();
-        add(&breakdown.evict_wp_ns, copying - protecting);
-        for &idx in victims {
-            let state = self.state(idx);
-            let old = state.load(Relaxed);
-            let mut new = old;
-            if old & DIRTY != 0 {
-                let addr = self.base + idx * PAGE;
-                // SAFETY: both pages are mapped and PAGE bytes long; the region page is
-                // resident (reading it cannot fault) and no longer writable.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        addr as *const u8,
-                        (self.store + idx * PAGE) as *mut u8,
-                        PAGE,
-                    )
-                };
-                new |= IN_STORE;
-                shared.evict_writes.fetch_add(1, Relaxed);
-            }
-            // Still marked as being evicted until it is dropped below.
-            state.store(new & !(RESIDENT | DIRTY | REFERENCED | PINNED), SeqCst);
-        }
-        let dropping = now_ns();
-        add(&breakdown.evict_copy_ns, dropping - copying);
-        for_runs(victims, |first, n| {
-            sys::madvise(self.base + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
-        });
-        add(&breakdown.evict_drop_ns, now_ns() - dropping);
-        victims.len()
-    }
-
-    /// Pins page `idx`, just served for thread `tid`, until that thread faults again; the page
-    /// that last held the thread's slot, another thread's, loses its pin.
-    fn pin(&self, pages: &mut Pages, tid: u32, idx: usize) {
-        let slot = tid as usize % PIN_SLOTS;
-        let (old_tid, old_idx) = pages.pins[slot];
-        if old_tid != 0 && old_tid != tid {
-            self.state(old_idx as usize).fetch_and(!PINNED, Relaxed);
-        }
-        pages.pins[slot] = (tid, idx as u32);
-        self.state(idx).fetch_or(PINNED, Relaxed);
-    }
-
-    /// Thread `tid` faults again: the page last served for it is no longer pinned.
-    fn unpin(&self, pages: &mut Pages, tid: u32) {
-        let slot = tid as usize % PIN_SLOTS;
-        let (old_tid, old_idx) = pages.pins[slot];
-        if old_tid == tid {
-            pages.pins[slot] = (0, 0);
-            self.state(old_idx as usize).fetch_and(!PINNED, Relaxed);
-        }
-    }
-
-    /// Whether the pin of page `idx` still stands: the thread it was served for has not
-    /// faulted since and still exists (one that ended will never retry). Asked only when a
-    /// pinned page reaches the head of the queue.
-    fn pinned_thread_lives(&self, pages: &mut Pages, idx: usize) -> bool {
-        let Some(slot) = pages
-            .pins
-            .iter()
-            .position(|&(t, i)| t != 0 && i as usize == idx)
-        else {
-            return false;
-        };
-        let tid = pages.pins[slot].0;
-        // SAFETY: tgkill with signal 0 only checks that the thread exists in this process.
-        let lives = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) } == 0;
-        if !lives {
-            pages.pins[slot] = (0, 0);
-        }
-        lives
-    }
-
-    /// What a write marks besides dirty: a reference, for clock (its recency signal).
-    fn written_reference(&self) -> u8 {
-        if self.policy == Policy::Clock {
-            REFERENCED
-        } else {
-            0
-        }
-    }
-
-    /// Queues the release of the store's copy of page `idx`: a resident page that is dirty
-    /// will get a fresh one if evicted, and keeping the stale one would count it twice in the
-    /// process's memory.
-    fn queue_release(&self, pages: &mut Pages, idx: usize) {
-        if pages.release_len == RELEASE_BATCH {
-            self.flush_releases(pages);
-        }
-        pages.releases[pages.release_len] = idx as u32;
-        pages.release_len += 1;
-    }
-
-    /// Releases the queued store copies, contiguous ones in one call. A page evicted since it
-    /// was queued has its fresh far copy there (it is `IN_STORE` again, or not resident):
-    /// that one stays.
-    fn flush_releases(&self, pages: &mut Pages) {
-        let mut idxs = [0usize; RELEASE_BATCH];
-        let mut count = 0;
-        for i in 0..pages.release_len {
-            let idx = pages.releases[i] as usize;
-            let state = self.state(idx).load(Relaxed);
-            // Not one being written out (its store page takes the fresh copy).
-            if state & RESIDENT != 0 && state & (IN_STORE | EVICTING) == 0 {
-                idxs[count] = idx;
-                count += 1;
-            }
-        }
-        pages.release_len = 0;
-        let idxs = &mut idxs[..count];
-        idxs.sort_unstable();
-        let mut previous = usize::MAX;
-        let mut unique = 0;
-        for i in 0..idxs.len() {
-            if idxs[i] != previous {
-                previous = idxs[i];
-                idxs[unique] = idxs[i];
-                unique += 1;
-            }
-        }
-        for_runs(&idxs[..unique], |first, n| {
-            sys::madvise(self.store + first * PAGE, n * PAGE, libc::MADV_DONTNEED);
-        });
-    }
-
-    /// After serving a read's faults: releases the queued far copies, and evicts a batch if
-    /// local memory is nearly full, so that the next faults find room without waiting.
-    pub fn after_faults(&self) {
-        if !self.managed() {
-            return;
-        }
-        let mut pages = self.lock();
-        if pages.release_len > 0 {
-            self.flush_releases(&mut pages);
-        }
-        if !self.evict_ahead || self.ahead == 0 {
-            return;
-        }
-        // Evict when fewer than a quarter of the batch's pages are free, down to a batch free.
-        if pages.resident + self.ahead / 4 >= self.limit {
-            let before = pages.resident;
-            let started = now_ns();
-            let (after, evicted) = self.evict_over_limit(pages, self.limit - 1);
-            pages = after;
-            if evicted {
-                let breakdown = &self.shared().breakdown;
-                add(&breakdown.evict_ns, now_ns() - started);
-                add(
-                    &breakdown.evict_ahead_pages,
-                    before.saturating_sub(pages.resident) as u64,
-                );
-            }
-        }
-    }
-
-    /// Whether `len` more bytes fit in local memory with room to spare (a batch of eviction
-    /// ahead). Freed blocks stay mapped while they do, as the program's own allocator would
-    /// keep them; only under the limit are their pages given back (on free, and when a block
-    /// is allocated again over them).
-    pub fn has_room(&self, len: usize) -> bool {
-        if !self.managed() {
-            return true;
-        }
-        let resident = self.shared().resident.load(Relaxed) as usize / PAGE;
-        resident + len.div_ceil(PAGE) + self.ahead < self.limit
     }
 
     /// Forgets the contents of the whole pages in `[addr, addr + len)`: they read as zeros
@@ -1444,205 +884,6 @@ impl Region {
             .resident
             .store((pages.resident * PAGE) as u64, Relaxed);
         self.shared().far.store((pages.far * PAGE) as u64, Relaxed);
-    }
-
-    /// Takes the page lock across fork: a handler thread holding it when the process is
-    /// copied would leave the child's copy locked for ever. Evicted pages stay in the store,
-    /// which the child inherits (a copy-on-write copy, as the region's resident pages).
-    pub fn lock_for_fork(&self) {
-        std::mem::forget(self.lock());
-    }
-
-    /// After fork, in the parent: unlock.
-    pub fn resume(&self) {
-        // SAFETY: `lock_for_fork` left the lock held by this thread, which now releases it.
-        unsafe { self.inner.force_unlock() };
-    }
-
-    /// After fork, in the child (its only thread, the page lock held since `lock_for_fork`):
-    /// manages its copy of the region under the same limit, a budget of its own, with `uffd`,
-    /// its own userfaultfd (the kernel does not carry the parent's registration over), and
-    /// `shared`, its own page for the recorder. The child starts with the parent's pages where
-    /// they were: resident ones (shared copy-on-write) count against its limit, evicted ones
-    /// are fetched from its copy of the store when touched. False if `uffd` cannot be
-    /// registered; the lock is then still held.
-    pub fn adopt_child(&self, uffd: i32, shared: *const Shared) -> bool {
-        let bytes = (self.pages * PAGE) as u64;
-        let mode = uffd::REGISTER_MODE_MISSING | uffd::REGISTER_MODE_WP;
-        // Not what the kernel keeps (ranges taken out of emulation, files mapped over
-        // reservations): registering those would fail, and their pages are the child's as
-        // they are.
-        let used = self.span_in_use();
-        let outside = |idx| crate::placement::outside(idx);
-        if !self.register_placed(uffd, mode, 0, used, outside)
-            || (used < self.pages
-                && uffd::register(
-                    uffd,
-                    (self.base + used * PAGE) as u64,
-                    ((self.pages - used) * PAGE) as u64,
-                    mode,
-                )
-                .is_err())
-            || (self.moving
-                && uffd::register(uffd, self.store as u64, bytes, uffd::REGISTER_MODE_MISSING)
-                    .is_err())
-        {
-            return false;
-        }
-        let parent_uffd = self.uffd.swap(uffd, Relaxed);
-        if parent_uffd >= 0 {
-            // The parent's userfaultfd: of no use here, and not to be inherited further.
-            // SAFETY: closing the child's copy of the descriptor.
-            unsafe { libc::close(parent_uffd) };
-        }
-        self.shared.store(shared.cast_mut(), Relaxed);
-        // SAFETY: the lock is held by this thread since `lock_for_fork` (see `resume`); the
-        // guard taken here replaces it.
-        unsafe { self.inner.force_unlock() };
-        let mut pages = self.lock();
-        // The parent's threads do not exist here, nor their system calls.
-        for slot in 0..PIN_SLOTS {
-            let (tid, idx) = pages.pins[slot];
-            if tid != 0 {
-                self.state(idx as usize).fetch_and(!PINNED, Relaxed);
-            }
-            pages.pins[slot] = (0, 0);
-        }
-        crate::pins::forget_all();
-        // Pages a parent's thread was writing out when the process was copied (without the
-        // lock): gone from the child's copy, or still there. They left the count of local
-        // pages when chosen.
-        for idx in 0..self.pages {
-            let state = self.state(idx).load(Relaxed);
-            if state & EVICTING == 0 {
-                continue;
-            }
-            let mapped = |addr: usize| {
-                let mut present = 0u8;
-                // SAFETY: one page, one byte of result.
-                (unsafe { libc::mincore(addr as *mut libc::c_void, PAGE, &mut present) } == 0)
-                    && present & 1 != 0
-            };
-            if mapped(self.base + idx * PAGE) {
-                // Its only copy that counts is here (a store copy of it is stale).
-                self.state(idx).store(RESIDENT | DIRTY, Relaxed);
-                pages.resident += 1;
-                self.enqueue(&mut pages, idx);
-            } else {
-                let stored =
-                    state & IN_STORE != 0 || (self.moving && mapped(self.store + idx * PAGE));
-                self.state(idx)
-                    .store(if stored { IN_STORE } else { 0 }, Relaxed);
-                pages.far += usize::from(stored);
-            }
-        }
-        // Pages a parent's thread was filling when the process was copied: the fill is done
-        // in the child's copy, or not at all.
-        for idx in 0..self.pages {
-            let state = self.state(idx).load(Relaxed);
-            if state & FILLING == 0 {
-                continue;
-            }
-            let addr = self.base + idx * PAGE;
-            let mut present = 0u8;
-            // SAFETY: one page of the region, one byte of result.
-            let mapped = unsafe { libc::mincore(addr as *mut libc::c_void, PAGE, &mut present) }
-                == 0
-                && present & 1 != 0;
-            if mapped && state & DISCARDED == 0 {
-                // Its only copy is here (a fetch took it from the store, or it was a zero fill).
-                if state & IN_STORE != 0 {
-                    pages.far -= 1;
-                }
-                self.state(idx).store(RESIDENT | DIRTY, Relaxed);
-                self.enqueue(&mut pages, idx);
-            } else {
-                pages.resident -= 1;
-                if state & DISCARDED != 0 {
-                    pages.far -= usize::from(state & IN_STORE != 0);
-                    self.state(idx).store(0, Relaxed);
-                } else {
-                    self.state(idx).store(state & IN_STORE, Relaxed);
-                }
-            }
-        }
-        // Runs of pages by what the child's copy needs: a page missing here must be missing
-        // in the child too (anything the child touched before this registration was filled
-        // by the kernel, not from the store), and a clean page must be write-protected again
-        // (fork leaves the child's copy writable) so that its first write is seen.
-        let clock = self.policy == Policy::Clock;
-        let mut run: Option<(usize, bool)> = None;
-        let flush = |run: (usize, bool), end: usize| {
-            let (first, protect) = run;
-            let (addr, len) = (self.base + first * PAGE, (end - first) * PAGE);
-            if protect {
-                let _ = uffd::write_protect(uffd, addr as u64, len as u64, true);
-            } else {
-                sys::madvise(addr, len, libc::MADV_DONTNEED);
-            }
-        };
-        for idx in 0..used {
-            let state = self.state(idx).load(Relaxed);
-            let resident = state & RESIDENT != 0;
-            let wanted = if outside(idx) {
-                None
-            } else if !resident {
-                Some(false)
-            } else if !self.moving && (state & DIRTY == 0 || clock) && !self.is_local(idx) {
-                Some(true)
-            } else {
-                None
-            };
-            if run.map(|r| r.1) != wanted {
-                if let Some(r) = run.take() {
-                    flush(r, idx);
-                }
-                run = wanted.map(|w| (idx, w));
-            }
-        }
-        if let Some(r) = run {
-            flush(r, used);
-        }
-        // The child's path is its parent's (its userfaultfd got the same features).
-        self.publish_path();
-        let shared = self.shared();
-        shared.limit.store((self.limit * PAGE) as u64, Relaxed);
-        shared.region_start.store(self.base as u64, Relaxed);
-        shared.region_len.store(bytes, Relaxed);
-        let resident = (pages.resident * PAGE) as u64;
-        shared.resident.store(resident, Relaxed);
-        shared.memory_used.store(resident, Relaxed);
-        shared.far.store((pages.far * PAGE) as u64, Relaxed);
-        true
-    }
-
-    /// After fork, in a child that could not get a userfaultfd of its own: copies every
-    /// evicted page back from its copy of the store (plain memory here) and runs unmanaged.
-    pub fn detach_child(&self) {
-        // SAFETY: the child's copy of the lock is held by its only thread (`lock_for_fork`);
-        // the guard taken here replaces it.
-        unsafe { self.inner.force_unlock() };
-        let pages = self.lock();
-        for idx in 0..self.span_in_use() {
-            let state = self.state(idx).load(Relaxed);
-            if state & IN_STORE != 0 && state & RESIDENT == 0 {
-                // SAFETY: both pages are mapped, unregistered in this process, PAGE long.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (self.store + idx * PAGE) as *const u8,
-                        (self.base + idx * PAGE) as *mut u8,
-                        PAGE,
-                    )
-                };
-            }
-        }
-        drop(pages);
-        self.detached.store(true, Relaxed);
-        let parent_uffd = self.uffd();
-        if parent_uffd >= 0 {
-            // SAFETY: closing the child's copy of the parent's descriptor.
-            unsafe { libc::close(parent_uffd) };
-        }
     }
 }
 

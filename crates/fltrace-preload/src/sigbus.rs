@@ -19,7 +19,6 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::breakdown::now_ns;
 use crate::region::{Fault, Region};
 use crate::sys;
 
@@ -173,7 +172,7 @@ extern "C" fn on_sigbus(sig: i32, info: *mut libc::siginfo_t, context: *mut c_vo
     // The interrupted code's errno survives the runtime's system calls.
     // SAFETY: the thread's errno location is always valid.
     let errno = unsafe { *libc::__errno_location() };
-    let start = now_ns();
+    let start = sys::monotonic_ns_vdso();
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
     if !unsafe { serve(info, context, start) } {
         // SAFETY: as above.
@@ -214,7 +213,7 @@ unsafe fn serve(info: *mut libc::siginfo_t, context: *mut c_void, start: u64) ->
     wait_for_recorder(shared);
     let breakdown = &shared.breakdown;
     let served = breakdown.signals.fetch_add(1, Ordering::Relaxed);
-    let took = now_ns() - start;
+    let took = sys::monotonic_ns_vdso() - start;
     breakdown.handle_ns.fetch_add(took, Ordering::Relaxed);
     breakdown.handle_hist[fltrace_runtime_abi::hist_bucket(took)].fetch_add(1, Ordering::Relaxed);
     // The kernel's counters and schedstat now and then, for a live view (no handler
@@ -238,8 +237,8 @@ fn wait_for_recorder(shared: &fltrace_runtime_abi::Shared) {
     if backlog == 0 || behind() <= backlog {
         return;
     }
-    let start = now_ns();
-    while behind() > backlog / 2 && now_ns() - start < 2_000_000_000 {
+    let start = sys::monotonic_ns_vdso();
+    while behind() > backlog / 2 && sys::monotonic_ns_vdso() - start < 2_000_000_000 {
         let pause = libc::timespec {
             tv_sec: 0,
             tv_nsec: 200_000,
@@ -257,7 +256,7 @@ fn wait_for_recorder(shared: &fltrace_runtime_abi::Shared) {
     breakdown.recorder_waits.fetch_add(1, Ordering::Relaxed);
     breakdown
         .recorder_wait_ns
-        .fetch_add(now_ns() - start, Ordering::Relaxed);
+        .fetch_add(sys::monotonic_ns_vdso() - start, Ordering::Relaxed);
 }
 
 /// The page-fault error code of the fault that raised the signal: bit 0 set when the page

@@ -31,7 +31,9 @@ pub fn map_anonymous(len: usize, extra_flags: i32) -> *mut u8 {
 }
 
 /// CLOCK_MONOTONIC in ns through the system call, not the vDSO: the vDSO's first read faults
-/// its data page in, a fault the trace would show at the program's call that got here.
+/// its data page in, a fault the trace would show at the program's call that got here. Kept
+/// apart from [`monotonic_ns_vdso`] for the reads made before the program has touched the
+/// vDSO (the allocation log's birth time, read as the library loads).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -40,6 +42,30 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: a valid out-pointer on our stack.
     unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC in ns through the vDSO (no system call, about 20 ns): the clock of the
+/// handler's timings, the fault log's rows and the tracer's exact times, read where the vDSO's
+/// page is long resident. The one `clock_gettime` call of the library.
+pub fn monotonic_ns_vdso() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A pipe whose ends close on exec, into `fds` (read end, write end); false on failure.
+/// The library's one `pipe2` call.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the library's one pipe2; it cannot use rustix (it stays lean)"
+)]
+pub fn pipe_cloexec(fds: &mut [i32; 2]) -> bool {
+    // SAFETY: a pipe into a two-element array.
+    unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) == 0 }
 }
 
 /// The raw `madvise` system call.

@@ -3,24 +3,16 @@
 //! `HH:MM:SS` in local time as bcc's tools print it (oomkill, vmscan, swapin, memleak's
 //! reports, triage's OOM kills).
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a valid out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// CLOCK_MONOTONIC in ns.
+/// CLOCK_MONOTONIC in ns: capture's reader, the clock of its perf samples too.
 pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    fltrace_capture::monotonic_now_ns()
 }
 
 /// Unix time in ns.
 pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Unix time minus monotonic time, in ns: a monotonic time plus it is a Unix time.

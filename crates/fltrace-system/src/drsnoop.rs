@@ -56,23 +56,22 @@ impl DrSnoop {
             self.perf_events.format(3).cloned(),
         ];
         let mut spans = [Spans::default(), Spans::default()];
-        let mut failure = None;
         printer.header()?;
-        let status = self.perf_events.run(
+        self.perf_events.run_printing(
             stop,
             duration,
             None,
             |ctx, record| {
                 let Record::Sample(s) = record else {
-                    return;
+                    return Ok(());
                 };
                 let kind = s.source / 2;
                 if s.source % 2 == 0 {
                     spans[kind].begin(s.tid, s.time_ns);
-                    return;
+                    return Ok(());
                 }
                 let Some(ns) = spans[kind].end(s.tid, s.time_ns) else {
-                    return;
+                    return Ok(());
                 };
                 let pages = ends[kind]
                     .as_ref()
@@ -86,15 +85,9 @@ impl DrSnoop {
                     pages.into(),
                     (if kind == 0 { "global" } else { "memcg" }).into(),
                 ];
-                if let Err(e) = printer.row(&row) {
-                    failure.get_or_insert(e);
-                }
+                printer.row(&row)
             },
-            |_, _| {},
-        )?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(status),
-        }
+            |_, _, _| Ok(()),
+        )
     }
 }

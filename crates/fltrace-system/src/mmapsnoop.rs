@@ -111,9 +111,8 @@ impl MmapSnoop {
             return Ok(None);
         };
         let mut pending: HashMap<u32, Pending> = HashMap::new();
-        let mut failure = None;
         printer.header()?;
-        let status = self.perf_events.run(
+        self.perf_events.run_printing(
             stop,
             duration,
             None,
@@ -123,6 +122,7 @@ impl MmapSnoop {
                         p.mapped
                             .push((mapping.start.get(), mapping.end.get(), mapping.path));
                     }
+                    Ok(())
                 }
                 Record::Sample(s) if s.source == 0 => {
                     let d = enter.decode(&s.raw);
@@ -140,10 +140,11 @@ impl MmapSnoop {
                             mapped: Vec::new(),
                         },
                     );
+                    Ok(())
                 }
                 Record::Sample(s) => {
                     let Some(p) = pending.remove(&s.tid) else {
-                        return;
+                        return Ok(());
                     };
                     let ret = exit.decode(&s.raw).i64("ret").unwrap_or(0);
                     let file = file_of(s.pid, &p, ret);
@@ -158,18 +159,12 @@ impl MmapSnoop {
                         format!("{ret:#x}").into(),
                         file.into(),
                     ];
-                    if let Err(e) = printer.row(&row) {
-                        failure.get_or_insert(e);
-                    }
+                    printer.row(&row)
                 }
-                _ => {}
+                _ => Ok(()),
             },
-            |_, _| {},
-        )?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(status),
-        }
+            |_, _, _| Ok(()),
+        )
     }
 }
 

@@ -126,15 +126,14 @@ impl OomKill {
             return Ok(None);
         };
         let page_kb = fltrace_capture::page_size() as u64 / 1024;
-        let mut failure = None;
         let kmsg = &mut self.kmsg;
-        let status = self.perf_events.run(
+        self.perf_events.run_printing(
             stop,
             duration,
             None,
             |ctx, record| {
                 let Record::Sample(sample) = record else {
-                    return;
+                    return Ok(());
                 };
                 let d = format.decode(&sample.raw);
                 let victim_pid = d.i64("pid").unwrap_or(0) as u32;
@@ -168,19 +167,12 @@ impl OomKill {
                     loadavg: procfs::loadavg(),
                     memcg,
                 };
-                let printed = match printer.format() {
+                match printer.format() {
                     TableFormat::Table => printer.line(&kill.sentence()),
                     _ => printer.row(&kill.values()),
-                };
-                if let Err(e) = printed {
-                    failure.get_or_insert(e);
                 }
             },
-            |_, _| {},
-        )?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(status),
-        }
+            |_, _, _| Ok(()),
+        )
     }
 }

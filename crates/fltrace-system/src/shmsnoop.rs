@@ -128,30 +128,29 @@ impl ShmSnoop {
             .collect();
         // Per thread: the call entered and its argument text.
         let mut pending: HashMap<u32, (usize, String)> = HashMap::new();
-        let mut failure = None;
         printer.header()?;
-        let status = self.perf_events.run(
+        self.perf_events.run_printing(
             stop,
             duration,
             None,
             |ctx, record| {
                 let Record::Sample(s) = record else {
-                    return;
+                    return Ok(());
                 };
                 let Some(format) = formats.get(s.source).and_then(Option::as_ref) else {
-                    return;
+                    return Ok(());
                 };
                 let d = format.decode(&s.raw);
                 if s.source < CALLS.len() {
                     pending.insert(s.tid, (s.source, args_text(s.source, &d)));
-                    return;
+                    return Ok(());
                 }
                 let call = s.source - CALLS.len();
                 let Some((entered, args)) = pending.remove(&s.tid) else {
-                    return;
+                    return Ok(());
                 };
                 if entered != call {
-                    return;
+                    return Ok(());
                 }
                 let ret = d.i64("ret").unwrap_or(0);
                 let ret_text = if ret < 0 {
@@ -167,16 +166,10 @@ impl ShmSnoop {
                     ret_text.into(),
                     args.into(),
                 ];
-                if let Err(e) = printer.row(&row) {
-                    failure.get_or_insert(e);
-                }
+                printer.row(&row)
             },
-            |_, _| {},
-        )?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(status),
-        }
+            |_, _, _| Ok(()),
+        )
     }
 }
 

@@ -92,45 +92,37 @@ impl Swapin {
     ) -> Result<Option<std::process::ExitStatus>, Error> {
         let swapins = std::cell::RefCell::new(IntervalSwapins::default());
         let mut maps = MapsCache::default();
-        let mut failure = None;
         printer.header()?;
-        let mut print = |ctx: &Context, now: u64, failure: &mut Option<Error>| {
-            let time = crate::clock::local_time(ctx.wall_ns(now));
-            for ((comm, pid), count) in swapins.borrow_mut().take() {
-                let row = [time.as_str().into(), comm.into(), pid.into(), count.into()];
-                if let Err(e) = printer.row(&row) {
-                    failure.get_or_insert(e);
-                }
-            }
-        };
-        let mut tick_failure = None;
-        let status = self.perf_events.run(
+        self.perf_events.run_printing(
             stop,
             duration,
             Some(interval),
-            |ctx, record| match record {
-                Record::Sample(s) => {
-                    swapins.borrow_mut().add(&s, ctx.comm(s.tid), |pid, addr| {
-                        maps.lookup(pid, addr).cloned()
-                    });
+            |ctx, record| {
+                match record {
+                    Record::Sample(s) => {
+                        swapins.borrow_mut().add(&s, ctx.comm(s.tid), |pid, addr| {
+                            maps.lookup(pid, addr).cloned()
+                        });
+                    }
+                    Record::Comm {
+                        pid, exec: true, ..
+                    }
+                    | Record::Exit { pid, .. } => maps.forget(pid),
+                    _ => {}
                 }
-                Record::Comm {
-                    pid, exec: true, ..
-                }
-                | Record::Exit { pid, .. } => maps.forget(pid),
-                _ => {}
+                Ok(())
             },
-            |ctx, now| print(ctx, now, &mut tick_failure),
-        )?;
-        print(
-            &self.perf_events.context,
-            crate::clock::monotonic_ns(),
-            &mut failure,
-        );
-        match failure.or(tick_failure) {
-            Some(e) => Err(e),
-            None => Ok(status),
-        }
+            |ctx: &Context, now, _| {
+                let time = crate::clock::local_time(ctx.wall_ns(now));
+                // Every row is tried; the first that fails is the error.
+                let mut printed = Ok(());
+                for ((comm, pid), count) in swapins.borrow_mut().take() {
+                    let row = [time.as_str().into(), comm.into(), pid.into(), count.into()];
+                    printed = printed.and(printer.row(&row));
+                }
+                printed
+            },
+        )
     }
 }
 

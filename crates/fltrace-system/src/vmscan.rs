@@ -145,39 +145,14 @@ impl Vmscan {
         let (mut slab, mut direct, mut memcg) =
             (Spans::default(), Spans::default(), Spans::default());
         let totals = std::cell::RefCell::new(Totals::default());
-        let mut failure = None;
         printer.header()?;
-        let mut print = |ctx: &crate::perf::Context, now: u64, failure: &mut Option<Error>| {
-            let t = totals.replace(Totals::default());
-            let ms = |ns: u64| Value::Float(ns as f64 / 1e6, 2);
-            let row = [
-                crate::clock::local_time(ctx.wall_ns(now)).into(),
-                ms(t.slab_ns),
-                ms(t.direct_ns),
-                ms(t.memcg_ns),
-                t.kswapd.into(),
-                if has_writes {
-                    t.writes.into()
-                } else {
-                    "-".into()
-                },
-                t.slabs.into(),
-                t.directs.into(),
-                t.memcgs.into(),
-                t.memcg_pages.into(),
-            ];
-            if let Err(e) = printer.row(&row) {
-                failure.get_or_insert(e);
-            }
-        };
-        let mut tick_failure = None;
-        let status = self.perf_events.run(
+        self.perf_events.run_printing(
             stop,
             duration,
             Some(interval),
             |_, record| {
                 let Record::Sample(s) = record else {
-                    return;
+                    return Ok(());
                 };
                 let mut t = totals.borrow_mut();
                 match kinds.get(s.source) {
@@ -210,20 +185,33 @@ impl Vmscan {
                     Some(Kind::Write) => t.writes += 1,
                     None => {}
                 }
+                Ok(())
             },
-            |ctx, now| print(ctx, now, &mut tick_failure),
-        )?;
-        // The last partial interval.
-        if totals.borrow().ne(&Totals::default()) {
-            print(
-                &self.perf_events.context,
-                crate::clock::monotonic_ns(),
-                &mut failure,
-            );
-        }
-        match failure.or(tick_failure) {
-            Some(e) => Err(e),
-            None => Ok(status),
-        }
+            |ctx: &crate::perf::Context, now, last| {
+                // The last partial interval is printed only when something happened in it.
+                if last && totals.borrow().eq(&Totals::default()) {
+                    return Ok(());
+                }
+                let t = totals.replace(Totals::default());
+                let ms = |ns: u64| Value::Float(ns as f64 / 1e6, 2);
+                let row = [
+                    crate::clock::local_time(ctx.wall_ns(now)).into(),
+                    ms(t.slab_ns),
+                    ms(t.direct_ns),
+                    ms(t.memcg_ns),
+                    t.kswapd.into(),
+                    if has_writes {
+                        t.writes.into()
+                    } else {
+                        "-".into()
+                    },
+                    t.slabs.into(),
+                    t.directs.into(),
+                    t.memcgs.into(),
+                    t.memcg_pages.into(),
+                ];
+                printer.row(&row)
+            },
+        )
     }
 }

@@ -49,6 +49,7 @@ pub mod perf_map;
 mod range_trace;
 mod recording;
 pub mod spool;
+pub use spool::thread_cpu;
 pub mod stats;
 mod tables;
 

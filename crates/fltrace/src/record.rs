@@ -44,7 +44,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints the lines a recording ends with on stderr (those for `-v` through the logger).
-pub fn say_summary(summary: &fltrace_capture::Summary, context: &fltrace_capture::SummaryContext) {
+pub fn say_summary(
+    summary: &fltrace_capture::RecordingOutcome,
+    context: &fltrace_capture::SummaryContext,
+) {
     let mut err = std::io::stderr().lock();
     for line in summary.lines(context) {
         match line {

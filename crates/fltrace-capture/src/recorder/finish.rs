@@ -1,14 +1,14 @@
 //! The end of a recording: every table closed as far as it goes, the allocation logs
 //! converted, the access capture stopped, the checksums written.
 
-use super::{ActiveRecording, Ended, Options, Summary, keep_first, note_stop};
+use super::{ActiveRecording, Ended, Options, RecordingOutcome, keep_first, note_stop};
 use crate::sys;
 use std::os::unix::process::ExitStatusExt as _;
 
 impl ActiveRecording {
     /// Closes every table as far as it goes, converts the allocation logs, stops the access
     /// capture and says how the recording ended.
-    pub(super) fn finish(self, ended: Ended, options: &Options) -> Summary {
+    pub(super) fn finish(self, ended: Ended, options: &Options) -> RecordingOutcome {
         let ActiveRecording {
             root_pid,
             started_command,
@@ -70,7 +70,7 @@ impl ActiveRecording {
             // one that unmaps it last: mapped again in the grandchild, this process stays
             // charged. That only matters to a process the kernel checks, one without
             // CAP_IPC_LOCK (a sweep recording step after step in process).
-            let mapped: Vec<_> = if may_lock_memory() {
+            let mapped: Vec<_> = if crate::procfs::may_lock_memory() {
                 rings.iter().flat_map(|r| r.mapped.clone()).collect()
             } else {
                 Vec::new()
@@ -184,7 +184,7 @@ impl ActiveRecording {
                 }
             }
         }
-        Summary {
+        RecordingOutcome {
             root_pid,
             pids,
             attached,
@@ -205,18 +205,6 @@ impl ActiveRecording {
             cache,
         }
     }
-}
-
-/// Whether this process has CAP_IPC_LOCK (its locked memory is not limited).
-pub(super) fn may_lock_memory() -> bool {
-    const CAP_IPC_LOCK: u32 = 14;
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("CapEff:"))
-            .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
-            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
-    })
 }
 
 /// Hands the events' last references to a process of their own, which closes them once this
@@ -241,21 +229,17 @@ fn close_after_exit(
     if events.is_empty() {
         return events;
     }
-    let mut fds = [0; 2];
-    let mut ready = [0; 2];
-    // SAFETY: pipe2 fills the two descriptors it is given.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    let Some((read_end, write_end)) = crate::os::raw_pipe_cloexec() else {
         return events;
-    }
-    if unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    };
+    let Some((ready_read, ready_write)) = crate::os::raw_pipe_cloexec() else {
+        // SAFETY: our descriptors, closed once each.
         unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
+            libc::close(read_end);
+            libc::close(write_end);
         }
         return events;
-    }
-    let (read_end, write_end) = (fds[0], fds[1]);
-    let (ready_read, ready_write) = (ready[0], ready[1]);
+    };
     // The descriptors the grandchild keeps, in order, and the ranges between them it closes:
     // worked out before the fork, as the child of a threaded process may not allocate.
     let mut keep: Vec<u32> = events

@@ -364,7 +364,7 @@ fn open_events(
         leaders.push(PerfEvent::open(fault_attr, tasks[0], cpu).map_err(fault_error())?);
     }
     let ring_len = (data_pages + 1) * page_size();
-    let elsewhere = if cpus.len() > 1 && super::finish::may_lock_memory() {
+    let elsewhere = if cpus.len() > 1 && crate::procfs::may_lock_memory() {
         MappedElsewhere::start(&leaders[1..], ring_len)
     } else {
         MappedElsewhere::default()
@@ -407,12 +407,9 @@ struct MappedElsewhere {
 
 impl MappedElsewhere {
     fn start(leaders: &[PerfEvent], ring_len: usize) -> MappedElsewhere {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills the two descriptors it is given.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        let Some((release_read, release_write)) = crate::os::raw_pipe_cloexec() else {
             return MappedElsewhere::default();
-        }
-        let (release_read, release_write) = (fds[0], fds[1]);
+        };
         let mut children = Vec::with_capacity(leaders.len());
         for leader in leaders {
             children.push(map_in_child(
@@ -457,12 +454,7 @@ impl Drop for MappedElsewhere {
 /// returns the read end of, and exits once `release_read` reads end of file. `None` if the
 /// child could not be made.
 fn map_in_child(fd: i32, len: usize, release_read: i32, release_write: i32) -> Option<(i32, i32)> {
-    let mut ready = [0; 2];
-    // SAFETY: pipe2 fills the two descriptors it is given.
-    if unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return None;
-    }
-    let (ready_read, ready_write) = (ready[0], ready[1]);
+    let (ready_read, ready_write) = crate::os::raw_pipe_cloexec()?;
     // SAFETY: the child only makes async-signal-safe system calls (close, mmap, read, _exit).
     let child = unsafe { libc::fork() };
     if child == 0 {

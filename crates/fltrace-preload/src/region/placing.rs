@@ -10,7 +10,7 @@ use fltrace_runtime_abi::kind;
 use super::{
     DIRTY, EVICTING, FILLING, Fault, IN_STORE, Pages, RESIDENT, Region, ZERO_PAGE, for_runs,
 };
-use crate::breakdown::{add, now_ns};
+use crate::breakdown::add;
 use crate::region::PAGE;
 use crate::sys;
 use crate::uffd;
@@ -199,11 +199,14 @@ impl Region {
             chunk += n;
         }
         if pages.resident >= self.limit {
-            let started = now_ns();
+            let started = sys::monotonic_ns_vdso();
             let (after, evicted) = self.evict_over_limit(pages, self.limit.saturating_sub(1));
             pages = after;
             if evicted {
-                add(&self.shared().breakdown.evict_ns, now_ns() - started);
+                add(
+                    &self.shared().breakdown.evict_ns,
+                    sys::monotonic_ns_vdso() - started,
+                );
             }
         }
         self.publish(&pages);

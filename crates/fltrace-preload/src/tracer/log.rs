@@ -164,7 +164,7 @@ impl Log {
             if !self.full.swap(true, Ordering::Relaxed) {
                 header
                     .stopped_ns
-                    .store(super::monotonic_ns(), Ordering::Relaxed);
+                    .store(sys::monotonic_ns_vdso(), Ordering::Relaxed);
             }
             return None;
         }

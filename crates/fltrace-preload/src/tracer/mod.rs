@@ -123,7 +123,7 @@ impl Entry {
                 u32::MAX
             };
             let time = if self.precise {
-                monotonic_ns()
+                sys::monotonic_ns_vdso()
             } else {
                 now_ns()
             };
@@ -150,17 +150,6 @@ impl Entry {
 fn now_ns() -> u64 {
     // SAFETY: the clock page is mapped before tracing starts and never unmapped.
     unsafe { CLOCK.load(Relaxed).as_ref() }.map_or(0, |c| c.now_ns.load(Relaxed))
-}
-
-/// CLOCK_MONOTONIC now, exactly.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Maps `<prefix>-clock`, the page whose clock word the recorder keeps current.

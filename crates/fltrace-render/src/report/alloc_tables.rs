@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use fltrace_analyze::{
-    AllocGroup, AllocProcess, AllocSiteGroup, AllocSummary, AllocTotals, BlockKind,
+    AllocGroup, AllocProcess, AllocSiteGroup, AllocSiteTotals, AllocSummary, BlockKind,
     FaultsByAllocSite, GroupBy, Loaded, Location, SizeHistogram, group_process_allocs, leak_age_ns,
     merge_same_lines, percent, rank_allocs, rows_shown, sum_totals, take_top,
 };
@@ -324,7 +324,7 @@ fn allocs_csv(groups: &[&AllocGroup], by: GroupBy) -> Result<String, Error> {
     )
 }
 
-fn totals_json(t: &AllocTotals) -> serde_json::Value {
+fn totals_json(t: &AllocSiteTotals) -> serde_json::Value {
     serde_json::json!({
         "allocs": t.allocs,
         "bytes": t.bytes,

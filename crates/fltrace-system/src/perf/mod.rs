@@ -761,6 +761,46 @@ impl PerfEvents {
     }
 }
 
+impl PerfEvents {
+    /// [`run`](Self::run) for a tool that prints as it goes: `each` and `tick` return the
+    /// error of a row that could not be printed, the run goes on, and the first such error is
+    /// returned when it ends. With an `interval`, `tick` is called once more at the end
+    /// (`last` true, with the monotonic time) for the last partial interval; its error comes
+    /// before the earlier ones.
+    pub fn run_printing(
+        &mut self,
+        stop: &AtomicUsize,
+        duration: Option<Duration>,
+        interval: Option<Duration>,
+        mut each: impl FnMut(&Context, Record) -> Result<(), Error>,
+        mut tick: impl FnMut(&Context, u64, bool) -> Result<(), Error>,
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        let (mut each_failure, mut tick_failure) = (None, None);
+        let status = self.run(
+            stop,
+            duration,
+            interval,
+            |ctx, record| {
+                if let Err(e) = each(ctx, record) {
+                    each_failure.get_or_insert(e);
+                }
+            },
+            |ctx, now| {
+                if let Err(e) = tick(ctx, now, false) {
+                    tick_failure.get_or_insert(e);
+                }
+            },
+        )?;
+        if interval.is_some() {
+            tick(&self.context, crate::clock::monotonic_ns(), true)?;
+        }
+        match each_failure.or(tick_failure) {
+            Some(e) => Err(e),
+            None => Ok(status),
+        }
+    }
+}
+
 /// Open events, their rings (one per CPU), the source of each event id, and the file of each
 /// ring's event.
 type Opened = (

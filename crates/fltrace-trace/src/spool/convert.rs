@@ -167,8 +167,9 @@ pub struct Conversion {
     started_thread: std::thread::ThreadId,
 }
 
-/// The CPU time of the calling thread so far.
-fn thread_cpu() -> std::time::Duration {
+/// The CPU time of the calling thread so far: the crate's one thread CPU clock, also the
+/// clock of the timing measurements of the trace and analyze crates' tests.
+pub fn thread_cpu() -> std::time::Duration {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -14,7 +14,7 @@ mod convert;
 pub use alloc_log::{LiveLog, any_log_stopped, any_spool_log_stopped, log_bytes_taken, log_name};
 pub use convert::{
     Conversion, Converted, FullLogs, LIVE_EVERY, STACK_FRAMES_CAP, Watchers, convert_spooled,
-    image_starts, note_refused, refused_note, write_pairing,
+    image_starts, note_refused, refused_note, thread_cpu, write_pairing,
 };
 
 use crate::files;

@@ -215,13 +215,7 @@ mod timing {
     use super::*;
 
     fn thread_cpu_ns() -> u64 {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime fills the struct it is given.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+        crate::thread_cpu().as_nanos() as u64
     }
 
     #[test]

@@ -387,3 +387,108 @@ fn readme_and_docs_run_as_written() {
         failures.join("\n\n")
     );
 }
+
+/// Every file the repository holds below `dir` (its path from the root), `target/` left out.
+fn files_below(dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                files_below(&path, out);
+            }
+        } else if let Ok(relative) = path.strip_prefix(repo()) {
+            out.push(relative.to_string_lossy().into_owned());
+        }
+    }
+}
+
+/// What `token` cites, if it is a path: `None` if it exists. A path from the root
+/// (`crates/...`, `bench/...`, `scripts/...`, `workloads/...`, `docs/...`) must exist as
+/// written; a source file named from inside its crate (`recorder/setup.rs`, `hints.rs`) must
+/// end the path of some file of the repository.
+fn missing_citation(token: &str, files: &[String]) -> Option<String> {
+    const ROOTS: [&str; 5] = ["crates/", "bench/", "scripts/", "workloads/", "docs/"];
+    const SOURCES: [&str; 5] = [".rs", ".c", ".sh", ".toml", ".py"];
+    if ROOTS.iter().any(|root| token.starts_with(root)) {
+        return (!repo().join(token).exists()).then(|| token.to_owned());
+    }
+    if !SOURCES.iter().any(|ext| token.ends_with(ext)) {
+        return None;
+    }
+    let found = files
+        .iter()
+        .any(|f| f == token || f.ends_with(&format!("/{token}")));
+    (!found).then(|| token.to_owned())
+}
+
+/// docs/ARCHITECTURE.md sends readers only to paths that exist (issue 42): a file moved or
+/// renamed without the document fails here, with the citations that went stale.
+#[test]
+fn architecture_cites_only_existing_paths() {
+    let text = std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).expect("document");
+    let mut files = Vec::new();
+    for dir in ["crates", "bench", "scripts", "workloads", "docs"] {
+        files_below(&repo().join(dir), &mut files);
+    }
+    // The root's own files (`clippy.toml`, `Cargo.toml`).
+    files.extend(
+        std::fs::read_dir(repo())
+            .expect("the repository")
+            .flatten()
+            .filter(|e| e.path().is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned()),
+    );
+    assert!(
+        files.iter().any(|f| f == "crates/fltrace/src/main.rs"),
+        "the repository's files are listed"
+    );
+    let tokens: Vec<&str> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
+        .map(|t| t.trim_end_matches('.'))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let cited: Vec<&str> = tokens
+        .iter()
+        .copied()
+        .filter(|t| t.contains('/') || t.ends_with(".rs"))
+        .collect();
+    // The check sees the citations it is meant for (the crates' own paths among them).
+    assert!(
+        cited.contains(&"crates/fltrace-capture/src/process.rs")
+            && cited.contains(&"recorder/setup.rs"),
+        "citations found: {cited:?}"
+    );
+    let mut missing: Vec<String> = tokens
+        .iter()
+        .filter_map(|t| missing_citation(t, &files))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md cites paths that do not exist: {missing:?}"
+    );
+}
+
+/// The check itself: a path that is not there is caught, one that is passes.
+#[test]
+fn a_stale_citation_is_caught() {
+    let files = vec![
+        "crates/fltrace-capture/src/process.rs".to_owned(),
+        "crates/fltrace-capture/src/recorder/setup.rs".to_owned(),
+    ];
+    assert_eq!(missing_citation("recorder/setup.rs", &files), None);
+    assert_eq!(missing_citation("process.rs", &files), None);
+    assert_eq!(
+        missing_citation("process/process.rs", &files),
+        Some("process/process.rs".to_owned())
+    );
+    assert_eq!(
+        missing_citation("crates/fltrace-capture/src/nowhere.rs", &files),
+        Some("crates/fltrace-capture/src/nowhere.rs".to_owned())
+    );
+    assert_eq!(missing_citation("capture::perf", &files), None);
+}
