@@ -1765,13 +1765,23 @@ mod tests {
         readable: bool,
         known: &mut KnownFrames,
     ) -> (Vec<u64>, UnwindEnd) {
+        unwind_copy(unwinder, stack, copy.into(), readable, known)
+    }
+
+    fn unwind_copy(
+        unwinder: &AddressSpaceUnwinder,
+        stack: &FakeStack,
+        copy: StackBytes<'_>,
+        readable: bool,
+        known: &mut KnownFrames,
+    ) -> (Vec<u64>, UnwindEnd) {
         let mut frames = Vec::new();
         let mut live = stack.live(readable);
         let end = unwinder.unwind_thread(
             &mut CacheX86_64::new(),
             stack.regs(),
             None,
-            copy.into(),
+            copy,
             &mut live,
             Some(&|_| true),
             known,
@@ -1904,6 +1914,42 @@ mod tests {
             4,
             "the complete stack's frames, not the short one's"
         );
+    }
+
+    /// A word in a hole of the copy (a page it could not read, whose bytes the program zeroes)
+    /// is a failed read: neither a zero return address that would end the stack, nor a word
+    /// read from the live process (which has moved on since the fault). Past the hole, the
+    /// copy is read as ever.
+    #[test]
+    fn a_word_in_a_hole_of_the_copy_is_never_read() {
+        let (r1, r2, r3) = (0x40_1005, 0x40_2005, 0x40_3005);
+        let unwinder = unwinder();
+        let stack = FakeStack::new(&[r1, r2, r3, MAIN]);
+        // Frame records lie at bytes 64, 576, 1088 (the one holding r3) and 1600, 16 each.
+        let mut copy = stack.mem.to_vec();
+        copy[1024..1536].fill(0);
+        let holed = StackBytes {
+            bytes: &copy,
+            holes: Holes::new(&[(1024, 1536)]).expect("holes"),
+        };
+        let mut known = KnownFrames::default();
+        let (frames, end) = unwind_copy(&unwinder, &stack, holed, true, &mut known);
+        assert_eq!((frames, end), (vec![IP, r1, r2], UnwindEnd::Truncated));
+        // A hole that holds no word of the chain changes nothing.
+        let mut copy = stack.mem.to_vec();
+        copy[1152..1536].fill(0);
+        let apart = StackBytes {
+            bytes: &copy,
+            holes: Holes::new(&[(1152, 1536)]).expect("holes"),
+        };
+        let mut known = KnownFrames::default();
+        let whole = unwind_copy(&unwinder, &stack, apart, false, &mut known);
+        assert_eq!(whole, (vec![IP, r1, r2, r3, MAIN], UnwindEnd::Complete));
+        // Holes out of order, overlapping, empty or too many are refused.
+        assert!(Holes::new(&[(8, 16), (0, 8)]).is_none());
+        assert!(Holes::new(&[(0, 16), (8, 24)]).is_none());
+        assert!(Holes::new(&[(8, 8)]).is_none());
+        assert!(Holes::new(&[(0, 8), (16, 24), (32, 40), (48, 56), (64, 72)]).is_none());
     }
 
     /// lld layout: r-- segment at offset 0 whose file range runs into the page where the r-x
