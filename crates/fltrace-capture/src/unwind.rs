@@ -803,10 +803,17 @@ impl AddressSpaceUnwinder {
     /// loader's resolver). framehop, which does not track `rbx`, then takes the frame-pointer
     /// rule instead, whose word at `rbp + 8` is an outer frame's return address where `rbp`
     /// holds a caller's frame pointer: the frames between would be skipped.
+    /// (Most frames' CFI is looked up in the file's index only: a row is read for the few whose
+    /// CFA is on another register than `rsp` or `rbp` somewhere.)
     fn cfa_on_rbx(&self, pc: u64) -> bool {
-        self.code_at(pc)
-            .and_then(|code| code.elf.cfi_row(code.svma(pc)))
-            .is_some_and(|row| row.cfa_register == gimli::X86_64::RBX.0)
+        self.code_at(pc).is_some_and(|code| {
+            let svma = code.svma(pc);
+            code.elf.functions().cfa_elsewhere(svma)
+                && code
+                    .elf
+                    .cfi_row(svma)
+                    .is_some_and(|row| row.cfa_register == gimli::X86_64::RBX.0)
+        })
     }
 
     /// A caller for a frame whose unwind rule gave no usable return address (code without
