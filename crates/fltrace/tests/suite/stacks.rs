@@ -1029,6 +1029,11 @@ fn a_first_call_through_an_unbound_plt_slot_reaches_main_through_the_loader() {
     assert_eq!(through, PAGES, "{stderr}");
 
     // The resolver's caller at its line of call.
+    assert_call_line(&dir, "first_call", ("lazybind.c", "lazy_call"));
+}
+
+/// `caller`, in the stack of the IFUNC resolver's faults (lazybindlib.c), is at line `site`.
+fn assert_call_line(dir: &Dir, caller: &str, (file, name): (&str, &str)) {
     let by_stack = dir.report_json(&["--by", "stack"]);
     let stack = stack_at(
         &by_stack,
@@ -1037,13 +1042,9 @@ fn a_first_call_through_an_unbound_plt_slot_reaches_main_through_the_loader() {
     );
     let call = stack
         .iter()
-        .find(|(f, _, _)| f == "first_call")
+        .find(|(f, _, _)| f == caller)
         .map(|(_, file, line)| (file.as_str(), *line));
-    assert_eq!(
-        call,
-        Some(("lazybind.c", u64::from(site("lazybind.c", "lazy_call")))),
-        "{stack:?}"
-    );
+    assert_eq!(call, Some((file, u64::from(site(file, name)))), "{stack:?}");
 }
 
 /// Builds liblazybind.so (lazybindlib.c) in `dir` and the program of workload `source`, linked
@@ -1125,21 +1126,7 @@ fn a_fault_in_the_loaders_resolver_before_it_saved_rbx_reaches_the_threads_start
         through += count;
     }
     assert_eq!(through, PAGES, "{stderr}");
-    let by_stack = dir.report_json(&["--by", "stack"]);
-    let stack = stack_at(
-        &by_stack,
-        "lazybindlib.c",
-        site("lazybindlib.c", "lazy_resolver"),
-    );
-    let call = stack
-        .iter()
-        .find(|(f, _, _)| f == "call_at_boundary")
-        .map(|(_, file, line)| (file.as_str(), *line));
-    assert_eq!(
-        call,
-        Some(("lazygrow.c", u64::from(site("lazygrow.c", "lazygrow_call")))),
-        "{stack:?}"
-    );
+    assert_call_line(&dir, "call_at_boundary", ("lazygrow.c", "lazygrow_call"));
 }
 
 /// A frame whose middle pages were never touched (workloads/holes.c: `big`, 64 KiB, writes only
