@@ -31,6 +31,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=${1:-3}
 work=$(mktemp -d /tmp/fltrace-stacks.XXXXXX)
+# The pids of the runtimes whose perf maps are removed (none for most programs).
+: >"$work/pids"
 trap 'sort -u "$work/pids" 2>/dev/null | while read -r pid; do rm -f "/tmp/perf-$pid.map"; done; rm -rf "$work"' EXIT
 fltrace=$(realpath -m "${FLTRACE:-$root/target/release/fltrace}")
 [[ -n ${FLTRACE:-} ]] || (cd "$root" && cargo build --release --locked -q -p fltrace -p fltrace-preload)

@@ -68,6 +68,14 @@ enum { REC_FAULT = 1, REC_MAJOR = 2 };
 #define FAULT_CAPPED 2     // the live stack was larger than stack_cap: the copy ends there
 #define FAULT_NO_BOUNDS 4  // the stack's mapping could not be looked up: nothing copied
 
+// At most this many runs of unreadable pages are skipped; at the next one the copy ends.
+#define HOLES 4
+
+struct hole {
+	u32 start;
+	u32 end;
+};
+
 struct head {
 	u32 kind;
 	u32 flags;
@@ -87,10 +95,17 @@ struct fault {
 	u64 stack_low;
 	u64 stack_top;
 	// Bytes of stack from `sp` that follow; fewer than the record holds when a page of it
-	// could not be read.
+	// could not be read and no hole was left to note it in.
 	u32 stack_len;
 	// The thread's id in the first pid namespace: its key in `stacks`.
 	u32 stack_key;
+	// rbx, where the dynamic loader's resolver keeps its frame's base (its CFA rule).
+	u64 bx;
+	// The parts of the copy that could not be read (pages not present: never touched, as the
+	// middle of a large frame), [start, end) from `sp`: their bytes are no stack words.
+	u32 holes;
+	u32 pad;
+	struct hole hole[HOLES];
 };
 
 struct major {
@@ -114,6 +129,8 @@ enum {
 	COUNT_NO_BOUNDS = 3,     // faults whose stack mapping could not be looked up
 	COUNT_FAULTS = 4,        // fault records written
 	COUNT_STACK_BYTES = 5,   // stack bytes copied
+	COUNT_HOLE_BYTES = 6,    // stack bytes skipped: pages not present, noted as holes
+	COUNT_HOLES_FULL = 7,    // copies that ended at a page not present, with no hole left
 	COUNTS = 8,
 };
 
@@ -233,19 +250,42 @@ static __always_inline u64 stack_top(u32 tid, u64 sp, u64 *low)
 	return found.top;
 }
 
-// A stack copy in progress: the record's dynptr, the next byte to copy (from `sp`) and the end.
+// A stack copy in progress: the record's dynptr, the next byte to copy (from `sp`), the end,
+// and the holes left so far.
 struct copy {
 	struct bpf_dynptr d;
 	u64 sp;
 	u32 off;
 	u32 end;
 	u32 failed;
-	u32 pad;
+	u32 holes;
+	struct hole hole[HOLES];
 };
 
 #define PAGE 4096
 #define MAX_PAGES 2048 /* 8 MiB */
 #define HEAD_LEN sizeof(struct fault)
+
+// The `n` bytes at the copy's offset could not be read (their page is not present: a stack
+// page never touched, as in the middle of a frame larger than the pages it uses): noted as a
+// hole (joined to the previous one where they meet), and the copy goes on past them, so that
+// the frames above are kept. With no hole left, the copy ends there (`failed` stays set).
+static __always_inline void skip(struct copy *c, u32 n)
+{
+	u32 last = c->holes - 1;
+	if (c->holes && last < HOLES && c->hole[last].end == c->off) {
+		c->hole[last].end += n;
+	} else {
+		u32 i = c->holes;
+		if (i >= HOLES)
+			return;
+		c->hole[i].start = c->off;
+		c->hole[i].end = c->off + n;
+		c->holes = i + 1;
+	}
+	c->off += n;
+	c->failed = 0;
+}
 
 // Copies `n` bytes (a constant the verifier knows) at `at` of `c`, unless a copy failed.
 #define COPY_AT(c, at, n)                                                                \
@@ -259,6 +299,8 @@ struct copy {
 		COPY_AT(c, (c)->off, n)                                                  \
 		if (!(c)->failed)                                                        \
 			(c)->off += (n);                                                 \
+		else                                                                     \
+			skip(c, n);                                                      \
 	}
 // Copies `n` bytes (at most `2 * p`, at least `p`) as two pieces of `p` bytes, the second
 // ending at `n`: they overlap, and hold the same bytes where they do.
@@ -268,8 +310,11 @@ struct copy {
 		COPY_AT(c, (c)->off + (n) - (p), p)                                      \
 		if (!(c)->failed)                                                        \
 			(c)->off += (n);                                                 \
+		else                                                                     \
+			skip(c, n);                                                      \
 	}
-// Copies `rest` (a multiple of 8 below a page, within one page of the stack) in two pieces.
+// Copies `rest` (a multiple of 8 below a page, within one page of the stack) in two pieces:
+// both read the same page, so the part is read whole or is a hole whole.
 #define COPY_BITS(c, rest)                                                               \
 	{                                                                                \
 		u32 n_ = (rest);                                                         \
@@ -285,7 +330,7 @@ struct copy {
 	}
 
 // One page of the copy (a bpf_loop step): stops at the last whole page, or at one that cannot
-// be read (not present).
+// be read (not present) when no hole is left to note it in.
 static long copy_page(u64 index, struct copy *c)
 {
 	if (c->failed || c->end - c->off < PAGE)
@@ -296,13 +341,15 @@ static long copy_page(u64 index, struct copy *c)
 
 // Copies the `len` bytes of user stack from `sp` into the record after its head: up to the
 // next page boundary, then page by page, then the rest, each part in pieces of sizes the
-// verifier knows. Stops where a page cannot be read, as perf's copy does; returns the bytes
-// copied.
+// verifier knows. A page that cannot be read (perf's copy stops there) is skipped and noted
+// as a hole; the copy stops at one only when all the holes are taken. Returns the bytes
+// copied, holes included, a hole at the end left out.
 static __always_inline u32 copy_stack(struct copy *c, u32 len)
 {
 	c->off = 0;
 	c->end = len;
 	c->failed = 0;
+	c->holes = 0;
 	u32 head = (PAGE - (c->sp & (PAGE - 1))) & (PAGE - 1);
 	if (head > len)
 		head = len;
@@ -311,11 +358,20 @@ static __always_inline u32 copy_stack(struct copy *c, u32 len)
 		bpf_loop((len - c->off) / PAGE + 1, copy_page, c, 0);
 	if (!c->failed && c->end - c->off < PAGE)
 		COPY_BITS(c, c->end - c->off)
+	if (c->failed)
+		count(COUNT_HOLES_FULL, 1);
+	// Nothing readable after the last hole: the copy ends where it starts.
+	u32 last = c->holes - 1;
+	if (c->holes && last < HOLES && c->hole[last].end == c->off) {
+		c->off = c->hole[last].start;
+		c->holes = last;
+	}
 	return c->off;
 }
 
 // x86_64 struct pt_regs, in words.
 #define PT_BP 4
+#define PT_BX 5
 #define PT_IP 16
 #define PT_SP 19
 #define PT_WORDS 21
@@ -359,6 +415,7 @@ static __always_inline int on_fault(u64 addr, u64 error_code, void *user_regs, u
 	*busy = 1;
 	u32 copied = copy_stack(&c, len);
 	*busy = 0;
+	u32 skipped = 0;
 	struct fault f = {
 		.h = {.kind = REC_FAULT,
 		      .flags = flags,
@@ -374,10 +431,20 @@ static __always_inline int on_fault(u64 addr, u64 error_code, void *user_regs, u
 		.stack_top = top,
 		.stack_len = copied,
 		.stack_key = tid,
+		.bx = regs[PT_BX],
+		.holes = c.holes,
 	};
+	for (u32 i = 0; i < HOLES; i++) {
+		if (i < c.holes) {
+			f.hole[i] = c.hole[i];
+			skipped += c.hole[i].end - c.hole[i].start;
+		}
+	}
 	bpf_dynptr_write(&c.d, 0, &f, sizeof(f), 0);
 	count(COUNT_FAULTS, 1);
-	count(COUNT_STACK_BYTES, copied);
+	count(COUNT_STACK_BYTES, copied - skipped);
+	if (skipped)
+		count(COUNT_HOLE_BYTES, skipped);
 	bpf_ringbuf_submit_dynptr(&c.d, wake_flag());
 	return 0;
 }

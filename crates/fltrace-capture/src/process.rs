@@ -13,7 +13,9 @@ use fltrace_trace::{
 
 use crate::live::LiveEvent;
 use crate::runtime::{Handled, RuntimeView, is_fill};
-use crate::unwind::{AddressSpaceUnwinder, ElfCache, KnownFrames, LiveStack, UnwindEnd};
+use crate::unwind::{
+    AddressSpaceUnwinder, ElfCache, KnownFrames, LiveStack, StackBytes, UnwindEnd,
+};
 
 mod resident;
 mod window;
@@ -54,6 +56,9 @@ pub struct Counters {
     /// live stack alone; and those of them whose stack stayed truncated.
     pub stacks_uncopied: u64,
     pub stacks_uncopied_truncated: u64,
+    /// Faults whose stack copy went on past pages it could not read (not present: never
+    /// touched, inside a large frame), whose words the unwinder then takes for none.
+    pub stacks_holes: u64,
     /// Peak resident memory seen, bytes.
     pub hwm: u64,
     /// Resident memory at the last look, bytes.
@@ -262,8 +267,11 @@ pub struct FaultSample<'a> {
     pub error_code: u64,
     /// The instruction, stack and frame pointers.
     pub regs: (u64, u64, u64),
-    /// The copy of the user stack from the stack pointer up.
-    pub stack: &'a [u8],
+    /// `rbx`, where the record holds it (the BPF capture's): the CFA of the dynamic loader's
+    /// resolver.
+    pub rbx: Option<u64>,
+    /// The copy of the user stack from the stack pointer up, and the pages it skipped.
+    pub stack: StackBytes<'a>,
 }
 
 /// What the recording as a whole passes to each process.
@@ -911,6 +919,7 @@ impl Process {
             addr,
             error_code,
             regs,
+            rbx,
             stack,
         } = *sample;
         // x86 page fault error code bits (arch/x86/include/asm/trap_pf.h).
@@ -986,7 +995,7 @@ impl Process {
                 frames.push(entry);
                 StackEnd::Complete
             }
-            _ => self.unwind_fault(tid, regs, stack, frames),
+            _ => self.unwind_fault(tid, regs, rbx, stack, frames),
         };
         let (stack_id, tracer) = self.intern(frames, end)?;
         self.image_recorded = true;
@@ -1084,7 +1093,8 @@ impl Process {
         &mut self,
         tid: u32,
         regs: (u64, u64, u64),
-        stack: &[u8],
+        rbx: Option<u64>,
+        stack: StackBytes<'_>,
         frames: &mut Vec<u64>,
     ) -> StackEnd {
         let stack_bounds = self.stack_bounds(regs.1);
@@ -1109,6 +1119,7 @@ impl Process {
         let unwound = self.unwinder.unwind_thread(
             &mut self.cache,
             regs,
+            rbx,
             stack,
             &mut self.live,
             Some(&is_exec),
@@ -1163,6 +1174,9 @@ impl Process {
         }
         if self.live.used {
             self.counters.stacks_extended += 1;
+        }
+        if stack.holes.bytes() > 0 {
+            self.counters.stacks_holes += 1;
         }
         end
     }
@@ -1500,6 +1514,7 @@ impl Process {
             ("stacks_unverified", c.stacks_unverified),
             ("stacks_uncopied", c.stacks_uncopied),
             ("stacks_uncopied_truncated", c.stacks_uncopied_truncated),
+            ("stacks_holes", c.stacks_holes),
             ("memory_used", c.hwm),
             ("rss", c.rss),
             ("rss_anon", c.rss_anon),
@@ -1800,7 +1815,8 @@ mod tests {
             // A write to a missing page, from user mode.
             error_code: 2 | 4,
             regs: (0x40_1000, 0x7fff_0000, 0),
-            stack: &[],
+            rbx: None,
+            stack: StackBytes::default(),
         }
     }
 

@@ -292,6 +292,103 @@ pub enum UnwindEnd {
     Stopped,
 }
 
+/// The most runs of skipped pages a stack copy notes (`HOLES` of bpf/record.bpf.c).
+pub const MAX_HOLES: usize = 4;
+
+/// The parts of a stack copy that could not be read when it was taken (pages not present: a
+/// stack page never touched, as in the middle of a frame larger than the pages it uses), as
+/// byte ranges `[start, end)` from the stack pointer, in order. Their bytes are no stack
+/// words: a zero read there would pass for the end of the stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Holes {
+    len: usize,
+    runs: [(u32, u32); MAX_HOLES],
+}
+
+impl Holes {
+    /// The holes `runs`, `None` unless they are at most [`MAX_HOLES`] non-empty ranges in
+    /// order, apart.
+    pub fn new(runs: &[(u32, u32)]) -> Option<Holes> {
+        if runs.len() > MAX_HOLES
+            || runs.iter().any(|&(start, end)| start >= end)
+            || runs.windows(2).any(|w| w[0].1 > w[1].0)
+        {
+            return None;
+        }
+        let mut holes = Holes {
+            len: runs.len(),
+            ..Holes::default()
+        };
+        holes.runs[..runs.len()].copy_from_slice(runs);
+        Some(holes)
+    }
+
+    /// The ranges, in order.
+    pub fn runs(&self) -> &[(u32, u32)] {
+        &self.runs[..self.len]
+    }
+
+    /// The bytes they cover.
+    pub fn bytes(&self) -> u64 {
+        self.runs()
+            .iter()
+            .map(|&(start, end)| u64::from(end - start))
+            .sum()
+    }
+
+    /// Whether `[offset, offset + len)` meets a hole.
+    fn meets(&self, offset: usize, len: usize) -> bool {
+        self.runs()
+            .iter()
+            .any(|&(start, end)| offset < end as usize && (start as usize) < offset + len)
+    }
+}
+
+/// A copy of a thread's stack from its stack pointer up, and the parts of it that could not be
+/// read ([`Holes`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StackBytes<'a> {
+    /// The bytes, holes included (their bytes are none of the stack's).
+    pub bytes: &'a [u8],
+    /// Where the copy could not read the stack.
+    pub holes: Holes,
+}
+
+impl<'a> From<&'a [u8]> for StackBytes<'a> {
+    fn from(bytes: &'a [u8]) -> StackBytes<'a> {
+        StackBytes {
+            bytes,
+            holes: Holes::default(),
+        }
+    }
+}
+
+impl StackBytes<'_> {
+    /// The copy's length in bytes, holes included.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether nothing was copied.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The word `offset` bytes above the stack pointer: `Err(true)` beyond the copy, `Err(false)`
+    /// in a hole (a read that fails: the stack there was never written).
+    fn word(&self, offset: u64) -> Result<u64, bool> {
+        let offset = usize::try_from(offset).map_err(|_| true)?;
+        let bytes = offset
+            .checked_add(8)
+            .and_then(|end| self.bytes.get(offset..end))
+            .ok_or(true)?;
+        if self.holes.meets(offset, 8) {
+            return Err(false);
+        }
+        Ok(u64::from_ne_bytes(bytes.try_into().map_err(|_| true)?))
+    }
+}
+
 /// The unwinder of one address space.
 #[derive(Clone, Default)]
 pub struct AddressSpaceUnwinder {
@@ -365,6 +462,7 @@ const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05
 /// `uc_mcontext.gregs` start 40 bytes in (after `uc_flags`, `uc_link`, `uc_stack`).
 const UCONTEXT_GREGS: u64 = 40;
 const REG_RBP: u64 = 10;
+const REG_RBX: u64 = 11;
 const REG_RSP: u64 = 15;
 const REG_RIP: u64 = 16;
 
@@ -647,14 +745,18 @@ impl AddressSpaceUnwinder {
     /// The caller of a frame whose CFA the CFI computes from `rbx` (the dynamic loader's
     /// `_dl_runtime_resolve_*`, which realigns the stack for `xsave`), a register framehop does
     /// not track: its value is the word where the inner frame (`inner`, whose CFA is `inner_cfa`)
-    /// saved it by its own CFI (`_dl_fixup` pushes it first thing). The return address then
-    /// lies where this frame's CFI says, exactly: no word is searched for. It is taken if the
-    /// call before it can reach this frame's function (a lazy call through the PLT with what
-    /// the PLT pushed below it). Returns the caller's registers.
+    /// saved it by its own CFI (`_dl_fixup` pushes it first thing), or, where no inner frame
+    /// has saved it yet (the fault is in this frame, or in the first instructions of the
+    /// innermost one), the register itself (`live_rbx`, as the fault or a signal frame left
+    /// it). The return address then lies where this frame's CFI says, exactly: no word is
+    /// searched for. It is taken if the call before it can reach this frame's function (a lazy
+    /// call through the PLT with what the PLT pushed below it). Returns the caller's registers.
+    #[allow(clippy::too_many_arguments)]
     fn caller_by_saved_rbx(
         &self,
         address: FrameAddress,
-        (inner, inner_cfa): (FrameAddress, u64),
+        (inner, inner_cfa): (Option<FrameAddress>, u64),
+        live_rbx: Option<u64>,
         regs: &UnwindRegsX86_64,
         read: &mut dyn FnMut(u64) -> Option<u64>,
         is_exec: &dyn Fn(u64) -> bool,
@@ -666,10 +768,19 @@ impl AddressSpaceUnwinder {
         if row.cfa_register != gimli::X86_64::RBX.0 {
             return None;
         }
-        let inner_pc = inner.address_for_lookup();
-        let inner_code = self.code_at(inner_pc)?;
-        let rbx_at = inner_code.elf.cfi_row(inner_code.svma(inner_pc))?.rbx_at?;
-        let rbx = read(inner_cfa.checked_add_signed(rbx_at)?)?;
+        let rbx = match inner {
+            None => live_rbx?,
+            Some(inner) => {
+                let inner_pc = inner.address_for_lookup();
+                let inner_code = self.code_at(inner_pc)?;
+                match inner_code.elf.cfi_row(inner_code.svma(inner_pc))?.rbx_at {
+                    Some(rbx_at) => read(inner_cfa.checked_add_signed(rbx_at)?)?,
+                    // The inner frame is the innermost and has not saved it yet.
+                    None if matches!(inner, FrameAddress::InstructionPointer(_)) => live_rbx?,
+                    None => return None,
+                }
+            }
+        };
         let cfa = rbx.checked_add_signed(row.cfa_offset)?;
         // The caller's frame lies above this one's.
         if cfa <= regs.sp() {
@@ -686,6 +797,23 @@ impl AddressSpaceUnwinder {
             Verdict::Contradicted | Verdict::NotCall => false,
         };
         callable.then(|| UnwindRegsX86_64::new(ra, cfa, regs.bp()))
+    }
+
+    /// Whether the CFI computes the CFA of the frame running at `pc` from `rbx` (the dynamic
+    /// loader's resolver). framehop, which does not track `rbx`, then takes the frame-pointer
+    /// rule instead, whose word at `rbp + 8` is an outer frame's return address where `rbp`
+    /// holds a caller's frame pointer: the frames between would be skipped.
+    /// (Most frames' CFI is looked up in the file's index only: a row is read for the few whose
+    /// CFA is on another register than `rsp` or `rbp` somewhere.)
+    fn cfa_on_rbx(&self, pc: u64) -> bool {
+        self.code_at(pc).is_some_and(|code| {
+            let svma = code.svma(pc);
+            code.elf.functions().cfa_elsewhere(svma)
+                && code
+                    .elf
+                    .cfi_row(svma)
+                    .is_some_and(|row| row.cfa_register == gimli::X86_64::RBX.0)
+        })
     }
 
     /// A caller for a frame whose unwind rule gave no usable return address (code without
@@ -848,7 +976,8 @@ impl AddressSpaceUnwinder {
         frames: &mut Vec<u64>,
     ) -> UnwindEnd {
         let mut known = KnownFrames::default();
-        self.unwind_thread(cache, regs, stack, beyond, None, &mut known, frames)
+        let stack = StackBytes::from(stack);
+        self.unwind_thread(cache, regs, None, stack, beyond, None, &mut known, frames)
     }
 
     /// Whether `addr` lies in an executable file mapping.
@@ -865,12 +994,15 @@ impl AddressSpaceUnwinder {
     /// unwind's frames, until [`KnownFrames::settle`] says whether they made a complete stack.
     /// Where a rule gives no return address (`is_exec` says whether an address is executable,
     /// JIT code included), the caller is searched for on the stack ([`LiveStack::scanned`]).
+    /// `rbx` is the thread's at the fault, when the record holds it: the CFA of the dynamic
+    /// loader's resolver, should the fault be in it.
     #[allow(clippy::too_many_arguments)]
     pub fn unwind_thread(
         &self,
         cache: &mut CacheX86_64,
         (ip, sp, bp): (u64, u64, u64),
-        stack: &[u8],
+        rbx: Option<u64>,
+        stack: StackBytes<'_>,
         beyond: &mut LiveStack,
         is_exec: Option<&dyn Fn(u64) -> bool>,
         known: &mut KnownFrames,
@@ -881,21 +1013,23 @@ impl AddressSpaceUnwinder {
         let live = std::cell::Cell::new(false);
         let ran_out = std::cell::Cell::new(false);
         let read_at = |beyond: &mut LiveStack, addr: u64| {
-            let offset = addr.checked_sub(sp).ok_or(())? as usize;
-            match stack.get(offset..offset + 8) {
-                Some(bytes) => {
-                    let mut word = [0; 8];
-                    word.copy_from_slice(bytes);
-                    Ok(u64::from_ne_bytes(word))
-                }
-                None if live.get() => beyond.read(addr).ok_or(()),
-                None => {
+            let offset = addr.checked_sub(sp).ok_or(())?;
+            match stack.word(offset) {
+                Ok(word) => Ok(word),
+                // A page the copy could not read was never touched: no frame is there, and
+                // the live stack would have other words by now.
+                Err(false) => Err(()),
+                Err(true) if live.get() => beyond.read(addr).ok_or(()),
+                Err(true) => {
                     ran_out.set(true);
                     Err(())
                 }
             }
         };
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        // `rbx` of the innermost frame of the registers being unwound: the fault's, or those a
+        // signal frame saved.
+        let mut rbx = rbx;
         let mut address = FrameAddress::InstructionPointer(ip);
         // The frame unwound before this one (its callee), whose CFA is this one's `sp`.
         let mut inner: Option<FrameAddress> = None;
@@ -954,6 +1088,7 @@ impl AddressSpaceUnwinder {
                     read_at(beyond, gregs + REG_RSP * 8),
                     read_at(beyond, gregs + REG_RBP * 8),
                 );
+                rbx = read_at(beyond, gregs + REG_RBX * 8).ok();
                 live.set(was_live);
                 let (Ok(rip), Ok(rsp), Ok(rbp)) = saved else {
                     break false;
@@ -1031,7 +1166,8 @@ impl AddressSpaceUnwinder {
                 Ok(Some(ra)) => {
                     let no_cfi = !self.has_cfi(callee_pc);
                     let reads_bp = bp_uncertain && self.bp_use(cache, address, &before).0;
-                    if !is_exec(ra) {
+                    let by_frame_pointer = regs.sp() == before.bp().wrapping_add(16);
+                    if !is_exec(ra) || by_frame_pointer && !no_cfi && self.cfa_on_rbx(callee_pc) {
                         true
                     } else if self.is_sigreturn(ra) {
                         false
@@ -1077,25 +1213,21 @@ impl AddressSpaceUnwinder {
             let stack_ended = beyond.failed && !failed_before;
             if implausible && !stack_ended && !self.in_entry_code(address.address()) {
                 let copy_end = sp.saturating_add(stack.len() as u64);
-                let mut read = |addr: u64| -> Option<u64> {
-                    let offset = usize::try_from(addr.checked_sub(sp)?).ok()?;
-                    let bytes = stack.get(offset..offset.checked_add(8)?)?;
-                    Some(u64::from_ne_bytes(bytes.try_into().ok()?))
-                };
+                let mut read =
+                    |addr: u64| -> Option<u64> { stack.word(addr.checked_sub(sp)?).ok() };
                 // Not for JIT code: where its chain fails, nothing says how large its frame
                 // is or which stale words lie in it.
                 let found = match is_exec {
                     Some(is_exec) if !live.get() && self.code_at(callee_pc).is_some() => {
-                        let by_rbx = inner.and_then(|inner| {
-                            self.caller_by_saved_rbx(
-                                address,
-                                (inner, before.sp()),
-                                &before,
-                                &mut read,
-                                is_exec,
-                                beyond,
-                            )
-                        });
+                        let by_rbx = self.caller_by_saved_rbx(
+                            address,
+                            (inner, before.sp()),
+                            rbx,
+                            &before,
+                            &mut read,
+                            is_exec,
+                            beyond,
+                        );
                         match by_rbx {
                             Some(caller) => Some((caller, !bp_uncertain, false)),
                             None => self
@@ -1640,11 +1772,22 @@ mod tests {
         readable: bool,
         known: &mut KnownFrames,
     ) -> (Vec<u64>, UnwindEnd) {
+        unwind_copy(unwinder, stack, copy.into(), readable, known)
+    }
+
+    fn unwind_copy(
+        unwinder: &AddressSpaceUnwinder,
+        stack: &FakeStack,
+        copy: StackBytes<'_>,
+        readable: bool,
+        known: &mut KnownFrames,
+    ) -> (Vec<u64>, UnwindEnd) {
         let mut frames = Vec::new();
         let mut live = stack.live(readable);
         let end = unwinder.unwind_thread(
             &mut CacheX86_64::new(),
             stack.regs(),
+            None,
             copy,
             &mut live,
             Some(&|_| true),
@@ -1778,6 +1921,42 @@ mod tests {
             4,
             "the complete stack's frames, not the short one's"
         );
+    }
+
+    /// A word in a hole of the copy (a page it could not read, whose bytes the program zeroes)
+    /// is a failed read: neither a zero return address that would end the stack, nor a word
+    /// read from the live process (which has moved on since the fault). Past the hole, the
+    /// copy is read as ever.
+    #[test]
+    fn a_word_in_a_hole_of_the_copy_is_never_read() {
+        let (r1, r2, r3) = (0x40_1005, 0x40_2005, 0x40_3005);
+        let unwinder = unwinder();
+        let stack = FakeStack::new(&[r1, r2, r3, MAIN]);
+        // Frame records lie at bytes 64, 576, 1088 (the one holding r3) and 1600, 16 each.
+        let mut copy = stack.mem.to_vec();
+        copy[1024..1536].fill(0);
+        let holed = StackBytes {
+            bytes: &copy,
+            holes: Holes::new(&[(1024, 1536)]).expect("holes"),
+        };
+        let mut known = KnownFrames::default();
+        let (frames, end) = unwind_copy(&unwinder, &stack, holed, true, &mut known);
+        assert_eq!((frames, end), (vec![IP, r1, r2], UnwindEnd::Truncated));
+        // A hole that holds no word of the chain changes nothing.
+        let mut copy = stack.mem.to_vec();
+        copy[1152..1536].fill(0);
+        let apart = StackBytes {
+            bytes: &copy,
+            holes: Holes::new(&[(1152, 1536)]).expect("holes"),
+        };
+        let mut known = KnownFrames::default();
+        let whole = unwind_copy(&unwinder, &stack, apart, false, &mut known);
+        assert_eq!(whole, (vec![IP, r1, r2, r3, MAIN], UnwindEnd::Complete));
+        // Holes out of order, overlapping, empty or too many are refused.
+        assert!(Holes::new(&[(8, 16), (0, 8)]).is_none());
+        assert!(Holes::new(&[(0, 16), (8, 24)]).is_none());
+        assert!(Holes::new(&[(8, 8)]).is_none());
+        assert!(Holes::new(&[(0, 8), (16, 24), (32, 40), (48, 56), (64, 72)]).is_none());
     }
 
     /// lld layout: r-- segment at offset 0 whose file range runs into the page where the r-x

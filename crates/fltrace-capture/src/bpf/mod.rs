@@ -94,6 +94,10 @@ pub struct Counts {
     pub faults: u64,
     /// Stack bytes copied.
     pub stack_bytes: u64,
+    /// Stack bytes the copies skipped (pages not present, noted as holes in their records).
+    pub hole_bytes: u64,
+    /// Copies that ended at a page not present, all their holes taken.
+    pub holes_full: u64,
 }
 
 /// The capture running in the kernel.
@@ -258,6 +262,8 @@ impl BpfCapture {
             no_bounds: sum(3),
             faults: sum(4),
             stack_bytes: sum(5),
+            hole_bytes: sum(6),
+            holes_full: sum(7),
         }
     }
 

@@ -20,7 +20,7 @@ use crate::pid_filing::{ReusedPids, UNFILED};
 use crate::process::{FaultSample, Process, RecordingContext, RemapCall};
 use crate::ring::u64_at;
 use crate::sys::{self, Tracepoint, perf_event_attr};
-use crate::unwind::ElfCache;
+use crate::unwind::{ElfCache, StackBytes};
 
 /// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout), and
 /// how to read the `mremap` samples that share their ring.
@@ -655,40 +655,39 @@ impl State {
             return Ok(());
         };
         let regs = (ip, sp, bp);
+        let fault = |this: &mut Self, stack: &[u8]| {
+            let at = (sample_ns, addr, error_code);
+            this.fault(pid, tid as u32, at, regs, None, stack.into())
+        };
         let copy = sample.user_stack.as_ref().and_then(|(data, dyn_size)| {
             let len = (*dyn_size as usize).min(data.len());
             data.get(0..len)
         });
         match copy {
-            Some(RawData::Single(bytes)) => {
-                self.fault(pid, tid as u32, sample_ns, addr, error_code, regs, bytes)
-            }
+            Some(RawData::Single(bytes)) => fault(self, bytes),
             Some(split) => {
                 // Made contiguous where it wraps around the ring's end.
                 let mut scratch = std::mem::take(&mut self.caches.scratch);
                 scratch.clear();
                 scratch.extend_from_slice(&split.as_slice());
-                let result =
-                    self.fault(pid, tid as u32, sample_ns, addr, error_code, regs, &scratch);
+                let result = fault(self, &scratch);
                 self.caches.scratch = scratch;
                 result
             }
-            None => self.fault(pid, tid as u32, sample_ns, addr, error_code, regs, &[]),
+            None => fault(self, &[]),
         }
     }
 
     /// Records one fault of process `pid` (as filed), thread `tid`, at `sample_ns` (the
-    /// kernel's CLOCK_MONOTONIC).
-    #[allow(clippy::too_many_arguments)]
+    /// kernel's CLOCK_MONOTONIC) of `addr` with `error_code`.
     fn fault(
         &mut self,
         pid: u32,
         tid: u32,
-        sample_ns: u64,
-        addr: u64,
-        error_code: u64,
+        (sample_ns, addr, error_code): (u64, u64, u64),
         regs: (u64, u64, u64),
-        stack: &[u8],
+        rbx: Option<u64>,
+        stack: StackBytes<'_>,
     ) -> Result<(), Error> {
         let time_ns = sample_ns.wrapping_add(self.session.mono_offset);
         let (process, caches) = self.process_and_caches(pid, sample_ns)?;
@@ -698,6 +697,7 @@ impl State {
             addr: VirtAddr::new(addr),
             error_code,
             regs,
+            rbx,
             stack,
         };
         let before = process.counters.stacks_truncated;
@@ -780,7 +780,8 @@ impl State {
         };
         match record {
             BpfRecord::Fault(f) => {
-                self.fault(filed, tid, time, f.addr, f.error_code, f.regs, f.stack)?;
+                let at = (time, f.addr, f.error_code);
+                self.fault(filed, tid, at, f.regs, Some(f.rbx), f.stack)?;
                 self.note_stack_top(filed, &f);
                 Ok(())
             }

@@ -45,13 +45,16 @@ impl ActiveRecording {
             }
             log::debug!(
                 "BPF ring of {} KiB (kernel memory of all rings and BPF maps at most {} KiB): {} faults, {} KiB of \
-                 stack copied ({} B a fault), {} records lost ({} KiB), {} faults without their \
-                 stack's bounds",
+                 stack copied ({} B a fault), {} KiB skipped (pages not present), {} copies \
+                 ended at a page not present with no hole left, {} records lost ({} KiB), {} \
+                 faults without their stack's bounds",
                 plan.shared >> 10,
                 plan.total() >> 10,
                 counts.faults,
                 counts.stack_bytes >> 10,
                 counts.stack_bytes / counts.faults.max(1),
+                counts.hole_bytes >> 10,
+                counts.holes_full,
                 counts.lost,
                 counts.lost_bytes >> 10,
                 counts.no_bounds,

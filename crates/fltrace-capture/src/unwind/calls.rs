@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, RegisterRule,
-    UnwindContext, UnwindSection,
+    BaseAddresses, CallFrameInstruction, CfaRule, CieOrFde, EhFrame, EhFrameHdr, EndianSlice,
+    LittleEndian, RegisterRule, UnwindContext, UnwindSection, X86_64,
 };
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 
@@ -136,6 +136,9 @@ pub(crate) struct FunctionIndex {
     starts: Vec<u64>,
     /// The address ranges the CFI covers, sorted by start.
     cfi: Vec<Range<u64>>,
+    /// Those of them whose CFI computes the CFA from a register other than `rsp` and `rbp`
+    /// somewhere (the dynamic loader's `_dl_runtime_resolve_*`, on `rbx`), sorted by start.
+    cfa_elsewhere: Vec<Range<u64>>,
     /// The PLT sections (`.plt`, `.plt.sec`, `.plt.got`).
     plt: Vec<Range<u64>>,
     /// The symbol each GOT slot is relocated to (`.rela.plt`, `.rela.dyn`).
@@ -154,8 +157,10 @@ impl FunctionIndex {
         let Ok(elf) = object::File::parse(data) else {
             return FunctionIndex::default();
         };
+        let (cfi, cfa_elsewhere) = fde_ranges(&elf);
         let mut index = FunctionIndex {
-            cfi: fde_ranges(&elf),
+            cfi,
+            cfa_elsewhere,
             ..FunctionIndex::default()
         };
         index.starts.extend(index.cfi.iter().map(|r| r.start));
@@ -211,6 +216,13 @@ impl FunctionIndex {
     pub(crate) fn has_cfi(&self, svma: u64) -> bool {
         let at = self.cfi.partition_point(|r| r.start <= svma);
         at > 0 && self.cfi[at - 1].contains(&svma)
+    }
+
+    /// Whether the CFI of the function holding `svma` computes the CFA from a register other
+    /// than `rsp` and `rbp` somewhere (see [`cfi_row`] for where).
+    pub(crate) fn cfa_elsewhere(&self, svma: u64) -> bool {
+        let at = self.cfa_elsewhere.partition_point(|r| r.start <= svma);
+        at > 0 && self.cfa_elsewhere[at - 1].contains(&svma)
     }
 
     /// Whether a function begins in `from..=to`.
@@ -328,13 +340,14 @@ pub(crate) fn cfi_row(sections: &CfiSections<'_>, svma: u64) -> Option<CfiRow> {
     })
 }
 
-/// The address ranges the `.eh_frame` FDEs of `elf` cover, sorted by start.
-fn fde_ranges(elf: &object::File<'_>) -> Vec<Range<u64>> {
+/// The address ranges the `.eh_frame` FDEs of `elf` cover, and those of them whose CFA is
+/// computed from a register other than `rsp` and `rbp` somewhere, each sorted by start.
+fn fde_ranges(elf: &object::File<'_>) -> (Vec<Range<u64>>, Vec<Range<u64>>) {
     let Some(section) = elf.section_by_name(".eh_frame") else {
-        return Vec::new();
+        return Default::default();
     };
     let Ok(data) = section.data() else {
-        return Vec::new();
+        return Default::default();
     };
     let address = |name: &str| elf.section_by_name(name).map(|s| s.address());
     let mut bases = BaseAddresses::default().set_eh_frame(section.address());
@@ -347,6 +360,7 @@ fn fde_ranges(elf: &object::File<'_>) -> Vec<Range<u64>> {
     let eh_frame = EhFrame::new(data, LittleEndian);
     let mut cies = HashMap::new();
     let mut ranges = Vec::new();
+    let mut elsewhere = Vec::new();
     let mut entries = eh_frame.entries(&bases);
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else {
@@ -366,11 +380,39 @@ fn fde_ranges(elf: &object::File<'_>) -> Vec<Range<u64>> {
             && fde.initial_address() != 0
             && fde.len() > 0
         {
-            ranges.push(fde.initial_address()..fde.initial_address() + fde.len());
+            let range = fde.initial_address()..fde.initial_address() + fde.len();
+            if defines_cfa_elsewhere(fde.cie().instructions(&eh_frame, &bases))
+                || defines_cfa_elsewhere(fde.instructions(&eh_frame, &bases))
+            {
+                elsewhere.push(range.clone());
+            }
+            ranges.push(range);
         }
     }
     ranges.sort_unstable_by_key(|r| r.start);
-    ranges
+    elsewhere.sort_unstable_by_key(|r| r.start);
+    (ranges, elsewhere)
+}
+
+/// Whether CFI `instructions` compute the CFA from a register other than `rsp` and `rbp`, or
+/// by an expression.
+fn defines_cfa_elsewhere(
+    mut instructions: gimli::CallFrameInstructionIter<'_, EndianSlice<'_, LittleEndian>>,
+) -> bool {
+    while let Ok(Some(instruction)) = instructions.next() {
+        match instruction {
+            CallFrameInstruction::DefCfa { register, .. }
+            | CallFrameInstruction::DefCfaSf { register, .. }
+            | CallFrameInstruction::DefCfaRegister { register }
+                if register != X86_64::RSP && register != X86_64::RBP =>
+            {
+                return true;
+            }
+            CallFrameInstruction::DefCfaExpression { .. } => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 #[cfg(test)]

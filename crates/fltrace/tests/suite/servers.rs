@@ -121,13 +121,12 @@ fn redis_under_benchmark_has_complete_stacks_by_default() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(bench.status.success(), "{bench:?}");
     assert!(out.status.success(), "{stderr}");
-    // 99.5%, not the 99.9% issue 36 asks: 3 of its 1,170 faults stay truncated. Two are
-    // jemalloc's start-up (the function at 0x20540 of libjemalloc.so.2, a 10,960-byte frame
-    // whose untouched pages stop the stack copy before its return address; the process
-    // has left that frame when the live read comes), one a stack-growth fault inside
-    // `_dl_runtime_resolve_xsavec` (no copy, and its CFA is in `rbx`, which a fault record
-    // does not hold).
-    assert_complete(&dir, &stderr, "redis", 995);
+    // Issue 36's 99.9%; 3 runs gave 100% of 1,165-1,184 faults. The last three truncated
+    // were jemalloc's start-up (the function at 0x20540 of libjemalloc.so.2, a 10,960-byte
+    // frame whose untouched pages stopped the stack copy: the copy now goes past them, noting
+    // them as holes) and a stack-growth fault inside `_dl_runtime_resolve_xsavec` (its CFA is
+    // in `rbx`, which the fault record now holds).
+    assert_complete(&dir, &stderr, "redis", 999);
 }
 
 /// PostgreSQL 15 as user postgres (a postmaster and its backends, workers and checkpointer,
@@ -146,8 +145,8 @@ fn postgres_under_pgbench_has_complete_stacks_by_default() {
     assert!(run.status.success(), "{run:?}\n{stderr}");
     assert!(out.status.success(), "{stderr}");
     assert!(dir.pids("faults", "parquet").len() >= 5, "{stderr}");
-    // What stays truncated (0.05%, 27 faults a run at most): `pg_tzset`'s callees in backends
-    // that exit at once. Its 26 KiB frame holds pages never touched, where the stack copy
-    // stops, and the frames outside it need a live read that comes after the exit.
+    // Issue 36's 99.9%; a run gave 100% of 30,238 faults. What stayed truncated before
+    // (0.05%): `pg_tzset`'s callees in backends that exit at once, whose 26 KiB frame holds
+    // pages never touched, where the stack copy stopped (it now goes past them, as holes).
     assert_complete(&dir, &stderr, "postgres", 999);
 }

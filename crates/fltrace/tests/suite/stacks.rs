@@ -920,55 +920,70 @@ fn a_frame_larger_than_the_copy_completes_from_another_call_in_it() {
 }
 
 /// Faults that grow a stack (workloads/growth.c: `grow` writes its 12 KiB frame from the top
-/// down, on a fresh thread stack each time) come with no stack copy at all, the page at the
-/// stack pointer being the one missing; the thread's stack is unmapped after it ends, so no
-/// live read finds it. Each such fault takes its callers from the thread's next stack that
-/// still runs in the same frame (`leaf`'s, copied whole): all 48 (16 threads, 3 pages each)
-/// reach `start_thread` and `clone3` through `grow`, counted as spliced, where before they were
-/// 48 stacks of `[truncated];grow`. The summary's truncated figure equals the data's.
+/// down, on a fresh thread stack each time): the page at the stack pointer is the one missing,
+/// and the thread's stack is unmapped after it ends, so no live read finds it.
+/// - With a perf copy (`--stack-size`), which stops at the first page it cannot read, these
+///   faults come with no stack copy at all. Each takes its callers from the thread's next stack
+///   that still runs in the same frame (`leaf`'s, copied whole), counted as spliced.
+/// - By default the BPF copy goes on past the pages not present (holes, `stacks_holes`), and
+///   each fault's own copy holds `grow`'s return address.
+///
+/// Either way all 48 (16 threads, 3 pages each) reach `start_thread` and `clone3` through
+/// `grow`, where before they were 48 stacks of `[truncated];grow`. The summary's truncated
+/// figure equals the data's.
 #[test]
 fn faults_growing_the_stack_take_their_callers_from_the_next_stack() {
     const THREADS: u64 = 16;
     const PAGES: u64 = 3;
     let built = Dir::new();
     let program = build_c_workload(built.path(), "growth.c");
-    let (dir, stderr, truncated) =
-        record_counting_truncated(&program, &[], &[THREADS.to_string().as_str()]);
+    for flags in [&["--stack-size", "16384"][..], &[]] {
+        let (dir, stderr, truncated) =
+            record_counting_truncated(&program, flags, &[THREADS.to_string().as_str()]);
 
-    let by_line = dir.report_json(&["--by", "line"]);
-    let touch = site("growth.c", "growth_touch");
-    assert_eq!(count_at(&by_line, "growth.c", touch), THREADS * PAGES);
-    let folded = dir.run(&["report", "--format", "folded"]);
-    let (mut grow, mut leaf) = (0, 0);
-    for line in String::from_utf8_lossy(&folded.stdout).lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let frames: Vec<&str> = stack.split(';').collect();
-        let count: u64 = count.parse().expect("count");
-        match frames.last() {
-            Some(&"grow") => {
-                assert_eq!(frames[1..], ["clone3", "start_thread", "grow"], "{line}");
-                grow += count;
+        let by_line = dir.report_json(&["--by", "line"]);
+        let touch = site("growth.c", "growth_touch");
+        assert_eq!(count_at(&by_line, "growth.c", touch), THREADS * PAGES);
+        let folded = dir.run(&["report", "--format", "folded"]);
+        let (mut grow, mut leaf) = (0, 0);
+        for line in String::from_utf8_lossy(&folded.stdout).lines() {
+            let Some((stack, count)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let frames: Vec<&str> = stack.split(';').collect();
+            let count: u64 = count.parse().expect("count");
+            match frames.last() {
+                Some(&"grow") => {
+                    assert_eq!(frames[1..], ["clone3", "start_thread", "grow"], "{line}");
+                    grow += count;
+                }
+                Some(&"leaf") => {
+                    assert_eq!(frames[1..], ["clone3", "start_thread", "grow", "leaf"]);
+                    leaf += count;
+                }
+                _ => {}
             }
-            Some(&"leaf") => {
-                assert_eq!(frames[1..], ["clone3", "start_thread", "grow", "leaf"]);
-                leaf += count;
-            }
-            _ => {}
         }
+        assert_eq!(
+            (grow, leaf),
+            (THREADS * PAGES, THREADS),
+            "{flags:?}\n{stderr}"
+        );
+        let pid = dir.pids("faults", "parquet")[0];
+        let stats = fltrace_trace::files::stats(dir.path(), pid);
+        let stat = |name: &str| {
+            fltrace_trace::stats::last_value(&stats, name)
+                .expect("stats")
+                .unwrap_or_else(|| panic!("no {name} in the stats file"))
+        };
+        if flags.is_empty() {
+            assert!(stat("stacks_holes") >= THREADS * PAGES, "{stderr}");
+        } else {
+            assert!(stat("stacks_spliced") >= THREADS * PAGES);
+            assert!(stat("stacks_uncopied") >= THREADS * PAGES);
+        }
+        assert_eq!(stat("stacks_truncated"), truncated);
     }
-    assert_eq!((grow, leaf), (THREADS * PAGES, THREADS), "{stderr}");
-    let pid = dir.pids("faults", "parquet")[0];
-    let stats = fltrace_trace::files::stats(dir.path(), pid);
-    let stat = |name: &str| {
-        fltrace_trace::stats::last_value(&stats, name)
-            .expect("stats")
-            .unwrap_or_else(|| panic!("no {name} in the stats file"))
-    };
-    assert!(stat("stacks_spliced") >= THREADS * PAGES);
-    assert!(stat("stacks_uncopied") >= THREADS * PAGES);
-    assert_eq!(stat("stacks_truncated"), truncated);
 }
 
 /// A first call through an unbound PLT slot (a program linked with `-z lazy`): the slot leads
@@ -985,33 +1000,7 @@ fn faults_growing_the_stack_take_their_callers_from_the_next_stack() {
 fn a_first_call_through_an_unbound_plt_slot_reaches_main_through_the_loader() {
     const PAGES: u64 = 16;
     let built = Dir::new();
-    let src = workloads_dir();
-    let gcc = |args: &[&str], out: &std::path::Path, source: &str, tail: &[&str]| {
-        let status = std::process::Command::new("gcc")
-            .args(["-O2", "-g", "-fomit-frame-pointer"])
-            .args(args)
-            .arg("-o")
-            .arg(out)
-            .arg(src.join(source))
-            .args(tail)
-            .status()
-            .expect("gcc runs");
-        assert!(status.success(), "gcc {source}");
-    };
-    let lib = built.path().join("liblazybind.so");
-    gcc(&["-shared", "-fPIC"], &lib, "lazybindlib.c", &[]);
-    let program = built.path().join("lazybind");
-    let libdir = built.path().to_string_lossy().into_owned();
-    gcc(
-        &["-Wl,-z,lazy"],
-        &program,
-        "lazybind.c",
-        &[
-            &format!("-L{libdir}"),
-            "-llazybind",
-            &format!("-Wl,-rpath,{libdir}"),
-        ],
-    );
+    let program = build_lazy(built.path(), "lazybind.c");
     // The pause keeps the process there while the recorder reads its GOT slots.
     let (dir, stderr, _) = record_counting_truncated(&program, &[], &["1000"]);
 
@@ -1040,6 +1029,11 @@ fn a_first_call_through_an_unbound_plt_slot_reaches_main_through_the_loader() {
     assert_eq!(through, PAGES, "{stderr}");
 
     // The resolver's caller at its line of call.
+    assert_call_line(&dir, "first_call", ("lazybind.c", "lazy_call"));
+}
+
+/// `caller`, in the stack of the IFUNC resolver's faults (lazybindlib.c), is at line `site`.
+fn assert_call_line(dir: &Dir, caller: &str, (file, name): (&str, &str)) {
     let by_stack = dir.report_json(&["--by", "stack"]);
     let stack = stack_at(
         &by_stack,
@@ -1048,13 +1042,147 @@ fn a_first_call_through_an_unbound_plt_slot_reaches_main_through_the_loader() {
     );
     let call = stack
         .iter()
-        .find(|(f, _, _)| f == "first_call")
+        .find(|(f, _, _)| f == caller)
         .map(|(_, file, line)| (file.as_str(), *line));
+    assert_eq!(call, Some((file, u64::from(site(file, name)))), "{stack:?}");
+}
+
+/// Builds liblazybind.so (lazybindlib.c) in `dir` and the program of workload `source`, linked
+/// against it with `-z lazy` (every call to it bound at its first call): the program's path.
+fn build_lazy(dir: &std::path::Path, source: &str) -> std::path::PathBuf {
+    let src = workloads_dir();
+    let gcc = |args: &[&str], out: &std::path::Path, source: &str, tail: &[&str]| {
+        let status = std::process::Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer"])
+            .args(args)
+            .arg("-o")
+            .arg(out)
+            .arg(src.join(source))
+            .args(tail)
+            .status()
+            .expect("gcc runs");
+        assert!(status.success(), "gcc {source}");
+    };
+    gcc(
+        &["-shared", "-fPIC"],
+        &dir.join("liblazybind.so"),
+        "lazybindlib.c",
+        &[],
+    );
+    let program = dir.join(source.strip_suffix(".c").unwrap_or(source));
+    let libdir = dir.to_string_lossy().into_owned();
+    gcc(
+        &["-Wl,-z,lazy"],
+        &program,
+        source,
+        &[
+            &format!("-L{libdir}"),
+            "-llazybind",
+            &format!("-Wl,-rpath,{libdir}"),
+            "-lpthread",
+        ],
+    );
+    program
+}
+
+/// A stack-growth fault in the dynamic loader's resolver (workloads/lazygrow.c: a thread's
+/// first call through an unbound PLT slot, its stack pointer a little above a page boundary,
+/// so that the resolver's first write below it, into its register save area, is a first touch
+/// of the page below). The resolver's CFA is `rbx`, which nothing has saved on the stack yet:
+/// the record's `rbx` gives it, and the stack reads exactly `clone3 -> start_thread -> worker
+/// -> call_at_boundary -> _dl_runtime_resolve_*`, complete, where it was `[truncated]` at the
+/// resolver. `call_at_boundary` keeps a frame pointer (its `alloca`): the resolver's caller is
+/// never taken from that frame's pointer (framehop's fallback rule for a CFA on `rbx`, which
+/// skipped `call_at_boundary` in all 17 stacks, counted complete); the IFUNC resolver's 16
+/// faults go through `call_at_boundary` too, at its line of call.
+#[test]
+fn a_fault_in_the_loaders_resolver_before_it_saved_rbx_reaches_the_threads_start() {
+    const PAGES: u64 = 16;
+    let built = Dir::new();
+    let program = build_lazy(built.path(), "lazygrow.c");
+    let (dir, stderr, _) = record_counting_truncated(&program, &[], &["1000"]);
+
+    let outer = ["clone3", "start_thread", "worker", "call_at_boundary"];
+    let mut in_resolver = 0;
+    let folded = dir.run(&["report", "--format", "folded"]);
+    for line in String::from_utf8_lossy(&folded.stdout).lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let frames: Vec<&str> = stack.split(';').collect();
+        let count: u64 = count.parse().expect("count");
+        if frames
+            .last()
+            .is_some_and(|f| f.starts_with("_dl_runtime_resolve"))
+        {
+            assert_eq!(frames[1..frames.len() - 1], outer, "{line}\n{stderr}");
+            in_resolver += count;
+        }
+    }
+    assert_eq!(in_resolver, 1, "{stderr}");
+    let mut through = 0;
+    for (frames, count) in folded_ending_at(&dir, "resolve_lazy_touch") {
+        assert_eq!(frames[1..=outer.len()], outer, "{count} faults: {frames:?}");
+        through += count;
+    }
+    assert_eq!(through, PAGES, "{stderr}");
+    assert_call_line(&dir, "call_at_boundary", ("lazygrow.c", "lazygrow_call"));
+}
+
+/// A frame whose middle pages were never touched (workloads/holes.c: `big`, 64 KiB, writes only
+/// its two ends, as jemalloc's 10,960-byte start-up frame in redis), under which `leaf` faults
+/// on 32 pages and the process exits at once. The stack copy goes on past the pages that are
+/// not present, noting them as holes (`stacks_holes` in the stats file), so the frames above
+/// `big` come from the fault's own copy: all 32 stacks read `main -> big -> leaf`, complete, at
+/// their lines, where the copy stopped at the first hole and they were `[truncated];big;leaf`.
+#[test]
+fn a_frame_with_pages_never_touched_keeps_the_frames_above_it() {
+    const PAGES: u64 = 32;
+    let built = Dir::new();
+    let program = build_c_workload(built.path(), "holes.c");
+    let (dir, stderr, truncated) =
+        record_counting_truncated(&program, &[], &[PAGES.to_string().as_str()]);
+
+    let want = [
+        "_start",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "main",
+        "big",
+        "leaf",
+    ];
+    let mut leaf = 0;
+    for (frames, count) in folded_ending_at(&dir, "leaf") {
+        assert_eq!(&frames[1..], &want[..], "{count} faults\n{stderr}");
+        leaf += count;
+    }
+    assert_eq!(leaf, PAGES, "{stderr}");
+    let by_stack = dir.report_json(&["--by", "stack"]);
+    let stack = stack_at(&by_stack, "holes.c", site("holes.c", "holes_touch"));
+    let lines: Vec<(&str, u64)> = stack
+        .iter()
+        .filter(|(_, file, _)| file == "holes.c")
+        .map(|(f, _, line)| (f.as_str(), *line))
+        .collect();
+    let at = |name| u64::from(site("holes.c", name));
     assert_eq!(
-        call,
-        Some(("lazybind.c", u64::from(site("lazybind.c", "lazy_call")))),
+        lines,
+        [
+            ("leaf", at("holes_touch")),
+            ("big", at("holes_leaf")),
+            ("main", at("holes_big"))
+        ],
         "{stack:?}"
     );
+    let pid = dir.pids("faults", "parquet")[0];
+    let stats = fltrace_trace::files::stats(dir.path(), pid);
+    let stat = |name: &str| {
+        fltrace_trace::stats::last_value(&stats, name)
+            .expect("stats")
+            .unwrap_or_else(|| panic!("no {name} in the stats file"))
+    };
+    assert!(stat("stacks_holes") >= PAGES, "{stderr}");
+    assert_eq!(stat("stacks_truncated"), truncated);
 }
 
 /// A fault in the kernel's vDSO (`gettimeofday` reading its data page, first in the parent,
