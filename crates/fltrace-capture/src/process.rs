@@ -188,8 +188,9 @@ struct FarState {
     resolve_ns: u64,
     /// `pending_fills` holds no rows below this one.
     pruned_below: u64,
-    /// When the last exec replaced the image (CLOCK_MONOTONIC ns): a page made before it is
-    /// an earlier image's.
+    /// When the image began, at the last exec or at the fork that made the process
+    /// (CLOCK_MONOTONIC ns): a page made before it is an earlier image's, or an earlier
+    /// process's that had the pid.
     exec_ns: u64,
     /// When the process ended or its pid went to a later process (CLOCK_MONOTONIC ns;
     /// `u64::MAX` while neither is known): a page made from then on is that process's.
@@ -428,6 +429,16 @@ impl Process {
     /// the exec), if any is known yet.
     pub fn image_start_ns(&self) -> Option<u64> {
         self.maps.values().map(|m| m.time_ns).min()
+    }
+
+    /// The process was forked at `fork_ns` (CLOCK_MONOTONIC, the record's time): a runtime
+    /// page made before then is not its own. An earlier process given the same pid may not
+    /// have been finished yet, its page still under the name until this one's runtime
+    /// renames its own over it; read as this one's, its counters were this one's statistics.
+    pub fn forked_at(&mut self, fork_ns: u64) {
+        if let Some(far) = &mut self.far {
+            far.exec_ns = far.exec_ns.max(fork_ns);
+        }
     }
 
     /// exec replaced the address space at `exec_ns` (CLOCK_MONOTONIC, the record's time).

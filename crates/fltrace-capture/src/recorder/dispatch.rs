@@ -504,6 +504,7 @@ impl State {
                         None => Process::filed_as(child, os_pid, Some(parent), &self.session)?,
                     };
                     process.first_ns = time;
+                    process.forked_at(time);
                     self.processes.insert(child, process);
                 }
                 // The child is named as the thread that forked it, until it execs.
