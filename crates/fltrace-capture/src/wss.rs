@@ -83,8 +83,17 @@ pub fn sample(
         if !keep_going(&sample) {
             return Ok(());
         }
-        next += interval;
+        next = next_sample(next, interval, Instant::now());
     }
+}
+
+/// When the sample after the one due at `due` is taken, at `now`: an interval later, or,
+/// behind (a loaded machine), an interval from now. Missed intervals are skipped, not caught
+/// up back to back: a read right after the last clear sees almost nothing referenced, a
+/// working set of 0 that the program never had.
+fn next_sample(due: Instant, interval: Duration, now: Instant) -> Instant {
+    let next = due + interval;
+    if next <= now { now + interval } else { next }
 }
 
 /// The kernel's idle page bitmap: one bit per page frame, set by writing, cleared by the
@@ -328,6 +337,20 @@ pub fn trace_pages(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_behind_skip_the_intervals_missed() {
+        let start = Instant::now();
+        let interval = Duration::from_millis(100);
+        // On time: the next interval.
+        assert_eq!(
+            next_sample(start, interval, start + Duration::from_millis(30)),
+            start + interval
+        );
+        // 350 ms late: not three samples back to back, one an interval from now.
+        let late = start + Duration::from_millis(350);
+        assert_eq!(next_sample(start, interval, late), late + interval);
+    }
 
     /// Adjacent pages merge into one run; a gap starts another.
     #[test]
