@@ -314,7 +314,13 @@ fn the_jvm_heap_is_emulated() {
             most(&dir, pid, "memory_committed")
         );
         let outside = most(&dir, pid, "memory_unemulated");
-        assert!(outside < 64 << 20, "{collector}: {outside} bytes outside");
+        // It once read 137 MB with the Serial collector in a full suite: the recorder's
+        // line about memory outside far memory says which mapping.
+        assert!(
+            outside < 64 << 20,
+            "{collector}: {outside} bytes outside: {}",
+            stderr(&out)
+        );
     }
 }
 
