@@ -334,7 +334,11 @@ impl Waiting {
             .spawn()
             .expect("the workload starts");
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Waiting { child, stdout }
+        let workload = Waiting { child, stdout };
+        // Every test attaches to it by pid: memleak refused one still in the loader ("no C
+        // library loaded") in a clean CI run.
+        workload.loaded();
+        workload
     }
 
     fn pid(&self) -> u32 {
@@ -507,7 +511,6 @@ fn attached_line(stderr: &mut impl BufRead, fltrace: &mut Child) -> String {
 /// Runs `fltrace memleak -p` on the waiting `workload`, lets it allocate, and returns the
 /// first reported stack whose innermost frame contains `line`.
 fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Option<Value> {
-    workload.loaded();
     let pid = workload.pid().to_string();
     let mut fltrace = dir
         .fltrace()
