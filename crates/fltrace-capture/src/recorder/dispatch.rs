@@ -760,6 +760,9 @@ impl State {
 
     fn handle_bpf_inner(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let Some(record) = BpfRecord::parse(bytes) else {
+            // Our own BPF program wrote it, so this should not happen; if it does, a fault (or
+            // a major fault) is missing from every total: counted lost, never silently.
+            self.lost += 1;
             return Ok(());
         };
         let (pid, tid, time, is_fault) = match record {
@@ -1134,6 +1137,41 @@ mod tests {
         assert_eq!(reused.reuse(max, 1000), None);
         assert_eq!(reused.filed(max, 1000), UNFILED);
         assert_eq!(reused.filed(max, 511), i32::MAX as u32);
+    }
+
+    /// A BPF record that does not parse (a short one, or one whose holes lie beyond its
+    /// copy) is a fault missing from the totals: it counts as lost.
+    #[test]
+    fn a_bpf_record_that_does_not_parse_counts_as_lost() {
+        let dir = std::env::temp_dir().join("fltrace-unparsed-bpf-record");
+        let options = crate::recorder::Options::new(dir);
+        let attr = sys::perf_event_attr {
+            size: std::mem::size_of::<sys::perf_event_attr>() as u32,
+            ..Default::default()
+        };
+        let fields = FaultFields {
+            address: 0,
+            error_code: 8,
+            remap: None,
+            unmap: None,
+        };
+        let mut state = State::new(1, &options, None, Vec::new(), fields, (&attr, &attr), 0);
+        state.handle_bpf(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(state.lost, 1, "a short fault record");
+        // A whole fault record (136 bytes, then a 16-byte copy) with one hole, [8, 17),
+        // that ends past its copy.
+        let mut holes_beyond_copy = vec![0u8; 136 + 16];
+        let mut put = |at: usize, word: u32| {
+            holes_beyond_copy[at..at + 4].copy_from_slice(&word.to_ne_bytes());
+        };
+        put(0, 1);
+        put(80, 16);
+        put(96, 1);
+        put(104, 8);
+        put(108, 17);
+        state.handle_bpf(&holes_beyond_copy);
+        assert_eq!(state.lost, 2, "a hole beyond the copy");
+        assert_eq!(state.faults, 0);
     }
 
     /// A runtime thread's tid counts as the runtime's only while that thread lives: given
