@@ -1151,12 +1151,11 @@ fn a_frame_with_pages_never_touched_keeps_the_frames_above_it() {
         "big",
         "leaf",
     ];
-    let mut leaf = 0;
-    for (frames, count) in folded_ending_at(&dir, "leaf") {
-        assert_eq!(&frames[1..], &want[..], "{count} faults\n{stderr}");
-        leaf += count;
-    }
-    assert_eq!(leaf, PAGES, "{stderr}");
+    assert_eq!(
+        faults_through_exactly(&dir, &want, &stderr),
+        PAGES,
+        "{stderr}"
+    );
     let by_stack = dir.report_json(&["--by", "stack"]);
     let stack = stack_at(&by_stack, "holes.c", site("holes.c", "holes_touch"));
     let lines: Vec<(&str, u64)> = stack
@@ -1203,12 +1202,7 @@ fn faults_in_the_vdso_unwind_by_its_cfi() {
         "now",
         "[vdso]",
     ];
-    let mut in_vdso = 0;
-    for (frames, count) in folded_ending_at(&dir, "[vdso]") {
-        assert_eq!(&frames[1..], &want[..], "{count} faults\n{stderr}");
-        in_vdso += count;
-    }
-    assert_eq!(in_vdso, 2, "{stderr}");
+    assert_eq!(faults_through_exactly(&dir, &want, &stderr), 2, "{stderr}");
     let by_stack = dir.report_json(&["--by", "stack"]);
     let stack = stack_at(&by_stack, "vdsofork.c", site("vdsofork.c", "vdso_call"));
     assert_eq!(
@@ -1216,6 +1210,20 @@ fn faults_in_the_vdso_unwind_by_its_cfi() {
         Some("[vdso]"),
         "{stack:?}"
     );
+}
+
+/// The faults whose stacks end at `want`'s last frame, asserting that each of those stacks is
+/// exactly `want` (outermost first, after the process name); `stderr` is the recorder's, shown
+/// when one is not.
+fn faults_through_exactly(dir: &Dir, want: &[&str], stderr: &str) -> u64 {
+    let innermost = want.last().expect("a frame");
+    folded_ending_at(dir, innermost)
+        .into_iter()
+        .map(|(frames, count)| {
+            assert_eq!(&frames[1..], want, "{count} faults\n{stderr}");
+            count
+        })
+        .sum()
 }
 
 /// The folded stacks of a recording (process name, then frames outermost first) whose
