@@ -3,7 +3,7 @@
 //! drives it (in tmux), attaching, and far memory's figures.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::util::*;
@@ -94,7 +94,9 @@ fn batch_tables_name_the_site_at_the_programs_own_rate() {
     let tables = tables(&stdout);
     assert_eq!(tables.len(), 3, "{stdout}");
     // Table i covers about the loop's second i (both clocks start with the loop, within a
-    // tenth of a second); the last one, cut short by the stop, its last full second.
+    // tenth of a second). Not the last one: it holds what was left when the stop came, and
+    // faults that happened before its start but reached the view after it (a lag of a
+    // fraction of a second under load); its total is checked against `report` below.
     let own_rates = own_rates(&stderr);
     assert!(own_rates.len() >= 2, "{stderr}");
     for (i, table) in tables.iter().enumerate() {
@@ -109,13 +111,20 @@ fn batch_tables_name_the_site_at_the_programs_own_rate() {
                     i + 1
                 )
             });
-        assert!(
-            (rate - own).abs() <= own * 0.2,
-            "table {}: {rate} faults/s, the loop's own {own} pages/s:\n{stdout}\n{stderr}",
-            i + 1
-        );
+        if i + 1 < tables.len() {
+            assert!(
+                (rate - own).abs() <= own * 0.2,
+                "table {}: {rate} faults/s, the loop's own {own} pages/s:\n{stdout}\n{stderr}",
+                i + 1
+            );
+        }
     }
     let last = tables.last().expect("a table");
+    let last_title = stdout
+        .lines()
+        .rfind(|l| l.starts_with("fltrace top: interval "))
+        .expect("a title");
+    assert!(last_title.ends_with("the recording finished"), "{stdout}");
     let report = {
         let out = dir.run(&["report", "-d", "rec", "--format", "json", "--top", "0"]);
         assert!(
@@ -191,34 +200,46 @@ fn a_view_that_falls_behind_says_what_it_dropped_and_the_recording_is_whole() {
     assert_eq!(at_site["count"], touched, "{stdout}\n{stderr}");
 }
 
-/// `top --batch -p PID` of a running loop names its site, and leaves it running.
-#[test]
-fn batch_attached_to_a_running_process_leaves_it_running() {
-    let dir = Dir::new();
-    let program = build_c_workload(dir.path(), "loop.c");
-    let mut child = Command::new(&program)
-        .arg("30")
+/// `fltrace top TOP_ARGS -p PID` (with `env`) attached to `program ARGS` started first; its
+/// output, and whether the program still ran when top ended (it is killed then).
+fn top_attached(
+    dir: &Dir,
+    env: &[(&str, &str)],
+    top_args: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> (Output, bool) {
+    let mut child = Command::new(program)
+        .args(args)
         .stderr(Stdio::null())
         .spawn()
-        .expect("loop starts");
-    let pid = child.id();
+        .expect("the program starts");
     let out = dir
         .fltrace()
-        .args([
-            "top",
-            "--batch",
-            "-d",
-            "1",
-            "-n",
-            "2",
-            "-p",
-            &pid.to_string(),
-        ])
+        .envs(env.iter().copied())
+        .arg("top")
+        .args(top_args)
+        .args(["-p", &child.id().to_string()])
         .output()
         .expect("fltrace runs");
     let alive = child.try_wait().expect("wait").is_none();
     let _ = child.kill();
     let _ = child.wait();
+    (out, alive)
+}
+
+/// `top --batch -p PID` of a running loop names its site, and leaves it running.
+#[test]
+fn batch_attached_to_a_running_process_leaves_it_running() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "loop.c");
+    let (out, alive) = top_attached(
+        &dir,
+        &[],
+        &["--batch", "-d", "1", "-n", "2"],
+        &program,
+        &["30"],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -656,23 +677,13 @@ fn batch_tables_show_the_allocations_of_an_attached_process_live() {
     let dir = Dir::new();
     let w = workloads();
     let line = site("allocs.c", "steady_alloc");
-    let mut child = Command::new(&w.allocs)
-        .args(["steady", "60"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("allocs starts");
-    let out = dir
-        .fltrace()
-        .env("COLUMNS", "200")
-        .args([
-            "top", "--batch", "-d", "1", "-n", "3", "--allocs", "-o", "rec",
-        ])
-        .args(["-p", &child.id().to_string()])
-        .output()
-        .expect("fltrace runs");
-    let alive = child.try_wait().expect("wait").is_none();
-    let _ = child.kill();
-    let _ = child.wait();
+    let (out, alive) = top_attached(
+        &dir,
+        &[("COLUMNS", "200")],
+        &["--batch", "-d", "1", "-n", "3", "--allocs", "-o", "rec"],
+        &w.allocs,
+        &["steady", "60"],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
