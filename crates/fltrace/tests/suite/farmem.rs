@@ -377,9 +377,16 @@ fn system_calls_move_far_memory_through_the_kernel() {
             );
             assert!(last_stat(&run, child, "rt_syscall_pinned_peak") <= limit_pages / 2);
         }
-        // The parent's write, pread, send, writev, fwrite and fread each took the buffer
-        // through the kernel, most of it far at the start of each call.
-        assert!(last_stat(&run, parent, "rt_syscall_faults") >= 5 * 200 * 256);
+        // The parent's write, pread, send, writev, fwrite and fread each took a 200 MB buffer
+        // through the kernel. At the start of each call at most 50 MB of it was local (the
+        // runtime's peak above is within -L), so at least 150 MB of each came in during the
+        // call. Quiet, every page of every call does (307,200); under a full suite's load
+        // once fewer than 256,000 did, so the bound is what -L guarantees.
+        let parent_faults = last_stat(&run, parent, "rt_syscall_faults");
+        assert!(
+            parent_faults >= 6 * 150 * 256,
+            "{parent_faults} pages brought in by the parent's six calls"
+        );
         assert!(last_stat(&run, parent, "rt_syscall_pinned_peak") <= limit_pages / 2);
     }
 }
