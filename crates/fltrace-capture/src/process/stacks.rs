@@ -6,7 +6,7 @@ use fltrace_trace::{CodeAddr, Stack, StackEnd, VirtAddr, libraries};
 
 use super::Process;
 use crate::live::LiveEvent;
-use crate::unwind::{KnownFrames, StackBytes, UnwindEnd};
+use crate::unwind::{KnownFrames, StackBytes, ThreadStack, UnwindEnd};
 
 /// A row whose stack stopped at its innermost frame for want of a copy.
 pub(super) struct Uncopied {
@@ -82,16 +82,15 @@ impl Process {
                     .next_back()
                     .is_some_and(|(_, m)| m.contains(addr) && m.is_exec())
         };
-        let unwound = self.unwinder.unwind_thread(
-            &mut self.cache,
+        let thread = ThreadStack {
             regs,
             rbx,
             stack,
-            &mut self.live,
-            Some(&is_exec),
-            known,
-            frames,
-        );
+            beyond: &mut self.live,
+            is_exec: Some(&is_exec),
+            known: &mut *known,
+        };
+        let unwound = self.unwinder.unwind_thread(&mut self.cache, thread, frames);
         if self.live.scanned {
             self.counters.stacks_scanned += 1;
         }
