@@ -150,7 +150,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
             quiet: false,
             interrupted: stop.load(Ordering::Relaxed) > 0,
             max_mb: args.recorder.max_mb,
-            peak_rss_mb: fltrace_capture::sys::own_peak_rss_mb(),
+            peak_rss_mb: fltrace_capture::procfs::own_peak_rss_mb(),
         },
     );
     if let Some(temp) = temporary {

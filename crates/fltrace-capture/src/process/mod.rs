@@ -33,7 +33,7 @@ use resident::ResidentSeries;
 
 use far_memory::FarState;
 use stacks::Uncopied;
-use trace_files::Output;
+use trace_files::TraceFiles;
 use window::FaultWindow;
 
 /// Per-process counters, written to the stats file.
@@ -123,7 +123,7 @@ pub struct Process {
     /// address their innermost frame's caller resumes at: the thread's next complete stack
     /// gives their callers if it still runs in that frame.
     uncopied: FxHashMap<u32, Vec<Uncopied>>,
-    out: Output,
+    out: TraceFiles,
     pub counters: Counters,
     far: Option<FarState>,
     /// The reading round in which the kernel reported its exit; finalised a round later.
@@ -208,7 +208,7 @@ impl Process {
             live: LiveStack::new(live_pid),
             known: FxHashMap::default(),
             uncopied: FxHashMap::default(),
-            out: Output {
+            out: TraceFiles {
                 faults: FaultWindow::new(
                     FaultWriter::create(&files::faults(dir, pid), &metadata)?,
                     session.live,

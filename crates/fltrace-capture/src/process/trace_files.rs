@@ -16,7 +16,7 @@ use crate::live::LiveEvent;
 use crate::runtime::RuntimeView;
 
 /// Where one process's trace goes.
-pub(super) struct Output {
+pub(super) struct TraceFiles {
     pub(super) faults: FaultWindow,
     pub(super) stacks: StackWriter,
     pub(super) mmaps: MappingWriter,

@@ -12,7 +12,7 @@ use crate::live::LiveAllocSink;
 use crate::{Converted, Error};
 
 /// The tables being written.
-pub(super) struct Output {
+pub(super) struct AllocTables {
     pub(super) allocs: AllocWriter,
     pub(super) stacks: StackWriter,
     pub(super) ids: HashMap<Vec<u64>, u32>,
@@ -85,10 +85,10 @@ impl LiveOut {
     }
 }
 
-impl Output {
-    pub(super) fn create(dir: &Path, origin: Origin) -> Result<Output, Error> {
+impl AllocTables {
+    pub(super) fn create(dir: &Path, origin: Origin) -> Result<AllocTables, Error> {
         let pid = origin.pid;
-        Ok(Output {
+        Ok(AllocTables {
             allocs: AllocWriter::create_for(&files::allocs(dir, pid), origin.clone())?,
             stacks: StackWriter::create_for(&files::alloc_stacks(dir, pid), origin.clone())?,
             ids: HashMap::new(),
@@ -101,7 +101,7 @@ impl Output {
     }
 }
 
-impl AllocSink for Output {
+impl AllocSink for AllocTables {
     fn stack(&mut self, frames: &[u64]) -> Result<u32, Error> {
         if let Some(&id) = self.ids.get(frames) {
             return Ok(id);
@@ -147,7 +147,7 @@ impl AllocSink for Output {
     }
 }
 
-impl Output {
+impl AllocTables {
     pub(super) fn finish(mut self) -> Result<Converted, Error> {
         if let Some(live) = &mut self.live {
             live.tell(None);

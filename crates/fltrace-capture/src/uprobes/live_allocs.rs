@@ -173,7 +173,7 @@ impl LiveAllocs {
 }
 
 /// One block not yet freed.
-pub(super) struct Block {
+pub(super) struct LiveBlock {
     pub(super) size: u64,
     pub(super) stack_id: u32,
     pub(super) time_ns: u64,
@@ -181,7 +181,7 @@ pub(super) struct Block {
 
 /// Blocks by address and the stacks they came from.
 pub(super) struct BlockTable {
-    pub(super) blocks: HashMap<VirtAddr, Block>,
+    pub(super) blocks: HashMap<VirtAddr, LiveBlock>,
     pub(super) stacks: Vec<Vec<u64>>,
     pub(super) ids: HashMap<Vec<u64>, u32>,
     /// Bytes and blocks outstanding by stack id.
@@ -251,7 +251,7 @@ impl BlockTable {
                     total.1 += 1;
                     self.blocks.insert(
                         event.addr,
-                        Block {
+                        LiveBlock {
                             size: event.size,
                             stack_id: event.stack_id,
                             time_ns: event.time_ns,

@@ -16,7 +16,7 @@ use perf_event_open_sys::bindings::{
 use fltrace_trace::{AllocCall, AllocEvent, Origin, VirtAddr};
 
 use super::address_space::AddressSpace;
-use super::alloc_tables::{LiveOut, Output};
+use super::alloc_tables::{AllocTables, LiveOut};
 use super::*;
 use crate::live::LiveAllocSink;
 use crate::ring::RingBuffer;
@@ -181,7 +181,7 @@ impl Probes {
         mono_offset: u64,
         live: Option<LiveAllocSink>,
     ) -> Result<Converted, Error> {
-        let mut out = Output::create(dir, origin)?;
+        let mut out = AllocTables::create(dir, origin)?;
         out.live = live.map(|sink| LiveOut::new(sink, out.origin.pid));
         let probed = self.probed.clone();
         let lost = self.drain_into(stop, &mut out, mono_offset)?;
