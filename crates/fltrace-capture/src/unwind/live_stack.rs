@@ -83,17 +83,7 @@ impl LiveStack {
             return None;
         }
         let mut word = [0u8; 8];
-        let local = libc::iovec {
-            iov_base: word.as_mut_ptr().cast(),
-            iov_len: word.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: word.len(),
-        };
-        // SAFETY: `local` describes our own 8-byte buffer; the kernel checks the remote range
-        // and returns an error if it is not mapped.
-        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        let n = crate::os::read_process_memory(self.pid, addr, &mut word);
         (n == 8).then(|| u64::from_ne_bytes(word))
     }
 
@@ -104,23 +94,13 @@ impl LiveStack {
         if !(self.base <= addr && addr + 8 <= self.base + self.len as u64) {
             let base =
                 (addr & !(LIVE_CHUNK as u64 - 1)).max(self.bounds.0 & !(LIVE_CHUNK as u64 - 1));
-            let local = libc::iovec {
-                iov_base: self.chunk.as_mut_ptr().cast(),
-                iov_len: LIVE_CHUNK,
-            };
-            let remote = libc::iovec {
-                iov_base: base as *mut libc::c_void,
-                iov_len: LIVE_CHUNK,
-            };
-            // SAFETY: `local` describes our own buffer of LIVE_CHUNK bytes; the kernel checks
-            // the remote range and returns an error if it is not mapped.
-            let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-            if n <= 0 {
+            let n = crate::os::read_process_memory(self.pid, base, &mut self.chunk[..]);
+            if n == 0 {
                 self.len = 0;
                 return None;
             }
             self.base = base;
-            self.len = n as usize;
+            self.len = n;
             if addr + 8 > base + n as u64 {
                 return None;
             }

@@ -212,15 +212,5 @@ pub(super) trait AllocSink {
     fn settled(&mut self, _time_ns: u64) {}
 }
 
-/// CLOCK_MONOTONIC now, the clock of the probes' samples.
-pub(super) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 #[cfg(test)]
 mod tests;

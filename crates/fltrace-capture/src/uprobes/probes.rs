@@ -206,7 +206,7 @@ impl Probes {
             let stopping = stop.load(Ordering::Relaxed);
             // Every sample taken before this instant is in the rings now: once they are read,
             // the sink is current up to it.
-            let pass_start = monotonic_ns();
+            let pass_start = crate::os::monotonic_now_ns();
             let mut samples = Vec::new();
             for ring in &mut self.rings {
                 ring.drain(|record| {
@@ -358,16 +358,7 @@ pub(super) fn user_stack<'a>(
 
 pub(super) fn read_word(pid: i32, addr: u64) -> Option<u64> {
     let mut word = [0u8; 8];
-    let local = libc::iovec {
-        iov_base: word.as_mut_ptr().cast(),
-        iov_len: 8,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: 8,
-    };
-    // SAFETY: reads 8 bytes of another process into our buffer; the kernel checks the range.
-    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    let n = crate::os::read_process_memory(pid, addr, &mut word);
     (n == 8).then(|| u64::from_ne_bytes(word))
 }
 
