@@ -1066,17 +1066,9 @@ impl LiveTop {
     }
 }
 
-/// The calling thread's CPU time (zero if the clock cannot be read).
+/// The calling thread's CPU time, by the trace crate's one thread CPU clock.
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    fltrace_trace::thread_cpu()
 }
 
 /// Where a site is, as `report`'s table prints it: `file:line` with the file's own name,

@@ -50,7 +50,7 @@ mod request;
 pub(crate) mod ring;
 mod runtime;
 mod summary;
-pub mod sys;
+pub(crate) mod sys;
 mod target;
 pub mod unemulated;
 pub mod unwind;

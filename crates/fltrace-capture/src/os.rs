@@ -28,6 +28,29 @@ pub fn monotonic_now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Reads `buf.len()` bytes of process `pid`'s memory at `addr` into `buf`: the bytes read,
+/// 0 when the range cannot be read (not mapped, the process gone). Capture's one reader of
+/// another process's memory: the unwinder's live stack and GOT slots, the uprobe reader's
+/// words.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "capture's one process_vm_readv (rustix has no wrapper)"
+)]
+pub(crate) fn read_process_memory(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, ours and writable for its whole length; the kernel
+    // checks the remote range and returns an error if it is not mapped.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    usize::try_from(n).unwrap_or(0)
+}
+
 /// CPU time (user and system) the recorder has used so far, all its threads, ns: the
 /// process's CPU clock, the sum getrusage's user and system times are scaled to.
 pub(crate) fn cpu_time_ns() -> u64 {

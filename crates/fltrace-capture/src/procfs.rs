@@ -350,6 +350,20 @@ pub(crate) fn may_lock_memory() -> bool {
     })
 }
 
+/// The calling process's peak resident memory since its exec (`VmHWM`), in MB; 0 when
+/// `/proc/self/status` cannot be read.
+///
+/// Not `ru_maxrss`: the kernel carries that across exec from the address space the process
+/// left, and a process spawned by vfork (Rust's `Command`, `posix_spawn`) left its parent's:
+/// under a 300 MB parent the recorder of 20K mapping cycles read "313 MB" against 8 MB of its
+/// own.
+pub fn own_peak_rss_mb() -> u64 {
+    status("self")
+        .ok()
+        .and_then(|status| status.peak_rss_kb)
+        .map_or(0, |kb| kb / 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

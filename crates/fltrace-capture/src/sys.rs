@@ -186,20 +186,6 @@ pub fn max_sample_rate() -> Option<u64> {
     crate::procfs::sysctl("kernel/perf_event_max_sample_rate")
 }
 
-/// The calling process's peak resident memory since its exec (`VmHWM`), in MB; 0 when
-/// `/proc/self/status` cannot be read.
-///
-/// Not `ru_maxrss`: the kernel carries that across exec from the address space the process
-/// left, and a process spawned by vfork (Rust's `Command`, `posix_spawn`) left its parent's:
-/// under a 300 MB parent the recorder of 20K mapping cycles read "313 MB" against 8 MB of its
-/// own.
-pub fn own_peak_rss_mb() -> u64 {
-    crate::procfs::status("self")
-        .ok()
-        .and_then(|status| status.peak_rss_kb)
-        .map_or(0, |kb| kb / 1024)
-}
-
 /// `/proc/sys/kernel/perf_event_paranoid`, if readable.
 pub fn perf_event_paranoid() -> Option<i32> {
     crate::procfs::sysctl("kernel/perf_event_paranoid")
@@ -405,7 +391,7 @@ mod tests {
     /// This process holds at least its own binary resident; the kernel has a sampling cap.
     #[test]
     fn own_peak_rss_and_the_sampling_cap_are_read() {
-        assert!(own_peak_rss_mb() > 0);
+        assert!(crate::procfs::own_peak_rss_mb() > 0);
         assert!(max_sample_rate().is_some_and(|rate| rate > 0));
     }
 

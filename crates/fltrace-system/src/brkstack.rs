@@ -19,8 +19,8 @@ use fltrace_trace::{ProcessTrace, Stack};
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::perf::unwound::Processes;
-use crate::perf::{Options, PerfEvents, Record, Source, StackMode};
+use crate::perf_session::unwound::Processes;
+use crate::perf_session::{Options, PerfEvents, Record, Source, StackMode};
 
 /// CSV and JSON: one row per (process, stack).
 pub const COLUMNS: &[Column] = &[
@@ -100,7 +100,7 @@ struct Model {
 }
 
 impl Model {
-    fn record(&mut self, ctx: &crate::perf::Context, record: Record) {
+    fn record(&mut self, ctx: &crate::perf_session::Context, record: Record) {
         self.processes.observe(&record);
         if let Record::Sample(s) = record {
             let comm = ctx.comm(s.tid);

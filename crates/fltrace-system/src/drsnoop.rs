@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::perf::{Options, PerfEvents, Record, Source};
+use crate::perf_session::{Options, PerfEvents, Record, Source};
 use crate::vmscan::Spans;
 
 /// The chapter's columns, and the kind of reclaim.

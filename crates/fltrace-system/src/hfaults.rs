@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::perf::{Options, PerfEvents, Record, Source};
+use crate::perf_session::{Options, PerfEvents, Record, Source};
 use crate::procfs::{self, MapKind, MapsCache};
 
 /// The columns, printed at the end.

@@ -4,7 +4,7 @@
 //! [`hfaults`]; [`Tool`] is any of them as one request, opened and run alike). [`command`]
 //! runs each as its `fltrace` command, from options to exit status.
 //!
-//! Two mechanisms lie under them, private to this crate. `perf` opens tracepoints, software
+//! Two mechanisms lie under them, private to this crate. `perf_session` opens tracepoints, software
 //! events or uprobes with `perf_event_open` on every CPU, for the whole system, processes and
 //! their children, a command started here or a cgroup, and reads their rings in time order
 //! with the side-band records that name processes and their mappings; it serves the event
@@ -28,7 +28,7 @@ pub mod memleak;
 pub mod mmapsnoop;
 pub mod oomkill;
 pub mod output;
-mod perf;
+mod perf_session;
 pub mod procfs;
 mod scope;
 pub mod shmsnoop;

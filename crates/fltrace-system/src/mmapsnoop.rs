@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::perf::{Options, PerfEvents, Record, Source};
+use crate::perf_session::{Options, PerfEvents, Record, Source};
 
 /// The chapter's columns, with a time first and the address in CSV and JSON.
 pub const COLUMNS: &[Column] = &[

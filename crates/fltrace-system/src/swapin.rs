@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer};
-use crate::perf::{Context, Options, PerfEvents, Record, Sample, Source};
+use crate::perf_session::{Context, Options, PerfEvents, Record, Sample, Source};
 use crate::procfs::{self, MapInfo, MapKind, MapsCache};
 
 /// The columns: the interval's time, then one row per process.
@@ -131,7 +131,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::perf::{StackMode, parse_info_of, parse_record};
+    use crate::perf_session::{StackMode, parse_info_of, parse_record};
 
     /// A major-fault sample as the kernel lays it out for this tool's attributes:
     /// identifier, pid and tid, time, address, cpu and a reserved word.

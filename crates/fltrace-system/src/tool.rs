@@ -10,7 +10,7 @@ use fltrace_render::TableFormat;
 
 use crate::Scope;
 use crate::output::{Column, Printer};
-use crate::perf::PerfEvents;
+use crate::perf_session::PerfEvents;
 use crate::{Error, brkstack, drsnoop, hfaults, mmapsnoop, oomkill, shmsnoop, swapin, vmscan};
 
 /// An event tool with its own options.

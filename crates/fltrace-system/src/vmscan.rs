@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::Scope;
 use crate::output::{Column, Printer, Value};
-use crate::perf::{Options, PerfEvents, Record, Source};
+use crate::perf_session::{Options, PerfEvents, Record, Source};
 
 /// The chapter's columns; CSV and JSON add the number of each reclaim.
 pub const COLUMNS: &[Column] = &[
@@ -187,7 +187,7 @@ impl Vmscan {
                 }
                 Ok(())
             },
-            |ctx: &crate::perf::Context, now, last| {
+            |ctx: &crate::perf_session::Context, now, last| {
                 // The last partial interval is printed only when something happened in it.
                 if last && totals.borrow().eq(&Totals::default()) {
                     return Ok(());

@@ -37,7 +37,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             quiet: args.quiet,
             interrupted: stop.load(Ordering::Relaxed) > 0,
             max_mb: args.recorder.max_mb,
-            peak_rss_mb: fltrace_capture::sys::own_peak_rss_mb(),
+            peak_rss_mb: fltrace_capture::procfs::own_peak_rss_mb(),
         },
     );
     Ok(ExitCode::from(summary.record_status()))

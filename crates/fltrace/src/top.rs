@@ -150,7 +150,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
             quiet: false,
             interrupted: stop.load(Ordering::Relaxed) > 0,
             max_mb: args.recorder.max_mb,
-            peak_rss_mb: fltrace_capture::sys::own_peak_rss_mb(),
+            peak_rss_mb: fltrace_capture::procfs::own_peak_rss_mb(),
         },
     );
     if let Some(temp) = temporary {
@@ -368,14 +368,5 @@ fn show_output_tail(path: &Path, kept: bool) {
 
 /// The CPU time of the calling thread, in seconds.
 fn thread_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
-    let got = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if got != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    fltrace_trace::thread_cpu().as_secs_f64()
 }

@@ -17,8 +17,8 @@ use fltrace_trace::{ProcessTrace, Stack};
 
 use crate::Error;
 use crate::Scope;
-use crate::perf::unwound::Processes;
-use crate::perf::{Context, Options, PerfEvents, Record, Sample, Source, StackMode};
+use crate::perf_session::unwound::Processes;
+use crate::perf_session::{Context, Options, PerfEvents, Record, Sample, Source, StackMode};
 
 /// Bytes of user stack copied per event: enough for deep stacks, small enough for the ring
 /// to hold a burst of faults.

@@ -169,6 +169,10 @@ pub struct Conversion {
 
 /// The CPU time of the calling thread so far: the crate's one thread CPU clock, also the
 /// clock of the timing measurements of the trace and analyze crates' tests.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the trace crate's one clock_gettime, the thread CPU clock (the crate takes libc, not rustix)"
+)]
 pub fn thread_cpu() -> std::time::Duration {
     let mut now = libc::timespec {
         tv_sec: 0,

@@ -9,7 +9,7 @@ use fltrace_capture::unwind::{AddressSpaceUnwinder, ElfCache, LiveStack};
 use fltrace_trace::Mapping;
 use framehop::x86_64::CacheX86_64;
 
-use crate::perf::{Record, Sample};
+use crate::perf_session::{Record, Sample};
 
 /// The model of one process: its mappings over its exec generations and its unwinder.
 struct Proc {
