@@ -40,7 +40,6 @@ mod placement;
 pub mod region;
 mod sigbus;
 mod sys;
-mod syscall_args;
 mod syscalls;
 mod tracer;
 mod uffd;
