@@ -92,7 +92,22 @@ fn page_end(addr: VirtAddr, size: u64) -> VirtAddr {
     addr.saturating_add(size).align_up(PAGE)
 }
 
+/// The size and stack of the process's last heap allocation, for temporaries, as heaptrack
+/// counts them: a free is temporary when the freed block's size and stack are those of the
+/// last allocation, in any thread, with no free since (any free of a live block forgets the
+/// last allocation; failed calls, whose events heaptrack never sees, change nothing). The
+/// freed block need not be the last one made: a loop that makes two same-sized blocks at one
+/// line and frees the first counts one temporary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LastAlloc {
+    /// Its requested size.
+    size: u64,
+    /// Its stack id.
+    stack_id: u32,
+}
+
 /// Indexes `0..len` in order of `time(i)`, equal times in index order.
+#[cfg(any(test, feature = "oracle"))]
 fn time_order(len: usize, time: impl Fn(usize) -> u64) -> Vec<u32> {
     let mut order: Vec<u32> = (0..len as u32).collect();
     if !(1..len).all(|i| time(i - 1) <= time(i)) {
@@ -129,10 +144,13 @@ mod one_pass;
 #[cfg(test)]
 mod tests;
 mod totals;
+// The tests' oracle of the one pass, not in the binary: built for this crate's tests and for
+// the `oracle` feature that the other crates' tests turn on.
+#[cfg(any(test, feature = "oracle"))]
 mod whole_table;
 
-pub use fault_attribution::attribute_faults;
 pub(crate) use one_pass::ByStack;
 pub use one_pass::{AllocPass, BlockHit, LargeBlock, LiveStackFigures, OutOfOrder, PassTotals};
 pub use totals::{AllocSiteTotals, AllocStats, SizeHistogram};
-pub use whole_table::Lifetimes;
+#[cfg(any(test, feature = "oracle"))]
+pub use whole_table::{Lifetimes, attribute_faults};

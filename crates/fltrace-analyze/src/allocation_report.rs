@@ -8,16 +8,20 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{AllocEvent, Fault, FaultFlags, ProcessTrace, Recording};
 
+#[cfg(any(test, feature = "oracle"))]
+use crate::alloc_lifetimes::{AllocBlock, Lifetimes, attribute_faults};
 use crate::alloc_lifetimes::{
-    AllocBlock, AllocPass, AllocSiteTotals, AllocStats, BlockHit, BlockKind, Lifetimes, PassTotals,
-    SizeHistogram, exec_times,
+    AllocPass, AllocSiteTotals, AllocStats, BlockHit, BlockKind, PassTotals, SizeHistogram,
+    exec_times,
 };
 use crate::group::{
-    AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, GroupBy, OriginCounts, OriginSource,
-    count_origins, group_allocs, group_origins_by_alloc_site,
+    AllocGroup, AllocSiteGroup, FaultOrigin, GroupBy, OriginCounts, OriginSource, group_allocs,
+    group_origins_by_alloc_site,
 };
+#[cfg(any(test, feature = "oracle"))]
+use crate::group::{AllocSource, count_origins};
 use crate::range_map::MappingIndex;
-use crate::{Loaded, Location, ResolvedStacks, attribute_faults};
+use crate::{Loaded, Location, ResolvedStacks};
 
 /// One process's allocations, paired and totalled.
 pub struct AllocProcess<'a> {
@@ -38,6 +42,7 @@ impl<'a> AllocProcess<'a> {
     /// leaks are the blocks alive at its end that were allocated at least `min_leak_age_ns`
     /// before it. What [`AllocProcess::streamed`] computes in one pass: kept as its oracle and
     /// for traces loaded whole.
+    #[cfg(any(test, feature = "oracle"))]
     pub fn new(
         trace: &'a ProcessTrace,
         stacks: &'a ResolvedStacks,
@@ -109,7 +114,11 @@ pub fn alloc_processes(loaded: &Loaded, min_leak_age_ns: u64) -> (Vec<AllocProce
             Some(streamed) => {
                 AllocProcess::streamed(trace, stacks, alloc_stacks, streamed, min_leak_age_ns)
             }
+            #[cfg(any(test, feature = "oracle"))]
             None => AllocProcess::new(trace, stacks, alloc_stacks, min_leak_age_ns),
+            // Only the oracle's load leaves the events unpaired.
+            #[cfg(not(any(test, feature = "oracle")))]
+            None => unreachable!("the load pairs the allocations of every process that has them"),
         });
     }
     (processes, without)
@@ -471,6 +480,7 @@ pub fn merge_same_lines(groups: Vec<AllocGroup>) -> Vec<AllocGroup> {
 }
 
 /// The `count` largest non-empty blocks, largest first (ties in the order they came to life).
+#[cfg(any(test, feature = "oracle"))]
 pub fn largest_blocks(lifetimes: &Lifetimes, count: usize) -> Vec<&AllocBlock> {
     let mut blocks: Vec<&AllocBlock> = lifetimes.blocks.iter().filter(|b| b.size > 0).collect();
     blocks.sort_by_key(|b| std::cmp::Reverse(b.size));

@@ -353,6 +353,7 @@ impl Skipped {
 /// stays a call site, and so does one that also faults elsewhere (it has another role).
 /// `faults` are the process's faults (with addresses), `stacks` their resolved stacks,
 /// `alloc_stacks` the resolved allocation stacks of `lifetimes`' blocks.
+#[cfg(any(test, feature = "oracle"))]
 pub fn detect_allocators(
     rules: &FrameRules,
     faults: &[fltrace_trace::Fault],

@@ -6,9 +6,13 @@ use rustc_hash::FxHashMap;
 
 use fltrace_trace::{CodeAddr, Fault, FaultFlags, FaultKind, Mapping, ProcessTrace};
 
-use crate::alloc_lifetimes::{AllocSiteTotals, AllocStats, BlockKind, Lifetimes};
+#[cfg(any(test, feature = "oracle"))]
+use crate::alloc_lifetimes::Lifetimes;
+use crate::alloc_lifetimes::{AllocSiteTotals, AllocStats, BlockKind};
 use crate::counts::FaultCounts;
-use crate::range_map::{MappingIndex, mapping_label};
+#[cfg(any(test, feature = "oracle"))]
+use crate::range_map::MappingIndex;
+use crate::range_map::mapping_label;
 use crate::{CallSite, Location, ResolvedStacks};
 
 /// What faults are grouped by.
@@ -301,6 +305,7 @@ pub fn alloc_site(stacks: &ResolvedStacks, stack_id: u32) -> Location {
 }
 
 /// One process's part in [`group_faults_by_alloc_site`].
+#[cfg(any(test, feature = "oracle"))]
 #[derive(Debug, Clone, Copy)]
 pub struct AllocSource<'a> {
     /// The process: its faults, their stacks' generations, its mappings.
@@ -366,6 +371,7 @@ pub enum FaultOrigin {
 
 /// Each fault of `trace` with where it landed; `hits` says, for each fault, the block of
 /// `lifetimes` it landed in ([`crate::attribute_faults`]).
+#[cfg(any(test, feature = "oracle"))]
 pub fn fault_origins<'t>(
     trace: &'t ProcessTrace,
     lifetimes: &'t Lifetimes,
@@ -392,6 +398,7 @@ pub fn fault_origins<'t>(
 /// The faults of `trace` that `keep` keeps, counted by where they landed and their kind: in
 /// the blocks of which allocation stack, or outside every block in which mapping. In no
 /// particular order.
+#[cfg(any(test, feature = "oracle"))]
 pub fn count_faults_by_origin(
     trace: &ProcessTrace,
     lifetimes: &Lifetimes,
@@ -415,6 +422,7 @@ pub type OriginCounts = Vec<(FaultOrigin, u32, FaultFlags, u64)>;
 
 /// The faults of `source` counted by where they landed ([`fault_origins`]), their stack and
 /// their flags, in no particular order.
+#[cfg(any(test, feature = "oracle"))]
 pub fn count_origins(source: &AllocSource<'_>) -> OriginCounts {
     let mut counts: FxHashMap<(FaultOrigin, u32, FaultFlags), u64> = FxHashMap::default();
     for (fault, origin) in fault_origins(source.trace, source.lifetimes, source.hits) {
@@ -431,6 +439,7 @@ pub fn count_origins(source: &AllocSource<'_>) -> OriginCounts {
 /// Groups faults by the allocation site of the block each landed in, and within that by the
 /// line that took them; faults outside every live block are grouped by the mapping they hit.
 /// Largest first.
+#[cfg(any(test, feature = "oracle"))]
 pub fn group_faults_by_alloc_site<'a>(
     sources: impl IntoIterator<Item = AllocSource<'a>>,
 ) -> Vec<AllocSiteGroup> {

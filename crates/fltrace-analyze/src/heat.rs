@@ -13,9 +13,10 @@ use fltrace_trace::{
 };
 
 use crate::{
-    LargeBlock, Lifetimes, LoadOptions, Location, ResolvedStacks, Symbolizer, call_site,
-    largest_blocks, range_heat, window_ns,
+    LargeBlock, LoadOptions, Location, ResolvedStacks, Symbolizer, call_site, range_heat, window_ns,
 };
+#[cfg(any(test, feature = "oracle"))]
+use crate::{Lifetimes, largest_blocks};
 
 /// What a heatmap draws (`heatmap --from`; each variant's doc is its help there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,19 +287,22 @@ fn heat_blocks_of(
     symbolizer: &mut Symbolizer,
     whole: bool,
 ) -> Result<Vec<LabelledBlock>, fltrace_trace::Error> {
-    Ok(if whole {
+    #[cfg(any(test, feature = "oracle"))]
+    if whole {
         let trace = recording.load(pid)?;
         let stacks = symbolizer.resolve_alloc_stacks(&trace);
-        largest_labelled_blocks(&trace, &stacks, count)
-    } else {
-        let (trace, _) = recording.load_streaming_allocs(pid)?;
-        let stacks = symbolizer.resolve_alloc_stacks(&trace);
-        let totals = crate::stream_largest_blocks(recording, pid, &trace, count)?;
-        let end = totals
-            .last_event_ns
-            .max(crate::last_fault_ns(recording, pid)?);
-        labelled_blocks(&totals.largest, end, &stacks)
-    })
+        return Ok(largest_labelled_blocks(&trace, &stacks, count));
+    }
+    // Never asked for without the oracle ([`LoadOptions::allocs_whole`]).
+    #[cfg(not(any(test, feature = "oracle")))]
+    let _ = whole;
+    let (trace, _) = recording.load_streaming_allocs(pid)?;
+    let stacks = symbolizer.resolve_alloc_stacks(&trace);
+    let totals = crate::stream_largest_blocks(recording, pid, &trace, count)?;
+    let end = totals
+        .last_event_ns
+        .max(crate::last_fault_ns(recording, pid)?);
+    Ok(labelled_blocks(&totals.largest, end, &stacks))
 }
 
 /// The faults a map of faults draws: those within a time window (seconds since the recording
@@ -455,6 +459,7 @@ pub fn site_label(site: Option<&Location>) -> String {
 /// The `count` largest blocks of `trace`, largest first, labelled with their allocation site
 /// among `stacks` (the trace's allocation stacks, resolved): its events held whole, the
 /// oracle of [`labelled_blocks`] over [`crate::stream_largest_blocks`].
+#[cfg(any(test, feature = "oracle"))]
 pub fn largest_labelled_blocks(
     trace: &ProcessTrace,
     stacks: &ResolvedStacks,

@@ -55,22 +55,28 @@ mod top;
 mod tracer;
 
 pub use alloc_lifetimes::{
-    AllocBlock, AllocPass, AllocSiteTotals, AllocStats, BlockHit, BlockKind, LargeBlock, Lifetimes,
-    LiveStackFigures, OutOfOrder, PassTotals, SizeHistogram, attribute_faults, exec_times,
-    trace_end_ns,
+    AllocBlock, AllocPass, AllocSiteTotals, AllocStats, BlockHit, BlockKind, LargeBlock,
+    LiveStackFigures, OutOfOrder, PassTotals, SizeHistogram, exec_times, trace_end_ns,
 };
+// The whole-table oracle and what takes its blocks: for tests only (the `oracle` feature).
+#[cfg(any(test, feature = "oracle"))]
+pub use alloc_lifetimes::{Lifetimes, attribute_faults};
 pub use alloc_timeline::{
     AllocSeries, AllocTimeline, CHART_INTERVALS, CHART_SITES, Interval, MIN_STEP_NS, Timeline,
     alloc_timeline,
 };
+#[cfg(any(test, feature = "oracle"))]
+pub use allocation_report::largest_blocks;
 pub use allocation_report::{
     AllocProcess, AllocSummary, FaultsByAllocSite, StreamedAllocs, alloc_processes,
-    group_process_allocs, largest_blocks, last_fault_ns, leak_age_ns, merge_same_lines,
-    rank_allocs, stream_allocs, stream_allocs_over, stream_largest_blocks, sum_totals,
+    group_process_allocs, last_fault_ns, leak_age_ns, merge_same_lines, rank_allocs, stream_allocs,
+    stream_allocs_over, stream_largest_blocks, sum_totals,
 };
+#[cfg(any(test, feature = "oracle"))]
+pub use allocators::detect_allocators;
 pub use allocators::{
     BUILTIN_ALLOCATORS, CONFIG_ENV, FrameRules, RulesError, SkipReason, Skipped, apply_rules,
-    default_config_path, detect_allocators, detect_allocators_counted, plural,
+    default_config_path, detect_allocators_counted, plural,
 };
 pub use archive::{
     ArchiveError, ArchiveLoadError, ArchiveSummary, ArchiveWriteError, ArchivedFile, archive,
@@ -91,26 +97,31 @@ pub use export::{
 };
 pub use fault_report::{COVER_SHARE, FaultReport, rows_shown, take_top};
 pub use group::{
-    AllocGroup, AllocSiteGroup, AllocSource, FaultOrigin, Group, GroupBy, GroupKey, OriginCounts,
-    OriginSource, call_site, count_faults_by_origin, count_faults_by_stack, count_origins,
-    coverage, fault_origins, group_allocs, group_fault_counts, group_faults,
-    group_faults_by_alloc_site, group_origins_by_alloc_site,
+    AllocGroup, AllocSiteGroup, FaultOrigin, Group, GroupBy, GroupKey, OriginCounts, OriginSource,
+    call_site, count_faults_by_stack, coverage, group_allocs, group_fault_counts, group_faults,
+    group_origins_by_alloc_site,
 };
+#[cfg(any(test, feature = "oracle"))]
+pub use group::{
+    AllocSource, count_faults_by_origin, count_origins, fault_origins, group_faults_by_alloc_site,
+};
+#[cfg(any(test, feature = "oracle"))]
+pub use heat::largest_labelled_blocks;
 pub use heat::{
     AccessHeat, FaultSelection, HeatInputError, HeatRange, HeatSource, LabelledBlock, RangeHeat,
     access_samples_in, heat_access_samples, heat_blocks, heat_faults, heat_input,
-    heat_process_names, heat_range_trace, heat_ranges, labelled_blocks, largest_labelled_blocks,
-    site_label,
+    heat_process_names, heat_range_trace, heat_ranges, labelled_blocks, site_label,
 };
 pub use listing::{
     RecordingSummary, data_file_pid, list_recordings, recording_line, summarize, utc_time,
 };
 pub use load::{
     AllocStacks, FaultsHeld, LoadError, LoadOptions, Loaded, NO_ALLOCS, OutsideRecording,
-    WHOLE_TABLE_ENV, archive_note, debug_config, fault_span_s, find_recording,
-    find_recording_salvaging, load, outside_window, salvage_warning, unfinished_notes, whole_table,
-    window_ns,
+    archive_note, debug_config, fault_span_s, find_recording, find_recording_salvaging, load,
+    outside_window, salvage_warning, unfinished_notes, window_ns,
 };
+#[cfg(any(test, feature = "oracle"))]
+pub use load::{WHOLE_TABLE_ENV, whole_table};
 pub use names::demangle;
 pub use opened::{OpenError, OpenedRecording, archive_file, is_archive_file_name, pack};
 pub use pairing::{RecordTimePairing, record_time_pairing};

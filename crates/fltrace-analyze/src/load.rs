@@ -63,7 +63,9 @@ pub struct LoadOptions {
     /// How the faults are held.
     pub faults: FaultsHeld,
     /// Holds every allocation event and pairs them in memory, the faults held whole too
-    /// (the tests' oracle of the one pass, [`crate::stream_allocs`]).
+    /// (the tests' oracle of the one pass, [`crate::stream_allocs`]; only with the `oracle`
+    /// feature: [`LoadOptions::allocs_whole`]).
+    #[cfg(any(test, feature = "oracle"))]
     pub allocs_whole: bool,
     /// Reads a corrupt recording anyway (`--salvage`): what still reads, with a warning
     /// naming the corrupt file, instead of the error.
@@ -77,10 +79,13 @@ pub struct LoadOptions {
 }
 
 /// Set, the allocation reports and pictures hold every event and fault (the tests' oracle
-/// of the one pass, [`crate::stream_allocs`]).
+/// of the one pass, [`crate::stream_allocs`]). Read only with the `oracle` feature, which
+/// the tests turn on: a build without it has no switch to the oracle.
+#[cfg(any(test, feature = "oracle"))]
 pub const WHOLE_TABLE_ENV: &str = "FLTRACE_ALLOCS_WHOLE_TABLE";
 
 /// Whether [`WHOLE_TABLE_ENV`] asks for every event and fault held.
+#[cfg(any(test, feature = "oracle"))]
 pub fn whole_table() -> bool {
     std::env::var_os(WHOLE_TABLE_ENV).is_some()
 }
@@ -101,10 +106,20 @@ impl LoadOptions {
             archive: None,
             alloc_stacks: AllocStacks::Skip,
             faults: FaultsHeld::All,
+            #[cfg(any(test, feature = "oracle"))]
             allocs_whole: whole_table(),
             salvage: false,
             allocs_from_record: false,
         }
+    }
+
+    /// Whether every allocation event and fault is held and paired in memory (the oracle):
+    /// never without the `oracle` feature.
+    pub fn allocs_whole(&self) -> bool {
+        #[cfg(any(test, feature = "oracle"))]
+        return self.allocs_whole;
+        #[cfg(not(any(test, feature = "oracle")))]
+        false
     }
 
     /// The same, the faults held as `faults` says and the allocation stacks as `alloc_stacks`.
@@ -120,7 +135,7 @@ impl LoadOptions {
     /// the allocation events paired in one pass (memory following the blocks alive at once,
     /// not the calls), or every event and fault held under [`WHOLE_TABLE_ENV`].
     pub fn for_allocs(&self) -> LoadOptions {
-        let faults = if self.allocs_whole {
+        let faults = if self.allocs_whole() {
             FaultsHeld::All
         } else {
             FaultsHeld::Counted
@@ -373,7 +388,7 @@ pub fn load(options: &LoadOptions) -> Result<Loaded, LoadError> {
         let recording = &loaded.recording;
         let process = |source| LoadError::Process { pid, source };
         // Threads are told apart by each fault's tid, which streamed counts lack.
-        let held = if options.threads.is_empty() && !options.allocs_whole {
+        let held = if options.threads.is_empty() && !options.allocs_whole() {
             options.faults
         } else {
             FaultsHeld::All
@@ -381,7 +396,7 @@ pub fn load(options: &LoadOptions) -> Result<Loaded, LoadError> {
         let (mut trace, mut counts) = match held {
             FaultsHeld::All => {
                 // Without the oracle, the allocation events are streamed below, not held.
-                let mut trace = if options.allocs_whole {
+                let mut trace = if options.allocs_whole() {
                     recording.load(pid)
                 } else {
                     recording.load_without_alloc_events(pid)
@@ -437,14 +452,15 @@ pub fn load(options: &LoadOptions) -> Result<Loaded, LoadError> {
                 alloc_stacks = symbolizer.resolve_alloc_stacks(&trace);
             }
             let detected = match held {
-                FaultsHeld::All if options.allocs_whole => crate::detect_allocators(
+                #[cfg(any(test, feature = "oracle"))]
+                FaultsHeld::All if options.allocs_whole() => crate::detect_allocators(
                     &options.frame_rules,
                     &trace.faults,
                     &stacks,
                     &crate::Lifetimes::of_trace(&trace),
                     &alloc_stacks,
                 ),
-                FaultsHeld::Counted if options.allocs_from_record && !options.allocs_whole => {
+                FaultsHeld::Counted if options.allocs_from_record && !options.allocs_whole() => {
                     // What the recorder's pairing found, else the calls paired here.
                     let path = fltrace_trace::files::alloc_stats(&recording.dir, pid);
                     let summary = path

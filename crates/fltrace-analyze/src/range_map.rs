@@ -103,6 +103,7 @@ impl<V: Copy + PartialEq> RangeMap<V> {
     }
 
     /// The range starting exactly at `start`.
+    #[cfg(any(test, feature = "oracle"))]
     pub(crate) fn starting_at(&self, start: VirtAddr) -> Option<(VirtAddr, V)> {
         let r = self.at(self.last_at_or_below(start)?);
         (r.start == start).then_some((r.end, r.value))
@@ -148,6 +149,7 @@ impl<V: Copy + PartialEq> RangeMap<V> {
     }
 
     /// Removes the range starting at `start` if it holds `value` (it may have been replaced).
+    #[cfg(any(test, feature = "oracle"))]
     pub(crate) fn remove_if(&mut self, start: VirtAddr, value: V) -> bool {
         match self.last_at_or_below(start) {
             Some(at) if self.at(at).start == start && self.at(at).value == value => {

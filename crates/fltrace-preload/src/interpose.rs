@@ -9,10 +9,10 @@ use std::ffi::c_void;
 
 use fltrace_runtime_abi::alloclog::call;
 
+use crate::alloc_tracer;
 use crate::managed_malloc::{self, LARGE};
 use crate::placement;
 use crate::region::PAGE;
-use crate::tracer;
 use crate::{far_memory, region_any, region_ready};
 
 // Without far memory the malloc family goes to `backed`: the C library's allocator, or files
@@ -64,7 +64,7 @@ unsafe fn block_size(ptr: *mut c_void) -> usize {
 
 /// Records the outcome of a traced call.
 #[inline]
-fn traced(entry: Option<tracer::Entry>, addr: u64, size: u64, old_addr: u64, detail: u64) {
+fn traced(entry: Option<alloc_tracer::Entry>, addr: u64, size: u64, old_addr: u64, detail: u64) {
     if let Some(entry) = entry {
         entry.finish(addr, size, old_addr, detail);
     }
@@ -94,7 +94,7 @@ fn kernel_result(ret: i64) -> Option<i64> {
 /// # Safety
 /// C's `malloc`.
 pub(crate) unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut c_void {
-    let entry = tracer::enter(call::MALLOC);
+    let entry = alloc_tracer::enter(call::MALLOC);
     let ptr = if far_memory() {
         managed_malloc::allocate_for(size, 16, crate::callers::is_libc(caller)).cast()
     } else {
@@ -112,7 +112,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    let mut entry = tracer::enter(call::FREE);
+    let mut entry = alloc_tracer::enter(call::FREE);
     if let Some(entry) = &mut entry
         // SAFETY: a live block of the current allocator (C's contract).
         && unsafe { block_size(ptr) } >= PAGE
@@ -138,7 +138,7 @@ pub(crate) unsafe extern "C" fn calloc_from(
     size: usize,
     caller: usize,
 ) -> *mut c_void {
-    let entry = tracer::enter(call::CALLOC);
+    let entry = alloc_tracer::enter(call::CALLOC);
     let total = count.checked_mul(size);
     let ptr = match total {
         Some(total) if far_memory() => {
@@ -170,7 +170,7 @@ pub(crate) unsafe extern "C" fn realloc_from(
     size: usize,
     caller: usize,
 ) -> *mut c_void {
-    let entry = tracer::enter(call::REALLOC);
+    let entry = alloc_tracer::enter(call::REALLOC);
     // SAFETY: C's contract.
     let new = unsafe { reallocate(ptr, size, crate::callers::is_libc(caller)) };
     traced(entry, new as u64, size as u64, ptr as u64, 0);
@@ -211,7 +211,7 @@ pub(crate) unsafe extern "C" fn reallocarray_from(
     size: usize,
     caller: usize,
 ) -> *mut c_void {
-    let entry = tracer::enter(call::REALLOCARRAY);
+    let entry = alloc_tracer::enter(call::REALLOCARRAY);
     let total = count.checked_mul(size);
     let new = match total {
         // SAFETY: C's contract.
@@ -244,7 +244,7 @@ pub(crate) unsafe extern "C" fn posix_memalign_from(
     if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
         return libc::EINVAL;
     }
-    let entry = tracer::enter(call::POSIX_MEMALIGN);
+    let entry = alloc_tracer::enter(call::POSIX_MEMALIGN);
     let ptr = aligned(align, size, caller);
     traced(entry, ptr as u64, size as u64, 0, align as u64);
     if ptr.is_null() {
@@ -282,7 +282,7 @@ fn aligned_call(which: u8, align: usize, size: usize, caller: usize) -> *mut c_v
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    let entry = tracer::enter(which);
+    let entry = alloc_tracer::enter(which);
     let ptr = aligned(align, size, caller);
     traced(entry, ptr as u64, size as u64, 0, align as u64);
     ptr
@@ -304,7 +304,7 @@ pub(crate) unsafe extern "C" fn memalign_from(
 /// C's `valloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    let entry = tracer::enter(call::VALLOC);
+    let entry = alloc_tracer::enter(call::VALLOC);
     let ptr = if far_memory() {
         managed_malloc::allocate(size, PAGE).cast()
     } else {
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 /// C's `pvalloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    let entry = tracer::enter(call::PVALLOC);
+    let entry = alloc_tracer::enter(call::PVALLOC);
     let ptr = if far_memory() {
         managed_malloc::allocate(size.div_ceil(PAGE).max(1) * PAGE, PAGE).cast()
     } else {
@@ -334,7 +334,7 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
 /// C's `malloc_usable_size`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
-    let entry = tracer::enter(call::USABLE_SIZE);
+    let entry = alloc_tracer::enter(call::USABLE_SIZE);
     let size = if ptr.is_null() {
         0
     } else if !far_memory() && backed::owns(ptr) {
@@ -442,7 +442,7 @@ pub unsafe extern "C" fn mallocx(size: usize, flags: i32) -> *mut c_void {
     } else {
         call::MALLOC
     };
-    let entry = tracer::enter(which);
+    let entry = alloc_tracer::enter(which);
     // SAFETY: jemalloc's contract.
     let ptr =
         allocate_ours(size, flags).unwrap_or_else(|| unsafe { next_alloc::mallocx(size, flags) });
@@ -459,7 +459,7 @@ pub unsafe extern "C" fn mallocx(size: usize, flags: i32) -> *mut c_void {
 /// jemalloc's `rallocx`: `ptr` is a live block.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rallocx(ptr: *mut c_void, size: usize, flags: i32) -> *mut c_void {
-    let entry = tracer::enter(call::REALLOC);
+    let entry = alloc_tracer::enter(call::REALLOC);
     let new = if ours(ptr) {
         // SAFETY: a live block of ours.
         let usable = unsafe { usable_ours(ptr) };
@@ -491,7 +491,7 @@ pub unsafe extern "C" fn rallocx(ptr: *mut c_void, size: usize, flags: i32) -> *
 /// jemalloc's `xallocx`: `ptr` is a live block.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn xallocx(ptr: *mut c_void, size: usize, extra: usize, flags: i32) -> usize {
-    let entry = tracer::enter(call::REALLOC);
+    let entry = alloc_tracer::enter(call::REALLOC);
     let now = if ours(ptr) {
         // Blocks of ours never grow in place.
         // SAFETY: a live block of ours.
@@ -508,7 +508,7 @@ pub unsafe extern "C" fn xallocx(ptr: *mut c_void, size: usize, extra: usize, fl
 /// jemalloc's `sallocx`: `ptr` is a live block.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sallocx(ptr: *mut c_void, flags: i32) -> usize {
-    let entry = tracer::enter(call::USABLE_SIZE);
+    let entry = alloc_tracer::enter(call::USABLE_SIZE);
     let size = if ours(ptr) {
         // SAFETY: a live block of ours.
         unsafe { usable_ours(ptr) }
@@ -541,7 +541,7 @@ pub unsafe extern "C" fn sdallocx(ptr: *mut c_void, size: usize, flags: i32) {
 /// # Safety
 /// jemalloc's contract.
 unsafe fn deallocx(ptr: *mut c_void, size: Option<usize>, flags: i32) {
-    let mut entry = tracer::enter(call::FREE);
+    let mut entry = alloc_tracer::enter(call::FREE);
     // SAFETY: a live block (jemalloc's contract).
     if let Some(entry) = &mut entry
         && unsafe { block_size(ptr) } >= PAGE
@@ -612,7 +612,7 @@ pub unsafe extern "C" fn mmap(
     fd: i32,
     offset: i64,
 ) -> *mut c_void {
-    let entry = tracer::enter(call::MMAP);
+    let entry = alloc_tracer::enter(call::MMAP);
     let ptr = map(addr, len, prot, flags, fd, offset);
     let detail = (prot as u32 as u64) << 32 | flags as u32 as u64;
     let result = if ptr == libc::MAP_FAILED {
@@ -665,7 +665,7 @@ pub unsafe extern "C" fn mmap64(
 /// C's `munmap`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
-    let entry = tracer::enter(call::MUNMAP);
+    let entry = alloc_tracer::enter(call::MUNMAP);
     let ret = unmap(addr, len);
     traced(entry, addr as u64, len as u64, 0, 0);
     ret
@@ -707,7 +707,7 @@ pub unsafe extern "C" fn mremap(
     flags: i32,
     fixed_addr: usize,
 ) -> *mut c_void {
-    let entry = tracer::enter(call::MREMAP);
+    let entry = alloc_tracer::enter(call::MREMAP);
     // SAFETY: C's contract.
     let new = unsafe { remap(old, old_len, new_len, flags, fixed_addr) };
     let result = if new == libc::MAP_FAILED {
@@ -882,7 +882,7 @@ mod emulated_break {
 /// C's `sbrk`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sbrk(increment: isize) -> *mut c_void {
-    let entry = tracer::enter(call::SBRK);
+    let entry = alloc_tracer::enter(call::SBRK);
     let old = if far_memory() {
         match emulated_break::sbrk(increment) {
             Some(old) => old as *mut c_void,
@@ -916,7 +916,7 @@ pub unsafe extern "C" fn sbrk(increment: isize) -> *mut c_void {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn brk(addr: *mut c_void) -> i32 {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let entry = tracer::enter(call::BRK);
+    let entry = alloc_tracer::enter(call::BRK);
     if far_memory() {
         let old = emulated_break::sbrk(0).unwrap_or(0) as u64;
         let ok = emulated_break::brk(addr as usize);

@@ -19,13 +19,14 @@
 //! fresh runtime.
 //!
 //! With `record --allocs` it also traces every allocator and mapping call with its stack
-//! (`tracer`); without `-L/-M` the C library's own allocator then serves the program.
+//! (`alloc_tracer`); without `-L/-M` the C library's own allocator then serves the program.
 //!
 //! Rules this library lives by: the handler threads never touch the region except to copy a
 //! resident, write-protected page (what they allocate, the DTV of the thread that ends the
 //! process, comes from the bootstrap arena); the allocator never calls the allocator it
 //! replaces; the raw system calls in `sys` go straight to the kernel.
 
+mod alloc_tracer;
 mod backed;
 mod block_header;
 mod breakdown;
@@ -40,9 +41,7 @@ mod placement;
 pub mod region;
 mod sigbus;
 mod sys;
-mod syscall_args;
 mod syscalls;
-mod tracer;
 mod uffd;
 
 use std::ffi::c_void;

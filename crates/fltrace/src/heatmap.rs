@@ -62,7 +62,7 @@ fn faults(args: &HeatmapArgs, options: &LoadOptions) -> anyhow::Result<(Heatmap,
             args.allocs,
             &chosen,
             &mut symbolizer,
-            options.allocs_whole,
+            options.allocs_whole(),
         )?;
         crate::load::print_warnings(&mut symbolizer);
         map.overlay(&blocks);

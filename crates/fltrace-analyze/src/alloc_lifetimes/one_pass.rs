@@ -9,9 +9,9 @@ use fltrace_trace::{AllocCall, AllocEvent, Fault, VirtAddr};
 
 use super::fault_attribution::{CALL_SLACK_NS, CHUNK_HEADER, UNBORN_BIRTHS, chunk_header_at};
 use super::totals::SizeHistogram;
-use super::whole_table::LastAlloc;
 use super::{
-    AllocBlock, AllocSiteTotals, AllocStats, BlockKind, MAP_ANONYMOUS, failed_mapping, page_end,
+    AllocBlock, AllocSiteTotals, AllocStats, BlockKind, LastAlloc, MAP_ANONYMOUS, failed_mapping,
+    page_end,
 };
 use crate::alloc_timeline::{AllocSeries, Timeline};
 use crate::range_map::RangeMap;

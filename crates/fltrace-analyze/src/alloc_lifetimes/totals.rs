@@ -3,11 +3,15 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(any(test, feature = "oracle"))]
 use rustc_hash::FxHashSet;
 
+#[cfg(any(test, feature = "oracle"))]
 use fltrace_trace::{AllocCall, AllocEvent};
 
-use super::{BlockKind, Lifetimes};
+use super::BlockKind;
+#[cfg(any(test, feature = "oracle"))]
+use super::Lifetimes;
 
 /// Allocation counts by size, in power-of-two buckets: bucket 0 holds size 0, bucket `k`
 /// sizes from `2^(k-1)` to `2^k - 1`.
@@ -124,6 +128,7 @@ pub struct AllocStats {
 impl AllocStats {
     /// Totals per stack of `events`, paired into `lifetimes`. Leaks are the blocks alive at
     /// `end_ns` (see [`trace_end_ns`]) whose allocation is at least `min_leak_age_ns` older.
+    #[cfg(any(test, feature = "oracle"))]
     pub fn new(
         events: &[AllocEvent],
         lifetimes: &Lifetimes,

@@ -1,14 +1,18 @@
-//! The whole-table pairing: every event of a process held, every block kept ([`Lifetimes`]).
+//! The whole-table pairing: every event of a process held, every block kept ([`Lifetimes`]),
+//! and the block each fault landed in ([`attribute_faults`]).
 //! The oracle of the one pass ([`super::one_pass`]), which the tests compare it with, and
 //! what a trace loaded whole uses (`FLTRACE_ALLOCS_WHOLE_TABLE`, the integration tests'
-//! second run of every allocation report).
+//! second run of every allocation report). Built for this crate's tests and under the
+//! `oracle` feature, which only the other crates' tests turn on: not in the binary.
 
 use rustc_hash::FxHashMap;
 
-use fltrace_trace::{AllocCall, AllocEvent, ProcessTrace, VirtAddr};
+use fltrace_trace::{AllocCall, AllocEvent, Fault, ProcessTrace, VirtAddr};
 
+use super::fault_attribution::{CALL_SLACK_NS, CHUNK_HEADER, UNBORN_BIRTHS, chunk_header_at};
 use super::{
-    AllocBlock, BlockKind, MAP_ANONYMOUS, exec_times, failed_mapping, page_end, time_order,
+    AllocBlock, BlockKind, LastAlloc, MAP_ANONYMOUS, exec_times, failed_mapping, page_end,
+    time_order,
 };
 use crate::range_map::RangeMap;
 
@@ -29,20 +33,6 @@ pub struct Lifetimes {
     pub peak_ns: u64,
     /// Live heap bytes then.
     pub peak_bytes: u64,
-}
-
-/// The size and stack of the process's last heap allocation, for temporaries, as heaptrack
-/// counts them: a free is temporary when the freed block's size and stack are those of the
-/// last allocation, in any thread, with no free since (any free of a live block forgets the
-/// last allocation; failed calls, whose events heaptrack never sees, change nothing). The
-/// freed block need not be the last one made: a loop that makes two same-sized blocks at one
-/// line and frees the first counts one temporary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct LastAlloc {
-    /// Its requested size.
-    pub(super) size: u64,
-    /// Its stack id.
-    pub(super) stack_id: u32,
 }
 
 /// The state of the pairing, apart from the blocks.
@@ -307,4 +297,78 @@ impl Lifetimes {
         self.blocks.push(block);
         (self.blocks.len() - 1) as u32
     }
+}
+
+/// For each fault, the block it landed in: the heap block alive at the fault's time whose range
+/// holds its address, else such a mapping block (heap blocks can lie inside mappings an
+/// allocator made). Faults may come in any order; the answer is in their order.
+///
+/// One sweep over time: births and deaths of blocks are merged with the faults, live blocks
+/// kept in ordered maps by address, so the cost is `O((faults + blocks) log blocks)`.
+pub fn attribute_faults(lifetimes: &Lifetimes, faults: &[Fault]) -> Vec<Option<u32>> {
+    let blocks = &lifetimes.blocks;
+    let mut hits = vec![None; faults.len()];
+    let mut deaths: Vec<(u64, u32)> = blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| Some((b.end_ns?, i as u32)))
+        .collect();
+    deaths.sort_unstable();
+    let (mut heap, mut mappings) = (RangeMap::default(), RangeMap::default());
+    let (mut born, mut died) = (0, 0);
+    for index in time_order(faults.len(), |i| faults[i].time_ns) {
+        let fault = &faults[index as usize];
+        let time = fault.time_ns;
+        // Deaths first, so that a block born in a dead one's place is not removed with it.
+        while let Some(&(_, block)) = deaths.get(died).filter(|(end, _)| *end <= time) {
+            let b = &blocks[block as usize];
+            match b.kind {
+                BlockKind::Heap => heap.remove_if(b.addr, block),
+                BlockKind::Mapping => mappings.remove_if(b.addr, block),
+            };
+            died += 1;
+        }
+        while let Some(b) = blocks.get(born).filter(|b| b.start_ns <= time) {
+            // A block that came and went between two faults is never seen.
+            if b.end_ns.is_none_or(|end| end > time) {
+                let live = match b.kind {
+                    BlockKind::Heap => &mut heap,
+                    BlockKind::Mapping => &mut mappings,
+                };
+                live.insert(b.addr, b.end(), born as u32);
+            }
+            born += 1;
+        }
+        hits[index as usize] = heap
+            .get(fault.addr)
+            .or_else(|| mappings.get(fault.addr))
+            .map(|(_, _, block)| block)
+            .or_else(|| {
+                heap.neighbours(fault.addr, CHUNK_HEADER)
+                    .into_iter()
+                    .flatten()
+                    .find(|&b| is_chunk_header(&blocks[b as usize], fault.addr))
+            })
+            .or_else(|| header_of_unborn(blocks, born, fault));
+    }
+    hits
+}
+
+/// [`chunk_header_at`] of block `b`.
+fn is_chunk_header(b: &AllocBlock, addr: VirtAddr) -> bool {
+    chunk_header_at(b.kind, b.remnant, b.addr, b.size, addr)
+}
+
+/// The heap block, among those from `born` on (not yet born at the fault's time), whose chunk
+/// header `fault` wrote during the call that returned it: the call's recorded time is the
+/// recorder's clock read when the call ends, which can be well after the fault when the
+/// thread was preempted in between (milliseconds on a busy machine).
+fn header_of_unborn(blocks: &[AllocBlock], born: usize, fault: &Fault) -> Option<u32> {
+    blocks
+        .get(born..)?
+        .iter()
+        .take(UNBORN_BIRTHS as usize)
+        .take_while(|b| b.start_ns <= fault.time_ns.saturating_add(CALL_SLACK_NS))
+        .position(|b| is_chunk_header(b, fault.addr))
+        .map(|i| (born + i) as u32)
 }

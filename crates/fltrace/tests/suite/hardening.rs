@@ -920,7 +920,7 @@ fn record_refuses_an_unwritable_output_before_running() {
 }
 
 /// The processes in process group `pgid` that are not zombies.
-fn group_members(pgid: u32) -> Vec<u32> {
+fn process_group_members(pgid: u32) -> Vec<u32> {
     let mut members = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = entry
@@ -955,7 +955,7 @@ fn comm(pid: u32) -> String {
 /// Each process of group `pgid` and each thread of `pid` with its state and where it waits,
 /// for a test that found them still running.
 fn where_they_wait(pgid: u32, pid: u32) -> String {
-    let mut tasks: Vec<String> = group_members(pgid)
+    let mut tasks: Vec<String> = process_group_members(pgid)
         .into_iter()
         .map(|member| format!("/proc/{member}"))
         .collect();
@@ -1018,7 +1018,7 @@ fn record_a_shell_with_jobs(dir: &Dir) -> (std::process::Child, u32) {
         // Both jobs already `sleep`: a shell's child signalled between its fork and its exec
         // still has the shell's handler, and sleeps on after the signal it took.
         if let Some(sh) = child_of(fltrace.id())
-            && let members = group_members(sh)
+            && let members = process_group_members(sh)
             && members.len() == 3
             && members.iter().filter(|&&pid| comm(pid) == "sleep").count() == 2
         {
@@ -1034,11 +1034,11 @@ fn record_a_shell_with_jobs(dir: &Dir) -> (std::process::Child, u32) {
 }
 
 /// Waits up to `limit` for no process of group `pgid` to be left.
-fn assert_group_ends(pgid: u32, limit: Duration, what: &str) {
+fn assert_process_group_ends(pgid: u32, limit: Duration, what: &str) {
     let started = std::time::Instant::now();
-    while !group_members(pgid).is_empty() {
+    while !process_group_members(pgid).is_empty() {
         if started.elapsed() > limit {
-            let left = group_members(pgid);
+            let left = process_group_members(pgid);
             for &pid in &left {
                 // SAFETY: killing what the test started, so it does not outlive the test.
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -1078,7 +1078,7 @@ fn interrupts_end_the_whole_command_and_keep_the_recording() {
                 if let Some(mut stderr) = fltrace.stderr.take() {
                     let _ = stderr.read_to_string(&mut err);
                 }
-                assert_group_ends(sh, Duration::ZERO, name);
+                assert_process_group_ends(sh, Duration::ZERO, name);
                 panic!("{name}: fltrace still running after 30 s; it said: {err}\n{waits}");
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -1089,7 +1089,7 @@ fn interrupts_end_the_whole_command_and_keep_the_recording() {
             .take()
             .expect("stderr")
             .read_to_string(&mut err);
-        assert_group_ends(sh, Duration::from_secs(5), name);
+        assert_process_group_ends(sh, Duration::from_secs(5), name);
         assert_eq!(status.code(), Some(128 + libc::SIGINT), "{name}: {err}");
         assert!(
             err.contains(
@@ -1120,7 +1120,7 @@ fn killed_recorder_leaves_no_process_of_the_command() {
     let (mut fltrace, sh) = record_a_shell_with_jobs(&dir);
     fltrace.kill().expect("SIGKILL");
     let _ = fltrace.wait();
-    assert_group_ends(sh, Duration::from_secs(10), "SIGKILL");
+    assert_process_group_ends(sh, Duration::from_secs(10), "SIGKILL");
 }
 
 /// Under -L, `main` leaving through `pthread_exit` while a worker faults 64 MiB: the process

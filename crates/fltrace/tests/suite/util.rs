@@ -184,10 +184,16 @@ impl Dir {
         let allocation_picture = args.first() == Some(&"visualize")
             || (args.first() == Some(&"heatmap") && !args.contains(&"--from"));
         if allocation_report || allocation_picture {
+            assert!(
+                carries_oracle(),
+                "fltrace under test lacks the whole-table oracle ({}): build it through cargo \
+                 test, whose dev-dependencies turn on fltrace-analyze's `oracle` feature",
+                fltrace_analyze::WHOLE_TABLE_ENV
+            );
             let written = self.written(&out);
             let whole = self
                 .fltrace()
-                .env("FLTRACE_ALLOCS_WHOLE_TABLE", "1")
+                .env(fltrace_analyze::WHOLE_TABLE_ENV, "1")
                 .args(args)
                 .output()
                 .expect("fltrace runs");
@@ -547,4 +553,17 @@ impl Postgres {
         );
         out
     }
+}
+
+/// Whether the fltrace under test carries the whole-table oracle's switch (fltrace-analyze's
+/// `oracle` feature, which this crate's dev-dependencies turn on and a plain build leaves
+/// out): without it the second run of [`Dir::run`] would be the one pass again, and the
+/// comparison would prove nothing.
+fn carries_oracle() -> bool {
+    static CARRIES: OnceLock<bool> = OnceLock::new();
+    *CARRIES.get_or_init(|| {
+        let binary = std::fs::read(env!("CARGO_BIN_EXE_fltrace")).expect("the fltrace binary");
+        let name = fltrace_analyze::WHOLE_TABLE_ENV.as_bytes();
+        binary.windows(name.len()).any(|w| w == name)
+    })
 }

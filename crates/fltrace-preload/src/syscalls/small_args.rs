@@ -2,8 +2,8 @@
 //! program's memory: paths (`open`, `stat`, `rename`...), addresses of sockets, the structs
 //! the kernel fills (`stat`, `pipe`'s descriptors). With faults served in the faulting thread
 //! the kernel's access to a missing page of them fails (`EFAULT`): each is held resident and
-//! touched first, as the buffers of `crate::syscalls` are (the whole of each: they are small,
-//! and the kernel reads or writes all of them).
+//! touched first, as the buffers of the other `crate::syscalls` wrappers are (the whole of
+//! each: they are small, and the kernel reads or writes all of them).
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
