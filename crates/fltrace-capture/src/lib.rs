@@ -33,7 +33,6 @@ mod child;
 mod code_cache;
 pub mod damon;
 mod error;
-mod group;
 mod interrupt;
 mod jit_files;
 pub mod live;
@@ -42,6 +41,7 @@ pub mod pages;
 pub mod perf;
 mod pid_filing;
 mod process;
+mod process_group;
 pub mod procfs;
 pub mod reach;
 mod reader;
@@ -64,13 +64,13 @@ pub use alloc_spool::{
 pub use child::{ChildGuard, shell_status};
 pub use code_cache::CacheSummary;
 pub use error::Error;
-pub use group::CommandGroup;
 pub use interrupt::interrupt_counter;
 pub use live::{
     LiveBatch, LiveDropped, LiveEvent, LiveFault, LiveFeed, LiveReceiver, LiveTotals, live_feed,
     live_feed_holding,
 };
 pub use os::{Reaped, monotonic_now_ns, reap};
+pub use process_group::CommandGroup;
 pub use recorder::attach_tasks;
 pub use recorder::{
     AllocTracing, DEFAULT_BUDGET_MB, DEFAULT_STACK_BYTES, DEFAULT_STACK_CAP, Ending, Options,

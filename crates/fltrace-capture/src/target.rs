@@ -11,8 +11,8 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::Error;
-use crate::group::CommandGroup;
 use crate::os::{kill_and_reap, pipe_cloexec, reap};
+use crate::process_group::CommandGroup;
 
 /// Who the traced command runs as, when fltrace runs as root for a user.
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +73,7 @@ impl PendingChild {
                     source,
                 }
             })?),
-            None if crate::group::owns_terminal() => {
+            None if crate::process_group::owns_terminal() => {
                 return Ok((Self::spawn(argv, credentials, extra_env)?, None));
             }
             None => None,
