@@ -24,10 +24,10 @@ use fltrace_trace::{
 };
 
 use crate::Error;
+use crate::perf_abi::{self, PerfEvent};
 use crate::pid_filing::UNFILED;
 use crate::reader::ReaderThread;
 use crate::ring::RingBuffer;
-use crate::sys::{self, PerfEvent};
 
 /// Whether a sampled access was a load or a store, from `perf_mem_data_src.mem_op`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,7 +314,7 @@ impl AccessCapture {
         };
         let mut opened = Vec::new();
         let mut rings = Vec::new();
-        for cpu in sys::online_cpus().map_err(Error::kernel("online CPUs"))? {
+        for cpu in perf_abi::online_cpus().map_err(Error::kernel("online CPUs"))? {
             let mut leader: Option<usize> = None;
             for event in &events {
                 let attr = sample_attr(event, precise, freq, enable_on_exec);

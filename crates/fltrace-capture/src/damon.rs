@@ -17,8 +17,8 @@ use fltrace_trace::{PhysAddr, RangeSample, RangeTraceKind, RangeTraceWriter, Vir
 use crate::pages::FrameMap;
 
 use crate::Error;
+use crate::perf_abi::{self, PerfEvent, Tracepoint};
 use crate::ring::RingBuffer;
-use crate::sys::{self, PerfEvent, Tracepoint};
 
 /// The DAMON monitors of this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -359,7 +359,8 @@ pub fn read_aggregated(
     mut alive: impl FnMut() -> bool,
     mut each: impl FnMut(AggregatedRegion),
 ) -> Result<(), Error> {
-    let tracefs = sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
+    let tracefs =
+        perf_abi::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
     let tp = Tracepoint::open(&tracefs, "damon", "damon_aggregated")
         .map_err(Error::kernel("tracepoint damon:damon_aggregated"))?;
     let fields = AggregatedFields::from_tracepoint(&tp).ok_or_else(|| Error::Kernel {
@@ -367,10 +368,10 @@ pub fn read_aggregated(
         source: std::io::Error::from_raw_os_error(libc::EINVAL),
         hint: " (unexpected field layout)",
     })?;
-    let attr = sys::raw_tracepoint_attr(tp.id);
+    let attr = perf_abi::raw_tracepoint_attr(tp.id);
     let mut rings = Vec::new();
     let mut events = Vec::new();
-    for cpu in sys::online_cpus().map_err(Error::kernel("online CPUs"))? {
+    for cpu in perf_abi::online_cpus().map_err(Error::kernel("online CPUs"))? {
         let event = PerfEvent::open(&attr, -1, cpu)
             .map_err(Error::kernel("perf_event_open on damon:damon_aggregated"))?;
         rings.push(

@@ -112,7 +112,7 @@ impl Error {
                     return Error::Permission {
                         what,
                         source,
-                        obstacle: crate::sys::perf_permission_obstacle(),
+                        obstacle: crate::perf_abi::perf_permission_obstacle(),
                     };
                 }
                 Some(libc::ENOENT) => " (this kernel lacks the event)",

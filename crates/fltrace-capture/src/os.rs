@@ -13,7 +13,7 @@ use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, PidfdFlags, Signal};
 use rustix::time::{ClockId, clock_gettime};
 
-use crate::sys::PerfEvent;
+use crate::perf_abi::PerfEvent;
 
 /// Now on the wall clock, ns since the Unix epoch: the trace's times.
 pub(crate) fn unix_now_ns() -> u64 {

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::Error;
 use crate::child::ChildGuard;
+use crate::perf_abi::PerfEvent;
 use crate::ring::RingBuffer;
-use crate::sys::PerfEvent;
 use crate::target::Credentials;
 
 use dispatch::State;

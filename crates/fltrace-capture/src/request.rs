@@ -81,7 +81,7 @@ impl Facilities for ThisMachine {
         crate::uprobes_available()
     }
     fn max_sample_rate(&self) -> Option<u64> {
-        crate::sys::max_sample_rate()
+        crate::perf_abi::max_sample_rate()
     }
     fn mem_available_mb(&self) -> Option<u64> {
         crate::runtime::mem_available_mb()

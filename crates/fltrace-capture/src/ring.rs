@@ -10,7 +10,7 @@ use linux_perf_event_reader::RawData;
 use memmap2::{MmapOptions, MmapRaw};
 use perf_event_open_sys::bindings::perf_event_mmap_page;
 
-use crate::sys::PerfEvent;
+use crate::perf_abi::PerfEvent;
 
 /// A mapped ring buffer.
 pub struct RingBuffer {

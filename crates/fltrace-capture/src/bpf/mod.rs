@@ -153,7 +153,7 @@ impl BpfCapture {
     ) -> Result<BpfCapture, Unavailable> {
         let started = std::time::Instant::now();
         raise_memlock();
-        let newtask = crate::sys::Tracepoint::open(tracefs, "task", "task_newtask")
+        let newtask = crate::perf_abi::Tracepoint::open(tracefs, "task", "task_newtask")
             .map_err(|e| Unavailable::new("tracepoint task:task_newtask", e))?;
         let (Some((pid_off, 4)), Some((flags_off, 8))) =
             (newtask.field("pid"), newtask.field("clone_flags"))
@@ -369,8 +369,8 @@ mod tests {
     /// order made; a process not traced leaves nothing.
     #[test]
     fn faults_of_a_traced_process_come_with_their_stacks() {
-        let tracefs = crate::sys::tracefs().expect("tracefs");
-        let cpus = crate::sys::online_cpus().expect("CPUs");
+        let tracefs = crate::perf_abi::tracefs().expect("tracefs");
+        let cpus = crate::perf_abi::online_cpus().expect("CPUs");
         let mut capture =
             BpfCapture::start(4 << 20, DEFAULT_STACK_CAP, &tracefs, &cpus).expect("BPF loads");
         // A child that touches 16 fresh pages once told to go.

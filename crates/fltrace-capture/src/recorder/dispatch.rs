@@ -16,10 +16,10 @@ use super::Options;
 use crate::Error;
 use crate::bpf::{BpfFault, BpfRecord};
 use crate::os::unix_now_ns;
+use crate::perf_abi::{self, Tracepoint, perf_event_attr};
 use crate::pid_filing::{ReusedPids, UNFILED};
 use crate::process::{FaultSample, Process, RecordingContext, RemapCall};
 use crate::ring::u64_at;
-use crate::sys::{self, Tracepoint, perf_event_attr};
 use crate::unwind::{ElfCache, StackBytes};
 
 /// Byte offsets of the fault tracepoints' fields (both tracepoints share one layout), and
@@ -238,8 +238,8 @@ impl State {
             jit_files: Default::default(),
             fields,
             remap_calls: FxHashMap::default(),
-            parse_info: sys::parse_info(attrs.0),
-            major_parse_info: sys::parse_info(attrs.1),
+            parse_info: perf_abi::parse_info(attrs.0),
+            major_parse_info: perf_abi::parse_info(attrs.1),
             lost: 0,
             lost_late: 0,
             lost_unfiled: 0,
@@ -648,9 +648,9 @@ impl State {
             return Ok(());
         };
         let (Some(ip), Some(sp), Some(bp)) = (
-            regs.get(sys::REG_IP),
-            regs.get(sys::REG_SP),
-            regs.get(sys::REG_BP),
+            regs.get(perf_abi::REG_IP),
+            regs.get(perf_abi::REG_SP),
+            regs.get(perf_abi::REG_BP),
         ) else {
             self.lost += 1;
             return Ok(());
@@ -1145,8 +1145,8 @@ mod tests {
     fn a_bpf_record_that_does_not_parse_counts_as_lost() {
         let dir = std::env::temp_dir().join("fltrace-unparsed-bpf-record");
         let options = crate::recorder::Options::new(dir);
-        let attr = sys::perf_event_attr {
-            size: std::mem::size_of::<sys::perf_event_attr>() as u32,
+        let attr = perf_abi::perf_event_attr {
+            size: std::mem::size_of::<perf_abi::perf_event_attr>() as u32,
             ..Default::default()
         };
         let fields = FaultFields {

@@ -2,7 +2,7 @@
 //! converted, the access capture stopped, the checksums written.
 
 use super::{ActiveRecording, Ended, Options, RecordingOutcome, keep_first, note_stop};
-use crate::sys;
+use crate::perf_abi;
 use std::os::unix::process::ExitStatusExt as _;
 
 impl ActiveRecording {
@@ -225,9 +225,9 @@ impl ActiveRecording {
 /// frees) and no memory of the recorder's beyond its exit (an exit frees memory before it
 /// closes files); the rings are not inherited (perf maps them VM_DONTCOPY).
 fn close_after_exit(
-    events: Vec<sys::PerfEvent>,
+    events: Vec<perf_abi::PerfEvent>,
     rings: &[(std::os::fd::RawFd, usize)],
-) -> Vec<sys::PerfEvent> {
+) -> Vec<perf_abi::PerfEvent> {
     use std::os::fd::AsRawFd;
     if events.is_empty() {
         return events;
@@ -277,11 +277,11 @@ fn close_after_exit(
             // of milliseconds each), which is then this process's to do. Failures are
             // harmless: the recorder's unmapping frees that ring, as without this.
             for &(fd, len) in rings {
-                sys::map_ring_again(fd, len);
+                perf_abi::map_ring_again(fd, len);
             }
             libc::close(ready_write);
             // Until every writer end is closed: the recorder's, once it dropped the events.
-            sys::wait_on_pipe(read_end);
+            perf_abi::wait_on_pipe(read_end);
             libc::_exit(0);
         }
     }
@@ -299,7 +299,7 @@ fn close_after_exit(
     }
     let _ = crate::os::reap(child, true);
     // Until the grandchild has mapped the rings (or is gone): end of file either way.
-    sys::wait_on_pipe(ready_read);
+    perf_abi::wait_on_pipe(ready_read);
     unsafe { libc::close(ready_read) };
     // The events go first (the grandchild holds them), then the pipe tells it so.
     drop(events);
@@ -329,9 +329,11 @@ mod tests {
     #[test]
     fn events_close_in_a_process_of_their_own() {
         let before = others_running_this();
-        let attr = sys::major_fault_attr();
-        let events: Vec<sys::PerfEvent> = (0..3)
-            .map(|_| sys::PerfEvent::open(&attr, 0, -1).expect("a software event on this process"))
+        let attr = perf_abi::major_fault_attr();
+        let events: Vec<perf_abi::PerfEvent> = (0..3)
+            .map(|_| {
+                perf_abi::PerfEvent::open(&attr, 0, -1).expect("a software event on this process")
+            })
             .collect();
         let fds: Vec<i32> = events
             .iter()

@@ -16,8 +16,8 @@ use crate::bpf::BpfCapture;
 use crate::budget::{Carrier, RingPlan, plan_rings};
 use crate::child::ChildGuard;
 use crate::os::{monotonic_now_ns, unix_now_ns};
+use crate::perf_abi::{self, PerfEvent, Tracepoint, perf_event_attr};
 use crate::ring::{RingBuffer, page_size};
-use crate::sys::{self, PerfEvent, Tracepoint, perf_event_attr};
 use crate::target::PendingChild;
 
 impl ActiveRecording {
@@ -29,7 +29,7 @@ impl ActiveRecording {
         // Before anything runs: a recording that could not be kept must not cost a run.
         fltrace_trace::files::check_output_dir(&options.dir)?;
         let tracefs =
-            sys::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
+            perf_abi::tracefs().map_err(Error::kernel("tracefs (tracepoint ids and formats)"))?;
         let user_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_user")
             .map_err(Error::kernel("tracepoint exceptions:page_fault_user"))?;
         let kernel_tp = Tracepoint::open(&tracefs, "exceptions", "page_fault_kernel").ok();
@@ -52,7 +52,7 @@ impl ActiveRecording {
                 });
             }
         };
-        let cpus = sys::online_cpus().map_err(Error::kernel("online CPUs"))?;
+        let cpus = perf_abi::online_cpus().map_err(Error::kernel("online CPUs"))?;
         // The faults go through the BPF ring unless a fixed copy is asked for or BPF is
         // missing; started before the command so that its first fault is caught.
         let (mut bpf, plan, stack_bytes) = start_capture(options, &tracefs, &cpus)?;
@@ -142,19 +142,22 @@ impl ActiveRecording {
         // With BPF the perf events carry the side band alone (a dummy event leads each CPU's
         // ring); else the fault tracepoint leads it, with its stack copies.
         let mut fault_attr = match &bpf {
-            Some(_) => sys::sideband_attr(8),
-            None => sys::fault_tracepoint_attr(user_tp.id, stack_bytes, true),
+            Some(_) => perf_abi::sideband_attr(8),
+            None => perf_abi::fault_tracepoint_attr(user_tp.id, stack_bytes, true),
         };
-        let mut kernel_attr =
-            sys::fault_tracepoint_attr(kernel_tp.as_ref().map_or(0, |t| t.id), stack_bytes, false);
-        let mut major_attr = sys::major_fault_attr();
+        let mut kernel_attr = perf_abi::fault_tracepoint_attr(
+            kernel_tp.as_ref().map_or(0, |t| t.id),
+            stack_bytes,
+            false,
+        );
+        let mut major_attr = perf_abi::major_fault_attr();
         // Laid out as the fault samples, whose ring they share; a stack copy of one word.
         let mut remap_attrs: Vec<perf_event_attr> = fields
             .remap
             .iter()
             .flat_map(|f| [f.enter_id, f.exit_id])
             .chain(fields.unmap.map(|f| f.enter_id))
-            .map(|id| sys::fault_tracepoint_attr(u64::from(id), 8, false))
+            .map(|id| perf_abi::fault_tracepoint_attr(u64::from(id), 8, false))
             .collect();
         for attr in [&mut fault_attr, &mut kernel_attr, &mut major_attr]
             .into_iter()
@@ -431,7 +434,7 @@ impl MappedElsewhere {
     fn wait_mapped(&self, i: usize) {
         if let Some(Some((_, ready))) = self.children.get(i) {
             // End of file once the child closed its end (mapped, or gone).
-            sys::wait_on_pipe(*ready);
+            perf_abi::wait_on_pipe(*ready);
         }
     }
 }
@@ -461,9 +464,9 @@ fn map_in_child(fd: i32, len: usize, release_read: i32, release_write: i32) -> O
         unsafe {
             libc::close(release_write);
             libc::close(ready_read);
-            sys::map_ring_again(fd, len);
+            perf_abi::map_ring_again(fd, len);
             libc::close(ready_write);
-            sys::wait_on_pipe(release_read);
+            perf_abi::wait_on_pipe(release_read);
             libc::_exit(0);
         }
     }
@@ -638,7 +641,7 @@ mod tests {
     /// reads its header, and dropping lets the child go, reaped.
     #[test]
     fn a_child_makes_the_ring_this_process_maps() {
-        let attr = sys::major_fault_attr();
+        let attr = perf_abi::major_fault_attr();
         // On one CPU: the kernel maps no inherited event of a task on every CPU.
         let event = PerfEvent::open(&attr, 0, 0).expect("a software event on this process");
         let pages = 64;

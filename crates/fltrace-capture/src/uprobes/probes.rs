@@ -19,8 +19,8 @@ use super::address_space::AddressSpace;
 use super::alloc_tables::{AllocTables, LiveOut};
 use super::*;
 use crate::live::LiveAllocSink;
+use crate::perf_abi::{self, PerfEvent};
 use crate::ring::RingBuffer;
-use crate::sys::{self, PerfEvent};
 use crate::unwind::LiveStack;
 use crate::{Converted, Error};
 
@@ -77,9 +77,9 @@ pub(super) fn uprobe_attr(
         | (1 << REG_DX)
         | (1 << REG_SI)
         | (1 << REG_DI)
-        | (1 << sys::REG_BP)
-        | (1 << sys::REG_SP)
-        | (1 << sys::REG_IP);
+        | (1 << perf_abi::REG_BP)
+        | (1 << perf_abi::REG_SP)
+        | (1 << perf_abi::REG_IP);
     // All kinds share one record layout (a ring holds them all); a return or a free needs no
     // stack, and copying none halves the ring a malloc/free churn takes.
     attr.sample_stack_user = if is_return || is_free { 8 } else { STACK_BYTES };
@@ -112,7 +112,7 @@ impl Probes {
                 |n| n.to_string_lossy().into_owned()
             )
         );
-        let cpus = sys::online_cpus().map_err(kernel("online CPUs"))?;
+        let cpus = perf_abi::online_cpus().map_err(kernel("online CPUs"))?;
         let mut events = Vec::new();
         let mut rings = Vec::new();
         let mut by_id = HashMap::new();
@@ -126,7 +126,7 @@ impl Probes {
                     }
                     let attr = uprobe_attr(pmu, &path, offset, index, is_return, period);
                     if !is_return {
-                        parse_info.get_or_insert_with(|| sys::parse_info(&attr));
+                        parse_info.get_or_insert_with(|| perf_abi::parse_info(&attr));
                     }
                     for &task in tasks {
                         let event = PerfEvent::open(&attr, task, cpu)
@@ -389,9 +389,9 @@ impl Sample {
             dx: reg(REG_DX),
             si: reg(REG_SI),
             di: reg(REG_DI),
-            bp: reg(sys::REG_BP),
-            sp: reg(sys::REG_SP),
-            ip: reg(sys::REG_IP),
+            bp: reg(perf_abi::REG_BP),
+            sp: reg(perf_abi::REG_SP),
+            ip: reg(perf_abi::REG_IP),
             frames: Vec::new(),
         }
     }
