@@ -13,6 +13,7 @@
 #                served in the faulting thread, where the kernel has UFFD_FEATURE_SIGBUS)
 #   record-half-threads   the same with FLTRACE_RT_FAULT_PATH=thread (handler threads serve,
 #                         the default)
+#   record-half-move      record-half with FLTRACE_RT_MOVE=1 (in the thread, pages moved)
 #   record-half-copy      the same with FLTRACE_RT_MOVE=0 (pages copied, not moved)
 #   record-half-2handlers the same with FLTRACE_RT_HANDLERS=2 (a handler per CPU)
 #   record-half-busy      the same with FLTRACE_RT_BUSY_POLL=1 (the handler never sleeps)
@@ -88,6 +89,7 @@ run() {
                 record-ample) l=$ample ;;
                 record-half) knobs=(FLTRACE_RT_FAULT_PATH=signal) ;;
                 record-half-threads) knobs=(FLTRACE_RT_FAULT_PATH=thread) ;;
+                record-half-move) knobs=(FLTRACE_RT_FAULT_PATH=signal FLTRACE_RT_MOVE=1) ;;
                 record-half-copy) knobs=(FLTRACE_RT_MOVE=0) ;;
                 record-half-2handlers) knobs=(FLTRACE_RT_HANDLERS=2) ;;
                 record-half-busy) knobs=(FLTRACE_RT_BUSY_POLL=1) ;;
@@ -137,7 +139,7 @@ if ((scan_mb > 0)); then
     for ((r = 0; r < rounds; r++)); do
         for config in untraced in-thread threads; do
             dir="$work/scan"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
-            knobs=(); [[ $config == threads ]] && knobs=(FLTRACE_RT_FAULT_PATH=thread)
+            knobs=(FLTRACE_RT_FAULT_PATH=thread); [[ $config == in-thread ]] && knobs=(FLTRACE_RT_FAULT_PATH=signal)
             if [[ $config == untraced ]]; then
                 timed "$work/readscan" "$scan_mb" 4 >/dev/null
             else
