@@ -22,8 +22,11 @@
 //! their futex; glibc aborts on `EFAULT` there); the calls that take paths or small arguments
 //! (`small_args`: `open`, the `stat` family, `pipe`, `wait4`, the socket addresses and
 //! options, `getrandom`, `sigaltstack` ...). `signals` keeps SIGBUS the runtime's.
-//! Not covered: raw `syscall(2)`, `ioctl`, `recvmmsg`/`sendmmsg`, `io_uring`: on memory of the
-//! region that is not resident they fail with `EFAULT` on this path.
+//! `ioctl` (its argument's size from the request), `recvmmsg`/`sendmmsg`, and raw `syscall(2)`
+//! for the calls above, `getrandom` and `futex` (`raw`). Not covered: the other raw calls,
+//! `io_uring` and `aio` (the kernel reaches their buffers later, from its own threads), an
+//! `ioctl` argument that points to more memory: on memory of the region that is not resident
+//! they fail with `EFAULT` on this path.
 //!
 //! Calls inside the C library (stdio's own reads into its buffers, `readdir`) cannot be
 //! wrapped: what the C library allocates for itself is kept resident instead
@@ -43,6 +46,7 @@ mod exec;
 mod futex_waits;
 mod pieces;
 mod poll;
+mod raw;
 mod read_write;
 mod signals;
 mod small_args;

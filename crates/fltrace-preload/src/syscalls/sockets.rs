@@ -209,7 +209,11 @@ pub unsafe extern "C" fn sendto(
 
 /// The buffers of a `msghdr`: itself, its name, its vector and buffers, its control data.
 /// `None` when they are more than a call holds apart.
-fn message_bufs(msg: *const libc::msghdr, writes: bool, out: &mut [Buf; RANGES * 4]) -> usize {
+pub(super) fn message_bufs(
+    msg: *const libc::msghdr,
+    writes: bool,
+    out: &mut [Buf; RANGES * 4],
+) -> usize {
     if msg.is_null() {
         return 0;
     }

@@ -391,6 +391,44 @@ fn system_calls_move_far_memory_through_the_kernel() {
     }
 }
 
+/// `kernelcalls.c` hands evicted far memory to the kernel through `ioctl` (a request older
+/// than the size encoding, and one with it), raw `syscall(2)` (read, write, getrandom, futex)
+/// and `sendmmsg`/`recvmmsg`. On the in-thread path the kernel cannot wait for those pages:
+/// each call is prepared (its buffers brought in and held), so every byte arrives, the futex
+/// sees its word, and the ioctls write theirs. The handler-thread path does the same with
+/// nothing to prepare.
+#[test]
+fn ioctl_raw_syscalls_and_mmsg_calls_reach_evicted_memory() {
+    let dir = Dir::new();
+    let program = build_c_workload(dir.path(), "kernelcalls.c");
+    for path in ["signal", "thread"] {
+        let run = Dir::new();
+        let mut command = run.fltrace();
+        command.env("FLTRACE_RT_FAULT_PATH", path);
+        let out = command
+            .args(["record", "-q", "-L=8", "-M=256", "--"])
+            .arg(&program)
+            .output()
+            .expect("fltrace runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("kernelcalls: 8 calls right"),
+            "{path}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pid = run.pids("stats", "out")[0];
+        let prepared = last_stat(&run, pid, "rt_syscalls_prepared");
+        if path == "thread" {
+            assert_eq!(prepared, 0);
+        } else {
+            // The eight calls above and the fill of their buffers' pages: at least one
+            // prepared call each, and a page brought in for each.
+            assert!(prepared >= 8, "{prepared} calls prepared");
+            assert!(last_stat(&run, pid, "rt_syscall_faults") >= 8);
+        }
+    }
+}
+
 /// A program with SIGBUS and SIGSEGV handlers of its own (`ownsignals.c`) under `-L`: its
 /// SIGSEGV handler catches its NULL reads and touches far memory inside (every signal blocked
 /// there, the runtime's SIGBUS still reaches the fault); its SIGBUS handler, installed with
