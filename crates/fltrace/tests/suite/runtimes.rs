@@ -324,6 +324,41 @@ fn the_jvm_heap_is_emulated() {
     }
 }
 
+/// The same JVM heap (G1) with its faults served in the faulting threads
+/// (`FLTRACE_RT_FAULT_PATH=signal`): HotSpot installs SIGSEGV and SIGBUS handlers of its own
+/// (null checks, safepoint polls), and the runtime's SIGBUS handler serves the heap's faults
+/// beside them: the same output as untraced, pages evicted and fetched within the limit, every
+/// fault on the in-thread path, and no SIGBUS of the runtime's passed to the JVM.
+#[test]
+fn the_jvm_heap_is_emulated_with_faults_served_in_its_threads() {
+    let classes = heap_round_trip();
+    let command = [
+        "java".as_ref(),
+        "-Xmx1g".as_ref(),
+        "-XX:+UseG1GC".as_ref(),
+        "-cp".as_ref(),
+        classes.as_os_str(),
+        "HeapRoundTrip".as_ref(),
+        "256".as_ref(),
+    ];
+    let (expected, peak_kb) = untraced(&command);
+    assert!(expected.status.success(), "{}", stderr(&expected));
+    let local_mb = peak_kb / 1024 / 2;
+    let dir = Dir::new();
+    let mut cmd = dir.fltrace();
+    cmd.env("FLTRACE_RT_FAULT_PATH", "signal")
+        .args(["record", "-q", &format!("-L={local_mb}"), "-M=2048", "--"])
+        .args(command);
+    let out = output_within(&mut cmd, std::time::Duration::from_secs(900));
+    let pid = assert_emulated(&dir, &out, &expected, local_mb);
+    assert_eq!(
+        last(&dir, pid, "rt_fault_path"),
+        fltrace_runtime_abi::path::IN_THREAD
+    );
+    assert!(last(&dir, pid, "rt_signals") >= last(&dir, pid, "rt_faults"));
+    assert_eq!(last(&dir, pid, "rt_signals_passed"), 0);
+}
+
 /// node with a heap of 300 MB: V8 reserves its pages and commits them by mprotect; under -L
 /// at half its peak they are evicted and fetched, and the output is the same as untraced.
 #[test]
