@@ -109,3 +109,49 @@ mod tests {
         assert_eq!(late.finish(), None, "events out of order write nothing");
     }
 }
+
+/// What pairing at record time costs a call: `FLTRACE_BENCH_RECORDING=<a recording of
+/// record --allocs> cargo test --release -p fltrace-analyze record_time_pairing_time --
+/// --ignored --nocapture` reads the first process's calls into memory, then pairs them as
+/// the recorder does, and prints the CPU time per call. A measurement, not a test: nothing
+/// is asserted.
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn record_time_pairing_time() {
+        let Some(dir) = std::env::var_os("FLTRACE_BENCH_RECORDING") else {
+            eprintln!("FLTRACE_BENCH_RECORDING names no recording");
+            return;
+        };
+        let recording = fltrace_trace::Recording::latest(std::path::Path::new(&dir)).unwrap();
+        let pid = *recording
+            .pids()
+            .iter()
+            .find(|&&p| recording.has_allocs(p))
+            .unwrap();
+        let groups: Vec<Vec<AllocEvent>> = recording
+            .alloc_row_groups(pid)
+            .unwrap()
+            .map(|group| group.unwrap())
+            .collect();
+        let events: usize = groups.iter().map(Vec::len).sum();
+        let make = record_time_pairing();
+        for round in 0..3 {
+            let started = fltrace_trace::thread_cpu();
+            let mut pairing = make();
+            for group in &groups {
+                pairing.events(group);
+            }
+            let summary = pairing.finish().unwrap();
+            let spent = fltrace_trace::thread_cpu() - started;
+            eprintln!(
+                "round {round}: {events} events, {} stacks, pairing {:.1} ns an event",
+                summary.stacks.len(),
+                spent.as_nanos() as f64 / events as f64
+            );
+        }
+    }
+}
