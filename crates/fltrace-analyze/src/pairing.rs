@@ -113,8 +113,9 @@ mod tests {
 /// What pairing at record time costs a call: `FLTRACE_BENCH_RECORDING=<a recording of
 /// record --allocs> cargo test --release -p fltrace-analyze record_time_pairing_time --
 /// --ignored --nocapture` reads the first process's calls into memory, then pairs them as
-/// the recorder does, and prints the CPU time per call. A measurement, not a test: nothing
-/// is asserted.
+/// the recorder does, with the live heap blocks by granule (as the recorder) and in the
+/// ordered map (as before issue 40), and prints the CPU time per call of each. A
+/// measurement: it asserts only that both ways find the same.
 #[cfg(test)]
 mod timing {
     use super::*;
@@ -138,20 +139,35 @@ mod timing {
             .map(|group| group.unwrap())
             .collect();
         let events: usize = groups.iter().map(Vec::len).sum();
-        let make = record_time_pairing();
         for round in 0..3 {
-            let started = fltrace_trace::thread_cpu();
-            let mut pairing = make();
-            for group in &groups {
-                pairing.events(group);
+            let mut found = Vec::new();
+            for ordered in [false, true] {
+                let started = fltrace_trace::thread_cpu();
+                let mut pairing = Box::new(RecordTimePairing {
+                    pass: AllocPass::new(&[]),
+                    in_order: true,
+                });
+                if ordered {
+                    pairing.pass.ordered_heap();
+                }
+                for group in &groups {
+                    pairing.events(group);
+                }
+                let summary = pairing.finish().unwrap();
+                let spent = fltrace_trace::thread_cpu() - started;
+                eprintln!(
+                    "round {round}: {events} events, {} stacks, pairing {:.1} ns an event{}",
+                    summary.stacks.len(),
+                    spent.as_nanos() as f64 / events as f64,
+                    if ordered {
+                        " (heap blocks ordered)"
+                    } else {
+                        ""
+                    }
+                );
+                found.push(summary);
             }
-            let summary = pairing.finish().unwrap();
-            let spent = fltrace_trace::thread_cpu() - started;
-            eprintln!(
-                "round {round}: {events} events, {} stacks, pairing {:.1} ns an event",
-                summary.stacks.len(),
-                spent.as_nanos() as f64 / events as f64
-            );
+            assert_eq!(found[0], found[1]);
         }
     }
 }

@@ -40,6 +40,10 @@ pub(crate) struct HeapIndex {
     /// Larger blocks, or every block.
     ordered: RangeMap<u32>,
     spare: Vec<Vec<Small>>,
+    /// The largest small block added so far: a block overlapping a query's start starts
+    /// less than this far below it, so that a query of a heap of small blocks looks at one
+    /// granule most of the time.
+    reach: u64,
 }
 
 impl Default for HeapIndex {
@@ -55,6 +59,7 @@ impl HeapIndex {
             small: Some(FxHashMap::default()),
             ordered: RangeMap::default(),
             spare: Vec::new(),
+            reach: 0,
         }
     }
 
@@ -78,15 +83,19 @@ impl HeapIndex {
         start: VirtAddr,
         end: VirtAddr,
     ) -> Vec<(VirtAddr, VirtAddr, u32)> {
-        let mut taken = self.ordered.take_overlapping(start, end);
+        let mut taken = if self.ordered.is_empty() {
+            Vec::new()
+        } else {
+            self.ordered.take_overlapping(start, end)
+        };
         let Some(small) = &mut self.small else {
             return taken;
         };
         let end = end.max(start.saturating_add(1));
         // A small block overlapping the query starts within it, or below it by less than
-        // SMALL bytes and ends past its start.
+        // `reach` bytes and ends past its start.
         let overlaps = |b: &Small| b.start < end && (b.start >= start || b.end > start);
-        let low = start.get().saturating_sub(SMALL - 1) >> GRANULE_SHIFT;
+        let low = start.get().saturating_sub(self.reach.saturating_sub(1)) >> GRANULE_SHIFT;
         let high = (end.get() - 1) >> GRANULE_SHIFT;
         let before = taken.len();
         let in_use = small.len() as u64;
@@ -135,6 +144,7 @@ impl HeapIndex {
     pub(crate) fn insert(&mut self, start: VirtAddr, end: VirtAddr, slot: u32) {
         match &mut self.small {
             Some(small) if end.get().saturating_sub(start.get()) <= SMALL => {
+                self.reach = self.reach.max(end.get().saturating_sub(start.get()));
                 let spare = &mut self.spare;
                 small
                     .entry(start.get() >> GRANULE_SHIFT)
@@ -245,7 +255,11 @@ mod tests {
                 live += 1;
             }
             let drained = index.drain();
-            assert_eq!(drained.len(), live, "round {round}: every live block drained");
+            assert_eq!(
+                drained.len(),
+                live,
+                "round {round}: every live block drained"
+            );
             assert_eq!(drained, oracle.drain().collect::<Vec<_>>());
         }
         // The random calls did what the test means them to: many overlaps and frees.

@@ -520,7 +520,11 @@ fn one_pass_matches_whole_table() {
             let e = match next(10) {
                 // Now and then a block larger than the heap index's granules.
                 0..=3 => {
-                    let size = if next(8) == 0 { next(10_000) } else { next(600) };
+                    let size = if next(8) == 0 {
+                        next(10_000)
+                    } else {
+                        next(600)
+                    };
                     ev(time, tid, AllocCall::Malloc, addr, size)
                 }
                 4..=5 => free(time, addr),
