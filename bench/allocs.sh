@@ -11,7 +11,9 @@
 # converts large logs while the program runs (the drain); with END=1 "fltrace-end" also runs,
 # the drain off (FLTRACE_ALLOCS_DRAIN=0): every log converted after the program ends; with
 # NOPAIR=1 "fltrace-nopair", without pairing the calls for the reports while converting them
-# (FLTRACE_ALLOCS_PAIR=0: what that costs). The report side (report --allocs against
+# (FLTRACE_ALLOCS_PAIR=0: what that costs); with BASE=<another fltrace binary> "fltrace-base",
+# that binary's `record --allocs` (a build before a change, measured in the same rounds, its
+# preload library beside it). The report side (report --allocs against
 # heaptrack_print) is bench/allocs_report.sh.
 # usage: bench/allocs.sh ["PAIRS ..."=4000000 20000000] [ROUNDS=3]
 set -euo pipefail
@@ -25,6 +27,7 @@ gcc -O2 -g -fomit-frame-pointer -o "$work/allocs" "$root/workloads/allocs.c" -ld
 tools=(untraced fltrace heaptrack)
 [[ -n ${END:-} ]] && tools+=(fltrace-end)
 [[ -n ${NOPAIR:-} ]] && tools+=(fltrace-nopair)
+[[ -n ${BASE:-} ]] && tools+=(fltrace-base)
 
 now() { date +%s.%N; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
@@ -47,6 +50,7 @@ for pairs in $sizes; do
                 fltrace) /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
                 fltrace-end) FLTRACE_ALLOCS_DRAIN=0 /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
                 fltrace-nopair) FLTRACE_ALLOCS_PAIR=0 /usr/bin/time -f "%U %S" -o cpu.txt "$fltrace" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
+                fltrace-base) /usr/bin/time -f "%U %S" -o cpu.txt "$BASE" record -q --allocs -- "$work/allocs" malloc4m "$pairs" >out.txt ;;
                 heaptrack) /usr/bin/time -f "%U %S" -o cpu.txt heaptrack -o "$dir/ht" "$work/allocs" malloc4m "$pairs" >out.txt 2>/dev/null ;;
             esac
             t1=$(now)

@@ -140,6 +140,7 @@ pub fn trace_end_ns(events: &[AllocEvent], faults: &[Fault]) -> u64 {
 }
 
 mod fault_attribution;
+mod heap_index;
 mod one_pass;
 #[cfg(test)]
 mod tests;

@@ -109,3 +109,65 @@ mod tests {
         assert_eq!(late.finish(), None, "events out of order write nothing");
     }
 }
+
+/// What pairing at record time costs a call: `FLTRACE_BENCH_RECORDING=<a recording of
+/// record --allocs> cargo test --release -p fltrace-analyze record_time_pairing_time --
+/// --ignored --nocapture` reads the first process's calls into memory, then pairs them as
+/// the recorder does, with the live heap blocks by granule (as the recorder) and in the
+/// ordered map (as before issue 40), and prints the CPU time per call of each. A
+/// measurement: it asserts only that both ways find the same.
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn record_time_pairing_time() {
+        let Some(dir) = std::env::var_os("FLTRACE_BENCH_RECORDING") else {
+            eprintln!("FLTRACE_BENCH_RECORDING names no recording");
+            return;
+        };
+        let recording = fltrace_trace::Recording::latest(std::path::Path::new(&dir)).unwrap();
+        let pid = *recording
+            .pids()
+            .iter()
+            .find(|&&p| recording.has_allocs(p))
+            .unwrap();
+        let groups: Vec<Vec<AllocEvent>> = recording
+            .alloc_row_groups(pid)
+            .unwrap()
+            .map(|group| group.unwrap())
+            .collect();
+        let events: usize = groups.iter().map(Vec::len).sum();
+        for round in 0..3 {
+            let mut found = Vec::new();
+            for ordered in [false, true] {
+                let started = fltrace_trace::thread_cpu();
+                let mut pairing = Box::new(RecordTimePairing {
+                    pass: AllocPass::new(&[]),
+                    in_order: true,
+                });
+                if ordered {
+                    pairing.pass.ordered_heap();
+                }
+                for group in &groups {
+                    pairing.events(group);
+                }
+                let summary = pairing.finish().unwrap();
+                let spent = fltrace_trace::thread_cpu() - started;
+                eprintln!(
+                    "round {round}: {events} events, {} stacks, pairing {:.1} ns an event{}",
+                    summary.stacks.len(),
+                    spent.as_nanos() as f64 / events as f64,
+                    if ordered {
+                        " (heap blocks ordered)"
+                    } else {
+                        ""
+                    }
+                );
+                found.push(summary);
+            }
+            assert_eq!(found[0], found[1]);
+        }
+    }
+}

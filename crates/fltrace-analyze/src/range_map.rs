@@ -84,6 +84,12 @@ impl<V: Copy + PartialEq> RangeMap<V> {
         removed
     }
 
+    /// Whether it holds no range.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
     /// The range holding `addr`, as `(start, end, value)`.
     pub(crate) fn get(&self, addr: VirtAddr) -> Option<(VirtAddr, VirtAddr, V)> {
         let r = self.at(self.last_at_or_below(addr)?);

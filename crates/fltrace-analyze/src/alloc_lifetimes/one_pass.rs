@@ -8,6 +8,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use fltrace_trace::{AllocCall, AllocEvent, Fault, VirtAddr};
 
 use super::fault_attribution::{CALL_SLACK_NS, CHUNK_HEADER, UNBORN_BIRTHS, chunk_header_at};
+use super::heap_index::HeapIndex;
 use super::totals::SizeHistogram;
 use super::{
     AllocBlock, AllocSiteTotals, AllocStats, BlockKind, LastAlloc, MAP_ANONYMOUS, failed_mapping,
@@ -174,7 +175,8 @@ struct Unborn {
 /// earlier and before any later one.
 #[derive(Default)]
 pub struct AllocPass {
-    heap: RangeMap<u32>,
+    /// Live heap blocks; by granule until a fault needs them ordered.
+    heap: HeapIndex,
     mappings: RangeMap<u32>,
     /// Live blocks, by the slot the maps hold; `free_slots` are ended ones to reuse.
     blocks: Vec<LiveBlock>,
@@ -356,6 +358,13 @@ impl AllocPass {
         }
     }
 
+    /// Keeps every heap block in the ordered map from the start, as a pass attributing
+    /// faults does after its first: for the tests, which compare both ways.
+    #[cfg(test)]
+    pub(crate) fn ordered_heap(&mut self) {
+        self.heap.ordered();
+    }
+
     /// The execs that ended blocks so far.
     pub fn execs_applied(&self) -> &[u64] {
         &self.execs[..self.next_exec]
@@ -423,14 +432,13 @@ impl AllocPass {
             self.exec_until(time);
         }
         let addr = fault.addr;
-        let found = self
-            .heap
+        let heap = self.heap.ordered();
+        let found = heap
             .get(addr)
             .or_else(|| self.mappings.get(addr))
             .map(|(_, _, slot)| slot)
             .or_else(|| {
-                self.heap
-                    .neighbours(addr, CHUNK_HEADER)
+                heap.neighbours(addr, CHUNK_HEADER)
                     .into_iter()
                     .flatten()
                     .find(|&slot| live_chunk_header(&self.blocks[slot as usize], addr))
@@ -747,7 +755,7 @@ impl AllocPass {
     }
 
     fn end_all(&mut self, time: u64) {
-        let mut ended: Vec<u32> = self.heap.drain().map(|(_, _, b)| b).collect();
+        let mut ended: Vec<u32> = self.heap.drain().into_iter().map(|(_, _, b)| b).collect();
         ended.extend(self.mappings.drain().map(|(_, _, b)| b));
         for slot in ended {
             self.end_block(slot, time);

@@ -162,6 +162,11 @@ pub struct Conversion {
     frames: Box<[u64; MAX_FRAMES]>,
     /// What a live view is told, when one watches ([`Conversion::watch`]).
     live: Option<LiveTap>,
+    /// Pairs the events at record time, if asked ([`crate::PairCalls`]), on this thread: a
+    /// few at a time, while they are in the cache (the file thread read each batch cold).
+    pairing: Option<Box<dyn crate::PairCalls>>,
+    /// The events not paired yet, at most [`PAIR_EVERY`].
+    unpaired: Vec<AllocEvent>,
     started: std::time::Instant,
     started_cpu: std::time::Duration,
     started_thread: std::thread::ThreadId,
@@ -196,7 +201,7 @@ impl Conversion {
             allocs: BackgroundWriter::start(
                 allocs,
                 AllocWriter::create_for(allocs, origin.clone())?,
-                pairing.map(|make| make()),
+                None,
             ),
             generation: None,
             stack_writer: StackWriter::create_for(stacks, origin)?,
@@ -206,6 +211,8 @@ impl Conversion {
             first_ns: None,
             frames: Box::new([0; MAX_FRAMES]),
             live: None,
+            unpaired: Vec::with_capacity(if pairing.is_some() { PAIR_EVERY } else { 0 }),
+            pairing: pairing.map(|make| make()),
             started: std::time::Instant::now(),
             started_cpu: thread_cpu(),
             started_thread: std::thread::current().id(),
@@ -256,6 +263,10 @@ impl Conversion {
             self.generation = Some(generation);
             // An image after an exec: its blocks begin anew at its first mapping.
             if generation > 0 && floor > 0 {
+                self.pair_unpaired();
+                if let Some(pairing) = &mut self.pairing {
+                    pairing.exec(floor);
+                }
                 self.allocs.exec(floor)?;
                 if let Some(tap) = &mut self.live {
                     tap.pending.execs.push((tap.pending.events.len(), floor));
@@ -290,6 +301,12 @@ impl Conversion {
                         tap.pending.events.push(event);
                     }
                     self.allocs.push(event)?;
+                    if self.pairing.is_some() {
+                        self.unpaired.push(event);
+                        if self.unpaired.len() == PAIR_EVERY {
+                            self.pair_unpaired();
+                        }
+                    }
                     written += 1;
                 }
             }
@@ -301,6 +318,16 @@ impl Conversion {
             tap.send(self.converted.dropped + log.dropped());
         }
         Ok(written)
+    }
+
+    /// Hands the pairing the events not paired yet.
+    fn pair_unpaired(&mut self) {
+        if let Some(pairing) = &mut self.pairing
+            && !self.unpaired.is_empty()
+        {
+            pairing.events(&self.unpaired);
+            self.unpaired.clear();
+        }
     }
 
     /// Writes every record of `log`, complete, and what its header says.
@@ -370,13 +397,17 @@ impl Conversion {
                 .lock()
                 .map_or(0.0, |busy| busy.as_secs_f64())
         );
+        self.pair_unpaired();
+        let paired = self.pairing.take().and_then(|pairing| pairing.finish());
         self.stack_writer.finish()?;
         self.converted.stacks = self.stacks.next;
         self.converted.refused_stacks = self.stacks.refused;
-        let paired = self.allocs.paired.take();
         Ok((self.converted, self.allocs.totals.totals(), paired))
     }
 }
+/// Events handed to the record-time pairing at once: 48 KiB, still in the cache.
+const PAIR_EVERY: usize = 1024;
+
 /// How often a watched conversion tells its live view what it converted: within a view's
 /// interval (a second by default) with room to spare.
 pub const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
