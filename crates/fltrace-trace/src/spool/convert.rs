@@ -201,7 +201,6 @@ impl Conversion {
             allocs: BackgroundWriter::start(
                 allocs,
                 AllocWriter::create_for(allocs, origin.clone())?,
-                None,
             ),
             generation: None,
             stack_writer: StackWriter::create_for(stacks, origin)?,
@@ -267,7 +266,6 @@ impl Conversion {
                 if let Some(pairing) = &mut self.pairing {
                     pairing.exec(floor);
                 }
-                self.allocs.exec(floor)?;
                 if let Some(tap) = &mut self.live {
                     tap.pending.execs.push((tap.pending.events.len(), floor));
                 }
@@ -455,8 +453,8 @@ struct BackgroundWriter {
     encoders: Vec<std::thread::JoinHandle<AllocTotals>>,
     /// The totals per (stack, call, size) of every event, once the encoders have ended.
     totals: AllocTotals,
-    /// The thread that writes the file, which gives what the pairing found.
-    thread: Option<std::thread::JoinHandle<Result<Option<AllocPassSummary>, Error>>>,
+    /// The thread that writes the file.
+    thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
     /// The next job's place in the file, and the next batch's first row.
     next_job: u64,
     next_row: u64,
@@ -467,8 +465,6 @@ struct BackgroundWriter {
     busy: std::sync::Arc<std::sync::Mutex<std::time::Duration>>,
     /// Set when the table is given up: the threads drop what they hold unwritten.
     abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// What the pairing found, once the threads have ended (see [`crate::PairCalls`]).
-    paired: Option<AllocPassSummary>,
 }
 
 /// What the encoders are given, numbered in file order.
@@ -480,16 +476,12 @@ enum Job {
     },
     /// Write what was given so far and a checkpoint.
     Checkpoint { number: u64 },
-    /// The process exec'd then: for the pairing, between the events before and after.
-    Exec { number: u64, time_ns: u64 },
 }
 
-/// What the file thread is handed, numbered as its job: the events come along for the
-/// pairing, which the file thread runs in file order.
+/// What the file thread is handed, numbered as its job.
 enum Encoded {
-    Group(Result<EncodedGroup, Error>, Vec<AllocEvent>),
+    Group(Result<EncodedGroup, Error>),
     Checkpoint,
-    Exec(u64),
 }
 
 /// Events per batch handed to the encoders: a row group.
@@ -498,11 +490,7 @@ const BATCH: usize = 1 << 16;
 const ENCODERS: usize = 2;
 
 impl BackgroundWriter {
-    fn start(
-        path: &Path,
-        mut writer: AllocWriter,
-        mut pairing: Option<Box<dyn crate::PairCalls>>,
-    ) -> BackgroundWriter {
+    fn start(path: &Path, mut writer: AllocWriter) -> BackgroundWriter {
         use std::sync::atomic::Ordering;
         use std::sync::{Arc, Mutex};
         let (sender, jobs) = std::sync::mpsc::sync_channel::<Job>(ENCODERS);
@@ -545,10 +533,9 @@ impl BackgroundWriter {
                                     totals.add(event);
                                 }
                                 let group = encoder.encode(first, &events);
-                                (number, Encoded::Group(group, events))
+                                (number, Encoded::Group(group))
                             }
                             Job::Checkpoint { number } => (number, Encoded::Checkpoint),
-                            Job::Exec { number, time_ns } => (number, Encoded::Exec(time_ns)),
                         };
                         if done.send((number, encoded)).is_err() {
                             break;
@@ -563,35 +550,25 @@ impl BackgroundWriter {
         let (given_up, file_busy, file) = (abandoned.clone(), busy.clone(), path.to_owned());
         let thread = std::thread::spawn(move || {
             let started = thread_cpu();
-            let result = (|| -> Result<Option<AllocPassSummary>, Error> {
+            let result = (|| -> Result<(), Error> {
                 // Encoded out of order by the encoders, written in order.
                 let mut waiting = std::collections::BTreeMap::new();
                 let mut next = 0;
                 for (number, encoded) in encoded {
                     if given_up.load(Ordering::Acquire) {
-                        return Ok(None);
+                        return Ok(());
                     }
                     waiting.insert(number, encoded);
                     while let Some(encoded) = waiting.remove(&next) {
                         match encoded {
-                            Encoded::Group(group, events) => {
-                                writer.push_encoded(group?)?;
-                                if let Some(pairing) = &mut pairing {
-                                    pairing.events(&events);
-                                }
-                            }
+                            Encoded::Group(group) => writer.push_encoded(group?)?,
                             Encoded::Checkpoint => writer.checkpoint()?,
-                            Encoded::Exec(time_ns) => {
-                                if let Some(pairing) = &mut pairing {
-                                    pairing.exec(time_ns);
-                                }
-                            }
                         }
                         next += 1;
                     }
                 }
                 if given_up.load(Ordering::Acquire) {
-                    return Ok(None);
+                    return Ok(());
                 }
                 if !waiting.is_empty() {
                     return Err(Error::Write {
@@ -599,8 +576,7 @@ impl BackgroundWriter {
                         source: "an allocation table encoder ended early".into(),
                     });
                 }
-                writer.finish()?;
-                Ok(pairing.and_then(|pairing| pairing.finish()))
+                writer.finish()
             })();
             add_busy(&file_busy, thread_cpu().saturating_sub(started));
             result
@@ -617,17 +593,7 @@ impl BackgroundWriter {
             waited: std::time::Duration::ZERO,
             busy,
             abandoned,
-            paired: None,
         }
-    }
-
-    /// The process exec'd at `time_ns`: what was pushed before goes out first.
-    fn exec(&mut self, time_ns: u64) -> Result<(), Error> {
-        if !self.batch.is_empty() {
-            self.send_batch()?;
-        }
-        let number = self.next_job;
-        self.send(Job::Exec { number, time_ns })
     }
 
     /// Stops the threads without writing what is left, and waits until the file is closed.
@@ -713,7 +679,7 @@ impl BackgroundWriter {
         self.waited += started.elapsed();
         match joined {
             Some(joined) => {
-                self.paired = joined.ok().filter(|_| encoders_ended).unwrap_or_else(|| {
+                joined.ok().filter(|_| encoders_ended).unwrap_or_else(|| {
                     Err(Error::Write {
                         path: self.path.clone(),
                         source: "the allocation table writer panicked".into(),
