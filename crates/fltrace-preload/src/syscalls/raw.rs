@@ -18,7 +18,6 @@ use super::{Buf, RANGES, held_call, region_of, set_errno};
 unsafe fn raw(number: c_long, args: [c_long; 6]) -> c_long {
     let result: c_long;
     // SAFETY: the kernel's x86_64 calling convention; rcx and r11 are clobbered by it.
-    #[cfg(target_arch = "x86_64")]
     unsafe {
         std::arch::asm!(
             "syscall",
@@ -29,10 +28,6 @@ unsafe fn raw(number: c_long, args: [c_long; 6]) -> c_long {
             options(nostack),
         )
     };
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: the C library's raw call, with the arguments given.
-    let result =
-        unsafe { libc::syscall(number, args[0], args[1], args[2], args[3], args[4], args[5]) };
     if (-4095..0).contains(&result) {
         set_errno(-result as c_int);
         return -1;
@@ -210,8 +205,12 @@ pub unsafe extern "C" fn syscall(
     // buffers are not the program's far memory (this library's own calls among them), goes
     // straight to the kernel.
     let bufs = match number {
-        libc::SYS_read | libc::SYS_pread64 | libc::SYS_getrandom => [
+        libc::SYS_read | libc::SYS_pread64 => [
             Buf::written(pointer(a2), a3 as usize),
+            Buf::read(std::ptr::null(), 0),
+        ],
+        libc::SYS_getrandom => [
+            Buf::written(pointer(a1), a2 as usize),
             Buf::read(std::ptr::null(), 0),
         ],
         libc::SYS_write | libc::SYS_pwrite64 => [
@@ -232,11 +231,6 @@ pub unsafe extern "C" fn syscall(
             Buf::read(std::ptr::null(), 0),
         ],
         _ => [Buf::read(std::ptr::null(), 0); 2],
-    };
-    let bufs = if number == libc::SYS_getrandom {
-        [Buf::written(pointer(a1), a2 as usize), bufs[1]]
-    } else {
-        bufs
     };
     let Some(region) = region_of(&bufs) else {
         // SAFETY: C's contract for that call, passed on.
