@@ -11,7 +11,21 @@ use super::util::*;
 
 /// `fltrace record -q -L=local -M=max -- command...` in `dir`.
 fn far(dir: &Dir, local_mb: u64, max_mb: u64, command: &[&std::ffi::OsStr]) -> Output {
+    far_on_path(dir, None, local_mb, max_mb, command)
+}
+
+/// `far`, with the runtime's fault path named (`FLTRACE_RT_FAULT_PATH`) when given.
+fn far_on_path(
+    dir: &Dir,
+    fault_path: Option<&str>,
+    local_mb: u64,
+    max_mb: u64,
+    command: &[&std::ffi::OsStr],
+) -> Output {
     let mut cmd = dir.fltrace();
+    if let Some(path) = fault_path {
+        cmd.env("FLTRACE_RT_FAULT_PATH", path);
+    }
     cmd.args([
         "record",
         "-q",
@@ -283,6 +297,19 @@ fn heap_round_trip() -> &'static Path {
         .1
 }
 
+/// `java` running the workload over a heap of 256 MB with `collector`.
+fn heap_round_trip_command(collector: &'static str) -> [&'static std::ffi::OsStr; 7] {
+    [
+        "java".as_ref(),
+        "-Xmx1g".as_ref(),
+        collector.as_ref(),
+        "-cp".as_ref(),
+        heap_round_trip().as_os_str(),
+        "HeapRoundTrip".as_ref(),
+        "256".as_ref(),
+    ]
+}
+
 /// OpenJDK 17 with a heap of 256 MB written and read back, under -L at half its peak, with
 /// the G1, the Serial and the Parallel collector: HotSpot reserves its heap and commits it in place (without
 /// flags of its own), and the heap is emulated: pages evicted and fetched, local memory within
@@ -290,17 +317,8 @@ fn heap_round_trip() -> &'static Path {
 /// archive's written pages) is a small part of its memory.
 #[test]
 fn the_jvm_heap_is_emulated() {
-    let classes = heap_round_trip();
     for collector in ["-XX:+UseG1GC", "-XX:+UseSerialGC", "-XX:+UseParallelGC"] {
-        let command = [
-            "java".as_ref(),
-            "-Xmx1g".as_ref(),
-            collector.as_ref(),
-            "-cp".as_ref(),
-            classes.as_os_str(),
-            "HeapRoundTrip".as_ref(),
-            "256".as_ref(),
-        ];
+        let command = heap_round_trip_command(collector);
         let (expected, peak_kb) = untraced(&command);
         assert!(expected.status.success(), "{}", stderr(&expected));
         let local_mb = peak_kb / 1024 / 2;
@@ -331,25 +349,12 @@ fn the_jvm_heap_is_emulated() {
 /// fault on the in-thread path, and no SIGBUS of the runtime's passed to the JVM.
 #[test]
 fn the_jvm_heap_is_emulated_with_faults_served_in_its_threads() {
-    let classes = heap_round_trip();
-    let command = [
-        "java".as_ref(),
-        "-Xmx1g".as_ref(),
-        "-XX:+UseG1GC".as_ref(),
-        "-cp".as_ref(),
-        classes.as_os_str(),
-        "HeapRoundTrip".as_ref(),
-        "256".as_ref(),
-    ];
+    let command = heap_round_trip_command("-XX:+UseG1GC");
     let (expected, peak_kb) = untraced(&command);
     assert!(expected.status.success(), "{}", stderr(&expected));
     let local_mb = peak_kb / 1024 / 2;
     let dir = Dir::new();
-    let mut cmd = dir.fltrace();
-    cmd.env("FLTRACE_RT_FAULT_PATH", "signal")
-        .args(["record", "-q", &format!("-L={local_mb}"), "-M=2048", "--"])
-        .args(command);
-    let out = output_within(&mut cmd, std::time::Duration::from_secs(900));
+    let out = far_on_path(&dir, Some("signal"), local_mb, 2048, &command);
     let pid = assert_emulated(&dir, &out, &expected, local_mb);
     assert_eq!(
         last(&dir, pid, "rt_fault_path"),
