@@ -149,8 +149,10 @@ impl JitFiles {
             // The files under its pid's names are the later process's now.
             process.jitdump_path = None;
         }
+        // Only a process seen mapping JIT code has a perf map to look for: a map under the
+        // pid of one that never did is a stale file of an earlier process given that pid.
         let perf_map = process.perf_map.or_else(|| {
-            (!process.pid_reused)
+            (process.jit_code && !process.pid_reused)
                 .then(|| open_perf_map(Path::new(&format!("/tmp/perf-{pid}.map")), process.uid))
                 .flatten()
         });
@@ -248,6 +250,23 @@ mod tests {
         let (kept, reused) = (copied(false), copied(true));
         let _ = std::fs::remove_file(&map);
         assert_eq!((kept, reused), (true, false));
+    }
+
+    /// A process never seen mapping JIT code: a perf map under its pid was left by an earlier
+    /// process of that pid and is not copied as its own. Before, a shell's recording kept the
+    /// map a test's JIT workload had left hours earlier.
+    #[test]
+    fn perf_map_of_a_process_without_jit_code_is_not_taken() {
+        let pid = fltrace_trace::files::PID_LIMIT + 1 + std::process::id();
+        let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(&map, "1000 10 earlier_function\n").expect("perf map written");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut files = JitFiles::default();
+        files.processes.insert(pid, JitProcess::default());
+        files.finish(dir.path(), pid);
+        let copied = fltrace_trace::files::perf_map(dir.path(), pid).exists();
+        let _ = std::fs::remove_file(&map);
+        assert!(!copied);
     }
 
     /// Our own status: the pid namespace of the tests is the machine's.

@@ -271,7 +271,7 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
             .filter(|l| !l.is_empty())
             .count())
     };
-    let tables: [(PathBuf, Count); 12] = [
+    let tables: [(PathBuf, Count); 15] = [
         (faults(dir, pid), |p| {
             crate::read_faults(p).map(|(f, _)| f.len())
         }),
@@ -296,6 +296,14 @@ pub fn readable(dir: &Path, pid: u32) -> Vec<(PathBuf, Result<usize, Error>)> {
         (stats(dir, pid), lines),
         (procmaps(dir, pid), lines),
         (resident(dir, pid), lines),
+        (checksums(dir, pid), lines),
+        // A JIT's files, counted as the functions they name.
+        (perf_map(dir, pid), |p| {
+            crate::perf_map::PerfMap::read(p).map(|m| m.len())
+        }),
+        (jitdump(dir, pid), |p| {
+            crate::jitdump::JitDump::read(p).map(|d| d.len())
+        }),
     ];
     tables
         .into_iter()
@@ -579,6 +587,43 @@ fn warn_if_exposed(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every file `record` writes is named in what was kept after a write error, so none is
+    /// left out of that account. The JIT files once were.
+    #[test]
+    fn every_recording_file_is_in_what_was_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pid = 1234;
+        let every = [
+            faults(dir.path(), pid),
+            stacks(dir.path(), pid),
+            mmaps(dir.path(), pid),
+            allocs(dir.path(), pid),
+            alloc_stacks(dir.path(), pid),
+            alloc_totals(dir.path(), pid),
+            alloc_stats(dir.path(), pid),
+            resident(dir.path(), pid),
+            access(dir.path(), pid),
+            access_stacks(dir.path(), pid),
+            procmaps(dir.path(), pid),
+            stats(dir.path(), pid),
+            checksums(dir.path(), pid),
+            perf_map(dir.path(), pid),
+            jitdump(dir.path(), pid),
+        ];
+        for path in &every {
+            std::fs::write(path, b"").expect("file written");
+        }
+        let mut written = recording_files(dir.path(), pid);
+        let mut accounted: Vec<PathBuf> = readable(dir.path(), pid)
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
+        written.sort();
+        accounted.sort();
+        assert_eq!(written.len(), every.len());
+        assert_eq!(accounted, written);
+    }
 
     /// Names are built and parsed back.
     #[test]

@@ -152,6 +152,26 @@ pub fn site(file: &str, name: &str) -> u32 {
 /// A temporary directory to record in.
 pub struct Dir(pub tempfile::TempDir);
 
+/// The perf maps the recorded JITs wrote in /tmp go with the recording: left there, one
+/// would lie under a pid the machine gives to a later test's process.
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(self.path()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| fltrace_trace::files::pid_of(n, "faults", "parquet"));
+            if let Some(pid) = pid {
+                let (pid, _) = fltrace_trace::files::reused_pid(pid);
+                let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+            }
+        }
+    }
+}
+
 impl Dir {
     pub fn new() -> Dir {
         Dir(tempfile::tempdir().expect("temp dir"))
