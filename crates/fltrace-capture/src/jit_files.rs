@@ -15,12 +15,16 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use fltrace_trace::Mapping;
 
 /// How often perf maps not found yet are looked for again.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How far before a process's start its perf map may seem written: file times come from a
+/// coarse clock, a few milliseconds behind.
+const MTIME_SLACK: Duration = Duration::from_millis(20);
 
 /// What is known of one process's JIT files.
 #[derive(Default)]
@@ -33,6 +37,8 @@ struct JitProcess {
     jitdump_path: Option<String>,
     /// Its effective uid, which its perf map must belong to; read with its namespace pid.
     uid: Option<u32>,
+    /// When it started: a perf map last written before was an earlier process's of its pid.
+    started: Option<SystemTime>,
     /// Another process was given its pid: the files named by the pid from then on are that
     /// one's, so what was not opened by then is not looked for again.
     pid_reused: bool,
@@ -61,8 +67,9 @@ fn ns_pid_and_uid(pid: u32) -> Option<(u32, u32)> {
 }
 
 /// Opens the perf map at `path` if it is a regular file of `uid` (never through a symbolic
-/// link: the traced program could point one at any file).
-fn open_perf_map(path: &Path, uid: Option<u32>) -> Option<File> {
+/// link: the traced program could point one at any file) written since `started`: one left
+/// by an earlier process of the pid would name other code.
+fn open_perf_map(path: &Path, uid: Option<u32>, started: Option<SystemTime>) -> Option<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -70,7 +77,12 @@ fn open_perf_map(path: &Path, uid: Option<u32>) -> Option<File> {
         .ok()?;
     let metadata = file.metadata().ok()?;
     let owned = uid.is_none_or(|uid| metadata.uid() == uid);
-    (metadata.is_file() && owned).then_some(file)
+    let stale = started.is_some_and(|started| {
+        metadata
+            .modified()
+            .is_ok_and(|written| written + MTIME_SLACK < started)
+    });
+    (metadata.is_file() && owned && !stale).then_some(file)
 }
 
 impl JitFiles {
@@ -112,8 +124,11 @@ impl JitFiles {
             return;
         };
         process.uid = Some(uid);
+        if process.started.is_none() {
+            process.started = crate::procfs::start_time(pid);
+        }
         let path = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map"));
-        process.perf_map = open_perf_map(&path, Some(uid));
+        process.perf_map = open_perf_map(&path, Some(uid), process.started);
     }
 
     /// Looks again for the perf maps not found yet, at most every [`POLL_INTERVAL`].
@@ -153,7 +168,10 @@ impl JitFiles {
         // pid of one that never did is a stale file of an earlier process given that pid.
         let perf_map = process.perf_map.or_else(|| {
             (process.jit_code && !process.pid_reused)
-                .then(|| open_perf_map(Path::new(&format!("/tmp/perf-{pid}.map")), process.uid))
+                .then(|| {
+                    let path = format!("/tmp/perf-{pid}.map");
+                    open_perf_map(Path::new(&path), process.uid, process.started)
+                })
                 .flatten()
         });
         if let Some(file) = perf_map {
@@ -267,6 +285,30 @@ mod tests {
         let copied = fltrace_trace::files::perf_map(dir.path(), pid).exists();
         let _ = std::fs::remove_file(&map);
         assert!(!copied);
+    }
+
+    /// A perf map under the pid of a JIT process, last written before the process started,
+    /// was an earlier process's: it is not taken until written again. Before, it was copied
+    /// as the process's and its names given to the JIT's code.
+    #[test]
+    fn perf_map_written_before_the_process_started_is_not_taken() {
+        // This process's own pid: nothing else writes its map.
+        let pid = std::process::id();
+        let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        let file = std::fs::File::create(&map).expect("perf map written");
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        file.set_modified(hour_ago).expect("time set");
+        let mut process = JitProcess {
+            jit_code: true,
+            ..JitProcess::default()
+        };
+        JitFiles::look_for_perf_map(pid, &mut process);
+        let stale_taken = process.perf_map.is_some();
+        file.set_modified(SystemTime::now()).expect("time set");
+        JitFiles::look_for_perf_map(pid, &mut process);
+        let fresh_taken = process.perf_map.is_some();
+        let _ = std::fs::remove_file(&map);
+        assert_eq!((stale_taken, fresh_taken), (false, true));
     }
 
     /// Our own status: the pid namespace of the tests is the machine's.

@@ -61,6 +61,8 @@ pub(crate) struct Stat {
     pub state: char,
     /// The kernel's `PF_*` flags of the task.
     pub flags: u64,
+    /// When it started, in clock ticks after boot.
+    pub start_ticks: u64,
 }
 
 /// `PF_KTHREAD` in the flags of `/proc/PID/stat` (include/linux/sched.h).
@@ -92,7 +94,28 @@ pub(crate) fn parse_stat(text: &str) -> Stat {
             .and_then(|state| state.chars().next())
             .unwrap_or('?'),
         flags: fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0),
+        // starttime, the 22nd.
+        start_ticks: fields.get(19).and_then(|f| f.parse().ok()).unwrap_or(0),
     }
+}
+
+/// When process `pid` started, on the wall clock (as file times are): up to a clock tick
+/// early, since the kernel gives it in ticks after boot.
+pub(crate) fn start_time(pid: u32) -> Option<std::time::SystemTime> {
+    let ticks = stat(i32::try_from(pid).ok()?).ok()?.start_ticks;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    let mut boot = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    if hz == 0 || unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut boot) } != 0 {
+        return None;
+    }
+    let since_boot = std::time::Duration::new(boot.tv_sec as u64, boot.tv_nsec as u32);
+    let started = std::time::Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz);
+    std::time::SystemTime::now().checked_sub(since_boot.checked_sub(started)?)
 }
 
 /// `/proc/PID/stat`, parsed.
@@ -390,12 +413,14 @@ mod tests {
     /// like a zombie's state does not make one.
     #[test]
     fn stat_fields_follow_the_last_parenthesis() {
-        let line = "4242 () Z 1 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0";
+        let line = "4242 () Z 1 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                    3 1 0 0 20 0 1 0 987654 12345";
         assert_eq!(
             parse_stat(line),
             Stat {
                 state: 'S',
-                flags: 4_194_560
+                flags: 4_194_560,
+                start_ticks: 987_654,
             }
         );
         assert!(!parse_stat(line).is_zombie());
@@ -406,9 +431,20 @@ mod tests {
             parse_stat("garbage"),
             Stat {
                 state: '?',
-                flags: 0
+                flags: 0,
+                start_ticks: 0,
             }
         );
+    }
+
+    /// This process started after boot and before now, within the run of the tests.
+    #[test]
+    fn own_start_time_is_in_the_past() {
+        let started = start_time(std::process::id()).expect("own start time");
+        let age = std::time::SystemTime::now()
+            .duration_since(started)
+            .expect("started in the past");
+        assert!(age < std::time::Duration::from_secs(3600), "{age:?}");
     }
 
     #[test]
