@@ -28,6 +28,12 @@ pub fn monotonic_now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Time since boot, suspend included (CLOCK_BOOTTIME, the clock of process start times).
+pub fn since_boot() -> std::time::Duration {
+    let ts = clock_gettime(ClockId::Boottime);
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// Reads `buf.len()` bytes of process `pid`'s memory at `addr` into `buf`: the bytes read,
 /// 0 when the range cannot be read (not mapped, the process gone). Capture's one reader of
 /// another process's memory: the unwinder's live stack and GOT slots, the uprobe reader's

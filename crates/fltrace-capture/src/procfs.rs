@@ -105,17 +105,11 @@ pub(crate) fn start_time(pid: u32) -> Option<std::time::SystemTime> {
     let ticks = stat(i32::try_from(pid).ok()?).ok()?.start_ticks;
     // SAFETY: sysconf has no preconditions.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-    let mut boot = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    if hz == 0 || unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut boot) } != 0 {
+    if hz == 0 {
         return None;
     }
-    let since_boot = std::time::Duration::new(boot.tv_sec as u64, boot.tv_nsec as u32);
     let started = std::time::Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz);
-    std::time::SystemTime::now().checked_sub(since_boot.checked_sub(started)?)
+    std::time::SystemTime::now().checked_sub(crate::os::since_boot().checked_sub(started)?)
 }
 
 /// `/proc/PID/stat`, parsed.
