@@ -5,7 +5,8 @@
 //! A pass without faults only asks which live blocks a new one overlaps and which starts at
 //! a freed address: a hash lookup of a granule or three and a scan of the few blocks that
 //! start in them, where the ordered map's binary searches and moves took most of the time
-//! of pairing at record time (issue 40). Faults ask for the block below an address, which
+//! of pairing at record time (issue 40); the block added last waits outside the granules,
+//! where the free of a temporary finds it. Faults ask for the block below an address, which
 //! only the ordered map answers: the first fault moves every block there for good.
 
 use rustc_hash::FxHashMap;
@@ -40,6 +41,10 @@ pub(crate) struct HeapIndex {
     /// Larger blocks, or every block.
     ordered: RangeMap<u32>,
     spare: Vec<Vec<Small>>,
+    /// The small block added last, kept out of the granules until another comes: a block
+    /// freed before the next allocation (a temporary, most blocks of many programs) then
+    /// never touches the hash map. Always `None` once every block is ordered.
+    last: Option<Small>,
     /// The largest small block added so far: a block overlapping a query's start starts
     /// less than this far below it, so that a query of a heap of small blocks looks at one
     /// granule most of the time.
@@ -59,6 +64,7 @@ impl HeapIndex {
             small: Some(FxHashMap::default()),
             ordered: RangeMap::default(),
             spare: Vec::new(),
+            last: None,
             reach: 0,
         }
     }
@@ -67,6 +73,7 @@ impl HeapIndex {
     pub(crate) fn ordered(&mut self) -> &RangeMap<u32> {
         if let Some(small) = self.small.take() {
             let mut all: Vec<Small> = small.into_values().flatten().collect();
+            all.extend(self.last.take());
             all.sort_unstable_by_key(|b| b.start);
             for b in all {
                 self.ordered.insert(b.start, b.end, b.slot);
@@ -98,6 +105,10 @@ impl HeapIndex {
         let low = start.get().saturating_sub(self.reach.saturating_sub(1)) >> GRANULE_SHIFT;
         let high = (end.get() - 1) >> GRANULE_SHIFT;
         let before = taken.len();
+        if let Some(b) = self.last.filter(overlaps) {
+            self.last = None;
+            taken.push((b.start, b.end, b.slot));
+        }
         let in_use = small.len() as u64;
         let mut take_from = |granule: u64, blocks: &mut Vec<Small>| {
             let mut i = 0;
@@ -145,11 +156,13 @@ impl HeapIndex {
         match &mut self.small {
             Some(small) if end.get().saturating_sub(start.get()) <= SMALL => {
                 self.reach = self.reach.max(end.get().saturating_sub(start.get()));
-                let spare = &mut self.spare;
-                small
-                    .entry(start.get() >> GRANULE_SHIFT)
-                    .or_insert_with(|| spare.pop().unwrap_or_default())
-                    .push(Small { start, end, slot });
+                if let Some(b) = self.last.replace(Small { start, end, slot }) {
+                    let spare = &mut self.spare;
+                    small
+                        .entry(b.start.get() >> GRANULE_SHIFT)
+                        .or_insert_with(|| spare.pop().unwrap_or_default())
+                        .push(b);
+                }
             }
             _ => self.ordered.insert(start, end, slot),
         }
@@ -157,6 +170,10 @@ impl HeapIndex {
 
     /// Removes the block starting exactly at `start`, giving its end and slot.
     pub(crate) fn remove_starting_at(&mut self, start: VirtAddr) -> Option<(VirtAddr, u32)> {
+        if let Some(b) = self.last.filter(|b| b.start == start) {
+            self.last = None;
+            return Some((b.end, b.slot));
+        }
         if let Some(small) = &mut self.small {
             let granule = start.get() >> GRANULE_SHIFT;
             if let Some(blocks) = small.get_mut(&granule)
@@ -183,6 +200,7 @@ impl HeapIndex {
                 small
                     .drain()
                     .flat_map(|(_, blocks)| blocks)
+                    .chain(self.last.take())
                     .map(|b| (b.start, b.end, b.slot)),
             );
             all.sort_unstable_by_key(|&(s, _, _)| s);
@@ -220,9 +238,11 @@ mod tests {
                 }
                 let start = VirtAddr::new(0x10_0000 + next(400) * 48);
                 if next(3) == 0 {
-                    // Mostly a start added before, which may be gone since.
+                    // Mostly a start added before, which may be gone since; often the last
+                    // one (a temporary).
                     let start = match next(4) {
                         0 => start,
+                        1 => added[added.len() - 1],
                         _ => added[next(added.len() as u64) as usize],
                     };
                     let (a, b) = (
