@@ -18,9 +18,12 @@
 #   record-half-2handlers the same with FLTRACE_RT_HANDLERS=2 (a handler per CPU)
 #   record-half-busy      the same with FLTRACE_RT_BUSY_POLL=1 (the handler never sleeps)
 # and prints the median time of each and the time added per handled fault against untraced.
+#   record-half-base, record-half-threads-base   record-half and record-half-threads with the
+#                binaries of BASE_BIN_DIR (another build, measured in the same rounds)
 # Then (unless SCAN_MB=0) the two-threaded scan of workloads/readscan.c (SCAN_MB per thread,
 # 4 passes, read-mostly) at -L=<SCAN_MB> (half its peak), untraced and recorded on each path,
-# alternating: the time added per handled fault on each.
+# alternating: the time added per handled fault on each (and on each path with BASE_BIN_DIR's
+# binaries, when given).
 # Scheduling setups: "spin" (OpenMP default: threads spin-wait), "passive"
 # (OMP_WAIT_POLICY=passive), "1thread" (OMP_NUM_THREADS=1: the handler has a CPU to itself),
 # "pinned" (taskset -c 0: program, handler and recorder share one CPU).
@@ -43,6 +46,7 @@ trap 'rm -rf "$work"' EXIT
 # FLTRACE_BIN_DIR: binaries copied aside, so that a build meanwhile does not change them mid-run.
 bin=${FLTRACE_BIN_DIR:-$root/target/release}
 fltrace="$bin/fltrace"
+base_fltrace=${BASE_BIN_DIR:+$BASE_BIN_DIR/fltrace}
 lib="$bin/libfltrace_preload.so"
 gcc -O2 -g -fopenmp -o "$work/graph" "$root/workloads/graph.c"
 gcc -O2 -shared -fPIC -o "$work/min_uffd.so" "$root/bench/min_uffd.c" -lpthread
@@ -84,7 +88,11 @@ run() {
             # No recorder, so no stats file: its faults are min_uffd's (the same first touches).
             timed "${prefix[@]}" LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=$((ample * 256)) FLTRACE_RT_MAX_PAGES=$((max * 256)) "$work/graph" "$scale" 1 >/dev/null ;;
         record-*)
-            local l=$half knobs=()
+            local l=$half knobs=() exe=$fltrace
+            if [[ $config == *-base ]]; then
+                exe=${base_fltrace:?"BASE_BIN_DIR is needed for $config"}
+                config=${config%-base}
+            fi
             case $config in
                 record-ample) l=$ample ;;
                 record-half) knobs=(FLTRACE_RT_FAULT_PATH=signal) ;;
@@ -94,7 +102,7 @@ run() {
                 record-half-2handlers) knobs=(FLTRACE_RT_HANDLERS=2) ;;
                 record-half-busy) knobs=(FLTRACE_RT_BUSY_POLL=1) ;;
             esac
-            timed "${prefix[@]}" "${knobs[@]}" "$fltrace" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null
+            timed "${prefix[@]}" "${knobs[@]}" "$exe" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null
             faults=$(stat_of "$(ls "$dir"/fltrace-data-stats-*.out | head -1)" rt_faults) ;;
     esac
     echo "$wall $cpu ${faults:-0}"
@@ -136,14 +144,17 @@ if ((scan_mb > 0)); then
     scan_peak_kb=$(/usr/bin/time -f %M "$work/readscan" "$scan_mb" 4 2>&1 >/dev/null | tail -1)
     scan_peak=$(( (scan_peak_kb + 1023) / 1024 ))
     declare -A stimes=() scpus=() sfaults=()
+    scan_configs=(untraced in-thread threads)
+    [[ -n $base_fltrace ]] && scan_configs+=(in-thread-base threads-base)
     for ((r = 0; r < rounds; r++)); do
-        for config in untraced in-thread threads; do
+        for config in "${scan_configs[@]}"; do
             dir="$work/scan"; rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
-            knobs=(FLTRACE_RT_FAULT_PATH=thread); [[ $config == in-thread ]] && knobs=(FLTRACE_RT_FAULT_PATH=signal)
+            knobs=(FLTRACE_RT_FAULT_PATH=thread); [[ $config == in-thread* ]] && knobs=(FLTRACE_RT_FAULT_PATH=signal)
+            exe=$fltrace; [[ $config == *-base ]] && exe=$base_fltrace
             if [[ $config == untraced ]]; then
                 timed "$work/readscan" "$scan_mb" 4 >/dev/null
             else
-                timed env "${knobs[@]}" "$fltrace" record -q -L="$scan_mb" -M=$(( scan_peak * 4 )) -- "$work/readscan" "$scan_mb" 4 >/dev/null
+                timed env "${knobs[@]}" "$exe" record -q -L="$scan_mb" -M=$(( scan_peak * 4 )) -- "$work/readscan" "$scan_mb" 4 >/dev/null
                 sfaults[$config]=$(stat_of "$(ls "$dir"/fltrace-data-stats-*.out | head -1)" rt_faults)
             fi
             stimes[$config]+="$wall "; scpus[$config]+="$cpu "
@@ -152,8 +163,8 @@ if ((scan_mb > 0)); then
     u=$(printf '%s\n' ${stimes[untraced]} | median)
     uc=$(printf '%s\n' ${scpus[untraced]} | median)
     echo "readscan 2x${scan_mb} MB, 4 passes, -L=$scan_mb (peak ${scan_peak} MB) (load $(cut -d' ' -f1-3 /proc/loadavg)):"
-    for config in untraced in-thread threads; do
+    for config in "${scan_configs[@]}"; do
         summary "$config" "${stimes[$config]}" "${scpus[$config]}" "${sfaults[$config]:-0}"
     done
 fi
-echo "(bench/farmem-floor.sh $scale $rounds \"${setups[*]}\" \"${configs[*]}\"; SCAN_MB=$scan_mb)"
+echo "(bench/farmem-floor.sh $scale $rounds \"${setups[*]}\" \"${configs[*]}\"; SCAN_MB=$scan_mb${BASE_BIN_DIR:+; BASE_BIN_DIR=$BASE_BIN_DIR})"

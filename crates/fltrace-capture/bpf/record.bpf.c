@@ -51,6 +51,11 @@ static void *(*bpf_dynptr_data)(const struct bpf_dynptr *ptr, u32 offset, u32 le
 volatile const u32 stack_cap = 262144;
 // Wake the recorder once this much is waiting in the ring (else it wakes on its own timer).
 volatile const u32 wake_bytes = 1 << 20;
+// And, when not 0, once a CPU has written this many records since it last woke it: under far
+// memory served in the faulting thread, the runtime stops its threads once the recorder is a
+// number of faults behind (its backlog), and small records would not reach `wake_bytes`
+// before that, leaving them stopped until the recorder's timer.
+volatile const u32 wake_records = 0;
 // The recorder's pid namespace (the device and inode of /proc/self/ns/pid), when it is not the
 // first one: the records then carry pids as the recorder sees them, as its perf records do.
 volatile const u64 pidns_dev = 0;
@@ -178,6 +183,14 @@ struct {
 	__type(value, u64);
 } counts SEC(".maps");
 
+// Records each CPU wrote since it last woke the recorder (`wake_records`).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} unwoken SEC(".maps");
+
 // Sized by the recorder (`max_entries`, a power of two of pages).
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -221,8 +234,17 @@ static __always_inline int traced(u64 *global, u64 *ours)
 
 static __always_inline u64 wake_flag(void)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wake_bytes ? BPF_RB_FORCE_WAKEUP
-									  : BPF_RB_NO_WAKEUP;
+	u32 zero = 0;
+	u32 *n = bpf_map_lookup_elem(&unwoken, &zero);
+	if (n)
+		*n += 1;
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wake_bytes ||
+	    (wake_records && n && *n >= wake_records)) {
+		if (n)
+			*n = 0;
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
 }
 
 static long vma_bounds(struct task_struct *task, struct vm_area_struct *vma, struct bounds *out)

@@ -283,6 +283,18 @@ impl RecordingOutcome {
 pub const RECORDING_FAILED: u8 = 125;
 
 /// Notes when the trace stopped being written: the first time an error is seen.
+/// Faults a far-memory runtime may log beyond what the recorder has read (the in-thread path
+/// waits beyond): a fault's record takes its stack copy and some more, and the faults' ring is
+/// at most half the budget. A live copy is usually far below its cap: counted at 16 KiB at
+/// most, the backlog stays a bound the in-thread path can wait on.
+pub(crate) fn far_backlog(options: &Options) -> u64 {
+    let copy = match options.stack {
+        StackCopy::Fixed(bytes) => bytes,
+        StackCopy::Live { cap } => cap.min(16 << 10),
+    } as usize;
+    ((options.buffer_mb << 20) / 2 / (copy + 1024) * 3 / 4).max(256) as u64
+}
+
 fn note_stop(error: &Option<String>, stopped: &mut Option<Duration>, started: Instant) {
     if error.is_some() && stopped.is_none() {
         *stopped = Some(started.elapsed());

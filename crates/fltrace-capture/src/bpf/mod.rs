@@ -144,10 +144,13 @@ pub fn refused_for_privilege(error: &(dyn std::error::Error + 'static)) -> bool 
 impl BpfCapture {
     /// Loads the program with a ring of `ring_bytes` (a power of two of pages) and stack
     /// copies of at most `stack_cap` bytes, and attaches it: nothing is traced until
-    /// [`BpfCapture::trace`] names a process. `cpus` are the CPUs to watch for major faults.
+    /// [`BpfCapture::trace`] names a process. The recorder is woken when an eighth of the ring
+    /// waits, and, unless `wake_records` is 0, when a CPU has written that many records since
+    /// it last woke it. `cpus` are the CPUs to watch for major faults.
     pub fn start(
         ring_bytes: usize,
         stack_cap: u32,
+        wake_records: u32,
         tracefs: &Path,
         cpus: &[i32],
     ) -> Result<BpfCapture, Unavailable> {
@@ -172,6 +175,7 @@ impl BpfCapture {
             .override_global("pidns_ino", &pidns_ino, true)
             .override_global("stack_cap", &cap, true)
             .override_global("wake_bytes", &wake, true)
+            .override_global("wake_records", &wake_records, true)
             .override_global("newtask_pid_off", &pid_off, true)
             .override_global("newtask_flags_off", &flags_off, true)
             .map_max_entries("events", ring_bytes as u32)
@@ -372,7 +376,7 @@ mod tests {
         let tracefs = crate::perf_abi::tracefs().expect("tracefs");
         let cpus = crate::perf_abi::online_cpus().expect("CPUs");
         let mut capture =
-            BpfCapture::start(4 << 20, DEFAULT_STACK_CAP, &tracefs, &cpus).expect("BPF loads");
+            BpfCapture::start(4 << 20, DEFAULT_STACK_CAP, 0, &tracefs, &cpus).expect("BPF loads");
         // A child that touches 16 fresh pages once told to go.
         let (go_read, go_write) = rustix::pipe::pipe().expect("pipe");
         // SAFETY: the child only makes system calls and writes its own memory before _exit.

@@ -206,16 +206,7 @@ impl State {
                 metadata,
                 collect_code_hits: options.build_id_cache.is_some(),
                 mono_offset,
-                // A fault's record takes its stack copy and some more; the faults' ring is at
-                // most half the budget. A live copy is usually far below its cap: counted at
-                // 16 KiB at most, the backlog stays a bound the in-thread path can wait on.
-                far_backlog: {
-                    let copy = match options.stack {
-                        crate::recorder::StackCopy::Fixed(bytes) => bytes,
-                        crate::recorder::StackCopy::Live { cap } => cap.min(16 << 10),
-                    } as usize;
-                    ((options.buffer_mb << 20) / 2 / (copy + 1024) * 3 / 4).max(256) as u64
-                },
+                far_backlog: crate::recorder::far_backlog(options),
                 live: options.live.is_some(),
                 resident_series: options.allocs.is_some(),
             },

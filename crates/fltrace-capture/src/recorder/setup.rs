@@ -330,7 +330,23 @@ fn start_capture(
     let plan = plan_rings(options.buffer_mb, cpus.len(), page, Carrier::SharedRing)?;
     // A record must leave room for others: a copy at most a quarter of the ring.
     let cap = cap.min((plan.shared / 4).min(u32::MAX as usize) as u32);
-    match BpfCapture::start(plan.shared, cap, tracefs, cpus) {
+    // Under far memory served in the faulting thread (asked for in the environment the
+    // runtime inherits), the recorder is woken a quarter of the runtime's backlog at the
+    // latest (each CPU counts its own records), so that threads that wait for it once that far
+    // behind are not left waiting for its timer. Handler threads never wait for it: with them
+    // it is woken as before, by the bytes waiting.
+    let in_thread = std::env::var_os(
+        fltrace_runtime_abi::env::FAULT_PATH
+            .to_str()
+            .unwrap_or_default(),
+    )
+    .is_some_and(|path| path == "signal");
+    let wake_records = if options.far_memory.is_some() && in_thread {
+        (crate::recorder::far_backlog(options) / 4 / cpus.len().max(1) as u64).max(1) as u32
+    } else {
+        0
+    };
+    match BpfCapture::start(plan.shared, cap, wake_records, tracefs, cpus) {
         Ok(capture) => Ok((Some(capture), plan, 8)),
         Err(e) => {
             log::warn!(

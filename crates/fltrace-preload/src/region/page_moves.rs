@@ -209,6 +209,46 @@ impl Region {
         evicted
     }
 
+    /// Makes the store pages of the dirty victims (sorted) present, a run of them per call
+    /// (`MADV_POPULATE_WRITE`), before they are copied into: otherwise each copy faults its
+    /// store page in, and each of those faults is one more event for the recorder (a fault of
+    /// the runtime's own memory, its stack copied through the signal frame on the in-thread
+    /// path), which cost as much as the program's own fault. A kernel without the advice
+    /// (before 5.14) leaves them to the copies' faults.
+    pub(super) fn populate_store(&self, victims: &[usize]) {
+        static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+        if UNSUPPORTED.load(Relaxed) {
+            return;
+        }
+        let dirty = |i: usize| self.state(i).load(Relaxed) & DIRTY != 0;
+        for_runs(victims, |first, n| {
+            if UNSUPPORTED.load(Relaxed) {
+                return;
+            }
+            let mut i = first;
+            while i < first + n {
+                if !dirty(i) {
+                    i += 1;
+                    continue;
+                }
+                let run = i;
+                while i < first + n && dirty(i) {
+                    i += 1;
+                }
+                if sys::madvise(
+                    self.store + run * PAGE,
+                    (i - run) * PAGE,
+                    libc::MADV_POPULATE_WRITE,
+                ) != 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+                {
+                    UNSUPPORTED.store(true, Relaxed);
+                    return;
+                }
+            }
+        });
+    }
+
     /// Writes the victims (sorted, `EVICTING`, resident) out by copying, without the page
     /// lock: dirty ones write-protected first (no write can be lost between), copied to the
     /// store, then all dropped. Returns how many were evicted (all).
@@ -229,6 +269,7 @@ impl Region {
         });
         let copying = sys::monotonic_ns_vdso();
         add(&breakdown.evict_wp_ns, copying - protecting);
+        self.populate_store(victims);
         for &idx in victims {
             let state = self.state(idx);
             let old = state.load(Relaxed);
