@@ -234,17 +234,20 @@ static __always_inline int traced(u64 *global, u64 *ours)
 
 static __always_inline u64 wake_flag(void)
 {
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wake_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	// The count by CPU only where it is asked for: the default path pays no map lookup a
+	// record (a constant the verifier prunes).
+	if (!wake_records)
+		return BPF_RB_NO_WAKEUP;
 	u32 zero = 0;
 	u32 *n = bpf_map_lookup_elem(&unwoken, &zero);
-	if (n)
-		*n += 1;
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wake_bytes ||
-	    (wake_records && n && *n >= wake_records)) {
-		if (n)
-			*n = 0;
-		return BPF_RB_FORCE_WAKEUP;
-	}
-	return BPF_RB_NO_WAKEUP;
+	if (!n)
+		return BPF_RB_NO_WAKEUP;
+	if (++*n < wake_records)
+		return BPF_RB_NO_WAKEUP;
+	*n = 0;
+	return BPF_RB_FORCE_WAKEUP;
 }
 
 static long vma_bounds(struct task_struct *task, struct vm_area_struct *vma, struct bounds *out)
