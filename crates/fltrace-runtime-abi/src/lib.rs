@@ -77,9 +77,9 @@ pub mod env {
     /// the process). Off by default: closing a tracepoint counter waits for an RCU grace
     /// period, 30-50 ms each here, which every run of the program paid at exit.
     pub const TLB_COUNT: &CStr = c"FLTRACE_RT_TLB_COUNT";
-    /// `thread` to serve every fault from handler threads that read the userfaultfd; by
-    /// default a fault the program takes in user mode is served in the thread that takes it
-    /// (`UFFD_FEATURE_SIGBUS` and a `SIGBUS` handler) where the kernel has the feature.
+    /// `signal` to serve a fault the program takes in user mode in the thread that takes it
+    /// (`UFFD_FEATURE_SIGBUS` and a `SIGBUS` handler) where the kernel has the feature; by
+    /// default, or with `thread`, handler threads that read the userfaultfd serve every fault.
     pub const FAULT_PATH: &CStr = c"FLTRACE_RT_FAULT_PATH";
     /// Path prefix of the shared page; the runtime appends `-<pid>`.
     pub const SHARED: &CStr = c"FLTRACE_RT_SHARED";
