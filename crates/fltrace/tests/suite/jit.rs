@@ -2,7 +2,7 @@
 //! unwound by that chain and named by its perf map; where no chain can be trusted the stack
 //! stops there, truncated; and no stack shows a caller that cannot call its callee.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -15,6 +15,7 @@ const PAGES: u64 = 64;
 struct Sample {
     comm: String,
     pid: u32,
+    tid: u32,
     /// The fault address, where the script printed it (`fltrace script --addr`).
     addr: Option<u64>,
     frames: Vec<(u64, String, String)>,
@@ -38,7 +39,7 @@ fn parse_script(text: &str) -> Vec<Sample> {
             }) else {
                 continue;
             };
-            let (pid, _tid) = words[at].split_once('/').expect("pid/tid");
+            let (pid, tid) = words[at].split_once('/').expect("pid/tid");
             let addr = words
                 .iter()
                 .position(|w| w.ends_with("faults:"))
@@ -47,6 +48,7 @@ fn parse_script(text: &str) -> Vec<Sample> {
             samples.push(Sample {
                 comm: words[..at].join(" "),
                 pid: pid.parse().expect("pid"),
+                tid: tid.parse().expect("tid"),
                 addr,
                 frames: Vec::new(),
             });
@@ -255,11 +257,13 @@ fn jit_code_without_a_frame_chain_ends_the_stack_truncated() {
 /// node (Debian's) with --perf-basic-prof --interpreted-frames-native-stack on workloads/hot.js,
 /// recorded by fltrace while `perf record -g` records the same process: most faults have
 /// hotAllocate's frames, under the module loader's JS frames, all named from node's perf map;
-/// and fltrace's stacks take no caller->callee step that perf does not see too, by frame
-/// pointers in that run or by DWARF (`--call-graph dwarf`) in another run of the script: JIT
-/// frames compared by address, others by function. The frames below `__libc_start_call_main`
-/// are left out (perf's frame walk does not see them), and so are the steps of a rare path the
-/// other run may not take: at most 0.1% of the steps, none of them one of 100 stacks or more.
+/// and the JS thread's stacks in fltrace take no caller->callee step that perf does not see
+/// too, by frame pointers in that run or by DWARF (`--call-graph dwarf`) in another run of the
+/// script: JIT frames compared by address, others by function. The frames below
+/// `__libc_start_call_main` are left out (perf's frame walk does not see them), and so are
+/// steps between native functions perf's runs never reached (a collection only one run made)
+/// and the steps of a rare path the other run may not take: at most 0.1% of the steps, none of
+/// them one of 100 stacks or more.
 /// 98% or more of the stacks reach node's entry. (Before, 98% of node's faults had stacks with
 /// steps no program takes.)
 #[test]
@@ -348,12 +352,29 @@ fn node_stacks_go_through_its_js_frames_as_perf_sees_them() {
     );
 
     let theirs = edges(by_fp.iter().chain(&by_dwarf));
-    let mine = edges(node.iter().copied());
+    let reached: HashSet<String> = by_fp
+        .iter()
+        .chain(&by_dwarf)
+        .flat_map(|s| s.frames.iter().filter_map(frame_key))
+        .collect();
+    // The JS thread's steps: V8's helper threads (concurrent marking, the optimizing compiler)
+    // run no JS and take paths whose timing differs from one run to the next.
+    let mine = edges(node.iter().copied().filter(|s| s.tid == node_pid));
     let outer = ["start", "libc_start_main_impl"];
+    // A step between two native functions is judged where perf's runs reached both of them
+    // (a full collection the other runs did not make cannot be compared); a step into or out
+    // of JIT code always is.
+    let judged = |(caller, callee): &(String, String)| {
+        caller.starts_with('@')
+            || callee.starts_with('@')
+            || (reached.contains(caller) && reached.contains(callee))
+    };
     let total: u64 = mine.values().sum();
     let mut unseen: Vec<(&(String, String), u64)> = mine
         .iter()
-        .filter(|(edge, _)| !theirs.contains_key(*edge) && !outer.contains(&edge.0.as_str()))
+        .filter(|(edge, _)| {
+            !theirs.contains_key(*edge) && !outer.contains(&edge.0.as_str()) && judged(edge)
+        })
         .map(|(edge, &n)| (edge, n))
         .collect();
     unseen.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
