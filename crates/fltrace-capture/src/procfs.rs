@@ -65,13 +65,20 @@ pub(crate) struct Stat {
     pub start_ticks: u64,
 }
 
-/// `PF_KTHREAD` in the flags of `/proc/PID/stat` (include/linux/sched.h).
+/// `PF_EXITING` and `PF_KTHREAD` in the flags of `/proc/PID/stat` (include/linux/sched.h).
+const PF_EXITING: u64 = 0x0000_0004;
 const PF_KTHREAD: u64 = 0x0020_0000;
 
 impl Stat {
     /// A zombie: exited, its memory gone, waiting to be reaped.
     pub fn is_zombie(&self) -> bool {
         self.state == 'Z'
+    }
+
+    /// Ending: the task is in `do_exit` (every thread of an exiting group is, before the
+    /// group's files close), or a zombie.
+    pub fn is_exiting(&self) -> bool {
+        self.flags & PF_EXITING != 0 || self.is_zombie()
     }
 
     /// A kernel thread: no user memory, no user stack.
@@ -418,9 +425,14 @@ mod tests {
             }
         );
         assert!(!parse_stat(line).is_zombie());
+        assert!(!parse_stat(line).is_exiting());
+        // The same task in do_exit: PF_EXITING (0x4) among its flags, still running.
+        let ending = "4242 (java) R 1 4242 4242 0 -1 4194564 100 0";
+        assert!(parse_stat(ending).is_exiting() && !parse_stat(ending).is_zombie());
         let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0";
         assert!(parse_stat(kthread).is_kernel_thread());
         assert!(parse_stat("9 (zombie) Z 1 9 9 0 -1 4227084").is_zombie());
+        assert!(parse_stat("9 (zombie) Z 1 9 9 0 -1 4227084").is_exiting());
         assert_eq!(
             parse_stat("garbage"),
             Stat {

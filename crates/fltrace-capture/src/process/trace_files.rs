@@ -87,7 +87,14 @@ impl Process {
                 None if without_runtime => (Vec::new(), 0),
                 None => return,
             };
-            if let Ok(outside) = crate::unemulated::read(self.os_pid, &own) {
+            let Ok(outside) = crate::unemulated::read(self.os_pid, &own) else {
+                return;
+            };
+            // At the process's end its last thread closes the userfaultfd after leaving its
+            // memory, which a reader of smaps keeps alive: read then, the whole region holds
+            // pages and no `um` flag. Every thread is marked exiting before that close.
+            let alive = crate::procfs::stat(self.os_pid as i32).is_ok_and(|s| !s.is_exiting());
+            if alive {
                 far.outside_now = outside.bytes;
                 far.outside.add(outside, emulated);
             }
