@@ -31,6 +31,8 @@ const LEAF_UNITS: u64 = 1 << (LEAF_SHIFT - UNIT_SHIFT);
 const WORDS: usize = (LEAF_UNITS / 64) as usize;
 /// No leaf cached.
 const NO_LEAF: u64 = u64::MAX;
+/// Leaves cached, by their key modulo this: 2 MiB of heap looked up without hashing.
+const CACHED: usize = 64;
 
 /// One small block: `[start, end)` and its slot.
 #[derive(Debug, Clone, Copy)]
@@ -75,7 +77,7 @@ fn mask(lo: u64, hi: u64) -> u64 {
 
 /// Small blocks at aligned starts: by start in a hash map (for frees), their units in
 /// bitmaps by leaf (for the overlap check of a new block).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Bitmaps {
     /// Every block, by start: its end and slot.
     blocks: FxHashMap<VirtAddr, (VirtAddr, u32)>,
@@ -84,8 +86,9 @@ struct Bitmaps {
     unused: Vec<u32>,
     /// The leaves in use, by the address they cover shifted by [`LEAF_SHIFT`].
     by_key: FxHashMap<u64, u32>,
-    /// The leaf looked up last (key, index): a heap's calls stay in a few leaves.
-    cached: (u64, u32),
+    /// Leaves looked up lately, (key, index) at the key modulo [`CACHED`]: a heap's calls
+    /// stay in a few leaves.
+    cached: [(u64, u32); CACHED],
     /// The largest block added so far: a block overlapping a query's start starts less than
     /// this far below it.
     reach: u64,
@@ -94,8 +97,12 @@ struct Bitmaps {
 impl Bitmaps {
     fn new() -> Bitmaps {
         Bitmaps {
-            cached: (NO_LEAF, 0),
-            ..Bitmaps::default()
+            blocks: FxHashMap::default(),
+            leaves: Vec::new(),
+            unused: Vec::new(),
+            by_key: FxHashMap::default(),
+            cached: [(NO_LEAF, 0); CACHED],
+            reach: 0,
         }
     }
 
@@ -114,11 +121,12 @@ impl Bitmaps {
 
     #[inline]
     fn leaf(&mut self, key: u64) -> Option<u32> {
-        if self.cached.0 == key {
-            return Some(self.cached.1);
+        let cached = &mut self.cached[key as usize % CACHED];
+        if cached.0 == key {
+            return Some(cached.1);
         }
         let index = *self.by_key.get(&key)?;
-        self.cached = (key, index);
+        *cached = (key, index);
         Some(index)
     }
 
@@ -163,6 +171,9 @@ impl Bitmaps {
             };
             let leaf = &self.leaves[index as usize];
             let (lo, hi) = (first % LEAF_UNITS, last % LEAF_UNITS);
+            if lo / 64 == hi / 64 {
+                return leaf.covered[(lo / 64) as usize] & mask(lo % 64, hi % 64) != 0;
+            }
             return any_in(&leaf.covered, lo, hi);
         }
         let mut any = false;
@@ -188,7 +199,7 @@ impl Bitmaps {
                         }
                     };
                     self.by_key.insert(key, index);
-                    self.cached = (key, index);
+                    self.cached[key as usize % CACHED] = (key, index);
                     index
                 }
             };
@@ -209,8 +220,9 @@ impl Bitmaps {
                 if leaf.blocks == 0 {
                     self.by_key.remove(&key);
                     self.unused.push(index);
-                    if self.cached.0 == key {
-                        self.cached = (NO_LEAF, 0);
+                    let cached = &mut self.cached[key as usize % CACHED];
+                    if cached.0 == key {
+                        *cached = (NO_LEAF, 0);
                     }
                 }
             }
@@ -229,6 +241,13 @@ impl Bitmaps {
         Some((end, slot))
     }
 
+    /// Whether `[start, end)` (`end > start`) overlaps no block.
+    #[inline]
+    fn overlaps_none(&mut self, start: VirtAddr, end: VirtAddr) -> bool {
+        let (first, last) = Bitmaps::units(start, end);
+        self.blocks.is_empty() || !self.any_covered(first, last)
+    }
+
     /// Moves every block overlapping `[start, end)` (`end > start`) into `taken`.
     fn take_overlapping(
         &mut self,
@@ -236,13 +255,10 @@ impl Bitmaps {
         end: VirtAddr,
         taken: &mut Vec<(VirtAddr, VirtAddr, u32)>,
     ) {
-        if self.blocks.is_empty() {
+        if self.overlaps_none(start, end) {
             return;
         }
-        let (first, last) = Bitmaps::units(start, end);
-        if !self.any_covered(first, last) {
-            return;
-        }
+        let last = Bitmaps::units(start, end).1;
         // A block overlapping the query starts within it, or below it by less than `reach`
         // bytes: the starts there, each looked up.
         let low = start.get().saturating_sub(self.reach.saturating_sub(1)) >> UNIT_SHIFT;
@@ -348,6 +364,19 @@ impl HeapIndex {
             }
         }
         &self.ordered
+    }
+
+    /// Whether `[start, end)` surely overlaps no block (an empty query: none starting at
+    /// `start`), as most new blocks do: then [`HeapIndex::take_overlapping`] would take none.
+    #[inline]
+    pub(crate) fn overlaps_none(&mut self, start: VirtAddr, end: VirtAddr) -> bool {
+        let Some(small) = &mut self.small else {
+            return false;
+        };
+        let end = end.max(start.saturating_add(1));
+        self.ordered.is_empty()
+            && !self.last.is_some_and(|b| b.overlaps(start, end))
+            && small.overlaps_none(start, end)
     }
 
     /// Removes and returns, lowest first, every block overlapping `[start, end)` (an empty
@@ -474,11 +503,13 @@ mod tests {
                     continue;
                 }
                 let end = VirtAddr::new(at.get() + size(numbers));
+                let none = index.overlaps_none(at, end);
                 let (a, b) = (
                     index.take_overlapping(at, end),
                     oracle.take_overlapping(at, end),
                 );
                 assert_eq!(a, b, "round {round} op {op}: [{at:?}, {end:?})");
+                assert!(!none || b.is_empty(), "round {round} op {op}: overlaps none");
                 taken_total += a.len();
                 live -= a.len();
                 index.insert(at, end, op);

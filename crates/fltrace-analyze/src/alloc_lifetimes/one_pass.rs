@@ -549,6 +549,7 @@ impl AllocPass {
         }
     }
 
+    #[inline]
     fn exec_until(&mut self, time: u64) {
         while let Some(&exec) = self.execs.get(self.next_exec).filter(|&&e| e <= time) {
             self.next_exec += 1;
@@ -656,10 +657,12 @@ impl AllocPass {
     fn heap_block(&mut self, index: u64, event: &AllocEvent) {
         let (addr, size, time) = (event.addr, event.size, event.time_ns);
         let end = addr.saturating_add(size);
-        for (start, _, slot) in self.heap.take_overlapping(addr, end) {
-            self.overlaps += 1;
-            *self.pending.entry(start).or_default() += 1;
-            self.end_block(slot, time);
+        if !self.heap.overlaps_none(addr, end) {
+            for (start, _, slot) in self.heap.take_overlapping(addr, end) {
+                self.overlaps += 1;
+                *self.pending.entry(start).or_default() += 1;
+                self.end_block(slot, time);
+            }
         }
         let block = LiveBlock {
             serial: 0,
