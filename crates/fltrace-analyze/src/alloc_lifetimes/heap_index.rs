@@ -171,8 +171,15 @@ impl Bitmaps {
             };
             let leaf = &self.leaves[index as usize];
             let (lo, hi) = (first % LEAF_UNITS, last % LEAF_UNITS);
-            if lo / 64 == hi / 64 {
-                return leaf.covered[(lo / 64) as usize] & mask(lo % 64, hi % 64) != 0;
+            // A block of up to 64 units is in one word or two.
+            let (w0, w1) = ((lo / 64) as usize, (hi / 64) as usize);
+            if w1 - w0 <= 1 {
+                let (first, second) = if w0 == w1 {
+                    (mask(lo % 64, hi % 64), 0)
+                } else {
+                    (mask(lo % 64, 63), mask(0, hi % 64))
+                };
+                return leaf.covered[w0] & first | leaf.covered[w1] & second != 0;
             }
             return any_in(&leaf.covered, lo, hi);
         }

@@ -391,7 +391,10 @@ impl AllocPass {
             self.unborn.pop_front();
             self.attributed.push((fault, None));
         }
-        self.exec_until(time);
+        // Most passes have no exec left to apply.
+        if self.next_exec < self.execs.len() {
+            self.exec_until(time);
+        }
         self.time = Some(time);
         self.group_open = true;
         let index = self.events;
@@ -549,7 +552,6 @@ impl AllocPass {
         }
     }
 
-    #[inline]
     fn exec_until(&mut self, time: u64) {
         while let Some(&exec) = self.execs.get(self.next_exec).filter(|&&e| e <= time) {
             self.next_exec += 1;
@@ -798,12 +800,12 @@ impl AllocPass {
         }
     }
 
-    /// A block comes to life: its slot and serial.
-    fn push(&mut self, mut block: LiveBlock, time: u64) -> (u32, u64) {
-        block.serial = self.births;
-        self.births += 1;
+    /// A block comes to life while the largest blocks are kept or faults wait for a block
+    /// born after them: out of [`AllocPass::push`]'s way, which most births take without.
+    #[inline(never)]
+    fn watch_birth(&mut self, block: &LiveBlock, time: u64) {
         if let Some(largest) = &mut self.largest {
-            largest.born(block.serial, &block, time);
+            largest.born(block.serial, block, time);
         }
         // Faults waiting for a block born after them.
         if !self.unborn.is_empty() {
@@ -814,7 +816,7 @@ impl AllocPass {
                     return false;
                 }
                 u.births_left -= 1;
-                if live_chunk_header(&block, u.fault.addr) {
+                if live_chunk_header(block, u.fault.addr) {
                     attributed.push((
                         u.fault,
                         Some(BlockHit {
@@ -826,6 +828,15 @@ impl AllocPass {
                 }
                 true
             });
+        }
+    }
+
+    /// A block comes to life: its slot and serial.
+    fn push(&mut self, mut block: LiveBlock, time: u64) -> (u32, u64) {
+        block.serial = self.births;
+        self.births += 1;
+        if self.largest.is_some() || !self.unborn.is_empty() {
+            self.watch_birth(&block, time);
         }
         let state = self
             .stacks
