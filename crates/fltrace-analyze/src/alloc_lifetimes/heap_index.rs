@@ -115,7 +115,7 @@ impl Bitmaps {
     /// The units of `[start, end)`, first and last: an empty block has the unit of its start.
     #[inline]
     fn units(start: VirtAddr, end: VirtAddr) -> (u64, u64) {
-        let last = end.get().max(start.get() + 1) - 1;
+        let last = end.get().max(start.get().saturating_add(1)) - 1;
         (start.get() >> UNIT_SHIFT, last >> UNIT_SHIFT)
     }
 
@@ -314,13 +314,13 @@ fn any_in(words: &[u64; WORDS], lo: u64, hi: u64) -> bool {
 #[inline]
 fn set_in(words: &mut [u64; WORDS], lo: u64, hi: u64, set: bool) {
     let (first, last) = ((lo / 64) as usize, (hi / 64) as usize);
-    for word in first..=last {
-        let from = if word == first { lo % 64 } else { 0 };
-        let to = if word == last { hi % 64 } else { 63 };
+    for (at, word) in words[first..=last].iter_mut().enumerate() {
+        let from = if at == 0 { lo % 64 } else { 0 };
+        let to = if first + at == last { hi % 64 } else { 63 };
         if set {
-            words[word] |= mask(from, to);
+            *word |= mask(from, to);
         } else {
-            words[word] &= !mask(from, to);
+            *word &= !mask(from, to);
         }
     }
 }
@@ -516,7 +516,10 @@ mod tests {
                     oracle.take_overlapping(at, end),
                 );
                 assert_eq!(a, b, "round {round} op {op}: [{at:?}, {end:?})");
-                assert!(!none || b.is_empty(), "round {round} op {op}: overlaps none");
+                assert!(
+                    !none || b.is_empty(),
+                    "round {round} op {op}: overlaps none"
+                );
                 taken_total += a.len();
                 live -= a.len();
                 index.insert(at, end, op);

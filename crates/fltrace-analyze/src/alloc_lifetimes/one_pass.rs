@@ -175,7 +175,7 @@ struct Unborn {
 /// earlier and before any later one.
 #[derive(Default)]
 pub struct AllocPass {
-    /// Live heap blocks; by granule until a fault needs them ordered.
+    /// Live heap blocks; small ones in bitmaps until a fault needs them ordered.
     heap: HeapIndex,
     mappings: RangeMap<u32>,
     /// Live blocks, by the slot the maps hold; `free_slots` are ended ones to reuse.
