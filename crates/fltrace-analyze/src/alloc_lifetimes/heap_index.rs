@@ -580,9 +580,10 @@ mod tests {
         assert!(removed > 1_000, "{removed} blocks freed");
     }
 
-    /// Blocks over four leaves, crossing their edges, at 8-byte starts (as some allocators
-    /// give) and now and then at a start the bitmaps do not take (4 bytes off), with queries
-    /// of up to a MiB (wider than the leaves in use): the same as the ordered map.
+    /// Blocks over four leaves, many at their edges and crossing them, at 8-byte starts (as
+    /// some allocators give) and now and then at a start the bitmaps do not take (4 bytes
+    /// off), with queries of up to a MiB (wider than the leaves in use): the same as the
+    /// ordered map.
     #[test]
     fn bitmaps_across_leaves_and_unaligned_starts() {
         let mut numbers = Numbers(0x2545_f491_4f6c_dd1d);
@@ -590,7 +591,12 @@ mod tests {
         let (taken, removed) = against_ordered_map(
             &mut numbers,
             |n| {
-                let at = 7 * leaf - leaf / 2 + n.below(4 * leaf / 8) * 8;
+                // A third of them within 64 bytes of a leaf's edge.
+                let at = if n.below(3) == 0 {
+                    (7 + n.below(4)) * leaf - 64 + n.below(16) * 8
+                } else {
+                    7 * leaf - leaf / 2 + n.below(4 * leaf / 8) * 8
+                };
                 if n.below(20) == 0 { at + 4 } else { at }
             },
             |n| match n.below(12) {
