@@ -113,7 +113,7 @@ mod tests {
 /// What pairing at record time costs a call: `FLTRACE_BENCH_RECORDING=<a recording of
 /// record --allocs> cargo test --release -p fltrace-analyze record_time_pairing_time --
 /// --ignored --nocapture` reads the first process's calls into memory, then pairs them as
-/// the recorder does, with the live heap blocks by granule (as the recorder) and in the
+/// the recorder does, with the small live heap blocks in bitmaps (as the recorder) and in the
 /// ordered map (as before issue 40), and prints the CPU time per call of each. A
 /// measurement: it asserts only that both ways find the same.
 #[cfg(test)]

@@ -175,7 +175,7 @@ struct Unborn {
 /// earlier and before any later one.
 #[derive(Default)]
 pub struct AllocPass {
-    /// Live heap blocks; by granule until a fault needs them ordered.
+    /// Live heap blocks; small ones in bitmaps until a fault needs them ordered.
     heap: HeapIndex,
     mappings: RangeMap<u32>,
     /// Live blocks, by the slot the maps hold; `free_slots` are ended ones to reuse.
@@ -391,7 +391,10 @@ impl AllocPass {
             self.unborn.pop_front();
             self.attributed.push((fault, None));
         }
-        self.exec_until(time);
+        // Most passes have no exec left to apply.
+        if self.next_exec < self.execs.len() {
+            self.exec_until(time);
+        }
         self.time = Some(time);
         self.group_open = true;
         let index = self.events;
@@ -656,10 +659,12 @@ impl AllocPass {
     fn heap_block(&mut self, index: u64, event: &AllocEvent) {
         let (addr, size, time) = (event.addr, event.size, event.time_ns);
         let end = addr.saturating_add(size);
-        for (start, _, slot) in self.heap.take_overlapping(addr, end) {
-            self.overlaps += 1;
-            *self.pending.entry(start).or_default() += 1;
-            self.end_block(slot, time);
+        if !self.heap.overlaps_none(addr, end) {
+            for (start, _, slot) in self.heap.take_overlapping(addr, end) {
+                self.overlaps += 1;
+                *self.pending.entry(start).or_default() += 1;
+                self.end_block(slot, time);
+            }
         }
         let block = LiveBlock {
             serial: 0,
@@ -795,12 +800,12 @@ impl AllocPass {
         }
     }
 
-    /// A block comes to life: its slot and serial.
-    fn push(&mut self, mut block: LiveBlock, time: u64) -> (u32, u64) {
-        block.serial = self.births;
-        self.births += 1;
+    /// A block comes to life while the largest blocks are kept or faults wait for a block
+    /// born after them: out of [`AllocPass::push`]'s way, which most births take without.
+    #[inline(never)]
+    fn watch_birth(&mut self, block: &LiveBlock, time: u64) {
         if let Some(largest) = &mut self.largest {
-            largest.born(block.serial, &block, time);
+            largest.born(block.serial, block, time);
         }
         // Faults waiting for a block born after them.
         if !self.unborn.is_empty() {
@@ -811,7 +816,7 @@ impl AllocPass {
                     return false;
                 }
                 u.births_left -= 1;
-                if live_chunk_header(&block, u.fault.addr) {
+                if live_chunk_header(block, u.fault.addr) {
                     attributed.push((
                         u.fault,
                         Some(BlockHit {
@@ -823,6 +828,15 @@ impl AllocPass {
                 }
                 true
             });
+        }
+    }
+
+    /// A block comes to life: its slot and serial.
+    fn push(&mut self, mut block: LiveBlock, time: u64) -> (u32, u64) {
+        block.serial = self.births;
+        self.births += 1;
+        if self.largest.is_some() || !self.unborn.is_empty() {
+            self.watch_birth(&block, time);
         }
         let state = self
             .stacks

@@ -518,7 +518,7 @@ fn one_pass_matches_whole_table() {
             let tid = next(4) as u32;
             let stack = next(6) as u32;
             let e = match next(10) {
-                // Now and then a block larger than the heap index's granules.
+                // Now and then a block larger than the heap index's bitmaps take.
                 0..=3 => {
                     let size = if next(8) == 0 {
                         next(10_000)
