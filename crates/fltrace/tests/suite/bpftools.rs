@@ -702,7 +702,8 @@ fn memleak_at_interrupt_counts_every_block_of_a_burst() {
     let report: Value = serde_json::from_str(out.trim()).expect("one JSON report");
     assert_eq!(report["lost"], 0, "{report}");
     assert!(status.success(), "{status}: {report}");
-    let stack = leak_stack_at(&report, "leak").expect("the burst's stack");
+    let stack =
+        leak_stack_at(&report, "leak").unwrap_or_else(|| panic!("the burst's stack: {report}"));
     assert_eq!(stack["allocations"], 6_000, "{stack:#?}");
     assert_eq!(stack["bytes"], 384_000, "{stack:#?}");
     // The 100 blocks freed before the burst are not outstanding.
@@ -747,7 +748,8 @@ fn memleak_combined_only_counts_blocks_of_every_age() {
     let young = memleak_of_a_burst_at_interrupt(&["-o", "600000"], "1000");
     assert!(leak_stack_at(&young, "leak").is_none(), "{young}");
     let combined = memleak_of_a_burst_at_interrupt(&["-o", "600000", "--combined-only"], "1000");
-    let stack = leak_stack_at(&combined, "leak").expect("the burst's stack");
+    let stack =
+        leak_stack_at(&combined, "leak").unwrap_or_else(|| panic!("the burst's stack: {combined}"));
     assert_eq!(stack["allocations"], 1000, "{combined}");
     assert_eq!(stack["bytes"], 64_000, "{combined}");
 }
@@ -757,7 +759,8 @@ fn memleak_combined_only_counts_blocks_of_every_age() {
 #[test]
 fn memleak_of_a_short_command_shows_its_leaks_at_its_end() {
     let report = memleak_of_command(&["-o", "5000"], &["300", "64"]);
-    let stack = leak_stack_at(&report, "leak").expect("the leak's stack");
+    let stack =
+        leak_stack_at(&report, "leak").unwrap_or_else(|| panic!("the leak's stack: {report}"));
     assert_eq!(stack["allocations"], 300, "{report}");
     assert_eq!(stack["bytes"], 300 * 64, "{report}");
     assert_eq!(report["lost"], 0, "{report}");
@@ -771,7 +774,8 @@ fn memleak_size_filters_keep_only_their_sizes() {
     let small = memleak_of_command(&["-Z", "64", "-a"], &["5", "64"]);
     let stacks = small["stacks"].as_array().expect("stacks");
     assert_eq!(stacks.len(), 2, "{small}");
-    let stack = leak_stack_at(&small, "leak").expect("the leak's stack");
+    let stack =
+        leak_stack_at(&small, "leak").unwrap_or_else(|| panic!("the leak's stack: {small}"));
     assert_eq!(
         (&stack["allocations"], &stack["bytes"]),
         (&5.into(), &320.into())
@@ -813,7 +817,8 @@ fn memleak_sampling_scales_and_marks_its_figures() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
     assert_eq!(report["sampled"], 10, "{report}");
-    let stack = leak_stack_at(&report, "leak").expect("the leak's stack");
+    let stack =
+        leak_stack_at(&report, "leak").unwrap_or_else(|| panic!("the leak's stack: {report}"));
     assert_eq!(stack["allocations"], 1000, "{report}");
     assert_eq!(stack["bytes"], 64_000, "{report}");
     // The table says the figures are estimates.
