@@ -115,6 +115,12 @@ pub const POLL: Duration = Duration::from_millis(20);
 impl Watch {
     /// Whether to stop: duration over, interrupted, or the command exited (reaped here).
     pub fn over(&mut self) -> bool {
+        self.over_holding_exit(|_| {})
+    }
+
+    /// [`Watch::over`], running `at_exit` with the command's pid while it is held at its exit,
+    /// its mappings still readable (a reader that lags behind the command catches up there).
+    pub fn over_holding_exit(&mut self, at_exit: impl FnOnce(u32)) -> bool {
         if self.stop.load(Ordering::Relaxed) > 0
             || self.duration.is_some_and(|d| self.started.elapsed() >= d)
         {
@@ -133,8 +139,11 @@ impl Watch {
                 return true;
             }
             let exiting = status >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXIT << 8));
-            if exiting && let Some(maps) = &self.maps {
-                maps.remember(pid as u32);
+            if exiting {
+                if let Some(maps) = &self.maps {
+                    maps.remember(pid as u32);
+                }
+                at_exit(pid as u32);
             }
             resume(pid, status);
         }
@@ -176,5 +185,39 @@ impl Drop for Watch {
                 resume(pid, status);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// The hook runs once, after the command's exec and before the kernel drops its
+    /// mappings: what a reader catching up there reads is the new image's.
+    #[test]
+    fn the_exit_hook_sees_the_commands_own_mappings() {
+        let program = std::fs::canonicalize("/usr/bin/true").expect("coreutils' true");
+        let scope = Scope {
+            command: vec![program.clone().into_os_string()],
+            ..Scope::all()
+        };
+        let prepared = Prepared::new(&scope).expect("the command forks");
+        let mut watch = prepared
+            .start(Arc::new(AtomicUsize::new(0)), None, None, &[])
+            .expect("the command starts");
+        let mut seen = Vec::new();
+        while !watch.over_holding_exit(|pid| {
+            let paths: Vec<String> = procfs::mappings(pid)
+                .map(|maps| maps.into_iter().map(|m| m.path).collect())
+                .unwrap_or_default();
+            seen.push(paths);
+        }) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(watch.processes_ended());
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let program = program.to_string_lossy();
+        assert!(seen[0].iter().any(|p| *p == program), "{seen:?}");
     }
 }

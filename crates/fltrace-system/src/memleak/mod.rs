@@ -626,7 +626,13 @@ impl LeakWatch {
             return Ok(None);
         }
         loop {
-            let over = self.watch.over();
+            // The reader unwinds each stack with the mappings it last read: one that fell
+            // behind a command's exec and exit would find them gone (no stacks at all), so it
+            // catches up while the command is held at its exit.
+            let tracer = &self.tracer;
+            let over = self.watch.over_holding_exit(|_| {
+                tracer.catch_up(CATCH_UP);
+            });
             if over || self.next.is_some_and(|n| Instant::now() >= n) {
                 // The report holds every call made before it: at the end, all of them.
                 let behind = !self.tracer.catch_up(CATCH_UP);
