@@ -7,4 +7,4 @@ pub use crate::perf_abi::{
     PerfEvent, REG_BP, REG_IP, REG_SP, online_cpus, parse_info, perf_permission_obstacle, tracefs,
 };
 pub use crate::ring::RingBuffer;
-pub use crate::uprobes::{set_uprobe, uprobe_pmu};
+pub use crate::uprobes::TracefsUprobes;

@@ -14,7 +14,6 @@
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
-use perf_event_open_sys::bindings::perf_event_attr;
 
 use fltrace_trace::{AllocCall, AllocEvent, Origin};
 
@@ -26,9 +25,11 @@ mod address_space;
 mod alloc_tables;
 mod live_allocs;
 mod probes;
+mod tracefs_probes;
 
 pub use live_allocs::{LiveAllocs, LiveOptions, OutstandingBlocks, OutstandingStack};
 use probes::Probes;
+pub use tracefs_probes::TracefsUprobes;
 
 /// x86_64 perf register numbers of the argument and result registers.
 pub(super) const REG_AX: u64 = 0;
@@ -171,30 +172,6 @@ pub fn function_offsets(
             .ok_or(FunctionMissing::NotLoaded)
     };
     Ok(names.iter().map(|name| offset_of(name)).collect())
-}
-
-/// The uprobe PMU's perf event type.
-pub fn uprobe_pmu() -> std::io::Result<u32> {
-    std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?
-        .trim()
-        .parse()
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "unreadable PMU type"))
-}
-
-/// Makes `attr` a uprobe (or a return probe) at `offset` of the file `path` (which must
-/// outlive the perf_event_open call), of the uprobe PMU `pmu`.
-pub fn set_uprobe(
-    attr: &mut perf_event_attr,
-    pmu: u32,
-    path: &std::ffi::CStr,
-    offset: u64,
-    is_return: bool,
-) {
-    attr.type_ = pmu;
-    // The uprobe PMU's `retprobe` format bit is config:0.
-    attr.config = u64::from(is_return);
-    attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
-    attr.__bindgen_anon_4.config2 = offset;
 }
 
 /// Where paired allocation events go: the recording's tables, or a live table of blocks.

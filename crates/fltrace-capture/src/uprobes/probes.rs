@@ -2,7 +2,6 @@
 //! drained, each entry's stack unwound and paired with its return.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,13 +9,14 @@ use std::time::Duration;
 use linux_perf_event_reader::{EventRecord, RawEventRecord, RecordType};
 use perf_event_open_sys::bindings::{
     PERF_RECORD_LOST, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
-    PERF_SAMPLE_TID, PERF_SAMPLE_TIME, perf_event_attr,
+    PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_TYPE_TRACEPOINT, perf_event_attr,
 };
 
 use fltrace_trace::{AllocCall, AllocEvent, Origin, VirtAddr};
 
 use super::address_space::AddressSpace;
 use super::alloc_tables::{AllocTables, LiveOut};
+use super::tracefs_probes::TracefsUprobes;
 use super::*;
 use crate::live::LiveAllocSink;
 use crate::perf_abi::{self, PerfEvent};
@@ -40,23 +40,21 @@ pub(super) struct Probes {
     pub(super) pid: i32,
     /// `malloc, free, ... in LIB`, for the summary.
     pub(super) probed: String,
+    /// Last: the kernel removes a probe only once its events are closed, and a mapped ring
+    /// holds its event open.
+    pub(super) _definitions: TracefsUprobes,
 }
 
-/// The attributes of one probe: an allocator's entry samples its stack (every `period`-th
-/// call), its return and `free` only their registers (every call).
-pub(super) fn uprobe_attr(
-    pmu: u32,
-    path: &CString,
-    offset: u64,
-    index: usize,
-    is_return: bool,
-    period: u64,
-) -> perf_event_attr {
+/// The attributes of one probe, the tracepoint `id` of its tracefs definition: an allocator's
+/// entry samples its stack (every `period`-th call), its return and `free` only their
+/// registers (every call).
+pub(super) fn uprobe_attr(id: u64, index: usize, is_return: bool, period: u64) -> perf_event_attr {
     let mut attr = perf_event_attr {
         size: std::mem::size_of::<perf_event_attr>() as u32,
+        type_: PERF_TYPE_TRACEPOINT,
+        config: id,
         ..Default::default()
     };
-    set_uprobe(&mut attr, pmu, path, offset, is_return);
     let is_free = PROBES[index].1 == AllocCall::Free;
     // A return without its sampled entry is skipped; every free is seen, so that a sampled
     // block freed is not taken for a leak.
@@ -93,13 +91,21 @@ impl Probes {
         ring_pages: usize,
         period: u64,
     ) -> Result<Probes, Error> {
-        let pmu = uprobe_pmu().map_err(kernel("uprobes (CONFIG_UPROBE_EVENTS)"))?;
+        let mut definitions =
+            TracefsUprobes::new().map_err(kernel("uprobes (CONFIG_UPROBE_EVENTS)"))?;
         let (libc, offsets) = allocator_of(pid)?;
-        let path =
-            CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|_| Error::Attach {
-                pid,
-                source: std::io::Error::other("C library path with a NUL byte"),
-            })?;
+        // One definition per probe, shared by every CPU's and task's event.
+        let mut ids = HashMap::new();
+        for &(index, offset) in &offsets {
+            for is_return in [false, true] {
+                if !is_return || PROBES[index].2 {
+                    let id = definitions
+                        .define(&libc, offset, is_return)
+                        .map_err(|source| Error::Attach { pid, source })?;
+                    ids.insert((index, is_return), id);
+                }
+            }
+        }
         let probed = format!(
             "{} in {}",
             offsets
@@ -119,12 +125,12 @@ impl Probes {
         let mut parse_info = None;
         for &cpu in &cpus {
             let mut leader: Option<usize> = None;
-            for &(index, offset) in &offsets {
+            for &(index, _) in &offsets {
                 for is_return in [false, true] {
-                    if is_return && !PROBES[index].2 {
+                    let Some(&id) = ids.get(&(index, is_return)) else {
                         continue;
-                    }
-                    let attr = uprobe_attr(pmu, &path, offset, index, is_return, period);
+                    };
+                    let attr = uprobe_attr(id, index, is_return, period);
                     if !is_return {
                         parse_info.get_or_insert_with(|| perf_abi::parse_info(&attr));
                     }
@@ -158,6 +164,7 @@ impl Probes {
         }
         Ok(Probes {
             _events: events,
+            _definitions: definitions,
             rings,
             by_id,
             parse_info: parse_info.ok_or_else(|| Error::Attach {

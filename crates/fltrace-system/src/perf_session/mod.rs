@@ -5,7 +5,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -22,7 +21,7 @@ use perf_event_open_sys::bindings::{
 };
 
 use fltrace_capture::perf::{
-    PerfEvent, REG_BP, REG_IP, REG_SP, RingBuffer, online_cpus, parse_info, set_uprobe,
+    PerfEvent, REG_BP, REG_IP, REG_SP, RingBuffer, TracefsUprobes, online_cpus, parse_info,
 };
 use fltrace_trace::Mapping;
 
@@ -298,6 +297,9 @@ pub struct PerfEvents {
     /// Samples read from the rings, wanted or not.
     received: u64,
     sample_period: u64,
+    /// Last: the kernel removes a probe only once its events are closed, and a mapped ring
+    /// holds its event open.
+    _uprobes: Option<TracefsUprobes>,
 }
 
 /// Samples the perf events handed on and records the kernel could not write, readable after the
@@ -312,7 +314,9 @@ pub struct RunTotals {
     pub unseen: std::sync::atomic::AtomicU64,
 }
 
-fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -> perf_event_attr {
+/// The attributes of `source`'s events; `id` is a tracepoint's (a uprobe's too: its tracefs
+/// definition's).
+fn attr_of(source: &Source, id: u64, stack: StackMode) -> perf_event_attr {
     let mut attr = perf_event_attr {
         size: std::mem::size_of::<perf_event_attr>() as u32,
         ..Default::default()
@@ -340,11 +344,9 @@ fn attr_of(source: &Source, id: u64, path: Option<&CString>, stack: StackMode) -
             attr.config = u64::from(*config);
             sample_type |= PERF_SAMPLE_ADDR;
         }
-        Source::Uprobe { ret, offset, .. } => {
-            // `id` is the uprobe PMU's type; without a path the attributes only describe the
-            // sample layout (they are never opened).
-            let file = path.map_or(c"", |p| p.as_c_str());
-            set_uprobe(&mut attr, id as u32, file, *offset, *ret);
+        Source::Uprobe { .. } => {
+            attr.type_ = b::PERF_TYPE_TRACEPOINT;
+            attr.config = id;
             sample_type |= PERF_SAMPLE_REGS_USER;
             attr.sample_regs_user =
                 ARG_REGS.iter().fold(0, |regs, r| regs | (1 << r)) | user_stack_regs();
@@ -381,20 +383,11 @@ fn user_stack_regs() -> u64 {
     (1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP)
 }
 
-/// The uprobe PMU's type number.
-fn uprobe_pmu() -> Result<u64, Error> {
-    fltrace_capture::perf::uprobe_pmu()
-        .map(u64::from)
-        .map_err(Error::kernel(
-            "uprobes (/sys/bus/event_source/devices/uprobe)",
-        ))
-}
-
 /// The sample layout of `source` events opened with `stack`, for parsing records built in
 /// tests as the kernel lays them out.
 #[cfg(test)]
 pub fn parse_info_of(source: Source, stack: StackMode) -> RecordParseInfo {
-    parse_info(&attr_of(&source, 0, None, stack))
+    parse_info(&attr_of(&source, 0, stack))
 }
 
 impl PerfEvents {
@@ -402,8 +395,8 @@ impl PerfEvents {
     pub fn open(sources: &[Source], scope: &Scope, options: Options) -> Result<PerfEvents, Error> {
         let mut formats = Vec::new();
         let mut attrs = Vec::new();
-        // The uprobes' file names, which their attributes point to until they are opened.
-        let mut paths: Vec<Option<CString>> = Vec::new();
+        // Defined in tracefs: the uprobe PMU's events cannot be inherited.
+        let mut uprobes: Option<TracefsUprobes> = None;
         for (index, source) in sources.iter().enumerate() {
             let (format, id) = match source {
                 Source::Tracepoint { group, name } => {
@@ -412,21 +405,23 @@ impl PerfEvents {
                     (Some(format), id)
                 }
                 Source::MajorFaults | Source::Software { .. } => (None, 0),
-                Source::Uprobe { path, .. } => {
-                    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+                Source::Uprobe { path, offset, ret } => {
+                    let definitions = match &mut uprobes {
+                        Some(d) => d,
+                        None => uprobes.insert(TracefsUprobes::new().map_err(Error::kernel(
+                            "uprobes (tracefs's uprobe_events, CONFIG_UPROBE_EVENTS)",
+                        ))?),
+                    };
+                    let id = definitions.define(path, *offset, *ret).map_err(|source| {
                         Error::Target {
-                            what: format!("{} names no file", path.display()),
-                            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                            what: format!("cannot place a uprobe in {}", path.display()),
+                            source,
                         }
                     })?;
-                    paths.push(Some(c));
-                    (None, uprobe_pmu()?)
+                    (None, id)
                 }
             };
-            if !matches!(source, Source::Uprobe { .. }) {
-                paths.push(None);
-            }
-            let mut attr = attr_of(source, id, paths[index].as_ref(), options.stack);
+            let mut attr = attr_of(source, id, options.stack);
             attr.sample_period = options.sample_period.max(1);
             if index == 0 {
                 // Side-band records come once, with the first source's events.
@@ -531,6 +526,7 @@ impl PerfEvents {
         }
         Ok(PerfEvents {
             _events: events,
+            _uprobes: uprobes,
             rings,
             ring_fds,
             by_id,

@@ -766,6 +766,63 @@ fn memleak_of_a_short_command_shows_its_leaks_at_its_end() {
     assert_eq!(report["lost"], 0, "{report}");
 }
 
+/// `fltrace <args> -- sh -c "/bin/true && exec memtools <workload>"`: its JSON report, after
+/// checking that it removed the uprobes it defined in tracefs.
+fn json_over_a_forking_shell(args: &[&str], workload: &str) -> Value {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let script = format!("/bin/true && exec {tools} {workload}");
+    let mut all = args.to_vec();
+    all.extend(["--", "sh", "-c", &script]);
+    let (out, pid) = output_and_pid_within(dir.fltrace().args(&all), LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let defined = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events")
+        .expect("tracefs's uprobe_events");
+    let group = format!(":fltrace_{pid}/");
+    assert!(!defined.contains(&group), "{defined}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no JSON ({e}): {stderr}"))
+}
+
+/// A traced command forks (the shell runs /bin/true, then execs the workload): the kernel's
+/// copies of the probes in the child are made from their tracefs definitions. With the uprobe
+/// PMU every fork and thread of a traced program failed with EFAULT, and the shell stopped at
+/// "Cannot fork" before the workload ran.
+#[test]
+fn memleak_of_a_command_that_forks_sees_its_leaks() {
+    let report = json_over_a_forking_shell(&["memleak", "--format", "json"], "leak 300 64");
+    let stack =
+        leak_stack_at(&report, "leak").unwrap_or_else(|| panic!("the leak's stack: {report}"));
+    assert_eq!(stack["allocations"], 300, "{report}");
+    assert_eq!(stack["bytes"], 300 * 64, "{report}");
+}
+
+/// `count --by ustack` of a uprobe over a command that forks: the same, through the perf
+/// events whose stacks are unwound from DWARF.
+#[test]
+fn count_uprobe_by_dwarf_stack_over_a_command_that_forks() {
+    let event = format!("uprobe:{}:malloc", fltrace_libc().display());
+    let args = [
+        "count",
+        &event,
+        "--by",
+        "ustack",
+        "--format",
+        "json",
+        "--filter",
+        "arg0 == 4000",
+    ];
+    let report = json_over_a_forking_shell(&args, "leak 9 4000");
+    let rows = report.as_array().expect("an array of rows");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["count"], 9, "{rows:?}");
+    let stack = frames(&rows[0], "ustack");
+    assert!(
+        stack.get(1).is_some_and(|f| f.contains(&at_line("leak"))),
+        "{stack:?}"
+    );
+}
+
 /// -z/-Z keep blocks of those sizes only (as bcc's memleak), and -a lists each block.
 #[test]
 fn memleak_size_filters_keep_only_their_sizes() {

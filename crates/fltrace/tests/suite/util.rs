@@ -387,6 +387,11 @@ pub fn csv_rows(text: &str) -> Vec<std::collections::HashMap<String, String>> {
 /// Runs `cmd` to completion like `Command::output`, but kills it and fails the test if it
 /// takes longer than `limit`: a deadlock in the traced program must not hang the suite.
 pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    output_and_pid_within(cmd, limit).0
+}
+
+/// [`output_within`], and the pid the command ran as.
+pub fn output_and_pid_within(cmd: &mut Command, limit: std::time::Duration) -> (Output, u32) {
     use std::io::Read;
     use std::process::Stdio;
     let mut child = cmd
@@ -428,11 +433,12 @@ pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    Output {
+    let output = Output {
         status,
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
-    }
+    };
+    (output, child.id())
 }
 
 /// A free loopback port: taken from the kernel, then let go for a server.

@@ -1,0 +1,133 @@
+//! Uprobes defined in tracefs (`uprobe_events`) and opened as tracepoints, for events that
+//! tasks inherit.
+//!
+//! The uprobe PMU cannot be inherited: the kernel builds a child's copy of each event at fork
+//! and clone by reading the probed file's name again from `config1`, a pointer into the memory
+//! of the process that opened the event, but in the forking process (and checks that process's
+//! privileges). Every fork or thread creation of a traced program then failed with EFAULT.
+//! A tracefs definition is named once, when it is written here; its tracepoint id is all a copy
+//! needs (as `perf probe` events, which `perf record` inherits).
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where tracefs is mounted, from the first of its usual places that has uprobe_events.
+fn tracefs_root() -> std::io::Result<PathBuf> {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|root| root.join("uprobe_events").exists())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no tracefs with uprobe_events (mount tracefs on /sys/kernel/tracing)",
+            )
+        })
+}
+
+/// The events of this process's probes are in the group `fltrace_<pid>`.
+const GROUP_PREFIX: &str = "fltrace_";
+
+/// Probe names unique in this process (several tracers can run in one fltrace).
+static NEXT_NAME: AtomicU64 = AtomicU64::new(0);
+
+/// Uprobe definitions of this process, removed when dropped: drop it after the perf events
+/// opened on them are closed (the kernel refuses to remove a probe in use).
+pub struct TracefsUprobes {
+    root: PathBuf,
+    group: String,
+    names: Vec<String>,
+}
+
+impl TracefsUprobes {
+    /// Finds tracefs, and removes the probes left behind by fltrace processes that are gone (a
+    /// crash or a kill skips the removal).
+    pub fn new() -> std::io::Result<TracefsUprobes> {
+        let root = tracefs_root()?;
+        remove_orphans(&root);
+        Ok(TracefsUprobes {
+            root,
+            group: format!("{GROUP_PREFIX}{}", std::process::id()),
+            names: Vec::new(),
+        })
+    }
+
+    /// Defines a probe (or a return probe) at `offset` of `file`; its tracepoint id.
+    pub fn define(&mut self, file: &Path, offset: u64, is_return: bool) -> std::io::Result<u64> {
+        let file = file.to_str().filter(|f| !f.contains(char::is_whitespace));
+        let Some(file) = file else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "tracefs takes no file name with a space or a non-UTF-8 byte",
+            ));
+        };
+        let name = format!("p{}", NEXT_NAME.fetch_add(1, Ordering::Relaxed));
+        let kind = if is_return { 'r' } else { 'p' };
+        let definition = format!("{kind}:{}/{name} {file}:{offset:#x}\n", self.group);
+        write_definition(&self.root, &definition)?;
+        self.names.push(name);
+        let name = self.names.last().map(String::as_str).unwrap_or_default();
+        let id = self
+            .root
+            .join("events")
+            .join(&self.group)
+            .join(name)
+            .join("id");
+        std::fs::read_to_string(&id)?
+            .trim()
+            .parse()
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "unreadable id"))
+    }
+}
+
+impl Drop for TracefsUprobes {
+    fn drop(&mut self) {
+        for name in &self.names {
+            // Nothing to do if it fails: the next fltrace removes it as an orphan.
+            let _ = write_definition(&self.root, &format!("-:{}/{name}\n", self.group));
+        }
+    }
+}
+
+/// Appends one line to uprobe_events (writing without O_APPEND would remove every probe).
+fn write_definition(root: &Path, line: &str) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("uprobe_events"))?
+        .write_all(line.as_bytes())
+}
+
+/// Removes the probes of `fltrace_<pid>` groups whose process is gone.
+fn remove_orphans(root: &Path) {
+    let Ok(defined) = std::fs::read_to_string(root.join("uprobe_events")) else {
+        return;
+    };
+    let mut alive = HashSet::new();
+    for line in defined.lines() {
+        // "p:fltrace_123/p4 /usr/lib/x86_64-linux-gnu/libc.so.6:0x..."
+        let Some((group, name)) = line
+            .split_whitespace()
+            .next()
+            .and_then(|probe| probe.split_once(':'))
+            .and_then(|(_, event)| event.split_once('/'))
+        else {
+            continue;
+        };
+        let Some(pid) = group
+            .strip_prefix(GROUP_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if alive.contains(&pid) {
+            continue;
+        }
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            alive.insert(pid);
+            continue;
+        }
+        let _ = write_definition(root, &format!("-:{group}/{name}\n"));
+    }
+}
