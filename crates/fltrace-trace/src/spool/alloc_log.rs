@@ -3,6 +3,7 @@
 //! merged by time, so a reader holds one record per thread, not the log.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -377,21 +378,29 @@ impl LiveLog {
 
     /// The next item in time order if it comes before `watermark`.
     pub(crate) fn next(&mut self, watermark: u64, frames: &mut [u64; MAX_FRAMES]) -> Option<Item> {
-        let &Reverse((time, i)) = self.heap.peek()?;
+        // The stream stays at the top with its next time (one sift down), not popped and
+        // pushed again: most logs have one thread, or one far ahead of the others.
+        let mut top = self.heap.peek_mut()?;
+        let Reverse((time, i)) = *top;
         if time >= watermark {
             return None;
         }
-        self.heap.pop();
         let stream = &mut self.streams[i];
-        let (time, item) = stream.ahead.pop_front()?;
+        let Some((time, item)) = stream.ahead.pop_front() else {
+            PeekMut::pop(top);
+            return None;
+        };
         if let Item::Stack(_, len) = item {
             frames[..len].copy_from_slice(&stream.frames[..len]);
             stream.frames = Vec::new();
         }
         stream.last_time = time;
         match stream.ahead.front() {
-            Some(&(next, _)) => self.heap.push(Reverse((next, i))),
-            None => self.advance(i),
+            Some(&(next, _)) => *top = Reverse((next, i)),
+            None => {
+                PeekMut::pop(top);
+                self.advance(i);
+            }
         }
         Some(item)
     }
