@@ -298,6 +298,14 @@ impl LiveLog {
     /// Decodes stream `i`'s next items into `ahead`, which is empty, and queues the stream
     /// if it has any; leaves it without when its published records are all read.
     fn advance(&mut self, i: usize) {
+        if let Some(time) = self.decode_ahead(i) {
+            self.heap.push(Reverse((time, i)));
+        }
+    }
+
+    /// Decodes stream `i`'s next items into `ahead`, which is empty; the time of the first,
+    /// if there is one (the stream is not queued).
+    fn decode_ahead(&mut self, i: usize) -> Option<u64> {
         let log = self.bytes.get();
         let stream = &mut self.streams[i];
         let scratch = &mut self.scratch;
@@ -371,9 +379,7 @@ impl LiveLog {
                 break;
             }
         }
-        if let Some(&(time, _)) = stream.ahead.front() {
-            self.heap.push(Reverse((time, i)));
-        }
+        stream.ahead.front().map(|&(time, _)| time)
     }
 
     /// The next item in time order if it comes before `watermark`.
@@ -403,6 +409,58 @@ impl LiveLog {
             }
         }
         Some(item)
+    }
+}
+
+impl LiveLog {
+    /// Moves into `out` the events that [`next`](Self::next) would hand out next, at most
+    /// `max`, as long as they are events of one thread: those of the thread first in time,
+    /// until another thread's next item comes first, an event is at `watermark` or later, or
+    /// a stack definition is next (which `next` hands out). The merge looks at the other
+    /// threads once for the run, not once an event.
+    pub(crate) fn next_events(
+        &mut self,
+        watermark: u64,
+        out: &mut Vec<AllocEvent>,
+        max: usize,
+    ) -> usize {
+        let Some(&Reverse((time, i))) = self.heap.peek() else {
+            return 0;
+        };
+        if time >= watermark || max == 0 {
+            return 0;
+        }
+        self.heap.pop();
+        // The first item of every other thread: this one's run ends before it.
+        let others = self
+            .heap
+            .peek()
+            .map_or((u64::MAX, usize::MAX), |&Reverse(key)| key);
+        let mut moved = 0;
+        let mut front = Some(time);
+        while let Some(time) = front
+            && moved < max
+            && time < watermark
+            && (time, i) < others
+        {
+            let stream = &mut self.streams[i];
+            let Some(&(_, Item::Event(event))) = stream.ahead.front() else {
+                break;
+            };
+            stream.ahead.pop_front();
+            stream.last_time = time;
+            out.push(event);
+            moved += 1;
+            front = match stream.ahead.front() {
+                Some(&(next, _)) => Some(next),
+                // Decoded on as `next` does the moment a stream's items run out.
+                None => self.decode_ahead(i),
+            };
+        }
+        if let Some(time) = front {
+            self.heap.push(Reverse((time, i)));
+        }
+        moved
     }
 }
 
