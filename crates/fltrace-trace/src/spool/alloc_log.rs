@@ -574,3 +574,121 @@ pub fn log_bytes_taken(path: &Path) -> u64 {
         _ => 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fltrace_runtime_abi::alloclog::{CallRecord, call};
+
+    /// What a log hands out, comparable: an event, or a stack definition and its frames.
+    #[derive(Debug, PartialEq)]
+    enum Out {
+        Event(AllocEvent),
+        Stack(u32, Vec<u64>),
+    }
+
+    /// A log of three threads taking chunks in turn, their times interleaved (two of them
+    /// at the very same times), stack definitions among their calls.
+    fn three_threads_log(path: &Path) {
+        let chunks = 9;
+        let mut log = vec![0u8; HEADER_SIZE + chunks * CHUNK_SIZE];
+        log[..8].copy_from_slice(&MAGIC.to_ne_bytes());
+        let end = log.len() as u64;
+        log[16..24].copy_from_slice(&end.to_ne_bytes());
+        for k in 0..chunks {
+            let thread = (k % 3) as u64;
+            let offset = HEADER_SIZE + k * CHUNK_SIZE;
+            let records = &mut log[offset + CHUNK_HEADER_SIZE..offset + CHUNK_SIZE];
+            let (mut pos, mut cursor) = (0, Cursor::default());
+            for j in 0..2000u64 {
+                if j % 50 == 0 {
+                    let time = 1_000_000 + (k as u64 / 3) * 100_000 + j / 50 * 1000;
+                    cursor.put_time(records, &mut pos, time + thread % 2 * 500);
+                }
+                let stack_id = (k as u32) * 10 + (j / 500) as u32;
+                if j % 500 == 0 {
+                    cursor.put_stack(records, &mut pos, stack_id, &[0x401000 + j, 0x402000]);
+                }
+                let record = CallRecord {
+                    call: if j % 2 == 0 { call::MALLOC } else { call::FREE },
+                    addr: 0x5600_0000 + thread << 20 | j * 48,
+                    size: if j % 2 == 0 { 16 + j % 512 } else { 0 },
+                    old_addr: 0,
+                    detail: 0,
+                    stack_id,
+                };
+                cursor.put_call(records, &mut pos, &record);
+            }
+            log[offset..offset + 8].copy_from_slice(&(100 + thread).to_ne_bytes());
+            log[offset + 8..offset + 16].copy_from_slice(&(pos as u64).to_ne_bytes());
+        }
+        std::fs::write(path, log).unwrap();
+    }
+
+    /// Reads `log` with `next` alone, up to `watermark`, then to the end.
+    fn by_next(log: &mut LiveLog, watermark: u64) -> Vec<Out> {
+        let mut frames = Box::new([0u64; MAX_FRAMES]);
+        let mut out = Vec::new();
+        for watermark in [watermark, u64::MAX] {
+            while let Some(item) = log.next(watermark, &mut frames) {
+                out.push(match item {
+                    Item::Event(event) => Out::Event(event),
+                    Item::Stack(id, len) => Out::Stack(id, frames[..len].to_vec()),
+                });
+            }
+        }
+        out
+    }
+
+    /// Reads `log` as a conversion does: runs of events `most` at a time, `next` for the
+    /// rest.
+    fn by_runs(log: &mut LiveLog, watermark: u64, most: usize) -> Vec<Out> {
+        let mut frames = Box::new([0u64; MAX_FRAMES]);
+        let (mut out, mut run) = (Vec::new(), Vec::new());
+        for watermark in [watermark, u64::MAX] {
+            loop {
+                run.clear();
+                if log.next_events(watermark, &mut run, most) > 0 {
+                    out.extend(run.iter().map(|&event| Out::Event(event)));
+                    continue;
+                }
+                let Some(item) = log.next(watermark, &mut frames) else {
+                    break;
+                };
+                out.push(match item {
+                    Item::Event(event) => Out::Event(event),
+                    Item::Stack(id, len) => Out::Stack(id, frames[..len].to_vec()),
+                });
+            }
+        }
+        out
+    }
+
+    /// Events moved a run at a time come in the order `next` hands them out one by one,
+    /// stack definitions between them where they were, with threads taking turns at equal
+    /// times, up to a watermark and then on.
+    #[test]
+    fn runs_of_events_come_in_the_merge_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log-1.0");
+        three_threads_log(&path);
+        let open = || LiveLog::open(&path, 7, true).unwrap().unwrap();
+        let watermark = 7 + 1_000_000 + 100_000 + 20_500;
+        let expected = by_next(&mut open(), watermark);
+        assert_eq!(expected.len(), 9 * 2000 + 9 * 4);
+        let tids: std::collections::BTreeSet<u32> = expected
+            .iter()
+            .filter_map(|out| match out {
+                Out::Event(e) => Some(e.tid),
+                Out::Stack(..) => None,
+            })
+            .collect();
+        assert_eq!(tids.into_iter().collect::<Vec<_>>(), [100, 101, 102]);
+        for most in [1, 7, 1024] {
+            assert!(
+                by_runs(&mut open(), watermark, most) == expected,
+                "runs of at most {most} differ"
+            );
+        }
+    }
+}
