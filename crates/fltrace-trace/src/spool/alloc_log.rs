@@ -611,7 +611,7 @@ mod tests {
                 }
                 let record = CallRecord {
                     call: if j % 2 == 0 { call::MALLOC } else { call::FREE },
-                    addr: 0x5600_0000 + thread << 20 | j * 48,
+                    addr: 0x5600_0000 + (thread << 20) + j * 48,
                     size: if j % 2 == 0 { 16 + j % 512 } else { 0 },
                     old_addr: 0,
                     detail: 0,
