@@ -3,6 +3,7 @@
 //! merged by time, so a reader holds one record per thread, not the log.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -297,6 +298,14 @@ impl LiveLog {
     /// Decodes stream `i`'s next items into `ahead`, which is empty, and queues the stream
     /// if it has any; leaves it without when its published records are all read.
     fn advance(&mut self, i: usize) {
+        if let Some(time) = self.decode_ahead(i) {
+            self.heap.push(Reverse((time, i)));
+        }
+    }
+
+    /// Decodes stream `i`'s next items into `ahead`, which is empty; the time of the first,
+    /// if there is one (the stream is not queued).
+    fn decode_ahead(&mut self, i: usize) -> Option<u64> {
         let log = self.bytes.get();
         let stream = &mut self.streams[i];
         let scratch = &mut self.scratch;
@@ -370,30 +379,88 @@ impl LiveLog {
                 break;
             }
         }
-        if let Some(&(time, _)) = stream.ahead.front() {
-            self.heap.push(Reverse((time, i)));
-        }
+        stream.ahead.front().map(|&(time, _)| time)
     }
 
     /// The next item in time order if it comes before `watermark`.
     pub(crate) fn next(&mut self, watermark: u64, frames: &mut [u64; MAX_FRAMES]) -> Option<Item> {
-        let &Reverse((time, i)) = self.heap.peek()?;
+        // The stream stays at the top with its next time (one sift down), not popped and
+        // pushed again: most logs have one thread, or one far ahead of the others.
+        let mut top = self.heap.peek_mut()?;
+        let Reverse((time, i)) = *top;
         if time >= watermark {
             return None;
         }
-        self.heap.pop();
         let stream = &mut self.streams[i];
-        let (time, item) = stream.ahead.pop_front()?;
+        let Some((time, item)) = stream.ahead.pop_front() else {
+            PeekMut::pop(top);
+            return None;
+        };
         if let Item::Stack(_, len) = item {
             frames[..len].copy_from_slice(&stream.frames[..len]);
             stream.frames = Vec::new();
         }
         stream.last_time = time;
         match stream.ahead.front() {
-            Some(&(next, _)) => self.heap.push(Reverse((next, i))),
-            None => self.advance(i),
+            Some(&(next, _)) => *top = Reverse((next, i)),
+            None => {
+                PeekMut::pop(top);
+                self.advance(i);
+            }
         }
         Some(item)
+    }
+}
+
+impl LiveLog {
+    /// Moves into `out` the events that [`next`](Self::next) would hand out next, at most
+    /// `max`, as long as they are events of one thread: those of the thread first in time,
+    /// until another thread's next item comes first, an event is at `watermark` or later, or
+    /// a stack definition is next (which `next` hands out). The merge looks at the other
+    /// threads once for the run, not once an event.
+    pub(crate) fn next_events(
+        &mut self,
+        watermark: u64,
+        out: &mut Vec<AllocEvent>,
+        max: usize,
+    ) -> usize {
+        let Some(&Reverse((time, i))) = self.heap.peek() else {
+            return 0;
+        };
+        if time >= watermark || max == 0 {
+            return 0;
+        }
+        self.heap.pop();
+        // The first item of every other thread: this one's run ends before it.
+        let others = self
+            .heap
+            .peek()
+            .map_or((u64::MAX, usize::MAX), |&Reverse(key)| key);
+        let mut moved = 0;
+        let mut front = Some(time);
+        while let Some(time) = front
+            && moved < max
+            && time < watermark
+            && (time, i) < others
+        {
+            let stream = &mut self.streams[i];
+            let Some(&(_, Item::Event(event))) = stream.ahead.front() else {
+                break;
+            };
+            stream.ahead.pop_front();
+            stream.last_time = time;
+            out.push(event);
+            moved += 1;
+            front = match stream.ahead.front() {
+                Some(&(next, _)) => Some(next),
+                // Decoded on as `next` does the moment a stream's items run out.
+                None => self.decode_ahead(i),
+            };
+        }
+        if let Some(time) = front {
+            self.heap.push(Reverse((time, i)));
+        }
+        moved
     }
 }
 
@@ -505,5 +572,123 @@ pub fn log_bytes_taken(path: &Path) -> u64 {
             u64::from_ne_bytes(next)
         }
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fltrace_runtime_abi::alloclog::{CallRecord, call};
+
+    /// What a log hands out, comparable: an event, or a stack definition and its frames.
+    #[derive(Debug, PartialEq)]
+    enum Out {
+        Event(AllocEvent),
+        Stack(u32, Vec<u64>),
+    }
+
+    /// A log of three threads taking chunks in turn, their times interleaved (two of them
+    /// at the very same times), stack definitions among their calls.
+    fn three_threads_log(path: &Path) {
+        let chunks = 9;
+        let mut log = vec![0u8; HEADER_SIZE + chunks * CHUNK_SIZE];
+        log[..8].copy_from_slice(&MAGIC.to_ne_bytes());
+        let end = log.len() as u64;
+        log[16..24].copy_from_slice(&end.to_ne_bytes());
+        for k in 0..chunks {
+            let thread = (k % 3) as u64;
+            let offset = HEADER_SIZE + k * CHUNK_SIZE;
+            let records = &mut log[offset + CHUNK_HEADER_SIZE..offset + CHUNK_SIZE];
+            let (mut pos, mut cursor) = (0, Cursor::default());
+            for j in 0..2000u64 {
+                if j % 50 == 0 {
+                    let time = 1_000_000 + (k as u64 / 3) * 100_000 + j / 50 * 1000;
+                    cursor.put_time(records, &mut pos, time + thread % 2 * 500);
+                }
+                let stack_id = (k as u32) * 10 + (j / 500) as u32;
+                if j % 500 == 0 {
+                    cursor.put_stack(records, &mut pos, stack_id, &[0x401000 + j, 0x402000]);
+                }
+                let record = CallRecord {
+                    call: if j % 2 == 0 { call::MALLOC } else { call::FREE },
+                    addr: 0x5600_0000 + (thread << 20) + j * 48,
+                    size: if j % 2 == 0 { 16 + j % 512 } else { 0 },
+                    old_addr: 0,
+                    detail: 0,
+                    stack_id,
+                };
+                cursor.put_call(records, &mut pos, &record);
+            }
+            log[offset..offset + 8].copy_from_slice(&(100 + thread).to_ne_bytes());
+            log[offset + 8..offset + 16].copy_from_slice(&(pos as u64).to_ne_bytes());
+        }
+        std::fs::write(path, log).unwrap();
+    }
+
+    /// Reads `log` with `next` alone, up to `watermark`, then to the end.
+    fn by_next(log: &mut LiveLog, watermark: u64) -> Vec<Out> {
+        let mut frames = Box::new([0u64; MAX_FRAMES]);
+        let mut out = Vec::new();
+        for watermark in [watermark, u64::MAX] {
+            while let Some(item) = log.next(watermark, &mut frames) {
+                out.push(match item {
+                    Item::Event(event) => Out::Event(event),
+                    Item::Stack(id, len) => Out::Stack(id, frames[..len].to_vec()),
+                });
+            }
+        }
+        out
+    }
+
+    /// Reads `log` as a conversion does: runs of events `most` at a time, `next` for the
+    /// rest.
+    fn by_runs(log: &mut LiveLog, watermark: u64, most: usize) -> Vec<Out> {
+        let mut frames = Box::new([0u64; MAX_FRAMES]);
+        let (mut out, mut run) = (Vec::new(), Vec::new());
+        for watermark in [watermark, u64::MAX] {
+            loop {
+                run.clear();
+                if log.next_events(watermark, &mut run, most) > 0 {
+                    out.extend(run.iter().map(|&event| Out::Event(event)));
+                    continue;
+                }
+                let Some(item) = log.next(watermark, &mut frames) else {
+                    break;
+                };
+                out.push(match item {
+                    Item::Event(event) => Out::Event(event),
+                    Item::Stack(id, len) => Out::Stack(id, frames[..len].to_vec()),
+                });
+            }
+        }
+        out
+    }
+
+    /// Events moved a run at a time come in the order `next` hands them out one by one,
+    /// stack definitions between them where they were, with threads taking turns at equal
+    /// times, up to a watermark and then on.
+    #[test]
+    fn runs_of_events_come_in_the_merge_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log-1.0");
+        three_threads_log(&path);
+        let open = || LiveLog::open(&path, 7, true).unwrap().unwrap();
+        let watermark = 7 + 1_000_000 + 100_000 + 20_500;
+        let expected = by_next(&mut open(), watermark);
+        assert_eq!(expected.len(), 9 * 2000 + 9 * 4);
+        let tids: std::collections::BTreeSet<u32> = expected
+            .iter()
+            .filter_map(|out| match out {
+                Out::Event(e) => Some(e.tid),
+                Out::Stack(..) => None,
+            })
+            .collect();
+        assert_eq!(tids.into_iter().collect::<Vec<_>>(), [100, 101, 102]);
+        for most in [1, 7, 1024] {
+            assert!(
+                by_runs(&mut open(), watermark, most) == expected,
+                "runs of at most {most} differ"
+            );
+        }
     }
 }

@@ -165,7 +165,7 @@ pub struct Conversion {
     /// Pairs the events at record time, if asked ([`crate::PairCalls`]), on this thread: a
     /// few at a time, while they are in the cache (the file thread read each batch cold).
     pairing: Option<Box<dyn crate::PairCalls>>,
-    /// The events not paired yet, at most [`PAIR_EVERY`].
+    /// The events not paired yet, fewer than [`PAIR_EVERY`].
     unpaired: Vec<AllocEvent>,
     started: std::time::Instant,
     started_cpu: std::time::Duration,
@@ -272,11 +272,22 @@ impl Conversion {
             }
         }
         let mut written = 0;
-        while written < max_events
-            && let Some(item) = log.next(watermark, &mut self.frames)
-        {
-            match item {
-                Item::Stack(local_id, len) => {
+        while written < max_events {
+            // Most events come in runs of one thread, moved out of the log at once, straight
+            // into the batch for the table, and handled there together.
+            let start = self.allocs.batch.len();
+            let most = (max_events - written)
+                .min(PAIR_EVERY as u64)
+                .min((BATCH - start) as u64) as usize;
+            let moved = log.next_events(watermark, &mut self.allocs.batch, most);
+            if moved > 0 {
+                written += moved as u64;
+                self.events(start, generation, floor)?;
+                continue;
+            }
+            match log.next(watermark, &mut self.frames) {
+                None => break,
+                Some(Item::Stack(local_id, len)) => {
                     self.stacks.define(
                         generation,
                         local_id,
@@ -285,26 +296,11 @@ impl Conversion {
                         self.live.as_mut().map(|tap| &mut tap.pending.stacks),
                     )?;
                 }
-                Item::Event(mut event) => {
-                    // An image's calls come after its exec, but the millisecond clock can
-                    // put the first ones before it: each image's times start no earlier
-                    // than its first mapping.
-                    event.time_ns = event.time_ns.max(floor).max(self.last_ns);
-                    self.last_ns = event.time_ns;
-                    if event.stack_id != AllocEvent::NO_STACK {
-                        event.stack_id = self.stacks.global(generation, event.stack_id);
-                    }
-                    self.first_ns.get_or_insert(event.time_ns);
-                    if let Some(tap) = &mut self.live {
-                        tap.pending.events.push(event);
-                    }
-                    self.allocs.push(event)?;
-                    if self.pairing.is_some() {
-                        self.unpaired.push(event);
-                        if self.unpaired.len() == PAIR_EVERY {
-                            self.pair_unpaired();
-                        }
-                    }
+                // `next_events` moves every event that comes next; one here is written all
+                // the same.
+                Some(Item::Event(event)) => {
+                    self.allocs.batch.push(event);
+                    self.events(self.allocs.batch.len() - 1, generation, floor)?;
                     written += 1;
                 }
             }
@@ -316,6 +312,45 @@ impl Conversion {
             tap.send(self.converted.dropped + log.dropped());
         }
         Ok(written)
+    }
+
+    /// Takes in the events of the table's batch from `start` on, the next of image
+    /// `generation` (whose times start no earlier than `floor`): their times and stacks made
+    /// the table's, handed to the pairing and the live view, and the batch sent to the
+    /// encoders once full.
+    fn events(&mut self, start: usize, generation: u32, floor: u64) -> Result<(), Error> {
+        let events = &mut self.allocs.batch[start..];
+        for event in events.iter_mut() {
+            // An image's calls come after its exec, but the millisecond clock can put the
+            // first ones before it: each image's times start no earlier than its first
+            // mapping.
+            event.time_ns = event.time_ns.max(floor).max(self.last_ns);
+            self.last_ns = event.time_ns;
+            if event.stack_id != AllocEvent::NO_STACK {
+                event.stack_id = self.stacks.global(generation, event.stack_id);
+            }
+        }
+        if let Some(first) = events.first() {
+            self.first_ns.get_or_insert(first.time_ns);
+        }
+        if let Some(tap) = &mut self.live {
+            tap.pending.events.extend_from_slice(events);
+        }
+        if let Some(pairing) = &mut self.pairing {
+            // A long run is paired as it is; short ones (threads taking turns) are gathered.
+            if self.unpaired.is_empty() && events.len() >= PAIR_EVERY / 2 {
+                pairing.events(events);
+            } else {
+                self.unpaired.extend_from_slice(events);
+                if self.unpaired.len() >= PAIR_EVERY {
+                    self.pair_unpaired();
+                }
+            }
+        }
+        if self.allocs.batch.len() >= BATCH {
+            self.allocs.send_batch()?;
+        }
+        Ok(())
     }
 
     /// Hands the pairing the events not paired yet.
@@ -447,6 +482,8 @@ struct BackgroundWriter {
     /// The table written, for the error should its writer panic.
     path: PathBuf,
     batch: Vec<AllocEvent>,
+    /// Batches the encoders are done with, to fill again.
+    spare: std::sync::mpsc::Receiver<Vec<AllocEvent>>,
     /// To the encoders.
     sender: Option<std::sync::mpsc::SyncSender<Job>>,
     /// Each returns the totals of the events it encoded.
@@ -496,6 +533,7 @@ impl BackgroundWriter {
         let (sender, jobs) = std::sync::mpsc::sync_channel::<Job>(ENCODERS);
         let jobs = Arc::new(Mutex::new(jobs));
         let (done, encoded) = std::sync::mpsc::channel::<(u64, Encoded)>();
+        let (recycle, spare) = std::sync::mpsc::channel::<Vec<AllocEvent>>();
         let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let busy = Arc::new(Mutex::new(std::time::Duration::ZERO));
         let add_busy = |busy: &Arc<Mutex<std::time::Duration>>, spent| {
@@ -507,6 +545,7 @@ impl BackgroundWriter {
             .map(|_| {
                 let (jobs, done, given_up, busy) =
                     (jobs.clone(), done.clone(), abandoned.clone(), busy.clone());
+                let recycle = recycle.clone();
                 let mut encoder = writer.group_encoder();
                 std::thread::spawn(move || {
                     let started = thread_cpu();
@@ -533,6 +572,9 @@ impl BackgroundWriter {
                                     totals.add(event);
                                 }
                                 let group = encoder.encode(first, &events);
+                                // Back to the decoding thread, which fills it again while
+                                // its pages are mapped and in the cache.
+                                let _ = recycle.send(events);
                                 (number, Encoded::Group(group))
                             }
                             Job::Checkpoint { number } => (number, Encoded::Checkpoint),
@@ -584,6 +626,7 @@ impl BackgroundWriter {
         BackgroundWriter {
             path: path.to_owned(),
             batch: Vec::with_capacity(BATCH),
+            spare,
             sender: Some(sender),
             encoders,
             totals: AllocTotals::default(),
@@ -610,17 +653,16 @@ impl BackgroundWriter {
         }
     }
 
-    fn push(&mut self, event: AllocEvent) -> Result<(), Error> {
-        self.batch.push(event);
-        if self.batch.len() == BATCH {
-            self.send_batch()?;
-        }
-        Ok(())
-    }
-
     /// Hands the batch to the encoders.
     fn send_batch(&mut self) -> Result<(), Error> {
-        let events = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        let next = match self.spare.try_recv() {
+            Ok(mut events) => {
+                events.clear();
+                events
+            }
+            Err(_) => Vec::with_capacity(BATCH),
+        };
+        let events = std::mem::replace(&mut self.batch, next);
         let first = self.next_row;
         self.next_row += events.len() as u64;
         let number = self.next_job;

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parquet::basic::{Compression, Encoding};
-use parquet::column::writer::{ColumnCloseResult, get_column_writer, get_typed_column_writer_mut};
+use parquet::column::writer::{
+    ColumnCloseResult, ColumnWriter, get_column_writer, get_typed_column_writer_mut,
+};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
 use parquet::file::metadata::{
     FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData,
@@ -502,9 +504,10 @@ impl<R: TableRow> GroupEncoder<R> {
 pub(crate) struct Scratch {
     i64s: Vec<i64>,
     i32s: Vec<i32>,
-    /// Buffers of several columns at once ([`Columns::take_buffers`]).
-    wide: Vec<Vec<i64>>,
-    narrow: Vec<Vec<i32>>,
+    /// The values of several columns at once ([`Columns::int_columns`]), by column.
+    slice: Vec<i64>,
+    /// A slice of 32-bit values converted from `slice`.
+    narrow_slice: Vec<i32>,
     /// The `recording` column's values, all `recording_of`, as many as the largest row group.
     recording: Vec<ByteArray>,
     recording_of: String,
@@ -512,15 +515,67 @@ pub(crate) struct Scratch {
     /// from the file: the same bytes in every row group of that size (the file's offsets
     /// are set when a chunk is appended), so encoded once, not once a row group.
     constant: Option<(Origin, usize, Vec<EncodedColumn>)>,
+    /// By column, the last chunk encoded apart that held one value in every row: (column,
+    /// value, rows, chunk). A thread's calls (`tid`) and the fields most calls leave at 0
+    /// (`old_addr`, `detail`) repeat the same chunk row group after row group, and its bytes
+    /// depend on nothing else, so it is encoded once ([`Columns::int_columns`]).
+    repeated: Vec<(usize, i64, usize, EncodedColumn)>,
 }
 
 /// A column chunk encoded apart from the file, and what appending it needs.
 type EncodedColumn = (bytes::Bytes, ColumnCloseResult);
 
-/// Column buffers filled together ([`Columns::take_buffers`]).
-pub(crate) struct Buffers {
-    pub(crate) wide: Vec<Vec<i64>>,
-    pub(crate) narrow: Vec<Vec<i32>>,
+/// Rows turned into column values at once by [`Columns::int_columns`]: a multiple of the
+/// column writers' mini-batch (1,024 values), so that pages end where they would were the
+/// row group's columns written whole, and small enough that a slice of eight columns
+/// (512 KiB) stays in the cache while it is encoded.
+const SLICE: usize = 8 * 1024;
+
+fn more_columns() -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::General("more columns than the schema".into())
+}
+
+/// Writes `values` into an integer column, as its type says (32-bit values converted in
+/// `narrow`).
+fn write_ints(
+    writer: &mut ColumnWriter<'_>,
+    narrow: &mut Vec<i32>,
+    values: &[i64],
+) -> parquet::errors::Result<()> {
+    match writer {
+        ColumnWriter::Int64ColumnWriter(writer) => {
+            writer.write_batch(values, None, None)?;
+        }
+        ColumnWriter::Int32ColumnWriter(writer) => {
+            narrow.clear();
+            narrow.extend(values.iter().map(|&v| v as i32));
+            writer.write_batch(narrow, None, None)?;
+        }
+        _ => {
+            return Err(parquet::errors::ParquetError::General(
+                "an integer column expected".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `rows` rows of `value` into an integer column, [`SLICE`] at a time (the pages end
+/// where they would have).
+fn write_repeated(
+    writer: &mut ColumnWriter<'_>,
+    narrow: &mut Vec<i32>,
+    value: i64,
+    rows: usize,
+) -> parquet::errors::Result<()> {
+    let values = vec![value; SLICE.min(rows)];
+    let mut left = rows;
+    while left > 0 {
+        let n = left.min(SLICE);
+        write_ints(writer, narrow, &values[..n])?;
+        left -= n;
+    }
+    Ok(())
 }
 
 /// Writes the next column of `target`.
@@ -583,41 +638,151 @@ impl Columns<'_, '_> {
         write_column::<Int32Type>(&mut self.target, buffer, None, None)
     }
 
-    /// `wide` 64-bit and `narrow` 32-bit column buffers, empty, to fill in one pass over a
-    /// batch of rows (reading the rows once, not once a column); written with
-    /// [`i64s`](Self::i64s) and [`i32s`](Self::i32s), then handed back
-    /// ([`put_buffers`](Self::put_buffers)) for the next row group.
-    pub(crate) fn take_buffers(&mut self, wide: usize, narrow: usize) -> Buffers {
-        let mut i64s = std::mem::take(&mut self.scratch.wide);
-        let mut i32s = std::mem::take(&mut self.scratch.narrow);
-        i64s.resize_with(wide, Vec::new);
-        i32s.resize_with(narrow, Vec::new);
-        for buffer in &mut i64s {
-            buffer.clear();
+    /// The next `N` columns, integers (64- or 32-bit, as the schema says), of `rows`:
+    /// `fill` gives a row's values in column order.
+    ///
+    /// Encoded apart, the rows are turned into values [`SLICE`] rows at a time and each
+    /// slice encoded while it is in the cache (a row group of events is larger than the
+    /// cache: filling whole columns, then reading each again to encode it, went to memory
+    /// twice). A column that holds one value in every row (a thread's calls in `tid`, the
+    /// fields most calls leave at 0) is held back while it does, and takes the chunk last
+    /// encoded for that value and row count if there is one: the same bytes, not encoded
+    /// again.
+    pub(crate) fn int_columns<R, const N: usize>(
+        &mut self,
+        rows: &[R],
+        fill: impl Fn(&R) -> [i64; N],
+    ) -> parquet::errors::Result<()> {
+        let Target::Apart {
+            schema,
+            props,
+            columns,
+        } = &mut self.target
+        else {
+            return self.int_columns_whole(rows, fill);
+        };
+        let first_column = columns.len();
+        if first_column + N > schema.num_columns() {
+            return Err(more_columns());
         }
-        for buffer in &mut i32s {
-            buffer.clear();
+        let scratch = &mut *self.scratch;
+        let mut sinks: Vec<TrackedWrite<Vec<u8>>> =
+            (0..N).map(|_| TrackedWrite::new(Vec::new())).collect();
+        let mut writers: Vec<ColumnWriter<'_>> = sinks
+            .iter_mut()
+            .enumerate()
+            .map(|(k, sink)| {
+                let pages = SerializedPageWriter::new(sink);
+                get_column_writer(
+                    schema.column(first_column + k),
+                    Arc::clone(props),
+                    Box::new(pages),
+                )
+            })
+            .collect();
+        // By column, the value of every row so far while there is one (those rows not
+        // written yet).
+        let mut held: [Option<i64>; N] = match rows.first() {
+            Some(row) => fill(row).map(Some),
+            None => [None; N],
+        };
+        let values = &mut scratch.slice;
+        values.clear();
+        values.resize(N * SLICE, 0);
+        let mut done = 0;
+        for slice in rows.chunks(SLICE) {
+            for (j, row) in slice.iter().enumerate() {
+                for (k, value) in fill(row).into_iter().enumerate() {
+                    values[k * SLICE + j] = value;
+                }
+            }
+            for (k, writer) in writers.iter_mut().enumerate() {
+                let column = &values[k * SLICE..k * SLICE + slice.len()];
+                if let Some(value) = held[k] {
+                    if column.iter().all(|&v| v == value) {
+                        continue;
+                    }
+                    held[k] = None;
+                    write_repeated(writer, &mut scratch.narrow_slice, value, done)?;
+                }
+                write_ints(writer, &mut scratch.narrow_slice, column)?;
+            }
+            done += slice.len();
         }
-        Buffers {
-            wide: i64s,
-            narrow: i32s,
+        let mut encoded: Vec<Option<EncodedColumn>> = vec![None; N];
+        for (k, writer) in writers.iter_mut().enumerate() {
+            let Some(value) = held[k] else {
+                continue;
+            };
+            let key = (first_column + k, value, rows.len());
+            match scratch
+                .repeated
+                .iter()
+                .find(|&&(c, v, n, _)| (c, v, n) == key)
+            {
+                Some((.., chunk)) => encoded[k] = Some(chunk.clone()),
+                None => write_repeated(writer, &mut scratch.narrow_slice, value, rows.len())?,
+            }
         }
+        let mut closed = Vec::with_capacity(N);
+        for (k, writer) in writers.into_iter().enumerate() {
+            // A column taken from the cache drops its writer unused.
+            closed.push(match encoded[k] {
+                Some(_) => None,
+                None => Some(writer.close()?),
+            });
+        }
+        for (k, (sink, close)) in sinks.into_iter().zip(closed).enumerate() {
+            let chunk = match (encoded[k].take(), close) {
+                (Some(chunk), _) => chunk,
+                (None, Some(close)) => (bytes::Bytes::from(sink.into_inner()?), close),
+                (None, None) => unreachable!("a column is either cached or closed"),
+            };
+            if let Some(value) = held[k] {
+                let column = first_column + k;
+                scratch.repeated.retain(|&(c, ..)| c != column);
+                scratch
+                    .repeated
+                    .push((column, value, rows.len(), chunk.clone()));
+            }
+            columns.push(chunk);
+        }
+        Ok(())
     }
 
-    /// Gives the buffers of [`take_buffers`](Self::take_buffers) back for the next row group.
-    pub(crate) fn put_buffers(&mut self, buffers: Buffers) {
-        self.scratch.wide = buffers.wide;
-        self.scratch.narrow = buffers.narrow;
-    }
-
-    /// The next column, 64-bit, from a filled buffer.
-    pub(crate) fn i64s(&mut self, values: &[i64]) -> parquet::errors::Result<()> {
-        write_column::<Int64Type>(&mut self.target, values, None, None)
-    }
-
-    /// The next column, 32-bit, from a filled buffer.
-    pub(crate) fn i32s(&mut self, values: &[i32]) -> parquet::errors::Result<()> {
-        write_column::<Int32Type>(&mut self.target, values, None, None)
+    /// [`int_columns`](Self::int_columns) into the row group being written: each column
+    /// filled whole, then written.
+    fn int_columns_whole<R, const N: usize>(
+        &mut self,
+        rows: &[R],
+        fill: impl Fn(&R) -> [i64; N],
+    ) -> parquet::errors::Result<()> {
+        let mut values = std::mem::take(&mut self.scratch.slice);
+        values.clear();
+        values.resize(N * rows.len(), 0);
+        for (j, row) in rows.iter().enumerate() {
+            for (k, value) in fill(row).into_iter().enumerate() {
+                values[k * rows.len() + j] = value;
+            }
+        }
+        let written = (|| {
+            for k in 0..N {
+                let Target::Group(group) = &mut self.target else {
+                    unreachable!("int_columns writes apart itself");
+                };
+                let mut column = group.next_column()?.ok_or_else(more_columns)?;
+                let column_values = &values[k * rows.len()..(k + 1) * rows.len()];
+                write_ints(
+                    column.untyped(),
+                    &mut self.scratch.narrow_slice,
+                    column_values,
+                )?;
+                column.close()?;
+            }
+            Ok(())
+        })();
+        self.scratch.slice = values;
+        written
     }
 
     pub(crate) fn bools(
