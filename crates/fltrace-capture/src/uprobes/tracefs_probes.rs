@@ -131,3 +131,56 @@ fn remove_orphans(root: &Path) {
         let _ = write_definition(root, &format!("-:{group}/{name}\n"));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C library's `malloc`: a file and an offset tracefs accepts.
+    fn malloc_of_libc() -> (PathBuf, u64) {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so"))
+            .map(PathBuf::from)
+            .expect("a C library");
+        let offsets = crate::uprobes::function_offsets(&libc, &["malloc"]).expect("libc's ELF");
+        let offset = offsets[0].expect("malloc's offset");
+        (libc, offset)
+    }
+
+    fn defined() -> String {
+        std::fs::read_to_string(tracefs_root().expect("tracefs").join("uprobe_events"))
+            .expect("uprobe_events")
+    }
+
+    /// Defined probes have an id and are gone once dropped; a group of a process that is gone
+    /// (an fltrace killed) is removed by the next one.
+    #[test]
+    fn probes_are_removed_when_dropped_and_orphans_by_the_next() {
+        let (libc, offset) = malloc_of_libc();
+        let mut probes = TracefsUprobes::new().expect("tracefs");
+        let entry = probes.define(&libc, offset, false).expect("an entry probe");
+        let exit = probes.define(&libc, offset, true).expect("a return probe");
+        assert_ne!(entry, exit);
+        // Other tests of this process define probes in the same group: these two by name.
+        let ours: Vec<String> = probes
+            .names
+            .iter()
+            .map(|name| format!(":{}/{name} ", probes.group))
+            .collect();
+        assert_eq!(ours.len(), 2);
+        assert!(ours.iter().all(|p| defined().contains(p)), "{}", defined());
+        drop(probes);
+        assert!(!ours.iter().any(|p| defined().contains(p)), "{}", defined());
+
+        // No process has this pid (above the kernel's largest pid_max).
+        let orphan = format!("{GROUP_PREFIX}4294967295");
+        let line = format!("p:{orphan}/p0 {}:{offset:#x}\n", libc.display());
+        write_definition(&tracefs_root().expect("tracefs"), &line).expect("an orphan defined");
+        let next = TracefsUprobes::new().expect("tracefs");
+        assert!(!defined().contains(&format!(":{orphan}/")), "{}", defined());
+        drop(next);
+    }
+}
