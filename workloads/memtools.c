@@ -2,6 +2,8 @@
 // exact numbers of events at marked lines.
 //   memtools brk N              N brk(12345) syscalls at the line marked brk, then 3 brk(54321) at the line marked brk_other
 //   memtools touch N [wait]     N first-touch faults at the line marked touch on fresh anonymous pages
+//   memtools touch-counted N    the same, then the kernel's own count of the loop's page faults on
+//                               stderr ("N page faults in the loop", the page-faults perf event)
 //   memtools file PATH K        K faults on PATH's first K pages (private writes) at the line marked file
 // `wait` (touch) prints "ready" and ends at EOF on stdin.
 //   memtools leak M SIZE [wait] M blocks of SIZE bytes kept at the line marked leak, 100 freed ones;
@@ -12,11 +14,13 @@
 //   memtools spin MIB           maps, touches and unmaps MIB MiB until stdin reaches EOF
 // Modes that wait print "ready" once their events are done; the others print nothing.
 #include <fcntl.h>
+#include <linux/perf_event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 // The syscall instruction itself, so that the user stack's first frame is this line.
@@ -24,6 +28,17 @@ static inline long raw_brk(unsigned long addr) {
     long ret;
     __asm__ volatile("syscall" : "=a"(ret) : "a"(12L), "D"(addr) : "rcx", "r11", "memory");
     return ret;
+}
+
+// A counter of this thread's page faults as the kernel counts them (every exception, a page's
+// fault retried included), or -1.
+static int page_fault_counter(void) {
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.size = sizeof attr;
+    attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+    return (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
 }
 
 static void wait_eof(void) {
@@ -83,12 +98,18 @@ int main(int argc, char **argv) {
             depth++;
         for (long i = 0; i < n; i++)
             step(depth, (unsigned long)i);
-    } else if (!strcmp(mode, "touch")) {
+    } else if (!strcmp(mode, "touch") || !strcmp(mode, "touch-counted")) {
         volatile char *p = mmap(0, n * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
             return 1;
+        int counter = strcmp(mode, "touch-counted") ? -2 : page_fault_counter();
+        if (counter == -1)
+            return 2;
         for (long i = 0; i < n; i++)
             p[i * 4096] = 1; /* SITE:touch */
+        long long counted = 0;
+        if (counter >= 0 && read(counter, &counted, sizeof counted) == sizeof counted)
+            fprintf(stderr, "memtools: %lld page faults in the loop\n", counted);
         if (argc > 3) {
             printf("ready\n");
             fflush(stdout);

@@ -525,8 +525,15 @@ fn memleak_stack_of(dir: &Dir, workload: &mut Waiting, line_wanted: &str) -> Opt
     workload.ready();
     let mut reports = BufReader::new(fltrace.stdout.take().expect("stdout"));
     let found = stack_in_reports(&mut reports, line_wanted);
-    let _ = fltrace.kill();
-    let _ = fltrace.wait();
+    // Interrupted, not killed, so that it removes its uprobe definitions as it ends.
+    // SAFETY: kill(2) of a child this test spawned and has not reaped.
+    unsafe { libc::kill(fltrace.id() as i32, libc::SIGINT) };
+    let drain = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut reports, &mut std::io::sink());
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    });
+    wait_within(fltrace, LIMIT);
+    let _ = drain.join();
     found
 }
 
@@ -1446,7 +1453,9 @@ fn system_wide_faults_keep_five_thousand_distinct_stacks() {
 
 /// 524,288 faults of a command, counted with DWARF stacks: the rows at the touching line hold
 /// them all, or what the ring lost is said (the loss line) and makes up the difference, and the
-/// exit status is 3 (it said nothing of the 40-80% it lost).
+/// exit status is 3 (it said nothing of the 40-80% it lost). The ceiling is the kernel's own
+/// count of the loop's faults, which the command reads from a counter of its own: under load
+/// the kernel took some pages' faults twice (952 more than the pages in one run of the suite).
 #[test]
 fn faults_of_a_command_are_all_counted_or_their_loss_said() {
     const PAGES: u64 = 512 * 1024;
@@ -1455,7 +1464,15 @@ fn faults_of_a_command_are_all_counted_or_their_loss_said() {
     let pages = PAGES.to_string();
     let out = output_within(
         dir.fltrace().args([
-            "faults", "--format", "json", "--top", "100000", "--", &tools, "touch", &pages,
+            "faults",
+            "--format",
+            "json",
+            "--top",
+            "100000",
+            "--",
+            &tools,
+            "touch-counted",
+            &pages,
         ]),
         LIMIT,
     );
@@ -1463,6 +1480,8 @@ fn faults_of_a_command_are_all_counted_or_their_loss_said() {
     let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let at_touch: u64 = counts_at(&rows, "touch").iter().sum();
     let lost = number_before(&stderr, " samples lost");
+    let kernel_counted = number_before(&stderr, " page faults in the loop");
+    assert!(kernel_counted >= PAGES, "{stderr}");
     let others: u64 = rows
         .as_array()
         .expect("rows")
@@ -1470,11 +1489,11 @@ fn faults_of_a_command_are_all_counted_or_their_loss_said() {
         .filter_map(|r| r["count"].as_u64())
         .sum::<u64>()
         - at_touch;
-    assert!(at_touch <= PAGES, "{at_touch}");
+    assert!(at_touch <= kernel_counted, "{at_touch}");
     // What was lost is the touches missing, and at most the few faults of its start besides.
     assert!(
-        at_touch + lost >= PAGES && at_touch + lost <= PAGES + others + 100,
-        "{at_touch} at the line, {lost} lost: {stderr}"
+        at_touch + lost >= PAGES && at_touch + lost <= kernel_counted + others + 100,
+        "{at_touch} at the line, {lost} lost, {kernel_counted} counted: {stderr}"
     );
     assert_eq!(
         out.status.code(),
