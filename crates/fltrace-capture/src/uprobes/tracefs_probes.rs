@@ -13,18 +13,20 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Where tracefs is mounted, from the first of its usual places that has uprobe_events.
+/// Where tracefs is (mounted if it is not), when it can define uprobes.
 fn tracefs_root() -> std::io::Result<PathBuf> {
-    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|root| root.join("uprobe_events").exists())
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no tracefs with uprobe_events (mount tracefs on /sys/kernel/tracing)",
-            )
-        })
+    let root = crate::perf_abi::tracefs()?;
+    if root.join("uprobe_events").exists() {
+        Ok(root)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "{} has no uprobe_events (a kernel without CONFIG_UPROBE_EVENTS)",
+                root.display()
+            ),
+        ))
+    }
 }
 
 /// The events of this process's probes are in the group `fltrace_<pid>`.
