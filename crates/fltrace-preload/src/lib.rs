@@ -587,6 +587,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
             // SAFETY: one valid pollfd (straight to the kernel: the runtime interposes poll).
             if unsafe { libc::syscall(libc::SYS_poll, &mut pfd, 1, exit_watch::IDLE_CHECK_MS) } == 0
             {
+                region.wake_stuck();
                 exit_watch::end_if_only_handlers_left();
                 continue;
             }
@@ -604,6 +605,7 @@ extern "C" fn handler_main(_: *mut c_void) -> *mut c_void {
                 // About as often as an idle poll's timeout.
                 idle_reads = idle_reads.wrapping_add(1);
                 if idle_reads.is_multiple_of(1 << 20) {
+                    region.wake_stuck();
                     exit_watch::end_if_only_handlers_left();
                 }
             }

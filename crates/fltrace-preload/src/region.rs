@@ -462,6 +462,19 @@ impl Region {
         }
     }
 
+    /// Wakes the threads left waiting on faults already served (a lost wake), counted in
+    /// `rt_stuck_wakes`: called by a handler idle for a poll's timeout.
+    pub fn wake_stuck(&self) {
+        let (start, len) = (self.base as u64, (self.pages * PAGE) as u64);
+        let woken = uffd::wake_if_waiting(self.uffd(), start, len);
+        if woken > 0 {
+            self.shared()
+                .breakdown
+                .stuck_wakes
+                .fetch_add(woken, Relaxed);
+        }
+    }
+
     /// Waits, without the lock, until page `idx` has none of the `bits`: a fill or an
     /// eviction by another thread, a few microseconds.
     fn wait_while(&self, idx: usize, bits: u8) {

@@ -282,6 +282,9 @@ pub struct Breakdown {
     pub recorder_waits: AtomicU64,
     /// Time spent so, ns.
     pub recorder_wait_ns: AtomicU64,
+    /// Threads an idle handler found waiting on faults it had read and served: a wake lost
+    /// on some path, which it then gave (without it they would sleep for good).
+    pub stuck_wakes: AtomicU64,
 }
 
 /// The runtime's own anonymous mappings it publishes (the backing store, the page metadata):
@@ -413,7 +416,7 @@ pub struct Shared {
 }
 
 /// Pairs in [`Shared::breakdown`].
-pub const BREAKDOWN_LEN: usize = 31;
+pub const BREAKDOWN_LEN: usize = 32;
 
 /// Bytes to map for [`Shared`].
 pub const SHARED_SIZE: usize = core::mem::size_of::<Shared>();
@@ -487,6 +490,7 @@ impl Shared {
             ),
             ("rt_recorder_waits", b.recorder_waits.load(Relaxed)),
             ("rt_recorder_wait_ns", b.recorder_wait_ns.load(Relaxed)),
+            ("rt_stuck_wakes", b.stuck_wakes.load(Relaxed)),
         ]
     }
 }
