@@ -161,8 +161,14 @@ pub struct AllocTotal {
 /// a stack (the frees and `munmap`s have none).
 #[derive(Debug, Default)]
 pub struct AllocTotals {
-    by_key: std::collections::HashMap<(u32, AllocCall, u64), (u64, u64), FastHash>,
+    by_key: std::collections::HashMap<TotalKey, (u64, u64), FastHash>,
+    /// The key counted last, with the counts not yet in `by_key`: a loop's run of calls of
+    /// one stack and size costs a comparison a call instead of a hash lookup.
+    run: Option<(TotalKey, (u64, u64))>,
 }
+
+/// Stack id, call and size.
+type TotalKey = (u32, AllocCall, u64);
 
 impl AllocTotals {
     /// Counts `event`, if it has a stack.
@@ -171,30 +177,42 @@ impl AllocTotals {
         if event.stack_id == AllocEvent::NO_STACK {
             return;
         }
-        let total = self
-            .by_key
-            .entry((event.stack_id, event.call, event.size))
-            .or_default();
-        total.0 += 1;
-        total.1 = total.1.saturating_add(event.size);
+        let key = (event.stack_id, event.call, event.size);
+        match &mut self.run {
+            Some((run_key, total)) if *run_key == key => add_call(total, event.size),
+            _ => {
+                self.end_run();
+                let mut total = (0, 0);
+                add_call(&mut total, event.size);
+                self.run = Some((key, total));
+            }
+        }
+    }
+
+    /// Moves the run's counts into the map.
+    fn end_run(&mut self) {
+        if let Some((key, (count, bytes))) = self.run.take() {
+            add_counts(self.by_key.entry(key).or_default(), count, bytes);
+        }
     }
 
     /// Adds the totals of other events: counted apart (on several threads), the same totals.
-    pub fn merge(&mut self, other: AllocTotals) {
+    pub fn merge(&mut self, mut other: AllocTotals) {
+        other.end_run();
         for (key, (count, bytes)) in other.by_key {
-            let total = self.by_key.entry(key).or_default();
-            total.0 += count;
-            // Sums of sizes saturate alike in any order: at the true sum or u64::MAX.
-            total.1 = total.1.saturating_add(bytes);
+            add_counts(self.by_key.entry(key).or_default(), count, bytes);
         }
     }
 
     /// The totals, by stack, call and size.
     pub fn totals(&self) -> Vec<AllocTotal> {
-        let mut totals: Vec<AllocTotal> = self
-            .by_key
-            .iter()
-            .map(|(&(stack_id, call, size), &(count, bytes))| AllocTotal {
+        let mut by_key = self.by_key.clone();
+        if let Some((key, (count, bytes))) = self.run {
+            add_counts(by_key.entry(key).or_default(), count, bytes);
+        }
+        let mut totals: Vec<AllocTotal> = by_key
+            .into_iter()
+            .map(|((stack_id, call, size), (count, bytes))| AllocTotal {
                 stack_id,
                 call,
                 size,
@@ -205,6 +223,20 @@ impl AllocTotals {
         totals.sort_unstable();
         totals
     }
+}
+
+/// One call of `size` bytes counted in `total` (calls, bytes).
+#[inline]
+fn add_call(total: &mut (u64, u64), size: u64) {
+    total.0 += 1;
+    total.1 = total.1.saturating_add(size);
+}
+
+/// Counts made apart added to `total`: sums of sizes saturate alike in any order, at the true
+/// sum or `u64::MAX`.
+fn add_counts(total: &mut (u64, u64), count: u64, bytes: u64) {
+    total.0 += count;
+    total.1 = total.1.saturating_add(bytes);
 }
 
 /// A multiply-rotate hash for the totals' small integer keys: counting runs once per
@@ -298,6 +330,45 @@ mod tests {
                 total(2, AllocCall::Malloc, 16, 2, 32),
                 total(2, AllocCall::Calloc, 16, 1, 16),
             ]
+        );
+    }
+
+    /// A key counted in runs that end and come back, on two counters merged while each has
+    /// a run open: the totals of every call counted one by one.
+    #[test]
+    fn runs_of_one_key_are_counted_whole_and_merged() {
+        let event = |size, stack_id| AllocEvent {
+            time_ns: 0,
+            tid: 1,
+            call: AllocCall::Malloc,
+            addr: crate::VirtAddr::new(0x1000),
+            size,
+            old_addr: crate::VirtAddr::new(0),
+            detail: 0,
+            stack_id,
+        };
+        let (mut first, mut second) = (AllocTotals::default(), AllocTotals::default());
+        for (size, stack_id) in [(8, 1), (8, 1), (32, 1), (8, 1), (8, 2), (8, 1)] {
+            first.add(&event(size, stack_id));
+        }
+        for (size, stack_id) in [(8, 1), (32, 1), (32, 1)] {
+            second.add(&event(size, stack_id));
+        }
+        let total = |stack_id, size, count, bytes| AllocTotal {
+            stack_id,
+            call: AllocCall::Malloc,
+            size,
+            count,
+            bytes,
+        };
+        assert_eq!(
+            first.totals(),
+            [total(1, 8, 4, 32), total(1, 32, 1, 32), total(2, 8, 1, 8)]
+        );
+        first.merge(second);
+        assert_eq!(
+            first.totals(),
+            [total(1, 8, 5, 40), total(1, 32, 3, 96), total(2, 8, 1, 8)]
         );
     }
 }
