@@ -336,20 +336,11 @@ mod tests {
         const PAGE: usize = 4096;
         let fd = create(true).expect("a userfaultfd (root, or vm.unprivileged_userfaultfd)");
         api(fd, 0).expect("the API handshake");
-        // SAFETY: fresh private anonymous mappings.
-        let (page, source) = unsafe {
-            let map = || {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    PAGE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                ) as usize
-            };
-            (map(), map())
-        };
+        let (page, source) = (
+            crate::sys::map_anonymous(PAGE, 0) as usize,
+            crate::sys::map_anonymous(PAGE, 0) as usize,
+        );
+        assert!(page != 0 && source != 0, "two pages mapped");
         // SAFETY: the source page is ours and mapped.
         unsafe { (source as *mut u8).write_bytes(7, PAGE) };
         register(fd, page as u64, PAGE as u64, REGISTER_MODE_MISSING).expect("registered");
