@@ -65,20 +65,12 @@ impl FaultReport {
 /// keeps them apart (`fltrace-data-report-<pid>.out`, one row per stack and flags).
 fn merge_read_alike(groups: Vec<Group>) -> Vec<Group> {
     let mut merged: Vec<Group> = Vec::with_capacity(groups.len());
-    let mut index = rustc_hash::FxHashMap::default();
+    let mut index: rustc_hash::FxHashMap<crate::GroupKey, usize> = Default::default();
     for mut group in groups {
         group.key.addresses = None;
         group.key.flags = None;
         match index.get(&group.key) {
-            Some(&i) => {
-                let target: &mut Group = &mut merged[i];
-                target.count += group.count;
-                for (kind, n) in target.kinds.iter_mut().zip(group.kinds) {
-                    *kind += n;
-                }
-                target.zero += group.zero;
-                target.fetch += group.fetch;
-            }
+            Some(&i) => merged[i].absorb(&group),
             None => {
                 index.insert(group.key.clone(), merged.len());
                 merged.push(group);
@@ -167,7 +159,10 @@ mod tests {
     }
 
     /// Two stacks that read the same (other return addresses on the same lines) and faults
-    /// of two kinds on one stack are one row by stack, with every fault of them.
+    /// of two kinds on one stack are one row by stack, with every fault of them: its counts
+    /// of invalid accesses and of truncated stacks too, so that the rows' truncated faults
+    /// add up to the report's (one stack truncated, the other whole, as a loaded machine
+    /// leaves the unwinder's copies of the dynamic loader's early stacks).
     #[test]
     fn stacks_that_read_the_same_are_one_row() {
         let mut stacks = ResolvedStacks::default();
@@ -188,11 +183,16 @@ mod tests {
             fault.flags = FaultFlags(0);
         }
         all.extend(reads);
+        let mut invalid = faults(1, 1);
+        invalid[0].flags = FaultFlags(FaultFlags::WRITE | FaultFlags::INVALID);
+        all.extend(invalid);
+        stacks.mark_truncated(1);
         let counts = FaultCounts::of(&all);
         let report = FaultReport::of([(&counts, &stacks)].into_iter(), GroupBy::Stack, 0);
         assert_eq!(report.groups.len(), 1, "{:?}", report.groups);
         let group = &report.groups[0];
-        assert_eq!((group.count, group.kinds), (9, [4, 5, 0]));
+        assert_eq!((group.count, group.kinds), (10, [4, 6, 0]));
         assert_eq!(group.kind_name(), "mixed");
+        assert_eq!((group.invalid, group.truncated), (1, 7));
     }
 }

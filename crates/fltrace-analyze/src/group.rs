@@ -189,6 +189,18 @@ impl Group {
             self.fetch += n;
         }
     }
+
+    /// Adds the counts of `other`, whatever its key: two groups shown as one row.
+    pub fn absorb(&mut self, other: &Group) {
+        self.count += other.count;
+        for (sum, n) in self.kinds.iter_mut().zip(other.kinds) {
+            *sum += n;
+        }
+        self.zero += other.zero;
+        self.fetch += other.fetch;
+        self.invalid += other.invalid;
+        self.truncated += other.truncated;
+    }
 }
 
 /// Largest first, ties by location and flags, then by stack, so that the order does not
@@ -533,15 +545,7 @@ pub fn group_origins_by_alloc_site<'a>(
     }
     for ((site, _), line) in counts {
         let group = &mut groups[slot[site as usize]];
-        let total = &mut group.faults;
-        total.count += line.count;
-        for (sum, n) in total.kinds.iter_mut().zip(line.kinds) {
-            *sum += n;
-        }
-        total.zero += line.zero;
-        total.fetch += line.fetch;
-        total.invalid += line.invalid;
-        total.truncated += line.truncated;
+        group.faults.absorb(&line);
         group.lines.push(line);
     }
     groups.retain(|g| g.faults.count > 0);
