@@ -93,6 +93,8 @@ pub(super) struct PendingRow {
     pub(super) row: u64,
     pub(super) time_ns: u64,
     pub(super) matched: bool,
+    /// Whether an entry filled its page (a first touch or a fetch).
+    pub(super) filled: bool,
 }
 
 impl Process {
@@ -223,6 +225,15 @@ impl Process {
         let mut fresh = Vec::new();
         view.read_log(&mut fresh, round == u64::MAX);
         far.unmatched.extend(fresh.into_iter().map(|h| (h, round)));
+        self.match_runtime_log(round);
+    }
+
+    /// Joins the log entries read so far with their rows: a fill flags its row a first touch
+    /// or a fetch, any other entry (or none) says the row filled no page.
+    pub(super) fn match_runtime_log(&mut self, round: u64) {
+        let Some(far) = &mut self.far else {
+            return;
+        };
         let window = &mut self.out.faults;
         let first_pending = window.first_open();
         if far.pruned_below < first_pending {
@@ -258,11 +269,18 @@ impl Process {
                 far.orphans += 1;
                 return false;
             };
-            // Older rows of the thread on this page can get no entry any more.
+            // Older rows of the thread on this page can get no entry any more. A row the
+            // runtime never served filled no page: the kernel took that access's fault again
+            // (under load it sometimes does, untraced too) before the one it served.
             let rows_unhandled = &mut far.rows_unhandled;
             rows.retain(|r| {
                 let keep = r.time_ns >= newest;
-                *rows_unhandled += u64::from(!keep && !r.matched);
+                if !keep && !r.matched {
+                    *rows_unhandled += 1;
+                    if window.is_open(r.row) {
+                        window.amend(r.row, |fault| fault.flags.0 &= !FaultFlags::ZERO);
+                    }
+                }
                 keep
             });
             let Some(row) = rows.iter_mut().find(|r| r.time_ns == newest) else {
@@ -285,6 +303,7 @@ impl Process {
                 far.resolve_ns += handled.done_ns.saturating_sub(newest);
             }
             if is_fill(handled.kind) {
+                row.filled = true;
                 window.amend(row.row, |fault| {
                     if handled.kind == fltrace_runtime_abi::kind::FETCH {
                         fault.flags.0 = (fault.flags.0 | FaultFlags::FETCH) & !FaultFlags::ZERO;
@@ -292,6 +311,10 @@ impl Process {
                         fault.flags.0 |= FaultFlags::ZERO;
                     }
                 });
+            } else if !row.filled {
+                // Only woken, or write-protection lifted: the page was there already
+                // (another thread's fault, or a retry of this access, brought it in).
+                window.amend(row.row, |fault| fault.flags.0 &= !FaultFlags::ZERO);
             }
             false
         });

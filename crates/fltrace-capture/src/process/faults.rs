@@ -95,6 +95,7 @@ impl Process {
                     row: self.out.faults.next_row(),
                     time_ns: time_ns.wrapping_sub(far.mono_offset),
                     matched: false,
+                    filled: false,
                 });
         }
 

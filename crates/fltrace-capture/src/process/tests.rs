@@ -311,3 +311,72 @@ fn remap_grows_in_place_moves_and_ignores_shrinks() {
     );
     assert_eq!(range(&p, 0xa0_0000), None);
 }
+
+/// Only the runtime's fills make first touches and fetches of rows in the managed region: a
+/// row the runtime never served (the kernel took that access's fault twice, which it does
+/// under load) or only woke (its page already there) filled no page. Before, such rows kept
+/// the first-touch flag every missing page's fault starts with: 8,193 first touches for
+/// 8,192 pages on a loaded machine.
+#[test]
+fn far_memory_rows_are_first_touches_only_when_the_runtime_filled_them() {
+    use fltrace_runtime_abi::kind;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let session = RecordingContext {
+        dir: dir.path().to_owned(),
+        read_live_stacks: false,
+        far_memory: Some(dir.path().join("runtime")),
+        metadata: Vec::new(),
+        collect_code_hits: false,
+        live: false,
+        mono_offset: 0,
+        far_backlog: 0,
+        resident_series: false,
+    };
+    let mut p = Process::filed_as(1, 1, None, &session).expect("process files");
+    let mut frames = Vec::new();
+    // Thread 7 faults twice on one page, served once; thread 8's page was there when it
+    // was served; thread 9 was woken, then its page filled; thread 10's page filled, then
+    // it was woken again.
+    let rows = [(1, 7, 0x10_0010), (2, 7, 0x10_0020), (4, 8, 0x20_0000)];
+    let more = [(6, 9, 0x30_0000), (9, 10, 0x40_0000)];
+    for (time, tid, addr) in rows.into_iter().chain(more) {
+        p.fault(&sample(time, tid, addr), &mut frames)
+            .expect("recorded");
+    }
+    let entry = |tid: u32, page: u64, kind: u32, read_ns: u64| {
+        let handled = crate::runtime::Handled {
+            tid,
+            page,
+            kind,
+            read_ns,
+            done_ns: read_ns,
+        };
+        (handled, 0)
+    };
+    let far = p.far.as_mut().expect("far memory");
+    far.unmatched.extend([
+        entry(7, 0x10_0000, kind::ZERO, 3),
+        entry(8, 0x20_0000, kind::WAKE, 5),
+        entry(9, 0x30_0000, kind::WAKE, 7),
+        entry(9, 0x30_0000, kind::ZERO, 8),
+        entry(10, 0x40_0000, kind::FETCH, 10),
+        entry(10, 0x40_0000, kind::WAKE, 11),
+    ]);
+    p.match_runtime_log(2);
+    let far = p.far.as_ref().expect("far memory");
+    assert_eq!((far.matched, far.orphans, far.rows_unhandled), (6, 0, 1));
+    p.finish().expect("finished");
+    let (rows, _) = fltrace_trace::read_faults(&files::faults(dir.path(), 1)).expect("read");
+    let flags: Vec<u16> = rows.iter().map(|f| f.flags.0).collect();
+    let write = FaultFlags::WRITE;
+    assert_eq!(
+        flags,
+        [
+            write,
+            write | FaultFlags::ZERO,
+            write,
+            write | FaultFlags::ZERO,
+            write | FaultFlags::FETCH
+        ]
+    );
+}

@@ -679,23 +679,6 @@ fn runtime_log_and_trace_agree_on_threads() {
     let (code, err) = far_on(&dir, "signal", "1", "128", readscan(), &["16", "3"]);
     assert_eq!(code, Some(0), "{err}");
     let pages = 2 * 16 * 256;
-    let report = dir.report_json(&["--by", "line"]);
-    assert_eq!(report["lost"], 0);
-    let write = group_at(&report, "readscan.c", site("readscan.c", "readscan_write"));
-    assert_eq!(
-        (
-            write["count"].as_u64(),
-            write["first_touches"].as_u64(),
-            write["fetches"].as_u64()
-        ),
-        (Some(pages), Some(pages), Some(0))
-    );
-    let read = group_at(&report, "readscan.c", site("readscan.c", "readscan_read"));
-    assert_eq!(
-        (read["count"].as_u64(), read["fetches"].as_u64()),
-        (Some(2 * pages), Some(2 * pages))
-    );
-
     let pid = dir.pids("stats", "out")[0];
     let stats = fltrace_trace::files::stats(dir.path(), pid);
     let stat = |name: &str| {
@@ -703,6 +686,29 @@ fn runtime_log_and_trace_agree_on_threads() {
             .expect("stats")
             .unwrap_or_else(|| panic!("no {name}"))
     };
+    // Under load the kernel sometimes takes an access's fault twice (untraced too, see
+    // `churn.rs`): the row it did not serve is one more at the line, but no first touch.
+    let retried = stat("rt_rows_unhandled") + stat("rt_resolved_elsewhere");
+    let report = dir.report_json(&["--by", "line"]);
+    assert_eq!(report["lost"], 0);
+    let write = group_at(&report, "readscan.c", site("readscan.c", "readscan_write"));
+    assert_eq!(
+        (write["first_touches"].as_u64(), write["fetches"].as_u64()),
+        (Some(pages), Some(0))
+    );
+    let count = write["count"].as_u64().expect("count");
+    assert!(
+        (pages..=pages + retried).contains(&count),
+        "{count} faults at the write for {pages} pages, {retried} not served as fills"
+    );
+    let read = group_at(&report, "readscan.c", site("readscan.c", "readscan_read"));
+    assert_eq!(read["fetches"].as_u64(), Some(2 * pages));
+    let count = read["count"].as_u64().expect("count");
+    assert!(
+        (2 * pages..=2 * pages + retried).contains(&count),
+        "{count} faults at the reads for {} fetches, {retried} not served as fills",
+        2 * pages
+    );
     assert_eq!(stat("rt_unmatched"), 0);
     assert_eq!(stat("rt_log_missed"), 0);
     // Every entry of the log (each handled fault, and each wake-up of a thread whose page
