@@ -98,6 +98,8 @@ struct Move {
     moved: i64,
 }
 
+/// `UFFDIO_MOVE` mode: leave the threads waiting on the destination asleep.
+pub const MOVE_MODE_DONTWAKE: u64 = 1 << 0;
 /// `UFFDIO_MOVE` mode: skip source pages that are not there instead of failing.
 pub const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 1 << 1;
 
@@ -216,10 +218,21 @@ pub fn move_pages(fd: i32, dst: u64, src: u64, len: u64, mode: u64) -> (u64, Opt
     // the source while they sit at the destination, where the next move finds them (EEXIST).
     // The pages that left the source for the destination count as moved.
     let moved = reported + moved_beyond(dst + reported, src + reported, len - reported);
+    wake_uncounted(fd, dst, reported, moved, mode);
     if moved >= len {
         (len, None)
     } else {
         (moved, Some(error))
+    }
+}
+
+/// Wakes the threads waiting on the pages a move to `dst` took without counting them
+/// (`[dst + reported, dst + moved)`): the kernel wakes those of the pages it reported only
+/// (none when it failed the call), so a thread faulting on such a page would sleep for good
+/// on a page that is there (a fetch on the handler-thread path, where pages move).
+fn wake_uncounted(fd: i32, dst: u64, reported: u64, moved: u64, mode: u64) {
+    if moved > reported && mode & MOVE_MODE_DONTWAKE == 0 {
+        let _ = wake(fd, dst + reported, moved - reported);
     }
 }
 
@@ -366,6 +379,50 @@ mod tests {
         assert_eq!(reader.join().expect("the reader ends"), 7);
         assert_eq!(read_waiting(fd), Some(0));
         assert_eq!(wake_if_waiting(fd, page as u64, PAGE as u64), 0);
+        // SAFETY: closing our descriptor and unmapping our pages.
+        unsafe {
+            libc::close(fd);
+            libc::munmap(page as *mut libc::c_void, PAGE);
+            libc::munmap(source as *mut libc::c_void, PAGE);
+        }
+    }
+
+    /// A page a move took without counting it (placed here without a wake, as the kernel
+    /// leaves it) has its waiting thread woken, unless the move asked for no wake.
+    #[test]
+    fn a_thread_waiting_on_a_page_moved_uncounted_is_woken() {
+        const PAGE: usize = 4096;
+        let fd = create(true).expect("a userfaultfd (root, or vm.unprivileged_userfaultfd)");
+        api(fd, 0).expect("the API handshake");
+        let (page, source) = (
+            crate::sys::map_anonymous(PAGE, 0) as usize,
+            crate::sys::map_anonymous(PAGE, 0) as usize,
+        );
+        assert!(page != 0 && source != 0, "two pages mapped");
+        // SAFETY: the source page is ours and mapped.
+        unsafe { (source as *mut u8).write_bytes(9, PAGE) };
+        register(fd, page as u64, PAGE as u64, REGISTER_MODE_MISSING).expect("registered");
+        // SAFETY: the page stays mapped until the thread is joined.
+        let reader = std::thread::spawn(move || unsafe { (page as *const u8).read_volatile() });
+        let mut msg = Msg::default();
+        // SAFETY: reading one whole message into a value of its type (blocks until it comes).
+        let n = unsafe { crate::sys::read(fd, (&raw mut msg).cast(), std::mem::size_of::<Msg>()) };
+        assert_eq!(n as usize, std::mem::size_of::<Msg>());
+        let mut placed = Copy {
+            dst: page as u64,
+            src: source as u64,
+            len: PAGE as u64,
+            mode: 1 << 0,
+            copy: 0,
+        };
+        ioctl(fd, UFFDIO_COPY, &mut placed).expect("placed");
+        // Counted by the kernel, or asked not to wake: nothing to do here.
+        wake_uncounted(fd, page as u64, PAGE as u64, PAGE as u64, 0);
+        wake_uncounted(fd, page as u64, 0, PAGE as u64, MOVE_MODE_DONTWAKE);
+        assert_eq!(read_waiting(fd), Some(1));
+        wake_uncounted(fd, page as u64, 0, PAGE as u64, MOVE_MODE_ALLOW_SRC_HOLES);
+        assert_eq!(reader.join().expect("the reader ends"), 9);
+        assert_eq!(read_waiting(fd), Some(0));
         // SAFETY: closing our descriptor and unmapping our pages.
         unsafe {
             libc::close(fd);
