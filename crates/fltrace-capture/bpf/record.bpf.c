@@ -19,8 +19,9 @@ struct bpf_dynptr {
 	u64 opaque[2];
 } __attribute__((aligned(8)));
 
-// Only the field read, located in the running kernel's task_struct by the loader (CO-RE).
+// Only the fields read, located in the running kernel's task_struct by the loader (CO-RE).
 struct task_struct {
+	int pid;
 	int pagefault_disabled;
 } __attribute__((preserve_access_index));
 // The first two fields, as every kernel since 2.6 lays them out (BTF-checked by the verifier).
@@ -60,9 +61,6 @@ volatile const u32 wake_records = 0;
 // first one: the records then carry pids as the recorder sees them, as its perf records do.
 volatile const u64 pidns_dev = 0;
 volatile const u64 pidns_ino = 0;
-// Where task_newtask's `pid` and `clone_flags` lie (tracefs).
-volatile const u32 newtask_pid_off = 8;
-volatile const u32 newtask_flags_off = 32;
 
 #define CLONE_THREAD 0x00010000ULL
 
@@ -535,25 +533,26 @@ int major_fault(struct perf_event_data *ctx)
 	return 0;
 }
 
-// A new task made by a traced process: a new process (not a thread, whose process is in the
-// table already) is traced from its first instruction on: this runs before it can run.
-SEC("tracepoint/task/task_newtask")
-int new_task(void *ctx)
+// task_newtask(task, clone_flags): a new task made by a traced process. A new process (not a
+// thread, whose process is in the table already) is traced from its first instruction on:
+// this runs before it can run. A raw tracepoint: detaching a program from a perf tracepoint
+// event waits for an RCU-tasks-trace grace period, up to 0.2 s at every recording's end.
+SEC("raw_tracepoint/task_newtask")
+int new_task(struct raw_args *ctx)
 {
 	u64 pid_tgid, ours;
 	if (!traced(&pid_tgid, &ours))
-		return 1;
-	u64 clone_flags = 0;
+		return 0;
+	if (ctx->args[1] & CLONE_THREAD)
+		return 0;
+	struct task_struct *task = (struct task_struct *)ctx->args[0];
 	u32 child = 0;
-	if (bpf_probe_read_kernel(&clone_flags, sizeof(clone_flags), ctx + (newtask_flags_off & 0xfff)) ||
-	    bpf_probe_read_kernel(&child, sizeof(child), ctx + (newtask_pid_off & 0xfff)))
-		return 1;
-	if (clone_flags & CLONE_THREAD)
-		return 1;
+	if (bpf_probe_read_kernel(&child, sizeof(child), &task->pid))
+		return 0;
 	u8 one = 1;
 	if (bpf_map_update_elem(&tgids, &child, &one, BPF_ANY))
 		count(COUNT_CHILDREN_LOST, 1);
-	return 1;
+	return 0;
 }
 
 // sched_process_exit(task, group_dead): a thread ends; its stack bounds go, and with the last

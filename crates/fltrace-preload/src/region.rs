@@ -632,7 +632,7 @@ impl Region {
                 // before the protection is lifted, outside the lock.
                 drop(pages);
                 let filling = sys::monotonic_ns_vdso();
-                let _ = uffd::write_protect(self.uffd(), addr as u64, PAGE as u64, false);
+                let _ = uffd::unprotect(self.uffd(), addr as u64, PAGE as u64);
                 add(&breakdown.fill_ns, sys::monotonic_ns_vdso() - filling);
                 self.log_done(entry);
             } else {

@@ -285,6 +285,17 @@ pub fn write_protect(fd: i32, start: u64, len: u64, protect: bool) -> io::Result
     ioctl(fd, UFFDIO_WRITEPROTECT, &mut wp)
 }
 
+/// Clears write protection on a range and wakes the threads waiting there; when the kernel
+/// refuses (`EAGAIN` while the address space changes, for one), it wakes them anyway: they
+/// retry the access and fault again, instead of sleeping on a wake that never comes.
+pub fn unprotect(fd: i32, start: u64, len: u64) -> io::Result<()> {
+    let cleared = write_protect(fd, start, len, false);
+    if cleared.is_err() {
+        let _ = wake(fd, start, len);
+    }
+    cleared
+}
+
 /// Wakes threads waiting on faults in a range, to retry them.
 pub fn wake(fd: i32, start: u64, len: u64) -> io::Result<()> {
     let mut range = Range { start, len };
@@ -421,8 +432,50 @@ mod tests {
         wake_uncounted(fd, page as u64, 0, PAGE as u64, MOVE_MODE_DONTWAKE);
         assert_eq!(read_waiting(fd), Some(1));
         wake_uncounted(fd, page as u64, 0, PAGE as u64, MOVE_MODE_ALLOW_SRC_HOLES);
-        assert_eq!(reader.join().expect("the reader ends"), 9);
+        // Checked before the join, which would hang on a thread left asleep.
         assert_eq!(read_waiting(fd), Some(0));
+        assert_eq!(reader.join().expect("the reader ends"), 9);
+        // SAFETY: closing our descriptor and unmapping our pages.
+        unsafe {
+            libc::close(fd);
+            libc::munmap(page as *mut libc::c_void, PAGE);
+            libc::munmap(source as *mut libc::c_void, PAGE);
+        }
+    }
+
+    /// A failed clearing of write protection still wakes the threads waiting on the range
+    /// (here it fails because the range is registered without write protection).
+    #[test]
+    fn a_refused_unprotect_wakes_the_waiting_threads() {
+        const PAGE: usize = 4096;
+        let fd = create(true).expect("a userfaultfd (root, or vm.unprivileged_userfaultfd)");
+        api(fd, 0).expect("the API handshake");
+        let (page, source) = (
+            crate::sys::map_anonymous(PAGE, 0) as usize,
+            crate::sys::map_anonymous(PAGE, 0) as usize,
+        );
+        assert!(page != 0 && source != 0, "two pages mapped");
+        // SAFETY: the source page is ours and mapped.
+        unsafe { (source as *mut u8).write_bytes(5, PAGE) };
+        register(fd, page as u64, PAGE as u64, REGISTER_MODE_MISSING).expect("registered");
+        // SAFETY: the page stays mapped until the thread is joined.
+        let reader = std::thread::spawn(move || unsafe { (page as *const u8).read_volatile() });
+        let mut msg = Msg::default();
+        // SAFETY: reading one whole message into a value of its type (blocks until it comes).
+        let n = unsafe { crate::sys::read(fd, (&raw mut msg).cast(), std::mem::size_of::<Msg>()) };
+        assert_eq!(n as usize, std::mem::size_of::<Msg>());
+        let mut placed = Copy {
+            dst: page as u64,
+            src: source as u64,
+            len: PAGE as u64,
+            mode: 1 << 0,
+            copy: 0,
+        };
+        ioctl(fd, UFFDIO_COPY, &mut placed).expect("placed");
+        assert!(unprotect(fd, page as u64, PAGE as u64).is_err());
+        // Checked before the join, which would hang on a thread left asleep.
+        assert_eq!(read_waiting(fd), Some(0));
+        assert_eq!(reader.join().expect("the reader ends"), 5);
         // SAFETY: closing our descriptor and unmapping our pages.
         unsafe {
             libc::close(fd);

@@ -12,11 +12,10 @@ mod record;
 mod ring;
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::path::Path;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, RawTracePoint, TracePoint};
+use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
 
 pub use record::{BpfFault, BpfRecord, FAULT_CAPPED, FAULT_KERNEL, FAULT_NO_BOUNDS};
@@ -151,24 +150,12 @@ impl BpfCapture {
         ring_bytes: usize,
         stack_cap: u32,
         wake_records: u32,
-        tracefs: &Path,
         cpus: &[i32],
     ) -> Result<BpfCapture, Unavailable> {
         let started = std::time::Instant::now();
         raise_memlock();
-        let newtask = crate::perf_abi::Tracepoint::open(tracefs, "task", "task_newtask")
-            .map_err(|e| Unavailable::new("tracepoint task:task_newtask", e))?;
-        let (Some((pid_off, 4)), Some((flags_off, 8))) =
-            (newtask.field("pid"), newtask.field("clone_flags"))
-        else {
-            return Err(Unavailable::new(
-                "tracepoint task:task_newtask",
-                "unexpected field layout",
-            ));
-        };
         let cap = stack_cap.min(MAX_STACK_CAP) & !7;
         let wake = (ring_bytes / 8) as u32;
-        let (pid_off, flags_off) = (pid_off as u32, flags_off as u32);
         let (pidns_dev, pidns_ino) = own_pid_namespace().unwrap_or((0, 0));
         let mut ebpf = EbpfLoader::new()
             .override_global("pidns_dev", &pidns_dev, true)
@@ -176,8 +163,6 @@ impl BpfCapture {
             .override_global("stack_cap", &cap, true)
             .override_global("wake_bytes", &wake, true)
             .override_global("wake_records", &wake_records, true)
-            .override_global("newtask_pid_off", &pid_off, true)
-            .override_global("newtask_flags_off", &flags_off, true)
             .map_max_entries("events", ring_bytes as u32)
             .load(OBJECT)
             .map_err(|e| Unavailable::from_error("loading the BPF program", &e))?;
@@ -200,7 +185,7 @@ impl BpfCapture {
             .map_err(|e| Unavailable::new("mapping the BPF ring", e))?;
 
         // Processes first: a child made meanwhile is followed from its start.
-        attach_tracepoint(&mut ebpf, "new_task", "task", "task_newtask")?;
+        attach_raw(&mut ebpf, "new_task", "task_newtask")?;
         attach_raw(&mut ebpf, "task_exit", "sched_process_exit")?;
         attach_raw(&mut ebpf, "task_exec", "sched_process_exec")?;
         let majors = attach_majors(&mut ebpf, cpus)
@@ -324,24 +309,6 @@ fn attach_faults(ebpf: &mut Ebpf) -> Result<bool, Unavailable> {
     Ok(p.attach("page_fault_kernel").is_ok())
 }
 
-fn attach_tracepoint(
-    ebpf: &mut Ebpf,
-    program: &str,
-    category: &str,
-    name: &str,
-) -> Result<(), Unavailable> {
-    let what = || format!("BPF program {program} on {category}:{name}");
-    let p: &mut TracePoint = ebpf
-        .program_mut(program)
-        .ok_or_else(|| Unavailable::new(what(), "missing"))?
-        .try_into()
-        .map_err(|e| Unavailable::from_error(what(), &e))?;
-    p.load().map_err(|e| Unavailable::from_error(what(), &e))?;
-    p.attach(category, name)
-        .map_err(|e| Unavailable::from_error(what(), &e))?;
-    Ok(())
-}
-
 /// The major-fault software event on every CPU, all processes (the program keeps the traced
 /// ones): no ring, only the program.
 fn attach_majors(ebpf: &mut Ebpf, cpus: &[i32]) -> Result<(), Unavailable> {
@@ -373,10 +340,9 @@ mod tests {
     /// order made; a process not traced leaves nothing.
     #[test]
     fn faults_of_a_traced_process_come_with_their_stacks() {
-        let tracefs = crate::perf_abi::tracefs().expect("tracefs");
         let cpus = crate::perf_abi::online_cpus().expect("CPUs");
         let mut capture =
-            BpfCapture::start(4 << 20, DEFAULT_STACK_CAP, 0, &tracefs, &cpus).expect("BPF loads");
+            BpfCapture::start(4 << 20, DEFAULT_STACK_CAP, 0, &cpus).expect("BPF loads");
         // A child that touches 16 fresh pages once told to go.
         let (go_read, go_write) = rustix::pipe::pipe().expect("pipe");
         // SAFETY: the child only makes system calls and writes its own memory before _exit.

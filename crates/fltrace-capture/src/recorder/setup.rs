@@ -55,7 +55,7 @@ impl ActiveRecording {
         let cpus = perf_abi::online_cpus().map_err(Error::kernel("online CPUs"))?;
         // The faults go through the BPF ring unless a fixed copy is asked for or BPF is
         // missing; started before the command so that its first fault is caught.
-        let (mut bpf, plan, stack_bytes) = start_capture(options, &tracefs, &cpus)?;
+        let (mut bpf, plan, stack_bytes) = start_capture(options, &cpus)?;
 
         // The runtime's shared pages, one per process: `<prefix>-<pid>`.
         let far_prefix = options.far_memory.as_ref().map(|_| {
@@ -315,7 +315,6 @@ type Opened = (Vec<PerfEvent>, Vec<CpuRings>);
 /// the per-CPU rings of perf samples; and the bytes of stack each perf sample copies.
 fn start_capture(
     options: &Options,
-    tracefs: &std::path::Path,
     cpus: &[i32],
 ) -> Result<(Option<BpfCapture>, RingPlan, u32), Error> {
     let page = page_size();
@@ -346,7 +345,7 @@ fn start_capture(
     } else {
         0
     };
-    match BpfCapture::start(plan.shared, cap, wake_records, tracefs, cpus) {
+    match BpfCapture::start(plan.shared, cap, wake_records, cpus) {
         Ok(capture) => Ok((Some(capture), plan, 8)),
         Err(e) => {
             log::warn!(

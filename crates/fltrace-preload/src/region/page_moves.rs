@@ -181,7 +181,7 @@ impl Region {
             sys::madvise(addr as usize, PAGE, libc::MADV_DONTNEED);
             true
         } else {
-            let _ = uffd::write_protect(self.uffd(), addr, PAGE as u64, false);
+            let _ = uffd::unprotect(self.uffd(), addr, PAGE as u64);
             false
         }
     }
