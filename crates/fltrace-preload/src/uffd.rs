@@ -353,142 +353,111 @@ pub fn wake_if_waiting(fd: i32, start: u64, len: u64) -> u64 {
 mod tests {
     use super::*;
 
+    const PAGE: usize = 4096;
+
+    /// A thread waiting on a fault whose message was read and whose page was then placed
+    /// without a wake: a lost wake, for the tests of what releases it.
+    struct LostWake {
+        fd: i32,
+        page: usize,
+        source: usize,
+        reader: std::thread::JoinHandle<u8>,
+    }
+
+    impl LostWake {
+        /// The page's bytes are `fill` once placed.
+        fn new(fill: u8) -> LostWake {
+            let fd = create(true).expect("a userfaultfd (root, or vm.unprivileged_userfaultfd)");
+            api(fd, 0).expect("the API handshake");
+            let (page, source) = (
+                crate::sys::map_anonymous(PAGE, 0) as usize,
+                crate::sys::map_anonymous(PAGE, 0) as usize,
+            );
+            assert!(page != 0 && source != 0, "two pages mapped");
+            // SAFETY: the source page is ours and mapped.
+            unsafe { (source as *mut u8).write_bytes(fill, PAGE) };
+            register(fd, page as u64, PAGE as u64, REGISTER_MODE_MISSING).expect("registered");
+            assert_eq!(read_waiting(fd), Some(0));
+            // SAFETY: the page stays mapped until the thread is joined.
+            let reader = std::thread::spawn(move || unsafe { (page as *const u8).read_volatile() });
+            let mut msg = Msg::default();
+            // SAFETY: reading one whole message into a value of its type (blocks until it
+            // comes).
+            let n =
+                unsafe { crate::sys::read(fd, (&raw mut msg).cast(), std::mem::size_of::<Msg>()) };
+            assert_eq!(n as usize, std::mem::size_of::<Msg>());
+            assert_eq!((msg.event, msg.address), (EVENT_PAGEFAULT, page as u64));
+            // Placed with DONTWAKE, as a path that forgot the wake would leave it.
+            let mut placed = Copy {
+                dst: page as u64,
+                src: source as u64,
+                len: PAGE as u64,
+                mode: 1 << 0,
+                copy: 0,
+            };
+            ioctl(fd, UFFDIO_COPY, &mut placed).expect("placed");
+            assert_eq!(read_waiting(fd), Some(1));
+            LostWake {
+                fd,
+                page,
+                source,
+                reader,
+            }
+        }
+
+        /// What the reader read, once nothing waits any more (checked first: a join would
+        /// hang on a thread left asleep).
+        fn read(self) -> u8 {
+            assert_eq!(read_waiting(self.fd), Some(0));
+            let read = self.reader.join().expect("the reader ends");
+            // SAFETY: closing our descriptor and unmapping our pages.
+            unsafe {
+                libc::close(self.fd);
+                libc::munmap(self.page as *mut libc::c_void, PAGE);
+                libc::munmap(self.source as *mut libc::c_void, PAGE);
+            }
+            read
+        }
+    }
+
     /// A thread whose fault was read and whose page was placed without a wake (a lost wake)
     /// is counted as waiting, woken, and reads the page; nothing waits afterwards.
     #[test]
     fn a_thread_left_waiting_is_counted_and_woken() {
-        const PAGE: usize = 4096;
-        let fd = create(true).expect("a userfaultfd (root, or vm.unprivileged_userfaultfd)");
-        api(fd, 0).expect("the API handshake");
-        let (page, source) = (
-            crate::sys::map_anonymous(PAGE, 0) as usize,
-            crate::sys::map_anonymous(PAGE, 0) as usize,
-        );
-        assert!(page != 0 && source != 0, "two pages mapped");
-        // SAFETY: the source page is ours and mapped.
-        unsafe { (source as *mut u8).write_bytes(7, PAGE) };
-        register(fd, page as u64, PAGE as u64, REGISTER_MODE_MISSING).expect("registered");
-        assert_eq!(read_waiting(fd), Some(0));
-        // SAFETY: the page stays mapped until the thread is joined.
-        let reader = std::thread::spawn(move || unsafe { (page as *const u8).read_volatile() });
-        let mut msg = Msg::default();
-        // SAFETY: reading one whole message into a value of its type (blocks until it comes).
-        let n = unsafe { crate::sys::read(fd, (&raw mut msg).cast(), std::mem::size_of::<Msg>()) };
-        assert_eq!(n as usize, std::mem::size_of::<Msg>());
-        assert_eq!((msg.event, msg.address), (EVENT_PAGEFAULT, page as u64));
-        // Placed with DONTWAKE, as a path that forgot the wake would leave it.
-        let mut placed = Copy {
-            dst: page as u64,
-            src: source as u64,
-            len: PAGE as u64,
-            mode: 1 << 0,
-            copy: 0,
-        };
-        ioctl(fd, UFFDIO_COPY, &mut placed).expect("placed");
-        assert_eq!(read_waiting(fd), Some(1));
-        assert_eq!(wake_if_waiting(fd, page as u64, PAGE as u64), 1);
-        assert_eq!(reader.join().expect("the reader ends"), 7);
-        assert_eq!(read_waiting(fd), Some(0));
-        assert_eq!(wake_if_waiting(fd, page as u64, PAGE as u64), 0);
-        // SAFETY: closing our descriptor and unmapping our pages.
-        unsafe {
-            libc::close(fd);
-            libc::munmap(page as *mut libc::c_void, PAGE);
-            libc::munmap(source as *mut libc::c_void, PAGE);
-        }
+        let lost = LostWake::new(7);
+        let (fd, page) = (lost.fd, lost.page as u64);
+        assert_eq!(wake_if_waiting(fd, page, PAGE as u64), 1);
+        assert_eq!(wake_if_waiting(fd, page, PAGE as u64), 0);
+        assert_eq!(lost.read(), 7);
     }
 
     /// A page a move took without counting it (placed here without a wake, as the kernel
     /// leaves it) has its waiting thread woken, unless the move asked for no wake.
     #[test]
     fn a_thread_waiting_on_a_page_moved_uncounted_is_woken() {
-        const PAGE: usize = 4096;
-        let fd = create(true).expect("a userfaultfd (root, or vm.unprivileged_userfaultfd)");
-        api(fd, 0).expect("the API handshake");
-        let (page, source) = (
-            crate::sys::map_anonymous(PAGE, 0) as usize,
-            crate::sys::map_anonymous(PAGE, 0) as usize,
-        );
-        assert!(page != 0 && source != 0, "two pages mapped");
-        // SAFETY: the source page is ours and mapped.
-        unsafe { (source as *mut u8).write_bytes(9, PAGE) };
-        register(fd, page as u64, PAGE as u64, REGISTER_MODE_MISSING).expect("registered");
-        // SAFETY: the page stays mapped until the thread is joined.
-        let reader = std::thread::spawn(move || unsafe { (page as *const u8).read_volatile() });
-        let mut msg = Msg::default();
-        // SAFETY: reading one whole message into a value of its type (blocks until it comes).
-        let n = unsafe { crate::sys::read(fd, (&raw mut msg).cast(), std::mem::size_of::<Msg>()) };
-        assert_eq!(n as usize, std::mem::size_of::<Msg>());
-        let mut placed = Copy {
-            dst: page as u64,
-            src: source as u64,
-            len: PAGE as u64,
-            mode: 1 << 0,
-            copy: 0,
-        };
-        ioctl(fd, UFFDIO_COPY, &mut placed).expect("placed");
+        let lost = LostWake::new(9);
+        let (fd, page) = (lost.fd, lost.page as u64);
         // Counted by the kernel, or asked not to wake: nothing to do here.
-        wake_uncounted(fd, page as u64, PAGE as u64, PAGE as u64, 0);
-        wake_uncounted(fd, page as u64, 0, PAGE as u64, MOVE_MODE_DONTWAKE);
+        wake_uncounted(fd, page, PAGE as u64, PAGE as u64, 0);
+        wake_uncounted(fd, page, 0, PAGE as u64, MOVE_MODE_DONTWAKE);
         assert_eq!(read_waiting(fd), Some(1));
-        wake_uncounted(fd, page as u64, 0, PAGE as u64, MOVE_MODE_ALLOW_SRC_HOLES);
-        // Checked before the join, which would hang on a thread left asleep.
-        assert_eq!(read_waiting(fd), Some(0));
-        assert_eq!(reader.join().expect("the reader ends"), 9);
-        // SAFETY: closing our descriptor and unmapping our pages.
-        unsafe {
-            libc::close(fd);
-            libc::munmap(page as *mut libc::c_void, PAGE);
-            libc::munmap(source as *mut libc::c_void, PAGE);
-        }
+        wake_uncounted(fd, page, 0, PAGE as u64, MOVE_MODE_ALLOW_SRC_HOLES);
+        assert_eq!(lost.read(), 9);
     }
 
     /// A failed clearing of write protection still wakes the threads waiting on the range
     /// (here it fails because the range is registered without write protection).
     #[test]
     fn a_refused_unprotect_wakes_the_waiting_threads() {
-        const PAGE: usize = 4096;
-        let fd = create(true).expect("a userfaultfd (root, or vm.unprivileged_userfaultfd)");
-        api(fd, 0).expect("the API handshake");
-        let (page, source) = (
-            crate::sys::map_anonymous(PAGE, 0) as usize,
-            crate::sys::map_anonymous(PAGE, 0) as usize,
-        );
-        assert!(page != 0 && source != 0, "two pages mapped");
-        // SAFETY: the source page is ours and mapped.
-        unsafe { (source as *mut u8).write_bytes(5, PAGE) };
-        register(fd, page as u64, PAGE as u64, REGISTER_MODE_MISSING).expect("registered");
-        // SAFETY: the page stays mapped until the thread is joined.
-        let reader = std::thread::spawn(move || unsafe { (page as *const u8).read_volatile() });
-        let mut msg = Msg::default();
-        // SAFETY: reading one whole message into a value of its type (blocks until it comes).
-        let n = unsafe { crate::sys::read(fd, (&raw mut msg).cast(), std::mem::size_of::<Msg>()) };
-        assert_eq!(n as usize, std::mem::size_of::<Msg>());
-        let mut placed = Copy {
-            dst: page as u64,
-            src: source as u64,
-            len: PAGE as u64,
-            mode: 1 << 0,
-            copy: 0,
-        };
-        ioctl(fd, UFFDIO_COPY, &mut placed).expect("placed");
-        assert!(unprotect(fd, page as u64, PAGE as u64).is_err());
-        // Checked before the join, which would hang on a thread left asleep.
-        assert_eq!(read_waiting(fd), Some(0));
-        assert_eq!(reader.join().expect("the reader ends"), 5);
-        // SAFETY: closing our descriptor and unmapping our pages.
-        unsafe {
-            libc::close(fd);
-            libc::munmap(page as *mut libc::c_void, PAGE);
-            libc::munmap(source as *mut libc::c_void, PAGE);
-        }
+        let lost = LostWake::new(5);
+        assert!(unprotect(lost.fd, lost.page as u64, PAGE as u64).is_err());
+        assert_eq!(lost.read(), 5);
     }
 
     /// The pages that left the source and sit at the destination count as moved, from the
     /// first one on and no further than the first that did not move.
     #[test]
     fn counts_pages_a_move_took_without_saying() {
-        const PAGE: usize = 4096;
         let map = |len| {
             // SAFETY: a fresh private anonymous mapping.
             let p = unsafe {

@@ -3,19 +3,23 @@ use super::*;
 use crate::unwind::{ElfCache, StackBytes, UnwindEnd};
 use fltrace_trace::{FaultFlags, StackEnd};
 
-fn process(dir: &Path) -> Process {
-    let session = RecordingContext {
+/// A recording into `dir`, under far memory (its runtime's files named `far_memory`) if given.
+fn session(dir: &Path, far_memory: Option<PathBuf>, mono_offset: u64) -> RecordingContext {
+    RecordingContext {
         dir: dir.to_owned(),
         read_live_stacks: false,
-        far_memory: None,
+        far_memory,
         metadata: Vec::new(),
         collect_code_hits: false,
         live: false,
-        mono_offset: 0,
+        mono_offset,
         far_backlog: 0,
         resident_series: false,
-    };
-    Process::filed_as(1, 1, None, &session).expect("process files")
+    }
+}
+
+fn process(dir: &Path) -> Process {
+    Process::filed_as(1, 1, None, &session(dir, None, 0)).expect("process files")
 }
 
 /// A process whose end the records never said: once its main thread ended, it waits for
@@ -62,18 +66,7 @@ fn process_whose_thread_exits_were_lost_ends_when_proc_lists_none() {
 #[test]
 fn far_memory_rows_use_the_recorders_clock_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let prefix = dir.path().join("runtime");
-    let session = RecordingContext {
-        dir: dir.path().to_owned(),
-        read_live_stacks: false,
-        far_memory: Some(prefix),
-        metadata: Vec::new(),
-        collect_code_hits: false,
-        live: false,
-        mono_offset: 1_234_567,
-        far_backlog: 0,
-        resident_series: false,
-    };
+    let session = session(dir.path(), Some(dir.path().join("runtime")), 1_234_567);
     let parent = Process::filed_as(1, 1, None, &session).expect("process files");
     std::thread::sleep(std::time::Duration::from_millis(2));
     let child = Process::fork_of(&parent, 2, 2, &session).expect("process files");
@@ -321,17 +314,7 @@ fn remap_grows_in_place_moves_and_ignores_shrinks() {
 fn far_memory_rows_are_first_touches_only_when_the_runtime_filled_them() {
     use fltrace_runtime_abi::kind;
     let dir = tempfile::tempdir().expect("tempdir");
-    let session = RecordingContext {
-        dir: dir.path().to_owned(),
-        read_live_stacks: false,
-        far_memory: Some(dir.path().join("runtime")),
-        metadata: Vec::new(),
-        collect_code_hits: false,
-        live: false,
-        mono_offset: 0,
-        far_backlog: 0,
-        resident_series: false,
-    };
+    let session = session(dir.path(), Some(dir.path().join("runtime")), 0);
     let mut p = Process::filed_as(1, 1, None, &session).expect("process files");
     let mut frames = Vec::new();
     // Thread 7 faults twice on one page, served once; thread 8's page was there when it
