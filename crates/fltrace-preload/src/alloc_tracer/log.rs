@@ -149,8 +149,10 @@ impl Log {
     }
 
     /// A fresh chunk for thread `tid`: its header and its record area, or `None` when the log
-    /// cannot grow.
-    pub fn chunk(&self, tid: u32) -> Option<(&'static ChunkHeader, *mut u8)> {
+    /// cannot grow. `populate`: the thread filled a chunk before and will likely fill this
+    /// one, whose pages are then made present in one call rather than taken one fault at a
+    /// time (each one a traced fault, its stack copied, in the program's time).
+    pub fn chunk(&self, tid: u32, populate: bool) -> Option<(&'static ChunkHeader, *mut u8)> {
         let header = self.header();
         if self.full.load(Ordering::Relaxed) {
             return None;
@@ -167,6 +169,15 @@ impl Log {
                     .store(sys::monotonic_ns_vdso(), Ordering::Relaxed);
             }
             return None;
+        }
+        if populate {
+            // Chunks are page-aligned (the header is a page). A kernel without
+            // MADV_POPULATE_WRITE (before 5.14) refuses it: the pages come by faults.
+            sys::madvise(
+                self.base as usize + offset,
+                CHUNK_SIZE,
+                libc::MADV_POPULATE_WRITE,
+            );
         }
         // SAFETY: the chunk is mapped and ours alone (the atomic add gave it to us).
         unsafe {

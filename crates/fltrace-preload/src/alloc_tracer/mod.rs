@@ -517,7 +517,9 @@ impl ThreadState {
         if self.has_room() {
             return true;
         }
-        let Some((chunk, records)) = current_log().and_then(|log| log.chunk(self.tid)) else {
+        let filled_one = self.chunk.is_some();
+        let Some((chunk, records)) = current_log().and_then(|log| log.chunk(self.tid, filled_one))
+        else {
             // The log cannot grow: tracing stops for good in every thread, so the program
             // runs on at full speed, untraced (the log says when it stopped).
             STATE.store(OFF, Release);
