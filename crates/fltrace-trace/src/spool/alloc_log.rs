@@ -306,11 +306,21 @@ impl LiveLog {
     /// Decodes stream `i`'s next items into `ahead`, which is empty; the time of the first,
     /// if there is one (the stream is not queued).
     fn decode_ahead(&mut self, i: usize) -> Option<u64> {
+        self.decode(i, |_, _| false)
+    }
+
+    /// Decodes stream `i`'s next records, `ahead` being empty. Events go to `take` (with
+    /// their time) as long as it takes them, handed out there and then, never copied into
+    /// `ahead`; the first it refuses, and the items after it up to [`AHEAD`] or a stack
+    /// definition, are kept ahead. The time of the first item ahead, if there is one.
+    #[inline(always)]
+    fn decode(&mut self, i: usize, mut take: impl FnMut(u64, AllocEvent) -> bool) -> Option<u64> {
         let log = self.bytes.get();
         let stream = &mut self.streams[i];
         let scratch = &mut self.scratch;
         // The time of the item before the next: handed out, or decoded ahead.
         let mut previous = stream.last_time;
+        let mut taking = true;
         'chunks: while let Some(&chunk) = stream.chunks.front() {
             let start = chunk + CHUNK_HEADER_SIZE;
             let used = (read_word(log, chunk + 8) as usize)
@@ -329,7 +339,7 @@ impl LiveLog {
                 continue;
             }
             let mut decoder = Decoder::resume(&log[start..start + used], stream.state);
-            while stream.ahead.len() < AHEAD {
+            while taking || stream.ahead.len() < AHEAD {
                 let record = decoder.next(scratch);
                 match record {
                     None => break,
@@ -340,6 +350,7 @@ impl LiveLog {
                     }
                     Some(Ok(Record::Time(time))) => stream.time = time,
                     Some(Ok(Record::Stack { id, len })) => {
+                        taking = false;
                         // Its definitions come out before the stream's next event; the time
                         // only places it among other threads.
                         stream.frames.clear();
@@ -358,19 +369,22 @@ impl LiveLog {
                         // never go back in time, so its order is kept.
                         let time_ns = stream.time.wrapping_add(self.mono_offset).max(previous);
                         previous = time_ns;
-                        stream.ahead.push_back((
+                        let event = AllocEvent {
                             time_ns,
-                            Item::Event(AllocEvent {
-                                time_ns,
-                                tid: stream.tid,
-                                call,
-                                addr: VirtAddr::new(record.addr),
-                                size: record.size,
-                                old_addr: VirtAddr::new(record.old_addr),
-                                detail: record.detail,
-                                stack_id: record.stack_id,
-                            }),
-                        ));
+                            tid: stream.tid,
+                            call,
+                            addr: VirtAddr::new(record.addr),
+                            size: record.size,
+                            old_addr: VirtAddr::new(record.old_addr),
+                            detail: record.detail,
+                            stack_id: record.stack_id,
+                        };
+                        if taking && take(time_ns, event) {
+                            stream.last_time = time_ns;
+                            continue;
+                        }
+                        taking = false;
+                        stream.ahead.push_back((time_ns, Item::Event(event)));
                     }
                 }
             }
@@ -453,8 +467,16 @@ impl LiveLog {
             moved += 1;
             front = match stream.ahead.front() {
                 Some(&(next, _)) => Some(next),
-                // Decoded on as `next` does the moment a stream's items run out.
-                None => self.decode_ahead(i),
+                // Decoded on as `next` does the moment a stream's items run out, the events
+                // of the run moved out as they are decoded.
+                None => self.decode(i, |time, event| {
+                    let next = moved < max && time < watermark && (time, i) < others;
+                    if next {
+                        out.push(event);
+                        moved += 1;
+                    }
+                    next
+                }),
             };
         }
         if let Some(time) = front {

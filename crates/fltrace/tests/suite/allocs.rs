@@ -288,6 +288,33 @@ fn allocations_convert_while_the_program_runs() {
     );
 }
 
+/// The allocation log's pages are not the program's page faults: a thread that filled a
+/// chunk of its log has the next one made present in one call. 2M calls write a log of some
+/// 2,900 pages (about 6 bytes a call), which were as many faults of the tracer (2,107
+/// before this, with its other ones), each with its stack; now the first chunk's 64 pages
+/// and the tracer's own state (its thread's caches: about 45 pages).
+#[test]
+fn the_allocation_log_is_not_written_by_page_faults() {
+    let dir = Dir::new();
+    record_ok(&dir, &[], &["malloc4m", "1000000"]);
+    let pid = dir.pids("allocs", "parquet")[0];
+    let events =
+        fltrace_trace::read_allocs(&fltrace_trace::files::allocs(dir.path(), pid)).expect("events");
+    assert!(events.len() >= 1_900_000, "{} events", events.len());
+    let (faults, _) =
+        fltrace_trace::read_faults(&fltrace_trace::files::faults(dir.path(), pid)).expect("faults");
+    let tracer = faults
+        .iter()
+        .filter(|f| f.flags.has(fltrace_trace::FaultFlags::TRACER))
+        .count();
+    let chunk_pages = fltrace_runtime_abi::alloclog::CHUNK_SIZE / 4096;
+    assert!(
+        tracer <= 2 * chunk_pages,
+        "{tracer} faults of the tracer for {} faults in all",
+        faults.len()
+    );
+}
+
 /// SIGKILL of the recorder while its drain converts: the next `report` recovers every call
 /// from the logs, the same rows the drain had written first, and the next `record` removes
 /// the spool, the drain's tables with it.
