@@ -170,33 +170,62 @@ pub(crate) fn kill_and_reap(pid: i32) {
 /// Waits up to `timeout_ms` for the program to end (its pidfd readable), or just sleeps.
 pub(super) fn wait_for_exit(pidfd: Option<&OwnedFd>, timeout_ms: i32) {
     match pidfd {
-        Some(fd) => poll_readable(&[fd.as_fd()], timeout_ms),
+        Some(fd) => {
+            poll_readable(&[fd.as_fd()], timeout_ms);
+        }
         None => std::thread::sleep(Duration::from_millis(timeout_ms as u64)),
     }
 }
 
 /// Waits until a ring buffer has data (the perf events' or the BPF ring `bpf_ring`), the
 /// target exits (`pidfd`) or the timeout passes.
+///
+/// An event whose task is gone reports `POLLHUP` at once on every poll from then on: left
+/// as it is, the recorder would spin on a CPU from its root's exit until the root can be
+/// reaped, the time its address space takes to go (a tenth of a second with a large
+/// allocation log), which the drain needs. Such events are marked in `hung_up` and left out
+/// of later waits; their rings (children of that task may still write to them) are read at
+/// least every [`HUNG_UP_POLL_MS`].
 pub(super) fn poll_rings(
     events: &[PerfEvent],
+    hung_up: &mut [bool],
     bpf_ring: Option<std::os::fd::RawFd>,
     pidfd: Option<&OwnedFd>,
     timeout_ms: i32,
 ) {
     // SAFETY: the BPF ring's descriptor stays open while the recording polls it.
     let ring = bpf_ring.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
-    let fds: Vec<BorrowedFd<'_>> = events
+    let polled: Vec<usize> = (0..events.len())
+        .filter(|&i| !hung_up.get(i).copied().unwrap_or(false))
+        .collect();
+    let fds: Vec<BorrowedFd<'_>> = polled
         .iter()
-        .map(|e| e.fd().as_fd())
+        .map(|&i| events[i].fd().as_fd())
         .chain(ring)
         .chain(pidfd.map(AsFd::as_fd))
         .collect();
-    poll_readable(&fds, timeout_ms);
+    let timeout_ms = if polled.len() < events.len() {
+        timeout_ms.min(HUNG_UP_POLL_MS)
+    } else {
+        timeout_ms
+    };
+    let revents = poll_readable(&fds, timeout_ms);
+    for (&i, flags) in polled.iter().zip(revents) {
+        if flags.contains(PollFlags::HUP)
+            && let Some(mark) = hung_up.get_mut(i)
+        {
+            *mark = true;
+        }
+    }
 }
 
+/// How long a wait lasts at most once some perf events' tasks are gone (see [`poll_rings`]).
+pub(super) const HUNG_UP_POLL_MS: i32 = 5;
+
 /// Waits until one of `fds` is readable or `timeout_ms` passes; an interruption (a signal
-/// to stop) ends the wait early, which the callers' loops expect.
-fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) {
+/// to stop) ends the wait early, which the callers' loops expect. What each descriptor
+/// reported, in their order.
+fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> Vec<PollFlags> {
     let mut pollfds: Vec<PollFd<'_>> = fds
         .iter()
         .map(|fd| PollFd::new(fd, PollFlags::IN))
@@ -206,6 +235,7 @@ fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) {
         tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
     };
     let _ = rustix::event::poll(&mut pollfds, Some(&timeout));
+    pollfds.iter().map(PollFd::revents).collect()
 }
 
 /// A pipe whose ends close on exec: (read end, write end).
@@ -259,6 +289,28 @@ mod tests {
                 .raw_os_error(),
             Some(libc::ECHILD)
         );
+    }
+
+    /// A perf event whose task is gone (`POLLHUP` on every poll from then on) is marked and
+    /// left out of the next waits; one whose task runs is not.
+    #[test]
+    fn events_of_tasks_gone_are_left_out_of_the_wait() {
+        let child = spawn("sleep 60");
+        let event = PerfEvent::open(&crate::perf_abi::sideband_attr(8), child, 0)
+            .expect("a perf event on the child");
+        // Without a ring an event reports POLLHUP all along; the recorder maps one for each.
+        let _ring = crate::ring::RingBuffer::map(&event, 1).expect("its ring");
+        let events = [event];
+        let mut hung_up = [false];
+        poll_rings(&events, &mut hung_up, None, None, 0);
+        assert_eq!(hung_up, [false], "the child still runs");
+        signal_process(child, Signal::KILL);
+        reap(child, true).expect("waiting").expect("a status");
+        poll_rings(&events, &mut hung_up, None, None, 1000);
+        assert_eq!(hung_up, [true], "the child is gone");
+        // Nothing left to wait on but the time: the shorter one.
+        poll_rings(&events, &mut hung_up, None, None, 60_000);
+        assert_eq!(hung_up, [true]);
     }
 
     /// 0 and negative ids (a group, every process) never reach a call meant for one process.

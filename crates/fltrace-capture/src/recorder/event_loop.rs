@@ -38,6 +38,8 @@ impl ActiveRecording {
         // previous round (perf's ordering rule): anything older has been written by now.
         let mut watermark = 0u64;
         let mut positions: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rings.len() + 1];
+        // The perf events whose tasks are gone (see `poll_rings`).
+        let mut hung_up = vec![false; self.events.len()];
         let mut last_stats = Instant::now();
         let mut last_memory = Instant::now();
         // With allocations traced, each process's resident memory is followed finely, and
@@ -214,7 +216,7 @@ impl ActiveRecording {
                 wait_for_exit(pidfd.as_ref(), wake_ms);
             } else if drained == 0 {
                 let ring = bpf.as_deref().map(BpfCapture::ring_fd);
-                poll_rings(&self.events, ring, pidfd.as_ref(), wake_ms);
+                poll_rings(&self.events, &mut hung_up, ring, pidfd.as_ref(), wake_ms);
             }
         }
         Ended {

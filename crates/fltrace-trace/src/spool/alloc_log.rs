@@ -350,7 +350,6 @@ impl LiveLog {
                     }
                     Some(Ok(Record::Time(time))) => stream.time = time,
                     Some(Ok(Record::Stack { id, len })) => {
-                        taking = false;
                         // Its definitions come out before the stream's next event; the time
                         // only places it among other threads.
                         stream.frames.clear();
