@@ -35,6 +35,7 @@ mod access;
 mod alloc_stats;
 mod alloc_totals;
 mod allocs;
+mod delta;
 mod export;
 mod faults;
 mod mappings;
