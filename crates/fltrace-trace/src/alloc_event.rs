@@ -162,13 +162,31 @@ pub struct AllocTotal {
 #[derive(Debug, Default)]
 pub struct AllocTotals {
     by_key: std::collections::HashMap<TotalKey, (u64, u64), FastHash>,
-    /// The key counted last, with the counts not yet in `by_key`: a loop's run of calls of
-    /// one stack and size costs a comparison a call instead of a hash lookup.
-    run: Option<(TotalKey, (u64, u64))>,
+    /// The keys counted lately, each with the counts not yet in `by_key`, in a slot chosen
+    /// by the key: a program's calls of a few hundred stacks and sizes, in any order, cost
+    /// a comparison each instead of a hash table's lookup. Made on the first call.
+    recent: Option<Box<[Recent; RECENT]>>,
 }
 
 /// Stack id, call and size.
 type TotalKey = (u32, AllocCall, u64);
+
+/// A key counted lately and its counts not yet in the map; no calls: an empty slot.
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    key: TotalKey,
+    counts: (u64, u64),
+}
+
+/// Slots of [`AllocTotals::recent`]: 32 KiB.
+const RECENT: usize = 1024;
+
+/// The slot of `key`: a multiplicative hash, which spreads consecutive sizes over the
+/// slots without collisions.
+fn recent_slot((stack_id, call, size): TotalKey) -> usize {
+    let mixed = size ^ (u64::from(stack_id) << 32) ^ ((call as u64) << 56);
+    (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RECENT.trailing_zeros())) as usize
+}
 
 impl AllocTotals {
     /// Counts `event`, if it has a stack.
@@ -178,27 +196,42 @@ impl AllocTotals {
             return;
         }
         let key = (event.stack_id, event.call, event.size);
-        match &mut self.run {
-            Some((run_key, total)) if *run_key == key => add_call(total, event.size),
-            _ => {
-                self.end_run();
-                let mut total = (0, 0);
-                add_call(&mut total, event.size);
-                self.run = Some((key, total));
+        let recent = self.recent.get_or_insert_with(|| {
+            Box::new(
+                [Recent {
+                    key: (0, AllocCall::Malloc, 0),
+                    counts: (0, 0),
+                }; RECENT],
+            )
+        });
+        let slot = &mut recent[recent_slot(key)];
+        if slot.counts.0 == 0 || slot.key != key {
+            if slot.counts.0 != 0 {
+                let (count, bytes) = slot.counts;
+                add_counts(self.by_key.entry(slot.key).or_default(), count, bytes);
             }
+            *slot = Recent {
+                key,
+                counts: (0, 0),
+            };
         }
+        add_call(&mut slot.counts, event.size);
     }
 
-    /// Moves the run's counts into the map.
-    fn end_run(&mut self) {
-        if let Some((key, (count, bytes))) = self.run.take() {
-            add_counts(self.by_key.entry(key).or_default(), count, bytes);
-        }
+    /// The counts of the recent keys not yet in the map.
+    fn recent(&self) -> impl Iterator<Item = &Recent> {
+        self.recent
+            .iter()
+            .flat_map(|recent| recent.iter())
+            .filter(|slot| slot.counts.0 != 0)
     }
 
     /// Adds the totals of other events: counted apart (on several threads), the same totals.
-    pub fn merge(&mut self, mut other: AllocTotals) {
-        other.end_run();
+    pub fn merge(&mut self, other: AllocTotals) {
+        for slot in other.recent() {
+            let (count, bytes) = slot.counts;
+            add_counts(self.by_key.entry(slot.key).or_default(), count, bytes);
+        }
         for (key, (count, bytes)) in other.by_key {
             add_counts(self.by_key.entry(key).or_default(), count, bytes);
         }
@@ -207,8 +240,9 @@ impl AllocTotals {
     /// The totals, by stack, call and size.
     pub fn totals(&self) -> Vec<AllocTotal> {
         let mut by_key = self.by_key.clone();
-        if let Some((key, (count, bytes))) = self.run {
-            add_counts(by_key.entry(key).or_default(), count, bytes);
+        for slot in self.recent() {
+            let (count, bytes) = slot.counts;
+            add_counts(by_key.entry(slot.key).or_default(), count, bytes);
         }
         let mut totals: Vec<AllocTotal> = by_key
             .into_iter()
@@ -333,8 +367,56 @@ mod tests {
         );
     }
 
-    /// A key counted in runs that end and come back, on two counters merged while each has
-    /// a run open: the totals of every call counted one by one.
+    /// More keys than recent slots, evicting each other, on two counters merged: the totals
+    /// of every call counted one by one.
+    #[test]
+    fn keys_past_the_recent_slots_are_counted_exactly() {
+        // Five times more keys than slots, in an order that makes them evict each other,
+        // each key counted three times; half counted apart and merged.
+        let mut expected = std::collections::BTreeMap::new();
+        let (mut first, mut second) = (AllocTotals::default(), AllocTotals::default());
+        for round in 0..3u64 {
+            for i in 0..5 * RECENT as u64 {
+                let size = (i * 7919 + round) % (5 * RECENT as u64);
+                let stack_id = (i % 3) as u32;
+                let call = if i % 5 == 0 {
+                    AllocCall::Calloc
+                } else {
+                    AllocCall::Malloc
+                };
+                let event = AllocEvent {
+                    time_ns: 0,
+                    tid: 1,
+                    call,
+                    addr: crate::VirtAddr::new(0x1000),
+                    size,
+                    old_addr: crate::VirtAddr::new(0),
+                    detail: 0,
+                    stack_id,
+                };
+                if i % 2 == 0 { &mut first } else { &mut second }.add(&event);
+                let entry = expected
+                    .entry((stack_id, call, size))
+                    .or_insert((0u64, 0u64));
+                entry.0 += 1;
+                entry.1 += size;
+            }
+        }
+        first.merge(second);
+        let expected: Vec<AllocTotal> = expected
+            .into_iter()
+            .map(|((stack_id, call, size), (count, bytes))| AllocTotal {
+                stack_id,
+                call,
+                size,
+                count,
+                bytes,
+            })
+            .collect();
+        assert_eq!(first.totals(), expected);
+    }
+
+    /// Keys counted again and again, in runs or alternating, come out whole, and merged.
     #[test]
     fn runs_of_one_key_are_counted_whole_and_merged() {
         let event = |size, stack_id| AllocEvent {
