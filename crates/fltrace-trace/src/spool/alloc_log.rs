@@ -109,7 +109,8 @@ struct Stream {
     ahead: VecDeque<(u64, Item)>,
     /// Time of the item handed out last.
     last_time: u64,
-    /// When the chunk its thread is writing was last read (see [`OPEN_CHUNK_EVERY`]).
+    /// When the chunk its thread is writing was last read to what it published (see
+    /// [`OPEN_CHUNK_EVERY`]).
     open_chunk_read: Option<std::time::Instant>,
     /// The frames of the stack definition ahead, if one is: only those, so
     /// that a log naming many threads costs little per thread.
@@ -337,15 +338,13 @@ impl LiveLog {
         let mut previous = stream.last_time;
         let mut taking = true;
         'chunks: while let Some(&chunk) = stream.chunks.front() {
-            if alone && stream.chunks.len() == 1 {
-                let now = std::time::Instant::now();
-                if stream
+            if alone
+                && stream.chunks.len() == 1
+                && stream
                     .open_chunk_read
-                    .is_some_and(|at| now.duration_since(at) < OPEN_CHUNK_EVERY)
-                {
-                    break;
-                }
-                stream.open_chunk_read = Some(now);
+                    .is_some_and(|at| at.elapsed() < OPEN_CHUNK_EVERY)
+            {
+                break;
             }
             let start = chunk + CHUNK_HEADER_SIZE;
             let used = (read_word(log, chunk + 8) as usize)
@@ -356,6 +355,10 @@ impl LiveLog {
                 // later chunk's `used` was read first, so this one's is final) or its
                 // writers are gone.
                 if stream.chunks.len() == 1 && !self.complete {
+                    // Read to what is published: the next look at it waits (alone).
+                    if alone {
+                        stream.open_chunk_read = Some(std::time::Instant::now());
+                    }
                     break;
                 }
                 stream.chunks.pop_front();
