@@ -244,18 +244,22 @@ impl AllocTotals {
             let (count, bytes) = slot.counts;
             add_counts(by_key.entry(slot.key).or_default(), count, bytes);
         }
-        let mut totals: Vec<AllocTotal> = by_key
-            .into_iter()
-            .map(|((stack_id, call, size), (count, bytes))| AllocTotal {
-                stack_id,
-                call,
-                size,
-                count,
-                bytes,
-            })
-            .collect();
+        let mut totals: Vec<AllocTotal> = by_key.into_iter().map(AllocTotal::of).collect();
         totals.sort_unstable();
         totals
+    }
+}
+
+impl AllocTotal {
+    /// The total of a key and its counts (calls, bytes).
+    fn of(((stack_id, call, size), (count, bytes)): (TotalKey, (u64, u64))) -> AllocTotal {
+        AllocTotal {
+            stack_id,
+            call,
+            size,
+            count,
+            bytes,
+        }
     }
 }
 
@@ -403,16 +407,7 @@ mod tests {
             }
         }
         first.merge(second);
-        let expected: Vec<AllocTotal> = expected
-            .into_iter()
-            .map(|((stack_id, call, size), (count, bytes))| AllocTotal {
-                stack_id,
-                call,
-                size,
-                count,
-                bytes,
-            })
-            .collect();
+        let expected: Vec<AllocTotal> = expected.into_iter().map(AllocTotal::of).collect();
         assert_eq!(first.totals(), expected);
     }
 

@@ -35,9 +35,10 @@ pub(crate) struct DeltaColumn {
 }
 
 impl DeltaColumn {
-    pub(crate) fn new(int32: bool) -> Self {
+    /// An encoder for column `descr` (`INT32` or `INT64`).
+    pub(crate) fn new(descr: &ColumnDescPtr) -> Self {
         DeltaColumn {
-            int32,
+            int32: descr.physical_type() == parquet::basic::Type::INT32,
             blocks: Vec::new(),
             deltas: [0; BLOCK],
             in_block: 0,
@@ -268,14 +269,14 @@ mod tests {
         )
         .unwrap();
         let mut group = writer.next_row_group().unwrap();
-        let mut a = DeltaColumn::new(false);
+        let mut a = DeltaColumn::new(&descr.column(0));
         // In pieces, as the table writer hands slices over.
         for piece in longs.chunks(100) {
             a.extend(piece);
         }
         let (bytes, close) = a.finish(descr.column(0)).unwrap();
         group.append_column(&bytes, close).unwrap();
-        let mut b = DeltaColumn::new(true);
+        let mut b = DeltaColumn::new(&descr.column(1));
         b.extend(&ints.iter().map(|&v| i64::from(v)).collect::<Vec<_>>());
         let (bytes, close) = b.finish(descr.column(1)).unwrap();
         group.append_column(&bytes, close).unwrap();

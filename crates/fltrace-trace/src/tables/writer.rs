@@ -592,9 +592,7 @@ impl<'a> IntWriter<'a> {
         sink: &'a mut TrackedWrite<Vec<u8>>,
     ) -> Self {
         if encoded_by_hand(&descr, props) {
-            IntWriter::Delta(Box::new(DeltaColumn::new(
-                descr.physical_type() == PhysicalType::INT32,
-            )))
+            IntWriter::Delta(Box::new(DeltaColumn::new(&descr)))
         } else {
             let pages = SerializedPageWriter::new(sink);
             IntWriter::Crate(Box::new(get_column_writer(
@@ -868,7 +866,7 @@ impl Columns<'_, '_> {
                 *next += 1;
                 let column_values = &values[k * rows.len()..(k + 1) * rows.len()];
                 if encoded_by_hand(&descr, props) {
-                    let mut column = DeltaColumn::new(descr.physical_type() == PhysicalType::INT32);
+                    let mut column = DeltaColumn::new(&descr);
                     column.extend(column_values);
                     let (bytes, close) = column.finish(descr)?;
                     group.append_column(&bytes, close)?;
