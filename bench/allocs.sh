@@ -31,7 +31,8 @@ tools=(untraced fltrace heaptrack)
 
 now() { date +%s.%N; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-ratio() { echo "scale=2; $1 / $2" | bc | sed 's/^\./0./'; }
+# Three decimals, rounded (bc's scale truncates: 0.609 printed as .60).
+ratio() { printf '%.3f' "$(echo "scale=6; $1 / $2" | bc)"; }
 
 for pairs in $sizes; do
     declare -A loop=() wall=() cpu=()
