@@ -8,6 +8,10 @@
 #   min_uffd-sigbus  the same with UFFD_FEATURE_SIGBUS: each fault served in the faulting
 #                thread by a SIGBUS handler, no handler thread (the floor of the in-thread path)
 #   runtime      fltrace's runtime preloaded alone (no recorder), local memory ample
+#   record-plain fltrace record with no far memory: what recording a fault with its stack costs
+#                (added per fault of its own first touches)
+#   record-true  fltrace record -- true: fltrace's fixed start and end, taken off record-plain's
+#                time in the floor line
 #   record-ample fltrace record -L=<2x the peak> (no eviction)
 #   record-half  fltrace record -L=<half the peak> with FLTRACE_RT_FAULT_PATH=signal (faults
 #                served in the faulting thread, where the kernel has UFFD_FEATURE_SIGBUS)
@@ -36,6 +40,9 @@
 #                  record-half-threads"]
 # The in-thread path against the handler-thread path (issue #38), bfs-g20 at half its peak:
 #   bench/farmem-floor.sh 20 3 spin
+# Whether 2x untraced is within reach at all (the floor line: fill + recording + eviction per
+# fault against the budget 2x leaves):
+#   SCAN_MB=0 bench/farmem-floor.sh 20 3 spin "untraced min_uffd-sigbus record-true record-plain record-half"
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 scale=${1:-18}; rounds=${2:-5}
@@ -68,9 +75,10 @@ timed() {
     cpu=$(echo "$user + $sys" | bc)
 }
 
-# Runs one config under one setup; prints "seconds cpu-seconds faults".
+# Runs one config under one setup; prints "seconds cpu-seconds faults evict-ns" (the last the
+# runtime's eviction time, from record-* runs' stats files).
 run() {
-    local setup=$1 config=$2 dir="$work/run" prefix=() faults=0
+    local setup=$1 config=$2 dir="$work/run" prefix=() faults=0 evict_ns=0
     rm -rf "$dir"; mkdir -p "$dir"; cd "$dir"
     case $setup in
         spin) prefix=(env) ;;
@@ -87,6 +95,10 @@ run() {
         runtime)
             # No recorder, so no stats file: its faults are min_uffd's (the same first touches).
             timed "${prefix[@]}" LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=$((ample * 256)) FLTRACE_RT_MAX_PAGES=$((max * 256)) "$work/graph" "$scale" 1 >/dev/null ;;
+        record-true) timed "$fltrace" record -q -- true ;;
+        record-plain)
+            timed "${prefix[@]}" "$fltrace" record -- "$work/graph" "$scale" 1 >/dev/null 2>"$dir/err"
+            faults=$(grep -o '[0-9]* faults from' "$dir/err" | cut -d' ' -f1) ;;
         record-*)
             local l=$half knobs=() exe=$fltrace
             if [[ $config == *-base ]]; then
@@ -103,9 +115,10 @@ run() {
                 record-half-busy) knobs=(FLTRACE_RT_BUSY_POLL=1) ;;
             esac
             timed "${prefix[@]}" "${knobs[@]}" "$exe" record -q -L=$l -M=$max -- "$work/graph" "$scale" 1 >/dev/null
-            faults=$(stat_of "$(ls "$dir"/fltrace-data-stats-*.out | head -1)" rt_faults) ;;
+            local stats; stats=$(ls "$dir"/fltrace-data-stats-*.out | head -1)
+            faults=$(stat_of "$stats" rt_faults); evict_ns=$(stat_of "$stats" rt_evict_ns) ;;
     esac
-    echo "$wall $cpu ${faults:-0}"
+    echo "$wall $cpu ${faults:-0} ${evict_ns:-0}"
 }
 
 # Prints one config's line: medians of wall and CPU time, and the time each adds per fault
@@ -121,12 +134,38 @@ summary() {
     echo "  $1: median ${t}s ($(echo "scale=2; $t / $u" | bc)x), CPU ${c}s ($(echo "scale=2; $c / $uc" | bc)x), ${f} faults, added per fault ${added} us (CPU ${added_cpu} us); runs: $2"
 }
 
+# Added us per fault of config $1 against untraced (wall), from the medians; empty when not run.
+added_of() {
+    local f=${faults[$1]:-0} t
+    ((f > 0)) || return 0
+    t=$(printf '%s\n' ${times[$1]} | median)
+    echo "scale=2; ($t - $u) * 1000000 / $f" | bc
+}
+
+# What record-half's faults cannot cost less than, against what "2x untraced" leaves each one:
+# the in-thread floor (min_uffd-sigbus: a fill, no eviction, no recording), recording a fault
+# with its stack (record-plain, less record-true's fixed start and end when run), and the
+# runtime's own eviction time per fault (record-half's stats file, median). $1 record-half's faults, $2 its eviction times (ns).
+floor() {
+    local f=$1 fill rec evict budget
+    ((f > 0)) || return 0
+    fill=$(added_of min_uffd-sigbus)
+    [[ -n $fill && -n ${faults[record-plain]:-} ]] || return 0
+    local plain fixed=0
+    plain=$(printf '%s\n' ${times[record-plain]} | median)
+    [[ -n ${times[record-true]:-} ]] && fixed=$(printf '%s\n' ${times[record-true]} | median)
+    rec=$(echo "scale=2; ($plain - $u - $fixed) * 1000000 / ${faults[record-plain]}" | bc)
+    evict=$(echo "scale=2; $(printf '%s\n' $2 | median) / 1000 / $f" | bc)
+    budget=$(echo "scale=2; $u * 1000000 / $f" | bc)
+    echo "  floor of record-half per fault: fill $fill us + recording $rec us + eviction $evict us = $(echo "$fill + $rec + $evict" | bc) us; at most 2x untraced leaves $budget us a fault ($f faults in ${u}s)"
+}
+
 for setup in "${setups[@]}"; do
-    declare -A times=() cpus=() faults=()
+    declare -A times=() cpus=() faults=() evicts=()
     for ((r = 0; r < rounds; r++)); do
         for config in "${configs[@]}"; do
-            read -r t c f < <(run "$setup" "$config")
-            times[$config]+="$t "; cpus[$config]+="$c "; faults[$config]=$f
+            read -r t c f e < <(run "$setup" "$config")
+            times[$config]+="$t "; cpus[$config]+="$c "; faults[$config]=$f; evicts[$config]+="$e "
         done
     done
     u=$(printf '%s\n' ${times[untraced]:-0} | median)
@@ -136,7 +175,8 @@ for setup in "${setups[@]}"; do
         f=${faults[$config]}; [[ $config == runtime ]] && f=${faults[min_uffd]:-${faults[min_uffd-sigbus]:-0}}
         summary "$config" "${times[$config]}" "${cpus[$config]}" "$f"
     done
-    unset times cpus faults
+    floor "${faults[record-half]:-0}" "${evicts[record-half]:-}"
+    unset times cpus faults evicts
 done
 # The two-threaded scan: untraced, then recorded on each path, alternating.
 scan_mb=${SCAN_MB:-128}
