@@ -3,7 +3,9 @@
 //! program the kernel runs set-user-ID or set-group-ID (secure execution) ignores.
 //!
 //! Only the command itself is judged here (through `#!` interpreters); what it runs later is
-//! judged as it runs, from the mappings of each image (see `Process::unreached_images`).
+//! judged as it runs, from the mappings of each image (see `Process::unreached_images`). A
+//! command run as another user (`--user`) also needs to read the library itself
+//! ([`library_readable`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read as _;
@@ -33,6 +35,68 @@ pub enum Unreachable {
         /// `user` or `group`.
         whose: &'static str,
     },
+    /// The preloaded library cannot be read by the user the command runs as.
+    #[error(
+        "the command runs as uid {uid}, who cannot read fltrace's preloaded library {}: {} is mode {mode:o}, owned by uid {owner}, so the program would start without it; install fltrace where that user can read it, or point FLTRACE_RUNTIME at a copy of the library there",
+        .library.display(),
+        .blocked_at.display()
+    )]
+    LibraryUnreadable {
+        /// The library.
+        library: PathBuf,
+        /// The directory that cannot be searched, or the library itself.
+        blocked_at: PathBuf,
+        /// Its mode bits.
+        mode: u32,
+        /// Its owner.
+        owner: u32,
+        /// Whom the command runs as.
+        uid: u32,
+    },
+}
+
+/// Checks that `library` can be read by user `uid` with group `gid` and no other groups (as
+/// the command runs after dropping to them): every directory on its path searchable, the file
+/// readable, by the mode bits of the class the user is in (owner, group, other). The dynamic
+/// loader opens it as that user: a library in a mode-0700 directory (a home, `mktemp -d`)
+/// would be skipped with a warning the program prints, and nothing traced. root reads all.
+/// Access control lists are not read: the mode bits are what they allow at most.
+pub fn library_readable(library: &Path, uid: u32, gid: u32) -> Result<(), Unreachable> {
+    if uid == 0 {
+        return Ok(());
+    }
+    // A library that cannot be found is left to the loader to report.
+    let Ok(full) = library.canonicalize() else {
+        return Ok(());
+    };
+    let mut needed = Vec::new();
+    for dir in full.ancestors().skip(1) {
+        needed.push((dir, 0o1));
+    }
+    needed.push((full.as_path(), 0o4));
+    for (path, bit) in needed {
+        let Ok(metadata) = std::fs::metadata(path) else {
+            return Ok(());
+        };
+        let mode = metadata.mode() & 0o7777;
+        let shift = if metadata.uid() == uid {
+            6
+        } else if metadata.gid() == gid {
+            3
+        } else {
+            0
+        };
+        if (mode >> shift) & bit == 0 {
+            return Err(Unreachable::LibraryUnreadable {
+                library: library.to_path_buf(),
+                blocked_at: path.to_path_buf(),
+                mode,
+                owner: metadata.uid(),
+                uid,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks the command `program` (as given: a path, or a name looked up in `path_env`), run
@@ -161,6 +225,62 @@ mod tests {
     fn uid_gid() -> (u32, u32) {
         // SAFETY: getuid and getgid have no preconditions.
         unsafe { (libc::geteuid(), libc::getegid()) }
+    }
+
+    /// A library under a directory of mode 0700 is refused for another user, naming that
+    /// directory; once the directory opens, the file's own bits decide, by the user's class.
+    #[test]
+    fn a_library_another_user_cannot_read_is_refused_naming_why() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let set = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod")
+        };
+        let top = tempfile::tempdir().expect("temp dir");
+        set(top.path(), 0o755);
+        let private = top.path().join("private");
+        std::fs::create_dir(&private).expect("dir");
+        let library = private.join("libx.so");
+        std::fs::write(&library, b"\x7fELF").expect("library");
+        set(&private, 0o700);
+        set(&library, 0o644);
+        let (owner, group) = uid_gid();
+        let (stranger, strangers) = (owner + 4_000_001, group + 4_000_001);
+        let refused = library_readable(&library, stranger, strangers);
+        assert_eq!(
+            refused,
+            Err(Unreachable::LibraryUnreadable {
+                library: library.clone(),
+                blocked_at: private.canonicalize().expect("dir"),
+                mode: 0o700,
+                owner,
+                uid: stranger,
+            })
+        );
+        assert!(
+            refused
+                .expect_err("refused")
+                .to_string()
+                .contains("private is mode 700, owned by uid")
+        );
+        // The group's bits, for a member of the directory's group only.
+        set(&private, 0o710);
+        assert_eq!(library_readable(&library, stranger, group), Ok(()));
+        assert!(library_readable(&library, stranger, strangers).is_err());
+        set(&private, 0o711);
+        assert_eq!(library_readable(&library, stranger, strangers), Ok(()));
+        // The file itself: unreadable by others.
+        set(&library, 0o640);
+        assert!(matches!(
+            library_readable(&library, stranger, strangers),
+            Err(Unreachable::LibraryUnreadable { blocked_at, mode: 0o640, .. }) if blocked_at.ends_with("libx.so")
+        ));
+        assert_eq!(library_readable(&library, stranger, group), Ok(()));
+        // root reads it; so does the directory's owner, by the owner's bits.
+        assert_eq!(library_readable(&library, 0, strangers), Ok(()));
+        set(&private, 0o700);
+        set(&library, 0o604);
+        std::os::unix::fs::chown(&private, Some(stranger), None).expect("chown");
+        assert_eq!(library_readable(&library, stranger, strangers), Ok(()));
     }
 
     /// A dynamically linked program passes; a static one is refused, also behind a `#!`

@@ -263,6 +263,23 @@ impl Request {
             (None, true) => Some(Credentials::of_sudo_user()?),
             (None, false) => None,
         };
+        // The dynamic loader opens the preloaded library as the user the command runs as.
+        if let Some(credentials) = options.credentials {
+            let libraries = [
+                options.far_memory.as_ref().map(|far| &far.library),
+                match &options.allocs {
+                    Some(AllocTracing::Preload(library)) => Some(library),
+                    _ => None,
+                },
+                options
+                    .heap_backing
+                    .as_ref()
+                    .map(|backing| &backing.library),
+            ];
+            for library in libraries.into_iter().flatten() {
+                crate::reach::library_readable(library, credentials.uid, credentials.gid)?;
+            }
+        }
         // The runtime falls back to user-mode faults only (UFFD_USER_MODE_ONLY) where it may
         // not have more, and then a read(2) into an evicted page fails: refuse before the
         // program starts, rather than let it fail later for no reason it can tell.

@@ -919,6 +919,60 @@ fn record_refuses_an_unwritable_output_before_running() {
     assert!(marker.exists());
 }
 
+/// A command run as another user (`--user nobody`) with the preloaded library in a directory
+/// that user cannot search (mode 0700, as a home or `mktemp -d` is): the loader would skip the
+/// library and the program run untraced (allocations) or unemulated (far memory). fltrace
+/// refuses in one line naming the directory, before the command runs; with the library where
+/// the user can read it, the same recording runs and traces the command's allocations.
+#[test]
+fn a_preloaded_library_the_user_cannot_read_is_refused_before_running() {
+    let top = Dir::new();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let private = top.path().join("private");
+    std::fs::create_dir(&private).expect("dir");
+    let library = private.join("libfltrace_preload.so");
+    std::fs::copy(
+        Path::new(env!("CARGO_BIN_EXE_fltrace")).with_file_name("libfltrace_preload.so"),
+        &library,
+    )
+    .expect("copy of the library");
+    std::fs::set_permissions(&library, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let marker = top.path().join("ran");
+    let run = |mode: u32| {
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        output_within(
+            Command::new(env!("CARGO_BIN_EXE_fltrace"))
+                .current_dir(top.path())
+                .env("FLTRACE_RUNTIME", &library)
+                .args([
+                    "record", "-q", "--allocs", "--user", "nobody", "--", "touch",
+                ])
+                .arg(&marker),
+            Duration::from_secs(60),
+        )
+    };
+    let out = run(0o700);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!marker.exists(), "the program ran: {err}");
+    assert_eq!(
+        err,
+        format!(
+            "fltrace: the command runs as uid 65534, who cannot read fltrace's preloaded library {lib}: {dir} is mode 700, owned by uid 0, so the program would start without it; install fltrace where that user can read it, or point FLTRACE_RUNTIME at a copy of the library there\n",
+            lib = library.display(),
+            dir = private.canonicalize().expect("dir").display(),
+        )
+    );
+    let out = run(0o755);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(marker.exists());
+    assert_eq!(
+        top.pids("allocs", "parquet").len(),
+        1,
+        "the command's allocations"
+    );
+}
+
 /// The processes in process group `pgid` that are not zombies.
 fn process_group_members(pgid: u32) -> Vec<u32> {
     let mut members = Vec::new();
