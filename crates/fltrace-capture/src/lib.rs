@@ -80,7 +80,8 @@ pub use request::{Facilities, Request, RequestError, ThisMachine};
 /// The system page size.
 pub use ring::page_size;
 pub use runtime::{
-    EvictionPolicy, FarMemory, HeapBacking, PRELOAD_LIBRARY, find_preload_library, preload_value,
+    EvictionPolicy, FarMemory, FaultPath, HeapBacking, PRELOAD_LIBRARY, find_preload_library,
+    preload_value,
 };
 pub use summary::{SummaryContext, SummaryLine, signal_name};
 pub use target::{Credentials, PendingChild};

@@ -6,7 +6,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::{
-    AllocTracing, Credentials, Error, EvictionPolicy, FarMemory, HeapBacking, Options, Target,
+    AllocTracing, Credentials, Error, EvictionPolicy, FarMemory, FaultPath, HeapBacking, Options,
+    Target,
 };
 
 /// A recording as asked for.
@@ -30,6 +31,8 @@ pub struct Request {
     pub handlers: u32,
     /// Far memory: handlers spin instead of blocking (`--busy-poll`).
     pub busy_poll: bool,
+    /// Far memory: where faults are served (`--fault-path`); `None`: the runtime's default.
+    pub fault_path: Option<FaultPath>,
     /// A fixed copy of this many bytes of user stack with each fault (`--stack-size`),
     /// rounded down to a multiple of 8, instead of the live stack.
     pub stack_bytes: Option<u32>,
@@ -186,15 +189,18 @@ impl Request {
                 return Err(RequestError::LocalAboveMax { local_mb, max_mb });
             }
             (Some(_), None) | (None, Some(_)) => return Err(RequestError::LocalMaxApart),
-            (Some(local_mb), Some(max_mb)) => Some(FarMemory::within(
-                machine.preload_library()?,
-                local_mb,
-                max_mb,
-                self.policy,
-                self.handlers,
-                self.busy_poll,
-                machine.mem_available_mb(),
-            )?),
+            (Some(local_mb), Some(max_mb)) => Some(FarMemory {
+                fault_path: self.fault_path,
+                ..FarMemory::within(
+                    machine.preload_library()?,
+                    local_mb,
+                    max_mb,
+                    self.policy,
+                    self.handlers,
+                    self.busy_poll,
+                    machine.mem_available_mb(),
+                )?
+            }),
             (None, None) => None,
         };
         let target = match (self.pids.is_empty(), self.command.is_empty()) {
@@ -363,6 +369,7 @@ mod tests {
             policy: EvictionPolicy::Fifo,
             handlers: 1,
             busy_poll: false,
+            fault_path: None,
             stack_bytes: Some(2048),
             stack_cap: None,
             buffer_mb: None,
@@ -407,6 +414,20 @@ mod tests {
         let far = options.far_memory.unwrap();
         assert_eq!((far.local_mb, far.max_mb), (10, 10));
         assert_eq!(far.library, Path::new("/lib/fltrace/libfltrace_preload.so"));
+        // The fault path asked for reaches the runtime's environment; none asked, none set.
+        let path_in = |far: &FarMemory| {
+            far.environment(Path::new("/dev/shm/x"))
+                .into_iter()
+                .find(|(name, _)| name == "FLTRACE_RT_FAULT_PATH")
+                .map(|(_, value)| value)
+        };
+        assert_eq!(path_in(&far), None);
+        r.fault_path = Some(FaultPath::InThread);
+        let far = r.resolve(&FULL).unwrap().1.far_memory.unwrap();
+        assert_eq!(path_in(&far), Some("signal".into()));
+        r.fault_path = Some(FaultPath::Threads);
+        let far = r.resolve(&FULL).unwrap().1.far_memory.unwrap();
+        assert_eq!(path_in(&far), Some("thread".into()));
     }
 
     #[test]

@@ -25,6 +25,45 @@ pub struct FarMemory {
     pub handlers: u32,
     /// Busy-poll instead of blocking.
     pub busy_poll: bool,
+    /// Where faults are served; `None` leaves it to the runtime (its default, or
+    /// `FLTRACE_RT_FAULT_PATH` inherited from fltrace's environment).
+    pub fault_path: Option<FaultPath>,
+}
+
+/// Where the far-memory runtime serves a fault (`--fault-path`; each variant's doc is its
+/// help there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum FaultPath {
+    /// Handler threads read the faults from the userfaultfd while the faulting thread sleeps
+    /// (the default: every system call on evicted memory waits for its pages).
+    Threads,
+    /// Each fault served in the thread that takes it, from a SIGBUS handler: no thread sleeps
+    /// or is woken from another CPU (several times faster on an idle VM); system calls the
+    /// runtime does not wrap (io_uring, aio, inline syscall instructions) fail with EFAULT
+    /// on evicted memory.
+    InThread,
+}
+
+impl FaultPath {
+    /// The runtime's name of the path (`FLTRACE_RT_FAULT_PATH`).
+    pub fn runtime_name(self) -> &'static str {
+        match self {
+            FaultPath::Threads => "thread",
+            FaultPath::InThread => "signal",
+        }
+    }
+
+    /// The path a recording takes: `asked`, else what `FLTRACE_RT_FAULT_PATH` in fltrace's
+    /// environment (which the command inherits) names, else `None` (the runtime's default).
+    pub fn asked_or_inherited(asked: Option<FaultPath>) -> Option<FaultPath> {
+        asked.or_else(|| {
+            let inherited = std::env::var_os(env::name(env::FAULT_PATH))?;
+            [FaultPath::Threads, FaultPath::InThread]
+                .into_iter()
+                .find(|path| inherited == path.runtime_name())
+        })
+    }
 }
 
 /// The far-memory runtime's eviction policy (`--policy`; each variant's doc is its help there).
@@ -89,6 +128,14 @@ impl FarMemory {
             ),
             (env::name(env::SHARED).into(), shared.as_os_str().to_owned()),
         ]
+        .into_iter()
+        .chain(self.fault_path.map(|path| {
+            (
+                env::name(env::FAULT_PATH).into(),
+                path.runtime_name().into(),
+            )
+        }))
+        .collect()
     }
 }
 
@@ -158,6 +205,7 @@ impl FarMemory {
             policy,
             handlers,
             busy_poll,
+            fault_path: None,
         })
     }
 }

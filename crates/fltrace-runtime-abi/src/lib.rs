@@ -138,7 +138,7 @@ pub mod path {
 /// Why the handler-thread path serves a process whose runtime would otherwise serve faults in
 /// the faulting thread ([`Shared::fault_path_reason`]).
 pub mod path_reason {
-    /// Asked for (`FLTRACE_RT_FAULT_PATH=thread`).
+    /// Asked for (`record --fault-path threads`, which sets `FLTRACE_RT_FAULT_PATH=thread`).
     pub const ASKED: u64 = 1;
     /// The kernel refused `UFFD_FEATURE_SIGBUS`.
     pub const NO_SIGBUS_FEATURE: u64 = 2;
@@ -154,13 +154,11 @@ pub mod path_reason {
     /// The reason's words, as `record -v` gives them.
     pub fn name(reason: u64) -> &'static str {
         match reason {
-            ASKED => "asked for (FLTRACE_RT_FAULT_PATH=thread)",
+            ASKED => "asked for (--fault-path threads)",
             NO_SIGBUS_FEATURE => "the kernel has no UFFD_FEATURE_SIGBUS",
             NO_HANDLER => "no SIGBUS handler could be installed",
             GO_PROGRAM => "a Go program (goroutine stacks have no room for a signal handler)",
-            DEFAULT => {
-                "the default (FLTRACE_RT_FAULT_PATH=signal serves them in the faulting thread)"
-            }
+            DEFAULT => "the default (--fault-path in-thread serves them in the faulting thread)",
             _ => "",
         }
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use fltrace_analyze::{CallOrder, CallSite, DiffBy, HeatSource, ReportBy};
-use fltrace_capture::EvictionPolicy;
+use fltrace_capture::{EvictionPolicy, FaultPath};
 use fltrace_render::listing::ListFormat;
 use fltrace_render::report::ReportFormat;
 use fltrace_render::{FrameLabel, TableFormat};
@@ -356,6 +356,10 @@ pub struct RecordFlags {
     /// each).
     #[arg(long)]
     pub busy_poll: bool,
+    /// Far memory: where each fault is served (default: threads). `record -v` and the stats
+    /// file say which path each process took, and why.
+    #[arg(long, value_enum, value_name = "PATH", requires = "local_mb")]
+    pub fault_path: Option<FaultPath>,
     /// Attach to running processes instead of starting a command (`-p PID,PID`, as perf),
     /// with their threads and the children they have now (see --no-children); children they
     /// fork later are traced too. Stop with Ctrl-C; the recording also ends when all are gone.

@@ -85,6 +85,7 @@ pub fn prepare(
         policy: flags.policy,
         handlers: flags.handlers,
         busy_poll: flags.busy_poll,
+        fault_path: flags.fault_path,
         stack_bytes: flags.stack_size,
         stack_cap: Some(flags.max_stack_copy),
         buffer_mb: flags.buffer_mb.map(|mb| mb as usize),

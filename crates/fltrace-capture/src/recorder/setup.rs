@@ -329,18 +329,15 @@ fn start_capture(
     let plan = plan_rings(options.buffer_mb, cpus.len(), page, Carrier::SharedRing)?;
     // A record must leave room for others: a copy at most a quarter of the ring.
     let cap = cap.min((plan.shared / 4).min(u32::MAX as usize) as u32);
-    // Under far memory served in the faulting thread (asked for in the environment the
-    // runtime inherits), the recorder is woken a quarter of the runtime's backlog at the
+    // Under far memory served in the faulting thread (asked for with --fault-path or in the
+    // environment the runtime inherits), the recorder is woken a quarter of the runtime's backlog at the
     // latest (each CPU counts its own records), so that threads that wait for it once that far
     // behind are not left waiting for its timer. Handler threads never wait for it: with them
     // it is woken as before, by the bytes waiting.
-    let in_thread = std::env::var_os(
-        fltrace_runtime_abi::env::FAULT_PATH
-            .to_str()
-            .unwrap_or_default(),
-    )
-    .is_some_and(|path| path == "signal");
-    let wake_records = if options.far_memory.is_some() && in_thread {
+    let in_thread = options.far_memory.as_ref().is_some_and(|far| {
+        crate::FaultPath::asked_or_inherited(far.fault_path) == Some(crate::FaultPath::InThread)
+    });
+    let wake_records = if in_thread {
         (crate::recorder::far_backlog(options) / 4 / cpus.len().max(1) as u64).max(1) as u32
     } else {
         0

@@ -452,7 +452,8 @@ fn a_programs_own_sigbus_and_sigsegv_handlers_see_their_own_faults() {
     assert!(last_stat(&dir, pid, "memory_used") <= 8 << 20);
 }
 
-/// The handler-thread path, asked for, serves the far-memory workloads as before, and
+/// The handler-thread path, asked for (`--fault-path threads`, which wins over the
+/// environment's `FLTRACE_RT_FAULT_PATH`), serves the far-memory workloads as before, and
 /// `record -v` says which path each process took and why.
 #[test]
 fn the_handler_thread_path_serves_when_asked_and_says_so() {
@@ -465,8 +466,15 @@ fn the_handler_thread_path_serves_when_asked_and_says_so() {
         let dir = Dir::new();
         let out = dir
             .fltrace()
-            .env("FLTRACE_RT_FAULT_PATH", "thread")
-            .args(["record", "-v", "-L=8", "-M=256", "--"])
+            .env("FLTRACE_RT_FAULT_PATH", "signal")
+            .args([
+                "record",
+                "-v",
+                "-L=8",
+                "-M=256",
+                "--fault-path=threads",
+                "--",
+            ])
             .arg(&w.farmem)
             .args(args)
             .output()
@@ -482,12 +490,13 @@ fn the_handler_thread_path_serves_when_asked_and_says_so() {
         assert_eq!(last_stat(&dir, pid, "rt_signals"), 0);
         assert!(
             err.contains(&format!(
-                "process {pid}: far-memory faults served by handler threads: asked for (FLTRACE_RT_FAULT_PATH=thread)"
+                "process {pid}: far-memory faults served by handler threads: asked for (--fault-path threads)"
             )),
             "{err}"
         );
     }
-    // By default, handler threads too, and said so; asked for, served in the thread.
+    // By default, handler threads too, and said so; asked for, served in the thread: by the
+    // flag, or by the environment fltrace's command inherits.
     let dir = Dir::new();
     let out = dir
         .fltrace()
@@ -501,28 +510,52 @@ fn the_handler_thread_path_serves_when_asked_and_says_so() {
     let pid = dir.pids("stats", "out")[0];
     assert!(
         err.contains(&format!(
-            "process {pid}: far-memory faults served by handler threads: the default"
+            "process {pid}: far-memory faults served by handler threads: the default (--fault-path in-thread serves them in the faulting thread)"
         )),
         "{err}"
     );
+    for (flag, env) in [
+        (Some("--fault-path=in-thread"), None),
+        (None, Some("signal")),
+    ] {
+        let dir = Dir::new();
+        let mut command = dir.fltrace();
+        if let Some(env) = env {
+            command.env("FLTRACE_RT_FAULT_PATH", env);
+        }
+        let out = command
+            .args(["record", "-v", "-L=8", "-M=256"])
+            .args(flag)
+            .arg("--")
+            .arg(&w.farmem)
+            .args(["threads", "16", "4"])
+            .output()
+            .expect("fltrace runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{flag:?} {env:?}: {err}");
+        let pid = dir.pids("stats", "out")[0];
+        assert!(
+            err.contains(&format!(
+                "process {pid}: far-memory faults served in the faulting thread"
+            )),
+            "{flag:?} {env:?}: {err}"
+        );
+        assert_eq!(
+            last_stat(&dir, pid, "rt_fault_path"),
+            fltrace_runtime_abi::path::IN_THREAD
+        );
+        assert!(last_stat(&dir, pid, "rt_signals") > 0, "{flag:?} {env:?}");
+    }
+    // Without far memory the flag has nothing to choose: refused by name.
     let dir = Dir::new();
     let out = dir
         .fltrace()
-        .env("FLTRACE_RT_FAULT_PATH", "signal")
-        .args(["record", "-v", "-L=8", "-M=256", "--"])
-        .arg(&w.farmem)
-        .args(["threads", "16", "4"])
+        .args(["record", "-q", "--fault-path=in-thread", "--", "true"])
         .output()
         .expect("fltrace runs");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    let pid = dir.pids("stats", "out")[0];
-    assert!(
-        err.contains(&format!(
-            "process {pid}: far-memory faults served in the faulting thread"
-        )),
-        "{err}"
-    );
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--local-mem <MiB>"), "{err}");
 }
 
 /// Running out of -M is one clear line and a non-zero exit.
