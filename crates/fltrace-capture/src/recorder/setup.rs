@@ -330,10 +330,10 @@ fn start_capture(
     // A record must leave room for others: a copy at most a quarter of the ring.
     let cap = cap.min((plan.shared / 4).min(u32::MAX as usize) as u32);
     // Under far memory served in the faulting thread (asked for with --fault-path or in the
-    // environment the runtime inherits), the recorder is woken a quarter of the runtime's backlog at the
-    // latest (each CPU counts its own records), so that threads that wait for it once that far
-    // behind are not left waiting for its timer. Handler threads never wait for it: with them
-    // it is woken as before, by the bytes waiting.
+    // environment the runtime inherits), the recorder is woken a quarter of the runtime's
+    // backlog at the latest (each CPU counts its own records), so that threads that wait for
+    // it once that far behind are not left waiting for its timer. Handler threads never wait
+    // for it: with them it is woken as before, by the bytes waiting.
     let in_thread = options.far_memory.as_ref().is_some_and(|far| {
         crate::FaultPath::asked_or_inherited(far.fault_path) == Some(crate::FaultPath::InThread)
     });
