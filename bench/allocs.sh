@@ -31,8 +31,12 @@ tools=(untraced fltrace heaptrack)
 
 now() { date +%s.%N; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-# Three decimals, rounded (bc's scale truncates: 0.609 printed as .60).
-ratio() { printf '%.3f' "$(echo "scale=6; $1 / $2" | bc)"; }
+# $1 / $2 to three decimals, rounded (bc's scale truncates: 0.609 was printed 0.60); "-"
+# when $2 is 0.
+ratio() {
+    if [[ $(echo "$2 == 0" | bc) == 1 ]]; then echo -; return; fi
+    printf '%.3f' "$(echo "scale=6; $1 / $2" | bc)"
+}
 
 for pairs in $sizes; do
     declare -A loop=() wall=() cpu=()

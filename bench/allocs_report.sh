@@ -16,8 +16,12 @@ work=$(mktemp -d /tmp/fltrace-bench-report.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 command -v heaptrack_print >/dev/null || "$root/scripts/setup.sh" >/dev/null
 gcc -O2 -g -fomit-frame-pointer -o "$work/allocs" "$root/workloads/allocs.c" -ldl -lpthread
-# Three decimals, rounded (bc's scale truncates: 0.609 printed as .60).
-ratio() { printf '%.3f' "$(echo "scale=6; $1 / $2" | bc)"; }
+# $1 / $2 to three decimals, rounded (bc's scale truncates: 0.609 was printed 0.60); "-"
+# when $2 is 0.
+ratio() {
+    if [[ $(echo "$2 == 0" | bc) == 1 ]]; then echo -; return; fi
+    printf '%.3f' "$(echo "scale=6; $1 / $2" | bc)"
+}
 # `/usr/bin/time` of a command run in the current directory: "wall cpu peak-MB".
 timed() {
     /usr/bin/time -o time.txt -f "%e %U %S %M" "$@" >/dev/null 2>&1

@@ -95,7 +95,7 @@ run() {
         runtime)
             # No recorder, so no stats file: its faults are min_uffd's (the same first touches).
             timed "${prefix[@]}" LD_PRELOAD="$lib" FLTRACE_RT_LOCAL_PAGES=$((ample * 256)) FLTRACE_RT_MAX_PAGES=$((max * 256)) "$work/graph" "$scale" 1 >/dev/null ;;
-        record-true) timed "$fltrace" record -q -- true ;;
+        record-true) timed "${prefix[@]}" "$fltrace" record -q -- true ;;
         record-plain)
             timed "${prefix[@]}" "$fltrace" record -- "$work/graph" "$scale" 1 >/dev/null 2>"$dir/err"
             faults=$(grep -o '[0-9]* faults from' "$dir/err" | cut -d' ' -f1) ;;
@@ -134,30 +134,34 @@ summary() {
     echo "  $1: median ${t}s ($(echo "scale=2; $t / $u" | bc)x), CPU ${c}s ($(echo "scale=2; $c / $uc" | bc)x), ${f} faults, added per fault ${added} us (CPU ${added_cpu} us); runs: $2"
 }
 
+# The value of the bc expression $1 to two decimals (bc alone prints ".92").
+calc() { printf '%.2f' "$(echo "scale=6; $1" | bc)"; }
+
 # Added us per fault of config $1 against untraced (wall), from the medians; empty when not run.
 added_of() {
     local f=${faults[$1]:-0} t
     ((f > 0)) || return 0
     t=$(printf '%s\n' ${times[$1]} | median)
-    echo "scale=2; ($t - $u) * 1000000 / $f" | bc
+    calc "($t - $u) * 1000000 / $f"
 }
 
-# What record-half's faults cannot cost less than, against what "2x untraced" leaves each one:
-# the in-thread floor (min_uffd-sigbus: a fill, no eviction, no recording), recording a fault
-# with its stack (record-plain, less record-true's fixed start and end when run), and the
-# runtime's own eviction time per fault (record-half's stats file, median). $1 record-half's faults, $2 its eviction times (ns).
+# What each part of a record-half fault costs, against what "at most 2x untraced" leaves it:
+# the in-thread floor (min_uffd-sigbus: a fault delivered to its thread and a zero page
+# placed, no eviction, no recording), recording a fault with its stack (record-plain less
+# record-true's fixed start and end when run), both wall time added, and the runtime's
+# eviction time per fault (record-half's stats file, median: summed over the threads that
+# evicted, so to be read against the CPU budget). $1 record-half's faults, $2 its eviction
+# times (ns).
 floor() {
-    local f=$1 fill rec evict budget
-    ((f > 0)) || return 0
+    local f=$1 fill rec evict plain fixed=0
+    ((f > 0 && ${faults[record-plain]:-0} > 0)) || return 0
     fill=$(added_of min_uffd-sigbus)
-    [[ -n $fill && -n ${faults[record-plain]:-} ]] || return 0
-    local plain fixed=0
+    [[ -n $fill ]] || return 0
     plain=$(printf '%s\n' ${times[record-plain]} | median)
     [[ -n ${times[record-true]:-} ]] && fixed=$(printf '%s\n' ${times[record-true]} | median)
-    rec=$(echo "scale=2; ($plain - $u - $fixed) * 1000000 / ${faults[record-plain]}" | bc)
-    evict=$(echo "scale=2; $(printf '%s\n' $2 | median) / 1000 / $f" | bc)
-    budget=$(echo "scale=2; $u * 1000000 / $f" | bc)
-    echo "  floor of record-half per fault: fill $fill us + recording $rec us + eviction $evict us = $(echo "$fill + $rec + $evict" | bc) us; at most 2x untraced leaves $budget us a fault ($f faults in ${u}s)"
+    rec=$(calc "($plain - $u - $fixed) * 1000000 / ${faults[record-plain]}")
+    evict=$(calc "$(printf '%s\n' $2 | median) / 1000 / $f")
+    echo "  floor of record-half per fault: fill $fill us + recording $rec us (wall) + eviction $evict us (thread time) = $(calc "$fill + $rec + $evict") us; at most 2x untraced leaves $(calc "$u * 1000000 / $f") us of wall time a fault, $(calc "$uc * 1000000 / $f") us of CPU ($f faults; untraced ${u}s, ${uc}s CPU)"
 }
 
 for setup in "${setups[@]}"; do

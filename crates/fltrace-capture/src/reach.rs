@@ -37,66 +37,18 @@ pub enum Unreachable {
     },
     /// The preloaded library cannot be read by the user the command runs as.
     #[error(
-        "the command runs as uid {uid}, who cannot read fltrace's preloaded library {}: {} is mode {mode:o}, owned by uid {owner}, so the program would start without it; install fltrace where that user can read it, or point FLTRACE_RUNTIME at a copy of the library there",
-        .library.display(),
-        .blocked_at.display()
+        "the command runs as uid {uid}, who cannot read fltrace's preloaded library {}: {why}, so the program would start without it; install fltrace where that user can read it, or point FLTRACE_RUNTIME at a copy of the library there",
+        .library.display()
     )]
     LibraryUnreadable {
         /// The library.
         library: PathBuf,
-        /// The directory that cannot be searched, or the library itself.
-        blocked_at: PathBuf,
-        /// Its mode bits.
-        mode: u32,
-        /// Its owner.
-        owner: u32,
         /// Whom the command runs as.
         uid: u32,
+        /// What stops it: the directory it cannot search or the file it cannot read, with
+        /// their mode and owner, else the error of opening it.
+        why: String,
     },
-}
-
-/// Checks that `library` can be read by user `uid` with group `gid` and no other groups (as
-/// the command runs after dropping to them): every directory on its path searchable, the file
-/// readable, by the mode bits of the class the user is in (owner, group, other). The dynamic
-/// loader opens it as that user: a library in a mode-0700 directory (a home, `mktemp -d`)
-/// would be skipped with a warning the program prints, and nothing traced. root reads all.
-/// Access control lists are not read: the mode bits are what they allow at most.
-pub fn library_readable(library: &Path, uid: u32, gid: u32) -> Result<(), Unreachable> {
-    if uid == 0 {
-        return Ok(());
-    }
-    // A library that cannot be found is left to the loader to report.
-    let Ok(full) = library.canonicalize() else {
-        return Ok(());
-    };
-    let mut needed = Vec::new();
-    for dir in full.ancestors().skip(1) {
-        needed.push((dir, 0o1));
-    }
-    needed.push((full.as_path(), 0o4));
-    for (path, bit) in needed {
-        let Ok(metadata) = std::fs::metadata(path) else {
-            return Ok(());
-        };
-        let mode = metadata.mode() & 0o7777;
-        let shift = if metadata.uid() == uid {
-            6
-        } else if metadata.gid() == gid {
-            3
-        } else {
-            0
-        };
-        if (mode >> shift) & bit == 0 {
-            return Err(Unreachable::LibraryUnreadable {
-                library: library.to_path_buf(),
-                blocked_at: path.to_path_buf(),
-                mode,
-                owner: metadata.uid(),
-                uid,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Checks the command `program` (as given: a path, or a name looked up in `path_env`), run
@@ -144,6 +96,104 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+/// Checks that `library` can be opened by user `uid` with group `gid` and no other groups, as
+/// the dynamic loader will once the command has dropped to them: a library in a mode-0700
+/// directory (a home, `mktemp -d`) would be skipped with a warning the program prints, and
+/// nothing traced. The kernel answers (a child process takes those ids and opens the file:
+/// symbolic links and access control lists count); the mode bits then name what stops it.
+/// root reads all; a check that cannot run (no fork) leaves the answer to the loader.
+pub fn library_readable(library: &Path, uid: u32, gid: u32) -> Result<(), Unreachable> {
+    if uid == 0 {
+        return Ok(());
+    }
+    let Ok(path) = std::ffi::CString::new(library.as_os_str().as_bytes()) else {
+        return Ok(());
+    };
+    match open_errno_as(&path, uid, gid) {
+        None | Some(0) => Ok(()),
+        Some(errno) => Err(Unreachable::LibraryUnreadable {
+            library: library.to_path_buf(),
+            uid,
+            why: blocker(library, uid, gid).unwrap_or_else(|| {
+                format!(
+                    "opening it fails ({})",
+                    std::io::Error::from_raw_os_error(errno)
+                )
+            }),
+        }),
+    }
+}
+
+/// The errno of opening `path` for reading as `uid`/`gid` with no other groups (0: it
+/// opens), from a child process; `None` if the child could not run or take the ids.
+fn open_errno_as(path: &std::ffi::CStr, uid: u32, gid: u32) -> Option<i32> {
+    const NO_IDS: i32 = 255;
+    // SAFETY: the child makes only system calls, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return None;
+    }
+    if pid == 0 {
+        // SAFETY: plain system calls on valid arguments; nothing returns from `_exit`.
+        unsafe {
+            let code = if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                NO_IDS
+            } else if libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) >= 0 {
+                0
+            } else {
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EACCES)
+                    .clamp(1, NO_IDS - 1)
+            };
+            libc::_exit(code);
+        }
+    }
+    let reaped = crate::os::reap(pid, true).ok()??;
+    let code = reaped.status.code()?;
+    (code != NO_IDS).then_some(code)
+}
+
+/// What the mode bits say stops `uid`/`gid` (no other groups) from reading `library`: the
+/// first directory, from the root down, of the path as given and then as resolved, that the
+/// user's class (owner, group, other) may not search, or the file it may not read.
+fn blocker(library: &Path, uid: u32, gid: u32) -> Option<String> {
+    let given = std::path::absolute(library).ok()?;
+    let resolved = library.canonicalize().ok()?;
+    let dirs = |path: &Path| -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = path.ancestors().skip(1).map(Path::to_path_buf).collect();
+        dirs.reverse();
+        dirs
+    };
+    let needed = dirs(&given)
+        .into_iter()
+        .chain(dirs(&resolved))
+        .map(|dir| (dir, 0o1))
+        .chain([(resolved.clone(), 0o4)]);
+    for (path, bit) in needed {
+        let metadata = std::fs::metadata(&path).ok()?;
+        let mode = metadata.mode() & 0o7777;
+        let shift = if metadata.uid() == uid {
+            6
+        } else if metadata.gid() == gid {
+            3
+        } else {
+            0
+        };
+        if (mode >> shift) & bit == 0 {
+            return Some(format!(
+                "{} is mode {mode:o}, owned by uid {}",
+                path.display(),
+                metadata.uid()
+            ));
+        }
+    }
+    None
 }
 
 /// The file `program` names: itself if it has a slash, else the first executable file of that
@@ -227,8 +277,9 @@ mod tests {
         unsafe { (libc::geteuid(), libc::getegid()) }
     }
 
-    /// A library under a directory of mode 0700 is refused for another user, naming that
-    /// directory; once the directory opens, the file's own bits decide, by the user's class.
+    /// A library under a directory of mode 0700 is refused for another user, naming the
+    /// outermost such directory; once the directories open, the file's own bits decide, by
+    /// the user's class; a symbolic link through a closed directory is refused too.
     #[test]
     fn a_library_another_user_cannot_read_is_refused_naming_why() {
         use std::os::unix::fs::PermissionsExt as _;
@@ -237,50 +288,77 @@ mod tests {
         };
         let top = tempfile::tempdir().expect("temp dir");
         set(top.path(), 0o755);
-        let private = top.path().join("private");
-        std::fs::create_dir(&private).expect("dir");
+        let outer = top.path().join("outer");
+        let private = outer.join("private");
+        std::fs::create_dir_all(&private).expect("dirs");
         let library = private.join("libx.so");
         std::fs::write(&library, b"\x7fELF").expect("library");
+        set(&outer, 0o711);
         set(&private, 0o700);
         set(&library, 0o644);
         let (owner, group) = uid_gid();
         let (stranger, strangers) = (owner + 4_000_001, group + 4_000_001);
-        let refused = library_readable(&library, stranger, strangers);
+        let why = |uid, gid| match library_readable(&library, uid, gid) {
+            Ok(()) => None,
+            Err(Unreachable::LibraryUnreadable { why, .. }) => Some(why),
+            Err(other) => panic!("{other}"),
+        };
+        let private_closed = format!("{} is mode 700, owned by uid {owner}", private.display());
+        assert_eq!(why(stranger, strangers), Some(private_closed.clone()));
+        let refused = library_readable(&library, stranger, strangers).expect_err("refused");
+        assert!(refused.to_string().starts_with(&format!(
+            "the command runs as uid {stranger}, who cannot read fltrace's preloaded library {}: {private_closed}, so",
+            library.display()
+        )));
+        // The outermost closed directory is the one named.
+        set(&outer, 0o700);
         assert_eq!(
-            refused,
-            Err(Unreachable::LibraryUnreadable {
-                library: library.clone(),
-                blocked_at: private.canonicalize().expect("dir"),
-                mode: 0o700,
-                owner,
-                uid: stranger,
-            })
+            why(stranger, strangers),
+            Some(format!(
+                "{} is mode 700, owned by uid {owner}",
+                outer.display()
+            ))
         );
-        assert!(
-            refused
-                .expect_err("refused")
-                .to_string()
-                .contains("private is mode 700, owned by uid")
-        );
+        set(&outer, 0o711);
         // The group's bits, for a member of the directory's group only.
         set(&private, 0o710);
-        assert_eq!(library_readable(&library, stranger, group), Ok(()));
-        assert!(library_readable(&library, stranger, strangers).is_err());
+        assert_eq!(why(stranger, group), None);
+        assert!(why(stranger, strangers).is_some());
+        set(&private, 0o701);
+        assert!(why(stranger, group).is_some(), "group bits, not other's");
         set(&private, 0o711);
-        assert_eq!(library_readable(&library, stranger, strangers), Ok(()));
+        assert_eq!(why(stranger, strangers), None);
         // The file itself: unreadable by others.
         set(&library, 0o640);
+        assert_eq!(
+            why(stranger, strangers),
+            Some(format!(
+                "{} is mode 640, owned by uid {owner}",
+                library.display()
+            ))
+        );
+        assert_eq!(why(stranger, group), None);
+        set(&library, 0o644);
+        // A symbolic link to the library through a closed directory.
+        let hidden = top.path().join("hidden");
+        std::fs::create_dir(&hidden).expect("dir");
+        let link = hidden.join("libx.so");
+        std::os::unix::fs::symlink(&library, &link).expect("symlink");
+        set(&hidden, 0o700);
         assert!(matches!(
-            library_readable(&library, stranger, strangers),
-            Err(Unreachable::LibraryUnreadable { blocked_at, mode: 0o640, .. }) if blocked_at.ends_with("libx.so")
+            library_readable(&link, stranger, strangers),
+            Err(Unreachable::LibraryUnreadable { why, .. }) if why.starts_with(&hidden.display().to_string())
         ));
-        assert_eq!(library_readable(&library, stranger, group), Ok(()));
-        // root reads it; so does the directory's owner, by the owner's bits.
+        // root reads it; so does the directory's owner, by the owner's bits only.
         assert_eq!(library_readable(&library, 0, strangers), Ok(()));
         set(&private, 0o700);
-        set(&library, 0o604);
         std::os::unix::fs::chown(&private, Some(stranger), None).expect("chown");
-        assert_eq!(library_readable(&library, stranger, strangers), Ok(()));
+        assert_eq!(why(stranger, strangers), None);
+        set(&private, 0o077);
+        assert!(
+            why(stranger, strangers).is_some(),
+            "owner bits, not other's"
+        );
     }
 
     /// A dynamically linked program passes; a static one is refused, also behind a `#!`

@@ -154,7 +154,7 @@ pub mod path_reason {
     /// The reason's words, as `record -v` gives them.
     pub fn name(reason: u64) -> &'static str {
         match reason {
-            ASKED => "asked for (--fault-path threads)",
+            ASKED => "asked for (--fault-path threads, or FLTRACE_RT_FAULT_PATH=thread)",
             NO_SIGBUS_FEATURE => "the kernel has no UFFD_FEATURE_SIGBUS",
             NO_HANDLER => "no SIGBUS handler could be installed",
             GO_PROGRAM => "a Go program (goroutine stacks have no room for a signal handler)",

@@ -490,7 +490,7 @@ fn the_handler_thread_path_serves_when_asked_and_says_so() {
         assert_eq!(last_stat(&dir, pid, "rt_signals"), 0);
         assert!(
             err.contains(&format!(
-                "process {pid}: far-memory faults served by handler threads: asked for (--fault-path threads)"
+                "process {pid}: far-memory faults served by handler threads: asked for (--fault-path threads, or FLTRACE_RT_FAULT_PATH=thread)"
             )),
             "{err}"
         );
