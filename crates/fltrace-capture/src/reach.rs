@@ -111,9 +111,10 @@ pub fn library_readable(library: &Path, uid: u32, gid: u32) -> Result<(), Unreac
     let Ok(path) = std::ffi::CString::new(library.as_os_str().as_bytes()) else {
         return Ok(());
     };
+    // Only a refusal of access is judged here: a library missing or broken is left to the
+    // loader to report, as for root.
     match open_errno_as(&path, uid, gid) {
-        None | Some(0) => Ok(()),
-        Some(errno) => Err(Unreachable::LibraryUnreadable {
+        Some(errno @ (libc::EACCES | libc::EPERM)) => Err(Unreachable::LibraryUnreadable {
             library: library.to_path_buf(),
             uid,
             why: blocker(library, uid, gid).unwrap_or_else(|| {
@@ -123,6 +124,7 @@ pub fn library_readable(library: &Path, uid: u32, gid: u32) -> Result<(), Unreac
                 )
             }),
         }),
+        _ => Ok(()),
     }
 }
 
@@ -349,6 +351,11 @@ mod tests {
             library_readable(&link, stranger, strangers),
             Err(Unreachable::LibraryUnreadable { why, .. }) if why.starts_with(&hidden.display().to_string())
         ));
+        // A library that is not there is the loader's to report, not a refusal of access.
+        assert_eq!(
+            library_readable(&private.join("missing.so"), stranger, group),
+            Ok(())
+        );
         // root reads it; so does the directory's owner, by the owner's bits only.
         assert_eq!(library_readable(&library, 0, strangers), Ok(()));
         set(&private, 0o700);
