@@ -108,22 +108,26 @@ pub mod call {
     pub const LAST: u8 = SBRK;
 
     /// Whether records of this call carry a size (`free` is only an address).
+    #[inline]
     pub fn has_size(call: u8) -> bool {
         call != FREE
     }
 
     /// Whether records of this call carry an old address.
+    #[inline]
     pub fn has_old_addr(call: u8) -> bool {
         matches!(call, REALLOC | REALLOCARRAY | MREMAP | BRK | SBRK)
     }
 
     /// Whether records of this call carry a detail (alignment, mmap prot and flags).
+    #[inline]
     pub fn has_detail(call: u8) -> bool {
         matches!(call, POSIX_MEMALIGN | ALIGNED_ALLOC | MEMALIGN | MMAP)
     }
 
     /// Whether records of this call carry a stack (calls that only give memory back or ask a
     /// question do not).
+    #[inline]
     pub fn has_stack(call: u8) -> bool {
         !matches!(call, FREE | MUNMAP | USABLE_SIZE)
     }
@@ -158,7 +162,7 @@ pub fn put_varint(out: &mut [u8], pos: &mut usize, value: u64) {
 }
 
 /// Reads a prefix varint (see [`put_varint`]) at `input[*pos..]`.
-#[inline]
+#[inline(always)]
 pub fn get_varint(input: &[u8], pos: &mut usize) -> Option<u64> {
     // The common case, 8 bytes readable: one load, no copy.
     if let Some(bytes) = input.get(*pos..*pos + 8) {
@@ -324,17 +328,20 @@ impl<'a> Decoder<'a> {
 
     /// A decoder that goes on where one over a shorter prefix of the same chunk stopped
     /// ([`Decoder::state`]): a chunk still being written is decoded as it grows.
+    #[inline]
     pub fn resume(input: &'a [u8], (pos, cursor): (usize, Cursor)) -> Self {
         Decoder { input, pos, cursor }
     }
 
     /// Where the decoder is: the offset of the next record and the running state.
+    #[inline]
     pub fn state(&self) -> (usize, Cursor) {
         (self.pos, self.cursor)
     }
 
     /// The next record, `None` at the end, or `Some(Err(offset))` where the bytes make no
     /// sense. Stack frames go to `frames`.
+    #[inline]
     pub fn next(&mut self, frames: &mut [u64; MAX_FRAMES]) -> Option<Result<Record, usize>> {
         let start = self.pos;
         let tag = *self.input.get(self.pos)?;
@@ -343,6 +350,34 @@ impl<'a> Decoder<'a> {
         Some(record.ok_or(start))
     }
 
+    /// Decodes the calls that come next, at most `max`, handing each to `each`, and returns
+    /// how many. Stops before any other record, before bytes that do not decode (which
+    /// [`next`](Self::next) then reports) and at the end. A run of calls shares one time, so
+    /// a reader checks what it takes once for the run: this loop is most of a conversion's
+    /// decoding.
+    #[inline]
+    pub fn calls(&mut self, max: usize, mut each: impl FnMut(&CallRecord)) -> usize {
+        let mut taken = 0;
+        while taken < max {
+            let Some(&tag) = self.input.get(self.pos) else {
+                break;
+            };
+            if !(1..=call::LAST).contains(&tag) {
+                break;
+            }
+            let mut pos = self.pos + 1;
+            let Some(record) = call_record(self.input, &mut pos, tag, self.cursor.addr) else {
+                break;
+            };
+            self.pos = pos;
+            self.cursor.addr = record.addr;
+            each(&record);
+            taken += 1;
+        }
+        taken
+    }
+
+    #[inline(always)]
     fn record(&mut self, tag: u8, frames: &mut [u64; MAX_FRAMES]) -> Option<Record> {
         let input = self.input;
         let pos = &mut self.pos;
@@ -366,43 +401,48 @@ impl<'a> Decoder<'a> {
                 Some(Record::Stack { id, len })
             }
             1..=call::LAST => {
-                let addr = self
-                    .cursor
-                    .addr
-                    .wrapping_add(unzigzag(get_varint(input, pos)?));
-                let size = if call::has_size(tag) {
-                    get_varint(input, pos)?
-                } else {
-                    0
-                };
-                let old_addr = if call::has_old_addr(tag) {
-                    addr.wrapping_add(unzigzag(get_varint(input, pos)?))
-                } else {
-                    0
-                };
-                let detail = if call::has_detail(tag) {
-                    get_varint(input, pos)?
-                } else {
-                    0
-                };
-                let stack_id = if call::has_stack(tag) {
-                    (get_varint(input, pos)? as u32).wrapping_sub(1)
-                } else {
-                    u32::MAX
-                };
-                self.cursor.addr = addr;
-                Some(Record::Call(CallRecord {
-                    call: tag,
-                    addr,
-                    size,
-                    old_addr,
-                    detail,
-                    stack_id,
-                }))
+                let record = call_record(input, pos, tag, self.cursor.addr)?;
+                self.cursor.addr = record.addr;
+                Some(Record::Call(record))
             }
             _ => None,
         }
     }
+}
+
+/// Decodes the fields of a call record of call `tag` at `input[*pos..]`, its address a
+/// difference from `last_addr`; `None` where they do not decode (`*pos` is then anywhere).
+#[inline(always)]
+fn call_record(input: &[u8], pos: &mut usize, tag: u8, last_addr: u64) -> Option<CallRecord> {
+    let addr = last_addr.wrapping_add(unzigzag(get_varint(input, pos)?));
+    let size = if call::has_size(tag) {
+        get_varint(input, pos)?
+    } else {
+        0
+    };
+    let old_addr = if call::has_old_addr(tag) {
+        addr.wrapping_add(unzigzag(get_varint(input, pos)?))
+    } else {
+        0
+    };
+    let detail = if call::has_detail(tag) {
+        get_varint(input, pos)?
+    } else {
+        0
+    };
+    let stack_id = if call::has_stack(tag) {
+        (get_varint(input, pos)? as u32).wrapping_sub(1)
+    } else {
+        u32::MAX
+    };
+    Some(CallRecord {
+        call: tag,
+        addr,
+        size,
+        old_addr,
+        detail,
+        stack_id,
+    })
 }
 
 #[cfg(test)]
@@ -500,6 +540,51 @@ mod tests {
         };
         cursor.put_call(&mut buf, &mut pos, &record);
         assert!(pos <= 5, "{pos} bytes");
+    }
+
+    /// A run of calls decodes to the records `next` gives, at most as many as asked, and
+    /// stops before a time, a stack, bytes cut short and the end, each then `next`'s.
+    #[test]
+    fn call_runs_decode_as_records_do() {
+        let mut buf = [0u8; 4096];
+        let mut pos = 0;
+        let mut cursor = Cursor::default();
+        let calls: [CallRecord; 5] = core::array::from_fn(|i| CallRecord {
+            call: if i % 2 == 0 { call::MALLOC } else { call::FREE },
+            addr: 0x5555_0000_0000 + i as u64 / 2 * 48,
+            size: if i % 2 == 0 { 16 + i as u64 } else { 0 },
+            stack_id: if i % 2 == 0 { i as u32 } else { u32::MAX },
+            ..CallRecord::default()
+        });
+        for record in &calls[..3] {
+            cursor.put_call(&mut buf, &mut pos, record);
+        }
+        cursor.put_time(&mut buf, &mut pos, 77);
+        for record in &calls[3..] {
+            cursor.put_call(&mut buf, &mut pos, record);
+        }
+        let mut out = [0u64; MAX_FRAMES];
+        let mut decoder = Decoder::new(&buf[..pos]);
+        let mut seen = [CallRecord::default(); 5];
+        let mut n = 0;
+        let mut take = |r: &CallRecord| {
+            seen[n] = *r;
+            n += 1;
+        };
+        assert_eq!(decoder.calls(2, &mut take), 2);
+        assert_eq!(decoder.calls(9, &mut take), 1, "stops at the time");
+        assert_eq!(decoder.next(&mut out), Some(Ok(Record::Time(77))));
+        assert_eq!(decoder.calls(9, &mut take), 2, "stops at the end");
+        assert_eq!(seen, calls);
+        assert_eq!(decoder.next(&mut out), None);
+        // Cut short: nothing taken, and `next` names the record's offset.
+        let mut decoder = Decoder::new(&buf[..pos - 1]);
+        assert_eq!(decoder.calls(9, |_| {}), 3);
+        assert_eq!(decoder.next(&mut out), Some(Ok(Record::Time(77))));
+        assert_eq!(decoder.calls(9, |_| {}), 1);
+        assert_eq!(decoder.calls(9, |_| panic!("a cut record")), 0);
+        let (at, _) = decoder.state();
+        assert_eq!(decoder.next(&mut out), Some(Err(at)));
     }
 
     /// Garbage is reported with its offset, not decoded.

@@ -318,15 +318,15 @@ impl LiveLog {
     /// Decodes stream `i`'s next items into `ahead`, which is empty; the time of the first,
     /// if there is one (the stream is not queued).
     fn decode_ahead(&mut self, i: usize) -> Option<u64> {
-        self.decode(i, |_, _| false)
+        self.decode(i, None)
     }
 
-    /// Decodes stream `i`'s next records, `ahead` being empty. Events go to `take` (with
-    /// their time) as long as it takes them, handed out there and then, never copied into
-    /// `ahead`; the first it refuses, and the items after it up to [`AHEAD`] or a stack
-    /// definition, are kept ahead. The time of the first item ahead, if there is one.
+    /// Decodes stream `i`'s next records, `ahead` being empty. Events go to `to` as long as
+    /// it takes them, handed out there and then, never copied into `ahead`; the first it
+    /// refuses, and the items after it up to [`AHEAD`] or a stack definition, are kept ahead.
+    /// The time of the first item ahead, if there is one.
     #[inline(always)]
-    fn decode(&mut self, i: usize, mut take: impl FnMut(u64, AllocEvent) -> bool) -> Option<u64> {
+    fn decode(&mut self, i: usize, mut to: Option<&mut Taking<'_>>) -> Option<u64> {
         let log = self.bytes.get();
         // A stream left unread with records published is not queued: with one thread no
         // other's records can pass it, and a second thread's first chunk makes `refresh`
@@ -368,6 +368,30 @@ impl LiveLog {
             }
             let mut decoder = Decoder::resume(&log[start..start + used], stream.state);
             while taking || stream.ahead.len() < AHEAD {
+                if taking && let Some(to) = to.as_deref_mut() {
+                    // The calls that come next share the stream's time: as many as `to`
+                    // takes at that time go straight to it, checked once for the run.
+                    let time_ns = stream.time.wrapping_add(self.mono_offset).max(previous);
+                    let room = to.room_at(time_ns, i);
+                    let tid = stream.tid;
+                    let taken = decoder.calls(room, |record| {
+                        to.out.push(AllocEvent {
+                            time_ns,
+                            tid,
+                            call: AllocCall::ALL[usize::from(record.call) - 1],
+                            addr: VirtAddr::new(record.addr),
+                            size: record.size,
+                            old_addr: VirtAddr::new(record.old_addr),
+                            detail: record.detail,
+                            stack_id: record.stack_id,
+                        });
+                    });
+                    if taken > 0 {
+                        to.room -= taken;
+                        previous = time_ns;
+                        stream.last_time = time_ns;
+                    }
+                }
                 let record = decoder.next(scratch);
                 match record {
                     None => break,
@@ -406,7 +430,12 @@ impl LiveLog {
                             detail: record.detail,
                             stack_id: record.stack_id,
                         };
-                        if taking && take(time_ns, event) {
+                        if taking
+                            && let Some(to) = to.as_deref_mut()
+                            && to.room_at(time_ns, i) > 0
+                        {
+                            to.out.push(event);
+                            to.room -= 1;
                             stream.last_time = time_ns;
                             continue;
                         }
@@ -496,14 +525,18 @@ impl LiveLog {
                 Some(&(next, _)) => Some(next),
                 // Decoded on as `next` does the moment a stream's items run out, the events
                 // of the run moved out as they are decoded.
-                None => self.decode(i, |time, event| {
-                    let next = moved < max && time < watermark && (time, i) < others;
-                    if next {
-                        out.push(event);
-                        moved += 1;
-                    }
-                    next
-                }),
+                None => {
+                    let before = out.len();
+                    let mut to = Taking {
+                        out,
+                        room: max - moved,
+                        watermark,
+                        others,
+                    };
+                    let front = self.decode(i, Some(&mut to));
+                    moved += out.len() - before;
+                    front
+                }
             };
         }
         if let Some(time) = front {
@@ -512,6 +545,31 @@ impl LiveLog {
         moved
     }
 }
+
+/// Where [`LiveLog::decode`] hands a stream's events out: into `out`, `room` more at most,
+/// as long as they come before `watermark` and before the first item of every other stream
+/// (`others`: its time and stream).
+struct Taking<'a> {
+    out: &'a mut Vec<AllocEvent>,
+    room: usize,
+    watermark: u64,
+    others: (u64, usize),
+}
+
+impl Taking<'_> {
+    /// How many events of stream `i` at `time` may be taken.
+    #[inline(always)]
+    fn room_at(&self, time: u64, i: usize) -> usize {
+        if time < self.watermark && (time, i) < self.others {
+            self.room
+        } else {
+            0
+        }
+    }
+}
+
+// The decoder hands out calls numbered 1 to `call::LAST`: each is an `AllocCall`.
+const _: () = assert!(AllocCall::ALL.len() == fltrace_runtime_abi::alloclog::call::LAST as usize);
 
 pub(crate) enum Item {
     Stack(u32, usize),
