@@ -23,11 +23,8 @@ impl PairCalls for RecordTimePairing {
         if !self.in_order {
             return;
         }
-        for event in events {
-            if self.pass.event(event).is_err() {
-                self.in_order = false;
-                return;
-            }
+        if self.pass.events(events).is_err() {
+            self.in_order = false;
         }
     }
 

@@ -378,7 +378,98 @@ impl AllocPass {
 
     /// Takes the next event.
     pub fn event(&mut self, event: &AllocEvent) -> Result<(), OutOfOrder> {
-        let time = event.time_ns;
+        let index = self.begin(event.time_ns)?;
+        self.apply(index, event);
+        Ok(())
+    }
+
+    /// Takes the next events, as [`AllocPass::event`] does one by one; a heap block
+    /// allocated and freed by the next call at the same time (a temporary: most calls of
+    /// many programs) is counted without going into the heap index and out again.
+    pub fn events(&mut self, events: &[AllocEvent]) -> Result<(), OutOfOrder> {
+        let mut i = 0;
+        while let Some(event) = events.get(i) {
+            if let Some(next) = events.get(i + 1)
+                && self.temporary_pair(event, next)?
+            {
+                i += 2;
+            } else {
+                self.event(event)?;
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes `alloc` and `free` together, with what [`AllocPass::event`] would find for
+    /// both, if `free` gives back the heap block `alloc` made, at the same time (no peak is
+    /// looked at between them), nothing watches births (the largest blocks, a timeline,
+    /// faults waiting for a block), no free is pending, and the block overlaps no live one.
+    /// `Ok(false)`: not such a pair, nothing taken.
+    #[inline]
+    fn temporary_pair(
+        &mut self,
+        alloc: &AllocEvent,
+        free: &AllocEvent,
+    ) -> Result<bool, OutOfOrder> {
+        let heap_alloc = matches!(
+            alloc.call,
+            AllocCall::Malloc
+                | AllocCall::Calloc
+                | AllocCall::Valloc
+                | AllocCall::Pvalloc
+                | AllocCall::Memalign
+                | AllocCall::AlignedAlloc
+                | AllocCall::PosixMemalign
+        );
+        if !heap_alloc
+            || free.call != AllocCall::Free
+            || free.addr != alloc.addr
+            || free.time_ns != alloc.time_ns
+            || alloc.addr.is_null()
+            || self.largest.is_some()
+            || self.timeline.is_some()
+            || !self.unborn.is_empty()
+            || !self.pending.is_empty()
+        {
+            return Ok(false);
+        }
+        let index = self.begin(alloc.time_ns)?;
+        let (addr, size, stack_id) = (alloc.addr, alloc.size, alloc.stack_id);
+        if !self.heap.overlaps_none(addr, addr.saturating_add(size)) {
+            // It ends blocks: the calls one by one.
+            self.apply(index, alloc);
+            let index = self.begin(free.time_ns)?;
+            self.apply(index, free);
+            return Ok(true);
+        }
+        // What `push` and then `free` and `end_block` leave: a birth, the stack's totals
+        // and most live bytes, a temporary; its live bytes, the heap's and the slots as
+        // they were.
+        self.births += 1;
+        self.heap_sizes.add(size);
+        let state = self
+            .stacks
+            .get_or_insert_with(stack_id, || StackState::new(BlockKind::Heap));
+        state.totals.allocs += 1;
+        state.totals.bytes = state.totals.bytes.saturating_add(size);
+        state.totals.temporary += 1;
+        state.most_live_bytes = state
+            .most_live_bytes
+            .max(state.live_bytes.saturating_add(size));
+        if !state.dirty {
+            state.dirty = true;
+            self.dirty.push(stack_id);
+        }
+        self.last = None;
+        self.begin(free.time_ns)?;
+        Ok(true)
+    }
+
+    /// Moves the pass to an event at `time`: the peak looked at when the time moves on,
+    /// waiting faults and execs up to it. The event's index.
+    #[inline]
+    fn begin(&mut self, time: u64) -> Result<u64, OutOfOrder> {
         match self.time {
             Some(last) if time < last => return Err(OutOfOrder),
             Some(last) if time > last => self.close_group(),
@@ -399,8 +490,7 @@ impl AllocPass {
         self.group_open = true;
         let index = self.events;
         self.events += 1;
-        self.apply(index, event);
-        Ok(())
+        Ok(index)
     }
 
     /// What each stack allocated so far and holds now, by stack id: for a live view, which

@@ -608,3 +608,91 @@ fn at_scale() {
     assert_eq!(stats.total(BlockKind::Heap).allocs, 4_000_000);
     assert!(all.as_secs() < 10);
 }
+
+/// Events taken a batch at a time ([`AllocPass::events`], as at record time: no faults, no
+/// largest blocks) give what the whole-table path and the pass one event at a time give, on
+/// random calls where most blocks are temporaries (freed by the next call, at its time or a
+/// later one), some overlapping live blocks, some freed twice, with execs and mappings.
+#[test]
+fn batched_temporaries_match_the_whole_table() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut temporaries = 0;
+    for round in 0..60 {
+        let mut events = Vec::new();
+        let mut time = 1;
+        while events.len() < 600 {
+            time += next(2);
+            let addr = 0x10000 + next(32) * 0x40;
+            let stack = next(5) as u32;
+            let size = if next(10) == 0 { next(9000) } else { next(200) };
+            let call =
+                [AllocCall::Malloc, AllocCall::Calloc, AllocCall::Memalign][next(3) as usize];
+            match next(8) {
+                0..=4 => {
+                    events.push(AllocEvent {
+                        stack_id: stack,
+                        ..ev(time, 1, call, addr, size)
+                    });
+                    // Now and then the free comes a tick later (a peak between them).
+                    time += u64::from(next(6) == 0);
+                    events.push(free(time, addr));
+                }
+                5 => events.push(AllocEvent {
+                    stack_id: stack,
+                    ..ev(time, 1, call, addr, size)
+                }),
+                6 => events.push(free(time, addr)),
+                _ => events.push(AllocEvent {
+                    stack_id: stack,
+                    ..mmap(time, 0x10000 + next(4) * 4096, 4096, MAP_PRIVATE_ANON)
+                }),
+            }
+        }
+        let execs = if round % 5 == 0 {
+            vec![time / 2]
+        } else {
+            Vec::new()
+        };
+        let lifetimes = Lifetimes::new(&events, &execs);
+        let mut one = AllocPass::new(&execs);
+        for e in &events {
+            one.event(e).unwrap();
+        }
+        let mut batched = AllocPass::new(&execs);
+        let mut rest = &events[..];
+        while !rest.is_empty() {
+            let (batch, after) = rest.split_at((1 + next(40) as usize).min(rest.len()));
+            batched.events(batch).unwrap();
+            rest = after;
+        }
+        let end = trace_end_ns(&events, &[]);
+        let (one, _) = one.finish();
+        let (batched, _) = batched.finish();
+        for age in [0, 3, 1000] {
+            let whole = format!("{:?}", AllocStats::new(&events, &lifetimes, end, age));
+            assert_eq!(
+                format!("{:?}", batched.stats(end, age)),
+                whole,
+                "round {round}"
+            );
+            assert_eq!(format!("{:?}", one.stats(end, age)), whole, "round {round}");
+        }
+        assert_eq!(
+            batched.summary(&execs),
+            one.summary(&execs),
+            "round {round}"
+        );
+        temporaries += lifetimes
+            .blocks
+            .windows(1)
+            .filter(|b| b[0].end_ns == Some(b[0].start_ns))
+            .count();
+    }
+    assert!(temporaries > 5_000, "{temporaries} temporaries");
+}
