@@ -189,6 +189,18 @@ impl<V: Copy + PartialEq> RangeMap<V> {
         taken
     }
 
+    /// Whether [`take_overlapping`](Self::take_overlapping) would take any range: its first
+    /// look, without taking.
+    #[inline]
+    pub(crate) fn overlaps_any(&self, start: VirtAddr, end: VirtAddr) -> bool {
+        let end = end.max(start.saturating_add(1));
+        self.last_at_or_below(VirtAddr::new(end.get() - 1))
+            .is_some_and(|at| {
+                let r = self.at(at);
+                !(r.end <= start && r.start < start)
+            })
+    }
+
     /// Lays `[start, end)` over whatever it overlaps: the parts of older ranges it does not
     /// cover keep their values.
     pub(crate) fn overlay(&mut self, start: VirtAddr, end: VirtAddr, value: V) {

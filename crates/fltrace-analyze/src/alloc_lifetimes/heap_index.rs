@@ -381,7 +381,8 @@ impl HeapIndex {
             return false;
         };
         let end = end.max(start.saturating_add(1));
-        self.ordered.is_empty()
+        // A large block alive (a buffer, an arena) must not send every new block the slow way.
+        !self.ordered.overlaps_any(start, end)
             && !self.last.is_some_and(|b| b.overlaps(start, end))
             && small.overlaps_none(start, end)
     }

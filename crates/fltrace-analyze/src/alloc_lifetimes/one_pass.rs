@@ -213,6 +213,9 @@ pub struct AllocPass {
     /// Faults attributed, waiting for [`AllocPass::take_attributed`].
     attributed: Vec<(Fault, Option<BlockHit>)>,
     last_fault_ns: u64,
+    /// Temporaries counted together by [`AllocPass::events`], for the tests.
+    #[cfg(test)]
+    pub(crate) temporaries_fused: u64,
 }
 
 /// A block among the largest an [`AllocPass`] kept, over its lifetime (as [`AllocBlock`] has it).
@@ -404,7 +407,8 @@ impl AllocPass {
     /// Takes `alloc` and `free` together, with what [`AllocPass::event`] would find for
     /// both, if `free` gives back the heap block `alloc` made, at the same time (no peak is
     /// looked at between them), nothing watches births (the largest blocks, a timeline,
-    /// faults waiting for a block), no free is pending, and the block overlaps no live one.
+    /// faults waiting for a block), no free of its address is to be ignored, and the block
+    /// overlaps no live one.
     /// `Ok(false)`: not such a pair, nothing taken.
     #[inline]
     fn temporary_pair(
@@ -430,7 +434,7 @@ impl AllocPass {
             || self.largest.is_some()
             || self.timeline.is_some()
             || !self.unborn.is_empty()
-            || !self.pending.is_empty()
+            || (!self.pending.is_empty() && self.pending.contains_key(&alloc.addr))
         {
             return Ok(false);
         }
@@ -463,6 +467,10 @@ impl AllocPass {
         }
         self.last = None;
         self.begin(free.time_ns)?;
+        #[cfg(test)]
+        {
+            self.temporaries_fused += 1;
+        }
         Ok(true)
     }
 
