@@ -222,7 +222,9 @@ pub const PRELOAD_LIBRARY: &str = "libfltrace_preload.so";
 /// binary (where cargo builds it), else in `../lib/fltrace/` (an installation).
 pub fn find_preload_library() -> Result<PathBuf, Error> {
     if let Some(path) = std::env::var_os("FLTRACE_RUNTIME") {
-        return Ok(PathBuf::from(path));
+        let library = PathBuf::from(path);
+        log::debug!("preloaded library: {} (FLTRACE_RUNTIME)", library.display());
+        return Ok(library);
     }
     let exe = std::env::current_exe().map_err(Error::CurrentExe)?;
     let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
