@@ -885,8 +885,10 @@ fn far_memory_as_an_unprivileged_user_is_refused_with_the_sysctl() {
     )
     .expect("chmod");
     let mark = dir.path().join("ran");
+    let runtime = readable_runtime(dir.path());
     let out = output_within(
         dir.fltrace()
+            .env("FLTRACE_RUNTIME", &runtime)
             .args(["record", "-q", "-L=4", "-M=64", "--user", "nobody", "--"])
             .arg("/usr/bin/touch")
             .arg(&mark),
@@ -907,6 +909,7 @@ fn far_memory_as_an_unprivileged_user_is_refused_with_the_sysctl() {
     std::fs::copy(&workloads().farmem, &farmem).expect("copy readable by nobody");
     let out = output_within(
         dir.fltrace()
+            .env("FLTRACE_RUNTIME", &runtime)
             .args(["record", "-q", "-L=4", "-M=64", "--user", "nobody", "--"])
             .arg(&farmem)
             .args(["readinto", "16"]),

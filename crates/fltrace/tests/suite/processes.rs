@@ -343,15 +343,16 @@ fn warnings_always_information_with_v() {
     use std::os::unix::fs::PermissionsExt;
     let dir = Dir::new();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let runtime = readable_runtime(dir.path());
     let stderr = |verbosity: &[&str]| {
-        let out = dir.run(
-            &[
-                &["record", "-q", "--allocs", "--user", "nobody"][..],
-                verbosity,
-                &["--", "true"],
-            ]
-            .concat(),
-        );
+        let out = dir
+            .fltrace()
+            .env("FLTRACE_RUNTIME", &runtime)
+            .args(["record", "-q", "--allocs", "--user", "nobody"])
+            .args(verbosity)
+            .args(["--", "true"])
+            .output()
+            .expect("fltrace runs");
         assert!(
             out.status.success(),
             "{}",

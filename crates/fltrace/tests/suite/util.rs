@@ -384,6 +384,19 @@ pub fn csv_rows(text: &str) -> Vec<std::collections::HashMap<String, String>> {
         .collect()
 }
 
+/// A copy of fltrace's preloaded library in `dir`, readable by every user, for commands run
+/// as another user (`--user`, `--drop-privileges`) with `-L` or `--allocs`: fltrace refuses
+/// them when that user cannot read the library, as in a checkout under a mode-700 directory
+/// (`mktemp -d`). Pass it as `FLTRACE_RUNTIME`; `dir` must be searchable by that user.
+pub fn readable_runtime(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let library = Path::new(env!("CARGO_BIN_EXE_fltrace")).with_file_name("libfltrace_preload.so");
+    let copy = dir.join("libfltrace_preload.so");
+    std::fs::copy(&library, &copy).expect("copy of the preloaded library");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    copy
+}
+
 /// Runs `cmd` to completion like `Command::output`, but kills it and fails the test if it
 /// takes longer than `limit`: a deadlock in the traced program must not hang the suite.
 pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
@@ -498,6 +511,7 @@ impl Postgres {
         let port = free_port();
         let recorder = dir
             .fltrace()
+            .env("FLTRACE_RUNTIME", readable_runtime(dir.path()))
             .arg("record")
             .args(flags)
             .args(["--user", "postgres", "--"])
