@@ -140,10 +140,9 @@ fn open_errno_as(path: &std::ffi::CStr, uid: u32, gid: u32) -> Option<i32> {
     if pid == 0 {
         // SAFETY: plain system calls on valid arguments; nothing returns from `_exit`.
         unsafe {
-            let code = if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(gid) != 0
-                || libc::setuid(uid) != 0
-            {
+            // The same change of user as the command's child makes (`target.rs`).
+            let user = crate::Credentials { uid, gid };
+            let code = if !user.take_in_child() {
                 NO_IDS
             } else if libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) >= 0 {
                 0

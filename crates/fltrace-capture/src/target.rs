@@ -23,6 +23,25 @@ pub struct Credentials {
     pub gid: u32,
 }
 
+impl Credentials {
+    /// Makes the calling process this user, with no supplementary groups: the groups first,
+    /// then the group, then the user (after which no id can change). Only system calls, for
+    /// a forked child before it execs or exits. False when the kernel refused one (errno
+    /// says why).
+    ///
+    /// # Safety
+    /// Only in a child process between `fork` and `exec` or `_exit`: it changes the whole
+    /// process's ids.
+    pub(crate) unsafe fn take_in_child(self) -> bool {
+        // SAFETY: plain system calls on valid arguments (the caller's contract).
+        unsafe {
+            libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setgid(self.gid) == 0
+                && libc::setuid(self.uid) == 0
+        }
+    }
+}
+
 /// A forked child waiting to exec the command.
 #[derive(Debug)]
 pub struct PendingChild {
@@ -171,9 +190,7 @@ impl PendingChild {
                     libc::_exit(127);
                 }
                 if let Some(c) = credentials
-                    && (libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setgid(c.gid) != 0
-                        || libc::setuid(c.uid) != 0)
+                    && !c.take_in_child()
                 {
                     let errno = *libc::__errno_location();
                     libc::write(error_write_fd, (&errno as *const i32).cast(), 4);
