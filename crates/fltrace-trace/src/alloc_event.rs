@@ -100,6 +100,21 @@ impl AllocCall {
                 | AllocCall::Sbrk
         )
     }
+
+    /// Whether the call makes a heap block and gives none back: malloc and its zeroed and
+    /// aligned kin, not realloc.
+    pub fn is_new_heap_block(self) -> bool {
+        matches!(
+            self,
+            AllocCall::Malloc
+                | AllocCall::Calloc
+                | AllocCall::Valloc
+                | AllocCall::Pvalloc
+                | AllocCall::Memalign
+                | AllocCall::AlignedAlloc
+                | AllocCall::PosixMemalign
+        )
+    }
 }
 
 /// How often the allocation clock moves on, the resolution of [`AllocEvent::time_ns`]: a call's
@@ -328,6 +343,8 @@ mod tests {
         assert_eq!(AllocCall::from_u8(17), None);
         assert!(AllocCall::Realloc.is_heap());
         assert!(!AllocCall::Mmap.is_heap());
+        assert!(AllocCall::Memalign.is_new_heap_block());
+        assert!(!AllocCall::Realloc.is_new_heap_block() && !AllocCall::Free.is_new_heap_block());
     }
 
     /// Totals count every call with a stack by (stack, call, size), and nothing else.

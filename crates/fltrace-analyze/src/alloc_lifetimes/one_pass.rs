@@ -416,17 +416,7 @@ impl AllocPass {
         alloc: &AllocEvent,
         free: &AllocEvent,
     ) -> Result<bool, OutOfOrder> {
-        let heap_alloc = matches!(
-            alloc.call,
-            AllocCall::Malloc
-                | AllocCall::Calloc
-                | AllocCall::Valloc
-                | AllocCall::Pvalloc
-                | AllocCall::Memalign
-                | AllocCall::AlignedAlloc
-                | AllocCall::PosixMemalign
-        );
-        if !heap_alloc
+        if !alloc.call.is_new_heap_block()
             || free.call != AllocCall::Free
             || free.addr != alloc.addr
             || free.time_ns != alloc.time_ns

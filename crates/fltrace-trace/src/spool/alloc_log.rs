@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use fltrace_runtime_abi::alloclog::{
-    CHUNK_HEADER_SIZE, CHUNK_SIZE, Cursor, Decoder, HEADER_SIZE, MAGIC, MAX_FRAMES, Record,
+    CHUNK_HEADER_SIZE, CHUNK_SIZE, CallRecord, Cursor, Decoder, HEADER_SIZE, MAGIC, MAX_FRAMES,
+    Record,
 };
 
 use crate::{AllocCall, AllocEvent, Error, VirtAddr};
@@ -336,7 +337,7 @@ impl LiveLog {
         let scratch = &mut self.scratch;
         // The time of the item before the next: handed out, or decoded ahead.
         let mut previous = stream.last_time;
-        let mut taking = true;
+        let mut taking = to.is_some();
         'chunks: while let Some(&chunk) = stream.chunks.front() {
             if alone
                 && stream.chunks.len() == 1
@@ -375,16 +376,7 @@ impl LiveLog {
                     let room = to.room_at(time_ns, i);
                     let tid = stream.tid;
                     let taken = decoder.calls(room, |record| {
-                        to.out.push(AllocEvent {
-                            time_ns,
-                            tid,
-                            call: AllocCall::ALL[usize::from(record.call) - 1],
-                            addr: VirtAddr::new(record.addr),
-                            size: record.size,
-                            old_addr: VirtAddr::new(record.old_addr),
-                            detail: record.detail,
-                            stack_id: record.stack_id,
-                        });
+                        to.out.push(alloc_event(record, time_ns, tid));
                     });
                     if taken > 0 {
                         to.room -= taken;
@@ -411,35 +403,14 @@ impl LiveLog {
                         break 'chunks;
                     }
                     Some(Ok(Record::Call(record))) => {
-                        let Some(call) = AllocCall::from_u8(record.call) else {
-                            self.corrupt += 1;
-                            stream.cut = true;
-                            break;
-                        };
-                        // Times are the clock's, about a millisecond coarse; a thread's calls
-                        // never go back in time, so its order is kept.
+                        // A call the run above left: `to` is full or takes none at its time
+                        // (or there is no `to`). It and what follows wait ahead. Times are
+                        // the clock's, about a millisecond coarse; a thread's calls never go
+                        // back in time, so its order is kept.
+                        taking = false;
                         let time_ns = stream.time.wrapping_add(self.mono_offset).max(previous);
                         previous = time_ns;
-                        let event = AllocEvent {
-                            time_ns,
-                            tid: stream.tid,
-                            call,
-                            addr: VirtAddr::new(record.addr),
-                            size: record.size,
-                            old_addr: VirtAddr::new(record.old_addr),
-                            detail: record.detail,
-                            stack_id: record.stack_id,
-                        };
-                        if taking
-                            && let Some(to) = to.as_deref_mut()
-                            && to.room_at(time_ns, i) > 0
-                        {
-                            to.out.push(event);
-                            to.room -= 1;
-                            stream.last_time = time_ns;
-                            continue;
-                        }
-                        taking = false;
+                        let event = alloc_event(&record, time_ns, stream.tid);
                         stream.ahead.push_back((time_ns, Item::Event(event)));
                     }
                 }
@@ -570,6 +541,21 @@ impl Taking<'_> {
 
 // The decoder hands out calls numbered 1 to `call::LAST`: each is an `AllocCall`.
 const _: () = assert!(AllocCall::ALL.len() == fltrace_runtime_abi::alloclog::call::LAST as usize);
+
+/// The event of a decoded call of thread `tid` at `time_ns`.
+#[inline(always)]
+fn alloc_event(record: &CallRecord, time_ns: u64, tid: u32) -> AllocEvent {
+    AllocEvent {
+        time_ns,
+        tid,
+        call: AllocCall::ALL[usize::from(record.call) - 1],
+        addr: VirtAddr::new(record.addr),
+        size: record.size,
+        old_addr: VirtAddr::new(record.old_addr),
+        detail: record.detail,
+        stack_id: record.stack_id,
+    }
+}
 
 pub(crate) enum Item {
     Stack(u32, usize),
