@@ -133,12 +133,27 @@ impl PerfEvent {
 /// `/sys/kernel/tracing` when it is not mounted, as perf does (tools/lib/api/fs/tracing_path.c).
 pub fn tracefs() -> io::Result<PathBuf> {
     let candidates = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].map(PathBuf::from);
-    if let Some(path) = candidates.iter().find(|p| p.join("events").is_dir()) {
-        return Ok(path.clone());
+    tracefs_among(&candidates, mount_tracefs)
+}
+
+/// The first of `candidates` where tracefs is mounted, else the first once `mount` has
+/// mounted it there.
+fn tracefs_among(
+    candidates: &[PathBuf],
+    mount: impl FnOnce(&Path) -> io::Result<()>,
+) -> io::Result<PathBuf> {
+    let mounted = || {
+        candidates
+            .iter()
+            .find(|p| p.join("events").is_dir())
+            .cloned()
+    };
+    if let Some(path) = mounted() {
+        return Ok(path);
     }
     // Mounted but closed to this user (tracefs is mode 0700 by default): say so, rather
     // than fail to mount it again with EPERM.
-    for path in &candidates {
+    for path in candidates {
         if let Err(e) = std::fs::read_dir(path.join("events"))
             && e.kind() == io::ErrorKind::PermissionDenied
         {
@@ -148,7 +163,24 @@ pub fn tracefs() -> io::Result<PathBuf> {
             ));
         }
     }
-    let target = c"/sys/kernel/tracing";
+    let target = candidates
+        .first()
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    match mount(target) {
+        Ok(()) => {
+            log::info!("mounted tracefs at {}", target.display());
+            Ok(target.clone())
+        }
+        // Another process mounted it since the look above (recorders started together on a
+        // machine that booted without tracefs): the kernel refuses the second mount there.
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => mounted().ok_or(e),
+        Err(e) => Err(e),
+    }
+}
+
+fn mount_tracefs(target: &Path) -> io::Result<()> {
+    let target = std::ffi::CString::new(target.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: all pointers are valid NUL-terminated strings; mounting tracefs changes no data.
     let ret = unsafe {
         libc::mount(
@@ -162,8 +194,7 @@ pub fn tracefs() -> io::Result<PathBuf> {
     if ret != 0 {
         return Err(io::Error::last_os_error());
     }
-    log::info!("mounted tracefs at /sys/kernel/tracing");
-    Ok(PathBuf::from("/sys/kernel/tracing"))
+    Ok(())
 }
 
 /// Why tracefs at `path` cannot be read, with its mode and owner and what opens it.
@@ -424,6 +455,35 @@ mod tests {
             .expect("VmHWM");
         assert!(child_kb < 16 << 10, "child peak {child_kb} kB");
         drop(held);
+    }
+
+    /// A mounted tracefs is used without mounting; an unmounted one is mounted at the first
+    /// place; one another process mounted between the look and the mount (the kernel then
+    /// says EBUSY) is used as found, and EBUSY with nothing mounted stays an error.
+    #[test]
+    fn tracefs_mounted_meanwhile_by_another_process_is_used() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let candidates = [dir.path().join("tracing"), dir.path().join("debug")];
+        let mount_at = |path: &Path| std::fs::create_dir_all(path.join("events"));
+        let busy = || io::Error::from_raw_os_error(libc::EBUSY);
+
+        let mounted = tracefs_among(&candidates, |target| {
+            mount_at(target)?;
+            Err(busy())
+        });
+        assert_eq!(mounted.ok().as_ref(), Some(&candidates[0]));
+
+        let refused = tracefs_among(&candidates[1..], |_| Err(busy()));
+        assert_eq!(
+            refused.err().and_then(|e| e.raw_os_error()),
+            Some(libc::EBUSY)
+        );
+
+        let found = tracefs_among(&candidates, |_| panic!("mounted twice"));
+        assert_eq!(found.ok().as_ref(), Some(&candidates[0]));
+
+        let own = tracefs_among(&candidates[1..], mount_at);
+        assert_eq!(own.ok().as_ref(), Some(&candidates[1]));
     }
 
     /// The tracefs format of exceptions:page_fault_user yields its three fields.
