@@ -174,6 +174,15 @@ fn tracefs_among(
         // Another process mounted it since the look above (recorders started together on a
         // machine that booted without tracefs): the kernel refuses the second mount there.
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => mounted().ok_or(e),
+        // perf_event_paranoid is not what stops this user: say what is.
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "not mounted, and this user may not mount it: run as root, or \
+                 mount it once with `mount -t tracefs nodev {}`",
+                target.display()
+            ),
+        )),
         Err(e) => Err(e),
     }
 }
@@ -459,7 +468,8 @@ mod tests {
 
     /// A mounted tracefs is used without mounting; an unmounted one is mounted at the first
     /// place; one another process mounted between the look and the mount (the kernel then
-    /// says EBUSY) is used as found, and EBUSY with nothing mounted stays an error.
+    /// says EBUSY) is used as found, and EBUSY with nothing mounted stays an error; a user
+    /// who may not mount it is told so.
     #[test]
     fn tracefs_mounted_meanwhile_by_another_process_is_used() {
         let dir = tempfile::tempdir().expect("temporary directory");
@@ -484,6 +494,24 @@ mod tests {
 
         let own = tracefs_among(&candidates[1..], mount_at);
         assert_eq!(own.ok().as_ref(), Some(&candidates[1]));
+
+        let unmounted = [dir.path().join("unmounted")];
+        let closed = tracefs_among(&unmounted, |_| {
+            Err(io::Error::from_raw_os_error(libc::EPERM))
+        })
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(
+            closed.as_deref(),
+            Some(
+                format!(
+                    "not mounted, and this user may not mount it: run as root, or \
+                     mount it once with `mount -t tracefs nodev {}`",
+                    unmounted[0].display()
+                )
+                .as_str()
+            )
+        );
     }
 
     /// The tracefs format of exceptions:page_fault_user yields its three fields.

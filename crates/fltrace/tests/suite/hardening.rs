@@ -419,6 +419,39 @@ done"#
     assert_eq!(recorders, ROUNDS * RECORDERS, "{stdout}");
 }
 
+/// A user who may not mount tracefs, on a machine where it is not mounted, is told that, not
+/// the perf_event_paranoid level (which the recorder's first message blamed) nor a bare
+/// "Operation not permitted" (`count`'s). In a mount namespace of the test's own.
+#[test]
+fn a_user_who_may_not_mount_tracefs_is_told_so() {
+    let dir = Dir::new();
+    std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).expect("chown");
+    let script = r#"umount /sys/kernel/tracing || exit 90
+cd "$1" || exit 91
+for args in "record -- true" "count kmem:mm_page_alloc -- true"; do
+  setpriv --reuid=65534 --regid=65534 --clear-groups -- "$0" $args
+  echo "exited $?" >&2
+done"#;
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .arg(env!("CARGO_BIN_EXE_fltrace"))
+        .arg(dir.path())
+        .output()
+        .expect("unshare runs");
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    let told = ": not mounted, and this user may not mount it: run as root, or mount \
+                it once with `mount -t tracefs nodev /sys/kernel/tracing`";
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    for pair in lines.chunks(2) {
+        assert!(pair[0].starts_with("fltrace: tracefs"), "{err}");
+        assert!(pair[0].ends_with(told), "{err}");
+        assert!(!pair[0].contains("paranoid"), "{err}");
+        assert_eq!(pair[1], "exited 1", "{err}");
+    }
+}
+
 /// A small tmpfs the test mounts, unmounted whatever happens.
 struct SmallFs {
     dir: tempfile::TempDir,
