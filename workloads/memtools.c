@@ -148,6 +148,18 @@ int main(int argc, char **argv) {
             wait_eof();
         }
         return 0;
+    } else if (!strcmp(mode, "leak-exec")) {
+        /* memtools leak-exec N SIZE PROGRAM ARGS...: N blocks kept, then PROGRAM replaces
+           this image (a launcher, `sh -c "...; exec prog"`). */
+        if (argc < 5)
+            return 2;
+        long size = strtol(argv[3], 0, 10);
+        void **kept = calloc(n, sizeof(void *));
+        for (long i = 0; i < n; i++)
+            kept[i] = malloc(size); /* SITE:leak_exec */
+        sink = kept;
+        execv(argv[4], argv + 4);
+        return 1;
     } else if (!strcmp(mode, "sockets")) {
         for (long i = 0; i < n; i++)
             if (socket(AF_UNIX, SOCK_DGRAM, 0) < 0)

@@ -65,6 +65,9 @@ pub struct OutstandingBlocks {
     pub frees: u64,
     /// Samples the kernel dropped (their calls are missing).
     pub lost: u64,
+    /// Blocks left out because their process replaced its image (exec) since: its heap went
+    /// with it.
+    pub replaced: u64,
 }
 
 impl LiveAllocs {
@@ -141,6 +144,7 @@ impl LiveAllocs {
             allocs: table.allocs,
             frees: table.frees,
             lost: table.lost,
+            replaced: table.replaced,
         }
     }
 
@@ -163,6 +167,7 @@ impl LiveAllocs {
             allocs: table.allocs,
             frees: table.frees,
             lost: table.lost,
+            replaced: table.replaced,
         }
     }
 
@@ -174,6 +179,8 @@ impl LiveAllocs {
 
 /// One block not yet freed.
 pub(super) struct LiveBlock {
+    /// The thread that allocated it.
+    pub(super) tid: u32,
     pub(super) size: u64,
     pub(super) stack_id: u32,
     pub(super) time_ns: u64,
@@ -191,6 +198,8 @@ pub(super) struct BlockTable {
     pub(super) allocs: u64,
     pub(super) frees: u64,
     pub(super) lost: u64,
+    /// Blocks gone with an exec of their process.
+    pub(super) replaced: u64,
     /// Every call made before this time (CLOCK_MONOTONIC) has been applied.
     pub(super) drained_ns: u64,
 }
@@ -206,6 +215,7 @@ impl Default for BlockTable {
             allocs: 0,
             frees: 0,
             lost: 0,
+            replaced: 0,
             drained_ns: 0,
         }
     }
@@ -233,6 +243,21 @@ impl BlockTable {
         true
     }
 
+    /// Threads `tids` replaced their process's image: their blocks are gone with it.
+    pub(super) fn replace_image(&mut self, tids: &[u32]) {
+        let gone: Vec<VirtAddr> = self
+            .blocks
+            .iter()
+            .filter(|(_, block)| tids.contains(&block.tid))
+            .map(|(&addr, _)| addr)
+            .collect();
+        for addr in gone {
+            if self.forget(addr) {
+                self.replaced += 1;
+            }
+        }
+    }
+
     pub(super) fn apply(&mut self, event: &AllocEvent) {
         match event.call {
             AllocCall::Free => self.release(event.addr),
@@ -252,6 +277,7 @@ impl BlockTable {
                     self.blocks.insert(
                         event.addr,
                         LiveBlock {
+                            tid: event.tid,
                             size: event.size,
                             stack_id: event.stack_id,
                             time_ns: event.time_ns,
@@ -291,6 +317,10 @@ impl AllocSink for SharedTable {
 
     fn lost(&mut self, total: u64) {
         self.table().lost = total;
+    }
+
+    fn exec(&mut self, tids: &[u32], _time_ns: u64) {
+        self.table().replace_image(tids);
     }
 
     fn drained(&mut self, time_ns: u64) {

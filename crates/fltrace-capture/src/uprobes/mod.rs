@@ -182,6 +182,9 @@ pub(super) trait AllocSink {
     fn push(&mut self, event: AllocEvent) -> Result<(), Error>;
     /// The samples the kernel dropped so far.
     fn lost(&mut self, _total: u64) {}
+    /// The threads `_tids` of a process that replaced its image at `_time_ns` (the events'
+    /// clock): the blocks they allocated went with it.
+    fn exec(&mut self, _tids: &[u32], _time_ns: u64) {}
     /// Every call made before `_time_ns` (CLOCK_MONOTONIC) has been pushed.
     fn drained(&mut self, _time_ns: u64) {}
     /// Every call entered before `_time_ns` (the events' clock) has been pushed: those of

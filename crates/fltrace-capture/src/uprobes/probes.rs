@@ -47,8 +47,15 @@ pub(super) struct Probes {
 
 /// The attributes of one probe, the tracepoint `id` of its tracefs definition: an allocator's
 /// entry samples its stack (every `period`-th call), its return and `free` only their
-/// registers (every call).
-pub(super) fn uprobe_attr(id: u64, index: usize, is_return: bool, period: u64) -> perf_event_attr {
+/// registers (every call). `tells_execs`: its events also report each exec of a traced
+/// process (one probe's events do, so that an exec is told once).
+pub(super) fn uprobe_attr(
+    id: u64,
+    index: usize,
+    is_return: bool,
+    period: u64,
+    tells_execs: bool,
+) -> perf_event_attr {
     let mut attr = perf_event_attr {
         size: std::mem::size_of::<perf_event_attr>() as u32,
         type_: PERF_TYPE_TRACEPOINT,
@@ -64,6 +71,13 @@ pub(super) fn uprobe_attr(id: u64, index: usize, is_return: bool, period: u64) -
     attr.set_exclude_kernel(1);
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
+    // An exec replaces the image with its heap: its blocks are gone, not leaked. The record
+    // carries its time (sample_id_all) to be put in order among the calls.
+    attr.set_sample_id_all(1);
+    if tells_execs {
+        attr.set_comm(1);
+        attr.set_comm_exec(1);
+    }
     attr.sample_type = u64::from(
         PERF_SAMPLE_IDENTIFIER
             | PERF_SAMPLE_TID
@@ -130,7 +144,8 @@ impl Probes {
                     let Some(&id) = ids.get(&(index, is_return)) else {
                         continue;
                     };
-                    let attr = uprobe_attr(id, index, is_return, period);
+                    let tells_execs = !is_return && index == offsets[0].0;
+                    let attr = uprobe_attr(id, index, is_return, period, tells_execs);
                     if !is_return {
                         parse_info.get_or_insert_with(|| perf_abi::parse_info(&attr));
                     }
@@ -206,6 +221,8 @@ impl Probes {
         mono_offset: u64,
     ) -> Result<u64, Error> {
         let mut pending: HashMap<u32, Pending> = HashMap::new();
+        // Each thread seen, with its process.
+        let mut tasks: HashMap<u32, u32> = HashMap::new();
         let mut cache = framehop::x86_64::CacheX86_64::new();
         let mut live = LiveStack::new(0);
         let mut lost = 0u64;
@@ -215,6 +232,7 @@ impl Probes {
             // the sink is current up to it.
             let pass_start = crate::os::monotonic_now_ns();
             let mut samples = Vec::new();
+            let mut execs = Vec::new();
             for ring in &mut self.rings {
                 ring.drain(|record| {
                     if record.kind == PERF_RECORD_LOST {
@@ -231,7 +249,17 @@ impl Probes {
                         record.data,
                         self.parse_info,
                     );
-                    if let Ok(EventRecord::Sample(s)) = raw.parse() {
+                    let parsed = raw.parse();
+                    if let Ok(EventRecord::Comm(c)) = &parsed
+                        && c.is_execve
+                    {
+                        let time = raw.common_data().ok().and_then(|d| d.timestamp);
+                        execs.push(Exec {
+                            pid: c.pid as u32,
+                            time: time.unwrap_or(0),
+                        });
+                    }
+                    if let Ok(EventRecord::Sample(s)) = parsed {
                         let mut sample = Sample::of(&s);
                         let is_entry = self
                             .by_id
@@ -253,8 +281,16 @@ impl Probes {
                 });
             }
             samples.sort_by_key(|s| s.time);
-            let busy = !samples.is_empty();
+            execs.sort_by_key(|e| e.time);
+            // An exec told by more than one event (a task's and an inherited one) counts once.
+            execs.dedup_by_key(|e| (e.pid, e.time));
+            let busy = !samples.is_empty() || !execs.is_empty();
+            let mut execs = execs.into_iter().peekable();
             for sample in samples {
+                while let Some(exec) = execs.next_if(|e| e.time <= sample.time) {
+                    replace_image(&mut tasks, &mut pending, out, exec, mono_offset);
+                }
+                tasks.insert(sample.tid, sample.pid);
                 let Some(probe) = self.by_id.get(&sample.id).copied() else {
                     continue;
                 };
@@ -300,6 +336,9 @@ impl Probes {
                 };
                 pending.insert(sample.tid, entry);
             }
+            for exec in execs {
+                replace_image(&mut tasks, &mut pending, out, exec, mono_offset);
+            }
             out.lost(lost);
             out.drained(pass_start);
             // Every call entered before this is in, but those of threads still inside one
@@ -321,6 +360,37 @@ impl Probes {
         }
         Ok(lost)
     }
+}
+
+/// An exec of process `pid` at `time` (the events' clock).
+pub(super) struct Exec {
+    pub(super) pid: u32,
+    pub(super) time: u64,
+}
+
+/// Process `exec.pid` replaced its image: its threads' blocks and calls in flight went with
+/// it (the threads but the one that called exec are gone too).
+pub(super) fn replace_image(
+    tasks: &mut HashMap<u32, u32>,
+    pending: &mut HashMap<u32, Pending>,
+    out: &mut impl AllocSink,
+    exec: Exec,
+    mono_offset: u64,
+) {
+    let mut threads: Vec<u32> = tasks
+        .iter()
+        .filter(|&(_, &pid)| pid == exec.pid)
+        .map(|(&tid, _)| tid)
+        .collect();
+    // The thread that calls exec takes the process's id.
+    threads.push(exec.pid);
+    threads.sort_unstable();
+    threads.dedup();
+    for tid in &threads {
+        tasks.remove(tid);
+        pending.remove(tid);
+    }
+    out.exec(&threads, exec.time.wrapping_add(mono_offset));
 }
 
 /// The return addresses of an entry sample, the probed function's entry first.
@@ -372,6 +442,7 @@ pub(super) fn read_word(pid: i32, addr: u64) -> Option<u64> {
 /// The fields of a uprobe sample.
 pub(super) struct Sample {
     pub(super) id: u64,
+    pub(super) pid: u32,
     pub(super) tid: u32,
     pub(super) time: u64,
     pub(super) ax: u64,
@@ -390,6 +461,7 @@ impl Sample {
         let reg = |n| s.user_regs.as_ref().and_then(|r| r.get(n)).unwrap_or(0);
         Sample {
             id: s.id.unwrap_or(0),
+            pid: s.pid.unwrap_or(0) as u32,
             tid: s.tid.unwrap_or(0) as u32,
             time: s.timestamp.unwrap_or(0),
             ax: reg(REG_AX),

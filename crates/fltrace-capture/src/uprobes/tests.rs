@@ -170,3 +170,62 @@ fn totals_by_stack_follow_blocks_and_sizes_outside_the_range_are_not_kept() {
     assert_eq!(table.combined[&0], (0, 0));
     assert_eq!(table.combined[&1], (32, 1));
 }
+
+/// An exec takes the blocks of its process's threads with it (counted as replaced, neither
+/// freed nor leaked) and leaves another process's blocks and the totals of what is left.
+#[test]
+fn an_exec_takes_the_blocks_of_its_threads() {
+    let mut table = BlockTable::default();
+    let by = |tid, addr, size, stack| AllocEvent {
+        tid,
+        ..event(AllocCall::Malloc, addr, size, 0, stack)
+    };
+    table.apply(&by(10, 0x1000, 16, 0));
+    table.apply(&by(11, 0x2000, 32, 0));
+    table.apply(&by(20, 0x3000, 64, 0));
+    table.apply(&by(20, 0x4000, 8, 1));
+    table.replace_image(&[10, 11]);
+    assert_eq!((table.replaced, table.frees, table.allocs), (2, 0, 4));
+    let left: Vec<u64> = table.blocks.keys().map(|a| a.get()).collect();
+    assert_eq!(left.len(), 2, "{left:x?}");
+    assert!(
+        left.contains(&0x3000) && left.contains(&0x4000),
+        "{left:x?}"
+    );
+    assert_eq!(table.combined[&0], (64, 1));
+    assert_eq!(table.combined[&1], (8, 1));
+}
+
+/// The reader tells the sink of an exec with every thread seen in that process and the
+/// process's own id (the thread that called exec takes it), and forgets their calls in
+/// flight; another process's threads and calls stay.
+#[test]
+fn an_exec_is_told_with_every_thread_of_its_process() {
+    #[derive(Default)]
+    struct Told(Vec<(Vec<u32>, u64)>);
+    impl AllocSink for Told {
+        fn stack(&mut self, _: &[u64]) -> Result<u32, crate::Error> {
+            Ok(0)
+        }
+        fn push(&mut self, _: AllocEvent) -> Result<(), crate::Error> {
+            Ok(())
+        }
+        fn exec(&mut self, tids: &[u32], time_ns: u64) {
+            self.0.push((tids.to_vec(), time_ns));
+        }
+    }
+    let pending = |index| probes::Pending {
+        index,
+        time_ns: 1,
+        args: [0; 3],
+        stack_id: 0,
+    };
+    let mut tasks = std::collections::HashMap::from([(11, 10), (12, 10), (20, 20)]);
+    let mut calls = std::collections::HashMap::from([(11, pending(0)), (20, pending(1))]);
+    let mut told = Told::default();
+    let exec = probes::Exec { pid: 10, time: 500 };
+    probes::replace_image(&mut tasks, &mut calls, &mut told, exec, 1000);
+    assert_eq!(told.0, [(vec![10, 11, 12], 1500)]);
+    assert_eq!(tasks.into_iter().collect::<Vec<_>>(), [(20, 20)]);
+    assert_eq!(calls.keys().copied().collect::<Vec<_>>(), [20]);
+}

@@ -107,6 +107,9 @@ pub struct LeakSnapshot {
     pub sampled: u64,
     /// The reader had not caught up with the program when the report was taken.
     pub behind: bool,
+    /// Blocks left out because their process replaced its image (exec) since: not leaks,
+    /// the heap went with the image (unscaled, as kept).
+    pub replaced: u64,
 }
 
 /// What a report holds, beside the stacks (bcc memleak's flags).
@@ -410,6 +413,8 @@ impl LeakTracer {
             why: TABLE_FULL,
             sampled: 1,
             behind: false,
+            // The kernel's table keeps the blocks of an image an exec replaced.
+            replaced: 0,
         })
     }
 
@@ -440,6 +445,7 @@ impl LeakTracer {
             snapshot.allocs += blocks.allocs;
             snapshot.frees += blocks.frees;
             snapshot.dropped += blocks.lost;
+            snapshot.replaced += blocks.replaced;
             let mut groups = blocks.stacks;
             groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.blocks.cmp(&a.blocks)));
             groups.truncate(top);

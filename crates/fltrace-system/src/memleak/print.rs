@@ -77,6 +77,9 @@ pub fn write_leaks(
             if snapshot.sampled > 1 {
                 report["sampled"] = snapshot.sampled.into();
             }
+            if snapshot.replaced > 0 {
+                report["replaced_by_exec"] = snapshot.replaced.into();
+            }
             if snapshot.behind {
                 report["behind"] = true.into();
             }
@@ -134,6 +137,14 @@ pub fn write_leaks(
                     snapshot.allocs, snapshot.dropped, snapshot.why
                 )?;
             }
+            if snapshot.replaced > 0 {
+                writeln!(
+                    out,
+                    "{} allocations left out: their images were replaced by an exec, with their \
+                     heaps",
+                    snapshot.replaced
+                )?;
+            }
             if snapshot.behind {
                 writeln!(
                     out,
@@ -180,6 +191,7 @@ mod tests {
             why: "",
             sampled: 1,
             behind: false,
+            replaced: 0,
         };
         assert_eq!(
             written(|o| write_leaks(o, &snapshot, TableFormat::Table, true, "")),
@@ -196,6 +208,7 @@ mod tests {
         sampled.sampled = 4;
         sampled.dropped = 7;
         sampled.why = "the ring was full";
+        sampled.replaced = 5;
         sampled.stacks[0].addresses = vec![(0x1000, 2048), (0x2000, 2048)];
         assert_eq!(
             written(|o| write_leaks(o, &sampled, TableFormat::Table, false, "01:02:03")),
@@ -204,15 +217,28 @@ mod tests {
              \t4096 bytes in 2 allocations from stack (prog pid 9)\n\
              \t\tmalloc (prog)\n\t\tmain (m.c:5)\n\
              \t\taddr = 1000 size = 2048\n\t\taddr = 2000 size = 2048\n\
-             3 allocations seen, 7 lost: the ring was full\n"
+             3 allocations seen, 7 lost: the ring was full\n\
+             5 allocations left out: their images were replaced by an exec, with their heaps\n"
         );
         let json: serde_json::Value = serde_json::from_str(&written(|o| {
             write_leaks(o, &sampled, TableFormat::Json, false, "")
         }))
         .expect("JSON");
         assert_eq!(
-            (&json["seen"], &json["lost"], &json["why"], &json["sampled"]),
-            (&3.into(), &7.into(), &"the ring was full".into(), &4.into())
+            (
+                &json["seen"],
+                &json["lost"],
+                &json["why"],
+                &json["sampled"],
+                &json["replaced_by_exec"]
+            ),
+            (
+                &3.into(),
+                &7.into(),
+                &"the ring was full".into(),
+                &4.into(),
+                &5.into()
+            )
         );
         assert_eq!(json["stacks"][0]["blocks"][1]["addr"], 0x2000);
     }

@@ -804,6 +804,46 @@ fn memleak_of_a_command_that_forks_sees_its_leaks() {
     assert_eq!(stack["bytes"], 300 * 64, "{report}");
 }
 
+/// A command that allocates, then execs another program (a launcher; `sh -c "...; exec
+/// prog"`): the blocks of the image the exec replaced went with it and are left out, counted
+/// in `replaced_by_exec`; they were reported as leaks, with `[unknown]` stacks once the reader
+/// read them against the new image's mappings, and outweighed the program's own.
+#[test]
+fn memleak_leaves_out_the_blocks_of_an_image_an_exec_replaced() {
+    let dir = Dir::new();
+    let tools = memtools().to_string_lossy().into_owned();
+    let args = [
+        "memleak",
+        "--format",
+        "json",
+        "--",
+        &tools,
+        "leak-exec",
+        "200",
+        "4000",
+        &tools,
+        "leak",
+        "300",
+        "64",
+    ];
+    let report = json_of(&dir, &args);
+    let stack =
+        leak_stack_at(&report, "leak").unwrap_or_else(|| panic!("the leak's stack: {report}"));
+    assert_eq!(stack["allocations"], 300, "{report}");
+    assert_eq!(stack["bytes"], 300 * 64, "{report}");
+    assert!(leak_stack_at(&report, "leak_exec").is_none(), "{report}");
+    let blocks_of_4000 = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter(|s| s["bytes"].as_u64() == s["allocations"].as_u64().map(|n| n * 4000))
+        .count();
+    assert_eq!(blocks_of_4000, 0, "{report}");
+    // The 200 blocks and the array that held them, with any of the images before.
+    let replaced = report["replaced_by_exec"].as_u64().unwrap_or(0);
+    assert!(replaced >= 200, "{report}");
+}
+
 /// `count --by ustack` of a uprobe over a command that forks: the same, through the perf
 /// events whose stacks are unwound from DWARF.
 #[test]
