@@ -178,8 +178,8 @@ fn tracefs_among(
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "not mounted, and this user may not mount it: run as root, or \
-                 mount it once with `mount -t tracefs nodev {}`",
+                "not mounted, and this process may not mount it (that needs CAP_SYS_ADMIN): \
+                 run as root, or mount it once with `mount -t tracefs nodev {}`",
                 target.display()
             ),
         )),
@@ -505,8 +505,9 @@ mod tests {
             closed.as_deref(),
             Some(
                 format!(
-                    "not mounted, and this user may not mount it: run as root, or \
-                     mount it once with `mount -t tracefs nodev {}`",
+                    "not mounted, and this process may not mount it (that needs \
+                     CAP_SYS_ADMIN): run as root, or mount it once with `mount -t tracefs \
+                     nodev {}`",
                     unmounted[0].display()
                 )
                 .as_str()

@@ -243,12 +243,13 @@ impl BlockTable {
         true
     }
 
-    /// Threads `tids` replaced their process's image: their blocks are gone with it.
-    pub(super) fn replace_image(&mut self, tids: &[u32]) {
+    /// Threads `tids` replaced their process's image at `time_ns`: the blocks they allocated
+    /// before are gone with it.
+    pub(super) fn replace_image(&mut self, tids: &[u32], time_ns: u64) {
         let gone: Vec<VirtAddr> = self
             .blocks
             .iter()
-            .filter(|(_, block)| tids.contains(&block.tid))
+            .filter(|(_, block)| block.time_ns < time_ns && tids.contains(&block.tid))
             .map(|(&addr, _)| addr)
             .collect();
         for addr in gone {
@@ -319,8 +320,8 @@ impl AllocSink for SharedTable {
         self.table().lost = total;
     }
 
-    fn exec(&mut self, tids: &[u32], _time_ns: u64) {
-        self.table().replace_image(tids);
+    fn exec(&mut self, tids: &[u32], time_ns: u64) {
+        self.table().replace_image(tids, time_ns);
     }
 
     fn drained(&mut self, time_ns: u64) {

@@ -183,7 +183,7 @@ pub(super) trait AllocSink {
     /// The samples the kernel dropped so far.
     fn lost(&mut self, _total: u64) {}
     /// The threads `_tids` of a process that replaced its image at `_time_ns` (the events'
-    /// clock): the blocks they allocated went with it.
+    /// clock): the blocks they allocated before then went with it.
     fn exec(&mut self, _tids: &[u32], _time_ns: u64) {}
     /// Every call made before `_time_ns` (CLOCK_MONOTONIC) has been pushed.
     fn drained(&mut self, _time_ns: u64) {}

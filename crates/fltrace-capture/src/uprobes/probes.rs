@@ -223,6 +223,8 @@ impl Probes {
         let mut pending: HashMap<u32, Pending> = HashMap::new();
         // Each thread seen, with its process.
         let mut tasks: HashMap<u32, u32> = HashMap::new();
+        // Execs read but not yet applied: some calls before them may still be unread.
+        let mut execs: Vec<Exec> = Vec::new();
         let mut cache = framehop::x86_64::CacheX86_64::new();
         let mut live = LiveStack::new(0);
         let mut lost = 0u64;
@@ -232,7 +234,6 @@ impl Probes {
             // the sink is current up to it.
             let pass_start = crate::os::monotonic_now_ns();
             let mut samples = Vec::new();
-            let mut execs = Vec::new();
             for ring in &mut self.rings {
                 ring.drain(|record| {
                     if record.kind == PERF_RECORD_LOST {
@@ -284,10 +285,14 @@ impl Probes {
             execs.sort_by_key(|e| e.time);
             // An exec told by more than one event (a task's and an inherited one) counts once.
             execs.dedup_by_key(|e| (e.pid, e.time));
-            let busy = !samples.is_empty() || !execs.is_empty();
-            let mut execs = execs.into_iter().peekable();
+            let busy = !samples.is_empty();
+            // The rings are read one after another: a call made before an exec read in this
+            // pass may be in a ring read before it, and only the next pass has it. An exec
+            // made before this pass started has every call before it read by now.
+            let later = execs.partition_point(|e| e.time < pass_start || stopping);
+            let mut ready = execs.drain(..later).peekable();
             for sample in samples {
-                while let Some(exec) = execs.next_if(|e| e.time <= sample.time) {
+                while let Some(exec) = ready.next_if(|e| e.time <= sample.time) {
                     replace_image(&mut tasks, &mut pending, out, exec, mono_offset);
                 }
                 tasks.insert(sample.tid, sample.pid);
@@ -336,7 +341,7 @@ impl Probes {
                 };
                 pending.insert(sample.tid, entry);
             }
-            for exec in execs {
+            for exec in ready {
                 replace_image(&mut tasks, &mut pending, out, exec, mono_offset);
             }
             out.lost(lost);
@@ -368,8 +373,8 @@ pub(super) struct Exec {
     pub(super) time: u64,
 }
 
-/// Process `exec.pid` replaced its image: its threads' blocks and calls in flight went with
-/// it (the threads but the one that called exec are gone too).
+/// Process `exec.pid` replaced its image: the blocks its threads allocated before and their
+/// calls in flight then went with it. Calls of the new image may have been read already.
 pub(super) fn replace_image(
     tasks: &mut HashMap<u32, u32>,
     pending: &mut HashMap<u32, Pending>,
@@ -377,20 +382,19 @@ pub(super) fn replace_image(
     exec: Exec,
     mono_offset: u64,
 ) {
+    let time_ns = exec.time.wrapping_add(mono_offset);
     let mut threads: Vec<u32> = tasks
         .iter()
         .filter(|&(_, &pid)| pid == exec.pid)
         .map(|(&tid, _)| tid)
         .collect();
-    // The thread that calls exec takes the process's id.
-    threads.push(exec.pid);
     threads.sort_unstable();
-    threads.dedup();
     for tid in &threads {
-        tasks.remove(tid);
-        pending.remove(tid);
+        if pending.get(tid).is_some_and(|p| p.time_ns < time_ns) {
+            pending.remove(tid);
+        }
     }
-    out.exec(&threads, exec.time.wrapping_add(mono_offset));
+    out.exec(&threads, time_ns);
 }
 
 /// The return addresses of an entry sample, the probed function's entry first.

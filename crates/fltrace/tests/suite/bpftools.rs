@@ -831,14 +831,15 @@ fn memleak_leaves_out_the_blocks_of_an_image_an_exec_replaced() {
         leak_stack_at(&report, "leak").unwrap_or_else(|| panic!("the leak's stack: {report}"));
     assert_eq!(stack["allocations"], 300, "{report}");
     assert_eq!(stack["bytes"], 300 * 64, "{report}");
-    assert!(leak_stack_at(&report, "leak_exec").is_none(), "{report}");
-    let blocks_of_4000 = report["stacks"]
+    // The leak, its array (2,400 bytes) and the C library's own: none of the 800,000 bytes
+    // kept before the exec.
+    let total: u64 = report["stacks"]
         .as_array()
         .expect("stacks")
         .iter()
-        .filter(|s| s["bytes"].as_u64() == s["allocations"].as_u64().map(|n| n * 4000))
-        .count();
-    assert_eq!(blocks_of_4000, 0, "{report}");
+        .filter_map(|s| s["bytes"].as_u64())
+        .sum();
+    assert!(total < 100_000, "{total} bytes: {report}");
     // The 200 blocks and the array that held them, with any of the images before.
     let replaced = report["replaced_by_exec"].as_u64().unwrap_or(0);
     assert!(replaced >= 200, "{report}");

@@ -375,6 +375,8 @@ fn recorders_started_together_without_tracefs_all_record() {
     let dir = Dir::new();
     let script = format!(
         r#"F=$0; W=$1; D=$2
+# Where debugfs is mounted, its tracing directory would be found instead.
+umount -R /sys/kernel/debug 2>/dev/null
 for round in $(seq {ROUNDS}); do
   umount /sys/kernel/tracing || exit 90
   test -d /sys/kernel/tracing/events && exit 91
@@ -426,7 +428,8 @@ done"#
 fn a_user_who_may_not_mount_tracefs_is_told_so() {
     let dir = Dir::new();
     std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).expect("chown");
-    let script = r#"umount /sys/kernel/tracing || exit 90
+    let script = r#"umount -R /sys/kernel/debug 2>/dev/null
+umount /sys/kernel/tracing || exit 90
 cd "$1" || exit 91
 for args in "record -- true" "count kmem:mm_page_alloc -- true"; do
   setpriv --reuid=65534 --regid=65534 --clear-groups -- "$0" $args
@@ -440,8 +443,8 @@ done"#;
         .expect("unshare runs");
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
-    let told = ": not mounted, and this user may not mount it: run as root, or mount \
-                it once with `mount -t tracefs nodev /sys/kernel/tracing`";
+    let told = ": not mounted, and this process may not mount it (that needs CAP_SYS_ADMIN): \
+                run as root, or mount it once with `mount -t tracefs nodev /sys/kernel/tracing`";
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 4, "{err}");
     for pair in lines.chunks(2) {
