@@ -200,12 +200,21 @@ pub fn memleak(request: LeakRequest, format: TableFormat, folded: bool) -> Resul
         )
         .map_err(Error::Output)?;
         lost = snapshot.dropped;
-        // CSV and folded stacks have no place for the loss: it is said here.
-        if lost > 0 && (folded || format == TableFormat::Csv) {
-            eprintln!(
-                "fltrace: {} allocations seen, {lost} lost: {}",
-                snapshot.allocs, snapshot.why
-            );
+        // CSV and folded stacks have no place for the loss or the blocks left out: said here.
+        if folded || format == TableFormat::Csv {
+            if lost > 0 {
+                eprintln!(
+                    "fltrace: {} allocations seen, {lost} lost: {}",
+                    snapshot.allocs, snapshot.why
+                );
+            }
+            if snapshot.replaced > 0 {
+                eprintln!(
+                    "fltrace: {} allocations left out: their images were replaced by an exec, \
+                     with their heaps",
+                    snapshot.replaced
+                );
+            }
         }
     }
     leaks.finish()?;

@@ -424,7 +424,7 @@ impl AllocPass {
             || self.largest.is_some()
             || self.timeline.is_some()
             || !self.unborn.is_empty()
-            || (!self.pending.is_empty() && self.pending.contains_key(&alloc.addr))
+            || self.pending.contains_key(&alloc.addr)
         {
             return Ok(false);
         }

@@ -843,6 +843,20 @@ fn memleak_leaves_out_the_blocks_of_an_image_an_exec_replaced() {
     // The 200 blocks and the array that held them, with any of the images before.
     let replaced = report["replaced_by_exec"].as_u64().unwrap_or(0);
     assert!(replaced >= 200, "{report}");
+    // CSV has no place for them: stderr says how many.
+    let mut csv = args.to_vec();
+    csv[2] = "csv";
+    let out = output_within(dir.fltrace().args(&csv), LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let said = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fltrace: ")?
+                .split_once(" allocations left out: ")
+        })
+        .and_then(|(n, _)| n.parse::<u64>().ok());
+    assert!(said.is_some_and(|n| n >= 200), "{stderr}");
 }
 
 /// `count --by ustack` of a uprobe over a command that forks: the same, through the perf
